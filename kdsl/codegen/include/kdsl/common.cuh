@@ -1,0 +1,73 @@
+// kdsl/common.cuh — types and small device helpers shared by every kdsl kernel.
+//
+// Kernels are compiled by NVRTC with no CUDA or C++ standard headers on the include
+// path, so this header defines the few fixed-width types it needs itself and does every
+// conversion with inline PTX. It must stay includable by both NVRTC and nvcc.
+#pragma once
+
+namespace kdsl {
+
+typedef unsigned char      u8;
+typedef unsigned short     u16;
+typedef unsigned int       u32;
+typedef unsigned long long u64;
+typedef long long          i64;
+
+// Storage-only element types: kernels load/store the raw bits and convert with PTX.
+struct bf16_t { u16 bits; };
+struct f16_t  { u16 bits; };
+struct e4m3_t { u8 bits; };
+
+// Tile classes produced by the generated mask analysis (Variant::tile).
+enum TileClass : int { kTileEmpty = 0, kTileFull = 1, kTilePartial = 2 };
+
+#define KDSL_DEVICE __device__ __forceinline__
+
+KDSL_DEVICE float neg_inf() { return __int_as_float(0xff800000); }
+
+// Fast 2^x (MUFU.EX2); exact enough for softmax in the log2 domain.
+KDSL_DEVICE float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Pack two floats into a bf16x2 / f16x2 register (round to nearest even).
+KDSL_DEVICE u32 pack_bf16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+KDSL_DEVICE u32 pack_f16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+KDSL_DEVICE float bf16_to_float(u16 x) { return __uint_as_float(((u32)x) << 16); }
+KDSL_DEVICE float f16_to_float(u16 x) {
+  float f;
+  asm("{ .reg .f16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "h"(x));
+  return f;
+}
+
+// Captured-tensor element reads, converted to the kdsl scalar types (f32 / i32).
+KDSL_DEVICE float load_f32(const float* p, i64 i) { return __ldg(p + i); }
+KDSL_DEVICE float load_f32(const bf16_t* p, i64 i) {
+  return bf16_to_float(__ldg(reinterpret_cast<const unsigned short*>(p) + i));
+}
+KDSL_DEVICE float load_f32(const f16_t* p, i64 i) {
+  return f16_to_float(__ldg(reinterpret_cast<const unsigned short*>(p) + i));
+}
+KDSL_DEVICE int load_i32(const int* p, i64 i) { return __ldg(p + i); }
+
+// Python semantics for integer // and % (floor, not truncation), as the language promises.
+KDSL_DEVICE int floordiv(int a, int b) {
+  int q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+KDSL_DEVICE int floormod(int a, int b) {
+  int r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+}  // namespace kdsl

@@ -1,0 +1,271 @@
+"""kdsl's IR: typed expression trees inside a kernel record, with a stable text form.
+
+The text form is what `kdsl compile --emit ir` prints and what later passes (and the LLM
+pass) read and write; `parse_ir(print_ir(k)) == k` for every kernel (tested).
+
+    attention relpos {
+      input q: bf16[B, H, M, D]
+      ...
+      def score = (add:f32 s (float:f32 (sub:i32 q kv)))
+      attr tile = [128, 64]
+    }
+
+Expressions are s-expressions `(op:type args...)`; variables are bare names whose types
+come from the kernel (index variables and dims are i32; s, qk, scale are f32).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import lark
+
+from .errors import SourceError, Span
+
+TYPES = ("i32", "f32", "bool")
+# Variables every kernel may use, with their types; dims are added per kernel (all i32).
+BUILTIN_VARS = {
+    "s": "f32", "qk": "f32", "scale": "f32", "scale_log2": "f32",
+    "b": "i32", "h": "i32", "q": "i32", "kv": "i32",
+}
+FLOAT_FUNCS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sin", "cos", "tan", "sigmoid")
+OPS = {
+    # arithmetic (operands and result share a numeric type)
+    "add", "sub", "mul", "div", "floordiv", "mod", "neg", "min", "max", "abs",
+    # comparisons and logic (result bool)
+    "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not",
+    "where", "int", "float", *FLOAT_FUNCS,
+}
+
+
+@dataclass(frozen=True)
+class Expr:
+    ty: str
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: int | float | bool
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    name: str
+
+
+@dataclass(frozen=True)
+class Op(Expr):
+    op: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    tensor: str
+    indices: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Tensor:
+    role: str  # input | output | capture
+    name: str
+    dtype: str
+    shape: tuple[Expr, ...]
+    block: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    kind: str  # attention | gemm
+    name: str
+    tensors: tuple[Tensor, ...]
+    funcs: tuple[tuple[str, Expr], ...] = ()
+    attrs: tuple[tuple[str, Any], ...] = ()
+    source: str = field(default="", compare=False)  # file:line, for messages only
+
+    def tensor(self, name: str) -> Tensor | None:
+        return next((t for t in self.tensors if t.name == name), None)
+
+    def func(self, name: str) -> Expr | None:
+        return dict(self.funcs).get(name)
+
+    def attr(self, name: str, default=None):
+        return dict(self.attrs).get(name, default)
+
+    def with_func(self, name: str, expr: Expr) -> "Kernel":
+        funcs = [(n, e) for n, e in self.funcs if n != name] + [(name, expr)]
+        return replace(self, funcs=tuple(funcs))
+
+    def with_attrs(self, **attrs) -> "Kernel":
+        kept = [(n, v) for n, v in self.attrs if n not in attrs]
+        return replace(self, attrs=tuple(kept + [(n, _freeze(v)) for n, v in attrs.items()]))
+
+    @property
+    def dims(self) -> dict[str, tuple[str, int]]:
+        """Each runtime dimension symbol -> (tensor, axis) where it is first bound."""
+        out: dict[str, tuple[str, int]] = {}
+        for t in self.tensors:
+            for axis, d in enumerate(t.shape):
+                if isinstance(d, Var) and d.name not in out:
+                    out[d.name] = (t.name, axis)
+        return out
+
+
+def _freeze(v):
+    return tuple(_freeze(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+# ---------------------------------------------------------------------------------- printing
+
+def print_expr(e: Expr) -> str:
+    if isinstance(e, Const):
+        return _const_text(e)
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Op):
+        return f"({e.op}:{e.ty} " + " ".join(print_expr(a) for a in e.args) + ")"
+    if isinstance(e, Load):
+        return f"(load:{e.ty} {e.tensor} " + " ".join(print_expr(a) for a in e.indices) + ")"
+    raise TypeError(e)
+
+
+def _const_text(c: Const) -> str:
+    if c.ty == "bool":
+        return "true" if c.value else "false"
+    if c.ty == "i32":
+        return str(int(c.value))
+    v = float(c.value)
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if math.isnan(v):
+        return "nan"
+    text = repr(v)
+    return text if any(ch in text for ch in ".en") else text + ".0"
+
+
+def _shape_text(t: Tensor) -> str:
+    s = f"{t.dtype}[" + ", ".join(print_expr(d) for d in t.shape) + "]"
+    return s + (f" block({t.block[0]}, {t.block[1]})" if t.block else "")
+
+
+def print_ir(k: Kernel) -> str:
+    lines = [f"{k.kind} {k.name} {{"]
+    lines += [f"  {t.role} {t.name}: {_shape_text(t)}" for t in k.tensors]
+    lines += [f"  def {n} = {print_expr(e)}" for n, e in k.funcs]
+    lines += [f"  attr {n} = {json.dumps(v)}" for n, v in k.attrs]
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+# ---------------------------------------------------------------------------------- parsing
+
+_IR_GRAMMAR = r"""
+start: kernel*
+kernel: NAME NAME "{" item* "}"
+?item: tensor | func | attr
+tensor: ROLE NAME ":" NAME "[" [sexpr ("," sexpr)*] "]" block?
+block: "block" "(" INT "," INT ")"
+func: "def" NAME "=" sexpr
+attr: "attr" NAME "=" JSON
+ROLE: "input" | "output" | "capture"
+?sexpr: "(" OPTY sexpr* ")"  -> op
+      | NUMBER                -> num
+      | NAME                  -> name
+OPTY: /[a-z_0-9]+:[a-z0-9]+/
+NUMBER: /-?(inf|nan|[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?)/
+NAME: /[A-Za-z_][A-Za-z_0-9]*/
+INT: /[0-9]+/
+JSON: /[^\n]+/
+%import common.WS
+%ignore WS
+"""
+
+
+@functools.cache
+def _ir_lark() -> lark.Lark:
+    return lark.Lark(_IR_GRAMMAR, parser="lalr")
+
+
+def parse_ir(text: str, file: str = "<ir>") -> list[Kernel]:
+    """Parse the IR text form back into kernels. Errors are located SourceErrors."""
+    try:
+        tree = _ir_lark().parse(text)
+    except lark.exceptions.UnexpectedInput as e:
+        line, col = getattr(e, "line", 1) or 1, getattr(e, "column", 1) or 1
+        raise SourceError(f"malformed IR: {type(e).__name__}", Span(file, line, col, line, col, text)) from None
+    return [_build_kernel(kt) for kt in tree.children]
+
+
+def _build_kernel(kt) -> Kernel:
+    kind, name, *items = kt.children
+    tensors, funcs, attrs = [], [], []
+    # Dims are bound by bare names in shapes; collect them first so exprs can be typed.
+    var_types = dict(BUILTIN_VARS)
+    for it in items:
+        if it.data == "tensor":
+            for d in it.children[3:]:
+                if d is not None and getattr(d, "data", None) == "name":
+                    var_types[str(d.children[0])] = "i32"
+    for it in items:
+        if it.data == "tensor":
+            role, tname, dtype, *rest = it.children
+            block = None
+            if rest and rest[-1] is not None and getattr(rest[-1], "data", None) == "block":
+                blk = rest.pop()
+                block = (int(blk.children[0]), int(blk.children[1]))
+            shape = tuple(_build_expr(d, var_types) for d in rest if d is not None)
+            tensors.append(Tensor(str(role), str(tname), str(dtype), shape, block))
+        elif it.data == "func":
+            funcs.append((str(it.children[0]), _build_expr(it.children[1], var_types)))
+        else:
+            attrs.append((str(it.children[0]), _freeze(json.loads(str(it.children[1])))))
+    return Kernel(str(kind), str(name), tuple(tensors), tuple(funcs), tuple(attrs))
+
+
+def _build_expr(t, var_types) -> Expr:
+    if t.data == "num":
+        text = str(t.children[0])
+        if text.lstrip("-").isdigit():
+            return Const("i32", int(text))
+        return Const("f32", float(text))
+    if t.data == "name":
+        n = str(t.children[0])
+        if n in ("true", "false"):
+            return Const("bool", n == "true")
+        if n not in var_types:
+            raise SourceError(f"IR: unknown variable '{n}'", None)
+        return Var(var_types[n], n)
+    op, ty = str(t.children[0]).split(":")
+    args = t.children[1:]
+    if op == "load":
+        return Load(ty, str(args[0].children[0]), tuple(_build_expr(a, var_types) for a in args[1:]))
+    if op not in OPS or ty not in TYPES:
+        raise SourceError(f"IR: unknown op or type '{op}:{ty}'", None)
+    return Op(ty, op, tuple(_build_expr(a, var_types) for a in args))
+
+
+def walk(e: Expr):
+    """Yield every node of an expression, parents first."""
+    yield e
+    for c in getattr(e, "args", ()) or getattr(e, "indices", ()):
+        yield from walk(c)
+
+
+def uses(e: Expr, name: str) -> bool:
+    return any(isinstance(n, Var) and n.name == name for n in walk(e))
+
+
+def substitute(e: Expr, mapping: dict[str, Expr]) -> Expr:
+    if isinstance(e, Var):
+        return mapping.get(e.name, e)
+    if isinstance(e, Op):
+        return replace(e, args=tuple(substitute(a, mapping) for a in e.args))
+    if isinstance(e, Load):
+        return replace(e, indices=tuple(substitute(a, mapping) for a in e.indices))
+    return e
+
+
+GRAMMAR_PATH = Path(__file__)

@@ -1,0 +1,406 @@
+"""Type checking: AST kernel -> IR kernel, every user mistake reported at its span.
+
+Types are i32, f32 and bool and are kept apart: `s + float(q - kv)`, not `s + (q - kv)`.
+Integer literals (and constants bound to them) adapt to a float context, so
+`30 * tanh(s / 30)` reads naturally. Constants are folded here; dims become i32 Vars.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+
+from .. import ast, ir
+from ..errors import SourceError, Span
+
+ATTN_ELEMS = ("bf16", "f16")
+CAPTURE_DTYPES = {"f32": "f32", "bf16": "f32", "f16": "f32", "i32": "i32"}
+DTYPES = ("bf16", "f16", "f32", "i32", "e4m3")
+SCORE_PARAMS = ("s", "b", "h", "q", "kv")
+MASK_PARAMS = ("b", "h", "q", "kv")
+_FUNC_ARITY = {"where": 3, "min": 2, "max": 2, "abs": 1, "int": 1, "float": 1, **{f: 1 for f in ir.FLOAT_FUNCS}}
+_OP_WORDS = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "floordiv": "floor-divide",
+             "mod": "take the remainder of", "min": "take min of", "max": "take max of"}
+
+# An integer literal whose type is decided by its context (Go-style untyped constant).
+LITERAL_INT = "int-literal"
+
+
+def check_program(program: ast.Program) -> list[ir.Kernel]:
+    names: dict[str, Span] = {}
+    kernels = []
+    for k in program.kernels:
+        if k.name in names:
+            raise SourceError(f"kernel '{k.name}' is defined twice (first at line {names[k.name].line})", k.name_span)
+        names[k.name] = k.name_span
+        kernels.append(_AttentionChecker(k).run() if k.kind == "attention" else _GemmChecker(k).run())
+    return kernels
+
+
+class _Checker:
+    def __init__(self, kernel: ast.Kernel):
+        self.k = kernel
+        self.decls: dict[str, ast.Decl] = {}
+        self.consts: dict[str, ir.Const] = {}
+        self.dims: dict[str, Span] = {}  # runtime dimension symbols
+        self.bindings: dict[str, ast.Binding] = {}
+        self.funcdefs: dict[str, ast.FuncDef] = {}
+        for st in kernel.body:
+            self._collect(st)
+
+    # --- collecting statements ---------------------------------------------------------
+    def _collect(self, st):
+        name, span = st.name, st.name_span
+        seen = {**self.decls, **self.bindings, **self.funcdefs}
+        if name in seen:
+            raise SourceError(f"'{name}' is defined twice in kernel '{self.k.name}'", span)
+        if isinstance(st, ast.Decl):
+            self.decls[name] = st
+        elif isinstance(st, ast.Binding):
+            self.bindings[name] = st
+            if name != "scale":
+                self.consts[name] = self._const_value(st.value)
+        else:
+            self.funcdefs[name] = st
+
+    def _const_value(self, e: ast.Expr) -> ir.Const:
+        typed = self.expr(e, {})
+        if not isinstance(typed, ir.Const):
+            raise SourceError("a constant must be computable at compile time (numbers and other constants)", e.span)
+        return typed
+
+    # --- shapes ------------------------------------------------------------------------
+    def shape(self, d: ast.Decl, bind_new: bool) -> tuple[ir.Expr, ...]:
+        out = []
+        for e in d.dims:
+            if isinstance(e, ast.Name) and e.id not in self.consts:
+                if e.id not in self.dims:
+                    if not bind_new:
+                        raise SourceError(f"unknown dimension '{e.id}'", e.span)
+                    if e.id in ir.BUILTIN_VARS:
+                        raise SourceError(f"'{e.id}' is reserved and cannot name a dimension", e.span)
+                    self.dims[e.id] = e.span
+                out.append(ir.Var("i32", e.id))
+                continue
+            typed = self._coerce(self.expr(e, {}), "i32", e.span)
+            if typed.ty != "i32":
+                raise SourceError(f"a dimension must be an integer expression, got {typed.ty}", e.span)
+            if isinstance(typed, ir.Const) and typed.value < 1:
+                raise SourceError(f"a dimension must be at least 1, got {typed.value}", e.span)
+            out.append(typed)
+        return tuple(out)
+
+    def dtype(self, d: ast.Decl, allowed) -> str:
+        if d.dtype not in DTYPES:
+            hint = _suggest(d.dtype, DTYPES)
+            raise SourceError(f"unknown element type '{d.dtype}'{hint}", d.dtype_span)
+        if d.dtype not in allowed:
+            raise SourceError(f"'{d.name}' must have element type {' or '.join(allowed)}, not {d.dtype}", d.dtype_span)
+        return d.dtype
+
+    def rank(self, d: ast.Decl, *ranks: int):
+        if len(d.dims) not in ranks:
+            want = " or ".join(str(r) for r in ranks)
+            raise SourceError(f"'{d.name}' must have {want} dimensions, got {len(d.dims)}", d.span)
+
+    def require(self, name: str) -> ast.Decl:
+        if name not in self.decls:
+            raise SourceError(f"{self.k.kind} kernel '{self.k.name}' must declare '{name}'", self.k.name_span)
+        return self.decls[name]
+
+    def same_dim(self, a: ir.Expr, b: ir.Expr, span: Span, what: str):
+        if a != b:
+            raise SourceError(f"{what}: got {ir.print_expr(b)}, expected {ir.print_expr(a)}", span)
+
+    # --- expressions -------------------------------------------------------------------
+    def expr(self, e: ast.Expr, env: dict[str, ir.Var]) -> ir.Expr:
+        if isinstance(e, ast.Num):
+            return ir.Const("f32", e.value) if e.is_float else ir.Const(LITERAL_INT, e.value)
+        if isinstance(e, ast.Bool):
+            return ir.Const("bool", e.value)
+        if isinstance(e, ast.Name):
+            return self._name(e, env)
+        if isinstance(e, ast.Unary):
+            x = self.expr(e.x, env)
+            if e.op == "not":
+                self._want(x, "bool", e.x.span, "'not' needs a bool")
+                return _fold(ir.Op("bool", "not", (x,)))
+            if x.ty == "bool":
+                raise SourceError("cannot negate a bool; use 'not'", e.span)
+            return _fold(ir.Op(x.ty, "neg", (x,)))
+        if isinstance(e, ast.Binary):
+            return self._binary(e, env)
+        if isinstance(e, ast.Call):
+            return self._call(e, env)
+        if isinstance(e, ast.Index):
+            return self._index(e, env)
+        raise TypeError(e)  # pragma: no cover
+
+    def _name(self, e: ast.Name, env) -> ir.Expr:
+        if e.id in env:
+            return env[e.id]
+        if e.id in self.consts:
+            return self.consts[e.id]
+        if e.id in self.dims:
+            return ir.Var("i32", e.id)
+        if e.id in self.decls:
+            d = self.decls[e.id]
+            raise SourceError(f"'{e.id}' is a tensor; index it, e.g. {e.id}[{', '.join('...' for _ in d.dims)}]", e.span)
+        known = list(env) + list(self.consts) + list(self.dims)
+        raise SourceError(f"unknown variable '{e.id}'{_suggest(e.id, known)}", e.span)
+
+    def _binary(self, e: ast.Binary, env) -> ir.Expr:
+        a, b = self.expr(e.lhs, env), self.expr(e.rhs, env)
+        if e.op in ("and", "or"):
+            self._want(a, "bool", e.lhs.span, f"'{e.op}' needs bool operands")
+            self._want(b, "bool", e.rhs.span, f"'{e.op}' needs bool operands")
+            return _fold(ir.Op("bool", e.op, (a, b)))
+        a, b = self._unify(a, b, e, _OP_WORDS.get(e.op, "compare"))
+        if e.op in ("lt", "le", "gt", "ge", "eq", "ne"):
+            if a.ty == "bool" and e.op not in ("eq", "ne"):
+                raise SourceError("cannot order bools; only == and != apply", e.span)
+            return _fold(ir.Op("bool", e.op, (a, b)))
+        if a.ty == "bool":
+            raise SourceError(f"cannot {_OP_WORDS[e.op]} bools", e.span)
+        if e.op == "div" and a.ty == "i32":
+            raise SourceError("'/' divides floats; use '//' for integer division or float(...) to convert", e.span)
+        if e.op in ("floordiv", "mod") and a.ty == "f32":
+            raise SourceError(f"'{'//' if e.op == 'floordiv' else '%'}' needs integers; use int(...) to convert", e.span)
+        if e.op in ("floordiv", "mod") and isinstance(b, ir.Const) and b.value == 0:
+            raise SourceError("division by zero", e.rhs.span)
+        return _fold(ir.Op(a.ty, e.op, (a, b)))
+
+    def _unify(self, a, b, e, verb):
+        """Bring two operands to one type; only untyped integer literals convert implicitly."""
+        if a.ty == LITERAL_INT and b.ty == LITERAL_INT:
+            return a, b
+        if a.ty == LITERAL_INT:
+            a = self._coerce(a, b.ty, e.span)
+        if b.ty == LITERAL_INT:
+            b = self._coerce(b, a.ty, e.span)
+        if a.ty != b.ty:
+            raise SourceError(f"cannot {verb} {_tyname(a.ty)} and {_tyname(b.ty)}: "
+                              f"convert explicitly with float(...) or int(...)", e.span)
+        return a, b
+
+    def _coerce(self, x: ir.Expr, ty: str, span: Span) -> ir.Expr:
+        if x.ty != LITERAL_INT:
+            return x
+        if ty == "f32":
+            return ir.Const("f32", float(x.value))
+        if ty == "bool":
+            raise SourceError("expected a bool, got an integer", span)
+        if not -2**31 <= x.value < 2**31:
+            raise SourceError(f"integer {x.value} does not fit in i32", span)
+        return ir.Const("i32", x.value)
+
+    def _want(self, x, ty, span, msg):
+        if x.ty != ty:
+            raise SourceError(f"{msg}, got {_tyname(x.ty)}", span)
+
+    def _call(self, e: ast.Call, env) -> ir.Expr:
+        if e.func not in _FUNC_ARITY:
+            raise SourceError(f"unknown function '{e.func}'{_suggest(e.func, list(_FUNC_ARITY))}", e.func_span)
+        n = _FUNC_ARITY[e.func]
+        if len(e.args) != n:
+            raise SourceError(f"{e.func}() takes {n} argument{'s' if n > 1 else ''}, got {len(e.args)}", e.span)
+        args = [self.expr(a, env) for a in e.args]
+        if e.func in ir.FLOAT_FUNCS:
+            x = self._coerce(args[0], "f32", e.span)
+            self._want(x, "f32", e.args[0].span, f"{e.func}() needs a float (convert with float(...))")
+            return _fold(ir.Op("f32", e.func, (x,)))
+        if e.func in ("int", "float"):
+            ty = "i32" if e.func == "int" else "f32"
+            x = self._coerce(args[0], ty, e.span)
+            return _fold(ir.Op(ty, e.func, (x,)))
+        if e.func == "abs":
+            x = self._coerce(args[0], "i32", e.span)
+            if x.ty == "bool":
+                raise SourceError("abs() needs a number, got bool", e.args[0].span)
+            return _fold(ir.Op(x.ty, "abs", (x,)))
+        if e.func in ("min", "max"):
+            a, b = self._unify(args[0], args[1], e, f"take {e.func} of")
+            a, b = self._coerce(a, "i32", e.span), self._coerce(b, "i32", e.span)
+            if a.ty == "bool":
+                raise SourceError(f"{e.func}() needs numbers, got bool", e.span)
+            return _fold(ir.Op(a.ty, e.func, (a, b)))
+        cond, a, b = args  # where
+        self._want(cond, "bool", e.args[0].span, "where()'s first argument must be a bool")
+        a, b = self._unify(a, b, e, "choose between")
+        a, b = self._coerce(a, "i32", e.span), self._coerce(b, "i32", e.span)
+        return _fold(ir.Op(a.ty, "where", (cond, a, b)))
+
+    def _index(self, e: ast.Index, env) -> ir.Expr:
+        d = self.decls.get(e.tensor)
+        if d is None:
+            known = [n for n, x in self.decls.items() if self.is_capture(n)]
+            raise SourceError(f"unknown tensor '{e.tensor}'{_suggest(e.tensor, known)}", e.tensor_span)
+        if not self.is_capture(e.tensor):
+            raise SourceError(f"'{e.tensor}' is a kernel operand and cannot be indexed in an expression; "
+                              "declare a separate captured tensor", e.tensor_span)
+        if len(e.indices) != len(d.dims):
+            raise SourceError(f"'{e.tensor}' has {len(d.dims)} dimension{'s' if len(d.dims) != 1 else ''}, "
+                              f"indexed with {len(e.indices)}", e.span)
+        idx = []
+        for i in e.indices:
+            x = self._coerce(self.expr(i, env), "i32", i.span)
+            self._want(x, "i32", i.span, "an index must be an integer")
+            idx.append(x)
+        return ir.Load(CAPTURE_DTYPES[d.dtype], e.tensor, tuple(idx))
+
+    def is_capture(self, name: str) -> bool:  # overridden per kind
+        return False
+
+    def function(self, fd: ast.FuncDef, canonical: tuple[str, ...], result: str) -> ir.Expr:
+        if len(fd.params) != len(canonical):
+            raise SourceError(f"{fd.name}() takes {len(canonical)} parameters ({', '.join(canonical)}), "
+                              f"got {len(fd.params)}", fd.name_span)
+        env = {}
+        for (p, span), c in zip(fd.params, canonical):
+            if p in env:
+                raise SourceError(f"parameter '{p}' appears twice", span)
+            env[p] = ir.Var(ir.BUILTIN_VARS[c], c)
+        body = self._coerce(self.expr(fd.body, env), result, fd.body.span)
+        if body.ty != result:
+            raise SourceError(f"{fd.name}() must return {_tyname(result)}, got {_tyname(body.ty)}", fd.body.span)
+        return body
+
+
+class _AttentionChecker(_Checker):
+    OPERANDS = ("q", "k", "v", "out", "lse")
+
+    def is_capture(self, name):
+        return name not in self.OPERANDS
+
+    def run(self) -> ir.Kernel:
+        q, k, v = self.require("q"), self.require("k"), self.require("v")
+        for d in (q, k, v):
+            self.rank(d, 4)
+            self.dtype(d, ATTN_ELEMS)
+        for d in (k, v):
+            if d.dtype != q.dtype:
+                raise SourceError(f"'{d.name}' must have the same element type as q ({q.dtype})", d.dtype_span)
+        qs, ks, vs = self.shape(q, True), self.shape(k, True), self.shape(v, True)
+        self.same_dim(qs[0], ks[0], k.dims[0].span, "k's batch dimension must match q's")
+        self.same_dim(ks, vs, v.span, "v must have the same shape as k")
+        self.same_dim(qs[3], ks[3], k.dims[3].span, "k's head dimension must match q's")
+        d_head = qs[3]
+        if isinstance(d_head, ir.Const) and d_head.value not in (64, 128):
+            raise SourceError(f"head dimension {d_head.value} is not supported; use 64 or 128", q.dims[3].span)
+        tensors = [ir.Tensor("input", n, q.dtype, s) for n, s in (("q", qs), ("k", ks), ("v", vs))]
+        out_shape = qs
+        if "out" in self.decls:
+            o = self.decls["out"]
+            self.rank(o, 4)
+            self.dtype(o, (q.dtype,))
+            self.same_dim(qs, self.shape(o, False), o.span, "out must have q's shape")
+        tensors.append(ir.Tensor("output", "out", q.dtype, out_shape))
+        if "lse" in self.decls:
+            ld = self.decls["lse"]
+            self.rank(ld, 3)
+            self.dtype(ld, ("f32",))
+            self.same_dim(qs[:3], self.shape(ld, False), ld.span, "lse must have shape [B, H, M]")
+            tensors.append(ir.Tensor("output", "lse", "f32", qs[:3]))
+        for name, d in self.decls.items():
+            if name in self.OPERANDS:
+                continue
+            if d.block is not None:
+                raise SourceError("block(...) scaling applies to FP8 gemm operands only", d.span)
+            self.dtype(d, tuple(CAPTURE_DTYPES))
+            tensors.append(ir.Tensor("capture", name, d.dtype, self.shape(d, True)))
+        funcs = []
+        scale_b = self.bindings.get("scale")
+        if scale_b is not None:
+            s = self._coerce(self.expr(scale_b.value, {}), "f32", scale_b.value.span)
+            self._want(s, "f32", scale_b.value.span, "scale must be a float")
+        else:
+            s = ir.Op("f32", "rsqrt", (ir.Op("f32", "float", (d_head,)),))
+        funcs.append(("scale", _fold(s)))
+        for name, fd in self.funcdefs.items():
+            if name == "score":
+                funcs.append(("score", self.function(fd, SCORE_PARAMS, "f32")))
+            elif name == "mask":
+                funcs.append(("mask", self.function(fd, MASK_PARAMS, "bool")))
+            else:
+                raise SourceError(f"unknown function definition '{name}'; an attention kernel defines "
+                                  f"score(s, b, h, q, kv) and mask(b, h, q, kv)", fd.name_span)
+        return ir.Kernel("attention", self.k.name, tuple(tensors), tuple(funcs),
+                         source=f"{self.k.span.file}:{self.k.span.line}")
+
+
+class _GemmChecker(_Checker):
+    def run(self) -> ir.Kernel:
+        for name, fd in self.funcdefs.items():
+            raise SourceError(f"a gemm kernel has no functions to define ('{name}')", fd.name_span)
+        for name, b in self.bindings.items():
+            raise SourceError(f"a gemm kernel takes no constants or scale ('{name}')", b.name_span)
+        known = {"a", "b", "out", "group", "count"}
+        for name, d in self.decls.items():
+            if name not in known:
+                raise SourceError(f"unknown gemm operand '{name}'; a gemm declares a, b, out and, "
+                                  "when grouped, group (contiguous) or count (masked)", d.name_span)
+        a, b, out = self.require("a"), self.require("b"), self.require("out")
+        self.rank(a, 2, 3)
+        self.rank(b, 2, 3)
+        for d, want in ((a, (1, 128)), (b, (128, 128))):
+            self.dtype(d, ("e4m3",))
+            if d.block is None:
+                raise SourceError(f"'{d.name}' needs its scaling block, e.g. block{want}", d.span)
+            got = tuple(self._const_value(x).value for x in d.block)
+            if got != want:
+                raise SourceError(f"'{d.name}' supports block{want} scaling, got block{got}", d.block[0].span)
+        self.dtype(out, ("bf16", "f32"))
+        sa, sb = self.shape(a, True), self.shape(b, True)
+        if len(a.dims) == 3 and len(b.dims) == 2:
+            raise SourceError("a 3-D 'a' (masked grouping) needs a 3-D 'b' [G, N, K]", b.span)
+        kind = {2: "dense", 3: "contiguous"}[len(b.dims)] if len(a.dims) == 2 else "masked"
+        self.same_dim(sa[-1], sb[-1], b.dims[-1].span, "b's K must match a's")
+        if isinstance(sa[-1], ir.Const) and sa[-1].value % 128:
+            raise SourceError(f"K must be a multiple of 128, got {sa[-1].value}", a.dims[-1].span)
+        if kind == "masked":
+            self.same_dim(sa[0], sb[0], b.dims[0].span, "b's group count must match a's")
+        out_shape = sa[:-1] + (sb[-2],)
+        self.rank(out, len(out_shape))
+        self.same_dim(out_shape, self.shape(out, False), out.span, "out must have shape " +
+                      ("[M, N]" if kind != "masked" else "[G, M, N]"))
+        tensors = [ir.Tensor("input", "a", "e4m3", sa, (1, 128)), ir.Tensor("input", "b", "e4m3", sb, (128, 128))]
+        extra = {"contiguous": ("group", sa[:1]), "masked": ("count", sb[:1])}.get(kind)
+        for name in ("group", "count"):
+            if name in self.decls and (extra is None or extra[0] != name):
+                raise SourceError(f"'{name}' does not belong to a {kind} gemm", self.decls[name].name_span)
+        if extra:
+            d = self.require(extra[0])
+            self.dtype(d, ("i32",))
+            self.same_dim(extra[1], self.shape(d, False), d.span, f"'{extra[0]}' must have shape "
+                          f"[{ir.print_expr(extra[1][0])}]")
+            tensors.append(ir.Tensor("input", extra[0], "i32", extra[1]))
+        tensors.append(ir.Tensor("output", "out", out.dtype, out_shape))
+        return ir.Kernel("gemm", self.k.name, tuple(tensors), (), (("grouping", kind),),
+                         source=f"{self.k.span.file}:{self.k.span.line}")
+
+
+def _tyname(ty: str) -> str:
+    return {"i32": "int", "f32": "float", "bool": "bool", LITERAL_INT: "int"}[ty]
+
+
+def _suggest(name: str, known) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _fold(e: ir.Op) -> ir.Expr:
+    """Constant-fold an op whose operands are all constants (literal ints stay untyped)."""
+    if not all(isinstance(a, ir.Const) for a in e.args):
+        return e
+    from ..semantics import scalar_op  # one definition of the semantics, shared with the interpreter
+    vals = [a.value for a in e.args]
+    try:
+        v = scalar_op(e.op, vals)
+    except ZeroDivisionError:
+        return e
+    ty = e.ty
+    if ty == LITERAL_INT or (ty in ("i32",) and any(a.ty == LITERAL_INT for a in e.args) and
+                             all(a.ty in ("i32", LITERAL_INT) for a in e.args) and e.op not in ("int",)):
+        ty = LITERAL_INT if all(a.ty == LITERAL_INT for a in e.args) else "i32"
+    if ty == "f32" and isinstance(v, float) and math.isnan(v):
+        return e
+    return ir.Const(ty, v)
