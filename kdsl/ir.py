@@ -31,6 +31,8 @@ TYPES = ("i32", "f32", "bool")
 BUILTIN_VARS = {
     "s": "f32", "qk": "f32", "scale": "f32", "scale_log2": "f32",
     "b": "i32", "h": "i32", "q": "i32", "kv": "i32",
+    # tile bounds (inclusive) used by the mask analysis' tile_empty / tile_full
+    "q0": "i32", "q1": "i32", "k0": "i32", "k1": "i32",
 }
 FLOAT_FUNCS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sin", "cos", "tan", "sigmoid")
 OPS = {

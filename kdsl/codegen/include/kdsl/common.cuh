@@ -60,6 +60,10 @@ KDSL_DEVICE float load_f32(const f16_t* p, i64 i) {
 }
 KDSL_DEVICE int load_i32(const int* p, i64 i) { return __ldg(p + i); }
 
+KDSL_DEVICE int imin(int a, int b) { return a < b ? a : b; }
+KDSL_DEVICE int imax(int a, int b) { return a > b ? a : b; }
+KDSL_DEVICE int iabs(int a) { return a < 0 ? -a : a; }
+
 // Python semantics for integer // and % (floor, not truncation), as the language promises.
 KDSL_DEVICE int floordiv(int a, int b) {
   int q = a / b;

@@ -1,0 +1,98 @@
+"""The `kdsl` command line. User mistakes exit 1 with a located diagnostic; kdsl's own
+failures exit 2; no Python traceback unless KDSL_DEBUG=1."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from . import __version__, ir
+from .errors import KdslError, SourceError
+
+EMITS = ("ir", "cuda", "ptx", "cubin")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="kdsl", description="Compile kdsl attention and FP8 GEMM programs "
+                                     "to CUDA kernels for NVIDIA Hopper.")
+    parser.add_argument("--version", action="version", version=f"kdsl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    c = sub.add_parser("compile", help="compile every kernel in a .kd file (no GPU needed)",
+                       description="Compile every kernel in FILE. The .cu is always written under OUT_DIR; "
+                       "ptx and cubin come from NVRTC. Prints one line per kernel.")
+    c.add_argument("file", metavar="FILE.kd")
+    c.add_argument("-o", "--out-dir", default="out", metavar="OUT_DIR", help="where to write outputs (default: out)")
+    c.add_argument("--emit", choices=EMITS, default="cubin",
+                   help="last stage to produce: ir (also printed), cuda, ptx, or cubin (default)")
+    c.add_argument("--arch", default="sm_90a", help="target GPU architecture (default: sm_90a)")
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return _compile(args)
+    except SourceError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    except KdslError as e:
+        print(f"{getattr(args, 'file', 'kdsl')}: error: {e}", file=sys.stderr)
+        return 1 if not _is_internal(e) else 2
+    except Exception as e:  # a bug in kdsl, not in the user's program
+        if os.environ.get("KDSL_DEBUG"):
+            traceback.print_exc()
+        print(f"kdsl: internal error: {type(e).__name__}: {e} (set KDSL_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 2
+
+
+def _is_internal(e: KdslError) -> bool:
+    from .errors import CompileError
+    return isinstance(e, CompileError)
+
+
+def _compile(args) -> int:
+    from .passes import pipeline
+    from .passes.target import get_target
+    from .codegen import emit
+    from .runtime.module import load
+
+    target = get_target(args.arch)
+    module = load(args.file)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for k in module.ir.values():
+        for d in pipeline.head_dims(k):
+            print(_compile_one(k, d, target, args, out, emit, pipeline))
+    return 0
+
+
+def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) -> str:
+    lowered = pipeline.lower(k, target, d)
+    gen = emit.generate(lowered)
+    stem = gen.entry.removeprefix("kdsl_")
+    (out / f"{stem}.cu").write_text(gen.source)
+    (out / f"{stem}.ir").write_text(ir.print_ir(lowered))
+    if args.emit == "ir":
+        print(ir.print_ir(lowered), end="")
+    label = f"{k.name}[D={d}]" if k.kind == "attention" else k.name
+    tile = f"tile {lowered.attr('tile_m')}x{lowered.attr('tile_n')}, {lowered.attr('threads')} threads"
+    if args.emit in ("ir", "cuda"):
+        return f"{label}: {tile} -> {out / stem}.cu"
+    from .runtime.compiler import build
+    built = build(k, args.arch, d, want_cubin=args.emit == "cubin")
+    (out / f"{stem}.ptx").write_text(built.compiled.ptx)
+    if args.emit == "ptx":
+        return f"{label}: {tile} -> {out / stem}.ptx"
+    (out / f"{stem}.cubin").write_bytes(built.compiled.cubin)
+    from .sass import inspect
+    rep = inspect(built.compiled.cubin)
+    if rep is None:
+        return f"{label}: {tile}, smem {lowered.attr('smem_bytes')} B (cuobjdump not found: no SASS report) -> {out / stem}.cubin"
+    tc = ", ".join(f"{op} x{n}" for op, n in sorted(rep.tensor_ops.items())) or "NONE"
+    return (f"{label}: {tile}, {rep.registers} regs, smem {lowered.attr('smem_bytes')} B dynamic, "
+            f"spill/local {rep.local_bytes} B ({rep.spill_ops} STL/LDL), tensor cores: {tc} -> {out / stem}.cubin")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""IR expression -> CUDA C++ expression text."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .. import ir
+
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
+           "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+_FLOAT_FN = {"exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf",
+             "rsqrt": "rsqrtf", "tanh": "tanhf", "sin": "sinf", "cos": "cosf", "tan": "tanf"}
+
+
+@dataclass(frozen=True)
+class Capture:
+    """How generated code reaches a captured tensor: its field and C++ shape expressions."""
+
+    field: str
+    dtype: str
+    shape: tuple[str, ...]
+
+
+class CEmitter:
+    def __init__(self, variables: dict[str, str], captures: dict[str, Capture]):
+        self.variables, self.captures = variables, captures
+
+    def __call__(self, e: ir.Expr) -> str:
+        if isinstance(e, ir.Const):
+            return _const(e)
+        if isinstance(e, ir.Var):
+            return self.variables[e.name]
+        if isinstance(e, ir.Load):
+            return self._load(e)
+        a = [self(x) for x in e.args]
+        op = e.op
+        if op in _BINARY:
+            return f"({a[0]} {_BINARY[op]} {a[1]})"
+        if op in ("floordiv", "mod"):
+            return _floor_op(op, a, e.args[1])
+        if op == "neg":
+            return f"(-{a[0]})"
+        if op == "not":
+            return f"(!{a[0]})"
+        if op in ("min", "max"):
+            fn = {"f32": f"f{op}f", "i32": f"kdsl::i{op}"}[e.ty]
+            return f"{fn}({a[0]}, {a[1]})"
+        if op == "abs":
+            return f"fabsf({a[0]})" if e.ty == "f32" else f"kdsl::iabs({a[0]})"
+        if op == "where":
+            return f"({a[0]} ? {a[1]} : {a[2]})"
+        if op == "int":
+            return f"((int)({a[0]}))"
+        if op == "float":
+            return f"((float)({a[0]}))"
+        if op == "sigmoid":
+            return f"(1.0f / (1.0f + expf(-{a[0]})))"
+        return f"{_FLOAT_FN[op]}({a[0]})"
+
+    def _load(self, e: ir.Load) -> str:
+        cap = self.captures[e.tensor]
+        idx = [self(i) for i in e.indices]
+        linear = f"(kdsl::i64)({idx[0]})"
+        for i, dim in zip(idx[1:], cap.shape[1:]):
+            linear = f"({linear} * ({dim}) + ({i}))"
+        fn = "kdsl::load_i32" if cap.dtype == "i32" else "kdsl::load_f32"
+        return f"{fn}({cap.field}, {linear})"
+
+
+def _floor_op(op: str, a, divisor: ir.Expr) -> str:
+    # A positive power-of-two divisor makes floor division a shift and floor mod a mask.
+    if isinstance(divisor, ir.Const) and divisor.value > 0 and divisor.value & (divisor.value - 1) == 0:
+        shift = int(divisor.value).bit_length() - 1
+        return f"({a[0]} >> {shift})" if op == "floordiv" else f"({a[0]} & {divisor.value - 1})"
+    return f"kdsl::{'floordiv' if op == 'floordiv' else 'floormod'}({a[0]}, {a[1]})"
+
+
+def _const(c: ir.Const) -> str:
+    if c.ty == "bool":
+        return "true" if c.value else "false"
+    if c.ty == "i32":
+        return str(int(c.value))
+    v = float(c.value)
+    if math.isinf(v):
+        return "(-kdsl::neg_inf())" if v > 0 else "kdsl::neg_inf()"
+    return f"{v!r}f" if ("." in repr(v) or "e" in repr(v)) else f"{v!r}.0f"

@@ -1,0 +1,94 @@
+"""Lowered IR kernel -> CUDA C++ source: expressions become C++ text here, templates only
+place them. Also describes the launch (entry name, parameter order) for the runtime."""
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from .. import __version__, ir
+from .cexpr import CEmitter, Capture
+
+HERE = Path(__file__).parent
+INCLUDE_DIR = HERE / "include"
+_ELEM = {"bf16": "kdsl::bf16_t", "f16": "kdsl::f16_t"}
+_CAPTURE_CTYPE = {"f32": "const float*", "bf16": "const kdsl::bf16_t*", "f16": "const kdsl::f16_t*", "i32": "const int*"}
+GEMM_KINDS = {"dense": 0, "contiguous": 1, "masked": 2}
+# Attention dims the kernel knows as AttnArgs fields: (tensor, axis) -> C++ expression.
+_ATTN_DIM_FIELDS = {("q", 0): "a.B", ("q", 1): "a.H", ("q", 2): "a.M", ("k", 1): "a.Hkv", ("k", 2): "a.N"}
+
+
+@dataclass(frozen=True)
+class Generated:
+    name: str
+    entry: str          # extern "C" symbol
+    source: str         # CUDA C++
+    capture_dims: tuple[str, ...]   # free dims passed after the capture pointers, in order
+
+
+@functools.cache
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True)
+
+
+@functools.cache
+def headers_hash() -> str:
+    """Hash of every template and header: part of each cache key, so editing one invalidates it."""
+    h = hashlib.sha256()
+    for p in sorted(list((HERE / "templates").glob("*.j2")) + list(INCLUDE_DIR.rglob("*.cuh"))):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def entry_name(k: ir.Kernel) -> str:
+    return f"kdsl_{k.name}_d{k.attr('head_dim')}" if k.kind == "attention" else f"kdsl_{k.name}"
+
+
+def generate(k: ir.Kernel) -> Generated:
+    return _attention(k) if k.kind == "attention" else _gemm(k)
+
+
+def attention_capture_dims(k: ir.Kernel) -> tuple[str, ...]:
+    """Dims bound only by captured tensors: they travel as extra int parameters."""
+    return tuple(n for n, (t, _) in k.dims.items() if k.tensor(t).role == "capture")
+
+
+def _attention(k: ir.Kernel) -> Generated:
+    d = k.attr("head_dim")
+    variables = {"qk": "qk", "scale_log2": "a.scale_log2", "scale": "c.scale", "b": "b", "h": "h", "q": "q",
+                 "kv": "kv", "q0": "q0", "q1": "q1", "k0": "k0", "k1": "k1"}
+    extra = attention_capture_dims(k)
+    for name, (t, axis) in k.dims.items():
+        variables[name] = str(d) if (t, axis) == ("q", 3) else _ATTN_DIM_FIELDS.get((t, axis), f"c.dim_{name}")
+    pre = CEmitter(variables, {})
+    captures, fields = {}, []
+    for t in k.tensors:
+        if t.role == "capture":
+            captures[t.name] = Capture(f"c.{t.name}", t.dtype, tuple(pre(s) for s in t.shape))
+            fields.append({"ctype": _CAPTURE_CTYPE[t.dtype], "name": t.name})
+    fields += [{"ctype": "int", "name": f"dim_{n}"} for n in extra]
+    c = CEmitter(variables, captures)
+    mask = k.func("mask")
+    src = _env().get_template("attention.cu.j2").render(
+        version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d,
+        elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), warps=k.attr("warps"),
+        threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
+        has_mask="true" if mask is not None else "false",
+        score=c(k.func("score_log2")), mask=c(mask) if mask is not None else "true",
+        tile_empty=c(k.func("tile_empty")) if mask is not None else "false",
+        tile_full=c(k.func("tile_full")) if mask is not None else "true")
+    return Generated(k.name, entry_name(k), src, extra)
+
+
+def _gemm(k: ir.Kernel) -> Generated:
+    src = _env().get_template("fp8_gemm.cu.j2").render(
+        version=__version__, source=k.source or "<string>", name=k.name, grouping=k.attr("grouping"),
+        bm=k.attr("tile_m"), bn=k.attr("tile_n"), stages=k.attr("stages"), smem=k.attr("smem_bytes"),
+        threads=k.attr("threads"), out_f32="true" if k.tensor("out").dtype == "f32" else "false",
+        kind=GEMM_KINDS[k.attr("grouping")], entry=entry_name(k))
+    return Generated(k.name, entry_name(k), src, ())

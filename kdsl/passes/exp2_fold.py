@@ -1,0 +1,59 @@
+"""exp2 folding: rewrite score(s) into the log2 domain the kernel's softmax works in.
+
+The kernel computes exp2(x - max), so it needs score * log2(e). Multiplying through the
+expression lets the scale and log2(e) meet in one constant: `s + bias` becomes
+`qk * scale_log2 + bias * 1.44269504`, one FMUL on the dot product instead of two.
+The result is `def score_log2` over qk (the raw dot product), scale, scale_log2 and the
+index variables; `s` itself no longer appears.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import ir
+from .simplify import op, simplify
+
+LOG2E = 1.4426950408889634
+
+
+def run(k: ir.Kernel) -> ir.Kernel:
+    if k.kind != "attention":
+        return k
+    score = k.func("score") or ir.Var("f32", "s")
+    return k.with_func("score_log2", simplify(fold(score, LOG2E)))
+
+
+def _s_times(c: float) -> ir.Expr:
+    """s * c, with s = qk * scale."""
+    qk = ir.Var("f32", "qk")
+    base = op("f32", "mul", qk, ir.Var("f32", "scale_log2"))
+    return base if c == LOG2E else op("f32", "mul", base, ir.Const("f32", c / LOG2E))
+
+
+def fold(e: ir.Expr, c: float) -> ir.Expr:
+    """An expression equal to e * c (c finite, > 0), pushing c towards the leaves."""
+    if isinstance(e, ir.Var) and e.name == "s":
+        return _s_times(c)
+    if isinstance(e, ir.Const):
+        return ir.Const("f32", e.value * c if math.isfinite(e.value) else e.value)
+    if isinstance(e, ir.Op):
+        if e.op in ("add", "sub"):
+            return op("f32", e.op, fold(e.args[0], c), fold(e.args[1], c))
+        if e.op == "neg":
+            return op("f32", "neg", fold(e.args[0], c))
+        if e.op == "mul" and isinstance(e.args[1], ir.Const) and _finite_pos(e.args[1].value):
+            return fold(e.args[0], c * e.args[1].value)
+        if e.op == "mul" and isinstance(e.args[0], ir.Const) and _finite_pos(e.args[0].value):
+            return fold(e.args[1], c * e.args[0].value)
+        if e.op == "div" and isinstance(e.args[1], ir.Const) and _finite_pos(e.args[1].value):
+            return fold(e.args[0], c / e.args[1].value)
+        if e.op == "where":
+            return op("f32", "where", e.args[0], fold(e.args[1], c), fold(e.args[2], c))
+        if e.op in ("min", "max"):  # c > 0 preserves order
+            return op("f32", e.op, fold(e.args[0], c), fold(e.args[1], c))
+    natural = ir.substitute(e, {"s": op("f32", "mul", ir.Var("f32", "qk"), ir.Var("f32", "scale"))})
+    return op("f32", "mul", natural, ir.Const("f32", c))
+
+
+def _finite_pos(v) -> bool:
+    return math.isfinite(v) and v > 0

@@ -1,0 +1,37 @@
+"""The whole pass pipeline, in order. Each step says why it sits where it does."""
+from __future__ import annotations
+
+from .. import ast, ir
+from . import exp2_fold, mask_analysis, tiling, typecheck, warp_map
+from .target import Target
+
+HEAD_DIMS = (64, 128)
+
+
+def check(program: ast.Program) -> list[ir.Kernel]:
+    """Front half: typed IR for every kernel, or a located error. Needs no target."""
+    # First: everything after this may assume well-typed, well-shaped kernels.
+    return typecheck.check_program(program)
+
+
+def head_dims(k: ir.Kernel) -> tuple[int, ...]:
+    """The head dims a kernel will be specialised for: the literal one, or each supported."""
+    if k.kind != "attention":
+        return (0,)
+    d = k.tensor("q").shape[3]
+    return (d.value,) if isinstance(d, ir.Const) else HEAD_DIMS
+
+
+def lower(k: ir.Kernel, target: Target, head_dim: int = 0) -> ir.Kernel:
+    """Back half: one kernel, specialised for a target (and head dim), ready for codegen."""
+    if k.kind == "attention":
+        k = k.with_attrs(head_dim=head_dim)
+    # Before mask analysis: the folded score is what the kernel evaluates per element.
+    k = exp2_fold.run(k)
+    # Independent of tile sizes: emits tile predicates over symbolic bounds q0..k1.
+    k = mask_analysis.run(k)
+    # Tile sizes depend on the target and head dim only, not on the expressions.
+    k = tiling.run(k, target)
+    # Warp roles follow from the tile shape.
+    k = warp_map.run(k, target)
+    return k.with_attrs(arch=target.arch)

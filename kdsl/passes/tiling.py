@@ -1,0 +1,40 @@
+"""Tiling: choose tile shapes per target and head dim, and the shared memory they need.
+
+The numbers come from measurements on an H100 (tools/dev/*_notes.md); the shared-memory
+formulas mirror the headers' constexpr functions, and the generated code static_asserts
+that both agree, so an edit to either side cannot drift silently.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..errors import KdslError
+from .target import Target
+
+# head dim -> (BM, BN, warps) for the mma.sync attention kernel
+ATTENTION_TILES = {64: (128, 128, 4), 128: (128, 64, 4)}
+# (BM, BN, stages) for the FP8 wgmma GEMM
+GEMM_TILE = (128, 128, 4)
+
+
+def attention_smem_bytes(d: int, bm: int, bn: int, warps: int, elem_bytes: int = 2) -> int:
+    """Q tile + double-buffered K and V tiles."""
+    return (bm * d + 2 * 2 * bn * d) * elem_bytes
+
+
+def gemm_smem_bytes(bm: int, bn: int, stages: int) -> int:
+    """Per stage: A and B tiles of 128 fp8 K-elements (one scale block)."""
+    return stages * (bm + bn) * 128
+
+
+def run(k: ir.Kernel, target: Target) -> ir.Kernel:
+    if k.kind == "attention":
+        d = k.attr("head_dim")
+        if d not in ATTENTION_TILES:
+            raise KdslError(f"kernel '{k.name}': head dimension {d} is not supported (64 or 128)")
+        bm, bn, warps = ATTENTION_TILES[d]
+        smem = attention_smem_bytes(d, bm, bn, warps)
+        return k.with_attrs(tile_m=bm, tile_n=bn, warps=warps, smem_bytes=smem)
+    if not target.has_wgmma:
+        raise KdslError(f"kernel '{k.name}': the FP8 GEMM needs wgmma (sm_90a); target is {target.arch}")
+    bm, bn, stages = GEMM_TILE
+    return k.with_attrs(tile_m=bm, tile_n=bn, tile_k=128, stages=stages, smem_bytes=gemm_smem_bytes(bm, bn, stages))

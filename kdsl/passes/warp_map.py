@@ -1,0 +1,19 @@
+"""Warp mapping: which warps own which part of the tile, and their roles.
+
+Attention (mma.sync): every warp owns tile_m / warps query rows and all kv columns of the
+tile, so the online-softmax row statistics stay in one warp's registers (no shared-memory
+reduction). FP8 GEMM (wgmma): warpgroups of 4 warps; each consumer warpgroup owns 64 rows
+of the 128-row tile, all warps also issue the cp.async loads of the next stages.
+"""
+from __future__ import annotations
+
+from .. import ir
+from .target import Target
+
+
+def run(k: ir.Kernel, target: Target) -> ir.Kernel:
+    if k.kind == "attention":
+        warps = k.attr("warps")
+        return k.with_attrs(threads=32 * warps, warp_rows=k.attr("tile_m") // warps, roles="uniform")
+    consumers = k.attr("tile_m") // 64
+    return k.with_attrs(threads=128 * consumers, warpgroups=consumers, roles="uniform")

@@ -1,0 +1,89 @@
+"""One view over torch tensors and CuPy arrays: dtype, shape, strides, pointer, device,
+stream, and allocation in the caller's framework."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from ..errors import LaunchError
+
+# kdsl element type -> (torch dtype name, numpy/cupy dtype name)
+_KDSL_TO = {"bf16": ("bfloat16", None), "f16": ("float16", "float16"), "f32": ("float32", "float32"),
+            "i32": ("int32", "int32"), "e4m3": ("float8_e4m3fn", "uint8")}
+_ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "e4m3": 1}
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    framework: str    # torch | cupy
+    dtype: str        # kdsl name, or the framework's own name if not a kdsl type
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    ptr: int
+    device: int       # -1 = not on a GPU
+
+
+def info(x, name: str) -> ArrayInfo:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        dev = x.device.index if x.is_cuda else -1
+        return ArrayInfo("torch", _from_torch(x.dtype), tuple(x.shape), tuple(x.stride()), x.data_ptr(), dev)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        item = x.dtype.itemsize
+        return ArrayInfo("cupy", _from_numpy(x.dtype.name), tuple(x.shape), tuple(s // item for s in x.strides),
+                         x.data.ptr, x.device.id)
+    raise LaunchError(f"argument '{name}': expected a torch tensor or a CuPy array, got {type(x).__name__}")
+
+
+def _from_torch(dt) -> str:
+    name = str(dt).removeprefix("torch.")
+    return next((k for k, (t, _) in _KDSL_TO.items() if t == name), name)
+
+
+def _from_numpy(name: str) -> str:
+    return next((k for k, (_, n) in _KDSL_TO.items() if n == name), name)
+
+
+def expected_dtype_text(dtype: str, framework: str) -> str:
+    t, n = _KDSL_TO[dtype]
+    if framework == "cupy" and n is None:
+        return f"{dtype} (CuPy has no {dtype} dtype; pass torch tensors)"
+    return f"torch.{t}" if framework == "torch" else (n if dtype != "e4m3" else "uint8 holding e4m3 bits")
+
+
+def empty(framework: str, shape, dtype: str, like):
+    if framework == "torch":
+        import torch
+        return torch.empty(shape, dtype=getattr(torch, _KDSL_TO[dtype][0]), device=like.device)
+    import cupy
+    return cupy.empty(shape, dtype=_KDSL_TO[dtype][1])
+
+
+def is_contiguous(a: ArrayInfo) -> bool:
+    expect = 1
+    for size, stride in zip(reversed(a.shape), reversed(a.strides)):
+        if size != 1 and stride != expect:
+            return False
+        expect *= size
+    return True
+
+
+def itemsize(dtype: str) -> int:
+    return _ITEMSIZE[dtype]
+
+
+def current_device(framework: str) -> int:
+    if framework == "torch":
+        import torch
+        return torch.cuda.current_device()
+    import cupy
+    return cupy.cuda.Device().id
+
+
+def current_stream(framework: str) -> int:
+    if framework == "torch":
+        import torch
+        return torch.cuda.current_stream().cuda_stream
+    import cupy
+    return cupy.cuda.get_current_stream().ptr

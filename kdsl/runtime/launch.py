@@ -1,0 +1,358 @@
+"""Callables for compiled kernels: validate arguments once per signature, then launch
+lean on the caller's current stream (no host synchronisation, so CUDA graphs can
+capture a call)."""
+from __future__ import annotations
+
+import functools
+import math
+
+from .. import ir
+from ..errors import LaunchError, NoGpuError
+from ..passes.exp2_fold import LOG2E
+from ..semantics import scalar_op
+from . import arrays
+from .bounds import check_capture_indices
+
+
+@functools.cache
+def _driver():
+    """CuPy's CUDA driver bindings, or a clear error when there is no GPU."""
+    try:
+        import cupy
+        from cupy.cuda import driver, function
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no CUDA device")
+    except Exception as e:  # ImportError, CUDARuntimeError, ...
+        raise NoGpuError(f"kdsl kernels need an NVIDIA GPU and CuPy (pip install kdsl[cuda13]); {e}") from None
+    return cupy, driver, function
+
+
+class _Stream:  # what CuPy's Function.__call__ reads from a stream: its handle
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+class Loaded:
+    """A cubin loaded on one device, and its entry point with the shared memory raised."""
+
+    def __init__(self, cubin: bytes, entry: str, smem: int):
+        cupy, driver, function = _driver()
+        self.module = function.Module()
+        self.module.load(cubin)
+        self.fn = self.module.get_function(entry)
+        if smem > 48 * 1024:
+            driver.funcSetAttribute(self.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        self.smem = smem
+
+    def launch(self, grid, block, args, stream: int):
+        self.fn(grid, block, args, shared_mem=self.smem, stream=_Stream(stream))
+
+
+class KernelBase:
+    def __init__(self, kernel: ir.Kernel, arch: str | None):
+        self.ir = kernel
+        self.name = kernel.name
+        self.arch = arch
+        self._plans: dict = {}
+        self._loaded: dict = {}
+
+    def _arch(self) -> str:
+        if self.arch:
+            return self.arch
+        cupy, _, _ = _driver()
+        sm = int(cupy.cuda.Device().compute_capability)  # e.g. "90"
+        return {90: "sm_90a"}.get(sm, f"sm_{sm}" if sm in (80, 89) else "sm_90a")
+
+    def _load(self, head_dim: int, device: int) -> Loaded:
+        key = (head_dim, device)
+        if key not in self._loaded:
+            from .compiler import build
+            built = build(self.ir, self._arch(), head_dim)
+            self._loaded[key] = (built, Loaded(built.compiled.cubin, built.generated.entry,
+                                               built.kernel.attr("smem_bytes")))
+        return self._loaded[key]
+
+    # --- validation helpers --------------------------------------------------------------
+    def _info(self, x, name, dtype, rank):
+        if x is None:
+            raise LaunchError(f"{self.name}: missing argument '{name}'")
+        a = arrays.info(x, name)
+        if a.device < 0:
+            raise LaunchError(f"{self.name}: argument '{name}' is on the CPU; kdsl kernels run on a CUDA device")
+        if a.dtype != dtype:
+            raise LaunchError(f"{self.name}: argument '{name}' must be {arrays.expected_dtype_text(dtype, a.framework)}, "
+                              f"got {a.dtype}")
+        if len(a.shape) != rank:
+            raise LaunchError(f"{self.name}: argument '{name}' must have {rank} dimensions, got shape {list(a.shape)}")
+        return a
+
+    def _contiguous(self, a, name):
+        if not arrays.is_contiguous(a):
+            raise LaunchError(f"{self.name}: argument '{name}' must be contiguous (row-major), got strides "
+                              f"{list(a.strides)} for shape {list(a.shape)}; call .contiguous() first")
+
+    def _bind(self, t: ir.Tensor, shape, dims: dict):
+        """Bind/compare each axis of a declared tensor against the actual shape."""
+        for axis, (e, got) in enumerate(zip(t.shape, shape)):
+            if isinstance(e, ir.Var) and e.name not in dims:
+                dims[e.name] = got
+                continue
+            want = _eval_int(e, dims)
+            if want != got:
+                raise LaunchError(f"{self.name}: argument '{t.name}' dimension {axis} ({ir.print_expr(e)}) must be "
+                                  f"{want}, got {got} (shape {list(shape)})")
+
+    def _device(self, infos):
+        devs = {a.device for a in infos}
+        if len(devs) > 1:
+            raise LaunchError(f"{self.name}: arguments are on different devices {sorted(devs)}")
+        dev = devs.pop()
+        if dev != arrays.current_device(infos[0].framework):
+            raise LaunchError(f"{self.name}: arguments are on device {dev} but the current device is "
+                              f"{arrays.current_device(infos[0].framework)}")
+        if len({a.framework for a in infos}) > 1:
+            raise LaunchError(f"{self.name}: mix of torch tensors and CuPy arrays; pass one kind")
+        return dev
+
+
+def _eval_int(e: ir.Expr, dims: dict) -> int:
+    if isinstance(e, ir.Const):
+        return int(e.value)
+    if isinstance(e, ir.Var):
+        return dims[e.name]
+    return int(scalar_op(e.op, [_eval_int(a, dims) for a in e.args]))
+
+
+def eval_scalar(e: ir.Expr, dims: dict):
+    if isinstance(e, ir.Const):
+        return e.value
+    if isinstance(e, ir.Var):
+        return dims[e.name]
+    return scalar_op(e.op, [eval_scalar(a, dims) for a in e.args])
+
+
+def _align(ptr: int, name: str, kname: str, n: int = 16):
+    if ptr % n:
+        raise LaunchError(f"{kname}: argument '{name}' must be {n}-byte aligned (data pointer 0x{ptr:x})")
+
+
+class AttentionKernel(KernelBase):
+    """mod.NAME(q, k, v, *captures, out=None, scale=None, **captures) -> out (or (out, lse))."""
+
+    def __init__(self, kernel, arch=None):
+        super().__init__(kernel, arch)
+        self.captures = [t for t in kernel.tensors if t.role == "capture"]
+        self.has_lse = kernel.tensor("lse") is not None
+
+    def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, **named):
+        caps = self._collect_captures(captures, named)
+        tensors = (q, k, v, *caps)
+        sig = tuple((type(x), getattr(x, "dtype", None), tuple(x.shape), _strides(x), _dev(x)) for x in tensors)
+        sig += (None if out is None else (tuple(out.shape), _strides(out), getattr(out, "dtype", None)),
+                None if lse is None else (tuple(lse.shape), _strides(lse), getattr(lse, "dtype", None)), scale)
+        plan = self._plans.get(sig)
+        if plan is None:
+            plan = self._plans[sig] = self._plan(q, k, v, caps, out, lse, scale)
+        loaded, grid, block, fixed, framework, out_shape, elem = plan
+        if out is None:
+            out = arrays.empty(framework, out_shape, elem, q)
+        if self.has_lse and lse is None:
+            lse = arrays.empty(framework, out_shape[:3], "f32", q)
+        ptrs = [_ptr(x) for x in (q, k, v, out)]
+        for p, n in zip(ptrs, ("q", "k", "v", "out")):
+            _align(p, n, self.name)
+        args = (*ptrs, _ptr(lse) if lse is not None else 0, *fixed[:7], *[_ptr(c) for c in caps], *fixed[7:])
+        loaded.launch(grid, block, _pack(args, plan), arrays.current_stream(framework))
+        return (out, lse) if self.has_lse else out
+
+    def _collect_captures(self, positional, named):
+        names = [t.name for t in self.captures]
+        if len(positional) > len(names):
+            raise LaunchError(f"{self.name}: takes q, k, v and {len(names)} captured tensor(s) {names}, "
+                              f"got {3 + len(positional)} positional arguments")
+        given = dict(zip(names, positional))
+        for n, x in named.items():
+            if n not in names:
+                raise LaunchError(f"{self.name}: unexpected argument '{n}'; captured tensors are {names}")
+            if n in given:
+                raise LaunchError(f"{self.name}: captured tensor '{n}' given twice")
+            given[n] = x
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise LaunchError(f"{self.name}: missing captured tensor(s) {missing} (declared in the kernel)")
+        return [given[n] for n in names]
+
+    def _plan(self, q, k, v, caps, out, lse, scale):
+        kern = self.ir
+        elem = kern.tensor("q").dtype
+        infos = [self._info(x, n, elem, 4) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+        for t, x in zip(self.captures, caps):
+            infos.append(self._info(x, t.name, t.dtype, len(t.shape)))
+        for a, n in zip(infos, ["q", "k", "v"] + [t.name for t in self.captures]):
+            self._contiguous(a, n)
+        dims: dict = {}
+        for t, a in zip([kern.tensor(n) for n in ("q", "k", "v")] + self.captures, infos):
+            self._bind(t, a.shape, dims)
+        B, H, M, D = infos[0].shape
+        Hkv, N = infos[1].shape[1], infos[1].shape[2]
+        if H % Hkv:
+            raise LaunchError(f"{self.name}: q has {H} heads, not a multiple of k/v's {Hkv} heads")
+        if D not in (64, 128):
+            raise LaunchError(f"{self.name}: head dimension {D} is not supported (64 or 128)")
+        if min(B, H, M, N) < 1:
+            raise LaunchError(f"{self.name}: empty input (q {list(infos[0].shape)}, k {list(infos[1].shape)})")
+        if out is not None:
+            o = self._info(out, "out", elem, 4)
+            self._contiguous(o, "out")
+            if o.shape != infos[0].shape:
+                raise LaunchError(f"{self.name}: out must have q's shape {list(infos[0].shape)}, got {list(o.shape)}")
+            infos.append(o)
+        if lse is not None:
+            if not self.has_lse:
+                raise LaunchError(f"{self.name}: lse= given but the kernel declares no 'lse' output")
+            ls = self._info(lse, "lse", "f32", 3)
+            self._contiguous(ls, "lse")
+            if ls.shape != (B, H, M):
+                raise LaunchError(f"{self.name}: lse must have shape {[B, H, M]}, got {list(ls.shape)}")
+            infos.append(ls)
+        device = self._device(infos)
+        check_capture_indices(kern, dims, self.name)
+        built, loaded = self._load(D, device)
+        lk = built.kernel
+        s = float(scale) if scale is not None else float(eval_scalar(kern.func("scale"), dims))
+        if not math.isfinite(s):
+            raise LaunchError(f"{self.name}: softmax scale must be finite, got {s}")
+        grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, B)
+        fixed = (B, H, Hkv, M, N, s * LOG2E, s) + tuple(dims[n] for n in built.generated.capture_dims)
+        return loaded, grid, (lk.attr("threads"), 1, 1), fixed, infos[0].framework, infos[0].shape, elem
+
+
+def _strides(x):
+    return tuple(x.stride()) if hasattr(x, "stride") and callable(x.stride) else tuple(x.strides)
+
+
+def _dev(x):
+    d = getattr(x, "device", None)
+    return getattr(d, "index", None) if hasattr(d, "index") else getattr(d, "id", d)
+
+
+def _ptr(x) -> int:
+    return x.data_ptr() if hasattr(x, "data_ptr") else x.data.ptr
+
+
+def _pack(args, plan):
+    import numpy as np
+    # Kernel parameter types follow the generated signature: 5 pointers, 5 ints, 2 floats,
+    # capture pointers, capture dims.
+    ncap = len(args) - 12 - len(plan[3][7:])
+    out = [np.uint64(a) for a in args[:5]] + [np.int32(a) for a in args[5:10]]
+    out += [np.float32(args[10]), np.float32(args[11])]
+    out += [np.uint64(a) for a in args[12:12 + ncap]] + [np.int32(a) for a in args[12 + ncap:]]
+    return tuple(out)
+
+
+class GemmKernel(KernelBase):
+    """mod.NAME(a, a_scale, b, b_scale[, group | count], out=None) -> out.
+
+    Scales are in the layouts kdsl.fp8.quantize_1x128 / quantize_128x128 return: a_scale is
+    logically [M, K/128] stored M-major (strides (1, M)); b_scale is contiguous
+    [ceil(N/128), K/128]; grouped forms add a leading G.
+    """
+
+    def __init__(self, kernel, arch=None):
+        super().__init__(kernel, arch)
+        self.grouping = kernel.attr("grouping")
+        self.extra = {"contiguous": "group", "masked": "count"}.get(self.grouping)
+
+    def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
+        extra = self._extra(rest, named)
+        tensors = (a, a_scale, b, b_scale) + ((extra,) if extra is not None else ())
+        sig = tuple((type(x), getattr(x, "dtype", None), tuple(x.shape), _strides(x), _dev(x)) for x in tensors)
+        sig += (None if out is None else (tuple(out.shape), _strides(out), getattr(out, "dtype", None)),)
+        plan = self._plans.get(sig)
+        if plan is None:
+            plan = self._plans[sig] = self._plan(a, a_scale, b, b_scale, extra, out)
+        loaded, grid, block, dims, framework, out_shape, out_dtype = plan
+        if out is None:
+            out = arrays.empty(framework, out_shape, out_dtype, a)
+        ptrs = [_ptr(x) for x in (a, a_scale, b, b_scale, out)]
+        for p, n in zip(ptrs, ("a", "a_scale", "b", "b_scale", "out")):
+            _align(p, n, self.name)
+        import numpy as np
+        args = tuple(np.uint64(p) for p in ptrs)
+        ex = np.uint64(_ptr(extra)) if extra is not None else np.uint64(0)
+        args += (ex if self.grouping == "contiguous" else np.uint64(0), ex if self.grouping == "masked" else np.uint64(0))
+        args += tuple(np.int32(d) for d in dims)
+        loaded.launch(grid, block, args, arrays.current_stream(framework))
+        return out
+
+    def _extra(self, rest, named):
+        if self.extra is None:
+            if rest or named:
+                raise LaunchError(f"{self.name}: takes (a, a_scale, b, b_scale, out=None), got extra arguments")
+            return None
+        if len(rest) > 1 or set(named) - {self.extra}:
+            raise LaunchError(f"{self.name}: takes (a, a_scale, b, b_scale, {self.extra}, out=None)")
+        x = rest[0] if rest else named.get(self.extra)
+        if x is None:
+            raise LaunchError(f"{self.name}: missing argument '{self.extra}' (int32 "
+                              f"{'group index per row of a' if self.extra == 'group' else 'valid rows per group'})")
+        return x
+
+    def _plan(self, a, a_scale, b, b_scale, extra, out):
+        masked = self.grouping == "masked"
+        ia = self._info(a, "a", "e4m3", 3 if masked else 2)
+        ib = self._info(b, "b", "e4m3", 2 if self.grouping == "dense" else 3)
+        self._contiguous(ia, "a")
+        self._contiguous(ib, "b")
+        K = ia.shape[-1]
+        if K % 128 or K == 0:
+            raise LaunchError(f"{self.name}: K (last dim of a) must be a positive multiple of 128, got {K}")
+        if ib.shape[-1] != K:
+            raise LaunchError(f"{self.name}: b's K is {ib.shape[-1]} but a's K is {K}")
+        G = ib.shape[0] if self.grouping != "dense" else 1
+        M, N = ia.shape[-2], ib.shape[-2]
+        if masked and ia.shape[0] != G:
+            raise LaunchError(f"{self.name}: a has {ia.shape[0]} groups but b has {G}")
+        kb, nb = K // 128, -(-N // 128)
+        isa = self._info(a_scale, "a_scale", "f32", 3 if masked else 2)
+        want_sa = ((G, M, kb), (kb * M, 1, M)) if masked else ((M, kb), (1, M))
+        if (isa.shape, isa.strides) != want_sa and not (isa.shape == want_sa[0] and _trivially_same(isa, want_sa)):
+            raise LaunchError(f"{self.name}: a_scale must have shape {list(want_sa[0])} with strides {list(want_sa[1])} "
+                              f"(one fp32 scale per 1x128 block, M-major as kdsl.fp8.quantize_1x128 returns), got "
+                              f"shape {list(isa.shape)} strides {list(isa.strides)}")
+        isb = self._info(b_scale, "b_scale", "f32", len(ib.shape))
+        want_sb = (G, nb, kb) if self.grouping != "dense" else (nb, kb)
+        if isb.shape != want_sb:
+            raise LaunchError(f"{self.name}: b_scale must have shape {list(want_sb)} (one fp32 scale per 128x128 "
+                              f"block of b), got {list(isb.shape)}")
+        self._contiguous(isb, "b_scale")
+        infos = [ia, ib, isa, isb]
+        if extra is not None:
+            ie = self._info(extra, self.extra, "i32", 1)
+            want = M if self.grouping == "contiguous" else G
+            if ie.shape != (want,):
+                raise LaunchError(f"{self.name}: '{self.extra}' must have shape [{want}], got {list(ie.shape)}")
+            self._contiguous(ie, self.extra)
+            infos.append(ie)
+        out_dtype = self.ir.tensor("out").dtype
+        out_shape = (G, M, N) if masked else (M, N)
+        if out is not None:
+            io = self._info(out, "out", out_dtype, len(out_shape))
+            if io.shape != out_shape:
+                raise LaunchError(f"{self.name}: out must have shape {list(out_shape)}, got {list(io.shape)}")
+            self._contiguous(io, "out")
+            infos.append(io)
+        device = self._device(infos)
+        built, loaded = self._load(0, device)
+        lk = built.kernel
+        grid = (-(-N // lk.attr("tile_n")), -(-M // lk.attr("tile_m")), G if masked else 1)
+        return loaded, grid, (lk.attr("threads"), 1, 1), (M, N, K, G), ia.framework, out_shape, out_dtype
+
+
+def _trivially_same(a, want) -> bool:
+    """Strides may differ on axes of size 1 without changing the layout."""
+    shape, strides = want
+    return all(s == 1 or x == y for s, x, y in zip(shape, a.strides, strides))

@@ -1,0 +1,49 @@
+"""kdsl.load / kdsl.compile: a Module with one callable per kernel; compilation happens
+on a kernel's first call and is cached."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import KdslError, SourceError, Span
+from ..grammar import parse
+from ..passes import pipeline
+from .launch import AttentionKernel, GemmKernel
+
+
+class Module:
+    def __init__(self, kernels, file: str, arch: str | None = None):
+        self.file = file
+        self.kernels = {k.name: (AttentionKernel(k, arch) if k.kind == "attention" else GemmKernel(k, arch))
+                        for k in kernels}
+        self.ir = {k.name: k for k in kernels}
+
+    def __getattr__(self, name):
+        kernels = self.__dict__.get("kernels", {})
+        if name in kernels:
+            return kernels[name]
+        raise AttributeError(f"module {self.__dict__.get('file')!r} has no kernel '{name}'; "
+                             f"kernels: {', '.join(kernels) or 'none'}")
+
+    def __dir__(self):
+        return list(super().__dir__()) + list(self.kernels)
+
+    def __repr__(self):
+        return f"<kdsl module {self.file}: {', '.join(self.kernels)}>"
+
+
+def compile_source(source: str, file: str = "<string>", arch: str | None = None) -> Module:
+    return Module(pipeline.check(parse(source, file)), file, arch)
+
+
+def load(path, arch: str | None = None) -> Module:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise KdslError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise SourceError("file is not UTF-8 text (binary data?)", Span(str(path), line, 1, line, 1, "")) from None
+    return compile_source(text, str(path), arch)

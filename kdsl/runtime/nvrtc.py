@@ -1,0 +1,98 @@
+"""NVRTC through ctypes: CUDA C++ -> PTX and cubin, with no GPU needed.
+
+We call libnvrtc directly rather than through CuPy's compiler because CuPy's getCUBIN
+returned a cubin one byte short of NVRTC's reported size (cuobjdump rejected it), and
+because `kdsl compile` must work on machines where CuPy cannot initialise CUDA at all.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CompileError, KdslError
+
+
+@dataclass(frozen=True)
+class Compiled:
+    ptx: str
+    cubin: bytes
+    log: str
+
+
+def _candidates():
+    for base in sys.path:
+        for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib", "nvidia/cu12/lib"):
+            yield from sorted(glob.glob(os.path.join(base, sub, "libnvrtc.so*")), reverse=True)
+    for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root:
+            yield from sorted(glob.glob(os.path.join(root, "lib64", "libnvrtc.so*")), reverse=True)
+    yield "libnvrtc.so"
+
+
+@functools.cache
+def _lib():
+    tried = []
+    for path in _candidates():
+        if "builtins" in path or path.endswith(".alt.so.13"):
+            continue
+        try:
+            # libnvrtc dlopens its builtins by soname; pip wheels put them beside it, off the
+            # loader's path, so load them first into the global namespace.
+            for builtins in glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.*")):
+                if ".alt." not in builtins:
+                    ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path}: {e}")
+            continue
+        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        return lib
+    raise KdslError("NVRTC not found: install kdsl[cuda13] (the nvidia-cuda-nvrtc package) or a CUDA toolkit"
+                    + ("\n  tried: " + "\n  tried: ".join(tried) if tried else ""))
+
+
+def version() -> str:
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    _check(_lib().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
+    return f"{major.value}.{minor.value}"
+
+
+def _check(status: int, what: str):
+    if status != 0:
+        raise KdslError(f"{what} failed: {_lib().nvrtcGetErrorString(status).decode()}")
+
+
+def compile_cuda(source: str, name: str, options: list[str], want_cubin: bool = True) -> Compiled:
+    """Compile one translation unit; raises CompileError carrying NVRTC's log."""
+    lib = _lib()
+    prog = ctypes.c_void_p()
+    _check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), f"{name}.cu".encode(), 0, None, None),
+           "nvrtcCreateProgram")
+    try:
+        opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+        status = lib.nvrtcCompileProgram(prog, len(options), opts)
+        log = _get(lib.nvrtcGetProgramLogSize, lib.nvrtcGetProgramLog, prog).decode(errors="replace").rstrip("\x00")
+        if status != 0:
+            raise CompileError(name, log or lib.nvrtcGetErrorString(status).decode(), options)
+        ptx = _get(lib.nvrtcGetPTXSize, lib.nvrtcGetPTX, prog).rstrip(b"\x00").decode()
+        cubin = _get(lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN, prog) if want_cubin else b""
+        return Compiled(ptx, cubin, log)
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def _get(size_fn, get_fn, prog) -> bytes:
+    size = ctypes.c_size_t()
+    _check(size_fn(prog, ctypes.byref(size)), size_fn.__name__)
+    buf = ctypes.create_string_buffer(size.value)
+    _check(get_fn(prog, buf), get_fn.__name__)
+    return buf.raw[: size.value]
+
+
+def default_options(arch: str, include_dir: Path) -> list[str]:
+    return [f"--gpu-architecture={arch}", "-std=c++17", f"-I{include_dir}", "--device-as-default-execution-space"]

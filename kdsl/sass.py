@@ -1,0 +1,63 @@
+"""Offline cubin inspection with cuobjdump (no GPU needed): registers, shared and local
+memory, spills, and whether the SASS uses tensor-core instructions."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+TENSOR_CORE_OPS = ("HGMMA", "QGMMA", "IGMMA", "HMMA", "IMMA")
+
+
+@dataclass(frozen=True)
+class SassReport:
+    registers: int
+    shared_static: int
+    local_bytes: int
+    spill_ops: int              # STL/LDL instructions
+    tensor_ops: dict[str, int]  # opcode -> count
+
+    @property
+    def has_tensor_cores(self) -> bool:
+        return bool(self.tensor_ops)
+
+
+def find_cuobjdump() -> str | None:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    for base in sys.path:
+        for p in glob.glob(os.path.join(base, "nvidia", "cu1*", "bin", "cuobjdump")):
+            return p
+    p = "/usr/local/cuda/bin/cuobjdump"
+    return p if os.path.exists(p) else None
+
+
+def inspect(cubin: bytes) -> SassReport | None:
+    """None when cuobjdump (and its nvdisasm) is not installed."""
+    tool = find_cuobjdump()
+    if tool is None:
+        return None
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(tool) + os.pathsep + env.get("PATH", "")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        try:
+            res = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, env=env, check=True)
+            sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, env=env, check=True)
+        except (subprocess.CalledProcessError, OSError):
+            return None
+    def field(name):
+        m = re.search(rf"\b{name}:(\d+)", res.stdout)
+        return int(m.group(1)) if m else 0
+    ops: dict[str, int] = {}
+    for m in re.finditer(r"\b(HGMMA|QGMMA|IGMMA|HMMA|IMMA)\.[\w.]+", sass.stdout):
+        ops[m.group(1)] = ops.get(m.group(1), 0) + 1
+    spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", sass.stdout))
+    return SassReport(field("REG"), field("SHARED"), field("LOCAL"), spills, ops)
