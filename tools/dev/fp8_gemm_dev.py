@@ -16,6 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 import numpy as np
 import torch
@@ -52,7 +55,7 @@ _backend_note: list = []
 
 
 def smem_bytes(bm, bn, st):
-    return st * (bm + bn) * 128 + 1024 + 16
+    return st * ((bm + bn) * 128 + (bm + 4) * 4) + 1024 + 16
 
 
 def get_kernel(bm, bn, st, f32, kind):
@@ -81,6 +84,10 @@ def get_kernel(bm, bn, st, f32, kind):
     return k
 
 
+def _ext_stream():
+    return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+
+
 def launch(cfg, kind, a, sa, b, sb, out, M, N, K, G, group=None, count=None):
     bm, bn, st, f32 = cfg
     k = get_kernel(bm, bn, st, f32, kind)
@@ -88,7 +95,7 @@ def launch(cfg, kind, a, sa, b, sb, out, M, N, K, G, group=None, count=None):
     ptr = lambda t: np.uint64(0 if t is None else t.data_ptr())
     args = (ptr(a), ptr(sa), ptr(b), ptr(sb), ptr(out), ptr(group), ptr(count),
             np.int32(M), np.int32(N), np.int32(K), np.int32(G))
-    with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+    with _ext_stream():
         k(grid, (2 * bm,), args, shared_mem=smem_bytes(bm, bn, st))
 
 
@@ -202,7 +209,8 @@ def run_checks(quick):
     for M, N, K in shapes:
         test_dense(M, N, K)
     for cfg in [(128, 128, 4, True), (64, 64, 4, False), (64, 128, 3, False), (128, 64, 6, False),
-                (64, 64, 6, True), (128, 128, 6, False), (128, 128, 2, False)]:
+                (64, 64, 6, True), (128, 128, 6, False), (128, 128, 2, False),
+                (128, 160, 4, False), (128, 160, 5, True), (128, 192, 4, False), (128, 192, 5, True)]:
         test_dense(129, 2112, 768, cfg)
         test_dense(77, 131, 384, cfg)
     G = 4
@@ -213,12 +221,16 @@ def run_checks(quick):
     g_rand = torch.randint(-1, G, (333,), dtype=torch.int32).cuda()
     test_contig(g_rand, 2112, 384, G, "random-unsorted")
     test_contig(g_rand, 130, 256, G, "random-unsorted", cfg=(64, 64, 4, True))
+    test_contig(g_rand, 2112, 384, G, "random-unsorted", cfg=(128, 160, 4, False))
+    test_contig(contiguous_groups([100, 3, 250, 77], 128), 2112, 7168, G, "padded-128", cfg=(128, 192, 4, False))
     test_contig(torch.full((200,), -1, dtype=torch.int32).cuda(), 256, 128, G, "all-padding")
     g_gap = torch.tensor(([3] * 40 + [0] * 30 + [-1] * 10) * 3, dtype=torch.int32).cuda()
     test_contig(g_gap, 200, 256, G, "gapped-0-3")
     test_masked(4, 256, 2112, 384, [0, 1, 200, 256])
     test_masked(4, 256, 129, 7168, [256, 0, 129, 128])
     test_masked(3, 200, 130, 256, [200, 64, 65], cfg=(64, 64, 4, True))
+    test_masked(4, 256, 2112, 384, [0, 1, 200, 256], cfg=(128, 192, 4, False))
+    test_masked(4, 256, 2112, 384, [5, 256, 0, 129], cfg=(128, 160, 5, False))
 
     # torch blockwise _scaled_mm as a second reference.
     M, N, K = 256, 2112, 1024
@@ -289,8 +301,10 @@ def main():
         nfail = sum(1 for r in RESULTS if r[1] is False)
         print(f"SUMMARY: {npass} pass, {nfail} fail", flush=True)
     if not args.no_bench:
-        run_bench([(128, 128, 4, False), (128, 128, 5, False), (128, 128, 6, False), (128, 128, 3, False)],
-                  [(128, 128, 4, False), (64, 64, 4, False), (64, 128, 4, False), (128, 64, 6, False)])
+        run_bench([(128, 128, 4, False), (128, 160, 4, False), (128, 160, 5, False), (128, 192, 4, False),
+                   (128, 192, 5, False), (128, 128, 4, True)],
+                  [(128, 128, 4, False), (64, 64, 4, False), (64, 64, 8, False), (128, 64, 6, False),
+                   (64, 128, 6, False)])
     print(f"[total {time.time()-t0:.1f}s]", flush=True)
 
 
