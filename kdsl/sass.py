@@ -18,7 +18,7 @@ TENSOR_CORE_OPS = ("HGMMA", "QGMMA", "IGMMA", "HMMA", "IMMA")
 class SassReport:
     registers: int
     shared_static: int
-    local_bytes: int
+    local_bytes: int            # per-thread stack frame + local memory (spills land here)
     spill_ops: int              # STL/LDL instructions
     tensor_ops: dict[str, int]  # opcode -> count
 
@@ -60,4 +60,4 @@ def inspect(cubin: bytes) -> SassReport | None:
     for m in re.finditer(r"\b(HGMMA|QGMMA|IGMMA|HMMA|IMMA)\.[\w.]+", sass.stdout):
         ops[m.group(1)] = ops.get(m.group(1), 0) + 1
     spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", sass.stdout))
-    return SassReport(field("REG"), field("SHARED"), field("LOCAL"), spills, ops)
+    return SassReport(field("REG"), field("SHARED"), field("LOCAL") + field("STACK"), spills, ops)

@@ -11,7 +11,7 @@ from ..errors import KdslError
 from .target import Target
 
 # head dim -> (BM, BN, warps) for the mma.sync attention kernel
-ATTENTION_TILES = {64: (128, 128, 4), 128: (128, 64, 4)}
+ATTENTION_TILES = {64: (128, 64, 4), 128: (128, 64, 4)}
 # (BM, BN, stages) for the FP8 wgmma GEMM
 GEMM_TILE = (128, 128, 4)
 
@@ -22,8 +22,10 @@ def attention_smem_bytes(d: int, bm: int, bn: int, warps: int, elem_bytes: int =
 
 
 def gemm_smem_bytes(bm: int, bn: int, stages: int) -> int:
-    """Per stage: A and B tiles of 128 fp8 K-elements (one scale block)."""
-    return stages * (bm + bn) * 128
+    """Per stage: A and B tiles of 128 fp8 K-elements (one scale block) and that block's
+    scales (bm of a, up to 4 of b); + 1024 to realign the ring to the 1024-byte swizzle
+    period, + 16 for the group-scan scratch word."""
+    return stages * ((bm + bn) * 128 + (bm + 4) * 4) + 1024 + 16
 
 
 def run(k: ir.Kernel, target: Target) -> ir.Kernel:

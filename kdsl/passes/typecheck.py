@@ -107,9 +107,11 @@ class _Checker:
             raise SourceError(f"{self.k.kind} kernel '{self.k.name}' must declare '{name}'", self.k.name_span)
         return self.decls[name]
 
-    def same_dim(self, a: ir.Expr, b: ir.Expr, span: Span, what: str):
+    def same_dim(self, a, b, span: Span, what: str):
+        """a, b: one dim expression or a tuple of them."""
         if a != b:
-            raise SourceError(f"{what}: got {ir.print_expr(b)}, expected {ir.print_expr(a)}", span)
+            show = lambda x: ("[" + ", ".join(map(ir.print_expr, x)) + "]") if isinstance(x, tuple) else ir.print_expr(x)
+            raise SourceError(f"{what}: got {show(b)}, expected {show(a)}", span)
 
     # --- expressions -------------------------------------------------------------------
     def expr(self, e: ast.Expr, env: dict[str, ir.Var]) -> ir.Expr:

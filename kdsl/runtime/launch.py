@@ -148,13 +148,11 @@ class AttentionKernel(KernelBase):
 
     def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, **named):
         caps = self._collect_captures(captures, named)
-        tensors = (q, k, v, *caps)
-        sig = tuple((type(x), getattr(x, "dtype", None), tuple(x.shape), _strides(x), _dev(x)) for x in tensors)
-        sig += (None if out is None else (tuple(out.shape), _strides(out), getattr(out, "dtype", None)),
-                None if lse is None else (tuple(lse.shape), _strides(lse), getattr(lse, "dtype", None)), scale)
+        sig = _signature((q, k, v, *caps), (out, lse, scale))
         plan = self._plans.get(sig)
         if plan is None:
-            plan = self._plans[sig] = self._plan(q, k, v, caps, out, lse, scale)
+            plan = self._plan(q, k, v, caps, out, lse, scale)
+            self._plans[sig] = plan
         loaded, grid, block, fixed, framework, out_shape, elem = plan
         if out is None:
             out = arrays.empty(framework, out_shape, elem, q)
@@ -229,6 +227,18 @@ class AttentionKernel(KernelBase):
         return loaded, grid, (lk.attr("threads"), 1, 1), fixed, infos[0].framework, infos[0].shape, elem
 
 
+def _signature(tensors, extras):
+    """What validation depends on, per call: type, dtype, shape, strides, device of each
+    array. Pointers are not part of it (alignment is checked every call). Arguments that
+    are not arrays get a signature of their own, so the plan step reports them."""
+    try:
+        sig = tuple(None if x is None else (type(x), x.dtype, tuple(x.shape), _strides(x), _dev(x)) for x in tensors)
+        return sig + tuple(x if x is None or isinstance(x, (int, float)) else
+                           (type(x), x.dtype, tuple(x.shape), _strides(x), _dev(x)) for x in extras)
+    except (AttributeError, TypeError):
+        return ("invalid", id(tensors))
+
+
 def _strides(x):
     return tuple(x.stride()) if hasattr(x, "stride") and callable(x.stride) else tuple(x.strides)
 
@@ -268,18 +278,17 @@ class GemmKernel(KernelBase):
 
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
         extra = self._extra(rest, named)
-        tensors = (a, a_scale, b, b_scale) + ((extra,) if extra is not None else ())
-        sig = tuple((type(x), getattr(x, "dtype", None), tuple(x.shape), _strides(x), _dev(x)) for x in tensors)
-        sig += (None if out is None else (tuple(out.shape), _strides(out), getattr(out, "dtype", None)),)
+        sig = _signature((a, a_scale, b, b_scale, extra), (out,))
         plan = self._plans.get(sig)
         if plan is None:
-            plan = self._plans[sig] = self._plan(a, a_scale, b, b_scale, extra, out)
+            plan = self._plan(a, a_scale, b, b_scale, extra, out)
+            self._plans[sig] = plan
         loaded, grid, block, dims, framework, out_shape, out_dtype = plan
         if out is None:
             out = arrays.empty(framework, out_shape, out_dtype, a)
         ptrs = [_ptr(x) for x in (a, a_scale, b, b_scale, out)]
-        for p, n in zip(ptrs, ("a", "a_scale", "b", "b_scale", "out")):
-            _align(p, n, self.name)
+        for p, n, al in zip(ptrs, ("a", "a_scale", "b", "b_scale", "out"), (16, 4, 16, 4, 4)):
+            _align(p, n, self.name, al)
         import numpy as np
         args = tuple(np.uint64(p) for p in ptrs)
         ex = np.uint64(_ptr(extra)) if extra is not None else np.uint64(0)

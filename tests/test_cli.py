@@ -1,0 +1,96 @@
+"""The diagnostics contract: every bad-input kind exits 1 with FILE:LINE:COL, the source
+line and a caret, and never a Python traceback."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+GOOD_HEAD = "attention t {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "kdsl.cli", *args], capture_output=True, text=True, cwd=cwd or ROOT)
+
+
+def compile_text(tmp_path, text, name="bad.kd", mode="w"):
+    p = tmp_path / name
+    if isinstance(text, bytes):
+        p.write_bytes(text)
+    else:
+        p.write_text(text)
+    return run("compile", str(p), "-o", str(tmp_path / "out"), "--emit", "cuda")
+
+
+CASES = {
+    "empty file": ("", 1, 1, "no kernels"),
+    "unknown function": (GOOD_HEAD + "    score(s, b, h, i, j) = s + sqr(s)\n}\n", 3, 32, "unknown function 'sqr'"),
+    "type error": (GOOD_HEAD + "    score(s, b, h, i, j) = s + (i - j)\n}\n", 3, 28, "cannot add float and int"),
+    "wrong arity": (GOOD_HEAD + "    score(s, b, h, i, j) = max(s)\n}\n", 3, 28, "max() takes 2 arguments, got 1"),
+    "wrong parameter count": (GOOD_HEAD + "    mask(b, i, j) = j <= i\n}\n", 3, 5, "mask() takes 4 parameters"),
+    "unknown variable": (GOOD_HEAD + "    mask(b, h, i, j) = j <= window\n}\n", 3, 29, "unknown variable 'window'"),
+    "bad shape": ("attention t {\n    q: bf16[B, H, M]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n}\n", 2, 5,
+                  "must have 4 dimensions"),
+    "syntax error": (GOOD_HEAD + "    mask(b, h, i, j) = j <= \n}\n", 4, 1, "unexpected '}'"),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_bad_input_diagnostics(tmp_path, case):
+    text, line, col, needle = CASES[case]
+    r = compile_text(tmp_path, text)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    first = r.stderr.splitlines()[0]
+    assert re.match(rf".*bad\.kd:{line}:{col}: error: ", first), r.stderr
+    assert needle in first
+    if text:
+        src_line, caret = r.stderr.splitlines()[1:3]
+        assert src_line == text.splitlines()[line - 1]
+        assert caret.startswith(" " * (col - 1) + "^")
+
+
+def test_caret_underlines_whole_span(tmp_path):
+    r = compile_text(tmp_path, GOOD_HEAD + "    score(s, b, h, i, j) = s + (i - j)\n}\n")
+    assert r.stderr.splitlines()[2] == " " * 27 + "^" * 11
+
+
+def test_binary_junk(tmp_path):
+    r = compile_text(tmp_path, bytes(range(256)) * 4)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert re.match(r".*bad\.kd:\d+:\d+: error: ", r.stderr)
+
+
+def test_nul_bytes_in_utf8_text(tmp_path):
+    r = compile_text(tmp_path, "attention a {\x00}")
+    assert r.returncode == 1 and "NUL byte" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_missing_file(tmp_path):
+    r = run("compile", str(tmp_path / "nope.kd"))
+    assert r.returncode == 1 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_help():
+    r = run("--help")
+    assert r.returncode == 0 and "compile" in r.stdout
+    r = run("compile", "--help")
+    assert r.returncode == 0 and "--emit" in r.stdout and "--arch" in r.stdout
+
+
+def test_unknown_arch(tmp_path):
+    r = run("compile", str(ROOT / "samples" / "causal.kd"), "--arch", "sm_70", "-o", str(tmp_path))
+    assert r.returncode == 1 and "unsupported architecture" in r.stderr
+
+
+def test_emit_ir_prints_parseable_ir(tmp_path):
+    from kdsl import ir
+    r = run("compile", str(ROOT / "samples" / "causal.kd"), "--emit", "ir", "-o", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    text = "".join(line + "\n" for line in r.stdout.splitlines() if not line.startswith("causal["))
+    kernels = ir.parse_ir(text)
+    assert [k.attr("head_dim") for k in kernels] == [64, 128]
+    assert kernels[0].func("tile_empty") is not None
+    assert (tmp_path / "causal_d128.cu").exists()

@@ -1,0 +1,93 @@
+"""Offline NVRTC: every sample compiles to an sm_90a cubin on a machine with no GPU, and
+its SASS uses tensor-core instructions (HMMA for mma.sync attention, QGMMA for FP8 wgmma)."""
+import pytest
+
+from kdsl import ir
+from kdsl.codegen import emit
+from kdsl.grammar import parse
+from kdsl.passes import pipeline
+from kdsl.passes.target import get_target
+from kdsl.runtime import cache
+from kdsl.runtime.compiler import build
+from kdsl.sass import find_cuobjdump, inspect
+
+from conftest import SAMPLES
+
+
+def kernels(path):
+    return pipeline.check(parse(path.read_text(), str(path)))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_sample_compiles_to_sm90a_cubin_with_tensor_cores(path):
+    assert find_cuobjdump(), "cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'"
+    for k in kernels(path):
+        d = 128 if k.kind == "attention" else 0
+        built = build(k, "sm_90a", d)
+        assert built.compiled.cubin[:4] == b"\x7fELF"
+        rep = inspect(built.compiled.cubin)
+        assert rep is not None
+        want = "QGMMA" if k.kind == "gemm" else "HMMA"
+        assert rep.tensor_ops.get(want, 0) > 0, rep
+        assert rep.registers <= 255
+
+
+def test_head_dim_64_variant_compiles():
+    k = kernels(SAMPLES[0])[0]
+    built = build(k, "sm_90a", 64)
+    assert inspect(built.compiled.cubin).tensor_ops.get("HMMA", 0) > 0
+
+
+def test_attention_kernel_builds_for_sm80():
+    k = next(k for p in SAMPLES for k in kernels(p) if k.name == "causal")
+    built = build(k, "sm_80", 128)
+    assert built.compiled.cubin[:4] == b"\x7fELF"
+
+
+def test_generated_source_holds_the_expressions_and_no_template_logic():
+    k = next(k for p in SAMPLES for k in kernels(p) if k.name == "relpos")
+    src = emit.generate(pipeline.lower(k, get_target("sm_90a"), 128)).source
+    assert "qk * a.scale_log2" in src and "kdsl::attention_fwd<kdsl::bf16_t, 128" in src
+    assert "{%" not in src and "{{" not in src
+
+
+def test_cache_hit_and_corrupt_entry_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    k = next(k for p in SAMPLES for k in kernels(p) if k.name == "causal")
+    first = build(k, "sm_90a", 64)
+    assert not first.cache_hit
+    cache.clear_memory()
+    second = build(k, "sm_90a", 64)
+    assert second.cache_hit and second.compiled.cubin == first.compiled.cubin
+    # Corrupt the cubin on disk: the next build must notice and rebuild, not crash.
+    cache.clear_memory()
+    cache.cubin_path(first.cache_key).write_bytes(b"garbage")
+    third = build(k, "sm_90a", 64)
+    assert not third.cache_hit and third.compiled.cubin == first.compiled.cubin
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_cache_key_changes_with_headers(monkeypatch):
+    k = next(k for p in SAMPLES for k in kernels(p) if k.name == "causal")
+    a = build(k, "sm_90a", 64, want_cubin=False).cache_key
+    monkeypatch.setattr(emit, "headers_hash", lambda: "edited")
+    b = build(k, "sm_90a", 64, want_cubin=False).cache_key
+    assert a != b
+
+
+def test_dump_switch_writes_every_stage(tmp_path, monkeypatch):
+    monkeypatch.setenv("KDSL_DUMP", str(tmp_path))
+    k = next(k for p in SAMPLES for k in kernels(p) if k.name == "softcap")
+    build(k, "sm_90a", 64)
+    names = sorted(p.suffix for p in tmp_path.iterdir())
+    assert names == [".cu", ".ir", ".ptx"]
+    assert ir.parse_ir((tmp_path / "kdsl_softcap_d64.ir").read_text())[0].attr("head_dim") == 64
+
+
+def test_nvrtc_error_carries_log_and_kernel_name():
+    from kdsl.errors import CompileError
+    from kdsl.runtime import nvrtc
+    with pytest.raises(CompileError) as e:
+        nvrtc.compile_cuda('extern "C" __global__ void f() { nope(); }', "kdsl_broken", ["--gpu-architecture=sm_90a"])
+    assert e.value.kernel == "kdsl_broken" and "nope" in e.value.log

@@ -1,0 +1,133 @@
+import math
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kdsl import ir
+from kdsl.grammar import parse
+from kdsl.passes import exp2_fold, mask_analysis, pipeline
+from kdsl.passes.target import get_target
+from kdsl.runtime.launch import eval_scalar
+
+from conftest import SAMPLES
+from exprgen import bool_expr, float_expr, program
+
+
+def kernels_of(text, file="t.kd"):
+    return pipeline.check(parse(text, file))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_ir_round_trip_samples(path):
+    for k in kernels_of(path.read_text(), str(path)):
+        for d in pipeline.head_dims(k):
+            lowered = pipeline.lower(k, get_target("sm_90a"), d)
+            for stage in (k, lowered):
+                text = ir.print_ir(stage)
+                assert ir.parse_ir(text) == [stage]
+                assert ir.print_ir(ir.parse_ir(text)[0]) == text
+
+
+@settings(max_examples=60, deadline=None)
+@given(float_expr(depth=3), st.one_of(st.none(), bool_expr(depth=2)))
+def test_ir_round_trip_generated(score, mask):
+    k = pipeline.lower(kernels_of(program(score, mask))[0], get_target("sm_90a"), 128)
+    assert ir.parse_ir(ir.print_ir(k)) == [k]
+
+
+def _env(rng, dims):
+    return {"b": rng.randrange(dims["B"]), "h": rng.randrange(dims["H"]), "q": rng.randrange(dims["M"]),
+            "kv": rng.randrange(dims["N"]), **dims}
+
+
+@settings(max_examples=80, deadline=None)
+@given(float_expr(depth=3), st.integers(0, 2**32 - 1))
+def test_exp2_fold_preserves_value(score, seed):
+    """score_log2(qk) == score(qk * scale) * log2(e), on random points."""
+    k = exp2_fold.run(kernels_of(program(score, None))[0])
+    rng = random.Random(seed)
+    dims = {"B": 2, "H": 4, "Hkv": 2, "M": 300, "N": 257, "D": 128}
+    for _ in range(20):
+        env = _env(rng, dims)
+        qk, scale = rng.uniform(-40, 40), rng.uniform(0.01, 0.2)
+        want = eval_scalar(k.func("score"), {**env, "s": qk * scale}) * exp2_fold.LOG2E
+        got = eval_scalar(k.func("score_log2"), {**env, "qk": qk, "scale": scale,
+                                                 "scale_log2": scale * exp2_fold.LOG2E})
+        assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), (score, got, want)
+
+
+def test_exp2_fold_folds_the_scale_into_one_multiply():
+    k = exp2_fold.run(kernels_of(program("s + float(i - j)", None))[0])
+    assert ir.print_expr(k.func("score_log2")) == \
+        "(add:f32 (mul:f32 qk scale_log2) (mul:f32 (float:f32 (sub:i32 q kv)) 1.4426950408889634))"
+
+
+def _classify(k, env, q0, q1, k0, k1):
+    tile = {**env, "q0": q0, "q1": q1, "k0": k0, "k1": k1}
+    return eval_scalar(k.func("tile_empty"), tile), eval_scalar(k.func("tile_full"), tile)
+
+
+def _check_tiles(k, dims, rng, trials=40):
+    """Soundness: 'empty' tiles have no kept element, 'full' tiles no masked one."""
+    mask = k.func("mask")
+    for _ in range(trials):
+        env = _env(rng, dims)
+        q0, k0 = rng.randrange(dims["M"]), rng.randrange(dims["N"])
+        q1, k1 = min(q0 + rng.choice([0, 1, 15, 63, 127]), dims["M"] - 1), min(k0 + rng.choice([0, 1, 63, 127]), dims["N"] - 1)
+        empty, full = _classify(k, env, q0, q1, k0, k1)
+        assert not (empty and full)
+        if empty or full:
+            for qi in range(q0, q1 + 1):
+                for kj in range(k0, k1 + 1):
+                    keep = eval_scalar(mask, {**env, "q": qi, "kv": kj})
+                    assert keep == bool(full), (ir.print_expr(mask), q0, q1, k0, k1, qi, kj)
+
+
+@settings(max_examples=60, deadline=None)
+@given(bool_expr(depth=3), st.integers(0, 2**32 - 1))
+def test_mask_analysis_is_sound_on_generated_masks(mask, seed):
+    k = mask_analysis.run(kernels_of(program(None, mask))[0])
+    _check_tiles(k, {"B": 2, "H": 3, "Hkv": 3, "M": 200, "N": 180, "D": 64}, random.Random(seed))
+
+
+@pytest.mark.parametrize("name", ["causal", "sliding_window", "natten2d"])
+def test_mask_analysis_samples_are_exact_on_the_tile_grid(name):
+    """For these masks a 128x128 tile is classified empty exactly when no element is kept."""
+    import torch
+    from conftest import ROOT
+    from kdsl.semantics import eval_torch
+    k = mask_analysis.run(kernels_of((ROOT / "samples" / f"{name}.kd").read_text())[0])
+    assert k.attr("mask_tiles") == "interval"
+    n, t = 2048, 128
+    dims = {"B": 1, "H": 1, "Hkv": 1, "M": n, "N": n, "D": 128}
+    env = {"b": 0, "h": 0, **dims}
+    keep = eval_torch(k.func("mask"), {**env, "q": torch.arange(n).view(n, 1), "kv": torch.arange(n).view(1, n)}, {})
+    blocks = keep.view(n // t, t, n // t, t).permute(0, 2, 1, 3).reshape(n // t, n // t, t * t)
+    empties = 0
+    for i in range(n // t):
+        for j in range(n // t):
+            empty, full = _classify(k, env, i * t, i * t + t - 1, j * t, j * t + t - 1)
+            assert empty == (not bool(blocks[i, j].any()))
+            assert not full or bool(blocks[i, j].all())
+            empties += empty
+    assert empties > 0
+    _check_tiles(k, dims, random.Random(0), trials=30)
+
+
+def test_document_mask_is_data_dependent_but_keeps_causal_skipping():
+    from conftest import ROOT
+    k = mask_analysis.run(kernels_of((ROOT / "samples" / "document_mask.kd").read_text())[0])
+    assert k.attr("mask_tiles") == "data-dependent"
+    env = {"b": 0, "h": 0, "B": 1, "H": 1, "M": 512, "N": 512}
+    assert _classify(k, env, 0, 127, 256, 383) == (True, False)   # above the diagonal: empty
+    assert _classify(k, env, 256, 383, 0, 127) == (False, False)  # ids unknown: partial
+
+
+def test_tiling_and_warp_map_attrs():
+    from conftest import ROOT
+    k = kernels_of((ROOT / "samples" / "relpos.kd").read_text())[0]
+    low = pipeline.lower(k, get_target("sm_90a"), 128)
+    assert low.attr("threads") == 32 * low.attr("warps")
+    assert low.attr("warp_rows") * low.attr("warps") == low.attr("tile_m")
+    assert low.attr("smem_bytes") <= get_target("sm_90a").smem_per_block

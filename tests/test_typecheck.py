@@ -1,0 +1,94 @@
+import pytest
+
+from kdsl import ir
+from kdsl.errors import SourceError
+from kdsl.grammar import parse
+from kdsl.passes.typecheck import check_program
+
+HEAD = "q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+
+
+def check(body, kind="attention"):
+    return check_program(parse(f"{kind} t {{\n{HEAD if kind == 'attention' else ''}{body}\n}}", "t.kd"))[0]
+
+
+def test_literals_adapt_to_float_context():
+    k = check("score(s, b, h, i, j) = 30 * tanh(s / 30)")
+    assert ir.print_expr(k.func("score")) == "(mul:f32 30.0 (tanh:f32 (div:f32 s 30.0)))"
+
+
+def test_constants_fold():
+    k = check("w = 4 * 256\nmask(b, h, i, j) = i - j < w")
+    assert ir.print_expr(k.func("mask")) == "(lt:bool (sub:i32 q kv) 1024)"
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("score(s, b, h, i, j) = s + (i - j)", "cannot add float and int"),
+    ("score(s, b, h, i, j) = s * i", "cannot multiply float and int"),
+    ("mask(b, h, i, j) = i / 2 < j", "'/' divides floats"),
+    ("score(s, b, h, i, j) = s // 2.0", "'//' needs integers"),
+    ("score(s, b, h, i, j) = exp(i)", "exp() needs a float"),
+    ("score(s, b, h, i, j) = j <= i", "score() must return float, got bool"),
+    ("mask(b, h, i, j) = i - j", "mask() must return bool, got int"),
+    ("mask(b, h, i, j) = i and j", "'and' needs bool operands"),
+    ("score(s, b, h, i, j) = s + foo", "unknown variable 'foo'"),
+    ("score(s, b, h, i, j) = tanhh(s)", "unknown function 'tanhh'; did you mean 'tanh'?"),
+    ("score(s, b, h, i, j) = where(i < j, s)", "where() takes 3 arguments, got 2"),
+    ("score(s, b, h, i) = s", "score() takes 5 parameters"),
+    ("mask(b, h, i, j, x) = true", "mask() takes 4 parameters"),
+    ("bias: f32[H]\nscore(s, b, h, i, j) = s + bias[h, i]", "'bias' has 1 dimension, indexed with 2"),
+    ("bias: f32[H]\nscore(s, b, h, i, j) = s + bias", "'bias' is a tensor; index it"),
+    ("bias: f32[H]\nscore(s, b, h, i, j) = s + bias[1.5]", "an index must be an integer"),
+    ("score(s, b, h, i, j) = s + q[0, 0, 0, 0]", "cannot be indexed"),
+    ("foo(s) = s", "unknown function definition 'foo'"),
+    ("score(s, b, h, i, j) = s\nscore(s, b, h, i, j) = s", "defined twice"),
+    ("bias: f64[H]", "unknown element type 'f64'"),
+    ("bias: f32[H, Z + 1]", "unknown variable 'Z'"),
+    ("mask(b, h, i, j) = i // 0 < j", "division by zero"),
+])
+def test_type_errors(body, needle):
+    with pytest.raises(SourceError) as e:
+        check(body)
+    assert needle in e.value.message, e.value.message
+    assert e.value.span is not None
+
+
+@pytest.mark.parametrize("src,needle", [
+    ("attention t { k: bf16[B, H, N, D]; v: bf16[B, H, N, D] }", "must declare 'q'"),
+    ("attention t { q: bf16[B, H, M]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D] }", "must have 4 dimensions"),
+    ("attention t { q: bf16[B, H, M, 96]; k: bf16[B, H, N, 96]; v: bf16[B, H, N, 96] }", "head dimension 96"),
+    ("attention t { q: f32[B, H, M, D]; k: f32[B, H, N, D]; v: f32[B, H, N, D] }", "bf16 or f16"),
+    ("attention t { q: bf16[B, H, M, D]; k: f16[B, H, N, D]; v: bf16[B, H, N, D] }", "same element type"),
+    ("attention t { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, E] }", "same shape as k"),
+    ("attention t { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]; out: bf16[B, H, N, D] }",
+     "out must have q's shape"),
+    ("gemm g { a: e4m3[M, K] block(1, 128); b: e4m3[N, K] block(128, 128) }", "must declare 'out'"),
+    ("gemm g { a: e4m3[M, K] block(1, 64); b: e4m3[N, K] block(128, 128); out: bf16[M, N] }", "block(1, 128)"),
+    ("gemm g { a: e4m3[M, 100] block(1, 128); b: e4m3[N, 100] block(128, 128); out: bf16[M, N] }",
+     "multiple of 128"),
+    ("gemm g { a: e4m3[M, K] block(1, 128); b: e4m3[G, N, K] block(128, 128); out: bf16[M, N] }",
+     "must declare 'group'"),
+    ("gemm g { a: e4m3[M, K] block(1, 128); b: e4m3[N, K] block(128, 128); out: bf16[N, M] }", "out must have shape"),
+    ("gemm g { a: e4m3[M, K] block(1, 128); b: e4m3[N, K] block(128, 128); out: bf16[M, N]; x = 1 }",
+     "no constants"),
+])
+def test_shape_errors(src, needle):
+    with pytest.raises(SourceError) as e:
+        check_program(parse(src, "t.kd"))
+    assert needle in e.value.message, e.value.message
+
+
+def test_gqa_and_free_capture_dims():
+    k = check("bias: f32[H, T]\nscore(s, b, h, i, j) = s + bias[h, min(max(i - j + N, 0), T - 1)]")
+    assert k.dims["Hkv"] == ("k", 1) and k.dims["T"] == ("bias", 1)
+
+
+def test_gemm_groupings():
+    kinds = {}
+    for name, body in {
+        "dense": "a: e4m3[M, K] block(1, 128); b: e4m3[N, K] block(128, 128); out: bf16[M, N]",
+        "contiguous": "a: e4m3[M, K] block(1, 128); b: e4m3[G, N, K] block(128, 128); group: i32[M]; out: bf16[M, N]",
+        "masked": "a: e4m3[G, M, K] block(1, 128); b: e4m3[G, N, K] block(128, 128); count: i32[G]; out: f32[G, M, N]",
+    }.items():
+        kinds[name] = check(body, "gemm").attr("grouping")
+    assert kinds == {"dense": "dense", "contiguous": "contiguous", "masked": "masked"}
