@@ -65,38 +65,38 @@ def eval_torch(e: ir.Expr, env: dict, captures: dict, float_dtype=None):
 
 
 def _torch_op(torch, x: ir.Op, args, fdt):
+    """Operator syntax where it exists, so the same code traces under torch.compile (the
+    FlexAttention translation) and runs eagerly on broadcast index grids (the reference)."""
     op = x.op
     if all(not isinstance(a, torch.Tensor) for a in args):
         return scalar_op(op, args)
-    t = [a if isinstance(a, torch.Tensor) else torch.tensor(a) for a in args]
-    if op == "add": return args[0] + args[1]
-    if op == "sub": return args[0] - args[1]
-    if op == "mul": return args[0] * args[1]
-    if op == "div": return args[0] / args[1]
-    if op == "floordiv": return torch.div(t[0], t[1], rounding_mode="floor")
-    if op == "mod": return torch.remainder(t[0], t[1])
-    if op == "neg": return -args[0]
-    if op == "min": return torch.minimum(t[0], t[1].to(t[0].device))
-    if op == "max": return torch.maximum(t[0], t[1].to(t[0].device))
-    if op == "abs": return torch.abs(t[0])
-    if op in ("lt", "le", "gt", "ge", "eq", "ne"):
-        return getattr(torch, op)(t[0], t[1].to(t[0].device)) if isinstance(args[0], torch.Tensor) \
-            else getattr(torch, op)(t[1].new_tensor(args[0]), t[1])
-    if op == "and": return torch.logical_and(t[0], t[1].to(t[0].device))
-    if op == "or": return torch.logical_or(t[0], t[1].to(t[0].device))
-    if op == "not": return torch.logical_not(t[0])
-    if op == "where":
-        c, a, b = args
-        dev = next(v.device for v in args if isinstance(v, torch.Tensor))
-        c = c if isinstance(c, torch.Tensor) else torch.tensor(c, device=dev)
-        a = a if isinstance(a, torch.Tensor) else torch.tensor(a, device=dev, dtype=_dtype_of(torch, x.ty, fdt))
-        b = b if isinstance(b, torch.Tensor) else torch.tensor(b, device=dev, dtype=_dtype_of(torch, x.ty, fdt))
-        return torch.where(c, a, b)
-    if op == "int": return t[0].to(torch.int64)  # truncation toward zero, as C and Python int()
-    if op == "float": return t[0].to(fdt)
-    if op == "rsqrt": return torch.rsqrt(t[0])
-    return getattr(torch, op)(t[0])
-
-
-def _dtype_of(torch, ty, fdt):
-    return {"f32": fdt, "i32": torch.int64, "bool": torch.bool}[ty]
+    a = args[0]
+    b = args[1] if len(args) > 1 else None
+    if op == "add": return a + b
+    if op == "sub": return a - b
+    if op == "mul": return a * b
+    if op == "div": return a / b
+    if op == "floordiv": return a // b          # floor semantics for tensors, like Python
+    if op == "mod": return a % b                # sign of the divisor, like Python
+    if op == "neg": return -a
+    if op == "lt": return a < b
+    if op == "le": return a <= b
+    if op == "gt": return a > b
+    if op == "ge": return a >= b
+    if op == "eq": return a == b
+    if op == "ne": return a != b
+    if op == "and": return a & b
+    if op == "or": return a | b
+    if op == "not": return ~a if isinstance(a, torch.Tensor) else (not a)
+    if op in ("min", "max"):
+        if not isinstance(a, torch.Tensor):
+            a, b = b, a
+        if not isinstance(b, torch.Tensor):
+            return torch.clamp(a, max=b) if op == "min" else torch.clamp(a, min=b)
+        return torch.minimum(a, b) if op == "min" else torch.maximum(a, b)
+    if op == "abs": return torch.abs(a)
+    if op == "where": return torch.where(args[0], args[1], args[2])
+    if op == "int": return a.to(torch.int64) if x.ty == "i32" else a  # truncates toward zero
+    if op == "float": return a.to(fdt)
+    if op == "rsqrt": return torch.rsqrt(a)
+    return getattr(torch, op)(a)

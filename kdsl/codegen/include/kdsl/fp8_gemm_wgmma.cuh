@@ -12,7 +12,8 @@
 // Kinds (template int KIND):
 //   0 dense               A[M,K]       B[N,K]     out[M,N]
 //   1 grouped contiguous  A[M,K]       B[G,N,K]   out[M,N]; row m uses B[group[m]];
-//                         group[m] == -1 marks a padding row that is left untouched.
+//                         group[m] == -1 (or any id outside [0, G)) marks a padding row
+//                         that is left untouched.
 //                         Any group array is handled: an M tile makes one pass per group
 //                         present among its rows (one pass when it is single-group).
 //   2 grouped masked      A[G,Mmax,K]  B[G,N,K]   out[G,Mmax,N]; only rows < count[g] are
@@ -232,18 +233,19 @@ KDSL_DEVICE int warp_min(int v) {
   return r;
 }
 
-// Smallest group id > prev among the tile's rows (kIntMax when none). Every thread of
+// Smallest group id > prev among the tile's rows (kIntMax when none); ids outside [0, G)
+// are never chosen, so such rows are treated as padding, never read past B. Every thread of
 // the block must call it; the slot is reset by thread 0 at entry, which is safe because
 // callers run at least one __syncthreads between two calls.
 template <int BM>
-KDSL_DEVICE int next_group(const int* group, int m0, int M, int prev, int* slot) {
+KDSL_DEVICE int next_group(const int* group, int m0, int M, int G, int prev, int* slot) {
   const int tid = threadIdx.x;
   if (tid == 0) *slot = kIntMax;
   __syncthreads();
   int cand = kIntMax;
   if (tid < BM && m0 + tid < M) {
     const int g = __ldg(group + m0 + tid);
-    if (g > prev) cand = g;
+    if (g > prev && g < G) cand = g;
   }
   cand = warp_min(cand);
   if ((tid & 31) == 0 && cand != kIntMax)
@@ -352,7 +354,7 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p) {
 
   int g = 0;
   if (KIND == 1) {
-    g = next_group<BM>(p.group, m0, M, -1, scratch);
+    g = next_group<BM>(p.group, m0, M, p.G, -1, scratch);
     if (g == kIntMax) return;                 // tile holds only padding rows
   } else if (KIND == 2) {
     g = z;
@@ -487,7 +489,7 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p) {
     }
 
     if (KIND != 1) break;
-    g = next_group<BM>(p.group, m0, M, g, scratch);
+    g = next_group<BM>(p.group, m0, M, p.G, g, scratch);
     if (g == kIntMax) break;
   }
 }

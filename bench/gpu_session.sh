@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One device call: install, GPU tests, benchmark; the benchmark's table prints last.
+# Run from the repo root on the GPU machine with the lark wheel carried in .whl/.
+set -uo pipefail
+OUT=${OUT:-/tmp/kdsl-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 KDSL_CACHE_DIR=/tmp/kdsl-cache
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/device.txt"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  python3 -m pytest -q -x -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
+fi
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  python3 bench/issue2_bench.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' | tail -40
+fi

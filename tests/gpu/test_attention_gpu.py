@@ -1,0 +1,143 @@
+"""Attention kernels on the GPU against the float64 reference of the same program."""
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import kdsl
+from kdsl import reference
+from kdsl.testing import ATTENTION_TOL, attention_inputs, rel_frobenius
+
+from conftest import ROOT
+from exprgen import bool_expr, float_expr, program
+
+pytestmark = pytest.mark.gpu
+
+ATTENTION_SAMPLES = ["relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d"]
+# (B, H, Hkv, M, N, D): ragged lengths, 1, tile +- 1, M != N, GQA and MQA, both head dims.
+SHAPES = [
+    (2, 4, 4, 256, 256, 128), (1, 2, 2, 1, 1, 64), (1, 3, 3, 1, 300, 128), (2, 2, 2, 129, 127, 64),
+    (1, 8, 2, 127, 65, 128), (1, 4, 1, 200, 513, 64), (3, 2, 2, 64, 63, 128), (1, 2, 2, 1000, 1000, 128),
+]
+
+
+def _check(mod, name, shape, seed, **call):
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    k_ir = mod.ir[name]
+    q, k, v, caps = attention_inputs(k_ir, *shape, generator=gen)
+    out = torch.full_like(q, float("nan"))
+    res = getattr(mod, name)(q, k, v, out=out, **caps, **call)
+    got = res[0] if isinstance(res, tuple) else res
+    assert got.data_ptr() == out.data_ptr()
+    ref, ref_lse = reference.attention(k_ir, q, k, v, caps, call.get("scale"))
+    err = rel_frobenius(got, ref)
+    assert err <= ATTENTION_TOL, f"{name} {shape}: rel err {err:.3e}"
+    return got, ref, (res[1] if isinstance(res, tuple) else None), ref_lse
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", ATTENTION_SAMPLES)
+def test_sample_matches_reference(name, shape):
+    mod = kdsl.load(ROOT / "samples" / f"{name}.kd")
+    _check(mod, name, shape, seed=hash((name, shape)) % 2**31)
+
+
+def test_natten_on_image_shape():
+    mod = kdsl.load(ROOT / "samples" / "natten2d.kd")
+    _check(mod, "natten2d", (1, 4, 4, 64 * 128, 64 * 128, 128), seed=7)
+
+
+LSE_SRC = """
+attention with_lse {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    lse: f32[B, H, M]
+    mask(b, h, i, j) = j <= i - 5       # rows 0..4 see no key at all
+}
+"""
+
+
+def test_lse_and_fully_masked_rows():
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile(LSE_SRC, "lse.kd")
+    got, ref, lse, ref_lse = _check(mod, "with_lse", (2, 4, 2, 300, 300, 128), seed=3)
+    assert torch.all(got[:, :, :5] == 0)
+    assert torch.all(torch.isneginf(lse[:, :, :5]))
+    finite = torch.isfinite(ref_lse)
+    assert torch.allclose(lse[finite].double(), ref_lse[finite], atol=1e-3, rtol=1e-4)
+
+
+def test_scale_override_and_fp16():
+    torch = pytest.importorskip("torch")
+    src = (ROOT / "samples" / "softcap.kd").read_text().replace("bf16", "f16")
+    mod = kdsl.compile(src, "softcap_f16.kd")
+    _check(mod, "softcap", (1, 4, 4, 200, 333, 64), seed=11, scale=0.3)
+
+
+def test_deterministic():
+    torch = pytest.importorskip("torch")
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd")
+    q, k, v, caps = attention_inputs(mod.ir["alibi"], 2, 4, 4, 500, 700, 128)
+    a, b = mod.alibi(q, k, v, **caps), mod.alibi(q, k, v, **caps)
+    assert torch.equal(a, b)
+
+
+def test_bad_arguments_are_kdsl_errors():
+    torch = pytest.importorskip("torch")
+    from kdsl.errors import LaunchError
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd")
+    q = torch.randn(1, 4, 64, 128, device="cuda", dtype=torch.bfloat16)
+    slopes = torch.rand(4, device="cuda")
+    cases = [
+        (lambda: mod.alibi(q.float(), q, q, slopes), "must be torch.bfloat16"),
+        (lambda: mod.alibi(q[0], q, q, slopes), "must have 4 dimensions"),
+        (lambda: mod.alibi(q, q[:, :3], q[:, :3], slopes), "dimension 1 (H) must be 4, got 3"),
+        (lambda: mod.alibi(q.transpose(2, 3), q, q, slopes), "head dimension 64"),
+        (lambda: mod.alibi(q, q.transpose(1, 2).contiguous().transpose(1, 2), q, slopes), "must be contiguous"),
+        (lambda: mod.alibi(q.cpu(), q, q, slopes), "is on the CPU"),
+        (lambda: mod.alibi(q, q, q), "missing captured tensor(s) ['slopes']"),
+        (lambda: mod.alibi(q, q, q, slopes[:3]), "'slopes' dimension 0 (H) must be 4, got 3"),
+        (lambda: mod.alibi(q, q, q, slopes.int()), "'slopes' must be torch.float32"),
+        (lambda: mod.alibi(q, q, q, slopes, out=q[:, :, :10]), "out must have q's shape"),
+        (lambda: mod.alibi(q, q, q, slopes, bias=slopes), "unexpected argument 'bias'"),
+    ]
+    for fn, needle in cases:
+        with pytest.raises(LaunchError) as e:
+            fn()
+        assert needle in str(e.value), (needle, str(e.value))
+
+
+def test_unprovable_capture_index_is_refused():
+    torch = pytest.importorskip("torch")
+    from kdsl.errors import LaunchError
+    mod = kdsl.compile("""attention rb {
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        bias: f32[H, T]
+        score(s, b, h, i, j) = s + bias[h, i - j + N - 1]
+    }""", "rb.kd")
+    q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(LaunchError, match="index 1 of 'bias'"):
+        mod.rb(q, q, q, bias=torch.randn(2, 100, device="cuda"))
+    out = mod.rb(q, q, q, bias=torch.randn(2, 127, device="cuda"))  # i - j + N - 1 in [0, 126]
+    assert torch.isfinite(out).all()
+
+
+def test_cupy_arrays_work_and_return_cupy():
+    cupy = pytest.importorskip("cupy")
+    torch = pytest.importorskip("torch")
+    src = (ROOT / "samples" / "causal.kd").read_text().replace("bf16", "f16")
+    mod = kdsl.compile(src, "causal_f16.kd")
+    q = cupy.random.standard_normal((1, 2, 100, 64)).astype(cupy.float16)
+    out = mod.causal(q, q, q)
+    assert isinstance(out, cupy.ndarray)
+    qt = torch.as_tensor(q, device="cuda")
+    ref, _ = reference.attention(mod.ir["causal"], qt, qt, qt)
+    assert rel_frobenius(torch.as_tensor(out, device="cuda"), ref) <= ATTENTION_TOL
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(st.none(), float_expr(depth=2)), st.one_of(st.none(), bool_expr(depth=2)),
+       st.sampled_from(SHAPES), st.integers(0, 2**31 - 1))
+def test_generated_programs_match_reference(score, mask, shape, seed):
+    mod = kdsl.compile(program(score, mask), "generated.kd")
+    _check(mod, "gen", shape, seed)
