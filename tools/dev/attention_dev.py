@@ -124,8 +124,10 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
 ELEMS = {"bf16": "kdsl::bf16_t", "fp16": "kdsl::f16_t"}
 
 # Default tile per head dim (must match the header's recommendation).
-DEFAULT_CFG = {64: (128, 64, 4), 128: (128, 64, 4), 256: (64, 64, 4)}
-BENCH_CFGS = [(128, 64, 4), (128, 64, 8), (128, 128, 8), (64, 64, 4)]
+DEFAULT_CFG = {64: (128, 64, 4), 128: (128, 64, 4), 256: (128, 64, 8)}
+BENCH_CFGS = {128: [(128, 64, 4), (128, 64, 8), (128, 128, 8), (64, 64, 4)],
+              64: [(128, 64, 4), (128, 128, 8), (64, 64, 4), (64, 128, 4)],
+              256: [(64, 64, 4), (64, 32, 4), (128, 64, 8)]}
 
 
 def kname(ns, dt, D, cfg):
@@ -147,11 +149,11 @@ def kernel_list(quick=False):
            ("nothing", "bf16", 128, DEFAULT_CFG[128]), ("neginf", "fp16", 128, DEFAULT_CFG[128])]
     if not quick:
         ks += [("relpos", "bf16", 256, DEFAULT_CFG[256]), ("causal", "fp16", 256, DEFAULT_CFG[256])]
-    for cfg in BENCH_CFGS:
-        if cfg != DEFAULT_CFG[128]:
-            ks.append(("relpos", "bf16", 128, cfg))
-            if not quick:
-                ks.append(("causal", "bf16", 128, cfg))
+    for D, cfgs in BENCH_CFGS.items():
+        for cfg in cfgs:
+            ks.append(("relpos", "bf16", D, cfg))
+            if not quick and D == 128:
+                ks.append(("causal", "bf16", D, cfg))
     seen, out = set(), []
     for k in ks:
         if k not in seen:
@@ -315,10 +317,10 @@ def main():
         for ns, dt in (("relpos", "bf16"), ("causal", "fp16")):
             key = (ns, dt, 256, DEFAULT_CFG[256])
             cases += [(key, 1, 2, 2, 1, 1), (key, 1, 4, 2, 127, 333), (key, 1, 2, 2, 300, 129)]
-    for cfg in BENCH_CFGS:
-        for ns in ("relpos", "causal"):
-            key = (ns, "bf16", 128, cfg)
-            if key in runner.kernels:
+    for D, cfgs in BENCH_CFGS.items():
+        for cfg, ns in [(c, n) for c in cfgs for n in ("relpos", "causal")]:
+            key = (ns, "bf16", D, cfg)
+            if key in runner.kernels and cfg != DEFAULT_CFG[D]:
                 cases += [(key, 1, 2, 2, 1, 1), (key, 1, 4, 2, 333, 1000), (key, 2, 2, 2, 1000, 129)]
 
     print("\n%-36s %-18s %10s %10s %s" % ("kernel", "B,H,Hkv,M,N", "rel_err", "lse_err", "status"))
@@ -373,8 +375,13 @@ def time_fn(fn, reps=25, warmup=5):
 
 
 def bench(runner):
+    for D in (128, 64, 256):
+        bench_d(runner, D)
+
+
+def bench_d(runner, D):
     import torch
-    B, H, M, N, D = 2, 16, 8192, 8192, 128
+    B, H, M, N = 2, 16, 8192, 8192
     flops = 4.0 * B * H * M * N * D
     g = torch.Generator(device="cuda").manual_seed(7)
     q = torch.randn(B, H, M, D, device="cuda", generator=g).bfloat16()
@@ -385,8 +392,8 @@ def bench(runner):
     scale_log2 = LOG2E / math.sqrt(D)
     print("\nBENCH relpos bf16 B=%d H=%d M=N=%d D=%d (flops = 4*B*H*M*N*D = %.3e)" % (
         B, H, M, D, flops))
-    for cfg in BENCH_CFGS:
-        key = ("relpos", "bf16", 128, cfg)
+    for cfg in BENCH_CFGS[D]:
+        key = ("relpos", "bf16", D, cfg)
         if key not in runner.kernels:
             continue
         ms = time_fn(lambda: runner.launch(key, q, k, v, o, lse, scale_log2))
@@ -416,10 +423,11 @@ def bench(runner):
             ms, flops / ms / 1e9, flops / 2 / ms / 1e9))
     except Exception as ex:  # noqa: BLE001
         print("  torch SDPA failed:", ex)
-    key = ("causal", "bf16", 128, DEFAULT_CFG[128])
-    ms = time_fn(lambda: runner.launch(key, q, k, v, o, lse, scale_log2))
-    print("  kdsl mma causal %s          : %8.3f ms  %6.1f TFLOPS (causal flops /2)" % (
-        DEFAULT_CFG[128], ms, flops / 2 / ms / 1e9), flush=True)
+    key = ("causal", "bf16", D, DEFAULT_CFG[D])
+    if key in runner.kernels:
+        ms = time_fn(lambda: runner.launch(key, q, k, v, o, lse, scale_log2))
+        print("  kdsl mma causal %s          : %8.3f ms  %6.1f TFLOPS (causal flops /2)" % (
+            DEFAULT_CFG[D], ms, flops / 2 / ms / 1e9), flush=True)
 
 
 if __name__ == "__main__":

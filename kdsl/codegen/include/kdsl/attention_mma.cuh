@@ -13,13 +13,13 @@
 //   (> 48 KB: the host must raise cudaFuncAttributeMaxDynamicSharedMemorySize first.)
 //
 // Supported tiles (checked by static_assert): Elem in {bf16_t, f16_t}; D in {64, 128, 256};
-// each warp owns BM / NWARPS query rows, which must be 16 or 32; BN in {32, 64, 128};
-// the per-thread accumulators (O and S) must fit in 192 registers.
-// Measured on H100 SXM (tools/dev/attention_dev_notes.md), recommended:
-//   D = 128:  BM=128, BN=64,  NWARPS=4   (32 rows per warp, Q re-read from smem; 2 CTAs/SM)
-//   D =  64:  BM=128, BN=64,  NWARPS=4   (32 rows per warp, Q held in registers)
-//   D = 256:  BM=64,  BN=64,  NWARPS=4   (16 rows per warp)
-// Also valid, e.g.: (128, 64, 8), (128, 128, 8), (64, 64, 4), (64, 128, 4).
+// each warp owns BM / NWARPS query rows, which must be 16 or 32 (32 only with BN <= 64);
+// BN in {32, 64, 128}; BN * D / 8 and BM * D / 8 divisible by the thread count.
+// Measured on H100 SXM, relpos bf16, B=2 H=16 M=N=8192 (tools/dev/attention_dev_notes.md):
+//   D = 128:  BM=128, BN=64, NWARPS=4   342 TFLOPS  (32 rows/warp, Q re-read from smem, 2 CTAs/SM)
+//   D =  64:  BM=128, BN=64, NWARPS=4   260 TFLOPS  (32 rows/warp, Q held in registers)
+//   D = 256:  BM=128, BN=64, NWARPS=8   286 TFLOPS  (16 rows/warp, 192 KB smem, 1 CTA/SM)
+// Also valid (slower there): (128,64,8), (128,128,8), (64,64,4), (64,128,4), (64,32,4).
 //
 // Semantics: for every (b, h, q, kv) the score is V::score() (log2 domain); on tiles that
 // V::tile() calls partial, elements with !V::mask() become -inf; kv >= N is always -inf.
@@ -65,7 +65,8 @@ struct Cfg {
   static_assert(BN == 32 || BN == 64 || BN == 128, "BN must be 32, 64 or 128");
   static_assert((BN * kChunks) % kThreads == 0 && (BM * kChunks) % kThreads == 0,
                 "tile loads must divide evenly among the threads");
-  static_assert(kAccRegs <= 192, "O and S accumulators would not fit in registers");
+  static_assert(kAccRegs <= 192 && (MT == 1 || BN <= 64),
+                "O and S accumulators would not fit in registers (32 rows per warp needs BN <= 64)");
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
 };
 
@@ -126,6 +127,11 @@ KDSL_DEVICE float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 KDSL_DEVICE int min_i(int x, int y) { return x < y ? x : y; }
+// Re-reading the block index (volatile, so it is not CSE'd with the kernel-entry read) lets
+// the epilogue rebuild its output offsets instead of keeping them live across the kv loop.
+KDSL_DEVICE u32 ctaid_x() { u32 r; asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(r)); return r; }
+KDSL_DEVICE u32 ctaid_y() { u32 r; asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(r)); return r; }
+KDSL_DEVICE u32 ctaid_z() { u32 r; asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(r)); return r; }
 
 template <class Elem> struct Mma;
 template <> struct Mma<bf16_t> {
@@ -480,6 +486,8 @@ KDSL_DEVICE void attention_fwd(const AttnArgs& a, const typename V::Captures& ca
   // ---- epilogue: normalise, stage the warp's rows in its own slice of the Q tile (only
   // this warp ever read those rows), then write whole 16-byte chunks to global ----
   __syncwarp();
+  const int qe0 = (int)ctaid_x() * BM;
+  const int orow0 = ((int)ctaid_z() * a.H + (int)ctaid_y()) * M + qe0;
   const int wrow0 = warp * C::kRowsPerWarp;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -492,20 +500,20 @@ KDSL_DEVICE void attention_fwd(const AttnArgs& a, const typename V::Captures& ca
       for (int dt = 0; dt < DT; ++dt)
         st_shared_u32(sQ + swz<RB>(r, dt) + tig * 4,
                       Mma<Elem>::pack(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv));
-      if (a.lse != nullptr && tig == 0 && q0 + r < M) {
+      if (a.lse != nullptr && tig == 0 && qe0 + r < M) {
         const float lse = l > 0.f ? (m_run[mt][hh] + lg2_approx(l)) * 0.69314718055994531f
                                   : neg_inf();
-        a.lse[(i64)(b * a.H + h) * M + q0 + r] = lse;
+        a.lse[orow0 + r] = lse;
       }
     }
   __syncwarp();
-  Elem* go = static_cast<Elem*>(a.o) + ((i64)(b * a.H + h) * M + q0) * D;
+  Elem* go = static_cast<Elem*>(a.o) + (i64)orow0 * D;
   constexpr int kOutIters = C::kRowsPerWarp * C::kChunks / 32;
 #pragma unroll
   for (int i = 0; i < kOutIters; ++i) {
     const int id = lane + i * 32;
     const int r = wrow0 + id / C::kChunks, c = id % C::kChunks;
-    if (q0 + r < M) copy16_shared_to_global(go + (i64)r * D + c * 8, sQ + swz<RB>(r, c));
+    if (qe0 + r < M) copy16_shared_to_global(go + (i64)r * D + c * 8, sQ + swz<RB>(r, c));
   }
 }
 
