@@ -25,7 +25,10 @@ def _check(mod, name, shape, seed, **call):
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(seed)
     k_ir = mod.ir[name]
-    q, k, v, caps = attention_inputs(k_ir, *shape, generator=gen)
+    B, H, Hkv, M, N, D = shape
+    if "Hkv" not in k_ir.dims:  # k declared with q's head count: no GQA for this program
+        Hkv = H
+    q, k, v, caps = attention_inputs(k_ir, B, H, Hkv, M, N, D, generator=gen)
     out = torch.full_like(q, float("nan"))
     res = getattr(mod, name)(q, k, v, out=out, **caps, **call)
     got = res[0] if isinstance(res, tuple) else res
