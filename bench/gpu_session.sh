@@ -4,11 +4,11 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/kdsl-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KDSL_CACHE_DIR=/tmp/kdsl-cache
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/*.whl 2>/dev/null || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/device.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  python3 -m pytest -q -x -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
+  python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   python3 bench/issue2_bench.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' | tail -40

@@ -203,17 +203,17 @@ class AttentionKernel(KernelBase):
             raise LaunchError(f"{self.name}: empty input (q {list(infos[0].shape)}, k {list(infos[1].shape)})")
         if out is not None:
             o = self._info(out, "out", elem, 4)
-            self._contiguous(o, "out")
             if o.shape != infos[0].shape:
                 raise LaunchError(f"{self.name}: out must have q's shape {list(infos[0].shape)}, got {list(o.shape)}")
+            self._contiguous(o, "out")
             infos.append(o)
         if lse is not None:
             if not self.has_lse:
                 raise LaunchError(f"{self.name}: lse= given but the kernel declares no 'lse' output")
             ls = self._info(lse, "lse", "f32", 3)
-            self._contiguous(ls, "lse")
             if ls.shape != (B, H, M):
                 raise LaunchError(f"{self.name}: lse must have shape {[B, H, M]}, got {list(ls.shape)}")
+            self._contiguous(ls, "lse")
             infos.append(ls)
         device = self._device(infos)
         check_capture_indices(kern, dims, self.name)
