@@ -11,6 +11,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
+from .errors import KdslError
+
 TENSOR_CORE_OPS = ("HGMMA", "QGMMA", "IGMMA", "HMMA", "IMMA")
 
 
@@ -39,7 +41,7 @@ def find_cuobjdump() -> str | None:
 
 
 def inspect(cubin: bytes) -> SassReport | None:
-    """None when cuobjdump (and its nvdisasm) is not installed."""
+    """None when cuobjdump is not installed; KdslError when it cannot disassemble."""
     tool = find_cuobjdump()
     if tool is None:
         return None
@@ -51,8 +53,9 @@ def inspect(cubin: bytes) -> SassReport | None:
         try:
             res = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, env=env, check=True)
             sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, env=env, check=True)
-        except (subprocess.CalledProcessError, OSError):
-            return None
+        except subprocess.CalledProcessError as e:
+            raise KdslError(f"cuobjdump failed ({tool}): {e.stderr.strip()} "
+                            "(it needs nvdisasm beside it: pip install 'kdsl[sass]')") from None
     def field(name):
         m = re.search(rf"\b{name}:(\d+)", res.stdout)
         return int(m.group(1)) if m else 0

@@ -1,0 +1,57 @@
+"""Host time per eager launch (Python call -> kernel queued), at decode-sized shapes where
+the launch path, not the GPU, is the cost. The GPU is kept busy with a long sleep kernel
+first so the loop measures host time only."""
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import kdsl
+from kdsl import fp8
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def host_us(fn, n=2000):
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(5):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU work queued ahead: launches never wait
+        t = time.perf_counter()
+        for _ in range(n // 5):
+            fn()
+        samples.append((time.perf_counter() - t) / (n // 5) * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def main():
+    rel = kdsl.load(ROOT / "samples" / "relpos.kd").relpos
+    q = torch.randn(1, 16, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 16, 4096, 128, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+    gemm = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").fp8_gemm
+    a, sa = fp8.quantize_1x128(torch.randn(128, 7168, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(2112, 7168, device="cuda"))
+    gout = torch.empty(128, 2112, device="cuda", dtype=torch.bfloat16)
+    rows = [
+        ("kdsl relpos decode, out= given", host_us(lambda: rel(q, k, k, out=out))),
+        ("kdsl relpos decode, allocating", host_us(lambda: rel(q, k, k))),
+        ("kdsl fp8_gemm 128x2112x7168, out= given", host_us(lambda: gemm(a, sa, b, sb, out=gout))),
+        ("torch sdpa decode", host_us(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, k))),
+    ]
+    try:
+        rows.append(("torch._scaled_mm blockwise", host_us(
+            lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16))))
+    except Exception as e:
+        rows.append((f"torch._scaled_mm failed: {e!r}"[:80], float("nan")))
+    print(f"\n## host time per eager launch ({torch.cuda.get_device_name()})")
+    print("| call | host us |\n|---|---|")
+    for name, us in rows:
+        print(f"| {name} | {us:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
