@@ -11,5 +11,6 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  python3 bench/launch_overhead.py 2>&1 | tee "$OUT/launch.log" | tail -8
   python3 bench/issue2_bench.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' | tail -40
 fi
