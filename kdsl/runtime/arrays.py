@@ -52,12 +52,15 @@ def expected_dtype_text(dtype: str, framework: str) -> str:
     return f"torch.{t}" if framework == "torch" else (n if dtype != "e4m3" else "uint8 holding e4m3 bits")
 
 
-def empty(framework: str, shape, dtype: str, like):
+def allocator(framework: str, shape, dtype: str, device: int):
+    """A no-argument function returning a new uninitialised array (cheap to call)."""
+    import functools
     if framework == "torch":
         import torch
-        return torch.empty(shape, dtype=getattr(torch, _KDSL_TO[dtype][0]), device=like.device)
+        return functools.partial(torch.empty, tuple(shape), dtype=getattr(torch, _KDSL_TO[dtype][0]),
+                                 device=torch.device("cuda", device))
     import cupy
-    return cupy.empty(shape, dtype=_KDSL_TO[dtype][1])
+    return functools.partial(cupy.empty, tuple(shape), dtype=_KDSL_TO[dtype][1])
 
 
 def is_contiguous(a: ArrayInfo) -> bool:

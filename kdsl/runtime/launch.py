@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 from .. import ir
 from ..errors import LaunchError, NoGpuError
@@ -12,6 +13,7 @@ from ..passes.exp2_fold import LOG2E
 from ..semantics import scalar_op
 from . import arrays
 from .bounds import check_capture_indices
+from .driver import ArgPack, launch
 
 
 @functools.cache
@@ -27,27 +29,39 @@ def _driver():
     return cupy, driver, function
 
 
-class _Stream:  # what CuPy's Function.__call__ reads from a stream: its handle
-    __slots__ = ("ptr",)
-
-    def __init__(self, ptr):
-        self.ptr = ptr
-
-
 class Loaded:
     """A cubin loaded on one device, and its entry point with the shared memory raised."""
 
     def __init__(self, cubin: bytes, entry: str, smem: int):
         cupy, driver, function = _driver()
-        self.module = function.Module()
+        self.module = function.Module()  # keeps the module (and so the function) alive
         self.module.load(cubin)
         self.fn = self.module.get_function(entry)
+        self.fn_ptr = int(self.fn.ptr)
         if smem > 48 * 1024:
             driver.funcSetAttribute(self.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
         self.smem = smem
 
-    def launch(self, grid, block, args, stream: int):
-        self.fn(grid, block, args, shared_mem=self.smem, stream=_Stream(stream))
+
+@dataclass
+class Plan:
+    """Everything a call needs once its signature was validated."""
+
+    loaded: Loaded
+    grid: tuple
+    block: tuple
+    pack: ArgPack
+    framework: str
+    device: int
+    out_shape: tuple
+    out_dtype: str
+
+    def __post_init__(self):
+        self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
+        self.new_lse = arrays.allocator(self.framework, self.out_shape[:3], "f32", self.device)
+
+    def launch(self, pointers, stream: int):
+        launch(self.loaded.fn_ptr, self.grid, self.block, self.loaded.smem, stream, self.pack, pointers)
 
 
 class KernelBase:
@@ -147,22 +161,22 @@ class AttentionKernel(KernelBase):
         self.has_lse = kernel.tensor("lse") is not None
 
     def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, **named):
-        caps = self._collect_captures(captures, named)
-        sig = _signature((q, k, v, *caps), (out, lse, scale))
-        plan = self._plans.get(sig)
+        caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
+        plan = self._plans.get(_signature((q, k, v, *caps), (out, lse, scale)))
         if plan is None:
             plan = self._plan(q, k, v, caps, out, lse, scale)
-            self._plans[sig] = plan
-        loaded, grid, block, fixed, framework, out_shape, elem = plan
+            self._plans[_signature((q, k, v, *caps), (out, lse, scale))] = plan
+        torch_like = plan.framework == "torch"
         if out is None:
-            out = arrays.empty(framework, out_shape, elem, q)
+            out = plan.new_out()
         if self.has_lse and lse is None:
-            lse = arrays.empty(framework, out_shape[:3], "f32", q)
-        ptrs = [_ptr(x) for x in (q, k, v, out)]
-        for p, n in zip(ptrs, ("q", "k", "v", "out")):
-            _align(p, n, self.name)
-        args = (*ptrs, _ptr(lse) if lse is not None else 0, *fixed[:7], *[_ptr(c) for c in caps], *fixed[7:])
-        loaded.launch(grid, block, _pack(args, plan), arrays.current_stream(framework))
+            lse = plan.new_lse()
+        ptrs = [x.data_ptr() for x in (q, k, v, out)] if torch_like else [x.data.ptr for x in (q, k, v, out)]
+        if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15:
+            for p, n in zip(ptrs, ("q", "k", "v", "out")):
+                _align(p, n, self.name)
+        ptrs.append(_ptr(lse) if lse is not None else 0)
+        plan.launch(ptrs + [_ptr(c) for c in caps], _stream(plan))
         return (out, lse) if self.has_lse else out
 
     def _collect_captures(self, positional, named):
@@ -223,20 +237,33 @@ class AttentionKernel(KernelBase):
         if not math.isfinite(s):
             raise LaunchError(f"{self.name}: softmax scale must be finite, got {s}")
         grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, B)
-        fixed = (B, H, Hkv, M, N, s * LOG2E, s) + tuple(dims[n] for n in built.generated.capture_dims)
-        return loaded, grid, (lk.attr("threads"), 1, 1), fixed, infos[0].framework, infos[0].shape, elem
+        ncap, extra_dims = len(self.captures), built.generated.capture_dims
+        # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
+        # capture pointers, capture-only dims. Pointers are written per call.
+        kinds = ["ptr"] * 5 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra_dims)
+        values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims]
+        order = list(range(5)) + list(range(12, 12 + ncap))  # slots the per-call pointers go to
+        pack = ArgPack(kinds, values, order)
+        return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem)
 
 
 def _signature(tensors, extras):
-    """What validation depends on, per call: type, dtype, shape, strides, device of each
-    array. Pointers are not part of it (alignment is checked every call). Arguments that
-    are not arrays get a signature of their own, so the plan step reports them."""
+    """What validation depends on, per call: dtype, shape, strides and device of each array
+    (pointers are not part of it: alignment is checked on every call). Arguments that are
+    not arrays get a signature of their own, so the plan step reports them."""
+    return tuple(map(_key, tensors)) + tuple(map(_key, extras))
+
+
+def _key(x):
+    if x is None or isinstance(x, (int, float)):
+        return x
     try:
-        sig = tuple(None if x is None else (type(x), x.dtype, tuple(x.shape), _strides(x), _dev(x)) for x in tensors)
-        return sig + tuple(x if x is None or isinstance(x, (int, float)) else
-                           (type(x), x.dtype, tuple(x.shape), _strides(x), _dev(x)) for x in extras)
+        return (x.dtype, x.shape, x.stride(), x.device)  # torch, the hot path
     except (AttributeError, TypeError):
-        return ("invalid", id(tensors))
+        try:
+            return (x.__class__, x.dtype, x.shape, x.strides, x.device.id)  # CuPy
+        except AttributeError:
+            return ("not an array", id(x))
 
 
 def _strides(x):
@@ -252,15 +279,17 @@ def _ptr(x) -> int:
     return x.data_ptr() if hasattr(x, "data_ptr") else x.data.ptr
 
 
-def _pack(args, plan):
-    import numpy as np
-    # Kernel parameter types follow the generated signature: 5 pointers, 5 ints, 2 floats,
-    # capture pointers, capture dims.
-    ncap = len(args) - 12 - len(plan[3][7:])
-    out = [np.uint64(a) for a in args[:5]] + [np.int32(a) for a in args[5:10]]
-    out += [np.float32(args[10]), np.float32(args[11])]
-    out += [np.uint64(a) for a in args[12:12 + ncap]] + [np.int32(a) for a in args[12 + ncap:]]
-    return tuple(out)
+def _stream(plan: Plan) -> int:
+    if plan.framework == "torch":
+        return _torch_stream(plan.device)
+    import cupy
+    return cupy.cuda.get_current_stream().ptr
+
+
+def _torch_stream(device: int) -> int:
+    import torch
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # cheap; no Stream object
+    return raw(device) if raw else torch.cuda.current_stream(device).cuda_stream
 
 
 class GemmKernel(KernelBase):
@@ -277,24 +306,20 @@ class GemmKernel(KernelBase):
         self.extra = {"contiguous": "group", "masked": "count"}.get(self.grouping)
 
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
-        extra = self._extra(rest, named)
-        sig = _signature((a, a_scale, b, b_scale, extra), (out,))
-        plan = self._plans.get(sig)
+        extra = self._extra(rest, named) if (rest or named or self.extra) else None
+        plan = self._plans.get(_signature((a, a_scale, b, b_scale, extra), (out,)))
         if plan is None:
             plan = self._plan(a, a_scale, b, b_scale, extra, out)
-            self._plans[sig] = plan
-        loaded, grid, block, dims, framework, out_shape, out_dtype = plan
+            self._plans[_signature((a, a_scale, b, b_scale, extra), (out,))] = plan
         if out is None:
-            out = arrays.empty(framework, out_shape, out_dtype, a)
+            out = plan.new_out()
         ptrs = [_ptr(x) for x in (a, a_scale, b, b_scale, out)]
         for p, n, al in zip(ptrs, ("a", "a_scale", "b", "b_scale", "out"), (16, 4, 16, 4, 4)):
-            _align(p, n, self.name, al)
-        import numpy as np
-        args = tuple(np.uint64(p) for p in ptrs)
-        ex = np.uint64(_ptr(extra)) if extra is not None else np.uint64(0)
-        args += (ex if self.grouping == "contiguous" else np.uint64(0), ex if self.grouping == "masked" else np.uint64(0))
-        args += tuple(np.int32(d) for d in dims)
-        loaded.launch(grid, block, args, arrays.current_stream(framework))
+            if p % al:
+                _align(p, n, self.name, al)
+        ex = _ptr(extra) if extra is not None else 0
+        ptrs += [ex if self.grouping == "contiguous" else 0, ex if self.grouping == "masked" else 0]
+        plan.launch(ptrs, _stream(plan))
         return out
 
     def _extra(self, rest, named):
@@ -358,7 +383,9 @@ class GemmKernel(KernelBase):
         built, loaded = self._load(0, device)
         lk = built.kernel
         grid = (-(-N // lk.attr("tile_n")), -(-M // lk.attr("tile_m")), G if masked else 1)
-        return loaded, grid, (lk.attr("threads"), 1, 1), (M, N, K, G), ia.framework, out_shape, out_dtype
+        # Parameter order: a sa b sb out group count (pointers, per call), M N K G.
+        pack = ArgPack(["ptr"] * 7 + ["i32"] * 4, [None] * 7 + [M, N, K, G], list(range(7)))
+        return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, ia.framework, device, out_shape, out_dtype)
 
 
 def _trivially_same(a, want) -> bool:
