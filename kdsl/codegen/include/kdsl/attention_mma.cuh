@@ -27,7 +27,7 @@
 // logsumexp. Rows with no finite score give out = 0 and lse = -inf. GQA: h_kv = h / (H / Hkv).
 #pragma once
 
-#include "kdsl/common.cuh"
+#include "kdsl/async_copy.cuh"
 
 namespace kdsl {
 
@@ -71,22 +71,6 @@ struct Cfg {
 };
 
 // ---- PTX wrappers -----------------------------------------------------------------------
-
-KDSL_DEVICE u32 smem_addr(const void* p) {
-  u32 r;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
-  return r;
-}
-
-// src_bytes = 0 zero-fills the 16 bytes: rows past M/N land as zeros, so a masked key's
-// V row contributes 0 * 0 instead of 0 * garbage (which could be NaN).
-KDSL_DEVICE void cp_async16(u32 dst, const void* src, u32 src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-KDSL_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-KDSL_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 
 KDSL_DEVICE void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

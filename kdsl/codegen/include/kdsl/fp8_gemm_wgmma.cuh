@@ -50,7 +50,7 @@
 // Tiles wider than 128 (160, 192) straddle two B scale blocks; each 8-column fragment
 // picks its scale from the column it sits in.
 #pragma once
-#include "kdsl/common.cuh"
+#include "kdsl/async_copy.cuh"
 
 namespace kdsl {
 
@@ -77,26 +77,11 @@ namespace fp8_detail {
 constexpr int kBK = 128;            // K per scale block == bytes per tile row
 constexpr int kIntMax = 0x7fffffff;
 
-KDSL_DEVICE u32 smem_addr(const void* p) {
-  u32 r;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
-  return r;
-}
-
-// src_bytes == 0 zero-fills the 16 bytes: out-of-range rows then contribute nothing and
-// never touch memory beyond the tensors.
-KDSL_DEVICE void cp_async16(u32 dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
 // 4-byte copies (scales) must go through L1 (.ca); .cg only takes 16 bytes.
 KDSL_DEVICE void cp_async4(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
                :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
-KDSL_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-KDSL_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 
 // cp.async writes through the generic proxy; wgmma reads through the async proxy.
 KDSL_DEVICE void fence_proxy_async() {
