@@ -18,6 +18,7 @@ ATTENTION_SAMPLES = ["relpos", "alibi", "softcap", "causal", "sliding_window", "
 SHAPES = [
     (2, 4, 4, 256, 256, 128), (1, 2, 2, 1, 1, 64), (1, 3, 3, 1, 300, 128), (2, 2, 2, 129, 127, 64),
     (1, 8, 2, 127, 65, 128), (1, 4, 1, 200, 513, 64), (3, 2, 2, 64, 63, 128), (1, 2, 2, 1000, 1000, 128),
+    (4, 16, 16, 130, 70, 64),  # B*H = 64
 ]
 
 
@@ -104,6 +105,8 @@ def test_bad_arguments_are_kdsl_errors():
         (lambda: mod.alibi(q, q, q, slopes.int()), "'slopes' must be torch.float32"),
         (lambda: mod.alibi(q, q, q, slopes, out=q[:, :, :10]), "out must have q's shape"),
         (lambda: mod.alibi(q, q, q, slopes, bias=slopes), "unexpected argument 'bias'"),
+        (lambda: mod.alibi(torch.empty(q.numel() + 1, device="cuda", dtype=q.dtype)[1:].view(q.shape), q, q, slopes),
+         "must be 16-byte aligned"),
     ]
     for fn, needle in cases:
         with pytest.raises(LaunchError) as e:
