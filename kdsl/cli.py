@@ -27,17 +27,25 @@ def main(argv=None) -> int:
     c.add_argument("--emit", choices=EMITS, default="cubin",
                    help="last stage to produce: ir (also printed), cuda, ptx, or cubin (default)")
     c.add_argument("--arch", default="sm_90a", help="target GPU architecture (default: sm_90a)")
+    ck = sub.add_parser("check", help="verify kernels against the float64 reference on the GPU",
+                        description="For each kernel in FILE: N trials of fresh random inputs over awkward shapes, "
+                        "outputs poisoned, guard bands and inputs checked, determinism checked, compared with the "
+                        "same program evaluated by torch in float64. Exit 1 if any case fails.")
+    ck.add_argument("files", metavar="FILE.kd", nargs="+")
+    ck.add_argument("--kernel", metavar="NAME", help="check only this kernel")
+    ck.add_argument("--trials", type=int, default=5, metavar="N", help="trials per shape (default 5)")
+    ck.add_argument("--seed", type=int, metavar="S", help="random seed (printed, for reproduction)")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
     try:
-        return _compile(args)
+        return _compile(args) if args.command == "compile" else _check(args)
     except SourceError as e:
         print(str(e), file=sys.stderr)
         return 1
     except KdslError as e:
-        print(f"{getattr(args, 'file', 'kdsl')}: error: {e}", file=sys.stderr)
+        print(f"{getattr(args, 'file', None) or 'kdsl'}: error: {e}", file=sys.stderr)
         return 1 if not _is_internal(e) else 2
     except Exception as e:  # a bug in kdsl, not in the user's program
         if os.environ.get("KDSL_DEBUG"):
@@ -65,6 +73,26 @@ def _compile(args) -> int:
         for d in pipeline.head_dims(k):
             print(_compile_one(k, d, target, args, out, emit, pipeline))
     return 0
+
+
+def _check(args) -> int:
+    from .check import check_module, format_table
+    from .runtime.module import load
+
+    modules = [load(f) for f in args.files]  # all diagnostics before any GPU work
+    if args.kernel and not any(args.kernel in m.kernels for m in modules):
+        raise KdslError(f"no kernel '{args.kernel}' in {', '.join(args.files)}")
+    ok = True
+    for path, module in zip(args.files, modules):
+        if args.kernel and args.kernel not in module.kernels:
+            continue
+        results, seed = check_module(module, args.kernel, args.trials, args.seed)
+        print(f"kdsl check {path}: seed {seed} (reproduce with --seed {seed})")
+        for name, rs in results.items():
+            print(format_table(name, rs))
+            ok &= all(r.passed for r in rs)
+    print("all kernels pass" if ok else "FAILED")
+    return 0 if ok else 1
 
 
 def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) -> str:

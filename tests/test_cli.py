@@ -94,3 +94,11 @@ def test_emit_ir_prints_parseable_ir(tmp_path):
     assert [k.attr("head_dim") for k in kernels] == [64, 128]
     assert kernels[0].func("tile_empty") is not None
     assert (tmp_path / "causal_d128.cu").exists()
+
+
+def test_check_without_gpu_is_a_clear_error():
+    from conftest import gpu_available
+    if gpu_available():
+        pytest.skip("checks the no-GPU path")
+    r = run("check", str(ROOT / "samples" / "causal.kd"), "--trials", "1")
+    assert r.returncode == 1 and "GPU" in r.stderr and "Traceback" not in r.stderr
