@@ -36,8 +36,10 @@ def test_rejects_dropped_mask():
 
 def test_rejects_off_by_one_kv_bound():
     _, fn = _causal()
-    assert _rejected(lambda q, k, v, out: fn(q, k[:, :, :-1], v[:, :, :-1], out=out) if k.shape[2] > 1
-                     else fn(q, k, v, out=out))
+    def broken(q, k, v, out):  # forgets the last key
+        n = max(k.shape[2] - 1, 1)
+        return fn(q, k[:, :, :n].contiguous(), v[:, :, :n].contiguous(), out=out)
+    assert _rejected(broken)
 
 
 def test_rejects_skipped_last_partial_tile():
