@@ -67,21 +67,27 @@ def _guards_intact(torch, buf, numel) -> bool:
     return bool((buf[:GUARD] == 1234.5).all() and (buf[GUARD + numel:] == -1234.5).all())
 
 
-def check_attention(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shapes=None) -> list[CaseResult]:
+def _sync(torch, device):
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+def check_attention(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shapes=None,
+                    device: str = "cuda") -> list[CaseResult]:
     import torch
     shapes = shapes or attention_shapes(kernel)
     rng = random.Random(seed)
     results = []
     for t in range(trials):
         for shape in shapes:
-            gen = torch.Generator(device="cuda").manual_seed(rng.randrange(2**62))
-            results.append(_attention_case(torch, kernel, fn, shape, gen))
+            gen = torch.Generator(device=device).manual_seed(rng.randrange(2**62))
+            results.append(_attention_case(torch, kernel, fn, shape, gen, device))
     return results
 
 
-def _attention_case(torch, kernel, fn, shape, gen) -> CaseResult:
+def _attention_case(torch, kernel, fn, shape, gen, device) -> CaseResult:
     B, H, Hkv, M, N, D = shape
-    q, k, v, caps = attention_inputs(kernel, B, H, Hkv, M, N, D, generator=gen)
+    q, k, v, caps = attention_inputs(kernel, B, H, Hkv, M, N, D, device=device, generator=gen)
     before = [x.clone() for x in (q, k, v, *caps.values())]
     has_lse = kernel.tensor("lse") is not None
     res = CaseResult(kernel.name, f"B={B} H={H} Hkv={Hkv} M={M} N={N} D={D}", "rel. Frobenius", float("inf"),
@@ -96,7 +102,7 @@ def _attention_case(torch, kernel, fn, shape, gen) -> CaseResult:
         fn(q, k, v, **kwargs)
         snap = out.clone()  # on the caller's stream: work on a hidden side stream is caught unfinished
         lsnap = lse.clone() if has_lse else None
-        torch.cuda.synchronize()
+        _sync(torch, device)
         if not _guards_intact(torch, buf, out.numel()) or (has_lse and not _guards_intact(torch, lbuf, lse.numel())):
             res.problems.append("wrote outside its output")
         outs.append((snap, lsnap))
@@ -126,7 +132,8 @@ def gemm_shapes(grouping: str):
             (1, 1, 2112, 7168)]
 
 
-def check_gemm(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shapes=None) -> list[CaseResult]:
+def check_gemm(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shapes=None,
+               device: str = "cuda") -> list[CaseResult]:
     import torch
     from . import fp8
     grouping = kernel.attr("grouping")
@@ -135,19 +142,19 @@ def check_gemm(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shapes=Non
     results = []
     for _ in range(trials):
         for G, M, N, K in shapes or gemm_shapes(grouping):
-            gen = torch.Generator(device="cuda").manual_seed(rng.randrange(2**62))
+            gen = torch.Generator(device=device).manual_seed(rng.randrange(2**62))
             a_shape = (G, M, K) if grouping == "masked" else (M, K)
             b_shape = (N, K) if grouping == "dense" else (G, N, K)
-            a, sa = fp8.quantize_1x128(torch.randn(a_shape, device="cuda", generator=gen))
-            b, sb = fp8.quantize_128x128(torch.randn(b_shape, device="cuda", generator=gen))
+            a, sa = fp8.quantize_1x128(torch.randn(a_shape, device=device, generator=gen))
+            b, sb = fp8.quantize_128x128(torch.randn(b_shape, device=device, generator=gen))
             extra, valid = (), None
             if grouping == "contiguous":
-                group = torch.randint(-1, G, (M,), device="cuda", generator=gen, dtype=torch.int32)
+                group = torch.randint(-1, G, (M,), device=device, generator=gen, dtype=torch.int32)
                 extra, valid = (group,), group >= 0
             elif grouping == "masked":
-                count = torch.randint(0, M + 1, (G,), device="cuda", generator=gen, dtype=torch.int32)
+                count = torch.randint(0, M + 1, (G,), device=device, generator=gen, dtype=torch.int32)
                 extra = (count,)
-                valid = torch.arange(M, device="cuda").view(1, M, 1) < count.view(G, 1, 1)
+                valid = torch.arange(M, device=device).view(1, M, 1) < count.view(G, 1, 1)
             out_shape = (G, M, N) if grouping == "masked" else (M, N)
             res = CaseResult(kernel.name, f"G={G} M={M} N={N} K={K}" if G > 1 else f"M={M} N={N} K={K}",
                              "1 - 2xy/(x^2+y^2)", float("inf"), FP8_TOL)
@@ -157,7 +164,7 @@ def check_gemm(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shapes=Non
                 buf, out = _guarded(torch, out_shape, out_dtype, a.device)
                 fn(a, sa, b, sb, *extra, out=out)
                 snaps.append(out.clone())
-                torch.cuda.synchronize()
+                _sync(torch, device)
                 if not _guards_intact(torch, buf, out.numel()):
                     res.problems.append("wrote outside its output")
             out, out2 = snaps
@@ -181,22 +188,59 @@ def check_gemm(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shapes=Non
     return results
 
 
-def check_module(mod, kernel: str | None = None, trials: int = 5, seed: int | None = None):
-    """{kernel name: [CaseResult]} for every (or one) kernel of a loaded module."""
-    from .errors import NoGpuError
-    from .runtime.launch import _driver
-    import torch
-    _driver()  # NoGpuError with the reason when CuPy cannot reach a GPU
-    if not torch.cuda.is_available():
-        raise NoGpuError("kdsl check runs kernels and the torch reference on a CUDA GPU; torch sees none")
+def check_module(mod, kernel: str | None = None, trials: int = 5, seed: int | None = None,
+                 interpret: bool = False):
+    """{kernel name: [CaseResult]} for every (or one) kernel of a loaded module; with
+    interpret=True the candidate is the CPU interpreter of the tiled program."""
+    if not interpret:
+        from .errors import NoGpuError
+        from .runtime.launch import _driver
+        import torch
+        _driver()  # NoGpuError with the reason when CuPy cannot reach a GPU
+        if not torch.cuda.is_available():
+            raise NoGpuError("kdsl check runs kernels and the torch reference on a CUDA GPU; torch sees none "
+                             "(use --interpret to check the tiled program on the CPU)")
     seed = random.randrange(2**31) if seed is None else seed
     names = [kernel] if kernel else list(mod.kernels)
+    device = "cpu" if interpret else "cuda"
     out = {}
     for name in names:
         k = mod.ir[name]
-        fn = getattr(mod, name)
-        out[name] = (check_attention if k.kind == "attention" else check_gemm)(k, fn, trials, seed)
+        fn = interpreted(k) if interpret else getattr(mod, name)
+        shapes = (small_attention_shapes(k) if k.kind == "attention" else None) if interpret else None
+        out[name] = (check_attention if k.kind == "attention" else check_gemm)(k, fn, trials, seed, shapes, device)
     return out, seed
+
+
+def small_attention_shapes(k: ir.Kernel):
+    """The awkward cases at sizes the CPU interpreter runs in well under a second."""
+    return [s for s in attention_shapes(k) if s[3] * s[4] <= 300_000]
+
+
+def interpreted(kernel: ir.Kernel):
+    """A candidate with the kernel's calling convention that runs kdsl.interp on the CPU."""
+    import torch
+    from . import interp
+    np_of = lambda x: x.detach().float().numpy() if x.dtype != torch.int32 else x.numpy()
+
+    if kernel.kind == "attention":
+        def run(q, k, v, out, lse=None, scale=None, **caps):
+            o, l = interp.attention(kernel, np_of(q), np_of(k), np_of(v), {n: np_of(c) for n, c in caps.items()},
+                                    scale)
+            out.copy_(torch.from_numpy(o))
+            if lse is not None:
+                lse.copy_(torch.from_numpy(l))
+            return (out, lse) if lse is not None else out
+        return run
+
+    def run_gemm(a, sa, b, sb, *extra, out):
+        grouping = kernel.attr("grouping")
+        kw = {"group": extra[0].numpy()} if grouping == "contiguous" else \
+             {"count": extra[0].numpy()} if grouping == "masked" else {}
+        r = torch.from_numpy(interp.fp8_gemm(kernel, np_of(a), np_of(sa), np_of(b), np_of(sb), **kw))
+        out.copy_(torch.where(torch.isnan(r), out.float(), r).to(out.dtype))  # NaN = rows left alone
+        return out
+    return run_gemm
 
 
 def format_table(name: str, results: list[CaseResult]) -> str:

@@ -35,6 +35,8 @@ def main(argv=None) -> int:
     ck.add_argument("--kernel", metavar="NAME", help="check only this kernel")
     ck.add_argument("--trials", type=int, default=5, metavar="N", help="trials per shape (default 5)")
     ck.add_argument("--seed", type=int, metavar="S", help="random seed (printed, for reproduction)")
+    ck.add_argument("--interpret", action="store_true",
+                    help="run the tiled program on the CPU with numpy instead of the GPU (small shapes)")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -86,7 +88,7 @@ def _check(args) -> int:
     for path, module in zip(args.files, modules):
         if args.kernel and args.kernel not in module.kernels:
             continue
-        results, seed = check_module(module, args.kernel, args.trials, args.seed)
+        results, seed = check_module(module, args.kernel, args.trials, args.seed, args.interpret)
         print(f"kdsl check {path}: seed {seed} (reproduce with --seed {seed})")
         for name, rs in results.items():
             print(format_table(name, rs))

@@ -35,40 +35,65 @@ def scalar_op(op: str, vals):
     return _SCALAR[op](*vals)
 
 
+class _Torch:
+    """Array backend: torch (reference, FlexAttention translation)."""
+
+    def __init__(self, float_dtype=None):
+        import torch
+        self.xp, self.array = torch, torch.Tensor
+        self.fdt = float_dtype or torch.float64
+
+    def to_float(self, a): return a.to(self.fdt)
+    def to_int(self, a): return a.to(self.xp.int64)
+    def index(self, t, idx): return t[tuple(i.long() if isinstance(i, self.array) else int(i) for i in idx)]
+    def clamp(self, a, lo=None, hi=None): return self.xp.clamp(a, min=lo, max=hi)
+
+
+class _Numpy:
+    """Array backend: numpy (the CPU interpreter of tiled programs)."""
+
+    def __init__(self, float_dtype=None):
+        import numpy
+        self.xp, self.array = numpy, numpy.ndarray
+        self.fdt = float_dtype or numpy.float64
+
+    def to_float(self, a): return a.astype(self.fdt)
+    def to_int(self, a): return a.astype(self.xp.int64)
+    def index(self, t, idx): return t[tuple(i.astype(self.xp.int64) if isinstance(i, self.array) else int(i) for i in idx)]
+    def clamp(self, a, lo=None, hi=None): return self.xp.clip(a, lo, hi)
+
+
 def eval_torch(e: ir.Expr, env: dict, captures: dict, float_dtype=None):
     """Evaluate an IR expression with torch; env maps variable names to tensors or numbers.
 
     Floats are computed in `float_dtype` (float64 for the reference), integers in int64,
     so the reference never overflows where the kernel's i32 would not either.
     """
-    import torch
+    return eval_array(e, env, captures, _Torch(float_dtype))
 
-    fdt = float_dtype or torch.float64
 
+def eval_numpy(e: ir.Expr, env: dict, captures: dict, float_dtype=None):
+    return eval_array(e, env, captures, _Numpy(float_dtype))
+
+
+def eval_array(e: ir.Expr, env: dict, captures: dict, backend):
     def go(x):
         if isinstance(x, ir.Const):
             return x.value
         if isinstance(x, ir.Var):
             return env[x.name]
         if isinstance(x, ir.Load):
-            t = captures[x.tensor]
-            idx = tuple(_as_long(go(i)) for i in x.indices)
-            v = t[idx]
-            return v.to(fdt) if x.ty == "f32" else v.to(torch.int64)
-        args = [go(a) for a in x.args]
-        return _torch_op(torch, x, args, fdt)
-
-    def _as_long(v):
-        return v.long() if isinstance(v, torch.Tensor) else int(v)
-
+            v = backend.index(captures[x.tensor], [go(i) for i in x.indices])
+            return backend.to_float(v) if x.ty == "f32" else backend.to_int(v)
+        return _array_op(backend, x, [go(a) for a in x.args])
     return go(e)
 
 
-def _torch_op(torch, x: ir.Op, args, fdt):
+def _array_op(be, x: ir.Op, args):
     """Operator syntax where it exists, so the same code traces under torch.compile (the
-    FlexAttention translation) and runs eagerly on broadcast index grids (the reference)."""
-    op = x.op
-    if all(not isinstance(a, torch.Tensor) for a in args):
+    FlexAttention translation) and runs eagerly on broadcast index grids."""
+    op, xp = x.op, be.xp
+    if all(not isinstance(a, be.array) for a in args):
         return scalar_op(op, args)
     a = args[0]
     b = args[1] if len(args) > 1 else None
@@ -76,7 +101,7 @@ def _torch_op(torch, x: ir.Op, args, fdt):
     if op == "sub": return a - b
     if op == "mul": return a * b
     if op == "div": return a / b
-    if op == "floordiv": return a // b          # floor semantics for tensors, like Python
+    if op == "floordiv": return a // b          # floor semantics for arrays, like Python
     if op == "mod": return a % b                # sign of the divisor, like Python
     if op == "neg": return -a
     if op == "lt": return a < b
@@ -87,16 +112,17 @@ def _torch_op(torch, x: ir.Op, args, fdt):
     if op == "ne": return a != b
     if op == "and": return a & b
     if op == "or": return a | b
-    if op == "not": return ~a if isinstance(a, torch.Tensor) else (not a)
+    if op == "not": return ~a if isinstance(a, be.array) else (not a)
     if op in ("min", "max"):
-        if not isinstance(a, torch.Tensor):
+        if not isinstance(a, be.array):
             a, b = b, a
-        if not isinstance(b, torch.Tensor):
-            return torch.clamp(a, max=b) if op == "min" else torch.clamp(a, min=b)
-        return torch.minimum(a, b) if op == "min" else torch.maximum(a, b)
-    if op == "abs": return torch.abs(a)
-    if op == "where": return torch.where(args[0], args[1], args[2])
-    if op == "int": return a.to(torch.int64) if x.ty == "i32" else a  # truncates toward zero
-    if op == "float": return a.to(fdt)
-    if op == "rsqrt": return torch.rsqrt(a)
-    return getattr(torch, op)(a)
+        if not isinstance(b, be.array):
+            return be.clamp(a, hi=b) if op == "min" else be.clamp(a, lo=b)
+        return xp.minimum(a, b) if op == "min" else xp.maximum(a, b)
+    if op == "abs": return xp.abs(a)
+    if op == "where": return xp.where(args[0], args[1], args[2])
+    if op == "int": return be.to_int(a) if x.ty == "i32" else a  # truncates toward zero
+    if op == "float": return be.to_float(a)
+    if op == "rsqrt": return 1 / xp.sqrt(a)
+    if op == "sigmoid": return 1 / (1 + xp.exp(-a))
+    return getattr(xp, op)(a)

@@ -1,0 +1,130 @@
+"""CPU execution of the lowered, tiled program with numpy.
+
+Not a reference: it walks the same schedule the CUDA kernels do — q tiles of tile_m rows,
+kv tiles of tile_n keys classified by the mask analysis' tile_empty / tile_full predicates
+(empty ones skipped, full ones without the per-element mask), the ragged last tile bounded
+by N, scores in the log2 domain from the exp2-folded expression, online-softmax rescaling,
+P rounded to the input type before P.V as the tensor cores see it; and for FP8 GEMMs each
+128-deep K block accumulated on its own and promoted with its scales. Slow; exact about the
+schedule, so CI can test the passes against the float64 reference with no GPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ir
+from .passes import pipeline
+from .passes.target import get_target
+from .semantics import eval_numpy
+
+_ROUND = {"bf16": "bfloat16", "f16": "float16"}
+
+
+def _round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round float32 values to bf16/f16 precision (round to nearest even), kept in float32."""
+    if dtype == "f16":
+        return x.astype(np.float16).astype(np.float32)
+    bits = x.astype(np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return np.where(np.isfinite(x), rounded.view(np.float32), x)
+
+
+def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90a"):
+    """q [B,H,M,D], k/v [B,Hkv,N,D] as numpy float32 arrays (already holding bf16/f16
+    values); captured tensors as numpy arrays. Returns (out float32, lse float32)."""
+    from .runtime.launch import eval_scalar
+    captures = captures or {}
+    B, H, M, D = q.shape
+    Hkv, N = k.shape[1], k.shape[2]
+    low = pipeline.lower(kernel, get_target(arch), D)
+    bm, bn = low.attr("tile_m"), low.attr("tile_n")
+    elem = kernel.tensor("q").dtype
+    dims = {n: {"q": q, "k": k, "v": v, **captures}[t].shape[axis] for n, (t, axis) in kernel.dims.items()}
+    scale = float(eval_scalar(kernel.func("scale"), dims)) if scale is None else scale
+    scale_log2 = np.float32(scale * 1.4426950408889634)
+    score, mask = low.func("score_log2"), low.func("mask")
+    empty_p, full_p = low.func("tile_empty"), low.func("tile_full")
+    kv_head = np.arange(H) // (H // Hkv)
+    out = np.zeros((B, H, M, D), np.float32)
+    lse = np.full((B, H, M), -np.inf, np.float32)
+    b_idx = np.arange(B).reshape(B, 1, 1, 1)
+    h_idx = np.arange(H).reshape(1, H, 1, 1)
+    for q0 in range(0, M, bm):
+        q1 = min(q0 + bm, M) - 1
+        rows = np.arange(q0, q1 + 1).reshape(1, 1, -1, 1)
+        m_i = np.full((B, H, q1 - q0 + 1), -np.inf, np.float32)
+        l_i = np.zeros_like(m_i)
+        acc = np.zeros((B, H, q1 - q0 + 1, D), np.float32)
+        for k0 in range(0, N, bn):
+            k1 = min(k0 + bn, N) - 1
+            cls = _classify(empty_p, full_p, dims, B, H, q0, q1, k0, k1) if mask is not None \
+                else np.full((B, H), "full")
+            if (cls == "empty").all():
+                continue
+            cols = np.arange(k0, k1 + 1).reshape(1, 1, 1, -1)
+            qk = np.einsum("bhmd,bhnd->bhmn", q[:, :, q0:q1 + 1], k[:, kv_head, k0:k1 + 1], dtype=np.float32)
+            env = {**dims, "qk": qk, "scale": np.float32(scale), "scale_log2": scale_log2,
+                   "b": b_idx, "h": h_idx, "q": rows, "kv": cols}
+            s = np.broadcast_to(eval_numpy(score, env, captures, np.float32), qk.shape).astype(np.float32)
+            if mask is not None:
+                keep = np.broadcast_to(eval_numpy(mask, env, captures), qk.shape)
+                # full tiles skip the per-element mask, as the kernel does; empty (b, h) pairs drop out
+                keep = np.where((cls == "full")[..., None, None], True, keep) & (cls != "empty")[..., None, None]
+                s = np.where(keep, s, -np.inf)
+            m_new = np.maximum(m_i, s.max(axis=-1))
+            base = np.where(np.isneginf(m_new), 0.0, m_new).astype(np.float32)
+            p = np.exp2(s - base[..., None])
+            alpha = np.exp2(np.where(np.isneginf(m_i), -np.inf, m_i - base))
+            l_i = l_i * alpha + p.sum(axis=-1)
+            pv = np.einsum("bhmn,bhnd->bhmd", _round_to(p, elem), v[:, kv_head, k0:k1 + 1], dtype=np.float32)
+            acc = acc * alpha[..., None] + pv
+            m_i = m_new
+        safe = np.where(l_i > 0, l_i, 1.0)
+        out[:, :, q0:q1 + 1] = np.where((l_i > 0)[..., None], acc / safe[..., None], 0.0)
+        lse[:, :, q0:q1 + 1] = np.where(l_i > 0, (m_i + np.log2(safe)) * np.float32(np.log(2.0)), -np.inf)
+    return out, lse
+
+
+def _classify(empty_p, full_p, dims, B, H, q0, q1, k0, k1) -> np.ndarray:
+    """Tile class per (b, h): 'empty', 'full' or 'partial'."""
+    env = {**dims, "b": np.arange(B).reshape(B, 1), "h": np.arange(H).reshape(1, H),
+           "q0": q0, "q1": q1, "k0": k0, "k1": k1}
+    empty = np.broadcast_to(eval_numpy(empty_p, env, {}), (B, H))
+    full = np.broadcast_to(eval_numpy(full_p, env, {}), (B, H))
+    return np.where(empty, "empty", np.where(full, "full", "partial"))
+
+
+def fp8_gemm(kernel: ir.Kernel, a, sa, b, sb, group=None, count=None, arch="sm_90a"):
+    """a, b: float32 arrays holding the e4m3 values; scales as from kdsl.fp8 (numpy, logical
+    shapes). Returns float32 out; rows a grouped kernel must leave alone are NaN."""
+    low = pipeline.lower(kernel, get_target(arch), 0)
+    bm, bn = low.attr("tile_m"), low.attr("tile_n")
+    grouping = kernel.attr("grouping")
+    if grouping == "masked":
+        return np.stack([_gemm_tiles(a[g], sa[g], b[g], sb[g], bm, bn, rows=int(count[g])) for g in range(a.shape[0])])
+    if grouping == "contiguous":
+        out = np.full((a.shape[0], b.shape[1]), np.nan, np.float32)
+        for g in range(b.shape[0]):
+            sel = group == g
+            if sel.any():
+                out[sel] = _gemm_tiles(a[sel], sa[sel], b[g], sb[g], bm, bn)
+        return out
+    return _gemm_tiles(a, sa, b, sb, bm, bn)
+
+
+def _gemm_tiles(a, sa, b, sb, bm, bn, rows=None):
+    M, K = a.shape
+    N = b.shape[0]
+    rows = M if rows is None else rows
+    out = np.full((M, N), np.nan, np.float32)
+    for m0 in range(0, rows, bm):
+        m1 = min(m0 + bm, rows)
+        for n0 in range(0, N, bn):
+            n1 = min(n0 + bn, N)
+            total = np.zeros((m1 - m0, n1 - n0), np.float32)
+            for kb in range(K // 128):  # promotion interval: one 128-deep K block
+                ks = slice(kb * 128, kb * 128 + 128)
+                block = a[m0:m1, ks] @ b[n0:n1, ks].T
+                total += block * sa[m0:m1, kb:kb + 1] * sb[np.arange(n0, n1) // 128, kb][None, :]
+            out[m0:m1, n0:n1] = total
+    return out
