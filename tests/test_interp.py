@@ -100,3 +100,18 @@ def test_fp8_interpreter_promotes_per_128_block():
     ref = reference.fp8_gemm(a, sa, b, sb)
     from kdsl.testing import fp8_difference
     assert fp8_difference(torch.from_numpy(out), ref) < 1e-6
+
+
+def test_python_api_interpret_switch():
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd", interpret=True)
+    q, k, v, caps = attention_inputs(mod.ir["alibi"], 1, 2, 2, 100, 90, 64, device="cpu")
+    out = mod.alibi(q, k, v, caps["slopes"])
+    ref, _ = reference.attention(mod.ir["alibi"], q, k, v, caps)
+    assert out.dtype == q.dtype and rel_frobenius(out, ref) <= ATTENTION_TOL
+    from kdsl import fp8
+    g = kdsl.load(ROOT / "samples" / "fp8_grouped_masked.kd", interpret=True)
+    a, sa = fp8.quantize_1x128(torch.randn(2, 64, 256))
+    b, sb = fp8.quantize_128x128(torch.randn(2, 130, 256))
+    count = torch.tensor([10, 64], dtype=torch.int32)
+    out = g.fp8_grouped_masked(a, sa, b, sb, count)
+    assert torch.isnan(out[0, 10:].float()).all() and not torch.isnan(out[1].float()).any()

@@ -11,10 +11,11 @@ from .launch import AttentionKernel, GemmKernel
 
 
 class Module:
-    def __init__(self, kernels, file: str, arch: str | None = None):
+    def __init__(self, kernels, file: str, arch: str | None = None, interpret: bool = False):
         self.file = file
-        self.kernels = {k.name: (AttentionKernel(k, arch) if k.kind == "attention" else GemmKernel(k, arch))
-                        for k in kernels}
+        make = Interpreted if interpret else (lambda k, a: AttentionKernel(k, a) if k.kind == "attention"
+                                              else GemmKernel(k, a))
+        self.kernels = {k.name: make(k, arch) for k in kernels}
         self.ir = {k.name: k for k in kernels}
 
     def __getattr__(self, name):
@@ -31,11 +32,42 @@ class Module:
         return f"<kdsl module {self.file}: {', '.join(self.kernels)}>"
 
 
-def compile_source(source: str, file: str = "<string>", arch: str | None = None) -> Module:
-    return Module(pipeline.check(parse(source, file)), file, arch)
+class Interpreted:
+    """A kernel run by the CPU interpreter of its tiled program (kdsl.interp): same calling
+    convention, torch CPU tensors in and out. Slow; for small shapes and debugging."""
+
+    def __init__(self, kernel, arch=None):
+        from ..check import interpreted
+        self.ir, self.name = kernel, kernel.name
+        self._run = interpreted(kernel)
+        self._args = AttentionKernel(kernel) if kernel.kind == "attention" else GemmKernel(kernel)
+
+    def __call__(self, *args, out=None, **named):
+        import torch
+        if self.ir.kind == "attention":
+            q, k, v, *caps = args
+            scale = named.pop("scale", None)
+            lse = named.pop("lse", None)
+            given = dict(zip([t.name for t in self._args.captures], self._args._collect_captures(caps, named)))
+            out = torch.empty_like(q) if out is None else out
+            if lse is None and self._args.has_lse:
+                lse = torch.empty(q.shape[:3], dtype=torch.float32)
+            return self._run(q, k, v, out=out, lse=lse, scale=scale, **given)
+        a, sa, b, sb, *extra = args
+        extra = [self._args._extra(extra, named)] if self._args.extra else []
+        if out is None:
+            shape = (*a.shape[:-1], b.shape[-2])
+            dtype = torch.float32 if self.ir.tensor("out").dtype == "f32" else torch.bfloat16
+            out = torch.full(shape, float("nan"), dtype=dtype)
+        return self._run(a, sa, b, sb, *extra, out=out)
 
 
-def load(path, arch: str | None = None) -> Module:
+def compile_source(source: str, file: str = "<string>", arch: str | None = None, interpret: bool = False) -> Module:
+    """interpret=True: kernels run on the CPU through the interpreter of the tiled program."""
+    return Module(pipeline.check(parse(source, file)), file, arch, interpret)
+
+
+def load(path, arch: str | None = None, interpret: bool = False) -> Module:
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -46,4 +78,4 @@ def load(path, arch: str | None = None) -> Module:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise SourceError("file is not UTF-8 text (binary data?)", Span(str(path), line, 1, line, 1, "")) from None
-    return compile_source(text, str(path), arch)
+    return compile_source(text, str(path), arch, interpret)
