@@ -12,5 +12,5 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   python3 bench/launch_overhead.py 2>&1 | tee "$OUT/launch.log" | tail -8
-  python3 bench/issue2_bench.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' | tail -40
+  python3 -m kdsl.cli bench --suite standard -o "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -80
 fi

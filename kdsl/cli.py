@@ -37,12 +37,21 @@ def main(argv=None) -> int:
     ck.add_argument("--seed", type=int, metavar="S", help="random seed (printed, for reproduction)")
     ck.add_argument("--interpret", action="store_true",
                     help="run the tiled program on the CPU with numpy instead of the GPU (small shapes)")
+    bn = sub.add_parser("bench", help="time kernels against their peers on the GPU",
+                        description="Time each kernel of FILE (or the standard suite) and its peers in one process, "
+                        "on the same inputs; writes JSON, markdown and a PNG plot to OUT_DIR.")
+    bn.add_argument("files", metavar="FILE.kd", nargs="*")
+    bn.add_argument("--suite", choices=["standard"], help="the standard suite (every sample at fixed shapes)")
+    bn.add_argument("--vs", default="flex,cudnn,scaled_mm,cublas_bf16", metavar="PEERS",
+                    help="comma-separated peers: flex, cudnn, scaled_mm, cublas_bf16 (default: all)")
+    bn.add_argument("--reps", type=int, default=100, help="timed repetitions per measurement (default 100)")
+    bn.add_argument("-o", "--out-dir", default="bench/results", metavar="OUT_DIR")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
     try:
-        return _compile(args) if args.command == "compile" else _check(args)
+        return {"compile": _compile, "check": _check, "bench": _bench}[args.command](args)
     except SourceError as e:
         print(str(e), file=sys.stderr)
         return 1
@@ -95,6 +104,37 @@ def _check(args) -> int:
             ok &= all(r.passed for r in rs)
     print("all kernels pass" if ok else "FAILED")
     return 0 if ok else 1
+
+
+def _bench(args) -> int:
+    import datetime
+    import re
+    from . import bench
+    from .runtime.module import load
+
+    if not args.files and not args.suite:
+        raise KdslError("give .kd files to benchmark, or --suite standard")
+    peers = {p.strip() for p in args.vs.split(",") if p.strip()}
+    unknown = peers - set(bench.PEER_NAMES)
+    if unknown:
+        raise KdslError(f"unknown peer(s) {sorted(unknown)}; choose from {', '.join(bench.PEER_NAMES)}")
+    cases = bench.standard_suite() if args.suite else []
+    files = sorted({c.file for c in cases} | set(args.files))
+    modules = {f: load(f) for f in files}
+    for f in args.files:
+        cases += bench.file_cases(f, modules[f])
+    from .check import check_module  # noqa: F401  (same GPU preconditions as check)
+    from .runtime.launch import _driver
+    _driver()
+    import torch
+    device = torch.cuda.get_device_name()
+    rows = bench.run(cases, modules, args.reps, peers, progress=sys.stderr.isatty())
+    stem = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") + "-" + datetime.date.today().isoformat()
+    stem += "-" + (args.suite or "files")
+    paths = bench.write_results(rows, Path(args.out_dir), device, stem)
+    print(bench.markdown(rows, device))
+    print("results: " + ", ".join(str(p) for p in paths.values()))
+    return 0 if not any(r.failure for r in rows) else 1
 
 
 def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) -> str:

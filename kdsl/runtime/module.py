@@ -2,6 +2,7 @@
 on a kernel's first call and is cached."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from ..errors import KdslError, SourceError, Span
@@ -64,7 +65,10 @@ class Interpreted:
 
 def compile_source(source: str, file: str = "<string>", arch: str | None = None, interpret: bool = False) -> Module:
     """interpret=True: kernels run on the CPU through the interpreter of the tiled program."""
-    return Module(pipeline.check(parse(source, file)), file, arch, interpret)
+    t0 = time.perf_counter()
+    mod = Module(pipeline.check(parse(source, file)), file, arch, interpret)
+    mod.front_end_s = time.perf_counter() - t0  # parse + type check, for `kdsl bench`
+    return mod
 
 
 def load(path, arch: str | None = None, interpret: bool = False) -> Module:

@@ -1,0 +1,340 @@
+"""`kdsl bench`: kernels against their peers, timed in one process on the same inputs.
+
+Timing: CUDA events around each launch, warm-up first, median of >= 100 repetitions, the
+L2 flushed (a 256 MB write) before each repetition so inputs come from HBM. Compile time is
+excluded from the timings and reported separately (front end, NVRTC, cache hit).
+Attention TFLOPS count only the (q, kv) pairs the mask keeps: 4 * D * pairs; FP8 GEMM
+TFLOPS count 2 * rows * N * K over the valid rows.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+ATTN = ["plain", "relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d"]
+GEMM_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
+
+
+@dataclass
+class Case:
+    file: str
+    kernel: str
+    shape: dict
+    kind: str = "attention"
+
+
+@dataclass
+class Row:
+    kernel: str
+    shape: str
+    ms: float = float("nan")
+    tflops: float = float("nan")
+    gbps: float = float("nan")
+    error: float = float("nan")
+    peers: dict = field(default_factory=dict)   # name -> {"ms", "tflops"} or {"error"}
+    compile: dict = field(default_factory=dict)  # front_end_s, nvrtc_s, cache_hit_s
+    failure: str = ""
+
+
+def standard_suite() -> list[Case]:
+    cases = []
+    for s in (2048, 8192):
+        for name in ATTN:
+            shape = dict(B=16384 // s, H=16, M=s, N=s, D=128)
+            if name == "natten2d":
+                shape = dict(B=2, H=16, M=64 * 128, N=64 * 128, D=128) if s == 8192 else None
+            if shape:
+                cases.append(Case(str(SAMPLES / f"{name}.kd"), name, shape))
+    for name in ("relpos", "causal"):
+        cases.append(Case(str(SAMPLES / f"{name}.kd"), name, dict(B=2, H=16, M=8192, N=8192, D=64)))
+    for name in ("plain", "relpos"):
+        for n in (4096, 32768):
+            cases.append(Case(str(SAMPLES / f"{name}.kd"), name, dict(B=1, H=16, M=1, N=n, D=128)))
+    for m in (128, 4096):
+        for n, k in GEMM_NK:
+            cases.append(Case(str(SAMPLES / "fp8_gemm.kd"), "fp8_gemm", dict(M=m, N=n, K=k), "gemm"))
+    cases.append(Case(str(SAMPLES / "fp8_grouped_contiguous.kd"), "fp8_grouped_contiguous",
+                      dict(G=4, M=4 * 8192, N=4096, K=7168), "gemm"))
+    cases.append(Case(str(SAMPLES / "fp8_grouped_masked.kd"), "fp8_grouped_masked",
+                      dict(G=4, M=256, N=4096, K=7168), "gemm"))
+    return cases
+
+
+def file_cases(path: str, mod) -> list[Case]:
+    cases = []
+    for name, k in mod.ir.items():
+        if k.kind == "attention":
+            cases.append(Case(path, name, dict(B=2, H=16, M=8192, N=8192, D=128)))
+        else:
+            g = k.attr("grouping")
+            shape = {"dense": dict(M=4096, N=7168, K=16384), "contiguous": dict(G=4, M=4 * 8192, N=4096, K=7168),
+                     "masked": dict(G=4, M=256, N=4096, K=7168)}[g]
+            cases.append(Case(path, name, shape, "gemm"))
+    return cases
+
+
+class Timer:
+    def __init__(self, reps: int):
+        import torch
+        self.torch, self.reps = torch, reps
+        self.flush_buf = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn) -> float:
+        torch = self.torch
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        for s, e in zip(starts, ends):
+            self.flush_buf.fill_(1)  # evict inputs from L2
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def _compile_times(mod, name, head_dim) -> dict:
+    """Front end (parse + check + passes + codegen), NVRTC, and a cache hit, in seconds."""
+    import os
+    import tempfile
+    from .runtime import cache
+    from .runtime.compiler import build
+    k = mod.ir[name]
+    old = os.environ.get("KDSL_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as d:
+        os.environ["KDSL_CACHE_DIR"] = d
+        cache.clear_memory()
+        t0 = time.perf_counter()
+        b = build(k, mod.kernels[name]._arch(), head_dim, want_cubin=False)
+        t1 = time.perf_counter()
+        cache.clear_memory()
+        t2 = time.perf_counter()
+        build(k, mod.kernels[name]._arch(), head_dim)
+        t3 = time.perf_counter()
+        build(k, mod.kernels[name]._arch(), head_dim)
+        t4 = time.perf_counter()
+    if old is None:
+        os.environ.pop("KDSL_CACHE_DIR", None)
+    else:
+        os.environ["KDSL_CACHE_DIR"] = old
+    return {"front_end_s": round(mod.front_end_s, 4), "nvrtc_s": round(t3 - t2, 3), "cache_hit_s": round(t4 - t3, 5)}
+
+
+def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
+    import torch
+    from . import flex, reference
+    from .runtime.launch import eval_scalar
+    from .testing import attention_inputs, rel_frobenius
+    kir = mod.ir[case.kernel]
+    s = case.shape
+    B, H, M, N, D = s["B"], s["H"], s["M"], s["N"], s["D"]
+    row = Row(case.kernel, f"B={B} H={H} M={M} N={N} D={D}")
+    q, k, v, caps = attention_inputs(kir, B, H, H, M, N, D)
+    fn = getattr(mod, case.kernel)
+    out = fn(q, k, v, **caps)
+    row.compile = _compile_times(mod, case.kernel, D)
+    sl = slice(0, min(H, 2))
+    sub = {n: (c[:1] if c.dim() > 1 and c.shape[0] == B else c) for n, c in caps.items()}
+    ref, _ = reference.attention(kir, q[:1, sl], k[:1, sl], v[:1, sl], sub)
+    row.error = rel_frobenius(out[:1, sl], ref)
+    del ref
+    dims = {"B": B, "H": H, "Hkv": H, "M": M, "N": N, "D": D}
+    scale = float(eval_scalar(kir.func("scale"), dims))
+    flops = 4 * D * kept_pairs(kir, dims, caps, B, H, M, N)
+    row.ms = timer(lambda: fn(q, k, v, **caps))
+    row.tflops = flops / row.ms / 1e9
+    row.gbps = (q.numel() + k.numel() + v.numel() + out.numel()) * 2 / row.ms / 1e6
+    if "flex" in peers:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            fa = torch.compile(flex_attention)
+            sm, mm = flex.score_mod(kir, dims, caps, scale), flex.mask_mod(kir, dims, caps)
+            bm = create_block_mask(mm, B, H, M, N, device="cuda") if mm else None
+            fo = fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale)
+            if rel_frobenius(fo, out) > 5e-2:
+                raise RuntimeError("FlexAttention disagrees with kdsl on the same inputs")
+            t = timer(lambda: fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale))
+            row.peers["flex"] = {"ms": t, "tflops": flops / t / 1e9}
+        except Exception as e:
+            row.peers["flex"] = {"error": f"{type(e).__name__}: {e}"[:160]}
+    if "cudnn" in peers and case.kernel in ("plain", "causal"):
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                f = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case.kernel == "causal")
+                t = timer(f)
+            row.peers["cudnn"] = {"ms": t, "tflops": flops / t / 1e9}
+        except Exception as e:
+            row.peers["cudnn"] = {"error": f"{type(e).__name__}: {e}"[:160]}
+    return row
+
+
+def kept_pairs(kir, dims, caps, B, H, M, N) -> int:
+    """Unmasked (q, kv) pairs summed over batch and heads (the FLOP convention)."""
+    import torch
+    from . import ir
+    from .semantics import eval_torch
+    m = kir.func("mask")
+    if m is None:
+        return B * H * M * N
+    uses_bh = any(isinstance(n, ir.Var) and n.name in ("b", "h") for n in ir.walk(m)) or \
+        any(isinstance(n, ir.Load) for n in ir.walk(m))
+    total = 0
+    for b in range(B if uses_bh else 1):
+        for h in range(H if uses_bh else 1):
+            keep = eval_torch(m, {**dims, "b": b, "h": h, "q": torch.arange(M, device="cuda").view(M, 1),
+                                  "kv": torch.arange(N, device="cuda").view(1, N)}, caps)
+            total += int(torch.as_tensor(keep).expand(M, N).sum())
+    return total if uses_bh else total * B * H
+
+
+def run_gemm(case: Case, mod, timer: Timer, peers: set) -> Row:
+    import torch
+    from . import fp8, reference
+    from .testing import fp8_difference
+    kir = mod.ir[case.kernel]
+    g = kir.attr("grouping")
+    s = case.shape
+    G, M, N, K = s.get("G", 1), s["M"], s["N"], s["K"]
+    row = Row(case.kernel, (f"G={G} " if G > 1 else "") + f"M={M} N={N} K={K}")
+    a_shape = (G, M, K) if g == "masked" else (M, K)
+    a, sa = fp8.quantize_1x128(torch.randn(a_shape, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn((N, K) if g == "dense" else (G, N, K), device="cuda"))
+    extra, rows = (), M * G if g == "masked" else M
+    if g == "contiguous":  # equal 128-aligned segments
+        extra = (torch.arange(M, device="cuda", dtype=torch.int32) // (M // G),)
+    elif g == "masked":
+        count = torch.randint(M // 2, M + 1, (G,), device="cuda", dtype=torch.int32)
+        extra, rows = (count,), int(count.sum())
+    fn = getattr(mod, case.kernel)
+    out = fn(a, sa, b, sb, *extra)
+    row.compile = _compile_times(mod, case.kernel, 0)
+    ref = reference.fp8_gemm(a, sa, b, sb, *((extra[0], None) if g == "contiguous" else
+                                             (None, extra[0]) if g == "masked" else ()))
+    if g == "masked":
+        valid = torch.arange(M, device="cuda").view(1, M, 1) < extra[0].view(G, 1, 1)
+        valid = valid.expand(out.shape)
+        row.error = fp8_difference(out[valid], ref[valid])
+    else:
+        row.error = fp8_difference(out, ref)
+    del ref
+    flops = 2 * rows * N * K
+    row.ms = timer(lambda: fn(a, sa, b, sb, *extra, out=out))
+    row.tflops = flops / row.ms / 1e9
+    if "scaled_mm" in peers:
+        if g == "dense":
+            try:
+                f = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
+                t = timer(f)
+                row.peers["scaled_mm"] = {"ms": t, "tflops": flops / t / 1e9}
+            except Exception as e:
+                row.peers["scaled_mm"] = {"error": f"{type(e).__name__}: {e}"[:160]}
+        else:
+            row.peers["scaled_mm"] = {"error": "no grouped blockwise scaled_mm in torch"}
+    if "cublas_bf16" in peers:
+        x = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16)
+        y = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+        t = timer(lambda: x @ y.t())
+        row.peers["cublas_bf16"] = {"ms": t, "tflops": flops / t / 1e9}
+    return row
+
+
+def run(cases: list[Case], modules: dict, reps: int, peers: set, progress=True) -> list[Row]:
+    import torch
+    torch._dynamo.config.cache_size_limit = 1024
+    if hasattr(torch._dynamo.config, "recompile_limit"):
+        torch._dynamo.config.recompile_limit = 1024
+    timer = Timer(reps)
+    rows = []
+    bar = _progress(cases, progress)
+    for case in bar:
+        mod = modules[case.file]
+        try:
+            row = (run_attention if case.kind == "attention" else run_gemm)(case, mod, timer, peers)
+        except Exception as e:
+            row = Row(case.kernel, json.dumps(case.shape), failure=f"{type(e).__name__}: {e}"[:200])
+        rows.append(row)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _progress(items, enabled):
+    if not enabled:
+        return items
+    try:
+        from tqdm import tqdm
+        return tqdm(items, desc="kdsl bench", unit="case")
+    except ImportError:
+        return items
+
+
+PEER_NAMES = {"flex": "FlexAttention (compiled)", "cudnn": "cuDNN SDPA", "scaled_mm": "torch._scaled_mm blockwise",
+              "cublas_bf16": "cuBLAS bf16 matmul"}
+
+
+def markdown(rows: list[Row], device: str) -> str:
+    lines = [f"# kdsl bench on {device}", "",
+             "TFLOPS count only the work the mask leaves (4·D per kept (q, kv) pair; FP8: 2·rows·N·K over valid rows).",
+             "Times: median of CUDA-event-timed launches, L2 flushed before each. Ratio = kdsl / peer "
+             "(> 1: kdsl faster).", "",
+             "| kernel | shape | err | kdsl ms | kdsl TFLOPS | GB/s | peer | peer TFLOPS | ratio | NVRTC s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r.failure:
+            lines.append(f"| {r.kernel} | {r.shape} | FAILED: {r.failure} | | | | | | | |")
+            continue
+        peers = list(r.peers.items()) or [("-", {})]
+        for name, p in peers:
+            peer = PEER_NAMES.get(name, name)
+            if "error" in p:
+                pt, ratio = f"could not run: {p['error'][:70]}", ""
+            elif p:
+                pt, ratio = f"{p['tflops']:.1f}", f"{r.tflops / p['tflops']:.2f}"
+            else:
+                pt, ratio = "", ""
+            gb = f"{r.gbps:.0f}" if r.gbps == r.gbps else ""
+            lines.append(f"| {r.kernel} | {r.shape} | {r.error:.1e} | {r.ms:.4f} | {r.tflops:.1f} | {gb} | {peer} | "
+                         f"{pt} | {ratio} | {r.compile.get('nvrtc_s', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[Row], path: Path, device: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ok = [r for r in rows if not r.failure]
+    labels = [f"{r.kernel}\n{r.shape}" for r in ok]
+    peer_names = sorted({n for r in ok for n, p in r.peers.items() if "tflops" in p})
+    width = 0.8 / (1 + len(peer_names))
+    fig, ax = plt.subplots(figsize=(max(10, len(ok) * 0.6), 6))
+    xs = range(len(ok))
+    ax.bar([x for x in xs], [r.tflops for r in ok], width, label="kdsl")
+    for i, n in enumerate(peer_names, 1):
+        ax.bar([x + i * width for x in xs], [r.peers.get(n, {}).get("tflops", 0) for r in ok], width,
+               label=PEER_NAMES.get(n, n))
+    ax.set_xticks([x + width * len(peer_names) / 2 for x in xs], labels, rotation=90, fontsize=6)
+    ax.set_ylabel("TFLOPS (work the mask leaves)")
+    ax.set_title(f"kdsl bench — {device}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def write_results(rows: list[Row], out_dir: Path, device: str, stem: str) -> dict:
+    import dataclasses
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md", "png": out_dir / f"{stem}.png"}
+    paths["json"].write_text(json.dumps({"device": device, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
+    paths["md"].write_text(markdown(rows, device))
+    try:
+        plot(rows, paths["png"], device)
+    except ImportError:
+        paths.pop("png")
+    return paths
