@@ -78,11 +78,22 @@ def check_attention(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shape
     shapes = shapes or attention_shapes(kernel)
     rng = random.Random(seed)
     results = []
-    for t in range(trials):
-        for shape in shapes:
-            gen = torch.Generator(device=device).manual_seed(rng.randrange(2**62))
-            results.append(_attention_case(torch, kernel, fn, shape, gen, device))
+    for t, shape in _progress([(t, s) for t in range(trials) for s in shapes], kernel.name):
+        gen = torch.Generator(device=device).manual_seed(rng.randrange(2**62))
+        results.append(_attention_case(torch, kernel, fn, shape, gen, device))
     return results
+
+
+def _progress(items, name):
+    """A progress bar on a terminal (checks of big programs take a while); silent otherwise."""
+    import sys
+    if not sys.stderr.isatty():
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=f"check {name}", unit="case", leave=False)
 
 
 def _attention_case(torch, kernel, fn, shape, gen, device) -> CaseResult:
@@ -140,51 +151,51 @@ def check_gemm(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shapes=Non
     rng = random.Random(seed)
     out_dtype = torch.float32 if kernel.tensor("out").dtype == "f32" else torch.bfloat16
     results = []
-    for _ in range(trials):
-        for G, M, N, K in shapes or gemm_shapes(grouping):
-            gen = torch.Generator(device=device).manual_seed(rng.randrange(2**62))
-            a_shape = (G, M, K) if grouping == "masked" else (M, K)
-            b_shape = (N, K) if grouping == "dense" else (G, N, K)
-            a, sa = fp8.quantize_1x128(torch.randn(a_shape, device=device, generator=gen))
-            b, sb = fp8.quantize_128x128(torch.randn(b_shape, device=device, generator=gen))
-            extra, valid = (), None
-            if grouping == "contiguous":
-                group = torch.randint(-1, G, (M,), device=device, generator=gen, dtype=torch.int32)
-                extra, valid = (group,), group >= 0
-            elif grouping == "masked":
-                count = torch.randint(0, M + 1, (G,), device=device, generator=gen, dtype=torch.int32)
-                extra = (count,)
-                valid = torch.arange(M, device=device).view(1, M, 1) < count.view(G, 1, 1)
-            out_shape = (G, M, N) if grouping == "masked" else (M, N)
-            res = CaseResult(kernel.name, f"G={G} M={M} N={N} K={K}" if G > 1 else f"M={M} N={N} K={K}",
-                             "1 - 2xy/(x^2+y^2)", float("inf"), FP8_TOL)
-            before = [x.clone() for x in (a, sa, b, sb, *extra)]
-            snaps = []
-            for _ in range(2):
-                buf, out = _guarded(torch, out_shape, out_dtype, a.device)
-                fn(a, sa, b, sb, *extra, out=out)
-                snaps.append(out.clone())
-                _sync(torch, device)
-                if not _guards_intact(torch, buf, out.numel()):
-                    res.problems.append("wrote outside its output")
-            out, out2 = snaps
-            if not all(torch.equal(x, y) for x, y in zip(before, (a, sa, b, sb, *extra))):
-                res.problems.append("modified an input")
-            ref = reference.fp8_gemm(a, sa, b, sb, *(() if grouping == "dense" else
-                                                      ((extra[0], None) if grouping == "contiguous" else (None, extra[0]))))
-            if valid is not None:
-                valid = valid.expand(out_shape) if grouping == "masked" else valid.view(M, 1).expand(out_shape)
-                if not torch.isnan(out[~valid].float()).all():
-                    res.problems.append("wrote rows it must leave untouched")
-                out_v, ref_v, out2_v = out[valid], ref[valid], out2[valid]
-            else:
-                out_v, ref_v, out2_v = out, ref, out2
-            if torch.isnan(out_v.float()).any():
-                res.problems.append(f"{int(torch.isnan(out_v.float()).sum())} output elements unwritten (NaN)")
-            if not torch.equal(out_v, out2_v):
-                res.problems.append("not deterministic")
-            res.error = fp8_difference(out_v, ref_v) if out_v.numel() else 0.0
-            results.append(res)
+    for _, (G, M, N, K) in _progress([(t, s) for t in range(trials) for s in shapes or gemm_shapes(grouping)],
+                                     kernel.name):
+        gen = torch.Generator(device=device).manual_seed(rng.randrange(2**62))
+        a_shape = (G, M, K) if grouping == "masked" else (M, K)
+        b_shape = (N, K) if grouping == "dense" else (G, N, K)
+        a, sa = fp8.quantize_1x128(torch.randn(a_shape, device=device, generator=gen))
+        b, sb = fp8.quantize_128x128(torch.randn(b_shape, device=device, generator=gen))
+        extra, valid = (), None
+        if grouping == "contiguous":
+            group = torch.randint(-1, G, (M,), device=device, generator=gen, dtype=torch.int32)
+            extra, valid = (group,), group >= 0
+        elif grouping == "masked":
+            count = torch.randint(0, M + 1, (G,), device=device, generator=gen, dtype=torch.int32)
+            extra = (count,)
+            valid = torch.arange(M, device=device).view(1, M, 1) < count.view(G, 1, 1)
+        out_shape = (G, M, N) if grouping == "masked" else (M, N)
+        res = CaseResult(kernel.name, f"G={G} M={M} N={N} K={K}" if G > 1 else f"M={M} N={N} K={K}",
+                         "1 - 2xy/(x^2+y^2)", float("inf"), FP8_TOL)
+        before = [x.clone() for x in (a, sa, b, sb, *extra)]
+        snaps = []
+        for _ in range(2):
+            buf, out = _guarded(torch, out_shape, out_dtype, a.device)
+            fn(a, sa, b, sb, *extra, out=out)
+            snaps.append(out.clone())
+            _sync(torch, device)
+            if not _guards_intact(torch, buf, out.numel()):
+                res.problems.append("wrote outside its output")
+        out, out2 = snaps
+        if not all(torch.equal(x, y) for x, y in zip(before, (a, sa, b, sb, *extra))):
+            res.problems.append("modified an input")
+        ref = reference.fp8_gemm(a, sa, b, sb, *(() if grouping == "dense" else
+                                                  ((extra[0], None) if grouping == "contiguous" else (None, extra[0]))))
+        if valid is not None:
+            valid = valid.expand(out_shape) if grouping == "masked" else valid.view(M, 1).expand(out_shape)
+            if not torch.isnan(out[~valid].float()).all():
+                res.problems.append("wrote rows it must leave untouched")
+            out_v, ref_v, out2_v = out[valid], ref[valid], out2[valid]
+        else:
+            out_v, ref_v, out2_v = out, ref, out2
+        if torch.isnan(out_v.float()).any():
+            res.problems.append(f"{int(torch.isnan(out_v.float()).sum())} output elements unwritten (NaN)")
+        if not torch.equal(out_v, out2_v):
+            res.problems.append("not deterministic")
+        res.error = fp8_difference(out_v, ref_v) if out_v.numel() else 0.0
+        results.append(res)
     return results
 
 

@@ -23,4 +23,4 @@ def test_markdown_shows_failed_peers_and_convention():
             bench.Row("causal", "B=2", failure="RuntimeError: boom")]
     md = bench.markdown(rows, "GPU")
     assert "4·D per kept (q, kv) pair" in md
-    assert "| 2.00 |" in md and "could not run: not supported" in md and "FAILED: RuntimeError: boom" in md
+    assert "| 1000.0 | 100.0 |" in md and "| 2000.0 | 50.0 | 2.00 |" in md and "could not run: not supported" in md and "FAILED: RuntimeError: boom" in md
