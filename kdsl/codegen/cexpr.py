@@ -76,11 +76,10 @@ def _floor_op(op: str, a, divisor: ir.Expr) -> str:
 
 
 def _const(c: ir.Const) -> str:
-    if c.ty == "bool":
-        return "true" if c.value else "false"
-    if c.ty == "i32":
-        return str(int(c.value))
-    v = float(c.value)
-    if math.isinf(v):
-        return "(-kdsl::neg_inf())" if v > 0 else "kdsl::neg_inf()"
-    return f"{v!r}f" if ("." in repr(v) or "e" in repr(v)) else f"{v!r}.0f"
+    """The IR's own spelling of a constant, plus the C++ float suffix; inf and NaN by bits."""
+    if c.ty == "f32" and not math.isfinite(c.value):
+        if math.isnan(c.value):
+            return "__int_as_float(0x7fc00000)"
+        return "(-kdsl::neg_inf())" if c.value > 0 else "kdsl::neg_inf()"
+    text = ir.print_expr(c)
+    return text + "f" if c.ty == "f32" else text
