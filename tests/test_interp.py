@@ -1,8 +1,6 @@
 """The tiled program, executed on the CPU, against the float64 reference: the passes
 (exp2 folding, mask analysis' tile classes, tiling) are tested here with no GPU."""
-import dataclasses
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 

@@ -44,7 +44,7 @@ def parse(text: str, file: str = "<string>") -> ast.Program:
             raise SourceError(f"unexpected end of file; expected {_expected(e.expected)}", span) from None
         span = Span(file, tok.line, tok.column, tok.end_line, tok.end_column - 1, text)
         raise SourceError(f"unexpected {str(tok)!r}; expected {_expected(e.expected)}", span) from None
-    except lark.exceptions.UnexpectedEOF as e:  # pragma: no cover - LALR reports $END as UnexpectedToken
+    except lark.exceptions.UnexpectedEOF:  # pragma: no cover - LALR reports $END as UnexpectedToken
         raise SourceError("unexpected end of file", Span(file, 1, 1, 1, 1, text)) from None
     program = _Builder(file, text).transform(tree)
     if not program.kernels:

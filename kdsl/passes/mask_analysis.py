@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from .simplify import FALSE, TRUE, const, op, simplify
+from .simplify import FALSE, const, op, simplify
 
 
 @dataclass(frozen=True)

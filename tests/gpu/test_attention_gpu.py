@@ -1,5 +1,4 @@
 """Attention kernels on the GPU against the float64 reference of the same program."""
-import math
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -72,7 +71,7 @@ def test_lse_and_fully_masked_rows():
 
 
 def test_scale_override_and_fp16():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     src = (ROOT / "samples" / "softcap.kd").read_text().replace("bf16", "f16")
     mod = kdsl.compile(src, "softcap_f16.kd")
     _check(mod, "softcap", (1, 4, 4, 200, 333, 64), seed=11, scale=0.3)
