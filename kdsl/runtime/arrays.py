@@ -82,11 +82,3 @@ def current_device(framework: str) -> int:
         return torch.cuda.current_device()
     import cupy
     return cupy.cuda.Device().id
-
-
-def current_stream(framework: str) -> int:
-    if framework == "torch":
-        import torch
-        return torch.cuda.current_stream().cuda_stream
-    import cupy
-    return cupy.cuda.get_current_stream().ptr

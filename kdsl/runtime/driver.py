@@ -34,6 +34,13 @@ def _libcuda():
     return lib
 
 
+def _cu_launch(*args):
+    """cuLaunchKernel; binds itself to the driver function on first use."""
+    global _cu_launch
+    _cu_launch = _libcuda().cuLaunchKernel
+    return _cu_launch(*args)
+
+
 class ArgPack:
     """Kernel parameters in launch order; set scalars once, pointers per call."""
 
@@ -47,15 +54,15 @@ class ArgPack:
                 slot.value = v
 
 
-def launch(function_ptr: int, grid, block, smem: int, stream: int, pack: ArgPack, pointers):
-    """Write `pointers` into the pointer slots and launch; KdslError on a driver error."""
-    lib = _libcuda()
+def launch(fixed: tuple, stream: int, pack: ArgPack, pointers):
+    """fixed = (function, grid x, y, z, block x, y, z, shared bytes). Write `pointers` into
+    the pointer slots and launch; KdslError on a driver error."""
     with pack.lock:
         for slot, p in zip(pack.pointer_slots, pointers):
             slot.value = p
-        status = lib.cuLaunchKernel(function_ptr, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
-                                    stream, pack.params, None)
+        status = _cu_launch(*fixed, stream, pack.params, None)
     if status:
+        lib = _libcuda()
         msg = ctypes.c_char_p()
         lib.cuGetErrorString(status, ctypes.byref(msg))
         raise KdslError(f"kernel launch failed: CUDA error {status} ({(msg.value or b'?').decode()})")

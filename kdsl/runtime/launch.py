@@ -59,9 +59,12 @@ class Plan:
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
         self.new_lse = arrays.allocator(self.framework, self.out_shape[:3], "f32", self.device)
+        self.current_stream = _stream_getter(self.framework, self.device)
+        # Everything but the pointers and the stream is fixed for the plan.
+        self._fixed = (self.loaded.fn_ptr, *self.grid, *self.block, self.loaded.smem)
 
-    def launch(self, pointers, stream: int):
-        launch(self.loaded.fn_ptr, self.grid, self.block, self.loaded.smem, stream, self.pack, pointers)
+    def launch(self, pointers):
+        launch(self._fixed, self.current_stream(), self.pack, pointers)
 
 
 class KernelBase:
@@ -176,7 +179,7 @@ class AttentionKernel(KernelBase):
             for p, n in zip(ptrs, ("q", "k", "v", "out")):
                 _align(p, n, self.name)
         ptrs.append(_ptr(lse) if lse is not None else 0)
-        plan.launch(ptrs + [_ptr(c) for c in caps], _stream(plan))
+        plan.launch(ptrs + [_ptr(c) for c in caps] if caps else ptrs)
         return (out, lse) if self.has_lse else out
 
     def _collect_captures(self, positional, named):
@@ -279,17 +282,14 @@ def _ptr(x) -> int:
     return x.data_ptr() if hasattr(x, "data_ptr") else x.data.ptr
 
 
-def _stream(plan: Plan) -> int:
-    if plan.framework == "torch":
-        return _torch_stream(plan.device)
+def _stream_getter(framework: str, device: int):
+    """A zero-argument function returning the caller's current stream handle, cheaply."""
+    if framework == "torch":
+        import torch
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object per call
+        return functools.partial(raw, device) if raw else (lambda: torch.cuda.current_stream(device).cuda_stream)
     import cupy
-    return cupy.cuda.get_current_stream().ptr
-
-
-def _torch_stream(device: int) -> int:
-    import torch
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # cheap; no Stream object
-    return raw(device) if raw else torch.cuda.current_stream(device).cuda_stream
+    return lambda: cupy.cuda.get_current_stream().ptr
 
 
 class GemmKernel(KernelBase):
@@ -319,7 +319,7 @@ class GemmKernel(KernelBase):
                 _align(p, n, self.name, al)
         ex = _ptr(extra) if extra is not None else 0
         ptrs += [ex if self.grouping == "contiguous" else 0, ex if self.grouping == "masked" else 0]
-        plan.launch(ptrs, _stream(plan))
+        plan.launch(ptrs)
         return out
 
     def _extra(self, rest, named):
