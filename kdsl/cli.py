@@ -123,9 +123,8 @@ def _bench(args) -> int:
     modules = {f: load(f) for f in files}
     for f in args.files:
         cases += bench.file_cases(f, modules[f])
-    from .check import check_module  # noqa: F401  (same GPU preconditions as check)
     from .runtime.launch import _driver
-    _driver()
+    _driver()  # NoGpuError with the reason, before any work
     import torch
     device = torch.cuda.get_device_name()
     rows = bench.run(cases, modules, args.reps, peers, progress=sys.stderr.isatty())
