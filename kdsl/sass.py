@@ -23,6 +23,7 @@ class SassReport:
     local_bytes: int            # per-thread stack frame + local memory (spills land here)
     spill_ops: int              # STL/LDL instructions
     tensor_ops: dict[str, int]  # opcode -> count
+    other_ops: dict = None      # TMA loads/stores (UTMALDG/UTMASTG) and special functions (MUFU) -> count
 
     @property
     def has_tensor_cores(self) -> bool:
@@ -62,5 +63,8 @@ def inspect(cubin: bytes) -> SassReport | None:
     ops: dict[str, int] = {}
     for m in re.finditer(r"\b(HGMMA|QGMMA|IGMMA|HMMA|IMMA)\.[\w.]+", sass.stdout):
         ops[m.group(1)] = ops.get(m.group(1), 0) + 1
+    other: dict[str, int] = {}
+    for m in re.finditer(r"\b(UTMALDG|UTMASTG|MUFU)\b", sass.stdout):
+        other[m.group(1)] = other.get(m.group(1), 0) + 1
     spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", sass.stdout))
-    return SassReport(field("REG"), field("SHARED"), field("LOCAL") + field("STACK"), spills, ops)
+    return SassReport(field("REG"), field("SHARED"), field("LOCAL") + field("STACK"), spills, ops, other)

@@ -127,7 +127,15 @@ def test_document_mask_is_data_dependent_but_keeps_causal_skipping():
 def test_tiling_and_warp_map_attrs():
     from conftest import ROOT
     k = kernels_of((ROOT / "samples" / "relpos.kd").read_text())[0]
-    low = pipeline.lower(k, get_target("sm_90a"), 128)
+    low = pipeline.lower(k, get_target("sm_80"), 128)
+    assert low.attr("kernel") == "mma"
     assert low.attr("threads") == 32 * low.attr("warps")
     assert low.attr("warp_rows") * low.attr("warps") == low.attr("tile_m")
-    assert low.attr("smem_bytes") <= get_target("sm_90a").smem_per_block
+    assert low.attr("smem_bytes") <= get_target("sm_80").smem_per_block
+    # Hopper: a producer warpgroup plus one consumer warpgroup per 64 query rows.
+    for d in (64, 128):
+        low = pipeline.lower(k, get_target("sm_90a"), d)
+        assert low.attr("kernel") == "wgmma"
+        assert low.attr("tile_m") == 64 * low.attr("consumers")
+        assert low.attr("threads") == 128 * (low.attr("consumers") + 1)
+        assert low.attr("smem_bytes") <= get_target("sm_90a").smem_per_block

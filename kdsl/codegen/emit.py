@@ -74,9 +74,11 @@ def _attention(k: ir.Kernel) -> Generated:
     fields += [{"ctype": "int", "name": f"dim_{n}"} for n in extra]
     c = CEmitter(variables, captures)
     mask = k.func("mask")
-    src = _env().get_template("attention.cu.j2").render(
+    template = "attention_wgmma.cu.j2" if k.attr("kernel") == "wgmma" else "attention.cu.j2"
+    src = _env().get_template(template).render(
         version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), warps=k.attr("warps"),
+        consumers=k.attr("consumers"), stages=k.attr("stages"),
         threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
         has_mask="true" if mask is not None else "false",
         score=c(k.func("score_log2")), mask=c(mask) if mask is not None else "true",

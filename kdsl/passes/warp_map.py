@@ -1,9 +1,11 @@
 """Warp mapping: which warps own which part of the tile, and their roles.
 
-Attention (mma.sync): every warp owns tile_m / warps query rows and all kv columns of the
+Attention, mma.sync: every warp owns tile_m / warps query rows and all kv columns of the
 tile, so the online-softmax row statistics stay in one warp's registers (no shared-memory
-reduction). FP8 GEMM (wgmma): warpgroups of 4 warps; each consumer warpgroup owns 64 rows
-of the 128-row tile, all warps also issue the cp.async loads of the next stages.
+reduction). Attention, wgmma: warpgroup 0 is the TMA producer; each consumer warpgroup owns
+64 query rows (one m64 wgmma row block) and all kv columns. FP8 GEMM (wgmma): warpgroups of
+4 warps; each consumer warpgroup owns 64 rows of the 128-row tile, all warps also issue the
+cp.async loads of the next stages.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from .target import Target
 
 
 def run(k: ir.Kernel, target: Target) -> ir.Kernel:
+    if k.kind == "attention" and k.attr("kernel") == "wgmma":
+        return k.with_attrs(threads=128 * (k.attr("consumers") + 1), roles="producer+consumers")
     if k.kind == "attention":
         warps = k.attr("warps")
         return k.with_attrs(threads=32 * warps, warp_rows=k.attr("tile_m") // warps, roles="uniform")

@@ -13,7 +13,8 @@ import threading
 
 from ..errors import KdslError
 
-_CTYPES = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "f32": ctypes.c_float}
+_CTYPES = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "f32": ctypes.c_float,
+           "tmap": ctypes.c_ubyte * 128}  # a CUtensorMap, passed by value (__grid_constant__)
 
 
 @functools.cache
@@ -54,10 +55,13 @@ class ArgPack:
                 slot.value = v
 
 
-def launch(fixed: tuple, stream: int, pack: ArgPack, pointers):
+def launch(fixed: tuple, stream: int, pack: ArgPack, pointers, bind=None):
     """fixed = (function, grid x, y, z, block x, y, z, shared bytes). Write `pointers` into
-    the pointer slots and launch; KdslError on a driver error."""
+    the pointer slots (after `bind()`, which may rewrite other slots, e.g. tensor maps) and
+    launch; KdslError on a driver error."""
     with pack.lock:
+        if bind is not None:
+            bind()
         for slot, p in zip(pack.pointer_slots, pointers):
             slot.value = p
         status = _cu_launch(*fixed, stream, pack.params, None)

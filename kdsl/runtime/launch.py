@@ -55,6 +55,7 @@ class Plan:
     device: int
     out_shape: tuple
     out_dtype: str
+    maps: tuple = ()  # TMA tensor maps (runtime/tma.py) fed by the first len(maps) pointers
 
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
@@ -64,7 +65,12 @@ class Plan:
         self._fixed = (self.loaded.fn_ptr, *self.grid, *self.block, self.loaded.smem)
 
     def launch(self, pointers):
-        launch(self._fixed, self.current_stream(), self.pack, pointers)
+        if not self.maps:
+            launch(self._fixed, self.current_stream(), self.pack, pointers)
+            return
+        n = len(self.maps)
+        bind = lambda: [m.bind(p) for m, p in zip(self.maps, pointers[:n])]
+        launch(self._fixed, self.current_stream(), self.pack, pointers[n:], bind)
 
 
 class KernelBase:
@@ -242,12 +248,22 @@ class AttentionKernel(KernelBase):
         grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, B)
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
         # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
-        # capture pointers, capture-only dims. Pointers are written per call.
-        kinds = ["ptr"] * 5 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra_dims)
+        # capture pointers, capture-only dims. Pointers are written per call. The wgmma
+        # kernel takes q, k and v as TMA tensor maps, re-encoded when their pointers change.
+        tma = lk.attr("kernel") == "wgmma"
+        kinds = ["tmap" if tma else "ptr"] * 3 + ["ptr"] * 2 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + \
+            ["i32"] * len(extra_dims)
         values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims]
-        order = list(range(5)) + list(range(12, 12 + ncap))  # slots the per-call pointers go to
+        order = list(range(3 if tma else 0, 5)) + list(range(12, 12 + ncap))  # slots the per-call pointers go to
         pack = ArgPack(kinds, values, order)
-        return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem)
+        maps = ()
+        if tma:
+            from .tma import RowTiles
+            bm, bn = lk.attr("tile_m"), lk.attr("tile_n")
+            maps = (RowTiles(pack.slots[0], elem, B * H, M, D, bm), RowTiles(pack.slots[1], elem, B * Hkv, N, D, bn),
+                    RowTiles(pack.slots[2], elem, B * Hkv, N, D, bn))
+        return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem,
+                    maps)
 
 
 def _signature(tensors, extras):

@@ -1,0 +1,348 @@
+// kdsl/attention_wgmma.cuh — attention forward for Hopper (sm_90a): TMA, wgmma, mbarrier
+// pipelines and warp specialisation.
+//
+// Roles. One producer warpgroup (registers lowered with setmaxnreg) issues every load: one
+// thread walks the CTA's kv tiles and TMA-copies Q once, then K and V tiles into a
+// STAGES-deep ring, each stage guarded by a "full" mbarrier (TMA bytes landed) and an
+// "empty" one (every consumer thread is done reading). NCWG consumer warpgroups (registers
+// raised) each own 64 query rows: S = Q K^T by wgmma with both operands in shared memory,
+// the generated score and mask on the fp32 S registers, online softmax in the log2
+// domain, and O += P V by wgmma with P straight from registers (the S accumulator layout
+// is the wgmma A-fragment layout once packed to 16 bits). While a warpgroup's QK^T runs,
+// it evaluates the tile's per-element mask, so the mask costs no extra latency.
+//
+// Launch contract (the generated extern "C" kernel forwards here):
+//   grid   = (ceil(M / BM), H, B), BM = 64 * NCWG; blockIdx.x = q tile, .y = head, .z = batch
+//   block  = 128 * (NCWG + 1) threads, __launch_bounds__(threads, 1)
+//   dynamic shared memory = attention_wgmma_smem_bytes<Elem, D, BN, NCWG, STAGES>()
+//   tq, tk, tv: 3-D tensor maps over q [B*H, M, D], k and v [B*Hkv, N, D] (16-bit elements,
+//   dims listed innermost first: D, rows, B*heads), box (64, BM or BN, 1), 128-byte swizzle,
+//   out-of-bounds elements filled with zeros. kdsl/runtime/tma.py builds them.
+//
+// Shared memory. Tiles are stored as D/64 column blocks of [rows][64] elements, 128 bytes a
+// row, in TMA's 128-byte swizzle: exactly the canonical layouts wgmma descriptors describe,
+// K-major for Q and K (S = Q K^T) and MN-major for V (O = P V reads V transposed).
+//
+// Semantics are attention_mma.cuh's: V::score() in the log2 domain; on tiles V::tile() calls
+// partial, elements with !V::mask() are -inf; kv >= N is -inf; empty tiles are never loaded.
+// Rows with no finite score give out = 0 and lse = -inf. GQA: h_kv = h / (H / Hkv).
+#pragma once
+
+#include "kdsl/attention_args.cuh"
+#include "kdsl/hopper.cuh"
+#include "kdsl/wgmma_ops.cuh"
+
+namespace kdsl {
+
+namespace attn_wgmma_detail {
+
+template <class Elem, int D, int BN, int NCWG, int STAGES>
+struct Cfg {
+  static constexpr int kBM = 64 * NCWG;
+  static constexpr int kThreads = 128 * (NCWG + 1);
+  static constexpr int kColBlocks = D / 64;          // 64-element (128-byte) column blocks
+  static constexpr int kQBytes = kBM * D * 2;
+  static constexpr int kKVBytes = BN * D * 2;
+  static constexpr int kKOffset = kQBytes;
+  static constexpr int kVOffset = kQBytes + STAGES * kKVBytes;
+  static constexpr int kBarOffset = kQBytes + 2 * STAGES * kKVBytes;
+  static constexpr int kBars = 1 + 4 * STAGES;       // Q, then full/empty for K and V
+  static constexpr int kSmemBytes = 1024 + kBarOffset + kBars * 8;  // + realignment slack
+  // Register split between the roles (setmaxnreg): the total must fit 64K registers.
+  static constexpr int kProducerRegs = NCWG <= 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = NCWG == 1 ? 240 : (NCWG == 2 ? 232 : 160);
+  static constexpr int kSRegs = BN / 2;              // S accumulator floats per thread
+  static constexpr int kORegs = D / 2;               // O accumulator floats per thread
+
+  static_assert(sizeof(Elem) == 2, "Elem must be a 16-bit type (bf16_t or f16_t)");
+  static_assert(D == 64 || D == 128 || D == 256, "D must be 64, 128 or 256");
+  static_assert(BN % 16 == 0 && BN >= 64 && BN <= 256, "BN must be a multiple of 16 in [64, 256]");
+  static_assert(NCWG >= 1 && NCWG <= 3, "1 to 3 consumer warpgroups");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * NCWG <= 65536, "register split too large");
+  static_assert(kSmemBytes <= 227 * 1024, "tiles do not fit in shared memory");
+};
+
+KDSL_DEVICE float fmax2(float x, float y) {
+  float r;
+  asm("max.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+}
+KDSL_DEVICE float quad_max(float x) {
+  x = fmax2(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmax2(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+KDSL_DEVICE float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+KDSL_DEVICE float lg2_approx(float x) {
+  float r;
+  asm("lg2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+KDSL_DEVICE int imin2(int x, int y) { return x < y ? x : y; }
+
+template <class Elem> KDSL_DEVICE u32 pack2(float lo, float hi);
+template <> KDSL_DEVICE u32 pack2<bf16_t>(float lo, float hi) { return pack_bf16x2(lo, hi); }
+template <> KDSL_DEVICE u32 pack2<f16_t>(float lo, float hi) { return pack_f16x2(lo, hi); }
+
+// The kv tiles a CTA visits: from the first not-provably-empty tile to the last, skipping
+// empty ones in between. Producer and consumers walk the same sequence independently.
+template <int BN, class V>
+struct TileWalk {
+  const AttnArgs& a;
+  const typename V::Captures& cap;
+  int b, h, q0, q1, n_tiles;
+
+  KDSL_DEVICE int cls(int j) const {
+    if constexpr (!V::kHasMask) return kTileFull;
+    return V::tile(a, cap, b, h, q0, q1, j * BN, imin2(j * BN + BN, a.N) - 1);
+  }
+  // First visited tile at or after j (n_tiles when none).
+  KDSL_DEVICE int next(int j) const {
+    if constexpr (V::kHasMask) {
+      while (j < n_tiles && cls(j) == kTileEmpty) ++j;
+    }
+    return j;
+  }
+};
+
+}  // namespace attn_wgmma_detail
+
+template <class Elem, int D, int BN, int NCWG, int STAGES>
+__host__ __device__ constexpr int attention_wgmma_smem_bytes() {
+  return attn_wgmma_detail::Cfg<Elem, D, BN, NCWG, STAGES>::kSmemBytes;
+}
+
+template <class Elem, int D, int BN, int NCWG, int STAGES, class V>
+KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captures& cap, const TmaDesc* tq,
+                                     const TmaDesc* tk, const TmaDesc* tv) {
+  using namespace attn_wgmma_detail;
+  typedef Cfg<Elem, D, BN, NCWG, STAGES> C;
+  constexpr int BM = C::kBM;
+  extern __shared__ __align__(128) u8 kdsl_attn_smem[];
+
+  // 128-byte swizzled tiles must start on a 1024-byte boundary.
+  const u32 base = (smem_addr(kdsl_attn_smem) + 1023u) & ~1023u;
+  const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset;
+  const u32 bar_q = base + C::kBarOffset;
+  auto full_k = [&](int s) { return bar_q + 8u * (1 + s); };
+  auto full_v = [&](int s) { return bar_q + 8u * (1 + STAGES + s); };
+  auto empty_k = [&](int s) { return bar_q + 8u * (1 + 2 * STAGES + s); };
+  auto empty_v = [&](int s) { return bar_q + 8u * (1 + 3 * STAGES + s); };
+
+  const int tid = threadIdx.x;
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int q0 = blockIdx.x * BM;
+  const TileWalk<BN, V> walk{a, cap, b, h, q0, imin2(q0 + BM, a.M) - 1, (a.N + BN - 1) / BN};
+
+  if (tid == 0) {
+    mbar_init(bar_q, 1);
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full_k(s), 1);
+      mbar_init(full_v(s), 1);
+      mbar_init(empty_k(s), 128 * NCWG);
+      mbar_init(empty_v(s), 128 * NCWG);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int first = walk.next(0);
+  const int wg = tid / 128 - 1;  // consumer warpgroup index; -1 for the producer
+
+  if (wg < 0) {
+    // ---------------- producer ----------------
+    regs_release<C::kProducerRegs>();
+    if (tid == 0 && first < walk.n_tiles) {
+      tma_prefetch_desc(tq);
+      tma_prefetch_desc(tk);
+      tma_prefetch_desc(tv);
+      const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
+      mbar_arrive_expect_tx(bar_q, C::kQBytes);
+#pragma unroll
+      for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, bar_q, c * 64, q0, bh_q);
+      int it = 0;
+      for (int j = first; j < walk.n_tiles; j = walk.next(j + 1), ++it) {
+        const int s = it % STAGES;
+        const u32 parity = ((it / STAGES) & 1) ^ 1;
+        mbar_wait(empty_k(s), parity);
+        mbar_arrive_expect_tx(full_k(s), C::kKVBytes);
+#pragma unroll
+        for (int c = 0; c < C::kColBlocks; ++c)
+          tma_load_3d(sK + s * C::kKVBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);
+        mbar_wait(empty_v(s), parity);
+        mbar_arrive_expect_tx(full_v(s), C::kKVBytes);
+#pragma unroll
+        for (int c = 0; c < C::kColBlocks; ++c)
+          tma_load_3d(sV + s * C::kKVBytes + c * BN * 128, tv, full_v(s), c * 64, j * BN, bh_kv);
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  regs_claim<C::kConsumerRegs>();
+  const int lane = tid & 31, warp = (tid / 32) & 3;  // warp within the warpgroup
+  const int g = lane >> 2, t = lane & 3;
+  const int M = a.M, N = a.N;
+  const int row0 = q0 + wg * 64 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
+  const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
+
+  float o[C::kORegs];
+#pragma unroll
+  for (int i = 0; i < C::kORegs; ++i) o[i] = 0.f;
+  float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
+
+  if (first < walk.n_tiles) {
+    mbar_wait(bar_q, 0);
+    const u32 q_rows = sQ + wg * 64 * 128;
+    int it = 0;
+    for (int j = first; j < walk.n_tiles; j = walk.next(j + 1), ++it) {
+      const int s = it % STAGES;
+      const u32 parity = (it / STAGES) & 1;
+      const int k0 = j * BN;
+      const int cls = walk.cls(j);
+
+      // ---- S = Q K^T, issued asynchronously ----
+      float sc[C::kSRegs];
+      mbar_wait(full_k(s), parity);
+      wgmma_fence();
+      const u32 k_tile = sK + s * C::kKVBytes;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
+        WgmmaSS<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off),
+                               desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off), ks > 0);
+      }
+      wgmma_commit();
+
+      // ---- meanwhile: which elements survive (mask on partial tiles, kv < N everywhere).
+      // Bit i of keep1:keep0 is S element i. Not fully unrolled: a data-dependent mask's
+      // loads and addresses would otherwise compete with the in-flight S for registers. ----
+      const bool partial = V::kHasMask && cls == kTilePartial;
+      const bool general = partial || k0 + BN > N;
+      u64 keep0 = 0, keep1 = 0;
+      if (general) {
+#pragma unroll 2
+        for (int jj = 0; jj < BN / 8; ++jj) {
+          u64 bits = 0;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int kv = k0 + 8 * jj + 2 * t + (e & 1);
+            bool ok = kv < N;
+            if constexpr (V::kHasMask) {
+              if (partial) ok = ok & V::mask(a, cap, b, h, (e >> 1) ? qr[1] : qr[0], imin2(kv, N - 1));
+            }
+            bits |= (u64)(ok ? 1u : 0u) << e;
+          }
+          if (jj < 16) keep0 |= bits << (4 * jj);
+          else keep1 |= bits << (4 * jj - 64);
+        }
+      }
+
+      wgmma_wait<0>();
+      wgmma_pin(sc);
+      mbar_arrive(empty_k(s));  // this thread no longer needs K[s]
+
+      // ---- scores (log2 domain), masked ----
+#pragma unroll
+      for (int i = 0; i < C::kSRegs; ++i) {
+        const int kv = k0 + 8 * (i / 4) + 2 * t + (i & 1);
+        const float x = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], general ? imin2(kv, N - 1) : kv);
+        const bool ok = ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
+        sc[i] = (!general || ok) ? x : neg_inf();
+      }
+
+      // ---- online softmax ----
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx = m_run[hh];
+#pragma unroll
+        for (int jj = 0; jj < BN / 8; ++jj) mx = fmax2(mx, fmax2(sc[4 * jj + 2 * hh], sc[4 * jj + 2 * hh + 1]));
+        mx = quad_max(mx);
+        // A row with no finite score so far keeps max = -inf; exponentiate against 0 then,
+        // so that -inf - (-inf) never makes a NaN (every p and alpha is 0).
+        const float ref = mx == neg_inf() ? 0.f : mx;
+        const float alpha = exp2_approx(m_run[hh] - ref);
+        m_run[hh] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < BN / 8; ++jj) {
+          const float p0 = exp2_approx(sc[4 * jj + 2 * hh] - ref);
+          const float p1 = exp2_approx(sc[4 * jj + 2 * hh + 1] - ref);
+          sc[4 * jj + 2 * hh] = p0;
+          sc[4 * jj + 2 * hh + 1] = p1;
+          sum += p0 + p1;
+        }
+        l_run[hh] = l_run[hh] * alpha + sum;
+#pragma unroll
+        for (int jj = 0; jj < D / 8; ++jj) {
+          o[4 * jj + 2 * hh] *= alpha;
+          o[4 * jj + 2 * hh + 1] *= alpha;
+        }
+      }
+
+      // ---- O += P V: P from registers (two adjacent n-tiles of S = one k16 A fragment) ----
+      u32 pa[BN / 16][4];
+#pragma unroll
+      for (int kp = 0; kp < BN / 16; ++kp) {
+        pa[kp][0] = pack2<Elem>(sc[8 * kp + 0], sc[8 * kp + 1]);
+        pa[kp][1] = pack2<Elem>(sc[8 * kp + 2], sc[8 * kp + 3]);
+        pa[kp][2] = pack2<Elem>(sc[8 * kp + 4], sc[8 * kp + 5]);
+        pa[kp][3] = pack2<Elem>(sc[8 * kp + 6], sc[8 * kp + 7]);
+      }
+      mbar_wait(full_v(s), parity);
+      wgmma_fence();
+      const u32 v_tile = sV + s * C::kKVBytes;
+#pragma unroll
+      for (int kp = 0; kp < BN / 16; ++kp)
+        WgmmaRS<Elem, D>::run(o, pa[kp], desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128), 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_pin(o);
+      mbar_arrive(empty_v(s));
+    }
+  }
+
+  // ---- epilogue: normalise, stage this warp's 16 rows in its own rows of the Q tile (same
+  // swizzled layout), then write whole 16-byte chunks ----
+  named_barrier(1 + wg, 128);  // every wgmma of this warpgroup has finished reading Q
+  const int bh = b * a.H + h;
+  float inv[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float l = quad_sum(l_run[hh]);
+    inv[hh] = l > 0.f ? 1.f / l : 0.f;
+    const int r = row0 + 8 * hh;
+    if (a.lse != nullptr && t == 0 && r < M)
+      a.lse[(i64)bh * M + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
+  }
+  const u32 w_rows = sQ + (wg * 64 + warp * 16) * 128;  // row 0 of this warp in column block 0
+#pragma unroll
+  for (int jj = 0; jj < D / 8; ++jj)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = g + 8 * hh;
+      const u32 addr = w_rows + (jj / 8) * BM * 128 + r * 128 + (((jj % 8) ^ (r & 7)) << 4) + 4 * t;
+      asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr),
+                   "r"(pack2<Elem>(o[4 * jj + 2 * hh] * inv[hh], o[4 * jj + 2 * hh + 1] * inv[hh])) : "memory");
+    }
+  __syncwarp();
+  Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * D;
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+#pragma unroll
+  for (int i = 0; i < 16 * kChunks / 32; ++i) {
+    const int id = lane + 32 * i;
+    const int r = id / kChunks, cc = id % kChunks;
+    if (q0 + wg * 64 + warp * 16 + r < M) {
+      const u32 src = w_rows + (cc / 8) * BM * 128 + r * 128 + (((cc % 8) ^ (r & 7)) << 4);
+      u32 x, y, z, w;
+      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"(src) : "memory");
+      asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};\n" :: "l"(go + (i64)r * D + cc * 8), "r"(x), "r"(y), "r"(z),
+                   "r"(w) : "memory");
+    }
+  }
+}
+
+}  // namespace kdsl

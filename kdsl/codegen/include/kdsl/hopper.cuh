@@ -1,0 +1,100 @@
+// kdsl/hopper.cuh — sm_90a building blocks: mbarriers, TMA tensor loads, wgmma fences and
+// shared-memory descriptors, register reallocation between warpgroup roles.
+//
+// Every op is inline PTX (NVRTC compiles kdsl kernels with no CUDA headers). The comments
+// say what each op guarantees that the kernels rely on.
+#pragma once
+#include "kdsl/async_copy.cuh"
+
+namespace kdsl {
+
+// A CUtensorMap, opaque: 128 bytes, 64-byte aligned, built on the host by
+// cuTensorMapEncodeTiled and passed by value as a __grid_constant__ kernel parameter.
+struct __align__(64) TmaDesc { u64 opaque[16]; };
+
+// ---- mbarriers (shared-memory u64 words addressed by their 32-bit shared address) --------
+
+KDSL_DEVICE void mbar_init(u32 bar, u32 arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(arrivals) : "memory");
+}
+// Makes the initialisations visible to the async proxy (TMA) before any use.
+KDSL_DEVICE void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// One arrival that also announces `bytes` of TMA transactions for the current phase.
+KDSL_DEVICE void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+KDSL_DEVICE void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+// True once the phase with the given parity has completed. A fresh barrier is in phase 0,
+// so waiting on parity 1 returns at once: that is how "buffer initially empty" is spelled.
+KDSL_DEVICE bool mbar_try_wait(u32 bar, u32 parity) {
+  u32 done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0;
+}
+KDSL_DEVICE void mbar_wait(u32 bar, u32 parity) {
+  while (!mbar_try_wait(bar, parity)) {}
+}
+
+// ---- TMA ---------------------------------------------------------------------------------
+
+KDSL_DEVICE void tma_prefetch_desc(const TmaDesc* desc) {
+  asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<u64>(desc)) : "memory");
+}
+// Box at coordinates (c0 innermost, c1, c2) of a 3-D tensor map into shared memory at dst;
+// completion is counted on `bar` in bytes (the whole box, out-of-bounds parts zero-filled).
+KDSL_DEVICE void tma_load_3d(u32 dst, const TmaDesc* desc, u32 bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+      :: "r"(dst), "l"(reinterpret_cast<u64>(desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+
+// ---- wgmma -------------------------------------------------------------------------------
+
+KDSL_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+KDSL_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+KDSL_DEVICE void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+
+// wgmma writes its accumulators asynchronously: after the wait, tie each register to the
+// wait so the compiler cannot move a read of it above.
+template <int R>
+KDSL_DEVICE void wgmma_pin(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+// Shared-memory matrix descriptors for tiles in the 128-byte-swizzled layout TMA writes
+// (rows of 128 bytes, 8-row atoms of 1024 bytes; the tile base 1024-byte aligned).
+// K-major (rows are M or N, 64 16-bit K elements per row): 8-row groups 1024 B apart.
+KDSL_DEVICE u64 desc_kmajor_sw128(u32 saddr) {
+  return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+// MN-major (rows are K, 64 16-bit MN elements per row): 8 K-rows per 1024-byte atom, the
+// next 64 MN elements `mn_block_bytes` further on.
+KDSL_DEVICE u64 desc_mnmajor_sw128(u32 saddr, u32 mn_block_bytes) {
+  return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)((mn_block_bytes >> 4) & 0x3FFF) << 16) |
+         ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+
+// ---- warpgroup roles ---------------------------------------------------------------------
+
+template <int REGS> KDSL_DEVICE void regs_release() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(REGS));
+}
+template <int REGS> KDSL_DEVICE void regs_claim() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(REGS));
+}
+// Barrier among `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
+// __syncthreads).
+KDSL_DEVICE void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace kdsl

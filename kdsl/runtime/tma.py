@@ -1,0 +1,58 @@
+"""TMA tensor maps for the Hopper attention kernel, built with the driver's
+cuTensorMapEncodeTiled through ctypes.
+
+A tensor map embeds the tensor's address, so a plan keeps one 128-byte parameter slot per
+operand and re-encodes a map only when its pointer changes between calls (benchmark and
+decode loops reuse buffers, so that is rare). Shapes, strides and boxes are fixed per plan.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from ..errors import KdslError
+from .driver import _libcuda
+
+# CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h)
+_DTYPE = {"bf16": 9, "f16": 6}
+_SWIZZLE_128B = 3
+_L2_PROMOTION_256B = 3
+_OOB_FILL_ZEROS = 0
+
+TensorMapSlot = ctypes.c_ubyte * 128
+
+
+def _encoder():
+    lib = _libcuda()
+    fn = lib.cuTensorMapEncodeTiled
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                   ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+class RowTiles:
+    """A 3-D tensor map over a contiguous [batch*heads, rows, D] 16-bit tensor, boxes of
+    (64 elements, box_rows, 1) in the 128-byte swizzle; rows past the end read as zeros."""
+
+    def __init__(self, slot: TensorMapSlot, dtype: str, heads: int, rows: int, d: int, box_rows: int):
+        self.slot = slot
+        self.dtype = _DTYPE[dtype]
+        u64x3, u32x3 = ctypes.c_uint64 * 3, ctypes.c_uint32 * 3
+        self.dims = u64x3(d, rows, heads)
+        self.strides = (ctypes.c_uint64 * 2)(d * 2, rows * d * 2)
+        self.box = u32x3(64, box_rows, 1)
+        self.elem_strides = u32x3(1, 1, 1)
+        self.ptr = None
+        self.encode = _encoder()
+
+    def bind(self, ptr: int) -> None:
+        if ptr == self.ptr:
+            return
+        status = self.encode(ctypes.addressof(self.slot), self.dtype, 3, ptr, self.dims, self.strides, self.box,
+                             self.elem_strides, 0, _SWIZZLE_128B, _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
+        if status:
+            self.ptr = None
+            raise KdslError(f"cuTensorMapEncodeTiled failed with CUDA error {status} (dims {list(self.dims)}, "
+                            f"box {list(self.box)})")
+        self.ptr = ptr
