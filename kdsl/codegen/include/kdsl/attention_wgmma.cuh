@@ -195,57 +195,38 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
 
   if (first < walk.n_tiles) {
-    mbar_wait(bar_q, 0);
     const u32 q_rows = sQ + wg * 64 * 128;
-    int it = 0;
-    for (int j = first; j < walk.n_tiles; j = walk.next(j + 1), ++it) {
-      const int s = it % STAGES;
-      const u32 parity = (it / STAGES) & 1;
+    float sc[C::kSRegs];   // S of the tile in flight, then its probabilities
+    u32 pa[BN / 16][4];    // P of the previous tile, packed as wgmma A fragments
+
+    // Which elements of tile j survive: bit i of keep1:keep0 is S element i (mask on partial
+    // tiles, kv < N everywhere). Runs while wgmmas are in flight. Not fully unrolled: a
+    // data-dependent mask's loads and addresses would otherwise compete with the in-flight
+    // accumulators for registers.
+    auto survivors = [&](int j, bool partial, u64& keep0, u64& keep1) {
       const int k0 = j * BN;
-      const int cls = walk.cls(j);
-
-      // ---- S = Q K^T, issued asynchronously ----
-      float sc[C::kSRegs];
-      mbar_wait(full_k(s), parity);
-      wgmma_fence();
-      const u32 k_tile = sK + s * C::kKVBytes;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
-        WgmmaSS<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off),
-                               desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off), ks > 0);
-      }
-      wgmma_commit();
-
-      // ---- meanwhile: which elements survive (mask on partial tiles, kv < N everywhere).
-      // Bit i of keep1:keep0 is S element i. Not fully unrolled: a data-dependent mask's
-      // loads and addresses would otherwise compete with the in-flight S for registers. ----
-      const bool partial = V::kHasMask && cls == kTilePartial;
-      const bool general = partial || k0 + BN > N;
-      u64 keep0 = 0, keep1 = 0;
-      if (general) {
+      keep0 = keep1 = 0;
 #pragma unroll 2
-        for (int jj = 0; jj < BN / 8; ++jj) {
-          u64 bits = 0;
+      for (int jj = 0; jj < BN / 8; ++jj) {
+        u64 bits = 0;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int kv = k0 + 8 * jj + 2 * t + (e & 1);
-            bool ok = kv < N;
-            if constexpr (V::kHasMask) {
-              if (partial) ok = ok & V::mask(a, cap, b, h, (e >> 1) ? qr[1] : qr[0], imin2(kv, N - 1));
-            }
-            bits |= (u64)(ok ? 1u : 0u) << e;
+        for (int e = 0; e < 4; ++e) {
+          const int kv = k0 + 8 * jj + 2 * t + (e & 1);
+          bool ok = kv < N;
+          if constexpr (V::kHasMask) {
+            if (partial) ok = ok & V::mask(a, cap, b, h, (e >> 1) ? qr[1] : qr[0], imin2(kv, N - 1));
           }
-          if (jj < 16) keep0 |= bits << (4 * jj);
-          else keep1 |= bits << (4 * jj - 64);
+          bits |= (u64)(ok ? 1u : 0u) << e;
         }
+        if (jj < 16) keep0 |= bits << (4 * jj);
+        else keep1 |= bits << (4 * jj - 64);
       }
+    };
 
-      wgmma_wait<0>();
-      wgmma_pin(sc);
-      mbar_arrive(empty_k(s));  // this thread no longer needs K[s]
-
-      // ---- scores (log2 domain), masked ----
+    // Scores of tile j in the log2 domain, masked; then the online-softmax update: sc becomes
+    // P (relative to the new running max) and alpha[] rescales what O held so far.
+    auto softmax = [&](int j, bool general, u64 keep0, u64 keep1, float (&alpha)[2]) {
+      const int k0 = j * BN;
 #pragma unroll
       for (int i = 0; i < C::kSRegs; ++i) {
         const int kv = k0 + 8 * (i / 4) + 2 * t + (i & 1);
@@ -253,8 +234,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         const bool ok = ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
         sc[i] = (!general || ok) ? x : neg_inf();
       }
-
-      // ---- online softmax ----
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         float mx = m_run[hh];
@@ -264,7 +243,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         // A row with no finite score so far keeps max = -inf; exponentiate against 0 then,
         // so that -inf - (-inf) never makes a NaN (every p and alpha is 0).
         const float ref = mx == neg_inf() ? 0.f : mx;
-        const float alpha = exp2_approx(m_run[hh] - ref);
+        alpha[hh] = exp2_approx(m_run[hh] - ref);
         m_run[hh] = mx;
         float sum = 0.f;
 #pragma unroll
@@ -275,16 +254,19 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           sc[4 * jj + 2 * hh + 1] = p1;
           sum += p0 + p1;
         }
-        l_run[hh] = l_run[hh] * alpha + sum;
-#pragma unroll
-        for (int jj = 0; jj < D / 8; ++jj) {
-          o[4 * jj + 2 * hh] *= alpha;
-          o[4 * jj + 2 * hh + 1] *= alpha;
-        }
+        l_run[hh] = l_run[hh] * alpha[hh] + sum;
       }
+    };
 
-      // ---- O += P V: P from registers (two adjacent n-tiles of S = one k16 A fragment) ----
-      u32 pa[BN / 16][4];
+    auto rescale_and_pack = [&](const float (&alpha)[2]) {
+#pragma unroll
+      for (int jj = 0; jj < D / 8; ++jj) {
+        o[4 * jj + 0] *= alpha[0];
+        o[4 * jj + 1] *= alpha[0];
+        o[4 * jj + 2] *= alpha[1];
+        o[4 * jj + 3] *= alpha[1];
+      }
+      // Two adjacent n-tiles of the S accumulator are one k16 A fragment once packed.
 #pragma unroll
       for (int kp = 0; kp < BN / 16; ++kp) {
         pa[kp][0] = pack2<Elem>(sc[8 * kp + 0], sc[8 * kp + 1]);
@@ -292,16 +274,79 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         pa[kp][2] = pack2<Elem>(sc[8 * kp + 4], sc[8 * kp + 5]);
         pa[kp][3] = pack2<Elem>(sc[8 * kp + 6], sc[8 * kp + 7]);
       }
-      mbar_wait(full_v(s), parity);
-      wgmma_fence();
+    };
+
+    // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group.
+    auto qk = [&](int s) {
+      const u32 k_tile = sK + s * C::kKVBytes;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
+        WgmmaSS<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off),
+                               desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off), ks > 0);
+      }
+      wgmma_commit();
+    };
+    auto pv = [&](int s) {
       const u32 v_tile = sV + s * C::kKVBytes;
 #pragma unroll
       for (int kp = 0; kp < BN / 16; ++kp)
         WgmmaRS<Elem, D>::run(o, pa[kp], desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128), 1);
       wgmma_commit();
+    };
+
+    // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
+    // S of the next tile is already computed and goes through the softmax.
+    mbar_wait(bar_q, 0);
+    int j = first, it = 0;
+    {
+      const int cls = walk.cls(j);
+      const bool partial = V::kHasMask && cls == kTilePartial, general = partial || j * BN + BN > N;
+      mbar_wait(full_k(0), 0);
+      wgmma_fence();
+      qk(0);
+      u64 keep0 = 0, keep1 = 0;
+      if (general) survivors(j, partial, keep0, keep1);
+      wgmma_wait<0>();
+      wgmma_pin(sc);
+      mbar_arrive(empty_k(0));
+      float alpha[2];
+      softmax(j, general, keep0, keep1, alpha);
+      rescale_and_pack(alpha);
+    }
+    while (true) {
+      const int s = it % STAGES;
+      const u32 parity = (it / STAGES) & 1;
+      const int jn = walk.next(j + 1);
+      const bool more = jn < walk.n_tiles;
+      const int sn = (it + 1) % STAGES;
+      const u32 parity_n = ((it + 1) / STAGES) & 1;
+      if (more) mbar_wait(full_k(sn), parity_n);
+      mbar_wait(full_v(s), parity);
+      wgmma_fence();
+      if (more) qk(sn);
+      pv(s);
+      if (!more) {
+        wgmma_wait<0>();
+        wgmma_pin(o);
+        mbar_arrive(empty_v(s));
+        break;
+      }
+      const int cls = walk.cls(jn);
+      const bool partial = V::kHasMask && cls == kTilePartial, general = partial || jn * BN + BN > N;
+      u64 keep0 = 0, keep1 = 0;
+      if (general) survivors(jn, partial, keep0, keep1);
+      wgmma_wait<1>();  // groups retire in order: S of tile jn is ready, P V may still run
+      wgmma_pin(sc);
+      mbar_arrive(empty_k(sn));
+      float alpha[2];
+      softmax(jn, general, keep0, keep1, alpha);
       wgmma_wait<0>();
       wgmma_pin(o);
       mbar_arrive(empty_v(s));
+      rescale_and_pack(alpha);
+      j = jn;
+      ++it;
     }
   }
 
