@@ -279,11 +279,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group.
     auto qk = [&](int s) {
       const u32 k_tile = sK + s * C::kKVBytes;
+      WgmmaSS0<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows), desc_kmajor_sw128(k_tile));
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
+      for (int ks = 1; ks < D / 16; ++ks) {
         const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
         WgmmaSS<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off),
-                               desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off), ks > 0);
+                               desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off), 1);
       }
       wgmma_commit();
     };
@@ -315,23 +316,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       rescale_and_pack(alpha);
     }
     while (true) {
-      const int s = it % STAGES;
-      const u32 parity = (it / STAGES) & 1;
+      const int s = it % STAGES, sn = (it + 1) % STAGES;
       const int jn = walk.next(j + 1);
-      const bool more = jn < walk.n_tiles;
-      const int sn = (it + 1) % STAGES;
-      const u32 parity_n = ((it + 1) / STAGES) & 1;
-      if (more) mbar_wait(full_k(sn), parity_n);
-      mbar_wait(full_v(s), parity);
+      if (jn >= walk.n_tiles) break;
+      mbar_wait(full_k(sn), ((it + 1) / STAGES) & 1);
+      mbar_wait(full_v(s), (it / STAGES) & 1);
       wgmma_fence();
-      if (more) qk(sn);
+      qk(sn);
       pv(s);
-      if (!more) {
-        wgmma_wait<0>();
-        wgmma_pin(o);
-        mbar_arrive(empty_v(s));
-        break;
-      }
       const int cls = walk.cls(jn);
       const bool partial = V::kHasMask && cls == kTilePartial, general = partial || jn * BN + BN > N;
       u64 keep0 = 0, keep1 = 0;
@@ -348,6 +340,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       j = jn;
       ++it;
     }
+    // the last tile's P V
+    const int s = it % STAGES;
+    mbar_wait(full_v(s), (it / STAGES) & 1);
+    wgmma_fence();
+    pv(s);
+    wgmma_wait<0>();
+    wgmma_pin(o);
+    mbar_arrive(empty_v(s));
   }
 
   // ---- epilogue: normalise, stage this warp's 16 rows in its own rows of the Q tile (same
