@@ -296,6 +296,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       wgmma_commit();
     };
 
+    // Ping-pong between two consumer warpgroups: each issues its wgmmas only on its turn and
+    // then passes the turn, so one warpgroup's softmax runs while the other's matrix products
+    // keep the tensor cores busy. Named barriers 3 and 4; warpgroup 1 lets 0 go first.
+    constexpr bool kPingPong = NCWG == 2;
+    auto my_turn = [&]() { if constexpr (kPingPong) named_barrier(3 + wg, 256); };
+    auto your_turn = [&]() { if constexpr (kPingPong) named_barrier_arrive(3 + (wg ^ 1), 256); };
+    if (kPingPong && wg == 1) named_barrier_arrive(3, 256);
+
     // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
     // S of the next tile is already computed and goes through the softmax.
     mbar_wait(bar_q, 0);
@@ -304,8 +312,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       const int cls = walk.cls(j);
       const bool partial = V::kHasMask && cls == kTilePartial, general = partial || j * BN + BN > N;
       mbar_wait(full_k(0), 0);
+      my_turn();
       wgmma_fence();
       qk(0);
+      your_turn();
       u64 keep0 = 0, keep1 = 0;
       if (general) survivors(j, partial, keep0, keep1);
       wgmma_wait<0>();
@@ -321,9 +331,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       if (jn >= walk.n_tiles) break;
       mbar_wait(full_k(sn), ((it + 1) / STAGES) & 1);
       mbar_wait(full_v(s), (it / STAGES) & 1);
+      my_turn();
       wgmma_fence();
       qk(sn);
       pv(s);
+      your_turn();
       const int cls = walk.cls(jn);
       const bool partial = V::kHasMask && cls == kTilePartial, general = partial || jn * BN + BN > N;
       u64 keep0 = 0, keep1 = 0;
@@ -343,8 +355,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // the last tile's P V
     const int s = it % STAGES;
     mbar_wait(full_v(s), (it / STAGES) & 1);
+    my_turn();
     wgmma_fence();
     pv(s);
+    if (wg == 0) your_turn();  // warpgroup 1's last turn is never taken: it goes unpassed
     wgmma_wait<0>();
     wgmma_pin(o);
     mbar_arrive(empty_v(s));

@@ -96,5 +96,9 @@ template <int REGS> KDSL_DEVICE void regs_claim() {
 KDSL_DEVICE void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
+// Arrive at a named barrier without waiting (the other side bar.syncs on it).
+KDSL_DEVICE void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
 
 }  // namespace kdsl
