@@ -16,7 +16,7 @@ from .target import Target
 # head dim -> (BM, BN, warps) for the mma.sync attention kernel
 ATTENTION_TILES = {64: (128, 64, 4), 128: (128, 64, 4)}
 # head dim -> (BN, consumer warpgroups, stages) for the wgmma attention kernel; BM = 64 * consumers
-WGMMA_ATTENTION_TILES = {64: (128, 2, 2), 128: (128, 2, 2)}
+WGMMA_ATTENTION_TILES = {64: (128, 2, 3), 128: (128, 2, 3)}
 # (BM, BN, stages) for the FP8 wgmma GEMM
 GEMM_TILE = (128, 128, 4)
 

@@ -77,3 +77,19 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+def sweep(variants, names=("plain", "causal"), shapes=((2, 16, 8192, 128), (8, 16, 2048, 128), (2, 16, 8192, 64))):
+    """Time tile variants: {head_dim: [(BN, consumers, stages), ...]} (tiling pass override)."""
+    from kdsl.passes import tiling
+    saved = dict(tiling.WGMMA_ATTENTION_TILES)
+    for (B, H, S, D) in shapes:
+        for v in variants.get(D, []):
+            tiling.WGMMA_ATTENTION_TILES[D] = v
+            print(f"tiles {v}:", end=" ")
+            for name in names:
+                try:
+                    bench(name, B, H, S, D, causal_flops=name == "causal")
+                except Exception as e:  # a variant that does not fit is reported, not fatal
+                    print(f"{name} {v}: {type(e).__name__}: {str(e)[:200]}")
+    tiling.WGMMA_ATTENTION_TILES.update(saved)

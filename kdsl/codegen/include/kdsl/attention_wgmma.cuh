@@ -141,8 +141,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_k(s), 1);
       mbar_init(full_v(s), 1);
-      mbar_init(empty_k(s), 128 * NCWG);
-      mbar_init(empty_v(s), 128 * NCWG);
+      mbar_init(empty_k(s), NCWG);  // one arrival per consumer warpgroup
+      mbar_init(empty_v(s), NCWG);
     }
     mbar_init_fence();
   }
@@ -227,12 +227,18 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // P (relative to the new running max) and alpha[] rescales what O held so far.
     auto softmax = [&](int j, bool general, u64 keep0, u64 keep1, float (&alpha)[2]) {
       const int k0 = j * BN;
+      if (general) {
 #pragma unroll
-      for (int i = 0; i < C::kSRegs; ++i) {
-        const int kv = k0 + 8 * (i / 4) + 2 * t + (i & 1);
-        const float x = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], general ? imin2(kv, N - 1) : kv);
-        const bool ok = ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
-        sc[i] = (!general || ok) ? x : neg_inf();
+        for (int i = 0; i < C::kSRegs; ++i) {
+          const int kv = imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1);
+          const float x = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv);
+          const bool ok = ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
+          sc[i] = ok ? x : neg_inf();
+        }
+      } else {  // a full tile inside [0, N): no per-element selects
+#pragma unroll
+        for (int i = 0; i < C::kSRegs; ++i)
+          sc[i] = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], k0 + 8 * (i / 4) + 2 * t + (i & 1));
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -296,6 +302,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       wgmma_commit();
     };
 
+    // Ring slots are handed back by one thread per warpgroup after its wgmma wait: a wgmma
+    // is a warpgroup operation, so once it completed it has finished reading shared memory.
+    auto release = [&](u32 bar) { if (tid % 128 == 0) mbar_arrive(bar); };
+
     // Ping-pong between two consumer warpgroups: each issues its wgmmas only on its turn and
     // then passes the turn, so one warpgroup's softmax runs while the other's matrix products
     // keep the tensor cores busy. Named barriers 3 and 4; warpgroup 1 lets 0 go first.
@@ -320,7 +330,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       if (general) survivors(j, partial, keep0, keep1);
       wgmma_wait<0>();
       wgmma_pin(sc);
-      mbar_arrive(empty_k(0));
+      release(empty_k(0));
       float alpha[2];
       softmax(j, general, keep0, keep1, alpha);
       rescale_and_pack(alpha);
@@ -342,12 +352,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       if (general) survivors(jn, partial, keep0, keep1);
       wgmma_wait<1>();  // groups retire in order: S of tile jn is ready, P V may still run
       wgmma_pin(sc);
-      mbar_arrive(empty_k(sn));
+      release(empty_k(sn));
       float alpha[2];
       softmax(jn, general, keep0, keep1, alpha);
       wgmma_wait<0>();
       wgmma_pin(o);
-      mbar_arrive(empty_v(s));
+      release(empty_v(s));
       rescale_and_pack(alpha);
       j = jn;
       ++it;
@@ -361,7 +371,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     if (wg == 0) your_turn();  // warpgroup 1's last turn is never taken: it goes unpassed
     wgmma_wait<0>();
     wgmma_pin(o);
-    mbar_arrive(empty_v(s));
+    release(empty_v(s));
   }
 
   // ---- epilogue: normalise, stage this warp's 16 rows in its own rows of the Q tile (same
