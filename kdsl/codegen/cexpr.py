@@ -8,8 +8,10 @@ from .. import ir
 
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
            "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
-_FLOAT_FN = {"exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf",
-             "rsqrt": "rsqrtf", "tanh": "tanhf", "sin": "sinf", "cos": "cosf", "tan": "tanf"}
+# kdsl::math_* (common.cuh) use the hardware approximations unless KDSL_EXACT_MATH is defined.
+_FLOAT_FN = {"exp": "kdsl::math_exp", "exp2": "kdsl::math_exp2", "log": "kdsl::math_log",
+             "log2": "kdsl::math_log2", "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "kdsl::math_tanh",
+             "sin": "sinf", "cos": "cosf", "tan": "tanf", "sigmoid": "kdsl::math_sigmoid"}
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,6 @@ class CEmitter:
             return f"((int)({a[0]}))"
         if op == "float":
             return f"((float)({a[0]}))"
-        if op == "sigmoid":
-            return f"(1.0f / (1.0f + expf(-{a[0]})))"
         return f"{_FLOAT_FN[op]}({a[0]})"
 
     def _load(self, e: ir.Load) -> str:

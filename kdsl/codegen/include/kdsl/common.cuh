@@ -60,6 +60,60 @@ KDSL_DEVICE float load_f32(const f16_t* p, i64 i) {
 }
 KDSL_DEVICE int load_i32(const int* p, i64 i) { return __ldg(p + i); }
 
+// Transcendentals in score and mask expressions. By default the hardware approximations
+// (MUFU), whose error stays far inside bf16/fp16 attention's tolerance; compiled with
+// -DKDSL_EXACT_MATH (kdsl.load(..., exact_math=True)) they are libm's accurate versions.
+//   tanh: tanh.approx.f32, max relative error about 2^-11 (PTX ISA)
+//   sigmoid(x) = 0.5 + 0.5 tanh(x / 2): the same error, one MUFU instead of ex2 + rcp
+//   exp, exp2: ex2.approx.ftz.f32, max relative error about 2^-22 (2 ulp) on exp2
+//   log, log2: lg2.approx.ftz.f32, max absolute error about 2^-22
+KDSL_DEVICE float math_tanh(float x) {
+#ifdef KDSL_EXACT_MATH
+  return tanhf(x);
+#else
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+KDSL_DEVICE float math_sigmoid(float x) {
+#ifdef KDSL_EXACT_MATH
+  return 1.0f / (1.0f + expf(-x));
+#else
+  return fmaf(0.5f, math_tanh(0.5f * x), 0.5f);
+#endif
+}
+KDSL_DEVICE float math_exp2(float x) {
+#ifdef KDSL_EXACT_MATH
+  return exp2f(x);
+#else
+  return exp2_approx(x);
+#endif
+}
+KDSL_DEVICE float math_exp(float x) {
+#ifdef KDSL_EXACT_MATH
+  return expf(x);
+#else
+  return exp2_approx(x * 1.4426950408889634f);
+#endif
+}
+KDSL_DEVICE float math_log2(float x) {
+#ifdef KDSL_EXACT_MATH
+  return log2f(x);
+#else
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+KDSL_DEVICE float math_log(float x) {
+#ifdef KDSL_EXACT_MATH
+  return logf(x);
+#else
+  return math_log2(x) * 0.69314718055994531f;
+#endif
+}
+
 KDSL_DEVICE int imin(int a, int b) { return a < b ? a : b; }
 KDSL_DEVICE int imax(int a, int b) { return a > b ? a : b; }
 KDSL_DEVICE int iabs(int a) { return a < 0 ? -a : a; }
