@@ -245,12 +245,14 @@ class AttentionKernel(KernelBase):
         s = float(scale) if scale is not None else float(eval_scalar(kern.func("scale"), dims))
         if not math.isfinite(s):
             raise LaunchError(f"{self.name}: softmax scale must be finite, got {s}")
-        grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, B)
+        tma = lk.attr("kernel") == "wgmma"
+        items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
+        # The wgmma kernel is persistent: one CTA per SM walks the (b, h, q tile) items.
+        grid = (min(items, _sm_count(device)), 1, 1) if tma else (items // (H * B), H, B)
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
         # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
         # capture pointers, capture-only dims. Pointers are written per call. The wgmma
         # kernel takes q, k and v as TMA tensor maps, re-encoded when their pointers change.
-        tma = lk.attr("kernel") == "wgmma"
         kinds = ["tmap" if tma else "ptr"] * 3 + ["ptr"] * 2 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + \
             ["i32"] * len(extra_dims)
         values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims]
@@ -264,6 +266,12 @@ class AttentionKernel(KernelBase):
                     RowTiles(pack.slots[2], elem, B * Hkv, N, D, bn))
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem,
                     maps)
+
+
+@functools.cache
+def _sm_count(device: int) -> int:
+    cupy, _, _ = _driver()
+    return int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
 
 
 def _signature(tensors, extras):

@@ -12,7 +12,8 @@
 // it evaluates the tile's per-element mask, so the mask costs no extra latency.
 //
 // Launch contract (the generated extern "C" kernel forwards here):
-//   grid   = (ceil(M / BM), H, B), BM = 64 * NCWG; blockIdx.x = q tile, .y = head, .z = batch
+//   grid   = (CTAs, 1, 1), persistent: any CTA count >= 1 (the host uses min(items, SMs));
+//            work items are (b, h, q tile) for q tiles of BM = 64 * NCWG rows
 //   block  = 128 * (NCWG + 1) threads, __launch_bounds__(threads, 1)
 //   dynamic shared memory = attention_wgmma_smem_bytes<Elem, D, BN, NCWG, STAGES>()
 //   tq, tk, tv: 3-D tensor maps over q [B*H, M, D], k and v [B*Hkv, N, D] (16-bit elements,
@@ -46,7 +47,7 @@ struct Cfg {
   static constexpr int kKOffset = kQBytes;
   static constexpr int kVOffset = kQBytes + STAGES * kKVBytes;
   static constexpr int kBarOffset = kQBytes + 2 * STAGES * kKVBytes;
-  static constexpr int kBars = 1 + 4 * STAGES;       // Q, then full/empty for K and V
+  static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
   static constexpr int kSmemBytes = 1024 + kBarOffset + kBars * 8;  // + realignment slack
   // Register split between the roles (setmaxnreg): the total must fit 64K registers.
   static constexpr int kProducerRegs = NCWG <= 2 ? 40 : 32;
@@ -125,44 +126,62 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // 128-byte swizzled tiles must start on a 1024-byte boundary.
   const u32 base = (smem_addr(kdsl_attn_smem) + 1023u) & ~1023u;
   const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset;
-  const u32 bar_q = base + C::kBarOffset;
-  auto full_k = [&](int s) { return bar_q + 8u * (1 + s); };
-  auto full_v = [&](int s) { return bar_q + 8u * (1 + STAGES + s); };
-  auto empty_k = [&](int s) { return bar_q + 8u * (1 + 2 * STAGES + s); };
-  auto empty_v = [&](int s) { return bar_q + 8u * (1 + 3 * STAGES + s); };
+  const u32 full_q = base + C::kBarOffset, empty_q = full_q + 8u;
+  auto full_k = [&](int s) { return full_q + 8u * (2 + s); };
+  auto full_v = [&](int s) { return full_q + 8u * (2 + STAGES + s); };
+  auto empty_k = [&](int s) { return full_q + 8u * (2 + 2 * STAGES + s); };
+  auto empty_v = [&](int s) { return full_q + 8u * (2 + 3 * STAGES + s); };
 
   const int tid = threadIdx.x;
-  const int b = blockIdx.z, h = blockIdx.y;
-  const int q0 = blockIdx.x * BM;
-  const TileWalk<BN, V> walk{a, cap, b, h, q0, imin2(q0 + BM, a.M) - 1, (a.N + BN - 1) / BN};
-
   if (tid == 0) {
-    mbar_init(bar_q, 1);
+    mbar_init(full_q, 1);
+    mbar_init(empty_q, NCWG);  // one arrival per consumer warpgroup, as for every "empty"
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_k(s), 1);
       mbar_init(full_v(s), 1);
-      mbar_init(empty_k(s), NCWG);  // one arrival per consumer warpgroup
+      mbar_init(empty_k(s), NCWG);
       mbar_init(empty_v(s), NCWG);
     }
     mbar_init_fence();
   }
   __syncthreads();
 
-  const int first = walk.next(0);
+  // Persistent CTAs: work item w = (b, h, q tile) with heads outermost (concurrent CTAs share
+  // K and V in L2) and, within a head, the last q tile first: under causal-like masks the
+  // longest tiles start first and the short ones fill the tail.
+  const int n_qtiles = (a.M + BM - 1) / BM;
+  const int n_items = n_qtiles * a.H * a.B;
+  auto item = [&](int w, int& b, int& h, int& q0) {
+    const int bh = w / n_qtiles;
+    q0 = (n_qtiles - 1 - (w - bh * n_qtiles)) * BM;
+    b = bh / a.H;
+    h = bh - b * a.H;
+  };
+  auto walk_of = [&](int b, int h, int q0) {
+    return TileWalk<BN, V>{a, cap, b, h, q0, imin2(q0 + BM, a.M) - 1, (a.N + BN - 1) / BN};
+  };
   const int wg = tid / 128 - 1;  // consumer warpgroup index; -1 for the producer
 
   if (wg < 0) {
     // ---------------- producer ----------------
     regs_release<C::kProducerRegs>();
-    if (tid == 0 && first < walk.n_tiles) {
-      tma_prefetch_desc(tq);
-      tma_prefetch_desc(tk);
-      tma_prefetch_desc(tv);
+    if (tid != 0) return;
+    tma_prefetch_desc(tq);
+    tma_prefetch_desc(tk);
+    tma_prefetch_desc(tv);
+    int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
+    for (int w = blockIdx.x; w < n_items; w += gridDim.x) {
+      int b, h, q0;
+      item(w, b, h, q0);
+      const TileWalk<BN, V> walk = walk_of(b, h, q0);
+      const int first = walk.next(0);
+      if (first >= walk.n_tiles) continue;  // every key masked: the consumers only write zeros
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
-      mbar_arrive_expect_tx(bar_q, C::kQBytes);
+      mbar_wait(empty_q, (n_done & 1) ^ 1);  // the previous item's epilogue is done with sQ
+      mbar_arrive_expect_tx(full_q, C::kQBytes);
 #pragma unroll
-      for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, bar_q, c * 64, q0, bh_q);
-      int it = 0;
+      for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
+      ++n_done;
       for (int j = first; j < walk.n_tiles; j = walk.next(j + 1), ++it) {
         const int s = it % STAGES;
         const u32 parity = ((it / STAGES) & 1) ^ 1;
@@ -186,18 +205,56 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   const int lane = tid & 31, warp = (tid / 32) & 3;  // warp within the warpgroup
   const int g = lane >> 2, t = lane & 3;
   const int M = a.M, N = a.N;
-  const int row0 = q0 + wg * 64 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
-  const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
-
+  const u32 q_rows = sQ + wg * 64 * 128;
   float o[C::kORegs];
-#pragma unroll
-  for (int i = 0; i < C::kORegs; ++i) o[i] = 0.f;
-  float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
+  float sc[C::kSRegs];   // S of the tile in flight, then its probabilities
+  u32 pa[BN / 16][4];    // P of the previous tile, packed as wgmma A fragments
+  float m_run[2], l_run[2];
 
-  if (first < walk.n_tiles) {
-    const u32 q_rows = sQ + wg * 64 * 128;
-    float sc[C::kSRegs];   // S of the tile in flight, then its probabilities
-    u32 pa[BN / 16][4];    // P of the previous tile, packed as wgmma A fragments
+  // Ring slots are handed back by one thread per warpgroup after its wgmma wait: a wgmma
+  // is a warpgroup operation, so once it completed it has finished reading shared memory.
+  auto release = [&](u32 bar) { if (tid % 128 == 0) mbar_arrive(bar); };
+
+  // Ping-pong between two consumer warpgroups: each issues its wgmmas only on its turn and
+  // then passes the turn, so one warpgroup's softmax runs while the other's matrix products
+  // keep the tensor cores busy. Named barriers 3 and 4; warpgroup 1 lets 0 go first.
+  constexpr bool kPingPong = NCWG == 2;
+  auto my_turn = [&]() { if constexpr (kPingPong) named_barrier(3 + wg, 256); };
+  auto your_turn = [&]() { if constexpr (kPingPong) named_barrier_arrive(3 + (wg ^ 1), 256); };
+
+  // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group. The first
+  // QK^T step is write-only so that the old S values need no copy.
+  auto qk = [&](int s) {
+    const u32 k_tile = sK + s * C::kKVBytes;
+    WgmmaSS0<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows), desc_kmajor_sw128(k_tile));
+#pragma unroll
+    for (int ks = 1; ks < D / 16; ++ks) {
+      const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
+      WgmmaSS<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off),
+                             desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off), 1);
+    }
+    wgmma_commit();
+  };
+  auto pv = [&](int s) {
+    const u32 v_tile = sV + s * C::kKVBytes;
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp)
+      WgmmaRS<Elem, D>::run(o, pa[kp], desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128), 1);
+    wgmma_commit();
+  };
+
+  int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
+  for (int w = blockIdx.x; w < n_items; w += gridDim.x) {
+    int b, h, q0;
+    item(w, b, h, q0);
+    const TileWalk<BN, V> walk = walk_of(b, h, q0);
+    const int first = walk.next(0);
+    const int row0 = q0 + wg * 64 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
+    const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
+#pragma unroll
+    for (int i = 0; i < C::kORegs; ++i) o[i] = 0.f;
+    m_run[0] = m_run[1] = neg_inf();
+    l_run[0] = l_run[1] = 0.f;
 
     // Which elements of tile j survive: bit i of keep1:keep0 is S element i (mask on partial
     // tiles, kv < N everywhere). Runs while wgmmas are in flight. Not fully unrolled: a
@@ -282,135 +339,129 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       }
     };
 
-    // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group.
-    auto qk = [&](int s) {
-      const u32 k_tile = sK + s * C::kKVBytes;
-      WgmmaSS0<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows), desc_kmajor_sw128(k_tile));
-#pragma unroll
-      for (int ks = 1; ks < D / 16; ++ks) {
-        const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
-        WgmmaSS<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off),
-                               desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off), 1);
+    if (first < walk.n_tiles) {
+      if (kPingPong && wg == 1) named_barrier_arrive(3, 256);
+      // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
+      // S of the next tile is already computed and goes through the softmax.
+      mbar_wait(full_q, n_done & 1);
+      int j = first;
+      {
+        const int cls = walk.cls(j);
+        const bool partial = V::kHasMask && cls == kTilePartial, general = partial || j * BN + BN > N;
+        const int s = it % STAGES;
+        mbar_wait(full_k(s), (it / STAGES) & 1);
+        my_turn();
+        wgmma_fence();
+        qk(s);
+        your_turn();
+        u64 keep0 = 0, keep1 = 0;
+        if (general) survivors(j, partial, keep0, keep1);
+        wgmma_wait<0>();
+        wgmma_pin(sc);
+        release(empty_k(s));
+        float alpha[2];
+        softmax(j, general, keep0, keep1, alpha);
+        rescale_and_pack(alpha);
       }
-      wgmma_commit();
-    };
-    auto pv = [&](int s) {
-      const u32 v_tile = sV + s * C::kKVBytes;
-#pragma unroll
-      for (int kp = 0; kp < BN / 16; ++kp)
-        WgmmaRS<Elem, D>::run(o, pa[kp], desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128), 1);
-      wgmma_commit();
-    };
-
-    // Ring slots are handed back by one thread per warpgroup after its wgmma wait: a wgmma
-    // is a warpgroup operation, so once it completed it has finished reading shared memory.
-    auto release = [&](u32 bar) { if (tid % 128 == 0) mbar_arrive(bar); };
-
-    // Ping-pong between two consumer warpgroups: each issues its wgmmas only on its turn and
-    // then passes the turn, so one warpgroup's softmax runs while the other's matrix products
-    // keep the tensor cores busy. Named barriers 3 and 4; warpgroup 1 lets 0 go first.
-    constexpr bool kPingPong = NCWG == 2;
-    auto my_turn = [&]() { if constexpr (kPingPong) named_barrier(3 + wg, 256); };
-    auto your_turn = [&]() { if constexpr (kPingPong) named_barrier_arrive(3 + (wg ^ 1), 256); };
-    if (kPingPong && wg == 1) named_barrier_arrive(3, 256);
-
-    // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
-    // S of the next tile is already computed and goes through the softmax.
-    mbar_wait(bar_q, 0);
-    int j = first, it = 0;
-    {
-      const int cls = walk.cls(j);
-      const bool partial = V::kHasMask && cls == kTilePartial, general = partial || j * BN + BN > N;
-      mbar_wait(full_k(0), 0);
-      my_turn();
-      wgmma_fence();
-      qk(0);
-      your_turn();
-      u64 keep0 = 0, keep1 = 0;
-      if (general) survivors(j, partial, keep0, keep1);
-      wgmma_wait<0>();
-      wgmma_pin(sc);
-      release(empty_k(0));
-      float alpha[2];
-      softmax(j, general, keep0, keep1, alpha);
-      rescale_and_pack(alpha);
-    }
-    while (true) {
-      const int s = it % STAGES, sn = (it + 1) % STAGES;
-      const int jn = walk.next(j + 1);
-      if (jn >= walk.n_tiles) break;
-      mbar_wait(full_k(sn), ((it + 1) / STAGES) & 1);
+      while (true) {
+        const int s = it % STAGES, sn = (it + 1) % STAGES;
+        const int jn = walk.next(j + 1);
+        if (jn >= walk.n_tiles) break;
+        mbar_wait(full_k(sn), ((it + 1) / STAGES) & 1);
+        mbar_wait(full_v(s), (it / STAGES) & 1);
+        my_turn();
+        wgmma_fence();
+        qk(sn);
+        pv(s);
+        your_turn();
+        const int cls = walk.cls(jn);
+        const bool partial = V::kHasMask && cls == kTilePartial, general = partial || jn * BN + BN > N;
+        u64 keep0 = 0, keep1 = 0;
+        if (general) survivors(jn, partial, keep0, keep1);
+        wgmma_wait<1>();  // groups retire in order: S of tile jn is ready, P V may still run
+        wgmma_pin(sc);
+        release(empty_k(sn));
+        float alpha[2];
+        softmax(jn, general, keep0, keep1, alpha);
+        wgmma_wait<0>();
+        wgmma_pin(o);
+        release(empty_v(s));
+        rescale_and_pack(alpha);
+        j = jn;
+        ++it;
+      }
+      // the last tile's P V
+      const int s = it % STAGES;
       mbar_wait(full_v(s), (it / STAGES) & 1);
       my_turn();
       wgmma_fence();
-      qk(sn);
       pv(s);
-      your_turn();
-      const int cls = walk.cls(jn);
-      const bool partial = V::kHasMask && cls == kTilePartial, general = partial || jn * BN + BN > N;
-      u64 keep0 = 0, keep1 = 0;
-      if (general) survivors(jn, partial, keep0, keep1);
-      wgmma_wait<1>();  // groups retire in order: S of tile jn is ready, P V may still run
-      wgmma_pin(sc);
-      release(empty_k(sn));
-      float alpha[2];
-      softmax(jn, general, keep0, keep1, alpha);
+      if (wg == 0) your_turn();  // warpgroup 1's last turn is never taken: it goes unpassed
       wgmma_wait<0>();
       wgmma_pin(o);
       release(empty_v(s));
-      rescale_and_pack(alpha);
-      j = jn;
       ++it;
     }
-    // the last tile's P V
-    const int s = it % STAGES;
-    mbar_wait(full_v(s), (it / STAGES) & 1);
-    my_turn();
-    wgmma_fence();
-    pv(s);
-    if (wg == 0) your_turn();  // warpgroup 1's last turn is never taken: it goes unpassed
-    wgmma_wait<0>();
-    wgmma_pin(o);
-    release(empty_v(s));
-  }
 
-  // ---- epilogue: normalise, stage this warp's 16 rows in its own rows of the Q tile (same
-  // swizzled layout), then write whole 16-byte chunks ----
-  named_barrier(1 + wg, 128);  // every wgmma of this warpgroup has finished reading Q
-  const int bh = b * a.H + h;
-  float inv[2];
+    // ---- epilogue: normalise, stage this warp's 16 rows in its own rows of the Q tile (same
+    // swizzled layout), then write whole 16-byte chunks ----
+    const int bh = b * a.H + h;
+    Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * D;
+    constexpr int kChunks = D / 8;  // 16-byte chunks per row
+    if (first >= walk.n_tiles) {
+      // Every key masked: zeros and lse = -inf, written directly. sQ is not ours to stage
+      // in: the producer may already be loading the next item's Q there.
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const float l = quad_sum(l_run[hh]);
-    inv[hh] = l > 0.f ? 1.f / l : 0.f;
-    const int r = row0 + 8 * hh;
-    if (a.lse != nullptr && t == 0 && r < M)
-      a.lse[(i64)bh * M + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
-  }
-  const u32 w_rows = sQ + (wg * 64 + warp * 16) * 128;  // row 0 of this warp in column block 0
+      for (int i = 0; i < 16 * kChunks / 32; ++i) {
+        const int id = lane + 32 * i;
+        const int r = id / kChunks, cc = id % kChunks;
+        if (q0 + wg * 64 + warp * 16 + r < M)
+          asm volatile("st.global.v4.u32 [%0], {%1,%1,%1,%1};\n" :: "l"(go + (i64)r * D + cc * 8), "r"(0u) : "memory");
+      }
 #pragma unroll
-  for (int jj = 0; jj < D / 8; ++jj)
+      for (int hh = 0; hh < 2; ++hh)
+        if (a.lse != nullptr && t == 0 && row0 + 8 * hh < M) a.lse[(i64)bh * M + row0 + 8 * hh] = neg_inf();
+      continue;
+    }
+    named_barrier(1 + wg, 128);  // every wgmma of this warpgroup has finished reading Q
+    float inv[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const int r = g + 8 * hh;
-      const u32 addr = w_rows + (jj / 8) * BM * 128 + r * 128 + (((jj % 8) ^ (r & 7)) << 4) + 4 * t;
-      asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr),
-                   "r"(pack2<Elem>(o[4 * jj + 2 * hh] * inv[hh], o[4 * jj + 2 * hh + 1] * inv[hh])) : "memory");
+      const float l = quad_sum(l_run[hh]);
+      inv[hh] = l > 0.f ? 1.f / l : 0.f;
+      const int r = row0 + 8 * hh;
+      if (a.lse != nullptr && t == 0 && r < M)
+        a.lse[(i64)bh * M + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
     }
-  __syncwarp();
-  Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * D;
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+    const u32 w_rows = sQ + (wg * 64 + warp * 16) * 128;  // row 0 of this warp in column block 0
 #pragma unroll
-  for (int i = 0; i < 16 * kChunks / 32; ++i) {
-    const int id = lane + 32 * i;
-    const int r = id / kChunks, cc = id % kChunks;
-    if (q0 + wg * 64 + warp * 16 + r < M) {
-      const u32 src = w_rows + (cc / 8) * BM * 128 + r * 128 + (((cc % 8) ^ (r & 7)) << 4);
-      u32 x, y, z, w;
-      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"(src) : "memory");
-      asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};\n" :: "l"(go + (i64)r * D + cc * 8), "r"(x), "r"(y), "r"(z),
-                   "r"(w) : "memory");
+    for (int jj = 0; jj < D / 8; ++jj)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = g + 8 * hh;
+        const u32 addr = w_rows + (jj / 8) * BM * 128 + r * 128 + (((jj % 8) ^ (r & 7)) << 4) + 4 * t;
+        asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr),
+                     "r"(pack2<Elem>(o[4 * jj + 2 * hh] * inv[hh], o[4 * jj + 2 * hh + 1] * inv[hh])) : "memory");
+      }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 16 * kChunks / 32; ++i) {
+      const int id = lane + 32 * i;
+      const int r = id / kChunks, cc = id % kChunks;
+      if (q0 + wg * 64 + warp * 16 + r < M) {
+        const u32 src = w_rows + (cc / 8) * BM * 128 + r * 128 + (((cc % 8) ^ (r & 7)) << 4);
+        u32 x, y, z, w4;
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(x), "=r"(y), "=r"(z), "=r"(w4) : "r"(src) : "memory");
+        asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};\n" :: "l"(go + (i64)r * D + cc * 8), "r"(x), "r"(y), "r"(z),
+                     "r"(w4) : "memory");
+      }
     }
+    // sQ is free for the next item's Q once every thread of the warpgroup is done with it;
+    // the generic-proxy accesses above must be ordered before that TMA write.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    named_barrier(1 + wg, 128);
+    release(empty_q);
+    ++n_done;
   }
 }
 
