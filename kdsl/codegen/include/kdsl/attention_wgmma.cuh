@@ -149,9 +149,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // Persistent CTAs: work item w = (b, h, q tile) with heads outermost (concurrent CTAs share
   // K and V in L2) and, within a head, the last q tile first: under causal-like masks the
   // longest tiles start first and the short ones fill the tail.
-  const int n_qtiles = (a.M + BM - 1) / BM;
-  const int n_items = n_qtiles * a.H * a.B;
+  // (Computed inside each role, after setmaxnreg: a value live across it gets spilled.)
+  auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B; };
   auto item = [&](int w, int& b, int& h, int& q0) {
+    const int n_qtiles = (a.M + BM - 1) / BM;
     const int bh = w / n_qtiles;
     q0 = (n_qtiles - 1 - (w - bh * n_qtiles)) * BM;
     b = bh / a.H;
@@ -170,7 +171,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     tma_prefetch_desc(tk);
     tma_prefetch_desc(tv);
     int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
-    for (int w = blockIdx.x; w < n_items; w += gridDim.x) {
+    const int items = n_items();
+    for (int w = blockIdx.x; w < items; w += gridDim.x) {
       int b, h, q0;
       item(w, b, h, q0);
       const TileWalk<BN, V> walk = walk_of(b, h, q0);
@@ -244,7 +246,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   };
 
   int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
-  for (int w = blockIdx.x; w < n_items; w += gridDim.x) {
+  const int items = n_items();
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
     int b, h, q0;
     item(w, b, h, q0);
     const TileWalk<BN, V> walk = walk_of(b, h, q0);
