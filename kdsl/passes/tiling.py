@@ -46,8 +46,12 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
             if d not in WGMMA_ATTENTION_TILES:
                 raise KdslError(f"kernel '{k.name}': head dimension {d} is not supported (64 or 128)")
             bn, consumers, stages = WGMMA_ATTENTION_TILES[d]
+            # Persistent CTAs pay off when items cost the same; under a mask the hardware's
+            # dynamic block dispatch balances them better (measured: bench/NOTES.md).
+            schedule = "persistent" if k.func("mask") is None else "grid"
             return k.with_attrs(kernel="wgmma", tile_m=64 * consumers, tile_n=bn, consumers=consumers,
-                                stages=stages, smem_bytes=attention_wgmma_smem_bytes(d, bn, consumers, stages))
+                                stages=stages, schedule=schedule,
+                                smem_bytes=attention_wgmma_smem_bytes(d, bn, consumers, stages))
         if d not in ATTENTION_TILES:
             raise KdslError(f"kernel '{k.name}': head dimension {d} is not supported (64 or 128)")
         bm, bn, warps = ATTENTION_TILES[d]

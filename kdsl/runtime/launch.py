@@ -247,8 +247,9 @@ class AttentionKernel(KernelBase):
             raise LaunchError(f"{self.name}: softmax scale must be finite, got {s}")
         tma = lk.attr("kernel") == "wgmma"
         items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
-        # The wgmma kernel is persistent: one CTA per SM walks the (b, h, q tile) items.
-        grid = (min(items, _sm_count(device)), 1, 1) if tma else (items // (H * B), H, B)
+        # A persistent kernel: one CTA per SM walks the (b, h, q tile) items.
+        persistent = lk.attr("schedule") == "persistent"
+        grid = (min(items, _sm_count(device)), 1, 1) if persistent else (items // (H * B), H, B)
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
         # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
         # capture pointers, capture-only dims. Pointers are written per call. The wgmma
