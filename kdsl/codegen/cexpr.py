@@ -11,7 +11,7 @@ _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<="
 # kdsl::math_* (common.cuh) use the hardware approximations unless KDSL_EXACT_MATH is defined.
 _FLOAT_FN = {"exp": "kdsl::math_exp", "exp2": "kdsl::math_exp2", "log": "kdsl::math_log",
              "log2": "kdsl::math_log2", "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "kdsl::math_tanh",
-             "sin": "sinf", "cos": "cosf", "tan": "tanf", "sigmoid": "kdsl::math_sigmoid"}
+             "sin": "kdsl::math_sin", "cos": "kdsl::math_cos", "tan": "tanf", "sigmoid": "kdsl::math_sigmoid"}
 
 
 @dataclass(frozen=True)

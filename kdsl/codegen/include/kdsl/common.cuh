@@ -67,6 +67,8 @@ KDSL_DEVICE int load_i32(const int* p, i64 i) { return __ldg(p + i); }
 //   sigmoid(x) = 0.5 + 0.5 tanh(x / 2): the same error, one MUFU instead of ex2 + rcp
 //   exp, exp2: ex2.approx.ftz.f32, max relative error about 2^-22 (2 ulp) on exp2
 //   log, log2: lg2.approx.ftz.f32, max absolute error about 2^-22
+//   sin, cos: reduced to [-pi, pi] (Cody-Waite, two-term 2*pi), then sin/cos.approx.f32,
+//             max absolute error about 2^-20 there; the reduction loses about |x| * 2^-33
 KDSL_DEVICE float math_tanh(float x) {
 #ifdef KDSL_EXACT_MATH
   return tanhf(x);
@@ -111,6 +113,29 @@ KDSL_DEVICE float math_log(float x) {
   return logf(x);
 #else
   return math_log2(x) * 0.69314718055994531f;
+#endif
+}
+
+KDSL_DEVICE float reduce_2pi(float x) {
+  const float k = rintf(x * 0.15915494309189535f);
+  return fmaf(-k, -1.7484555e-07f, fmaf(-k, 6.28318548f, x));  // 2*pi = 6.28318548 - 1.7484555e-07
+}
+KDSL_DEVICE float math_sin(float x) {
+#ifdef KDSL_EXACT_MATH
+  return sinf(x);
+#else
+  float y;
+  asm("sin.approx.f32 %0, %1;" : "=f"(y) : "f"(reduce_2pi(x)));
+  return y;
+#endif
+}
+KDSL_DEVICE float math_cos(float x) {
+#ifdef KDSL_EXACT_MATH
+  return cosf(x);
+#else
+  float y;
+  asm("cos.approx.f32 %0, %1;" : "=f"(y) : "f"(reduce_2pi(x)));
+  return y;
 #endif
 }
 
