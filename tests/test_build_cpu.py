@@ -92,20 +92,60 @@ def test_worker_compile_errors_keep_nvrtc_log():
 def test_build_takes_over_a_prebuild_and_the_cache_keeps_it(tmp_path, monkeypatch):
     monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
     cache.clear_memory()
+    submitted = []
+    pool = workers.pool()
+    monkeypatch.setattr(pool, "submit", lambda *a: submitted.append(a) or workers.Pool.submit(pool, *a))
     k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
     compiler.prebuild(k, "sm_90a", 0)
-    assert len(compiler._IN_FLIGHT) == 1
-    compiler.prebuild(k, "sm_90a", 0)  # already under way: not submitted twice
-    assert len(compiler._IN_FLIGHT) == 1
+    compiler.prebuild(k, "sm_90a", 0)  # already under way (or done): not submitted twice
+    assert len(submitted) == 1
     built = compiler.build(k, "sm_90a", 0)
-    assert not compiler._IN_FLIGHT and not built.cache_hit and built.compiled.cubin
+    assert not built.cache_hit and built.compiled.cubin
+    _wait(lambda: not compiler._IN_FLIGHT)  # a finished prebuild is forgotten once cached
     cache.clear_memory()
     again = compiler.build(k, "sm_90a", 0)
     assert again.cache_hit and again.compiled.cubin == built.compiled.cubin
 
 
-def _wait_claimed(jobs, timeout=30):
+def test_a_finished_prebuild_is_found_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
+    compiler.prebuild(k, "sm_90a", 0)
+    _wait(lambda: not compiler._IN_FLIGHT)
+    assert compiler.build(k, "sm_90a", 0).cache_hit
+
+
+def _wait_claimed(jobs):
+    _wait(lambda: all(j.claimed for j in jobs))
+
+
+def _wait(condition, timeout=60):
     end = time.monotonic() + timeout
-    while not all(j.claimed for j in jobs):
-        assert time.monotonic() < end, "no worker took the jobs"
+    while not condition():
+        assert time.monotonic() < end, "timed out"
         time.sleep(0.01)
+
+
+def test_load_prebuilds_every_head_dim_where_a_driver_is_present(tmp_path, monkeypatch):
+    from kdsl.runtime import launch
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("KDSL_PREBUILD", raising=False)
+    monkeypatch.setattr(launch.os.path, "exists", lambda p: p == "/proc/driver/nvidia")
+    cache.clear_memory()
+    mod = kdsl.load(ROOT / "samples" / "relpos.kd", arch="sm_90a")  # an explicit arch needs no GPU
+    launch.finish_prebuilds()
+    assert not compiler._IN_FLIGHT
+    cache.clear_memory()
+    assert all(compiler.build(mod.ir["relpos"], "sm_90a", d).cache_hit for d in (64, 128))
+
+
+def test_no_prebuild_when_turned_off(tmp_path, monkeypatch):
+    from kdsl.runtime import launch
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KDSL_PREBUILD", "0")
+    monkeypatch.setattr(launch.os.path, "exists", lambda p: p == "/proc/driver/nvidia")
+    cache.clear_memory()
+    mod = kdsl.load(ROOT / "samples" / "relpos.kd", arch="sm_90a")
+    launch.finish_prebuilds()
+    assert not compiler.build(mod.ir["relpos"], "sm_90a", 64).cache_hit

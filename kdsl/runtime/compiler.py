@@ -62,7 +62,28 @@ def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0) -> None:
             return
         job = workers.pool().submit(gen.source, gen.entry, options)
         _IN_FLIGHT[key] = job
-    job.future.add_done_callback(lambda f: f.exception() is None and cache.put(key, f.result()))
+    job.future.add_done_callback(lambda f: _finished(key, job))
+
+
+def finish_prebuilds() -> None:
+    """Wait until every prebuild has finished (failures are left for build() to report)."""
+    with _IN_FLIGHT_LOCK:
+        jobs = list(_IN_FLIGHT.items())
+    for key, job in jobs:
+        try:
+            workers.pool().result(job)
+        except Exception:  # noqa: BLE001 - the kernel's build() raises it where it belongs
+            pass
+        _finished(key, job)  # its done-callback may not have run yet
+
+
+def _finished(key: str, job) -> None:
+    """A prebuild is done: cache it (a build() not yet called finds it there) and forget it."""
+    if job.future.exception() is None:
+        cache.put(key, job.future.result())
+    with _IN_FLIGHT_LOCK:
+        if _IN_FLIGHT.get(key) is job:
+            del _IN_FLIGHT[key]
 
 
 def _generate(k: ir.Kernel, arch: str, head_dim: int):

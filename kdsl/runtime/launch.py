@@ -31,6 +31,9 @@ def _driver():
     return cupy, driver, function
 
 
+_PREBUILDS: list[threading.Thread] = []
+
+
 def prebuild_in_background(kernels) -> None:
     """At load(): start compiling each kernel for this machine's GPU, for every head dim it
     may be called with, in compiler processes (kdsl.runtime.workers), so that a first call
@@ -38,7 +41,17 @@ def prebuild_in_background(kernels) -> None:
     Only where an NVIDIA driver is present; KDSL_PREBUILD=0 turns it off."""
     if not kernels or os.environ.get("KDSL_PREBUILD", "1") == "0" or not os.path.exists("/proc/driver/nvidia"):
         return
-    threading.Thread(target=_prebuild, args=(kernels,), name="kdsl-prebuild", daemon=True).start()
+    t = threading.Thread(target=_prebuild, args=(kernels,), name="kdsl-prebuild", daemon=True)
+    _PREBUILDS.append(t)
+    t.start()
+
+
+def finish_prebuilds() -> None:
+    """Wait for every build started at load (before timing anything, say)."""
+    from .compiler import finish_prebuilds
+    while _PREBUILDS:
+        _PREBUILDS.pop().join()
+    finish_prebuilds()
 
 
 def _prebuild(kernels):
