@@ -149,3 +149,26 @@ def test_no_prebuild_when_turned_off(tmp_path, monkeypatch):
     mod = kdsl.load(ROOT / "samples" / "relpos.kd", arch="sm_90a")
     launch.finish_prebuilds()
     assert not compiler.build(mod.ir["relpos"], "sm_90a", 64).cache_hit
+
+
+def test_one_compile_per_kernel_however_many_ask(tmp_path, monkeypatch):
+    import threading
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    compiles = []
+    real = nvrtc.compile_cuda
+    monkeypatch.setattr(nvrtc, "compile_cuda", lambda *a, **kw: compiles.append(a[1]) or real(*a, **kw))
+    submitted = []
+    pool = workers.pool()
+    monkeypatch.setattr(pool, "submit", lambda *a: submitted.append(a) or workers.Pool.submit(pool, *a))
+    k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
+    results = []
+    callers = [threading.Thread(target=lambda: results.append(compiler.build(k, "sm_90a", 0))) for _ in range(3)]
+    for t in callers:
+        t.start()
+    _wait(lambda: compiler._IN_FLIGHT or results)
+    compiler.prebuild(k, "sm_90a", 0)  # the build under way counts: nothing is submitted
+    for t in callers:
+        t.join()
+    assert compiles == ["kdsl_fp8_gemm"] and not submitted
+    assert len({r.compiled.cubin for r in results}) == 1 and not compiler._IN_FLIGHT

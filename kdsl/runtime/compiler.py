@@ -37,18 +37,25 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
     t0 = time.perf_counter()
     lowered, gen, options, key = _generate(k, arch, head_dim)
     t1 = time.perf_counter()
-    hit = cache.get(key)
-    with _IN_FLIGHT_LOCK:
-        job = _IN_FLIGHT.pop(key, None) if hit is None and not trace else None
+    hit, job = cache.get(key), None
+    if hit is None and want_cubin and not trace:
+        with _IN_FLIGHT_LOCK:  # one build per kernel: join a prebuild, or register this one
+            hit = cache.get(key)
+            job = _IN_FLIGHT.get(key) if hit is None else None
+            if hit is None and job is None:
+                job = _IN_FLIGHT[key] = workers.Job((gen.source, gen.entry, options))
     if hit is not None:
         compiled = hit
     elif job is not None:
-        compiled = workers.pool().result(job)
+        try:
+            compiled = workers.pool().result(job)  # compiled right here if nobody has started it
+        finally:
+            _finished(key, job)
     else:
         compiled = nvrtc.compile_cuda(gen.source, gen.entry, options, want_cubin, trace)
+        if want_cubin:
+            cache.put(key, compiled)
     t2 = time.perf_counter()
-    if hit is None and want_cubin:
-        cache.put(key, compiled)
     _dump(lowered, gen, compiled)
     return Built(lowered, gen, compiled, key, hit is not None,
                  {"codegen_s": t1 - t0, "nvrtc_s": 0.0 if hit else t2 - t1})
@@ -78,12 +85,14 @@ def finish_prebuilds() -> None:
 
 
 def _finished(key: str, job) -> None:
-    """A prebuild is done: cache it (a build() not yet called finds it there) and forget it."""
-    if job.future.exception() is None:
-        cache.put(key, job.future.result())
+    """A build is done: cache it (under the lock, so a build() that finds no job finds the
+    cache entry) and forget it. Idempotent; a failed build leaves nothing behind."""
     with _IN_FLIGHT_LOCK:
-        if _IN_FLIGHT.get(key) is job:
-            del _IN_FLIGHT[key]
+        if _IN_FLIGHT.get(key) is not job:
+            return
+        if job.future.exception() is None:
+            cache.put(key, job.future.result())
+        del _IN_FLIGHT[key]
 
 
 def _generate(k: ir.Kernel, arch: str, head_dim: int):
