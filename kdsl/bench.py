@@ -237,8 +237,8 @@ def run(cases: list[Case], modules: dict, reps: int, peers: set, progress=True) 
     torch._dynamo.config.cache_size_limit = 1024
     if hasattr(torch._dynamo.config, "recompile_limit"):
         torch._dynamo.config.recompile_limit = 1024
-    from .runtime.launch import finish_prebuilds
-    finish_prebuilds()  # kernels built at load(), in parallel; no compile competes with the timings
+    from .runtime import prebuild
+    prebuild.finish()  # kernels built at load(), in parallel; no compile competes with the timings
     timer = Timer(reps)
     rows = []
     bar = _progress(cases, progress)

@@ -128,26 +128,26 @@ def _wait(condition, timeout=60):
 
 
 def test_load_prebuilds_every_head_dim_where_a_driver_is_present(tmp_path, monkeypatch):
-    from kdsl.runtime import launch
+    from kdsl.runtime import prebuild
     monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("KDSL_PREBUILD", raising=False)
-    monkeypatch.setattr(launch.os.path, "exists", lambda p: p == "/proc/driver/nvidia")
+    monkeypatch.setattr(prebuild.os.path, "exists", lambda p: p == "/proc/driver/nvidia")
     cache.clear_memory()
     mod = kdsl.load(ROOT / "samples" / "relpos.kd", arch="sm_90a")  # an explicit arch needs no GPU
-    launch.finish_prebuilds()
+    prebuild.finish()
     assert not compiler._IN_FLIGHT
     cache.clear_memory()
     assert all(compiler.build(mod.ir["relpos"], "sm_90a", d).cache_hit for d in (64, 128))
 
 
 def test_no_prebuild_when_turned_off(tmp_path, monkeypatch):
-    from kdsl.runtime import launch
+    from kdsl.runtime import prebuild
     monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("KDSL_PREBUILD", "0")
-    monkeypatch.setattr(launch.os.path, "exists", lambda p: p == "/proc/driver/nvidia")
+    monkeypatch.setattr(prebuild.os.path, "exists", lambda p: p == "/proc/driver/nvidia")
     cache.clear_memory()
     mod = kdsl.load(ROOT / "samples" / "relpos.kd", arch="sm_90a")
-    launch.finish_prebuilds()
+    prebuild.finish()
     assert not compiler.build(mod.ir["relpos"], "sm_90a", 64).cache_hit
 
 

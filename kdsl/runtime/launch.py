@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
-import threading
 from dataclasses import dataclass
 
 from .. import ir
@@ -29,43 +27,6 @@ def _driver():
     except Exception as e:  # ImportError, CUDARuntimeError, ...
         raise NoGpuError(f"kdsl kernels need an NVIDIA GPU and CuPy (pip install kdsl[cuda13]); {e}") from None
     return cupy, driver, function
-
-
-_PREBUILDS: list[threading.Thread] = []
-
-
-def prebuild_in_background(kernels) -> None:
-    """At load(): start compiling each kernel for this machine's GPU, for every head dim it
-    may be called with, in compiler processes (kdsl.runtime.workers), so that a first call
-    finds its kernel built or building; a call never waits for another kernel or head dim.
-    Only where an NVIDIA driver is present; KDSL_PREBUILD=0 turns it off."""
-    if not kernels or os.environ.get("KDSL_PREBUILD", "1") == "0" or not os.path.exists("/proc/driver/nvidia"):
-        return
-    t = threading.Thread(target=_prebuild, args=(kernels,), name="kdsl-prebuild", daemon=True)
-    _PREBUILDS.append(t)
-    t.start()
-
-
-def finish_prebuilds() -> None:
-    """Wait for every build started at load (before timing anything, say)."""
-    from .compiler import finish_prebuilds
-    while _PREBUILDS:
-        _PREBUILDS.pop().join()
-    finish_prebuilds()
-
-
-def _prebuild(kernels):
-    from ..passes import pipeline
-    from .compiler import prebuild
-    for kern in kernels:
-        try:
-            arch = kern._arch()  # NoGpuError without a usable GPU
-            for d in pipeline.head_dims(kern.ir):
-                prebuild(kern.ir, arch, d)
-        except NoGpuError:
-            return
-        except Exception:  # noqa: BLE001 - the kernel's first call reports the same problem
-            continue
 
 
 class Loaded:

@@ -9,7 +9,8 @@ from ..errors import KdslError, SourceError, Span
 from ..grammar import parse
 from ..passes import pipeline
 from .geometry import softmax_scale
-from .launch import AttentionKernel, GemmKernel, prebuild_in_background
+from . import prebuild
+from .launch import AttentionKernel, GemmKernel
 
 
 class Module:
@@ -20,7 +21,7 @@ class Module:
         self.kernels = {k.name: make(k, arch) for k in kernels}
         self.ir = {k.name: k for k in kernels}
         if not interpret:
-            prebuild_in_background(list(self.kernels.values()))
+            prebuild.start(list(self.kernels.values()))
 
     def __getattr__(self, name):
         kernels = self.__dict__.get("kernels", {})
