@@ -80,9 +80,13 @@ def _compile(args) -> int:
     module = load(args.file)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for k in module.ir.values():
-        for d in pipeline.head_dims(k):
-            print(_compile_one(k, d, target, args, out, emit, pipeline))
+    todo = [(k, d) for k in module.ir.values() for d in pipeline.head_dims(k)]
+    if args.emit == "cubin" and len(todo) > 1:
+        from .runtime.compiler import prebuild
+        for k, d in todo:  # all at once, in compiler processes; results are printed in order
+            prebuild(k, args.arch, d)
+    for k, d in todo:
+        print(_compile_one(k, d, target, args, out, emit, pipeline))
     return 0
 
 

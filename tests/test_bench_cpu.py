@@ -1,5 +1,9 @@
 """The benchmark's bookkeeping, without a GPU: the suite covers what the issue asks for,
 and the table states its convention and shows failed peers instead of dropping them."""
+import random
+
+import pytest
+
 from kdsl import bench
 
 
@@ -24,3 +28,66 @@ def test_markdown_shows_failed_peers_and_convention():
     md = bench.markdown(rows, "GPU")
     assert "4·D per kept (q, kv) pair" in md
     assert "| 1000.0 | 100.0 |" in md and "| 2000.0 | 50.0 | 2.00 |" in md and "could not run: not supported" in md and "FAILED: RuntimeError: boom" in md
+
+
+def _rows():
+    """Synthetic results, fresh values per run: prefill with two peers, decode, FP8 with the
+    bf16 yardstick beating kdsl (it is not a peer), a peer that could not run, a failed case."""
+    r = random.Random()
+    t = lambda: r.uniform(1, 900)
+    rows = [bench.Row("relpos", f"B=2 H=16 M={m} N={m} D=128", "prefill", ms=r.uniform(0.1, 5), tflops=t(),
+                      peers={"flex": {"ms": 1.0, "tflops": t()}, "cudnn": {"ms": 1.0, "tflops": t()}})
+            for m in (2048, 4096, 8192)]
+    rows += [bench.Row("plain", f"B=1 H=16 M=1 N={n} D=128", "decode", ms=r.uniform(0.01, 1), tflops=r.uniform(0.1, 1),
+                       peers={"flex": {"ms": r.uniform(0.01, 1), "tflops": r.uniform(0.1, 1)}}) for n in (4096, 32768)]
+    kd = t()
+    rows += [bench.Row("fp8_gemm", "M=128 N=2112 K=7168", "fp8", ms=0.1, tflops=kd,
+                       peers={"scaled_mm": {"ms": 0.1, "tflops": kd * r.uniform(0.5, 2)},
+                              "cublas_bf16": {"ms": 0.1, "tflops": kd * 3}}),
+             bench.Row("fp8_grouped_masked", "G=4 M=256 N=4096 K=7168", "fp8", ms=0.1, tflops=t(),
+                       peers={"scaled_mm": {"error": "no grouped blockwise scaled_mm in torch"}}),
+             bench.Row("causal", "B=2", "prefill", failure="RuntimeError: boom")]
+    return rows
+
+
+def test_plot_has_a_panel_per_family_and_ratios_to_the_best_peer(tmp_path):
+    from kdsl import benchplot
+    rows = _rows()
+    fig = benchplot.figure(rows, "GPU", bench.PEER_NAMES)
+    axes = {ax.get_title(): ax for ax in fig.axes}
+    assert set(axes) == {title for _, title, *_ in benchplot.PANELS} | {benchplot.RATIO_TITLE}
+    prefill, decode, fp8 = (axes[title] for _, title, *_ in benchplot.PANELS)
+    assert len(prefill.patches) == 3 * 3  # 3 cases x (kdsl, flex, cudnn); the failed case is left out
+    assert len(decode.patches) == 2 * 2
+    assert len(fp8.patches) == 2 * 3      # 2 cases x (kdsl, bf16 yardstick, scaled_mm)
+    assert "µs" in decode.get_xlabel()
+    widths = {round(p.get_width(), 6) for p in decode.patches}
+    assert {round(r.ms * 1e3, 6) for r in rows if r.family == "decode"} <= widths
+    ratio = axes[benchplot.RATIO_TITLE]
+    assert ratio.get_xscale() == "log"
+    assert any(list(line.get_xdata()) == [1.0, 1.0] for line in ratio.lines)  # the line at 1.0
+    with_peer = [r for r in rows if not r.failure and benchplot.best_peer(r)]
+    assert len(with_peer) == 6  # the FP8 case whose only peer failed has no ratio
+    got = [1.0 + p.get_width() for p in ratio.patches]
+    want = [r.tflops / max(p["tflops"] for n, p in r.peers.items() if "tflops" in p and n != "cublas_bf16")
+            for r in with_peer]
+    assert got == pytest.approx(want)
+    assert benchplot.best_peer(rows[5])[0] == "scaled_mm"  # cuBLAS bf16 is a yardstick, never the peer
+    path = tmp_path / "bench.png"
+    bench.plot(rows, path, "GPU")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 50_000
+
+
+def test_family_of_rows_written_before_the_field():
+    from kdsl import benchplot
+    assert benchplot.family(bench.Row("plain", "B=1 H=16 M=1 N=4096 D=128")) == "decode"
+    assert benchplot.family(bench.Row("plain", "B=8 H=16 M=2048 N=2048 D=128")) == "prefill"
+    assert benchplot.family(bench.Row("fp8_gemm", "M=1 N=2112 K=7168")) == "fp8"
+
+
+def test_markdown_reports_the_cold_build():
+    row = bench.Row("relpos", "B=1", "prefill", ms=1.0, tflops=1.0, error=1e-3, peers={"flex": {"ms": 1, "tflops": 1}},
+                    compile={"cold_build_s": 0.6234, "ptxas_s": 0.3})
+    md = bench.markdown([row], "GPU")
+    assert "| cold build s |" in md and md.rstrip().endswith("| 0.62 |")
+    assert "fresh process" in md and "compute cache off" in md

@@ -79,7 +79,6 @@ def _attention(k: ir.Kernel) -> Generated:
         version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), warps=k.attr("warps"),
         consumers=k.attr("consumers"), stages=k.attr("stages"),
-        persistent="true" if k.attr("schedule") == "persistent" else "false",
         threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
         has_mask="true" if mask is not None else "false",
         score=c(k.func("score_log2")), mask=c(mask) if mask is not None else "true",

@@ -64,12 +64,22 @@ def allocator(framework: str, shape, dtype: str, device: int):
 
 
 def is_contiguous(a: ArrayInfo) -> bool:
+    if 0 in a.shape:
+        return True  # an empty array has no layout to get wrong (torch agrees)
     expect = 1
     for size, stride in zip(reversed(a.shape), reversed(a.strides)):
         if size != 1 and stride != expect:
             return False
         expect *= size
     return True
+
+
+def fill(x, value: float) -> None:
+    """Set every element, on the caller's current stream (torch tensor or CuPy array)."""
+    if hasattr(x, "fill_"):
+        x.fill_(value)
+    else:
+        x.fill(value)
 
 
 def itemsize(dtype: str) -> int:

@@ -1,16 +1,24 @@
 """IR kernel -> cubin, through codegen, the cache and NVRTC; with the dump switch
-(KDSL_DUMP=DIR writes each kernel's ir, cuda and ptx)."""
+(KDSL_DUMP=DIR writes each kernel's ir, cuda and ptx).
+
+prebuild() starts a build in a compiler process and returns at once; a later build() of
+the same kernel takes its result (or compiles it itself if no process has started it)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__, ir
 from ..codegen import emit
 from ..passes import pipeline
 from ..passes.target import get_target
-from . import cache, nvrtc
+from . import cache, nvrtc, workers
+
+_IN_FLIGHT: dict = {}  # cache key -> workers.Job of a prebuild not yet taken by build()
+_IN_FLIGHT_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -20,19 +28,79 @@ class Built:
     compiled: nvrtc.Compiled
     cache_key: str
     cache_hit: bool
+    seconds: dict = field(default_factory=dict, compare=False)  # codegen_s, nvrtc_s (0 on a hit)
 
 
-def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: bool = True) -> Built:
+def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: bool = True,
+          trace: bool = False) -> Built:
+    """trace=True: NVRTC's per-phase times land in compiled.phases (on a cache miss)."""
+    t0 = time.perf_counter()
+    lowered, gen, options, key = _generate(k, arch, head_dim)
+    t1 = time.perf_counter()
+    hit, job = cache.get(key), None
+    if hit is None and want_cubin and not trace:
+        with _IN_FLIGHT_LOCK:  # one build per kernel: join a prebuild, or register this one
+            hit = cache.get(key)
+            job = _IN_FLIGHT.get(key) if hit is None else None
+            if hit is None and job is None:
+                job = _IN_FLIGHT[key] = workers.Job((gen.source, gen.entry, options))
+    if hit is not None:
+        compiled = hit
+    elif job is not None:
+        try:
+            compiled = workers.pool().result(job)  # compiled right here if nobody has started it
+        finally:
+            _finished(key, job)
+    else:
+        compiled = nvrtc.compile_cuda(gen.source, gen.entry, options, want_cubin, trace)
+        if want_cubin:
+            cache.put(key, compiled)
+    t2 = time.perf_counter()
+    _dump(lowered, gen, compiled)
+    return Built(lowered, gen, compiled, key, hit is not None,
+                 {"codegen_s": t1 - t0, "nvrtc_s": 0.0 if hit else t2 - t1})
+
+
+def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0) -> None:
+    """Start building in the background (a no-op if cached or already started)."""
+    _, gen, options, key = _generate(k, arch, head_dim)
+    with _IN_FLIGHT_LOCK:
+        if key in _IN_FLIGHT or cache.get(key) is not None:
+            return
+        job = workers.pool().submit(gen.source, gen.entry, options)
+        _IN_FLIGHT[key] = job
+    job.future.add_done_callback(lambda f: _finished(key, job))
+
+
+def finish_prebuilds() -> None:
+    """Wait until every prebuild has finished (failures are left for build() to report)."""
+    with _IN_FLIGHT_LOCK:
+        jobs = list(_IN_FLIGHT.items())
+    for key, job in jobs:
+        try:
+            workers.pool().result(job)
+        except Exception:  # noqa: BLE001 - the kernel's build() raises it where it belongs
+            pass
+        _finished(key, job)  # its done-callback may not have run yet
+
+
+def _finished(key: str, job) -> None:
+    """A build is done: cache it (under the lock, so a build() that finds no job finds the
+    cache entry) and forget it. Idempotent; a failed build leaves nothing behind."""
+    with _IN_FLIGHT_LOCK:
+        if _IN_FLIGHT.get(key) is not job:
+            return
+        if job.future.exception() is None:
+            cache.put(key, job.future.result())
+        del _IN_FLIGHT[key]
+
+
+def _generate(k: ir.Kernel, arch: str, head_dim: int):
     lowered = pipeline.lower(k, get_target(arch), head_dim)
     gen = emit.generate(lowered)
     options = nvrtc.default_options(arch, emit.INCLUDE_DIR)
     key = cache.make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)
-    hit = cache.get(key)
-    compiled = hit or nvrtc.compile_cuda(gen.source, gen.entry, options, want_cubin)
-    if hit is None and want_cubin:
-        cache.put(key, compiled)
-    _dump(lowered, gen, compiled)
-    return Built(lowered, gen, compiled, key, hit is not None)
+    return lowered, gen, options, key
 
 
 def _dump(k: ir.Kernel, gen: emit.Generated, compiled: nvrtc.Compiled) -> None:

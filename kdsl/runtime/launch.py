@@ -11,7 +11,7 @@ from .. import ir
 from ..errors import LaunchError, NoGpuError
 from ..passes.exp2_fold import LOG2E
 from ..semantics import scalar_op
-from . import arrays
+from . import arrays, geometry
 from .bounds import check_capture_indices
 from .driver import ArgPack, launch
 
@@ -47,30 +47,41 @@ class Loaded:
 class Plan:
     """Everything a call needs once its signature was validated."""
 
-    loaded: Loaded
+    loaded: Loaded | None   # None: nothing to launch (`work` says why)
     grid: tuple
     block: tuple
-    pack: ArgPack
+    pack: ArgPack | None
     framework: str
     device: int
     out_shape: tuple
     out_dtype: str
+    work: str = "launch"    # launch | empty (no output elements) | no_keys (out = 0, lse = -inf)
+    # A launch split over batches: (grid z, byte offset per pointer slot) per launch.
+    chunks: tuple = ()
     maps: tuple = ()  # TMA tensor maps (runtime/tma.py) fed by the first len(maps) pointers
 
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
         self.new_lse = arrays.allocator(self.framework, self.out_shape[:3], "f32", self.device)
         self.current_stream = _stream_getter(self.framework, self.device)
+        if self.loaded is None:
+            return
         # Everything but the pointers and the stream is fixed for the plan.
         self._fixed = (self.loaded.fn_ptr, *self.grid, *self.block, self.loaded.smem)
+        self._split = [((*self._fixed[:3], z, *self._fixed[4:]), offsets) for z, offsets in self.chunks]
 
     def launch(self, pointers):
-        if not self.maps:
+        if self.maps:
+            n = len(self.maps)
+            bind = lambda: [m.bind(p) for m, p in zip(self.maps, pointers[:n])]
+            launch(self._fixed, self.current_stream(), self.pack, pointers[n:], bind)
+            return
+        if not self._split:
             launch(self._fixed, self.current_stream(), self.pack, pointers)
             return
-        n = len(self.maps)
-        bind = lambda: [m.bind(p) for m, p in zip(self.maps, pointers[:n])]
-        launch(self._fixed, self.current_stream(), self.pack, pointers[n:], bind)
+        stream = self.current_stream()
+        for fixed, offsets in self._split:  # a null pointer (no lse) stays null
+            launch(fixed, stream, self.pack, [p + o if p else 0 for p, o in zip(pointers, offsets)])
 
 
 class KernelBase:
@@ -180,12 +191,22 @@ class AttentionKernel(KernelBase):
             out = plan.new_out()
         if self.has_lse and lse is None:
             lse = plan.new_lse()
+        if plan.loaded is None:
+            return self._without_launch(plan, out, lse)
         ptrs = [x.data_ptr() for x in (q, k, v, out)] if torch_like else [x.data.ptr for x in (q, k, v, out)]
         if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15:
             for p, n in zip(ptrs, ("q", "k", "v", "out")):
                 _align(p, n, self.name)
         ptrs.append(_ptr(lse) if lse is not None else 0)
         plan.launch(ptrs + [_ptr(c) for c in caps] if caps else ptrs)
+        return (out, lse) if self.has_lse else out
+
+    def _without_launch(self, plan, out, lse):
+        """Empty output, or no keys at all: what the kernel would write, without a launch."""
+        if plan.work == "no_keys":
+            arrays.fill(out, 0.0)
+            if lse is not None:
+                arrays.fill(lse, -math.inf)
         return (out, lse) if self.has_lse else out
 
     def _collect_captures(self, positional, named):
@@ -218,12 +239,11 @@ class AttentionKernel(KernelBase):
             self._bind(t, a.shape, dims)
         B, H, M, D = infos[0].shape
         Hkv, N = infos[1].shape[1], infos[1].shape[2]
-        if H % Hkv:
+        if (H % Hkv if Hkv else H):
             raise LaunchError(f"{self.name}: q has {H} heads, not a multiple of k/v's {Hkv} heads")
         if D not in (64, 128):
             raise LaunchError(f"{self.name}: head dimension {D} is not supported (64 or 128)")
-        if min(B, H, M, N) < 1:
-            raise LaunchError(f"{self.name}: empty input (q {list(infos[0].shape)}, k {list(infos[1].shape)})")
+        work = geometry.attention_work(B, H, M, N)
         if out is not None:
             o = self._info(out, "out", elem, 4)
             if o.shape != infos[0].shape:
@@ -239,17 +259,23 @@ class AttentionKernel(KernelBase):
             self._contiguous(ls, "lse")
             infos.append(ls)
         device = self._device(infos)
+        if work != "launch":
+            geometry.softmax_scale(scale, lambda: 1.0, self.name)  # a bad scale is refused all the same
+            return Plan(None, (), (), None, infos[0].framework, device, infos[0].shape, elem, work)
+        s = geometry.softmax_scale(scale, lambda: eval_scalar(kern.func("scale"), dims), self.name)
         check_capture_indices(kern, dims, self.name)
         built, loaded = self._load(D, device)
         lk = built.kernel
-        s = float(scale) if scale is not None else float(eval_scalar(kern.func("scale"), dims))
-        if not math.isfinite(s):
-            raise LaunchError(f"{self.name}: softmax scale must be finite, got {s}")
         tma = lk.attr("kernel") == "wgmma"
-        items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
-        # A persistent kernel: one CTA per SM walks the (b, h, q tile) items.
-        persistent = lk.attr("schedule") == "persistent"
-        grid = (min(items, _sm_count(device)), 1, 1) if persistent else (items // (H * B), H, B)
+        if tma:
+            # One CTA per (b, h, q tile) item on grid.x (no grid.z batch limit), or one per SM
+            # walking several when the schedule is persistent.
+            items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
+            grid = (min(items, _sm_count(device)) if lk.attr("schedule") == "persistent" else items, 1, 1)
+            chunks = [(0, B)]
+        else:
+            chunks = geometry.attention_batch_chunks(B, H, any(ir.uses(e, "b") for _, e in kern.funcs), self.name)
+            grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, chunks[0][1])
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
         # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
         # capture pointers, capture-only dims. Pointers are written per call. The wgmma
@@ -266,7 +292,14 @@ class AttentionKernel(KernelBase):
             maps = (RowTiles(pack.slots[0], elem, B * H, M, D, bm), RowTiles(pack.slots[1], elem, B * Hkv, N, D, bn),
                     RowTiles(pack.slots[2], elem, B * Hkv, N, D, bn))
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem,
-                    maps)
+                    chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps)
+
+
+def _batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap):
+    """(grid z, byte offsets of q k v out lse and the captures) for each batch chunk."""
+    e = arrays.itemsize(elem)
+    return tuple((n, (b0 * H * M * D * e, b0 * Hkv * N * D * e, b0 * Hkv * N * D * e, b0 * H * M * D * e,
+                      b0 * H * M * 4) + (0,) * ncap) for b0, n in chunks)
 
 
 @functools.cache
@@ -338,6 +371,8 @@ class GemmKernel(KernelBase):
             self._plans[_signature((a, a_scale, b, b_scale, extra), (out,))] = plan
         if out is None:
             out = plan.new_out()
+        if plan.loaded is None:
+            return out
         ptrs = [_ptr(x) for x in (a, a_scale, b, b_scale, out)]
         for p, n, al in zip(ptrs, ("a", "a_scale", "b", "b_scale", "out"), (16, 4, 16, 4, 4)):
             if p % al:
@@ -405,15 +440,18 @@ class GemmKernel(KernelBase):
             self._contiguous(io, "out")
             infos.append(io)
         device = self._device(infos)
+        if math.prod(out_shape) == 0:  # empty in, empty out (as torch): nothing to launch
+            return Plan(None, (), (), None, ia.framework, device, out_shape, out_dtype, "empty")
         built, loaded = self._load(0, device)
         lk = built.kernel
-        grid = (-(-N // lk.attr("tile_n")), -(-M // lk.attr("tile_m")), G if masked else 1)
+        grid = geometry.gemm_grid(M, N, G, lk.attr("tile_m"), lk.attr("tile_n"), masked, self.name)
         # Parameter order: a sa b sb out group count (pointers, per call), M N K G.
         pack = ArgPack(["ptr"] * 7 + ["i32"] * 4, [None] * 7 + [M, N, K, G], list(range(7)))
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, ia.framework, device, out_shape, out_dtype)
 
 
 def _trivially_same(a, want) -> bool:
-    """Strides may differ on axes of size 1 without changing the layout."""
+    """Strides may differ on axes of size 1, and arbitrarily on an empty array, without
+    changing the layout."""
     shape, strides = want
-    return all(s == 1 or x == y for s, x, y in zip(shape, a.strides, strides))
+    return 0 in shape or all(s == 1 or x == y for s, x, y in zip(shape, a.strides, strides))

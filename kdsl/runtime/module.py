@@ -8,6 +8,8 @@ from pathlib import Path
 from ..errors import KdslError, SourceError, Span
 from ..grammar import parse
 from ..passes import pipeline
+from .geometry import softmax_scale
+from . import prebuild
 from .launch import AttentionKernel, GemmKernel
 
 
@@ -18,6 +20,8 @@ class Module:
                                               else GemmKernel(k, a))
         self.kernels = {k.name: make(k, arch) for k in kernels}
         self.ir = {k.name: k for k in kernels}
+        if not interpret:
+            prebuild.start(list(self.kernels.values()))
 
     def __getattr__(self, name):
         kernels = self.__dict__.get("kernels", {})
@@ -48,6 +52,8 @@ class Interpreted:
         if self.ir.kind == "attention":
             q, k, v, *caps = args
             scale = named.pop("scale", None)
+            if scale is not None:  # the GPU path's rule: a real, finite number
+                scale = softmax_scale(scale, None, self.name)
             lse = named.pop("lse", None)
             given = dict(zip([t.name for t in self._args.captures], self._args._collect_captures(caps, named)))
             out = torch.empty_like(q) if out is None else out

@@ -9,9 +9,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
+import json
 import os
 import sys
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CompileError, KdslError
@@ -22,6 +24,12 @@ class Compiled:
     ptx: str
     cubin: bytes
     log: str
+    phases: dict = field(default_factory=dict, compare=False)  # seconds per NVRTC phase, when traced
+
+
+# NVRTC's time-trace events -> our phase names. A phase is absent when NVRTC did not run it,
+# e.g. when it served NVVM's or ptxas' output from the CUDA driver's compute cache.
+TRACE_PHASES = {"CUDA C++ Front-End": "cxx_front_end_s", "LibNVVM": "nvvm_s", "Total PTXAS Time": "ptxas_s"}
 
 
 def _candidates():
@@ -67,8 +75,34 @@ def _check(status: int, what: str):
         raise KdslError(f"{what} failed: {_lib().nvrtcGetErrorString(status).decode()}")
 
 
-def compile_cuda(source: str, name: str, options: list[str], want_cubin: bool = True) -> Compiled:
-    """Compile one translation unit; raises CompileError carrying NVRTC's log."""
+def compile_cuda(source: str, name: str, options: list[str], want_cubin: bool = True,
+                 trace: bool = False) -> Compiled:
+    """Compile one translation unit; raises CompileError carrying NVRTC's log. trace=True
+    records how long each NVRTC phase took (--fdevice-time-trace) in Compiled.phases; the
+    trace option changes nothing in the output."""
+    if not trace:
+        return _compile(source, name, options, want_cubin)
+    with tempfile.TemporaryDirectory(prefix="kdsl-trace-") as d:
+        stem = os.path.join(d, "trace")  # NVRTC appends .json; a fresh file per compile
+        compiled = _compile(source, name, options + [f"--fdevice-time-trace={stem}"], want_cubin)
+        phases = _phases(next(iter(glob.glob(stem + "*")), None))
+    return Compiled(compiled.ptx, compiled.cubin, compiled.log, phases)
+
+
+def _phases(path) -> dict:
+    if path is None:
+        return {}
+    with open(path) as f:
+        data = json.load(f)
+    totals: dict = {}
+    for e in data.get("traceEvents", []) if isinstance(data, dict) else data:
+        name = TRACE_PHASES.get(e.get("name"))
+        if name and e.get("ph") == "X":
+            totals[name] = totals.get(name, 0.0) + e.get("dur", 0) / 1e6
+    return totals
+
+
+def _compile(source: str, name: str, options: list[str], want_cubin: bool) -> Compiled:
     lib = _lib()
     prog = ctypes.c_void_p()
     _check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), f"{name}.cu".encode(), 0, None, None),

@@ -12,8 +12,8 @@
 // it evaluates the tile's per-element mask, so the mask costs no extra latency.
 //
 // Launch contract (the generated extern "C" kernel forwards here):
-//   grid   = PERSISTENT: (CTAs, 1, 1), any count >= 1 (the host uses min(items, SMs));
-//            otherwise (ceil(M / BM), H, B). BM = 64 * NCWG query rows per work item.
+//   grid   = (CTAs, 1, 1), any count >= 1: one per work item (ceil(M / BM) * H * B of them,
+//            BM = 64 * NCWG query rows each), or fewer, persistent, each walking several
 //   block  = 128 * (NCWG + 1) threads, __launch_bounds__(threads, 1)
 //   dynamic shared memory = attention_wgmma_smem_bytes<Elem, D, BN, NCWG, STAGES>()
 //   tq, tk, tv: 3-D tensor maps over q [B*H, M, D], k and v [B*Hkv, N, D] (16-bit elements,
@@ -115,7 +115,7 @@ __host__ __device__ constexpr int attention_wgmma_smem_bytes() {
   return attn_wgmma_detail::Cfg<Elem, D, BN, NCWG, STAGES>::kSmemBytes;
 }
 
-template <class Elem, int D, int BN, int NCWG, int STAGES, bool PERSISTENT, class V>
+template <class Elem, int D, int BN, int NCWG, int STAGES, class V>
 KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captures& cap, const TmaDesc* tq,
                                      const TmaDesc* tk, const TmaDesc* tv) {
   using namespace attn_wgmma_detail;
@@ -146,26 +146,19 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   }
   __syncthreads();
 
-  // Work items are (b, h, q tile), the last q tile of a head first. PERSISTENT (unmasked
-  // kernels, uniform item cost): CTA i takes items i, i + gridDim.x, ..., heads outermost so
-  // that concurrent CTAs share K and V in L2. Otherwise one item per CTA from its block
-  // index: the hardware's dynamic block dispatch balances items of unequal cost (causal-like
-  // masks) better than any static assignment, with the longest items dispatched first.
+  // Work items are (b, h, q tile), heads outermost (CTAs running together share K and V in
+  // L2), the last q tile of a head first (under causal-like masks the long items start
+  // first, the short ones fill the tail). CTA i takes items i, i + gridDim.x, ...: the host
+  // launches one CTA per item, so the hardware's dynamic dispatch balances items of unequal
+  // cost, or one CTA per SM (persistent) when every item costs the same.
   // (Computed inside each role, after setmaxnreg: a value live across it gets spilled.)
-  auto n_items = [&]() { return PERSISTENT ? (a.M + BM - 1) / BM * a.H * a.B : 1; };
-  const int item0 = PERSISTENT ? (int)blockIdx.x : 0, item_step = PERSISTENT ? (int)gridDim.x : 1;
+  auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B; };
   auto item = [&](int w, int& b, int& h, int& q0) {
     const int n_qtiles = (a.M + BM - 1) / BM;
-    if constexpr (PERSISTENT) {
-      const int bh = w / n_qtiles;
-      q0 = (n_qtiles - 1 - (w - bh * n_qtiles)) * BM;
-      b = bh / a.H;
-      h = bh - b * a.H;
-    } else {
-      q0 = (n_qtiles - 1 - (int)blockIdx.x) * BM;
-      h = blockIdx.y;
-      b = blockIdx.z;
-    }
+    const int bh = w / n_qtiles;
+    q0 = (n_qtiles - 1 - (w - bh * n_qtiles)) * BM;
+    b = bh / a.H;
+    h = bh - b * a.H;
   };
   auto walk_of = [&](int b, int h, int q0) {
     return TileWalk<BN, V>{a, cap, b, h, q0, imin2(q0 + BM, a.M) - 1, (a.N + BN - 1) / BN};
@@ -181,7 +174,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     tma_prefetch_desc(tv);
     int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
     const int items = n_items();
-    for (int w = item0; w < items; w += item_step) {
+    for (int w = blockIdx.x; w < items; w += gridDim.x) {
       int b, h, q0;
       item(w, b, h, q0);
       const TileWalk<BN, V> walk = walk_of(b, h, q0);
@@ -256,7 +249,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
   int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
   const int items = n_items();
-  for (int w = item0; w < items; w += item_step) {
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
     int b, h, q0;
     item(w, b, h, q0);
     const TileWalk<BN, V> walk = walk_of(b, h, q0);

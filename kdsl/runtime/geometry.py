@@ -1,0 +1,65 @@
+"""Launch geometry and scalar arguments, as pure functions of shapes and values, so every
+rule here is testable without a GPU: empty inputs, grid limits, the softmax scale."""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Callable
+
+from ..errors import LaunchError
+
+# CUDA limits gridDim.y and gridDim.z to 65535 (gridDim.x to 2**31 - 1).
+GRID_YZ_LIMIT = 65535
+
+
+def attention_work(B: int, H: int, M: int, N: int) -> str:
+    """What a call with these sizes does, following torch: 'empty' (the output has no
+    elements: nothing to launch), 'no_keys' (N = 0: every row sees no key, so out = 0 and
+    lse = -inf, kdsl's rule for fully masked rows, without a launch) or 'launch'."""
+    if B * H * M == 0:
+        return "empty"
+    return "no_keys" if N == 0 else "launch"
+
+
+def attention_batch_chunks(B: int, H: int, uses_batch_index: bool, kname: str) -> list[tuple[int, int]]:
+    """(first batch, batch count) of each launch. The mma.sync kernel's grid is (q tiles,
+    H, B); a batch past grid.z's limit is split into launches over consecutive batches
+    (pointers offset by the host), which is exact only when no score, mask or captured
+    tensor index mentions the batch index b."""
+    if H > GRID_YZ_LIMIT:
+        raise LaunchError(f"{kname}: {H} heads exceed the CUDA grid limit of {GRID_YZ_LIMIT} (gridDim.y)")
+    if B <= GRID_YZ_LIMIT:
+        return [(0, B)]
+    if uses_batch_index:
+        raise LaunchError(f"{kname}: batch {B} exceeds the CUDA grid limit of {GRID_YZ_LIMIT} (gridDim.z), and "
+                          f"the kernel uses the batch index b, so kdsl cannot split the call; pass at most "
+                          f"{GRID_YZ_LIMIT} batches per call")
+    return [(b0, min(GRID_YZ_LIMIT, B - b0)) for b0 in range(0, B, GRID_YZ_LIMIT)]
+
+
+def gemm_grid(M: int, N: int, G: int, tile_m: int, tile_n: int, masked: bool, kname: str) -> tuple[int, int, int]:
+    """(N tiles, M tiles, groups): refused, naming the limit, where CUDA's grid cannot hold it."""
+    grid = (-(-N // tile_n), -(-M // tile_m), G if masked else 1)
+    if grid[1] > GRID_YZ_LIMIT:
+        raise LaunchError(f"{kname}: M = {M} needs {grid[1]} row tiles of {tile_m}, over the CUDA grid limit of "
+                          f"{GRID_YZ_LIMIT} (gridDim.y); split a along M (at most {GRID_YZ_LIMIT * tile_m} rows)")
+    if grid[2] > GRID_YZ_LIMIT:
+        raise LaunchError(f"{kname}: {G} groups exceed the CUDA grid limit of {GRID_YZ_LIMIT} (gridDim.z)")
+    return grid
+
+
+def softmax_scale(scale, default: Callable[[], float], kname: str) -> float:
+    """The scale a call uses: the kernel's own (default(), evaluated only when needed) when
+    none is given, else a real, finite number. Strings, bools and tensors are refused rather
+    than converted."""
+    if scale is None:
+        value = float(default())
+    elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        hint = "; pass a Python float, e.g. float(x)" if hasattr(scale, "shape") else ""
+        raise LaunchError(f"{kname}: scale must be a real number (int or float), got "
+                          f"{type(scale).__name__} {scale!r}"[:200] + hint)
+    else:
+        value = float(scale)
+    if not math.isfinite(value):
+        raise LaunchError(f"{kname}: softmax scale must be finite, got {value}")
+    return value

@@ -1,0 +1,174 @@
+"""Building kernels without a GPU: NVRTC's phase times, the cold-build measurement that no
+cache can flatter, and the pool of compiler processes behind prebuild() (issue #6 point 3)."""
+import random
+import time
+
+import pytest
+
+import kdsl
+from kdsl.codegen import emit
+from kdsl.errors import CompileError, KdslError
+from kdsl.runtime import cache, coldbuild, compiler, nvrtc, workers
+
+from conftest import ROOT
+
+OPTIONS = nvrtc.default_options("sm_90a", emit.INCLUDE_DIR)
+
+
+def _tiny(n=None):
+    """A small kernel, different on every call so no cache of any kind can know it."""
+    n = random.randint(2, 10**6) if n is None else n
+    return f'extern "C" __global__ void k(float* x) {{ x[threadIdx.x] *= {n}.0f; }}\n'
+
+
+def test_trace_reports_nvrtc_phases_and_changes_nothing():
+    src = _tiny()
+    traced, plain = nvrtc.compile_cuda(src, "k", OPTIONS, trace=True), nvrtc.compile_cuda(src, "k", OPTIONS)
+    assert set(traced.phases) == {"cxx_front_end_s", "nvvm_s", "ptxas_s"}
+    assert all(0 < t < 60 for t in traced.phases.values())
+    assert traced.cubin == plain.cubin and traced.ptx == plain.ptx and not plain.phases
+
+
+def test_cold_build_measures_every_step_from_scratch():
+    mod = kdsl.load(ROOT / "samples" / "plain.kd")
+    compiler.build(mod.ir["plain"], "sm_90a", 64)  # warm this process's and this test's caches: no effect
+    got = coldbuild.measure(str(ROOT / "samples" / "plain.kd"), "plain", 64)
+    assert set(got) >= set(coldbuild.STEPS)
+    assert got["nvvm_s"] > 0 and got["ptxas_s"] > 0  # NVRTC did run both (the child checks this too)
+    assert got["cold_build_s"] >= got["parse_s"] + got["codegen_s"] + got["nvrtc_s"] - 1e-3
+    assert got["nvrtc_s"] >= got["cxx_front_end_s"] + got["nvvm_s"] + got["ptxas_s"] - 0.05
+    assert got["cache_hit_s"] < got["nvrtc_s"] / 10
+
+
+def test_cold_build_refuses_to_report_a_cached_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    mod = kdsl.load(ROOT / "samples" / "plain.kd")
+    assert not compiler.build(mod.ir["plain"], "sm_90a", 64).cache_hit
+    cache.clear_memory()
+    with pytest.raises(KdslError, match="not a cold build: kdsl cache hit True"):
+        coldbuild.main([str(ROOT / "samples" / "plain.kd"), "plain", "64"])
+
+
+def test_cold_build_of_a_missing_kernel_is_a_clear_error():
+    with pytest.raises(KdslError, match="no kernel 'nope'"):
+        coldbuild.measure(str(ROOT / "samples" / "plain.kd"), "nope", 64)
+
+
+def test_worker_processes_compile_what_this_process_compiles():
+    pool = workers.Pool(2)
+    sources = [_tiny() for _ in range(3)]
+    jobs = [pool.submit(s, "k", OPTIONS) for s in sources]
+    _wait_claimed(jobs)  # let the workers take them, so results come through the pipe
+    try:
+        for job, src in zip(jobs, sources):
+            assert pool.result(job).cubin == nvrtc.compile_cuda(src, "k", OPTIONS).cubin
+        assert pool._procs and all(p.poll() is None for p in pool._procs)
+    finally:
+        pool.close()
+    assert all(p.returncode == 0 for p in pool._procs)  # workers leave at end of input
+
+
+def test_a_job_nobody_started_is_compiled_by_the_caller():
+    pool = workers.Pool(0)  # no workers: every job stays queued
+    src = _tiny()
+    job = pool.submit(src, "k", OPTIONS)
+    assert pool.result(job).cubin == nvrtc.compile_cuda(src, "k", OPTIONS).cubin
+    assert not pool._procs
+
+
+def test_worker_compile_errors_keep_nvrtc_log():
+    pool = workers.Pool(1)
+    job = pool.submit('extern "C" __global__ void k() { undefined_thing(); }', "bad", OPTIONS)
+    _wait_claimed([job])
+    try:
+        with pytest.raises(CompileError) as e:
+            pool.result(job)
+        assert e.value.kernel == "bad" and "undefined_thing" in e.value.log and pool._procs
+    finally:
+        pool.close()
+
+
+def test_build_takes_over_a_prebuild_and_the_cache_keeps_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    submitted = []
+    pool = workers.pool()
+    monkeypatch.setattr(pool, "submit", lambda *a: submitted.append(a) or workers.Pool.submit(pool, *a))
+    k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
+    compiler.prebuild(k, "sm_90a", 0)
+    compiler.prebuild(k, "sm_90a", 0)  # already under way (or done): not submitted twice
+    assert len(submitted) == 1
+    built = compiler.build(k, "sm_90a", 0)
+    assert not built.cache_hit and built.compiled.cubin
+    _wait(lambda: not compiler._IN_FLIGHT)  # a finished prebuild is forgotten once cached
+    cache.clear_memory()
+    again = compiler.build(k, "sm_90a", 0)
+    assert again.cache_hit and again.compiled.cubin == built.compiled.cubin
+
+
+def test_a_finished_prebuild_is_found_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
+    compiler.prebuild(k, "sm_90a", 0)
+    _wait(lambda: not compiler._IN_FLIGHT)
+    assert compiler.build(k, "sm_90a", 0).cache_hit
+
+
+def _wait_claimed(jobs):
+    _wait(lambda: all(j.claimed for j in jobs))
+
+
+def _wait(condition, timeout=60):
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_load_prebuilds_every_head_dim_where_a_driver_is_present(tmp_path, monkeypatch):
+    from kdsl.runtime import prebuild
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("KDSL_PREBUILD", raising=False)
+    monkeypatch.setattr(prebuild.os.path, "exists", lambda p: p == "/proc/driver/nvidia")
+    cache.clear_memory()
+    mod = kdsl.load(ROOT / "samples" / "relpos.kd", arch="sm_90a")  # an explicit arch needs no GPU
+    prebuild.finish()
+    assert not compiler._IN_FLIGHT
+    cache.clear_memory()
+    assert all(compiler.build(mod.ir["relpos"], "sm_90a", d).cache_hit for d in (64, 128))
+
+
+def test_no_prebuild_when_turned_off(tmp_path, monkeypatch):
+    from kdsl.runtime import prebuild
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KDSL_PREBUILD", "0")
+    monkeypatch.setattr(prebuild.os.path, "exists", lambda p: p == "/proc/driver/nvidia")
+    cache.clear_memory()
+    mod = kdsl.load(ROOT / "samples" / "relpos.kd", arch="sm_90a")
+    prebuild.finish()
+    assert not compiler.build(mod.ir["relpos"], "sm_90a", 64).cache_hit
+
+
+def test_one_compile_per_kernel_however_many_ask(tmp_path, monkeypatch):
+    import threading
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    compiles = []
+    real = nvrtc.compile_cuda
+    monkeypatch.setattr(nvrtc, "compile_cuda", lambda *a, **kw: compiles.append(a[1]) or real(*a, **kw))
+    submitted = []
+    pool = workers.pool()
+    monkeypatch.setattr(pool, "submit", lambda *a: submitted.append(a) or workers.Pool.submit(pool, *a))
+    k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
+    results = []
+    callers = [threading.Thread(target=lambda: results.append(compiler.build(k, "sm_90a", 0))) for _ in range(3)]
+    for t in callers:
+        t.start()
+    _wait(lambda: compiler._IN_FLIGHT or results)
+    compiler.prebuild(k, "sm_90a", 0)  # the build under way counts: nothing is submitted
+    for t in callers:
+        t.join()
+    assert compiles == ["kdsl_fp8_gemm"] and not submitted
+    assert len({r.compiled.cubin for r in results}) == 1 and not compiler._IN_FLIGHT

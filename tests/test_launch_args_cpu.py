@@ -1,0 +1,113 @@
+"""Argument rules of the launch path that need no GPU: empty inputs, CUDA grid limits and
+the softmax scale (issue #6 point 4). tests/gpu/test_launch_edges_gpu.py runs the same
+cases through real calls."""
+import math
+import random
+
+import numpy as np
+import pytest
+
+from kdsl.errors import LaunchError
+from kdsl.runtime import arrays, geometry
+
+LIMIT = geometry.GRID_YZ_LIMIT
+
+
+def test_the_grid_limit_is_cudas():
+    assert LIMIT == 2**16 - 1
+
+
+@pytest.mark.parametrize("B,H,M,N,want", [
+    (2, 4, 0, 16, "empty"), (0, 4, 8, 16, "empty"), (2, 0, 8, 16, "empty"), (0, 0, 0, 0, "empty"),
+    (2, 4, 8, 0, "no_keys"), (1, 1, 1, 0, "no_keys"), (2, 4, 8, 16, "launch"), (1, 1, 1, 1, "launch")])
+def test_attention_work_follows_torch(B, H, M, N, want):
+    assert geometry.attention_work(B, H, M, N) == want
+
+
+def test_batches_within_the_limit_are_one_launch():
+    for B in (1, 2, random.randint(3, LIMIT - 1), LIMIT):
+        assert geometry.attention_batch_chunks(B, 16, uses_batch_index=True, kname="k") == [(0, B)]
+
+
+@pytest.mark.parametrize("B", [LIMIT + 1, 70000, 2 * LIMIT, 2 * LIMIT + 1, 200003])
+def test_large_batches_split_into_launches_that_cover_every_batch_once(B):
+    chunks = geometry.attention_batch_chunks(B, 16, uses_batch_index=False, kname="k")
+    assert len(chunks) == math.ceil(B / LIMIT)
+    assert all(1 <= n <= LIMIT for _, n in chunks)
+    covered = [b for b0, n in chunks for b in range(b0, b0 + n)]
+    assert covered == list(range(B))
+
+
+def test_large_batch_with_batch_index_is_refused_naming_the_limit():
+    with pytest.raises(LaunchError, match=r"doc: batch 70000 exceeds the CUDA grid limit of 65535 \(gridDim.z\).*"
+                                          r"uses the batch index b"):
+        geometry.attention_batch_chunks(70000, 16, uses_batch_index=True, kname="doc")
+
+
+def test_too_many_heads_is_refused_naming_the_limit():
+    with pytest.raises(LaunchError, match="70000 heads exceed the CUDA grid limit of 65535"):
+        geometry.attention_batch_chunks(1, 70000, uses_batch_index=False, kname="k")
+
+
+def test_gemm_grid_and_its_limits():
+    assert geometry.gemm_grid(4096, 7168, 1, 128, 128, False, "g") == (56, 32, 1)
+    assert geometry.gemm_grid(256, 4096, 4, 128, 128, True, "g") == (32, 2, 4)
+    assert geometry.gemm_grid(LIMIT * 128, 128, 1, 128, 128, False, "g")[1] == LIMIT
+    with pytest.raises(LaunchError, match=r"M = 8388481 needs 65536 row tiles of 128, over the CUDA grid limit"):
+        geometry.gemm_grid(LIMIT * 128 + 1, 128, 1, 128, 128, False, "g")
+    with pytest.raises(LaunchError, match="70000 groups exceed the CUDA grid limit of 65535"):
+        geometry.gemm_grid(128, 128, 70000, 128, 128, True, "g")
+
+
+@pytest.mark.parametrize("good", [0.125, 2, np.float32(0.5), np.float64(0.3), np.int64(1), -1.5, 0])
+def test_scale_accepts_real_numbers(good):
+    assert geometry.softmax_scale(good, lambda: 9.0, "k") == float(good)
+
+
+@pytest.mark.parametrize("bad", ["0.1", b"0.1", True, object(), [0.1], 1 + 2j, np.array([0.1])])
+def test_scale_refuses_what_is_not_a_real_number(bad):
+    with pytest.raises(LaunchError, match=r"k: scale must be a real number \(int or float\), got"):
+        geometry.softmax_scale(bad, lambda: 9.0, "k")
+
+
+def test_scale_refuses_a_tensor_with_a_hint():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(LaunchError, match=r"got Tensor .*pass a Python float"):
+        geometry.softmax_scale(torch.tensor(0.1), lambda: 9.0, "k")
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
+def test_scale_must_be_finite(bad):
+    with pytest.raises(LaunchError, match="softmax scale must be finite"):
+        geometry.softmax_scale(bad, lambda: 9.0, "k")
+
+
+def test_default_scale_is_the_kernels_and_evaluated_only_when_needed():
+    calls = []
+    assert geometry.softmax_scale(None, lambda: calls.append(1) or 0.25, "k") == 0.25 and calls == [1]
+    geometry.softmax_scale(0.5, lambda: calls.append(1) or 0.25, "k")
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 0, 64), (0, 2, 3, 64), (2, 0), (0,)])
+def test_empty_arrays_count_as_contiguous_whatever_their_strides(shape):
+    torch = pytest.importorskip("torch")
+    for x in (torch.empty(shape), torch.empty(shape[::-1]).permute(*reversed(range(len(shape))))):
+        assert arrays.is_contiguous(arrays.info(x, "q")), (shape, x.stride())
+
+
+def test_non_empty_layouts_are_still_checked():
+    torch = pytest.importorskip("torch")
+    x = torch.empty(2, 3, 4, 64).transpose(1, 2)
+    assert not arrays.is_contiguous(arrays.info(x, "q"))
+    assert arrays.is_contiguous(arrays.info(x.contiguous(), "q"))
+
+
+def test_interpreted_kernels_refuse_a_string_scale_too():
+    torch = pytest.importorskip("torch")
+    import kdsl
+    from conftest import ROOT
+    mod = kdsl.load(ROOT / "samples" / "plain.kd", interpret=True)
+    q = torch.randn(1, 1, 4, 64, dtype=torch.bfloat16)
+    with pytest.raises(LaunchError, match="scale must be a real number"):
+        mod.plain(q, q, q, scale="0.1")
