@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..errors import LaunchError, NoGpuError
 from ..passes.exp2_fold import LOG2E
-from ..semantics import scalar_op
+from ..semantics import eval_scalar, scalar_op
 from . import arrays
 from .bounds import check_capture_indices
 from .driver import ArgPack, launch
@@ -68,6 +68,9 @@ class Plan:
 
 
 class KernelBase:
+    # The CPU interpreter (kdsl.interpreted) validates with the same methods, on host arrays.
+    on_host = False
+
     def __init__(self, kernel: ir.Kernel, arch: str | None):
         self.ir = kernel
         self.name = kernel.name
@@ -96,9 +99,12 @@ class KernelBase:
         if x is None:
             raise LaunchError(f"{self.name}: missing argument '{name}'")
         a = arrays.info(x, name)
-        if a.device < 0:
+        if a.device < 0 and not self.on_host:
             raise LaunchError(f"{self.name}: argument '{name}' is on the CPU; kdsl kernels run on a CUDA device")
-        if a.dtype != dtype:
+        if a.device >= 0 and self.on_host:
+            raise LaunchError(f"{self.name}: argument '{name}' is on a GPU; the interpreter runs on the CPU "
+                              f"(pass numpy arrays or CPU tensors)")
+        if not arrays.holds(a, dtype):
             raise LaunchError(f"{self.name}: argument '{name}' must be {arrays.expected_dtype_text(dtype, a.framework)}, "
                               f"got {a.dtype}")
         if len(a.shape) != rank:
@@ -140,14 +146,6 @@ def _eval_int(e: ir.Expr, dims: dict) -> int:
     if isinstance(e, ir.Var):
         return dims[e.name]
     return int(scalar_op(e.op, [_eval_int(a, dims) for a in e.args]))
-
-
-def eval_scalar(e: ir.Expr, dims: dict):
-    if isinstance(e, ir.Const):
-        return e.value
-    if isinstance(e, ir.Var):
-        return dims[e.name]
-    return scalar_op(e.op, [eval_scalar(a, dims) for a in e.args])
 
 
 def _align(ptr: int, name: str, kname: str, n: int = 16):
@@ -199,7 +197,8 @@ class AttentionKernel(KernelBase):
             raise LaunchError(f"{self.name}: missing captured tensor(s) {missing} (declared in the kernel)")
         return [given[n] for n in names]
 
-    def _plan(self, q, k, v, caps, out, lse, scale):
+    def validate(self, q, k, v, caps, out, lse, scale):
+        """Every check that does not depend on the device: (array infos, dims, scale)."""
         kern = self.ir
         elem = kern.tensor("q").dtype
         infos = [self._info(x, n, elem, 4) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
@@ -232,13 +231,20 @@ class AttentionKernel(KernelBase):
                 raise LaunchError(f"{self.name}: lse must have shape {[B, H, M]}, got {list(ls.shape)}")
             self._contiguous(ls, "lse")
             infos.append(ls)
-        device = self._device(infos)
         check_capture_indices(kern, dims, self.name)
-        built, loaded = self._load(D, device)
-        lk = built.kernel
         s = float(scale) if scale is not None else float(eval_scalar(kern.func("scale"), dims))
         if not math.isfinite(s):
             raise LaunchError(f"{self.name}: softmax scale must be finite, got {s}")
+        return infos, dims, s
+
+    def _plan(self, q, k, v, caps, out, lse, scale):
+        infos, dims, s = self.validate(q, k, v, caps, out, lse, scale)
+        elem = self.ir.tensor("q").dtype
+        B, H, M, D = infos[0].shape
+        Hkv, N = infos[1].shape[1], infos[1].shape[2]
+        device = self._device(infos)
+        built, loaded = self._load(D, device)
+        lk = built.kernel
         grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, B)
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
         # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
@@ -335,7 +341,8 @@ class GemmKernel(KernelBase):
                               f"{'group index per row of a' if self.extra == 'group' else 'valid rows per group'})")
         return x
 
-    def _plan(self, a, a_scale, b, b_scale, extra, out):
+    def validate(self, a, a_scale, b, b_scale, extra, out):
+        """Every check that does not depend on the device: (array infos, (G, M, N, K), out shape)."""
         masked = self.grouping == "masked"
         ia = self._info(a, "a", "e4m3", 3 if masked else 2)
         ib = self._info(b, "b", "e4m3", 2 if self.grouping == "dense" else 3)
@@ -379,6 +386,11 @@ class GemmKernel(KernelBase):
                 raise LaunchError(f"{self.name}: out must have shape {list(out_shape)}, got {list(io.shape)}")
             self._contiguous(io, "out")
             infos.append(io)
+        return infos, (G, M, N, K), out_shape
+
+    def _plan(self, a, a_scale, b, b_scale, extra, out):
+        infos, (G, M, N, K), out_shape = self.validate(a, a_scale, b, b_scale, extra, out)
+        masked, out_dtype, ia = self.grouping == "masked", self.ir.tensor("out").dtype, infos[0]
         device = self._device(infos)
         built, loaded = self._load(0, device)
         lk = built.kernel
