@@ -31,7 +31,8 @@ def round_float32(x, dtype: str) -> np.ndarray:
     """float32 values rounded to the kdsl element type `dtype` (nearest even), kept in float32."""
     x = np.asarray(x, np.float32)
     if dtype == "f16":
-        return x.astype(np.float16).astype(np.float32)
+        with np.errstate(over="ignore"):  # past f16's range is inf, as a cast gives
+            return x.astype(np.float16).astype(np.float32)
     if dtype == "bf16":
         bits = x.view(np.uint32)
         rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
@@ -86,7 +87,7 @@ class Numpy:
         m = np.where(np.isfinite(m), m, 0.0)
         with np.errstate(divide="ignore"):
             return (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
-    def rng(self, seed: int): return np.random.default_rng(seed)
+    def rng(self, seed: int): return np.random.default_rng(int(seed))
     def randn(self, shape, rng): return rng.standard_normal(tuple(shape), dtype=np.float32)
     def randint(self, lo, hi, shape, rng): return rng.integers(lo, hi, tuple(shape), dtype=np.int32)
     def sort_last(self, x): return np.sort(x, axis=-1)
@@ -131,7 +132,7 @@ class Torch:
     def cat(self, xs, axis): return self.xp.cat(xs, dim=axis)
     def amax(self, x, axis): return x.amax(dim=axis)
     def logsumexp(self, x): return self.xp.logsumexp(x, dim=-1)
-    def rng(self, seed: int): return self.xp.Generator(device=self.device).manual_seed(seed)
+    def rng(self, seed: int): return self.xp.Generator(device=self.device).manual_seed(int(seed))
     def randn(self, shape, rng): return self.xp.randn(tuple(shape), device=self.device, generator=rng)
     def randint(self, lo, hi, shape, rng):
         return self.xp.randint(lo, hi, tuple(shape), device=self.device, generator=rng, dtype=self.xp.int32)
