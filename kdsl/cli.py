@@ -37,6 +37,9 @@ def main(argv=None) -> int:
     ck.add_argument("--seed", type=int, metavar="S", help="random seed (printed, for reproduction)")
     ck.add_argument("--interpret", action="store_true",
                     help="run the tiled program on the CPU with numpy instead of the GPU (small shapes)")
+    ck.add_argument("--hypothesis", type=int, metavar="N",
+                    help="instead of the fixed shapes, search N Hypothesis cases per kernel and print the shrunk "
+                    "failing case (needs kdsl[testing])")
     bn = sub.add_parser("bench", help="time kernels against their peers on the GPU",
                         description="Time each kernel of FILE (or the standard suite) and its peers in one process, "
                         "on the same inputs; writes JSON, markdown and a PNG plot to OUT_DIR.")
@@ -101,6 +104,9 @@ def _check(args) -> int:
     for path, module in zip(args.files, modules):
         if args.kernel and args.kernel not in module.kernels:
             continue
+        if args.hypothesis is not None:
+            ok &= _search(path, module, args)
+            continue
         results, seed = check_module(module, args.kernel, args.trials, args.seed, args.interpret)
         print(f"kdsl check {path}: seed {seed} (reproduce with --seed {seed})")
         for name, rs in results.items():
@@ -108,6 +114,17 @@ def _check(args) -> int:
             ok &= all(r.passed for r in rs)
     print("all kernels pass" if ok else "FAILED")
     return 0 if ok else 1
+
+
+def _search(path, module, args) -> bool:
+    from .testing import format_search, search_module
+    if args.hypothesis < 1:
+        raise KdslError(f"--hypothesis needs a number of examples >= 1, got {args.hypothesis}")
+    results, seed = search_module(module, args.kernel, args.hypothesis, args.seed, args.interpret)
+    print(f"kdsl check {path}: Hypothesis search, seed {seed} (reproduce with --seed {seed})")
+    for name, failure in results.items():
+        print(format_search(name, args.hypothesis, failure))
+    return all(f is None for f in results.values())
 
 
 def _bench(args) -> int:

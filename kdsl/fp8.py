@@ -21,13 +21,16 @@ Layouts:
 * ``quantize_128x128`` returns ``sb`` contiguous ``[ceil(N / 128), K // 128]`` (or
   ``[G, ceil(N / 128), K // 128]``).
 
-torch is imported inside the functions so that ``import kdsl.fp8`` works without it.
+Every function takes numpy arrays or torch tensors and answers in the same kind; numpy
+has no e4m3 dtype, so there the quantised values are float32 arrays holding e4m3 values
+(rounded to nearest even, saturating at +-448), and ``import kdsl.fp8`` needs no torch.
 """
 
 from __future__ import annotations
 
+from .backends import E4M3_MAX, backend_for
+
 BLOCK = 128
-E4M3_MAX = 448.0
 
 __all__ = [
     "BLOCK",
@@ -39,49 +42,44 @@ __all__ = [
 ]
 
 
-def _check(x, name: str, ranks: tuple[int, ...]) -> None:
-    if x.dim() not in ranks:
+def _check(be, x, name: str, ranks: tuple[int, ...]) -> None:
+    if x.ndim not in ranks:
         want = " or ".join(f"{r}-D" for r in ranks)
-        raise ValueError(f"{name}: expected a {want} tensor, got shape {tuple(x.shape)}")
+        raise ValueError(f"{name}: expected a {want} array, got shape {tuple(x.shape)}")
     k = x.shape[-1]
     if k == 0 or k % BLOCK != 0:
         raise ValueError(
             f"{name}: K (last dimension) must be a positive multiple of {BLOCK}, got {k}"
         )
-    if not x.is_floating_point():
-        raise ValueError(f"{name}: expected a floating-point tensor, got {x.dtype}")
+    if not be.is_float(x):
+        raise ValueError(f"{name}: expected a floating-point array, got {x.dtype}")
 
 
-def _scale_of(amax):
-    import torch
-
-    amax = amax.float()
-    return torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
-
-
-def _to_e4m3(x):
-    import torch
-
-    return x.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+def _scale_of(be, amax):
+    amax = be.float32(amax)
+    return be.float32(be.xp.where(amax > 0, amax / E4M3_MAX, 1.0))
 
 
 def quantize_1x128(x):
     """Quantise activations with one scale per row per 128 columns.
 
     Args:
-        x: ``[M, K]`` or ``[G, Mmax, K]`` floating tensor, K a multiple of 128.
+        x: ``[M, K]`` or ``[G, Mmax, K]`` floating array, K a multiple of 128.
 
     Returns:
-        ``(x_fp8, sa)``: ``x_fp8`` has ``x``'s shape in ``torch.float8_e4m3fn``;
-        ``sa`` is float32 of logical shape ``[..., M, K // 128]`` whose storage is the
-        contiguous M-major buffer ``[..., K // 128, M]`` (so ``sa.stride()[-2:] == (1, M)``).
+        ``(x_fp8, sa)``: ``x_fp8`` has ``x``'s shape in ``torch.float8_e4m3fn`` (numpy:
+        float32 holding e4m3 values); ``sa`` is float32 of logical shape
+        ``[..., M, K // 128]`` whose storage is the contiguous M-major buffer
+        ``[..., K // 128, M]`` (so its strides end in ``(1, M)`` elements).
     """
-    _check(x, "quantize_1x128", (2, 3))
+    be = backend_for(x)
+    _check(be, x, "quantize_1x128", (2, 3))
     *lead, m, k = x.shape
-    xb = x.float().reshape(*lead, m, k // BLOCK, BLOCK)
-    scale = _scale_of(xb.abs().amax(dim=-1))                      # [..., M, K/128]
-    q = _to_e4m3(xb / scale.unsqueeze(-1)).reshape(x.shape)
-    sa = scale.transpose(-1, -2).contiguous().transpose(-1, -2)  # M-major storage
+    xb = be.float32(x).reshape(*lead, m, k // BLOCK, BLOCK)
+    scale = _scale_of(be, be.amax(be.xp.abs(xb), -1))             # [..., M, K/128]
+    q = be.cast(xb / scale[..., None], "e4m3").reshape(x.shape)
+    swap = be.xp.swapaxes
+    sa = swap(be.contiguous(swap(scale, -1, -2)), -1, -2)         # M-major storage
     return q, sa
 
 
@@ -89,61 +87,57 @@ def quantize_128x128(w):
     """Quantise weights with one scale per 128x128 block.
 
     Args:
-        w: ``[N, K]`` or ``[G, N, K]`` floating tensor, K a multiple of 128; N may be any
+        w: ``[N, K]`` or ``[G, N, K]`` floating array, K a multiple of 128; N may be any
            size (the last row block is partial).
 
     Returns:
-        ``(w_fp8, sb)``: ``w_fp8`` in ``torch.float8_e4m3fn`` with ``w``'s shape and
-        ``sb`` contiguous float32 ``[..., ceil(N / 128), K // 128]``.
+        ``(w_fp8, sb)``: ``w_fp8`` in ``torch.float8_e4m3fn`` (numpy: float32 holding e4m3
+        values) with ``w``'s shape and ``sb`` contiguous float32
+        ``[..., ceil(N / 128), K // 128]``.
     """
-    import torch
-
-    _check(w, "quantize_128x128", (2, 3))
+    be = backend_for(w)
+    _check(be, w, "quantize_128x128", (2, 3))
     *lead, n, k = w.shape
     nb = (n + BLOCK - 1) // BLOCK
-    wf = w.float()
+    wf = be.float32(w)
     if nb * BLOCK != n:  # zero rows do not change a block's amax
-        pad = torch.zeros(*lead, nb * BLOCK - n, k, dtype=wf.dtype, device=wf.device)
-        wf = torch.cat([wf, pad], dim=-2)
+        wf = be.cat([wf, be.full((*lead, nb * BLOCK - n, k), 0.0, "f32")], -2)
     wb = wf.reshape(*lead, nb, BLOCK, k // BLOCK, BLOCK)
-    scale = _scale_of(wb.abs().amax(dim=(-3, -1)))               # [..., N/128, K/128]
-    q = _to_e4m3(wb / scale[..., :, None, :, None])
-    q = q.reshape(*lead, nb * BLOCK, k)[..., :n, :].contiguous()
-    return q, scale.contiguous()
+    scale = _scale_of(be, be.amax(be.xp.abs(wb), (-3, -1)))       # [..., N/128, K/128]
+    q = be.cast(wb / scale[..., :, None, :, None], "e4m3")
+    q = be.contiguous(q.reshape(*lead, nb * BLOCK, k)[..., :n, :])
+    return q, be.contiguous(scale)
 
 
 def dequantize_1x128(x_fp8, sa, dtype=None):
     """Inverse of :func:`quantize_1x128`: ``x_fp8 * sa`` broadcast over 128-column blocks.
 
-    ``sa`` may be the strided view returned by ``quantize_1x128`` or any tensor of logical
-    shape ``[..., M, K // 128]``. ``dtype`` defaults to float32 (pass torch.float64 for
-    references).
+    ``sa`` may be the strided view returned by ``quantize_1x128`` or any array of logical
+    shape ``[..., M, K // 128]``. ``dtype`` (of the array's library) defaults to float32;
+    pass float64 for references.
     """
-    import torch
-
-    dtype = dtype or torch.float32
-    _check(x_fp8, "dequantize_1x128", (2, 3))
+    be = backend_for(x_fp8)
+    dtype = dtype or be.dtype("f32")
+    _check(be, x_fp8, "dequantize_1x128", (2, 3))
     *lead, m, k = x_fp8.shape
     if tuple(sa.shape) != (*lead, m, k // BLOCK):
         raise ValueError(
             f"dequantize_1x128: sa has shape {tuple(sa.shape)}, expected {(*lead, m, k // BLOCK)}"
         )
-    xb = x_fp8.to(dtype).reshape(*lead, m, k // BLOCK, BLOCK)
-    return (xb * sa.to(dtype).unsqueeze(-1)).reshape(x_fp8.shape)
+    xb = be.astype(x_fp8, dtype).reshape(*lead, m, k // BLOCK, BLOCK)
+    return (xb * be.astype(sa, dtype)[..., None]).reshape(x_fp8.shape)
 
 
 def dequantize_128x128(w_fp8, sb, dtype=None):
     """Inverse of :func:`quantize_128x128`: ``w_fp8 * sb`` broadcast over 128x128 blocks."""
-    import torch
-
-    dtype = dtype or torch.float32
-    _check(w_fp8, "dequantize_128x128", (2, 3))
+    be = backend_for(w_fp8)
+    dtype = dtype or be.dtype("f32")
+    _check(be, w_fp8, "dequantize_128x128", (2, 3))
     *lead, n, k = w_fp8.shape
     nb = (n + BLOCK - 1) // BLOCK
     if tuple(sb.shape) != (*lead, nb, k // BLOCK):
         raise ValueError(
             f"dequantize_128x128: sb has shape {tuple(sb.shape)}, expected {(*lead, nb, k // BLOCK)}"
         )
-    s = sb.to(dtype).repeat_interleave(BLOCK, dim=-2)[..., :n, :]
-    s = s.repeat_interleave(BLOCK, dim=-1)
-    return w_fp8.to(dtype) * s
+    s = be.astype(sb, dtype)[..., be.arange(n) // BLOCK, :]    # one row of scales per row of w
+    return be.astype(w_fp8, dtype) * s[..., be.arange(k) // BLOCK]

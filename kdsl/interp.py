@@ -13,26 +13,16 @@ from __future__ import annotations
 import numpy as np
 
 from . import ir
+from .backends import round_float32
 from .passes import pipeline
 from .passes.target import get_target
-from .semantics import eval_numpy
-
-_ROUND = {"bf16": "bfloat16", "f16": "float16"}
-
-
-def _round_to(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Round float32 values to bf16/f16 precision (round to nearest even), kept in float32."""
-    if dtype == "f16":
-        return x.astype(np.float16).astype(np.float32)
-    bits = x.astype(np.float32).view(np.uint32)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return np.where(np.isfinite(x), rounded.view(np.float32), x)
+from .semantics import eval_numpy, eval_scalar
 
 
 def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90a"):
     """q [B,H,M,D], k/v [B,Hkv,N,D] as numpy float32 arrays (already holding bf16/f16
-    values); captured tensors as numpy arrays. Returns (out float32, lse float32)."""
-    from .runtime.launch import eval_scalar
+    values); captured tensors as numpy arrays. Returns (out float32, lse float32).
+    kdsl.interpreted wraps this in the compiled kernels' calling convention."""
     captures = captures or {}
     B, H, M, D = q.shape
     Hkv, N = k.shape[1], k.shape[2]
@@ -76,7 +66,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
             p = np.exp2(s - base[..., None])
             alpha = np.exp2(np.where(np.isneginf(m_i), -np.inf, m_i - base))
             l_i = l_i * alpha + p.sum(axis=-1)
-            pv = np.einsum("bhmn,bhnd->bhmd", _round_to(p, elem), v[:, kv_head, k0:k1 + 1], dtype=np.float32)
+            pv = np.einsum("bhmn,bhnd->bhmd", round_float32(p, elem), v[:, kv_head, k0:k1 + 1], dtype=np.float32)
             acc = acc * alpha[..., None] + pv
             m_i = m_new
         safe = np.where(l_i > 0, l_i, 1.0)

@@ -1,5 +1,6 @@
-"""The meaning of every IR op, in one place: on Python scalars (constant folding) and on
-torch tensors (the float64 reference, and the FlexAttention translation)."""
+"""The meaning of every IR op, in one place: on Python scalars (constant folding, shapes)
+and on numpy arrays or torch tensors (the float64 reference, the CPU interpreter, the
+FlexAttention translation)."""
 from __future__ import annotations
 
 import math
@@ -35,48 +36,31 @@ def scalar_op(op: str, vals):
     return _SCALAR[op](*vals)
 
 
-class _Torch:
-    """Array backend: torch (reference, FlexAttention translation)."""
-
-    def __init__(self, float_dtype=None):
-        import torch
-        self.xp, self.array = torch, torch.Tensor
-        self.fdt = float_dtype or torch.float64
-
-    def to_float(self, a): return a.to(self.fdt)
-    def to_int(self, a): return a.to(self.xp.int64)
-    def index(self, t, idx): return t[tuple(i.long() if isinstance(i, self.array) else int(i) for i in idx)]
-    def clamp(self, a, lo=None, hi=None): return self.xp.clamp(a, min=lo, max=hi)
-
-
-class _Numpy:
-    """Array backend: numpy (the CPU interpreter of tiled programs)."""
-
-    def __init__(self, float_dtype=None):
-        import numpy
-        self.xp, self.array = numpy, numpy.ndarray
-        self.fdt = float_dtype or numpy.float64
-
-    def to_float(self, a): return a.astype(self.fdt)
-    def to_int(self, a): return a.astype(self.xp.int64)
-    def index(self, t, idx): return t[tuple(i.astype(self.xp.int64) if isinstance(i, self.array) else int(i) for i in idx)]
-    def clamp(self, a, lo=None, hi=None): return self.xp.clip(a, lo, hi)
+def eval_scalar(e: ir.Expr, dims: dict):
+    """A dimension-only expression (a shape, the default scale) on Python numbers."""
+    if isinstance(e, ir.Const):
+        return e.value
+    if isinstance(e, ir.Var):
+        return dims[e.name]
+    return scalar_op(e.op, [eval_scalar(a, dims) for a in e.args])
 
 
 def eval_torch(e: ir.Expr, env: dict, captures: dict, float_dtype=None):
-    """Evaluate an IR expression with torch; env maps variable names to tensors or numbers.
-
-    Floats are computed in `float_dtype` (float64 for the reference), integers in int64,
-    so the reference never overflows where the kernel's i32 would not either.
-    """
-    return eval_array(e, env, captures, _Torch(float_dtype))
+    """Evaluate an IR expression with torch; env maps variable names to tensors or numbers."""
+    from .backends import Torch
+    return eval_array(e, env, captures, Torch(float_dtype=float_dtype))
 
 
 def eval_numpy(e: ir.Expr, env: dict, captures: dict, float_dtype=None):
-    return eval_array(e, env, captures, _Numpy(float_dtype))
+    from .backends import Numpy
+    return eval_array(e, env, captures, Numpy(float_dtype))
 
 
 def eval_array(e: ir.Expr, env: dict, captures: dict, backend):
+    """Evaluate an IR expression on a kdsl.backends backend; env maps variable names to
+    arrays or numbers. Floats are computed in the backend's float dtype (float64 for the
+    reference), integers in int64, so the reference never overflows where the kernel's i32
+    would not either."""
     def go(x):
         if isinstance(x, ir.Const):
             return x.value
@@ -120,7 +104,8 @@ def _array_op(be, x: ir.Op, args):
             return be.clamp(a, hi=b) if op == "min" else be.clamp(a, lo=b)
         return xp.minimum(a, b) if op == "min" else xp.maximum(a, b)
     if op == "abs": return xp.abs(a)
-    if op == "where": return xp.where(args[0], args[1], args[2])
+    if op == "where":  # a condition over dims only is a Python bool, which torch.where refuses
+        return xp.where(*args) if isinstance(args[0], be.array) else (args[1] if args[0] else args[2])
     if op == "int": return be.to_int(a) if x.ty == "i32" else a  # truncates toward zero
     if op == "float": return be.to_float(a)
     if op == "rsqrt": return 1 / xp.sqrt(a)

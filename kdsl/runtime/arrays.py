@@ -1,21 +1,27 @@
-"""One view over torch tensors and CuPy arrays: dtype, shape, strides, pointer, device,
-stream, and allocation in the caller's framework."""
+"""One view over torch tensors, CuPy arrays and (for the CPU interpreter) numpy arrays:
+dtype, shape, strides, pointer, device, stream, and allocation in the caller's framework."""
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..errors import LaunchError
 
 # kdsl element type -> (torch dtype name, numpy/cupy dtype name)
 _KDSL_TO = {"bf16": ("bfloat16", None), "f16": ("float16", "float16"), "f32": ("float32", "float32"),
             "i32": ("int32", "int32"), "e4m3": ("float8_e4m3fn", "uint8")}
+# numpy (host arrays, the interpreter) has no bf16 or e4m3: float32 arrays stand for them,
+# their values rounded to the type by kdsl (kdsl.backends.round_float32).
+_NUMPY_HOST = {"float16": "f16", "float32": "f32", "int32": "i32"}
+_NUMPY_STANDS_FOR = {"bf16": "f32", "e4m3": "f32"}
 _ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "e4m3": 1}
 
 
 @dataclass(frozen=True)
 class ArrayInfo:
-    framework: str    # torch | cupy
+    framework: str    # torch | cupy | numpy
     dtype: str        # kdsl name, or the framework's own name if not a kdsl type
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements
@@ -33,7 +39,17 @@ def info(x, name: str) -> ArrayInfo:
         item = x.dtype.itemsize
         return ArrayInfo("cupy", _from_numpy(x.dtype.name), tuple(x.shape), tuple(s // item for s in x.strides),
                          x.data.ptr, x.device.id)
-    raise LaunchError(f"argument '{name}': expected a torch tensor or a CuPy array, got {type(x).__name__}")
+    if isinstance(x, np.ndarray):
+        item = x.dtype.itemsize
+        return ArrayInfo("numpy", _NUMPY_HOST.get(x.dtype.name, x.dtype.name), tuple(x.shape),
+                         tuple(s // item for s in x.strides), x.ctypes.data, -1)
+    raise LaunchError(f"argument '{name}': expected a torch tensor or a CuPy array (or a numpy array, for the "
+                      f"CPU interpreter), got {type(x).__name__}")
+
+
+def holds(a: ArrayInfo, dtype: str) -> bool:
+    """Whether the array can be passed where the kernel declares `dtype`."""
+    return a.dtype == dtype or (a.framework == "numpy" and _NUMPY_STANDS_FOR.get(dtype) == a.dtype)
 
 
 def _from_torch(dt) -> str:
@@ -47,6 +63,10 @@ def _from_numpy(name: str) -> str:
 
 def expected_dtype_text(dtype: str, framework: str) -> str:
     t, n = _KDSL_TO[dtype]
+    if framework == "numpy":
+        if dtype in _NUMPY_STANDS_FOR:
+            return f"float32 (numpy has no {dtype}: kdsl rounds the float32 values to {dtype})"
+        return n
     if framework == "cupy" and n is None:
         return f"{dtype} (CuPy has no {dtype} dtype; pass torch tensors)"
     return f"torch.{t}" if framework == "torch" else (n if dtype != "e4m3" else "uint8 holding e4m3 bits")

@@ -5,49 +5,52 @@ might leave its axis, the call is refused before launch — never a CUDA fault, 
 of someone else's memory. Write indices so the bound follows (clamp with min/max)."""
 from __future__ import annotations
 
+import math
+
 from .. import ir
 from ..errors import LaunchError
 from ..semantics import scalar_op
 
-UNKNOWN = (None, None)
+INF = math.inf
+UNKNOWN = (-INF, INF)
 
 
 def interval(e: ir.Expr, ranges: dict) -> tuple:
+    """[lo, hi] that e's value lies in; an unknown side is infinite, so a clamp bounds even a
+    value read from a captured tensor: min(max(ids[b, i], 0), T - 1) lies in [0, T - 1]."""
     if isinstance(e, ir.Const):
         return (e.value, e.value) if e.ty == "i32" else UNKNOWN
     if isinstance(e, ir.Var):
         return ranges.get(e.name, UNKNOWN)
     if not isinstance(e, ir.Op) or e.ty != "i32":
-        return UNKNOWN
+        return UNKNOWN  # loads and anything not integer
     if e.op == "where":
         a, b = interval(e.args[1], ranges), interval(e.args[2], ranges)
-        return UNKNOWN if None in a + b else (min(a[0], b[0]), max(a[1], b[1]))
+        return (min(a[0], b[0]), max(a[1], b[1]))
     args = [interval(a, ranges) for a in e.args]
-    if any(None in a for a in args) or e.op in ("int",):
-        return UNKNOWN
-    if e.op in ("add", "sub", "mul", "min", "max"):
+    finite = all(math.isfinite(x) for a in args for x in a)
+    if e.op in ("add", "sub", "min", "max"):  # safe with infinities: lo is never +inf, hi never -inf
         (al, ah), (bl, bh) = args
         if e.op == "add":
             return (al + bl, ah + bh)
         if e.op == "sub":
             return (al - bh, ah - bl)
-        if e.op in ("min", "max"):
-            f = min if e.op == "min" else max
-            return (f(al, bl), f(ah, bh))
-        prods = [al * bl, al * bh, ah * bl, ah * bh]
-        return (min(prods), max(prods))
+        f = min if e.op == "min" else max
+        return (f(al, bl), f(ah, bh))
     if e.op == "neg":
         return (-args[0][1], -args[0][0])
     if e.op == "abs":
         lo, hi = args[0]
         return (0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), max(abs(lo), abs(hi)))
-    if e.op in ("floordiv", "mod"):
+    if e.op == "mul" and finite:
         (al, ah), (bl, bh) = args
-        if bl != bh or bl <= 0:
-            return UNKNOWN
-        if e.op == "floordiv":
-            return (al // bl, ah // bl)
-        return (al % bl, ah % bl) if al // bl == ah // bl else (0, bl - 1)
+        prods = [al * bl, al * bh, ah * bl, ah * bh]
+        return (min(prods), max(prods))
+    if e.op in ("floordiv", "mod") and args[1][0] == args[1][1] and args[1][0] > 0:
+        (al, ah), (b, _) = args
+        if e.op == "mod":
+            return (al % b, ah % b) if finite and al // b == ah // b else (0, b - 1)
+        return (al // b if math.isfinite(al) else -INF, ah // b if math.isfinite(ah) else INF)
     return UNKNOWN
 
 
@@ -66,8 +69,9 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
             for axis, (idx, extent) in enumerate(zip(node.indices, t.shape)):
                 size = _eval(extent, dims)
                 lo, hi = interval(idx, ranges)
-                if lo is None or lo < 0 or hi >= size:
-                    got = "cannot be bounded" if lo is None else f"ranges over [{lo}, {hi}]"
+                if lo < 0 or hi >= size:
+                    got = "cannot be bounded" if not (math.isfinite(lo) and math.isfinite(hi)) else \
+                        f"ranges over [{lo}, {hi}]"
                     raise LaunchError(
                         f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({ir.print_expr(idx)}) {got} "
                         f"for these shapes, but that axis has size {size}; clamp it, e.g. with min(...)/max(...)")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..errors import LaunchError, NoGpuError
 from ..passes.exp2_fold import LOG2E
-from ..semantics import scalar_op
+from ..semantics import eval_scalar, scalar_op
 from . import arrays, geometry
 from .bounds import check_capture_indices
 from .driver import ArgPack, launch
@@ -85,6 +85,9 @@ class Plan:
 
 
 class KernelBase:
+    # The CPU interpreter (kdsl.interpreted) validates with the same methods, on host arrays.
+    on_host = False
+
     def __init__(self, kernel: ir.Kernel, arch: str | None):
         self.ir = kernel
         self.name = kernel.name
@@ -113,9 +116,12 @@ class KernelBase:
         if x is None:
             raise LaunchError(f"{self.name}: missing argument '{name}'")
         a = arrays.info(x, name)
-        if a.device < 0:
+        if a.device < 0 and not self.on_host:
             raise LaunchError(f"{self.name}: argument '{name}' is on the CPU; kdsl kernels run on a CUDA device")
-        if a.dtype != dtype:
+        if a.device >= 0 and self.on_host:
+            raise LaunchError(f"{self.name}: argument '{name}' is on a GPU; the interpreter runs on the CPU "
+                              f"(pass numpy arrays or CPU tensors)")
+        if not arrays.holds(a, dtype):
             raise LaunchError(f"{self.name}: argument '{name}' must be {arrays.expected_dtype_text(dtype, a.framework)}, "
                               f"got {a.dtype}")
         if len(a.shape) != rank:
@@ -157,14 +163,6 @@ def _eval_int(e: ir.Expr, dims: dict) -> int:
     if isinstance(e, ir.Var):
         return dims[e.name]
     return int(scalar_op(e.op, [_eval_int(a, dims) for a in e.args]))
-
-
-def eval_scalar(e: ir.Expr, dims: dict):
-    if isinstance(e, ir.Const):
-        return e.value
-    if isinstance(e, ir.Var):
-        return dims[e.name]
-    return scalar_op(e.op, [eval_scalar(a, dims) for a in e.args])
 
 
 def _align(ptr: int, name: str, kname: str, n: int = 16):
@@ -226,7 +224,8 @@ class AttentionKernel(KernelBase):
             raise LaunchError(f"{self.name}: missing captured tensor(s) {missing} (declared in the kernel)")
         return [given[n] for n in names]
 
-    def _plan(self, q, k, v, caps, out, lse, scale):
+    def validate(self, q, k, v, caps, out, lse, scale):
+        """Every check that does not depend on the device: (array infos, dims, scale)."""
         kern = self.ir
         elem = kern.tensor("q").dtype
         infos = [self._info(x, n, elem, 4) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
@@ -243,7 +242,6 @@ class AttentionKernel(KernelBase):
             raise LaunchError(f"{self.name}: q has {H} heads, not a multiple of k/v's {Hkv} heads")
         if D not in (64, 128):
             raise LaunchError(f"{self.name}: head dimension {D} is not supported (64 or 128)")
-        work = geometry.attention_work(B, H, M, N)
         if out is not None:
             o = self._info(out, "out", elem, 4)
             if o.shape != infos[0].shape:
@@ -258,12 +256,22 @@ class AttentionKernel(KernelBase):
                 raise LaunchError(f"{self.name}: lse must have shape {[B, H, M]}, got {list(ls.shape)}")
             self._contiguous(ls, "lse")
             infos.append(ls)
-        device = self._device(infos)
-        if work != "launch":
-            geometry.softmax_scale(scale, lambda: 1.0, self.name)  # a bad scale is refused all the same
-            return Plan(None, (), (), None, infos[0].framework, device, infos[0].shape, elem, work)
+        work = geometry.attention_work(B, H, M, N)
+        # The scale is checked even when nothing is launched: a bad one is refused all the same.
         s = geometry.softmax_scale(scale, lambda: eval_scalar(kern.func("scale"), dims), self.name)
-        check_capture_indices(kern, dims, self.name)
+        if work == "launch":
+            check_capture_indices(kern, dims, self.name)
+        return infos, dims, s
+
+    def _plan(self, q, k, v, caps, out, lse, scale):
+        infos, dims, s = self.validate(q, k, v, caps, out, lse, scale)
+        elem = self.ir.tensor("q").dtype
+        B, H, M, D = infos[0].shape
+        Hkv, N = infos[1].shape[1], infos[1].shape[2]
+        device = self._device(infos)
+        work = geometry.attention_work(B, H, M, N)
+        if work != "launch":
+            return Plan(None, (), (), None, infos[0].framework, device, infos[0].shape, elem, work)
         built, loaded = self._load(D, device)
         lk = built.kernel
         tma = lk.attr("kernel") == "wgmma"
@@ -274,7 +282,8 @@ class AttentionKernel(KernelBase):
             grid = (min(items, _sm_count(device)) if lk.attr("schedule") == "persistent" else items, 1, 1)
             chunks = [(0, B)]
         else:
-            chunks = geometry.attention_batch_chunks(B, H, any(ir.uses(e, "b") for _, e in kern.funcs), self.name)
+            uses_b = any(ir.uses(e, "b") for _, e in self.ir.funcs)
+            chunks = geometry.attention_batch_chunks(B, H, uses_b, self.name)
             grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, chunks[0][1])
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
         # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
@@ -395,7 +404,8 @@ class GemmKernel(KernelBase):
                               f"{'group index per row of a' if self.extra == 'group' else 'valid rows per group'})")
         return x
 
-    def _plan(self, a, a_scale, b, b_scale, extra, out):
+    def validate(self, a, a_scale, b, b_scale, extra, out):
+        """Every check that does not depend on the device: (array infos, (G, M, N, K), out shape)."""
         masked = self.grouping == "masked"
         ia = self._info(a, "a", "e4m3", 3 if masked else 2)
         ib = self._info(b, "b", "e4m3", 2 if self.grouping == "dense" else 3)
@@ -439,6 +449,11 @@ class GemmKernel(KernelBase):
                 raise LaunchError(f"{self.name}: out must have shape {list(out_shape)}, got {list(io.shape)}")
             self._contiguous(io, "out")
             infos.append(io)
+        return infos, (G, M, N, K), out_shape
+
+    def _plan(self, a, a_scale, b, b_scale, extra, out):
+        infos, (G, M, N, K), out_shape = self.validate(a, a_scale, b, b_scale, extra, out)
+        masked, out_dtype, ia = self.grouping == "masked", self.ir.tensor("out").dtype, infos[0]
         device = self._device(infos)
         if math.prod(out_shape) == 0:  # empty in, empty out (as torch): nothing to launch
             return Plan(None, (), (), None, ia.framework, device, out_shape, out_dtype, "empty")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from ..errors import KdslError, SourceError, Span
 from ..grammar import parse
+from ..interpreted import Interpreted
 from ..passes import pipeline
-from .geometry import softmax_scale
 from . import prebuild
 from .launch import AttentionKernel, GemmKernel
 
@@ -35,38 +35,6 @@ class Module:
 
     def __repr__(self):
         return f"<kdsl module {self.file}: {', '.join(self.kernels)}>"
-
-
-class Interpreted:
-    """A kernel run by the CPU interpreter of its tiled program (kdsl.interp): same calling
-    convention, torch CPU tensors in and out. Slow; for small shapes and debugging."""
-
-    def __init__(self, kernel, arch=None):
-        from ..check import interpreted
-        self.ir, self.name = kernel, kernel.name
-        self._run = interpreted(kernel)
-        self._args = AttentionKernel(kernel) if kernel.kind == "attention" else GemmKernel(kernel)
-
-    def __call__(self, *args, out=None, **named):
-        import torch
-        if self.ir.kind == "attention":
-            q, k, v, *caps = args
-            scale = named.pop("scale", None)
-            if scale is not None:  # the GPU path's rule: a real, finite number
-                scale = softmax_scale(scale, None, self.name)
-            lse = named.pop("lse", None)
-            given = dict(zip([t.name for t in self._args.captures], self._args._collect_captures(caps, named)))
-            out = torch.empty_like(q) if out is None else out
-            if lse is None and self._args.has_lse:
-                lse = torch.empty(q.shape[:3], dtype=torch.float32)
-            return self._run(q, k, v, out=out, lse=lse, scale=scale, **given)
-        a, sa, b, sb, *extra = args
-        extra = [self._args._extra(extra, named)] if self._args.extra else []
-        if out is None:
-            shape = (*a.shape[:-1], b.shape[-2])
-            dtype = torch.float32 if self.ir.tensor("out").dtype == "f32" else torch.bfloat16
-            out = torch.full(shape, float("nan"), dtype=dtype)
-        return self._run(a, sa, b, sb, *extra, out=out)
 
 
 def compile_source(source: str, file: str = "<string>", arch: str | None = None, interpret: bool = False) -> Module:

@@ -1,0 +1,87 @@
+"""A kernel run by the CPU interpreter of its tiled program (kdsl.interp), with the calling
+convention and the argument checks of its compiled twin: `kdsl.load(path, interpret=True)`.
+
+Arrays: numpy arrays, or torch CPU tensors; the result comes back in the same kind. numpy
+has no bf16 or e4m3 dtype, so there bf16 / e4m3 tensors are passed as float32 arrays and
+kdsl rounds their values to the declared type (nearest even), as a cast would; a bf16
+output comes back as float32 holding bf16 values. The arguments are checked by the same
+code as on the GPU (kdsl.runtime.launch's validate, kdsl.runtime.bounds), so both paths
+refuse the same calls with the same messages. Slow: for small shapes and debugging.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from . import interp, ir
+from .backends import round_float32
+from .errors import LaunchError
+from .runtime.launch import AttentionKernel, GemmKernel
+
+
+class Interpreted:
+    def __init__(self, kernel: ir.Kernel, arch: str | None = None):
+        self.ir, self.name = kernel, kernel.name
+        self.arch = arch or "sm_90a"
+        self._args = AttentionKernel(kernel) if kernel.kind == "attention" else GemmKernel(kernel)
+        self._args.on_host = True
+
+    def __repr__(self):
+        return f"<kdsl interpreted kernel {self.name}>"
+
+    def __call__(self, *args, out=None, **named):
+        return (self._attention if self.ir.kind == "attention" else self._gemm)(*args, out=out, **named)
+
+    def _one_kind(self, infos):
+        if len({a.framework for a in infos}) > 1:
+            raise LaunchError(f"{self.name}: mix of numpy arrays and torch tensors; pass one kind")
+
+    def _attention(self, q, k, v, *captures, out=None, lse=None, scale=None, **named):
+        spec = self._args
+        caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
+        infos, _, s = spec.validate(q, k, v, caps, out, lse, scale)
+        self._one_kind(infos)
+        elem = self.ir.tensor("q").dtype
+        captured = {t.name: _host(c, t.dtype) for t, c in zip(spec.captures, caps)}
+        o, l = interp.attention(self.ir, _host(q, elem), _host(k, elem), _host(v, elem), captured, s, self.arch)
+        out = _deliver(o, out, q, elem)
+        if spec.has_lse:
+            return out, _deliver(l, lse, q, "f32")
+        return out
+
+    def _gemm(self, a, a_scale, b, b_scale, *rest, out=None, **named):
+        spec = self._args
+        extra = spec._extra(rest, named) if (rest or named or spec.extra) else None
+        self._one_kind(spec.validate(a, a_scale, b, b_scale, extra, out)[0])
+        kw = {spec.extra: _host(extra, "i32")} if extra is not None else {}
+        r = interp.fp8_gemm(self.ir, _host(a, "e4m3"), _host(a_scale, "f32"), _host(b, "e4m3"), _host(b_scale, "f32"),
+                            arch=self.arch, **kw)
+        # NaN marks rows a grouped kernel leaves alone: a given out keeps its values there
+        if out is not None:
+            r = np.where(np.isnan(r), _host(out, "f32"), r)
+        return _deliver(r, out, a, self.ir.tensor("out").dtype)
+
+
+def _host(x, dtype: str) -> np.ndarray:
+    """A numpy view of an argument as the interpreter reads it: float32 values of the
+    declared type (numpy floats rounded to it), or int32."""
+    if isinstance(x, np.ndarray):
+        return x if dtype == "i32" else round_float32(x, dtype)
+    x = x.detach()
+    return x.numpy() if dtype == "i32" else x.float().numpy()
+
+
+def _deliver(result: np.ndarray, out, like, dtype: str):
+    """The interpreter's float32 result in the caller's kind: written into `out` when given."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(like, torch.Tensor):
+        r = torch.from_numpy(result)
+        if out is None:
+            return r.to({"bf16": torch.bfloat16, "f16": torch.float16}.get(dtype, torch.float32))
+        return out.copy_(r)
+    r = round_float32(result, dtype).astype(np.float16 if dtype == "f16" else np.float32)
+    if out is None:
+        return r
+    out[...] = r
+    return out

@@ -1,0 +1,191 @@
+"""The CPU path on numpy alone: after the README's first install command (no torch, no
+Hypothesis) every sample checks through the interpreter, interpreted kernels take numpy
+arrays, and what truly needs torch or Hypothesis says which extra to install."""
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kdsl
+from kdsl import cli, reference
+from kdsl.backends import Numpy, round_float32
+from kdsl.check import ATTENTION_TOL, rel_frobenius
+from kdsl.errors import KdslError, LaunchError
+from kdsl.runtime.bounds import check_capture_indices
+
+from conftest import ROOT, SAMPLES
+
+# Run as if torch and Hypothesis were not installed: importing either fails.
+WITHOUT = "import sys; sys.modules['torch'] = None; sys.modules['hypothesis'] = None\n"
+
+
+def run_without_torch(code: str):
+    return subprocess.run([sys.executable, "-c", WITHOUT + code], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_check_interpret_passes_every_sample_without_torch():
+    argv = ["check", *map(str, SAMPLES), "--interpret", "--trials", "1", "--seed", "3"]
+    r = run_without_torch(f"from kdsl.cli import main; rc = main({argv!r}); "
+                          "assert 'torch' not in {m.split('.')[0] for m, v in sys.modules.items() if v}; "
+                          "sys.exit(rc)")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "all kernels pass" in r.stdout and "internal error" not in r.stderr
+    assert r.stdout.count("cases pass") == sum(len(kdsl.load(p).kernels) for p in SAMPLES)
+
+
+NUMPY_CALLS = """
+import numpy as np, kdsl
+from kdsl import fp8, reference
+from kdsl.backends import round_float32
+rng = np.random.default_rng()
+mod = kdsl.load("samples/alibi.kd", interpret=True)
+q, k, v = (rng.standard_normal((1, 2, 100, 64), dtype=np.float32) for _ in range(3))
+slopes = rng.random(2, dtype=np.float32)
+out = mod.alibi(q, k, v, slopes)
+assert "kdsl.check" not in sys.modules                # the runtime does not import the judge
+from kdsl.check import rel_frobenius, fp8_difference, ATTENTION_TOL, FP8_TOL
+assert isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == q.shape
+assert (round_float32(out, "bf16") == out).all()      # bf16 values, held in float32
+bf = lambda x: round_float32(x, "bf16")               # what the kernel read
+ref, _ = reference.attention(mod.ir["alibi"], bf(q), bf(k), bf(v), {"slopes": slopes})
+assert rel_frobenius(out, ref) <= ATTENTION_TOL, rel_frobenius(out, ref)
+g = kdsl.load("samples/fp8_grouped_masked.kd", interpret=True)
+a, sa = fp8.quantize_1x128(rng.standard_normal((2, 64, 256), dtype=np.float32))
+b, sb = fp8.quantize_128x128(rng.standard_normal((2, 130, 256), dtype=np.float32))
+count = np.array([10, 64], dtype=np.int32)
+out = g.fp8_grouped_masked(a, sa, b, sb, count)
+assert np.isnan(out[0, 10:]).all() and not np.isnan(out[0, :10]).any() and not np.isnan(out[1]).any()
+assert fp8_difference(out[0, :10], reference.fp8_gemm(a, sa, b, sb, count=count)[0, :10]) < FP8_TOL
+print("ok")
+"""
+
+
+def test_interpreted_kernels_take_numpy_arrays_without_torch():
+    r = run_without_torch(NUMPY_CALLS)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_hypothesis_search_without_hypothesis_names_the_extra():
+    r = run_without_torch("from kdsl.cli import main; sys.exit(main(['check', 'samples/causal.kd', "
+                          "'--interpret', '--hypothesis', '5']))")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "needs hypothesis" in r.stderr and "kdsl[testing]" in r.stderr
+
+
+def test_gpu_check_without_torch_names_the_extra(monkeypatch, capsys):
+    import kdsl.runtime.launch as launch
+    monkeypatch.setattr(launch, "_driver", lambda: None)  # as if CuPy saw a GPU
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert cli.main(["check", str(ROOT / "samples" / "causal.kd")]) == 1
+    err = capsys.readouterr().err
+    assert "needs torch" in err and "kdsl[torch]" in err and "internal error" not in err
+
+
+UNBOUNDABLE = """
+attention lookup {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    ids: i32[B, M]
+    tbl: f32[5]
+    score(s, b, h, i, j) = s + tbl[ids[b, i]]
+}
+"""
+
+
+def test_interpreter_refuses_an_unboundable_index_like_the_gpu_path():
+    """Regression: the interpreter raised a bare IndexError; now the shared bounds check
+    refuses the call with the GPU path's message."""
+    mod = kdsl.compile(UNBOUNDABLE, "lookup.kd", interpret=True)
+    q = np.zeros((1, 2, 8, 64), np.float32)
+    ids = np.full((1, 8), 1000, np.int32)
+    tbl = np.zeros(5, np.float32)
+    with pytest.raises(LaunchError) as e:
+        mod.lookup(q, q, q, ids, tbl)
+    with pytest.raises(LaunchError) as direct:
+        check_capture_indices(mod.ir["lookup"], {"B": 1, "H": 2, "M": 8, "D": 64, "N": 8}, "lookup")
+    assert str(e.value) == str(direct.value)
+    assert "'tbl'" in str(e.value) and "cannot be bounded" in str(e.value)
+
+
+def test_cli_check_interpret_refuses_an_unboundable_index(tmp_path):
+    p = tmp_path / "lookup.kd"
+    p.write_text(UNBOUNDABLE)
+    r = subprocess.run([sys.executable, "-m", "kdsl.cli", "check", str(p), "--interpret", "--trials", "1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "'tbl'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_interpreter_shares_the_gpu_paths_argument_checks():
+    mod = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True)
+    x = np.zeros((1, 2, 8, 64), np.float32)
+    with pytest.raises(LaunchError, match=r"argument 'q' must be float32 \(numpy has no bf16"):
+        mod.causal(x.astype(np.float64), x, x)
+    with pytest.raises(LaunchError, match="head dimension 32 is not supported"):
+        y = np.zeros((1, 2, 8, 32), np.float32)
+        mod.causal(y, y, y)
+    with pytest.raises(LaunchError, match="must be contiguous"):
+        mod.causal(x.transpose(0, 1, 3, 2).copy().transpose(0, 1, 3, 2), x, x)
+    with pytest.raises(LaunchError, match="out must have q's shape"):
+        mod.causal(x, x, x, out=np.zeros((1, 2, 7, 64), np.float32))
+
+
+def test_interpreter_writes_into_a_given_numpy_out():
+    mod = kdsl.load(ROOT / "samples" / "relpos.kd", interpret=True)
+    rng = np.random.default_rng()
+    q, k, v = (round_float32(rng.standard_normal((1, 1, 70, 64), dtype=np.float32), "bf16") for _ in range(3))
+    out = np.full_like(q, np.nan)
+    assert mod.relpos(q, k, v, out=out) is out
+    ref, _ = reference.attention(mod.ir["relpos"], q, k, v)
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL
+
+
+def test_mixed_numpy_and_torch_arguments_are_refused():
+    torch = pytest.importorskip("torch")
+    mod = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True)
+    x = np.zeros((1, 2, 8, 64), np.float32)
+    with pytest.raises(LaunchError, match="mix of numpy arrays and torch tensors"):
+        mod.causal(x, torch.zeros(1, 2, 8, 64, dtype=torch.bfloat16), x)
+
+
+def test_need_names_the_extra():
+    from kdsl.backends import need
+    with pytest.raises(KdslError, match=r"pip install 'kdsl\[x\]'"):
+        need("kdsl_no_such_module", "x", "this")
+    assert Numpy().logsumexp(np.full((2, 3), -np.inf))[0] == -np.inf
+
+
+def test_a_clamped_data_dependent_index_is_accepted_and_correct():
+    """Regression: interval arithmetic gave up on any value read from a tensor, so even the
+    clamp the message recommends was refused; unknown sides are now infinite."""
+    src = UNBOUNDABLE.replace("tbl[ids[b, i]]", "tbl[min(max(ids[b, i], 0), 4)]")
+    mod = kdsl.compile(src, "lookup.kd", interpret=True)
+    rng = np.random.default_rng()
+    q, k, v = (round_float32(rng.standard_normal((1, 2, 40, 64), dtype=np.float32), "bf16") for _ in range(3))
+    ids = rng.integers(-1000, 1000, (1, 40), dtype=np.int32)
+    tbl = rng.standard_normal(5, dtype=np.float32)
+    out = mod.lookup(q, k, v, ids, tbl)
+    ref, _ = reference.attention(mod.ir["lookup"], q, k, v, {"ids": ids, "tbl": tbl})
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL
+
+
+@pytest.mark.parametrize("index, size, verdict", [
+    ("q - kv + N - 1", "M + N - 1", None),
+    ("q - kv + N - 1", "M + N - 2", "ranges over [0, 10] for these shapes, but that axis has size 10"),
+    ("min(ids[b, q], L - 1)", "M", "cannot be bounded"), ("max(min(ids[b, q], L - 1), 0)", "M", None),
+    ("(ids[b, q] % L)", "M", None), ("abs(ids[b, q]) // 2", "M", "cannot be bounded")])
+def test_capture_index_bounds(index, size, verdict):
+    src = f"""attention t {{
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        ids: i32[B, M]
+        bias: f32[H, L]
+        score(s, b, h, q, kv) = s + bias[h, {index}]
+    }}"""
+    k_ir = kdsl.compile(src, "t.kd").ir["t"]
+    dims = {"B": 1, "H": 2, "M": 5, "N": 7, "D": 64}
+    dims["L"] = eval(size, {}, dims)
+    if verdict is None:
+        check_capture_indices(k_ir, dims, "t")
+    else:
+        with pytest.raises(LaunchError, match=re.escape(verdict)):
+            check_capture_indices(k_ir, dims, "t")

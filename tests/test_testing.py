@@ -1,0 +1,144 @@
+"""kdsl.testing: the strategies reach the awkward cases and draw valid calls for any
+program; the assertion and the Hypothesis search judge through the interpreter; and
+`kdsl check --hypothesis` prints a shrunk counterexample for a planted broken lowering."""
+import re
+
+import numpy as np
+import pytest
+
+import kdsl
+from kdsl import cli, ir
+from kdsl.backends import Numpy
+from kdsl.cases import AttentionCase, GemmCase, attention_dims, attention_inputs, gemm_inputs, tiles
+from kdsl.interpreted import Interpreted
+from kdsl.passes import exp2_fold, mask_analysis
+from kdsl.testing import assert_matches_reference, attention_cases, cases, find_failure, gemm_cases
+
+from conftest import ROOT
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+
+# GQA under its own name, a dim only captured tensors use, and an id table read through ids.
+LOOKUP = """
+attention lookup {
+    q: bf16[B, Hq, M, D]; k: bf16[B, G, N, D]; v: bf16[B, G, N, D]
+    ids: i32[B, N]
+    tbl: f32[T]
+    doc: i32[B, M]
+    score(s, b, h, i, j) = s + tbl[min(max(ids[b, j], 0), T - 1)]
+    mask(b, h, i, j) = doc[b, i] >= 0
+}
+"""
+LOOKUP_IR = kdsl.compile(LOOKUP, "lookup.kd").ir["lookup"]
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+
+
+@FAST
+@given(attention_cases(LOOKUP_IR, max_len=150))
+def test_drawn_attention_cases_are_valid_calls(case):
+    """Every drawn case makes inputs that the kernel's own argument checks accept, with ids
+    within the table they index."""
+    assert case.H % case.Hkv == 0 and case.D in (64, 128) and 1 <= min(case.M, case.N) <= max(case.M, case.N) <= 150
+    q, k, v, caps = attention_inputs(LOOKUP_IR, case, Numpy())
+    Interpreted(LOOKUP_IR)._args.validate(q, k, v, [caps[n] for n in ("ids", "tbl", "doc")], None, None, None)
+    T = attention_dims(LOOKUP_IR, case)["T"]
+    assert caps["tbl"].shape == (T,) and 0 <= caps["ids"].min() and caps["ids"].max() < T
+
+
+def _reaches(strategy, condition):
+    """A drawn example meeting the condition (not shrunk), or NoSuchExample."""
+    return hypothesis.find(strategy, condition, settings=settings(max_examples=200, database=None,
+                                                                  phases=[hypothesis.Phase.generate]))
+
+
+def test_attention_cases_reach_the_awkward_shapes():
+    tm, tn = tiles(LOOKUP_IR, 64)
+    s = attention_cases(LOOKUP_IR)
+    for condition in (lambda c: c.M == 1, lambda c: c.N == 1, lambda c: c.M == tm - 1, lambda c: c.N == tn + 1,
+                      lambda c: c.M == tm + 1, lambda c: c.M != c.N and c.M % tm and c.N % tn,
+                      lambda c: c.H == 4 * c.Hkv, lambda c: c.D == 128, lambda c: dict(c.sizes).get("T", 0) == 1):
+        _reaches(s, condition)  # raises NoSuchExample if the strategy never draws such a case
+
+
+def test_no_gqa_unless_declared():
+    relpos = kdsl.load(ROOT / "samples" / "relpos.kd").relpos
+    with pytest.raises(hypothesis.errors.NoSuchExample):
+        _reaches(cases(relpos), lambda c: c.H != c.Hkv)
+
+
+@pytest.mark.parametrize("name", ["fp8_gemm", "fp8_grouped_contiguous", "fp8_grouped_masked"])
+def test_gemm_cases_sit_on_block_boundaries_and_make_valid_calls(name):
+    k_ir = kdsl.load(ROOT / "samples" / f"{name}.kd").ir[name]
+    s = gemm_cases(k_ir)
+    for condition in (lambda c: c.N in (127, 129), lambda c: c.M == 1, lambda c: c.K == 384):
+        _reaches(s, condition)
+    grouped = k_ir.attr("grouping") != "dense"
+    (_reaches(s, lambda c: c.G > 1) if grouped else
+     pytest.raises(hypothesis.errors.NoSuchExample, _reaches, s, lambda c: c.G > 1))
+    case = _reaches(s, lambda c: c.M > 100 and c.N > 128)
+    a, sa, b, sb, extra = gemm_inputs(k_ir, case, Numpy())
+    Interpreted(k_ir)._args.validate(a, sa, b, sb, extra[0] if extra else None, None)
+
+
+def test_assertion_passes_honest_kernels_and_names_the_failing_case():
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd", interpret=True)
+    case = AttentionCase(1, 2, 2, 70, 90, 64, seed=np.random.default_rng().integers(2**32))
+    assert assert_matches_reference(mod.alibi, case).passed
+
+    def ignores_slopes(q, k, v, slopes, out):
+        return mod.alibi(q, k, v, np.zeros_like(slopes), out=out)
+    with pytest.raises(AssertionError, match=re.escape(repr(case))):
+        assert_matches_reference(ignores_slopes, case, kernel=mod.ir["alibi"], backend=Numpy())
+    g = kdsl.load(ROOT / "samples" / "fp8_grouped_contiguous.kd", interpret=True)
+    assert assert_matches_reference(g.fp8_grouped_contiguous, GemmCase(200, 129, 256, 3, seed=5)).passed
+
+
+def test_search_shrinks_a_crash_to_the_smallest_case():
+    mod = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True)
+
+    def crashes_past_4_keys(q, k, v, out):
+        if k.shape[2] > 4:
+            raise IndexError("planted")
+        return mod.causal(q, k, v, out=out)
+    found = find_failure(crashes_past_4_keys, 50, seed=0, kernel=mod.ir["causal"], backend=Numpy())
+    assert found is not None and found.case.N == 5 and found.case.M == 1 and found.case.B == found.case.H == 1
+    assert found.problems == ["raised IndexError: planted"]
+    assert find_failure(mod.causal, 10, seed=0) is None
+
+
+def _unsound_tiles(monkeypatch):
+    real = mask_analysis.run
+
+    def unsound(k):  # partial tiles called 'full': the per-element mask is skipped
+        k = real(k)
+        return k.with_func("tile_full", ir.Op("bool", "not", (k.func("tile_empty"),)))
+    monkeypatch.setattr(mask_analysis, "run", unsound)
+
+
+def _bias_left_in_natural_log(monkeypatch):
+    real = exp2_fold.fold
+
+    def forgets_log2e(e, c):  # the position bias is not scaled into the log2 domain
+        return e if isinstance(e, ir.Op) and e.op == "float" else real(e, c)
+    monkeypatch.setattr(exp2_fold, "fold", forgets_log2e)
+
+
+@pytest.mark.parametrize("sample, plant", [("causal", _unsound_tiles), ("relpos", _bias_left_in_natural_log)])
+def test_cli_hypothesis_prints_a_shrunk_counterexample_for_a_broken_lowering(sample, plant, monkeypatch, capsys):
+    argv = ["check", str(ROOT / "samples" / f"{sample}.kd"), "--interpret", "--hypothesis", "30", "--seed", "1"]
+    assert cli.main(argv) == 0, capsys.readouterr().out  # the honest lowering passes the same search
+    assert "30 Hypothesis examples pass" in capsys.readouterr().out
+    plant(monkeypatch)
+    assert cli.main(argv) == 1
+    out = capsys.readouterr().out
+    found = re.search(r"shrunk counterexample: (AttentionCase\(.*\))", out)
+    assert found, out
+    case = eval(found.group(1), {"AttentionCase": AttentionCase})
+    kernel = kdsl.load(ROOT / "samples" / f"{sample}.kd", interpret=True).kernels[sample]
+    tm, tn = tiles(kernel.ir, case.D)
+    assert case.B == case.H == 1 and case.M * case.N < tn, case  # shrunk well inside one tile
+    with pytest.raises(AssertionError):  # the printed case replays the failure
+        assert_matches_reference(kernel, case)
+    monkeypatch.undo()
+    assert assert_matches_reference(kernel, case).passed  # and only the planted bug fails it
