@@ -18,6 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 ATTN = ["plain", "relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d"]
+VARIANTS = ["t5_bias", "gemma2_local", "learned_relpos", "gated_rows", "periodic_bias", "prefix_lm", "chunked_causal",
+            "dilated_window", "temperature_padding", "alibi_softcap_gqa"]
 GEMM_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 
 
@@ -27,6 +29,7 @@ class Case:
     kernel: str
     shape: dict
     kind: str = "attention"
+    ints: dict = field(default_factory=dict)  # i32 capture -> (lo, hi): uniform ints instead of the default ids
 
 
 @dataclass
@@ -54,6 +57,11 @@ def standard_suite() -> list[Case]:
                 cases.append(Case(str(SAMPLES / f"{name}.kd"), name, shape))
     for name in ("relpos", "causal"):
         cases.append(Case(str(SAMPLES / f"{name}.kd"), name, dict(B=2, H=16, M=8192, N=8192, D=64)))
+    # Variants beyond samples/ (bench/variants.kd), one line each.
+    ints = {"prefix_lm": {"prefix": (0, 4096)}, "temperature_padding": {"kv_len": (2048, 4096)}}
+    for name in VARIANTS:
+        cases.append(Case(str(ROOT / "bench" / "variants.kd"), name, dict(B=4, H=16, M=4096, N=4096, D=128),
+                          ints=ints.get(name, {})))
     for name in ("plain", "relpos"):
         for n in (4096, 32768):
             cases.append(Case(str(SAMPLES / f"{name}.kd"), name, dict(B=1, H=16, M=1, N=n, D=128)))
@@ -123,6 +131,8 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     B, H, M, N, D = s["B"], s["H"], s["M"], s["N"], s["D"]
     row = Row(case.kernel, f"B={B} H={H} M={M} N={N} D={D}", "decode" if M == 1 else "prefill")
     q, k, v, caps = attention_inputs(kir, B, H, H, M, N, D)
+    for name, (lo, hi) in case.ints.items():
+        caps[name] = torch.randint(lo, hi + 1, tuple(caps[name].shape), device=q.device, dtype=torch.int32)
     fn = getattr(mod, case.kernel)
     out = fn(q, k, v, **caps)
     row.compile = cold_build(case.file, case.kernel, D, fn._arch())
