@@ -1,0 +1,46 @@
+"""Every attention sample (and bench/variants.kd) at lengths 1, 63, 129 and 1000, with M != N
+and with GQA, plus small FP8 GEMMs: a workload for compute-sanitizer.
+
+    compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/dev/sanitize.py
+    compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --quick
+"""
+import pathlib
+import sys
+
+import torch
+
+import kdsl
+from kdsl import fp8
+from kdsl.testing import attention_inputs
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+quick = "--quick" in sys.argv
+files = sorted((ROOT / "samples").glob("*.kd")) + ([] if quick else [ROOT / "bench" / "variants.kd"])
+shapes = [(1, 2, 2, 1, 1, 64), (1, 2, 2, 63, 63, 128), (1, 2, 2, 129, 129, 64), (1, 2, 2, 1000, 1000, 128),
+          (2, 2, 2, 63, 1000, 128), (1, 4, 2, 129, 63, 64), (1, 4, 1, 1000, 129, 128)]
+if quick:
+    shapes = shapes[1:3] + shapes[-1:]
+n = 0
+for f in files:
+    mod = kdsl.load(f)
+    for name, kir in mod.ir.items():
+        fn = getattr(mod, name)
+        if kir.kind == "attention":
+            for (B, H, Hkv, M, N, D) in shapes:
+                if "Hkv" not in kir.dims:
+                    Hkv = H
+                q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D)
+                fn(q, k, v, **caps)
+                n += 1
+        else:
+            g = kir.attr("grouping")
+            for (G, M, N, K) in [(2, 1, 129, 128), (2, 129, 200, 256)]:
+                a, sa = fp8.quantize_1x128(torch.randn((G, M, K) if g == "masked" else (M, K), device="cuda"))
+                b, sb = fp8.quantize_128x128(torch.randn((N, K) if g == "dense" else (G, N, K), device="cuda"))
+                extra = () if g == "dense" else ((torch.randint(-1, G, (M,), device="cuda", dtype=torch.int32),)
+                                                 if g == "contiguous" else
+                                                 (torch.randint(0, M + 1, (G,), device="cuda", dtype=torch.int32),))
+                fn(a, sa, b, sb, *extra)
+                n += 1
+torch.cuda.synchronize()
+print(f"sanitize workload: {n} launches ok")
