@@ -117,8 +117,13 @@ def cold_build(file: str, kernel: str, head_dim: int, arch: str) -> dict:
     Not measured in this process: here the kernel was already compiled by its first call,
     and NVRTC (>= 12.9) serves a recompile of an identical source from the CUDA driver's
     compute cache (only the C++ front end runs, ~0.03 s), whatever kdsl's cache says."""
+    import subprocess
+    from .errors import KdslError
     from .runtime import coldbuild
-    return coldbuild.measure(file, kernel, head_dim, arch)
+    try:
+        return coldbuild.measure(file, kernel, head_dim, arch)
+    except (KdslError, subprocess.TimeoutExpired) as e:  # reported, never fails the timing row
+        return {"error": str(e)[:200]}
 
 
 def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
@@ -307,12 +312,15 @@ def markdown(rows: list[Row], device: str) -> str:
 
 
 def _seconds(x) -> str:
-    return "" if x is None else f"{x:.2f}"
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 def plot(rows: list[Row], path: Path, device: str) -> None:
     from . import benchplot
-    benchplot.figure(rows, device, PEER_NAMES).savefig(path, dpi=110)
+    fig = benchplot.figure(rows, device, PEER_NAMES)  # selects the Agg backend before pyplot loads
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
 
 
 def write_results(rows: list[Row], out_dir: Path, device: str, stem: str) -> dict:

@@ -91,3 +91,5 @@ def test_markdown_reports_the_cold_build():
     md = bench.markdown([row], "GPU")
     assert "| cold build s |" in md and md.rstrip().endswith("| 0.62 |")
     assert "fresh process" in md and "compute cache off" in md
+    row.compile = {"error": "cold build of relpos failed: ..."}  # a failed measurement shows as such
+    assert bench.markdown([row], "GPU").rstrip().endswith("| n/a |")

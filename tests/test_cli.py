@@ -102,3 +102,18 @@ def test_check_without_gpu_is_a_clear_error():
         pytest.skip("checks the no-GPU path")
     r = run("check", str(ROOT / "samples" / "causal.kd"), "--trials", "1")
     assert r.returncode == 1 and "GPU" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_compile_builds_every_head_dim_in_parallel_and_reports_in_order(tmp_path, monkeypatch):
+    import kdsl
+    from kdsl.runtime import cache, compiler
+    r = run("compile", str(ROOT / "samples" / "relpos.kd"), "-o", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["relpos[D=64]", "relpos[D=128]"]
+    assert all("HMMA x" in ln and " regs" in ln for ln in lines)
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path / "fresh"))  # compile again here, not from the CLI's cache
+    cache.clear_memory()
+    k = kdsl.load(ROOT / "samples" / "relpos.kd").ir["relpos"]
+    for d in (64, 128):  # the same cubins a build in this process makes
+        assert (tmp_path / f"relpos_d{d}.cubin").read_bytes() == compiler.build(k, "sm_90a", d).compiled.cubin

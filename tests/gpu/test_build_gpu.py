@@ -21,10 +21,10 @@ pytestmark = pytest.mark.gpu
 
 def _fresh_relpos():
     """relpos with a constant no cache has seen, so its first compile is a real one."""
-    c = random.randint(1, 10**6) / 10**6
+    shift = f"0.{random.randint(1, 10**9):09d}"  # the same shift of every score: same softmax, new source
     src = (ROOT / "samples" / "relpos.kd").read_text().replace("s + float(q_idx - kv_idx)",
-                                                              f"s + {c} * float(q_idx - kv_idx)")
-    assert str(c) in src
+                                                              f"s + float(q_idx - kv_idx) + {shift}")
+    assert shift in src
     return kdsl.compile(src, "fresh_relpos.kd")
 
 
@@ -37,8 +37,9 @@ def test_nvrtc_serves_a_repeated_compile_from_the_driver_cache():
     options = nvrtc.default_options("sm_90a", emit.INCLUDE_DIR)
     first = nvrtc.compile_cuda(gen.source, gen.entry, options, trace=True)
     second = nvrtc.compile_cuda(gen.source, gen.entry, options, trace=True)
-    assert {"nvvm_s", "ptxas_s"} <= first.phases.keys()
-    assert not {"nvvm_s", "ptxas_s"} & second.phases.keys(), second.phases
+    assert first.phases["nvvm_s"] > 0.02 and first.phases["ptxas_s"] > 0.02
+    for phase in ("nvvm_s", "ptxas_s"):  # skipped (or a lookup) the second time
+        assert second.phases.get(phase, 0) < first.phases[phase] / 10, (first.phases, second.phases)
     assert second.cubin == first.cubin
 
 
