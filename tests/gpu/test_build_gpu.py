@@ -1,5 +1,8 @@
-"""Building on a machine with an NVIDIA driver (issue #6 point 3): why the old bench column
-read 0.02 s, proof that the cold-build measurement bypasses that cache, and prebuild at load."""
+"""Building on a machine with an NVIDIA driver (issue #6 point 3): proof that the cold-build
+measurement bypasses every cache (the old bench column read 0.02 s because a repeated compile
+could be answered by the driver's compute cache; on the H200 of 2026-11-22 a repeat skipped
+NVVM but not ptxas, so whether it answers is the driver's business, not tested here), and
+prebuild at load."""
 import os
 import random
 import threading
@@ -26,21 +29,6 @@ def _fresh_relpos():
                                                               f"s + float(q_idx - kv_idx) + {shift}")
     assert shift in src
     return kdsl.compile(src, "fresh_relpos.kd")
-
-
-@pytest.mark.skipif(os.environ.get("CUDA_CACHE_DISABLE") == "1", reason="the driver's compute cache is off here")
-def test_nvrtc_serves_a_repeated_compile_from_the_driver_cache():
-    """The cause of the old 'NVRTC s' column (0.02-0.06 s): the bench recompiled a source its
-    first call had just compiled; kdsl's cache missed, but NVRTC skipped NVVM and ptxas."""
-    mod = _fresh_relpos()
-    gen = emit.generate(pipeline.lower(mod.ir["relpos"], get_target("sm_90a"), 64))
-    options = nvrtc.default_options("sm_90a", emit.INCLUDE_DIR)
-    first = nvrtc.compile_cuda(gen.source, gen.entry, options, trace=True)
-    second = nvrtc.compile_cuda(gen.source, gen.entry, options, trace=True)
-    assert first.phases["nvvm_s"] > 0.02 and first.phases["ptxas_s"] > 0.02
-    for phase in ("nvvm_s", "ptxas_s"):  # skipped (or a lookup) the second time
-        assert second.phases.get(phase, 0) < first.phases[phase] / 10, (first.phases, second.phases)
-    assert second.cubin == first.cubin
 
 
 def test_cold_build_compiles_from_scratch_where_the_driver_cache_would_answer():
