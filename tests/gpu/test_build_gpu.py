@@ -3,7 +3,6 @@ measurement bypasses every cache (the old bench column read 0.02 s because a rep
 could be answered by the driver's compute cache; on the H200 of 2026-11-22 a repeat skipped
 NVVM but not ptxas, so whether it answers is the driver's business, not tested here), and
 prebuild at load."""
-import os
 import random
 import threading
 
@@ -11,10 +10,8 @@ import pytest
 
 import kdsl
 from kdsl import reference
-from kdsl.codegen import emit
 from kdsl.passes import pipeline
-from kdsl.passes.target import get_target
-from kdsl.runtime import cache, coldbuild, compiler, nvrtc
+from kdsl.runtime import cache, coldbuild, compiler
 from kdsl.testing import ATTENTION_TOL, attention_inputs, rel_frobenius
 
 from conftest import ROOT
