@@ -104,3 +104,21 @@ def test_python_api_interpret_switch():
     count = torch.tensor([10, 64], dtype=torch.int32)
     out = g.fp8_grouped_masked(a, sa, b, sb, count)
     assert torch.isnan(out[0, 10:].float()).all() and not torch.isnan(out[1].float()).any()
+
+
+def test_judge_rejects_a_kernel_that_drops_the_last_key():
+    """Regression: under a causal mask only the last rows see the last key, so a whole-output
+    norm diluted the error below tolerance; the judge now also bounds the worst row."""
+    import numpy as np
+    from kdsl.backends import Numpy
+    from kdsl.check import check_attention
+    mod = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True)
+
+    def broken(q, k, v, out, **kw):
+        n = max(k.shape[2] - 1, 1)
+        return mod.causal(q, np.ascontiguousarray(k[:, :, :n]), np.ascontiguousarray(v[:, :, :n]), out=out)
+
+    shapes = [(1, 2, 2, 129, 127, 64), (1, 2, 2, 257, 257, 64)]
+    honest = check_attention(mod.ir["causal"], mod.causal, 1, 0, shapes, Numpy())
+    assert all(r.passed for r in honest), honest
+    assert not any(r.passed for r in check_attention(mod.ir["causal"], broken, 1, 0, shapes, Numpy()))
