@@ -42,10 +42,9 @@ class Interpreted:
         caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
         infos, _, s = spec.validate(q, k, v, caps, out, lse, scale)
         self._one_kind(infos)
-        names = [t.name for t in spec.captures]
-        o, l = interp.attention(self.ir, *(_host(x, self.ir.tensor(n).dtype) for x, n in ((q, "q"), (k, "k"), (v, "v"))),
-                                {n: _host(c, self.ir.tensor(n).dtype) for n, c in zip(names, caps)}, s, self.arch)
         elem = self.ir.tensor("q").dtype
+        captured = {t.name: _host(c, t.dtype) for t, c in zip(spec.captures, caps)}
+        o, l = interp.attention(self.ir, _host(q, elem), _host(k, elem), _host(v, elem), captured, s, self.arch)
         out = _deliver(o, out, q, elem)
         if spec.has_lse:
             return out, _deliver(l, lse, q, "f32")

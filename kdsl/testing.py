@@ -32,7 +32,7 @@ __all__ = ["cases", "attention_cases", "gemm_cases", "assert_matches_reference",
 
 
 def _hypothesis():
-    return need("hypothesis", "testing", "kdsl.testing's strategies (and kdsl check --hypothesis)")
+    return need("hypothesis", "testing", "searching cases (kdsl.testing's strategies, kdsl check --hypothesis)")
 
 
 def _ir(kernel) -> ir.Kernel:

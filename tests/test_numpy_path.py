@@ -11,7 +11,7 @@ import pytest
 import kdsl
 from kdsl import cli, reference
 from kdsl.backends import Numpy, round_float32
-from kdsl.check import ATTENTION_TOL, FP8_TOL, fp8_difference, rel_frobenius
+from kdsl.check import ATTENTION_TOL, rel_frobenius
 from kdsl.errors import KdslError, LaunchError
 from kdsl.runtime.bounds import check_capture_indices
 
@@ -170,7 +170,8 @@ def test_a_clamped_data_dependent_index_is_accepted_and_correct():
 
 
 @pytest.mark.parametrize("index, size, verdict", [
-    ("q - kv + N - 1", "M + N - 1", None), ("q - kv + N - 1", "M + N - 2", "ranges over [0, 10] for these shapes, but that axis has size 10"),
+    ("q - kv + N - 1", "M + N - 1", None),
+    ("q - kv + N - 1", "M + N - 2", "ranges over [0, 10] for these shapes, but that axis has size 10"),
     ("min(ids[b, q], L - 1)", "M", "cannot be bounded"), ("max(min(ids[b, q], L - 1), 0)", "M", None),
     ("(ids[b, q] % L)", "M", None), ("abs(ids[b, q]) // 2", "M", "cannot be bounded")])
 def test_capture_index_bounds(index, size, verdict):

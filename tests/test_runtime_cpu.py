@@ -37,6 +37,6 @@ def test_call_without_gpu_is_a_clear_error():
 
 def test_not_an_array_is_a_launch_error():
     mod = kdsl.load(ROOT / "samples" / "causal.kd")
-    with pytest.raises(LaunchError, match=r"argument 'q': expected a torch tensor or a CuPy array \(or a numpy array, for the CPU "
-                       r"interpreter\), got list"):
+    with pytest.raises(LaunchError, match=r"argument 'q': expected a torch tensor or a CuPy array \(or a numpy "
+                       r"array, for the CPU interpreter\), got list"):
         mod.causal([1, 2], None, None)
