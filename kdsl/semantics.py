@@ -104,7 +104,8 @@ def _array_op(be, x: ir.Op, args):
             return be.clamp(a, hi=b) if op == "min" else be.clamp(a, lo=b)
         return xp.minimum(a, b) if op == "min" else xp.maximum(a, b)
     if op == "abs": return xp.abs(a)
-    if op == "where": return xp.where(args[0], args[1], args[2])
+    if op == "where":  # a condition over dims only is a Python bool, which torch.where refuses
+        return xp.where(*args) if isinstance(args[0], be.array) else (args[1] if args[0] else args[2])
     if op == "int": return be.to_int(a) if x.ty == "i32" else a  # truncates toward zero
     if op == "float": return be.to_float(a)
     if op == "rsqrt": return 1 / xp.sqrt(a)

@@ -69,3 +69,22 @@ def test_reference_fp8_gemm_is_the_same_on_numpy_and_torch(name):
     got = reference.fp8_gemm(a.float().numpy(), sa.numpy(), b.float().numpy(), sb.numpy(),
                              **{n: x.numpy() for n, x in extra.items()})
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)  # NaN rows (padding) equal too
+
+
+def test_reference_where_on_a_condition_over_dims_only():
+    """Regression: where(N < M, ...) over tensors gave torch.where a Python bool (TypeError)."""
+    src = """attention t {
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        score(s, b, h, i, j) = where(N < M, s, s + float(i - j))
+    }"""
+    k_ir = kdsl.compile(src, "t.kd").ir["t"]
+    for M, N in ((5, 9), (9, 5)):
+        case = AttentionCase(1, 2, 2, M, N, 64, seed=int(np.random.default_rng().integers(2**62)))
+        q, k, v, _ = attention_inputs(k_ir, case, Torch())
+        out_t, _ = reference.attention(k_ir, q, k, v)
+        out_n, _ = reference.attention(k_ir, q.float().numpy(), k.float().numpy(), v.float().numpy())
+        plain = kdsl.compile(src.replace("where(N < M, s, s + float(i - j))", "s" if N < M else "s + float(i - j)"),
+                             "p.kd").ir["t"]
+        want, _ = reference.attention(plain, q, k, v)
+        np.testing.assert_allclose(out_t.numpy(), want.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(out_n, want.numpy(), rtol=1e-9)
