@@ -27,6 +27,8 @@ def main(argv=None) -> int:
     c.add_argument("--emit", choices=EMITS, default="cubin",
                    help="last stage to produce: ir (also printed), cuda, ptx, or cubin (default)")
     c.add_argument("--arch", default="sm_90a", help="target GPU architecture (default: sm_90a)")
+    c.add_argument("--exact-math", action="store_true",
+                   help="libm functions and IEEE division in score/mask instead of the hardware approximations")
     ck = sub.add_parser("check", help="verify kernels against the float64 reference on the GPU",
                         description="For each kernel in FILE: N trials of fresh random inputs over awkward shapes, "
                         "outputs poisoned, guard bands and inputs checked, determinism checked, compared with the "
@@ -80,7 +82,7 @@ def _compile(args) -> int:
     from .runtime.module import load
 
     target = get_target(args.arch)
-    module = load(args.file)
+    module = load(args.file, exact_math=args.exact_math)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     todo = [(k, d) for k in module.ir.values() for d in pipeline.head_dims(k)]

@@ -64,7 +64,9 @@ def inspect(cubin: bytes) -> SassReport | None:
     for m in re.finditer(r"\b(HGMMA|QGMMA|IGMMA|HMMA|IMMA)\.[\w.]+", sass.stdout):
         ops[m.group(1)] = ops.get(m.group(1), 0) + 1
     other: dict[str, int] = {}
-    for m in re.finditer(r"\b(UTMALDG|UTMASTG|MUFU)\b", sass.stdout):
+    for m in re.finditer(r"\b(UTMALDG|UTMASTG|MUFU)(\.[A-Z0-9]+)?", sass.stdout):
         other[m.group(1)] = other.get(m.group(1), 0) + 1
+        if m.group(1) == "MUFU" and m.group(2):  # which function: MUFU.EX2, MUFU.TANH, ...
+            other["MUFU" + m.group(2)] = other.get("MUFU" + m.group(2), 0) + 1
     spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", sass.stdout))
     return SassReport(field("REG"), field("SHARED"), field("LOCAL") + field("STACK"), spills, ops, other)

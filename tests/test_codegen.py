@@ -94,3 +94,17 @@ def test_nvrtc_error_carries_log_and_kernel_name():
     with pytest.raises(CompileError) as e:
         nvrtc.compile_cuda('extern "C" __global__ void f() { nope(); }', "kdsl_broken", ["--gpu-architecture=sm_90a"])
     assert e.value.kernel == "kdsl_broken" and "nope" in e.value.log
+
+
+def test_fast_math_by_default_and_exact_math_on_request():
+    """tanh and division are the hardware approximations by default (one MUFU.TANH, no IEEE
+    division sequence); exact_math=True compiles libm's tanhf and IEEE division instead."""
+    import kdsl
+    src = (SAMPLES[0].parent / "softcap.kd").read_text()
+    for exact in (False, True):
+        k = kdsl.compile(src, "softcap.kd", exact_math=exact).ir["softcap"]
+        built = build(k, "sm_90a", 64)
+        assert ("#define KDSL_EXACT_MATH" in built.generated.source) == exact
+        assert ("math" in dict(built.kernel.attrs)) == exact
+        rep = inspect(built.compiled.cubin)
+        assert (rep.other_ops.get("MUFU.TANH", 0) == 0) == exact, rep

@@ -36,6 +36,8 @@ class CEmitter:
             return self._load(e)
         a = [self(x) for x in e.args]
         op = e.op
+        if op == "div":  # floats only (the type checker refuses '/' on ints)
+            return f"kdsl::math_div({a[0]}, {a[1]})"
         if op in _BINARY:
             return f"({a[0]} {_BINARY[op]} {a[1]})"
         if op in ("floordiv", "mod"):

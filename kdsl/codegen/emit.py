@@ -75,7 +75,10 @@ def _attention(k: ir.Kernel) -> Generated:
     c = CEmitter(variables, captures)
     mask = k.func("mask")
     template = "attention_wgmma.cu.j2" if k.attr("kernel") == "wgmma" else "attention.cu.j2"
-    src = _env().get_template(template).render(
+    # kernel attr math = "exact": libm's functions and IEEE division instead of the hardware
+    # approximations (kdsl.load(..., exact_math=True)); see kdsl/common.cuh.
+    prelude = "#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else ""
+    src = _env().get_template(template).render(prelude=prelude, 
         version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), warps=k.attr("warps"),
         consumers=k.attr("consumers"), stages=k.attr("stages"),

@@ -37,15 +37,21 @@ class Module:
         return f"<kdsl module {self.file}: {', '.join(self.kernels)}>"
 
 
-def compile_source(source: str, file: str = "<string>", arch: str | None = None, interpret: bool = False) -> Module:
-    """interpret=True: kernels run on the CPU through the interpreter of the tiled program."""
+def compile_source(source: str, file: str = "<string>", arch: str | None = None, interpret: bool = False,
+                   exact_math: bool = False) -> Module:
+    """interpret=True: kernels run on the CPU through the interpreter of the tiled program.
+    exact_math=True: score and mask expressions use libm's functions and IEEE division instead
+    of the hardware approximations (docs/language.md lists their errors)."""
     t0 = time.perf_counter()
-    mod = Module(pipeline.check(parse(source, file)), file, arch, interpret)
+    kernels = pipeline.check(parse(source, file))
+    if exact_math:
+        kernels = [k.with_attrs(math="exact") for k in kernels]
+    mod = Module(kernels, file, arch, interpret)
     mod.front_end_s = time.perf_counter() - t0  # parse + type check, for `kdsl bench`
     return mod
 
 
-def load(path, arch: str | None = None, interpret: bool = False) -> Module:
+def load(path, arch: str | None = None, interpret: bool = False, exact_math: bool = False) -> Module:
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -56,4 +62,4 @@ def load(path, arch: str | None = None, interpret: bool = False) -> Module:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise SourceError("file is not UTF-8 text (binary data?)", Span(str(path), line, 1, line, 1, "")) from None
-    return compile_source(text, str(path), arch, interpret)
+    return compile_source(text, str(path), arch, interpret, exact_math)

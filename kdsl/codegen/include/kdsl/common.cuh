@@ -67,6 +67,7 @@ KDSL_DEVICE int load_i32(const int* p, i64 i) { return __ldg(p + i); }
 //   sigmoid(x) = 0.5 + 0.5 tanh(x / 2): the same error, one MUFU instead of ex2 + rcp
 //   exp, exp2: ex2.approx.ftz.f32, max relative error about 2^-22 (2 ulp) on exp2
 //   log, log2: lg2.approx.ftz.f32, max absolute error about 2^-22
+//   x / y:    __fdividef, max error 2 ulp for |y| in [2^-126, 2^126]
 //   sin, cos: reduced to [-pi, pi] (Cody-Waite, two-term 2*pi), then sin/cos.approx.f32,
 //             max absolute error about 2^-20 there; the reduction loses about |x| * 2^-33
 KDSL_DEVICE float math_tanh(float x) {
@@ -113,6 +114,16 @@ KDSL_DEVICE float math_log(float x) {
   return logf(x);
 #else
   return math_log2(x) * 0.69314718055994531f;
+#endif
+}
+
+// Float division: __fdividef (reciprocal and multiply, 2 ulp; a constant divisor becomes one
+// multiply) rather than IEEE division's multi-instruction sequence with a slow path.
+KDSL_DEVICE float math_div(float a, float b) {
+#ifdef KDSL_EXACT_MATH
+  return a / b;
+#else
+  return __fdividef(a, b);
 #endif
 }
 
