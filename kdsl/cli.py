@@ -190,8 +190,13 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
     if rep is None:
         return f"{label}: {tile}, smem {lowered.attr('smem_bytes')} B (cuobjdump not found: no SASS report) -> {out / stem}.cubin"
     tc = ", ".join(f"{op} x{n}" for op, n in sorted(rep.tensor_ops.items())) or "NONE"
-    return (f"{label}: {tile}, {rep.registers} regs, smem {lowered.attr('smem_bytes')} B dynamic, "
-            f"spill/local {rep.local_bytes} B ({rep.spill_ops} STL/LDL), tensor cores: {tc} -> {out / stem}.cubin")
+    regs = f"{rep.registers} regs"
+    if lowered.attr("producer_regs"):  # warp-specialised: the launch cap, then each role's after setmaxnreg
+        regs += f" at launch (setmaxnreg: producer {lowered.attr('producer_regs')}, consumers {lowered.attr('consumer_regs')})"
+    others = "".join(f", {op} x{rep.other_ops.get(op, 0)}" for op in ("UTMALDG", "MUFU"))
+    return (f"{label}: {tile}, {regs}, smem {lowered.attr('smem_bytes')} B dynamic, "
+            f"spill/local {rep.local_bytes} B ({rep.spill_ops} STL/LDL), tensor cores: {tc}{others} "
+            f"-> {out / stem}.cubin")
 
 
 if __name__ == "__main__":

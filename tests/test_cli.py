@@ -111,7 +111,7 @@ def test_compile_builds_every_head_dim_in_parallel_and_reports_in_order(tmp_path
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert [ln.split(":")[0] for ln in lines] == ["relpos[D=64]", "relpos[D=128]"]
-    assert all("HMMA x" in ln and " regs" in ln for ln in lines)
+    assert all("HGMMA x" in ln and " regs" in ln for ln in lines)
     monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path / "fresh"))  # compile again here, not from the CLI's cache
     cache.clear_memory()
     k = kdsl.load(ROOT / "samples" / "relpos.kd").ir["relpos"]

@@ -15,7 +15,11 @@ from .target import Target
 
 def run(k: ir.Kernel, target: Target) -> ir.Kernel:
     if k.kind == "attention" and k.attr("kernel") == "wgmma":
-        return k.with_attrs(threads=128 * (k.attr("consumers") + 1), roles="producer+consumers")
+        # setmaxnreg split of the 64K registers: the producer needs few, the consumers hold the
+        # S, P and O tiles (attention_wgmma.cuh static_asserts the same numbers).
+        c = k.attr("consumers")
+        return k.with_attrs(threads=128 * (c + 1), roles="producer+consumers",
+                            producer_regs=40 if c <= 2 else 32, consumer_regs={1: 240, 2: 232, 3: 160}[c])
     if k.kind == "attention":
         warps = k.attr("warps")
         return k.with_attrs(threads=32 * warps, warp_rows=k.attr("tile_m") // warps, roles="uniform")

@@ -115,6 +115,13 @@ __host__ __device__ constexpr int attention_wgmma_smem_bytes() {
   return attn_wgmma_detail::Cfg<Elem, D, BN, NCWG, STAGES>::kSmemBytes;
 }
 
+// Registers per thread after setmaxnreg: the producer's (true) or the consumers' (false).
+template <class Elem, int D, int BN, int NCWG, int STAGES>
+__host__ __device__ constexpr int attention_wgmma_regs(bool producer) {
+  typedef attn_wgmma_detail::Cfg<Elem, D, BN, NCWG, STAGES> C;
+  return producer ? C::kProducerRegs : C::kConsumerRegs;
+}
+
 template <class Elem, int D, int BN, int NCWG, int STAGES, class V>
 KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captures& cap, const TmaDesc* tq,
                                      const TmaDesc* tk, const TmaDesc* tv) {
