@@ -28,7 +28,7 @@
 #pragma once
 
 #include "kdsl/async_copy.cuh"
-#include "kdsl/attention_args.cuh"
+#include "kdsl/attention_common.cuh"
 
 namespace kdsl {
 
@@ -87,24 +87,6 @@ KDSL_DEVICE void copy16_shared_to_global(void* dst, u32 src) {
                :: "l"(dst), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
 }
 
-KDSL_DEVICE float fmax2(float x, float y) {
-  float r;
-  asm("max.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
-  return r;
-}
-KDSL_DEVICE float lg2_approx(float x) {
-  float r;
-  asm("lg2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-KDSL_DEVICE float quad_max(float x) {
-  x = fmax2(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmax2(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-KDSL_DEVICE float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
 KDSL_DEVICE int min_i(int x, int y) { return x < y ? x : y; }
 // Re-reading the block index (volatile, so it is not CSE'd with the kernel-entry read) lets
 // the epilogue rebuild its output offsets instead of keeping them live across the kv loop.

@@ -29,7 +29,7 @@
 // Rows with no finite score give out = 0 and lse = -inf. GQA: h_kv = h / (H / Hkv).
 #pragma once
 
-#include "kdsl/attention_args.cuh"
+#include "kdsl/attention_common.cuh"
 #include "kdsl/hopper.cuh"
 #include "kdsl/wgmma_ops.cuh"
 
@@ -63,24 +63,6 @@ struct Cfg {
   static_assert(kSmemBytes <= 227 * 1024, "tiles do not fit in shared memory");
 };
 
-KDSL_DEVICE float fmax2(float x, float y) {
-  float r;
-  asm("max.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
-  return r;
-}
-KDSL_DEVICE float quad_max(float x) {
-  x = fmax2(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmax2(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-KDSL_DEVICE float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-KDSL_DEVICE float lg2_approx(float x) {
-  float r;
-  asm("lg2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
 KDSL_DEVICE int imin2(int x, int y) { return x < y ? x : y; }
 
 template <class Elem> KDSL_DEVICE u32 pack2(float lo, float hi);
@@ -470,7 +452,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     }
     // sQ is free for the next item's Q once every thread of the warpgroup is done with it;
     // the generic-proxy accesses above must be ordered before that TMA write.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    fence_proxy_async();
     named_barrier(1 + wg, 128);
     release(empty_q);
     ++n_done;

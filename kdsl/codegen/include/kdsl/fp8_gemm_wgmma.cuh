@@ -50,7 +50,7 @@
 // Tiles wider than 128 (160, 192) straddle two B scale blocks; each 8-column fragment
 // picks its scale from the column it sits in.
 #pragma once
-#include "kdsl/async_copy.cuh"
+#include "kdsl/hopper.cuh"
 
 namespace kdsl {
 
@@ -81,30 +81,6 @@ constexpr int kIntMax = 0x7fffffff;
 KDSL_DEVICE void cp_async4(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
                :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-
-// cp.async writes through the generic proxy; wgmma reads through the async proxy.
-KDSL_DEVICE void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-KDSL_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-KDSL_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-KDSL_DEVICE void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
-
-// The accumulators are written asynchronously by wgmma: pin them behind the wait so
-// the compiler cannot schedule a read of them above it.
-template <int R>
-KDSL_DEVICE void pin(float (&d)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
-}
-
-// Shared-memory matrix descriptor for a K-major tile with 128-byte swizzle: rows of
-// 128 B, 8-row groups 1024 B apart (SBO), leading offset unused inside one swizzle row.
-KDSL_DEVICE u64 desc_sw128(u32 saddr) {
-  return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) |
-         ((u64)1 << 62);
 }
 
 // D (64 x N, fp32) = A (64 x 32, e4m3, smem) * B (N x 32, e4m3, smem)^T + (scale_d ? D : 0).
@@ -428,15 +404,15 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p) {
       const float s_b_lo = scl[BM], s_b_hi = scl[BM + 1];
 
       const u32 tile = ring + slot * TILE_BYTES;
-      const u64 da = desc_sw128(tile + wg * 64 * kBK);
-      const u64 db = desc_sw128(tile + A_BYTES);
+      const u64 da = desc_kmajor_sw128(tile + wg * 64 * kBK);
+      const u64 db = desc_kmajor_sw128(tile + A_BYTES);
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < kBK / 32; ++k)    // +32 B along K == +2 in the descriptor's address field
         Wgmma<BN>::run(acc, da + 2 * k, db + 2 * k, k);   // k == 0 starts a fresh accumulator
       wgmma_commit();
       wgmma_wait<0>();
-      pin(acc);
+      wgmma_pin(acc);
 
       const float lo0 = s_a0 * s_b_lo, lo1 = s_a1 * s_b_lo;
       const float hi0 = s_a0 * s_b_hi, hi1 = s_a1 * s_b_hi;

@@ -57,6 +57,12 @@ KDSL_DEVICE void tma_load_3d(u32 dst, const TmaDesc* desc, u32 bar, int c0, int 
 
 // ---- wgmma -------------------------------------------------------------------------------
 
+// Orders this thread's generic-proxy shared-memory accesses (ordinary or cp.async stores,
+// loads) before later async-proxy ones (wgmma reads, TMA writes).
+KDSL_DEVICE void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 KDSL_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 KDSL_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -72,7 +78,7 @@ KDSL_DEVICE void wgmma_pin(float (&d)[R]) {
 
 // Shared-memory matrix descriptors for tiles in the 128-byte-swizzled layout TMA writes
 // (rows of 128 bytes, 8-row atoms of 1024 bytes; the tile base 1024-byte aligned).
-// K-major (rows are M or N, 64 16-bit K elements per row): 8-row groups 1024 B apart.
+// K-major (rows are M or N, 128 bytes of K per row): 8-row groups 1024 B apart.
 KDSL_DEVICE u64 desc_kmajor_sw128(u32 saddr) {
   return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
 }

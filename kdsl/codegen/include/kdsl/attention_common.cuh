@@ -1,0 +1,34 @@
+// kdsl/attention_common.cuh — what every attention kernel passes to the generated Variant,
+// and the online-softmax helpers the kernels share.
+#pragma once
+#include "kdsl/common.cuh"
+
+namespace kdsl {
+
+struct AttnArgs {
+  const void* q; const void* k; const void* v; void* o; float* lse;  // lse may be nullptr
+  int B, H, Hkv, M, N;   // q:[B,H,M,D] k,v:[B,Hkv,N,D] o:[B,H,M,D] lse:[B,H,M]; contiguous
+  float scale_log2;      // softmax scale * log2(e), for the Variant to use
+};
+
+KDSL_DEVICE float fmax2(float x, float y) {
+  float r;
+  asm("max.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+}
+KDSL_DEVICE float lg2_approx(float x) {
+  float r;
+  asm("lg2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+// Row statistics over the 4 threads (a quad) that hold one accumulator row.
+KDSL_DEVICE float quad_max(float x) {
+  x = fmax2(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmax2(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+KDSL_DEVICE float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace kdsl
