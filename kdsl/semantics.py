@@ -2,37 +2,79 @@
 torch tensors (the float64 reference, and the FlexAttention translation)."""
 from __future__ import annotations
 
-import math
+import numpy
 
 from . import ir
 
 
-def _floordiv(a, b):
-    return a // b
+I32_MIN, I32_MAX = -2**31, 2**31 - 1
+UNTYPED_INT_MAX = 2**63 - 1  # an untyped integer constant (literal) stays within +-this
 
 
-def _sigmoid(x):
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+def _ieee(fn):
+    """A float function with IEEE-754 double results: overflow gives +-inf and an invalid
+    operation NaN, as on the GPU, instead of Python's exceptions."""
+    def f(*args):
+        with numpy.errstate(all="ignore"):
+            return float(fn(*(numpy.float64(a) for a in args)))
+    return f
+
+
+def _exact_or_ieee(int_fn, float_fn):
+    """Exact on two ints (i32 and index arithmetic), IEEE on floats."""
+    return lambda a, b: int_fn(a, b) if isinstance(a, int) and isinstance(b, int) else float_fn(a, b)
 
 
 _SCALAR = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b, "floordiv": _floordiv, "mod": lambda a, b: a % b,
-    "neg": lambda a: -a, "min": min, "max": max, "abs": abs,
+    "add": _exact_or_ieee(lambda a, b: a + b, _ieee(numpy.add)),
+    "sub": _exact_or_ieee(lambda a, b: a - b, _ieee(numpy.subtract)),
+    "mul": _exact_or_ieee(lambda a, b: a * b, _ieee(numpy.multiply)),
+    "div": _ieee(numpy.divide), "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b,
+    # fminf / fmaxf: a NaN operand yields the other one
+    "min": _exact_or_ieee(min, _ieee(numpy.fmin)), "max": _exact_or_ieee(max, _ieee(numpy.fmax)),
+    "neg": lambda a: -a, "abs": abs,
     "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
     "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
     "and": lambda a, b: a and b, "or": lambda a, b: a or b, "not": lambda a: not a,
     "where": lambda c, a, b: a if c else b,
     "int": lambda a: int(a), "float": lambda a: float(a),
-    "exp": math.exp, "exp2": lambda a: 2.0 ** a, "log": math.log, "log2": math.log2,
-    "sqrt": math.sqrt, "rsqrt": lambda a: 1.0 / math.sqrt(a), "tanh": math.tanh,
-    "sin": math.sin, "cos": math.cos, "tan": math.tan, "sigmoid": _sigmoid,
+    "exp": _ieee(numpy.exp), "exp2": _ieee(numpy.exp2), "log": _ieee(numpy.log), "log2": _ieee(numpy.log2),
+    "sqrt": _ieee(numpy.sqrt), "rsqrt": _ieee(lambda a: 1.0 / numpy.sqrt(a)), "tanh": _ieee(numpy.tanh),
+    "sin": _ieee(numpy.sin), "cos": _ieee(numpy.cos), "tan": _ieee(numpy.tan),
+    "sigmoid": _ieee(lambda a: 1.0 / (1.0 + numpy.exp(-a))),
 }
 
 
 def scalar_op(op: str, vals):
-    """Evaluate one op on Python values; raises ZeroDivisionError/ValueError as Python does."""
+    """Evaluate one op on Python values. Floats follow IEEE-754 (inf and NaN are values);
+    integer division by zero raises ZeroDivisionError, int() of NaN or inf ValueError or
+    OverflowError, as Python does."""
     return _SCALAR[op](*vals)
+
+
+class FoldError(ArithmeticError):
+    """A constant expression with no value in its type: integer division by zero, an
+    integer result out of range, int() of NaN, +-inf or a float beyond i32."""
+
+
+def fold(op: str, ty: str | None, vals):
+    """The value of `op` on constants, as docs/language.md ("Constants") defines it: floats
+    in IEEE-754 double precision, integers exact and required to fit their type: i32, or
+    +-UNTYPED_INT_MAX for an untyped integer literal (ty None). Raises FoldError."""
+    try:
+        v = scalar_op(op, vals)
+    except ZeroDivisionError:
+        raise FoldError("integer division by zero") from None
+    except (ValueError, OverflowError):  # int() of NaN or +-inf
+        raise FoldError(f"int() of {vals[0]} has no integer value") from None
+    if ty == "f32":
+        return float(v)
+    if ty == "bool":
+        return bool(v)
+    lo, hi = (I32_MIN, I32_MAX) if ty == "i32" else (-UNTYPED_INT_MAX, UNTYPED_INT_MAX)
+    if not lo <= v <= hi:
+        raise FoldError(f"{v} does not fit in {'i32' if ty == 'i32' else 'a 64-bit integer'}")
+    return int(v)
 
 
 class _Torch:

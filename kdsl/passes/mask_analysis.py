@@ -8,6 +8,11 @@ k0, k1 and the dims, so they print with the IR and compile like any other expres
 Causal, sliding windows and 2-D neighbourhoods come out exact up to the tile grid;
 data-dependent masks (loads of captured tensors, e.g. document ids) leave their part unknown
 and fall back to the per-element check. attr mask_tiles says which case holds.
+
+The work is bounded: a bound or predicate larger than _MAX_NODES nodes (or deeper than
+_MAX_DEPTH) counts as unknown. Bounds of nested abs, % and where grow about threefold per
+level; giving up on them costs only the per-element check on some tiles, never correctness,
+and keeps analysis time and the generated code small for any mask.
 """
 from __future__ import annotations
 
@@ -41,12 +46,34 @@ def run(k: ir.Kernel) -> ir.Kernel:
     return k.with_attrs(mask_tiles="data-dependent" if data else "interval")
 
 
+_MAX_NODES = 512
+_MAX_DEPTH = 64
+
+
+def _affordable(e: ir.Expr | None) -> bool:
+    """Within the size and depth budget; stops counting as soon as either is exceeded."""
+    stack, nodes = [(e, 1)], 0
+    while stack:
+        x, depth = stack.pop()
+        nodes += 1
+        if nodes > _MAX_NODES or depth > _MAX_DEPTH:
+            return False
+        stack.extend((c, depth + 1) for c in getattr(x, "args", ()) or getattr(x, "indices", ()))
+    return True
+
+
 def _v(name):
     return ir.Var("i32", name)
 
 
 def interval(e: ir.Expr) -> Interval:
-    """Bounds of an i32 expression over the block."""
+    """Bounds of an i32 expression over the block; a bound past the budget is dropped."""
+    i = _interval(e)
+    return Interval(i.lo if i.lo is None or _affordable(i.lo) else None,
+                    i.hi if i.hi is None or _affordable(i.hi) else None)
+
+
+def _interval(e: ir.Expr) -> Interval:
     if isinstance(e, ir.Const):
         return Interval(e, e)
     if isinstance(e, ir.Var):
@@ -108,7 +135,13 @@ def _pick(t: Truth, x, y, join):
 
 
 def truth(e: ir.Expr) -> Truth:
-    """What holds for a bool expression over the whole block."""
+    """What holds for a bool expression over the whole block; a predicate past the budget
+    becomes FALSE (not proven)."""
+    t = _truth(e)
+    return Truth(t.always if _affordable(t.always) else FALSE, t.never if _affordable(t.never) else FALSE)
+
+
+def _truth(e: ir.Expr) -> Truth:
     if isinstance(e, ir.Const):
         return Truth(const("bool", e.value), const("bool", not e.value))
     if not isinstance(e, ir.Op):
