@@ -32,5 +32,5 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--fuzz-examples", type=int, default=2000, metavar="N",
-                     help="programs tests/test_fuzz.py generates (default 2000; nightly: 100000)")
+    parser.addoption("--fuzz-examples", type=int, default=2500, metavar="N",
+                     help="programs tests/test_fuzz.py generates (default 2500; nightly: 100000)")

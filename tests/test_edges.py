@@ -249,6 +249,13 @@ def test_captures_named_like_keywords_and_entry_parameters_compile_with_nvrtc():
     assert built.generated.capture_dims == ("L", "class_dim")
 
 
+def test_ir_text_keeps_nan_constants_apart_from_names():
+    k = pipeline.lower(check("c = log(-1.0)\n    score(s, b, h, i, j) = s + c"), get_target("sm_90a"), 64)
+    assert ir.parse_ir(ir.print_ir(k)) == [k]
+    e = diagnostic(source("x: f32[nan]"))  # the IR would read this dim back as a NaN constant
+    assert "'nan' is reserved" in e.message and at(e) == (3, 12)
+
+
 def test_capture_fields_do_not_collide_with_dims():
     cuda = generate("dim_L: f32[H]\n    x: f32[L]\n    score(s, b, h, i, j) = s + x[0] + dim_L[h]")[0]
     assert "c.cap_dim_L" in cuda and "c.cap_x" in cuda and " dim_L;" in cuda

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import sys
 import time
 import traceback
@@ -22,6 +23,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
 import fuzzgen  # noqa: E402
+
+
+_GC = {"start": 0.0, "total": 0.0}  # CPU seconds spent in Python's garbage collector
+
+
+def _time_gc(phase, info):
+    if phase == "start":
+        _GC["start"] = time.process_time()
+    else:
+        _GC["total"] += time.process_time() - _GC["start"]
 
 
 def _seconds(text: str) -> float:
@@ -43,7 +54,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     counts: collections.Counter = collections.Counter()
     failures: dict[str, tuple[int, str, str]] = {}  # site -> (count, first program, first message)
-    slowest = [0.0]
+    slowest = [0.0, "", 0.0]  # seconds, program, of which garbage collection
+    gc.callbacks.append(_time_gc)
     start = time.perf_counter()
 
     @seed(args.seed)
@@ -51,7 +63,7 @@ def main(argv=None) -> int:
               suppress_health_check=list(HealthCheck))
     @given(fuzzgen.programs())
     def one(text):
-        site, t0 = None, time.process_time()
+        site, t0, gc0 = None, time.process_time(), _GC["total"]
         try:
             outcome = "compiled" if fuzzgen.compile_all(text) is None else "diagnostic"
         except Exception as e:  # every exception is a finding here: count it, keep going
@@ -63,7 +75,8 @@ def main(argv=None) -> int:
         elapsed = time.process_time() - t0
         if elapsed > args.slow:
             elapsed = min(elapsed, _seconds(text), _seconds(text))  # slow again, or was it a GC pause?
-        slowest[0] = max(slowest[0], elapsed)
+        if elapsed > slowest[0]:
+            slowest[:] = elapsed, text, _GC["total"] - gc0
         if elapsed > args.slow:
             counts["slow"] += 1
             site, message = site or f"slow (> {args.slow} s)", f"took {elapsed:.2f} s"
@@ -75,11 +88,14 @@ def main(argv=None) -> int:
             print(f"{total} programs, {time.perf_counter() - start:.0f} s: {dict(counts)}", flush=True)
 
     one()
+    again = _seconds(slowest[1])  # the slowest program once more, on its own
     total = sum(counts[k] for k in ("compiled", "diagnostic", "internal error"))
     print(f"\n{total} programs in {time.perf_counter() - start:.0f} s (seed {args.seed}): "
           f"{counts['compiled']} compiled, {counts['diagnostic']} located diagnostics, "
           f"{counts['internal error']} internal errors, {counts['slow']} over {args.slow} s "
-          f"(slowest: {slowest[0]:.3f} s CPU)")
+          f"(slowest: {slowest[0]:.3f} s CPU, {slowest[2]:.3f} s of it garbage collection; "
+          f"{again:.3f} s when run again)")
+    print(f"slowest program:\n{slowest[1][:3000]}")
     for site, (n, text, message) in sorted(failures.items(), key=lambda x: -x[1][0]):
         print(f"\n--- {n} x {site}\n{message}\nfirst program:\n{text[:2000]}")
     return 1 if failures else 0

@@ -11,11 +11,12 @@ from ..errors import SourceError, Span
 
 _GRAMMAR = Path(__file__).with_name("kdsl.lark")
 
-# Language limits (docs/language.md, "Limits"). They keep every later pass, which recurses
-# over expressions, far from Python's recursion limit, and every generated file name short.
+# Language limits (docs/language.md, "Names and limits"). They keep every later pass, which
+# recurses over expressions, far from Python's recursion limit, and generated file names short.
 MAX_DEPTH = 64                 # operators and calls nested inside one another
 MAX_NAME = 128                 # characters in a name
 MAX_INT_LITERAL = 2**63 - 1    # largest integer literal
+RESERVED_NAMES = {"nan"}       # how the IR text writes a NaN constant
 _EXPR_RULES = {"or_", "and_", "not_", "cmp", "add", "sub", "mul", "div", "floordiv", "mod", "neg", "int_lit",
                "float_lit", "inf_lit", "true_lit", "false_lit", "name", "call", "index"}
 
@@ -67,7 +68,7 @@ def parse(text: str, file: str = "<string>") -> ast.Program:
 
 
 def _check_limits(tree: lark.Tree, file: str, text: str) -> None:
-    """Enforce the language limits on the parse tree, iteratively (the tree may be deeper
+    """Enforce the limits on names, literals and nesting, iteratively (the tree may be deeper
     than Python's recursion allows), at the first offending token."""
     stack = [(tree, 0)]
     while stack:
@@ -76,6 +77,8 @@ def _check_limits(tree: lark.Tree, file: str, text: str) -> None:
             span = Span(file, node.line, node.column, node.end_line, node.end_column - 1, text)
             if node.type == "NAME" and len(node) > MAX_NAME:
                 raise SourceError(f"name is {len(node)} characters long; the limit is {MAX_NAME}", span)
+            if node.type == "NAME" and node in RESERVED_NAMES:
+                raise SourceError(f"'{node}' is reserved; choose another name", span)
             if node.type == "INT" and (len(node.lstrip("0")) > 19 or int(node) > MAX_INT_LITERAL):
                 raise SourceError(f"integer literal too large (the limit is {MAX_INT_LITERAL}, 2**63 - 1)", span)
             continue
