@@ -20,18 +20,25 @@ def _ieee(fn):
     return f
 
 
-def _exact_or_ieee(int_fn, float_fn):
-    """Exact on two ints (i32 and index arithmetic), IEEE on floats."""
-    return lambda a, b: int_fn(a, b) if isinstance(a, int) and isinstance(b, int) else float_fn(a, b)
+def _div(a, b):
+    """IEEE division: x/0 is +-inf or NaN. Python numbers give a Python float; numpy
+    scalars keep their type (the interpreter's float32)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return _ieee(numpy.divide)(a, b)
+    with numpy.errstate(all="ignore"):
+        return a / b
+
+
+def _nan_ignoring(pick):
+    """fminf / fmaxf: a NaN operand yields the other one. Exact on ints."""
+    return lambda a, b: b if a != a else (a if b != b else pick(a, b))
 
 
 _SCALAR = {
-    "add": _exact_or_ieee(lambda a, b: a + b, _ieee(numpy.add)),
-    "sub": _exact_or_ieee(lambda a, b: a - b, _ieee(numpy.subtract)),
-    "mul": _exact_or_ieee(lambda a, b: a * b, _ieee(numpy.multiply)),
-    "div": _ieee(numpy.divide), "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b,
-    # fminf / fmaxf: a NaN operand yields the other one
-    "min": _exact_or_ieee(min, _ieee(numpy.fmin)), "max": _exact_or_ieee(max, _ieee(numpy.fmax)),
+    # Python's + - * are exact on ints and IEEE on floats already (overflow gives inf)
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": _div, "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b,
+    "min": _nan_ignoring(min), "max": _nan_ignoring(max),
     "neg": lambda a: -a, "abs": abs,
     "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
     "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
