@@ -173,8 +173,9 @@ def _nest(depth: int, wrap: str, leaf: str) -> str:
     return e
 
 
-# (line 3 of the file with the expression starting at column `start`, and the width one
-# level adds): the first token nested deeper than the limit is at a column known in advance
+# Each case: the expression's first column on line 3, the columns one level of nesting adds,
+# and the levels above the nest (a mask's '<'): the first token past the limit is at a known
+# column, the same whether the nest ends just past the limit or far past it.
 @pytest.mark.parametrize("make,start,width,above", [
     (lambda n: "c = " + "-" * n + "1", 9, 1, 0),                                    # unary operators
     (lambda n: "c = " + _nest(n + 1, "abs({})", "1"), 9, 4, 0),                     # calls
@@ -201,9 +202,9 @@ def test_deep_shape_expression_is_located_before_any_message_prints_it():
                                   _nest(8, "where({0} < 4, {0} % 7, 3)", "(i - j)") + " < 3",
                                   _nest(20, "abs({} % 9 - 4)", "(i - j)") + " <= 2"])
 def test_nested_abs_mod_where_masks_lower_fast_small_and_sound(mask):
-    start = time.perf_counter()
+    start = time.process_time()
     sources = generate(f"mask(b, h, i, j) = {mask}")
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0  # was 35 s at 10 levels of abs
     assert max(map(len, sources)) < 64_000  # was 287 KB at 8 levels of abs
     k = pipeline.lower(check(f"mask(b, h, i, j) = {mask}"), get_target("sm_90a"), 64)
     rng = random.Random()
@@ -320,9 +321,9 @@ ISSUE_FILES = [source(b) for b in ISSUE_BODIES] + [
 def test_cli_compiles_or_locates(text, tmp_path, capsys):
     path = tmp_path / "p.kd"
     path.write_bytes(text.encode())
-    start = time.perf_counter()
+    start = time.process_time()
     rc = cli.main(["compile", str(path), "-o", str(tmp_path / "out"), "--emit", "cuda"])
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     err = capsys.readouterr().err
     assert rc in (0, 1) and "internal error" not in err, err
     if rc == 1:
