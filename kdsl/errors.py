@@ -25,13 +25,35 @@ class Span:
 
     def render(self, message: str, kind: str = "error") -> str:
         head = f"{self.file}:{self.line}:{self.col}: {kind}: {message}"
-        lines = self.text.splitlines()
+        lines = source_lines(self.text)
         if not 1 <= self.line <= len(lines):
             return head
-        src = lines[self.line - 1].expandtabs(1)
+        # One column per character, as the parser counts them: tabs and control characters
+        # (form feeds, ...) show as one space so the caret stays under its column.
+        src = "".join(ch if ch.isprintable() else " " for ch in lines[self.line - 1])
         last = self.end_col if self.end_line == self.line else len(src)
         width = max(1, last - self.col + 1)
         return f"{head}\n{src}\n{' ' * (self.col - 1)}{'^' * width}"
+
+    def source(self, limit: int = 60) -> str:
+        """The text the span covers, as the user wrote it (whitespace runs collapsed), shortened
+        to about `limit` characters: how messages quote an expression."""
+        lines = source_lines(self.text)
+        if not 1 <= self.line <= self.end_line <= len(lines):
+            return ""
+        if self.line == self.end_line:
+            text = lines[self.line - 1][self.col - 1:self.end_col]
+        else:
+            text = "\n".join([lines[self.line - 1][self.col - 1:], *lines[self.line:self.end_line - 1],
+                              lines[self.end_line - 1][:self.end_col]])
+        text = " ".join(text.split())
+        return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def source_lines(text: str) -> list[str]:
+    """The lines of a source as the parser numbers them: split at '\n' only (the parser
+    normalises '\r\n' and '\r' first); form feeds and other separators stay inside a line."""
+    return text.split("\n")
 
 
 class SourceError(KdslError):

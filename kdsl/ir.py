@@ -53,6 +53,12 @@ class Expr:
 class Const(Expr):
     value: int | float | bool
 
+    def __post_init__(self):
+        # One NaN object for every NaN constant: NaN != NaN as floats, but tuples compare the
+        # same object as equal, so equal kernels stay equal (parse_ir(print_ir(k)) == k).
+        if isinstance(self.value, float) and math.isnan(self.value):
+            object.__setattr__(self, "value", math.nan)
+
 
 @dataclass(frozen=True)
 class Var(Expr):

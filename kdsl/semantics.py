@@ -3,36 +3,60 @@ and on numpy arrays or torch tensors (the float64 reference, the CPU interpreter
 FlexAttention translation)."""
 from __future__ import annotations
 
-import math
+import numpy
 
 from . import ir
 
 
-def _floordiv(a, b):
-    return a // b
+I32_MIN, I32_MAX = -2**31, 2**31 - 1
+UNTYPED_INT_MAX = 2**63 - 1  # an untyped integer constant (literal) stays within +-this
 
 
-def _sigmoid(x):
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+def _ieee(fn):
+    """A float function with IEEE-754 double results: overflow gives +-inf and an invalid
+    operation NaN, as on the GPU, instead of Python's exceptions."""
+    def f(*args):
+        with numpy.errstate(all="ignore"):
+            return float(fn(*(numpy.float64(a) for a in args)))
+    return f
+
+
+def _div(a, b):
+    """IEEE division: x/0 is +-inf or NaN. Python numbers give a Python float; numpy
+    scalars keep their type (the interpreter's float32)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return _ieee(numpy.divide)(a, b)
+    with numpy.errstate(all="ignore"):
+        return a / b
+
+
+def _nan_ignoring(pick):
+    """fminf / fmaxf: a NaN operand yields the other one. Exact on ints."""
+    return lambda a, b: b if a != a else (a if b != b else pick(a, b))
 
 
 _SCALAR = {
+    # Python's + - * are exact on ints and IEEE on floats already (overflow gives inf)
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b, "floordiv": _floordiv, "mod": lambda a, b: a % b,
-    "neg": lambda a: -a, "min": min, "max": max, "abs": abs,
+    "div": _div, "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b,
+    "min": _nan_ignoring(min), "max": _nan_ignoring(max),
+    "neg": lambda a: -a, "abs": abs,
     "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
     "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
     "and": lambda a, b: a and b, "or": lambda a, b: a or b, "not": lambda a: not a,
     "where": lambda c, a, b: a if c else b,
     "int": lambda a: int(a), "float": lambda a: float(a),
-    "exp": math.exp, "exp2": lambda a: 2.0 ** a, "log": math.log, "log2": math.log2,
-    "sqrt": math.sqrt, "rsqrt": lambda a: 1.0 / math.sqrt(a), "tanh": math.tanh,
-    "sin": math.sin, "cos": math.cos, "tan": math.tan, "sigmoid": _sigmoid,
+    "exp": _ieee(numpy.exp), "exp2": _ieee(numpy.exp2), "log": _ieee(numpy.log), "log2": _ieee(numpy.log2),
+    "sqrt": _ieee(numpy.sqrt), "rsqrt": _ieee(lambda a: 1.0 / numpy.sqrt(a)), "tanh": _ieee(numpy.tanh),
+    "sin": _ieee(numpy.sin), "cos": _ieee(numpy.cos), "tan": _ieee(numpy.tan),
+    "sigmoid": _ieee(lambda a: 1.0 / (1.0 + numpy.exp(-a))),
 }
 
 
 def scalar_op(op: str, vals):
-    """Evaluate one op on Python values; raises ZeroDivisionError/ValueError as Python does."""
+    """Evaluate one op on Python values. Floats follow IEEE-754 (inf and NaN are values);
+    integer division by zero raises ZeroDivisionError, int() of NaN or inf ValueError or
+    OverflowError, as Python does."""
     return _SCALAR[op](*vals)
 
 
@@ -43,6 +67,31 @@ def eval_scalar(e: ir.Expr, dims: dict):
     if isinstance(e, ir.Var):
         return dims[e.name]
     return scalar_op(e.op, [eval_scalar(a, dims) for a in e.args])
+
+
+class FoldError(ArithmeticError):
+    """A constant expression with no value in its type: integer division by zero, an
+    integer result out of range, int() of NaN, +-inf or a float beyond i32."""
+
+
+def fold(op: str, ty: str | None, vals):
+    """The value of `op` on constants, as docs/language.md ("Constants") defines it: floats
+    in IEEE-754 double precision, integers exact and required to fit their type: i32, or
+    +-UNTYPED_INT_MAX for an untyped integer literal (ty None). Raises FoldError."""
+    try:
+        v = scalar_op(op, vals)
+    except ZeroDivisionError:
+        raise FoldError("integer division by zero") from None
+    except (ValueError, OverflowError):  # int() of NaN or +-inf
+        raise FoldError(f"int() of {vals[0]} has no integer value") from None
+    if ty == "f32":
+        return float(v)
+    if ty == "bool":
+        return bool(v)
+    lo, hi = (I32_MIN, I32_MAX) if ty == "i32" else (-UNTYPED_INT_MAX, UNTYPED_INT_MAX)
+    if not lo <= v <= hi:
+        raise FoldError(f"{v} does not fit in {'i32' if ty == 'i32' else 'a 64-bit integer'}")
+    return int(v)
 
 
 def eval_torch(e: ir.Expr, env: dict, captures: dict, float_dtype=None):

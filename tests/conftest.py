@@ -29,3 +29,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kdsl-cache"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-examples", type=int, default=2500, metavar="N",
+                     help="programs tests/test_fuzz.py generates (default 2500; nightly: 100000)")

@@ -1,44 +1,66 @@
 """Hypothesis strategies for random, well-typed kdsl score and mask expressions (surface
 syntax), bounded so scores stay finite: used by CPU pass tests and GPU kernel tests."""
+import functools
+
 from hypothesis import strategies as st
 
 INT_LEAVES = ["i", "j", "b", "h", "(i - j)", "(j - i)", "N", "M"]
 SMALL = st.integers(min_value=1, max_value=9)
 
 
+# Each form is drawn first and only the operands it uses after it, which keeps drawing
+# cheap (tests/fuzzgen.py draws thousands of these).
+_INT_FORMS = ["({a} + {b})", "({a} - {b})", "({a} * {c})", "({a} // {c})", "({a} % {c})", "abs({a})",
+              "min({a}, {b})", "max({a}, {b})", "where({a} < {b}, {a}, {b})"]
+_FLOAT_FORMS = ["({a} + {b})", "({a} - {b})", "({a} * 0.5)", "tanh({a})", "sin({a})", "cos({a})",
+                "sigmoid({a})", "abs({a})", "min({a}, {b})", "max({a}, {b})", "({a} / 3)",
+                "where({cond}, {a}, {b})", "-{a}"]
+
+
+@functools.cache
+def _sub(kind: str, depth: int):
+    """One strategy object per kind and depth: building a fresh one per draw costs more than
+    the draw (Hypothesis validates each new strategy)."""
+    return {"int": int_expr, "bool": bool_expr, "float": float_expr}[kind](depth=depth)
+
+
+def _fill(draw, form, operand, **extra):
+    a = draw(operand)
+    b = draw(operand) if "{b}" in form else ""
+    return form.format(a=a, b=b, **{k: draw(v) for k, v in extra.items() if "{" + k + "}" in form})
+
+
 @st.composite
 def int_expr(draw, depth=2):
     if depth == 0 or draw(st.booleans()):
         return draw(st.sampled_from(INT_LEAVES + [str(draw(SMALL))]))
-    a, b = draw(int_expr(depth=depth - 1)), draw(int_expr(depth=depth - 1))
-    c = draw(SMALL)
-    return draw(st.sampled_from([
-        f"({a} + {b})", f"({a} - {b})", f"({a} * {c})", f"({a} // {c})", f"({a} % {c})", f"abs({a})",
-        f"min({a}, {b})", f"max({a}, {b})", f"where({a} < {b}, {a}, {b})",
-    ]))
+    return _fill(draw, draw(st.sampled_from(_INT_FORMS)), _sub("int", depth - 1), c=SMALL)
 
 
 @st.composite
 def bool_expr(draw, depth=2):
     if depth == 0 or draw(st.booleans()):
-        a, b = draw(int_expr()), draw(int_expr())
+        a, b = draw(_sub("int", 2)), draw(_sub("int", 2))
         return f"({a} {draw(st.sampled_from(['<', '<=', '>', '>=', '==', '!=']))} {b})"
-    x, y = draw(bool_expr(depth=depth - 1)), draw(bool_expr(depth=depth - 1))
-    return draw(st.sampled_from([f"({x} and {y})", f"({x} or {y})", f"(not {x})"]))
+    form = draw(st.sampled_from(["({a} and {b})", "({a} or {b})", "(not {a})"]))
+    return _fill(draw, form, _sub("bool", depth - 1))
 
 
 @st.composite
 def float_expr(draw, depth=2):
     """Bounded float expressions: |value| stays within a few tens for |s| of a few."""
     if depth == 0 or draw(st.booleans()):
-        return draw(st.sampled_from(["s", "s", f"float({draw(int_expr(depth=1))}) / 64",
-                                     f"{draw(st.integers(-4, 4))}.5"]))
-    a, b = draw(float_expr(depth=depth - 1)), draw(float_expr(depth=depth - 1))
-    return draw(st.sampled_from([
-        f"({a} + {b})", f"({a} - {b})", f"({a} * 0.5)", f"tanh({a})", f"sin({a})", f"cos({a})",
-        f"sigmoid({a})", f"abs({a})", f"min({a}, {b})", f"max({a}, {b})", f"({a} / 3)",
-        f"where({draw(bool_expr(depth=1))}, {a}, {b})", f"-{a}",
-    ]))
+        return _float_leaf(draw)
+    return _fill(draw, draw(st.sampled_from(_FLOAT_FORMS)), _sub("float", depth - 1), cond=_sub("bool", 1))
+
+
+def _float_leaf(draw):
+    leaf = draw(st.sampled_from(["s", "s", "float", "half"]))
+    if leaf == "float":
+        return f"float({draw(_sub('int', 1))}) / 64"
+    if leaf == "half":
+        return f"{draw(st.integers(-4, 4))}.5"
+    return leaf
 
 
 def program(score: str | None, mask: str | None, name: str = "gen") -> str:

@@ -1,8 +1,10 @@
-"""IR expression -> CUDA C++ expression text."""
+"""IR expression -> CUDA C++ expression text, and the names user identifiers get in C++."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy
 
 from .. import ir
 
@@ -12,6 +14,20 @@ _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<="
 _FLOAT_FN = {"exp": "kdsl::math_exp", "exp2": "kdsl::math_exp2", "log": "kdsl::math_log",
              "log2": "kdsl::math_log2", "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "kdsl::math_tanh",
              "sin": "kdsl::math_sin", "cos": "kdsl::math_cos", "tan": "tanf", "sigmoid": "kdsl::math_sigmoid"}
+
+
+# User names reach generated C++ only through these two functions. Every identifier they
+# make starts with 'cap_' or 'dim_', and no identifier kdsl itself writes (template locals,
+# entry parameters, header names) does; so a user may name a tensor or a dimension like a
+# C++ keyword, a macro or one of kdsl's own parameters without a collision.
+def capture_ident(name: str) -> str:
+    """C++ identifier of captured tensor `name` (a struct field, an entry parameter)."""
+    return f"cap_{name}"
+
+
+def dim_ident(name: str) -> str:
+    """C++ identifier of dimension `name` when it travels as its own int parameter."""
+    return f"dim_{name}"
 
 
 @dataclass(frozen=True)
@@ -42,8 +58,8 @@ class CEmitter:
             return f"({a[0]} {_BINARY[op]} {a[1]})"
         if op in ("floordiv", "mod"):
             return _floor_op(op, a, e.args[1])
-        if op == "neg":
-            return f"(-{a[0]})"
+        if op == "neg":  # the space keeps "- -1" from reading as a decrement
+            return f"(- {a[0]})"
         if op == "not":
             return f"(!{a[0]})"
         if op in ("min", "max"):
@@ -78,10 +94,17 @@ def _floor_op(op: str, a, divisor: ir.Expr) -> str:
 
 
 def _const(c: ir.Const) -> str:
-    """The IR's own spelling of a constant, plus the C++ float suffix; inf and NaN by bits."""
-    if c.ty == "f32" and not math.isfinite(c.value):
-        if math.isnan(c.value):
+    """The IR's own spelling of a constant, plus the C++ float suffix; inf and NaN by bits.
+    Constants are folded in double precision: the kernel's float is the nearest f32, so a
+    value beyond the f32 range is +-inf here, as in any f32 arithmetic."""
+    if c.ty == "i32" and c.value == -2**31:
+        return "(-2147483647 - 1)"  # the literal 2147483648 is not an int
+    if c.ty != "f32":
+        return ir.print_expr(c)
+    with numpy.errstate(over="ignore"):
+        v = float(numpy.float32(c.value))
+    if not math.isfinite(v):
+        if math.isnan(v):
             return "__int_as_float(0x7fc00000)"
-        return "(-kdsl::neg_inf())" if c.value > 0 else "kdsl::neg_inf()"
-    text = ir.print_expr(c)
-    return text + "f" if c.ty == "f32" else text
+        return "(-kdsl::neg_inf())" if v > 0 else "kdsl::neg_inf()"
+    return ir.print_expr(ir.Const("f32", v)) + "f"

@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 
 from .. import __version__, ir
-from .cexpr import CEmitter, Capture
+from .cexpr import CEmitter, Capture, capture_ident, dim_ident
 
 HERE = Path(__file__).parent
 INCLUDE_DIR = HERE / "include"
@@ -46,7 +46,12 @@ def headers_hash() -> str:
 
 
 def entry_name(k: ir.Kernel) -> str:
-    return f"kdsl_{k.name}_d{k.attr('head_dim')}" if k.kind == "attention" else f"kdsl_{k.name}"
+    return entry_symbol(k.kind, k.name, k.attr("head_dim"))
+
+
+def entry_symbol(kind: str, name: str, head_dim: int) -> str:
+    """The extern "C" symbol, and (without 'kdsl_') the stem of every file written for it."""
+    return f"kdsl_{name}_d{head_dim}" if kind == "attention" else f"kdsl_{name}"
 
 
 def generate(k: ir.Kernel) -> Generated:
@@ -64,14 +69,14 @@ def _attention(k: ir.Kernel) -> Generated:
                  "kv": "kv", "q0": "q0", "q1": "q1", "k0": "k0", "k1": "k1"}
     extra = attention_capture_dims(k)
     for name, (t, axis) in k.dims.items():
-        variables[name] = str(d) if (t, axis) == ("q", 3) else _ATTN_DIM_FIELDS.get((t, axis), f"c.dim_{name}")
+        variables[name] = str(d) if (t, axis) == ("q", 3) else _ATTN_DIM_FIELDS.get((t, axis), f"c.{dim_ident(name)}")
     pre = CEmitter(variables, {})
     captures, fields = {}, []
     for t in k.tensors:
         if t.role == "capture":
-            captures[t.name] = Capture(f"c.{t.name}", t.dtype, tuple(pre(s) for s in t.shape))
-            fields.append({"ctype": _CAPTURE_CTYPE[t.dtype], "name": t.name})
-    fields += [{"ctype": "int", "name": f"dim_{n}"} for n in extra]
+            captures[t.name] = Capture(f"c.{capture_ident(t.name)}", t.dtype, tuple(pre(s) for s in t.shape))
+            fields.append({"ctype": _CAPTURE_CTYPE[t.dtype], "name": capture_ident(t.name)})
+    fields += [{"ctype": "int", "name": dim_ident(n)} for n in extra]
     c = CEmitter(variables, captures)
     mask = k.func("mask")
     template = "attention_wgmma.cu.j2" if k.attr("kernel") == "wgmma" else "attention.cu.j2"

@@ -11,6 +11,15 @@ from ..errors import SourceError, Span
 
 _GRAMMAR = Path(__file__).with_name("kdsl.lark")
 
+# Language limits (docs/language.md, "Names and limits"). They keep every later pass, which
+# recurses over expressions, far from Python's recursion limit, and generated file names short.
+MAX_DEPTH = 64                 # operators and calls nested inside one another
+MAX_NAME = 128                 # characters in a name
+MAX_INT_LITERAL = 2**63 - 1    # largest integer literal
+RESERVED_NAMES = {"nan"}       # how the IR text writes a NaN constant
+_EXPR_RULES = {"or_", "and_", "not_", "cmp", "add", "sub", "mul", "div", "floordiv", "mod", "neg", "int_lit",
+               "float_lit", "inf_lit", "true_lit", "false_lit", "name", "call", "index"}
+
 # Friendly names for the tokens Lark reports as expected.
 _TOKEN_NAMES = {
     "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "KIND": "'attention' or 'gemm'",
@@ -27,6 +36,9 @@ def _lark() -> lark.Lark:
 
 def parse(text: str, file: str = "<string>") -> ast.Program:
     """Parse kdsl source into an AST; every syntax problem becomes a located SourceError."""
+    # Lines as editors count them: '\r\n' and a lone '\r' end a line, and Lark counts '\n'
+    # only. A leading byte-order mark is not part of the program.
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         raise SourceError("file contains a NUL byte: not a kdsl source file", Span(file, line, 1, line, 1, text))
@@ -38,19 +50,47 @@ def parse(text: str, file: str = "<string>") -> ast.Program:
     except lark.exceptions.UnexpectedToken as e:
         tok = e.token
         if tok.type == "$END":
-            line = max(1, text.rstrip().count("\n") + 1)
-            col = len(text.rstrip().splitlines()[-1]) if text.strip() else 1
+            body = text.rstrip()
+            line = body.count("\n") + 1
+            col = len(body.split("\n")[-1])
             span = Span(file, line, max(col, 1), line, max(col, 1), text)
             raise SourceError(f"unexpected end of file; expected {_expected(e.expected)}", span) from None
         span = Span(file, tok.line, tok.column, tok.end_line, tok.end_column - 1, text)
         raise SourceError(f"unexpected {str(tok)!r}; expected {_expected(e.expected)}", span) from None
     except lark.exceptions.UnexpectedEOF:  # pragma: no cover - LALR reports $END as UnexpectedToken
         raise SourceError("unexpected end of file", Span(file, 1, 1, 1, 1, text)) from None
+    _check_limits(tree, file, text)
     program = _Builder(file, text).transform(tree)
     if not program.kernels:
         raise SourceError("no kernels in file: expected 'attention NAME { ... }' or 'gemm NAME { ... }'",
                           Span(file, 1, 1, 1, 1, text))
     return program
+
+
+def _check_limits(tree: lark.Tree, file: str, text: str) -> None:
+    """Enforce the limits on names, literals and nesting, iteratively (the tree may be deeper
+    than Python's recursion allows), at the first offending token."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, lark.Token):
+            span = Span(file, node.line, node.column, node.end_line, node.end_column - 1, text)
+            if node.type == "NAME" and len(node) > MAX_NAME:
+                raise SourceError(f"name is {len(node)} characters long; the limit is {MAX_NAME}", span)
+            if node.type == "NAME" and node in RESERVED_NAMES:
+                raise SourceError(f"'{node}' is reserved; choose another name", span)
+            if node.type == "INT" and (len(node.lstrip("0")) > 19 or int(node) > MAX_INT_LITERAL):
+                raise SourceError(f"integer literal too large (the limit is {MAX_INT_LITERAL}, 2**63 - 1)", span)
+            continue
+        if not isinstance(node, lark.Tree):
+            continue  # an absent optional part
+        if node.data in _EXPR_RULES:
+            depth += 1
+            if depth > MAX_DEPTH:
+                m = node.meta
+                raise SourceError(f"expression nests operators and calls more than {MAX_DEPTH} deep "
+                                  "(kdsl's limit)", Span(file, m.line, m.column, m.line, m.column, text))
+        stack.extend((c, depth) for c in reversed(node.children))
 
 
 def _expected(names) -> str:

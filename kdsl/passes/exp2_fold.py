@@ -20,7 +20,13 @@ def run(k: ir.Kernel) -> ir.Kernel:
     if k.kind != "attention":
         return k
     score = k.func("score") or ir.Var("f32", "s")
-    return k.with_func("score_log2", simplify(fold(score, LOG2E)))
+    # fold() rewrites the s it can reach; any other s (a where() condition, an argument of
+    # tanh, ...) is still the natural-domain score, qk * scale.
+    return k.with_func("score_log2", simplify(ir.substitute(fold(score, LOG2E), {"s": _natural_s()})))
+
+
+def _natural_s() -> ir.Expr:
+    return op("f32", "mul", ir.Var("f32", "qk"), ir.Var("f32", "scale"))
 
 
 def _s_times(c: float) -> ir.Expr:
@@ -41,19 +47,24 @@ def fold(e: ir.Expr, c: float) -> ir.Expr:
             return op("f32", e.op, fold(e.args[0], c), fold(e.args[1], c))
         if e.op == "neg":
             return op("f32", "neg", fold(e.args[0], c))
-        if e.op == "mul" and isinstance(e.args[1], ir.Const) and _finite_pos(e.args[1].value):
-            return fold(e.args[0], c * e.args[1].value)
-        if e.op == "mul" and isinstance(e.args[0], ir.Const) and _finite_pos(e.args[0].value):
-            return fold(e.args[1], c * e.args[0].value)
-        if e.op == "div" and isinstance(e.args[1], ir.Const) and _finite_pos(e.args[1].value):
+        for x, k in ((e.args[0], e.args[1]), (e.args[1], e.args[0])) if e.op == "mul" else ():
+            if isinstance(k, ir.Const) and _finite_pos(k.value) and _finite_pos(c * k.value):
+                return fold(x, c * k.value)
+        if e.op == "div" and isinstance(e.args[1], ir.Const) and _finite_pos(e.args[1].value) \
+                and _finite_pos(c / e.args[1].value):
             return fold(e.args[0], c / e.args[1].value)
         if e.op == "where":
             return op("f32", "where", e.args[0], fold(e.args[1], c), fold(e.args[2], c))
         if e.op in ("min", "max"):  # c > 0 preserves order
             return op("f32", e.op, fold(e.args[0], c), fold(e.args[1], c))
-    natural = ir.substitute(e, {"s": op("f32", "mul", ir.Var("f32", "qk"), ir.Var("f32", "scale"))})
+    natural = ir.substitute(e, {"s": _natural_s()})
     return op("f32", "mul", natural, ir.Const("f32", c))
 
 
 def _finite_pos(v) -> bool:
-    return math.isfinite(v) and v > 0
+    """A factor that can move through the expression: finite, and a normal float so that
+    it neither overflows nor loses precision in the kernel's f32."""
+    return math.isfinite(v) and _F32_TINY <= v <= _F32_MAX
+
+
+_F32_TINY, _F32_MAX = 1.1754943508222875e-38, 3.4028234663852886e+38

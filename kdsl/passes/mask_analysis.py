@@ -8,6 +8,11 @@ k0, k1 and the dims, so they print with the IR and compile like any other expres
 Causal, sliding windows and 2-D neighbourhoods come out exact up to the tile grid;
 data-dependent masks (loads of captured tensors, e.g. document ids) leave their part unknown
 and fall back to the per-element check. attr mask_tiles says which case holds.
+
+The work is bounded: a bound or predicate larger than _MAX_NODES nodes (or deeper than
+_MAX_DEPTH) counts as unknown. Bounds of nested abs, % and where grow about threefold per
+level; giving up on them costs only the per-element check on some tiles, never correctness,
+and keeps analysis time and the generated code small for any mask.
 """
 from __future__ import annotations
 
@@ -41,63 +46,132 @@ def run(k: ir.Kernel) -> ir.Kernel:
     return k.with_attrs(mask_tiles="data-dependent" if data else "interval")
 
 
-def _v(name):
-    return ir.Var("i32", name)
+_MAX_NODES = 512
+_MAX_DEPTH = 64
 
 
 def interval(e: ir.Expr) -> Interval:
     """Bounds of an i32 expression over the block."""
-    if isinstance(e, ir.Const):
-        return Interval(e, e)
-    if isinstance(e, ir.Var):
-        if e.name == "q":
-            return Interval(_v("q0"), _v("q1"))
-        if e.name == "kv":
-            return Interval(_v("k0"), _v("k1"))
-        return Interval(e, e)  # b, h and dims are exact for a block
-    if not isinstance(e, ir.Op):
-        return Interval(None, None)
-    a = [interval(x) if x.ty == "i32" else None for x in e.args]
-    i32 = lambda name, *xs: None if any(x is None for x in xs) else op("i32", name, *xs)
-    if e.op == "add":
-        return Interval(i32("add", a[0].lo, a[1].lo), i32("add", a[0].hi, a[1].hi))
-    if e.op == "sub":
-        return Interval(i32("sub", a[0].lo, a[1].hi), i32("sub", a[0].hi, a[1].lo))
-    if e.op == "neg":
-        return Interval(i32("neg", a[0].hi), i32("neg", a[0].lo))
-    if e.op in ("min", "max"):
-        return Interval(i32(e.op, a[0].lo, a[1].lo), i32(e.op, a[0].hi, a[1].hi))
-    if e.op == "mul":
-        c = next((x for x in e.args if isinstance(x, ir.Const)), None)
-        other = a[1] if c is e.args[0] else a[0]
-        if c is not None and c.value >= 0:
-            return Interval(i32("mul", other.lo, c), i32("mul", other.hi, c))
-        if c is not None:
-            return Interval(i32("mul", other.hi, c), i32("mul", other.lo, c))
-        return Interval(None, None)
-    if e.op == "abs":
-        lo, hi = a[0].lo, a[0].hi
-        if lo is None or hi is None:
-            return Interval(const("i32", 0), None)
-        zero = const("i32", 0)
-        abs_lo = op("i32", "where", op("bool", "ge", lo, zero), lo,
-                    op("i32", "where", op("bool", "le", hi, zero), op("i32", "neg", hi), zero))
-        return Interval(abs_lo, op("i32", "max", op("i32", "neg", lo), hi))
-    c = e.args[1] if len(e.args) == 2 and isinstance(e.args[1], ir.Const) else None
-    if e.op == "floordiv" and c is not None and c.value > 0:  # floor division is monotone
-        return Interval(i32("floordiv", a[0].lo, c), i32("floordiv", a[0].hi, c))
-    if e.op == "mod" and c is not None and c.value > 0:
-        lo, hi = a[0].lo, a[0].hi
-        if lo is None or hi is None:
-            return Interval(const("i32", 0), const("i32", c.value - 1))
-        same = op("bool", "eq", op("i32", "floordiv", lo, c), op("i32", "floordiv", hi, c))
-        return Interval(op("i32", "where", same, op("i32", "mod", lo, c), const("i32", 0)),
-                        op("i32", "where", same, op("i32", "mod", hi, c), const("i32", c.value - 1)))
-    if e.op == "where":
-        t = truth(e.args[0])
-        x, y = a[1], a[2]
-        return Interval(_pick(t, x.lo, y.lo, "min"), _pick(t, x.hi, y.hi, "max"))
-    return Interval(None, None)  # int(float), loads: anything
+    return _Analysis().interval(e)
+
+
+def truth(e: ir.Expr) -> Truth:
+    """What holds for a bool expression over the whole block."""
+    return _Analysis().truth(e)
+
+
+def _v(name):
+    return ir.Var("i32", name)
+
+
+class _Analysis:
+    """One analysis, remembering the size of every expression it has measured, so that
+    keeping derived expressions within the budget costs O(1) per new node."""
+
+    def __init__(self):
+        self._costs: dict[int, tuple[ir.Expr, int, int]] = {}  # id -> (expr kept alive, nodes, depth)
+
+    def _cost(self, e: ir.Expr) -> tuple[int, int]:
+        hit = self._costs.get(id(e))
+        if hit is None:
+            nodes, depth = 1, 1
+            for c in getattr(e, "args", ()) or getattr(e, "indices", ()):
+                n, d = self._cost(c)
+                nodes, depth = nodes + n, max(depth, d + 1)
+            hit = self._costs[id(e)] = (e, nodes, depth)
+        return hit[1], hit[2]
+
+    def _affordable(self, e: ir.Expr | None) -> bool:
+        nodes, depth = self._cost(e)
+        return nodes <= _MAX_NODES and depth <= _MAX_DEPTH
+
+    def interval(self, e: ir.Expr) -> Interval:
+        """Bounds of an i32 expression over the block; a bound past the budget is dropped."""
+        i = self._interval(e)
+        return Interval(i.lo if i.lo is None or self._affordable(i.lo) else None,
+                        i.hi if i.hi is None or self._affordable(i.hi) else None)
+
+    def truth(self, e: ir.Expr) -> Truth:
+        """A predicate past the budget becomes FALSE (not proven)."""
+        t = self._truth(e)
+        return Truth(t.always if self._affordable(t.always) else FALSE,
+                     t.never if self._affordable(t.never) else FALSE)
+
+    def _interval(self, e: ir.Expr) -> Interval:
+        if isinstance(e, ir.Const):
+            return Interval(e, e)
+        if isinstance(e, ir.Var):
+            if e.name == "q":
+                return Interval(_v("q0"), _v("q1"))
+            if e.name == "kv":
+                return Interval(_v("k0"), _v("k1"))
+            return Interval(e, e)  # b, h and dims are exact for a block
+        if not isinstance(e, ir.Op):
+            return Interval(None, None)
+        a = [self.interval(x) if x.ty == "i32" else None for x in e.args]
+        i32 = lambda name, *xs: None if any(x is None for x in xs) else op("i32", name, *xs)
+        if e.op == "add":
+            return Interval(i32("add", a[0].lo, a[1].lo), i32("add", a[0].hi, a[1].hi))
+        if e.op == "sub":
+            return Interval(i32("sub", a[0].lo, a[1].hi), i32("sub", a[0].hi, a[1].lo))
+        if e.op == "neg":
+            return Interval(i32("neg", a[0].hi), i32("neg", a[0].lo))
+        if e.op in ("min", "max"):
+            return Interval(i32(e.op, a[0].lo, a[1].lo), i32(e.op, a[0].hi, a[1].hi))
+        if e.op == "mul":
+            c = next((x for x in e.args if isinstance(x, ir.Const)), None)
+            other = a[1] if c is e.args[0] else a[0]
+            if c is not None and c.value >= 0:
+                return Interval(i32("mul", other.lo, c), i32("mul", other.hi, c))
+            if c is not None:
+                return Interval(i32("mul", other.hi, c), i32("mul", other.lo, c))
+            return Interval(None, None)
+        if e.op == "abs":
+            lo, hi = a[0].lo, a[0].hi
+            if lo is None or hi is None:
+                return Interval(const("i32", 0), None)
+            zero = const("i32", 0)
+            abs_lo = op("i32", "where", op("bool", "ge", lo, zero), lo,
+                        op("i32", "where", op("bool", "le", hi, zero), op("i32", "neg", hi), zero))
+            return Interval(abs_lo, op("i32", "max", op("i32", "neg", lo), hi))
+        c = e.args[1] if len(e.args) == 2 and isinstance(e.args[1], ir.Const) else None
+        if e.op == "floordiv" and c is not None and c.value > 0:  # floor division is monotone
+            return Interval(i32("floordiv", a[0].lo, c), i32("floordiv", a[0].hi, c))
+        if e.op == "mod" and c is not None and c.value > 0:
+            lo, hi = a[0].lo, a[0].hi
+            if lo is None or hi is None:
+                return Interval(const("i32", 0), const("i32", c.value - 1))
+            same = op("bool", "eq", op("i32", "floordiv", lo, c), op("i32", "floordiv", hi, c))
+            return Interval(op("i32", "where", same, op("i32", "mod", lo, c), const("i32", 0)),
+                            op("i32", "where", same, op("i32", "mod", hi, c), const("i32", c.value - 1)))
+        if e.op == "where":
+            t = self.truth(e.args[0])
+            x, y = a[1], a[2]
+            return Interval(_pick(t, x.lo, y.lo, "min"), _pick(t, x.hi, y.hi, "max"))
+        return Interval(None, None)  # int(float), loads: anything
+
+    def _truth(self, e: ir.Expr) -> Truth:
+        if isinstance(e, ir.Const):
+            return Truth(const("bool", e.value), const("bool", not e.value))
+        if not isinstance(e, ir.Op):
+            return Truth(FALSE, FALSE)
+        if e.op == "not":
+            t = self.truth(e.args[0])
+            return Truth(t.never, t.always)
+        if e.op in ("and", "or"):
+            x, y = self.truth(e.args[0]), self.truth(e.args[1])
+            if e.op == "and":
+                return Truth(op("bool", "and", x.always, y.always), op("bool", "or", x.never, y.never))
+            return Truth(op("bool", "or", x.always, y.always), op("bool", "and", x.never, y.never))
+        if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "i32":
+            return _compare(e.op, self.interval(e.args[0]), self.interval(e.args[1]))
+        if e.op == "where" and e.ty == "bool":
+            c, x, y = self.truth(e.args[0]), self.truth(e.args[1]), self.truth(e.args[2])
+            pick = lambda a, b, both: op("bool", "or", op("bool", "and", c.always, a),
+                                         op("bool", "or", op("bool", "and", c.never, b), both))
+            return Truth(pick(x.always, y.always, op("bool", "and", x.always, y.always)),
+                         pick(x.never, y.never, op("bool", "and", x.never, y.never)))
+        return Truth(FALSE, FALSE)  # float comparisons, bool loads: unknown
 
 
 def _pick(t: Truth, x, y, join):
@@ -105,31 +179,6 @@ def _pick(t: Truth, x, y, join):
         return None
     both = op("i32", join, x, y)
     return op("i32", "where", t.always, x, op("i32", "where", t.never, y, both))
-
-
-def truth(e: ir.Expr) -> Truth:
-    """What holds for a bool expression over the whole block."""
-    if isinstance(e, ir.Const):
-        return Truth(const("bool", e.value), const("bool", not e.value))
-    if not isinstance(e, ir.Op):
-        return Truth(FALSE, FALSE)
-    if e.op == "not":
-        t = truth(e.args[0])
-        return Truth(t.never, t.always)
-    if e.op in ("and", "or"):
-        x, y = truth(e.args[0]), truth(e.args[1])
-        if e.op == "and":
-            return Truth(op("bool", "and", x.always, y.always), op("bool", "or", x.never, y.never))
-        return Truth(op("bool", "or", x.always, y.always), op("bool", "and", x.never, y.never))
-    if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "i32":
-        return _compare(e.op, interval(e.args[0]), interval(e.args[1]))
-    if e.op == "where" and e.ty == "bool":
-        c, x, y = truth(e.args[0]), truth(e.args[1]), truth(e.args[2])
-        pick = lambda a, b, both: op("bool", "or", op("bool", "and", c.always, a),
-                                     op("bool", "or", op("bool", "and", c.never, b), both))
-        return Truth(pick(x.always, y.always, op("bool", "and", x.always, y.always)),
-                     pick(x.never, y.never, op("bool", "and", x.never, y.never)))
-    return Truth(FALSE, FALSE)  # float comparisons, bool loads: unknown
 
 
 def _compare(name: str, a: Interval, b: Interval) -> Truth:

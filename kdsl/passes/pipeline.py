@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import ast, ir
+from ..errors import SourceError
 from . import exp2_fold, mask_analysis, tiling, typecheck, warp_map
 from .target import Target
 
@@ -11,7 +12,23 @@ HEAD_DIMS = (64, 128)
 def check(program: ast.Program) -> list[ir.Kernel]:
     """Front half: typed IR for every kernel, or a located error. Needs no target."""
     # First: everything after this may assume well-typed, well-shaped kernels.
-    return typecheck.check_program(program)
+    kernels = typecheck.check_program(program)
+    _distinct_entries(program, kernels)
+    return kernels
+
+
+def _distinct_entries(program: ast.Program, kernels: list[ir.Kernel]) -> None:
+    """No two kernels of a file may generate the same entry point, and so the same output
+    files: `attention x` specialised for head dim 64 and `gemm x_d64` would."""
+    from ..codegen.emit import entry_symbol
+    seen: dict[str, str] = {}
+    for node, k in zip(program.kernels, kernels):
+        for d in head_dims(k):
+            symbol = entry_symbol(k.kind, k.name, d)
+            if symbol in seen:
+                raise SourceError(f"kernel '{k.name}' would generate the same entry point and files ({symbol}) "
+                                  f"as kernel '{seen[symbol]}'; rename one", node.name_span)
+            seen[symbol] = k.name
 
 
 def head_dims(k: ir.Kernel) -> tuple[int, ...]:

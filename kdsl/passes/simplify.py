@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
-from ..semantics import scalar_op
+from ..semantics import FoldError, fold
 
 TRUE, FALSE = ir.Const("bool", True), ir.Const("bool", False)
 
@@ -14,8 +14,10 @@ def const(ty: str, v) -> ir.Const:
 
 
 def op(ty: str, name: str, *args: ir.Expr) -> ir.Expr:
-    """Build an op, folding it when that is exact."""
-    return simplify(ir.Op(ty, name, tuple(args)))
+    """Build an op, folding it when that is exact. Only the new node is simplified, so
+    building bottom-up costs O(1) per node: passes build their expressions from parts
+    they built the same way (or call simplify() on the result)."""
+    return _simplify_node(ir.Op(ty, name, tuple(args)))
 
 
 def simplify(e: ir.Expr) -> ir.Expr:
@@ -23,12 +25,16 @@ def simplify(e: ir.Expr) -> ir.Expr:
         return replace(e, indices=tuple(simplify(i) for i in e.indices))
     if not isinstance(e, ir.Op):
         return e
-    args = tuple(simplify(a) for a in e.args)
-    e = replace(e, args=args)
+    return _simplify_node(replace(e, args=tuple(simplify(a) for a in e.args)))
+
+
+def _simplify_node(e: ir.Op) -> ir.Expr:
+    """Fold or simplify one op whose operands are already simplified."""
+    args = e.args
     if all(isinstance(a, ir.Const) for a in args):
         try:
-            return const(e.ty, scalar_op(e.op, [a.value for a in args]))
-        except (ZeroDivisionError, ValueError, OverflowError):
+            return ir.Const(e.ty, fold(e.op, e.ty, [a.value for a in args]))
+        except FoldError:  # no value at compile time (i32 overflow, ...): the kernel computes it
             return e
     consts = [a.value if isinstance(a, ir.Const) else None for a in args]
     if e.op == "and":

@@ -11,6 +11,7 @@ import math
 
 from .. import ast, ir
 from ..errors import SourceError, Span
+from ..semantics import FoldError, fold
 
 ATTN_ELEMS = ("bf16", "f16")
 CAPTURE_DTYPES = {"f32": "f32", "bf16": "f32", "f16": "f32", "i32": "i32"}
@@ -68,6 +69,12 @@ class _Checker:
             raise SourceError("a constant must be computable at compile time (numbers and other constants)", e.span)
         return typed
 
+    def _block_size(self, e: ast.Expr) -> int:
+        c = self._coerce(self._const_value(e), "i32", e.span)
+        if c.ty != "i32":
+            raise SourceError(f"a block size must be an integer, got {_tyname(c.ty)}", e.span)
+        return c.value
+
     # --- shapes ------------------------------------------------------------------------
     def shape(self, d: ast.Decl, bind_new: bool) -> tuple[ir.Expr, ...]:
         out = []
@@ -83,7 +90,7 @@ class _Checker:
                 continue
             typed = self._coerce(self.expr(e, {}), "i32", e.span)
             if typed.ty != "i32":
-                raise SourceError(f"a dimension must be an integer expression, got {typed.ty}", e.span)
+                raise SourceError(f"a dimension must be an integer expression, got {_tyname(typed.ty)}", e.span)
             if isinstance(typed, ir.Const) and typed.value < 1:
                 raise SourceError(f"a dimension must be at least 1, got {typed.value}", e.span)
             out.append(typed)
@@ -107,11 +114,11 @@ class _Checker:
             raise SourceError(f"{self.k.kind} kernel '{self.k.name}' must declare '{name}'", self.k.name_span)
         return self.decls[name]
 
-    def same_dim(self, a, b, span: Span, what: str):
-        """a, b: one dim expression or a tuple of them."""
-        if a != b:
-            show = lambda x: ("[" + ", ".join(map(ir.print_expr, x)) + "]") if isinstance(x, tuple) else ir.print_expr(x)
-            raise SourceError(f"{what}: got {show(b)}, expected {show(a)}", span)
+    def same_dim(self, want, got, want_src, got_src, span: Span, what: str):
+        """want, got: one dim expression or a tuple of them; *_src: the AST they came from,
+        quoted in the message as the user wrote it."""
+        if want != got:
+            raise SourceError(f"{what}: got {_quote(got_src)}, expected {_quote(want_src)}", span)
 
     # --- expressions -------------------------------------------------------------------
     def expr(self, e: ast.Expr, env: dict[str, ir.Var]) -> ir.Expr:
@@ -125,10 +132,10 @@ class _Checker:
             x = self.expr(e.x, env)
             if e.op == "not":
                 self._want(x, "bool", e.x.span, "'not' needs a bool")
-                return _fold(ir.Op("bool", "not", (x,)))
+                return _fold(ir.Op("bool", "not", (x,)), e.span)
             if x.ty == "bool":
                 raise SourceError("cannot negate a bool; use 'not'", e.span)
-            return _fold(ir.Op(x.ty, "neg", (x,)))
+            return _fold(ir.Op(x.ty, "neg", (x,)), e.span)
         if isinstance(e, ast.Binary):
             return self._binary(e, env)
         if isinstance(e, ast.Call):
@@ -155,12 +162,14 @@ class _Checker:
         if e.op in ("and", "or"):
             self._want(a, "bool", e.lhs.span, f"'{e.op}' needs bool operands")
             self._want(b, "bool", e.rhs.span, f"'{e.op}' needs bool operands")
-            return _fold(ir.Op("bool", e.op, (a, b)))
+            return _fold(ir.Op("bool", e.op, (a, b)), e.span)
         a, b = self._unify(a, b, e, _OP_WORDS.get(e.op, "compare"))
+        if e.op == "div":  # float division: integer literals become floats, 7/2 is 3.5
+            a, b = self._coerce(a, "f32", e.span), self._coerce(b, "f32", e.span)
         if e.op in ("lt", "le", "gt", "ge", "eq", "ne"):
             if a.ty == "bool" and e.op not in ("eq", "ne"):
                 raise SourceError("cannot order bools; only == and != apply", e.span)
-            return _fold(ir.Op("bool", e.op, (a, b)))
+            return _fold(ir.Op("bool", e.op, (a, b)), e.span)
         if a.ty == "bool":
             raise SourceError(f"cannot {_OP_WORDS[e.op]} bools", e.span)
         if e.op == "div" and a.ty == "i32":
@@ -169,7 +178,7 @@ class _Checker:
             raise SourceError(f"'{'//' if e.op == 'floordiv' else '%'}' needs integers; use int(...) to convert", e.span)
         if e.op in ("floordiv", "mod") and isinstance(b, ir.Const) and b.value == 0:
             raise SourceError("division by zero", e.rhs.span)
-        return _fold(ir.Op(a.ty, e.op, (a, b)))
+        return _fold(ir.Op(a.ty, e.op, (a, b)), e.span)
 
     def _unify(self, a, b, e, verb):
         """Bring two operands to one type; only untyped integer literals convert implicitly."""
@@ -209,27 +218,27 @@ class _Checker:
         if e.func in ir.FLOAT_FUNCS:
             x = self._coerce(args[0], "f32", e.span)
             self._want(x, "f32", e.args[0].span, f"{e.func}() needs a float (convert with float(...))")
-            return _fold(ir.Op("f32", e.func, (x,)))
+            return _fold(ir.Op("f32", e.func, (x,)), e.span)
         if e.func in ("int", "float"):
             ty = "i32" if e.func == "int" else "f32"
             x = self._coerce(args[0], ty, e.span)
-            return _fold(ir.Op(ty, e.func, (x,)))
+            return _fold(ir.Op(ty, e.func, (x,)), e.span)
         if e.func == "abs":
             x = self._coerce(args[0], "i32", e.span)
             if x.ty == "bool":
                 raise SourceError("abs() needs a number, got bool", e.args[0].span)
-            return _fold(ir.Op(x.ty, "abs", (x,)))
+            return _fold(ir.Op(x.ty, "abs", (x,)), e.span)
         if e.func in ("min", "max"):
             a, b = self._unify(args[0], args[1], e, f"take {e.func} of")
             a, b = self._coerce(a, "i32", e.span), self._coerce(b, "i32", e.span)
             if a.ty == "bool":
                 raise SourceError(f"{e.func}() needs numbers, got bool", e.span)
-            return _fold(ir.Op(a.ty, e.func, (a, b)))
+            return _fold(ir.Op(a.ty, e.func, (a, b)), e.span)
         cond, a, b = args  # where
         self._want(cond, "bool", e.args[0].span, "where()'s first argument must be a bool")
         a, b = self._unify(a, b, e, "choose between")
         a, b = self._coerce(a, "i32", e.span), self._coerce(b, "i32", e.span)
-        return _fold(ir.Op(a.ty, "where", (cond, a, b)))
+        return _fold(ir.Op(a.ty, "where", (cond, a, b)), e.span)
 
     def _index(self, e: ast.Index, env) -> ir.Expr:
         d = self.decls.get(e.tensor)
@@ -282,9 +291,9 @@ class _AttentionChecker(_Checker):
             if d.dtype != q.dtype:
                 raise SourceError(f"'{d.name}' must have the same element type as q ({q.dtype})", d.dtype_span)
         qs, ks, vs = self.shape(q, True), self.shape(k, True), self.shape(v, True)
-        self.same_dim(qs[0], ks[0], k.dims[0].span, "k's batch dimension must match q's")
-        self.same_dim(ks, vs, v.span, "v must have the same shape as k")
-        self.same_dim(qs[3], ks[3], k.dims[3].span, "k's head dimension must match q's")
+        self.same_dim(qs[0], ks[0], q.dims[0], k.dims[0], k.dims[0].span, "k's batch dimension must match q's")
+        self.same_dim(ks, vs, k.dims, v.dims, v.span, "v must have the same shape as k")
+        self.same_dim(qs[3], ks[3], q.dims[3], k.dims[3], k.dims[3].span, "k's head dimension must match q's")
         d_head = qs[3]
         if isinstance(d_head, ir.Const) and d_head.value not in (64, 128):
             raise SourceError(f"head dimension {d_head.value} is not supported; use 64 or 128", q.dims[3].span)
@@ -294,13 +303,14 @@ class _AttentionChecker(_Checker):
             o = self.decls["out"]
             self.rank(o, 4)
             self.dtype(o, (q.dtype,))
-            self.same_dim(qs, self.shape(o, False), o.span, "out must have q's shape")
+            self.same_dim(qs, self.shape(o, False), q.dims, o.dims, o.span, "out must have q's shape")
         tensors.append(ir.Tensor("output", "out", q.dtype, out_shape))
         if "lse" in self.decls:
             ld = self.decls["lse"]
             self.rank(ld, 3)
             self.dtype(ld, ("f32",))
-            self.same_dim(qs[:3], self.shape(ld, False), ld.span, "lse must have shape [B, H, M]")
+            self.same_dim(qs[:3], self.shape(ld, False), q.dims[:3], ld.dims, ld.span,
+                          f"lse must have shape {_quote(q.dims[:3])}")
             tensors.append(ir.Tensor("output", "lse", "f32", qs[:3]))
         for name, d in self.decls.items():
             if name in self.OPERANDS:
@@ -312,11 +322,17 @@ class _AttentionChecker(_Checker):
         funcs = []
         scale_b = self.bindings.get("scale")
         if scale_b is not None:
-            s = self._coerce(self.expr(scale_b.value, {}), "f32", scale_b.value.span)
-            self._want(s, "f32", scale_b.value.span, "scale must be a float")
+            span = scale_b.value.span
+            s = self._coerce(self.expr(scale_b.value, {}), "f32", span)
+            self._want(s, "f32", span, "scale must be a float")
+            if any(isinstance(n, ir.Load) for n in ir.walk(s)):
+                raise SourceError("scale must be computable from constants and dimensions, not tensor elements", span)
+            if isinstance(s, ir.Const) and not math.isfinite(s.value):
+                raise SourceError(f"scale must be finite, got {ir.print_expr(s)}", span)
         else:
-            s = ir.Op("f32", "rsqrt", (ir.Op("f32", "float", (d_head,)),))
-        funcs.append(("scale", _fold(s)))
+            d_span = q.dims[3].span
+            s = _fold(ir.Op("f32", "rsqrt", (_fold(ir.Op("f32", "float", (d_head,)), d_span),)), d_span)
+        funcs.append(("scale", s))
         for name, fd in self.funcdefs.items():
             if name == "score":
                 funcs.append(("score", self.function(fd, SCORE_PARAMS, "f32")))
@@ -347,7 +363,7 @@ class _GemmChecker(_Checker):
             self.dtype(d, ("e4m3",))
             if d.block is None:
                 raise SourceError(f"'{d.name}' needs its scaling block, e.g. block{want}", d.span)
-            got = tuple(self._const_value(x).value for x in d.block)
+            got = tuple(self._block_size(x) for x in d.block)
             if got != want:
                 raise SourceError(f"'{d.name}' supports block{want} scaling, got block{got}", d.block[0].span)
         self.dtype(out, ("bf16", "f32"))
@@ -355,25 +371,25 @@ class _GemmChecker(_Checker):
         if len(a.dims) == 3 and len(b.dims) == 2:
             raise SourceError("a 3-D 'a' (masked grouping) needs a 3-D 'b' [G, N, K]", b.span)
         kind = {2: "dense", 3: "contiguous"}[len(b.dims)] if len(a.dims) == 2 else "masked"
-        self.same_dim(sa[-1], sb[-1], b.dims[-1].span, "b's K must match a's")
+        self.same_dim(sa[-1], sb[-1], a.dims[-1], b.dims[-1], b.dims[-1].span, "b's K must match a's")
         if isinstance(sa[-1], ir.Const) and sa[-1].value % 128:
             raise SourceError(f"K must be a multiple of 128, got {sa[-1].value}", a.dims[-1].span)
         if kind == "masked":
-            self.same_dim(sa[0], sb[0], b.dims[0].span, "b's group count must match a's")
-        out_shape = sa[:-1] + (sb[-2],)
+            self.same_dim(sa[0], sb[0], a.dims[0], b.dims[0], b.dims[0].span, "b's group count must match a's")
+        out_shape, out_src = sa[:-1] + (sb[-2],), a.dims[:-1] + (b.dims[-2],)
         self.rank(out, len(out_shape))
-        self.same_dim(out_shape, self.shape(out, False), out.span, "out must have shape " +
-                      ("[M, N]" if kind != "masked" else "[G, M, N]"))
+        self.same_dim(out_shape, self.shape(out, False), out_src, out.dims, out.span,
+                      f"out must have shape {_quote(out_src)}")
         tensors = [ir.Tensor("input", "a", "e4m3", sa, (1, 128)), ir.Tensor("input", "b", "e4m3", sb, (128, 128))]
-        extra = {"contiguous": ("group", sa[:1]), "masked": ("count", sb[:1])}.get(kind)
+        extra = {"contiguous": ("group", sa[:1], a.dims[:1]), "masked": ("count", sb[:1], b.dims[:1])}.get(kind)
         for name in ("group", "count"):
             if name in self.decls and (extra is None or extra[0] != name):
                 raise SourceError(f"'{name}' does not belong to a {kind} gemm", self.decls[name].name_span)
         if extra:
             d = self.require(extra[0])
             self.dtype(d, ("i32",))
-            self.same_dim(extra[1], self.shape(d, False), d.span, f"'{extra[0]}' must have shape "
-                          f"[{ir.print_expr(extra[1][0])}]")
+            self.same_dim(extra[1], self.shape(d, False), extra[2], d.dims, d.span,
+                          f"'{extra[0]}' must have shape {_quote(extra[2])}")
             tensors.append(ir.Tensor("input", extra[0], "i32", extra[1]))
         tensors.append(ir.Tensor("output", "out", out.dtype, out_shape))
         return ir.Kernel("gemm", self.k.name, tuple(tensors), (), (("grouping", kind),),
@@ -389,20 +405,21 @@ def _suggest(name: str, known) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def _fold(e: ir.Op) -> ir.Expr:
-    """Constant-fold an op whose operands are all constants (literal ints stay untyped)."""
-    if not all(isinstance(a, ir.Const) for a in e.args):
+def _quote(dims) -> str:
+    """Dims as the user wrote them: one AST expression, or a tuple shown as a shape."""
+    if isinstance(dims, tuple):
+        return "[" + ", ".join(d.span.source() for d in dims) + "]"
+    return dims.span.source()
+
+
+def _fold(e: ir.Expr, span: Span) -> ir.Expr:
+    """Constant-fold an op whose operands are all constants, by the one definition of the
+    semantics (kdsl.semantics, shared with the interpreter); a constant with no value
+    (integer overflow, int() of NaN, ...) is an error at its span."""
+    if not isinstance(e, ir.Op) or not all(isinstance(a, ir.Const) for a in e.args):
         return e
-    from ..semantics import scalar_op  # one definition of the semantics, shared with the interpreter
-    vals = [a.value for a in e.args]
     try:
-        v = scalar_op(e.op, vals)
-    except ZeroDivisionError:
-        return e
-    ty = e.ty
-    if ty == LITERAL_INT or (ty in ("i32",) and any(a.ty == LITERAL_INT for a in e.args) and
-                             all(a.ty in ("i32", LITERAL_INT) for a in e.args) and e.op not in ("int",)):
-        ty = LITERAL_INT if all(a.ty == LITERAL_INT for a in e.args) else "i32"
-    if ty == "f32" and isinstance(v, float) and math.isnan(v):
-        return e
-    return ir.Const(ty, v)
+        v = fold(e.op, None if e.ty == LITERAL_INT else e.ty, [a.value for a in e.args])
+    except FoldError as err:
+        raise SourceError(f"cannot compute this constant: {err}", span) from None
+    return ir.Const(e.ty, v)
