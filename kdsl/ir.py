@@ -123,6 +123,12 @@ class Kernel:
         return out
 
 
+def entry_symbol(kind: str, name: str, head_dim: int) -> str:
+    """The extern "C" symbol of a kernel's specialisation, and (without 'kdsl_') the stem of
+    every file written for it: the type checker refuses two kernels that would share one."""
+    return f"kdsl_{name}_d{head_dim}" if kind == "attention" else f"kdsl_{name}"
+
+
 def _freeze(v):
     return tuple(_freeze(x) for x in v) if isinstance(v, (list, tuple)) else v
 

@@ -46,12 +46,7 @@ def headers_hash() -> str:
 
 
 def entry_name(k: ir.Kernel) -> str:
-    return entry_symbol(k.kind, k.name, k.attr("head_dim"))
-
-
-def entry_symbol(kind: str, name: str, head_dim: int) -> str:
-    """The extern "C" symbol, and (without 'kdsl_') the stem of every file written for it."""
-    return f"kdsl_{name}_d{head_dim}" if kind == "attention" else f"kdsl_{name}"
+    return ir.entry_symbol(k.kind, k.name, k.attr("head_dim"))
 
 
 def generate(k: ir.Kernel) -> Generated:

@@ -20,11 +20,10 @@ def check(program: ast.Program) -> list[ir.Kernel]:
 def _distinct_entries(program: ast.Program, kernels: list[ir.Kernel]) -> None:
     """No two kernels of a file may generate the same entry point, and so the same output
     files: `attention x` specialised for head dim 64 and `gemm x_d64` would."""
-    from ..codegen.emit import entry_symbol
     seen: dict[str, str] = {}
     for node, k in zip(program.kernels, kernels):
         for d in head_dims(k):
-            symbol = entry_symbol(k.kind, k.name, d)
+            symbol = ir.entry_symbol(k.kind, k.name, d)
             if symbol in seen:
                 raise SourceError(f"kernel '{k.name}' would generate the same entry point and files ({symbol}) "
                                   f"as kernel '{seen[symbol]}'; rename one", node.name_span)
