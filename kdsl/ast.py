@@ -56,7 +56,8 @@ class Index(Expr):
 
 @dataclass(frozen=True)
 class Decl:
-    """`name: dtype[dims] block(r, c)?` — an input/output tensor or a captured tensor."""
+    """`name: dtype[dims] block(r, c)? accumulate?` — an input/output tensor or a captured
+    tensor; `accumulate` (its span) marks a gemm's out that the product is added into."""
 
     span: Span
     name: str
@@ -65,6 +66,7 @@ class Decl:
     dtype_span: Span
     dims: tuple[Expr, ...]
     block: tuple[Expr, Expr] | None
+    accumulate: Span | None = None
 
 
 @dataclass(frozen=True)

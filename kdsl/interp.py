@@ -84,14 +84,26 @@ def _classify(empty_p, full_p, dims, B, H, q0, q1, k0, k1) -> np.ndarray:
     return np.where(empty, "empty", np.where(full, "full", "partial"))
 
 
-def fp8_gemm(kernel: ir.Kernel, a, sa, b, sb, group=None, count=None, arch="sm_90a"):
+def fp8_gemm(kernel: ir.Kernel, a, sa, b, sb, group=None, count=None, c=None, arch="sm_90a"):
     """a, b: float32 arrays holding the e4m3 values; scales as from kdsl.fp8 (numpy, logical
-    shapes). Returns float32 out; rows a grouped kernel must leave alone are NaN."""
-    low = pipeline.lower(kernel, get_target(arch), 0)
-    bm, bn = low.attr("tile_m"), low.attr("tile_n")
+    shapes). Returns float32 out; rows a grouped kernel must leave alone are NaN. c: out's
+    values before the call, for a kernel that accumulates (out = c + a . b^T). Tiles are the
+    ones the compiled kernel picks for this shape on the target's SM count."""
     grouping = kernel.attr("grouping")
+    M, N, K = a.shape[-2], b.shape[-2], a.shape[-1]
+    G = b.shape[0] if grouping != "dense" else 1
+    low = pipeline.lower(kernel.with_attrs(shape=[M, N, K, G]), get_target(arch), 0)
+    bm, bn = low.attr("tile_m"), low.attr("tile_n")
+    out = _fp8_tiles(grouping, a, sa, b, sb, group, count, bm, bn)
+    if c is not None:  # the kernel adds its fp32 total into out; rows it leaves alone stay NaN here
+        out = (np.asarray(c, np.float32) + out).astype(np.float32)
+    return out
+
+
+def _fp8_tiles(grouping, a, sa, b, sb, group, count, bm, bn):
     if grouping == "masked":
-        return np.stack([_gemm_tiles(a[g], sa[g], b[g], sb[g], bm, bn, rows=int(count[g])) for g in range(a.shape[0])])
+        rows = [int(min(max(count[g], 0), a.shape[1])) for g in range(a.shape[0])]  # as the kernel clamps
+        return np.stack([_gemm_tiles(a[g], sa[g], b[g], sb[g], bm, bn, rows=rows[g]) for g in range(a.shape[0])])
     if grouping == "contiguous":
         out = np.full((a.shape[0], b.shape[1]), np.nan, np.float32)
         for g in range(b.shape[0]):

@@ -55,6 +55,8 @@ class Interpreted:
         extra = spec._extra(rest, named) if (rest or named or spec.extra) else None
         self._one_kind(spec.validate(a, a_scale, b, b_scale, extra, out)[0])
         kw = {spec.extra: _host(extra, "i32")} if extra is not None else {}
+        if spec.accumulate:
+            kw["c"] = _host(out, "f32")
         r = interp.fp8_gemm(self.ir, _host(a, "e4m3"), _host(a_scale, "f32"), _host(b, "e4m3"), _host(b_scale, "f32"),
                             arch=self.arch, **kw)
         # NaN marks rows a grouped kernel leaves alone: a given out keeps its values there

@@ -51,8 +51,14 @@ def _dims(kernel: ir.Kernel, tensors: dict) -> dict:
     return dims
 
 
-def fp8_gemm(a, a_scale, b, b_scale, group=None, count=None):
-    """float64 product of the dequantised inputs, in the kernel's grouping."""
+def fp8_gemm(a, a_scale, b, b_scale, group=None, count=None, c=None):
+    """float64 product of the dequantised inputs, in the kernel's grouping; plus c (out's
+    values before the call) for a kernel whose out accumulates."""
+    out = _fp8_product(a, a_scale, b, b_scale, group)
+    return out if c is None else out + backend_for(a).float64(c)
+
+
+def _fp8_product(a, a_scale, b, b_scale, group):
     from .fp8 import dequantize_1x128, dequantize_128x128
 
     be = backend_for(a)

@@ -49,14 +49,21 @@ def test_too_many_heads_is_refused_naming_the_limit():
         geometry.attention_batch_chunks(1, 70000, uses_batch_index=False, kname="k")
 
 
-def test_gemm_grid_and_its_limits():
-    assert geometry.gemm_grid(4096, 7168, 1, 128, 128, False, "g") == (56, 32, 1)
-    assert geometry.gemm_grid(256, 4096, 4, 128, 128, True, "g") == (32, 2, 4)
-    assert geometry.gemm_grid(LIMIT * 128, 128, 1, 128, 128, False, "g")[1] == LIMIT
-    with pytest.raises(LaunchError, match=r"M = 8388481 needs 65536 row tiles of 128, over the CUDA grid limit"):
-        geometry.gemm_grid(LIMIT * 128 + 1, 128, 1, 128, 128, False, "g")
-    with pytest.raises(LaunchError, match="70000 groups exceed the CUDA grid limit of 65535"):
-        geometry.gemm_grid(128, 128, 70000, 128, 128, True, "g")
+def test_gemm_grid_is_persistent_in_whole_clusters():
+    """One CTA per SM (or per tile when there are fewer), a multiple of the cluster size: no
+    grid dimension grows with M, N or G, so no CUDA grid limit applies."""
+    assert geometry.gemm_grid(1792, 132, 1) == (132, 1, 1)
+    assert geometry.gemm_grid(10, 132, 1) == (10, 1, 1)
+    assert geometry.gemm_grid(1, 132, 1) == (1, 1, 1)
+    assert geometry.gemm_grid(896, 132, 2) == (132, 1, 1)
+    assert geometry.gemm_grid(896, 114, 2) == (114, 1, 1)
+    assert geometry.gemm_grid(6, 132, 2) == (6, 1, 1)
+
+
+def test_gemm_index_limits_name_the_sizes():
+    geometry.gemm_index_limits(LIMIT * 128 + 1, 128, 128, 1, 128, 128, False, "g")  # past the old grid.y limit
+    with pytest.raises(LaunchError, match=r"g: M = 65536, N = 65536, K = 128, G = 3000 is too large"):
+        geometry.gemm_index_limits(65536, 65536, 128, 3000, 64, 64, True, "g")
 
 
 @pytest.mark.parametrize("good", [0.125, 2, np.float32(0.5), np.float64(0.3), np.int64(1), -1.5, 0])

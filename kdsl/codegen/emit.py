@@ -91,10 +91,17 @@ def _attention(k: ir.Kernel) -> Generated:
     return Generated(k.name, entry_name(k), src, extra)
 
 
+_MULTICAST = {"none": "kdsl::kMcastNone", "a": "kdsl::kMcastA", "b": "kdsl::kMcastB"}
+
+
 def _gemm(k: ir.Kernel) -> Generated:
+    cluster = k.attr("cluster")
     src = _env().get_template("fp8_gemm.cu.j2").render(
         version=__version__, source=k.source or "<string>", name=k.name, grouping=k.attr("grouping"),
-        bm=k.attr("tile_m"), bn=k.attr("tile_n"), stages=k.attr("stages"), smem=k.attr("smem_bytes"),
-        threads=k.attr("threads"), out_f32="true" if k.tensor("out").dtype == "f32" else "false",
-        kind=GEMM_KINDS[k.attr("grouping")], entry=entry_name(k))
+        bm=k.attr("tile_m"), bn=k.attr("tile_n"), stages=k.attr("stages"), cluster=cluster,
+        mcast=_MULTICAST[k.attr("multicast")], out_f32="true" if k.tensor("out").dtype == "f32" else "false",
+        kind=GEMM_KINDS[k.attr("grouping")], accumulate="true" if k.attr("accumulate") else "false",
+        tma_store="true" if k.attr("store") == "tma" else "false", smem=k.attr("smem_bytes"),
+        threads=k.attr("threads"), producer_regs=k.attr("producer_regs"), consumer_regs=k.attr("consumer_regs"),
+        cluster_dims=f"__cluster_dims__({cluster}, 1, 1)" if cluster > 1 else "", entry=entry_name(k))
     return Generated(k.name, entry_name(k), src, ())

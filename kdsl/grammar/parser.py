@@ -122,12 +122,18 @@ class _Builder(lark.Transformer):
     @lark.v_args(meta=True)
     def decl(self, meta, items):
         name, dtype, *rest = items
+        accumulate = rest.pop() if rest and isinstance(rest[-1], Span) else None
         block = rest.pop() if rest and isinstance(rest[-1], tuple) else None
         dims = tuple(d for d in rest if d is not None)
-        return ast.Decl(self._span(meta), str(name), self._tok(name), str(dtype), self._tok(dtype), dims, block)
+        return ast.Decl(self._span(meta), str(name), self._tok(name), str(dtype), self._tok(dtype), dims, block,
+                        accumulate)
 
     def block(self, items):
         return (items[0], items[1])
+
+    @lark.v_args(meta=True)
+    def accumulate(self, meta, items):
+        return self._span(meta)
 
     @lark.v_args(meta=True)
     def binding(self, meta, items):

@@ -12,6 +12,8 @@ class Target:
     sm: int              # 90, 89, 80
     smem_per_block: int  # opt-in dynamic shared memory limit, bytes
     has_wgmma: bool      # sm_90a only
+    sms: int = 132       # multiprocessors the FP8 GEMM's tiles are chosen for when the
+                         # device's own count is not known (H100 SXM / H200: 132)
 
 
 _TARGETS = {

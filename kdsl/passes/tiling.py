@@ -1,24 +1,28 @@
-"""Tiling: choose the kernel family and tile shapes per target and head dim, and the shared
-memory they need.
+"""Tiling: choose the kernel family and tile shapes per target and head dim (attention) or
+per problem shape and SM count (FP8 GEMM, gemm_tiles.py), and the shared memory they need.
 
 On sm_90a attention runs on the Hopper kernel (attention_wgmma.cuh: TMA, wgmma, warp
 specialisation); elsewhere on the mma.sync kernel (attention_mma.cuh). The numbers come from
 measurements on an H100 (tools/dev/*_notes.md, bench/NOTES.md); the shared-memory formulas
 mirror the headers' constexpr functions, and the generated code static_asserts that both
 agree, so an edit to either side cannot drift silently.
+
+An FP8 GEMM is tiled for the problem in its `shape` attr ([M, N, K, G]; the runtime sets it
+per call signature, `kdsl compile --shape` on the command line; else gemm_tiles'
+DEFAULT_SHAPES) on `sms` multiprocessors (the device's count at call time; else the
+target's). Tile attrs already on the kernel are kept (an override).
 """
 from __future__ import annotations
 
 from .. import ir
 from ..errors import KdslError
+from . import gemm_tiles
 from .target import Target
 
 # head dim -> (BM, BN, warps) for the mma.sync attention kernel
 ATTENTION_TILES = {64: (128, 64, 4), 128: (128, 64, 4)}
 # head dim -> (BN, consumer warpgroups, stages) for the wgmma attention kernel; BM = 64 * consumers
 WGMMA_ATTENTION_TILES = {64: (128, 2, 3), 128: (128, 2, 3)}
-# (BM, BN, stages) for the FP8 wgmma GEMM
-GEMM_TILE = (128, 128, 4)
 
 
 def attention_smem_bytes(d: int, bm: int, bn: int, warps: int, elem_bytes: int = 2) -> int:
@@ -30,13 +34,6 @@ def attention_wgmma_smem_bytes(d: int, bn: int, consumers: int, stages: int) -> 
     """Q tile + a ring of K and V tiles + 2 + 4 * stages mbarriers, + 1024 to realign the
     tiles to the 128-byte swizzle's 1024-byte period."""
     return 1024 + (64 * consumers * d + 2 * stages * bn * d) * 2 + (2 + 4 * stages) * 8
-
-
-def gemm_smem_bytes(bm: int, bn: int, stages: int) -> int:
-    """Per stage: A and B tiles of 128 fp8 K-elements (one scale block) and that block's
-    scales (bm of a, up to 4 of b); + 1024 to realign the ring to the 1024-byte swizzle
-    period, + 16 for the group-scan scratch word."""
-    return stages * ((bm + bn) * 128 + (bm + 4) * 4) + 1024 + 16
 
 
 def run(k: ir.Kernel, target: Target) -> ir.Kernel:
@@ -59,5 +56,26 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         return k.with_attrs(kernel="mma", tile_m=bm, tile_n=bn, warps=warps, smem_bytes=smem)
     if not target.has_wgmma:
         raise KdslError(f"kernel '{k.name}': the FP8 GEMM needs wgmma (sm_90a); target is {target.arch}")
-    bm, bn, stages = GEMM_TILE
-    return k.with_attrs(tile_m=bm, tile_n=bn, tile_k=128, stages=stages, smem_bytes=gemm_smem_bytes(bm, bn, stages))
+    return _gemm(k, target)
+
+
+def gemm_problem(k: ir.Kernel) -> gemm_tiles.Problem:
+    """The problem the kernel is tiled for: its `shape` attr, else the default shape."""
+    grouping = k.attr("grouping")
+    shape = k.attr("shape") or gemm_tiles.DEFAULT_SHAPES[grouping]
+    if len(shape) != 4 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in shape):
+        raise KdslError(f"kernel '{k.name}': attr shape must be [M, N, K, G] of positive integers, got {list(shape)}")
+    M, N, K, G = shape
+    if K % 128:
+        raise KdslError(f"kernel '{k.name}': K must be a multiple of 128, got {K}")
+    out_bytes = 4 if k.tensor("out").dtype == "f32" else 2
+    return gemm_tiles.Problem(M, N, K, G, grouping, out_bytes, bool(k.attr("accumulate")))
+
+
+def _gemm(k: ir.Kernel, target: Target) -> ir.Kernel:
+    problem = gemm_problem(k)
+    sms = k.attr("sms") or target.sms
+    cfg = gemm_tiles.choose(problem, sms, target.smem_per_block, dict(k.attrs))
+    smem = gemm_tiles.smem_bytes(cfg["tile_m"], cfg["tile_n"], cfg["stages"], problem.out_bytes, cfg["store"] == "tma")
+    shape = [problem.M, problem.N, problem.K, problem.G]
+    return k.with_attrs(shape=shape, sms=sms, **cfg, tile_k=128, smem_bytes=smem)

@@ -312,6 +312,9 @@ class _AttentionChecker(_Checker):
             self.same_dim(qs[:3], self.shape(ld, False), q.dims[:3], ld.dims, ld.span,
                           f"lse must have shape {_quote(q.dims[:3])}")
             tensors.append(ir.Tensor("output", "lse", "f32", qs[:3]))
+        for d in self.decls.values():
+            if d.accumulate is not None:
+                raise SourceError("'accumulate' applies to a gemm kernel's out only", d.accumulate)
         for name, d in self.decls.items():
             if name in self.OPERANDS:
                 continue
@@ -367,6 +370,12 @@ class _GemmChecker(_Checker):
             if got != want:
                 raise SourceError(f"'{d.name}' supports block{want} scaling, got block{got}", d.block[0].span)
         self.dtype(out, ("bf16", "f32"))
+        for d in self.decls.values():
+            if d.accumulate is not None and d is not out:
+                raise SourceError("'accumulate' applies to a gemm kernel's out only", d.accumulate)
+        if out.accumulate is not None and out.dtype != "f32":
+            raise SourceError(f"'accumulate' adds into out in fp32: declare out f32, not {out.dtype} "
+                              "(a bf16 running sum would be rounded at every call)", out.accumulate)
         sa, sb = self.shape(a, True), self.shape(b, True)
         if len(a.dims) == 3 and len(b.dims) == 2:
             raise SourceError("a 3-D 'a' (masked grouping) needs a 3-D 'b' [G, N, K]", b.span)
@@ -392,8 +401,8 @@ class _GemmChecker(_Checker):
                           f"'{extra[0]}' must have shape {_quote(extra[2])}")
             tensors.append(ir.Tensor("input", extra[0], "i32", extra[1]))
         tensors.append(ir.Tensor("output", "out", out.dtype, out_shape))
-        return ir.Kernel("gemm", self.k.name, tuple(tensors), (), (("grouping", kind),),
-                         source=f"{self.k.span.file}:{self.k.span.line}")
+        attrs = (("grouping", kind),) + ((("accumulate", True),) if out.accumulate is not None else ())
+        return ir.Kernel("gemm", self.k.name, tuple(tensors), (), attrs, source=f"{self.k.span.file}:{self.k.span.line}")
 
 
 def _tyname(ty: str) -> str:

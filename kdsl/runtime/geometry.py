@@ -37,15 +37,19 @@ def attention_batch_chunks(B: int, H: int, uses_batch_index: bool, kname: str) -
     return [(b0, min(GRID_YZ_LIMIT, B - b0)) for b0 in range(0, B, GRID_YZ_LIMIT)]
 
 
-def gemm_grid(M: int, N: int, G: int, tile_m: int, tile_n: int, masked: bool, kname: str) -> tuple[int, int, int]:
-    """(N tiles, M tiles, groups): refused, naming the limit, where CUDA's grid cannot hold it."""
-    grid = (-(-N // tile_n), -(-M // tile_m), G if masked else 1)
-    if grid[1] > GRID_YZ_LIMIT:
-        raise LaunchError(f"{kname}: M = {M} needs {grid[1]} row tiles of {tile_m}, over the CUDA grid limit of "
-                          f"{GRID_YZ_LIMIT} (gridDim.y); split a along M (at most {GRID_YZ_LIMIT * tile_m} rows)")
-    if grid[2] > GRID_YZ_LIMIT:
-        raise LaunchError(f"{kname}: {G} groups exceed the CUDA grid limit of {GRID_YZ_LIMIT} (gridDim.z)")
-    return grid
+def gemm_grid(tiles: int, sms: int, cluster: int) -> tuple[int, int, int]:
+    """The persistent FP8 GEMM's grid: a CTA per SM (or fewer, one per tile), in whole
+    clusters; each CTA walks tiles i, i + grid, ..."""
+    return (max(cluster, min(tiles, sms) // cluster * cluster), 1, 1)
+
+
+def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, masked: bool, kname: str) -> None:
+    """The kernel indexes tiles, and the 1-D map over a_scale, with 32-bit integers."""
+    tiles = -(-M // tile_m) * -(-N // tile_n) * (G if masked else 1)
+    scales = (G if masked else 1) * (K // 128) * M
+    if max(tiles, scales) >= 2**31:
+        raise LaunchError(f"{kname}: M = {M}, N = {N}, K = {K}, G = {G} is too large for one call ({tiles} output "
+                          f"tiles, {scales} scales of a; at most 2**31 - 1 each); split the call along M")
 
 
 def softmax_scale(scale, default: Callable[[], float], kname: str) -> float:

@@ -59,6 +59,7 @@ class Plan:
     # A launch split over batches: (grid z, byte offset per pointer slot) per launch.
     chunks: tuple = ()
     maps: tuple = ()  # TMA tensor maps (runtime/tma.py) fed by the first len(maps) pointers
+    out_align: int = 4  # bytes; the FP8 GEMM's TMA store needs 16
 
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
@@ -364,13 +365,19 @@ class GemmKernel(KernelBase):
 
     Scales are in the layouts kdsl.fp8.quantize_1x128 / quantize_128x128 return: a_scale is
     logically [M, K/128] stored M-major (strides (1, M)); b_scale is contiguous
-    [ceil(N/128), K/128]; grouped forms add a leading G.
+    [ceil(N/128), K/128]; grouped forms add a leading G. A kernel whose out is declared
+    `accumulate` adds into the given out (required).
+
+    Tiles are chosen per call signature, for its (M, N, K, G) and the device's SM count
+    (passes/gemm_tiles.py); each configuration is compiled once. The kernel reads a, b,
+    a_scale and writes out through TMA tensor maps, re-encoded only when a pointer changes.
     """
 
     def __init__(self, kernel, arch=None):
         super().__init__(kernel, arch)
         self.grouping = kernel.attr("grouping")
         self.extra = {"contiguous": "group", "masked": "count"}.get(self.grouping)
+        self.accumulate = bool(kernel.attr("accumulate"))
 
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
         extra = self._extra(rest, named) if (rest or named or self.extra) else None
@@ -382,13 +389,18 @@ class GemmKernel(KernelBase):
             out = plan.new_out()
         if plan.loaded is None:
             return out
-        ptrs = [_ptr(x) for x in (a, a_scale, b, b_scale, out)]
-        for p, n, al in zip(ptrs, ("a", "a_scale", "b", "b_scale", "out"), (16, 4, 16, 4, 4)):
-            if p % al:
-                _align(p, n, self.name, al)
+        pa, psa, pb, psb, pout = _ptr(a), _ptr(a_scale), _ptr(b), _ptr(b_scale), _ptr(out)
+        if (pa | pb | psa) & 15 or psb & 3 or pout % plan.out_align:
+            for ptr, n, al in ((pa, "a", 16), (psa, "a_scale", 16), (pb, "b", 16), (psb, "b_scale", 4),
+                               (pout, "out", plan.out_align)):
+                if ptr % al:
+                    _align(ptr, n, self.name, al)
         ex = _ptr(extra) if extra is not None else 0
-        ptrs += [ex if self.grouping == "contiguous" else 0, ex if self.grouping == "masked" else 0]
-        plan.launch(ptrs)
+        grouped = (ex, 0) if self.grouping == "contiguous" else (0, ex)
+        # Tensor maps first (a, b, a_scale, then out where stores go through TMA), then the
+        # kernel's pointer parameters: b_scale, out, group, count.
+        head = [pa, pb, psa, pout] if len(plan.maps) == 4 else [pa, pb, psa]
+        plan.launch(head + [psb, pout, *grouped])
         return out
 
     def _extra(self, rest, named):
@@ -443,6 +455,9 @@ class GemmKernel(KernelBase):
             infos.append(ie)
         out_dtype = self.ir.tensor("out").dtype
         out_shape = (G, M, N) if masked else (M, N)
+        if out is None and self.accumulate:
+            raise LaunchError(f"{self.name}: out is declared 'accumulate' (out += a . b^T): pass the {out_dtype} "
+                              f"array to add into as out=")
         if out is not None:
             io = self._info(out, "out", out_dtype, len(out_shape))
             if io.shape != out_shape:
@@ -457,12 +472,41 @@ class GemmKernel(KernelBase):
         device = self._device(infos)
         if math.prod(out_shape) == 0:  # empty in, empty out (as torch): nothing to launch
             return Plan(None, (), (), None, ia.framework, device, out_shape, out_dtype, "empty")
-        built, loaded = self._load(0, device)
+        sms = _sm_count(device)
+        built, loaded = self._load_shape(self.ir.with_attrs(shape=[M, N, K, G], sms=sms), device)
         lk = built.kernel
-        grid = geometry.gemm_grid(M, N, G, lk.attr("tile_m"), lk.attr("tile_n"), masked, self.name)
-        # Parameter order: a sa b sb out group count (pointers, per call), M N K G.
-        pack = ArgPack(["ptr"] * 7 + ["i32"] * 4, [None] * 7 + [M, N, K, G], list(range(7)))
-        return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, ia.framework, device, out_shape, out_dtype)
+        bm, bn, mcast, cluster = lk.attr("tile_m"), lk.attr("tile_n"), lk.attr("multicast"), lk.attr("cluster")
+        geometry.gemm_index_limits(M, N, K, G, bm, bn, masked, self.name)
+        tiles = -(-M // bm) * -(-N // bn) * (G if masked else 1)
+        # Parameter order: ta tb tsa td (tensor maps), sb out group count (pointers, per call),
+        # M N K G raster.
+        pack = ArgPack(["tmap"] * 4 + ["ptr"] * 4 + ["i32"] * 5, [None] * 8 + [M, N, K, G, lk.attr("raster")],
+                       [4, 5, 6, 7])
+        from .tma import TensorMap
+        ga, gb, e = (G if masked else 1), (1 if self.grouping == "dense" else G), arrays.itemsize(out_dtype)
+        maps = [TensorMap(pack.slots[0], "u8", (K, M, ga), (K, M * K), (128, bm // (2 if mcast == "a" else 1), 1)),
+                TensorMap(pack.slots[1], "u8", (K, N, gb), (K, N * K), (128, bn // (2 if mcast == "b" else 1), 1)),
+                TensorMap(pack.slots[2], "f32", (ga * (K // 128) * M,), (), (bm,), 0)]
+        tma_store = lk.attr("store") == "tma"
+        if tma_store:  # boxes of 64 rows x one swizzle width of columns (fp8_gemm_epilogue.cuh)
+            sw = next(w for w in (128, 64, 32) if bn * e % w == 0)
+            maps.append(TensorMap(pack.slots[3], out_dtype, (N, M, ga), (N * e, M * N * e), (sw // e, 64, 1), sw))
+        return Plan(loaded, geometry.gemm_grid(tiles, sms, cluster), (lk.attr("threads"), 1, 1), pack, ia.framework,
+                    device, out_shape, out_dtype, maps=tuple(maps),
+                    out_align=16 if tma_store else (8 if out_dtype == "f32" else 4))
+
+    def _load_shape(self, kernel: ir.Kernel, device: int):
+        """The build for this kernel's tile configuration, loaded once per configuration."""
+        from ..passes import gemm_tiles, pipeline
+        from ..passes.target import get_target
+        lowered = pipeline.lower(kernel, get_target(self._arch()))
+        key = (tuple(lowered.attr(a) for a in gemm_tiles.CONFIG_ATTRS), device)
+        if key not in self._loaded:
+            from .compiler import build
+            built = build(kernel, self._arch(), 0)
+            self._loaded[key] = (built, Loaded(built.compiled.cubin, built.generated.entry,
+                                               built.kernel.attr("smem_bytes")))
+        return self._loaded[key]
 
 
 def _trivially_same(a, want) -> bool:

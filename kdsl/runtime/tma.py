@@ -1,4 +1,4 @@
-"""TMA tensor maps for the Hopper attention kernel, built with the driver's
+"""TMA tensor maps for the Hopper kernels (attention, FP8 GEMM), built with the driver's
 cuTensorMapEncodeTiled through ctypes.
 
 A tensor map embeds the tensor's address, so a plan keeps one 128-byte parameter slot per
@@ -13,8 +13,8 @@ from ..errors import KdslError
 from .driver import _libcuda
 
 # CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h)
-_DTYPE = {"bf16": 9, "f16": 6}
-_SWIZZLE_128B = 3
+_DTYPE = {"bf16": 9, "f16": 6, "u8": 0, "f32": 7}
+_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _L2_PROMOTION_256B = 3
 _OOB_FILL_ZEROS = 0
 
@@ -31,28 +31,38 @@ def _encoder():
     return fn
 
 
-class RowTiles:
-    """A 3-D tensor map over a contiguous [batch*heads, rows, D] 16-bit tensor, boxes of
-    (64 elements, box_rows, 1) in the 128-byte swizzle; rows past the end read as zeros."""
+class TensorMap:
+    """A tiled tensor map: `dims` innermost first, byte `strides` of dims[1:], `box` elements
+    per dim, `swizzle` bytes (0, 32, 64, 128); elements outside the tensor read as zeros."""
 
-    def __init__(self, slot: TensorMapSlot, dtype: str, heads: int, rows: int, d: int, box_rows: int):
+    def __init__(self, slot: TensorMapSlot, dtype: str, dims, strides, box, swizzle: int = 128):
+        rank = len(dims)
         self.slot = slot
         self.dtype = _DTYPE[dtype]
-        u64x3, u32x3 = ctypes.c_uint64 * 3, ctypes.c_uint32 * 3
-        self.dims = u64x3(d, rows, heads)
-        self.strides = (ctypes.c_uint64 * 2)(d * 2, rows * d * 2)
-        self.box = u32x3(64, box_rows, 1)
-        self.elem_strides = u32x3(1, 1, 1)
+        self.rank = rank
+        self.dims = (ctypes.c_uint64 * rank)(*dims)
+        self.strides = (ctypes.c_uint64 * max(rank - 1, 1))(*(strides or (0,)))
+        self.box = (ctypes.c_uint32 * rank)(*box)
+        self.elem_strides = (ctypes.c_uint32 * rank)(*([1] * rank))
+        self.swizzle = _SWIZZLE[swizzle]
         self.ptr = None
         self.encode = _encoder()
 
     def bind(self, ptr: int) -> None:
         if ptr == self.ptr:
             return
-        status = self.encode(ctypes.addressof(self.slot), self.dtype, 3, ptr, self.dims, self.strides, self.box,
-                             self.elem_strides, 0, _SWIZZLE_128B, _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
+        status = self.encode(ctypes.addressof(self.slot), self.dtype, self.rank, ptr, self.dims, self.strides, self.box,
+                             self.elem_strides, 0, self.swizzle, _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
         if status:
             self.ptr = None
             raise KdslError(f"cuTensorMapEncodeTiled failed with CUDA error {status} (dims {list(self.dims)}, "
                             f"box {list(self.box)})")
         self.ptr = ptr
+
+
+class RowTiles(TensorMap):
+    """A 3-D tensor map over a contiguous [batch*heads, rows, D] 16-bit tensor, boxes of
+    (64 elements, box_rows, 1) in the 128-byte swizzle; rows past the end read as zeros."""
+
+    def __init__(self, slot: TensorMapSlot, dtype: str, heads: int, rows: int, d: int, box_rows: int):
+        super().__init__(slot, dtype, (d, rows, heads), (d * 2, rows * d * 2), (64, box_rows, 1), 128)

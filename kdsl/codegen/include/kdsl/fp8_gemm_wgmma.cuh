@@ -1,458 +1,300 @@
-// kdsl/fp8_gemm_wgmma.cuh — FP8 (e4m3) GEMM with DeepSeek-style block scaling on Hopper.
+// kdsl/fp8_gemm_wgmma.cuh — FP8 (e4m3) GEMM with DeepSeek-style block scaling on Hopper
+// (sm_90a): TMA loads into an mbarrier ring, a producer warp, one or two math warpgroups,
+// persistent CTAs, TMA stores.
 //
-//   out[M, N] = sum_kb (A[:, kb] . B[:, kb]^T) * sa[m, kb] * sb[n / 128, kb]
+//   out[M, N] (+)= sum_kb (A[:, kb] . B[:, kb]^T) * sa[m, kb] * sb[n / 128, kb]
 //
-// A [M, K] and B [N, K] are float8 e4m3, both K-major (row-major with K innermost), which
-// is the only operand order wgmma accepts for 8-bit types. Each 128-deep K block is
-// multiplied into a fresh fp32 wgmma accumulator and then "promoted": scaled by the
-// 1x128 scale of its A row and the 128x128 scale of its B block and added into a separate
-// fp32 total. The tensor core's fp8 accumulation keeps fewer mantissa bits than fp32, so
-// promoting every 128 K keeps the long-K error at fp32 level (the DeepSeek-V3 recipe).
+// A [M, K] and B [N, K] are e4m3, K-major (the only operand order wgmma takes for 8-bit
+// types). Each 128-deep K block is multiplied into a fresh fp32 wgmma accumulator and then
+// promoted: scaled by its A row's 1x128 scale and its B block's 128x128 scale and added into
+// a separate fp32 total in registers. The tensor core's fp8 accumulation keeps fewer mantissa
+// bits than fp32, so promoting every 128 of K keeps long-K error at fp32 level.
 //
-// Kinds (template int KIND):
-//   0 dense               A[M,K]       B[N,K]     out[M,N]
-//   1 grouped contiguous  A[M,K]       B[G,N,K]   out[M,N]; row m uses B[group[m]];
-//                         group[m] == -1 (or any id outside [0, G)) marks a padding row
-//                         that is left untouched.
-//                         Any group array is handled: an M tile makes one pass per group
-//                         present among its rows (one pass when it is single-group).
-//   2 grouped masked      A[G,Mmax,K]  B[G,N,K]   out[G,Mmax,N]; only rows < count[g] are
-//                         read or written; tiles wholly beyond count[g] exit at once.
+// Kinds (C::KIND): 0 dense; 1 grouped contiguous, B [G, N, K], row m uses B[group[m]], ids
+// outside [0, G) mark padding rows that are left untouched; 2 grouped masked, A [G, M, K],
+// B [G, N, K], out [G, M, N], only rows < count[g] are computed or written. Scales (fp32,
+// "dequantise" direction): sa [M, K/128] stored M-major (a contiguous [K/128, M] buffer;
+// KIND 2: [G, K/128, M]); sb contiguous [ceil(N/128), K/128] (KIND 1, 2: [G, ...]).
 //
-// Scales (fp32, the "dequantise" direction: x ~= x_fp8 * scale):
-//   sa  [M, K/128] stored M-major, i.e. a contiguous [K/128, M] buffer (elem (m,kb) at
-//       kb*M + m); KIND 2: contiguous [G, K/128, Mmax].
-//   sb  contiguous [ceil(N/128), K/128]; KIND 1/2: [G, ceil(N/128), K/128].
+// Roles. Warpgroup 0 is the producer: setmaxnreg lowers its registers, warp 0 walks the
+// CTA's units (fp8_gemm_sched.cuh) and one lane issues, per K block, TMA loads of the A and
+// B tiles (128-byte swizzle, K-major: what the wgmma descriptors describe), A's BM scales (a
+// 1-D map over sa: any M) and two 4-byte cp.asyncs of B's scales, all completing on the
+// stage's "full" mbarrier, into a STAGES-deep ring; it publishes each unit in the ring
+// beside its first K block, and a unit with m0 < 0 ends the work. The other warpgroups raise
+// their registers and each owns 64 rows of every 128 (BM = 256: two m64 waves): per K block
+// four m64nBNk32 wgmmas, wait, hand the stage back (one arrival per warpgroup on "empty"),
+// promote. Tiles wider than the 128-column scale blocks of B straddle two of them; each
+// 8-column fragment picks the scale of the block it sits in.
 //
-// Launch contract (see fp8_gemm_threads / fp8_gemm_smem_bytes below):
-//   grid   = (ceil(N/BN), ceil(M/BM), G)      (G = 1 for dense; M is Mmax for KIND 2).
-//            Block (x, y) is remapped to tiles in groups of 8 M tiles for L2 reuse, so the
-//            grid must be exactly this shape.
-//   block  = fp8_gemm_threads<BM,BN>() = 2*BM threads (BM/64 warpgroups); the kernel is
-//            declared __launch_bounds__(threads, 1): one block per SM, up to 255 registers.
-//   smem   = fp8_gemm_smem_bytes<BM,BN,STAGES>() dynamic bytes; above 48 KB the launcher
-//            must first raise cudaFuncAttributeMaxDynamicSharedMemorySize to that value.
-//   Supported: BM in {64, 128}; BN in {64, 128, 160, 192} (192 not with KIND 1);
-//   STAGES >= 2 with smem <= 227 KB (128x128: up to 6). Measured on H100 (see
-//   tools/dev/fp8_gemm_dev_notes.md): 128x128x4 is the best large-M choice, 64x64x8 (or
-//   64x64x4) for small M, where a 128x128 grid leaves most SMs idle.
-//   M, N >= 1 any size (partial tiles are zero-filled on load and masked on store);
-//   K % 128 == 0, K >= 128. a and b 16-byte aligned; out 4-byte aligned (8 for fp32);
-//   odd N falls back to scalar stores.
+// Clusters (CLUSTER = 2). The two CTAs work on tiles that share A (MCAST_A) or B (MCAST_B);
+// each loads half of that tile and multicasts it to both, and a stage is refilled only when
+// the math warpgroups of both CTAs have released it (each arrives on both CTAs' "empty").
 //
-// Design: every thread both loads and computes. A STAGES-deep ring of shared-memory
-// tiles (BM x 128 B of A, BN x 128 B of B per stage) is filled by 16-byte cp.async in
-// the 128-byte-swizzled K-major layout that the wgmma descriptors describe, so a tile row
-// is exactly one swizzle row and one scale block. The K block's scales travel in the same
-// cp.async group (4-byte copies), so their latency is hidden like the tiles' (loading them
-// from global inside the loop cost a quarter of the throughput). Each warpgroup owns 64
-// rows of the M tile and issues four m64nBNk32 wgmmas per K block, waits, and promotes.
-// Tiles wider than 128 (160, 192) straddle two B scale blocks; each 8-column fragment
-// picks its scale from the column it sits in.
+// Launch contract (the generated extern "C" kernel forwards here):
+//   grid  = (CTAs, 1, 1), a multiple of CLUSTER, any count >= CLUSTER (persistent: the
+//           host launches min(tiles, SMs)); cluster dims (CLUSTER, 1, 1) at compile time
+//   block = C::kThreads = 128 * (math warpgroups + 1), __launch_bounds__(threads, 1)
+//   dynamic shared memory = C::kSmemBytes
+//   ta: 3-D map over a (K, rows, groups), u8, box (128, BM / (MCAST_A ? 2 : 1), 1), 128-byte
+//       swizzle; tb: over b (K, N, groups), box (128, BN / (MCAST_B ? 2 : 1), 1), same;
+//   tsa: 1-D map over all of sa, f32, box (BM); td: 3-D map over out (N, rows, groups), box
+//       (kSwD / element bytes, 64, 1), kSwD-byte swizzle (unused unless TMA_STORE).
+//   Out-of-bounds elements load as zeros. kdsl/runtime/tma.py builds the maps.
 #pragma once
+#include "kdsl/fp8_gemm_epilogue.cuh"
+#include "kdsl/fp8_gemm_sched.cuh"
 #include "kdsl/hopper.cuh"
+#include "kdsl/wgmma_fp8_ops.cuh"
 
 namespace kdsl {
 
-struct Fp8GemmArgs {
-  const void* a; const float* sa; const void* b; const float* sb; void* out;
-  const int* group;   // KIND 1 only, else nullptr
-  const int* count;   // KIND 2 only, else nullptr
-  int M, N, K, G;     // KIND 2: M is Mmax (rows per group); G = 1 for dense
-};
+template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
+          bool TMA_STORE_>
+struct Fp8Config {
+  static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, CLUSTER = CLUSTER_, MCAST = MCAST_, KIND = KIND_;
+  static constexpr bool OUT_F32 = OUT_F32_, ACCUM = ACCUM_, TMA_STORE = TMA_STORE_;
+  static constexpr int kBK = 128;                      // K per scale block == bytes per tile row
+  static constexpr int kMathWG = BM == 64 ? 1 : 2;
+  static constexpr int kWaves = BM == 256 ? 2 : 1;     // m64 row blocks per math warpgroup
+  static constexpr int kThreads = 128 * (kMathWG + 1);
+  static constexpr int kFrag = BN / 2;                 // accumulator floats per thread per wave
+  static constexpr bool kSplit = 128 % BN != 0;        // a tile may straddle two scale blocks of B
+  static constexpr int kOutBytes = OUT_F32 ? 4 : 2;
+  static constexpr int kSwD = (BN * kOutBytes) % 128 == 0 ? 128 : ((BN * kOutBytes) % 64 == 0 ? 64 : 32);
+  // Shared memory, from a 1024-byte aligned base: A ring, B ring, staging tile, A scales,
+  // B scales (16 bytes a stage), published units (16 bytes a stage), full and empty barriers.
+  static constexpr int kABytes = BM * kBK, kBBytes = BN * kBK, kSABytes = BM * 4;
+  static constexpr int kOffB = STAGES * kABytes;
+  static constexpr int kOffD = kOffB + STAGES * kBBytes;
+  static constexpr int kOffSA = kOffD + (TMA_STORE ? BM * BN * kOutBytes : 0);
+  static constexpr int kOffSB = kOffSA + STAGES * kSABytes;
+  static constexpr int kOffUnit = kOffSB + STAGES * 16;
+  static constexpr int kOffBar = kOffUnit + STAGES * 16;
+  static constexpr int kSmemBytes = 1024 + kOffBar + 2 * STAGES * 8;  // + 1024: realignment slack
+  static constexpr u32 kStageTx = kABytes + kBBytes + kSABytes;       // TMA bytes landing per stage
+  // setmaxnreg split of the 64K registers between the producer and the math warpgroups.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kMathRegs = kMathWG == 1 ? 240 : 232;
 
-template <int BM, int BN, int STAGES>
-__host__ __device__ constexpr int fp8_gemm_smem_bytes() {
-  // Per stage: the A and B tiles (128 B per row) plus that K block's scales (BM floats
-  // of sa, two of sb). + 1024: the ring is re-aligned to the 1024-byte swizzle period at
-  // run time; + 16: the group-scan scratch word.
-  return STAGES * ((BM + BN) * 128 + (BM + 4) * 4) + 1024 + 16;
-}
-
-template <int BM, int BN>
-__host__ __device__ constexpr int fp8_gemm_threads() { return BM * 2; }
-
-namespace fp8_detail {
-
-constexpr int kBK = 128;            // K per scale block == bytes per tile row
-constexpr int kIntMax = 0x7fffffff;
-
-// 4-byte copies (scales) must go through L1 (.ca); .cg only takes 16 bytes.
-KDSL_DEVICE void cp_async4(u32 dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
-               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-
-// D (64 x N, fp32) = A (64 x 32, e4m3, smem) * B (N x 32, e4m3, smem)^T + (scale_d ? D : 0).
-// Fragment of D per thread (warp w of the warpgroup, lane l): d[4j + 2h + e] is row
-// 16w + l/4 + 8h, column 8j + 2(l%4) + e.
-template <int N> struct Wgmma;  // m64nNk32 for the supported tile widths
-
-KDSL_DEVICE void wgmma_m64n64k32(float (&d)[32], u64 da, u64 db, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> struct Wgmma<64> {
-  static KDSL_DEVICE void run(float (&d)[32], u64 da, u64 db, int s) { wgmma_m64n64k32(d, da, db, s); }
-};
-
-KDSL_DEVICE void wgmma_m64n128k32(float (&d)[64], u64 da, u64 db, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> struct Wgmma<128> {
-  static KDSL_DEVICE void run(float (&d)[64], u64 da, u64 db, int s) { wgmma_m64n128k32(d, da, db, s); }
-};
-
-KDSL_DEVICE void wgmma_m64n160k32(float (&d)[80], u64 da, u64 db, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %82, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, "
-      "%80, %81, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
-      : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> struct Wgmma<160> {
-  static KDSL_DEVICE void run(float (&d)[80], u64 da, u64 db, int s) { wgmma_m64n160k32(d, da, db, s); }
-};
-
-KDSL_DEVICE void wgmma_m64n192k32(float (&d)[96], u64 da, u64 db, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %98, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
-      "%96, %97, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-      : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> struct Wgmma<192> {
-  static KDSL_DEVICE void run(float (&d)[96], u64 da, u64 db, int s) { wgmma_m64n192k32(d, da, db, s); }
-};
-
-
-KDSL_DEVICE int warp_min(int v) {
-  int r;
-  asm volatile("redux.sync.min.s32 %0, %1, 0xffffffff;\n" : "=r"(r) : "r"(v));
-  return r;
-}
-
-// Smallest group id > prev among the tile's rows (kIntMax when none); ids outside [0, G)
-// are never chosen, so such rows are treated as padding, never read past B. Every thread of
-// the block must call it; the slot is reset by thread 0 at entry, which is safe because
-// callers run at least one __syncthreads between two calls.
-template <int BM>
-KDSL_DEVICE int next_group(const int* group, int m0, int M, int G, int prev, int* slot) {
-  const int tid = threadIdx.x;
-  if (tid == 0) *slot = kIntMax;
-  __syncthreads();
-  int cand = kIntMax;
-  if (tid < BM && m0 + tid < M) {
-    const int g = __ldg(group + m0 + tid);
-    if (g > prev && g < G) cand = g;
-  }
-  cand = warp_min(cand);
-  if ((tid & 31) == 0 && cand != kIntMax)
-    asm volatile("red.shared.min.s32 [%0], %1;\n" :: "r"(smem_addr(slot)), "r"(cand) : "memory");
-  __syncthreads();
-  return *slot;
-}
-
-KDSL_DEVICE void store_pair(float* p, float x, float y, bool pair_ok, bool second_ok) {
-  if (pair_ok) {
-    asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(x), "f"(y) : "memory");
-  } else {
-    p[0] = x;
-    if (second_ok) p[1] = y;
-  }
-}
-KDSL_DEVICE void store_pair(bf16_t* p, float x, float y, bool pair_ok, bool second_ok) {
-  if (pair_ok) {
-    *reinterpret_cast<u32*>(p) = pack_bf16x2(x, y);
-  } else {
-    const u32 v = pack_bf16x2(x, y);
-    p[0].bits = (u16)(v & 0xFFFF);
-    if (second_ok) p[1].bits = (u16)(v >> 16);
-  }
-}
-
-template <bool F32> struct Select { typedef bf16_t type; };
-template <> struct Select<true> { typedef float type; };
-
-}  // namespace fp8_detail
-
-template <int BM, int BN, int STAGES, bool OUT_F32, int KIND>
-KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p) {
-  using namespace fp8_detail;
-  static_assert(BM == 64 || BM == 128, "BM must be 64 or 128 (one m64 wgmma per warpgroup)");
-  static_assert(BN == 64 || BN == 128 || BN == 160 || BN == 192,
-                "BN must be 64, 128, 160 or 192 (accumulator + promoted total must fit in registers)");
+  static_assert(BM == 64 || BM == 128 || BM == 256, "BM must be 64, 128 or 256");
+  static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN must be a multiple of 16 in [16, 256]");
+  static_assert(BN - ((BN & -BN) < 128 ? (BN & -BN) : 128) <= 128,  // BN - gcd(BN, 128)
+                "a tile may straddle at most two 128-column scale blocks of B");
+  static_assert(kFrag * (kWaves + 1) <= 192, "accumulators and totals must fit in the math registers");
   static_assert(STAGES >= 2, "need at least two pipeline stages");
-  static_assert(!(KIND == 1 && BN == 192), "BN = 192 spills registers with the group-pass state of KIND 1");
+  static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
+  static_assert((CLUSTER == 1) == (MCAST == kMcastNone), "a cluster multicasts exactly one operand");
+  static_assert(MCAST != kMcastB || KIND == 0, "grouped kinds pair CTAs on one M tile (MCAST_A)");
+  static_assert(!ACCUM || OUT_F32, "accumulation is into an f32 out");
   static_assert(KIND >= 0 && KIND <= 2, "KIND: 0 dense, 1 grouped contiguous, 2 grouped masked");
-  static_assert(fp8_gemm_smem_bytes<BM, BN, STAGES>() <= 227 * 1024, "too many stages for shared memory");
+  static_assert(kSmemBytes <= 227 * 1024, "too many stages for shared memory");
+  static_assert(kProducerRegs * 128 + kMathRegs * 128 * kMathWG <= 65536, "register split too large");
+};
 
-  constexpr int THREADS = BM * 2;
-  constexpr int ROW_STEP = THREADS / 8;            // tile rows covered by one sweep of the block
-  constexpr int A_ITERS = BM / ROW_STEP;           // 16-byte chunks per thread per stage
-  constexpr int B_ITERS = BN / ROW_STEP;
-  static_assert(A_ITERS * ROW_STEP == BM && B_ITERS * ROW_STEP == BN, "tile rows must be a multiple of 2*BM/8");
-  constexpr int A_BYTES = BM * kBK;
-  constexpr int TILE_BYTES = (BM + BN) * kBK;
-  constexpr int SCL_BYTES = (BM + 4) * 4;           // sa[BM], sb_lo, sb_hi, pad
-  constexpr int FRAG = BN / 2;                      // fp32 accumulator registers per thread
-  // A 160- or 192-wide tile straddles two 128-wide scale blocks of B.
-  constexpr bool SPLIT = (128 % BN) != 0;
+// Addresses in the shared-memory layout of Fp8Config.
+template <class C>
+struct Fp8Smem {
+  u32 base;      // shared-window address, 1024-byte aligned
+  u8* generic;   // the same byte as a generic pointer
 
-  extern __shared__ u8 kdsl_fp8_gemm_smem[];
-  const u32 smem_raw = smem_addr(kdsl_fp8_gemm_smem);
-  const u32 ring = (smem_raw + 1023u) & ~1023u;   // swizzle pattern repeats every 1024 B
-  const u32 scl_ring = ring + STAGES * TILE_BYTES;
-  const u8* scl_gen = kdsl_fp8_gemm_smem + (ring - smem_raw) + STAGES * TILE_BYTES;
-  int* scratch = reinterpret_cast<int*>(const_cast<u8*>(scl_gen) + STAGES * SCL_BYTES);
-
-  const int tid = threadIdx.x;
-  const int M = p.M, N = p.N, K = p.K;
-  const int nk = K / kBK;
-  const int n_sblk = (N + 127) / 128;
-
-  // Grouped rasterisation: walk 8 M tiles at a time across N so that a wave of blocks
-  // shares A and B tiles in L2 (the grid shape is fixed by the launch contract).
-  int mt, nt;
-  {
-    const int gx = gridDim.x, gy = gridDim.y;
-    const int pid = blockIdx.y * gx + blockIdx.x;
-    constexpr int GROUP_M = 8;
-    const int width = GROUP_M * gx;
-    const int first_m = (pid / width) * GROUP_M;
-    const int gsz = (gy - first_m) < GROUP_M ? (gy - first_m) : GROUP_M;
-    mt = first_m + (pid % width) % gsz;
-    nt = (pid % width) / gsz;
+  KDSL_DEVICE explicit Fp8Smem(u8* raw) {
+    const u32 raw_addr = smem_addr(raw);
+    base = (raw_addr + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+    generic = raw + (base - raw_addr);
   }
-  const int z = blockIdx.z;
-  const int m0 = mt * BM, n0 = nt * BN;
-  const int nb_lo = n0 >> 7;                       // B scale block of the tile's first column
-  const int bnd = 128 - (n0 & 127);                // tile columns < bnd use nb_lo, the rest nb_lo + 1
-
-  // Rows of this tile that exist (A reads and output writes stop at m_end).
-  int m_end = M;
-  if (KIND == 2) {
-    const int c = __ldg(p.count + z);
-    m_end = c < M ? c : M;
-    if (m0 >= m_end) return;
+  KDSL_DEVICE u32 a(int s) const { return base + s * C::kABytes; }
+  KDSL_DEVICE u32 b(int s) const { return base + C::kOffB + s * C::kBBytes; }
+  KDSL_DEVICE u32 d() const { return base + C::kOffD; }
+  KDSL_DEVICE u32 sa(int s) const { return base + C::kOffSA + s * C::kSABytes; }
+  KDSL_DEVICE const float* sa_ptr(int s) const {
+    return reinterpret_cast<const float*>(generic + C::kOffSA + s * C::kSABytes);
   }
+  KDSL_DEVICE u32 sb(int s) const { return base + C::kOffSB + s * 16; }
+  KDSL_DEVICE const float* sb_ptr(int s) const { return reinterpret_cast<const float*>(generic + C::kOffSB + s * 16); }
+  KDSL_DEVICE Fp8Unit* unit(int s) const { return reinterpret_cast<Fp8Unit*>(generic + C::kOffUnit + s * 16); }
+  KDSL_DEVICE u32 full(int s) const { return base + C::kOffBar + s * 8; }
+  KDSL_DEVICE u32 empty(int s) const { return base + C::kOffBar + (C::STAGES + s) * 8; }
+};
 
-  // Loader geometry: thread handles chunk (tid % 8) of rows tid/8 + i*ROW_STEP. The
-  // swizzle XOR term (row % 8) is the same for all of them since ROW_STEP % 8 == 0.
-  const int ld_row = tid >> 3;
-  const int ld_chunk = tid & 7;
-  const u32 ld_soff = (u32)(ld_row * kBK + ((ld_chunk ^ (ld_row & 7)) << 4));
-
-  // Promotion / epilogue geometry (accumulator fragment layout of wgmma m64nNk32).
-  const int wg = tid >> 7;
-  const int warp = (tid >> 5) & 3;
-  const int lane = tid & 31;
-  const int r_loc = wg * 64 + warp * 16 + (lane >> 2);   // tile rows r_loc and r_loc + 8
-  const int r_lo = m0 + r_loc;
-  const int c_base = n0 + 2 * (lane & 3);
-
-  int g = 0;
-  if (KIND == 1) {
-    g = next_group<BM>(p.group, m0, M, p.G, -1, scratch);
-    if (g == kIntMax) return;                 // tile holds only padding rows
-  } else if (KIND == 2) {
-    g = z;
-  }
-
-  const u8* a_base = static_cast<const u8*>(p.a) + (KIND == 2 ? (i64)z * M * K : (i64)0);
-  const float* sa_base = p.sa + (KIND == 2 ? (i64)z * nk * M : (i64)0);
-  const i64 row_step_bytes = (i64)ROW_STEP * K;
-
-  // Scale loads ride in the same cp.async groups as the tiles: thread t < BM fetches
-  // sa of tile row t, threads BM and BM+1 the one or two sb values of the tile.
-  const float* scl_src = sa_base;
-  i64 scl_stride = 0;
-  bool scl_ok = false;
-  u32 scl_doff = 0;
-  if (tid < BM) {
-    scl_ok = m0 + tid < m_end;
-    scl_src = sa_base + (scl_ok ? m0 + tid : 0);
-    scl_stride = M;
-    scl_doff = tid * 4;
-  }
-
-  for (;;) {   // one pass per group present in the tile (KIND 1); a single pass otherwise
-    const u8* b_base = static_cast<const u8*>(p.b) + (i64)g * N * K;
-    if (tid == BM || tid == BM + 1) {
-      const int nb = nb_lo + (tid - BM);
-      scl_ok = nb < n_sblk && (tid == BM || SPLIT);
-      scl_src = p.sb + ((i64)g * n_sblk + (scl_ok ? nb : nb_lo)) * nk;
-      scl_stride = 1;
-      scl_doff = tid * 4;
+// Ring position: stage and the parity of its current use.
+template <int STAGES>
+struct RingPos {
+  int s = 0;
+  u32 phase = 0;
+  KDSL_DEVICE void advance() {
+    if (++s == STAGES) {
+      s = 0;
+      phase ^= 1u;
     }
+  }
+};
 
-    // Out-of-range rows copy 0 bytes (zero fill): cp.async then reads nothing from the
-    // (out-of-range) address, so no select to a safe address is spent on them.
-    u32 a_ok = 0, b_ok = 0;
-#pragma unroll
-    for (int i = 0; i < A_ITERS; ++i) a_ok |= (u32)(m0 + ld_row + i * ROW_STEP < m_end) << i;
-#pragma unroll
-    for (int i = 0; i < B_ITERS; ++i) b_ok |= (u32)(n0 + ld_row + i * ROW_STEP < N) << i;
-    const u8* a_ld = a_base + (i64)(m0 + ld_row) * K + ld_chunk * 16;
-    const u8* b_ld = b_base + (i64)(n0 + ld_row) * K + ld_chunk * 16;
-
-    auto load_stage = [&](int kb, int slot) {
-      const u32 st = ring + slot * TILE_BYTES + ld_soff;
-      const i64 koff = (i64)kb * kBK;
-#pragma unroll
-      for (int i = 0; i < A_ITERS; ++i) {
-        const bool ok = (a_ok >> i) & 1;
-        cp_async16(st + i * ROW_STEP * kBK, a_ld + i * row_step_bytes + koff, ok ? 16 : 0);
+template <class C>
+KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* tsa,
+                              const Fp8Smem<C>& sm) {
+  constexpr int BM = C::BM, BN = C::BN;
+  const bool leader = (threadIdx.x & 31) == 0;
+  if (leader) {
+    tma_prefetch_desc(ta);
+    tma_prefetch_desc(tb);
+    tma_prefetch_desc(tsa);
+  }
+  const int nk = p.K / C::kBK, n_sblk = (p.N + 127) / 128;
+  const int rank = C::CLUSTER > 1 ? (int)cluster_ctarank() : 0;
+  Fp8Scheduler<C> sched(p);
+  RingPos<C::STAGES> pos;
+  Fp8Unit u;
+  while (sched.next(u)) {
+    if (leader) {
+      const int ag = C::KIND == 2 ? u.g : 0;  // group of A (and of sa)
+      const float* sb_lo = p.sb + ((i64)u.g * n_sblk + (u.n0 >> 7)) * nk;
+      const float* sb_hi = (u.n0 >> 7) + 1 < n_sblk ? sb_lo + nk : sb_lo;  // past N: never used
+      const int sa0 = ag * nk * p.M + u.m0;  // sa[ag][kb = 0][m0] in the 1-D map
+      for (int kb = 0; kb < nk; ++kb, pos.advance()) {
+        const int s = pos.s;
+        const u32 full = sm.full(s);
+        mbar_wait(sm.empty(s), pos.phase ^ 1u);
+        if (kb == 0) *sm.unit(s) = u;  // published by the arrivals below (release)
+        cp_async4(sm.sb(s), sb_lo + kb);
+        cp_async4(sm.sb(s) + 4, sb_hi + kb);
+        cp_async_mbar_arrive(full);
+        mbar_arrive_expect_tx(full, C::kStageTx);
+        const int k0 = kb * C::kBK;
+        if (C::MCAST == kMcastA) {
+          const int half = rank * (BM / 2);
+          tma_load_3d_multicast(sm.a(s) + half * C::kBK, ta, full, k0, u.m0 + half, ag, 0x3);
+        } else {
+          tma_load_3d(sm.a(s), ta, full, k0, u.m0, ag);
+        }
+        if (C::MCAST == kMcastB) {
+          const int half = rank * (BN / 2);
+          tma_load_3d_multicast(sm.b(s) + half * C::kBK, tb, full, k0, u.n0 + half, u.g, 0x3);
+        } else {
+          tma_load_3d(sm.b(s), tb, full, k0, u.n0, u.g);
+        }
+        tma_load_1d(sm.sa(s), tsa, full, sa0 + kb * p.M);
       }
-#pragma unroll
-      for (int i = 0; i < B_ITERS; ++i) {
-        const bool ok = (b_ok >> i) & 1;
-        cp_async16(st + A_BYTES + i * ROW_STEP * kBK, b_ld + i * row_step_bytes + koff, ok ? 16 : 0);
-      }
-      if (tid < BM + 2)
-        cp_async4(scl_ring + slot * SCL_BYTES + scl_doff, scl_ok ? scl_src + kb * scl_stride : scl_src,
-                  scl_ok ? 4 : 0);
-    };
+    }
+    __syncwarp();
+  }
+  if (leader) {
+    // End of work: a unit with m0 < 0, with no loads.
+    mbar_wait(sm.empty(pos.s), pos.phase ^ 1u);
+    *sm.unit(pos.s) = Fp8Unit{-1, 0, 0, 0};
+    mbar_arrive(sm.full(pos.s));
+    pos.advance();
+    // With a cluster, the peer's math warpgroups arrive on our "empty" barriers: wait until
+    // the last STAGES stages were released by both CTAs, so none is still on its way.
+    if (C::CLUSTER > 1)
+      for (int i = 0; i < C::STAGES; ++i, pos.advance()) mbar_wait(sm.empty(pos.s), pos.phase ^ 1u);
+  }
+  __syncwarp();
+}
 
-    // The previous pass's last wgmmas read the ring; nobody may refill it before they end.
+template <class C>
+KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem<C>& sm) {
+  constexpr int BN = C::BN, kFrag = C::kFrag, kWaves = C::kWaves;
+  const int tid = threadIdx.x - 128;  // among the math threads
+  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int nk = p.K / C::kBK;
+  const Fp8Epilogue<C> epilogue{p, td, sm.d(), wg, warp, lane};
+  RingPos<C::STAGES> pos;
+
+  // One thread per warpgroup hands a stage back (wgmma is a warpgroup operation: once it is
+  // complete, the whole warpgroup is done reading); with a cluster, to both CTAs.
+  auto release = [&]() {
+    const int t = tid & 127;
+    if (C::CLUSTER == 1) {
+      if (t == 0) mbar_arrive(sm.empty(pos.s));
+    } else if (t < C::CLUSTER) {
+      mbar_arrive_cluster(sm.empty(pos.s), (u32)t);
+    }
+  };
+
+  float acc[kFrag];  // no init: each K block's first wgmma runs with scale-d = 0
+  float total[kWaves][kFrag];
+  for (;;) {
+    mbar_wait(sm.full(pos.s), pos.phase);
+    const Fp8Unit u = *sm.unit(pos.s);
+    if (u.m0 < 0) {
+      release();
+      pos.advance();
+      break;
+    }
+#pragma unroll
+    for (int v = 0; v < kWaves; ++v)
+#pragma unroll
+      for (int i = 0; i < kFrag; ++i) total[v][i] = 0.f;
+    const int bnd = 128 - (u.n0 & 127);  // tile columns < bnd are in B's first scale block
+    for (int kb = 0; kb < nk; ++kb, pos.advance()) {
+      const int s = pos.s;
+      if (kb > 0) mbar_wait(sm.full(s), pos.phase);
+      // Scales are read before the stage is handed back.
+      const float* sa = sm.sa_ptr(s);
+      float s_a[kWaves][2];
+#pragma unroll
+      for (int v = 0; v < kWaves; ++v) {
+        const int r = epilogue.wave_row(v) + warp * 16 + (lane >> 2);
+        s_a[v][0] = sa[r];
+        s_a[v][1] = sa[r + 8];
+      }
+      const float s_b_lo = sm.sb_ptr(s)[0], s_b_hi = sm.sb_ptr(s)[1];
+      const u64 db = desc_kmajor_sw128(sm.b(s));
+#pragma unroll
+      for (int v = 0; v < kWaves; ++v) {
+        const u64 da = desc_kmajor_sw128(sm.a(s) + epilogue.wave_row(v) * C::kBK);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < C::kBK / 32; ++k)  // +32 bytes along K == +2 in the descriptor's address
+          WgmmaFp8<BN>::run(acc, da + 2 * k, db + 2 * k, k);  // k == 0 starts a fresh accumulator
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_pin(acc);
+        if (v == kWaves - 1) release();
+        const float lo0 = s_a[v][0] * s_b_lo, lo1 = s_a[v][1] * s_b_lo;
+        const float hi0 = s_a[v][0] * s_b_hi, hi1 = s_a[v][1] * s_b_hi;
+#pragma unroll
+        for (int j = 0; j < kFrag / 4; ++j) {
+          const bool lo = !C::kSplit || 8 * j < bnd;
+          const float sc0 = lo ? lo0 : hi0, sc1 = lo ? lo1 : hi1;
+          total[v][4 * j + 0] = fmaf(acc[4 * j + 0], sc0, total[v][4 * j + 0]);
+          total[v][4 * j + 1] = fmaf(acc[4 * j + 1], sc0, total[v][4 * j + 1]);
+          total[v][4 * j + 2] = fmaf(acc[4 * j + 2], sc1, total[v][4 * j + 2]);
+          total[v][4 * j + 3] = fmaf(acc[4 * j + 3], sc1, total[v][4 * j + 3]);
+        }
+      }
+    }
+    epilogue.store(u, total);
+  }
+  epilogue.finish();
+}
+
+template <class C>
+KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* tsa,
+                          const TmaDesc* td) {
+  extern __shared__ __align__(1024) u8 kdsl_fp8_smem[];
+  const Fp8Smem<C> sm(kdsl_fp8_smem);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::STAGES; ++s) {
+      mbar_init(sm.full(s), 1);                          // the producer's arrival (+ TMA bytes)
+      mbar_init(sm.empty(s), C::kMathWG * C::CLUSTER);   // each math warpgroup of each CTA
+    }
+    mbar_init_fence();
+  }
+  if (C::CLUSTER > 1) {
+    cluster_sync();  // the peer's barriers are initialised before any remote arrival
+  } else {
     __syncthreads();
-
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < nk) load_stage(s, s);
-      cp_async_commit();   // empty groups keep the wait_group count uniform
-    }
-
-    float total[FRAG];
-    float acc[FRAG];   // no init needed: the first wgmma of each K block runs with scale-d = 0
-#pragma unroll
-    for (int i = 0; i < FRAG; ++i) total[i] = 0.f;
-
-    int slot = 0;                   // ring slot of K block kb
-    int fill = STAGES - 1;          // ring slot that K block kb + STAGES - 1 goes to
-    for (int kb = 0; kb < nk; ++kb) {
-      cp_async_wait<STAGES - 2>();  // this thread's copies for block kb have landed
-      fence_proxy_async();
-      __syncthreads();              // everyone's copies landed; slot `fill` is free
-      if (kb + STAGES - 1 < nk) load_stage(kb + STAGES - 1, fill);
-      cp_async_commit();
-
-      const float* scl = reinterpret_cast<const float*>(scl_gen + slot * SCL_BYTES);
-      const float s_a0 = scl[r_loc], s_a1 = scl[r_loc + 8];
-      const float s_b_lo = scl[BM], s_b_hi = scl[BM + 1];
-
-      const u32 tile = ring + slot * TILE_BYTES;
-      const u64 da = desc_kmajor_sw128(tile + wg * 64 * kBK);
-      const u64 db = desc_kmajor_sw128(tile + A_BYTES);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kBK / 32; ++k)    // +32 B along K == +2 in the descriptor's address field
-        Wgmma<BN>::run(acc, da + 2 * k, db + 2 * k, k);   // k == 0 starts a fresh accumulator
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_pin(acc);
-
-      const float lo0 = s_a0 * s_b_lo, lo1 = s_a1 * s_b_lo;
-      const float hi0 = s_a0 * s_b_hi, hi1 = s_a1 * s_b_hi;
-#pragma unroll
-      for (int j = 0; j < FRAG / 4; ++j) {
-        const bool lo = !SPLIT || 8 * j < bnd;
-        const float sc0 = lo ? lo0 : hi0, sc1 = lo ? lo1 : hi1;
-        total[4 * j + 0] = fmaf(acc[4 * j + 0], sc0, total[4 * j + 0]);
-        total[4 * j + 1] = fmaf(acc[4 * j + 1], sc0, total[4 * j + 1]);
-        total[4 * j + 2] = fmaf(acc[4 * j + 2], sc1, total[4 * j + 2]);
-        total[4 * j + 3] = fmaf(acc[4 * j + 3], sc1, total[4 * j + 3]);
-      }
-      slot = (slot + 1 == STAGES) ? 0 : slot + 1;
-      fill = (fill + 1 == STAGES) ? 0 : fill + 1;
-    }
-
-    // Epilogue: straight from the fragment; each quad of lanes writes 8 contiguous columns.
-    typedef typename Select<OUT_F32>::type out_t;
-    out_t* out = static_cast<out_t*>(p.out) + (KIND == 2 ? (i64)z * M * N : (i64)0);
-    const bool even_n = (N & 1) == 0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r_lo + 8 * h;
-      bool row_ok = r < m_end;
-      // Re-read rather than keep in registers across the main loop (BN = 192 is tight).
-      if (KIND == 1) row_ok = row_ok && __ldg(p.group + r) == g;
-      if (!row_ok) continue;
-      out_t* orow = out + (i64)r * N;
-#pragma unroll
-      for (int j = 0; j < FRAG / 4; ++j) {
-        const int c = c_base + 8 * j;
-        if (c < N)
-          store_pair(orow + c, total[4 * j + 2 * h], total[4 * j + 2 * h + 1], even_n, c + 1 < N);
-      }
-    }
-
-    if (KIND != 1) break;
-    g = next_group<BM>(p.group, m0, M, p.G, g, scratch);
-    if (g == kIntMax) break;
   }
+  if (threadIdx.x < 128) {
+    regs_release<C::kProducerRegs>();
+    if (threadIdx.x < 32) fp8_producer<C>(p, ta, tb, tsa, sm);
+  } else {
+    regs_claim<C::kMathRegs>();
+    fp8_math<C>(p, td, sm);
+  }
+  if (C::CLUSTER > 1) cluster_sync();  // no CTA leaves while its peer may still reach it
 }
 
 }  // namespace kdsl

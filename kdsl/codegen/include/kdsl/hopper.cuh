@@ -1,5 +1,6 @@
-// kdsl/hopper.cuh — sm_90a building blocks: mbarriers, TMA tensor loads, wgmma fences and
-// shared-memory descriptors, register reallocation between warpgroup roles.
+// kdsl/hopper.cuh — sm_90a building blocks: mbarriers, TMA tensor loads and stores (with
+// cluster multicast), wgmma fences and shared-memory descriptors, register reallocation
+// between warpgroup roles, thread-block clusters.
 //
 // Every op is inline PTX (NVRTC compiles kdsl kernels with no CUDA headers). The comments
 // say what each op guarantees that the kernels rely on.
@@ -54,6 +55,54 @@ KDSL_DEVICE void tma_load_3d(u32 dst, const TmaDesc* desc, u32 bar, int c0, int 
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
       :: "r"(dst), "l"(reinterpret_cast<u64>(desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
+// The same box written to shared address dst of every CTA of the cluster named in cta_mask
+// (bit r: CTA rank r), each completing `bytes` on its own mbarrier at offset `bar`: one L2
+// read feeds several CTAs.
+KDSL_DEVICE void tma_load_3d_multicast(u32 dst, const TmaDesc* desc, u32 bar, int c0, int c1, int c2,
+                                       u16 cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%3, %4, %5}], [%2], %6;\n"
+      :: "r"(dst), "l"(reinterpret_cast<u64>(desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
+      : "memory");
+}
+// Box at element c0 of a 1-D tensor map (any c0: the box need not start 16-byte aligned).
+KDSL_DEVICE void tma_load_1d(u32 dst, const TmaDesc* desc, u32 bar, int c0) {
+  asm volatile(
+      "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n"
+      :: "r"(dst), "l"(reinterpret_cast<u64>(desc)), "r"(bar), "r"(c0) : "memory");
+}
+// Shared -> global box stores (elements outside the tensor are not written). The source must
+// be ordered before by fence_proxy_async() in every thread that wrote it. Each call joins the
+// thread's current bulk group; bulk_commit() closes it.
+KDSL_DEVICE void tma_store_3d(const TmaDesc* desc, u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+               :: "l"(reinterpret_cast<u64>(desc)), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+// global += shared, element-wise (the map's element type, e.g. f32), for D = C + A B^T.
+KDSL_DEVICE void tma_reduce_add_3d(const TmaDesc* desc, u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+               :: "l"(reinterpret_cast<u64>(desc)), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+KDSL_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until at most N of this thread's bulk groups still read their shared-memory source.
+template <int N>
+KDSL_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory"); }
+// Until at most N of this thread's bulk groups are incomplete (their global writes done).
+template <int N>
+KDSL_DEVICE void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory"); }
+
+// ---- cp.async tracked by an mbarrier ------------------------------------------------------
+
+// 4-byte global -> shared copy (through L1; .cg takes 16 bytes only).
+KDSL_DEVICE void cp_async4(u32 dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(dst), "l"(src) : "memory");
+}
+// The mbarrier's current phase also waits for every cp.async this thread issued so far (the
+// arrival is added now and made when they land, so the expected count is unchanged).
+KDSL_DEVICE void cp_async_mbar_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
 
 // ---- wgmma -------------------------------------------------------------------------------
 
@@ -105,6 +154,26 @@ KDSL_DEVICE void named_barrier(int id, int threads) {
 // Arrive at a named barrier without waiting (the other side bar.syncs on it).
 KDSL_DEVICE void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// ---- thread-block clusters ---------------------------------------------------------------
+
+KDSL_DEVICE u32 cluster_ctarank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster; orders shared-memory accesses, remote ones (such
+// as mbarrier arrivals on a peer CTA) included, across it. Barrier initialisation before the
+// first remote use, and no CTA leaves while a peer may still touch its shared memory.
+KDSL_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// Arrive on the mbarrier at shared offset `bar` of CTA `rank` in the cluster (itself too).
+KDSL_DEVICE void mbar_arrive_cluster(u32 bar, u32 rank) {
+  asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+               :: "r"(bar), "r"(rank) : "memory");
 }
 
 }  // namespace kdsl

@@ -1,0 +1,171 @@
+// kdsl/fp8_gemm_sched.cuh — which output tiles a CTA of the persistent FP8 GEMM computes, in
+// which order; run by the producer warp alone (the math warpgroups follow the units it
+// publishes in the ring, see fp8_gemm_wgmma.cuh).
+//
+// A unit is one pass of the whole K range over one BM x BN output tile: (m0, n0) of the tile,
+// g the group whose B it multiplies (KIND 1 and 2; for KIND 2 also the group of A and out),
+// and whether every row of the tile that exists may be written (then the epilogue stores it
+// with TMA; else row by row).
+//
+// Tiles are numbered linearly and CTA i takes tiles i, i + gridDim.x, ... . The linear order
+// is rasterised for L2 reuse: groups of `raster` tiles along one axis, the other axis
+// walked inside a group, so that the CTAs running together share A and B tiles. With a
+// 2-CTA cluster, CTAs 2c and 2c + 1 take consecutive indices, which the raster makes share
+// the multicast operand: the same M tile (MCAST_A: groups along N) or the same N tile
+// (MCAST_B: groups along M). The tiling pass only picks a cluster when the paired axis has
+// an even tile count, so every pair shares it and both CTAs see the same units, in step.
+//
+// Kinds: 0 dense: the num_m x num_n tiles. 1 grouped contiguous: the same tiles; each makes
+// one pass per group id present among its rows (ids outside [0, G) are padding), in
+// increasing order. 2 grouped masked: the tiles of group 0 (ceil(rows_0 / BM) x num_n, rows_g
+// = min(count[g], M)), then group 1's, ...
+#pragma once
+#include "kdsl/hopper.cuh"
+
+namespace kdsl {
+
+struct Fp8GemmArgs {
+  const float* sb;     // B scales, [G,] ceil(N/128), K/128 contiguous
+  void* out;           // for row-by-row stores (TMA stores use the tensor map)
+  const int* group;    // KIND 1: group per row of a, else nullptr
+  const int* count;    // KIND 2: valid rows per group, else nullptr
+  int M, N, K, G;      // KIND 2: M is rows per group (Mmax); G = 1 for dense
+  int raster;          // tiles per rasterisation group (even when clustered)
+};
+
+struct Fp8Unit {
+  int m0, n0, g, full;  // m0 < 0: no more work
+};
+
+enum { kMcastNone = 0, kMcastA = 1, kMcastB = 2 };
+
+namespace fp8_detail {
+
+constexpr int kIntMax = 0x7fffffff;
+
+KDSL_DEVICE int warp_min(int v) {
+  int r;
+  asm volatile("redux.sync.min.s32 %0, %1, 0xffffffff;\n" : "=r"(r) : "r"(v));
+  return r;
+}
+KDSL_DEVICE int imin(int a, int b) { return a < b ? a : b; }
+
+// Rows of group g of a masked GEMM that exist: count[g] clamped to [0, M].
+KDSL_DEVICE int masked_rows(const Fp8GemmArgs& p, int g) {
+  const int c = __ldg(p.count + g);
+  return c < 0 ? 0 : imin(c, p.M);
+}
+
+}  // namespace fp8_detail
+
+// Every lane of the producer warp runs next() in step (KIND 1 reduces over the warp).
+template <class C>
+struct Fp8Scheduler {
+  static constexpr int BM = C::BM, BN = C::BN;
+  static constexpr int kIdsPerLane = BM / 32;
+
+  const Fp8GemmArgs& p;
+  int num_m, num_n;  // tiles (KIND 2: num_m is per group, at rows_g)
+  int t;             // this CTA's next linear tile
+  // KIND 1: the tile whose group passes are under way (pass_m0 < 0: none), its rows' ids
+  int pass_m0, pass_n0, pass_g;
+  int ids[kIdsPerLane > 0 ? kIdsPerLane : 1];
+  // KIND 2: the group holding linear tile t, its first linear tile and its rows
+  int grp, grp_first, grp_rows;
+
+  KDSL_DEVICE explicit Fp8Scheduler(const Fp8GemmArgs& args) : p(args) {
+    num_m = (p.M + BM - 1) / BM;
+    num_n = (p.N + BN - 1) / BN;
+    t = blockIdx.x;
+    pass_m0 = -1;
+    pass_n0 = pass_g = 0;
+    grp = grp_first = 0;
+    grp_rows = C::KIND == 2 ? fp8_detail::masked_rows(p, 0) : 0;
+  }
+
+  // (mt, nt) of linear index i among nm x num_n tiles.
+  KDSL_DEVICE void raster(int i, int nm, int& mt, int& nt) const {
+    if (C::MCAST == kMcastA) {  // groups of `raster` N tiles; pairs: adjacent N tiles, same M tile
+      const int width = p.raster * nm;
+      const int first = i / width * p.raster;
+      const int in = i - i / width * width;
+      const int size = fp8_detail::imin(p.raster, num_n - first);
+      mt = in / size;
+      nt = first + (in - mt * size);
+    } else {  // groups of `raster` M tiles; pairs: adjacent M tiles, same N tile
+      const int width = p.raster * num_n;
+      const int first = i / width * p.raster;
+      const int in = i - i / width * width;
+      const int size = fp8_detail::imin(p.raster, nm - first);
+      nt = in / size;
+      mt = first + (in - nt * size);
+    }
+  }
+
+  KDSL_DEVICE bool next(Fp8Unit& u) {
+    if (C::KIND == 1) return next_contiguous(u);
+    if (C::KIND == 2) return next_masked(u);
+    if (t >= num_m * num_n) return false;
+    int mt, nt;
+    raster(t, num_m, mt, nt);
+    t += gridDim.x;
+    u = Fp8Unit{mt * BM, nt * BN, 0, 1};  // TMA stores clip rows >= M and columns >= N
+    return true;
+  }
+
+  KDSL_DEVICE bool next_masked(Fp8Unit& u) {
+    for (;;) {
+      if (grp >= p.G) return false;
+      const int nm = (grp_rows + BM - 1) / BM;
+      if (t < grp_first + nm * num_n) {
+        int mt, nt;
+        raster(t - grp_first, nm, mt, nt);
+        t += gridDim.x;
+        // rows in [count, M) must stay untouched: a tile reaching past count is written row by row
+        u = Fp8Unit{mt * BM, nt * BN, grp, mt * BM + BM <= grp_rows};
+        return true;
+      }
+      grp_first += nm * num_n;
+      if (++grp < p.G) grp_rows = fp8_detail::masked_rows(p, grp);
+    }
+  }
+
+  KDSL_DEVICE bool next_contiguous(Fp8Unit& u) {
+    using fp8_detail::kIntMax;
+    const int lane = threadIdx.x & 31;
+    for (;;) {
+      if (pass_m0 < 0) {  // the next tile: read its rows' group ids once
+        if (t >= num_m * num_n) return false;
+        int mt, nt;
+        raster(t, num_m, mt, nt);
+        t += gridDim.x;
+        pass_m0 = mt * BM;
+        pass_n0 = nt * BN;
+        pass_g = -1;
+#pragma unroll
+        for (int i = 0; i < kIdsPerLane; ++i) {
+          const int m = pass_m0 + lane + 32 * i;
+          ids[i] = m < p.M ? __ldg(p.group + m) : -1;  // past M: like padding
+        }
+      }
+      // The smallest group id above the last pass's; ids outside [0, G) are padding.
+      int cand = kIntMax;
+#pragma unroll
+      for (int i = 0; i < kIdsPerLane; ++i)
+        if (ids[i] > pass_g && ids[i] < p.G && ids[i] < cand) cand = ids[i];  // pass_g >= -1
+      const int g = fp8_detail::warp_min(cand);
+      if (g == kIntMax) {  // no group left in this tile
+        pass_m0 = -1;
+        continue;
+      }
+      bool mine = true;  // every existing row of the tile belongs to g
+#pragma unroll
+      for (int i = 0; i < kIdsPerLane; ++i) mine = mine && (ids[i] == g || pass_m0 + lane + 32 * i >= p.M);
+      pass_g = g;
+      u = Fp8Unit{pass_m0, pass_n0, g, __all_sync(0xffffffffu, mine) ? 1 : 0};
+      return true;
+    }
+  }
+};
+
+}  // namespace kdsl

@@ -1,0 +1,167 @@
+"""Tile shapes of the FP8 GEMM per problem: BLOCK_M, BLOCK_N, pipeline stages, cluster and
+multicast, L2 rasterisation and the store path, chosen from (M, N, K, G) and the GPU's SM
+count so that the waves of persistent CTAs fill the machine.
+
+The model is DeepGEMM's (csrc/jit_kernels/heuristics/sm90.hpp): a configuration's time is
+the larger of its L2 and shared-memory traffic cycles divided by the last wave's
+efficiency; the tensor-core work is the same for all of them. Every candidate must fit the
+kernel's limits (fp8_gemm_wgmma.cuh static_asserts the same ones): registers (accumulators
+and totals), shared memory (>= 3 stages, >= 4 for tiles under 128 x 192), a tile straddling
+at most two 128-column scale blocks of B, and a cluster only where every CTA pair shares
+its multicast tile. Attributes already on the kernel (`attr tile_n = 112`, ...) are kept:
+the choice is made among the candidates that agree with them, or refused with the reason.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import KdslError
+
+BLOCK_M = (64, 128, 256)
+# Multiples of 16 whose tiles straddle at most two scale blocks of B (BN - gcd(BN, 128) <= 128).
+BLOCK_N = tuple(n for n in range(16, 193, 16) if n - math.gcd(n, 128) <= 128)
+MAX_STAGES = 8
+MULTICAST = ("none", "a", "b")
+STORES = ("tma", "rows")
+CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", "store")
+# The problem a kernel's tiles are chosen for when no call has said (kdsl compile, prebuilds):
+# the shapes `kdsl bench FILE.kd` times. (M, N, K, G).
+DEFAULT_SHAPES = {"dense": (4096, 7168, 16384, 1), "contiguous": (32768, 4096, 7168, 4),
+                  "masked": (256, 4096, 7168, 4)}
+
+
+@dataclass(frozen=True)
+class Problem:
+    M: int          # rows of a (masked: rows per group)
+    N: int
+    K: int
+    G: int
+    grouping: str   # dense | contiguous | masked
+    out_bytes: int  # 2 (bf16) or 4 (f32)
+    accumulate: bool = False
+
+
+def waves_of(bm: int) -> int:
+    return 2 if bm == 256 else 1
+
+
+def threads(bm: int) -> int:
+    return 128 * (1 if bm == 64 else 2) + 128
+
+
+def smem_bytes(bm: int, bn: int, stages: int, out_bytes: int, tma_store: bool) -> int:
+    """fp8_gemm_wgmma.cuh's Fp8Config::kSmemBytes: per stage the A and B tiles, A's scales and
+    16 bytes each of B's scales and the published unit, two mbarriers; once the staging tile
+    of the TMA store; + 1024 to realign to the 128-byte swizzle's 1024-byte period."""
+    per_stage = (bm + bn) * 128 + bm * 4 + 16 + 16 + 16
+    return 1024 + stages * per_stage + (bm * bn * out_bytes if tma_store else 0)
+
+
+def store_fits(p: Problem) -> bool:
+    """A TMA store needs out's row pitch to be a multiple of 16 bytes."""
+    return p.N * p.out_bytes % 16 == 0
+
+
+def tiles_of(p: Problem, bm: int, bn: int) -> tuple[int, int, int]:
+    """(M tiles per group, N tiles, tiles in all)."""
+    num_m, num_n = -(-p.M // bm), -(-p.N // bn)
+    return num_m, num_n, num_m * num_n * (p.G if p.grouping == "masked" else 1)
+
+
+def raster_for(bm: int, bn: int, multicast: str, sms: int) -> int:
+    """Tiles per rasterisation group: the smaller footprint of one wave's A and B tiles."""
+    def footprint(c):
+        return c * bn + -(-sms // c) * bm if multicast == "a" else c * bm + -(-sms // c) * bn
+    return min((8, 16), key=footprint)
+
+
+def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int) -> float:
+    _, _, blocks = tiles_of(p, bm, bn)
+    waves = -(-blocks // sms)
+    l2_bw = min(64.0 * sms, 8e6 / 1.3e3)  # bytes per cycle
+    l1_bw = 128.0 * sms
+    k = p.K
+    l2_ab = k * (bm / (2 if multicast == "a" else 1) + bn / (2 if multicast == "b" else 1))
+    l1_ab = k * (bm + bn)
+    l1_tc = k * (max(64, bm) + bn) + bm * bn * p.out_bytes
+    cd = bm * bn * p.out_bytes * (2 if p.accumulate else 1)
+    l2 = (l2_ab + cd) * blocks / l2_bw
+    l1 = (l1_ab + l1_tc + cd) * blocks / l1_bw
+    efficiency = blocks / (waves * sms)
+    if multicast != "none" and waves <= 1:
+        return math.inf  # one wave: pairing CTAs only constrains the schedule
+    return max(l1, l2) / efficiency
+
+
+def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
+    """Every legal configuration agreeing with `fixed`, as attribute dicts, with the reason
+    the last one was turned down (for the error when none is left)."""
+    tma = fixed.get("store", "tma" if store_fits(p) else "rows") == "tma"
+    ms = BLOCK_M if p.grouping == "dense" else (64, 128)  # a grouped tile pass costs the whole tile
+    out, why = [], []
+    for cluster in (1, 2):
+        for multicast in (("none",) if cluster == 1 else ("a", "b")):
+            for bm in ms:
+                for bn in BLOCK_N:
+                    num_m, num_n, blocks = tiles_of(p, bm, bn)
+                    stages = fixed.get("stages") or min(MAX_STAGES, (smem_limit - smem_bytes(bm, bn, 0, p.out_bytes, tma))
+                                                         // (smem_bytes(bm, bn, 1, p.out_bytes, tma) -
+                                                             smem_bytes(bm, bn, 0, p.out_bytes, tma)))
+                    cfg = {"tile_m": bm, "tile_n": bn, "stages": stages, "cluster": cluster, "multicast": multicast,
+                           "raster": fixed.get("raster") or raster_for(bm, bn, multicast, sms),
+                           "store": "tma" if tma else "rows"}
+                    if any(cfg[a] != v for a, v in fixed.items()):
+                        continue
+                    reason = _illegal(p, cfg, num_m, num_n, sms, smem_limit, explicit="stages" in fixed)
+                    if reason:
+                        why.append(reason)
+                        continue
+                    out.append(cfg)
+    return out, (why[-1] if why else "")
+
+
+def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: int, explicit: bool) -> str:
+    bm, bn, st = c["tile_m"], c["tile_n"], c["stages"]
+    if bn // 2 * (waves_of(bm) + 1) > 192:
+        return f"tile {bm}x{bn} needs more accumulator registers than the math warpgroups have"
+    if c["store"] == "tma" and not store_fits(p):
+        return f"store = \"tma\" needs out's rows to be a multiple of 16 bytes (N = {p.N})"
+    if smem_bytes(bm, bn, st, p.out_bytes, c["store"] == "tma") > smem_limit:
+        return f"tile {bm}x{bn} with {st} stages needs more than {smem_limit} bytes of shared memory"
+    if st < 2 or (not explicit and (st < 3 or (bm * bn < 128 * 192 and st < 4))):
+        return f"tile {bm}x{bn} leaves room for {st} stages only"
+    if c["raster"] < 1 or (c["cluster"] == 2 and c["raster"] % 2):
+        return f"raster = {c['raster']} must be a positive (with a cluster, even) number of tiles"
+    if c["cluster"] == 2:
+        if sms % 2:
+            return f"a cluster of 2 needs an even SM count, not {sms}"
+        if c["multicast"] == "b" and p.grouping != "dense":
+            return "grouped GEMMs pair CTAs on one M tile (multicast = \"a\")"
+        pairs, count = ("N", num_n) if c["multicast"] == "a" else ("M", num_m)
+        if count % 2:
+            return f"multicast = \"{c['multicast']}\" pairs adjacent {pairs} tiles and needs an even number of them " \
+                   f"(here {count})"
+    return ""
+
+
+def choose(p: Problem, sms: int, smem_limit: int, fixed: dict | None = None) -> dict:
+    """The configuration with the fewest modelled cycles (ties: the first, smaller tiles)."""
+    fixed = {a: v for a, v in (fixed or {}).items() if a in CONFIG_ATTRS}
+    _validate_fixed(fixed)
+    found, why = candidates(p, sms, smem_limit, fixed)
+    if not found:
+        given = ", ".join(f"{a} = {v!r}" for a, v in fixed.items())
+        raise KdslError(f"no FP8 GEMM tiling agrees with {given or 'the kernel'} for M={p.M} N={p.N} K={p.K} "
+                        f"G={p.G}: {why}")
+    return min(found, key=lambda c: cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms))
+
+
+def _validate_fixed(fixed: dict) -> None:
+    allowed = {"tile_m": BLOCK_M, "tile_n": BLOCK_N, "cluster": (1, 2), "multicast": MULTICAST, "store": STORES}
+    for a, v in fixed.items():
+        if a in allowed and v not in allowed[a]:
+            raise KdslError(f"FP8 GEMM attr {a} = {v!r} is not supported; choose one of "
+                            f"{', '.join(repr(x) for x in allowed[a])}")
+        if a in ("stages", "raster") and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise KdslError(f"FP8 GEMM attr {a} must be a positive integer, got {v!r}")
