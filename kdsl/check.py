@@ -176,16 +176,26 @@ def check_gemm(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shapes=Non
 
 
 def gemm_case(be, kernel: ir.Kernel, fn, case: GemmCase) -> CaseResult:
+    """A kernel whose out accumulates starts from random values (c) in the rows it may
+    write, and is compared with c + the product."""
     xp = be.xp
     grouping = kernel.attr("grouping")
     a, sa, b, sb, extra = gemm_inputs(kernel, case, be)
     G, M, N = case.G, case.M, case.N
     out_shape = (G, M, N) if grouping == "masked" else (M, N)
     res = CaseResult(kernel.name, case.label(), "1 - 2xy/(x^2+y^2)", float("inf"), FP8_TOL, case=case)
+    valid = None
+    if grouping == "contiguous":
+        valid = xp.broadcast_to((extra[0] >= 0).reshape(M, 1), out_shape)
+    elif grouping == "masked":
+        valid = xp.broadcast_to(be.arange(M).reshape(1, M, 1) < extra[0].reshape(G, 1, 1), out_shape)
+    c = be.randn(out_shape, be.rng(case.seed + 1)) if kernel.attr("accumulate") else None
     before = [be.copy(x) for x in (a, sa, b, sb, *extra)]
     snaps = []
     for _ in range(2):
         buf, out = _guarded(be, out_shape, kernel.tensor("out").dtype)
+        if c is not None:
+            out[...] = c if valid is None else xp.where(valid, c, float("nan"))
         fn(a, sa, b, sb, *extra, out=out)
         snaps.append(be.copy(out))
         be.sync()
@@ -195,12 +205,8 @@ def gemm_case(be, kernel: ir.Kernel, fn, case: GemmCase) -> CaseResult:
     if not all(be.equal(x, y) for x, y in zip(before, (a, sa, b, sb, *extra))):
         res.problems.append("modified an input")
     ref = reference.fp8_gemm(a, sa, b, sb, *(() if grouping == "dense" else
-                                              ((extra[0], None) if grouping == "contiguous" else (None, extra[0]))))
-    valid = None
-    if grouping == "contiguous":
-        valid = xp.broadcast_to((extra[0] >= 0).reshape(M, 1), out_shape)
-    elif grouping == "masked":
-        valid = xp.broadcast_to(be.arange(M).reshape(1, M, 1) < extra[0].reshape(G, 1, 1), out_shape)
+                                              ((extra[0], None) if grouping == "contiguous" else (None, extra[0]))),
+                             c=c)
     if valid is not None:
         if not xp.isnan(be.float32(out[~valid])).all():
             res.problems.append("wrote rows it must leave untouched")

@@ -29,6 +29,12 @@ def main(argv=None) -> int:
     c.add_argument("--arch", default="sm_90a", help="target GPU architecture (default: sm_90a)")
     c.add_argument("--exact-math", action="store_true",
                    help="libm functions and IEEE division in score/mask instead of the hardware approximations")
+    c.add_argument("--shape", metavar="M=..,N=..,K=..[,G=..]",
+                   help="FP8 GEMMs: tile for this problem (default: the shapes kdsl bench times)")
+    c.add_argument("--sms", type=int, metavar="N", help="FP8 GEMMs: tile for N multiprocessors (default 132)")
+    c.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
+                   help="FP8 GEMMs: fix a tiling attr (tile_m, tile_n, stages, cluster, multicast, raster, store); "
+                   "repeatable")
     ck = sub.add_parser("check", help="verify kernels against the float64 reference on the GPU",
                         description="For each kernel in FILE: N trials of fresh random inputs over awkward shapes, "
                         "outputs poisoned, guard bands and inputs checked, determinism checked, compared with the "
@@ -85,7 +91,9 @@ def _compile(args) -> int:
     module = load(args.file, exact_math=args.exact_math)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    todo = [(k, d) for k in module.ir.values() for d in pipeline.head_dims(k)]
+    gemm_attrs = _gemm_options(args)
+    todo = [(k.with_attrs(**gemm_attrs) if k.kind == "gemm" else k, d) for k in module.ir.values()
+            for d in pipeline.head_dims(k)]
     if args.emit == "cubin" and len(todo) > 1:
         from concurrent.futures import ThreadPoolExecutor
         from .runtime.compiler import prebuild
@@ -101,6 +109,28 @@ def _compile(args) -> int:
     for k, d in todo:
         print(_compile_one(k, d, target, args, out, emit, pipeline))
     return 0
+
+
+def _gemm_options(args) -> dict:
+    """--shape, --sms and --attr as FP8 GEMM kernel attrs (user mistakes: KdslError)."""
+    from .passes import gemm_tiles
+    attrs: dict = {}
+    if args.shape:
+        dims = dict(part.partition("=")[::2] for part in args.shape.split(","))
+        if not {"M", "N", "K"} <= set(dims) <= {"M", "N", "K", "G"} or not all(v.isdigit() for v in dims.values()):
+            raise KdslError(f"--shape: expected M=..,N=..,K=..[,G=..] with positive integers, got '{args.shape}'")
+        attrs["shape"] = [int(dims["M"]), int(dims["N"]), int(dims["K"]), int(dims.get("G", 1))]
+    if args.sms is not None:
+        if args.sms < 1:
+            raise KdslError(f"--sms: expected a positive number of multiprocessors, got {args.sms}")
+        attrs["sms"] = args.sms
+    for item in args.attr:
+        name, eq, value = item.partition("=")
+        if not eq or name not in gemm_tiles.CONFIG_ATTRS:
+            raise KdslError(f"--attr: expected NAME=VALUE with NAME one of {', '.join(gemm_tiles.CONFIG_ATTRS)}, "
+                            f"got '{item}'")
+        attrs[name] = int(value) if value.lstrip("-").isdigit() else value
+    return attrs
 
 
 def _check(args) -> int:
@@ -177,6 +207,11 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
         print(ir.print_ir(lowered), end="")
     label = f"{k.name}[D={d}]" if k.kind == "attention" else k.name
     tile = f"tile {lowered.attr('tile_m')}x{lowered.attr('tile_n')}, {lowered.attr('threads')} threads"
+    if k.kind == "gemm":
+        m, n, kk, g = lowered.attr("shape")
+        tile += (f", {lowered.attr('stages')} stages, cluster {lowered.attr('cluster')} (multicast "
+                 f"{lowered.attr('multicast')}), {lowered.attr('store')} store, for M={m} N={n} K={kk} G={g} on "
+                 f"{lowered.attr('sms')} SMs")
     if args.emit in ("ir", "cuda"):
         return f"{label}: {tile} -> {out / stem}.cu"
     from .runtime.compiler import build
@@ -193,7 +228,8 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
     regs = f"{rep.registers} regs"
     if lowered.attr("producer_regs"):  # warp-specialised: the launch cap, then each role's after setmaxnreg
         regs += f" at launch (setmaxnreg: producer {lowered.attr('producer_regs')}, consumers {lowered.attr('consumer_regs')})"
-    others = "".join(f", {op} x{rep.other_ops.get(op, 0)}" for op in ("UTMALDG", "MUFU"))
+    others = "".join(f", {op} x{rep.other_ops.get(op, 0)}" for op in ("UTMALDG", "UTMASTG", "UTMAREDG", "MUFU")
+                     if op in ("UTMALDG", "MUFU") or rep.other_ops.get(op))
     return (f"{label}: {tile}, {regs}, smem {lowered.attr('smem_bytes')} B dynamic, "
             f"spill/local {rep.local_bytes} B ({rep.spill_ops} STL/LDL), tensor cores: {tc}{others} "
             f"-> {out / stem}.cubin")

@@ -96,6 +96,27 @@ def test_emit_ir_prints_parseable_ir(tmp_path):
     assert (tmp_path / "causal_d128.cu").exists()
 
 
+def test_emit_ir_shows_the_fp8_tiles_for_a_shape_and_takes_overrides(tmp_path):
+    from kdsl import ir
+    from kdsl.passes.gemm_tiles import CONFIG_ATTRS, Problem, choose
+    from kdsl.passes.target import get_target
+    sample = str(ROOT / "samples" / "fp8_gemm.kd")
+    r = run("compile", sample, "--emit", "ir", "--shape", "M=128,N=2112,K=7168", "--sms", "114", "-o", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    k = ir.parse_ir("".join(line + "\n" for line in r.stdout.splitlines() if not line.startswith("fp8_gemm:")))[0]
+    want = choose(Problem(128, 2112, 7168, 1, "dense", 2), 114, get_target("sm_90a").smem_per_block)
+    assert {a: k.attr(a) for a in CONFIG_ATTRS} == want and k.attr("shape") == (128, 2112, 7168, 1)
+    assert f"tile {want['tile_m']}x{want['tile_n']}" in r.stdout and "for M=128 N=2112 K=7168 G=1 on 114 SMs" in r.stdout
+    r = run("compile", sample, "--emit", "ir", "--attr", "tile_n=112", "--attr", "multicast=none", "-o", str(tmp_path))
+    assert r.returncode == 0 and "attr tile_n = 112" in r.stdout and 'attr multicast = "none"' in r.stdout, r.stderr
+    for args, needle in ((["--shape", "M=1,N=2"], "--shape: expected M=..,N=..,K=..[,G=..]"),
+                         (["--attr", "tiles=3"], "--attr: expected NAME=VALUE with NAME one of tile_m"),
+                         (["--attr", "tile_n=176"], "tile_n = 176 is not supported"),
+                         (["--shape", "M=100,N=300,K=256", "--attr", "store=tma"], "multiple of 16 bytes (N = 300)")):
+        r = run("compile", sample, "--emit", "ir", *args, "-o", str(tmp_path))
+        assert r.returncode == 1 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
 def test_check_without_gpu_is_a_clear_error():
     from conftest import gpu_available
     if gpu_available():

@@ -1,6 +1,7 @@
 """Offline NVRTC: every sample compiles to an sm_90a cubin on a machine with no GPU, and
-its SASS uses Hopper's instructions (HGMMA and UTMALDG for attention, QGMMA for FP8) with no
-local memory; the mma.sync attention kernel (HMMA) still builds for sm_80."""
+its SASS uses Hopper's instructions (HGMMA and UTMALDG for attention; QGMMA, UTMALDG and
+TMA stores for FP8, at the tile configurations the FP8 shapes pick) with no local memory
+and no wgmma serialisation; the mma.sync attention kernel (HMMA) still builds for sm_80."""
 import pytest
 
 from kdsl import ir
@@ -29,7 +30,7 @@ def test_sample_compiles_to_sm90a_cubin_with_tensor_cores(path):
             rep = inspect(built.compiled.cubin)
             assert rep is not None
             if k.kind == "gemm":
-                assert rep.tensor_ops.get("QGMMA", 0) > 0, rep
+                assert rep.tensor_ops.get("QGMMA", 0) > 0 and rep.other_ops.get("UTMALDG", 0) > 0, rep
             else:
                 assert rep.tensor_ops.get("HGMMA", 0) > 0 and rep.other_ops.get("UTMALDG", 0) > 0, rep
                 assert "HMMA" not in rep.tensor_ops, rep
@@ -38,6 +39,52 @@ def test_sample_compiles_to_sm90a_cubin_with_tensor_cores(path):
             # ptxas serialises every wgmma of a kernel (C7514/C7515) when code touches an
             # accumulator of one in flight: a silent 2x slowdown, so it fails here.
             assert "serialized" not in built.compiled.log, built.compiled.log
+
+
+# (sample, [M, N, K, G], fixed attrs): every FP8 kind at the configurations its shapes pick,
+# covering tile_m 64 / 128 / 256, tile widths that straddle B's scale blocks, both multicast
+# operands, row-by-row stores (N not a multiple of 8), f32 out and accumulation.
+FP8_BUILDS = [
+    ("fp8_gemm", [128, 2112, 7168, 1], {}),
+    ("fp8_gemm", [4096, 7168, 16384, 1], {}),
+    ("fp8_gemm", [4096, 2112, 7168, 1], {}),
+    ("fp8_gemm", [129, 127, 384, 1], {}),
+    ("fp8_gemm", [4096, 4096, 4096, 1], {"tile_m": 128, "tile_n": 160, "cluster": 1}),
+    ("fp8_gemm_accumulate", [4096, 4096, 7168, 1], {}),
+    ("fp8_gemm_accumulate", [300, 130, 256, 1], {}),
+    ("fp8_grouped_contiguous", [32768, 4096, 7168, 4], {}),
+    ("fp8_grouped_contiguous", [300, 129, 256, 3], {"tile_m": 64}),
+    ("fp8_grouped_masked", [256, 4096, 7168, 4], {}),
+    ("fp8_grouped_masked", [200, 384, 384, 3], {"tile_m": 64, "cluster": 1}),
+]
+
+
+@pytest.mark.parametrize("name,shape,attrs", FP8_BUILDS, ids=lambda x: str(x).replace(" ", ""))
+def test_fp8_configurations_use_tma_and_qgmma_without_spills(name, shape, attrs):
+    k = kernels(SAMPLES[0].parent / f"{name}.kd")[0].with_attrs(shape=shape, **attrs)
+    built = build(k, "sm_90a", 0)
+    low, rep = built.kernel, inspect(built.compiled.cubin)
+    assert all(low.attr(a) == v for a, v in attrs.items())
+    assert rep.tensor_ops.get("QGMMA", 0) > 0 and rep.other_ops.get("UTMALDG", 0) >= 3, rep
+    if low.attr("store") == "tma":
+        store = "UTMAREDG" if low.attr("accumulate") else "UTMASTG"
+        assert rep.other_ops.get(store, 0) > 0, rep
+    else:
+        assert not rep.other_ops.get("UTMASTG") and not rep.other_ops.get("UTMAREDG"), rep
+    assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
+    # ptxas only reports these as info: C7514/C7515 (every wgmma serialised), C7508 (setmaxnreg
+    # ignored), each a "Potential Performance Loss".
+    assert "Performance Loss" not in built.compiled.log and "warning" not in built.compiled.log, built.compiled.log
+
+
+def test_ptxas_performance_warnings_reach_the_log():
+    """The checks above read ptxas' "Potential Performance Loss" infos from the NVRTC log:
+    one that ptxas does print (setmaxnreg with no register cap at entry) is there."""
+    from kdsl.runtime import nvrtc
+    src = ('#include "kdsl/hopper.cuh"\nextern "C" __global__ void f(float* x) { if (threadIdx.x < 128) { '
+           'kdsl::regs_release<40>(); x[0] = 1; } else { kdsl::regs_claim<232>(); x[1] = 2; } }')
+    log = nvrtc.compile_cuda(src, "f", nvrtc.default_options("sm_90a", emit.INCLUDE_DIR)).log
+    assert "C7508" in log and "Performance Loss" in log, log
 
 
 def test_attention_kernel_builds_for_sm80_with_mma_sync():

@@ -122,3 +122,33 @@ def test_judge_rejects_a_kernel_that_drops_the_last_key():
     honest = check_attention(mod.ir["causal"], mod.causal, 1, 0, shapes, Numpy())
     assert all(r.passed for r in honest), honest
     assert not any(r.passed for r in check_attention(mod.ir["causal"], broken, 1, 0, shapes, Numpy()))
+
+
+def test_accumulating_kernels_add_into_out_and_leave_padding_alone():
+    """out += a . b^T (fp32) through the interpreter, dense and grouped contiguous with
+    padding rows: those keep the values they had."""
+    import numpy as np
+    from kdsl import fp8
+    from kdsl.testing import fp8_difference
+    rng = np.random.default_rng(7)
+    src = """gemm acc { a: e4m3[M, K] block(1, 128); b: e4m3[G, N, K] block(128, 128); group: i32[M]
+                        out: f32[M, N] accumulate }"""
+    g = kdsl.compile(src, "acc.kd", interpret=True).acc
+    a, sa = fp8.quantize_1x128(rng.standard_normal((150, 256), dtype=np.float32))
+    b, sb = fp8.quantize_128x128(rng.standard_normal((3, 130, 256), dtype=np.float32))
+    group = rng.integers(-1, 3, 150).astype(np.int32)
+    c = rng.standard_normal((150, 130), dtype=np.float32)
+    out = c.copy()
+    assert g(a, sa, b, sb, group, out=out) is out
+    pad = group < 0
+    assert pad.any() and (out[pad] == c[pad]).all()
+    ref = reference.fp8_gemm(a, sa, b, sb, group=group, c=c)
+    assert fp8_difference(out[~pad], ref[~pad]) < 1e-6
+    dense = kdsl.load(ROOT / "samples" / "fp8_gemm_accumulate.kd", interpret=True).fp8_gemm_accumulate
+    b2, sb2 = b[0], sb[0]
+    out = c.copy()
+    dense(a, sa, b2, sb2, out=out)
+    assert fp8_difference(out, c + reference.fp8_gemm(a, sa, b2, sb2)) < 1e-6
+    from kdsl.errors import LaunchError
+    with pytest.raises(LaunchError, match="out is declared 'accumulate'.*pass the f32 array to add into as out="):
+        dense(a, sa, b2, sb2)

@@ -71,6 +71,12 @@ def test_type_errors(body, needle):
     ("gemm g { a: e4m3[M, K] block(1, 128); b: e4m3[N, K] block(128, 128); out: bf16[N, M] }", "out must have shape"),
     ("gemm g { a: e4m3[M, K] block(1, 128); b: e4m3[N, K] block(128, 128); out: bf16[M, N]; x = 1 }",
      "no constants"),
+    ("gemm g { a: e4m3[M, K] block(1, 128); b: e4m3[N, K] block(128, 128); out: bf16[M, N] accumulate }",
+     "declare out f32, not bf16"),
+    ("gemm g { a: e4m3[M, K] block(1, 128) accumulate; b: e4m3[N, K] block(128, 128); out: f32[M, N] }",
+     "'accumulate' applies to a gemm kernel's out only"),
+    ("attention t { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]; out: bf16[B, H, M, D] accumulate }",
+     "'accumulate' applies to a gemm kernel's out only"),
 ])
 def test_shape_errors(src, needle):
     with pytest.raises(SourceError) as e:
@@ -92,3 +98,14 @@ def test_gemm_groupings():
     }.items():
         kinds[name] = check(body, "gemm").attr("grouping")
     assert kinds == {"dense": "dense", "contiguous": "contiguous", "masked": "masked"}
+
+
+def test_accumulate_is_a_kernel_attr_located_at_its_word():
+    body = "a: e4m3[M, K] block(1, 128); b: e4m3[N, K] block(128, 128); out: f32[M, N] accumulate"
+    k = check(body, "gemm")
+    assert k.attr("accumulate") is True and k.tensor("out").dtype == "f32"
+    assert check(body.replace(" accumulate", ""), "gemm").attr("accumulate") is None
+    with pytest.raises(SourceError) as e:
+        check_program(parse("gemm g {\n a: e4m3[M, K] block(1, 128)\n b: e4m3[N, K] block(128, 128)\n"
+                            " out: bf16[M, N] accumulate\n}", "t.kd"))
+    assert (e.value.span.line, e.value.span.col, e.value.span.end_col) == (4, 18, 27)

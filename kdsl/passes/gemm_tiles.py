@@ -123,10 +123,12 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
 
 def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: int, explicit: bool) -> str:
     bm, bn, st = c["tile_m"], c["tile_n"], c["stages"]
-    if bn // 2 * (waves_of(bm) + 1) > 192:
-        return f"tile {bm}x{bn} needs more accumulator registers than the math warpgroups have"
     if c["store"] == "tma" and not store_fits(p):
         return f"store = \"tma\" needs out's rows to be a multiple of 16 bytes (N = {p.N})"
+    if c["cluster"] == 2 and sms % 2:
+        return f"a cluster of 2 needs an even SM count, not {sms}"
+    if bn // 2 * (waves_of(bm) + 1) > 192:
+        return f"tile {bm}x{bn} needs more accumulator registers than the math warpgroups have"
     if smem_bytes(bm, bn, st, p.out_bytes, c["store"] == "tma") > smem_limit:
         return f"tile {bm}x{bn} with {st} stages needs more than {smem_limit} bytes of shared memory"
     if st < 2 or (not explicit and (st < 3 or (bm * bn < 128 * 192 and st < 4))):
@@ -134,8 +136,6 @@ def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: 
     if c["raster"] < 1 or (c["cluster"] == 2 and c["raster"] % 2):
         return f"raster = {c['raster']} must be a positive (with a cluster, even) number of tiles"
     if c["cluster"] == 2:
-        if sms % 2:
-            return f"a cluster of 2 needs an even SM count, not {sms}"
         if c["multicast"] == "b" and p.grouping != "dense":
             return "grouped GEMMs pair CTAs on one M tile (multicast = \"a\")"
         pairs, count = ("N", num_n) if c["multicast"] == "a" else ("M", num_m)

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from .. import ir
-from ..errors import LaunchError, NoGpuError
+from ..errors import KdslError, LaunchError, NoGpuError
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
 from . import arrays, geometry
@@ -378,6 +378,17 @@ class GemmKernel(KernelBase):
         self.grouping = kernel.attr("grouping")
         self.extra = {"contiguous": "group", "masked": "count"}.get(self.grouping)
         self.accumulate = bool(kernel.attr("accumulate"))
+
+    def with_attrs(self, **attrs) -> "GemmKernel":
+        """The same kernel with tile attrs fixed (tile_m, tile_n, stages, cluster, multicast,
+        raster, store; see passes/gemm_tiles.py): the tiling pass then chooses only among
+        configurations that agree with them, and refuses a call where none does."""
+        from ..passes import gemm_tiles
+        unknown = set(attrs) - set(gemm_tiles.CONFIG_ATTRS)
+        if unknown:
+            raise KdslError(f"{self.name}: unknown FP8 GEMM attr(s) {sorted(unknown)}; "
+                            f"choose from {', '.join(gemm_tiles.CONFIG_ATTRS)}")
+        return GemmKernel(self.ir.with_attrs(**attrs), self.arch)
 
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
         extra = self._extra(rest, named) if (rest or named or self.extra) else None

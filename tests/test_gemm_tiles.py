@@ -1,0 +1,146 @@
+"""FP8 GEMM tiles per problem (kdsl/passes/gemm_tiles.py): legal for the kernel, filling the
+SM count, visible in the lowered IR, overridable through attrs with located refusals."""
+import math
+import random
+
+import pytest
+
+import kdsl
+from kdsl import ir
+from kdsl.errors import KdslError
+from kdsl.passes import gemm_tiles, pipeline
+from kdsl.passes.gemm_tiles import BLOCK_N, Problem, choose, smem_bytes, tiles_of
+from kdsl.passes.target import get_target
+
+from conftest import ROOT
+
+SMEM = get_target("sm_90a").smem_per_block
+SUITE = [(m, n, k) for m in (4096, 128) for n, k in
+         [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]]
+
+
+def _legal(p: Problem, c: dict, sms: int):
+    bm, bn = c["tile_m"], c["tile_n"]
+    num_m, num_n, _ = tiles_of(p, bm, bn)
+    assert bm in (64, 128, 256) and bn in BLOCK_N and bn % 16 == 0
+    assert bn - math.gcd(bn, 128) <= 128, "a tile straddles at most two scale blocks of B"
+    assert bn // 2 * (2 if bm == 256 else 1) + bn // 2 <= 192, "totals + accumulator fit the math registers"
+    assert smem_bytes(bm, bn, c["stages"], p.out_bytes, c["store"] == "tma") <= SMEM
+    assert 3 <= c["stages"] <= gemm_tiles.MAX_STAGES
+    assert c["store"] == ("tma" if p.N * p.out_bytes % 16 == 0 else "rows")
+    if c["cluster"] == 2:
+        assert sms % 2 == 0 and c["raster"] % 2 == 0
+        assert (num_n if c["multicast"] == "a" else num_m) % 2 == 0, "every CTA pair shares its multicast tile"
+        assert c["multicast"] == "a" or p.grouping == "dense"
+    else:
+        assert c["multicast"] == "none"
+    if p.grouping != "dense":
+        assert bm in (64, 128)
+
+
+def _efficiency(p: Problem, c: dict, sms: int) -> float:
+    _, _, blocks = tiles_of(p, c["tile_m"], c["tile_n"])
+    return blocks / (-(-blocks // sms) * sms)
+
+
+@pytest.mark.parametrize("sms", [132, 114, 78])
+def test_standard_shapes_get_legal_tiles_whose_waves_fill_the_sms(sms):
+    """The old fixed 128x128 tile left 115 of 132 SMs idle at M=128 N=2112 (17 tiles). Not
+    every shape divides well on every SM count (M=128 N=2112 on 114 SMs: 0.77 at best)."""
+    floor = 0.85 if sms == 132 else 0.75
+    for m, n, k in SUITE:
+        p = Problem(m, n, k, 1, "dense", 2)
+        c = choose(p, sms, SMEM)
+        _legal(p, c, sms)
+        assert _efficiency(p, c, sms) >= floor, (m, n, k, c)
+    for p in (Problem(32768, 4096, 7168, 4, "contiguous", 2), Problem(256, 4096, 7168, 4, "masked", 2)):
+        c = choose(p, sms, SMEM)
+        _legal(p, c, sms)
+        assert _efficiency(p, c, sms) >= floor, (p, c)
+
+
+def test_small_m_decode_shapes_get_their_own_tiles():
+    big = choose(Problem(4096, 2112, 7168, 1, "dense", 2), 132, SMEM)
+    small = choose(Problem(128, 2112, 7168, 1, "dense", 2), 132, SMEM)
+    assert small["tile_m"] == 64 and small["tile_m"] * small["tile_n"] < big["tile_m"] * big["tile_n"]
+    assert tiles_of(Problem(128, 2112, 7168, 1, "dense", 2), small["tile_m"], small["tile_n"])[2] > 100
+
+
+def test_random_problems_get_legal_tiles():
+    rng = random.Random(1234)
+    for _ in range(150):
+        grouping = rng.choice(["dense", "contiguous", "masked"])
+        p = Problem(rng.choice([1, 2, 63, 64, 65, 127, 129, rng.randint(1, 20000)]),
+                    rng.choice([1, 15, 16, 17, 127, 128, 129, rng.randint(1, 40000)]), 128 * rng.randint(1, 64),
+                    1 if grouping == "dense" else rng.randint(1, 8), grouping, rng.choice([2, 4]),
+                    rng.random() < 0.3)
+        sms = rng.choice([132, 114, 78, 8])
+        _legal(p, choose(p, sms, SMEM), sms)
+
+
+def test_the_choice_follows_the_sm_count():
+    p = Problem(4096, 7168, 2048, 1, "dense", 2)
+    assert any(choose(p, 132, SMEM) != choose(p, sms, SMEM) for sms in (114, 78, 66))
+
+
+def test_fixed_attrs_are_kept_and_the_rest_is_chosen_around_them():
+    p = Problem(4096, 7168, 16384, 1, "dense", 2)
+    c = choose(p, 132, SMEM, {"tile_n": 112, "cluster": 1})
+    assert c["tile_n"] == 112 and c["cluster"] == 1 and c["multicast"] == "none"
+    _legal(p, c, 132)
+    c = choose(p, 132, SMEM, {"tile_m": 128, "tile_n": 128, "stages": 2, "cluster": 2, "multicast": "b"})
+    assert (c["tile_m"], c["tile_n"], c["stages"], c["multicast"]) == (128, 128, 2, "b")
+
+
+@pytest.mark.parametrize("fixed,needle", [
+    ({"tile_n": 176}, "tile_n = 176 is not supported; choose one of 16, 32"),
+    ({"tile_m": 96}, "tile_m = 96 is not supported"),
+    ({"stages": 0}, "stages must be a positive integer"),
+    ({"multicast": "c"}, "multicast = 'c' is not supported"),
+    ({"tile_m": 128, "tile_n": 128, "stages": 12}, "with 12 stages needs more than"),
+    ({"tile_m": 256, "tile_n": 192}, "more accumulator registers"),
+    ({"cluster": 2, "multicast": "a", "tile_n": 128}, "needs an even number of them (here 3)"),
+    ({"store": "tma"}, "multiple of 16 bytes (N = 300)"),
+])
+def test_impossible_attrs_are_refused_with_the_reason(fixed, needle):
+    p = Problem(4096, 300, 1024, 1, "dense", 2)
+    with pytest.raises(KdslError) as e:
+        choose(p, 132, SMEM, fixed)
+    assert needle in str(e.value), str(e.value)
+
+
+def test_lowered_ir_shows_the_choice_and_round_trips():
+    k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
+    for shape, sms in (([128, 2112, 7168, 1], 132), ([4096, 7168, 16384, 1], 114), (None, None)):
+        kk = k.with_attrs(shape=shape, sms=sms) if shape else k
+        low = pipeline.lower(kk, get_target("sm_90a"))
+        want = choose(Problem(*(shape or gemm_tiles.DEFAULT_SHAPES["dense"]), "dense", 2), sms or 132, SMEM)
+        assert {a: low.attr(a) for a in gemm_tiles.CONFIG_ATTRS} == want
+        text = ir.print_ir(low)
+        assert f"attr tile_n = {want['tile_n']}" in text and "attr stages" in text and "attr cluster" in text
+        assert ir.parse_ir(text)[0] == low
+        again = pipeline.lower(ir.parse_ir(text)[0], get_target("sm_90a"))  # lowering a lowered kernel changes nothing
+        assert {a: again.attr(a) for a in gemm_tiles.CONFIG_ATTRS} == want
+
+
+def test_a_bad_shape_attr_is_a_clear_error():
+    k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
+    for shape, needle in (([128, 128, 100, 1], "K must be a multiple of 128"), ([1, 2], "[M, N, K, G]")):
+        with pytest.raises(KdslError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+            pipeline.lower(k.with_attrs(shape=shape), get_target("sm_90a"))
+
+
+def test_interpreter_walks_the_tiles_of_the_call_shape(monkeypatch):
+    """The CPU interpreter lowers with the call's shape, as the runtime does."""
+    import numpy as np
+    from kdsl import fp8, interp
+    seen = []
+    real = interp._gemm_tiles
+    monkeypatch.setattr(interp, "_gemm_tiles", lambda *a, **kw: seen.append(a[4:6]) or real(*a, **kw))
+    k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
+    rng = np.random.default_rng(0)
+    a, sa = fp8.quantize_1x128(rng.standard_normal((128, 256), dtype=np.float32))
+    b, sb = fp8.quantize_128x128(rng.standard_normal((300, 256), dtype=np.float32))
+    interp.fp8_gemm(k, a, sa, b, sb)
+    want = choose(Problem(128, 300, 256, 1, "dense", 2), get_target("sm_90a").sms, SMEM)
+    assert seen == [(want["tile_m"], want["tile_n"])]
