@@ -43,11 +43,6 @@ namespace fp8_detail {
 
 constexpr int kIntMax = 0x7fffffff;
 
-KDSL_DEVICE int warp_min(int v) {
-  int r;
-  asm volatile("redux.sync.min.s32 %0, %1, 0xffffffff;\n" : "=r"(r) : "r"(v));
-  return r;
-}
 KDSL_DEVICE int imin(int a, int b) { return a < b ? a : b; }
 
 // Rows of group g of a masked GEMM that exist: count[g] clamped to [0, M].
@@ -153,7 +148,7 @@ struct Fp8Scheduler {
 #pragma unroll
       for (int i = 0; i < kIdsPerLane; ++i)
         if (ids[i] > pass_g && ids[i] < p.G && ids[i] < cand) cand = ids[i];  // pass_g >= -1
-      const int g = fp8_detail::warp_min(cand);
+      const int g = warp_min(cand);
       if (g == kIntMax) {  // no group left in this tile
         pass_m0 = -1;
         continue;

@@ -156,6 +156,13 @@ KDSL_DEVICE void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 
+// Minimum of v over the 32 lanes of the warp (all lanes must call it).
+KDSL_DEVICE int warp_min(int v) {
+  int r;
+  asm volatile("redux.sync.min.s32 %0, %1, 0xffffffff;\n" : "=r"(r) : "r"(v));
+  return r;
+}
+
 // ---- thread-block clusters ---------------------------------------------------------------
 
 KDSL_DEVICE u32 cluster_ctarank() {

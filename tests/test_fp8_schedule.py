@@ -1,0 +1,113 @@
+"""The FP8 GEMM's persistent tile scheduler (kdsl/codegen/include/kdsl/fp8_gemm_sched.cuh),
+compiled for the host with g++ (tests/fp8_sched/ emulates the few CUDA builtins it uses and
+runs its producer warp as 32 threads in step): over random problems, every CTA's units
+together cover each output tile (grouped contiguous: each (tile, group present) pair;
+masked: each tile of each group's count) exactly once, flag exactly the tiles whose rows may
+all be written, and the two CTAs of a cluster get units sharing their multicast tile, in
+step."""
+import random
+import shutil
+import subprocess
+from collections import Counter
+
+import pytest
+
+from conftest import ROOT
+
+HERE = ROOT / "tests" / "fp8_sched"
+MCAST = {"none": 0, "a": 1, "b": 2}
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++ (C++20) to build the scheduler for the host")
+    exe = tmp_path_factory.mktemp("sched") / "sched"
+    subprocess.run(["g++", "-std=c++20", "-O0", "-pthread", f"-I{HERE}", f"-I{ROOT / 'kdsl/codegen/include'}",
+                    str(HERE / "host.cpp"), "-o", str(exe)], check=True, capture_output=True)
+
+    def run(cases):
+        """cases: (kind, bm, bn, mcast, M, N, G, raster, grid, ids) -> per case, per CTA, units."""
+        lines = [" ".join(map(str, (*c[:9], *c[9]))) for c in cases]
+        out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
+        rows = out.stdout.split("\n")
+        result, i = [], 0
+        for c in cases:
+            grid = c[8]
+            result.append([[tuple(map(int, u.split(","))) for u in rows[i + j].split()] for j in range(grid)])
+            i += grid
+        return result
+    return run
+
+
+def _expected(kind, bm, bn, M, N, G, ids):
+    """{(m0, n0, g): full} the units must cover."""
+    want = {}
+    ntiles = range(0, N, bn)
+    if kind == 0:
+        return {(m0, n0, 0): 1 for m0 in range(0, M, bm) for n0 in ntiles}
+    if kind == 2:
+        for g, c in enumerate(ids):
+            rows = max(0, min(c, M))
+            want.update({(m0, n0, g): int(m0 + bm <= rows) for m0 in range(0, rows, bm) for n0 in ntiles})
+        return want
+    for m0 in range(0, M, bm):
+        tile = ids[m0:m0 + bm]
+        for g in sorted({x for x in tile if 0 <= x < G}):
+            want.update({(m0, n0, g): int(all(x == g for x in tile)) for n0 in ntiles})
+    return want
+
+
+def _random_case(rng, kind, cluster):
+    bm = rng.choice([64, 128] + ([256] if kind == 0 else []))
+    bn = rng.choice([48, 160])
+    mcast = "none" if cluster == 1 else rng.choice(["a", "b"] if kind == 0 else ["a"])
+    G = 1 if kind == 0 else rng.randint(1, 5)
+    M = rng.choice([1, bm - 1, bm, bm + 1, rng.randint(1, 6 * bm), rng.randint(6 * bm, 20 * bm)])
+    N = rng.choice([1, bn, bn + 1, rng.randint(1, 8 * bn), rng.randint(8 * bn, 24 * bn)])
+    if cluster == 2:  # the tiling pass pairs CTAs only along an axis with an even tile count
+        if mcast == "a" and -(-N // bn) % 2:
+            N += bn
+        if mcast == "b" and -(-M // bm) % 2:
+            M += bm
+    if kind == 1:
+        seg = rng.choice(["sorted", "random", "aligned"])
+        if seg == "random":
+            ids = [rng.randint(-1, G + 1) for _ in range(M)]
+        else:
+            ids = sorted(rng.randint(0, G - 1) for _ in range(M))
+            if seg == "aligned":
+                ids = [ids[(m // bm) * bm] for m in range(M)]
+            for m in rng.sample(range(M), min(M, rng.randint(0, 20))):
+                ids[m] = -1
+    elif kind == 2:
+        ids = [rng.choice([0, 1, M, M + 7, -3, rng.randint(0, M)]) for _ in range(G)]
+    else:
+        ids = []
+    raster = rng.choice([2, 8, 16]) if cluster == 2 else rng.choice([1, 3, 8, 16])
+    grid = rng.choice([1, 2, 4, 7, 16]) * cluster
+    return (kind, bm, bn, MCAST[mcast], M, N, G, raster, grid, ids)
+
+
+@pytest.mark.parametrize("kind", [0, 1, 2], ids=["dense", "contiguous", "masked"])
+def test_units_cover_every_tile_once_and_cluster_pairs_share_their_tile(scheduler, kind):
+    rng = random.Random(20261122 + kind)
+    cases = [_random_case(rng, kind, cluster) for cluster in (1, 2) for _ in range(60)]
+    for case, ctas in zip(cases, scheduler(cases)):
+        kind_, bm, bn, mcast, M, N, G, raster, grid, ids = case
+        units = [u for cta in ctas for u in cta]
+        got = Counter((m0, n0, g) for m0, n0, g, _ in units)
+        want = _expected(kind, bm, bn, M, N, G, ids)
+        assert set(got) == set(want) and all(n == 1 for n in got.values()), case
+        assert all(want[(m0, n0, g)] == full for m0, n0, g, full in units), case
+        if kind == 1:  # a tile's group passes come one after another, in increasing group order
+            for cta in ctas:
+                for u, v in zip(cta, cta[1:]):
+                    assert (u[0], u[1]) != (v[0], v[1]) or u[2] < v[2], case
+        if mcast:
+            for c in range(0, grid, 2):
+                first, second = ctas[c], ctas[c + 1]
+                assert len(first) == len(second), case
+                for u, v in zip(first, second):
+                    shared = (0, 2) if mcast == MCAST["a"] else (1, 2)   # (m0, g) or (n0, g)
+                    assert [u[i] for i in shared] == [v[i] for i in shared] and u != v, case
