@@ -1,8 +1,17 @@
-"""FP8 block-scaled GEMMs on the GPU against the float64 product of the dequantised inputs."""
+"""FP8 block-scaled GEMMs on the GPU against the float64 product of the dequantised inputs:
+the tiles each shape picks, and every configuration family forced through attrs (tile_m 64,
+128, 256; tile widths that straddle B's scale blocks; both multicast operands; row-by-row
+stores) at sizes on each side of its tile edges. Each case goes through kdsl's judge
+(kdsl.check.gemm_case: outputs NaN-poisoned inside guard bands, rows to leave untouched
+checked, inputs unchanged, two runs bitwise equal, calc_diff < 1e-3)."""
 import pytest
 
 import kdsl
 from kdsl import fp8, reference
+from kdsl.cases import GemmCase
+from kdsl.check import gemm_case
+from kdsl.errors import KdslError
+from kdsl.passes import gemm_tiles
 from kdsl.testing import FP8_TOL, fp8_difference
 
 from conftest import ROOT
@@ -14,52 +23,162 @@ def _mod(name):
     return kdsl.load(ROOT / "samples" / f"{name}.kd")
 
 
+def _judge(fn, case):
+    from kdsl.backends import Torch
+    res = gemm_case(Torch("cuda"), fn.ir, fn, case)
+    assert res.passed, (case, fn.ir.attrs, res.error, res.problems)
+
+
+# Configuration families, forced through attrs.
+CONFIGS = [
+    {"tile_m": 64, "tile_n": 32, "cluster": 1},
+    {"tile_m": 64, "tile_n": 144, "cluster": 1},
+    {"tile_m": 128, "tile_n": 112, "cluster": 2, "multicast": "a"},
+    {"tile_m": 128, "tile_n": 128, "cluster": 2, "multicast": "b"},
+    {"tile_m": 128, "tile_n": 160, "cluster": 1},
+    {"tile_m": 128, "tile_n": 192, "cluster": 1},
+    {"tile_m": 256, "tile_n": 128, "cluster": 2, "multicast": "a"},
+    {"tile_m": 256, "tile_n": 96, "cluster": 1, "stages": 2},
+    {"tile_m": 128, "tile_n": 128, "cluster": 1, "store": "rows"},
+]
+
+
+def _edges(cfg):
+    """(M, N) on each side of the config's tile edges (and of B's 128-row scale blocks), that
+    its cluster pairing allows."""
+    bm, bn = cfg["tile_m"], cfg["tile_n"]
+    ms = [1, bm - 1, bm + 1, 2 * bm, 3 * bm + 5]
+    ns = [8, bn - 8, bn + 8, 2 * bn, 128 * 3 + 8, 5 * bn - 8]
+    out = []
+    for m in ms:
+        for n in ns:
+            try:
+                gemm_tiles.choose(gemm_tiles.Problem(m, n, 256, 1, "dense", 2), 132, 227 * 1024, cfg)
+            except KdslError:
+                continue
+            out.append((m, n))
+    return out
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_configurations_at_tile_edges(cfg):
+    fn = _mod("fp8_gemm").fp8_gemm.with_attrs(**cfg)
+    shapes = _edges(cfg)
+    assert len(shapes) >= 8
+    for i, (m, n) in enumerate(shapes):
+        _judge(fn, GemmCase(m, n, 128 * (1 + i % 3), seed=i))
+
+
 @pytest.mark.parametrize("M,N,K", [(1, 2112, 7168), (127, 129, 128), (128, 256, 256), (129, 2112, 512),
-                                   (300, 7168, 1024), (4096, 512, 384), (77, 1, 128)])
-def test_dense(M, N, K):
-    torch = pytest.importorskip("torch")
-    a, sa = fp8.quantize_1x128(torch.randn(M, K, device="cuda"))
-    b, sb = fp8.quantize_128x128(torch.randn(N, K, device="cuda"))
-    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    _mod("fp8_gemm").fp8_gemm(a, sa, b, sb, out=out)
-    diff = fp8_difference(out, reference.fp8_gemm(a, sa, b, sb))
-    assert diff < FP8_TOL, diff
+                                   (300, 7168, 1024), (4096, 512, 384), (77, 1, 128), (128, 7168, 16384),
+                                   (4096, 2112, 7168), (4096, 24576, 1536), (257, 4097, 1280)])
+def test_dense_at_the_tiles_each_shape_picks(M, N, K):
+    _judge(_mod("fp8_gemm").fp8_gemm, GemmCase(M, N, K, seed=M + N + K))
 
 
+@pytest.mark.parametrize("cfg", [{}, {"tile_m": 64, "cluster": 1}, {"tile_m": 128, "tile_n": 128, "cluster": 2},
+                                 {"tile_m": 128, "tile_n": 112, "store": "rows", "cluster": 1}],
+                         ids=["picked", "bm64", "cluster2", "rows"])
 @pytest.mark.parametrize("aligned", [True, False])
-def test_grouped_contiguous(aligned):
+def test_grouped_contiguous(cfg, aligned):
     torch = pytest.importorskip("torch")
-    G, N, K = 4, 384, 512
-    if aligned:
+    G, N, K = 4, 512, 512
+    if aligned:  # 128-aligned expert segments, padding rows at the end of each
         sizes = [128, 256, 0, 384]
         group = torch.cat([torch.full((s,), g, dtype=torch.int32) for g, s in enumerate(sizes)]).cuda()
-        group[-40:] = -1  # padding rows
-    else:
-        group = torch.randint(-1, G + 2, (333,), dtype=torch.int32, device="cuda")  # unsorted, mixed, ids >= G are padding
+        group[100:128] = -1
+        group[-40:] = -1
+    else:  # unsorted, mixed, ids >= G are padding
+        group = torch.randint(-1, G + 2, (333,), dtype=torch.int32, device="cuda")
     M = group.numel()
+    fn = _mod("fp8_grouped_contiguous").fp8_grouped_contiguous.with_attrs(**cfg)
     a, sa = fp8.quantize_1x128(torch.randn(M, K, device="cuda"))
     b, sb = fp8.quantize_128x128(torch.randn(G, N, K, device="cuda"))
     out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    _mod("fp8_grouped_contiguous").fp8_grouped_contiguous(a, sa, b, sb, group, out=out)
+    fn(a, sa, b, sb, group, out=out)
     ref = reference.fp8_gemm(a, sa, b, sb, group=group)
     valid = (group >= 0) & (group < G)
     assert torch.isnan(out[~valid].float()).all(), "padding rows must be left untouched"
     assert fp8_difference(out[valid], ref[valid]) < FP8_TOL
 
 
-def test_grouped_masked():
+@pytest.mark.parametrize("cfg", [{}, {"tile_m": 64, "cluster": 1}, {"tile_m": 128, "tile_n": 128, "cluster": 2},
+                                 {"store": "rows"}], ids=["picked", "bm64", "cluster2", "rows"])
+def test_grouped_masked(cfg):
     torch = pytest.importorskip("torch")
-    G, Mmax, N, K = 4, 256, 512, 768
-    count = torch.tensor([0, 1, 200, 256], dtype=torch.int32, device="cuda")
+    G, Mmax, N, K = 5, 256, 512, 768
+    count = torch.tensor([0, 1, 200, 256, 129], dtype=torch.int32, device="cuda")
+    fn = _mod("fp8_grouped_masked").fp8_grouped_masked.with_attrs(**cfg)
     a, sa = fp8.quantize_1x128(torch.randn(G, Mmax, K, device="cuda"))
     b, sb = fp8.quantize_128x128(torch.randn(G, N, K, device="cuda"))
     out = torch.full((G, Mmax, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    _mod("fp8_grouped_masked").fp8_grouped_masked(a, sa, b, sb, count, out=out)
+    fn(a, sa, b, sb, count, out=out)
     ref = reference.fp8_gemm(a, sa, b, sb, count=count)
     for g, c in enumerate(count.tolist()):
         assert torch.isnan(out[g, c:].float()).all()
         if c:
             assert fp8_difference(out[g, :c], ref[g, :c]) < FP8_TOL
+
+
+@pytest.mark.parametrize("name", ["fp8_gemm", "fp8_gemm_accumulate", "fp8_grouped_contiguous", "fp8_grouped_masked"])
+def test_judge_on_random_cases(name):
+    """kdsl check's shapes (block boundaries, 1 row, long K) with random groups and counts."""
+    from kdsl.cases import gemm_shapes
+    fn = getattr(_mod(name), name)
+    for i, case in enumerate(gemm_shapes(fn.ir.attr("grouping"))):
+        _judge(fn, GemmCase(case.M, case.N, case.K, case.G, seed=i))
+
+
+@pytest.mark.parametrize("cfg", [{}, {"store": "rows"}, {"tile_m": 64, "cluster": 1}])
+def test_accumulate_adds_into_out(cfg):
+    fn = _mod("fp8_gemm_accumulate").fp8_gemm_accumulate.with_attrs(**cfg)
+    for i, (m, n, k) in enumerate([(4096, 4096, 1024), (129, 130, 256), (1, 64, 128)]):
+        _judge(fn, GemmCase(m, n, k, seed=i))
+
+
+def test_capturable_in_cuda_graph():
+    torch = pytest.importorskip("torch")
+    fn = _mod("fp8_gemm").fp8_gemm
+    a, sa = fp8.quantize_1x128(torch.randn(300, 1024, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(2112, 1024, device="cuda"))
+    out = torch.empty(300, 2112, device="cuda", dtype=torch.bfloat16)
+    fn(a, sa, b, sb, out=out)  # compile and plan outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn(a, sa, b, sb, out=out)
+    out.fill_(float("nan"))
+    a2, sa2 = fp8.quantize_1x128(torch.randn(300, 1024, device="cuda"))
+    a.copy_(a2)  # new inputs, same buffers
+    sa.copy_(sa2)
+    g.replay()
+    torch.cuda.synchronize()
+    assert fp8_difference(out, reference.fp8_gemm(a, sa, b, sb)) < FP8_TOL
+
+
+def test_tensor_maps_are_encoded_again_only_when_a_pointer_changes(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from kdsl.runtime import tma
+    fn = _mod("fp8_gemm").fp8_gemm
+    a, sa = fp8.quantize_1x128(torch.randn(256, 512, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(512, 512, device="cuda"))
+    out = torch.empty(256, 512, device="cuda", dtype=torch.bfloat16)
+    fn(a, sa, b, sb, out=out)
+    encoded = []
+    real = tma.TensorMap.bind
+
+    def bind(self, ptr):
+        if ptr != self.ptr:
+            encoded.append(ptr)
+        real(self, ptr)
+    monkeypatch.setattr(tma.TensorMap, "bind", bind)
+    fn(a, sa, b, sb, out=out)
+    assert encoded == []
+    out2 = torch.empty_like(out)
+    fn(a, sa, b, sb, out=out2)
+    assert encoded == [out2.data_ptr()]
+    torch.cuda.synchronize()
+    assert fp8_difference(out2, reference.fp8_gemm(a, sa, b, sb)) < FP8_TOL
 
 
 def test_bad_fp8_arguments():
@@ -68,14 +187,18 @@ def test_bad_fp8_arguments():
     mod = _mod("fp8_gemm")
     a, sa = fp8.quantize_1x128(torch.randn(64, 256, device="cuda"))
     b, sb = fp8.quantize_128x128(torch.randn(128, 256, device="cuda"))
+    out = torch.empty(64 * 128 + 8, device="cuda", dtype=torch.bfloat16)
     cases = [
         (lambda: mod.fp8_gemm(a[:, :200].contiguous(), sa, b, sb), "multiple of 128"),
         (lambda: mod.fp8_gemm(a, sa.contiguous(), b, sb), "a_scale must have shape [64, 2] with strides [1, 64]"),
         (lambda: mod.fp8_gemm(a, sa, b, sb[:, :1]), "b_scale must have shape [1, 2]"),
         (lambda: mod.fp8_gemm(a.float(), sa, b, sb), "must be torch.float8_e4m3fn"),
         (lambda: mod.fp8_gemm(a, sa, b, sb, torch.zeros(3)), "extra arguments"),
+        (lambda: mod.fp8_gemm(a, sa, b, sb, out=out[1:64 * 128 + 1].view(64, 128)), "'out' must be 16-byte aligned"),
+        (lambda: mod.fp8_gemm.with_attrs(tile_n=176)(a, sa, b, sb), "tile_n = 176 is not supported"),
+        (lambda: _mod("fp8_gemm_accumulate").fp8_gemm_accumulate(a, sa, b, sb), "declared 'accumulate'"),
     ]
     for fn, needle in cases:
-        with pytest.raises(LaunchError) as e:
+        with pytest.raises((LaunchError, KdslError)) as e:
             fn()
         assert needle in str(e.value), (needle, str(e.value))

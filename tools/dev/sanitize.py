@@ -1,8 +1,10 @@
 """Every attention sample (and bench/variants.kd) at lengths 1, 63, 129 and 1000, with M != N
-and with GQA, plus small FP8 GEMMs: a workload for compute-sanitizer.
+and with GQA, plus small and ragged FP8 GEMMs in each configuration family (tile_m 64 and 128,
+a 2-CTA cluster, row-by-row stores): a workload for compute-sanitizer.
 
     compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/dev/sanitize.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --quick
+    ... python3 tools/dev/sanitize.py --fp8    (the FP8 samples only)
 """
 import pathlib
 import sys
@@ -16,6 +18,10 @@ from kdsl.testing import attention_inputs
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 quick = "--quick" in sys.argv
 files = sorted((ROOT / "samples").glob("*.kd")) + ([] if quick else [ROOT / "bench" / "variants.kd"])
+if "--fp8" in sys.argv:
+    files = sorted((ROOT / "samples").glob("fp8_*.kd"))
+FP8_CONFIGS = [{}, {"tile_m": 64, "tile_n": 48, "cluster": 1}, {"tile_m": 128, "tile_n": 64, "cluster": 2, "multicast": "a"},
+               {"tile_m": 128, "tile_n": 64, "cluster": 1, "store": "rows"}]
 shapes = [(1, 2, 2, 1, 1, 64), (1, 2, 2, 63, 63, 128), (1, 2, 2, 129, 129, 64), (1, 2, 2, 1000, 1000, 128),
           (2, 2, 2, 63, 1000, 128), (1, 4, 2, 129, 63, 64), (1, 4, 1, 1000, 129, 128)]
 if quick:
@@ -34,13 +40,19 @@ for f in files:
                 n += 1
         else:
             g = kir.attr("grouping")
-            for (G, M, N, K) in [(2, 1, 129, 128), (2, 129, 200, 256)]:
-                a, sa = fp8.quantize_1x128(torch.randn((G, M, K) if g == "masked" else (M, K), device="cuda"))
-                b, sb = fp8.quantize_128x128(torch.randn((N, K) if g == "dense" else (G, N, K), device="cuda"))
-                extra = () if g == "dense" else ((torch.randint(-1, G, (M,), device="cuda", dtype=torch.int32),)
-                                                 if g == "contiguous" else
-                                                 (torch.randint(0, M + 1, (G,), device="cuda", dtype=torch.int32),))
-                fn(a, sa, b, sb, *extra)
-                n += 1
+            for cfg in FP8_CONFIGS:
+                for (G, M, N, K) in [(2, 1, 129, 128), (2, 129, 200, 256), (3, 300, 256, 384)]:
+                    a, sa = fp8.quantize_1x128(torch.randn((G, M, K) if g == "masked" else (M, K), device="cuda"))
+                    b, sb = fp8.quantize_128x128(torch.randn((N, K) if g == "dense" else (G, N, K), device="cuda"))
+                    extra = () if g == "dense" else ((torch.randint(-1, G, (M,), device="cuda", dtype=torch.int32),)
+                                                     if g == "contiguous" else
+                                                     (torch.randint(0, M + 1, (G,), device="cuda", dtype=torch.int32),))
+                    out_shape = (G, M, N) if g == "masked" else (M, N)
+                    out = torch.zeros(out_shape, device="cuda") if kir.attr("accumulate") else None
+                    try:
+                        fn.with_attrs(**cfg)(a, sa, b, sb, *extra, out=out)
+                    except kdsl.KdslError:  # this configuration cannot pair the shape's tiles
+                        continue
+                    n += 1
 torch.cuda.synchronize()
 print(f"sanitize workload: {n} launches ok")

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""One GPU session for the FP8 GEMM (issue 8): its GPU tests, then the standard suite's FP8
+shapes against torch's blockwise _scaled_mm in the same process (kdsl.bench: same inputs, L2
+flushed, CUDA events), host time per eager launch, and a sweep of the tile configurations
+the model ranks next for each dense shape (data for passes/gemm_tiles.py). Prints markdown
+tables and writes them, with JSON, to --out.
+
+    python3 tools/dev/fp8_gpu_check.py [--out DIR] [--no-tests] [--no-sweep] [--sanitize] [--budget S]
+
+On the device machine (lark carried as a wheel in .whl/):
+    python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KDSL_CACHE_DIR=/tmp/kc
+    python3 tools/dev/fp8_gpu_check.py --out $OUT 2>&1 | tee $OUT/fp8_check.log
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+START = time.monotonic()
+
+
+def elapsed() -> float:
+    return time.monotonic() - START
+
+
+def log(msg: str) -> None:
+    print(f"[{elapsed():6.1f}s] {msg}", flush=True)
+
+
+def run_tests() -> int:
+    import pytest
+    log("GPU tests: tests/gpu/test_fp8_gpu.py")
+    return int(pytest.main(["-q", "-p", "no:cacheprovider", "-rf", str(ROOT / "tests/gpu/test_fp8_gpu.py")]))
+
+
+def config_of(kernel, shape, sms) -> dict:
+    from kdsl.passes import gemm_tiles, pipeline
+    from kdsl.passes.target import get_target
+    low = pipeline.lower(kernel.with_attrs(shape=list(shape), sms=sms), get_target("sm_90a"))
+    return {a: low.attr(a) for a in gemm_tiles.CONFIG_ATTRS}
+
+
+def label(cfg: dict) -> str:
+    mc = "" if cfg["cluster"] == 1 else f" x2({cfg['multicast']})"
+    return f"{cfg['tile_m']}x{cfg['tile_n']}x{cfg['stages']}{mc}{' rows' if cfg['store'] == 'rows' else ''}"
+
+
+def bench_suite(reps: int, sms: int):
+    """The standard suite's FP8 cases through kdsl.bench (the cold-build column is skipped:
+    it measures compile time in fresh processes, not what this session is for)."""
+    import kdsl
+    from kdsl import bench
+    from kdsl.runtime import compiler
+    cases = [c for c in bench.standard_suite() if c.kind == "gemm"]
+    modules = {c.file: kdsl.load(c.file) for c in cases}
+    configs = []
+    for c in cases:
+        s = c.shape
+        shape = (s["M"], s["N"], s["K"], s.get("G", 1))
+        kernel = modules[c.file].ir[c.kernel]
+        compiler.prebuild(kernel.with_attrs(shape=list(shape), sms=sms), "sm_90a")  # all at once, in processes
+        configs.append(config_of(kernel, shape, sms))
+    bench.cold_build = lambda *a, **kw: {}
+    log(f"benchmarking {len(cases)} FP8 cases against torch._scaled_mm")
+    rows = bench.run(cases, modules, reps, {"scaled_mm"}, progress=False)
+    return cases, rows, configs
+
+
+def suite_tables(rows, configs, device: str) -> str:
+    lines = [f"## FP8 standard suite on {device} (kdsl vs torch._scaled_mm blockwise, same process, same inputs)", "",
+             "| kernel | shape | tiles | err | kdsl µs | kdsl TFLOPS | torch µs | torch TFLOPS | ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    ratios = []
+    for r, cfg in zip(rows, configs):
+        if r.failure:
+            lines.append(f"| {r.kernel} | {r.shape} | {label(cfg)} | FAILED: {r.failure} | | | | | |")
+            continue
+        p = r.peers.get("scaled_mm", {})
+        if "ms" in p:
+            ratio = p["ms"] / r.ms
+            ratios.append(ratio)
+            peer = f"{p['ms'] * 1e3:.1f} | {p['tflops']:.0f} | {ratio:.2f}"
+        else:
+            peer = " | | "
+        lines.append(f"| {r.kernel} | {r.shape} | {label(cfg)} | {r.error:.1e} | {r.ms * 1e3:.1f} | {r.tflops:.0f} | "
+                     f"{peer} |")
+    if ratios:
+        lines += ["", f"dense: min ratio {min(ratios):.2f}, median {statistics.median(ratios):.2f} over "
+                      f"{len(ratios)} shapes (targets: >= 1.0 each, median >= 1.1)"]
+    for r in rows:
+        if r.kernel != "fp8_gemm" and not r.failure:
+            target = 1100 if "contiguous" in r.kernel else 900
+            lines.append(f"{r.kernel} {r.shape}: {r.tflops:.0f} TFLOPS (target >= {target})")
+    return "\n".join(lines) + "\n"
+
+
+def launch_times() -> str:
+    """Host time per eager launch, with bench/launch_overhead.py's method."""
+    import torch
+
+    import kdsl
+    from kdsl import fp8
+    spec = importlib.util.spec_from_file_location("launch_overhead", ROOT / "bench" / "launch_overhead.py")
+    lo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lo)
+    gemm = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").fp8_gemm
+    a, sa = fp8.quantize_1x128(torch.randn(128, 7168, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(2112, 7168, device="cuda"))
+    out = torch.empty(128, 2112, device="cuda", dtype=torch.bfloat16)
+    rows = [("kdsl fp8_gemm 128x2112x7168, out= given", lo.host_us(lambda: gemm(a, sa, b, sb, out=out))),
+            ("kdsl fp8_gemm 128x2112x7168, allocating", lo.host_us(lambda: gemm(a, sa, b, sb))),
+            ("torch._scaled_mm blockwise", lo.host_us(lambda: torch._scaled_mm(
+                a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)))]
+    lines = ["## Host time per eager launch", "", "| call | host µs |", "|---|---|"]
+    lines += [f"| {n} | {us:.1f} |" for n, us in rows]
+    return "\n".join(lines) + "\n"
+
+
+def sweep(reps: int, sms: int, budget: float, per_shape: int = 5) -> str:
+    """For each dense shape of the suite, the next configurations by modelled cycles (and the
+    best without a cluster), timed against the pick."""
+    import torch
+
+    import kdsl
+    from kdsl import bench, fp8
+    from kdsl.passes import gemm_tiles
+    from kdsl.runtime import compiler
+    mod = kdsl.load(ROOT / "samples" / "fp8_gemm.kd")
+    kernel, fn = mod.ir["fp8_gemm"], mod.fp8_gemm
+    plans = []
+    for m in (4096, 128):
+        for n, k in bench.GEMM_NK:
+            p = gemm_tiles.Problem(m, n, k, 1, "dense", 2)
+            found, _ = gemm_tiles.candidates(p, sms, 227 * 1024, {})
+            found.sort(key=lambda c: gemm_tiles.cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms))
+            picks = found[:per_shape] + [c for c in found if c["cluster"] == 1][:1]
+            picks = [dict(t) for t in dict.fromkeys(tuple(sorted(c.items())) for c in picks)]
+            plans.append(((m, n, k), picks))
+            for c in picks:
+                compiler.prebuild(kernel.with_attrs(shape=[m, n, k, 1], sms=sms, **c), "sm_90a")
+    compiler.finish_prebuilds()
+    timer = bench.Timer(reps)
+    lines = ["## Sweep: the model's next configurations per dense shape (first row: its pick)", "",
+             "| shape | tiles | model cycles | µs | TFLOPS | vs pick |", "|---|---|---|---|---|---|"]
+    for (m, n, k), picks in plans:
+        if elapsed() > budget:
+            lines.append(f"| (budget of {budget:.0f}s spent: sweep stopped) | | | | | |")
+            break
+        a, sa = fp8.quantize_1x128(torch.randn(m, k, device="cuda"))
+        b, sb = fp8.quantize_128x128(torch.randn(n, k, device="cuda"))
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        base = None
+        p = gemm_tiles.Problem(m, n, k, 1, "dense", 2)
+        for c in picks:
+            g = fn.with_attrs(**c)
+            try:
+                t = timer(lambda: g(a, sa, b, sb, out=out))
+            except Exception as e:  # noqa: BLE001 - a failing configuration is a finding, not a stop
+                lines.append(f"| {m}x{n}x{k} | {label(c)} | | FAILED: {type(e).__name__}: {str(e)[:80]} | | |")
+                continue
+            base = base or t
+            cyc = gemm_tiles.cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms)
+            lines.append(f"| {m}x{n}x{k} | {label(c)} | {cyc:.3g} | {t * 1e3:.1f} | {2 * m * n * k / t / 1e9:.0f} | "
+                         f"{base / t:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def sanitize() -> str:
+    lines = ["## compute-sanitizer on small and ragged FP8 shapes (tools/dev/sanitize.py --fp8)", ""]
+    for tool in ("memcheck", "racecheck"):
+        r = subprocess.run(["compute-sanitizer", "--tool", tool, "--error-exitcode", "1", sys.executable,
+                            str(ROOT / "tools/dev/sanitize.py"), "--fp8", "--quick"],
+                           capture_output=True, text=True, timeout=600)
+        tail = (r.stdout + r.stderr).strip().splitlines()[-3:]
+        lines.append(f"- {tool}: exit {r.returncode}: " + " / ".join(tail))
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "fp8_check_out"))
+    ap.add_argument("--no-tests", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--budget", type=float, default=170.0, help="seconds after which optional parts are skipped")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import torch
+    device = torch.cuda.get_device_name()
+    from kdsl.runtime.launch import _sm_count
+    sms = _sm_count(torch.cuda.current_device())
+    log(f"{device}, {sms} SMs, torch {torch.__version__}")
+    report = [f"# FP8 GEMM check on {device} ({sms} SMs)", ""]
+    if not args.no_tests:
+        rc = run_tests()
+        report.append(f"GPU tests (tests/gpu/test_fp8_gpu.py): pytest exit {rc} (0 = all passed)\n")
+        log(f"tests done, exit {rc}")
+    cases, rows, configs = bench_suite(args.reps, sms)
+    report.append(suite_tables(rows, configs, device))
+    print(report[-1], flush=True)
+    (out / "fp8_suite.json").write_text(json.dumps(
+        {"device": device, "sms": sms, "rows": [{**r.__dict__, "config": c} for r, c in zip(rows, configs)]}, indent=1))
+    report.append(launch_times())
+    print(report[-1], flush=True)
+    if not args.no_sweep and elapsed() < args.budget:
+        report.append(sweep(max(20, args.reps // 2), sms, args.budget))
+        print(report[-1], flush=True)
+    if args.sanitize:
+        report.append(sanitize())
+        print(report[-1], flush=True)
+    (out / "fp8_check.md").write_text("\n".join(report))
+    log(f"report: {out / 'fp8_check.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
