@@ -322,7 +322,11 @@ def _signature(tensors, extras):
     """What validation depends on, per call: dtype, shape, strides and device of each array
     (pointers are not part of it: alignment is checked on every call). Arguments that are
     not arrays get a signature of their own, so the plan step reports them."""
-    return tuple(map(_key, tensors)) + tuple(map(_key, extras))
+    try:  # torch tensors (or None): _key's answer without a call per argument, the hot path
+        head = tuple([None if x is None else (x.dtype, x.shape, x.stride(), x.device) for x in tensors])
+    except (AttributeError, TypeError):
+        head = tuple(map(_key, tensors))
+    return head + tuple(map(_key, extras))
 
 
 def _key(x):
@@ -392,15 +396,18 @@ class GemmKernel(KernelBase):
 
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
         extra = self._extra(rest, named) if (rest or named or self.extra) else None
-        plan = self._plans.get(_signature((a, a_scale, b, b_scale, extra), (out,)))
+        key = _signature((a, a_scale, b, b_scale, extra), (out,))
+        plan = self._plans.get(key)
         if plan is None:
-            plan = self._plan(a, a_scale, b, b_scale, extra, out)
-            self._plans[_signature((a, a_scale, b, b_scale, extra), (out,))] = plan
+            plan = self._plans[key] = self._plan(a, a_scale, b, b_scale, extra, out)
         if out is None:
             out = plan.new_out()
         if plan.loaded is None:
             return out
-        pa, psa, pb, psb, pout = _ptr(a), _ptr(a_scale), _ptr(b), _ptr(b_scale), _ptr(out)
+        if plan.framework == "torch":  # the hot path: no attribute probing
+            pa, psa, pb, psb, pout = a.data_ptr(), a_scale.data_ptr(), b.data_ptr(), b_scale.data_ptr(), out.data_ptr()
+        else:
+            pa, psa, pb, psb, pout = _ptr(a), _ptr(a_scale), _ptr(b), _ptr(b_scale), _ptr(out)
         if (pa | pb | psa) & 15 or psb & 3 or pout % plan.out_align:
             for ptr, n, al in ((pa, "a", 16), (psa, "a_scale", 16), (pb, "b", 16), (psb, "b_scale", 4),
                                (pout, "out", plan.out_align)):
