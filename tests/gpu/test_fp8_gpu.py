@@ -69,16 +69,21 @@ def test_configurations_at_tile_edges(cfg):
         _judge(fn, GemmCase(m, n, 128 * (1 + i % 3), seed=i))
 
 
-@pytest.mark.parametrize("M,N,K", [(1, 2112, 7168), (127, 129, 128), (128, 256, 256), (129, 2112, 512),
-                                   (300, 7168, 1024), (4096, 512, 384), (77, 1, 128), (128, 7168, 16384),
-                                   (4096, 2112, 7168), (4096, 24576, 1536), (257, 4097, 1280)])
+DENSE_SHAPES = [(1, 2112, 7168), (127, 129, 128), (128, 256, 256), (129, 2112, 512), (300, 7168, 1024),
+                (4096, 512, 384), (77, 1, 128), (128, 7168, 16384), (4096, 2112, 7168), (4096, 24576, 1536),
+                (257, 4097, 1280)]
+GROUPED_CFGS = {"picked": {}, "bm64": {"tile_m": 64, "cluster": 1}, "cluster2": {"tile_m": 128, "tile_n": 128, "cluster": 2},
+                "rows": {"tile_m": 128, "tile_n": 112, "store": "rows", "cluster": 1}}
+ACCUMULATE_CFGS = [{}, {"store": "rows"}, {"tile_m": 64, "cluster": 1}]
+ACCUMULATE_SHAPES = [(4096, 4096, 1024), (129, 130, 256), (1, 64, 128)]
+
+
+@pytest.mark.parametrize("M,N,K", DENSE_SHAPES)
 def test_dense_at_the_tiles_each_shape_picks(M, N, K):
     _judge(_mod("fp8_gemm").fp8_gemm, GemmCase(M, N, K, seed=M + N + K))
 
 
-@pytest.mark.parametrize("cfg", [{}, {"tile_m": 64, "cluster": 1}, {"tile_m": 128, "tile_n": 128, "cluster": 2},
-                                 {"tile_m": 128, "tile_n": 112, "store": "rows", "cluster": 1}],
-                         ids=["picked", "bm64", "cluster2", "rows"])
+@pytest.mark.parametrize("cfg", GROUPED_CFGS.values(), ids=GROUPED_CFGS.keys())
 @pytest.mark.parametrize("aligned", [True, False])
 def test_grouped_contiguous(cfg, aligned):
     torch = pytest.importorskip("torch")
@@ -102,8 +107,7 @@ def test_grouped_contiguous(cfg, aligned):
     assert fp8_difference(out[valid], ref[valid]) < FP8_TOL
 
 
-@pytest.mark.parametrize("cfg", [{}, {"tile_m": 64, "cluster": 1}, {"tile_m": 128, "tile_n": 128, "cluster": 2},
-                                 {"store": "rows"}], ids=["picked", "bm64", "cluster2", "rows"])
+@pytest.mark.parametrize("cfg", GROUPED_CFGS.values(), ids=GROUPED_CFGS.keys())
 def test_grouped_masked(cfg):
     torch = pytest.importorskip("torch")
     G, Mmax, N, K = 5, 256, 512, 768
@@ -129,10 +133,10 @@ def test_judge_on_random_cases(name):
         _judge(fn, GemmCase(case.M, case.N, case.K, case.G, seed=i))
 
 
-@pytest.mark.parametrize("cfg", [{}, {"store": "rows"}, {"tile_m": 64, "cluster": 1}])
+@pytest.mark.parametrize("cfg", ACCUMULATE_CFGS)
 def test_accumulate_adds_into_out(cfg):
     fn = _mod("fp8_gemm_accumulate").fp8_gemm_accumulate.with_attrs(**cfg)
-    for i, (m, n, k) in enumerate([(4096, 4096, 1024), (129, 130, 256), (1, 64, 128)]):
+    for i, (m, n, k) in enumerate(ACCUMULATE_SHAPES):
         _judge(fn, GemmCase(m, n, k, seed=i))
 
 

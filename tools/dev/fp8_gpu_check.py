@@ -37,6 +37,36 @@ def log(msg: str) -> None:
     print(f"[{elapsed():6.1f}s] {msg}", flush=True)
 
 
+def prebuild_for_tests(sms: int) -> None:
+    """Start compiling (in processes, side by side) the configurations the GPU tests will
+    ask for, which their first calls would otherwise compile one after another."""
+    import kdsl
+    from kdsl.cases import gemm_shapes
+    from kdsl.runtime import compiler
+    sys.path.insert(0, str(ROOT / "tests"))
+    spec = importlib.util.spec_from_file_location("fp8_gpu_tests", ROOT / "tests/gpu/test_fp8_gpu.py")
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    ir = {n: kdsl.load(ROOT / "samples" / f"{n}.kd").ir[n] for n in
+          ("fp8_gemm", "fp8_gemm_accumulate", "fp8_grouped_contiguous", "fp8_grouped_masked")}
+    todo = [("fp8_gemm", (m, n, 256, 1), cfg) for cfg in t.CONFIGS for m, n in t._edges(cfg)]
+    todo += [("fp8_gemm", (m, n, k, 1), {}) for m, n, k in t.DENSE_SHAPES + [(300, 2112, 1024), (256, 512, 512)]]
+    for cfg in t.GROUPED_CFGS.values():
+        todo += [("fp8_grouped_contiguous", (m, 512, 512, 4), cfg) for m in (768, 333)]
+        todo.append(("fp8_grouped_masked", (256, 512, 768, 5), cfg))
+    todo += [("fp8_gemm_accumulate", (m, n, k, 1), cfg) for cfg in t.ACCUMULATE_CFGS for m, n, k in t.ACCUMULATE_SHAPES]
+    for name, k in ir.items():
+        todo += [(name, (c.M, c.N, c.K, c.G), {}) for c in gemm_shapes(k.attr("grouping"))]
+    for name, shape, cfg in todo:
+        try:
+            compiler.prebuild(ir[name].with_attrs(shape=list(shape), sms=sms, **cfg), "sm_90a")
+        except Exception:  # noqa: BLE001 - the test that needs it reports the problem
+            pass
+    log(f"prebuilding {len(todo)} test configurations")
+    compiler.finish_prebuilds()
+    log("prebuilt")
+
+
 def run_tests() -> int:
     import pytest
     log("GPU tests: tests/gpu/test_fp8_gpu.py")
@@ -204,6 +234,7 @@ def main() -> int:
     log(f"{device}, {sms} SMs, torch {torch.__version__}")
     report = [f"# FP8 GEMM check on {device} ({sms} SMs)", ""]
     if not args.no_tests:
+        prebuild_for_tests(sms)
         rc = run_tests()
         report.append(f"GPU tests (tests/gpu/test_fp8_gpu.py): pytest exit {rc} (0 = all passed)\n")
         log(f"tests done, exit {rc}")
