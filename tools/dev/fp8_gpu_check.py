@@ -233,25 +233,25 @@ def main() -> int:
     sms = _sm_count(torch.cuda.current_device())
     log(f"{device}, {sms} SMs, torch {torch.__version__}")
     report = [f"# FP8 GEMM check on {device} ({sms} SMs)", ""]
+
+    def section(text: str) -> None:  # printed, and the report rewritten: a cut-off run keeps what it did
+        report.append(text)
+        print(text, flush=True)
+        (out / "fp8_check.md").write_text("\n".join(report))
+
     if not args.no_tests:
         prebuild_for_tests(sms)
         rc = run_tests()
-        report.append(f"GPU tests (tests/gpu/test_fp8_gpu.py): pytest exit {rc} (0 = all passed)\n")
-        log(f"tests done, exit {rc}")
+        section(f"GPU tests (tests/gpu/test_fp8_gpu.py): pytest exit {rc} (0 = all passed)\n")
     cases, rows, configs = bench_suite(args.reps, sms)
-    report.append(suite_tables(rows, configs, device))
-    print(report[-1], flush=True)
+    section(suite_tables(rows, configs, device))
     (out / "fp8_suite.json").write_text(json.dumps(
         {"device": device, "sms": sms, "rows": [{**r.__dict__, "config": c} for r, c in zip(rows, configs)]}, indent=1))
-    report.append(launch_times())
-    print(report[-1], flush=True)
+    section(launch_times())
     if not args.no_sweep and elapsed() < args.budget:
-        report.append(sweep(max(20, args.reps // 2), sms, args.budget))
-        print(report[-1], flush=True)
+        section(sweep(max(20, args.reps // 2), sms, args.budget))
     if args.sanitize:
-        report.append(sanitize())
-        print(report[-1], flush=True)
-    (out / "fp8_check.md").write_text("\n".join(report))
+        section(sanitize())
     log(f"report: {out / 'fp8_check.md'}")
     return 0
 
