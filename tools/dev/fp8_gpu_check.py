@@ -57,6 +57,7 @@ def prebuild_for_tests(sms: int) -> None:
     todo += [("fp8_gemm_accumulate", (m, n, k, 1), cfg) for cfg in t.ACCUMULATE_CFGS for m, n, k in t.ACCUMULATE_SHAPES]
     for name, k in ir.items():
         todo += [(name, (c.M, c.N, c.K, c.G), {}) for c in gemm_shapes(k.attr("grouping"))]
+    todo += SMOKE
     for name, shape, cfg in todo:
         try:
             compiler.prebuild(ir[name].with_attrs(shape=list(shape), sms=sms, **cfg), "sm_90a")
@@ -65,6 +66,51 @@ def prebuild_for_tests(sms: int) -> None:
     log(f"prebuilding {len(todo)} test configurations")
     compiler.finish_prebuilds()
     log("prebuilt")
+
+
+SMOKE = [  # (sample, (M, N, K, G), attrs): one small call per configuration family
+    ("fp8_gemm", (256, 512, 512, 1), {"tile_m": 128, "tile_n": 128, "cluster": 1}),
+    ("fp8_gemm", (129, 300, 384, 1), {"tile_m": 64, "tile_n": 48, "cluster": 1}),
+    ("fp8_gemm", (256, 512, 512, 1), {"tile_m": 128, "tile_n": 128, "cluster": 2, "multicast": "a"}),
+    ("fp8_gemm", (256, 512, 512, 1), {"tile_m": 128, "tile_n": 128, "cluster": 2, "multicast": "b"}),
+    ("fp8_gemm", (512, 512, 512, 1), {"tile_m": 256, "tile_n": 128, "cluster": 1}),
+    ("fp8_gemm", (256, 520, 512, 1), {"tile_m": 128, "tile_n": 160, "cluster": 1}),
+    ("fp8_gemm", (129, 130, 384, 1), {"store": "rows"}),
+    ("fp8_grouped_contiguous", (384, 512, 512, 3), {}),
+    ("fp8_grouped_masked", (256, 512, 512, 3), {}),
+    ("fp8_gemm_accumulate", (256, 512, 512, 1), {}),
+]
+
+
+def smoke_child() -> None:
+    """One call per SMOKE entry, judged; prints a line before and after each (a hang shows
+    as a start line with no end)."""
+    import kdsl
+    from kdsl.backends import Torch
+    from kdsl.cases import GemmCase
+    from kdsl.check import gemm_case
+    for name, (m, n, k, g), attrs in SMOKE:
+        print(f"start {name} {m}x{n}x{k} G={g} {attrs}", flush=True)
+        fn = getattr(kdsl.load(ROOT / "samples" / f"{name}.kd"), name).with_attrs(**attrs)
+        try:
+            res = gemm_case(Torch("cuda"), fn.ir, fn, GemmCase(m, n, k, g, seed=1))
+            print(f"end {'ok' if res.passed else 'FAIL'} error {res.error:.2e} {res.problems}", flush=True)
+        except Exception as e:  # noqa: BLE001 - reported, and the next family still runs
+            print(f"end ERROR {type(e).__name__}: {str(e)[:300]}", flush=True)
+
+
+def smoke(timeout: float = 120.0) -> tuple[bool, str]:
+    """The SMOKE calls in a child process that is killed if a kernel hangs: (no hang, report)."""
+    log("smoke: one call per configuration family, in a child process")
+    try:
+        r = subprocess.run([sys.executable, __file__, "--smoke-child"], capture_output=True, text=True,
+                           timeout=timeout)
+        text, hung = r.stdout + r.stderr[-2000:], False
+    except subprocess.TimeoutExpired as e:
+        text, hung = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), True
+    lines = ["## Smoke: one call per configuration family", "", "```", text.strip(),
+             "(killed after %.0fs: the last started call hung)" % timeout if hung else "", "```"]
+    return not hung, "\n".join(lines) + "\n"
 
 
 def run_tests() -> int:
@@ -224,7 +270,11 @@ def main() -> int:
     ap.add_argument("--sanitize", action="store_true")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--budget", type=float, default=170.0, help="seconds after which optional parts are skipped")
+    ap.add_argument("--smoke-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.smoke_child:
+        smoke_child()
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -240,7 +290,12 @@ def main() -> int:
         (out / "fp8_check.md").write_text("\n".join(report))
 
     if not args.no_tests:
-        prebuild_for_tests(sms)
+        prebuild_for_tests(sms)  # the smoke child finds these in the disk cache
+        alive, text = smoke()
+        section(text)
+        if not alive:
+            log("a kernel hung: stopping here")
+            return 1
         rc = run_tests()
         section(f"GPU tests (tests/gpu/test_fp8_gpu.py): pytest exit {rc} (0 = all passed)\n")
     cases, rows, configs = bench_suite(args.reps, sms)
