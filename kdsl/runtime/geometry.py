@@ -52,6 +52,24 @@ def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, 
                           f"tiles, {scales} scales of a; at most 2**31 - 1 each); split the call along M")
 
 
+def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: int, cfg: dict) -> list[tuple]:
+    """The FP8 GEMM's TMA tensor maps, as fp8_gemm_wgmma.cuh's launch contract describes them:
+    (element type, dims innermost first, byte strides of dims[1:], box, swizzle bytes) for a,
+    b, a_scale and, when stores go through TMA, out. Masked: a, a_scale and out have a group
+    dimension; grouped: b has one."""
+    masked = grouping == "masked"
+    ga, gb = (G if masked else 1), (1 if grouping == "dense" else G)
+    bm, bn, mcast = cfg["tile_m"], cfg["tile_n"], cfg["multicast"]
+    maps = [("u8", (K, M, ga), (K, M * K), (128, bm // (2 if mcast == "a" else 1), 1), 128),
+            ("u8", (K, N, gb), (K, N * K), (128, bn // (2 if mcast == "b" else 1), 1), 128),
+            ("f32", (ga * (K // 128) * M,), (), (bm,), 0)]
+    if cfg["store"] == "tma":  # 64-row boxes, one swizzle width of columns (fp8_gemm_epilogue.cuh)
+        sw = next(w for w in (128, 64, 32) if bn * out_bytes % w == 0)
+        maps.append(("f32" if out_bytes == 4 else "bf16", (N, M, ga), (N * out_bytes, M * N * out_bytes),
+                     (sw // out_bytes, 64, 1), sw))
+    return maps
+
+
 def softmax_scale(scale, default: Callable[[], float], kname: str) -> float:
     """The scale a call uses: the kernel's own (default(), evaluated only when needed) when
     none is given, else a real, finite number. Strings, bools and tensors are refused rather

@@ -501,14 +501,10 @@ class GemmKernel(KernelBase):
         pack = ArgPack(["tmap"] * 4 + ["ptr"] * 4 + ["i32"] * 5, [None] * 8 + [M, N, K, G, lk.attr("raster")],
                        [4, 5, 6, 7])
         from .tma import TensorMap
-        ga, gb, e = (G if masked else 1), (1 if self.grouping == "dense" else G), arrays.itemsize(out_dtype)
-        maps = [TensorMap(pack.slots[0], "u8", (K, M, ga), (K, M * K), (128, bm // (2 if mcast == "a" else 1), 1)),
-                TensorMap(pack.slots[1], "u8", (K, N, gb), (K, N * K), (128, bn // (2 if mcast == "b" else 1), 1)),
-                TensorMap(pack.slots[2], "f32", (ga * (K // 128) * M,), (), (bm,), 0)]
-        tma_store = lk.attr("store") == "tma"
-        if tma_store:  # boxes of 64 rows x one swizzle width of columns (fp8_gemm_epilogue.cuh)
-            sw = next(w for w in (128, 64, 32) if bn * e % w == 0)
-            maps.append(TensorMap(pack.slots[3], out_dtype, (N, M, ga), (N * e, M * N * e), (sw // e, 64, 1), sw))
+        specs = geometry.gemm_tensor_maps(M, N, K, G, self.grouping, arrays.itemsize(out_dtype),
+                                          {"tile_m": bm, "tile_n": bn, "multicast": mcast, "store": lk.attr("store")})
+        maps = [TensorMap(slot, *spec) for slot, spec in zip(pack.slots, specs)]
+        tma_store = len(maps) == 4
         return Plan(loaded, geometry.gemm_grid(tiles, sms, cluster), (lk.attr("threads"), 1, 1), pack, ia.framework,
                     device, out_shape, out_dtype, maps=tuple(maps),
                     out_align=16 if tma_store else (8 if out_dtype == "f32" else 4))
