@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..errors import KdslError
 
 BLOCK_M = (64, 128, 256)
+CLUSTERS = (1, 2)  # CTAs per cluster the model may choose (an attr may still ask for 2)
 # Multiples of 16 whose tiles straddle at most two scale blocks of B (BN - gcd(BN, 128) <= 128).
 BLOCK_N = tuple(n for n in range(16, 193, 16) if n - math.gcd(n, 128) <= 128)
 MAX_STAGES = 8
@@ -100,7 +101,7 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     tma = fixed.get("store", "tma" if store_fits(p) else "rows") == "tma"
     ms = BLOCK_M if p.grouping == "dense" else (64, 128)  # a grouped tile pass costs the whole tile
     out, why = [], []
-    for cluster in (1, 2):
+    for cluster in sorted(set(CLUSTERS) | {fixed.get("cluster", 1)}):
         for multicast in (("none",) if cluster == 1 else ("a", "b")):
             for bm in ms:
                 for bn in BLOCK_N:
