@@ -92,3 +92,14 @@ def test_gemm_groupings():
     }.items():
         kinds[name] = check(body, "gemm").attr("grouping")
     assert kinds == {"dense": "dense", "contiguous": "contiguous", "masked": "masked"}
+
+
+def test_a_capture_named_scale_is_refused_at_its_name():
+    """Regression: a captured tensor named 'scale' compiled, but `mod.t(q, k, v, scale=x)` then
+    passed x as the softmax scale: the name clashes with the `scale=` argument of every call."""
+    with pytest.raises(SourceError) as e:
+        check("w: f32[H]\nscale: f32[H]\nscore(s, b, h, i, j) = s * scale[h]")
+    assert "'scale' names the softmax scale" in e.value.message and "another name" in e.value.message
+    assert (e.value.span.line, e.value.span.col, e.value.span.end_col) == (4, 1, 5)
+    renamed = check("scale_t: f32[H]\nscore(s, b, h, i, j) = s * scale_t[h]")
+    assert [t.name for t in renamed.tensors if t.role == "capture"] == ["scale_t"]

@@ -317,6 +317,9 @@ class _AttentionChecker(_Checker):
                 continue
             if d.block is not None:
                 raise SourceError("block(...) scaling applies to FP8 gemm operands only", d.span)
+            if name == "scale":  # a call passes captures by name too: mod.k(q, k, v, scale=...) would be ambiguous
+                raise SourceError("'scale' names the softmax scale (`scale = ...` in a kernel, `scale=` in a call) and cannot "
+                                  "name a captured tensor; give the tensor another name, e.g. 'scale_t'", d.name_span)
             self.dtype(d, tuple(CAPTURE_DTYPES))
             tensors.append(ir.Tensor("capture", name, d.dtype, self.shape(d, True)))
         funcs = []
