@@ -94,12 +94,18 @@ class Kernel:
     funcs: tuple[tuple[str, Expr], ...] = ()
     attrs: tuple[tuple[str, Any], ...] = ()
     source: str = field(default="", compare=False)  # file:line, for messages only
+    # Per function, the user's name of each parameter (kdsl's canonical name -> the user's),
+    # so that messages quote expressions as they were written; for messages only.
+    params: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = field(default=(), compare=False)
 
     def tensor(self, name: str) -> Tensor | None:
         return next((t for t in self.tensors if t.name == name), None)
 
     def func(self, name: str) -> Expr | None:
         return dict(self.funcs).get(name)
+
+    def param_names(self, func: str) -> dict[str, str]:
+        return dict(dict(self.params).get(func, ()))
 
     def attr(self, name: str, default=None):
         return dict(self.attrs).get(name, default)
@@ -145,6 +151,45 @@ def print_expr(e: Expr) -> str:
     if isinstance(e, Load):
         return f"(load:{e.ty} {e.tensor} " + " ".join(print_expr(a) for a in e.indices) + ")"
     raise TypeError(e)
+
+
+# How tightly each operator binds in kdsl's surface syntax (docs/language.md), loosest first.
+_INFIX = {"or": ("or", 1), "and": ("and", 2), "lt": ("<", 4), "le": ("<=", 4), "gt": (">", 4), "ge": (">=", 4),
+          "eq": ("==", 4), "ne": ("!=", 4), "add": ("+", 5), "sub": ("-", 5), "mul": ("*", 6), "div": ("/", 6),
+          "floordiv": ("//", 6), "mod": ("%", 6)}
+_ATOM = 8
+
+
+def format_expr(e: Expr, names: dict[str, str] | None = None) -> str:
+    """An expression as kdsl source would write it (`bias[h, i - j + N - 1]`), for messages
+    meant for users; `names` renames variables (canonical parameter names to the user's)."""
+    return _infix(e, names or {})[0]
+
+
+def _infix(e: Expr, names: dict) -> tuple[str, int]:
+    """(text, how tightly it binds)."""
+    if isinstance(e, Const):
+        text = _const_text(e)
+        return text, 7 if text.startswith("-") else _ATOM
+    if isinstance(e, Var):
+        return names.get(e.name, e.name), _ATOM
+    if isinstance(e, Load):
+        return f"{e.tensor}[" + ", ".join(format_expr(i, names) for i in e.indices) + "]", _ATOM
+    args = [_infix(a, names) for a in e.args]
+    if e.op in _INFIX:
+        sym, prec = _INFIX[e.op]
+        (left, lp), (right, rp) = args
+        # left-associative, comparisons not associative: parentheses keep the tree as it is
+        return f"{_paren(left, lp, prec + (prec == 4))} {sym} {_paren(right, rp, prec + 1)}", prec
+    if e.op == "not":
+        return f"not {_paren(*args[0], 3)}", 3
+    if e.op == "neg":
+        return f"-{_paren(*args[0], _ATOM)}", 7
+    return f"{e.op}(" + ", ".join(text for text, _ in args) + ")", _ATOM
+
+
+def _paren(text: str, prec: int, at_least: int) -> str:
+    return text if prec >= at_least else f"({text})"
 
 
 def _const_text(c: Const) -> str:

@@ -1,9 +1,12 @@
 import pytest
+from hypothesis import given, settings
 
 from kdsl import ir
 from kdsl.errors import SourceError
 from kdsl.grammar import parse
 from kdsl.passes.typecheck import check_program
+
+from exprgen import bool_expr, float_expr
 
 HEAD = "q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
 
@@ -103,3 +106,17 @@ def test_a_capture_named_scale_is_refused_at_its_name():
     assert (e.value.span.line, e.value.span.col, e.value.span.end_col) == (4, 1, 5)
     renamed = check("scale_t: f32[H]\nscore(s, b, h, i, j) = s * scale_t[h]")
     assert [t.name for t in renamed.tensors if t.role == "capture"] == ["scale_t"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(score=float_expr(depth=3), mask=bool_expr(depth=3))
+def test_expressions_quoted_for_users_read_back_as_the_same_ir(score, mask):
+    """ir.format_expr, which launch errors use to quote a program's expressions, writes kdsl
+    source: re-checked, the text gives the same IR (precedence and parentheses kept)."""
+    body = f"tbl: f32[N]\nscore(s, b, h, i, j) = {score} + tbl[min(max(i - j, 0), N - 1)]\nmask(b, h, i, j) = {mask}"
+    k = check(body)
+    params = dict(k.params)
+    again = check("tbl: f32[N]\n" + "\n".join(
+        f"{f}({', '.join(user for _, user in params[f])}) = {ir.format_expr(k.func(f), k.param_names(f))}"
+        for f in ("score", "mask")))
+    assert again.funcs == k.funcs

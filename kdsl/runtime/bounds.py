@@ -72,8 +72,9 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
                 if lo < 0 or hi >= size:
                     got = "cannot be bounded" if not (math.isfinite(lo) and math.isfinite(hi)) else \
                         f"ranges over [{lo}, {hi}]"
+                    text = ir.format_expr(idx, k.param_names(fname))
                     raise LaunchError(
-                        f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({ir.print_expr(idx)}) {got} "
+                        f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {got} "
                         f"for these shapes, but that axis has size {size}; clamp it, e.g. with min(...)/max(...)")
 
 

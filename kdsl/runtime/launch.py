@@ -141,8 +141,14 @@ class KernelBase:
                 continue
             want = _eval_int(e, dims)
             if want != got:
-                raise LaunchError(f"{self.name}: argument '{t.name}' dimension {axis} ({ir.print_expr(e)}) must be "
-                                  f"{want}, got {got} (shape {list(shape)})")
+                raise LaunchError(f"{self.name}: argument '{t.name}' dimension {axis} ({ir.format_expr(e)}) must be "
+                                  f"{want}, got {got} (shape {list(shape)}){self._dims_origin(e, dims)}")
+
+    def _dims_origin(self, e: ir.Expr, dims: dict) -> str:
+        """Where the sizes a shape expression uses came from: '; N = 7 is k's dimension 2'."""
+        bound = self.ir.dims
+        used = dict.fromkeys(n.name for n in ir.walk(e) if isinstance(n, ir.Var) and n.name in bound)
+        return "".join(f"; {n} = {dims[n]} is {bound[n][0]}'s dimension {bound[n][1]}" for n in used)
 
     def _device(self, infos):
         devs = {a.device for a in infos}
