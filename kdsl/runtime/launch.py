@@ -11,7 +11,7 @@ from .. import ir
 from ..errors import LaunchError, NoGpuError
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
-from . import arrays, geometry
+from . import arrays, geometry, torch_ops
 from .bounds import check_capture_indices
 from .driver import ArgPack, launch
 
@@ -87,6 +87,7 @@ class Plan:
 class KernelBase:
     # The CPU interpreter (kdsl.interpreted) validates with the same methods, on host arrays.
     on_host = False
+    torch_ops = None  # (op, out= op) once registered with torch (runtime/torch_ops.py)
 
     def __init__(self, kernel: ir.Kernel, arch: str | None):
         self.ir = kernel
@@ -185,6 +186,8 @@ class AttentionKernel(KernelBase):
         self.has_lse = kernel.tensor("lse") is not None
 
     def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, **named):
+        if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
+            return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale)
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
         plan = self._plans.get(_signature((q, k, v, *caps), (out, lse, scale)))
         if plan is None:
@@ -379,6 +382,8 @@ class GemmKernel(KernelBase):
         self.extra = {"contiguous": "group", "masked": "count"}.get(self.grouping)
 
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
+        if torch_ops.compiling():
+            return torch_ops.gemm(self, a, a_scale, b, b_scale, rest, named, out)
         extra = self._extra(rest, named) if (rest or named or self.extra) else None
         plan = self._plans.get(_signature((a, a_scale, b, b_scale, extra), (out,)))
         if plan is None:

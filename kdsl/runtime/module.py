@@ -9,7 +9,7 @@ from ..errors import KdslError, SourceError, Span
 from ..grammar import parse
 from ..interpreted import Interpreted
 from ..passes import pipeline
-from . import prebuild
+from . import prebuild, torch_ops
 from .launch import AttentionKernel, GemmKernel
 
 
@@ -20,6 +20,8 @@ class Module:
                                               else GemmKernel(k, a))
         self.kernels = {k.name: make(k, arch) for k in kernels}
         self.ir = {k.name: k for k in kernels}
+        for kernel in self.kernels.values():
+            torch_ops.register(kernel, "interpret" if interpret else "cuda", arch)
         if not interpret:
             prebuild.start(list(self.kernels.values()))
 

@@ -1,0 +1,220 @@
+"""kdsl kernels under torch.compile (issue 9 point 5), on the CPU through the interpreter:
+each kernel is a torch custom op with a fake implementation, so a module that calls one
+compiles to a single graph (fullgraph=True) and computes what it computes eagerly.
+tests/gpu/test_torch_compile_gpu.py does the same on CUDA, with Inductor and CUDA graphs.
+
+The backend here is aot_eager: Dynamo's graph, then AOTAutograd's fake-tensor tracing and
+functionalisation (what the ops' fake implementations and declared mutations are for),
+without Inductor's C++ code generation, which would cost CI tens of seconds."""
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kdsl  # noqa: E402
+from kdsl.cases import GemmCase, gemm_inputs  # noqa: E402
+from kdsl.backends import Torch  # noqa: E402
+from kdsl.interpreted import Interpreted  # noqa: E402
+from kdsl.runtime import torch_ops  # noqa: E402
+from kdsl.testing import attention_inputs  # noqa: E402
+from torch._dynamo.testing import CompileCounterWithBackend, EagerAndRecordGraphs  # noqa: E402
+
+from conftest import ROOT  # noqa: E402
+
+ALIBI_LSE = """
+attention alibi_lse {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    lse: f32[B, H, M]
+    slopes: f32[H]
+    score(s, b, h, i, j) = s - slopes[h] * float(abs(i - j))
+    mask(b, h, i, j) = j <= i
+}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class Attention(torch.nn.Module):
+    """A small attention block: q/k/v projections, a kdsl kernel with a captured tensor and a
+    softmax scale given at call time, an output projection."""
+
+    def __init__(self, kernel, width=128, heads=2):
+        super().__init__()
+        self.kernel, self.heads = kernel, heads
+        self.qkv = torch.nn.Linear(width, 3 * width, dtype=torch.bfloat16)
+        self.proj = torch.nn.Linear(width, width, dtype=torch.bfloat16)
+
+    def forward(self, x, slopes):
+        B, M, W = x.shape
+        q, k, v = (t.transpose(1, 2).contiguous() for t in self.qkv(x).view(B, M, 3, self.heads, -1).unbind(2))
+        o = self.kernel(q, k, v, slopes=slopes, scale=0.1)
+        return self.proj(o.transpose(1, 2).reshape(B, M, W))
+
+
+def _inputs(M=None):
+    M = M or random.randint(1, 70)
+    return torch.randn(2, M, 128, dtype=torch.bfloat16), torch.rand(2)
+
+
+def _ops_called(graph_module):
+    return [n.target for n in graph_module.graph.nodes if n.op == "call_function"]
+
+
+def test_attention_module_compiles_to_one_graph_that_equals_eager():
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd", interpret=True)
+    model = Attention(mod.alibi)
+    explained = torch._dynamo.explain(model)(*_inputs())
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    recorder = EagerAndRecordGraphs()
+    torch.compile(model, fullgraph=True, backend=recorder)(*_inputs())
+    assert mod.alibi.torch_ops[0] in _ops_called(recorder.graphs[0])  # the kernel is one node, not inlined
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(model, fullgraph=True, backend=counter)
+    M = random.randint(1, 70)
+    for _ in range(3):
+        x, slopes = _inputs(M)
+        assert torch.equal(compiled(x, slopes), model(x, slopes))
+    assert counter.frame_count == 1
+
+
+def test_out_and_lse_under_compile_are_written_like_eager():
+    mod = kdsl.compile(ALIBI_LSE, "alibi_lse.kd", interpret=True)
+    q, k, v, caps = attention_inputs(mod.ir["alibi_lse"], 1, 2, 2, random.randint(1, 70), random.randint(1, 70),
+                                     64, device="cpu")
+    B, H, M, _ = q.shape
+
+    def call(out, lse):
+        return mod.alibi_lse(q, k, v, caps["slopes"], out=out, lse=lse)
+
+    compiled = torch.compile(call, fullgraph=True, backend="aot_eager")
+    for given in ("none", "out", "lse", "both"):
+        buffers = []
+        for run in (call, compiled):
+            out = torch.full_like(q, float("nan")) if given in ("out", "both") else None
+            lse = torch.full((B, H, M), float("nan")) if given in ("lse", "both") else None
+            got = run(out, lse)
+            assert (out is None or got[0] is out) and (lse is None or got[1] is lse), given
+            buffers.append(got)
+        (eager_out, eager_lse), (out, lse) = buffers
+        assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse), given
+
+
+@pytest.mark.parametrize("sample", ["fp8_gemm", "fp8_grouped_contiguous", "fp8_grouped_masked"])
+def test_fp8_gemm_under_compile_equals_eager_with_and_without_out(sample):
+    mod = kdsl.load(ROOT / "samples" / f"{sample}.kd", interpret=True)
+    kernel = getattr(mod, sample)
+    case = GemmCase(random.randint(1, 140), random.randint(1, 140), 128 * random.randint(1, 2), 2,
+                    random.randrange(2**31))
+    a, sa, b, sb, extra = gemm_inputs(mod.ir[sample], case, Torch("cpu"))
+    out_shape = kernel(a, sa, b, sb, *extra).shape
+
+    def call(out):
+        return kernel(a, sa, b, sb, *extra, out=out)
+
+    compiled = torch.compile(call, fullgraph=True, backend="aot_eager")
+    # a grouped kernel leaves padding rows alone: a given out keeps its values there
+    before = torch.randn(out_shape).to(torch.bfloat16)
+    eager_out, compiled_out = before.clone(), before.clone()
+    assert compiled(compiled_out) is compiled_out
+    assert torch.equal(compiled_out, call(eager_out))
+    fresh, eager = compiled(None), call(None)
+    rows = ~eager.isnan() if sample != "fp8_gemm" else torch.ones_like(eager, dtype=torch.bool)
+    assert torch.equal(fresh[rows], eager[rows]) and fresh.shape == eager.shape and fresh.dtype == eager.dtype
+
+
+def test_ops_pass_torchs_custom_op_checks():
+    """torch.library.opcheck: schema (declared mutations only), fake outputs matching real
+    ones in shape, dtype and strides, and AOT dispatch with static and dynamic shapes."""
+    mod = kdsl.compile(ALIBI_LSE, "alibi_lse.kd", interpret=True)
+    q, k, v, caps = attention_inputs(mod.ir["alibi_lse"], 1, 2, 2, random.randint(1, 40), random.randint(1, 40),
+                                     64, device="cpu")
+    op, op_out = mod.alibi_lse.torch_ops
+    torch.library.opcheck(op, (q, k, v, [caps["slopes"]], 0.2))
+    torch.library.opcheck(op_out, (q, k, v, [caps["slopes"]], None, torch.empty_like(q),
+                                   torch.empty(q.shape[:3])))
+    gemm = kdsl.load(ROOT / "samples" / "fp8_grouped_masked.kd", interpret=True)
+    case = GemmCase(random.randint(1, 40), random.randint(1, 140), 256, 2, random.randrange(2**31))
+    a, sa, b, sb, _ = gemm_inputs(gemm.ir["fp8_grouped_masked"], case, Torch("cpu"))
+    count = torch.full((2,), case.M, dtype=torch.int32)  # every row written: opcheck compares them all
+    # test_schema compares inputs before and after with allclose, which CPU torch lacks for e4m3
+    utils = ("test_faketensor", "test_aot_dispatch_dynamic")
+    op, op_out = gemm.fp8_grouped_masked.torch_ops
+    torch.library.opcheck(op, (a, sa, b, sb, count), test_utils=utils)
+    torch.library.opcheck(op_out, (a, sa, b, sb, count, torch.empty(2, case.M, case.N, dtype=torch.bfloat16)),
+                          test_utils=utils)
+
+
+def test_each_program_gets_its_own_op_and_reloading_reuses_it():
+    source = "attention t {{ q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n" \
+             "score(s, b, h, i, j) = {} }}"
+    plain = kdsl.compile(source.format("s"), "a.kd", interpret=True)
+    biased = kdsl.compile(source.format("s + float(i - j)"), "b.kd", interpret=True)
+    assert plain.t.torch_ops[0] != biased.t.torch_ops[0]
+    assert kdsl.compile(source.format("s"), "again.kd", interpret=True).t.torch_ops == plain.t.torch_ops
+    on_gpu = kdsl.compile(source.format("s"), "a.kd")  # compiled kernels are ops of their own
+    assert on_gpu.t.torch_ops[0] not in (plain.t.torch_ops[0], biased.t.torch_ops[0])
+    q, k, v, _ = attention_inputs(plain.ir["t"], 1, 2, 2, random.randint(1, 70), random.randint(1, 70), 64,
+                                  device="cpu")
+
+    def both(q, k, v):
+        return plain.t(q, k, v), biased.t(q, k, v)
+
+    got = torch.compile(both, fullgraph=True, backend="aot_eager")(q, k, v)
+    want = both(q, k, v)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert not torch.equal(want[0], want[1])
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda m, q, s: m.alibi(q, q, q, s[:1]), "alibi: argument 'slopes' dimension 0 (H) must be 2, got 1"),
+    (lambda m, q, s: m.alibi(q, q, q), "alibi: missing captured tensor(s) ['slopes']"),
+    (lambda m, q, s: m.alibi(q, q, q, s, scale="0.1"), "alibi: scale must be a real number"),
+    (lambda m, q, s: m.alibi(q, q.float(), q, s), "alibi: argument 'k' must be torch.bfloat16, got f32"),
+])
+def test_a_bad_call_is_refused_while_tracing_with_the_eager_message(bad, message):
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd", interpret=True)
+    q, slopes = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16), torch.rand(2)
+    with pytest.raises(kdsl.LaunchError) as eager:
+        bad(mod, q, slopes)
+    assert str(eager.value).startswith(message)
+    with pytest.raises(Exception) as traced:
+        torch.compile(lambda q, s: bad(mod, q, s), fullgraph=True, backend="eager")(q, slopes)
+    assert message in str(traced.value)
+
+
+def test_eager_calls_do_not_go_through_the_dispatcher(monkeypatch):
+    """A custom op costs ~20 us of host time per call: eager calls take the direct path,
+    compiled graphs the op (whose implementation is torch_ops._eager)."""
+    calls = []
+    run_op = torch_ops._eager
+    monkeypatch.setattr(torch_ops, "_eager", lambda *a, **kw: calls.append(a[0]) or run_op(*a, **kw))
+    mod = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True)
+    q = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16)
+    compiled = torch.compile(lambda q: mod.causal(q, q, q), fullgraph=True, backend="eager")
+    assert torch.equal(compiled(q), mod.causal(q, q, q))
+    assert len(calls) == 1 and calls[0].startswith("causal_")
+
+
+def test_an_ops_implementation_runs_the_kernel_eagerly_even_while_torch_compiles(monkeypatch):
+    """Regression guard: the op's implementation calls the kernel, which would take the op
+    again (and recurse) if torch.compile were running meanwhile (constant folding, another
+    thread): it runs the kernel eagerly."""
+    mod = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True)
+    q = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16)
+    want = mod.causal(q, q, q)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert torch.equal(mod.causal.torch_ops[0](q, q, q, [], None), want)
+
+
+def test_a_kernel_made_without_torch_says_to_import_torch_first():
+    mod = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True)
+    unregistered = Interpreted(mod.ir["causal"])  # as a module loaded before torch was imported
+    q = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16)
+    with pytest.raises(Exception, match="import torch before kdsl.load"):
+        torch.compile(lambda q: unregistered(q, q, q), fullgraph=True, backend="eager")(q)
