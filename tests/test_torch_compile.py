@@ -218,3 +218,23 @@ def test_a_kernel_made_without_torch_says_to_import_torch_first():
     q = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16)
     with pytest.raises(Exception, match="import torch before kdsl.load"):
         torch.compile(lambda q: unregistered(q, q, q), fullgraph=True, backend="eager")(q)
+
+
+def test_ops_do_not_keep_a_dropped_module_alive():
+    """torch keeps an op for the life of the process; the op must not keep the module's
+    kernel (its loaded cubins and plans) alive with it."""
+    import gc
+    import weakref
+    source = f"attention t {{ q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n" \
+             f"score(s, b, h, i, j) = s * {random.randint(2, 10**6)}.0 }}"
+    mod = kdsl.compile(source, "once.kd", interpret=True)
+    kernel, (op, _) = weakref.ref(mod.t), mod.t.torch_ops
+    q = torch.randn(1, 1, 4, 64, dtype=torch.bfloat16)
+    assert torch.equal(op(q, q, q, [], None), mod.t(q, q, q))
+    del mod
+    gc.collect()
+    assert kernel() is None
+    with pytest.raises(kdsl.KdslError, match="keep the module alive"):
+        op(q, q, q, [], None)
+    again = kdsl.compile(source, "again.kd", interpret=True)  # the same program: the op finds its kernel again
+    assert again.t.torch_ops[0] == op and torch.equal(op(q, q, q, [], None), again.t(q, q, q))

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import weakref
 
 from .. import ir
 from . import arrays, geometry
-from ..errors import LaunchError
+from ..errors import KdslError, LaunchError
 
-_OPS: dict[str, tuple] = {}      # op name -> (op returning new outputs, op writing into out=)
-_KERNELS: dict[str, object] = {}  # op name -> the kernel its implementation calls (the latest loaded)
+_OPS: dict[str, tuple] = {}  # op name -> (op returning new outputs, op writing into out=)
+# op name -> the kernels (modules loaded from one program) its implementation may call. Weak:
+# an op lives as long as the process, a module only as long as its user keeps it.
+_KERNELS: dict[str, list] = {}
 _running_op = 0                  # > 0 while an op's implementation runs: its kernel call is eager
 
 _ATTENTION_ARGS = "Tensor q, Tensor k, Tensor v, Tensor[] captures, float? scale"
@@ -46,7 +49,7 @@ def register(kernel, backend: str, arch: str | None) -> None:
     k = kernel.ir
     digest = hashlib.sha256(f"{ir.print_ir(k)}\n{backend}\n{arch}".encode()).hexdigest()[:12]
     name = f"{k.name}_{digest}"
-    _KERNELS[name] = kernel
+    _KERNELS[name] = [r for r in _KERNELS.get(name, []) if r() is not None] + [weakref.ref(kernel)]
     if name not in _OPS:
         define = _define_attention if k.kind == "attention" else _define_gemm
         _OPS[name] = define(torch, name, k)
@@ -60,12 +63,21 @@ def _define(torch, name: str, schema: str, impl, fake, mutates=()):
     return getattr(getattr(torch.ops.kdsl, name), "default")
 
 
+def _kernel(name: str):
+    """A live kernel of the op (they are alike: one program, backend and target)."""
+    kernel = next((k for k in (r() for r in reversed(_KERNELS[name])) if k is not None), None)
+    if kernel is None:
+        raise KdslError(f"torch op kdsl::{name} was called after every kdsl module holding its kernel was freed; "
+                        f"keep the module alive while compiled code calls it")
+    return kernel
+
+
 def _eager(name: str, *args, **kw):
     """The op's implementation: the kernel's eager call (never the op again)."""
     global _running_op
     _running_op += 1
     try:
-        return _KERNELS[name](*args, **kw)
+        return _kernel(name)(*args, **kw)
     finally:
         _running_op -= 1
 
@@ -99,7 +111,7 @@ def _define_attention(torch, name: str, k: ir.Kernel):
 
     def fake(q, k_, v, captures, scale, out=None, lse=None):
         if _static(q, k_, v, *captures, out, lse):
-            _spec(_KERNELS[name]).validate(q, k_, v, captures, out, lse, scale)
+            _spec(_kernel(name)).validate(q, k_, v, captures, out, lse, scale)
         out_shape, lse_shape = _attention_shapes(q, v)
         if out is not None:
             return None
@@ -146,7 +158,7 @@ def _define_gemm(torch, name: str, k: ir.Kernel):
 
     def fake(a, a_scale, b, b_scale, extra, out=None):
         if _static(a, a_scale, b, b_scale, extra, out):
-            _spec(_KERNELS[name]).validate(a, a_scale, b, b_scale, extra, out)
+            _spec(_kernel(name)).validate(a, a_scale, b, b_scale, extra, out)
         return None if out is not None else a.new_empty((*a.shape[:-1], b.shape[-2]), dtype=out_dtype)
 
     return (_define(torch, name, f"({_GEMM_ARGS}) -> Tensor", run, fake),
