@@ -238,3 +238,39 @@ def test_ops_do_not_keep_a_dropped_module_alive():
         op(q, q, q, [], None)
     again = kdsl.compile(source, "again.kd", interpret=True)  # the same program: the op finds its kernel again
     assert again.t.torch_ops[0] == op and torch.equal(op(q, q, q, [], None), again.t(q, q, q))
+
+
+def test_gpu_kernels_fake_implementations_on_fake_cuda_tensors():
+    """The compiled (GPU) kernels' ops, traced on fake CUDA tensors, which need no GPU: their
+    outputs' shapes, dtypes and device, and the eager path's checks."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    mod = kdsl.compile(ALIBI_LSE, "alibi_lse.kd")
+    gemms = {s: kdsl.load(ROOT / "samples" / f"{s}.kd") for s in ("fp8_gemm", "fp8_grouped_contiguous",
+                                                                    "fp8_grouped_masked")}
+    B, H, M, N, G = (random.randint(1, 300) for _ in range(5))
+    D, K = random.choice([64, 128]), 128 * random.randint(1, 4)
+    with FakeTensorMode():
+        def empty(*shape, dtype=torch.float32):
+            return torch.empty(shape, dtype=dtype, device="cuda")
+        q, kv, slopes = empty(B, H, M, D, dtype=torch.bfloat16), empty(B, H, N, D, dtype=torch.bfloat16), empty(H)
+        out, lse = mod.alibi_lse.torch_ops[0](q, kv, kv, [slopes], None)
+        assert (out.shape, out.dtype, out.device.type) == (q.shape, torch.bfloat16, "cuda")
+        assert (lse.shape, lse.dtype) == ((B, H, M), torch.float32)
+        with pytest.raises(kdsl.LaunchError, match="argument 'slopes' dimension 0 \\(H\\) must be"):
+            mod.alibi_lse.torch_ops[0](q, kv, kv, [empty(H + 1)], None)
+        with pytest.raises(kdsl.LaunchError, match="head dimension 96 is not supported"):
+            x = empty(B, H, M, 96, dtype=torch.bfloat16)
+            mod.alibi_lse.torch_ops[0](x, x, x, [slopes], None)
+        e4m3 = torch.float8_e4m3fn
+        a, b = empty(M, K, dtype=e4m3), empty(N, K, dtype=e4m3)
+        sa, sb = empty(K // 128, M).t(), empty(-(-N // 128), K // 128)
+        assert gemms["fp8_gemm"].fp8_gemm.torch_ops[0](a, sa, b, sb, None).shape == (M, N)
+        bg, sbg = empty(G, N, K, dtype=e4m3), empty(G, -(-N // 128), K // 128)
+        group = empty(M, dtype=torch.int32)
+        assert gemms["fp8_grouped_contiguous"].fp8_grouped_contiguous.torch_ops[0](a, sa, bg, sbg, group).shape \
+            == (M, N)
+        ag, sag, count = empty(G, M, K, dtype=e4m3), empty(G, K // 128, M).transpose(1, 2), empty(G, dtype=torch.int32)
+        got = gemms["fp8_grouped_masked"].fp8_grouped_masked.torch_ops[0](ag, sag, bg, sbg, count)
+        assert (got.shape, got.dtype) == ((G, M, N), torch.bfloat16)
+        with pytest.raises(kdsl.LaunchError, match="a_scale must have shape"):
+            gemms["fp8_gemm"].fp8_gemm.torch_ops[0](a, empty(K // 128, M + 1).t(), b, sb, None)
