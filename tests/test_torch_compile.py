@@ -274,3 +274,20 @@ def test_gpu_kernels_fake_implementations_on_fake_cuda_tensors():
         assert (got.shape, got.dtype) == ((G, M, N), torch.bfloat16)
         with pytest.raises(kdsl.LaunchError, match="a_scale must have shape"):
             gemms["fp8_gemm"].fp8_gemm.torch_ops[0](a, empty(K // 128, M + 1).t(), b, sb, None)
+
+
+def test_dynamic_shapes_compile_once_and_check_each_call_when_it_runs():
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd", interpret=True)
+
+    def call(q, k, v, slopes):
+        return mod.alibi(q, k, v, slopes) * 2
+
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(call, fullgraph=True, dynamic=True, backend=counter)
+    for _ in range(3):  # lengths from 2: torch specialises a size of 1 (a graph of its own)
+        q, k, v, caps = attention_inputs(mod.ir["alibi"], 1, 2, 2, random.randint(2, 70), random.randint(2, 70), 64,
+                                         device="cpu")
+        assert torch.equal(compiled(q, k, v, caps["slopes"]), call(q, k, v, caps["slopes"]))
+    assert counter.frame_count == 1
+    with pytest.raises(kdsl.LaunchError, match=r"argument 'slopes' dimension 0 \(H\) must be 2, got 3"):
+        compiled(q, k, v, torch.rand(3))

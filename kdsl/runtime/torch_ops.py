@@ -112,9 +112,9 @@ def _define_attention(torch, name: str, k: ir.Kernel):
     def fake(q, k_, v, captures, scale, out=None, lse=None):
         if _static(q, k_, v, *captures, out, lse):
             _spec(_kernel(name)).validate(q, k_, v, captures, out, lse, scale)
-        out_shape, lse_shape = _attention_shapes(q, v)
         if out is not None:
             return None
+        out_shape, lse_shape = _attention_shapes(q, v)
         new_out = q.new_empty(out_shape)
         return (new_out, q.new_empty(lse_shape, dtype=torch.float32)) if has_lse else new_out
 
