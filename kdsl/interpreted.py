@@ -37,7 +37,9 @@ class Interpreted:
         if len({a.framework for a in infos}) > 1:
             raise LaunchError(f"{self.name}: mix of numpy arrays and torch tensors; pass one kind")
 
-    def _attention(self, q, k, v, *captures, out=None, lse=None, scale=None, **named):
+    def _attention(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
+        # tile_summary= is accepted for the GPU kernels' calling convention and unused: the
+        # interpreter computes each tile's reductions itself (interp._reduce_tiles).
         spec = self._args
         caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
         infos, _, s = spec.validate(q, k, v, caps, out, lse, scale)

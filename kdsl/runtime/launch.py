@@ -11,9 +11,10 @@ from .. import ir
 from ..errors import LaunchError, NoGpuError
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
-from . import arrays, geometry
+from . import arrays, geometry, summary
 from .bounds import check_capture_indices
 from .driver import ArgPack, launch
+from .summary import SummaryLaunch, TileSummary
 
 
 @functools.cache
@@ -59,6 +60,8 @@ class Plan:
     # A launch split over batches: (grid z, byte offset per pointer slot) per launch.
     chunks: tuple = ()
     maps: tuple = ()  # TMA tensor maps (runtime/tma.py) fed by the first len(maps) pointers
+    summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one
+    keep_alive: object = None
 
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
@@ -178,12 +181,9 @@ class AttentionKernel(KernelBase):
         self.captures = [t for t in kernel.tensors if t.role == "capture"]
         self.has_lse = kernel.tensor("lse") is not None
 
-    def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, **named):
+    def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
-        plan = self._plans.get(_signature((q, k, v, *caps), (out, lse, scale)))
-        if plan is None:
-            plan = self._plan(q, k, v, caps, out, lse, scale)
-            self._plans[_signature((q, k, v, *caps), (out, lse, scale))] = plan
+        plan = self._plan_for(q, k, v, caps, out, lse, scale)
         torch_like = plan.framework == "torch"
         if out is None:
             out = plan.new_out()
@@ -196,8 +196,49 @@ class AttentionKernel(KernelBase):
             for p, n in zip(ptrs, ("q", "k", "v", "out")):
                 _align(p, n, self.name)
         ptrs.append(_ptr(lse) if lse is not None else 0)
-        plan.launch(ptrs + [_ptr(c) for c in caps] if caps else ptrs)
+        if caps:
+            ptrs += [_ptr(c) for c in caps]
+        ptrs.append(self._summary_pointer(plan, ptrs[5:], tile_summary))
+        plan.launch(ptrs)
         return (out, lse) if self.has_lse else out
+
+    def tile_summary(self, q, k, v, *captures, scale=None, **named) -> TileSummary:
+        """The runtime tile summary of a mask that reads data (e.g. document ids), computed
+        now for calls with these shapes and these captured values, to pass as
+        `tile_summary=` to each of them instead of recomputing it per call."""
+        caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
+        plan = self._plan_for(q, k, v, caps, None, None, scale)
+        if plan.loaded is not None and plan.summary is None:
+            raise LaunchError(f"{self.name}: its mask reads no captured data per query or key, so it has no tile "
+                              f"summary (attr mask_tiles in `kdsl compile --emit ir` says which masks do)")
+        if plan.summary is None:  # nothing will be launched for these shapes
+            return TileSummary(self.name, None, None)
+        buf = plan.summary.new_buffer()
+        plan.summary.run(plan.current_stream(), [_ptr(c) for c in caps], _ptr(buf))
+        return TileSummary(self.name, plan.summary.layout, buf)
+
+    def _plan_for(self, q, k, v, caps, out, lse, scale) -> Plan:
+        key = _signature((q, k, v, *caps), (out, lse, scale))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(q, k, v, caps, out, lse, scale)
+        return plan
+
+    def _summary_pointer(self, plan: Plan, cap_ptrs, given) -> int:
+        """The tile summary the kernel reads: computed now on the caller's stream, or the
+        precomputed one passed as tile_summary=; 0 when the mask needs none."""
+        if given is not None:
+            if not isinstance(given, TileSummary):
+                raise LaunchError(f"{self.name}: tile_summary must be what {self.name}.tile_summary(q, k, v, ...) "
+                                  f"returns, got {type(given).__name__}")
+            given.check(self.name, plan.summary.layout if plan.summary is not None else None)
+            return _ptr(given.buffer)
+        if plan.summary is None:
+            return 0
+        buf = plan.summary.new_buffer()
+        plan.summary.run(plan.current_stream(), cap_ptrs, _ptr(buf))
+        plan.keep_alive = buf  # freed when the next call replaces it: stream order makes reuse safe
+        return _ptr(buf)
 
     def _without_launch(self, plan, out, lse):
         """Empty output, or no keys at all: what the kernel would write, without a launch."""
@@ -287,13 +328,21 @@ class AttentionKernel(KernelBase):
             grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, chunks[0][1])
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
         # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
-        # capture pointers, capture-only dims. Pointers are written per call. The wgmma
-        # kernel takes q, k and v as TMA tensor maps, re-encoded when their pointers change.
+        # capture pointers, capture-only dims, the tile summary. Pointers are written per call.
+        # The wgmma kernel takes q, k and v as TMA tensor maps, re-encoded when their pointers
+        # change. The summary kernel takes the same parameters less the first five.
         kinds = ["tmap" if tma else "ptr"] * 3 + ["ptr"] * 2 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + \
-            ["i32"] * len(extra_dims)
-        values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims]
-        order = list(range(3 if tma else 0, 5)) + list(range(12, 12 + ncap))  # slots the per-call pointers go to
+            ["i32"] * len(extra_dims) + ["ptr"]
+        values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims] + [None]
+        # slots the per-call pointers go to
+        order = list(range(3 if tma else 0, 5)) + list(range(12, 12 + ncap)) + [len(kinds) - 1]
         pack = ArgPack(kinds, values, order)
+        layout = summary.Layout.of(lk, B, H, M, N)
+        tiles = None
+        if layout is not None:
+            tiles = summary.SummaryLaunch(loaded, built.generated.entry + "_summary", layout,
+                                          ArgPack(kinds[5:], values[5:], [o - 5 for o in order[-1 - ncap:]]),
+                                          infos[0].framework, device)
         maps = ()
         if tma:
             from .tma import RowTiles
@@ -301,14 +350,15 @@ class AttentionKernel(KernelBase):
             maps = (RowTiles(pack.slots[0], elem, B * H, M, D, bm), RowTiles(pack.slots[1], elem, B * Hkv, N, D, bn),
                     RowTiles(pack.slots[2], elem, B * Hkv, N, D, bn))
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem,
-                    chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps)
+                    chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps,
+                    summary=tiles)
 
 
 def _batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap):
     """(grid z, byte offsets of q k v out lse and the captures) for each batch chunk."""
     e = arrays.itemsize(elem)
     return tuple((n, (b0 * H * M * D * e, b0 * Hkv * N * D * e, b0 * Hkv * N * D * e, b0 * H * M * D * e,
-                      b0 * H * M * 4) + (0,) * ncap) for b0, n in chunks)
+                      b0 * H * M * 4) + (0,) * (ncap + 1)) for b0, n in chunks)
 
 
 @functools.cache
