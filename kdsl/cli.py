@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     bn.add_argument("--suite", choices=["standard"], help="the standard suite (every sample at fixed shapes)")
     bn.add_argument("--vs", default="flex,cudnn,scaled_mm,cublas_bf16", metavar="PEERS",
                     help="comma-separated peers: flex, cudnn, scaled_mm, cublas_bf16 (default: all)")
+    bn.add_argument("--only", metavar="KERNELS", help="comma-separated kernel names: time only these cases")
     bn.add_argument("--reps", type=int, default=100, help="timed repetitions per measurement (default 100)")
     bn.add_argument("-o", "--out-dir", default="bench/results", metavar="OUT_DIR")
     args = parser.parse_args(argv)
@@ -154,13 +155,19 @@ def _bench(args) -> int:
     modules = {f: load(f) for f in files}
     for f in args.files:
         cases += bench.file_cases(f, modules[f])
+    if args.only:
+        wanted = {n.strip() for n in args.only.split(",") if n.strip()}
+        missing = wanted - {c.kernel for c in cases}
+        if missing:
+            raise KdslError(f"--only: no case for kernel(s) {sorted(missing)}")
+        cases = [c for c in cases if c.kernel in wanted]
     from .runtime.launch import _driver
     _driver()  # NoGpuError with the reason, before any work
     import torch
     device = torch.cuda.get_device_name()
     rows = bench.run(cases, modules, args.reps, peers, progress=sys.stderr.isatty())
     stem = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") + "-" + datetime.date.today().isoformat()
-    stem += "-" + (args.suite or "files")
+    stem += "-" + (args.suite or "files") + ("-partial" if args.only else "")
     paths = bench.write_results(rows, Path(args.out_dir), device, stem)
     print(bench.markdown(rows, device))
     print("results: " + ", ".join(str(p) for p in paths.values()))

@@ -40,9 +40,11 @@ class Interpreted:
         if len({a.framework for a in infos}) > 1:
             raise LaunchError(f"{self.name}: mix of numpy arrays and torch tensors; pass one kind")
 
-    def _attention(self, q, k, v, *captures, out=None, lse=None, scale=None, **named):
+    def _attention(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
         if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
-            return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale)
+            return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
+        # tile_summary= is accepted for the GPU kernels' calling convention and unused: the
+        # interpreter computes each tile's reductions itself (interp._reduce_tiles).
         spec = self._args
         caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
         infos, _, s = spec.validate(q, k, v, caps, out, lse, scale)

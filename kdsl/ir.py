@@ -41,7 +41,12 @@ OPS = {
     # comparisons and logic (result bool)
     "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not",
     "where", "int", "float", *FLOAT_FUNCS,
+    *("qmin", "qmax", "kvmin", "kvmax"),  # see TILE_REDUCTIONS
 }
+# Only in tile predicates (mask analysis): the min / max of an i32 expression of the data over
+# the block's query rows [q0, q1] or key columns [k0, k1]. The GPU reads them from a tile
+# summary that a small kernel computes before the attention kernel (kdsl/attention_summary.cuh).
+TILE_REDUCTIONS = {"qmin": ("q", "min"), "qmax": ("q", "max"), "kvmin": ("kv", "min"), "kvmax": ("kv", "max")}
 
 
 @dataclass(frozen=True)

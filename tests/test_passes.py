@@ -115,13 +115,14 @@ def test_mask_analysis_samples_are_exact_on_the_tile_grid(name):
     _check_tiles(k, dims, random.Random(0), trials=30)
 
 
-def test_document_mask_is_data_dependent_but_keeps_causal_skipping():
-    from conftest import ROOT
-    k = mask_analysis.run(kernels_of((ROOT / "samples" / "document_mask.kd").read_text())[0])
+def test_mask_reading_q_and_kv_data_together_keeps_causal_skipping():
+    k = mask_analysis.run(kernels_of(
+        "attention t {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n bias: f32[M, N]\n"
+        " mask(b, h, i, j) = bias[i, j] > 0.0 and j <= i\n}\n")[0])
     assert k.attr("mask_tiles") == "data-dependent"
     env = {"b": 0, "h": 0, "B": 1, "H": 1, "M": 512, "N": 512}
     assert _classify(k, env, 0, 127, 256, 383) == (True, False)   # above the diagonal: empty
-    assert _classify(k, env, 256, 383, 0, 127) == (False, False)  # ids unknown: partial
+    assert _classify(k, env, 256, 383, 0, 127) == (False, False)  # data unknown: partial
 
 
 def test_tiling_and_warp_map_attrs():

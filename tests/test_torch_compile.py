@@ -22,6 +22,7 @@ from torch._dynamo.testing import CompileCounterWithBackend, EagerAndRecordGraph
 
 from conftest import ROOT  # noqa: E402
 
+NO_SUMMARY = (None, None, None)  # an attention op's tile summary arguments, for a call without one
 ALIBI_LSE = """
 attention alibi_lse {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
@@ -135,8 +136,8 @@ def test_ops_pass_torchs_custom_op_checks():
     q, k, v, caps = attention_inputs(mod.ir["alibi_lse"], 1, 2, 2, random.randint(1, 40), random.randint(1, 40),
                                      64, device="cpu")
     op, op_out = mod.alibi_lse.torch_ops
-    torch.library.opcheck(op, (q, k, v, [caps["slopes"]], 0.2))
-    torch.library.opcheck(op_out, (q, k, v, [caps["slopes"]], None, torch.empty_like(q),
+    torch.library.opcheck(op, (q, k, v, [caps["slopes"]], 0.2, *NO_SUMMARY))
+    torch.library.opcheck(op_out, (q, k, v, [caps["slopes"]], None, *NO_SUMMARY, torch.empty_like(q),
                                    torch.empty(q.shape[:3])))
     gemm = kdsl.load(ROOT / "samples" / "fp8_grouped_masked.kd", interpret=True)
     case = GemmCase(random.randint(1, 40), random.randint(1, 140), 256, 2, random.randrange(2**31))
@@ -209,7 +210,7 @@ def test_an_ops_implementation_runs_the_kernel_eagerly_even_while_torch_compiles
     q = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16)
     want = mod.causal(q, q, q)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert torch.equal(mod.causal.torch_ops[0](q, q, q, [], None), want)
+    assert torch.equal(mod.causal.torch_ops[0](q, q, q, [], None, *NO_SUMMARY), want)
 
 
 def test_a_kernel_made_without_torch_says_to_import_torch_first():
@@ -230,14 +231,14 @@ def test_ops_do_not_keep_a_dropped_module_alive():
     mod = kdsl.compile(source, "once.kd", interpret=True)
     kernel, (op, _) = weakref.ref(mod.t), mod.t.torch_ops
     q = torch.randn(1, 1, 4, 64, dtype=torch.bfloat16)
-    assert torch.equal(op(q, q, q, [], None), mod.t(q, q, q))
+    assert torch.equal(op(q, q, q, [], None, *NO_SUMMARY), mod.t(q, q, q))
     del mod
     gc.collect()
     assert kernel() is None
     with pytest.raises(kdsl.KdslError, match="keep the module alive"):
-        op(q, q, q, [], None)
+        op(q, q, q, [], None, *NO_SUMMARY)
     again = kdsl.compile(source, "again.kd", interpret=True)  # the same program: the op finds its kernel again
-    assert again.t.torch_ops[0] == op and torch.equal(op(q, q, q, [], None), again.t(q, q, q))
+    assert again.t.torch_ops[0] == op and torch.equal(op(q, q, q, [], None, *NO_SUMMARY), again.t(q, q, q))
 
 
 def test_gpu_kernels_fake_implementations_on_fake_cuda_tensors():
@@ -253,14 +254,14 @@ def test_gpu_kernels_fake_implementations_on_fake_cuda_tensors():
         def empty(*shape, dtype=torch.float32):
             return torch.empty(shape, dtype=dtype, device="cuda")
         q, kv, slopes = empty(B, H, M, D, dtype=torch.bfloat16), empty(B, H, N, D, dtype=torch.bfloat16), empty(H)
-        out, lse = mod.alibi_lse.torch_ops[0](q, kv, kv, [slopes], None)
+        out, lse = mod.alibi_lse.torch_ops[0](q, kv, kv, [slopes], None, *NO_SUMMARY)
         assert (out.shape, out.dtype, out.device.type) == (q.shape, torch.bfloat16, "cuda")
         assert (lse.shape, lse.dtype) == ((B, H, M), torch.float32)
         with pytest.raises(kdsl.LaunchError, match="argument 'slopes' dimension 0 \\(H\\) must be"):
-            mod.alibi_lse.torch_ops[0](q, kv, kv, [empty(H + 1)], None)
+            mod.alibi_lse.torch_ops[0](q, kv, kv, [empty(H + 1)], None, *NO_SUMMARY)
         with pytest.raises(kdsl.LaunchError, match="head dimension 96 is not supported"):
             x = empty(B, H, M, 96, dtype=torch.bfloat16)
-            mod.alibi_lse.torch_ops[0](x, x, x, [slopes], None)
+            mod.alibi_lse.torch_ops[0](x, x, x, [slopes], None, *NO_SUMMARY)
         e4m3 = torch.float8_e4m3fn
         a, b = empty(M, K, dtype=e4m3), empty(N, K, dtype=e4m3)
         sa, sb = empty(K // 128, M).t(), empty(-(-N // 128), K // 128)
@@ -284,10 +285,49 @@ def test_dynamic_shapes_compile_once_and_check_each_call_when_it_runs():
 
     counter = CompileCounterWithBackend("aot_eager")
     compiled = torch.compile(call, fullgraph=True, dynamic=True, backend=counter)
-    for _ in range(3):  # lengths from 2: torch specialises a size of 1 (a graph of its own)
-        q, k, v, caps = attention_inputs(mod.ir["alibi"], 1, 2, 2, random.randint(2, 70), random.randint(2, 70), 64,
-                                         device="cpu")
+    for _ in range(3):
+        # torch specialises sizes 0 and 1 and gives equal sizes one symbol (M = N, or M = H = 2,
+        # or M = D = 64, would be a graph of its own): distinct lengths, clear of the others
+        M, N = random.sample(range(3, 64), 2)
+        q, k, v, caps = attention_inputs(mod.ir["alibi"], 1, 2, 2, M, N, 64, device="cpu")
         assert torch.equal(compiled(q, k, v, caps["slopes"]), call(q, k, v, caps["slopes"]))
     assert counter.frame_count == 1
     with pytest.raises(kdsl.LaunchError, match=r"argument 'slopes' dimension 0 \(H\) must be 2, got 3"):
         compiled(q, k, v, torch.rand(3))
+
+
+def test_a_tile_summary_passes_through_a_compiled_call(monkeypatch):
+    """tile_summary= (a TileSummary: buffer, kernel, layout) crosses the op's fixed schema and
+    reaches the kernel's call rebuilt; anything else is refused with the eager message."""
+    from kdsl.runtime.summary import Layout, TileSummary
+    received = []
+    run_op = torch_ops._eager
+    monkeypatch.setattr(torch_ops, "_eager", lambda *a, **kw: received.append(kw["tile_summary"]) or run_op(*a, **kw))
+    mod = kdsl.load(ROOT / "samples" / "document_mask.kd", interpret=True)
+    q, k, v, caps = attention_inputs(mod.ir["document_mask"], 1, 2, 2, random.randint(1, 70), random.randint(1, 70),
+                                     64, device="cpu")
+    entries = tuple(random.randint(1, 9) for _ in range(random.randint(1, 4)))
+    summary = TileSummary("document_mask", Layout(entries, 128, 64), torch.randint(0, 9, (2 * sum(entries),),
+                                                                                  dtype=torch.int32))
+
+    def call(q, k, v, summary):
+        return mod.document_mask(q, k, v, **caps, tile_summary=summary)
+
+    compiled = torch.compile(call, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(q, k, v, summary), call(q, k, v, summary))
+    got = received[-1]
+    assert (got.kernel, got.layout) == (summary.kernel, summary.layout) and torch.equal(got.buffer, summary.buffer)
+    with pytest.raises(Exception, match=r"tile_summary must be what document_mask.tile_summary\(q, k, v, ...\) "
+                                        r"returns, got tuple"):
+        compiled(q, k, v, (1, 2))
+
+
+def test_making_a_tile_summary_inside_a_compiled_region_is_refused_with_the_way_out():
+    mod = kdsl.load(ROOT / "samples" / "document_mask.kd")  # a GPU kernel: refused before it needs the GPU
+    q = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16)
+    ids = torch.zeros(1, 8, dtype=torch.int32)
+    inside = torch.compile(lambda q: mod.document_mask.tile_summary(q, q, q, doc_q=ids, doc_kv=ids), fullgraph=True,
+                           backend="eager")
+    with pytest.raises(Exception, match=r"document_mask: tile_summary\(\) cannot run inside torch.compile; call it "
+                                        r"before the compiled code and pass its result in"):
+        inside(q)

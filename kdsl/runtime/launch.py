@@ -11,9 +11,10 @@ from .. import ir
 from ..errors import LaunchError, NoGpuError
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
-from . import arrays, geometry, torch_ops
+from . import arrays, geometry, summary, torch_ops
 from .bounds import check_capture_indices
-from .driver import ArgPack, launch
+from .driver import ArgPack, launch, zero_words
+from .summary import SummaryLaunch, TileSummary
 
 
 @functools.cache
@@ -59,10 +60,14 @@ class Plan:
     # A launch split over batches: (grid z, byte offset per pointer slot) per launch.
     chunks: tuple = ()
     maps: tuple = ()  # TMA tensor maps (runtime/tma.py) fed by the first len(maps) pointers
+    summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one
+    work_counter: bool = False  # the kernel takes its work items from a counter zeroed per call
+    keep_alive: tuple = ()  # this call's scratch buffers, until the next call replaces them
 
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
         self.new_lse = arrays.allocator(self.framework, self.out_shape[:3], "f32", self.device)
+        self.new_counter = arrays.allocator(self.framework, (1,), "i32", self.device)
         self.current_stream = _stream_getter(self.framework, self.device)
         if self.loaded is None:
             return
@@ -185,14 +190,11 @@ class AttentionKernel(KernelBase):
         self.captures = [t for t in kernel.tensors if t.role == "capture"]
         self.has_lse = kernel.tensor("lse") is not None
 
-    def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, **named):
+    def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
         if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
-            return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale)
+            return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
-        plan = self._plans.get(_signature((q, k, v, *caps), (out, lse, scale)))
-        if plan is None:
-            plan = self._plan(q, k, v, caps, out, lse, scale)
-            self._plans[_signature((q, k, v, *caps), (out, lse, scale))] = plan
+        plan = self._plan_for(q, k, v, caps, out, lse, scale)
         torch_like = plan.framework == "torch"
         if out is None:
             out = plan.new_out()
@@ -205,8 +207,57 @@ class AttentionKernel(KernelBase):
             for p, n in zip(ptrs, ("q", "k", "v", "out")):
                 _align(p, n, self.name)
         ptrs.append(_ptr(lse) if lse is not None else 0)
-        plan.launch(ptrs + [_ptr(c) for c in caps] if caps else ptrs)
+        if caps:
+            ptrs += [_ptr(c) for c in caps]
+        ptrs.append(self._summary_pointer(plan, ptrs[5:], tile_summary))
+        if plan.work_counter:
+            # Freed when a later call replaces it: the allocator's stream order makes reuse safe.
+            counter = plan.new_counter()
+            zero_words(_ptr(counter), 1, plan.current_stream())
+            ptrs.append(_ptr(counter))
+            plan.keep_alive = (counter,)
+        plan.launch(ptrs)
         return (out, lse) if self.has_lse else out
+
+    def tile_summary(self, q, k, v, *captures, scale=None, **named) -> TileSummary:
+        """The runtime tile summary of a mask that reads data (e.g. document ids), computed
+        now for calls with these shapes and these captured values, to pass as
+        `tile_summary=` to each of them instead of recomputing it per call."""
+        if torch_ops.compiling():  # no torch op makes one (yet): a compiled call computes its own
+            raise LaunchError(f"{self.name}: tile_summary() cannot run inside torch.compile; call it before the "
+                              f"compiled code and pass its result in, or leave tile_summary= out (each call then "
+                              f"computes its summary)")
+        caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
+        plan = self._plan_for(q, k, v, caps, None, None, scale)
+        if plan.loaded is not None and plan.summary is None:
+            raise LaunchError(f"{self.name}: its mask reads no captured data per query or key, so it has no tile "
+                              f"summary (attr mask_tiles in `kdsl compile --emit ir` says which masks do)")
+        if plan.summary is None:  # nothing will be launched for these shapes
+            return TileSummary(self.name, None, None)
+        buf = plan.summary.new_buffer()
+        plan.summary.run(plan.current_stream(), [_ptr(c) for c in caps], _ptr(buf))
+        return TileSummary(self.name, plan.summary.layout, buf)
+
+    def _plan_for(self, q, k, v, caps, out, lse, scale) -> Plan:
+        key = _signature((q, k, v, *caps), (out, lse, scale))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(q, k, v, caps, out, lse, scale)
+        return plan
+
+    def _summary_pointer(self, plan: Plan, cap_ptrs, given) -> int:
+        """The tile summary the kernel reads: computed now on the caller's stream, or the
+        precomputed one passed as tile_summary=; 0 when the mask needs none."""
+        if given is not None:
+            layout = plan.summary.layout if plan.summary is not None else None
+            TileSummary.expect(self.name, given).check(self.name, layout)
+            return _ptr(given.buffer)
+        if plan.summary is None:
+            return 0
+        buf = plan.summary.new_buffer()
+        plan.summary.run(plan.current_stream(), cap_ptrs, _ptr(buf))
+        plan.keep_alive = (buf,)
+        return _ptr(buf)
 
     def _without_launch(self, plan, out, lse):
         """Empty output, or no keys at all: what the kernel would write, without a launch."""
@@ -285,10 +336,10 @@ class AttentionKernel(KernelBase):
         lk = built.kernel
         tma = lk.attr("kernel") == "wgmma"
         if tma:
-            # One CTA per (b, h, q tile) item on grid.x (no grid.z batch limit), or one per SM
-            # walking several when the schedule is persistent.
+            # One CTA per SM, each walking (b, h, q tile) items: in a fixed stride, or taking
+            # the next free one from a counter (schedule "dynamic", for items of unequal cost).
             items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
-            grid = (min(items, _sm_count(device)) if lk.attr("schedule") == "persistent" else items, 1, 1)
+            grid = (min(items, _sm_count(device)), 1, 1)
             chunks = [(0, B)]
         else:
             uses_b = any(ir.uses(e, "b") for _, e in self.ir.funcs)
@@ -296,13 +347,26 @@ class AttentionKernel(KernelBase):
             grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, chunks[0][1])
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
         # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
-        # capture pointers, capture-only dims. Pointers are written per call. The wgmma
-        # kernel takes q, k and v as TMA tensor maps, re-encoded when their pointers change.
+        # capture pointers, capture-only dims, the tile summary. Pointers are written per call.
+        # The wgmma kernel takes q, k and v as TMA tensor maps, re-encoded when their pointers
+        # change. The summary kernel takes the same parameters less the first five.
         kinds = ["tmap" if tma else "ptr"] * 3 + ["ptr"] * 2 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + \
-            ["i32"] * len(extra_dims)
-        values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims]
-        order = list(range(3 if tma else 0, 5)) + list(range(12, 12 + ncap))  # slots the per-call pointers go to
+            ["i32"] * len(extra_dims) + ["ptr"]
+        values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims] + [None]
+        # slots the per-call pointers go to
+        order = list(range(3 if tma else 0, 5)) + list(range(12, 12 + ncap)) + [len(kinds) - 1]
+        dynamic = tma and lk.attr("schedule") == "dynamic"
+        if tma:  # the work counter (null for a fixed-stride schedule)
+            kinds, values, order = kinds + ["ptr"], values + [0], order + ([len(kinds)] if dynamic else [])
         pack = ArgPack(kinds, values, order)
+        layout = summary.Layout.of(lk, B, H, M, N)
+        tiles = None
+        if layout is not None:
+            tiles = summary.SummaryLaunch(loaded, built.generated.entry + "_summary", layout,
+                                          ArgPack(kinds[5:12 + ncap + len(extra_dims) + 1],
+                                                  values[5:12 + ncap + len(extra_dims) + 1],
+                                                  [o - 5 for o in range(12, 12 + ncap)] + [7 + ncap + len(extra_dims)]),
+                                          infos[0].framework, device)
         maps = ()
         if tma:
             from .tma import RowTiles
@@ -310,14 +374,15 @@ class AttentionKernel(KernelBase):
             maps = (RowTiles(pack.slots[0], elem, B * H, M, D, bm), RowTiles(pack.slots[1], elem, B * Hkv, N, D, bn),
                     RowTiles(pack.slots[2], elem, B * Hkv, N, D, bn))
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem,
-                    chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps)
+                    chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps,
+                    summary=tiles, work_counter=dynamic)
 
 
 def _batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap):
     """(grid z, byte offsets of q k v out lse and the captures) for each batch chunk."""
     e = arrays.itemsize(elem)
     return tuple((n, (b0 * H * M * D * e, b0 * Hkv * N * D * e, b0 * Hkv * N * D * e, b0 * H * M * D * e,
-                      b0 * H * M * 4) + (0,) * ncap) for b0, n in chunks)
+                      b0 * H * M * 4) + (0,) * (ncap + 1)) for b0, n in chunks)
 
 
 @functools.cache

@@ -21,8 +21,9 @@ import sys
 import weakref
 
 from .. import ir
-from . import arrays, geometry
 from ..errors import KdslError, LaunchError
+from . import arrays, geometry
+from .summary import Layout, TileSummary
 
 _OPS: dict[str, tuple] = {}  # op name -> (op returning new outputs, op writing into out=)
 # op name -> the kernels (modules loaded from one program) its implementation may call. Weak:
@@ -30,7 +31,10 @@ _OPS: dict[str, tuple] = {}  # op name -> (op returning new outputs, op writing 
 _KERNELS: dict[str, list] = {}
 _running_op = 0                  # > 0 while an op's implementation runs: its kernel call is eager
 
-_ATTENTION_ARGS = "Tensor q, Tensor k, Tensor v, Tensor[] captures, float? scale"
+# A tile summary (runtime/summary.py) travels as its buffer, the kernel it was made for and
+# its layout [tile_m, tile_n, entries...], from which the implementation rebuilds it.
+_ATTENTION_ARGS = "Tensor q, Tensor k, Tensor v, Tensor[] captures, float? scale, Tensor? summary, " \
+    "str? summary_of, int[]? summary_layout"
 _GEMM_ARGS = "Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor? extra"
 
 
@@ -103,13 +107,14 @@ def _attention_shapes(q, v):
 def _define_attention(torch, name: str, k: ir.Kernel):
     has_lse = k.tensor("lse") is not None
 
-    def run(q, k_, v, captures, scale):
-        return _eager(name, q, k_, v, *captures, scale=scale)
+    def run(q, k_, v, captures, scale, *summary):
+        return _eager(name, q, k_, v, *captures, scale=scale, tile_summary=_summary(*summary))
 
-    def run_into(q, k_, v, captures, scale, out, lse):
-        _eager(name, q, k_, v, *captures, out=out, lse=lse, scale=scale)
+    def run_into(q, k_, v, captures, scale, summary, summary_of, summary_layout, out, lse):
+        _eager(name, q, k_, v, *captures, out=out, lse=lse, scale=scale,
+               tile_summary=_summary(summary, summary_of, summary_layout))
 
-    def fake(q, k_, v, captures, scale, out=None, lse=None):
+    def fake(q, k_, v, captures, scale, summary, summary_of, summary_layout, out=None, lse=None):
         if _static(q, k_, v, *captures, out, lse):
             _spec(_kernel(name)).validate(q, k_, v, captures, out, lse, scale)
         if out is not None:
@@ -124,7 +129,7 @@ def _define_attention(torch, name: str, k: ir.Kernel):
                     fake, mutates=("out", "lse")))
 
 
-def attention(kernel, q, k, v, captures, named, out, lse, scale):
+def attention(kernel, q, k, v, captures, named, out, lse, scale, tile_summary):
     """A call while torch.compile traces: the kernel's op, arguments as the eager call takes them."""
     ops = _ops(kernel)
     spec = _spec(kernel)
@@ -132,14 +137,26 @@ def attention(kernel, q, k, v, captures, named, out, lse, scale):
     if scale is not None:  # the op's schema takes a float: refuse what eager refuses, with its message
         scale = geometry.softmax_scale(scale, None, kernel.name)
     (q, k, v), caps = _detached(q, k, v), _detached(*caps)
+    summary = (None, None, None)
+    if tile_summary is not None:
+        given = TileSummary.expect(kernel.name, tile_summary)
+        layout = given.layout and [given.layout.tile_m, given.layout.tile_n, *given.layout.entries]
+        summary = (given.buffer, given.kernel, layout)
     if out is None and lse is None:
-        return ops[0](q, k, v, caps, scale)
+        return ops[0](q, k, v, caps, scale, *summary)
     out_shape, lse_shape = _attention_shapes(q, v)
     out = q.new_empty(out_shape) if out is None else out
     if spec.has_lse and lse is None:
         lse = q.new_empty(lse_shape, dtype=sys.modules["torch"].float32)
-    ops[1](q, k, v, caps, scale, *_detached(out, lse))
+    ops[1](q, k, v, caps, scale, *summary, *_detached(out, lse))
     return (out, lse) if spec.has_lse else out
+
+
+def _summary(buffer, made_for, layout):
+    """The TileSummary a traced call passed, rebuilt from what its op carries."""
+    if made_for is None:
+        return None
+    return TileSummary(made_for, Layout(tuple(layout[2:]), layout[0], layout[1]) if layout else None, buffer)
 
 
 # ------------------------------------------------------------------------------ FP8 GEMM

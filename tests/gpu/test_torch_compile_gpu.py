@@ -119,3 +119,21 @@ def test_reduce_overhead_mode_captures_kdsl_in_cuda_graphs():
         args = _alibi_inputs(mod, *sizes)
         got = compiled(*args).clone()  # a replay reuses the graph's output memory
         assert torch.equal(got, block(*args))
+
+
+def test_tile_summary_made_outside_a_compiled_call_is_used_inside_it():
+    import torch
+    mod = kdsl.load(ROOT / "samples" / "document_mask.kd")
+    q, k, v, caps = attention_inputs(mod.ir["document_mask"], 2, 4, 4, random.randint(200, 2000),
+                                     random.randint(200, 2000), 128)
+    summary = mod.document_mask.tile_summary(q, k, v, **caps)
+
+    def layer(q, k, v, summary):
+        return mod.document_mask(q, k, v, **caps, tile_summary=summary).float() * 2
+
+    compiled = torch.compile(layer, fullgraph=True)
+    assert torch.equal(compiled(q, k, v, summary), layer(q, k, v, summary))
+    assert torch.equal(compiled(q, k, v, None), layer(q, k, v, None))  # each call computes its own
+    inside = torch.compile(lambda q, k, v: mod.document_mask.tile_summary(q, k, v, **caps), fullgraph=True)
+    with pytest.raises(Exception, match="tile_summary\\(\\) cannot run inside torch.compile; call it before"):
+        inside(q, k, v)
