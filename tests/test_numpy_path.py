@@ -205,7 +205,8 @@ def test_launch_errors_quote_shapes_and_indices_as_written_not_as_ir():
     }"""
     mod = kdsl.compile(src, "t.kd", interpret=True)
     rng = np.random.default_rng()
-    H, M, N = (int(x) for x in rng.integers(1, 9, 3))
+    H, N = (int(x) for x in rng.integers(1, 9, 2))
+    M = int(rng.integers(1, N + 1))  # bias's index i - j + N - 1 stays in bounds
     q, kv = np.zeros((1, H, M, 64), np.float32), np.zeros((1, H, N, 64), np.float32)
     ids, tbl = np.zeros((1, M), np.int32), np.zeros(5, np.float32)
     with pytest.raises(LaunchError) as e:
