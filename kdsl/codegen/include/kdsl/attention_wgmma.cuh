@@ -6,10 +6,9 @@
 // STAGES-deep ring, each stage guarded by a "full" mbarrier (TMA bytes landed) and an
 // "empty" one (every consumer thread is done reading). The producer alone evaluates the
 // tile predicates (V::tile(), which may read a runtime tile summary): with each stage it
-// writes the tile's index, class and whether another tile follows into a word of shared
-// memory, published by its arrival on the stage's "full" barrier, so the consumers' loop
-// carries no predicate and no global load. The work item itself goes over a word guarded
-// by two named barriers (kItemReady, kItemRead), once per item. NCWG consumer warpgroups (registers
+// stores the tile's index, class and whether another tile follows into a word of shared
+// memory (st.async, counted on the stage's "full" barrier like the TMA bytes), so the
+// consumers' loop carries no predicate and no global load. NCWG consumer warpgroups (registers
 // raised) each own 64 query rows: S = Q K^T by wgmma with both operands in shared memory,
 // the generated score and mask on the fp32 S registers, online softmax in the log2
 // domain, and O += P V by wgmma with P straight from registers (the S accumulator layout
@@ -99,17 +98,13 @@ struct TileWalk {
 };
 
 // What the producer tells the consumers about the tile in a ring stage (one shared word).
-constexpr u32 kNoMoreWork = 0xffffffffu;  // the item word once the CTA's items are done
+constexpr u32 kNoMoreWork = 0xffffffffu;  // the Q slot's word once the CTA's items are done
 KDSL_DEVICE u32 tile_info(int j, int cls, bool more) { return ((u32)j << 3) | ((u32)cls << 1) | (more ? 1u : 0u); }
 KDSL_DEVICE u32 ld_shared_u32(u32 addr) {
   u32 v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
-KDSL_DEVICE void st_shared_u32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory"); }
-// Named barriers of the item hand-over, between the producer's warp and every consumer
-// thread: 1 and 2 are the consumer warpgroups' own, 3 and 4 their ping-pong.
-constexpr int kItemReady = 5, kItemRead = 6;
 
 }  // namespace attn_wgmma_detail
 
@@ -164,8 +159,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // then, when a.work is null, items i + gridDim.x, i + 2 gridDim.x, ... (every item costs
   // the same), else the next one no CTA has taken yet, from the counter a.work[0] that the
   // host zeroes before each launch (items of unequal cost: masks). The producer takes the
-  // items and hands each to the consumers in a shared word, (w << 1) | has-a-tile or
-  // kNoMoreWork, between the named barriers kItemReady and kItemRead. (Computed inside each role, after setmaxnreg: a value live across it
+  // items and hands each to the consumers in the Q slot's word: (w << 1) | has-a-tile, or
+  // kNoMoreWork. (Computed inside each role, after setmaxnreg: a value live across it
   // gets spilled.)
   auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B; };
   auto item = [&](int w, int& b, int& h, int& q0) {
@@ -187,15 +182,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     tma_prefetch_desc(tq);
     tma_prefetch_desc(tk);
     tma_prefetch_desc(tv);
-    int it = 0, n_done = 0, n_q = 0;  // kv ring position; work items handed over; Q tiles loaded
+    int it = 0, n_done = 0;  // kv ring position; work items handed to the consumers
     const int items = n_items();
     auto next_item = [&](int w) { return a.work ? (int)gridDim.x + atomicAdd(a.work, 1) : w + (int)gridDim.x; };
     for (int w = blockIdx.x;; w = next_item(w), ++n_done) {
-      // The consumers have read the previous item's word: it may be overwritten.
-      if (n_done > 0) named_barrier(kItemRead, 128 * NCWG + 32);
       if (w >= items) {
-        st_shared_u32(info_q, kNoMoreWork);
-        named_barrier_arrive(kItemReady, 128 * NCWG + 32);
+        mbar_wait(empty_q, (n_done & 1) ^ 1);
+        mbar_arrive_expect_tx(full_q, 4);
+        st_async_u32(info_q, kNoMoreWork, full_q);
         break;
       }
       int b, h, q0, cls;
@@ -203,11 +197,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       const TileWalk<BN, V> walk = walk_of(b, h, q0);
       int j = walk.next(0, cls);
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
-      st_shared_u32(info_q, ((u32)w << 1) | (j < walk.n_tiles ? 1u : 0u));
-      named_barrier_arrive(kItemReady, 128 * NCWG + 32);
-      if (j >= walk.n_tiles) continue;  // every key masked: the consumers only write zeros
-      mbar_wait(empty_q, (n_q++ & 1) ^ 1);  // the previous item's epilogue is done with sQ
-      mbar_arrive_expect_tx(full_q, C::kQBytes);
+      mbar_wait(empty_q, (n_done & 1) ^ 1);  // the previous item's epilogue is done with sQ
+      if (j >= walk.n_tiles) {  // every key masked: the consumers only write zeros
+        mbar_arrive_expect_tx(full_q, 4);
+        st_async_u32(info_q, (u32)w << 1, full_q);
+        continue;
+      }
+      mbar_arrive_expect_tx(full_q, C::kQBytes + 4);
+      st_async_u32(info_q, ((u32)w << 1) | 1u, full_q);
 #pragma unroll
       for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
       for (bool more = true; more; ++it) {
@@ -217,8 +214,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         const int s = it % STAGES;
         const u32 parity = ((it / STAGES) & 1) ^ 1;
         mbar_wait(empty_k(s), parity);
-        st_shared_u32(info_kv(s), tile_info(j, cls, more));  // published by the arrive below
-        mbar_arrive_expect_tx(full_k(s), C::kKVBytes);
+        mbar_arrive_expect_tx(full_k(s), C::kKVBytes + 4);
+        st_async_u32(info_kv(s), tile_info(j, cls, more), full_k(s));
 #pragma unroll
         for (int c = 0; c < C::kColBlocks; ++c)
           tma_load_3d(sK + s * C::kKVBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);
@@ -277,12 +274,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     wgmma_commit();
   };
 
-  int it = 0, n_q = 0;  // kv ring position; Q tiles consumed
+  int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
   while (true) {
-    named_barrier(kItemReady, 128 * NCWG + 32);
+    mbar_wait(full_q, n_done & 1);  // Q has landed, or the producer found no tile to visit
     const u32 info = ld_shared_u32(info_q);
     if (info == kNoMoreWork) break;
-    named_barrier_arrive(kItemRead, 128 * NCWG + 32);
     const bool any = info & 1;
     int b, h, q0;
     item((int)(info >> 1), b, h, q0);
@@ -380,7 +376,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       if (kPingPong && wg == 1) named_barrier_arrive(3, 256);
       // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
       // S of the next tile is already computed and goes through the softmax.
-      mbar_wait(full_q, n_q & 1);
       bool more;
       {
         const int s = it % STAGES;
@@ -447,7 +442,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * D;
     constexpr int kChunks = D / 8;  // 16-byte chunks per row
     if (!any) {
-      // Every key masked: zeros and lse = -inf, written directly (no Q was loaded).
+      // Every key masked: zeros and lse = -inf, written directly (sQ holds no Q: the
+      // producer only arrived on its barrier). Then the Q slot goes back as after any item.
 #pragma unroll
       for (int i = 0; i < 16 * kChunks / 32; ++i) {
         const int id = lane + 32 * i;
@@ -458,6 +454,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh)
         if (a.lse != nullptr && t == 0 && row0 + 8 * hh < M) a.lse[(i64)bh * M + row0 + 8 * hh] = neg_inf();
+      named_barrier(1 + wg, 128);  // every thread has read info_q
+      release(empty_q);
+      ++n_done;
       continue;
     }
     named_barrier(1 + wg, 128);  // every wgmma of this warpgroup has finished reading Q
@@ -498,7 +497,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     fence_proxy_async();
     named_barrier(1 + wg, 128);
     release(empty_q);
-    ++n_q;
+    ++n_done;
   }
 }
 
