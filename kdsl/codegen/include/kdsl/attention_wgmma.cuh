@@ -6,9 +6,8 @@
 // STAGES-deep ring, each stage guarded by a "full" mbarrier (TMA bytes landed) and an
 // "empty" one (every consumer thread is done reading). The producer alone evaluates the
 // tile predicates (V::tile(), which may read a runtime tile summary): with each stage it
-// stores the tile's index, class and whether another tile follows into a word of shared
-// memory (st.async, counted on the stage's "full" barrier like the TMA bytes), so the
-// consumers' loop carries no predicate and no global load. NCWG consumer warpgroups (registers
+// writes the tile's index, class and whether another tile follows into a word of shared
+// memory, so the consumers' loop carries no predicate and no global load. NCWG consumer warpgroups (registers
 // raised) each own 64 query rows: S = Q K^T by wgmma with both operands in shared memory,
 // the generated score and mask on the fp32 S registers, online softmax in the log2
 // domain, and O += P V by wgmma with P straight from registers (the S accumulator layout
@@ -105,6 +104,7 @@ KDSL_DEVICE u32 ld_shared_u32(u32 addr) {
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
+KDSL_DEVICE void st_shared_u32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory"); }
 
 }  // namespace attn_wgmma_detail
 
@@ -188,8 +188,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     for (int w = blockIdx.x;; w = next_item(w), ++n_done) {
       if (w >= items) {
         mbar_wait(empty_q, (n_done & 1) ^ 1);
-        mbar_arrive_expect_tx(full_q, 4);
-        st_async_u32(info_q, kNoMoreWork, full_q);
+        st_shared_u32(info_q, kNoMoreWork);
+        mbar_arrive(full_q);
         break;
       }
       int b, h, q0, cls;
@@ -198,13 +198,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       int j = walk.next(0, cls);
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
       mbar_wait(empty_q, (n_done & 1) ^ 1);  // the previous item's epilogue is done with sQ
+      st_shared_u32(info_q, ((u32)w << 1) | (j < walk.n_tiles ? 1u : 0u));
       if (j >= walk.n_tiles) {  // every key masked: the consumers only write zeros
-        mbar_arrive_expect_tx(full_q, 4);
-        st_async_u32(info_q, (u32)w << 1, full_q);
+        mbar_arrive(full_q);
         continue;
       }
-      mbar_arrive_expect_tx(full_q, C::kQBytes + 4);
-      st_async_u32(info_q, ((u32)w << 1) | 1u, full_q);
+      mbar_arrive_expect_tx(full_q, C::kQBytes);
 #pragma unroll
       for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
       for (bool more = true; more; ++it) {
@@ -214,8 +213,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         const int s = it % STAGES;
         const u32 parity = ((it / STAGES) & 1) ^ 1;
         mbar_wait(empty_k(s), parity);
-        mbar_arrive_expect_tx(full_k(s), C::kKVBytes + 4);
-        st_async_u32(info_kv(s), tile_info(j, cls, more), full_k(s));
+        st_shared_u32(info_kv(s), tile_info(j, cls, more));  // published by the arrive below
+        mbar_arrive_expect_tx(full_k(s), C::kKVBytes);
 #pragma unroll
         for (int c = 0; c < C::kColBlocks; ++c)
           tma_load_3d(sK + s * C::kKVBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);

@@ -55,14 +55,6 @@ KDSL_DEVICE void tma_load_3d(u32 dst, const TmaDesc* desc, u32 bar, int c0, int 
       :: "r"(dst), "l"(reinterpret_cast<u64>(desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
 
-// A 4-byte store into shared memory by the async proxy, as a TMA load writes: it completes 4
-// bytes of transactions on `bar`, so a thread that waited for the barrier's phase sees the
-// value. How a producer hands a small word to its consumers along with the tiles.
-KDSL_DEVICE void st_async_u32(u32 dst, u32 value, u32 bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%0], %1, [%2];\n"
-               :: "r"(dst), "r"(value), "r"(bar) : "memory");
-}
-
 // ---- wgmma -------------------------------------------------------------------------------
 
 // Orders this thread's generic-proxy shared-memory accesses (ordinary or cp.async stores,
