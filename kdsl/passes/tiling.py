@@ -49,9 +49,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
             bn, consumers, stages = WGMMA_ATTENTION_TILES[d]
             # Persistent CTAs pay off when items cost the same; under a mask the hardware's
             # dynamic block dispatch balances them better (measured: bench/NOTES.md).
-            # Without a mask every item costs the same: a fixed stride balances them. With one,
-            # CTAs take the next free item from a counter (longest first) as they finish.
-            schedule = "persistent" if k.func("mask") is None else "dynamic"
+            schedule = "persistent" if k.func("mask") is None else "grid"
             return k.with_attrs(kernel="wgmma", tile_m=64 * consumers, tile_n=bn, consumers=consumers,
                                 stages=stages, schedule=schedule,
                                 smem_bytes=attention_wgmma_smem_bytes(d, bn, consumers, stages))

@@ -97,7 +97,6 @@ struct TileWalk {
 };
 
 // What the producer tells the consumers about the tile in a ring stage (one shared word).
-constexpr u32 kNoMoreWork = 0xffffffffu;  // the Q slot's word once the CTA's items are done
 KDSL_DEVICE u32 tile_info(int j, int cls, bool more) { return ((u32)j << 3) | ((u32)cls << 1) | (more ? 1u : 0u); }
 KDSL_DEVICE u32 ld_shared_u32(u32 addr) {
   u32 v;
@@ -155,13 +154,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
   // Work items are (b, h, q tile), heads outermost (CTAs running together share K and V in
   // L2), the last q tile of a head first (under causal-like masks the long items start
-  // first, the short ones fill the tail). The grid is persistent: CTA i takes item i first,
-  // then, when a.work is null, items i + gridDim.x, i + 2 gridDim.x, ... (every item costs
-  // the same), else the next one no CTA has taken yet, from the counter a.work[0] that the
-  // host zeroes before each launch (items of unequal cost: masks). The producer takes the
-  // items and hands each to the consumers in the Q slot's word: (w << 1) | has-a-tile, or
-  // kNoMoreWork. (Computed inside each role, after setmaxnreg: a value live across it
-  // gets spilled.)
+  // first, the short ones fill the tail). CTA i takes items i, i + gridDim.x, ...: the host
+  // launches one CTA per item, so the hardware's dynamic dispatch balances items of unequal
+  // cost, or one CTA per SM (persistent) when every item costs the same.
+  // (Computed inside each role, after setmaxnreg: a value live across it gets spilled.)
   auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B; };
   auto item = [&](int w, int& b, int& h, int& q0) {
     const int n_qtiles = (a.M + BM - 1) / BM;
@@ -184,21 +180,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     tma_prefetch_desc(tv);
     int it = 0, n_done = 0;  // kv ring position; work items handed to the consumers
     const int items = n_items();
-    auto next_item = [&](int w) { return a.work ? (int)gridDim.x + atomicAdd(a.work, 1) : w + (int)gridDim.x; };
-    for (int w = blockIdx.x;; w = next_item(w), ++n_done) {
-      if (w >= items) {
-        mbar_wait(empty_q, (n_done & 1) ^ 1);
-        st_shared_u32(info_q, kNoMoreWork);
-        mbar_arrive(full_q);
-        break;
-      }
+    for (int w = blockIdx.x; w < items; w += gridDim.x, ++n_done) {
       int b, h, q0, cls;
       item(w, b, h, q0);
       const TileWalk<BN, V> walk = walk_of(b, h, q0);
       int j = walk.next(0, cls);
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
       mbar_wait(empty_q, (n_done & 1) ^ 1);  // the previous item's epilogue is done with sQ
-      st_shared_u32(info_q, ((u32)w << 1) | (j < walk.n_tiles ? 1u : 0u));
+      st_shared_u32(info_q, j < walk.n_tiles ? 1u : 0u);
       if (j >= walk.n_tiles) {  // every key masked: the consumers only write zeros
         mbar_arrive(full_q);
         continue;
@@ -274,13 +263,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   };
 
   int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
-  while (true) {
-    mbar_wait(full_q, n_done & 1);  // Q has landed, or the producer found no tile to visit
-    const u32 info = ld_shared_u32(info_q);
-    if (info == kNoMoreWork) break;
-    const bool any = info & 1;
+  const int items = n_items();
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
     int b, h, q0;
-    item((int)(info >> 1), b, h, q0);
+    item(w, b, h, q0);
+    mbar_wait(full_q, n_done & 1);  // Q has landed, or the producer found no tile to visit
+    const bool any = ld_shared_u32(info_q) != 0;
     const int row0 = q0 + wg * 64 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
 #pragma unroll
