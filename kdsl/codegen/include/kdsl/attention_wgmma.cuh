@@ -51,8 +51,8 @@ struct Cfg {
   static constexpr int kVOffset = kQBytes + STAGES * kKVBytes;
   static constexpr int kBarOffset = kQBytes + 2 * STAGES * kKVBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
-  static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // the Q word, then one per stage
-  static constexpr int kSmemBytes = 1024 + kInfoOffset + (1 + STAGES) * 4;  // + realignment slack
+  static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // a tile_info word per stage
+  static constexpr int kSmemBytes = 1024 + kInfoOffset + STAGES * 4;  // + realignment slack
   // Register split between the roles (setmaxnreg): the total must fit 64K registers.
   static constexpr int kProducerRegs = NCWG <= 2 ? 40 : 32;
   static constexpr int kConsumerRegs = NCWG == 1 ? 240 : (NCWG == 2 ? 232 : 160);
@@ -131,8 +131,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   const u32 base = (smem_addr(kdsl_attn_smem) + 1023u) & ~1023u;
   const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset;
   const u32 full_q = base + C::kBarOffset, empty_q = full_q + 8u;
-  const u32 info_q = base + C::kInfoOffset;  // 1 if the item has a tile to visit
-  auto info_kv = [&](int s) { return info_q + 4u * (1 + s); };  // tile_info of ring stage s
+  auto info_kv = [&](int s) { return base + C::kInfoOffset + 4u * s; };  // tile_info of ring stage s
   auto full_k = [&](int s) { return full_q + 8u * (2 + s); };
   auto full_v = [&](int s) { return full_q + 8u * (2 + STAGES + s); };
   auto empty_k = [&](int s) { return full_q + 8u * (2 + 2 * STAGES + s); };
@@ -178,20 +177,16 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     tma_prefetch_desc(tq);
     tma_prefetch_desc(tk);
     tma_prefetch_desc(tv);
-    int it = 0, n_done = 0;  // kv ring position; work items handed to the consumers
+    int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
     const int items = n_items();
-    for (int w = blockIdx.x; w < items; w += gridDim.x, ++n_done) {
+    for (int w = blockIdx.x; w < items; w += gridDim.x) {
       int b, h, q0, cls;
       item(w, b, h, q0);
       const TileWalk<BN, V> walk = walk_of(b, h, q0);
       int j = walk.next(0, cls);
+      if (j >= walk.n_tiles) continue;  // every key masked: the consumers only write zeros
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
-      mbar_wait(empty_q, (n_done & 1) ^ 1);  // the previous item's epilogue is done with sQ
-      st_shared_u32(info_q, j < walk.n_tiles ? 1u : 0u);
-      if (j >= walk.n_tiles) {  // every key masked: the consumers only write zeros
-        mbar_arrive(full_q);
-        continue;
-      }
+      mbar_wait(empty_q, (n_done++ & 1) ^ 1);  // the previous item's epilogue is done with sQ
       mbar_arrive_expect_tx(full_q, C::kQBytes);
 #pragma unroll
       for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
@@ -267,8 +262,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   for (int w = blockIdx.x; w < items; w += gridDim.x) {
     int b, h, q0;
     item(w, b, h, q0);
-    mbar_wait(full_q, n_done & 1);  // Q has landed, or the producer found no tile to visit
-    const bool any = ld_shared_u32(info_q) != 0;
+    // Whether any tile is visited: the one predicate scan a consumer makes per item.
+    int cls0;
+    const bool any = walk_of(b, h, q0).next(0, cls0) < (N + BN - 1) / BN;
     const int row0 = q0 + wg * 64 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
 #pragma unroll
@@ -360,6 +356,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     };
 
     if (any) {
+      mbar_wait(full_q, n_done & 1);
       if (kPingPong && wg == 1) named_barrier_arrive(3, 256);
       // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
       // S of the next tile is already computed and goes through the softmax.
@@ -429,8 +426,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * D;
     constexpr int kChunks = D / 8;  // 16-byte chunks per row
     if (!any) {
-      // Every key masked: zeros and lse = -inf, written directly (sQ holds no Q: the
-      // producer only arrived on its barrier). Then the Q slot goes back as after any item.
+      // Every key masked: zeros and lse = -inf, written directly. sQ is not ours to stage
+      // in: the producer may already be loading the next item's Q there.
 #pragma unroll
       for (int i = 0; i < 16 * kChunks / 32; ++i) {
         const int id = lane + 32 * i;
@@ -441,9 +438,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh)
         if (a.lse != nullptr && t == 0 && row0 + 8 * hh < M) a.lse[(i64)bh * M + row0 + 8 * hh] = neg_inf();
-      named_barrier(1 + wg, 128);  // every thread has read info_q
-      release(empty_q);
-      ++n_done;
       continue;
     }
     named_barrier(1 + wg, 128);  // every wgmma of this warpgroup has finished reading Q
