@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import LaunchError, NoGpuError
+from ..passes import exp2_fold, index_floats
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
 from . import arrays, geometry, summary
@@ -180,6 +181,8 @@ class AttentionKernel(KernelBase):
         super().__init__(kernel, arch)
         self.captures = [t for t in kernel.tensors if t.role == "capture"]
         self.has_lse = kernel.tensor("lse") is not None
+        # float(q - kv) computed as qf - kvf is exact only up to a length (passes/index_floats)
+        self.index_floats = index_floats.uses_index_floats(index_floats.run(exp2_fold.run(kernel)))
 
     def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
@@ -281,6 +284,9 @@ class AttentionKernel(KernelBase):
         Hkv, N = infos[1].shape[1], infos[1].shape[2]
         if (H % Hkv if Hkv else H):
             raise LaunchError(f"{self.name}: q has {H} heads, not a multiple of k/v's {Hkv} heads")
+        if self.index_floats and max(M, N) > index_floats.MAX_LENGTH:
+            raise LaunchError(f"{self.name}: sequence length {max(M, N)} exceeds {index_floats.MAX_LENGTH}, the longest "
+                              f"for which this kernel's score converts positions to float exactly")
         if D not in (64, 128):
             raise LaunchError(f"{self.name}: head dimension {D} is not supported (64 or 128)")
         if out is not None:

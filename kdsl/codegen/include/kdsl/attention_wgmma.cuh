@@ -267,6 +267,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     const bool any = walk_of(b, h, q0).next(0, cls0) < (N + BN - 1) / BN;
     const int row0 = q0 + wg * 64 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
+    const float qf[2] = {(float)row0, (float)(row0 + 8)};
 #pragma unroll
     for (int i = 0; i < C::kORegs; ++i) o[i] = 0.f;
     m_run[0] = m_run[1] = neg_inf();
@@ -300,18 +301,23 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // P (relative to the new running max) and alpha[] rescales what O held so far.
     auto softmax = [&](int j, bool general, u64 keep0, u64 keep1, float (&alpha)[2]) {
       const int k0 = j * BN;
+      // kv as a float: one conversion per tile, then a constant per register (exact below
+      // 2^24; the runtime bounds N for kernels whose score uses it)
+      const float kvf0 = (float)(k0 + 2 * t);
       if (general) {
 #pragma unroll
         for (int i = 0; i < C::kSRegs; ++i) {
           const int kv = imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1);
-          const float x = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv);
+          const float x = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1],
+                                   kvf0 + (float)(8 * (i / 4) + (i & 1)));
           const bool ok = ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
           sc[i] = ok ? x : neg_inf();
         }
       } else {  // a full tile inside [0, N): no per-element selects
 #pragma unroll
         for (int i = 0; i < C::kSRegs; ++i)
-          sc[i] = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], k0 + 8 * (i / 4) + 2 * t + (i & 1));
+          sc[i] = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], k0 + 8 * (i / 4) + 2 * t + (i & 1), qf[(i >> 1) & 1],
+                           kvf0 + (float)(8 * (i / 4) + (i & 1)));
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
