@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import ast, ir
 from ..errors import SourceError
-from . import exp2_fold, mask_analysis, tiling, typecheck, warp_map
+from . import exp2_fold, index_floats, mask_analysis, tiling, typecheck, warp_map
 from .target import Target
 
 HEAD_DIMS = (64, 128)
@@ -44,6 +44,8 @@ def lower(k: ir.Kernel, target: Target, head_dim: int = 0) -> ir.Kernel:
         k = k.with_attrs(head_dim=head_dim)
     # Before mask analysis: the folded score is what the kernel evaluates per element.
     k = exp2_fold.run(k)
+    # On the folded score, whose float(i - j) terms are now final: positions become floats once.
+    k = index_floats.run(k)
     # Independent of tile sizes: emits tile predicates over symbolic bounds q0..k1.
     k = mask_analysis.run(k)
     # Tile sizes depend on the target and head dim only, not on the expressions.

@@ -27,10 +27,10 @@ def attention_smem_bytes(d: int, bm: int, bn: int, warps: int, elem_bytes: int =
 
 
 def attention_wgmma_smem_bytes(d: int, bn: int, consumers: int, stages: int) -> int:
-    """Q tile + a ring of K and V tiles + 2 + 4 * stages mbarriers + a word per stage (and
-    one for Q) telling the consumers which tile it holds, + 1024 to realign the tiles to
+    """Q tile + a ring of K and V tiles + 2 + 4 * stages mbarriers + a word per stage
+    telling the consumers which tile it holds, + 1024 to realign the tiles to
     the 128-byte swizzle's 1024-byte period."""
-    return 1024 + (64 * consumers * d + 2 * stages * bn * d) * 2 + (2 + 4 * stages) * 8 + (1 + stages) * 4
+    return 1024 + (64 * consumers * d + 2 * stages * bn * d) * 2 + (2 + 4 * stages) * 8 + stages * 4
 
 
 def gemm_smem_bytes(bm: int, bn: int, stages: int) -> int:
@@ -49,9 +49,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
             bn, consumers, stages = WGMMA_ATTENTION_TILES[d]
             # Persistent CTAs pay off when items cost the same; under a mask the hardware's
             # dynamic block dispatch balances them better (measured: bench/NOTES.md).
-            # Without a mask every item costs the same: a fixed stride balances them. With one,
-            # CTAs take the next free item from a counter (longest first) as they finish.
-            schedule = "persistent" if k.func("mask") is None else "dynamic"
+            schedule = "persistent" if k.func("mask") is None else "grid"
             return k.with_attrs(kernel="wgmma", tile_m=64 * consumers, tile_n=bn, consumers=consumers,
                                 stages=stages, schedule=schedule,
                                 smem_bytes=attention_wgmma_smem_bytes(d, bn, consumers, stages))
