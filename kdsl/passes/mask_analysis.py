@@ -40,9 +40,12 @@ def run(k: ir.Kernel) -> ir.Kernel:
     mask = k.func("mask")
     if mask is None:
         return k.with_attrs(mask_tiles="none")
-    t = truth(mask)
     data = any(isinstance(n, ir.Load) for n in ir.walk(mask))
-    k = k.with_func("tile_empty", simplify(t.never)).with_func("tile_full", simplify(t.always))
+    if k.func("tile_empty") is None or k.func("tile_full") is None:
+        t = truth(mask)
+        for name, derived in (("tile_empty", t.never), ("tile_full", t.always)):
+            if k.func(name) is None:
+                k = k.with_func(name, simplify(derived))
     return k.with_attrs(mask_tiles="data-dependent" if data else "interval")
 
 
