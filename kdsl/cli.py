@@ -188,6 +188,9 @@ def _tune_parser(sub) -> None:
     t.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="per request to the model (default 60); the API key is read from KDSL_LLM_API_KEY "
                    "or OPENAI_API_KEY")
+    t.add_argument("--retries", type=int, default=3, metavar="N",
+                   help="retries of a request after HTTP 429 / 5xx, a timeout or a dropped connection, with "
+                   "exponential backoff honouring Retry-After (default 3)")
     t.add_argument("--verify-only", action="store_true", help="run only the guard: judge proposals, time nothing")
     t.add_argument("--interpret", action="store_true",
                    help="with --verify-only: judge through the CPU interpreter (no GPU)")

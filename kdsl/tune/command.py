@@ -57,6 +57,8 @@ def run(args) -> int:
 def _check_options(args) -> None:
     if args.proposals < 1:
         raise KdslError(f"--proposals needs a number >= 1, got {args.proposals}")
+    if args.retries < 0:
+        raise KdslError(f"--retries needs a number >= 0, got {args.retries}")
     if args.timeout <= 0:
         raise KdslError(f"--timeout needs a positive number of seconds, got {args.timeout:g}")
     if args.interpret and not args.verify_only:
@@ -86,7 +88,7 @@ def _rewriter(args):
     if args.rewriter == "search":
         return Search()
     from .llm_client import Client
-    return Llm(Client(args.llm, args.model, timeout=args.timeout))
+    return Llm(Client(args.llm, args.model, timeout=args.timeout, retries=args.retries))
 
 
 def _bench(k, args, target):

@@ -114,7 +114,8 @@ def _parse_line(text: str, line: str) -> ir.Kernel:
     try:
         kernels = ir.parse_ir(text, "<proposal>")
     except SourceError as e:
-        raise ProposalError(f"malformed IR in {line[:80]!r}: {e.message}") from None
+        why = e.message.removeprefix("malformed IR: ").removeprefix("IR: ")
+        raise ProposalError(f"malformed IR in {line[:80]!r}: {why}") from None
     if len(kernels) != 1:
         raise ProposalError(f"malformed IR: {line[:80]!r} is not one def or attr line")
     return kernels[0]
