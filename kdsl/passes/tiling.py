@@ -66,9 +66,9 @@ def family(k: ir.Kernel, target: Target) -> str:
 
 
 def run(k: ir.Kernel, target: Target) -> ir.Kernel:
-    math = k.attr("math")
-    if math is not None and math not in MATH_MODES:
-        raise KdslError(f"kernel '{k.name}': attr math = {math!r} is not one of {', '.join(MATH_MODES)}")
+    attrs = dict(k.attrs)  # present with any value, null included (k.attr() reads null as absent)
+    if "math" in attrs and attrs["math"] not in MATH_MODES:
+        raise KdslError(f"kernel '{k.name}': attr math = {attrs['math']!r} is not one of {', '.join(MATH_MODES)}")
     fam = family(k, target)
     if fam == "gemm" and not target.has_wgmma:
         raise KdslError(f"kernel '{k.name}': the FP8 GEMM needs wgmma (sm_90a); target is {target.arch}")
@@ -82,7 +82,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                                      schedule="persistent" if k.func("mask") is None else "grid"),
                "mma": lambda: dict(zip(("tile_m", "tile_n", "warps"), ATTENTION_TILES[d])),
                "gemm": lambda: dict(zip(("tile_m", "tile_n", "stages"), GEMM_TILE))}[fam]()
-    given = {n: k.attr(n) for n in SCHEDULE_ATTRS[fam] if k.attr(n) is not None}
+    given = {n: attrs[n] for n in SCHEDULE_ATTRS[fam] if n in attrs}
     s = {**default, **given}
     for name, value in given.items():
         if name != "schedule" and type(value) is not int:
