@@ -76,7 +76,7 @@ def tune_kernel(name: str, original: ir.Kernel, target, target_text: str, rewrit
         ctx = Context(current, ir.print_ir(pipeline.lower(current, target, head_dims[0])), target, target_text,
                       head_dims, entries, tried)
         entry = {"kernel": name, "source_sha256": digest, "index": len(entries), "rewriter": rewriter.name}
-        if bench is not None:
+        if bench is not None and not opts.interpret:
             _prebuild_upcoming(rewriter, ctx, original, target, head_dims)
         t0 = time.monotonic()
         try:
@@ -153,11 +153,10 @@ def _resume(original, guard, entries, result) -> ir.Kernel:
 
 def _prebuild_upcoming(rewriter, ctx, original, target, head_dims, ahead: int = 8) -> None:
     """Start building the search's next candidates in compiler processes, so that NVRTC runs
-    in parallel with the timing of the current one (a no-op for kernels already started)."""
-    from itertools import islice
+    in parallel with the judging and timing of the current one (a no-op for kernels already
+    started or cached)."""
     from ..runtime.compiler import prebuild
-    for lines in islice((x for x in getattr(rewriter, "enumerate", lambda c: ())(ctx)
-                         if tried_key(ctx.current, x) not in ctx.tried), ahead):
+    for lines in getattr(rewriter, "upcoming", lambda c, n: [])(ctx, ahead):
         try:
             candidate = protocol.extract(fenced(lines), original).apply(ctx.current)
             for d in head_dims:

@@ -4,11 +4,14 @@ proposal, built-in or not, goes through the same parser and guard.
 Search (the default, offline) proposes, in order, for the current program:
 1. the fast-math choice (attr math = "fast": the hardware approximations docs/language.md
    bounds), then each legal value of each schedule attribute (tiles, warpgroups, stages, the
-   CTA schedule), then pairs of tile width and stages (a wider tile often fits only with
-   fewer stages); candidates illegal for any head dim are skipped before they cost a build;
-2. algebraic rewrites of score_log2 from RULES, at every node where one applies.
-After an accepted proposal the enumeration restarts from the new program (coordinate
-descent), so a value rejected as slower is tried again once its neighbours have moved.
+   CTA schedule);
+2. algebraic rewrites of score_log2 from RULES, at every node where one applies;
+3. pairs of tile width and stages (a wider tile often fits only with fewer stages).
+Candidates illegal for any head dim are skipped before they cost a build. This is
+coordinate descent: a pass goes through the list once, each candidate judged against the
+program as it stands then; a pass that changed the program is followed by another (where a
+value rejected as slower is tried again, its neighbours having moved), and a pass that
+changed nothing ends the search.
 
 Llm asks a chat-completions endpoint (llm_client) with protocol.messages.
 """
@@ -20,7 +23,7 @@ from itertools import product
 
 from .. import ir
 from ..errors import KdslError
-from ..passes import pipeline
+from ..passes import pipeline, tiling
 from ..passes.simplify import op
 from . import protocol
 
@@ -49,25 +52,41 @@ def fenced(lines: str) -> str:
 class Search:
     name = "search"
 
+    def __init__(self):
+        self._cursor = 0          # where this pass over enumerate() has got to
+        self._pass_start = None   # the program the pass started from
+
     def propose(self, ctx: Context) -> str | None:
-        for lines in self.enumerate(ctx):
-            if tried_key(ctx.current, lines) not in ctx.tried:
-                return fenced(lines)
-        return None
+        """The next untried candidate of this pass; a pass that changed the program is
+        followed by another from the top, one that changed nothing ends the search."""
+        while True:
+            todo = list(self.enumerate(ctx))
+            if self._pass_start is None:
+                self._pass_start = ctx.current
+            for i in range(self._cursor, len(todo)):
+                if todo[i] is not None and tried_key(ctx.current, todo[i]) not in ctx.tried:
+                    self._cursor = i + 1
+                    return fenced(todo[i])
+            if ctx.current == self._pass_start:
+                return None
+            self._cursor, self._pass_start = 0, None
+
+    def upcoming(self, ctx: Context, n: int) -> list[str]:
+        """The next n candidates of this pass (for building them ahead of their turn)."""
+        todo = list(self.enumerate(ctx))[self._cursor:]
+        return [x for x in todo if x is not None and tried_key(ctx.current, x) not in ctx.tried][:n]
 
     def enumerate(self, ctx: Context):
+        """Candidate replacement lines, in order; None holds the place of a candidate that
+        would change nothing or is illegal, so positions stay put as the program changes."""
         k = ctx.current
         _, attrs = protocol.offered(k, ctx.target)
-        if "math" in attrs and k.attr("math") != "fast":
-            yield 'attr math = "fast"'
+        if "math" in attrs:
+            yield 'attr math = "fast"' if k.attr("math") != "fast" else None
         singles = [{a: v} for a, values in attrs.items() if a != "math" for v in values]
-        pairs = [{"tile_n": n, "stages": s} for n, s in product(attrs.get("tile_n", ()), attrs.get("stages", ()))]
-        for change in singles + pairs:
-            if all(_current_attr(k, ctx, a) == v for a, v in change.items()) or not _legal(k, change, ctx):
-                continue
-            yield "\n".join(f"attr {a} = {json.dumps(v)}" for a, v in change.items())
+        low = pipeline.lower(k, ctx.target, ctx.head_dims[0])
+        yield from self._changes(k, low, ctx, singles)
         if k.kind == "attention":
-            low = pipeline.lower(k, ctx.target, ctx.head_dims[0])
             score = low.func("score_log2")
             seen = {score}
             for _, rule in RULES:
@@ -75,16 +94,25 @@ class Search:
                     if new not in seen:
                         seen.add(new)
                         yield f"def score_log2 = {ir.print_expr(new)}"
+        pairs = [{"tile_n": n, "stages": s} for n, s in product(attrs.get("tile_n", ()), attrs.get("stages", ()))]
+        yield from self._changes(k, low, ctx, pairs)
 
-
-def _current_attr(k, ctx, name):
-    return pipeline.lower(k, ctx.target, ctx.head_dims[0]).attr(name)
+    @staticmethod
+    def _changes(k, low, ctx, changes):
+        for change in changes:
+            if all(low.attr(a) == v for a, v in change.items()) or not _legal(k, change, ctx):
+                yield None
+            else:
+                yield "\n".join(f"attr {a} = {json.dumps(v)}" for a, v in change.items())
 
 
 def _legal(k: ir.Kernel, change: dict, ctx: Context) -> bool:
+    """Whether the schedule change lowers for every head dim: tiling's legality, which is
+    what pipeline.lower applies (without the expression passes, which it does not touch)."""
     try:
         for d in ctx.head_dims:
-            pipeline.lower(k.with_attrs(**change), ctx.target, d)
+            tiling.run(k.with_attrs(head_dim=d, **change) if k.kind == "attention" else k.with_attrs(**change),
+                       ctx.target)
     except KdslError:
         return False
     return True
