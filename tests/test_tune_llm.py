@@ -126,6 +126,9 @@ def test_retry_after_as_an_http_date():
     (["--verify-only", "--interpret", "--budget", "soon"], "--budget 'soon'"),
     (["--verify-only", "--interpret", "--kernel", "nope"], "no kernel 'nope'"),
     (["--verify-only", "--interpret", "--llm", "http://x"], "go with --rewriter llm"),
+    (["--rewriter", "llm", "--llm", "localhost:8000/v1", "--model", "m", "--verify-only", "--interpret"],
+     "expected an http:// or https:// URL"),
+    (["--verify-only", "--interpret", "--retries", "-1"], "--retries needs"),
 ])
 def test_option_mistakes_exit_1_with_a_message(argv, message, capsys, tmp_path):
     assert main(["tune", RELPOS, "--log", str(tmp_path / "l.jsonl"), *argv]) == 1

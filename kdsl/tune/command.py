@@ -67,6 +67,8 @@ def _check_options(args) -> None:
         raise KdslError("--verify-only judges proposals without tuning anything: drop -o")
     if args.rewriter == "llm" and not (args.llm and args.model):
         raise KdslError("--rewriter llm needs --llm URL (an OpenAI-compatible endpoint) and --model NAME")
+    if args.llm and not re.match(r"https?://[^\s/]+", args.llm):
+        raise KdslError(f"--llm '{args.llm}': expected an http:// or https:// URL, e.g. http://localhost:8000/v1")
     if args.rewriter != "llm" and (args.llm or args.model):
         raise KdslError("--llm and --model go with --rewriter llm")
 

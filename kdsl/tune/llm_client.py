@@ -64,6 +64,8 @@ class Client:
                 last = f"no answer within {self.timeout:g} s"
             except self._httpx.TransportError as e:
                 last = f"connection failed: {type(e).__name__}"
+            except self._httpx.HTTPError as e:  # an answer httpx cannot decode, ...: not transient
+                raise LlmError(f"request failed: {type(e).__name__}: {str(e)[:200]}") from None
             else:
                 if status == 200:
                     return _content(data)
