@@ -31,8 +31,8 @@ WRONG = [
     ("causal", "def mask = (and:bool (le:bool kv q) (ne:bool q 0))", "the first row loses its only key"),
     ("causal", "def tile_full = true", "diagonal tiles skip the mask"),
     ("causal", "def tile_empty = (ge:bool k1 q0)", "diagonal tiles skipped"),
-    ("plain", f"def score_log2 = (add:f32 (mul:f32 qk scale_log2) (where:f32 (ge:bool kv (mul:i32 (floordiv:i32 N 128) "
-              f"128)) 3.0 0.0))", "the last partial kv tile weighs 8x"),
+    ("plain", "def score_log2 = (add:f32 (mul:f32 qk scale_log2) (where:f32 (ge:bool kv (mul:i32 (floordiv:i32 N 128) "
+              "128)) 3.0 0.0))", "the last partial kv tile weighs 8x"),
     ("plain", "def score_log2 = (add:f32 (mul:f32 qk scale_log2) (where:f32 (eq:bool q (sub:i32 M 1)) "
               "(float:f32 kv) 0.0))", "the last row"),
     ("softcap", "def score_log2 = (mul:f32 (tanh:f32 (div:f32 (mul:f32 qk scale) 3.0)) 43.2808512266689)",

@@ -142,3 +142,36 @@ def test_overlay_and_digest():
     tuned = k.with_attrs(tile_n=128).with_func("score_log2", ir.Var("f32", "qk"))
     assert overlay(k, tuned) == "def score_log2 = qk\nattr tile_n = 128"
     assert source_digest("a") != source_digest("b")
+
+
+def test_gpu_path_records_registers_and_spills_from_the_cubin(monkeypatch):
+    """Without --interpret the guard builds each candidate with NVRTC (no GPU needed for that)
+    and reads its SASS; only the judge and the timer need the device."""
+    from kdsl.tune import protocol
+    from kdsl.tune.guard import Guard, Verdict
+    monkeypatch.setattr(Guard, "_judge", lambda self, cand, res: Verdict(True, "accepted", "judged", cand, None, res))
+    k = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True).ir["causal"]
+    v = Guard(k, H100, interpret=False).verify(protocol.extract("```\nattr tile_n = 64\n```", k), k)
+    assert v.accepted and v.resources["registers"] > 0 and v.resources["spill_ops"] >= 0
+    assert v.resources["smem_bytes"] == tiling.attention_wgmma_smem_bytes(128, 64, 2, 3)
+
+
+def test_shapes_and_budget_parse_or_say_why():
+    from kdsl.errors import KdslError
+    from kdsl.tune.command import parse_budget
+    from kdsl.tune.measure import parse_shape
+    assert parse_shape("B=2,H=16,M=8192,N=8192,D=128", "attention") == dict(B=2, H=16, M=8192, N=8192, D=128)
+    assert parse_shape("M=128,N=7168,K=512,G=4", "gemm") == dict(M=128, N=7168, K=512, G=4)
+    for bad in ("B=2,H=16,M=8192,N=8192", "B=2,H=16,M=0,N=1,D=64", "B=2,X=1", "B=two"):
+        with pytest.raises(ValueError):
+            parse_shape(bad, "attention")
+    assert (parse_budget("15m"), parse_budget("90s"), parse_budget("1h"), parse_budget("2.5")) == (900, 90, 3600, 2.5)
+    for bad in ("0", "-1m", "10 minutes", ""):
+        with pytest.raises(KdslError, match="--budget"):
+            parse_budget(bad)
+
+
+@pytest.mark.skipif(__import__("conftest").gpu_available(), reason="on a GPU this would tune")
+def test_tuning_without_a_gpu_says_so(capsys, tmp_path):
+    assert main(["tune", str(ROOT / "samples" / "relpos.kd"), "--log", str(tmp_path / "l.jsonl")]) == 1
+    assert "error:" in capsys.readouterr().err

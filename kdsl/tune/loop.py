@@ -216,6 +216,8 @@ def write_program(path: Path, results: dict, module_ir: dict, source: str, diges
         if r is not None:
             for text in summary(r).splitlines():
                 lines.append("# " + text.strip())
+            if k.func("mask") is not None and best.func("mask") != k.func("mask"):
+                lines.append(f"# original mask (the tuned one below was verified equal): {ir.print_expr(k.func('mask'))}")
         lines.append(ir.print_ir(best).rstrip())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
