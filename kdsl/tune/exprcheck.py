@@ -30,7 +30,7 @@ from ..semantics import eval_array, eval_scalar
 
 ABS_TOL, REL_TOL = 1e-3, 1e-5
 OTHER_TILES = ((64, 64), (128, 128), (192, 176), (16, 32))  # predicates must not rely on one tile size
-MAX_MASK_LEN = 2048
+MAX_MASK_LEN = 1536
 
 
 def check(original: ir.Kernel, candidate: ir.Kernel, target, seed: int) -> str | None:
@@ -56,7 +56,7 @@ def _shapes(k: ir.Kernel, tm: int, tn: int, d: int) -> list[AttentionCase]:
     mask = k.func("mask")
     reach = max([0] + [abs(c.value) for c in ir.walk(mask) if isinstance(c, ir.Const) and c.ty == "i32"]
                 if mask is not None else [0])
-    long = min(MAX_MASK_LEN, max(2 * tm + 3, 2 * reach + tn + 5))
+    long = min(MAX_MASK_LEN, max(2 * tm + 3, reach + 2 * tn + 5))
     shapes = [AttentionCase(2, h, hkv, 2 * tm + 3, 2 * tn + 5, d), AttentionCase(1, h, hkv, 1, tn + 1, d),
               AttentionCase(1, h, hkv, tm + 1, 1, d)]
     if long > 2 * tm + 3:
