@@ -175,3 +175,12 @@ def test_shapes_and_budget_parse_or_say_why():
 def test_tuning_without_a_gpu_says_so(capsys, tmp_path):
     assert main(["tune", str(ROOT / "samples" / "relpos.kd"), "--log", str(tmp_path / "l.jsonl")]) == 1
     assert "error:" in capsys.readouterr().err
+
+
+def test_a_candidate_that_fails_when_timed_is_rejected(tmp_path, quick_judge):
+    class Failing(FakeBench):
+        def compare(self, best, cand):
+            raise RuntimeError("CUDA_ERROR_LAUNCH_FAILED")
+    r = _run(_naive_relpos(), tmp_path / "log.jsonl", 2, Failing())
+    assert [e["verdict"] for e in r.entries] == ["rejected: failed when timed: RuntimeError: CUDA_ERROR_LAUNCH_FAILED"] * 2
+    assert r.best == r.original

@@ -122,7 +122,11 @@ def _judge(answer, original, current, guard, bench, opts, entry, result) -> ir.K
     if opts.verify_only or bench is None:
         entry["verdict"] = "accepted (verified; not timed)"
         return current
-    faster, times = bench.compare(current, v.candidate)
+    try:
+        faster, times = bench.compare(current, v.candidate)
+    except Exception as e:  # noqa: BLE001 - a candidate that fails when timed is only a rejection
+        entry.update(verdict=f"rejected: failed when timed: {type(e).__name__}: {str(e)[:300]}", stage="timed")
+        return current
     entry["time_ms"] = {k: (round(x, 5) if isinstance(x, float) else x) for k, x in times.items()}
     if not faster:
         entry["verdict"] = (f"rejected: not faster beyond noise ({times['candidate']:.4g} ms vs "
