@@ -13,20 +13,21 @@ def check(program: ast.Program) -> list[ir.Kernel]:
     """Front half: typed IR for every kernel, or a located error. Needs no target."""
     # First: everything after this may assume well-typed, well-shaped kernels.
     kernels = typecheck.check_program(program)
-    _distinct_entries(program, kernels)
+    distinct_entries(kernels, [node.name_span for node in program.kernels])
     return kernels
 
 
-def _distinct_entries(program: ast.Program, kernels: list[ir.Kernel]) -> None:
+def distinct_entries(kernels: list[ir.Kernel], spans) -> None:
     """No two kernels of a file may generate the same entry point, and so the same output
-    files: `attention x` specialised for head dim 64 and `gemm x_d64` would."""
+    files: `attention x` specialised for head dim 64 and `gemm x_d64` would. spans: where
+    each kernel is named, for the message."""
     seen: dict[str, str] = {}
-    for node, k in zip(program.kernels, kernels):
+    for span, k in zip(spans, kernels):
         for d in head_dims(k):
             symbol = ir.entry_symbol(k.kind, k.name, d)
             if symbol in seen:
                 raise SourceError(f"kernel '{k.name}' would generate the same entry point and files ({symbol}) "
-                                  f"as kernel '{seen[symbol]}'; rename one", node.name_span)
+                                  f"as kernel '{seen[symbol]}'; rename one", span)
             seen[symbol] = k.name
 
 
