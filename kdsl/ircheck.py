@@ -20,7 +20,7 @@ _TILE = ("b", "h", "q0", "q1", "k0", "k1")
 # score_log2 and the tile predicates are what the kernel evaluates (derived by the passes
 # unless given).
 FUNCS = {"scale": ("f32", ()), "score": ("f32", ("s", *_INDEX)), "mask": ("bool", _INDEX),
-         "score_log2": ("f32", ("qk", "scale", "scale_log2", *_INDEX)),
+         "score_log2": ("f32", ("qk", "scale", "scale_log2", "qf", "kvf", *_INDEX)),
          "tile_empty": ("bool", _TILE), "tile_full": ("bool", _TILE)}
 _BINARY_SAME = ("add", "sub", "mul", "min", "max")
 _COMPARE = ("lt", "le", "gt", "ge")
@@ -67,6 +67,11 @@ def _type(e: ir.Expr, k: ir.Kernel, names: set, where: str) -> str:
         if e.ty != CAPTURE_DTYPES[t.dtype]:
             fail(f"a load of {t.dtype} tensor '{e.tensor}' is {CAPTURE_DTYPES[t.dtype]}, not {e.ty}")
         return e.ty
+    if e.op in ir.TILE_REDUCTIONS:  # (qmin e): e over the block's rows (or keys), in a tile predicate
+        axis = ir.TILE_REDUCTIONS[e.op][0]
+        if len(e.args) != 1 or "q0" not in names or e.ty != "i32" or _type(e.args[0], k, names | {axis}, where) != "i32":
+            fail(f"'{e.op}' takes one i32 expression of {axis}, in a tile predicate")
+        return "i32"
     if len(e.args) != _ARITY[e.op]:
         fail(f"'{e.op}' takes {_ARITY[e.op]} operand(s), got {len(e.args)}")
     a = [_type(x, k, names, where) for x in e.args]

@@ -23,7 +23,8 @@ def run(k: ir.Kernel) -> ir.Kernel:
     score = k.func("score_log2") if k.kind == "attention" else None
     if score is None:
         return k
-    return k.with_func("score_log2", simplify(_rewrite(score)))
+    rewritten = simplify(_rewrite(score))
+    return k if rewritten == score else k.with_func("score_log2", rewritten)
 
 
 def uses_index_floats(k: ir.Kernel) -> bool:

@@ -74,7 +74,9 @@ def _check_case(original, low, case, be, rng, tile_sizes) -> str | None:
         return f"reads out of bounds: {e}"
     B, H, M, N = case.B, case.H, case.M, case.N
     grid = {**dims, "b": np.arange(B).reshape(B, 1, 1, 1), "h": np.arange(H).reshape(1, H, 1, 1),
-            "q": np.arange(M).reshape(1, 1, M, 1), "kv": np.arange(N).reshape(1, 1, 1, N)}
+            "q": np.arange(M).reshape(1, 1, M, 1), "kv": np.arange(N).reshape(1, 1, 1, N),
+            "qf": np.arange(M, dtype=np.float32).reshape(1, 1, M, 1),
+            "kvf": np.arange(N, dtype=np.float32).reshape(1, 1, 1, N)}
     shape = (B, H, M, N)
     with np.errstate(all="ignore"):
         try:
