@@ -15,8 +15,9 @@
 // it evaluates the tile's per-element mask, so the mask costs no extra latency.
 //
 // Launch contract (the generated extern "C" kernel forwards here):
-//   grid   = (CTAs, 1, 1), any count >= 1: one per work item (ceil(M / BM) * H * B of them,
-//            BM = 64 * NCWG query rows each), or fewer, persistent, each walking several
+//   grid   = (CTAs, 1, 1), any count >= 1: one per work item (ceil(M / BM) * H * B * splits
+//            of them, BM = 64 * NCWG query rows each, splits = AttnArgs::splits key ranges),
+//            or fewer, persistent, each walking several
 //   block  = 128 * (NCWG + 1) threads, __launch_bounds__(threads, 1)
 //   dynamic shared memory = attention_wgmma_smem_bytes<Elem, D, BN, NCWG, STAGES>()
 //   tq, tk, tv: 3-D tensor maps over q [B*H, M, D], k and v [B*Hkv, N, D] (16-bit elements,
@@ -158,7 +159,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // launches one CTA per item, so the hardware's dynamic dispatch balances items of unequal
   // cost, or one CTA per SM (persistent) when every item costs the same.
   // (Computed inside each role, after setmaxnreg: a value live across it gets spilled.)
-  auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B; };
+  auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B * a.splits; };
   auto item = [&](int w, int& b, int& h, int& q0, int& split) {
     split = w % a.splits;
     w /= a.splits;
