@@ -256,24 +256,27 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   auto my_turn = [&]() { if constexpr (kPingPong) named_barrier(3 + wg, 256); };
   auto your_turn = [&]() { if constexpr (kPingPong) named_barrier_arrive(3 + (wg ^ 1), 256); };
 
-  // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group. The first
-  // QK^T step is write-only so that the old S values need no copy.
+  // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group, issued as
+  // one asm statement (wgmma_ops.cuh). QK^T's first step overwrites S, so that the old S
+  // values need no copy.
   auto qk = [&](int s) {
     const u32 k_tile = sK + s * C::kKVBytes;
-    WgmmaSS0<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows), desc_kmajor_sw128(k_tile));
+    u64 da[D / 16], db[D / 16];
 #pragma unroll
-    for (int ks = 1; ks < D / 16; ++ks) {
+    for (int ks = 0; ks < D / 16; ++ks) {
       const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
-      WgmmaSS<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off),
-                             desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off), 1);
+      da[ks] = desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off);
+      db[ks] = desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off);
     }
+    WgmmaQK<Elem, BN, D / 16>::run(sc, da, db);
     wgmma_commit();
   };
   auto pv = [&](int s) {
     const u32 v_tile = sV + s * C::kKVBytes;
+    u64 db[BN / 16];
 #pragma unroll
-    for (int kp = 0; kp < BN / 16; ++kp)
-      WgmmaRS<Elem, D>::run(o, pa[kp], desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128), 1);
+    for (int kp = 0; kp < BN / 16; ++kp) db[kp] = desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128);
+    WgmmaPV<Elem, D, BN / 16>::run(o, pa, db);
     wgmma_commit();
   };
 
