@@ -172,3 +172,10 @@ def test_one_compile_per_kernel_however_many_ask(tmp_path, monkeypatch):
         t.join()
     assert compiles == ["kdsl_fp8_gemm"] and not submitted
     assert len({r.compiled.cubin for r in results}) == 1 and not compiler._IN_FLIGHT
+
+
+def test_minimal_builtin_header_only_where_nvrtc_knows_the_option(monkeypatch):
+    # --minimal came with NVRTC 12.4; an older NVRTC rejects it, and every build would fail.
+    for ver, expected in (("12.3", False), ("12.4", True), ("13.0", True)):
+        monkeypatch.setattr(nvrtc, "version", lambda v=ver: v)
+        assert ("--minimal" in nvrtc.default_options("sm_90a", emit.INCLUDE_DIR)) == expected, ver
