@@ -52,12 +52,13 @@ def main(argv=None) -> int:
     bn.add_argument("--only", metavar="KERNELS", help="comma-separated kernel names: time only these cases")
     bn.add_argument("--reps", type=int, default=100, help="timed repetitions per measurement (default 100)")
     bn.add_argument("-o", "--out-dir", default="bench/results", metavar="OUT_DIR")
+    _tune_parser(sub)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
     try:
-        return {"compile": _compile, "check": _check, "bench": _bench}[args.command](args)
+        return {"compile": _compile, "check": _check, "bench": _bench, "tune": _tune}[args.command](args)
     except SourceError as e:
         print(str(e), file=sys.stderr)
         return 1
@@ -172,6 +173,43 @@ def _bench(args) -> int:
     print(bench.markdown(rows, device))
     print("results: " + ", ".join(str(p) for p in paths.values()))
     return 0 if not any(r.failure for r in rows) else 1
+
+
+def _tune_parser(sub) -> None:
+    t = sub.add_parser("tune", help="rewrite hot IR blocks in a verify-and-time loop (search or a language model)",
+                       description="Propose replacements for a kernel's score, mask, tile predicates and schedule "
+                       "attributes; keep a proposal only if the guard verifies it against the original program and "
+                       "it runs faster beyond noise. See docs/tune.md.")
+    t.add_argument("file", metavar="FILE", help="a .kd program, or an .ir file (e.g. an earlier kdsl tune output)")
+    t.add_argument("--kernel", metavar="NAME", help="tune only this kernel (default: each in turn)")
+    t.add_argument("--shapes", nargs="+", metavar="SHAPE",
+                   help="timing shapes, e.g. B=2,H=16,M=8192,N=8192,D=128 or M=4096,N=7168,K=16384 "
+                   "(default: kdsl bench's shapes for the kernel)")
+    t.add_argument("--budget", default="15m", help="wall-clock budget per kernel for this run (default 15m)")
+    t.add_argument("--proposals", type=int, default=200, metavar="N",
+                   help="proposals per kernel, counting those in a resumed log (default 200)")
+    t.add_argument("--rewriter", choices=["search", "llm"], default="search",
+                   help="search: built-in, offline (default); llm: an OpenAI-compatible chat endpoint")
+    t.add_argument("--llm", metavar="URL", help="endpoint base URL, e.g. http://localhost:8000/v1")
+    t.add_argument("--model", metavar="NAME", help="model name the endpoint serves")
+    t.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="per request to the model (default 60); the API key is read from KDSL_LLM_API_KEY "
+                   "or OPENAI_API_KEY")
+    t.add_argument("--retries", type=int, default=3, metavar="N",
+                   help="retries of a request after HTTP 429 / 5xx, a timeout or a dropped connection, with "
+                   "exponential backoff honouring Retry-After (default 3)")
+    t.add_argument("--verify-only", action="store_true", help="run only the guard: judge proposals, time nothing")
+    t.add_argument("--interpret", action="store_true",
+                   help="with --verify-only: judge through the CPU interpreter (no GPU)")
+    t.add_argument("--arch", help="target architecture (default: the GPU's; sm_90a with --interpret)")
+    t.add_argument("--log", metavar="FILE.jsonl", help="proposal log, resumed if it exists (default out/STEM.tune.jsonl)")
+    t.add_argument("-o", "--output", metavar="OUT", help="tuned program as IR text (default out/STEM.tuned.ir)")
+    t.add_argument("--seed", type=int, default=0, help="seed of the guard's random inputs (default 0)")
+
+
+def _tune(args) -> int:
+    from .tune.command import run
+    return run(args)
 
 
 def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) -> str:

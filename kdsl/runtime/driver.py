@@ -32,8 +32,6 @@ def _libcuda():
                                    ctypes.c_void_p]
     lib.cuLaunchKernel.restype = ctypes.c_int
     lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-    lib.cuMemsetD32Async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
-    lib.cuMemsetD32Async.restype = ctypes.c_int
     return lib
 
 
@@ -57,19 +55,6 @@ class ArgPack:
                 slot.value = v
 
 
-def zero_words(ptr: int, count: int, stream: int) -> None:
-    """Zero `count` 32-bit words on `stream` (a memset node when the stream is capturing)."""
-    _check(_libcuda().cuMemsetD32Async(ptr, 0, count, stream), "memset")
-
-
-def _check(status: int, what: str) -> None:
-    if status:
-        lib = _libcuda()
-        msg = ctypes.c_char_p()
-        lib.cuGetErrorString(status, ctypes.byref(msg))
-        raise KdslError(f"{what} failed: CUDA error {status} ({(msg.value or b'?').decode()})")
-
-
 def launch(fixed: tuple, stream: int, pack: ArgPack, pointers, bind=None):
     """fixed = (function, grid x, y, z, block x, y, z, shared bytes). Write `pointers` into
     the pointer slots (after `bind()`, which may rewrite other slots, e.g. tensor maps) and
@@ -80,4 +65,8 @@ def launch(fixed: tuple, stream: int, pack: ArgPack, pointers, bind=None):
         for slot, p in zip(pack.pointer_slots, pointers):
             slot.value = p
         status = _cu_launch(*fixed, stream, pack.params, None)
-    _check(status, "kernel launch")
+    if status:
+        lib = _libcuda()
+        msg = ctypes.c_char_p()
+        lib.cuGetErrorString(status, ctypes.byref(msg))
+        raise KdslError(f"kernel launch failed: CUDA error {status} ({(msg.value or b'?').decode()})")

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import LaunchError, NoGpuError
+from ..passes import exp2_fold, index_floats
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
-from . import arrays, geometry, summary
+from . import arrays, geometry, summary, torch_ops
 from .bounds import check_capture_indices
-from .driver import ArgPack, launch, zero_words
+from .driver import ArgPack, launch
 from .summary import SummaryLaunch, TileSummary
 
 
@@ -61,13 +62,11 @@ class Plan:
     chunks: tuple = ()
     maps: tuple = ()  # TMA tensor maps (runtime/tma.py) fed by the first len(maps) pointers
     summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one
-    work_counter: bool = False  # the kernel takes its work items from a counter zeroed per call
-    keep_alive: tuple = ()  # this call's scratch buffers, until the next call replaces them
+    keep_alive: object = None
 
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
         self.new_lse = arrays.allocator(self.framework, self.out_shape[:3], "f32", self.device)
-        self.new_counter = arrays.allocator(self.framework, (1,), "i32", self.device)
         self.current_stream = _stream_getter(self.framework, self.device)
         if self.loaded is None:
             return
@@ -92,6 +91,7 @@ class Plan:
 class KernelBase:
     # The CPU interpreter (kdsl.interpreted) validates with the same methods, on host arrays.
     on_host = False
+    torch_ops = None  # (op, out= op) once registered with torch (runtime/torch_ops.py)
 
     def __init__(self, kernel: ir.Kernel, arch: str | None):
         self.ir = kernel
@@ -146,8 +146,14 @@ class KernelBase:
                 continue
             want = _eval_int(e, dims)
             if want != got:
-                raise LaunchError(f"{self.name}: argument '{t.name}' dimension {axis} ({ir.print_expr(e)}) must be "
-                                  f"{want}, got {got} (shape {list(shape)})")
+                raise LaunchError(f"{self.name}: argument '{t.name}' dimension {axis} ({ir.format_expr(e)}) must be "
+                                  f"{want}, got {got} (shape {list(shape)}){self._dims_origin(e, dims)}")
+
+    def _dims_origin(self, e: ir.Expr, dims: dict) -> str:
+        """Where the sizes a shape expression uses came from: '; N = 7 is k's dimension 2'."""
+        bound = self.ir.dims
+        used = dict.fromkeys(n.name for n in ir.walk(e) if isinstance(n, ir.Var) and n.name in bound)
+        return "".join(f"; {n} = {dims[n]} is {bound[n][0]}'s dimension {bound[n][1]}" for n in used)
 
     def _device(self, infos):
         devs = {a.device for a in infos}
@@ -182,8 +188,12 @@ class AttentionKernel(KernelBase):
         super().__init__(kernel, arch)
         self.captures = [t for t in kernel.tensors if t.role == "capture"]
         self.has_lse = kernel.tensor("lse") is not None
+        # float(q - kv) computed as qf - kvf is exact only up to a length (passes/index_floats)
+        self.index_floats = index_floats.uses_index_floats(index_floats.run(exp2_fold.run(kernel)))
 
     def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
+        if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
+            return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
         plan = self._plan_for(q, k, v, caps, out, lse, scale)
         torch_like = plan.framework == "torch"
@@ -201,12 +211,6 @@ class AttentionKernel(KernelBase):
         if caps:
             ptrs += [_ptr(c) for c in caps]
         ptrs.append(self._summary_pointer(plan, ptrs[5:], tile_summary))
-        if plan.work_counter:
-            # Freed when a later call replaces it: the allocator's stream order makes reuse safe.
-            counter = plan.new_counter()
-            zero_words(_ptr(counter), 1, plan.current_stream())
-            ptrs.append(_ptr(counter))
-            plan.keep_alive = (counter,)
         plan.launch(ptrs)
         return (out, lse) if self.has_lse else out
 
@@ -214,6 +218,10 @@ class AttentionKernel(KernelBase):
         """The runtime tile summary of a mask that reads data (e.g. document ids), computed
         now for calls with these shapes and these captured values, to pass as
         `tile_summary=` to each of them instead of recomputing it per call."""
+        if torch_ops.compiling():  # no torch op makes one (yet): a compiled call computes its own
+            raise LaunchError(f"{self.name}: tile_summary() cannot run inside torch.compile; call it before the "
+                              f"compiled code and pass its result in, or leave tile_summary= out (each call then "
+                              f"computes its summary)")
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
         plan = self._plan_for(q, k, v, caps, None, None, scale)
         if plan.loaded is not None and plan.summary is None:
@@ -236,16 +244,14 @@ class AttentionKernel(KernelBase):
         """The tile summary the kernel reads: computed now on the caller's stream, or the
         precomputed one passed as tile_summary=; 0 when the mask needs none."""
         if given is not None:
-            if not isinstance(given, TileSummary):
-                raise LaunchError(f"{self.name}: tile_summary must be what {self.name}.tile_summary(q, k, v, ...) "
-                                  f"returns, got {type(given).__name__}")
-            given.check(self.name, plan.summary.layout if plan.summary is not None else None)
+            layout = plan.summary.layout if plan.summary is not None else None
+            TileSummary.expect(self.name, given).check(self.name, layout)
             return _ptr(given.buffer)
         if plan.summary is None:
             return 0
         buf = plan.summary.new_buffer()
         plan.summary.run(plan.current_stream(), cap_ptrs, _ptr(buf))
-        plan.keep_alive = (buf,)
+        plan.keep_alive = buf  # freed when the next call replaces it: stream order makes reuse safe
         return _ptr(buf)
 
     def _without_launch(self, plan, out, lse):
@@ -289,6 +295,9 @@ class AttentionKernel(KernelBase):
         Hkv, N = infos[1].shape[1], infos[1].shape[2]
         if (H % Hkv if Hkv else H):
             raise LaunchError(f"{self.name}: q has {H} heads, not a multiple of k/v's {Hkv} heads")
+        if self.index_floats and max(M, N) > index_floats.MAX_LENGTH:
+            raise LaunchError(f"{self.name}: sequence length {max(M, N)} exceeds {index_floats.MAX_LENGTH}, the longest "
+                              f"for which this kernel's score converts positions to float exactly")
         if D not in (64, 128):
             raise LaunchError(f"{self.name}: head dimension {D} is not supported (64 or 128)")
         if out is not None:
@@ -325,10 +334,10 @@ class AttentionKernel(KernelBase):
         lk = built.kernel
         tma = lk.attr("kernel") == "wgmma"
         if tma:
-            # One CTA per SM, each walking (b, h, q tile) items: in a fixed stride, or taking
-            # the next free one from a counter (schedule "dynamic", for items of unequal cost).
+            # One CTA per (b, h, q tile) item on grid.x (no grid.z batch limit), or one per SM
+            # walking several when the schedule is persistent.
             items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
-            grid = (min(items, _sm_count(device)), 1, 1)
+            grid = (min(items, _sm_count(device)) if lk.attr("schedule") == "persistent" else items, 1, 1)
             chunks = [(0, B)]
         else:
             uses_b = any(ir.uses(e, "b") for _, e in self.ir.funcs)
@@ -344,17 +353,12 @@ class AttentionKernel(KernelBase):
         values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims] + [None]
         # slots the per-call pointers go to
         order = list(range(3 if tma else 0, 5)) + list(range(12, 12 + ncap)) + [len(kinds) - 1]
-        dynamic = tma and lk.attr("schedule") == "dynamic"
-        if tma:  # the work counter (null for a fixed-stride schedule)
-            kinds, values, order = kinds + ["ptr"], values + [0], order + ([len(kinds)] if dynamic else [])
         pack = ArgPack(kinds, values, order)
         layout = summary.Layout.of(lk, B, H, M, N)
         tiles = None
         if layout is not None:
             tiles = summary.SummaryLaunch(loaded, built.generated.entry + "_summary", layout,
-                                          ArgPack(kinds[5:12 + ncap + len(extra_dims) + 1],
-                                                  values[5:12 + ncap + len(extra_dims) + 1],
-                                                  [o - 5 for o in range(12, 12 + ncap)] + [7 + ncap + len(extra_dims)]),
+                                          ArgPack(kinds[5:], values[5:], [o - 5 for o in order[-1 - ncap:]]),
                                           infos[0].framework, device)
         maps = ()
         if tma:
@@ -364,7 +368,7 @@ class AttentionKernel(KernelBase):
                     RowTiles(pack.slots[2], elem, B * Hkv, N, D, bn))
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem,
                     chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps,
-                    summary=tiles, work_counter=dynamic)
+                    summary=tiles)
 
 
 def _batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap):
@@ -436,6 +440,8 @@ class GemmKernel(KernelBase):
         self.extra = {"contiguous": "group", "masked": "count"}.get(self.grouping)
 
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
+        if torch_ops.compiling():
+            return torch_ops.gemm(self, a, a_scale, b, b_scale, rest, named, out)
         extra = self._extra(rest, named) if (rest or named or self.extra) else None
         plan = self._plans.get(_signature((a, a_scale, b, b_scale, extra), (out,)))
         if plan is None:

@@ -71,6 +71,14 @@ class TileSummary:
     layout: Layout
     buffer: object  # int32 array on the GPU, in the caller's framework
 
+    @staticmethod
+    def expect(kernel_name: str, given) -> "TileSummary":
+        """`given` as a tile_summary= argument, or the error a call reports for it."""
+        if not isinstance(given, TileSummary):
+            raise LaunchError(f"{kernel_name}: tile_summary must be what {kernel_name}.tile_summary(q, k, v, ...) "
+                              f"returns, got {type(given).__name__}")
+        return given
+
     def check(self, kernel_name: str, layout: Layout | None) -> None:
         if layout is None:
             raise LaunchError(f"{kernel_name}: tile_summary= given, but this kernel's mask needs no tile summary")

@@ -9,7 +9,6 @@ struct AttnArgs {
   const void* q; const void* k; const void* v; void* o; float* lse;  // lse may be nullptr
   int B, H, Hkv, M, N;   // q:[B,H,M,D] k,v:[B,Hkv,N,D] o:[B,H,M,D] lse:[B,H,M]; contiguous
   float scale_log2;      // softmax scale * log2(e), for the Variant to use
-  int* work = nullptr;   // persistent kernels: the next work item to take, zeroed per launch
 };
 
 KDSL_DEVICE float fmax2(float x, float y) {

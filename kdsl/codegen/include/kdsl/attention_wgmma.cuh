@@ -7,9 +7,7 @@
 // "empty" one (every consumer thread is done reading). The producer alone evaluates the
 // tile predicates (V::tile(), which may read a runtime tile summary): with each stage it
 // writes the tile's index, class and whether another tile follows into a word of shared
-// memory, published by its arrival on the stage's "full" barrier, so the consumers' loop
-// carries no predicate and no global load. The work item itself goes over a word guarded
-// by two named barriers (kItemReady, kItemRead), once per item. NCWG consumer warpgroups (registers
+// memory, so the consumers' loop carries no predicate and no global load. NCWG consumer warpgroups (registers
 // raised) each own 64 query rows: S = Q K^T by wgmma with both operands in shared memory,
 // the generated score and mask on the fp32 S registers, online softmax in the log2
 // domain, and O += P V by wgmma with P straight from registers (the S accumulator layout
@@ -53,8 +51,8 @@ struct Cfg {
   static constexpr int kVOffset = kQBytes + STAGES * kKVBytes;
   static constexpr int kBarOffset = kQBytes + 2 * STAGES * kKVBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
-  static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // the Q word, then one per stage
-  static constexpr int kSmemBytes = 1024 + kInfoOffset + (1 + STAGES) * 4;  // + realignment slack
+  static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // a tile_info word per stage
+  static constexpr int kSmemBytes = 1024 + kInfoOffset + STAGES * 4;  // + realignment slack
   // Register split between the roles (setmaxnreg): the total must fit 64K registers.
   static constexpr int kProducerRegs = NCWG <= 2 ? 40 : 32;
   static constexpr int kConsumerRegs = NCWG == 1 ? 240 : (NCWG == 2 ? 232 : 160);
@@ -99,7 +97,6 @@ struct TileWalk {
 };
 
 // What the producer tells the consumers about the tile in a ring stage (one shared word).
-constexpr u32 kNoMoreWork = 0xffffffffu;  // the item word once the CTA's items are done
 KDSL_DEVICE u32 tile_info(int j, int cls, bool more) { return ((u32)j << 3) | ((u32)cls << 1) | (more ? 1u : 0u); }
 KDSL_DEVICE u32 ld_shared_u32(u32 addr) {
   u32 v;
@@ -107,9 +104,6 @@ KDSL_DEVICE u32 ld_shared_u32(u32 addr) {
   return v;
 }
 KDSL_DEVICE void st_shared_u32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory"); }
-// Named barriers of the item hand-over, between the producer's warp and every consumer
-// thread: 1 and 2 are the consumer warpgroups' own, 3 and 4 their ping-pong.
-constexpr int kItemReady = 5, kItemRead = 6;
 
 }  // namespace attn_wgmma_detail
 
@@ -137,8 +131,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   const u32 base = (smem_addr(kdsl_attn_smem) + 1023u) & ~1023u;
   const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset;
   const u32 full_q = base + C::kBarOffset, empty_q = full_q + 8u;
-  const u32 info_q = base + C::kInfoOffset;  // 1 if the item has a tile to visit
-  auto info_kv = [&](int s) { return info_q + 4u * (1 + s); };  // tile_info of ring stage s
+  auto info_kv = [&](int s) { return base + C::kInfoOffset + 4u * s; };  // tile_info of ring stage s
   auto full_k = [&](int s) { return full_q + 8u * (2 + s); };
   auto full_v = [&](int s) { return full_q + 8u * (2 + STAGES + s); };
   auto empty_k = [&](int s) { return full_q + 8u * (2 + 2 * STAGES + s); };
@@ -160,13 +153,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
   // Work items are (b, h, q tile), heads outermost (CTAs running together share K and V in
   // L2), the last q tile of a head first (under causal-like masks the long items start
-  // first, the short ones fill the tail). The grid is persistent: CTA i takes item i first,
-  // then, when a.work is null, items i + gridDim.x, i + 2 gridDim.x, ... (every item costs
-  // the same), else the next one no CTA has taken yet, from the counter a.work[0] that the
-  // host zeroes before each launch (items of unequal cost: masks). The producer takes the
-  // items and hands each to the consumers in a shared word, (w << 1) | has-a-tile or
-  // kNoMoreWork, between the named barriers kItemReady and kItemRead. (Computed inside each role, after setmaxnreg: a value live across it
-  // gets spilled.)
+  // first, the short ones fill the tail). CTA i takes items i, i + gridDim.x, ...: the host
+  // launches one CTA per item, so the hardware's dynamic dispatch balances items of unequal
+  // cost, or one CTA per SM (persistent) when every item costs the same.
+  // (Computed inside each role, after setmaxnreg: a value live across it gets spilled.)
   auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B; };
   auto item = [&](int w, int& b, int& h, int& q0) {
     const int n_qtiles = (a.M + BM - 1) / BM;
@@ -187,26 +177,16 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     tma_prefetch_desc(tq);
     tma_prefetch_desc(tk);
     tma_prefetch_desc(tv);
-    int it = 0, n_done = 0, n_q = 0;  // kv ring position; work items handed over; Q tiles loaded
+    int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
     const int items = n_items();
-    auto next_item = [&](int w) { return a.work ? (int)gridDim.x + atomicAdd(a.work, 1) : w + (int)gridDim.x; };
-    for (int w = blockIdx.x;; w = next_item(w), ++n_done) {
-      // The consumers have read the previous item's word: it may be overwritten.
-      if (n_done > 0) named_barrier(kItemRead, 128 * NCWG + 32);
-      if (w >= items) {
-        st_shared_u32(info_q, kNoMoreWork);
-        named_barrier_arrive(kItemReady, 128 * NCWG + 32);
-        break;
-      }
+    for (int w = blockIdx.x; w < items; w += gridDim.x) {
       int b, h, q0, cls;
       item(w, b, h, q0);
       const TileWalk<BN, V> walk = walk_of(b, h, q0);
       int j = walk.next(0, cls);
-      const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
-      st_shared_u32(info_q, ((u32)w << 1) | (j < walk.n_tiles ? 1u : 0u));
-      named_barrier_arrive(kItemReady, 128 * NCWG + 32);
       if (j >= walk.n_tiles) continue;  // every key masked: the consumers only write zeros
-      mbar_wait(empty_q, (n_q++ & 1) ^ 1);  // the previous item's epilogue is done with sQ
+      const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
+      mbar_wait(empty_q, (n_done++ & 1) ^ 1);  // the previous item's epilogue is done with sQ
       mbar_arrive_expect_tx(full_q, C::kQBytes);
 #pragma unroll
       for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
@@ -280,17 +260,17 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     wgmma_commit();
   };
 
-  int it = 0, n_q = 0;  // kv ring position; Q tiles consumed
-  while (true) {
-    named_barrier(kItemReady, 128 * NCWG + 32);
-    const u32 info = ld_shared_u32(info_q);
-    if (info == kNoMoreWork) break;
-    named_barrier_arrive(kItemRead, 128 * NCWG + 32);
-    const bool any = info & 1;
+  int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
+  const int items = n_items();
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
     int b, h, q0;
-    item((int)(info >> 1), b, h, q0);
+    item(w, b, h, q0);
+    // Whether any tile is visited: the one predicate scan a consumer makes per item.
+    int cls0;
+    const bool any = walk_of(b, h, q0).next(0, cls0) < (N + BN - 1) / BN;
     const int row0 = q0 + wg * 64 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
+    const float qf[2] = {(float)row0, (float)(row0 + 8)};
 #pragma unroll
     for (int i = 0; i < C::kORegs; ++i) o[i] = 0.f;
     m_run[0] = m_run[1] = neg_inf();
@@ -324,18 +304,23 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // P (relative to the new running max) and alpha[] rescales what O held so far.
     auto softmax = [&](int j, bool general, u64 keep0, u64 keep1, float (&alpha)[2]) {
       const int k0 = j * BN;
+      // kv as a float: one conversion per tile, then a constant per register (exact below
+      // 2^24; the runtime bounds N for kernels whose score uses it)
+      const float kvf0 = (float)(k0 + 2 * t);
       if (general) {
 #pragma unroll
         for (int i = 0; i < C::kSRegs; ++i) {
           const int kv = imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1);
-          const float x = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv);
+          const float x = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1],
+                                   kvf0 + (float)(8 * (i / 4) + (i & 1)));
           const bool ok = ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
           sc[i] = ok ? x : neg_inf();
         }
       } else {  // a full tile inside [0, N): no per-element selects
 #pragma unroll
         for (int i = 0; i < C::kSRegs; ++i)
-          sc[i] = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], k0 + 8 * (i / 4) + 2 * t + (i & 1));
+          sc[i] = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], k0 + 8 * (i / 4) + 2 * t + (i & 1), qf[(i >> 1) & 1],
+                           kvf0 + (float)(8 * (i / 4) + (i & 1)));
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -380,6 +365,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     };
 
     if (any) {
+      mbar_wait(full_q, n_done & 1);
       if (kPingPong && wg == 1) named_barrier_arrive(3, 256);
       // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
       // S of the next tile is already computed and goes through the softmax. One loop body
@@ -388,7 +374,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // is in flight, P V of the tile before (slot sv) behind it, and the tile's survivors are
       // known. The first tile's S is waited for before the loop: ptxas cannot tell that the
       // loop's wgmma_wait<1> would find only it in flight, and would serialise every wgmma.
-      mbar_wait(full_q, n_q & 1);
       u32 info;
       bool partial, general;
       u64 keep0 = 0, keep1 = 0;
@@ -452,7 +437,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * D;
     constexpr int kChunks = D / 8;  // 16-byte chunks per row
     if (!any) {
-      // Every key masked: zeros and lse = -inf, written directly (no Q was loaded).
+      // Every key masked: zeros and lse = -inf, written directly. sQ is not ours to stage
+      // in: the producer may already be loading the next item's Q there.
 #pragma unroll
       for (int i = 0; i < 16 * kChunks / 32; ++i) {
         const int id = lane + 32 * i;
@@ -503,7 +489,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     fence_proxy_async();
     named_barrier(1 + wg, 128);
     release(empty_q);
-    ++n_q;
+    ++n_done;
   }
 }
 
