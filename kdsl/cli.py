@@ -231,7 +231,7 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
         return f"{label}: {tile} -> {out / stem}.ptx"
     (out / f"{stem}.cubin").write_bytes(built.compiled.cubin)
     from .sass import inspect
-    rep = inspect(built.compiled.cubin)
+    rep = inspect(built.compiled.cubin, built.generated.entry)
     if rep is None:
         return f"{label}: {tile}, smem {lowered.attr('smem_bytes')} B (cuobjdump not found: no SASS report) -> {out / stem}.cubin"
     tc = ", ".join(f"{op} x{n}" for op, n in sorted(rep.tensor_ops.items())) or "NONE"

@@ -28,7 +28,7 @@ def test_sample_compiles_to_sm90a_cubin_with_tensor_cores(path):
         for d in ((64, 128) if k.kind == "attention" else (0,)):
             built = build(k, "sm_90a", d)
             assert built.compiled.cubin[:4] == b"\x7fELF"
-            rep = inspect(built.compiled.cubin)
+            rep = inspect(built.compiled.cubin, built.generated.entry)
             assert rep is not None
             if k.kind == "gemm":
                 assert rep.tensor_ops.get("QGMMA", 0) > 0, rep
@@ -108,7 +108,7 @@ def test_fast_math_by_default_and_exact_math_on_request():
         built = build(k, "sm_90a", 64)
         assert ("#define KDSL_EXACT_MATH" in built.generated.source) == exact
         assert ("math" in dict(built.kernel.attrs)) == exact
-        rep = inspect(built.compiled.cubin)
+        rep = inspect(built.compiled.cubin, built.generated.entry)
         assert (rep.other_ops.get("MUFU.TANH", 0) == 0) == exact, rep
 
 

@@ -12,9 +12,10 @@ from ..errors import LaunchError, NoGpuError
 from ..passes import exp2_fold, index_floats
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
-from . import arrays, geometry, summary, torch_ops
+from . import arrays, geometry, splitkv, summary, torch_ops
 from .bounds import check_capture_indices
 from .driver import ArgPack, launch
+from .splitkv import CombineLaunch
 from .summary import SummaryLaunch, TileSummary
 
 
@@ -62,7 +63,9 @@ class Plan:
     chunks: tuple = ()
     maps: tuple = ()  # TMA tensor maps (runtime/tma.py) fed by the first len(maps) pointers
     summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one
-    keep_alive: object = None
+    combine: CombineLaunch | None = None  # split-KV's second kernel (runtime/splitkv.py)
+    keep_alive: tuple = ()  # this call's scratch buffers: freed when the next call replaces them,
+                            # after the kernels that read them in stream order
 
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
@@ -210,7 +213,18 @@ class AttentionKernel(KernelBase):
         ptrs.append(_ptr(lse) if lse is not None else 0)
         if caps:
             ptrs += [_ptr(c) for c in caps]
+        plan.keep_alive = ()
         ptrs.append(self._summary_pointer(plan, ptrs[5:], tile_summary))
+        if plan.maps:  # the Hopper kernel's split-KV scratch (null when the keys are not split)
+            if plan.combine is None:
+                ptrs += (0, 0)
+            else:
+                part_o, part_lse = plan.combine.new_part_o(), plan.combine.new_part_lse()
+                ptrs += (_ptr(part_o), _ptr(part_lse))
+                plan.launch(ptrs)
+                plan.combine.run(plan.current_stream(), ptrs[-2], ptrs[-1], ptrs[3], ptrs[4])
+                plan.keep_alive += (part_o, part_lse)
+                return (out, lse) if self.has_lse else out
         plan.launch(ptrs)
         return (out, lse) if self.has_lse else out
 
@@ -251,7 +265,7 @@ class AttentionKernel(KernelBase):
             return 0
         buf = plan.summary.new_buffer()
         plan.summary.run(plan.current_stream(), cap_ptrs, _ptr(buf))
-        plan.keep_alive = buf  # freed when the next call replaces it: stream order makes reuse safe
+        plan.keep_alive = (buf,)
         return _ptr(buf)
 
     def _without_launch(self, plan, out, lse):
@@ -333,10 +347,13 @@ class AttentionKernel(KernelBase):
         built, loaded = self._load(D, device)
         lk = built.kernel
         tma = lk.attr("kernel") == "wgmma"
+        splits = 1
         if tma:
-            # One CTA per (b, h, q tile) item on grid.x (no grid.z batch limit), or one per SM
-            # walking several when the schedule is persistent.
+            # One CTA per (b, h, q tile[, key range]) item on grid.x (no grid.z batch limit), or
+            # one per SM walking several when the schedule is persistent.
             items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
+            splits = splitkv.kv_splits(items, -(-N // lk.attr("tile_n")), _sm_count(device))
+            items *= splits
             grid = (min(items, _sm_count(device)) if lk.attr("schedule") == "persistent" else items, 1, 1)
             chunks = [(0, B)]
         else:
@@ -353,13 +370,20 @@ class AttentionKernel(KernelBase):
         values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims] + [None]
         # slots the per-call pointers go to
         order = list(range(3 if tma else 0, 5)) + list(range(12, 12 + ncap)) + [len(kinds) - 1]
-        pack = ArgPack(kinds, values, order)
         layout = summary.Layout.of(lk, B, H, M, N)
         tiles = None
         if layout is not None:
             tiles = summary.SummaryLaunch(loaded, built.generated.entry + "_summary", layout,
                                           ArgPack(kinds[5:], values[5:], [o - 5 for o in order[-1 - ncap:]]),
                                           infos[0].framework, device)
+        combine = None
+        if tma:  # then splits, and the split results' two pointers (per call)
+            order += [len(kinds) + 1, len(kinds) + 2]
+            kinds, values = kinds + ["i32", "ptr", "ptr"], values + [splits, None, None]
+            if splits > 1:
+                combine = splitkv.CombineLaunch(loaded, built.generated.entry + "_combine", splits, B * H * M, D,
+                                                infos[0].framework, device)
+        pack = ArgPack(kinds, values, order)
         maps = ()
         if tma:
             from .tma import RowTiles
@@ -368,7 +392,7 @@ class AttentionKernel(KernelBase):
                     RowTiles(pack.slots[2], elem, B * Hkv, N, D, bn))
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem,
                     chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps,
-                    summary=tiles)
+                    summary=tiles, combine=combine)
 
 
 def _batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap):

@@ -150,7 +150,8 @@ def _compiled_resources(candidate: ir.Kernel, target, head_dims) -> dict:
     from ..sass import inspect
     out: dict = {}
     for d in head_dims:
-        rep = inspect(build(candidate, target.arch, d).compiled.cubin)
+        built = build(candidate, target.arch, d)
+        rep = inspect(built.compiled.cubin, built.generated.entry)
         if rep is not None:
             out["registers"] = max(out.get("registers", 0), rep.registers)
             out["spill_ops"] = max(out.get("spill_ops", 0), rep.spill_ops)

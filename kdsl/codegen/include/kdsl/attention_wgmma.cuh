@@ -79,13 +79,14 @@ template <int BN, class V>
 struct TileWalk {
   const AttnArgs& a;
   const typename V::Captures& cap;
-  int b, h, q0, q1, n_tiles;
+  int b, h, q0, q1, first, n_tiles;  // kv tiles [first, n_tiles): this item's split of the keys
 
   KDSL_DEVICE int cls(int j) const {
     if constexpr (!V::kHasMask) return kTileFull;
     return V::tile(a, cap, b, h, q0, q1, j * BN, imin2(j * BN + BN, a.N) - 1);
   }
   // First visited tile at or after j (n_tiles when none), and its class.
+  KDSL_DEVICE int start(int& c) const { return next(first, c); }
   KDSL_DEVICE int next(int j, int& c) const {
     c = kTileFull;
     if constexpr (V::kHasMask) {
@@ -158,15 +159,18 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // cost, or one CTA per SM (persistent) when every item costs the same.
   // (Computed inside each role, after setmaxnreg: a value live across it gets spilled.)
   auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B; };
-  auto item = [&](int w, int& b, int& h, int& q0) {
+  auto item = [&](int w, int& b, int& h, int& q0, int& split) {
+    split = w % a.splits;
+    w /= a.splits;
     const int n_qtiles = (a.M + BM - 1) / BM;
     const int bh = w / n_qtiles;
     q0 = (n_qtiles - 1 - (w - bh * n_qtiles)) * BM;
     b = bh / a.H;
     h = bh - b * a.H;
   };
-  auto walk_of = [&](int b, int h, int q0) {
-    return TileWalk<BN, V>{a, cap, b, h, q0, imin2(q0 + BM, a.M) - 1, (a.N + BN - 1) / BN};
+  auto walk_of = [&](int b, int h, int q0, int split) {
+    const int tiles = (a.N + BN - 1) / BN, chunk = (tiles + a.splits - 1) / a.splits;
+    return TileWalk<BN, V>{a, cap, b, h, q0, imin2(q0 + BM, a.M) - 1, split * chunk, imin2(tiles, split * chunk + chunk)};
   };
   const int wg = tid / 128 - 1;  // consumer warpgroup index; -1 for the producer
 
@@ -180,10 +184,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
     const int items = n_items();
     for (int w = blockIdx.x; w < items; w += gridDim.x) {
-      int b, h, q0, cls;
-      item(w, b, h, q0);
-      const TileWalk<BN, V> walk = walk_of(b, h, q0);
-      int j = walk.next(0, cls);
+      int b, h, q0, split, cls;
+      item(w, b, h, q0, split);
+      const TileWalk<BN, V> walk = walk_of(b, h, q0, split);
+      int j = walk.start(cls);
       if (j >= walk.n_tiles) continue;  // every key masked: the consumers only write zeros
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
       mbar_wait(empty_q, (n_done++ & 1) ^ 1);  // the previous item's epilogue is done with sQ
@@ -263,11 +267,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
   const int items = n_items();
   for (int w = blockIdx.x; w < items; w += gridDim.x) {
-    int b, h, q0;
-    item(w, b, h, q0);
+    int b, h, q0, split;
+    item(w, b, h, q0, split);
     // Whether any tile is visited: the one predicate scan a consumer makes per item.
     int cls0;
-    const bool any = walk_of(b, h, q0).next(0, cls0) < (N + BN - 1) / BN;
+    const TileWalk<BN, V> walk = walk_of(b, h, q0, split);
+    const bool any = walk.start(cls0) < walk.n_tiles;
     const int row0 = q0 + wg * 64 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
     const float qf[2] = {(float)row0, (float)(row0 + 8)};
@@ -431,9 +436,35 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       ++it;
     }
 
+    const int bh = b * a.H + h;
+    if (a.splits > 1) {
+      // ---- epilogue of one split of the keys: this split's normalised O in fp32 and its lse,
+      // for attention_combine_splits (no keys here: O = 0, lse = -inf) ----
+      const i64 part_row = ((i64)split * a.B * a.H + bh) * M;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row0 + 8 * hh;
+        const float l = any ? quad_sum(l_run[hh]) : 0.f;
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        if (r < M) {
+          float* po = a.part_o + (part_row + r) * D;
+#pragma unroll
+          for (int jj = 0; jj < D / 8; ++jj)
+            *reinterpret_cast<float2*>(po + 8 * jj + 2 * t) =
+                make_float2(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
+          if (t == 0) a.part_lse[part_row + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
+        }
+      }
+      if (any) {
+        named_barrier(1 + wg, 128);  // every wgmma of this warpgroup has finished reading Q
+        release(empty_q);
+        ++n_done;
+      }
+      continue;
+    }
+
     // ---- epilogue: normalise, stage this warp's 16 rows in its own rows of the Q tile (same
     // swizzled layout), then write whole 16-byte chunks ----
-    const int bh = b * a.H + h;
     Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * D;
     constexpr int kChunks = D / 8;  // 16-byte chunks per row
     if (!any) {
@@ -491,6 +522,38 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     release(empty_q);
     ++n_done;
   }
+}
+
+// Split-KV: each split of the keys left its normalised O (fp32) and lse; out is their
+// lse-weighted mean and lse their log-sum-exp. One warp per row of out (rows = B * H * M).
+template <class Elem, int D>
+KDSL_DEVICE void attention_combine_splits(const float* part_o, const float* part_lse, void* o, float* lse, int rows,
+                                          int splits) {
+  const int row = (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  float mx = neg_inf();
+  for (int s = 0; s < splits; ++s) mx = fmax2(mx, part_lse[(i64)s * rows + row]);
+  float acc[D / 32], wsum = 0.f;  // columns 64 c + 2 lane and + 1, c < D / 64
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) acc[c] = 0.f;
+  if (mx != neg_inf()) {
+    for (int s = 0; s < splits; ++s) {
+      const float w = exp2_approx((part_lse[(i64)s * rows + row] - mx) * 1.4426950408889634f);
+      const float* po = part_o + ((i64)s * rows + row) * D + 2 * lane;
+      wsum += w;
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c) {
+        const float2 x = *reinterpret_cast<const float2*>(po + 64 * c);
+        acc[2 * c] += w * x.x;
+        acc[2 * c + 1] += w * x.y;
+      }
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  u32* out = reinterpret_cast<u32*>(static_cast<Elem*>(o) + (i64)row * D + 2 * lane);
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c) out[32 * c] = attn_wgmma_detail::pack2<Elem>(acc[2 * c] * inv, acc[2 * c + 1] * inv);
+  if (lse != nullptr && lane == 0) lse[row] = wsum > 0.f ? mx + lg2_approx(wsum) * 0.69314718055994531f : neg_inf();
 }
 
 }  // namespace kdsl
