@@ -1,6 +1,8 @@
 """Offline NVRTC: every sample compiles to an sm_90a cubin on a machine with no GPU, and
 its SASS uses Hopper's instructions (HGMMA and UTMALDG for attention, QGMMA for FP8) with no
 local memory; the mma.sync attention kernel (HMMA) still builds for sm_80."""
+import importlib.util
+
 import pytest
 
 from kdsl import ir
@@ -12,7 +14,7 @@ from kdsl.runtime import cache
 from kdsl.runtime.compiler import build
 from kdsl.sass import find_cuobjdump, inspect
 
-from conftest import SAMPLES
+from conftest import ROOT, SAMPLES
 
 
 def kernels(path):
@@ -108,3 +110,13 @@ def test_fast_math_by_default_and_exact_math_on_request():
         assert ("math" in dict(built.kernel.attrs)) == exact
         rep = inspect(built.compiled.cubin, built.generated.entry)
         assert (rep.other_ops.get("MUFU.TANH", 0) == 0) == exact, rep
+
+
+def test_wgmma_ops_header_is_what_its_generator_writes():
+    # wgmma_ops.cuh is generated from the tiling pass's tile table: a table edit without a
+    # rerun of tools/gen_wgmma.py would leave a tile shape with no wgmma sequence to issue.
+    spec = importlib.util.spec_from_file_location("gen_wgmma", ROOT / "tools" / "gen_wgmma.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.OUT == emit.INCLUDE_DIR / "kdsl" / "wgmma_ops.cuh"
+    assert gen.OUT.read_text() == gen.render(), "wgmma_ops.cuh is stale: run python3 tools/gen_wgmma.py"

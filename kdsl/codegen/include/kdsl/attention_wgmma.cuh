@@ -241,24 +241,27 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   auto my_turn = [&]() { if constexpr (kPingPong) named_barrier(3 + wg, 256); };
   auto your_turn = [&]() { if constexpr (kPingPong) named_barrier_arrive(3 + (wg ^ 1), 256); };
 
-  // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group. The first
-  // QK^T step is write-only so that the old S values need no copy.
+  // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group, issued as
+  // one asm statement (wgmma_ops.cuh). QK^T's first step overwrites S, so that the old S
+  // values need no copy.
   auto qk = [&](int s) {
     const u32 k_tile = sK + s * C::kKVBytes;
-    WgmmaSS0<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows), desc_kmajor_sw128(k_tile));
+    u64 da[D / 16], db[D / 16];
 #pragma unroll
-    for (int ks = 1; ks < D / 16; ++ks) {
+    for (int ks = 0; ks < D / 16; ++ks) {
       const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
-      WgmmaSS<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off),
-                             desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off), 1);
+      da[ks] = desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off);
+      db[ks] = desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off);
     }
+    WgmmaQK<Elem, BN, D / 16>::run(sc, da, db);
     wgmma_commit();
   };
   auto pv = [&](int s) {
     const u32 v_tile = sV + s * C::kKVBytes;
+    u64 db[BN / 16];
 #pragma unroll
-    for (int kp = 0; kp < BN / 16; ++kp)
-      WgmmaRS<Elem, D>::run(o, pa[kp], desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128), 1);
+    for (int kp = 0; kp < BN / 16; ++kp) db[kp] = desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128);
+    WgmmaPV<Elem, D, BN / 16>::run(o, pa, db);
     wgmma_commit();
   };
 
@@ -371,52 +374,54 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       mbar_wait(full_q, n_done & 1);
       if (kPingPong && wg == 1) named_barrier_arrive(3, 256);
       // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
-      // S of the next tile is already computed and goes through the softmax.
-      bool more;
+      // S of the next tile is already computed and goes through the softmax. One loop body
+      // serves every tile: a peeled first tile doubles the softmax code that NVVM and ptxas
+      // work through (cold builds 10-25 % slower). At its head S of the tile in ring slot `it`
+      // is in flight, P V of the tile before (slot sv) behind it, and the tile's survivors are
+      // known. The first tile's S is waited for before the loop: ptxas cannot tell that the
+      // loop's wgmma_wait<1> would find only it in flight, and would serialise every wgmma.
+      u32 info;
+      bool partial, general;
+      u64 keep0 = 0, keep1 = 0;
       {
         const int s = it % STAGES;
         mbar_wait(full_k(s), (it / STAGES) & 1);
-        const u32 info = ld_shared_u32(info_kv(s));
-        const int j = info >> 3;
-        const bool partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial, general = partial || j * BN + BN > N;
-        more = info & 1;
+        info = ld_shared_u32(info_kv(s));
+        partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial;
+        general = partial || (int)(info >> 3) * BN + BN > N;
         my_turn();
         wgmma_fence();
         qk(s);
         your_turn();
-        u64 keep0 = 0, keep1 = 0;
-        if (general) survivors(j, partial, keep0, keep1);
+        if (general) survivors(info >> 3, partial, keep0, keep1);
         wgmma_wait<0>();
+      }
+      for (int sv = -1;;) {  // sv: ring slot of the P V in flight (-1: none yet)
+        const int j = info >> 3;
+        wgmma_wait<1>();  // groups retire in order: S of tile j is ready, P V may still run
         wgmma_pin(sc);
-        release(empty_k(s));
+        release(empty_k(it % STAGES));
         float alpha[2];
         softmax(j, general, keep0, keep1, alpha);
+        wgmma_wait<0>();
+        wgmma_pin(o);
+        if (sv >= 0) release(empty_v(sv));
         rescale_and_pack(alpha);
-      }
-      while (more) {
+        if (!(info & 1)) break;  // no tile follows
         const int s = it % STAGES, sn = (it + 1) % STAGES;
         mbar_wait(full_k(sn), ((it + 1) / STAGES) & 1);
-        const u32 info = ld_shared_u32(info_kv(sn));
+        info = ld_shared_u32(info_kv(sn));
         mbar_wait(full_v(s), (it / STAGES) & 1);
         my_turn();
         wgmma_fence();
         qk(sn);
         pv(s);
         your_turn();
-        const int jn = info >> 3;
-        const bool partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial, general = partial || jn * BN + BN > N;
-        u64 keep0 = 0, keep1 = 0;
-        if (general) survivors(jn, partial, keep0, keep1);
-        wgmma_wait<1>();  // groups retire in order: S of tile jn is ready, P V may still run
-        wgmma_pin(sc);
-        release(empty_k(sn));
-        float alpha[2];
-        softmax(jn, general, keep0, keep1, alpha);
-        wgmma_wait<0>();
-        wgmma_pin(o);
-        release(empty_v(s));
-        rescale_and_pack(alpha);
-        more = info & 1;
+        sv = s;
+        partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial;
+        general = partial || (int)(info >> 3) * BN + BN > N;
+        keep0 = keep1 = 0;
+        if (general) survivors(info >> 3, partial, keep0, keep1);
         ++it;
       }
       // the last tile's P V
