@@ -39,6 +39,9 @@ def main():
     rows = [
         ("kdsl relpos decode, out= given", host_us(lambda: rel(q, k, k, out=out))),
         ("kdsl relpos decode, allocating", host_us(lambda: rel(q, k, k))),
+        # what a torch.compile'd graph calls; eager calls skip the dispatcher (runtime/torch_ops.py)
+        ("kdsl relpos decode, through its torch op",
+         host_us(lambda: rel.torch_ops[0](q, k, k, [], None, None, None, None))),
         ("kdsl fp8_gemm 128x2112x7168, out= given", host_us(lambda: gemm(a, sa, b, sb, out=gout))),
         ("torch sdpa decode", host_us(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, k))),
     ]

@@ -17,8 +17,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
-ATTN = ["plain", "relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d"]
-VARIANTS = ["t5_bias", "gemma2_local", "learned_relpos", "gated_rows", "periodic_bias", "prefix_lm", "chunked_causal",
+ATTN = ["plain", "relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d", "prefix_lm",
+        "padded_causal"]
+VARIANTS = ["t5_bias", "gemma2_local", "learned_relpos", "gated_rows", "periodic_bias", "packed_window", "chunked_causal",
             "dilated_window", "temperature_padding", "alibi_softcap_gqa"]
 GEMM_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 
@@ -53,12 +54,14 @@ def standard_suite() -> list[Case]:
             shape = dict(B=16384 // s, H=16, M=s, N=s, D=128)
             if name == "natten2d":
                 shape = dict(B=2, H=16, M=64 * 128, N=64 * 128, D=128) if s == 8192 else None
+            # per-sequence lengths drawn over the whole sequence (the default draws small ids)
+            ints = {"prefix_lm": {"prefix": (0, s)}, "padded_causal": {"seq_len": (s // 4, s)}}.get(name, {})
             if shape:
-                cases.append(Case(str(SAMPLES / f"{name}.kd"), name, shape))
+                cases.append(Case(str(SAMPLES / f"{name}.kd"), name, shape, ints=ints))
     for name in ("relpos", "causal"):
         cases.append(Case(str(SAMPLES / f"{name}.kd"), name, dict(B=2, H=16, M=8192, N=8192, D=64)))
     # Variants beyond samples/ (bench/variants.kd), one line each.
-    ints = {"prefix_lm": {"prefix": (0, 4096)}, "temperature_padding": {"kv_len": (2048, 4096)}}
+    ints = {"temperature_padding": {"kv_len": (2048, 4096)}}
     for name in VARIANTS:
         cases.append(Case(str(ROOT / "bench" / "variants.kd"), name, dict(B=4, H=16, M=4096, N=4096, D=128),
                           ints=ints.get(name, {})))

@@ -29,7 +29,8 @@ class AttentionCase:
     D: int
     seed: int = 0
     sizes: tuple = ()  # ((dim, size), ...) for dims only captured tensors use; default 2 * max(M, N)
-    ids: int = 3       # i32 captures not used as indices hold sorted (document-id-like) values in [0, ids)
+    ids: int = 3       # i32 captures not used as indices hold sorted (document-id-like) values in [0, ids),
+                       # or positions in [0, max(M, N)] when they have no query or key axis (lengths)
 
     def label(self) -> str:
         extra = "".join(f" {n}={s}" for n, s in self.sizes)
@@ -140,6 +141,7 @@ def index_ranges(kernel: ir.Kernel, dims: dict) -> dict:
 def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
     """q, k, v (standard normal, in the declared element type) and the captured tensors
     (floats: 0.1 * standard normal, bias-like; ints: see index_ranges and AttentionCase.ids)."""
+    seq_dims = {kernel.tensor(t).shape[2] for t in ("q", "k")}
     gen = be.rng(case.seed)
     elem = kernel.tensor("q").dtype
     q = be.cast(be.randn((case.B, case.H, case.M, case.D), gen), elem)
@@ -156,6 +158,8 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
             caps[t.name] = be.cast(0.1 * be.randn(shape, gen), t.dtype)
         elif t.name in ranges:
             caps[t.name] = be.randint(0, ranges[t.name], shape, gen)
+        elif not seq_dims & set(t.shape):  # per sequence or head: a length, a prefix, a position
+            caps[t.name] = be.randint(0, max(case.M, case.N) + 1, shape, gen)
         else:
             caps[t.name] = be.sort_last(be.randint(0, case.ids, shape, gen))
     return q, k, v, caps

@@ -55,14 +55,16 @@ def main(argv=None) -> int:
     bn.add_argument("--suite", choices=["standard"], help="the standard suite (every sample at fixed shapes)")
     bn.add_argument("--vs", default="flex,cudnn,scaled_mm,cublas_bf16", metavar="PEERS",
                     help="comma-separated peers: flex, cudnn, scaled_mm, cublas_bf16 (default: all)")
+    bn.add_argument("--only", metavar="KERNELS", help="comma-separated kernel names: time only these cases")
     bn.add_argument("--reps", type=int, default=100, help="timed repetitions per measurement (default 100)")
     bn.add_argument("-o", "--out-dir", default="bench/results", metavar="OUT_DIR")
+    _tune_parser(sub)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
     try:
-        return {"compile": _compile, "check": _check, "bench": _bench}[args.command](args)
+        return {"compile": _compile, "check": _check, "bench": _bench, "tune": _tune}[args.command](args)
     except SourceError as e:
         print(str(e), file=sys.stderr)
         return 1
@@ -184,17 +186,60 @@ def _bench(args) -> int:
     modules = {f: load(f) for f in files}
     for f in args.files:
         cases += bench.file_cases(f, modules[f])
+    if args.only:
+        wanted = {n.strip() for n in args.only.split(",") if n.strip()}
+        missing = wanted - {c.kernel for c in cases}
+        if missing:
+            raise KdslError(f"--only: no case for kernel(s) {sorted(missing)}")
+        cases = [c for c in cases if c.kernel in wanted]
     from .runtime.launch import _driver
     _driver()  # NoGpuError with the reason, before any work
     import torch
     device = torch.cuda.get_device_name()
     rows = bench.run(cases, modules, args.reps, peers, progress=sys.stderr.isatty())
     stem = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") + "-" + datetime.date.today().isoformat()
-    stem += "-" + (args.suite or "files")
+    stem += "-" + (args.suite or "files") + ("-partial" if args.only else "")
     paths = bench.write_results(rows, Path(args.out_dir), device, stem)
     print(bench.markdown(rows, device))
     print("results: " + ", ".join(str(p) for p in paths.values()))
     return 0 if not any(r.failure for r in rows) else 1
+
+
+def _tune_parser(sub) -> None:
+    t = sub.add_parser("tune", help="rewrite hot IR blocks in a verify-and-time loop (search or a language model)",
+                       description="Propose replacements for a kernel's score, mask, tile predicates and schedule "
+                       "attributes; keep a proposal only if the guard verifies it against the original program and "
+                       "it runs faster beyond noise. See docs/tune.md.")
+    t.add_argument("file", metavar="FILE", help="a .kd program, or an .ir file (e.g. an earlier kdsl tune output)")
+    t.add_argument("--kernel", metavar="NAME", help="tune only this kernel (default: each in turn)")
+    t.add_argument("--shapes", nargs="+", metavar="SHAPE",
+                   help="timing shapes, e.g. B=2,H=16,M=8192,N=8192,D=128 or M=4096,N=7168,K=16384 "
+                   "(default: kdsl bench's shapes for the kernel)")
+    t.add_argument("--budget", default="15m", help="wall-clock budget per kernel for this run (default 15m)")
+    t.add_argument("--proposals", type=int, default=200, metavar="N",
+                   help="proposals per kernel, counting those in a resumed log (default 200)")
+    t.add_argument("--rewriter", choices=["search", "llm"], default="search",
+                   help="search: built-in, offline (default); llm: an OpenAI-compatible chat endpoint")
+    t.add_argument("--llm", metavar="URL", help="endpoint base URL, e.g. http://localhost:8000/v1")
+    t.add_argument("--model", metavar="NAME", help="model name the endpoint serves")
+    t.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="per request to the model (default 60); the API key is read from KDSL_LLM_API_KEY "
+                   "or OPENAI_API_KEY")
+    t.add_argument("--retries", type=int, default=3, metavar="N",
+                   help="retries of a request after HTTP 429 / 5xx, a timeout or a dropped connection, with "
+                   "exponential backoff honouring Retry-After (default 3)")
+    t.add_argument("--verify-only", action="store_true", help="run only the guard: judge proposals, time nothing")
+    t.add_argument("--interpret", action="store_true",
+                   help="with --verify-only: judge through the CPU interpreter (no GPU)")
+    t.add_argument("--arch", help="target architecture (default: the GPU's; sm_90a with --interpret)")
+    t.add_argument("--log", metavar="FILE.jsonl", help="proposal log, resumed if it exists (default out/STEM.tune.jsonl)")
+    t.add_argument("-o", "--output", metavar="OUT", help="tuned program as IR text (default out/STEM.tuned.ir)")
+    t.add_argument("--seed", type=int, default=0, help="seed of the guard's random inputs (default 0)")
+
+
+def _tune(args) -> int:
+    from .tune.command import run
+    return run(args)
 
 
 def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) -> str:
@@ -221,7 +266,7 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
         return f"{label}: {tile} -> {out / stem}.ptx"
     (out / f"{stem}.cubin").write_bytes(built.compiled.cubin)
     from .sass import inspect
-    rep = inspect(built.compiled.cubin)
+    rep = inspect(built.compiled.cubin, built.generated.entry)
     if rep is None:
         return f"{label}: {tile}, smem {lowered.attr('smem_bytes')} B (cuobjdump not found: no SASS report) -> {out / stem}.cubin"
     tc = ", ".join(f"{op} x{n}" for op, n in sorted(rep.tensor_ops.items())) or "NONE"

@@ -47,14 +47,15 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
         acc = np.zeros((B, H, q1 - q0 + 1, D), np.float32)
         for k0 in range(0, N, bn):
             k1 = min(k0 + bn, N) - 1
-            cls = _classify(empty_p, full_p, dims, B, H, q0, q1, k0, k1) if mask is not None \
+            cls = _classify(empty_p, full_p, dims, captures, B, H, q0, q1, k0, k1) if mask is not None \
                 else np.full((B, H), "full")
             if (cls == "empty").all():
                 continue
             cols = np.arange(k0, k1 + 1).reshape(1, 1, 1, -1)
             qk = np.einsum("bhmd,bhnd->bhmn", q[:, :, q0:q1 + 1], k[:, kv_head, k0:k1 + 1], dtype=np.float32)
             env = {**dims, "qk": qk, "scale": np.float32(scale), "scale_log2": scale_log2,
-                   "b": b_idx, "h": h_idx, "q": rows, "kv": cols}
+                   "b": b_idx, "h": h_idx, "q": rows, "kv": cols,
+                   "qf": rows.astype(np.float32), "kvf": cols.astype(np.float32)}
             s = np.broadcast_to(eval_numpy(score, env, captures, np.float32), qk.shape).astype(np.float32)
             if mask is not None:
                 keep = np.broadcast_to(eval_numpy(mask, env, captures), qk.shape)
@@ -75,13 +76,31 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
     return out, lse
 
 
-def _classify(empty_p, full_p, dims, B, H, q0, q1, k0, k1) -> np.ndarray:
+def _classify(empty_p, full_p, dims, captures, B, H, q0, q1, k0, k1) -> np.ndarray:
     """Tile class per (b, h): 'empty', 'full' or 'partial'."""
     env = {**dims, "b": np.arange(B).reshape(B, 1), "h": np.arange(H).reshape(1, H),
            "q0": q0, "q1": q1, "k0": k0, "k1": k1}
-    empty = np.broadcast_to(eval_numpy(empty_p, env, {}), (B, H))
-    full = np.broadcast_to(eval_numpy(full_p, env, {}), (B, H))
+    ranges = {"q": (q0, q1), "kv": (k0, k1)}
+    empty = np.broadcast_to(eval_numpy(_reduce_tiles(empty_p, env, captures, ranges), env, captures), (B, H))
+    full = np.broadcast_to(eval_numpy(_reduce_tiles(full_p, env, captures, ranges), env, captures), (B, H))
     return np.where(empty, "empty", np.where(full, "full", "partial"))
+
+
+def _reduce_tiles(e: ir.Expr, env: dict, captures: dict, ranges: dict) -> ir.Expr:
+    """Replace each tile reduction (qmin e) ... (kvmax e) by a variable holding its value per
+    (b, h), bound in env: what the GPU's tile summary holds for this block."""
+    if isinstance(e, ir.Op) and e.op in ir.TILE_REDUCTIONS:
+        axis, which = ir.TILE_REDUCTIONS[e.op]
+        lo, hi = ranges[axis]
+        grid = {**env, "b": env["b"][..., None], "h": env["h"][..., None], axis: np.arange(lo, hi + 1)}
+        values = np.broadcast_to(eval_numpy(e.args[0], grid, captures), env["b"].shape[:1] + env["h"].shape[1:]
+                                 + (hi - lo + 1,))
+        name = f"tile_reduction_{len(env)}"
+        env[name] = values.min(axis=-1) if which == "min" else values.max(axis=-1)
+        return ir.Var("i32", name)
+    if isinstance(e, ir.Op):
+        return ir.Op(e.ty, e.op, tuple(_reduce_tiles(a, env, captures, ranges) for a in e.args))
+    return e
 
 
 def fp8_gemm(kernel: ir.Kernel, a, sa, b, sb, group=None, count=None, c=None, arch="sm_90a"):

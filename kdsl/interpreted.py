@@ -17,10 +17,13 @@ import numpy as np
 from . import interp, ir
 from .backends import round_float32
 from .errors import LaunchError
+from .runtime import torch_ops
 from .runtime.launch import AttentionKernel, GemmKernel
 
 
 class Interpreted:
+    torch_ops = None  # (op, out= op) once registered with torch (runtime/torch_ops.py)
+
     def __init__(self, kernel: ir.Kernel, arch: str | None = None):
         self.ir, self.name = kernel, kernel.name
         self.arch = arch or "sm_90a"
@@ -37,7 +40,11 @@ class Interpreted:
         if len({a.framework for a in infos}) > 1:
             raise LaunchError(f"{self.name}: mix of numpy arrays and torch tensors; pass one kind")
 
-    def _attention(self, q, k, v, *captures, out=None, lse=None, scale=None, **named):
+    def _attention(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
+        if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
+            return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
+        # tile_summary= is accepted for the GPU kernels' calling convention and unused: the
+        # interpreter computes each tile's reductions itself (interp._reduce_tiles).
         spec = self._args
         caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
         infos, _, s = spec.validate(q, k, v, caps, out, lse, scale)
@@ -51,6 +58,8 @@ class Interpreted:
         return out
 
     def _gemm(self, a, a_scale, b, b_scale, *rest, out=None, **named):
+        if torch_ops.compiling():
+            return torch_ops.gemm(self, a, a_scale, b, b_scale, rest, named, out)
         spec = self._args
         extra = spec._extra(rest, named) if (rest or named or spec.extra) else None
         self._one_kind(spec.validate(a, a_scale, b, b_scale, extra, out)[0])

@@ -31,6 +31,7 @@ TYPES = ("i32", "f32", "bool")
 BUILTIN_VARS = {
     "s": "f32", "qk": "f32", "scale": "f32", "scale_log2": "f32",
     "b": "i32", "h": "i32", "q": "i32", "kv": "i32",
+    "qf": "f32", "kvf": "f32",  # float(q), float(kv) (passes/index_floats.py)
     # tile bounds (inclusive) used by the mask analysis' tile_empty / tile_full
     "q0": "i32", "q1": "i32", "k0": "i32", "k1": "i32",
 }
@@ -41,7 +42,12 @@ OPS = {
     # comparisons and logic (result bool)
     "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not",
     "where", "int", "float", *FLOAT_FUNCS,
+    *("qmin", "qmax", "kvmin", "kvmax"),  # see TILE_REDUCTIONS
 }
+# Only in tile predicates (mask analysis): the min / max of an i32 expression of the data over
+# the block's query rows [q0, q1] or key columns [k0, k1]. The GPU reads them from a tile
+# summary that a small kernel computes before the attention kernel (kdsl/attention_summary.cuh).
+TILE_REDUCTIONS = {"qmin": ("q", "min"), "qmax": ("q", "max"), "kvmin": ("kv", "min"), "kvmax": ("kv", "max")}
 
 
 @dataclass(frozen=True)
@@ -94,12 +100,18 @@ class Kernel:
     funcs: tuple[tuple[str, Expr], ...] = ()
     attrs: tuple[tuple[str, Any], ...] = ()
     source: str = field(default="", compare=False)  # file:line, for messages only
+    # Per function, the user's name of each parameter (kdsl's canonical name -> the user's),
+    # so that messages quote expressions as they were written; for messages only.
+    params: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = field(default=(), compare=False)
 
     def tensor(self, name: str) -> Tensor | None:
         return next((t for t in self.tensors if t.name == name), None)
 
     def func(self, name: str) -> Expr | None:
         return dict(self.funcs).get(name)
+
+    def param_names(self, func: str) -> dict[str, str]:
+        return dict(dict(self.params).get(func, ()))
 
     def attr(self, name: str, default=None):
         return dict(self.attrs).get(name, default)
@@ -145,6 +157,45 @@ def print_expr(e: Expr) -> str:
     if isinstance(e, Load):
         return f"(load:{e.ty} {e.tensor} " + " ".join(print_expr(a) for a in e.indices) + ")"
     raise TypeError(e)
+
+
+# How tightly each operator binds in kdsl's surface syntax (docs/language.md), loosest first.
+_INFIX = {"or": ("or", 1), "and": ("and", 2), "lt": ("<", 4), "le": ("<=", 4), "gt": (">", 4), "ge": (">=", 4),
+          "eq": ("==", 4), "ne": ("!=", 4), "add": ("+", 5), "sub": ("-", 5), "mul": ("*", 6), "div": ("/", 6),
+          "floordiv": ("//", 6), "mod": ("%", 6)}
+_ATOM = 8
+
+
+def format_expr(e: Expr, names: dict[str, str] | None = None) -> str:
+    """An expression as kdsl source would write it (`bias[h, i - j + N - 1]`), for messages
+    meant for users; `names` renames variables (canonical parameter names to the user's)."""
+    return _infix(e, names or {})[0]
+
+
+def _infix(e: Expr, names: dict) -> tuple[str, int]:
+    """(text, how tightly it binds)."""
+    if isinstance(e, Const):
+        text = _const_text(e)
+        return text, 7 if text.startswith("-") else _ATOM
+    if isinstance(e, Var):
+        return names.get(e.name, e.name), _ATOM
+    if isinstance(e, Load):
+        return f"{e.tensor}[" + ", ".join(format_expr(i, names) for i in e.indices) + "]", _ATOM
+    args = [_infix(a, names) for a in e.args]
+    if e.op in _INFIX:
+        sym, prec = _INFIX[e.op]
+        (left, lp), (right, rp) = args
+        # left-associative, comparisons not associative: parentheses keep the tree as it is
+        return f"{_paren(left, lp, prec + (prec == 4))} {sym} {_paren(right, rp, prec + 1)}", prec
+    if e.op == "not":
+        return f"not {_paren(*args[0], 3)}", 3
+    if e.op == "neg":
+        return f"-{_paren(*args[0], _ATOM)}", 7
+    return f"{e.op}(" + ", ".join(text for text, _ in args) + ")", _ATOM
+
+
+def _paren(text: str, prec: int, at_least: int) -> str:
+    return text if prec >= at_least else f"({text})"
 
 
 def _const_text(c: Const) -> str:
@@ -193,27 +244,43 @@ NUMBER: /-?(inf|nan|[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?)/
 NAME: /[A-Za-z_][A-Za-z_0-9]*/
 INT: /[0-9]+/
 JSON: /[^\n]+/
+COMMENT: /#[^\n]*/
 %import common.WS
 %ignore WS
+%ignore COMMENT
 """
+
+# Deepest expression the parser builds: twice the language's own nesting limit, room for
+# what the passes derive from such an expression, and far from Python's recursion limit.
+MAX_IR_DEPTH = 128
 
 
 @functools.cache
 def _ir_lark() -> lark.Lark:
-    return lark.Lark(_IR_GRAMMAR, parser="lalr")
+    return lark.Lark(_IR_GRAMMAR, parser="lalr", propagate_positions=True)
 
 
 def parse_ir(text: str, file: str = "<ir>") -> list[Kernel]:
-    """Parse the IR text form back into kernels. Errors are located SourceErrors."""
+    """Parse the IR text form back into kernels (`#` starts a comment line). Errors are
+    located SourceErrors; parsing builds data only (numbers are parsed as numbers, attribute
+    values as JSON), so any text, however hostile, is safe to hand it."""
     try:
         tree = _ir_lark().parse(text)
     except lark.exceptions.UnexpectedInput as e:
         line, col = getattr(e, "line", 1) or 1, getattr(e, "column", 1) or 1
         raise SourceError(f"malformed IR: {type(e).__name__}", Span(file, line, col, line, col, text)) from None
-    return [_build_kernel(kt) for kt in tree.children]
+    return [_build_kernel(kt, file, text) for kt in tree.children]
 
 
-def _build_kernel(kt) -> Kernel:
+def _build_kernel(kt, file: str, text: str) -> Kernel:
+    def located(item, build):
+        try:
+            return build()
+        except SourceError as e:
+            if e.span is not None:
+                raise
+            m = item.meta
+            raise SourceError(e.message, Span(file, m.line, m.column, m.line, m.column, text)) from None
     kind, name, *items = kt.children
     tensors, funcs, attrs = [], [], []
     # Dims are bound by bare names in shapes; collect them first so exprs can be typed.
@@ -229,21 +296,40 @@ def _build_kernel(kt) -> Kernel:
             block = None
             if rest and rest[-1] is not None and getattr(rest[-1], "data", None) == "block":
                 blk = rest.pop()
-                block = (int(blk.children[0]), int(blk.children[1]))
-            shape = tuple(_build_expr(d, var_types) for d in rest if d is not None)
+                block = located(it, lambda: (_small_int(blk.children[0]), _small_int(blk.children[1])))
+            shape = located(it, lambda: tuple(_build_expr(d, var_types) for d in rest if d is not None))
             tensors.append(Tensor(str(role), str(tname), str(dtype), shape, block))
         elif it.data == "func":
-            funcs.append((str(it.children[0]), _build_expr(it.children[1], var_types)))
+            funcs.append((str(it.children[0]), located(it, lambda: _build_expr(it.children[1], var_types))))
         else:
-            attrs.append((str(it.children[0]), _freeze(json.loads(str(it.children[1])))))
-    return Kernel(str(kind), str(name), tuple(tensors), tuple(funcs), tuple(attrs))
+            attrs.append((str(it.children[0]), located(it, lambda: _attr_value(str(it.children[1])))))
+    return Kernel(str(kind), str(name), tuple(tensors), tuple(funcs), tuple(attrs), source=f"{file}:{kt.meta.line}")
 
 
-def _build_expr(t, var_types) -> Expr:
+def _attr_value(text: str):
+    try:
+        return _freeze(json.loads(text))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, or digits past int()'s limit
+        raise SourceError(f"IR: attribute value is not JSON ({type(e).__name__}): {text[:60]}", None) from None
+
+
+def _small_int(token) -> int:
+    text = str(token)
+    if len(text.lstrip("-")) > 19:  # past any i32 or i64 (and far from int()'s digit limit)
+        raise SourceError(f"IR: integer {text[:30]}... is out of range", None)
+    return int(text)
+
+
+def _build_expr(t, var_types, depth: int = 1) -> Expr:
+    if depth > MAX_IR_DEPTH:
+        raise SourceError(f"IR: expression nests deeper than {MAX_IR_DEPTH} levels", None)
     if t.data == "num":
         text = str(t.children[0])
         if text.lstrip("-").isdigit():
-            return Const("i32", int(text))
+            value = _small_int(text)
+            if not -2**31 <= value < 2**31:
+                raise SourceError(f"IR: integer constant {value} does not fit in i32", None)
+            return Const("i32", value)
         return Const("f32", float(text))
     if t.data == "name":
         n = str(t.children[0])
@@ -255,10 +341,12 @@ def _build_expr(t, var_types) -> Expr:
     op, ty = str(t.children[0]).split(":")
     args = t.children[1:]
     if op == "load":
-        return Load(ty, str(args[0].children[0]), tuple(_build_expr(a, var_types) for a in args[1:]))
+        if not args or getattr(args[0], "data", None) != "name":
+            raise SourceError("IR: a load names its tensor first: (load:TYPE TENSOR INDEX...)", None)
+        return Load(ty, str(args[0].children[0]), tuple(_build_expr(a, var_types, depth + 1) for a in args[1:]))
     if op not in OPS or ty not in TYPES:
         raise SourceError(f"IR: unknown op or type '{op}:{ty}'", None)
-    return Op(ty, op, tuple(_build_expr(a, var_types) for a in args))
+    return Op(ty, op, tuple(_build_expr(a, var_types, depth + 1) for a in args))
 
 
 def walk(e: Expr):

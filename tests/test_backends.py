@@ -40,7 +40,8 @@ def test_fp8_quantisation_is_the_same_on_numpy_and_torch(shape):
         assert tuple(s // 4 for s in sn.strides) == st.stride()  # M-major scales on both
 
 
-ATTENTION = ["relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d"]
+ATTENTION = ["relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d", "prefix_lm",
+             "padded_causal"]
 
 
 @pytest.mark.parametrize("name", ATTENTION)

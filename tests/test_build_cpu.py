@@ -172,3 +172,29 @@ def test_one_compile_per_kernel_however_many_ask(tmp_path, monkeypatch):
         t.join()
     assert compiles == ["kdsl_fp8_gemm"] and not submitted
     assert len({r.compiled.cubin for r in results}) == 1 and not compiler._IN_FLIGHT
+
+
+def test_minimal_builtin_header_only_where_nvrtc_knows_the_option(monkeypatch):
+    # --minimal came with NVRTC 12.4; an older NVRTC rejects it, and every build would fail.
+    for ver, expected in (("12.3", False), ("12.4", True), ("13.0", True)):
+        monkeypatch.setattr(nvrtc, "version", lambda v=ver: v)
+        assert ("--minimal" in nvrtc.default_options("sm_90a", emit.INCLUDE_DIR)) == expected, ver
+
+
+@pytest.mark.parametrize("models, hopper", [(["NVIDIA H100 80GB HBM3"], True), (["NVIDIA H200", "NVIDIA H100 PCIe"], True),
+                                            (["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"], False),
+                                            (["NVIDIA GeForce RTX 4090"], False), ([], False)])
+def test_load_starts_hopper_builds_before_cuda_knows_the_arch(tmp_path, monkeypatch, models, hopper):
+    # This machine has no usable GPU, so the kernels' own arch lookup (CUDA) fails, as it
+    # has not answered yet on a GPU host: only a Hopper-only /proc listing starts builds.
+    from kdsl.runtime import prebuild
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("KDSL_PREBUILD", raising=False)
+    monkeypatch.setattr(prebuild.os.path, "exists", lambda p: p == "/proc/driver/nvidia")
+    monkeypatch.setattr(prebuild, "_gpu_models", lambda: models)
+    cache.clear_memory()
+    mod = kdsl.load(ROOT / "samples" / "relpos.kd")
+    prebuild.finish()
+    cache.clear_memory()
+    keys = [compiler._generate(mod.ir["relpos"], "sm_90a", d)[3] for d in (64, 128)]
+    assert [cache.get(key) is not None for key in keys] == [hopper] * 2

@@ -2,6 +2,8 @@
 its SASS uses Hopper's instructions (HGMMA and UTMALDG for attention; QGMMA, UTMALDG and
 TMA stores for FP8, at the tile configurations the FP8 shapes pick) with no local memory
 and no wgmma serialisation; the mma.sync attention kernel (HMMA) still builds for sm_80."""
+import importlib.util
+
 import pytest
 
 from kdsl import ir
@@ -13,7 +15,7 @@ from kdsl.runtime import cache
 from kdsl.runtime.compiler import build
 from kdsl.sass import find_cuobjdump, inspect
 
-from conftest import SAMPLES
+from conftest import ROOT, SAMPLES
 
 
 def kernels(path):
@@ -27,7 +29,7 @@ def test_sample_compiles_to_sm90a_cubin_with_tensor_cores(path):
         for d in ((64, 128) if k.kind == "attention" else (0,)):
             built = build(k, "sm_90a", d)
             assert built.compiled.cubin[:4] == b"\x7fELF"
-            rep = inspect(built.compiled.cubin)
+            rep = inspect(built.compiled.cubin, built.generated.entry)
             assert rep is not None
             if k.kind == "gemm":
                 assert rep.tensor_ops.get("QGMMA", 0) > 0 and rep.other_ops.get("UTMALDG", 0) > 0, rep
@@ -153,5 +155,16 @@ def test_fast_math_by_default_and_exact_math_on_request():
         built = build(k, "sm_90a", 64)
         assert ("#define KDSL_EXACT_MATH" in built.generated.source) == exact
         assert ("math" in dict(built.kernel.attrs)) == exact
-        rep = inspect(built.compiled.cubin)
+        rep = inspect(built.compiled.cubin, built.generated.entry)
         assert (rep.other_ops.get("MUFU.TANH", 0) == 0) == exact, rep
+
+
+def test_wgmma_ops_header_is_what_its_generator_writes():
+    # wgmma_ops.cuh is generated from the tiling pass's tile table: a table edit without a
+    # rerun of tools/gen_wgmma.py would leave a tile shape with no wgmma sequence to issue.
+    spec = importlib.util.spec_from_file_location("gen_wgmma", ROOT / "tools" / "gen_wgmma.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.OUT == emit.INCLUDE_DIR / "kdsl" / "wgmma_ops.cuh"
+    assert gen.OUT.read_text() == gen.render(), "wgmma_ops.cuh is stale: run python3 tools/gen_wgmma.py"
+    assert gen.OUT_FP8.read_text() == gen.render_fp8(), "wgmma_fp8_ops.cuh is stale: run python3 tools/gen_wgmma.py"

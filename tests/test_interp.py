@@ -30,7 +30,8 @@ def _run(kir, shape, seed, **kw):
     return torch.from_numpy(out), torch.from_numpy(lse), ref, ref_lse
 
 
-@pytest.mark.parametrize("name", ["relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d"])
+@pytest.mark.parametrize("name", ["relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d",
+                                  "prefix_lm", "padded_causal"])
 def test_samples_interpreted(name):
     kir = kdsl.load(ROOT / "samples" / f"{name}.kd").ir[name]
     for i, shape in enumerate(SHAPES):

@@ -12,11 +12,11 @@ PACKAGE = pathlib.Path(kdsl.__file__).parent
 
 LAYERS = [
     ["kdsl.errors", "kdsl.ast", "kdsl.ir", "kdsl.semantics", "kdsl.backends"],
-    ["kdsl.grammar", "kdsl.passes", "kdsl.fp8"],
+    ["kdsl.grammar", "kdsl.passes", "kdsl.fp8", "kdsl.ircheck"],
     ["kdsl.interp", "kdsl.reference", "kdsl.cases", "kdsl.codegen", "kdsl.sass", "kdsl.flex"],
     ["kdsl.runtime", "kdsl.interpreted"],
     ["kdsl.check"],
-    ["kdsl.testing", "kdsl.bench", "kdsl.benchplot"],
+    ["kdsl.testing", "kdsl.bench", "kdsl.benchplot", "kdsl.tune"],
     ["kdsl.cli", "kdsl"],  # the package itself: kdsl.load / kdsl.compile reach into the runtime
 ]
 

@@ -190,3 +190,29 @@ def test_capture_index_bounds(index, size, verdict):
     else:
         with pytest.raises(LaunchError, match=re.escape(verdict)):
             check_capture_indices(k_ir, dims, "t")
+
+
+def test_launch_errors_quote_shapes_and_indices_as_written_not_as_ir():
+    """Regression: a wrong capture shape or an unbounded index was quoted in IR text,
+    '(sub:i32 (mul:i32 2 N) 1)' or '(load:i32 ids b q)'; now as the program writes it, with
+    the user's parameter names, and the sizes a shape uses say which argument gave them."""
+    src = """attention t {
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        ids: i32[B, M]
+        bias: f32[H, 2 * N - 1]
+        tbl: f32[5]
+        score(s, b, h, i, j) = s + bias[h, i - j + N - 1] + tbl[ids[b, i]]
+    }"""
+    mod = kdsl.compile(src, "t.kd", interpret=True)
+    rng = np.random.default_rng()
+    H, N = (int(x) for x in rng.integers(1, 9, 2))
+    M = int(rng.integers(1, N + 1))  # bias's index i - j + N - 1 stays in bounds
+    q, kv = np.zeros((1, H, M, 64), np.float32), np.zeros((1, H, N, 64), np.float32)
+    ids, tbl = np.zeros((1, M), np.int32), np.zeros(5, np.float32)
+    with pytest.raises(LaunchError) as e:
+        mod.t(q, kv, kv, ids, np.zeros((H, 2 * N), np.float32), tbl)
+    assert str(e.value) == (f"t: argument 'bias' dimension 1 (2 * N - 1) must be {2 * N - 1}, got {2 * N} "
+                            f"(shape [{H}, {2 * N}]); N = {N} is k's dimension 2")
+    with pytest.raises(LaunchError) as e:
+        mod.t(q, kv, kv, ids, np.zeros((H, 2 * N - 1), np.float32), tbl)
+    assert str(e.value).startswith("t: in score(), index 0 of 'tbl' (ids[b, i]) cannot be bounded")

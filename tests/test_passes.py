@@ -115,13 +115,14 @@ def test_mask_analysis_samples_are_exact_on_the_tile_grid(name):
     _check_tiles(k, dims, random.Random(0), trials=30)
 
 
-def test_document_mask_is_data_dependent_but_keeps_causal_skipping():
-    from conftest import ROOT
-    k = mask_analysis.run(kernels_of((ROOT / "samples" / "document_mask.kd").read_text())[0])
+def test_mask_reading_q_and_kv_data_together_keeps_causal_skipping():
+    k = mask_analysis.run(kernels_of(
+        "attention t {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n bias: f32[M, N]\n"
+        " mask(b, h, i, j) = bias[i, j] > 0.0 and j <= i\n}\n")[0])
     assert k.attr("mask_tiles") == "data-dependent"
     env = {"b": 0, "h": 0, "B": 1, "H": 1, "M": 512, "N": 512}
     assert _classify(k, env, 0, 127, 256, 383) == (True, False)   # above the diagonal: empty
-    assert _classify(k, env, 256, 383, 0, 127) == (False, False)  # ids unknown: partial
+    assert _classify(k, env, 256, 383, 0, 127) == (False, False)  # data unknown: partial
 
 
 def test_tiling_and_warp_map_attrs():
@@ -139,3 +140,44 @@ def test_tiling_and_warp_map_attrs():
         assert low.attr("tile_m") == 64 * low.attr("consumers")
         assert low.attr("threads") == 128 * (low.attr("consumers") + 1)
         assert low.attr("smem_bytes") <= get_target("sm_90a").smem_per_block
+
+
+@pytest.mark.parametrize("score", ["s + float(i - j)", "s - 0.5 * float(abs(i - j) + 3)", "s + float(j) * 0.01",
+                                   "s + float(abs(j - i - 7))"])
+def test_index_floats_turn_position_conversions_into_float_arithmetic(score):
+    """float(i - j) and friends become qf - kvf: the same value for every position the
+    runtime allows (q, kv < MAX_LENGTH), so exact, and no conversion left per element."""
+    from kdsl.passes import index_floats
+    from kdsl.semantics import eval_numpy
+    import numpy as np
+    k = index_floats.run(exp2_fold.run(kernels_of(program(score, None))[0]))
+    e = k.func("score_log2")
+    assert index_floats.uses_index_floats(k)
+    assert not any(isinstance(n, ir.Op) and n.op == "float" for n in ir.walk(e))
+    ref = exp2_fold.run(kernels_of(program(score, None))[0]).func("score_log2")
+    big = index_floats.MAX_LENGTH - 1
+    q = np.array([0, 1, 127, 128, big, big - 5, 3, big]).reshape(-1, 1)
+    kv = np.array([0, 1, 2, 129, big, 0, big, 17]).reshape(1, -1)
+    env = {"qk": np.float32(0.25), "scale": np.float32(0.125), "scale_log2": np.float32(0.18), "b": 0, "h": 0,
+           "q": q, "kv": kv, "qf": q.astype(np.float32), "kvf": kv.astype(np.float32),
+           "B": 1, "H": 1, "Hkv": 1, "M": big + 1, "N": big + 1, "D": 64}
+    assert np.array_equal(eval_numpy(e, env, {}, np.float32), eval_numpy(ref, env, {}, np.float32))
+
+
+def test_index_floats_leave_large_constants_and_products_alone():
+    from kdsl.passes import index_floats
+    k = index_floats.run(exp2_fold.run(kernels_of(program("s + float((i - j) * 3) + float(i + 9000000)", None))[0]))
+    assert not index_floats.uses_index_floats(k)
+
+
+def test_kernels_with_index_floats_refuse_sequences_past_their_exact_range(monkeypatch):
+    import numpy as np
+    import kdsl
+    from kdsl.errors import LaunchError
+    from kdsl.passes import index_floats
+    mod = kdsl.compile(program("s + float(i - j)", None), interpret=True)
+    monkeypatch.setattr(index_floats, "MAX_LENGTH", 100)  # the real limit, 2^23, needs GBs of inputs
+    q = np.random.default_rng(0).standard_normal((1, 1, 101, 64)).astype(np.float32)
+    with pytest.raises(LaunchError, match="sequence length 101 exceeds 100"):
+        mod.gen(q, q, q)
+    mod.gen(q[:, :, :100], q[:, :, :100], q[:, :, :100])  # at the limit: runs

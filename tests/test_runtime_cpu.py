@@ -40,3 +40,18 @@ def test_not_an_array_is_a_launch_error():
     with pytest.raises(LaunchError, match=r"argument 'q': expected a torch tensor or a CuPy array \(or a numpy "
                        r"array, for the CPU interpreter\), got list"):
         mod.causal([1, 2], None, None)
+
+
+def test_kv_splits_fill_the_sms_only_for_small_item_counts():
+    from kdsl.runtime.splitkv import kv_splits
+    assert kv_splits(16, 32, 132) == 8        # B=1 H=16 decode, N=4096: 128 CTAs
+    assert kv_splits(16, 256, 132) == 8       # N=32k
+    assert kv_splits(32, 32, 132) == 4        # GQA H=32
+    assert kv_splits(1024, 32, 132) == 1      # batched decode fills the GPU already
+    assert kv_splits(16, 1, 132) == 1         # one kv tile: nothing to split
+    assert kv_splits(100, 32, 132) == 1       # over half the SMs busy
+    for items in range(1, 70):
+        for tiles in range(1, 40):
+            s = kv_splits(items, tiles, 132)
+            chunk = -(-tiles // s)
+            assert 1 <= s <= tiles and (s - 1) * chunk < tiles  # no range is empty

@@ -1,9 +1,12 @@
 import pytest
+from hypothesis import given, settings
 
 from kdsl import ir
 from kdsl.errors import SourceError
 from kdsl.grammar import parse
 from kdsl.passes.typecheck import check_program
+
+from exprgen import bool_expr, float_expr
 
 HEAD = "q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
 
@@ -98,6 +101,31 @@ def test_gemm_groupings():
     }.items():
         kinds[name] = check(body, "gemm").attr("grouping")
     assert kinds == {"dense": "dense", "contiguous": "contiguous", "masked": "masked"}
+
+
+def test_a_capture_named_scale_is_refused_at_its_name():
+    """Regression: a captured tensor named 'scale' compiled, but `mod.t(q, k, v, scale=x)` then
+    passed x as the softmax scale: the name clashes with the `scale=` argument of every call."""
+    with pytest.raises(SourceError) as e:
+        check("w: f32[H]\nscale: f32[H]\nscore(s, b, h, i, j) = s * scale[h]")
+    assert "'scale' names the softmax scale" in e.value.message and "another name" in e.value.message
+    assert (e.value.span.line, e.value.span.col, e.value.span.end_col) == (4, 1, 5)
+    renamed = check("scale_t: f32[H]\nscore(s, b, h, i, j) = s * scale_t[h]")
+    assert [t.name for t in renamed.tensors if t.role == "capture"] == ["scale_t"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(score=float_expr(depth=3), mask=bool_expr(depth=3))
+def test_expressions_quoted_for_users_read_back_as_the_same_ir(score, mask):
+    """ir.format_expr, which launch errors use to quote a program's expressions, writes kdsl
+    source: re-checked, the text gives the same IR (precedence and parentheses kept)."""
+    body = f"tbl: f32[N]\nscore(s, b, h, i, j) = {score} + tbl[min(max(i - j, 0), N - 1)]\nmask(b, h, i, j) = {mask}"
+    k = check(body)
+    params = dict(k.params)
+    again = check("tbl: f32[N]\n" + "\n".join(
+        f"{f}({', '.join(user for _, user in params[f])}) = {ir.format_expr(k.func(f), k.param_names(f))}"
+        for f in ("score", "mask")))
+    assert again.funcs == k.funcs
 
 
 def test_accumulate_is_a_kernel_attr_located_at_its_word():

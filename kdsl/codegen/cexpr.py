@@ -40,8 +40,11 @@ class Capture:
 
 
 class CEmitter:
-    def __init__(self, variables: dict[str, str], captures: dict[str, Capture]):
-        self.variables, self.captures = variables, captures
+    def __init__(self, variables: dict[str, str], captures: dict[str, Capture],
+                 summary_slots: dict[tuple[str, ir.Expr], int] | None = None):
+        # summary_slots: (axis, expression) -> slot of the runtime tile summary, for the tile
+        # reductions of the mask analysis' predicates (kdsl/attention_summary.cuh).
+        self.variables, self.captures, self.summary_slots = variables, captures, summary_slots or {}
 
     def __call__(self, e: ir.Expr) -> str:
         if isinstance(e, ir.Const):
@@ -50,6 +53,8 @@ class CEmitter:
             return self.variables[e.name]
         if isinstance(e, ir.Load):
             return self._load(e)
+        if e.op in ir.TILE_REDUCTIONS:
+            return self._tile_reduction(e)
         a = [self(x) for x in e.args]
         op = e.op
         if op == "div":  # floats only (the type checker refuses '/' on ints)
@@ -74,6 +79,14 @@ class CEmitter:
         if op == "float":
             return f"((float)({a[0]}))"
         return f"{_FLOAT_FN[op]}({a[0]})"
+
+    def _tile_reduction(self, e: ir.Op) -> str:
+        axis, which = ir.TILE_REDUCTIONS[e.op]
+        slot = self.summary_slots[(axis, e.args[0])]
+        start = self.variables["q0" if axis == "q" else "k0"]
+        field = "x" if which == "min" else "y"
+        return (f"kdsl::tile_summary<Variant, {slot}>(a, c.summary, {self.variables['b']}, {self.variables['h']}, "
+                f"{start}).{field}")
 
     def _load(self, e: ir.Load) -> str:
         cap = self.captures[e.tensor]

@@ -10,6 +10,7 @@ from pathlib import Path
 import jinja2
 
 from .. import __version__, ir
+from ..passes import mask_analysis
 from .cexpr import CEmitter, Capture, capture_ident, dim_ident
 
 HERE = Path(__file__).parent
@@ -61,7 +62,7 @@ def attention_capture_dims(k: ir.Kernel) -> tuple[str, ...]:
 def _attention(k: ir.Kernel) -> Generated:
     d = k.attr("head_dim")
     variables = {"qk": "qk", "scale_log2": "a.scale_log2", "scale": "c.scale", "b": "b", "h": "h", "q": "q",
-                 "kv": "kv", "q0": "q0", "q1": "q1", "k0": "k0", "k1": "k1"}
+                 "kv": "kv", "qf": "qf", "kvf": "kvf", "q0": "q0", "q1": "q1", "k0": "k0", "k1": "k1"}
     extra = attention_capture_dims(k)
     for name, (t, axis) in k.dims.items():
         variables[name] = str(d) if (t, axis) == ("q", 3) else _ATTN_DIM_FIELDS.get((t, axis), f"c.{dim_ident(name)}")
@@ -72,7 +73,9 @@ def _attention(k: ir.Kernel) -> Generated:
             captures[t.name] = Capture(f"c.{capture_ident(t.name)}", t.dtype, tuple(pre(s) for s in t.shape))
             fields.append({"ctype": _CAPTURE_CTYPE[t.dtype], "name": capture_ident(t.name)})
     fields += [{"ctype": "int", "name": dim_ident(n)} for n in extra]
-    c = CEmitter(variables, captures)
+    slots = mask_analysis.summary_slots(k)
+    c = CEmitter(variables, captures, {(ir.TILE_REDUCTIONS[s.op][0], s.args[0]): i for i, s in enumerate(slots)})
+    bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
     mask = k.func("mask")
     template = "attention_wgmma.cu.j2" if k.attr("kernel") == "wgmma" else "attention.cu.j2"
     # kernel attr math = "exact": libm's functions and IEEE division instead of the hardware
@@ -87,7 +90,9 @@ def _attention(k: ir.Kernel) -> Generated:
         has_mask="true" if mask is not None else "false",
         score=c(k.func("score_log2")), mask=c(mask) if mask is not None else "true",
         tile_empty=c(k.func("tile_empty")) if mask is not None else "false",
-        tile_full=c(k.func("tile_full")) if mask is not None else "true")
+        tile_full=c(k.func("tile_full")) if mask is not None else "true",
+        summaries=[c(s.args[0]) for s in slots], summary_on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
+        summary_per_b=bits(lambda s: ir.uses(s.args[0], "b")), summary_per_h=bits(lambda s: ir.uses(s.args[0], "h")))
     return Generated(k.name, entry_name(k), src, extra)
 
 

@@ -4,7 +4,8 @@ The kernel computes exp2(x - max), so it needs score * log2(e). Multiplying thro
 expression lets the scale and log2(e) meet in one constant: `s + bias` becomes
 `qk * scale_log2 + bias * 1.44269504`, one FMUL on the dot product instead of two.
 The result is `def score_log2` over qk (the raw dot product), scale, scale_log2 and the
-index variables; `s` itself no longer appears.
+index variables; `s` itself no longer appears. A kernel that carries a score_log2 already
+(an IR file written by `kdsl tune`, whose guard verified it against score) keeps it.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ LOG2E = 1.4426950408889634
 
 
 def run(k: ir.Kernel) -> ir.Kernel:
-    if k.kind != "attention":
+    if k.kind != "attention" or k.func("score_log2") is not None:
         return k
     score = k.func("score") or ir.Var("f32", "s")
     # fold() rewrites the s it can reach; any other s (a where() condition, an argument of

@@ -100,6 +100,8 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     the last one was turned down (for the error when none is left)."""
     tma = fixed.get("store", "tma" if store_fits(p) else "rows") == "tma"
     ms = BLOCK_M if p.grouping == "dense" else (64, 128)  # a grouped tile pass costs the whole tile
+    if fixed.get("tile_m", ms[0]) not in ms:
+        return [], f"a grouped GEMM's tile_m must be one of {ms} (each group's pass costs the whole tile)"
     out, why = [], []
     for cluster in sorted(set(CLUSTERS) | {fixed.get("cluster", 1)}):
         for multicast in (("none",) if cluster == 1 else ("a", "b")):

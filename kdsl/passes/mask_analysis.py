@@ -5,9 +5,16 @@ From mask(b, h, q, kv) we derive two predicates over a block q in [q0, q1], kv i
   tile_full   true only if no element of the block is masked       -> per-element check skipped
 by interval arithmetic on the mask expression. Both are IR expressions over b, h, q0, q1,
 k0, k1 and the dims, so they print with the IR and compile like any other expression.
-Causal, sliding windows and 2-D neighbourhoods come out exact up to the tile grid;
-data-dependent masks (loads of captured tensors, e.g. document ids) leave their part unknown
-and fall back to the per-element check. attr mask_tiles says which case holds.
+Causal, sliding windows and 2-D neighbourhoods come out exact up to the tile grid.
+
+Data-dependent masks (loads of captured tensors) are bounded too. An integer expression that
+reads data but depends on neither q nor kv (`prefix[b]`) is exact over a block: the predicate
+simply loads it. One that depends on q only (`doc_q[b, q]`) or kv only is bounded by its min
+and max over the block's rows or columns, written (qmin e) / (qmax e) / (kvmin e) / (kvmax e):
+a tile summary the runtime computes on the GPU before the attention kernel, so the kernel
+skips the empty tiles of a document mask and drops the per-element check on its full ones.
+What depends on both q and kv stays unknown and falls back to the per-element check.
+attr mask_tiles says which case holds: interval, data-dependent, tile-summary or none.
 
 The work is bounded: a bound or predicate larger than _MAX_NODES nodes (or deeper than
 _MAX_DEPTH) counts as unknown. Bounds of nested abs, % and where grow about threefold per
@@ -40,10 +47,28 @@ def run(k: ir.Kernel) -> ir.Kernel:
     mask = k.func("mask")
     if mask is None:
         return k.with_attrs(mask_tiles="none")
-    t = truth(mask)
+    # Predicates already given (a tuned program's IR) are kept: the tune guard checked them.
+    if k.func("tile_empty") is None or k.func("tile_full") is None:
+        t = truth(mask)
+        for name, derived in (("tile_empty", t.never), ("tile_full", t.always)):
+            if k.func(name) is None:
+                k = k.with_func(name, simplify(derived))
+    if summary_slots(k):
+        return k.with_attrs(mask_tiles="tile-summary")
     data = any(isinstance(n, ir.Load) for n in ir.walk(mask))
-    k = k.with_func("tile_empty", simplify(t.never)).with_func("tile_full", simplify(t.always))
     return k.with_attrs(mask_tiles="data-dependent" if data else "interval")
+
+
+def summary_slots(k: ir.Kernel) -> list[ir.Op]:
+    """The distinct tile reductions the tile predicates read, in a fixed order: each is one
+    slot of the runtime tile summary (the (qmin e) and (qmax e) of one e share a slot)."""
+    slots: dict[tuple[str, ir.Expr], ir.Op] = {}
+    for name in ("tile_empty", "tile_full"):
+        e = k.func(name)
+        for n in ir.walk(e) if e is not None else ():
+            if isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS:
+                slots.setdefault((ir.TILE_REDUCTIONS[n.op][0], n.args[0]), n)
+    return list(slots.values())
 
 
 _MAX_NODES = 512
@@ -100,6 +125,10 @@ class _Analysis:
     def _interval(self, e: ir.Expr) -> Interval:
         if isinstance(e, ir.Const):
             return Interval(e, e)
+        if isinstance(e, (ir.Load, ir.Op)) and any(isinstance(n, ir.Load) for n in ir.walk(e)):
+            data = _data_interval(e)
+            if data is not None:
+                return data
         if isinstance(e, ir.Var):
             if e.name == "q":
                 return Interval(_v("q0"), _v("q1"))
@@ -172,6 +201,18 @@ class _Analysis:
             return Truth(pick(x.always, y.always, op("bool", "and", x.always, y.always)),
                          pick(x.never, y.never, op("bool", "and", x.never, y.never)))
         return Truth(FALSE, FALSE)  # float comparisons, bool loads: unknown
+
+
+def _data_interval(e: ir.Expr) -> Interval | None:
+    """Bounds of an i32 expression that reads captured tensors: itself when it depends on
+    neither q nor kv, the tile summary's min / max when it depends on one of them."""
+    on_q, on_kv = ir.uses(e, "q"), ir.uses(e, "kv")
+    if on_q and on_kv:
+        return None  # per-element; its parts may still be bounded one by one
+    if not (on_q or on_kv):
+        return Interval(e, e)
+    axis = "q" if on_q else "kv"
+    return Interval(ir.Op("i32", axis + "min", (e,)), ir.Op("i32", axis + "max", (e,)))
 
 
 def _pick(t: Truth, x, y, join):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import ast, ir
 from ..errors import SourceError
-from . import exp2_fold, mask_analysis, tiling, typecheck, warp_map
+from . import exp2_fold, index_floats, mask_analysis, tiling, typecheck, warp_map
 from .target import Target
 
 HEAD_DIMS = (64, 128)
@@ -13,20 +13,21 @@ def check(program: ast.Program) -> list[ir.Kernel]:
     """Front half: typed IR for every kernel, or a located error. Needs no target."""
     # First: everything after this may assume well-typed, well-shaped kernels.
     kernels = typecheck.check_program(program)
-    _distinct_entries(program, kernels)
+    distinct_entries(kernels, [node.name_span for node in program.kernels])
     return kernels
 
 
-def _distinct_entries(program: ast.Program, kernels: list[ir.Kernel]) -> None:
+def distinct_entries(kernels: list[ir.Kernel], spans) -> None:
     """No two kernels of a file may generate the same entry point, and so the same output
-    files: `attention x` specialised for head dim 64 and `gemm x_d64` would."""
+    files: `attention x` specialised for head dim 64 and `gemm x_d64` would. spans: where
+    each kernel is named, for the message."""
     seen: dict[str, str] = {}
-    for node, k in zip(program.kernels, kernels):
+    for span, k in zip(spans, kernels):
         for d in head_dims(k):
             symbol = ir.entry_symbol(k.kind, k.name, d)
             if symbol in seen:
                 raise SourceError(f"kernel '{k.name}' would generate the same entry point and files ({symbol}) "
-                                  f"as kernel '{seen[symbol]}'; rename one", node.name_span)
+                                  f"as kernel '{seen[symbol]}'; rename one", span)
             seen[symbol] = k.name
 
 
@@ -44,6 +45,8 @@ def lower(k: ir.Kernel, target: Target, head_dim: int = 0) -> ir.Kernel:
         k = k.with_attrs(head_dim=head_dim)
     # Before mask analysis: the folded score is what the kernel evaluates per element.
     k = exp2_fold.run(k)
+    # On the folded score, whose float(i - j) terms are now final: positions become floats once.
+    k = index_floats.run(k)
     # Independent of tile sizes: emits tile predicates over symbolic bounds q0..k1.
     k = mask_analysis.run(k)
     # Tile sizes depend on the target and head dim only, not on the expressions.

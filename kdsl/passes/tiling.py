@@ -7,6 +7,12 @@ measurements on an H100 (tools/dev/*_notes.md, bench/NOTES.md); the shared-memor
 mirror the headers' constexpr functions, and the generated code static_asserts that both
 agree, so an edit to either side cannot drift silently.
 
+A kernel may already carry schedule attributes (SCHEDULE_ATTRS: an IR file written by
+`kdsl tune`, or by hand): those are kept when legal for the target and head dim, and refused
+with a message naming the attribute otherwise; the tables below fill in the rest, and
+everything derived (tile_m of the Hopper kernel, shared memory) is recomputed. The legal
+ranges mirror the headers' static_asserts, so a refused value is one NVRTC would refuse too.
+
 An FP8 GEMM is tiled for the problem in its `shape` attr ([M, N, K, G]; the runtime sets it
 per call signature, `kdsl compile --shape` on the command line; else gemm_tiles'
 DEFAULT_SHAPES) on `sms` multiprocessors (the device's count at call time; else the
@@ -24,6 +30,17 @@ ATTENTION_TILES = {64: (128, 64, 4), 128: (128, 64, 4)}
 # head dim -> (BN, consumer warpgroups, stages) for the wgmma attention kernel; BM = 64 * consumers
 WGMMA_ATTENTION_TILES = {64: (128, 2, 3), 128: (128, 2, 3)}
 
+# Schedule attributes a kernel may carry, per kernel family, and their legal values.
+SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule"),
+                  "mma": ("tile_m", "tile_n", "warps"),
+                  "gemm": gemm_tiles.CONFIG_ATTRS}
+# m64nNk16 widths wgmma_ops.cuh has (tools/gen_wgmma.py generates it from this tuple).
+WGMMA_WIDTHS = (64, 80, 96, 128, 176, 192, 256)
+MMA_WIDTHS = (32, 64, 128)            # attention_mma.cuh: "BN must be 32, 64 or 128"
+SCHEDULES = ("persistent", "grid")
+MAX_STAGES = 8                        # beyond this only shared memory would grow
+MATH_MODES = ("fast", "exact")        # attr math: the hardware approximations or libm (codegen)
+
 
 def attention_smem_bytes(d: int, bm: int, bn: int, warps: int, elem_bytes: int = 2) -> int:
     """Q tile + double-buffered K and V tiles."""
@@ -31,32 +48,91 @@ def attention_smem_bytes(d: int, bm: int, bn: int, warps: int, elem_bytes: int =
 
 
 def attention_wgmma_smem_bytes(d: int, bn: int, consumers: int, stages: int) -> int:
-    """Q tile + a ring of K and V tiles + 2 + 4 * stages mbarriers, + 1024 to realign the
-    tiles to the 128-byte swizzle's 1024-byte period."""
-    return 1024 + (64 * consumers * d + 2 * stages * bn * d) * 2 + (2 + 4 * stages) * 8
+    """Q tile + a ring of K and V tiles + 2 + 4 * stages mbarriers + a word per stage
+    telling the consumers which tile it holds, + 1024 to realign the tiles to
+    the 128-byte swizzle's 1024-byte period."""
+    return 1024 + (64 * consumers * d + 2 * stages * bn * d) * 2 + (2 + 4 * stages) * 8 + stages * 4
+
+
+def family(k: ir.Kernel, target: Target) -> str:
+    """'wgmma' or 'mma' (attention), 'gemm': which SCHEDULE_ATTRS apply."""
+    if k.kind != "attention":
+        return "gemm"
+    return "wgmma" if target.has_wgmma else "mma"
 
 
 def run(k: ir.Kernel, target: Target) -> ir.Kernel:
-    if k.kind == "attention":
-        d = k.attr("head_dim")
-        if target.has_wgmma:
-            if d not in WGMMA_ATTENTION_TILES:
-                raise KdslError(f"kernel '{k.name}': head dimension {d} is not supported (64 or 128)")
-            bn, consumers, stages = WGMMA_ATTENTION_TILES[d]
-            # Persistent CTAs pay off when items cost the same; under a mask the hardware's
-            # dynamic block dispatch balances them better (measured: bench/NOTES.md).
-            schedule = "persistent" if k.func("mask") is None else "grid"
-            return k.with_attrs(kernel="wgmma", tile_m=64 * consumers, tile_n=bn, consumers=consumers,
-                                stages=stages, schedule=schedule,
-                                smem_bytes=attention_wgmma_smem_bytes(d, bn, consumers, stages))
-        if d not in ATTENTION_TILES:
-            raise KdslError(f"kernel '{k.name}': head dimension {d} is not supported (64 or 128)")
-        bm, bn, warps = ATTENTION_TILES[d]
-        smem = attention_smem_bytes(d, bm, bn, warps)
-        return k.with_attrs(kernel="mma", tile_m=bm, tile_n=bn, warps=warps, smem_bytes=smem)
-    if not target.has_wgmma:
+    attrs = dict(k.attrs)  # present with any value, null included (k.attr() reads null as absent)
+    if "math" in attrs and attrs["math"] not in MATH_MODES:
+        raise KdslError(f"kernel '{k.name}': attr math = {attrs['math']!r} is not one of {', '.join(MATH_MODES)}")
+    fam = family(k, target)
+    if fam == "gemm" and not target.has_wgmma:
         raise KdslError(f"kernel '{k.name}': the FP8 GEMM needs wgmma (sm_90a); target is {target.arch}")
-    return _gemm(k, target)
+    if fam == "gemm":  # tiles per problem shape and SM count; given tile attrs are overrides
+        return _gemm(k, target)
+    d = k.attr("head_dim")
+    tables = {"wgmma": WGMMA_ATTENTION_TILES, "mma": ATTENTION_TILES}
+    if d not in tables[fam]:
+        raise KdslError(f"kernel '{k.name}': head dimension {d} is not supported (64 or 128)")
+    # Persistent CTAs pay off when items cost the same; under a mask the hardware's
+    # dynamic block dispatch balances them better (measured: bench/NOTES.md).
+    default = {"wgmma": lambda: dict(zip(("tile_n", "consumers", "stages"), WGMMA_ATTENTION_TILES[d]),
+                                     schedule="persistent" if k.func("mask") is None else "grid"),
+               "mma": lambda: dict(zip(("tile_m", "tile_n", "warps"), ATTENTION_TILES[d]))}[fam]()
+    given = {n: attrs[n] for n in SCHEDULE_ATTRS[fam] if n in attrs}
+    s = {**default, **given}
+    for name, value in given.items():
+        if name != "schedule" and type(value) is not int:
+            raise KdslError(f"kernel '{k.name}': attr {name} must be an integer, got {value!r}")
+    problem = {"wgmma": _wgmma_problem, "mma": _mma_problem}[fam](k, s, d, target)
+    if problem:
+        raise KdslError(f"kernel '{k.name}': schedule {_quote(given)} is not legal on {target.arch}"
+                        f"{f' for head dim {d}' if d else ''}: {problem}")
+    if fam == "wgmma":
+        if k.attr("tile_m") is not None and k.attr("tile_m") != 64 * s["consumers"]:
+            raise KdslError(f"kernel '{k.name}': attr tile_m = {k.attr('tile_m')!r} disagrees with consumers = "
+                            f"{s['consumers']} (the Hopper kernel's tile_m is 64 * consumers; set consumers)")
+        return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s,
+                            smem_bytes=attention_wgmma_smem_bytes(d, s["tile_n"], s["consumers"], s["stages"]))
+    return k.with_attrs(kernel="mma", **s, smem_bytes=attention_smem_bytes(d, s["tile_m"], s["tile_n"], s["warps"]))
+
+
+def _quote(given: dict) -> str:
+    return ", ".join(f"{n} = {v!r}" for n, v in given.items()) or "(defaults)"
+
+
+def _fits(smem: int, target: Target) -> str:
+    return "" if smem <= target.smem_per_block else \
+        f"needs {smem} bytes of shared memory, more than the {target.smem_per_block} a block can have"
+
+
+def _wgmma_problem(k, s, d, target) -> str:
+    """attention_wgmma.cuh's Cfg static_asserts, and the widths wgmma_ops.cuh provides."""
+    if s["tile_n"] not in WGMMA_WIDTHS:
+        return f"tile_n must be one of {WGMMA_WIDTHS}"
+    if s["consumers"] not in (1, 2, 3):
+        return "consumers must be 1, 2 or 3 (warpgroups of 64 query rows)"
+    # One stage would serialise every load with the math; the kernel is measured from 2 up.
+    if not 2 <= s["stages"] <= MAX_STAGES:
+        return f"stages must be in [2, {MAX_STAGES}]"
+    if s["schedule"] not in SCHEDULES:
+        return f"schedule must be one of {', '.join(SCHEDULES)}"
+    return _fits(attention_wgmma_smem_bytes(d, s["tile_n"], s["consumers"], s["stages"]), target)
+
+
+def _mma_problem(k, s, d, target) -> str:
+    """attention_mma.cuh's Cfg static_asserts."""
+    bm, bn, warps = s["tile_m"], s["tile_n"], s["warps"]
+    if bn not in MMA_WIDTHS:
+        return f"tile_n must be one of {MMA_WIDTHS}"
+    if not 1 <= warps <= 16 or bm < 1 or bm % warps or bm // warps not in (16, 32):
+        return "tile_m / warps must be 16 or 32 query rows per warp (warps in [1, 16])"
+    threads, chunks, mt = 32 * warps, d // 8, bm // warps // 16
+    if (bn * chunks) % threads or (bm * chunks) % threads:
+        return "the tiles do not split evenly into 16-byte loads over the block's threads"
+    if mt * (d // 8 + bn // 8) * 4 > 192 or (mt != 1 and bn > 64):
+        return "the accumulators would not fit in registers (32 rows per warp needs tile_n <= 64)"
+    return _fits(attention_smem_bytes(d, bm, bn, warps), target)
 
 
 def gemm_problem(k: ir.Kernel) -> gemm_tiles.Problem:

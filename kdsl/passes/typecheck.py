@@ -45,6 +45,7 @@ class _Checker:
         self.dims: dict[str, Span] = {}  # runtime dimension symbols
         self.bindings: dict[str, ast.Binding] = {}
         self.funcdefs: dict[str, ast.FuncDef] = {}
+        self.params: dict[str, tuple] = {}  # function -> (canonical, user's) parameter names
         for st in kernel.body:
             self._collect(st)
 
@@ -270,6 +271,7 @@ class _Checker:
             if p in env:
                 raise SourceError(f"parameter '{p}' appears twice", span)
             env[p] = ir.Var(ir.BUILTIN_VARS[c], c)
+        self.params[fd.name] = tuple((c, p) for (p, _), c in zip(fd.params, canonical))
         body = self._coerce(self.expr(fd.body, env), result, fd.body.span)
         if body.ty != result:
             raise SourceError(f"{fd.name}() must return {_tyname(result)}, got {_tyname(body.ty)}", fd.body.span)
@@ -320,6 +322,10 @@ class _AttentionChecker(_Checker):
                 continue
             if d.block is not None:
                 raise SourceError("block(...) scaling applies to FP8 gemm operands only", d.span)
+            if name == "scale":  # calls pass captures by name too: mod.t(q, k, v, scale=x) would be ambiguous
+                raise SourceError("'scale' names the softmax scale (`scale = ...` in a kernel, `scale=` in a call) "
+                                  "and cannot name a captured tensor; give the tensor another name, e.g. 'scale_t'",
+                                  d.name_span)
             self.dtype(d, tuple(CAPTURE_DTYPES))
             tensors.append(ir.Tensor("capture", name, d.dtype, self.shape(d, True)))
         funcs = []
@@ -345,7 +351,7 @@ class _AttentionChecker(_Checker):
                 raise SourceError(f"unknown function definition '{name}'; an attention kernel defines "
                                   f"score(s, b, h, q, kv) and mask(b, h, q, kv)", fd.name_span)
         return ir.Kernel("attention", self.k.name, tuple(tensors), tuple(funcs),
-                         source=f"{self.k.span.file}:{self.k.span.line}")
+                         source=f"{self.k.span.file}:{self.k.span.line}", params=tuple(self.params.items()))
 
 
 class _GemmChecker(_Checker):

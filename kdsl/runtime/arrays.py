@@ -25,24 +25,24 @@ class ArrayInfo:
     dtype: str        # kdsl name, or the framework's own name if not a kdsl type
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements
-    ptr: int
     device: int       # -1 = not on a GPU
+    # No data pointer: validation must also work on torch.compile's fake tensors, which have none.
 
 
 def info(x, name: str) -> ArrayInfo:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         dev = x.device.index if x.is_cuda else -1
-        return ArrayInfo("torch", _from_torch(x.dtype), tuple(x.shape), tuple(x.stride()), x.data_ptr(), dev)
+        return ArrayInfo("torch", _from_torch(x.dtype), tuple(x.shape), tuple(x.stride()), dev)
     cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(x, cupy.ndarray):
         item = x.dtype.itemsize
         return ArrayInfo("cupy", _from_numpy(x.dtype.name), tuple(x.shape), tuple(s // item for s in x.strides),
-                         x.data.ptr, x.device.id)
+                         x.device.id)
     if isinstance(x, np.ndarray):
         item = x.dtype.itemsize
         return ArrayInfo("numpy", _NUMPY_HOST.get(x.dtype.name, x.dtype.name), tuple(x.shape),
-                         tuple(s // item for s in x.strides), x.ctypes.data, -1)
+                         tuple(s // item for s in x.strides), -1)
     raise LaunchError(f"argument '{name}': expected a torch tensor or a CuPy array (or a numpy array, for the "
                       f"CPU interpreter), got {type(x).__name__}")
 
@@ -77,10 +77,16 @@ def allocator(framework: str, shape, dtype: str, device: int):
     import functools
     if framework == "torch":
         import torch
-        return functools.partial(torch.empty, tuple(shape), dtype=getattr(torch, _KDSL_TO[dtype][0]),
+        return functools.partial(torch.empty, tuple(shape), dtype=torch_dtype(dtype),
                                  device=torch.device("cuda", device))
     import cupy
     return functools.partial(cupy.empty, tuple(shape), dtype=_KDSL_TO[dtype][1])
+
+
+def torch_dtype(dtype: str):
+    """The torch dtype of a kdsl element type."""
+    import torch
+    return getattr(torch, _KDSL_TO[dtype][0])
 
 
 def is_contiguous(a: ArrayInfo) -> bool:

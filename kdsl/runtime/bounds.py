@@ -58,9 +58,11 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
     ranges = {n: (v, v) for n, v in dims.items()}
     ranges.update(b=(0, dims_of(k, dims, "q", 0) - 1), h=(0, dims_of(k, dims, "q", 1) - 1),
                   q=(0, dims_of(k, dims, "q", 2) - 1), kv=(0, dims_of(k, dims, "k", 2) - 1))
-    for fname in ("score", "mask"):
-        e = k.func(fname)
-        if e is None:
+    ranges.update(q0=ranges["q"], q1=ranges["q"], k0=ranges["kv"], k1=ranges["kv"])
+    # Every function the kernel evaluates: score and mask, and the score_log2 and tile
+    # predicates an IR file may carry (kdsl tune's output) in their place.
+    for fname, e in k.funcs:
+        if fname == "scale":
             continue
         for node in ir.walk(e):
             if not isinstance(node, ir.Load):
@@ -72,8 +74,9 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
                 if lo < 0 or hi >= size:
                     got = "cannot be bounded" if not (math.isfinite(lo) and math.isfinite(hi)) else \
                         f"ranges over [{lo}, {hi}]"
+                    text = ir.format_expr(idx, k.param_names(fname))
                     raise LaunchError(
-                        f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({ir.print_expr(idx)}) {got} "
+                        f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {got} "
                         f"for these shapes, but that axis has size {size}; clamp it, e.g. with min(...)/max(...)")
 
 

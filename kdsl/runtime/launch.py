@@ -9,11 +9,14 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import KdslError, LaunchError, NoGpuError
+from ..passes import exp2_fold, index_floats
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
-from . import arrays, geometry
+from . import arrays, geometry, splitkv, summary, torch_ops
 from .bounds import check_capture_indices
 from .driver import ArgPack, launch
+from .splitkv import CombineLaunch
+from .summary import SummaryLaunch, TileSummary
 
 
 @functools.cache
@@ -59,6 +62,10 @@ class Plan:
     # A launch split over batches: (grid z, byte offset per pointer slot) per launch.
     chunks: tuple = ()
     maps: tuple = ()  # TMA tensor maps (runtime/tma.py) fed by the first len(maps) pointers
+    summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one
+    combine: CombineLaunch | None = None  # split-KV's second kernel (runtime/splitkv.py)
+    keep_alive: tuple = ()  # this call's scratch buffers: freed when the next call replaces them,
+                            # after the kernels that read them in stream order
     out_align: int = 4  # bytes; the FP8 GEMM's TMA store needs 16
 
     def __post_init__(self):
@@ -88,6 +95,7 @@ class Plan:
 class KernelBase:
     # The CPU interpreter (kdsl.interpreted) validates with the same methods, on host arrays.
     on_host = False
+    torch_ops = None  # (op, out= op) once registered with torch (runtime/torch_ops.py)
 
     def __init__(self, kernel: ir.Kernel, arch: str | None):
         self.ir = kernel
@@ -142,8 +150,14 @@ class KernelBase:
                 continue
             want = _eval_int(e, dims)
             if want != got:
-                raise LaunchError(f"{self.name}: argument '{t.name}' dimension {axis} ({ir.print_expr(e)}) must be "
-                                  f"{want}, got {got} (shape {list(shape)})")
+                raise LaunchError(f"{self.name}: argument '{t.name}' dimension {axis} ({ir.format_expr(e)}) must be "
+                                  f"{want}, got {got} (shape {list(shape)}){self._dims_origin(e, dims)}")
+
+    def _dims_origin(self, e: ir.Expr, dims: dict) -> str:
+        """Where the sizes a shape expression uses came from: '; N = 7 is k's dimension 2'."""
+        bound = self.ir.dims
+        used = dict.fromkeys(n.name for n in ir.walk(e) if isinstance(n, ir.Var) and n.name in bound)
+        return "".join(f"; {n} = {dims[n]} is {bound[n][0]}'s dimension {bound[n][1]}" for n in used)
 
     def _device(self, infos):
         devs = {a.device for a in infos}
@@ -178,13 +192,14 @@ class AttentionKernel(KernelBase):
         super().__init__(kernel, arch)
         self.captures = [t for t in kernel.tensors if t.role == "capture"]
         self.has_lse = kernel.tensor("lse") is not None
+        # float(q - kv) computed as qf - kvf is exact only up to a length (passes/index_floats)
+        self.index_floats = index_floats.uses_index_floats(index_floats.run(exp2_fold.run(kernel)))
 
-    def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, **named):
+    def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
+        if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
+            return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
-        plan = self._plans.get(_signature((q, k, v, *caps), (out, lse, scale)))
-        if plan is None:
-            plan = self._plan(q, k, v, caps, out, lse, scale)
-            self._plans[_signature((q, k, v, *caps), (out, lse, scale))] = plan
+        plan = self._plan_for(q, k, v, caps, out, lse, scale)
         torch_like = plan.framework == "torch"
         if out is None:
             out = plan.new_out()
@@ -197,8 +212,62 @@ class AttentionKernel(KernelBase):
             for p, n in zip(ptrs, ("q", "k", "v", "out")):
                 _align(p, n, self.name)
         ptrs.append(_ptr(lse) if lse is not None else 0)
-        plan.launch(ptrs + [_ptr(c) for c in caps] if caps else ptrs)
+        if caps:
+            ptrs += [_ptr(c) for c in caps]
+        plan.keep_alive = ()
+        ptrs.append(self._summary_pointer(plan, ptrs[5:], tile_summary))
+        if plan.maps:  # the Hopper kernel's split-KV scratch (null when the keys are not split)
+            if plan.combine is None:
+                ptrs += (0, 0)
+            else:
+                part_o, part_lse = plan.combine.new_part_o(), plan.combine.new_part_lse()
+                ptrs += (_ptr(part_o), _ptr(part_lse))
+                plan.launch(ptrs)
+                plan.combine.run(plan.current_stream(), ptrs[-2], ptrs[-1], ptrs[3], ptrs[4])
+                plan.keep_alive += (part_o, part_lse)
+                return (out, lse) if self.has_lse else out
+        plan.launch(ptrs)
         return (out, lse) if self.has_lse else out
+
+    def tile_summary(self, q, k, v, *captures, scale=None, **named) -> TileSummary:
+        """The runtime tile summary of a mask that reads data (e.g. document ids), computed
+        now for calls with these shapes and these captured values, to pass as
+        `tile_summary=` to each of them instead of recomputing it per call."""
+        if torch_ops.compiling():  # no torch op makes one (yet): a compiled call computes its own
+            raise LaunchError(f"{self.name}: tile_summary() cannot run inside torch.compile; call it before the "
+                              f"compiled code and pass its result in, or leave tile_summary= out (each call then "
+                              f"computes its summary)")
+        caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
+        plan = self._plan_for(q, k, v, caps, None, None, scale)
+        if plan.loaded is not None and plan.summary is None:
+            raise LaunchError(f"{self.name}: its mask reads no captured data per query or key, so it has no tile "
+                              f"summary (attr mask_tiles in `kdsl compile --emit ir` says which masks do)")
+        if plan.summary is None:  # nothing will be launched for these shapes
+            return TileSummary(self.name, None, None)
+        buf = plan.summary.new_buffer()
+        plan.summary.run(plan.current_stream(), [_ptr(c) for c in caps], _ptr(buf))
+        return TileSummary(self.name, plan.summary.layout, buf)
+
+    def _plan_for(self, q, k, v, caps, out, lse, scale) -> Plan:
+        key = _signature((q, k, v, *caps), (out, lse, scale))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(q, k, v, caps, out, lse, scale)
+        return plan
+
+    def _summary_pointer(self, plan: Plan, cap_ptrs, given) -> int:
+        """The tile summary the kernel reads: computed now on the caller's stream, or the
+        precomputed one passed as tile_summary=; 0 when the mask needs none."""
+        if given is not None:
+            layout = plan.summary.layout if plan.summary is not None else None
+            TileSummary.expect(self.name, given).check(self.name, layout)
+            return _ptr(given.buffer)
+        if plan.summary is None:
+            return 0
+        buf = plan.summary.new_buffer()
+        plan.summary.run(plan.current_stream(), cap_ptrs, _ptr(buf))
+        plan.keep_alive = (buf,)
+        return _ptr(buf)
 
     def _without_launch(self, plan, out, lse):
         """Empty output, or no keys at all: what the kernel would write, without a launch."""
@@ -241,6 +310,9 @@ class AttentionKernel(KernelBase):
         Hkv, N = infos[1].shape[1], infos[1].shape[2]
         if (H % Hkv if Hkv else H):
             raise LaunchError(f"{self.name}: q has {H} heads, not a multiple of k/v's {Hkv} heads")
+        if self.index_floats and max(M, N) > index_floats.MAX_LENGTH:
+            raise LaunchError(f"{self.name}: sequence length {max(M, N)} exceeds {index_floats.MAX_LENGTH}, the longest "
+                              f"for which this kernel's score converts positions to float exactly")
         if D not in (64, 128):
             raise LaunchError(f"{self.name}: head dimension {D} is not supported (64 or 128)")
         if out is not None:
@@ -276,10 +348,13 @@ class AttentionKernel(KernelBase):
         built, loaded = self._load(D, device)
         lk = built.kernel
         tma = lk.attr("kernel") == "wgmma"
+        splits = 1
         if tma:
-            # One CTA per (b, h, q tile) item on grid.x (no grid.z batch limit), or one per SM
-            # walking several when the schedule is persistent.
+            # One CTA per (b, h, q tile[, key range]) item on grid.x (no grid.z batch limit), or
+            # one per SM walking several when the schedule is persistent.
             items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
+            splits = splitkv.kv_splits(items, -(-N // lk.attr("tile_n")), _sm_count(device))
+            items *= splits
             grid = (min(items, _sm_count(device)) if lk.attr("schedule") == "persistent" else items, 1, 1)
             chunks = [(0, B)]
         else:
@@ -288,12 +363,27 @@ class AttentionKernel(KernelBase):
             grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, chunks[0][1])
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
         # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
-        # capture pointers, capture-only dims. Pointers are written per call. The wgmma
-        # kernel takes q, k and v as TMA tensor maps, re-encoded when their pointers change.
+        # capture pointers, capture-only dims, the tile summary. Pointers are written per call.
+        # The wgmma kernel takes q, k and v as TMA tensor maps, re-encoded when their pointers
+        # change. The summary kernel takes the same parameters less the first five.
         kinds = ["tmap" if tma else "ptr"] * 3 + ["ptr"] * 2 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + \
-            ["i32"] * len(extra_dims)
-        values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims]
-        order = list(range(3 if tma else 0, 5)) + list(range(12, 12 + ncap))  # slots the per-call pointers go to
+            ["i32"] * len(extra_dims) + ["ptr"]
+        values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims] + [None]
+        # slots the per-call pointers go to
+        order = list(range(3 if tma else 0, 5)) + list(range(12, 12 + ncap)) + [len(kinds) - 1]
+        layout = summary.Layout.of(lk, B, H, M, N)
+        tiles = None
+        if layout is not None:
+            tiles = summary.SummaryLaunch(loaded, built.generated.entry + "_summary", layout,
+                                          ArgPack(kinds[5:], values[5:], [o - 5 for o in order[-1 - ncap:]]),
+                                          infos[0].framework, device)
+        combine = None
+        if tma:  # then splits, and the split results' two pointers (per call)
+            order += [len(kinds) + 1, len(kinds) + 2]
+            kinds, values = kinds + ["i32", "ptr", "ptr"], values + [splits, None, None]
+            if splits > 1:
+                combine = splitkv.CombineLaunch(loaded, built.generated.entry + "_combine", splits, B * H * M, D,
+                                                infos[0].framework, device)
         pack = ArgPack(kinds, values, order)
         maps = ()
         if tma:
@@ -302,14 +392,15 @@ class AttentionKernel(KernelBase):
             maps = (RowTiles(pack.slots[0], elem, B * H, M, D, bm), RowTiles(pack.slots[1], elem, B * Hkv, N, D, bn),
                     RowTiles(pack.slots[2], elem, B * Hkv, N, D, bn))
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem,
-                    chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps)
+                    chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps,
+                    summary=tiles, combine=combine)
 
 
 def _batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap):
     """(grid z, byte offsets of q k v out lse and the captures) for each batch chunk."""
     e = arrays.itemsize(elem)
     return tuple((n, (b0 * H * M * D * e, b0 * Hkv * N * D * e, b0 * Hkv * N * D * e, b0 * H * M * D * e,
-                      b0 * H * M * 4) + (0,) * ncap) for b0, n in chunks)
+                      b0 * H * M * 4) + (0,) * (ncap + 1)) for b0, n in chunks)
 
 
 @functools.cache
@@ -395,6 +486,8 @@ class GemmKernel(KernelBase):
         return GemmKernel(self.ir.with_attrs(**attrs), self.arch)
 
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
+        if torch_ops.compiling():
+            return torch_ops.gemm(self, a, a_scale, b, b_scale, rest, named, out)
         extra = self._extra(rest, named) if (rest or named or self.extra) else None
         key = _signature((a, a_scale, b, b_scale, extra), (out,))
         plan = self._plans.get(key)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from .. import ir, ircheck
 from ..errors import KdslError, SourceError, Span
 from ..grammar import parse
 from ..interpreted import Interpreted
 from ..passes import pipeline
-from . import prebuild
+from . import prebuild, torch_ops
 from .launch import AttentionKernel, GemmKernel
 
 
@@ -20,6 +21,8 @@ class Module:
                                               else GemmKernel(k, a))
         self.kernels = {k.name: make(k, arch) for k in kernels}
         self.ir = {k.name: k for k in kernels}
+        for kernel in self.kernels.values():
+            torch_ops.register(kernel, "interpret" if interpret else "cuda", arch)
         if not interpret:
             prebuild.start(list(self.kernels.values()))
 
@@ -41,14 +44,39 @@ def compile_source(source: str, file: str = "<string>", arch: str | None = None,
                    exact_math: bool = False) -> Module:
     """interpret=True: kernels run on the CPU through the interpreter of the tiled program.
     exact_math=True: score and mask expressions use libm's functions and IEEE division instead
-    of the hardware approximations (docs/language.md lists their errors)."""
+    of the hardware approximations (docs/language.md lists their errors).
+    A file named *.ir holds kernels in kdsl's IR text form (`kdsl compile --emit ir`, or what
+    `kdsl tune` writes) instead of the language."""
     t0 = time.perf_counter()
-    kernels = pipeline.check(parse(source, file))
+    kernels = _ir_kernels(source, file) if file.endswith(".ir") else pipeline.check(parse(source, file))
     if exact_math:
         kernels = [k.with_attrs(math="exact") for k in kernels]
     mod = Module(kernels, file, arch, interpret)
     mod.front_end_s = time.perf_counter() - t0  # parse + type check, for `kdsl bench`
     return mod
+
+
+def _ir_kernels(text: str, file: str) -> list:
+    """Kernels from IR text, checked as the type checker checks a program; schedule
+    attributes they carry are checked for legality when they are lowered (passes/tiling.py)."""
+    kernels = ir.parse_ir(text, file)
+    seen = set()
+    for k in kernels:
+        span = _kernel_span(k, text)
+        if k.name in seen:
+            raise SourceError(f"kernel '{k.name}' is defined twice", span)
+        seen.add(k.name)
+        try:
+            ircheck.check_kernel(k)
+        except ircheck.IrTypeError as e:
+            raise SourceError(str(e), span) from None
+    pipeline.distinct_entries(kernels, [_kernel_span(k, text) for k in kernels])
+    return kernels
+
+
+def _kernel_span(k, text: str) -> Span:
+    file, _, line = k.source.rpartition(":")
+    return Span(file, int(line), 1, int(line), 1, text)
 
 
 def load(path, arch: str | None = None, interpret: bool = False, exact_math: bool = False) -> Module:

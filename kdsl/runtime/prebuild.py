@@ -2,11 +2,19 @@
 machine's GPU, at every head dim it may be called with, in compiler processes
 (kdsl.runtime.workers), so that a first call finds its kernel built or building. A call
 never waits for another kernel or head dim (see compiler.build). Only where an NVIDIA
-driver is present and a CPU is to spare; KDSL_PREBUILD=0 turns it off."""
+driver is present and a CPU is to spare; KDSL_PREBUILD=0 turns it off.
+
+The GPU's arch comes from CUDA (CuPy's import and cuInit: a few tenths of a second, which
+a first call pays too before it can build). Where the driver's /proc listing names only
+Hopper parts, the sm_90a builds start before that, and the arch CUDA reports follows (the
+same builds are then no-ops; a wrong guess costs CPU time, never a wrong kernel)."""
 from __future__ import annotations
 
+import glob
 import os
+import re
 import threading
+from pathlib import Path
 
 from ..errors import NoGpuError
 
@@ -38,12 +46,37 @@ def _run(kernels):
     # generates each kernel's source; neither should delay load().
     from ..passes import pipeline
     from .compiler import prebuild
-    for kern in kernels:
+    guess = arch_from_models(_gpu_models())
+    rounds = ([lambda kern: kern.arch or guess] if guess else []) + [lambda kern: kern._arch()]
+    for arch_of in rounds:
+        for kern in kernels:
+            try:
+                arch = arch_of(kern)  # NoGpuError without a usable GPU
+                for d in sorted(pipeline.head_dims(kern.ir), reverse=True):  # longest build first
+                    prebuild(kern.ir, arch, d)
+            except NoGpuError:
+                return
+            except Exception:  # noqa: BLE001 - the kernel's first call reports the same problem
+                continue
+
+
+_HOPPER = re.compile(r"\b(GH200|H100|H200|H800|H20)\b")
+
+
+def arch_from_models(models: list[str]) -> str | None:
+    """sm_90a when every GPU model named is a Hopper part, else None (no guess)."""
+    return "sm_90a" if models and all(_HOPPER.search(m) for m in models) else None
+
+
+def _gpu_models() -> list[str]:
+    """The 'Model:' line of each GPU in the driver's /proc listing; [] if any is unreadable."""
+    models = []
+    for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
         try:
-            arch = kern._arch()  # NoGpuError without a usable GPU
-            for d in sorted(pipeline.head_dims(kern.ir), reverse=True):  # longest build first
-                prebuild(kern.ir, arch, d)
-        except NoGpuError:
-            return
-        except Exception:  # noqa: BLE001 - the kernel's first call reports the same problem
-            continue
+            m = re.search(r"^Model:\s*(.+?)\s*$", Path(info).read_text(), re.M)
+        except OSError:
+            return []
+        if m is None:
+            return []
+        models.append(m.group(1))
+    return models

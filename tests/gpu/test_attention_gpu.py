@@ -12,7 +12,8 @@ from exprgen import bool_expr, float_expr, program
 
 pytestmark = pytest.mark.gpu
 
-ATTENTION_SAMPLES = ["relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d"]
+ATTENTION_SAMPLES = ["relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d", "prefix_lm",
+                     "padded_causal"]
 # (B, H, Hkv, M, N, D): ragged lengths, 1, tile +- 1, M != N, GQA and MQA, both head dims.
 SHAPES = [
     (2, 4, 4, 256, 256, 128), (1, 2, 2, 1, 1, 64), (1, 3, 3, 1, 300, 128), (2, 2, 2, 129, 127, 64),

@@ -9,6 +9,11 @@ struct AttnArgs {
   const void* q; const void* k; const void* v; void* o; float* lse;  // lse may be nullptr
   int B, H, Hkv, M, N;   // q:[B,H,M,D] k,v:[B,Hkv,N,D] o:[B,H,M,D] lse:[B,H,M]; contiguous
   float scale_log2;      // softmax scale * log2(e), for the Variant to use
+  // Split-KV (decode): the keys are cut into `splits` ranges, one work item each, whose
+  // partial results go to part_o [splits, B, H, M, D] and part_lse [splits, B, H, M].
+  int splits = 1;
+  float* part_o = nullptr;
+  float* part_lse = nullptr;
 };
 
 KDSL_DEVICE float fmax2(float x, float y) {

@@ -356,7 +356,8 @@ KDSL_DEVICE void attention_fwd(const AttnArgs& a, const typename V::Captures& ca
               const int bit = (mt * NT + nt) * 4 + e;
               const float x = V::score(a, cap, s[mt][nt][e], b, h,
                                        min_i(qrow0 + mt * 16 + (e >> 1) * 8, M - 1),
-                                       min_i(k0 + nt * 8 + 2 * tig + (e & 1), N - 1));
+                                       min_i(k0 + nt * 8 + 2 * tig + (e & 1), N - 1),
+                                       (float)(qrow0 + mt * 16 + (e >> 1) * 8), (float)(k0 + nt * 8 + 2 * tig + (e & 1)));
               s[mt][nt][e] = (keep[bit / 32] >> (bit % 32)) & 1u ? x : neg_inf();
             }
       } else {
@@ -368,7 +369,8 @@ KDSL_DEVICE void attention_fwd(const AttnArgs& a, const typename V::Captures& ca
             for (int e = 0; e < 4; ++e)
               s[mt][nt][e] = V::score(a, cap, s[mt][nt][e], b, h,
                                       min_i(qrow0 + mt * 16 + (e >> 1) * 8, M - 1),
-                                      k0 + nt * 8 + 2 * tig + (e & 1));
+                                      k0 + nt * 8 + 2 * tig + (e & 1),
+                                      (float)(qrow0 + mt * 16 + (e >> 1) * 8), (float)(k0 + nt * 8 + 2 * tig + (e & 1)));
       }
 
       // ---- online softmax (log2 domain) ----

@@ -4,7 +4,10 @@
 // Roles. One producer warpgroup (registers lowered with setmaxnreg) issues every load: one
 // thread walks the CTA's kv tiles and TMA-copies Q once, then K and V tiles into a
 // STAGES-deep ring, each stage guarded by a "full" mbarrier (TMA bytes landed) and an
-// "empty" one (every consumer thread is done reading). NCWG consumer warpgroups (registers
+// "empty" one (every consumer thread is done reading). The producer alone evaluates the
+// tile predicates (V::tile(), which may read a runtime tile summary): with each stage it
+// writes the tile's index, class and whether another tile follows into a word of shared
+// memory, so the consumers' loop carries no predicate and no global load. NCWG consumer warpgroups (registers
 // raised) each own 64 query rows: S = Q K^T by wgmma with both operands in shared memory,
 // the generated score and mask on the fp32 S registers, online softmax in the log2
 // domain, and O += P V by wgmma with P straight from registers (the S accumulator layout
@@ -12,8 +15,9 @@
 // it evaluates the tile's per-element mask, so the mask costs no extra latency.
 //
 // Launch contract (the generated extern "C" kernel forwards here):
-//   grid   = (CTAs, 1, 1), any count >= 1: one per work item (ceil(M / BM) * H * B of them,
-//            BM = 64 * NCWG query rows each), or fewer, persistent, each walking several
+//   grid   = (CTAs, 1, 1), any count >= 1: one per work item (ceil(M / BM) * H * B * splits
+//            of them, BM = 64 * NCWG query rows each, splits = AttnArgs::splits key ranges),
+//            or fewer, persistent, each walking several
 //   block  = 128 * (NCWG + 1) threads, __launch_bounds__(threads, 1)
 //   dynamic shared memory = attention_wgmma_smem_bytes<Elem, D, BN, NCWG, STAGES>()
 //   tq, tk, tv: 3-D tensor maps over q [B*H, M, D], k and v [B*Hkv, N, D] (16-bit elements,
@@ -48,7 +52,8 @@ struct Cfg {
   static constexpr int kVOffset = kQBytes + STAGES * kKVBytes;
   static constexpr int kBarOffset = kQBytes + 2 * STAGES * kKVBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
-  static constexpr int kSmemBytes = 1024 + kBarOffset + kBars * 8;  // + realignment slack
+  static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // a tile_info word per stage
+  static constexpr int kSmemBytes = 1024 + kInfoOffset + STAGES * 4;  // + realignment slack
   // Register split between the roles (setmaxnreg): the total must fit 64K registers.
   static constexpr int kProducerRegs = NCWG <= 2 ? 40 : 32;
   static constexpr int kConsumerRegs = NCWG == 1 ? 240 : (NCWG == 2 ? 232 : 160);
@@ -75,20 +80,32 @@ template <int BN, class V>
 struct TileWalk {
   const AttnArgs& a;
   const typename V::Captures& cap;
-  int b, h, q0, q1, n_tiles;
+  int b, h, q0, q1, first, n_tiles;  // kv tiles [first, n_tiles): this item's split of the keys
 
   KDSL_DEVICE int cls(int j) const {
     if constexpr (!V::kHasMask) return kTileFull;
     return V::tile(a, cap, b, h, q0, q1, j * BN, imin2(j * BN + BN, a.N) - 1);
   }
-  // First visited tile at or after j (n_tiles when none).
-  KDSL_DEVICE int next(int j) const {
+  // First visited tile at or after j (n_tiles when none), and its class.
+  KDSL_DEVICE int start(int& c) const { return next(first, c); }
+  KDSL_DEVICE int next(int j, int& c) const {
+    c = kTileFull;
     if constexpr (V::kHasMask) {
-      while (j < n_tiles && cls(j) == kTileEmpty) ++j;
+      for (; j < n_tiles; ++j)
+        if ((c = cls(j)) != kTileEmpty) break;
     }
     return j;
   }
 };
+
+// What the producer tells the consumers about the tile in a ring stage (one shared word).
+KDSL_DEVICE u32 tile_info(int j, int cls, bool more) { return ((u32)j << 3) | ((u32)cls << 1) | (more ? 1u : 0u); }
+KDSL_DEVICE u32 ld_shared_u32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+KDSL_DEVICE void st_shared_u32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory"); }
 
 }  // namespace attn_wgmma_detail
 
@@ -116,6 +133,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   const u32 base = (smem_addr(kdsl_attn_smem) + 1023u) & ~1023u;
   const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset;
   const u32 full_q = base + C::kBarOffset, empty_q = full_q + 8u;
+  auto info_kv = [&](int s) { return base + C::kInfoOffset + 4u * s; };  // tile_info of ring stage s
   auto full_k = [&](int s) { return full_q + 8u * (2 + s); };
   auto full_v = [&](int s) { return full_q + 8u * (2 + STAGES + s); };
   auto empty_k = [&](int s) { return full_q + 8u * (2 + 2 * STAGES + s); };
@@ -141,16 +159,19 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // launches one CTA per item, so the hardware's dynamic dispatch balances items of unequal
   // cost, or one CTA per SM (persistent) when every item costs the same.
   // (Computed inside each role, after setmaxnreg: a value live across it gets spilled.)
-  auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B; };
-  auto item = [&](int w, int& b, int& h, int& q0) {
+  auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B * a.splits; };
+  auto item = [&](int w, int& b, int& h, int& q0, int& split) {
+    split = w % a.splits;
+    w /= a.splits;
     const int n_qtiles = (a.M + BM - 1) / BM;
     const int bh = w / n_qtiles;
     q0 = (n_qtiles - 1 - (w - bh * n_qtiles)) * BM;
     b = bh / a.H;
     h = bh - b * a.H;
   };
-  auto walk_of = [&](int b, int h, int q0) {
-    return TileWalk<BN, V>{a, cap, b, h, q0, imin2(q0 + BM, a.M) - 1, (a.N + BN - 1) / BN};
+  auto walk_of = [&](int b, int h, int q0, int split) {
+    const int tiles = (a.N + BN - 1) / BN, chunk = (tiles + a.splits - 1) / a.splits;
+    return TileWalk<BN, V>{a, cap, b, h, q0, imin2(q0 + BM, a.M) - 1, split * chunk, imin2(tiles, split * chunk + chunk)};
   };
   const int wg = tid / 128 - 1;  // consumer warpgroup index; -1 for the producer
 
@@ -164,21 +185,24 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
     const int items = n_items();
     for (int w = blockIdx.x; w < items; w += gridDim.x) {
-      int b, h, q0;
-      item(w, b, h, q0);
-      const TileWalk<BN, V> walk = walk_of(b, h, q0);
-      const int first = walk.next(0);
-      if (first >= walk.n_tiles) continue;  // every key masked: the consumers only write zeros
+      int b, h, q0, split, cls;
+      item(w, b, h, q0, split);
+      const TileWalk<BN, V> walk = walk_of(b, h, q0, split);
+      int j = walk.start(cls);
+      if (j >= walk.n_tiles) continue;  // every key masked: the consumers only write zeros
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
-      mbar_wait(empty_q, (n_done & 1) ^ 1);  // the previous item's epilogue is done with sQ
+      mbar_wait(empty_q, (n_done++ & 1) ^ 1);  // the previous item's epilogue is done with sQ
       mbar_arrive_expect_tx(full_q, C::kQBytes);
 #pragma unroll
       for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
-      ++n_done;
-      for (int j = first; j < walk.n_tiles; j = walk.next(j + 1), ++it) {
+      for (bool more = true; more; ++it) {
+        int cls_next;
+        const int jn = walk.next(j + 1, cls_next);  // evaluated while the stage may still be busy
+        more = jn < walk.n_tiles;
         const int s = it % STAGES;
         const u32 parity = ((it / STAGES) & 1) ^ 1;
         mbar_wait(empty_k(s), parity);
+        st_shared_u32(info_kv(s), tile_info(j, cls, more));  // published by the arrive below
         mbar_arrive_expect_tx(full_k(s), C::kKVBytes);
 #pragma unroll
         for (int c = 0; c < C::kColBlocks; ++c)
@@ -188,6 +212,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
         for (int c = 0; c < C::kColBlocks; ++c)
           tma_load_3d(sV + s * C::kKVBytes + c * BN * 128, tv, full_v(s), c * 64, j * BN, bh_kv);
+        j = jn;
+        cls = cls_next;
       }
     }
     return;
@@ -215,36 +241,42 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   auto my_turn = [&]() { if constexpr (kPingPong) named_barrier(3 + wg, 256); };
   auto your_turn = [&]() { if constexpr (kPingPong) named_barrier_arrive(3 + (wg ^ 1), 256); };
 
-  // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group. The first
-  // QK^T step is write-only so that the old S values need no copy.
+  // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group, issued as
+  // one asm statement (wgmma_ops.cuh). QK^T's first step overwrites S, so that the old S
+  // values need no copy.
   auto qk = [&](int s) {
     const u32 k_tile = sK + s * C::kKVBytes;
-    WgmmaSS0<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows), desc_kmajor_sw128(k_tile));
+    u64 da[D / 16], db[D / 16];
 #pragma unroll
-    for (int ks = 1; ks < D / 16; ++ks) {
+    for (int ks = 0; ks < D / 16; ++ks) {
       const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
-      WgmmaSS<Elem, BN>::run(sc, desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off),
-                             desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off), 1);
+      da[ks] = desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off);
+      db[ks] = desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off);
     }
+    WgmmaQK<Elem, BN, D / 16>::run(sc, da, db);
     wgmma_commit();
   };
   auto pv = [&](int s) {
     const u32 v_tile = sV + s * C::kKVBytes;
+    u64 db[BN / 16];
 #pragma unroll
-    for (int kp = 0; kp < BN / 16; ++kp)
-      WgmmaRS<Elem, D>::run(o, pa[kp], desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128), 1);
+    for (int kp = 0; kp < BN / 16; ++kp) db[kp] = desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128);
+    WgmmaPV<Elem, D, BN / 16>::run(o, pa, db);
     wgmma_commit();
   };
 
   int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
   const int items = n_items();
   for (int w = blockIdx.x; w < items; w += gridDim.x) {
-    int b, h, q0;
-    item(w, b, h, q0);
-    const TileWalk<BN, V> walk = walk_of(b, h, q0);
-    const int first = walk.next(0);
+    int b, h, q0, split;
+    item(w, b, h, q0, split);
+    // Whether any tile is visited: the one predicate scan a consumer makes per item.
+    int cls0;
+    const TileWalk<BN, V> walk = walk_of(b, h, q0, split);
+    const bool any = walk.start(cls0) < walk.n_tiles;
     const int row0 = q0 + wg * 64 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
+    const float qf[2] = {(float)row0, (float)(row0 + 8)};
 #pragma unroll
     for (int i = 0; i < C::kORegs; ++i) o[i] = 0.f;
     m_run[0] = m_run[1] = neg_inf();
@@ -278,18 +310,23 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // P (relative to the new running max) and alpha[] rescales what O held so far.
     auto softmax = [&](int j, bool general, u64 keep0, u64 keep1, float (&alpha)[2]) {
       const int k0 = j * BN;
+      // kv as a float: one conversion per tile, then a constant per register (exact below
+      // 2^24; the runtime bounds N for kernels whose score uses it)
+      const float kvf0 = (float)(k0 + 2 * t);
       if (general) {
 #pragma unroll
         for (int i = 0; i < C::kSRegs; ++i) {
           const int kv = imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1);
-          const float x = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv);
+          const float x = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1],
+                                   kvf0 + (float)(8 * (i / 4) + (i & 1)));
           const bool ok = ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
           sc[i] = ok ? x : neg_inf();
         }
       } else {  // a full tile inside [0, N): no per-element selects
 #pragma unroll
         for (int i = 0; i < C::kSRegs; ++i)
-          sc[i] = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], k0 + 8 * (i / 4) + 2 * t + (i & 1));
+          sc[i] = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], k0 + 8 * (i / 4) + 2 * t + (i & 1), qf[(i >> 1) & 1],
+                           kvf0 + (float)(8 * (i / 4) + (i & 1)));
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -333,55 +370,58 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       }
     };
 
-    if (first < walk.n_tiles) {
+    if (any) {
+      mbar_wait(full_q, n_done & 1);
       if (kPingPong && wg == 1) named_barrier_arrive(3, 256);
       // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
-      // S of the next tile is already computed and goes through the softmax.
-      mbar_wait(full_q, n_done & 1);
-      int j = first;
+      // S of the next tile is already computed and goes through the softmax. One loop body
+      // serves every tile: a peeled first tile doubles the softmax code that NVVM and ptxas
+      // work through (cold builds 10-25 % slower). At its head S of the tile in ring slot `it`
+      // is in flight, P V of the tile before (slot sv) behind it, and the tile's survivors are
+      // known. The first tile's S is waited for before the loop: ptxas cannot tell that the
+      // loop's wgmma_wait<1> would find only it in flight, and would serialise every wgmma.
+      u32 info;
+      bool partial, general;
+      u64 keep0 = 0, keep1 = 0;
       {
-        const int cls = walk.cls(j);
-        const bool partial = V::kHasMask && cls == kTilePartial, general = partial || j * BN + BN > N;
         const int s = it % STAGES;
         mbar_wait(full_k(s), (it / STAGES) & 1);
+        info = ld_shared_u32(info_kv(s));
+        partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial;
+        general = partial || (int)(info >> 3) * BN + BN > N;
         my_turn();
         wgmma_fence();
         qk(s);
         your_turn();
-        u64 keep0 = 0, keep1 = 0;
-        if (general) survivors(j, partial, keep0, keep1);
+        if (general) survivors(info >> 3, partial, keep0, keep1);
         wgmma_wait<0>();
+      }
+      for (int sv = -1;;) {  // sv: ring slot of the P V in flight (-1: none yet)
+        const int j = info >> 3;
+        wgmma_wait<1>();  // groups retire in order: S of tile j is ready, P V may still run
         wgmma_pin(sc);
-        release(empty_k(s));
+        release(empty_k(it % STAGES));
         float alpha[2];
         softmax(j, general, keep0, keep1, alpha);
+        wgmma_wait<0>();
+        wgmma_pin(o);
+        if (sv >= 0) release(empty_v(sv));
         rescale_and_pack(alpha);
-      }
-      while (true) {
+        if (!(info & 1)) break;  // no tile follows
         const int s = it % STAGES, sn = (it + 1) % STAGES;
-        const int jn = walk.next(j + 1);
-        if (jn >= walk.n_tiles) break;
         mbar_wait(full_k(sn), ((it + 1) / STAGES) & 1);
+        info = ld_shared_u32(info_kv(sn));
         mbar_wait(full_v(s), (it / STAGES) & 1);
         my_turn();
         wgmma_fence();
         qk(sn);
         pv(s);
         your_turn();
-        const int cls = walk.cls(jn);
-        const bool partial = V::kHasMask && cls == kTilePartial, general = partial || jn * BN + BN > N;
-        u64 keep0 = 0, keep1 = 0;
-        if (general) survivors(jn, partial, keep0, keep1);
-        wgmma_wait<1>();  // groups retire in order: S of tile jn is ready, P V may still run
-        wgmma_pin(sc);
-        release(empty_k(sn));
-        float alpha[2];
-        softmax(jn, general, keep0, keep1, alpha);
-        wgmma_wait<0>();
-        wgmma_pin(o);
-        release(empty_v(s));
-        rescale_and_pack(alpha);
-        j = jn;
+        sv = s;
+        partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial;
+        general = partial || (int)(info >> 3) * BN + BN > N;
+        keep0 = keep1 = 0;
+        if (general) survivors(info >> 3, partial, keep0, keep1);
         ++it;
       }
       // the last tile's P V
@@ -397,12 +437,38 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       ++it;
     }
 
+    const int bh = b * a.H + h;
+    if (a.splits > 1) {
+      // ---- epilogue of one split of the keys: this split's normalised O in fp32 and its lse,
+      // for attention_combine_splits (no keys here: O = 0, lse = -inf) ----
+      const i64 part_row = ((i64)split * a.B * a.H + bh) * M;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row0 + 8 * hh;
+        const float l = any ? quad_sum(l_run[hh]) : 0.f;
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        if (r < M) {
+          float* po = a.part_o + (part_row + r) * D;
+#pragma unroll
+          for (int jj = 0; jj < D / 8; ++jj)
+            *reinterpret_cast<float2*>(po + 8 * jj + 2 * t) =
+                make_float2(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
+          if (t == 0) a.part_lse[part_row + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
+        }
+      }
+      if (any) {
+        named_barrier(1 + wg, 128);  // every wgmma of this warpgroup has finished reading Q
+        release(empty_q);
+        ++n_done;
+      }
+      continue;
+    }
+
     // ---- epilogue: normalise, stage this warp's 16 rows in its own rows of the Q tile (same
     // swizzled layout), then write whole 16-byte chunks ----
-    const int bh = b * a.H + h;
     Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * D;
     constexpr int kChunks = D / 8;  // 16-byte chunks per row
-    if (first >= walk.n_tiles) {
+    if (!any) {
       // Every key masked: zeros and lse = -inf, written directly. sQ is not ours to stage
       // in: the producer may already be loading the next item's Q there.
 #pragma unroll
@@ -457,6 +523,38 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     release(empty_q);
     ++n_done;
   }
+}
+
+// Split-KV: each split of the keys left its normalised O (fp32) and lse; out is their
+// lse-weighted mean and lse their log-sum-exp. One warp per row of out (rows = B * H * M).
+template <class Elem, int D>
+KDSL_DEVICE void attention_combine_splits(const float* part_o, const float* part_lse, void* o, float* lse, int rows,
+                                          int splits) {
+  const int row = (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  float mx = neg_inf();
+  for (int s = 0; s < splits; ++s) mx = fmax2(mx, part_lse[(i64)s * rows + row]);
+  float acc[D / 32], wsum = 0.f;  // columns 64 c + 2 lane and + 1, c < D / 64
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) acc[c] = 0.f;
+  if (mx != neg_inf()) {
+    for (int s = 0; s < splits; ++s) {
+      const float w = exp2_approx((part_lse[(i64)s * rows + row] - mx) * 1.4426950408889634f);
+      const float* po = part_o + ((i64)s * rows + row) * D + 2 * lane;
+      wsum += w;
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c) {
+        const float2 x = *reinterpret_cast<const float2*>(po + 64 * c);
+        acc[2 * c] += w * x.x;
+        acc[2 * c + 1] += w * x.y;
+      }
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  u32* out = reinterpret_cast<u32*>(static_cast<Elem*>(o) + (i64)row * D + 2 * lane);
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c) out[32 * c] = attn_wgmma_detail::pack2<Elem>(acc[2 * c] * inv, acc[2 * c + 1] * inv);
+  if (lse != nullptr && lane == 0) lse[row] = wsum > 0.f ? mx + lg2_approx(wsum) * 0.69314718055994531f : neg_inf();
 }
 
 }  // namespace kdsl

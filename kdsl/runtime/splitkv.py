@@ -1,0 +1,40 @@
+"""Split-KV for decode-like shapes (flash-decoding) on the Hopper attention kernel.
+
+When the (b, h, q tile) work items alone would leave most SMs idle (M = 1 decode with a
+small batch), the keys of each item are cut into ranges, one work item each: the kernel
+writes each range's normalised O (fp32) and lse into a scratch buffer, and a second kernel
+(`attention_combine_splits` in attention_wgmma.cuh) merges them by their lse. Both run on
+the caller's stream, so a call stays capturable in a CUDA graph.
+"""
+from __future__ import annotations
+
+from . import arrays
+from .driver import ArgPack, launch
+
+_WARPS_PER_BLOCK = 8  # the combine kernel's __launch_bounds__(256): one warp per output row
+
+
+def kv_splits(items: int, kv_tiles: int, sms: int) -> int:
+    """How many key ranges per work item: 1 unless the items fill under half the SMs; then
+    about one CTA per SM, each range at least one kv tile, none empty."""
+    if items * 2 > sms or kv_tiles < 2:
+        return 1
+    want = max(2, min(kv_tiles, sms // items))
+    chunk = -(-kv_tiles // want)
+    return -(-kv_tiles // chunk)
+
+
+class CombineLaunch:
+    """The combine kernel of one plan, and the allocators of the split results it reads."""
+
+    def __init__(self, loaded, entry: str, splits: int, rows: int, head_dim: int, framework: str, device: int):
+        fn = loaded.module.get_function(entry)
+        self._keep = fn
+        blocks = -(-rows // _WARPS_PER_BLOCK)
+        self._fixed = (int(fn.ptr), blocks, 1, 1, 32 * _WARPS_PER_BLOCK, 1, 1, 0)
+        self.pack = ArgPack(["ptr"] * 4 + ["i32"] * 2, [None] * 4 + [rows, splits], [0, 1, 2, 3])
+        self.new_part_o = arrays.allocator(framework, (splits * rows * head_dim,), "f32", device)
+        self.new_part_lse = arrays.allocator(framework, (splits * rows,), "f32", device)
+
+    def run(self, stream: int, part_o: int, part_lse: int, out: int, lse: int) -> None:
+        launch(self._fixed, stream, self.pack, [part_o, part_lse, out, lse])

@@ -1,0 +1,89 @@
+"""The runtime tile summary of a mask that reads data (kdsl/attention_summary.cuh).
+
+Mask analysis bounds e.g. `doc_q[b, q]` over a tile by its min and max there, (qmin e) and
+(qmax e); a small kernel computes them for every tile, on the caller's stream, right before
+the attention kernel (so a call stays capturable in a CUDA graph), and the attention kernel
+skips the tiles they prove empty. `TileSummary` is the precomputed form a user may pass to
+several calls that share the same captured ids: `kern.tile_summary(q, k, v, ...)`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..errors import LaunchError
+from ..passes import mask_analysis
+from . import arrays
+from .driver import ArgPack, launch
+
+_WARPS_PER_BLOCK = 8  # the summary kernel's __launch_bounds__(256)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes the buffer exactly as attention_summary.cuh lays it out: per slot, one int2
+    (min, max) per (b if the slot reads b, h if it reads h, tile)."""
+
+    entries: tuple[int, ...]  # per slot
+    tile_m: int
+    tile_n: int
+
+    @staticmethod
+    def of(lowered: ir.Kernel, B: int, H: int, M: int, N: int) -> "Layout | None":
+        slots = mask_analysis.summary_slots(lowered)
+        if not slots:
+            return None
+        bm, bn = lowered.attr("tile_m"), lowered.attr("tile_n")
+        entries = []
+        for s in slots:
+            e = s.args[0]
+            tiles = -(-N // bn) if ir.TILE_REDUCTIONS[s.op][0] == "kv" else -(-M // bm)
+            entries.append((B if ir.uses(e, "b") else 1) * (H if ir.uses(e, "h") else 1) * tiles)
+        return Layout(tuple(entries), bm, bn)
+
+    @property
+    def ints(self) -> int:
+        return 2 * sum(self.entries)
+
+
+class SummaryLaunch:
+    """The summary kernel of one plan: its fixed launch parameters and a buffer allocator."""
+
+    def __init__(self, loaded, entry: str, layout: Layout, pack: ArgPack, framework: str, device: int):
+        fn = loaded.module.get_function(entry)
+        self._keep = fn
+        warps = sum(layout.entries)
+        blocks = -(-warps // _WARPS_PER_BLOCK)
+        self._fixed = (int(fn.ptr), blocks, 1, 1, 32 * _WARPS_PER_BLOCK, 1, 1, 0)
+        self.layout, self.pack = layout, pack
+        self.new_buffer = arrays.allocator(framework, (layout.ints,), "i32", device)
+
+    def run(self, stream: int, capture_ptrs, buffer_ptr: int) -> None:
+        launch(self._fixed, stream, self.pack, [*capture_ptrs, buffer_ptr])
+
+
+@dataclass(frozen=True)
+class TileSummary:
+    """A tile summary computed ahead of the calls that use it (`kern.tile_summary(...)`).
+    Valid for calls with the same shapes and the same captured values it was made from."""
+
+    kernel: str
+    layout: Layout
+    buffer: object  # int32 array on the GPU, in the caller's framework
+
+    @staticmethod
+    def expect(kernel_name: str, given) -> "TileSummary":
+        """`given` as a tile_summary= argument, or the error a call reports for it."""
+        if not isinstance(given, TileSummary):
+            raise LaunchError(f"{kernel_name}: tile_summary must be what {kernel_name}.tile_summary(q, k, v, ...) "
+                              f"returns, got {type(given).__name__}")
+        return given
+
+    def check(self, kernel_name: str, layout: Layout | None) -> None:
+        if layout is None:
+            raise LaunchError(f"{kernel_name}: tile_summary= given, but this kernel's mask needs no tile summary")
+        if self.kernel != kernel_name or self.layout != layout:
+            raise LaunchError(f"{kernel_name}: tile_summary was made for kernel '{self.kernel}' with other shapes "
+                              f"({self.layout.entries} entries per slot, tiles {self.layout.tile_m}x"
+                              f"{self.layout.tile_n}); this call needs {layout.entries} on "
+                              f"{layout.tile_m}x{layout.tile_n}: make it with the same q, k, v shapes")

@@ -1,0 +1,208 @@
+"""kdsl kernels as torch operators, so that torch.compile(fullgraph=True) keeps a model that
+calls them in one graph (and CUDA graphs capture them, mode="reduce-overhead" included).
+
+Each kernel of a module loaded while torch is imported becomes two `torch.library` custom
+ops: `kdsl::NAME_HASH`, which returns new outputs, and `kdsl::NAME_HASH_out`, which writes
+into the `out=` (and `lse=`) tensors a call passes and declares them mutated. HASH covers the
+kernel's IR, its backend (GPU or CPU interpreter) and its target, so two programs with a kernel
+of one name get ops of their own, and loading a program again reuses its ops. Their fake
+(meta) implementations give the outputs' shapes and dtypes, and, when the shapes are static,
+check the arguments with the eager path's own code, so a bad call is refused while tracing.
+
+Eager calls do not go through the dispatcher, which costs about 20 µs of host time per call:
+a kernel takes its op only while torch.compile traces it (`compiling()`). kdsl kernels compute
+no gradients: an eager call's outputs do not require grad, whatever its inputs, and the op is
+given detached inputs so that a compiled call's outputs do not either.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+import weakref
+
+from .. import ir
+from ..errors import KdslError, LaunchError
+from . import arrays, geometry
+from .summary import Layout, TileSummary
+
+_OPS: dict[str, tuple] = {}  # op name -> (op returning new outputs, op writing into out=)
+# op name -> the kernels (modules loaded from one program) its implementation may call. Weak:
+# an op lives as long as the process, a module only as long as its user keeps it.
+_KERNELS: dict[str, list] = {}
+_running_op = 0                  # > 0 while an op's implementation runs: its kernel call is eager
+
+# A tile summary (runtime/summary.py) travels as its buffer, the kernel it was made for and
+# its layout [tile_m, tile_n, entries...], from which the implementation rebuilds it.
+_ATTENTION_ARGS = "Tensor q, Tensor k, Tensor v, Tensor[] captures, float? scale, Tensor? summary, " \
+    "str? summary_of, int[]? summary_layout"
+_GEMM_ARGS = "Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor? extra"
+
+
+def compiling() -> bool:
+    """Whether torch.compile is tracing the caller; cheap when it is not (no torch import)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and not _running_op and torch.compiler.is_compiling()
+
+
+def register(kernel, backend: str, arch: str | None) -> None:
+    """Make `kernel` (a module's callable; backend 'cuda' or 'interpret') a pair of torch ops,
+    when torch is imported: registering needs torch, and must happen outside tracing."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    k = kernel.ir
+    digest = hashlib.sha256(f"{ir.print_ir(k)}\n{backend}\n{arch}".encode()).hexdigest()[:12]
+    name = f"{k.name}_{digest}"
+    _KERNELS[name] = [r for r in _KERNELS.get(name, []) if r() is not None] + [weakref.ref(kernel)]
+    if name not in _OPS:
+        define = _define_attention if k.kind == "attention" else _define_gemm
+        _OPS[name] = define(torch, name, k)
+    kernel.torch_ops = _OPS[name]
+
+
+def _define(torch, name: str, schema: str, impl, fake, mutates=()):
+    tags = [getattr(torch.Tag, "needs_exact_strides")] if hasattr(torch.Tag, "needs_exact_strides") else []
+    op = torch.library.custom_op(f"kdsl::{name}", impl, mutates_args=mutates, schema=schema, tags=tags)
+    op.register_fake(fake)
+    return getattr(getattr(torch.ops.kdsl, name), "default")
+
+
+def _kernel(name: str):
+    """A live kernel of the op (they are alike: one program, backend and target)."""
+    kernel = next((k for k in (r() for r in reversed(_KERNELS[name])) if k is not None), None)
+    if kernel is None:
+        raise KdslError(f"torch op kdsl::{name} was called after every kdsl module holding its kernel was freed; "
+                        f"keep the module alive while compiled code calls it")
+    return kernel
+
+
+def _eager(name: str, *args, **kw):
+    """The op's implementation: the kernel's eager call (never the op again)."""
+    global _running_op
+    _running_op += 1
+    try:
+        return _kernel(name)(*args, **kw)
+    finally:
+        _running_op -= 1
+
+
+def _static(*tensors) -> bool:
+    """Whether every size and stride is a plain int (not a symbol of dynamic shapes): then the
+    eager path's checks can run on fake tensors without specialising the graph."""
+    return all(type(d) is int for x in tensors if x is not None for d in (*x.shape, *x.stride()))
+
+
+def _spec(kernel):
+    """The object whose methods check a call's arguments (an interpreted kernel holds one)."""
+    return getattr(kernel, "_args", kernel)
+
+
+# ------------------------------------------------------------------------------ attention
+
+def _attention_shapes(q, v):
+    """out [B, H, M, Dv] and lse [B, H, M], as the calling convention defines them."""
+    return (*q.shape[:3], v.shape[3]), tuple(q.shape[:3])
+
+
+def _define_attention(torch, name: str, k: ir.Kernel):
+    has_lse = k.tensor("lse") is not None
+
+    def run(q, k_, v, captures, scale, *summary):
+        return _eager(name, q, k_, v, *captures, scale=scale, tile_summary=_summary(*summary))
+
+    def run_into(q, k_, v, captures, scale, summary, summary_of, summary_layout, out, lse):
+        _eager(name, q, k_, v, *captures, out=out, lse=lse, scale=scale,
+               tile_summary=_summary(summary, summary_of, summary_layout))
+
+    def fake(q, k_, v, captures, scale, summary, summary_of, summary_layout, out=None, lse=None):
+        if _static(q, k_, v, *captures, out, lse):
+            _spec(_kernel(name)).validate(q, k_, v, captures, out, lse, scale)
+        if out is not None:
+            return None
+        out_shape, lse_shape = _attention_shapes(q, v)
+        new_out = q.new_empty(out_shape)
+        return (new_out, q.new_empty(lse_shape, dtype=torch.float32)) if has_lse else new_out
+
+    returns = "(Tensor, Tensor)" if has_lse else "Tensor"
+    return (_define(torch, name, f"({_ATTENTION_ARGS}) -> {returns}", run, fake),
+            _define(torch, f"{name}_out", f"({_ATTENTION_ARGS}, Tensor(a!) out, Tensor(b!)? lse) -> ()", run_into,
+                    fake, mutates=("out", "lse")))
+
+
+def attention(kernel, q, k, v, captures, named, out, lse, scale, tile_summary):
+    """A call while torch.compile traces: the kernel's op, arguments as the eager call takes them."""
+    ops = _ops(kernel)
+    spec = _spec(kernel)
+    caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
+    if scale is not None:  # the op's schema takes a float: refuse what eager refuses, with its message
+        scale = geometry.softmax_scale(scale, None, kernel.name)
+    (q, k, v), caps = _detached(q, k, v), _detached(*caps)
+    summary = (None, None, None)
+    if tile_summary is not None:
+        given = TileSummary.expect(kernel.name, tile_summary)
+        layout = given.layout and [given.layout.tile_m, given.layout.tile_n, *given.layout.entries]
+        summary = (given.buffer, given.kernel, layout)
+    if out is None and lse is None:
+        return ops[0](q, k, v, caps, scale, *summary)
+    out_shape, lse_shape = _attention_shapes(q, v)
+    out = q.new_empty(out_shape) if out is None else out
+    if spec.has_lse and lse is None:
+        lse = q.new_empty(lse_shape, dtype=sys.modules["torch"].float32)
+    ops[1](q, k, v, caps, scale, *summary, *_detached(out, lse))
+    return (out, lse) if spec.has_lse else out
+
+
+def _summary(buffer, made_for, layout):
+    """The TileSummary a traced call passed, rebuilt from what its op carries."""
+    if made_for is None:
+        return None
+    return TileSummary(made_for, Layout(tuple(layout[2:]), layout[0], layout[1]) if layout else None, buffer)
+
+
+# ------------------------------------------------------------------------------ FP8 GEMM
+
+def _define_gemm(torch, name: str, k: ir.Kernel):
+    out_dtype = arrays.torch_dtype(k.tensor("out").dtype)
+
+    def args(extra):
+        return () if extra is None else (extra,)
+
+    def run(a, a_scale, b, b_scale, extra):
+        return _eager(name, a, a_scale, b, b_scale, *args(extra))
+
+    def run_into(a, a_scale, b, b_scale, extra, out):
+        _eager(name, a, a_scale, b, b_scale, *args(extra), out=out)
+
+    def fake(a, a_scale, b, b_scale, extra, out=None):
+        if _static(a, a_scale, b, b_scale, extra, out):
+            _spec(_kernel(name)).validate(a, a_scale, b, b_scale, extra, out)
+        return None if out is not None else a.new_empty((*a.shape[:-1], b.shape[-2]), dtype=out_dtype)
+
+    return (_define(torch, name, f"({_GEMM_ARGS}) -> Tensor", run, fake),
+            _define(torch, f"{name}_out", f"({_GEMM_ARGS}, Tensor(a!) out) -> ()", run_into, fake,
+                    mutates=("out",)))
+
+
+def gemm(kernel, a, a_scale, b, b_scale, rest, named, out):
+    """A GEMM call while torch.compile traces (see attention)."""
+    ops = _ops(kernel)
+    spec = _spec(kernel)
+    extra = spec._extra(rest, named) if (rest or named or spec.extra) else None
+    a, a_scale, b, b_scale, extra = _detached(a, a_scale, b, b_scale, extra)
+    if out is None:
+        return ops[0](a, a_scale, b, b_scale, extra)
+    ops[1](a, a_scale, b, b_scale, extra, *_detached(out))
+    return out
+
+
+def _detached(*tensors):
+    """Views outside autograd, sharing memory: what the kernels read and write."""
+    return [x.detach() if x is not None else None for x in tensors]
+
+
+def _ops(kernel):
+    ops = getattr(kernel, "torch_ops", None)
+    if ops is None:
+        raise LaunchError(f"{kernel.name}: called under torch.compile, but its module was loaded before torch was "
+                          f"imported, so it is no torch operator; import torch before kdsl.load / kdsl.compile")
+    return ops
