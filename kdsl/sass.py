@@ -41,8 +41,10 @@ def find_cuobjdump() -> str | None:
     return p if os.path.exists(p) else None
 
 
-def inspect(cubin: bytes) -> SassReport | None:
-    """None when cuobjdump is not installed; KdslError when it cannot disassemble."""
+def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
+    """The report of function `entry` (or of the whole cubin when None): a module may hold
+    helper kernels beside its entry point (tile summary, split-KV combine). None when
+    cuobjdump is not installed; KdslError when it cannot disassemble."""
     tool = find_cuobjdump()
     if tool is None:
         return None
@@ -57,16 +59,31 @@ def inspect(cubin: bytes) -> SassReport | None:
         except subprocess.CalledProcessError as e:
             raise KdslError(f"cuobjdump failed ({tool}): {e.stderr.strip()} "
                             "(it needs nvdisasm beside it: pip install 'kdsl[sass]')") from None
+    usage, code = res.stdout, sass.stdout
+    if entry is not None:
+        usage = _section(usage, rf"Function {re.escape(entry)}:")
+        code = _section(code, rf"Function : {re.escape(entry)}\s")
     def field(name):
-        m = re.search(rf"\b{name}:(\d+)", res.stdout)
+        m = re.search(rf"\b{name}:(\d+)", usage)
         return int(m.group(1)) if m else 0
     ops: dict[str, int] = {}
-    for m in re.finditer(r"\b(HGMMA|QGMMA|IGMMA|HMMA|IMMA)\.[\w.]+", sass.stdout):
+    for m in re.finditer(r"\b(HGMMA|QGMMA|IGMMA|HMMA|IMMA)\.[\w.]+", code):
         ops[m.group(1)] = ops.get(m.group(1), 0) + 1
     other: dict[str, int] = {}
-    for m in re.finditer(r"\b(UTMALDG|UTMASTG|UTMAREDG|MUFU)(\.[A-Z0-9]+)?", sass.stdout):
+    for m in re.finditer(r"\b(UTMALDG|UTMASTG|UTMAREDG|MUFU)(\.[A-Z0-9]+)?", code):
         other[m.group(1)] = other.get(m.group(1), 0) + 1
         if m.group(1) == "MUFU" and m.group(2):  # which function: MUFU.EX2, MUFU.TANH, ...
             other["MUFU" + m.group(2)] = other.get("MUFU" + m.group(2), 0) + 1
-    spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", sass.stdout))
+    other["BAR.SYNC"] = len(re.findall(r"\bBAR\.SYNC\b", code))  # CTA barrier 0 and named ones
+    spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", code))
     return SassReport(field("REG"), field("SHARED"), field("LOCAL") + field("STACK"), spills, ops, other)
+
+
+def _section(text: str, header: str) -> str:
+    """From `header` to the next function's header in cuobjdump's output."""
+    m = re.search(header, text)
+    if m is None:
+        return text
+    rest = text[m.end():]
+    nxt = re.search(r"Function ?: ?\w+", rest)
+    return rest[:nxt.start()] if nxt else rest

@@ -52,6 +52,8 @@ FP8_BUILDS = [
     ("fp8_gemm", [4096, 2112, 7168, 1], {}),
     ("fp8_gemm", [129, 127, 384, 1], {}),
     ("fp8_gemm", [4096, 4096, 4096, 1], {"tile_m": 128, "tile_n": 160, "cluster": 1}),
+    ("fp8_gemm", [129, 136, 256, 1], {"tile_m": 128, "tile_n": 128, "cluster": 1, "store": "rows"}),
+    ("fp8_gemm", [129, 300, 384, 1], {"tile_m": 64, "tile_n": 48, "cluster": 1}),
     ("fp8_gemm_accumulate", [4096, 4096, 7168, 1], {}),
     ("fp8_gemm_accumulate", [300, 130, 256, 1], {}),
     ("fp8_grouped_contiguous", [32768, 4096, 7168, 4], {}),
@@ -74,6 +76,13 @@ def test_fp8_configurations_use_tma_and_qgmma_without_spills(name, shape, attrs)
     else:
         assert not rep.other_ops.get("UTMASTG") and not rep.other_ops.get("UTMAREDG"), rep
     assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
+    # The math warpgroups meet on a named barrier once per unit on either store path: the
+    # row-by-row kernels had none (their cubins declared a single hardware barrier) and each
+    # raised "illegal instruction" on the H100, where the TMA-store kernels, which had them, ran.
+    assert rep.other_ops.get("BAR.SYNC", 0) >= 2, rep
+    if low.attr("cluster") == 1:  # no cluster-scope instruction where none is launched
+        for op in ("barrier.cluster", "mapa.", "multicast::cluster", "st.async", "%cluster_ctarank"):
+            assert op not in built.compiled.ptx, op
     # ptxas only reports these as info: C7514/C7515 (every wgmma serialised), C7508 (setmaxnreg
     # ignored), each a "Potential Performance Loss".
     assert "Performance Loss" not in built.compiled.log and "warning" not in built.compiled.log, built.compiled.log

@@ -68,6 +68,12 @@ struct Fp8Epilogue {
       store_tma(u, total);
     } else {
       store_rows(u, total);
+      // The warps of a warpgroup meet once per unit on both paths. Without this the
+      // row-by-row kernels had no named barrier at all: their cubins declared one hardware
+      // barrier (EIATTR_NUM_BARRIERS 1, the TMA-store kernels 16), and every such kernel
+      // raised "illegal instruction" on the H100 while the TMA-store ones ran clean. It also
+      // bounds how far the warps drift apart, which the one-thread stage release assumes.
+      named_barrier(1 + wg, 128);
     }
   }
 
