@@ -69,13 +69,20 @@ def test_fp8_configurations_use_tma_and_qgmma_without_spills(name, shape, attrs)
     built = build(k, "sm_90a", 0)
     low, rep = built.kernel, inspect(built.compiled.cubin)
     assert all(low.attr(a) == v for a, v in attrs.items())
-    assert rep.tensor_ops.get("QGMMA", 0) > 0 and rep.other_ops.get("UTMALDG", 0) >= 3, rep
+    assert rep.tensor_ops.get("QGMMA", 0) > 0 and rep.other_ops.get("UTMALDG", 0) >= 2, rep
+    # A 1-D TMA load of a_scale at kb * M + m0 raised "illegal instruction" on the H100 for
+    # every M % 4 != 0 (the coordinate was not 16-byte aligned): the scales come by cp.async.
+    assert "cp.async.bulk.tensor.1d" not in built.compiled.ptx
     if low.attr("store") == "tma":
         store = "UTMAREDG" if low.attr("accumulate") else "UTMASTG"
         assert rep.other_ops.get(store, 0) > 0, rep
     else:
         assert not rep.other_ops.get("UTMASTG") and not rep.other_ops.get("UTMAREDG"), rep
     assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
+    # setmaxnreg.inc spins until the registers are free: the split must fit what the CTA got
+    # at launch (a producer at 48 with math at 232 hung on the H100).
+    wg = low.attr("warpgroups")
+    assert low.attr("producer_regs") * 128 + low.attr("consumer_regs") * 128 * wg <= rep.registers * low.attr("threads")
     # The math warpgroups meet on a named barrier once per unit on either store path: the
     # row-by-row kernels had none (their cubins declared a single hardware barrier) and each
     # raised "illegal instruction" on the H100, where the TMA-store kernels, which had them, ran.

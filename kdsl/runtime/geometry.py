@@ -44,7 +44,7 @@ def gemm_grid(tiles: int, sms: int, cluster: int) -> tuple[int, int, int]:
 
 
 def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, masked: bool, kname: str) -> None:
-    """The kernel indexes tiles, and the 1-D map over a_scale, with 32-bit integers."""
+    """The kernel indexes tiles, and a_scale's rows, with 32-bit integers."""
     tiles = -(-M // tile_m) * -(-N // tile_n) * (G if masked else 1)
     scales = (G if masked else 1) * (K // 128) * M
     if max(tiles, scales) >= 2**31:
@@ -55,14 +55,13 @@ def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, 
 def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: int, cfg: dict) -> list[tuple]:
     """The FP8 GEMM's TMA tensor maps, as fp8_gemm_wgmma.cuh's launch contract describes them:
     (element type, dims innermost first, byte strides of dims[1:], box, swizzle bytes) for a,
-    b, a_scale and, when stores go through TMA, out. Masked: a, a_scale and out have a group
-    dimension; grouped: b has one."""
+    b and, when stores go through TMA, out. (a_scale is copied with cp.async: a 1-D map over
+    it faults wherever M % 4 != 0.) Masked: a and out have a group dimension; grouped: b has one."""
     masked = grouping == "masked"
     ga, gb = (G if masked else 1), (1 if grouping == "dense" else G)
     bm, bn, mcast = cfg["tile_m"], cfg["tile_n"], cfg["multicast"]
     maps = [("u8", (K, M, ga), (K, M * K), (128, bm // (2 if mcast == "a" else 1), 1), 128),
-            ("u8", (K, N, gb), (K, N * K), (128, bn // (2 if mcast == "b" else 1), 1), 128),
-            ("f32", (ga * (K // 128) * M,), (), (bm,), 0)]
+            ("u8", (K, N, gb), (K, N * K), (128, bn // (2 if mcast == "b" else 1), 1), 128)]
     if cfg["store"] == "tma":  # 64-row boxes, one swizzle width of columns (fp8_gemm_epilogue.cuh)
         sw = next(w for w in (128, 64, 32) if bn * out_bytes % w == 0)
         maps.append(("f32" if out_bytes == 4 else "bf16", (N, M, ga), (N * out_bytes, M * N * out_bytes),

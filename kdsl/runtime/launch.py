@@ -501,17 +501,17 @@ class GemmKernel(KernelBase):
             pa, psa, pb, psb, pout = a.data_ptr(), a_scale.data_ptr(), b.data_ptr(), b_scale.data_ptr(), out.data_ptr()
         else:
             pa, psa, pb, psb, pout = _ptr(a), _ptr(a_scale), _ptr(b), _ptr(b_scale), _ptr(out)
-        if (pa | pb | psa) & 15 or psb & 3 or pout % plan.out_align:
-            for ptr, n, al in ((pa, "a", 16), (psa, "a_scale", 16), (pb, "b", 16), (psb, "b_scale", 4),
+        if (pa | pb) & 15 or (psa | psb) & 3 or pout % plan.out_align:
+            for ptr, n, al in ((pa, "a", 16), (psa, "a_scale", 4), (pb, "b", 16), (psb, "b_scale", 4),
                                (pout, "out", plan.out_align)):
                 if ptr % al:
                     _align(ptr, n, self.name, al)
         ex = _ptr(extra) if extra is not None else 0
         grouped = (ex, 0) if self.grouping == "contiguous" else (0, ex)
-        # Tensor maps first (a, b, a_scale, then out where stores go through TMA), then the
-        # kernel's pointer parameters: b_scale, out, group, count.
-        head = [pa, pb, psa, pout] if len(plan.maps) == 4 else [pa, pb, psa]
-        plan.launch(head + [psb, pout, *grouped])
+        # Tensor maps first (a, b, then out where stores go through TMA), then the kernel's
+        # pointer parameters: a_scale, b_scale, out, group, count.
+        head = [pa, pb, pout] if len(plan.maps) == 3 else [pa, pb]
+        plan.launch(head + [psa, psb, pout, *grouped])
         return out
 
     def _extra(self, rest, named):
@@ -589,15 +589,15 @@ class GemmKernel(KernelBase):
         bm, bn, mcast, cluster = lk.attr("tile_m"), lk.attr("tile_n"), lk.attr("multicast"), lk.attr("cluster")
         geometry.gemm_index_limits(M, N, K, G, bm, bn, masked, self.name)
         tiles = -(-M // bm) * -(-N // bn) * (G if masked else 1)
-        # Parameter order: ta tb tsa td (tensor maps), sb out group count (pointers, per call),
+        # Parameter order: ta tb td (tensor maps), sa sb out group count (pointers, per call),
         # M N K G raster.
-        pack = ArgPack(["tmap"] * 4 + ["ptr"] * 4 + ["i32"] * 5, [None] * 8 + [M, N, K, G, lk.attr("raster")],
-                       [4, 5, 6, 7])
+        pack = ArgPack(["tmap"] * 3 + ["ptr"] * 5 + ["i32"] * 5, [None] * 8 + [M, N, K, G, lk.attr("raster")],
+                       [3, 4, 5, 6, 7])
         from .tma import TensorMap
         specs = geometry.gemm_tensor_maps(M, N, K, G, self.grouping, arrays.itemsize(out_dtype),
                                           {"tile_m": bm, "tile_n": bn, "multicast": mcast, "store": lk.attr("store")})
         maps = [TensorMap(slot, *spec) for slot, spec in zip(pack.slots, specs)]
-        tma_store = len(maps) == 4
+        tma_store = len(maps) == 3
         return Plan(loaded, geometry.gemm_grid(tiles, sms, cluster), (lk.attr("threads"), 1, 1), pack, ia.framework,
                     device, out_shape, out_dtype, maps=tuple(maps),
                     out_align=16 if tma_store else (8 if out_dtype == "f32" else 4))

@@ -66,7 +66,7 @@ int main() {
     std::vector<int> ids(kind == 1 ? M : (kind == 2 ? G : 0));
     for (int& x : ids)
       if (std::scanf("%d", &x) != 1) return 2;
-    kdsl::Fp8GemmArgs p{nullptr, nullptr, kind == 1 ? ids.data() : nullptr, kind == 2 ? ids.data() : nullptr,
+    kdsl::Fp8GemmArgs p{nullptr, nullptr, nullptr, kind == 1 ? ids.data() : nullptr, kind == 2 ? ids.data() : nullptr,
                         M, N, 128, G, raster};
     bool ok = bm == 64 ? dispatch_bn<64>(bn, kind, mcast, p, grid)
             : bm == 128 ? dispatch_bn<128>(bn, kind, mcast, p, grid)

@@ -25,6 +25,7 @@
 namespace kdsl {
 
 struct Fp8GemmArgs {
+  const float* sa;     // A scales, [G,] K/128, M contiguous (M-major)
   const float* sb;     // B scales, [G,] ceil(N/128), K/128 contiguous
   void* out;           // for row-by-row stores (TMA stores use the tensor map)
   const int* group;    // KIND 1: group per row of a, else nullptr

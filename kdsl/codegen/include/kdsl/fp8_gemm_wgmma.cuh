@@ -17,10 +17,12 @@
 // KIND 2: [G, K/128, M]); sb contiguous [ceil(N/128), K/128] (KIND 1, 2: [G, ...]).
 //
 // Roles. Warpgroup 0 is the producer: setmaxnreg lowers its registers, warp 0 walks the
-// CTA's units (fp8_gemm_sched.cuh) and one lane issues, per K block, TMA loads of the A and
-// B tiles (128-byte swizzle, K-major: what the wgmma descriptors describe), A's BM scales (a
-// 1-D map over sa: any M) and two 4-byte cp.asyncs of B's scales, all completing on the
-// stage's "full" mbarrier, into a STAGES-deep ring; it publishes each unit in the ring
+// CTA's units (fp8_gemm_sched.cuh): per K block its lanes copy A's BM scales with 4-byte
+// cp.asyncs (zeros past M) and one lane issues TMA loads of the A and B tiles (128-byte
+// swizzle, K-major: what the wgmma descriptors describe) and two 4-byte cp.asyncs of B's
+// scales, all completing on the stage's "full" mbarrier, into a STAGES-deep ring. (A 1-D
+// TMA map over sa raised "illegal instruction" on the H100 wherever kb * M + m0 was not a
+// multiple of 4 floats, i.e. for every M % 4 != 0.) It publishes each unit in the ring
 // beside its first K block, and a unit with m0 < 0 ends the work. The other warpgroups raise
 // their registers and each owns 64 rows of every 128 (BM = 256: two m64 waves): per K block
 // four m64nBNk32 wgmmas, wait, hand the stage back (one arrival per warpgroup on "empty"),
@@ -38,7 +40,7 @@
 //   dynamic shared memory = C::kSmemBytes
 //   ta: 3-D map over a (K, rows, groups), u8, box (128, BM / (MCAST_A ? 2 : 1), 1), 128-byte
 //       swizzle; tb: over b (K, N, groups), box (128, BN / (MCAST_B ? 2 : 1), 1), same;
-//   tsa: 1-D map over all of sa, f32, box (BM); td: 3-D map over out (N, rows, groups), box
+//   td: 3-D map over out (N, rows, groups), box
 //       (kSwD / element bytes, 64, 1), kSwD-byte swizzle (unused unless TMA_STORE).
 //   Out-of-bounds elements load as zeros. kdsl/runtime/tma.py builds the maps.
 #pragma once
@@ -72,7 +74,7 @@ struct Fp8Config {
   static constexpr int kOffUnit = kOffSB + STAGES * 16;
   static constexpr int kOffBar = kOffUnit + STAGES * 16;
   static constexpr int kSmemBytes = 1024 + kOffBar + 2 * STAGES * 8;  // + 1024: realignment slack
-  static constexpr u32 kStageTx = kABytes + kBBytes + kSABytes;       // TMA bytes landing per stage
+  static constexpr u32 kStageTx = kABytes + kBBytes;                  // TMA bytes landing per stage
   // setmaxnreg split of the 64K registers between the producer and the math warpgroups.
   static constexpr int kProducerRegs = 40;
   static constexpr int kMathRegs = kMathWG == 1 ? 240 : 232;
@@ -89,7 +91,10 @@ struct Fp8Config {
   static_assert(!ACCUM || OUT_F32, "accumulation is into an f32 out");
   static_assert(KIND >= 0 && KIND <= 2, "KIND: 0 dense, 1 grouped contiguous, 2 grouped masked");
   static_assert(kSmemBytes <= 227 * 1024, "too many stages for shared memory");
-  static_assert(kProducerRegs * 128 + kMathRegs * 128 * kMathWG <= 65536, "register split too large");
+  // setmaxnreg only moves registers the CTA got at launch (at most 65536 / threads a thread,
+  // in steps of 8): asking for more spins forever (producer 48 + math 232 hung on the H100).
+  static_assert(kProducerRegs * 128 + kMathRegs * 128 * kMathWG <= (65536 / kThreads) / 8 * 8 * kThreads,
+                "register split larger than the launch allocation");
 };
 
 // Addresses in the shared-memory layout of Fp8Config.
@@ -131,14 +136,13 @@ struct RingPos {
 };
 
 template <class C>
-KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* tsa,
-                              const Fp8Smem<C>& sm) {
+KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const Fp8Smem<C>& sm) {
   constexpr int BM = C::BM, BN = C::BN;
-  const bool leader = (threadIdx.x & 31) == 0;
+  const int lane = threadIdx.x & 31;
+  const bool leader = lane == 0;
   if (leader) {
     tma_prefetch_desc(ta);
     tma_prefetch_desc(tb);
-    tma_prefetch_desc(tsa);
   }
   const int nk = p.K / C::kBK, n_sblk = (p.N + 127) / 128;
   const int rank = C::CLUSTER > 1 ? (int)cluster_ctarank() : 0;
@@ -146,18 +150,27 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
   RingPos<C::STAGES> pos;
   Fp8Unit u;
   while (sched.next(u)) {
-    if (leader) {
-      const int ag = C::KIND == 2 ? u.g : 0;  // group of A (and of sa)
-      const float* sb_lo = p.sb + ((i64)u.g * n_sblk + (u.n0 >> 7)) * nk;
-      const float* sb_hi = (u.n0 >> 7) + 1 < n_sblk ? sb_lo + nk : sb_lo;  // past N: never used
-      const int sa0 = ag * nk * p.M + u.m0;  // sa[ag][kb = 0][m0] in the 1-D map
-      for (int kb = 0; kb < nk; ++kb, pos.advance()) {
-        const int s = pos.s;
-        const u32 full = sm.full(s);
-        mbar_wait(sm.empty(s), pos.phase ^ 1u);
+    const int ag = C::KIND == 2 ? u.g : 0;  // group of A (and of sa)
+    // Element offsets (int: launch.py bounds the scale counts by 2**31): B's scale blocks of
+    // this tile's columns, the second one only if the tile reaches it; sa[ag][kb = 0][m0].
+    const int sb_lo = (u.g * n_sblk + (u.n0 >> 7)) * nk;
+    const int sb_hi = (u.n0 >> 7) + 1 < n_sblk ? sb_lo + nk : sb_lo;
+    const int sa_unit = ag * nk * p.M + u.m0, rows_left = p.M - u.m0;
+    for (int kb = 0; kb < nk; ++kb, pos.advance()) {
+      const int s = pos.s;
+      const u32 full = sm.full(s);
+      mbar_wait(sm.empty(s), pos.phase ^ 1u);
+      // Every lane: A's scales, BM / 32 rows each, zeros past M; each lane's arrival is
+      // counted before the leader's below, so the phase cannot complete without them.
+      const float* sa_kb = p.sa + (sa_unit + kb * p.M);
+#pragma unroll
+      for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
+      cp_async_mbar_arrive(full);
+      __syncwarp();
+      if (leader) {
         if (kb == 0) *sm.unit(s) = u;  // published by the arrivals below (release)
-        cp_async4(sm.sb(s), sb_lo + kb);
-        cp_async4(sm.sb(s) + 4, sb_hi + kb);
+        cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
+        cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
         cp_async_mbar_arrive(full);
         mbar_arrive_expect_tx(full, C::kStageTx);
         const int k0 = kb * C::kBK;
@@ -173,10 +186,9 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
         } else {
           tma_load_3d(sm.b(s), tb, full, k0, u.n0, u.g);
         }
-        tma_load_1d(sm.sa(s), tsa, full, sa0 + kb * p.M);
       }
+      __syncwarp();
     }
-    __syncwarp();
   }
   if (leader) {
     // End of work: a unit with m0 < 0, with no loads.
@@ -271,8 +283,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
 }
 
 template <class C>
-KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* tsa,
-                          const TmaDesc* td) {
+KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* td) {
   extern __shared__ __align__(1024) u8 kdsl_fp8_smem[];
   const Fp8Smem<C> sm(kdsl_fp8_smem);
   if (threadIdx.x == 0) {
@@ -289,7 +300,7 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   }
   if (threadIdx.x < 128) {
     regs_release<C::kProducerRegs>();
-    if (threadIdx.x < 32) fp8_producer<C>(p, ta, tb, tsa, sm);
+    if (threadIdx.x < 32) fp8_producer<C>(p, ta, tb, sm);
   } else {
     regs_claim<C::kMathRegs>();
     fp8_math<C>(p, td, sm);

@@ -98,6 +98,10 @@ KDSL_DEVICE void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" :: 
 KDSL_DEVICE void cp_async4(u32 dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(dst), "l"(src) : "memory");
 }
+// The same, writing zeros instead when !valid (nothing is read from src then).
+KDSL_DEVICE void cp_async4_or_zero(u32 dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
 // The mbarrier's current phase also waits for every cp.async this thread issued so far (the
 // arrival is added now and made when they land, so the expected count is unchanged).
 KDSL_DEVICE void cp_async_mbar_arrive(u32 bar) {
