@@ -35,6 +35,24 @@ def _libcuda():
     return lib
 
 
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
+def max_active_clusters(fn_ptr: int, grid: tuple, block: tuple, smem: int) -> int:
+    """How many clusters of a kernel compiled with __cluster_dims__ can be resident at once
+    (cuOccupancyMaxActiveClusters). A GPC holds whole clusters only, so on an H100 this can be
+    fewer than SMs / cluster size: a persistent grid larger than it runs a second wave."""
+    lib = _libcuda()
+    cfg = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), smem, None, None, 0)
+    n = ctypes.c_int()
+    status = lib.cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(fn_ptr), ctypes.byref(cfg))
+    if status:
+        raise KdslError(f"cuOccupancyMaxActiveClusters failed: CUDA error {status}")
+    return n.value
+
+
 def _cu_launch(*args):
     """cuLaunchKernel; binds itself to the driver function on first use."""
     global _cu_launch

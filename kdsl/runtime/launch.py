@@ -14,7 +14,7 @@ from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
 from . import arrays, geometry, splitkv, summary, torch_ops
 from .bounds import check_capture_indices
-from .driver import ArgPack, launch
+from .driver import ArgPack, launch, max_active_clusters
 from .splitkv import CombineLaunch
 from .summary import SummaryLaunch, TileSummary
 
@@ -598,7 +598,11 @@ class GemmKernel(KernelBase):
                                           {"tile_m": bm, "tile_n": bn, "multicast": mcast, "store": lk.attr("store")})
         maps = [TensorMap(slot, *spec) for slot, spec in zip(pack.slots, specs)]
         tma_store = len(maps) == 3
-        return Plan(loaded, geometry.gemm_grid(tiles, sms, cluster), (lk.attr("threads"), 1, 1), pack, ia.framework,
+        grid, block = geometry.gemm_grid(tiles, sms, cluster), (lk.attr("threads"), 1, 1)
+        if cluster > 1:  # never more CTAs than can be resident: the rest would be a second wave
+            resident = cluster * max_active_clusters(loaded.fn_ptr, grid, block, loaded.smem)
+            grid = geometry.gemm_grid(tiles, min(sms, resident), cluster)
+        return Plan(loaded, grid, block, pack, ia.framework,
                     device, out_shape, out_dtype, maps=tuple(maps),
                     out_align=16 if tma_store else (8 if out_dtype == "f32" else 4))
 

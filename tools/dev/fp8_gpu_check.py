@@ -271,14 +271,20 @@ def sweep(reps: int, sms: int, budget: float, per_shape: int = 5) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sanitize() -> str:
+def sanitize(out: Path) -> str:
+    """Each tool's summary line in the report; its whole output in OUT/fp8_TOOL.log, and the
+    first report it printed (where a hazard or an error is) in the report."""
     lines = ["## compute-sanitizer on small and ragged FP8 shapes (tools/dev/sanitize.py --fp8)", ""]
     for tool in ("memcheck", "racecheck"):
         r = subprocess.run(["compute-sanitizer", "--tool", tool, "--error-exitcode", "1", sys.executable,
                             str(ROOT / "tools/dev/sanitize.py"), "--fp8", "--quick"],
                            capture_output=True, text=True, timeout=600)
-        tail = (r.stdout + r.stderr).strip().splitlines()[-3:]
-        lines.append(f"- {tool}: exit {r.returncode}: " + " / ".join(tail))
+        text = (r.stdout + r.stderr).strip()
+        (out / f"fp8_{tool}.log").write_text(text + "\n")
+        lines.append(f"- {tool}: exit {r.returncode}: " + " / ".join(text.splitlines()[-3:]))
+        if r.returncode:
+            first = [ln for ln in text.splitlines() if ln.startswith("=========")][:24]
+            lines += ["", "```", *first, "```", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -326,7 +332,7 @@ def main() -> int:
     if not args.no_sweep and elapsed() < args.budget:
         section(sweep(max(20, args.reps // 2), sms, args.budget))
     if args.sanitize:
-        section(sanitize())
+        section(sanitize(out))
     log(f"report: {out / 'fp8_check.md'}")
     return 0
 
