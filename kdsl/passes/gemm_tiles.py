@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from ..errors import KdslError
 
 BLOCK_M = (64, 128, 256)
-CLUSTERS = (1, 2)  # CTAs per cluster the model may choose (an attr may still ask for 2)
+# CTAs per cluster the model may choose (an attr may still ask for 2). Not 2: on the H100
+# (2026-11-22, tools/dev/fp8_gpu_check.py's sweep) every 2-CTA configuration ran 1.36-1.75x
+# slower than the same tiles unclustered, with all 66 clusters resident; why is not known.
+CLUSTERS = (1,)
 # Multiples of 16 whose tiles straddle at most two scale blocks of B (BN - gcd(BN, 128) <= 128).
 BLOCK_N = tuple(n for n in range(16, 193, 16) if n - math.gcd(n, 128) <= 128)
 MAX_STAGES = 8

@@ -71,8 +71,7 @@ struct Fp8Epilogue {
       // The warps of a warpgroup meet once per unit on both paths. Without this the
       // row-by-row kernels had no named barrier at all: their cubins declared one hardware
       // barrier (EIATTR_NUM_BARRIERS 1, the TMA-store kernels 16), and every such kernel
-      // raised "illegal instruction" on the H100 while the TMA-store ones ran clean. It also
-      // bounds how far the warps drift apart, which the one-thread stage release assumes.
+      // raised "illegal instruction" on the H100 while the TMA-store ones ran clean.
       named_barrier(1 + wg, 128);
     }
   }
