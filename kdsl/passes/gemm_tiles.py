@@ -55,10 +55,10 @@ def threads(bm: int) -> int:
 
 
 def smem_bytes(bm: int, bn: int, stages: int, out_bytes: int, tma_store: bool) -> int:
-    """fp8_gemm_wgmma.cuh's Fp8Config::kSmemBytes: per stage the A and B tiles, the published
-    unit (16 bytes), two mbarriers; once the staging tile of the TMA store; + 1024 to realign
-    to the 128-byte swizzle's 1024-byte period."""
-    per_stage = (bm + bn) * 128 + 16 + 16
+    """fp8_gemm_wgmma.cuh's Fp8Config::kSmemBytes: per stage the A and B tiles, A's scales and
+    16 bytes each of B's scales and the published unit, two mbarriers; once the staging tile
+    of the TMA store; + 1024 to realign to the 128-byte swizzle's 1024-byte period."""
+    per_stage = (bm + bn) * 128 + bm * 4 + 16 + 16 + 16
     return 1024 + stages * per_stage + (bm * bn * out_bytes if tma_store else 0)
 
 

@@ -17,19 +17,17 @@
 // KIND 2: [G, K/128, M]); sb contiguous [ceil(N/128), K/128] (KIND 1, 2: [G, ...]).
 //
 // Roles. Warpgroup 0 is the producer: setmaxnreg lowers its registers, warp 0 walks the
-// CTA's units (fp8_gemm_sched.cuh) and one lane issues, per K block, TMA loads of the A and
-// B tiles (128-byte swizzle, K-major: what the wgmma descriptors describe), completing on the
-// stage's "full" mbarrier, into a STAGES-deep ring. It publishes each unit in the ring
+// CTA's units (fp8_gemm_sched.cuh): per K block its lanes copy A's BM scales with 4-byte
+// cp.asyncs (zeros past M) and one lane issues TMA loads of the A and B tiles (128-byte
+// swizzle, K-major: what the wgmma descriptors describe) and two 4-byte cp.asyncs of B's
+// scales, all completing on the stage's "full" mbarrier, into a STAGES-deep ring. (A 1-D
+// TMA map over sa raised "illegal instruction" on the H100 wherever kb * M + m0 was not a
+// multiple of 4 floats, i.e. for every M % 4 != 0.) It publishes each unit in the ring
 // beside its first K block, and a unit with m0 < 0 ends the work. The other warpgroups raise
 // their registers and each owns 64 rows of every 128 (BM = 256: two m64 waves): per K block
-// four m64nBNk32 wgmmas, wait, hand the stage back (one arrival per warpgroup on "empty"),
-// promote. Each math thread reads the few scales it needs (two rows of sa per wave, one or
-// two blocks of sb) straight from global memory, issued before the K block's wgmmas so the
-// loads hide behind them: no shared memory to hand back, nothing for the producer to copy. (A 1-D TMA
-// map over sa raised "illegal instruction" on the H100 wherever kb * M + m0 was not a
-// multiple of 4 floats; cp.async copies by the producer drew racecheck hazards.) Tiles
-// wider than the 128-column scale blocks of B straddle two of them; each 8-column fragment
-// picks the scale of the block it sits in.
+// four m64nBNk32 wgmmas, wait, hand the stage back (one arrival per warp on "empty"),
+// promote. Tiles wider than the 128-column scale blocks of B straddle two of them; each
+// 8-column fragment picks the scale of the block it sits in.
 //
 // Clusters (CLUSTER = 2). The two CTAs work on tiles that share A (MCAST_A) or B (MCAST_B);
 // each loads half of that tile and multicasts it to both, and a stage is refilled only when
@@ -66,12 +64,14 @@ struct Fp8Config {
   static constexpr bool kSplit = 128 % BN != 0;        // a tile may straddle two scale blocks of B
   static constexpr int kOutBytes = OUT_F32 ? 4 : 2;
   static constexpr int kSwD = (BN * kOutBytes) % 128 == 0 ? 128 : ((BN * kOutBytes) % 64 == 0 ? 64 : 32);
-  // Shared memory, from a 1024-byte aligned base: A ring, B ring, staging tile, published
-  // units (16 bytes a stage), full and empty barriers.
-  static constexpr int kABytes = BM * kBK, kBBytes = BN * kBK;
+  // Shared memory, from a 1024-byte aligned base: A ring, B ring, staging tile, A scales,
+  // B scales (16 bytes a stage), published units (16 bytes a stage), full and empty barriers.
+  static constexpr int kABytes = BM * kBK, kBBytes = BN * kBK, kSABytes = BM * 4;
   static constexpr int kOffB = STAGES * kABytes;
   static constexpr int kOffD = kOffB + STAGES * kBBytes;
-  static constexpr int kOffUnit = kOffD + (TMA_STORE ? BM * BN * kOutBytes : 0);
+  static constexpr int kOffSA = kOffD + (TMA_STORE ? BM * BN * kOutBytes : 0);
+  static constexpr int kOffSB = kOffSA + STAGES * kSABytes;
+  static constexpr int kOffUnit = kOffSB + STAGES * 16;
   static constexpr int kOffBar = kOffUnit + STAGES * 16;
   static constexpr int kSmemBytes = 1024 + kOffBar + 2 * STAGES * 8;  // + 1024: realignment slack
   static constexpr u32 kStageTx = kABytes + kBBytes;                  // TMA bytes landing per stage
@@ -111,6 +111,12 @@ struct Fp8Smem {
   KDSL_DEVICE u32 a(int s) const { return base + s * C::kABytes; }
   KDSL_DEVICE u32 b(int s) const { return base + C::kOffB + s * C::kBBytes; }
   KDSL_DEVICE u32 d() const { return base + C::kOffD; }
+  KDSL_DEVICE u32 sa(int s) const { return base + C::kOffSA + s * C::kSABytes; }
+  KDSL_DEVICE const float* sa_ptr(int s) const {
+    return reinterpret_cast<const float*>(generic + C::kOffSA + s * C::kSABytes);
+  }
+  KDSL_DEVICE u32 sb(int s) const { return base + C::kOffSB + s * 16; }
+  KDSL_DEVICE const float* sb_ptr(int s) const { return reinterpret_cast<const float*>(generic + C::kOffSB + s * 16); }
   KDSL_DEVICE Fp8Unit* unit(int s) const { return reinterpret_cast<Fp8Unit*>(generic + C::kOffUnit + s * 16); }
   KDSL_DEVICE u32 full(int s) const { return base + C::kOffBar + s * 8; }
   KDSL_DEVICE u32 empty(int s) const { return base + C::kOffBar + (C::STAGES + s) * 8; }
@@ -132,24 +138,40 @@ struct RingPos {
 template <class C>
 KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const Fp8Smem<C>& sm) {
   constexpr int BM = C::BM, BN = C::BN;
-  const bool leader = (threadIdx.x & 31) == 0;
+  const int lane = threadIdx.x & 31;
+  const bool leader = lane == 0;
   if (leader) {
     tma_prefetch_desc(ta);
     tma_prefetch_desc(tb);
   }
-  const int nk = p.K / C::kBK;
+  const int nk = p.K / C::kBK, n_sblk = (p.N + 127) / 128;
   const int rank = C::CLUSTER > 1 ? (int)cluster_ctarank() : 0;
   Fp8Scheduler<C> sched(p);
   RingPos<C::STAGES> pos;
   Fp8Unit u;
   while (sched.next(u)) {
-    if (leader) {
-      const int ag = C::KIND == 2 ? u.g : 0;  // group of A
-      for (int kb = 0; kb < nk; ++kb, pos.advance()) {
-        const int s = pos.s;
-        const u32 full = sm.full(s);
-        mbar_wait(sm.empty(s), pos.phase ^ 1u);
-        if (kb == 0) *sm.unit(s) = u;  // published by the arrival below (release)
+    const int ag = C::KIND == 2 ? u.g : 0;  // group of A (and of sa)
+    // Element offsets (int: launch.py bounds the scale counts by 2**31): B's scale blocks of
+    // this tile's columns, the second one only if the tile reaches it; sa[ag][kb = 0][m0].
+    const int sb_lo = (u.g * n_sblk + (u.n0 >> 7)) * nk;
+    const int sb_hi = (u.n0 >> 7) + 1 < n_sblk ? sb_lo + nk : sb_lo;
+    const int sa_unit = ag * nk * p.M + u.m0, rows_left = p.M - u.m0;
+    for (int kb = 0; kb < nk; ++kb, pos.advance()) {
+      const int s = pos.s;
+      const u32 full = sm.full(s);
+      mbar_wait(sm.empty(s), pos.phase ^ 1u);
+      // Every lane: A's scales, BM / 32 rows each, zeros past M; each lane's arrival is
+      // counted before the leader's below, so the phase cannot complete without them.
+      const float* sa_kb = p.sa + (sa_unit + kb * p.M);
+#pragma unroll
+      for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
+      cp_async_mbar_arrive(full);
+      __syncwarp();
+      if (leader) {
+        if (kb == 0) *sm.unit(s) = u;  // published by the arrivals below (release)
+        cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
+        cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
+        cp_async_mbar_arrive(full);
         mbar_arrive_expect_tx(full, C::kStageTx);
         const int k0 = kb * C::kBK;
         if (C::MCAST == kMcastA) {
@@ -165,8 +187,8 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
           tma_load_3d(sm.b(s), tb, full, k0, u.n0, u.g);
         }
       }
+      __syncwarp();
     }
-    __syncwarp();
   }
   if (leader) {
     // End of work: a unit with m0 < 0, with no loads.
@@ -187,18 +209,19 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
   constexpr int BN = C::BN, kFrag = C::kFrag, kWaves = C::kWaves;
   const int tid = threadIdx.x - 128;  // among the math threads
   const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  const int nk = p.K / C::kBK, n_sblk = (p.N + 127) / 128;
+  const int nk = p.K / C::kBK;
   const Fp8Epilogue<C> epilogue{p, td, sm.d(), wg, warp, lane};
   RingPos<C::STAGES> pos;
 
-  // One thread per warpgroup hands a stage back (with a cluster, to both CTAs): only wgmma
-  // reads the stage, and it is a warpgroup operation, complete for all four warps at once.
+  // Each warp hands a stage back once all its lanes are done with it (with a cluster, to both
+  // CTAs). One arrival per warpgroup, leaning on wgmma being a warpgroup operation, left the
+  // other warps' reads of the scales unordered before the refill (racecheck: 16 hazards).
   auto release = [&]() {
-    const int t = tid & 127;
+    __syncwarp();
     if (C::CLUSTER == 1) {
-      if (t == 0) mbar_arrive(sm.empty(pos.s));
-    } else if (t < C::CLUSTER) {
-      mbar_arrive_cluster(sm.empty(pos.s), (u32)t);
+      if (lane == 0) mbar_arrive(sm.empty(pos.s));
+    } else if (lane < C::CLUSTER) {
+      mbar_arrive_cluster(sm.empty(pos.s), (u32)lane);
     }
   };
 
@@ -217,23 +240,19 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
 #pragma unroll
       for (int i = 0; i < kFrag; ++i) total[v][i] = 0.f;
     const int bnd = 128 - (u.n0 & 127);  // tile columns < bnd are in B's first scale block
-    // This thread's scales, read from global memory before the K block's wgmmas so that the
-    // loads overlap them: sa at its two rows of each wave (rows past M read row M - 1: their
-    // results are never stored), sb at the tile's first scale block of B and at the next one
-    // if the tile reaches it. Offsets fit in int (launch.py bounds the scale counts).
-    const float* sa_unit = p.sa + (C::KIND == 2 ? u.g * nk * p.M : 0);
-    const int row0 = u.m0 + wg * 64 + warp * 16 + (lane >> 2);
-    const int sb_lo = (u.g * n_sblk + (u.n0 >> 7)) * nk;
-    const int sb_hi = (u.n0 >> 7) + 1 < n_sblk ? sb_lo + nk : sb_lo;
     for (int kb = 0; kb < nk; ++kb, pos.advance()) {
       const int s = pos.s;
+      if (kb > 0) mbar_wait(sm.full(s), pos.phase);
+      // Scales are read before the stage is handed back.
+      const float* sa = sm.sa_ptr(s);
       float s_a[kWaves][2];
 #pragma unroll
-      for (int v = 0; v < kWaves; ++v)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) s_a[v][h] = __ldg(sa_unit + kb * p.M + min(row0 + v * 128 + 8 * h, p.M - 1));
-      const float s_b_lo = __ldg(p.sb + sb_lo + kb), s_b_hi = __ldg(p.sb + sb_hi + kb);
-      if (kb > 0) mbar_wait(sm.full(s), pos.phase);
+      for (int v = 0; v < kWaves; ++v) {
+        const int r = epilogue.wave_row(v) + warp * 16 + (lane >> 2);
+        s_a[v][0] = sa[r];
+        s_a[v][1] = sa[r + 8];
+      }
+      const float s_b_lo = sm.sb_ptr(s)[0], s_b_hi = sm.sb_ptr(s)[1];
       const u64 db = desc_kmajor_sw128(sm.b(s));
 #pragma unroll
       for (int v = 0; v < kWaves; ++v) {
@@ -271,7 +290,7 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::STAGES; ++s) {
       mbar_init(sm.full(s), 1);                          // the producer's arrival (+ TMA bytes)
-      mbar_init(sm.empty(s), C::kMathWG * C::CLUSTER);   // each math warpgroup of each CTA
+      mbar_init(sm.empty(s), C::kMathWG * 4 * C::CLUSTER);  // each math warp of each CTA
     }
     mbar_init_fence();
   }
