@@ -25,7 +25,7 @@
 // multiple of 4 floats, i.e. for every M % 4 != 0.) It publishes each unit in the ring
 // beside its first K block, and a unit with m0 < 0 ends the work. The other warpgroups raise
 // their registers and each owns 64 rows of every 128 (BM = 256: two m64 waves): per K block
-// four m64nBNk32 wgmmas, wait, hand the stage back (one arrival per warp on "empty"),
+// four m64nBNk32 wgmmas, wait, hand the stage back (one arrival per thread on "empty"),
 // promote. Tiles wider than the 128-column scale blocks of B straddle two of them; each
 // 8-column fragment picks the scale of the block it sits in.
 //
@@ -213,15 +213,16 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
   const Fp8Epilogue<C> epilogue{p, td, sm.d(), wg, warp, lane};
   RingPos<C::STAGES> pos;
 
-  // Each warp hands a stage back once all its lanes are done with it (with a cluster, to both
-  // CTAs). One arrival per warpgroup, leaning on wgmma being a warpgroup operation, left the
-  // other warps' reads of the scales unordered before the refill (racecheck: 16 hazards).
+  // Every math thread hands a stage back once it is done reading the stage's scales (with a
+  // cluster, to both CTAs), so each read is ordered before the refill by its own arrival. One
+  // arrival per warpgroup (leaning on wgmma being a warpgroup operation) and one per warp
+  // after __syncwarp both drew racecheck hazards against the producer's cp.async refill.
   auto release = [&]() {
-    __syncwarp();
     if (C::CLUSTER == 1) {
-      if (lane == 0) mbar_arrive(sm.empty(pos.s));
-    } else if (lane < C::CLUSTER) {
-      mbar_arrive_cluster(sm.empty(pos.s), (u32)lane);
+      mbar_arrive(sm.empty(pos.s));
+    } else {
+#pragma unroll
+      for (int r = 0; r < C::CLUSTER; ++r) mbar_arrive_cluster(sm.empty(pos.s), (u32)r);
     }
   };
 
@@ -290,7 +291,7 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::STAGES; ++s) {
       mbar_init(sm.full(s), 1);                          // the producer's arrival (+ TMA bytes)
-      mbar_init(sm.empty(s), C::kMathWG * 4 * C::CLUSTER);  // each math warp of each CTA
+      mbar_init(sm.empty(s), C::kMathWG * 128 * C::CLUSTER);  // each math thread of each CTA
     }
     mbar_init_fence();
   }
