@@ -68,6 +68,9 @@ def standard_suite() -> list[Case]:
     for name in ("plain", "relpos"):
         for n in (4096, 32768):
             cases.append(Case(str(SAMPLES / f"{name}.kd"), name, dict(B=1, H=16, M=1, N=n, D=128)))
+    # decode with grouped-query heads, and a batch of decodes
+    cases.append(Case(str(SAMPLES / "plain.kd"), "plain", dict(B=1, H=32, Hkv=8, M=1, N=8192, D=128)))
+    cases.append(Case(str(SAMPLES / "plain.kd"), "plain", dict(B=64, H=16, M=1, N=4096, D=128)))
     for m in (128, 4096):
         for n, k in GEMM_NK:
             cases.append(Case(str(SAMPLES / "fp8_gemm.kd"), "fp8_gemm", dict(M=m, N=n, K=k), "gemm"))
@@ -137,19 +140,22 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     kir = mod.ir[case.kernel]
     s = case.shape
     B, H, M, N, D = s["B"], s["H"], s["M"], s["N"], s["D"]
-    row = Row(case.kernel, f"B={B} H={H} M={M} N={N} D={D}", "decode" if M == 1 else "prefill")
-    q, k, v, caps = attention_inputs(kir, B, H, H, M, N, D)
+    Hkv = s.get("Hkv", H)  # GQA rows give fewer k/v heads
+    gqa = f" Hkv={Hkv}" if Hkv != H else ""
+    row = Row(case.kernel, f"B={B} H={H}{gqa} M={M} N={N} D={D}", "decode" if M == 1 else "prefill")
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D)
     for name, (lo, hi) in case.ints.items():
         caps[name] = torch.randint(lo, hi + 1, tuple(caps[name].shape), device=q.device, dtype=torch.int32)
     fn = getattr(mod, case.kernel)
     out = fn(q, k, v, **caps)
     row.compile = cold_build(case.file, case.kernel, D, fn._arch())
-    sl = slice(0, min(H, 2))
+    # error on two query heads and the k/v heads they read (one, when a group holds both)
+    sl, sl_kv = slice(0, min(H, 2)), slice(0, max(1, min(H, 2) // (H // Hkv)))
     sub = {n: (c[:1] if c.dim() > 1 and c.shape[0] == B else c) for n, c in caps.items()}
-    ref, _ = reference.attention(kir, q[:1, sl], k[:1, sl], v[:1, sl], sub)
+    ref, _ = reference.attention(kir, q[:1, sl], k[:1, sl_kv], v[:1, sl_kv], sub)
     row.error = rel_frobenius(out[:1, sl], ref)
     del ref
-    dims = {"B": B, "H": H, "Hkv": H, "M": M, "N": N, "D": D}
+    dims = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": D}
     scale = float(eval_scalar(kir.func("scale"), dims))
     flops = 4 * D * kept_pairs(kir, dims, caps, B, H, M, N)
     row.ms = timer(lambda: fn(q, k, v, **caps))
@@ -161,10 +167,11 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
             fa = torch.compile(flex_attention)
             sm, mm = flex.score_mod(kir, dims, caps, scale), flex.mask_mod(kir, dims, caps)
             bm = create_block_mask(mm, B, H, M, N, device="cuda") if mm else None
-            fo = fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale)
+            gqa_kw = {"enable_gqa": True} if Hkv != H else {}
+            fo = fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale, **gqa_kw)
             if rel_frobenius(fo, out) > 5e-2:
                 raise RuntimeError("FlexAttention disagrees with kdsl on the same inputs")
-            t = timer(lambda: fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale))
+            t = timer(lambda: fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale, **gqa_kw))
             row.peers["flex"] = {"ms": t, "tflops": flops / t / 1e9}
         except Exception as e:
             row.peers["flex"] = {"error": f"{type(e).__name__}: {e}"[:160]}
@@ -172,7 +179,8 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
         try:
             from torch.nn.attention import SDPBackend, sdpa_kernel
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                f = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case.kernel == "causal")
+                f = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case.kernel == "causal",
+                                                                             enable_gqa=Hkv != H)
                 t = timer(f)
             row.peers["cudnn"] = {"ms": t, "tflops": flops / t / 1e9}
         except Exception as e:

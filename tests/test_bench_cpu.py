@@ -21,8 +21,10 @@ def test_standard_suite_shapes():
         if c.shape["M"] > 1 and c.kernel != "natten2d" and c.shape["D"] == 128:
             assert c.shape["B"] * c.shape["M"] == 16384 and c.shape["H"] == 16
     decode = [c for c in attn if c.shape["M"] == 1]
-    assert sorted((c.kernel, c.shape["N"]) for c in decode) == [("plain", 4096), ("plain", 32768),
-                                                                 ("relpos", 4096), ("relpos", 32768)]
+    assert sorted((c.kernel, c.shape["B"], c.shape["H"], c.shape.get("Hkv", c.shape["H"]), c.shape["N"])
+                  for c in decode) == [("plain", 1, 16, 16, 4096), ("plain", 1, 16, 16, 32768), ("plain", 1, 32, 8, 8192),
+                                       ("plain", 64, 16, 16, 4096), ("relpos", 1, 16, 16, 4096),
+                                       ("relpos", 1, 16, 16, 32768)]
     gemm = [(c.shape["M"], c.shape["N"], c.shape["K"]) for c in cases if c.kernel == "fp8_gemm"]
     assert len(gemm) == 12 and (128, 2112, 7168) in gemm and (4096, 7168, 16384) in gemm
 

@@ -73,6 +73,19 @@ class ArgPack:
                 slot.value = v
 
 
+class WarpKernel:
+    """A helper kernel of a loaded module (tile summary, split-KV combine) that gives one warp
+    to each of `warps` work items, 8 warps a block (its __launch_bounds__(256))."""
+
+    def __init__(self, module, entry: str, warps: int, pack: ArgPack):
+        self._fn = module.get_function(entry)  # kept: the handle lives as long as this object
+        self._fixed = (int(self._fn.ptr), -(-warps // 8), 1, 1, 256, 1, 1, 0)
+        self.pack = pack
+
+    def run(self, stream: int, pointers) -> None:
+        launch(self._fixed, stream, self.pack, pointers)
+
+
 def launch(fixed: tuple, stream: int, pack: ArgPack, pointers, bind=None):
     """fixed = (function, grid x, y, z, block x, y, z, shared bytes). Write `pointers` into
     the pointer slots (after `bind()`, which may rewrite other slots, e.g. tensor maps) and

@@ -216,17 +216,15 @@ class AttentionKernel(KernelBase):
             ptrs += [_ptr(c) for c in caps]
         plan.keep_alive = ()
         ptrs.append(self._summary_pointer(plan, ptrs[5:], tile_summary))
-        if plan.maps:  # the Hopper kernel's split-KV scratch (null when the keys are not split)
-            if plan.combine is None:
-                ptrs += (0, 0)
-            else:
-                part_o, part_lse = plan.combine.new_part_o(), plan.combine.new_part_lse()
-                ptrs += (_ptr(part_o), _ptr(part_lse))
-                plan.launch(ptrs)
-                plan.combine.run(plan.current_stream(), ptrs[-2], ptrs[-1], ptrs[3], ptrs[4])
-                plan.keep_alive += (part_o, part_lse)
-                return (out, lse) if self.has_lse else out
+        if plan.combine is not None:  # split-KV: the splits' results, then their merge into out
+            part = (plan.combine.new_part_o(), plan.combine.new_part_lse())
+            plan.keep_alive += part
+            ptrs += map(_ptr, part)
+        elif plan.maps:  # the Hopper kernel's split-KV pointers are null
+            ptrs += (0, 0)
         plan.launch(ptrs)
+        if plan.combine is not None:
+            plan.combine.run(plan.current_stream(), ptrs[-2], ptrs[-1], ptrs[3], ptrs[4])
         return (out, lse) if self.has_lse else out
 
     def tile_summary(self, q, k, v, *captures, scale=None, **named) -> TileSummary:

@@ -9,9 +9,7 @@ the caller's stream, so a call stays capturable in a CUDA graph.
 from __future__ import annotations
 
 from . import arrays
-from .driver import ArgPack, launch
-
-_WARPS_PER_BLOCK = 8  # the combine kernel's __launch_bounds__(256): one warp per output row
+from .driver import ArgPack, WarpKernel
 
 
 def kv_splits(items: int, kv_tiles: int, sms: int) -> int:
@@ -25,16 +23,14 @@ def kv_splits(items: int, kv_tiles: int, sms: int) -> int:
 
 
 class CombineLaunch:
-    """The combine kernel of one plan, and the allocators of the split results it reads."""
+    """The combine kernel of one plan (one warp per output row), and the allocators of the
+    split results it reads."""
 
     def __init__(self, loaded, entry: str, splits: int, rows: int, head_dim: int, framework: str, device: int):
-        fn = loaded.module.get_function(entry)
-        self._keep = fn
-        blocks = -(-rows // _WARPS_PER_BLOCK)
-        self._fixed = (int(fn.ptr), blocks, 1, 1, 32 * _WARPS_PER_BLOCK, 1, 1, 0)
-        self.pack = ArgPack(["ptr"] * 4 + ["i32"] * 2, [None] * 4 + [rows, splits], [0, 1, 2, 3])
+        pack = ArgPack(["ptr"] * 4 + ["i32"] * 2, [None] * 4 + [rows, splits], [0, 1, 2, 3])
+        self.kernel = WarpKernel(loaded.module, entry, rows, pack)
         self.new_part_o = arrays.allocator(framework, (splits * rows * head_dim,), "f32", device)
         self.new_part_lse = arrays.allocator(framework, (splits * rows,), "f32", device)
 
     def run(self, stream: int, part_o: int, part_lse: int, out: int, lse: int) -> None:
-        launch(self._fixed, stream, self.pack, [part_o, part_lse, out, lse])
+        self.kernel.run(stream, [part_o, part_lse, out, lse])

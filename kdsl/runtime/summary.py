@@ -14,9 +14,7 @@ from .. import ir
 from ..errors import LaunchError
 from ..passes import mask_analysis
 from . import arrays
-from .driver import ArgPack, launch
-
-_WARPS_PER_BLOCK = 8  # the summary kernel's __launch_bounds__(256)
+from .driver import ArgPack, WarpKernel
 
 
 @dataclass(frozen=True)
@@ -47,19 +45,15 @@ class Layout:
 
 
 class SummaryLaunch:
-    """The summary kernel of one plan: its fixed launch parameters and a buffer allocator."""
+    """The summary kernel of one plan (one warp per summary entry) and a buffer allocator."""
 
     def __init__(self, loaded, entry: str, layout: Layout, pack: ArgPack, framework: str, device: int):
-        fn = loaded.module.get_function(entry)
-        self._keep = fn
-        warps = sum(layout.entries)
-        blocks = -(-warps // _WARPS_PER_BLOCK)
-        self._fixed = (int(fn.ptr), blocks, 1, 1, 32 * _WARPS_PER_BLOCK, 1, 1, 0)
-        self.layout, self.pack = layout, pack
+        self.kernel = WarpKernel(loaded.module, entry, sum(layout.entries), pack)
+        self.layout = layout
         self.new_buffer = arrays.allocator(framework, (layout.ints,), "i32", device)
 
     def run(self, stream: int, capture_ptrs, buffer_ptr: int) -> None:
-        launch(self._fixed, stream, self.pack, [*capture_ptrs, buffer_ptr])
+        self.kernel.run(stream, [*capture_ptrs, buffer_ptr])
 
 
 @dataclass(frozen=True)
