@@ -181,3 +181,19 @@ def test_kernels_with_index_floats_refuse_sequences_past_their_exact_range(monke
     with pytest.raises(LaunchError, match="sequence length 101 exceeds 100"):
         mod.gen(q, q, q)
     mod.gen(q[:, :, :100], q[:, :, :100], q[:, :, :100])  # at the limit: runs
+
+
+def test_only_the_bare_scaled_dot_product_takes_the_raw_max_path():
+    """exp2_fold.score_is_scaled_dot: the Hopper kernel's raw-max softmax applies exactly when
+    the log2-domain score is qk * scale_log2 (mask-only variants), not to any score with a
+    term of its own."""
+    import kdsl
+    plain = kdsl.compile("attention p { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                         "mask(b, h, i, j) = j <= i }", "p.kd").ir["p"]
+    biased = kdsl.compile("attention p { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                          "score(s, b, h, i, j) = s + 0.5 }", "p.kd").ir["p"]
+    scaled = kdsl.compile("attention p { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                          "score(s, b, h, i, j) = s * 2.0 }", "p.kd").ir["p"]
+    assert exp2_fold.score_is_scaled_dot(exp2_fold.run(plain))
+    assert not exp2_fold.score_is_scaled_dot(exp2_fold.run(biased))
+    assert not exp2_fold.score_is_scaled_dot(exp2_fold.run(scaled))

@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 
 from .. import __version__, ir
-from ..passes import mask_analysis
+from ..passes import exp2_fold, mask_analysis
 from .cexpr import CEmitter, Capture, capture_ident, dim_ident
 
 HERE = Path(__file__).parent
@@ -88,6 +88,7 @@ def _attention(k: ir.Kernel) -> Generated:
         consumer_regs=k.attr("consumer_regs"),
         threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
         has_mask="true" if mask is not None else "false",
+        scaled_dot="true" if exp2_fold.score_is_scaled_dot(k) else "false",
         score=c(k.func("score_log2")), mask=c(mask) if mask is not None else "true",
         tile_empty=c(k.func("tile_empty")) if mask is not None else "false",
         tile_full=c(k.func("tile_full")) if mask is not None else "true",

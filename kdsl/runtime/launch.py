@@ -67,6 +67,7 @@ class Plan:
     keep_alive: tuple = ()  # this call's scratch buffers: freed when the next call replaces them,
                             # after the kernels that read them in stream order
     out_align: int = 4  # bytes; the FP8 GEMM's TMA store needs 16
+    q_sign: int = 1     # -1 / 0: the kernel reads -q / 0 * q (a scaled-dot score with scale <= 0)
 
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
@@ -207,6 +208,8 @@ class AttentionKernel(KernelBase):
             lse = plan.new_lse()
         if plan.loaded is None:
             return self._without_launch(plan, out, lse)
+        if plan.q_sign != 1:
+            q = -q if plan.q_sign < 0 else q * 0
         ptrs = [x.data_ptr() for x in (q, k, v, out)] if torch_like else [x.data.ptr for x in (q, k, v, out)]
         if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15:
             for p, n in zip(ptrs, ("q", "k", "v", "out")):
@@ -214,7 +217,7 @@ class AttentionKernel(KernelBase):
         ptrs.append(_ptr(lse) if lse is not None else 0)
         if caps:
             ptrs += [_ptr(c) for c in caps]
-        plan.keep_alive = ()
+        plan.keep_alive = (q,) if plan.q_sign != 1 else ()
         ptrs.append(self._summary_pointer(plan, ptrs[5:], tile_summary))
         if plan.combine is not None:  # split-KV: the splits' results, then their merge into out
             part = (plan.combine.new_part_o(), plan.combine.new_part_lse())
@@ -264,7 +267,7 @@ class AttentionKernel(KernelBase):
             return 0
         buf = plan.summary.new_buffer()
         plan.summary.run(plan.current_stream(), cap_ptrs, _ptr(buf))
-        plan.keep_alive = (buf,)
+        plan.keep_alive += (buf,)
         return _ptr(buf)
 
     def _without_launch(self, plan, out, lse):
@@ -366,7 +369,16 @@ class AttentionKernel(KernelBase):
         # change. The summary kernel takes the same parameters less the first five.
         kinds = ["tmap" if tma else "ptr"] * 3 + ["ptr"] * 2 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + \
             ["i32"] * len(extra_dims) + ["ptr"]
-        values = [None] * 5 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra_dims] + [None]
+        # A kernel whose score is the scaled dot product itself takes its max on raw q.k, which
+        # needs scale > 0 (attention_wgmma.cuh, kScaledDot): a negative scale runs on -q with
+        # |scale|, a zero one on 0 * q with scale 1 (every score 0 either way).
+        q_sign = 1
+        if tma and exp2_fold.score_is_scaled_dot(lk) and s <= 0:
+            q_sign, s_kernel = (-1, -s) if s < 0 else (0, 1.0)
+        else:
+            s_kernel = s
+        values = [None] * 5 + [B, H, Hkv, M, N, s_kernel * LOG2E, s] + [None] * ncap + \
+            [dims[n] for n in extra_dims] + [None]
         # slots the per-call pointers go to
         order = list(range(3 if tma else 0, 5)) + list(range(12, 12 + ncap)) + [len(kinds) - 1]
         layout = summary.Layout.of(lk, B, H, M, N)
@@ -391,7 +403,7 @@ class AttentionKernel(KernelBase):
                     RowTiles(pack.slots[2], elem, B * Hkv, N, D, bn))
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem,
                     chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps,
-                    summary=tiles, combine=combine)
+                    summary=tiles, combine=combine, q_sign=q_sign)
 
 
 def _batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap):

@@ -1,6 +1,8 @@
 """Edge arguments through real calls (issue #6 point 4): batches past CUDA's grid.z limit,
 empty inputs (empty in, empty out, as torch), and a scale that is not a real number.
 The rules themselves are unit-tested without a GPU in tests/test_launch_args_cpu.py."""
+import re
+
 import pytest
 
 import kdsl
@@ -96,3 +98,19 @@ def test_empty_gemm_rows_give_an_empty_output():
     b, sb = fp8.quantize_128x128(torch.randn(384, 256, device="cuda"))
     out = mod.fp8_gemm(a, sa, b, sb)
     assert out.shape == (0, 384)
+
+
+@pytest.mark.parametrize("sample", ["plain", "causal"])
+@pytest.mark.parametrize("scale", [-0.7, 0.0, 0.05])
+def test_scaled_dot_kernels_take_any_scale(sample, scale):
+    """plain and causal take the row max on raw q.k and fold the scale into the exponent,
+    which needs scale > 0: a negative scale runs on -q, a zero one on 0 * q (uniform
+    weights over the unmasked keys). M != N and a ragged last tile, with lse."""
+    torch = pytest.importorskip("torch")
+    src = re.sub(r"(v: bf16\[[^\]]*\])", r"\1\n    lse: f32[B, H, M]", (ROOT / "samples" / f"{sample}.kd").read_text(), count=1)
+    mod = kdsl.compile(src, f"{sample}.kd")
+    q, k, v, _ = attention_inputs(mod.ir[sample], 2, 3, 3, 200, 333, 128)
+    out, lse = getattr(mod, sample)(q, k, v, scale=scale)
+    ref, ref_lse = reference.attention(mod.ir[sample], q, k, v, scale=scale)
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL
+    assert torch.allclose(lse.double(), ref_lse, atol=1e-3, rtol=1e-4)

@@ -313,7 +313,23 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // kv as a float: one conversion per tile, then a constant per register (exact below
       // 2^24; the runtime bounds N for kernels whose score uses it)
       const float kvf0 = (float)(k0 + 2 * t);
-      if (general) {
+      // kScaledDot: sc stays the raw dot product, masked on general tiles, and the row max is
+      // taken on it here. Each branch has its own max loop: with only the selects in the
+      // general one, ptxas predicated them into every tile (66 FSELs more a tile).
+      float raw_max[2] = {neg_inf(), neg_inf()};
+      if constexpr (V::kScaledDot) {
+        if (general) {
+#pragma unroll
+          for (int i = 0; i < C::kSRegs; ++i) {
+            const bool ok = ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
+            sc[i] = ok ? sc[i] : neg_inf();
+            raw_max[(i >> 1) & 1] = fmax2(raw_max[(i >> 1) & 1], sc[i]);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < C::kSRegs; ++i) raw_max[(i >> 1) & 1] = fmax2(raw_max[(i >> 1) & 1], sc[i]);
+        }
+      } else if (general) {
 #pragma unroll
         for (int i = 0; i < C::kSRegs; ++i) {
           const int kv = imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1);
@@ -330,10 +346,15 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float mx = m_run[hh];
+        float mx;
+        if constexpr (V::kScaledDot) {  // raw max times a positive scale (-inf stays -inf)
+          mx = fmax2(m_run[hh], quad_max(raw_max[hh]) * a.scale_log2);
+        } else {
+          mx = m_run[hh];
 #pragma unroll
-        for (int jj = 0; jj < BN / 8; ++jj) mx = fmax2(mx, fmax2(sc[4 * jj + 2 * hh], sc[4 * jj + 2 * hh + 1]));
-        mx = quad_max(mx);
+          for (int jj = 0; jj < BN / 8; ++jj) mx = fmax2(mx, fmax2(sc[4 * jj + 2 * hh], sc[4 * jj + 2 * hh + 1]));
+          mx = quad_max(mx);
+        }
         // A row with no finite score so far keeps max = -inf; exponentiate against 0 then,
         // so that -inf - (-inf) never makes a NaN (every p and alpha is 0).
         const float ref = mx == neg_inf() ? 0.f : mx;
@@ -342,8 +363,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         float sum = 0.f;
 #pragma unroll
         for (int jj = 0; jj < BN / 8; ++jj) {
-          const float p0 = exp2_approx(sc[4 * jj + 2 * hh] - ref);
-          const float p1 = exp2_approx(sc[4 * jj + 2 * hh + 1] - ref);
+          float p0, p1;
+          if constexpr (V::kScaledDot) {  // one FFMA: qk * scale_log2 - max
+            p0 = exp2_approx(fmaf(sc[4 * jj + 2 * hh], a.scale_log2, -ref));
+            p1 = exp2_approx(fmaf(sc[4 * jj + 2 * hh + 1], a.scale_log2, -ref));
+          } else {
+            p0 = exp2_approx(sc[4 * jj + 2 * hh] - ref);
+            p1 = exp2_approx(sc[4 * jj + 2 * hh + 1] - ref);
+          }
           sc[4 * jj + 2 * hh] = p0;
           sc[4 * jj + 2 * hh + 1] = p1;
           sum += p0 + p1;
