@@ -55,7 +55,8 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
             qk = np.einsum("bhmd,bhnd->bhmn", q[:, :, q0:q1 + 1], k[:, kv_head, k0:k1 + 1], dtype=np.float32)
             env = {**dims, "qk": qk, "scale": np.float32(scale), "scale_log2": scale_log2,
                    "b": b_idx, "h": h_idx, "q": rows, "kv": cols,
-                   "qf": rows.astype(np.float32), "kvf": cols.astype(np.float32)}
+                   "qf": rows.astype(np.float32), "kvf": cols.astype(np.float32),
+                   "dqkf": (rows - cols).astype(np.float32)}
             s = np.broadcast_to(eval_numpy(score, env, captures, np.float32), qk.shape).astype(np.float32)
             if mask is not None:
                 keep = np.broadcast_to(eval_numpy(mask, env, captures), qk.shape)

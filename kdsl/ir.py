@@ -31,7 +31,7 @@ TYPES = ("i32", "f32", "bool")
 BUILTIN_VARS = {
     "s": "f32", "qk": "f32", "scale": "f32", "scale_log2": "f32",
     "b": "i32", "h": "i32", "q": "i32", "kv": "i32",
-    "qf": "f32", "kvf": "f32",  # float(q), float(kv) (passes/index_floats.py)
+    "qf": "f32", "kvf": "f32", "dqkf": "f32",  # float(q), float(kv), float(q - kv) (passes/index_floats.py)
     # tile bounds (inclusive) used by the mask analysis' tile_empty / tile_full
     "q0": "i32", "q1": "i32", "k0": "i32", "k1": "i32",
 }

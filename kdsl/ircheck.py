@@ -20,7 +20,7 @@ _TILE = ("b", "h", "q0", "q1", "k0", "k1")
 # score_log2 and the tile predicates are what the kernel evaluates (derived by the passes
 # unless given).
 FUNCS = {"scale": ("f32", ()), "score": ("f32", ("s", *_INDEX)), "mask": ("bool", _INDEX),
-         "score_log2": ("f32", ("qk", "scale", "scale_log2", "qf", "kvf", *_INDEX)),
+         "score_log2": ("f32", ("qk", "scale", "scale_log2", "qf", "kvf", "dqkf", *_INDEX)),
          "tile_empty": ("bool", _TILE), "tile_full": ("bool", _TILE)}
 _BINARY_SAME = ("add", "sub", "mul", "min", "max")
 _COMPARE = ("lt", "le", "gt", "ge")

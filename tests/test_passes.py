@@ -145,8 +145,9 @@ def test_tiling_and_warp_map_attrs():
 @pytest.mark.parametrize("score", ["s + float(i - j)", "s - 0.5 * float(abs(i - j) + 3)", "s + float(j) * 0.01",
                                    "s + float(abs(j - i - 7))"])
 def test_index_floats_turn_position_conversions_into_float_arithmetic(score):
-    """float(i - j) and friends become qf - kvf: the same value for every position the
-    runtime allows (q, kv < MAX_LENGTH), so exact, and no conversion left per element."""
+    """float(i - j) and friends become dqkf (q - kv as a float) or qf - kvf: the same value
+    for every position the runtime allows (q, kv < MAX_LENGTH), so exact, and no conversion
+    left per element."""
     from kdsl.passes import index_floats
     from kdsl.semantics import eval_numpy
     import numpy as np
@@ -160,8 +161,11 @@ def test_index_floats_turn_position_conversions_into_float_arithmetic(score):
     kv = np.array([0, 1, 2, 129, big, 0, big, 17]).reshape(1, -1)
     env = {"qk": np.float32(0.25), "scale": np.float32(0.125), "scale_log2": np.float32(0.18), "b": 0, "h": 0,
            "q": q, "kv": kv, "qf": q.astype(np.float32), "kvf": kv.astype(np.float32),
+           "dqkf": (q - kv).astype(np.float32),
            "B": 1, "H": 1, "Hkv": 1, "M": big + 1, "N": big + 1, "D": 64}
     assert np.array_equal(eval_numpy(e, env, {}, np.float32), eval_numpy(ref, env, {}, np.float32))
+    if "i - j" in score or "j - i" in score:  # the relative position is one variable
+        assert ir.uses(e, "dqkf") and not ir.uses(e, "qf")
 
 
 def test_index_floats_leave_large_constants_and_products_alone():

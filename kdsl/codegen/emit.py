@@ -62,7 +62,7 @@ def attention_capture_dims(k: ir.Kernel) -> tuple[str, ...]:
 def _attention(k: ir.Kernel) -> Generated:
     d = k.attr("head_dim")
     variables = {"qk": "qk", "scale_log2": "a.scale_log2", "scale": "c.scale", "b": "b", "h": "h", "q": "q",
-                 "kv": "kv", "qf": "qf", "kvf": "kvf", "q0": "q0", "q1": "q1", "k0": "k0", "k1": "k1"}
+                 "kv": "kv", "qf": "qf", "kvf": "kvf", "dqkf": "dqkf", "q0": "q0", "q1": "q1", "k0": "k0", "k1": "k1"}
     extra = attention_capture_dims(k)
     for name, (t, axis) in k.dims.items():
         variables[name] = str(d) if (t, axis) == ("q", 3) else _ATTN_DIM_FIELDS.get((t, axis), f"c.{dim_ident(name)}")

@@ -51,6 +51,12 @@ def fold(e: ir.Expr, c: float) -> ir.Expr:
         for x, k in ((e.args[0], e.args[1]), (e.args[1], e.args[0])) if e.op == "mul" else ():
             if isinstance(k, ir.Const) and _finite_pos(k.value) and _finite_pos(c * k.value):
                 return fold(x, c * k.value)
+        for x, y in ((e.args[0], e.args[1]), (e.args[1], e.args[0])) if e.op == "mul" else ():
+            # A factor the same for every element of a (b, h): c goes onto it (once per row
+            # block after CSE) or, when the other factor holds s, into s (scale_log2).
+            if not any(ir.uses(x, v) for v in ("s", "q", "kv")):
+                return op("f32", "mul", x, fold(y, c)) if ir.uses(y, "s") else \
+                    op("f32", "mul", op("f32", "mul", x, ir.Const("f32", c)), y)
         if e.op == "div" and isinstance(e.args[1], ir.Const) and _finite_pos(e.args[1].value) \
                 and _finite_pos(c / e.args[1].value):
             return fold(e.args[0], c / e.args[1].value)

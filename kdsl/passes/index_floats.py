@@ -1,4 +1,4 @@
-"""Strength reduction of position arithmetic in the score: float(i - j) -> qf - kvf.
+"""Strength reduction of position arithmetic in the score: float(i - j) -> dqkf (qf - kvf).
 
 Scores that use positions (relative bias, ALiBi, T5 buckets' inputs) convert an integer
 built from q and kv to float for every element, and a conversion costs as much as eight
@@ -23,13 +23,27 @@ def run(k: ir.Kernel) -> ir.Kernel:
     score = k.func("score_log2") if k.kind == "attention" else None
     if score is None:
         return k
-    rewritten = simplify(_rewrite(score))
+    rewritten = _relative(simplify(_rewrite(score)))
     return k if rewritten == score else k.with_func("score_log2", rewritten)
 
 
 def uses_index_floats(k: ir.Kernel) -> bool:
     e = k.func("score_log2")
-    return e is not None and (ir.uses(e, "qf") or ir.uses(e, "kvf"))
+    return e is not None and any(ir.uses(e, v) for v in ("qf", "kvf", "dqkf"))
+
+
+def _relative(e: ir.Expr) -> ir.Expr:
+    """qf - kvf -> dqkf and kvf - qf -> -dqkf: the kernel keeps q - kv as a per-row base for
+    the tile minus a constant per register, one FADD an element instead of two."""
+    if isinstance(e, ir.Op) and e.op == "sub" and all(isinstance(a, ir.Var) for a in e.args):
+        names = tuple(a.name for a in e.args)
+        if names == ("qf", "kvf"):
+            return ir.Var("f32", "dqkf")
+        if names == ("kvf", "qf"):
+            return ir.Op("f32", "neg", (ir.Var("f32", "dqkf"),))
+    if isinstance(e, ir.Op):
+        return ir.Op(e.ty, e.op, tuple(_relative(a) for a in e.args))
+    return e
 
 
 def _rewrite(e: ir.Expr) -> ir.Expr:

@@ -76,7 +76,8 @@ def _check_case(original, low, case, be, rng, tile_sizes) -> str | None:
     grid = {**dims, "b": np.arange(B).reshape(B, 1, 1, 1), "h": np.arange(H).reshape(1, H, 1, 1),
             "q": np.arange(M).reshape(1, 1, M, 1), "kv": np.arange(N).reshape(1, 1, 1, N),
             "qf": np.arange(M, dtype=np.float32).reshape(1, 1, M, 1),
-            "kvf": np.arange(N, dtype=np.float32).reshape(1, 1, 1, N)}
+            "kvf": np.arange(N, dtype=np.float32).reshape(1, 1, 1, N),
+            "dqkf": (np.arange(M).reshape(1, 1, M, 1) - np.arange(N).reshape(1, 1, 1, N)).astype(np.float32)}
     shape = (B, H, M, N)
     with np.errstate(all="ignore"):
         try:

@@ -313,6 +313,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // kv as a float: one conversion per tile, then a constant per register (exact below
       // 2^24; the runtime bounds N for kernels whose score uses it)
       const float kvf0 = (float)(k0 + 2 * t);
+      const float dq0[2] = {qf[0] - kvf0, qf[1] - kvf0};  // q - kv likewise: a base per row
       // kScaledDot: sc stays the raw dot product, masked on general tiles, and the row max is
       // taken on it here. Each branch has its own max loop: with only the selects in the
       // general one, ptxas predicated them into every tile (66 FSELs more a tile).
@@ -334,7 +335,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         for (int i = 0; i < C::kSRegs; ++i) {
           const int kv = imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1);
           const float x = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1],
-                                   kvf0 + (float)(8 * (i / 4) + (i & 1)));
+                                   kvf0 + (float)(8 * (i / 4) + (i & 1)), dq0[(i >> 1) & 1] - (float)(8 * (i / 4) + (i & 1)));
           const bool ok = ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
           sc[i] = ok ? x : neg_inf();
         }
@@ -342,7 +343,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
         for (int i = 0; i < C::kSRegs; ++i)
           sc[i] = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], k0 + 8 * (i / 4) + 2 * t + (i & 1), qf[(i >> 1) & 1],
-                           kvf0 + (float)(8 * (i / 4) + (i & 1)));
+                           kvf0 + (float)(8 * (i / 4) + (i & 1)), dq0[(i >> 1) & 1] - (float)(8 * (i / 4) + (i & 1)));
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
