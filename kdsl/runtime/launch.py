@@ -349,6 +349,12 @@ class AttentionKernel(KernelBase):
         built, loaded = self._load(D, device)
         lk = built.kernel
         tma = lk.attr("kernel") == "wgmma"
+        if tma and H > Hkv and _heads_fold_into_rows(lk):
+            # GQA whose score and mask never look at the query row or head: the H / Hkv query
+            # heads of a k/v head are rows of one problem (q[b, hkv * G + g, m] is row g * M + m
+            # of head hkv in the same memory, and so are out and lse), so each K/V tile is loaded
+            # once for all of them, and decode (M = 1) fills a q tile with G rows instead of one.
+            H, M = Hkv, M * (H // Hkv)
         splits = 1
         if tma:
             # One CTA per (b, h, q tile[, key range]) item on grid.x (no grid.z batch limit), or
@@ -404,6 +410,12 @@ class AttentionKernel(KernelBase):
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem,
                     chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps,
                     summary=tiles, combine=combine, q_sign=q_sign)
+
+
+def _heads_fold_into_rows(lowered: ir.Kernel) -> bool:
+    """Whether every function the kernel evaluates is blind to the query row and head (and to
+    M and H, which folding changes)."""
+    return not any(ir.uses(e, v) for _, e in lowered.funcs for v in ("q", "h", "qf", "dqkf", "M", "H"))
 
 
 def _batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap):
