@@ -64,8 +64,8 @@ class Plan:
     maps: tuple = ()  # TMA tensor maps (runtime/tma.py) fed by the first len(maps) pointers
     summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one
     combine: CombineLaunch | None = None  # split-KV's second kernel (runtime/splitkv.py)
-    keep_alive: tuple = ()  # this call's scratch buffers: freed when the next call replaces them,
-                            # after the kernels that read them in stream order
+    keep_alive: tuple = ()  # CuPy arrays only: this call's scratch buffers, freed when the next
+                            # call replaces them, after the kernels that read them in stream order
     out_align: int = 4  # bytes; the FP8 GEMM's TMA store needs 16
     q_sign: int = 1     # -1 / 0: the kernel reads -q / 0 * q (a scaled-dot score with scale <= 0)
 
@@ -228,6 +228,12 @@ class AttentionKernel(KernelBase):
         plan.launch(ptrs)
         if plan.combine is not None:
             plan.combine.run(plan.current_stream(), ptrs[-2], ptrs[-1], ptrs[3], ptrs[4])
+        if torch_like:
+            # torch's caching allocator hands a freed block out again only for work ordered after
+            # it on the stream it came from, the stream these kernels run on: nothing need stay
+            # alive. (And torch.compile's CUDA-graph trees refuse live allocations of a captured
+            # call that are not its outputs: split-KV's partials kept here failed there.)
+            plan.keep_alive = ()
         return (out, lse) if self.has_lse else out
 
     def tile_summary(self, q, k, v, *captures, scale=None, **named) -> TileSummary:
