@@ -59,7 +59,8 @@ def main() -> int:
                "--budget", args.budget, "--proposals", "1000", "-o", str(tuned_path), "--log", str(log)]
         print("$ " + " ".join(cmd), flush=True)
         t0 = time.monotonic()
-        run = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True, capture_output=True)
+        path = os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        run = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": path}, text=True, capture_output=True)
         wall = time.monotonic() - t0
         print(run.stdout + run.stderr, flush=True)
         if run.returncode != 0:
