@@ -79,23 +79,19 @@ struct Fp8Scheduler {
     grp_rows = C::KIND == 2 ? fp8_detail::masked_rows(p, 0) : 0;
   }
 
-  // (mt, nt) of linear index i among nm x num_n tiles.
+  // (mt, nt) of linear index i among nm x num_n tiles: bands of `raster` tiles along one axis,
+  // walked across the other. Multicasting A bands N tiles (a pair: adjacent N tiles, one M
+  // tile), otherwise M tiles (a pair: adjacent M tiles, one N tile).
   KDSL_DEVICE void raster(int i, int nm, int& mt, int& nt) const {
-    if (C::MCAST == kMcastA) {  // groups of `raster` N tiles; pairs: adjacent N tiles, same M tile
-      const int width = p.raster * nm;
-      const int first = i / width * p.raster;
-      const int in = i - i / width * width;
-      const int size = fp8_detail::imin(p.raster, num_n - first);
-      mt = in / size;
-      nt = first + (in - mt * size);
-    } else {  // groups of `raster` M tiles; pairs: adjacent M tiles, same N tile
-      const int width = p.raster * num_n;
-      const int first = i / width * p.raster;
-      const int in = i - i / width * width;
-      const int size = fp8_detail::imin(p.raster, nm - first);
-      nt = in / size;
-      mt = first + (in - nt * size);
-    }
+    const bool band_n = C::MCAST == kMcastA;
+    const int banded = band_n ? num_n : nm, across = band_n ? nm : num_n;
+    const int width = p.raster * across;
+    const int first = i / width * p.raster;
+    const int in = i - i / width * width;
+    const int size = fp8_detail::imin(p.raster, banded - first);
+    const int a = in / size, b = first + (in - a * size);  // across, banded
+    mt = band_n ? a : b;
+    nt = band_n ? b : a;
   }
 
   KDSL_DEVICE bool next(Fp8Unit& u) {
