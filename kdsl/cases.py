@@ -11,12 +11,16 @@ import math
 from dataclasses import dataclass, replace
 
 from . import fp8, ir
-from .passes import pipeline
+from .passes import pipeline, tiling
 from .passes.target import get_target
 from .semantics import eval_scalar
 
 # Which case field each axis of q, k, v stands for.
-_FIELDS = {"q": ("B", "H", "M", "D"), "k": ("B", "Hkv", "N", "D"), "v": ("B", "Hkv", "N", "D")}
+_FIELDS = {"q": ("B", "H", "M", "D"), "k": ("B", "Hkv", "N", "D"), "v": ("B", "Hkv", "N", "Dv")}
+# q/k head dims a program whose head dim is free is checked at: the prebuilt ones first, then
+# others the Hopper kernel takes: the smallest common one, one that is no multiple of 64, and
+# the largest ones (pipeline.head_dims are the ones built ahead of a call).
+CHECK_HEAD_DIMS = (64, 128, 32, 96, 192, 256)
 
 
 @dataclass(frozen=True)
@@ -31,10 +35,16 @@ class AttentionCase:
     sizes: tuple = ()  # ((dim, size), ...) for dims only captured tensors use; default 2 * max(M, N)
     ids: int = 3       # i32 captures not used as indices hold sorted (document-id-like) values in [0, ids),
                        # or positions in [0, max(M, N)] when they have no query or key axis (lengths)
+    Dv: int = 0        # v's (and out's) head dim; 0: the same as D
+
+    def __post_init__(self):
+        if not self.Dv:
+            object.__setattr__(self, "Dv", self.D)
 
     def label(self) -> str:
         extra = "".join(f" {n}={s}" for n, s in self.sizes)
-        return f"B={self.B} H={self.H} Hkv={self.Hkv} M={self.M} N={self.N} D={self.D}{extra}"
+        dv = f" Dv={self.Dv}" if self.Dv != self.D else ""
+        return f"B={self.B} H={self.H} Hkv={self.Hkv} M={self.M} N={self.N} D={self.D}{dv}{extra}"
 
 
 @dataclass(frozen=True)
@@ -49,22 +59,42 @@ class GemmCase:
         return (f"G={self.G} " if self.G > 1 else "") + f"M={self.M} N={self.N} K={self.K}"
 
 
-def tiles(kernel: ir.Kernel, head_dim: int = 0, arch: str = "sm_90a") -> tuple[int, int]:
+def tiles(kernel: ir.Kernel, head_dim: int = 0, arch: str = "sm_90a", value_dim: int = 0) -> tuple[int, int]:
     """(tile_m, tile_n) the compiled kernel (and the interpreter) use."""
-    low = pipeline.lower(kernel, get_target(arch), head_dim)
+    low = pipeline.lower(kernel, get_target(arch), head_dim, value_dim)
     return low.attr("tile_m"), low.attr("tile_n")
 
 
-def attention_shapes(k: ir.Kernel) -> list[AttentionCase]:
-    """Awkward cases: lengths 1, tile +- 1, ragged, M != N, GQA where declared; both head dims."""
-    ds = pipeline.head_dims(k)
-    tm, tn = tiles(k, ds[0])
+def head_dim_pairs(k: ir.Kernel, arch: str = "sm_90a") -> list[tuple[int, int]]:
+    """(q/k head dim, v head dim) pairs to check a program at: its literal head dims, else
+    CHECK_HEAD_DIMS; where v's head dim is a dim of its own, also MLA's 192 / 128 and a v
+    wider than q. Only pairs the target compiles (the mma.sync kernel: 64 or 128, equal)."""
+    dq, dv = k.tensor("q").shape[3], k.tensor("v").shape[3]
+    ds = [dq.value] if isinstance(dq, ir.Const) else list(CHECK_HEAD_DIMS)
+    if isinstance(dv, ir.Const):
+        pairs = [(d, dv.value) for d in ds]
+    elif dv == dq:
+        pairs = [(d, d) for d in ds]
+    else:
+        pairs = [(d, d) for d in ds] + [(d, v) for d, v in ((192, 128), (64, 128)) if d in ds] + \
+            ([(ds[0], 64 if ds[0] != 64 else 128)] if len(ds) == 1 else [])
+    if not get_target(arch).has_wgmma:
+        pairs = [(d, v) for d, v in pairs if d == v and d in tiling.ATTENTION_TILES]
+    return pairs
+
+
+def attention_shapes(k: ir.Kernel, arch: str = "sm_90a", pairs=None) -> list[AttentionCase]:
+    """Awkward cases: lengths 1, tile +- 1, ragged, M != N, GQA where declared; the head
+    dims of head_dim_pairs (or the (D, Dv) pairs given) in turn."""
+    pairs = pairs or head_dim_pairs(k, arch) or [(pipeline.head_dims(k)[0],) * 2]
+    tm, tn = tiles(k, pairs[0][0], arch, pairs[0][1])
     gqa = k.tensor("k").shape[1] != k.tensor("q").shape[1]
     cases = []
     for i, (m, n) in enumerate([(1, 1), (1, 300), (tm - 1, tn + 1), (tm + 1, tn - 1),
                                 (2 * tm + 3, 3 * tn + 5), (1000, 700), (64, 1000), (257, 257)]):
         h, hkv = (8, 2) if gqa and i % 2 else (4, 4)
-        cases.append(conform(k, AttentionCase(1 + i % 2, h, hkv, m, n, ds[i % len(ds)])))
+        d, dv = pairs[i % len(pairs)]
+        cases.append(conform(k, AttentionCase(1 + i % 2, h, hkv, m, n, d, Dv=dv)))
     return cases
 
 
@@ -83,7 +113,7 @@ def gemm_shapes(grouping: str) -> list[GemmCase]:
 def conform(kernel: ir.Kernel, case: AttentionCase) -> AttentionCase:
     """The case with every size the declarations fix set as declared: a literal head dim, k
     declared with q's head count (no GQA) or q's length (N = M), ..."""
-    f = {name: getattr(case, name) for name in ("B", "H", "Hkv", "M", "N", "D")}
+    f = {name: getattr(case, name) for name in ("B", "H", "Hkv", "M", "N", "D", "Dv")}
     dims: dict = {}
     for t, names in _FIELDS.items():
         for axis, e in enumerate(kernel.tensor(t).shape):
@@ -146,7 +176,7 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
     elem = kernel.tensor("q").dtype
     q = be.cast(be.randn((case.B, case.H, case.M, case.D), gen), elem)
     k = be.cast(be.randn((case.B, case.Hkv, case.N, case.D), gen), elem)
-    v = be.cast(be.randn((case.B, case.Hkv, case.N, case.D), gen), elem)
+    v = be.cast(be.randn((case.B, case.Hkv, case.N, case.Dv), gen), elem)
     dims = attention_dims(kernel, case)
     ranges = index_ranges(kernel, dims)
     caps = {}

@@ -20,13 +20,13 @@ from .semantics import eval_numpy, eval_scalar
 
 
 def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90a"):
-    """q [B,H,M,D], k/v [B,Hkv,N,D] as numpy float32 arrays (already holding bf16/f16
+    """q [B,H,M,D], k [B,Hkv,N,D], v [B,Hkv,N,Dv] as numpy float32 arrays (already holding bf16/f16
     values); captured tensors as numpy arrays. Returns (out float32, lse float32).
     kdsl.interpreted wraps this in the compiled kernels' calling convention."""
     captures = captures or {}
     B, H, M, D = q.shape
-    Hkv, N = k.shape[1], k.shape[2]
-    low = pipeline.lower(kernel, get_target(arch), D)
+    Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
+    low = pipeline.lower(kernel, get_target(arch), D, Dv)
     bm, bn = low.attr("tile_m"), low.attr("tile_n")
     elem = kernel.tensor("q").dtype
     dims = {n: {"q": q, "k": k, "v": v, **captures}[t].shape[axis] for n, (t, axis) in kernel.dims.items()}
@@ -35,7 +35,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
     score, mask = low.func("score_log2"), low.func("mask")
     empty_p, full_p = low.func("tile_empty"), low.func("tile_full")
     kv_head = np.arange(H) // (H // Hkv)
-    out = np.zeros((B, H, M, D), np.float32)
+    out = np.zeros((B, H, M, Dv), np.float32)
     lse = np.full((B, H, M), -np.inf, np.float32)
     b_idx = np.arange(B).reshape(B, 1, 1, 1)
     h_idx = np.arange(H).reshape(1, H, 1, 1)
@@ -44,7 +44,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
         rows = np.arange(q0, q1 + 1).reshape(1, 1, -1, 1)
         m_i = np.full((B, H, q1 - q0 + 1), -np.inf, np.float32)
         l_i = np.zeros_like(m_i)
-        acc = np.zeros((B, H, q1 - q0 + 1, D), np.float32)
+        acc = np.zeros((B, H, q1 - q0 + 1, Dv), np.float32)
         for k0 in range(0, N, bn):
             k1 = min(k0 + bn, N) - 1
             cls = _classify(empty_p, full_p, dims, captures, B, H, q0, q1, k0, k1) if mask is not None \

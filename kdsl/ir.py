@@ -135,10 +135,13 @@ class Kernel:
         return out
 
 
-def entry_symbol(kind: str, name: str, head_dim: int) -> str:
+def entry_symbol(kind: str, name: str, head_dim: int, value_dim: int = 0) -> str:
     """The extern "C" symbol of a kernel's specialisation, and (without 'kdsl_') the stem of
-    every file written for it: the type checker refuses two kernels that would share one."""
-    return f"kdsl_{name}_d{head_dim}" if kind == "attention" else f"kdsl_{name}"
+    every file written for it: the type checker refuses two kernels that would share one.
+    A value head dim other than q's is part of it: kdsl_mla_d192v128."""
+    if kind != "attention":
+        return f"kdsl_{name}"
+    return f"kdsl_{name}_d{head_dim}" + (f"v{value_dim}" if value_dim and value_dim != head_dim else "")
 
 
 def _freeze(v):

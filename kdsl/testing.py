@@ -17,13 +17,12 @@ from dataclasses import replace
 
 from . import ir
 from .backends import Numpy, Torch, need
-from .cases import (AttentionCase, GemmCase, attention_dims, conform, free_dims, gemm_inputs, tiles,
+from .cases import (AttentionCase, GemmCase, attention_dims, conform, free_dims, gemm_inputs, head_dim_pairs, tiles,
                     attention_inputs as _case_inputs)
 from .check import (ATTENTION_TOL, FP8_TOL, CaseResult, attention_case, fp8_difference, format_table, gemm_case,
                     gpu_backend, rel_frobenius)
 from .errors import KdslError, LaunchError
 from .interpreted import Interpreted
-from .passes import pipeline
 from .runtime.bounds import check_capture_indices
 
 __all__ = ["cases", "attention_cases", "gemm_cases", "assert_matches_reference", "find_failure", "search_module",
@@ -58,21 +57,22 @@ def lengths(tile: int, max_len: int):
 def attention_cases(kernel, max_len: int | None = None, max_batch: int = 2, max_kv_heads: int = 2,
                     gqa_ratios=(1, 2, 4)):
     """AttentionCases: lengths 1 and tile +- 1, ragged lengths, M != N (and M = N), GQA ratios
-    (where k's head count is its own dim), each supported head dim, sizes of dims only
+    (where k's head count is its own dim), head dims (cases.head_dim_pairs: the program's own,
+    or 64, 128, 32, 96, 192, 256, and v's own where it has one), sizes of dims only
     captured tensors use (kept where every index stays in bounds), integer captures within
     the index range they are used in, and a seed for the values. Shrinks toward one batch,
     one head, length 1."""
     st = _hypothesis().strategies
     k = _ir(kernel)
-    tile = {d: tiles(k, d) for d in pipeline.head_dims(k)}
+    tile = {pair: tiles(k, pair[0], value_dim=pair[1]) for pair in head_dim_pairs(k)}
     max_len = max_len or 2 * max(max(t) for t in tile.values()) + 2
     gqa = k.tensor("k").shape[1] != k.tensor("q").shape[1]
     free = free_dims(k)
 
     @st.composite
     def draw(draw):
-        D = draw(st.sampled_from(sorted(tile)))
-        tm, tn = tile[D]
+        D, Dv = draw(st.sampled_from(list(tile)))  # shrinks toward the first: 64, the prebuilt one
+        tm, tn = tile[D, Dv]
         M = draw(lengths(tm, max_len))
         N = draw(lengths(tn, max_len))  # independent of M: each shrinks on its own
         Hkv = draw(st.integers(1, max_kv_heads))
@@ -80,7 +80,7 @@ def attention_cases(kernel, max_len: int | None = None, max_batch: int = 2, max_
         B = draw(st.integers(1, max_batch))
         sizes = tuple((n, draw(st.integers(1, 2 * max(M, N)))) for n in free if draw(st.booleans()))
         case = conform(k, AttentionCase(B, H, Hkv, M, N, D, draw(st.integers(0, 2**32 - 1)), sizes,
-                                        draw(st.integers(1, 4))))
+                                        draw(st.integers(1, 4)), Dv))
         return _within_bounds(k, case)
     return draw()
 
@@ -185,12 +185,13 @@ def format_search(name: str, examples: int, result: CaseResult | None) -> str:
     return f"{name}: FAIL; shrunk counterexample: {result.case!r}\n" + format_table(name, [result])
 
 
-def attention_inputs(kernel: ir.Kernel, B, H, Hkv, M, N, D, device="cuda", generator=None):
+def attention_inputs(kernel: ir.Kernel, B, H, Hkv, M, N, D, device="cuda", generator=None, Dv=0):
     """Random q, k, v and captured tensors as torch tensors on `device`, fresh on each call
-    (or drawn from a torch generator); kdsl.cases.attention_inputs takes any backend."""
+    (or drawn from a torch generator); v's head dim is Dv (0: D). kdsl.cases.attention_inputs
+    takes any backend."""
     if generator is None:
         seed = random.randrange(2**62)
     else:
         torch = need("torch", "torch", "attention_inputs with a torch generator")
         seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
-    return _case_inputs(kernel, AttentionCase(B, H, Hkv, M, N, D, seed), Torch(device))
+    return _case_inputs(kernel, AttentionCase(B, H, Hkv, M, N, D, seed, Dv=Dv), Torch(device))

@@ -183,4 +183,5 @@ def test_wgmma_ops_header_is_what_its_generator_writes():
     spec.loader.exec_module(gen)
     assert gen.OUT == emit.INCLUDE_DIR / "kdsl" / "wgmma_ops.cuh"
     assert gen.OUT.read_text() == gen.render(), "wgmma_ops.cuh is stale: run python3 tools/gen_wgmma.py"
+    assert gen.OUT_MORE.read_text() == gen.render_more(), "wgmma_ops_more.cuh is stale: run python3 tools/gen_wgmma.py"
     assert gen.OUT_FP8.read_text() == gen.render_fp8(), "wgmma_fp8_ops.cuh is stale: run python3 tools/gen_wgmma.py"

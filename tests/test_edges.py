@@ -295,7 +295,7 @@ def test_shape_mismatch_quotes_the_source():
     e = diagnostic(f"attention t {{ q: bf16[B, H, M, D]; k: bf16[{'-' * 6}B, H, N, D]; v: bf16[B, H, N, D] }}")
     assert e.message == "k's batch dimension must match q's: got ------B, expected B"
     e = diagnostic("attention t { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N  +  1, D] }")
-    assert e.message == "v must have the same shape as k: got [B, H, N + 1, D], expected [B, H, N, D]"
+    assert e.message == "v must have k's batch, heads and length: got [B, H, N + 1], expected [B, H, N]"
 
 
 # the CLI: every program of the issue exits 0, or 1 with a located diagnostic, in under a second

@@ -10,7 +10,8 @@ import pytest
 import kdsl
 from kdsl import cli, ir
 from kdsl.backends import Numpy
-from kdsl.cases import AttentionCase, GemmCase, attention_dims, attention_inputs, gemm_inputs, tiles
+from kdsl.cases import (CHECK_HEAD_DIMS, AttentionCase, GemmCase, attention_dims, attention_inputs, gemm_inputs,
+                        head_dim_pairs, tiles)
 from kdsl.interpreted import Interpreted
 from kdsl.passes import exp2_fold, mask_analysis
 from kdsl.testing import assert_matches_reference, attention_cases, cases, find_failure, gemm_cases
@@ -40,7 +41,8 @@ FAST = settings(max_examples=40, deadline=None, suppress_health_check=list(Healt
 def test_drawn_attention_cases_are_valid_calls(case):
     """Every drawn case makes inputs that the kernel's own argument checks accept, with ids
     within the table they index."""
-    assert case.H % case.Hkv == 0 and case.D in (64, 128) and 1 <= min(case.M, case.N) <= max(case.M, case.N) <= 150
+    assert case.H % case.Hkv == 0 and case.D in CHECK_HEAD_DIMS and case.Dv == case.D
+    assert 1 <= min(case.M, case.N) <= max(case.M, case.N) <= 150
     q, k, v, caps = attention_inputs(LOOKUP_IR, case, Numpy())
     Interpreted(LOOKUP_IR)._args.validate(q, k, v, [caps[n] for n in ("ids", "tbl", "doc")], None, None, None)
     T = attention_dims(LOOKUP_IR, case)["T"]
@@ -73,8 +75,25 @@ def test_attention_cases_reach_the_awkward_shapes():
         "M = 1": lambda c: c.M == 1, "N = 1": lambda c: c.N == 1, "M = tile - 1": lambda c: c.M == tm - 1,
         "N = tile + 1": lambda c: c.N == tn + 1, "M = tile + 1": lambda c: c.M == tm + 1,
         "ragged, M != N": lambda c: c.M != c.N and c.M % tm and c.N % tn, "M = N": lambda c: c.M == c.N,
-        "GQA 4:1": lambda c: c.H == 4 * c.Hkv, "D = 128": lambda c: c.D == 128,
-        "T = 1": lambda c: dict(c.sizes).get("T") == 1})
+        "GQA 4:1": lambda c: c.H == 4 * c.Hkv, "D = 128": lambda c: c.D == 128, "D = 96": lambda c: c.D == 96,
+        "D = 256": lambda c: c.D == 256, "T = 1": lambda c: dict(c.sizes).get("T") == 1})
+
+
+def test_head_dims_of_v_of_its_own_are_drawn_and_make_valid_calls():
+    # MLA-like: v's head dim is a dim of its own, so cases pair it with q's (equal, 192 / 128,
+    # v wider than q); a literal head dim is kept as declared.
+    mla = kdsl.compile(LOOKUP.replace("lookup", "mla").replace("v: bf16[B, G, N, D]", "v: bf16[B, G, N, E]"),
+                       "mla.kd").ir["mla"]
+    assert (192, 128) in head_dim_pairs(mla) and (64, 128) in head_dim_pairs(mla)
+    drawn = _drawn(attention_cases(mla, max_len=100), 200)
+    _reached(drawn, {"Dv = D": lambda c: c.Dv == c.D, "192 / 128": lambda c: (c.D, c.Dv) == (192, 128)})
+    case = next(c for c in drawn if c.Dv != c.D)
+    q, k, v, caps = attention_inputs(mla, case, Numpy())
+    assert v.shape[3] == case.Dv != q.shape[3] == case.D
+    Interpreted(mla)._args.validate(q, k, v, [caps[n] for n in ("ids", "tbl", "doc")], None, None, None)
+    fixed = kdsl.compile("attention f { q: bf16[B, H, M, 192]; k: bf16[B, H, N, 192]; v: bf16[B, H, N, 128] }")
+    assert head_dim_pairs(fixed.ir["f"]) == [(192, 128)]
+    assert head_dim_pairs(fixed.ir["f"], "sm_80") == []  # the mma.sync kernel takes equal 64 or 128 only
 
 
 def test_no_gqa_unless_declared():

@@ -26,9 +26,9 @@ def test_given_schedule_reaches_codegen_and_derived_attrs_follow():
     for d in (64, 128):
         low = pipeline.lower(k, H100, d)
         assert (low.attr("tile_m"), low.attr("tile_n"), low.attr("stages"), low.attr("threads")) == (64, 80, 4, 256)
-        assert low.attr("smem_bytes") == tiling.attention_wgmma_smem_bytes(d, 80, 1, 4)
+        assert low.attr("smem_bytes") == tiling.attention_wgmma_smem_bytes(d, d, 80, 1, 4)
         src = emit.generate(low).source
-        assert f"attention_fwd_wgmma<kdsl::bf16_t, {d}, 80, 1, 4," in src and "#define KDSL_EXACT_MATH 1" in src
+        assert f"attention_fwd_wgmma<kdsl::bf16_t, {d}, {d}, 80, 1, 4," in src and "#define KDSL_EXACT_MATH 1" in src
     g = _ir("fp8_gemm").with_attrs(tile_m=64, tile_n=160, stages=3, cluster=1)
     src = emit.generate(pipeline.lower(g, H100)).source
     smem = gemm_tiles.smem_bytes(64, 160, 3, 2, True)
@@ -105,7 +105,7 @@ def test_ir_file_loads_runs_and_checks(tmp_path, capsys):
     assert np.abs(mod.causal(q, k, v) - ref).max() < 2e-2
     assert main(["check", str(path), "--interpret", "--trials", "1"]) == 0
     assert main(["compile", str(path), "--emit", "cuda", "-o", str(tmp_path / "out")]) == 0
-    assert "kdsl::attention_fwd_wgmma<kdsl::bf16_t, 64, 64, 1, 3," in (tmp_path / "out" / "causal_d64.cu").read_text()
+    assert "kdsl::attention_fwd_wgmma<kdsl::bf16_t, 64, 64, 64, 1, 3," in (tmp_path / "out" / "causal_d64.cu").read_text()
     capsys.readouterr()
 
 

@@ -88,7 +88,7 @@ def test_tuned_program_file_loads_compiles_and_checks(tmp_path, capsys):
     assert main(["compile", str(out), "--emit", "cuda", "-o", str(tmp_path / "cu")]) == 0
     low = pipeline.lower(r.best, H100, 64)
     cu = (tmp_path / "cu" / "relpos_d64.cu").read_text()
-    assert f"attention_fwd_wgmma<kdsl::bf16_t, 64, {low.attr('tile_n')}, {low.attr('consumers')}, " \
+    assert f"attention_fwd_wgmma<kdsl::bf16_t, 64, 64, {low.attr('tile_n')}, {low.attr('consumers')}, " \
            f"{low.attr('stages')}," in cu
     capsys.readouterr()
 
@@ -153,7 +153,7 @@ def test_gpu_path_records_registers_and_spills_from_the_cubin(monkeypatch):
     k = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True).ir["causal"]
     v = Guard(k, H100, interpret=False).verify(protocol.extract("```\nattr tile_n = 64\n```", k), k)
     assert v.accepted and v.resources["registers"] > 0 and v.resources["spill_ops"] >= 0
-    assert v.resources["smem_bytes"] == tiling.attention_wgmma_smem_bytes(128, 64, 2, 3)
+    assert v.resources["smem_bytes"] == tiling.attention_wgmma_smem_bytes(128, 128, 64, 2, 3)
 
 
 def test_shapes_and_budget_parse_or_say_why():

@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 
 from .. import __version__, ir
-from ..passes import exp2_fold, mask_analysis
+from ..passes import exp2_fold, mask_analysis, tiling
 from .cexpr import CEmitter, Capture, capture_ident, dim_ident
 
 HERE = Path(__file__).parent
@@ -47,7 +47,7 @@ def headers_hash() -> str:
 
 
 def entry_name(k: ir.Kernel) -> str:
-    return ir.entry_symbol(k.kind, k.name, k.attr("head_dim"))
+    return ir.entry_symbol(k.kind, k.name, k.attr("head_dim"), k.attr("value_dim"))
 
 
 def generate(k: ir.Kernel) -> Generated:
@@ -60,12 +60,13 @@ def attention_capture_dims(k: ir.Kernel) -> tuple[str, ...]:
 
 
 def _attention(k: ir.Kernel) -> Generated:
-    d = k.attr("head_dim")
+    d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
     variables = {"qk": "qk", "scale_log2": "a.scale_log2", "scale": "c.scale", "b": "b", "h": "h", "q": "q",
                  "kv": "kv", "qf": "qf", "kvf": "kvf", "dqkf": "dqkf", "q0": "q0", "q1": "q1", "k0": "k0", "k1": "k1"}
     extra = attention_capture_dims(k)
     for name, (t, axis) in k.dims.items():
-        variables[name] = str(d) if (t, axis) == ("q", 3) else _ATTN_DIM_FIELDS.get((t, axis), f"c.{dim_ident(name)}")
+        fixed = {("q", 3): str(d), ("v", 3): str(dv)}  # head dims: compile-time constants
+        variables[name] = fixed.get((t, axis)) or _ATTN_DIM_FIELDS.get((t, axis), f"c.{dim_ident(name)}")
     pre = CEmitter(variables, {})
     captures, fields = {}, []
     for t in k.tensors:
@@ -78,11 +79,14 @@ def _attention(k: ir.Kernel) -> Generated:
     bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
     mask = k.func("mask")
     template = "attention_wgmma.cu.j2" if k.attr("kernel") == "wgmma" else "attention.cu.j2"
+    # The wgmma sequences of head dims other than the measured ones: a header of their own,
+    # so that the common kernels do not parse them (tools/gen_wgmma.py).
+    more_wgmma = d != dv or d not in tiling.WGMMA_ATTENTION_TILES
     # kernel attr math = "exact": libm's functions and IEEE division instead of the hardware
     # approximations (kdsl.load(..., exact_math=True)); see kdsl/common.cuh.
     prelude = "#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else ""
     src = _env().get_template(template).render(prelude=prelude, 
-        version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d,
+        version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, more_wgmma=more_wgmma,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), warps=k.attr("warps"),
         consumers=k.attr("consumers"), stages=k.attr("stages"), producer_regs=k.attr("producer_regs"),
         consumer_regs=k.attr("consumer_regs"),

@@ -24,7 +24,7 @@ def distinct_entries(kernels: list[ir.Kernel], spans) -> None:
     seen: dict[str, str] = {}
     for span, k in zip(spans, kernels):
         for d in head_dims(k):
-            symbol = ir.entry_symbol(k.kind, k.name, d)
+            symbol = ir.entry_symbol(k.kind, k.name, d, default_value_dim(k, d))
             if symbol in seen:
                 raise SourceError(f"kernel '{k.name}' would generate the same entry point and files ({symbol}) "
                                   f"as kernel '{seen[symbol]}'; rename one", span)
@@ -32,17 +32,28 @@ def distinct_entries(kernels: list[ir.Kernel], spans) -> None:
 
 
 def head_dims(k: ir.Kernel) -> tuple[int, ...]:
-    """The head dims a kernel will be specialised for: the literal one, or each supported."""
+    """The q/k head dims a kernel is built for ahead of a call (`kdsl compile`, the
+    prebuild at load): the literal one, else the common ones. A call builds its own."""
     if k.kind != "attention":
         return (0,)
     d = k.tensor("q").shape[3]
     return (d.value,) if isinstance(d, ir.Const) else HEAD_DIMS
 
 
-def lower(k: ir.Kernel, target: Target, head_dim: int = 0) -> ir.Kernel:
-    """Back half: one kernel, specialised for a target (and head dim), ready for codegen."""
+def default_value_dim(k: ir.Kernel, head_dim: int) -> int:
+    """v's (and out's) head dim that goes with q/k head dim `head_dim` ahead of a call: the
+    literal one, else the same as q's (one symbol for both, or a guess a call corrects)."""
+    if k.kind != "attention":
+        return 0
+    dv = k.tensor("v").shape[3]
+    return dv.value if isinstance(dv, ir.Const) else head_dim
+
+
+def lower(k: ir.Kernel, target: Target, head_dim: int = 0, value_dim: int = 0) -> ir.Kernel:
+    """Back half: one kernel, specialised for a target (and q/k and v head dims), ready for
+    codegen."""
     if k.kind == "attention":
-        k = k.with_attrs(head_dim=head_dim)
+        k = k.with_attrs(head_dim=head_dim, value_dim=value_dim or default_value_dim(k, head_dim))
     # Before mask analysis: the folded score is what the kernel evaluates per element.
     k = exp2_fold.run(k)
     # On the folded score, whose float(i - j) terms are now final: positions become floats once.

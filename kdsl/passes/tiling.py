@@ -25,17 +25,24 @@ from ..errors import KdslError
 from . import gemm_tiles
 from .target import Target
 
+# Head dims: the Hopper kernel takes any multiple of 16 up to 256 for q/k (head_dim) and for
+# v/out (value_dim) independently; the mma.sync kernel 64 or 128, the same for both.
+HEAD_DIM_STEP, MAX_HEAD_DIM = 16, 256
 # head dim -> (BM, BN, warps) for the mma.sync attention kernel
 ATTENTION_TILES = {64: (128, 64, 4), 128: (128, 64, 4)}
-# head dim -> (BN, consumer warpgroups, stages) for the wgmma attention kernel; BM = 64 * consumers
+# head dim -> (BN, consumer warpgroups, stages) for the wgmma attention kernel, measured on an
+# H100 (bench/NOTES.md); BM = 64 * consumers. Other head dims: wgmma_default_tiles().
 WGMMA_ATTENTION_TILES = {64: (128, 2, 3), 128: (128, 2, 3)}
+# Registers a consumer thread may give to the S, P and O accumulators (of the 232 that two
+# consumer warpgroups get; the rest hold addresses, row statistics and the mask bits).
+ACCUMULATOR_REGS = 200
 
 # Schedule attributes a kernel may carry, per kernel family, and their legal values.
 SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule"),
                   "mma": ("tile_m", "tile_n", "warps"),
                   "gemm": gemm_tiles.CONFIG_ATTRS}
 # m64nNk16 widths wgmma_ops.cuh has (tools/gen_wgmma.py generates it from this tuple).
-WGMMA_WIDTHS = (64, 80, 96, 128, 176, 192, 256)
+WGMMA_WIDTHS = (64, 80, 96, 112, 128, 176, 192, 256)
 MMA_WIDTHS = (32, 64, 128)            # attention_mma.cuh: "BN must be 32, 64 or 128"
 SCHEDULES = ("persistent", "grid")
 MAX_STAGES = 8                        # beyond this only shared memory would grow
@@ -47,11 +54,38 @@ def attention_smem_bytes(d: int, bm: int, bn: int, warps: int, elem_bytes: int =
     return (bm * d + 2 * 2 * bn * d) * elem_bytes
 
 
-def attention_wgmma_smem_bytes(d: int, bn: int, consumers: int, stages: int) -> int:
-    """Q tile + a ring of K and V tiles + 2 + 4 * stages mbarriers + a word per stage
-    telling the consumers which tile it holds, + 1024 to realign the tiles to
-    the 128-byte swizzle's 1024-byte period."""
-    return 1024 + (64 * consumers * d + 2 * stages * bn * d) * 2 + (2 + 4 * stages) * 8 + stages * 4
+def head_dim_problem(d: int) -> str:
+    """Why a head dim cannot be compiled on any target ('' when it can)."""
+    if d % HEAD_DIM_STEP or not HEAD_DIM_STEP <= d <= MAX_HEAD_DIM:
+        return f"must be a multiple of {HEAD_DIM_STEP} from {HEAD_DIM_STEP} to {MAX_HEAD_DIM}"
+    return ""
+
+
+def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages: int) -> int:
+    """Q tile (which also stages O for the store) + a ring of K and V tiles, each stored as
+    64-column blocks of 128-byte rows, + 2 + 4 * stages mbarriers + a word per stage telling
+    the consumers which tile it holds, + 1024 to realign the tiles to the 128-byte swizzle's
+    1024-byte period."""
+    blocks, vblocks = -(-d // 64), -(-dv // 64)
+    return 1024 + (64 * consumers * max(blocks, vblocks) + stages * bn * (blocks + vblocks)) * 128 + \
+        (2 + 4 * stages) * 8 + stages * 4
+
+
+def wgmma_default_tiles(d: int, dv: int, smem_per_block: int) -> tuple[int, int, int]:
+    """(BN, consumers, stages): the measured table where it has the head dims, else the
+    widest kv tile whose S, P and O accumulators (BN/2 + BN/4 + DV/2 floats a thread) fit
+    ACCUMULATOR_REGS and whose ring of 3, else 2, stages fits shared memory: 128 keys with 3
+    stages up to head dim 128, (112, 2 stages) at 192, (80, 2 stages) at 256, which is what
+    FlashAttention-3 chose for those head dims too."""
+    if d == dv and d in WGMMA_ATTENTION_TILES:
+        return WGMMA_ATTENTION_TILES[d]
+    for bn in (128, 112, 96, 80, 64):
+        if dv // 2 + bn // 2 + bn // 4 > ACCUMULATOR_REGS:
+            continue
+        for stages in (3, 2):
+            if attention_wgmma_smem_bytes(d, dv, bn, 2, stages) <= smem_per_block:
+                return bn, 2, stages
+    raise KdslError(f"no attention tile fits head dims {d} / {dv} in {smem_per_block} bytes of shared memory")
 
 
 def family(k: ir.Kernel, target: Target) -> str:
@@ -70,13 +104,18 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         raise KdslError(f"kernel '{k.name}': the FP8 GEMM needs wgmma (sm_90a); target is {target.arch}")
     if fam == "gemm":  # tiles per problem shape and SM count; given tile attrs are overrides
         return _gemm(k, target)
-    d = k.attr("head_dim")
-    tables = {"wgmma": WGMMA_ATTENTION_TILES, "mma": ATTENTION_TILES}
-    if d not in tables[fam]:
-        raise KdslError(f"kernel '{k.name}': head dimension {d} is not supported (64 or 128)")
+    d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
+    for name, x in (("head dimension", d), ("value head dimension", dv)):
+        if head_dim_problem(x):
+            raise KdslError(f"kernel '{k.name}': {name} {x} is not supported: it {head_dim_problem(x)}")
+    if fam == "mma" and (d != dv or d not in ATTENTION_TILES):
+        raise KdslError(f"kernel '{k.name}': head dims {d} (q, k) / {dv} (v) are not supported on {target.arch}: its "
+                        f"mma.sync kernel takes {' or '.join(map(str, ATTENTION_TILES))}, the same for q, k and v "
+                        f"(Hopper, sm_90a, takes any multiple of {HEAD_DIM_STEP} up to {MAX_HEAD_DIM})")
     # Persistent CTAs pay off when items cost the same; under a mask the hardware's
     # dynamic block dispatch balances them better (measured: bench/NOTES.md).
-    default = {"wgmma": lambda: dict(zip(("tile_n", "consumers", "stages"), WGMMA_ATTENTION_TILES[d]),
+    default = {"wgmma": lambda: dict(zip(("tile_n", "consumers", "stages"),
+                                         wgmma_default_tiles(d, dv, target.smem_per_block)),
                                      schedule="persistent" if k.func("mask") is None else "grid"),
                "mma": lambda: dict(zip(("tile_m", "tile_n", "warps"), ATTENTION_TILES[d]))}[fam]()
     given = {n: attrs[n] for n in SCHEDULE_ATTRS[fam] if n in attrs}
@@ -84,17 +123,18 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
     for name, value in given.items():
         if name != "schedule" and type(value) is not int:
             raise KdslError(f"kernel '{k.name}': attr {name} must be an integer, got {value!r}")
-    problem = {"wgmma": _wgmma_problem, "mma": _mma_problem}[fam](k, s, d, target)
+    problem = {"wgmma": _wgmma_problem, "mma": _mma_problem}[fam](k, s, (d, dv), target)
     if problem:
         raise KdslError(f"kernel '{k.name}': schedule {_quote(given)} is not legal on {target.arch}"
-                        f"{f' for head dim {d}' if d else ''}: {problem}")
+                        f"{f' for head dim {d}' if d else ''}{f' (value head dim {dv})' if dv != d else ''}: {problem}")
     if fam == "wgmma":
         if k.attr("tile_m") is not None and k.attr("tile_m") != 64 * s["consumers"]:
             raise KdslError(f"kernel '{k.name}': attr tile_m = {k.attr('tile_m')!r} disagrees with consumers = "
                             f"{s['consumers']} (the Hopper kernel's tile_m is 64 * consumers; set consumers)")
-        return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s,
-                            smem_bytes=attention_wgmma_smem_bytes(d, s["tile_n"], s["consumers"], s["stages"]))
-    return k.with_attrs(kernel="mma", **s, smem_bytes=attention_smem_bytes(d, s["tile_m"], s["tile_n"], s["warps"]))
+        return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv,
+                            smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"]))
+    return k.with_attrs(kernel="mma", **s, value_dim=dv,
+                        smem_bytes=attention_smem_bytes(d, s["tile_m"], s["tile_n"], s["warps"]))
 
 
 def _quote(given: dict) -> str:
@@ -106,7 +146,7 @@ def _fits(smem: int, target: Target) -> str:
         f"needs {smem} bytes of shared memory, more than the {target.smem_per_block} a block can have"
 
 
-def _wgmma_problem(k, s, d, target) -> str:
+def _wgmma_problem(k, s, dims, target) -> str:
     """attention_wgmma.cuh's Cfg static_asserts, and the widths wgmma_ops.cuh provides."""
     if s["tile_n"] not in WGMMA_WIDTHS:
         return f"tile_n must be one of {WGMMA_WIDTHS}"
@@ -117,11 +157,12 @@ def _wgmma_problem(k, s, d, target) -> str:
         return f"stages must be in [2, {MAX_STAGES}]"
     if s["schedule"] not in SCHEDULES:
         return f"schedule must be one of {', '.join(SCHEDULES)}"
-    return _fits(attention_wgmma_smem_bytes(d, s["tile_n"], s["consumers"], s["stages"]), target)
+    return _fits(attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], s["stages"]), target)
 
 
-def _mma_problem(k, s, d, target) -> str:
+def _mma_problem(k, s, dims, target) -> str:
     """attention_mma.cuh's Cfg static_asserts."""
+    d = dims[0]
     bm, bn, warps = s["tile_m"], s["tile_n"], s["warps"]
     if bn not in MMA_WIDTHS:
         return f"tile_n must be one of {MMA_WIDTHS}"

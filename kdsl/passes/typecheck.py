@@ -12,6 +12,7 @@ import math
 from .. import ast, ir
 from ..errors import SourceError, Span
 from ..semantics import FoldError, fold
+from . import tiling
 
 ATTN_ELEMS = ("bf16", "f16")
 CAPTURE_DTYPES = {"f32": "f32", "bf16": "f32", "f16": "f32", "i32": "i32"}
@@ -294,18 +295,21 @@ class _AttentionChecker(_Checker):
                 raise SourceError(f"'{d.name}' must have the same element type as q ({q.dtype})", d.dtype_span)
         qs, ks, vs = self.shape(q, True), self.shape(k, True), self.shape(v, True)
         self.same_dim(qs[0], ks[0], q.dims[0], k.dims[0], k.dims[0].span, "k's batch dimension must match q's")
-        self.same_dim(ks, vs, k.dims, v.dims, v.span, "v must have the same shape as k")
+        # v may have a head dim of its own (MLA: q, k 192 and v 128); out has v's.
+        self.same_dim(ks[:3], vs[:3], k.dims[:3], v.dims[:3], v.span, "v must have k's batch, heads and length")
         self.same_dim(qs[3], ks[3], q.dims[3], k.dims[3], k.dims[3].span, "k's head dimension must match q's")
-        d_head = qs[3]
-        if isinstance(d_head, ir.Const) and d_head.value not in (64, 128):
-            raise SourceError(f"head dimension {d_head.value} is not supported; use 64 or 128", q.dims[3].span)
+        for d, shape, what in ((q, qs, "head dimension"), (v, vs, "value head dimension (v's last)")):
+            if isinstance(shape[3], ir.Const) and tiling.head_dim_problem(shape[3].value):
+                raise SourceError(f"{what} {shape[3].value} is not supported: it "
+                                  f"{tiling.head_dim_problem(shape[3].value)}", d.dims[3].span)
         tensors = [ir.Tensor("input", n, q.dtype, s) for n, s in (("q", qs), ("k", ks), ("v", vs))]
-        out_shape = qs
+        out_shape, out_src = qs[:3] + vs[3:], q.dims[:3] + v.dims[3:]
         if "out" in self.decls:
             o = self.decls["out"]
             self.rank(o, 4)
             self.dtype(o, (q.dtype,))
-            self.same_dim(qs, self.shape(o, False), q.dims, o.dims, o.span, "out must have q's shape")
+            self.same_dim(out_shape, self.shape(o, False), out_src, o.dims, o.span,
+                          "out must have q's batch, heads and length and v's head dimension")
         tensors.append(ir.Tensor("output", "out", q.dtype, out_shape))
         if "lse" in self.decls:
             ld = self.decls["lse"]
@@ -340,7 +344,7 @@ class _AttentionChecker(_Checker):
                 raise SourceError(f"scale must be finite, got {ir.print_expr(s)}", span)
         else:
             d_span = q.dims[3].span
-            s = _fold(ir.Op("f32", "rsqrt", (_fold(ir.Op("f32", "float", (d_head,)), d_span),)), d_span)
+            s = _fold(ir.Op("f32", "rsqrt", (_fold(ir.Op("f32", "float", (qs[3],)), d_span),)), d_span)
         funcs.append(("scale", s))
         for name, fd in self.funcdefs.items():
             if name == "score":

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import KdslError, LaunchError, NoGpuError
-from ..passes import exp2_fold, index_floats
+from ..passes import exp2_fold, index_floats, tiling
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
 from . import arrays, geometry, splitkv, summary, torch_ops
@@ -112,11 +112,11 @@ class KernelBase:
         sm = int(cupy.cuda.Device().compute_capability)  # e.g. "90"
         return {90: "sm_90a"}.get(sm, f"sm_{sm}" if sm in (80, 89) else "sm_90a")
 
-    def _load(self, head_dim: int, device: int) -> Loaded:
-        key = (head_dim, device)
+    def _load(self, head_dim: int, device: int, value_dim: int = 0) -> Loaded:
+        key = (head_dim, value_dim, device)
         if key not in self._loaded:
             from .compiler import build
-            built = build(self.ir, self._arch(), head_dim)
+            built = build(self.ir, self._arch(), head_dim, value_dim=value_dim)
             self._loaded[key] = (built, Loaded(built.compiled.cubin, built.generated.entry,
                                                built.kernel.attr("smem_bytes")))
         return self._loaded[key]
@@ -320,12 +320,16 @@ class AttentionKernel(KernelBase):
         if self.index_floats and max(M, N) > index_floats.MAX_LENGTH:
             raise LaunchError(f"{self.name}: sequence length {max(M, N)} exceeds {index_floats.MAX_LENGTH}, the longest "
                               f"for which this kernel's score converts positions to float exactly")
-        if D not in (64, 128):
-            raise LaunchError(f"{self.name}: head dimension {D} is not supported (64 or 128)")
+        Dv = infos[2].shape[3]
+        for name, x in (("q and k", D), ("v", Dv)):
+            if tiling.head_dim_problem(x):
+                raise LaunchError(f"{self.name}: head dimension {x} of {name} is not supported: it "
+                                  f"{tiling.head_dim_problem(x)}")
         if out is not None:
             o = self._info(out, "out", elem, 4)
-            if o.shape != infos[0].shape:
-                raise LaunchError(f"{self.name}: out must have q's shape {list(infos[0].shape)}, got {list(o.shape)}")
+            if o.shape != (B, H, M, Dv):
+                raise LaunchError(f"{self.name}: out must have shape {[B, H, M, Dv]} (q's batch, heads and length, "
+                                  f"v's head dim), got {list(o.shape)}")
             self._contiguous(o, "out")
             infos.append(o)
         if lse is not None:
@@ -347,12 +351,13 @@ class AttentionKernel(KernelBase):
         infos, dims, s = self.validate(q, k, v, caps, out, lse, scale)
         elem = self.ir.tensor("q").dtype
         B, H, M, D = infos[0].shape
-        Hkv, N = infos[1].shape[1], infos[1].shape[2]
+        Hkv, N, Dv = infos[1].shape[1], infos[1].shape[2], infos[2].shape[3]
+        out_shape = (B, H, M, Dv)
         device = self._device(infos)
         work = geometry.attention_work(B, H, M, N)
         if work != "launch":
-            return Plan(None, (), (), None, infos[0].framework, device, infos[0].shape, elem, work)
-        built, loaded = self._load(D, device)
+            return Plan(None, (), (), None, infos[0].framework, device, out_shape, elem, work)
+        built, loaded = self._load(D, device, Dv)
         lk = built.kernel
         tma = lk.attr("kernel") == "wgmma"
         if tma and H > Hkv and _heads_fold_into_rows(lk):
@@ -404,7 +409,7 @@ class AttentionKernel(KernelBase):
             order += [len(kinds) + 1, len(kinds) + 2]
             kinds, values = kinds + ["i32", "ptr", "ptr"], values + [splits, None, None]
             if splits > 1:
-                combine = splitkv.CombineLaunch(loaded, built.generated.entry + "_combine", splits, B * H * M, D,
+                combine = splitkv.CombineLaunch(loaded, built.generated.entry + "_combine", splits, B * H * M, Dv,
                                                 infos[0].framework, device)
         pack = ArgPack(kinds, values, order)
         maps = ()
@@ -412,9 +417,10 @@ class AttentionKernel(KernelBase):
             from .tma import RowTiles
             bm, bn = lk.attr("tile_m"), lk.attr("tile_n")
             maps = (RowTiles(pack.slots[0], elem, B * H, M, D, bm), RowTiles(pack.slots[1], elem, B * Hkv, N, D, bn),
-                    RowTiles(pack.slots[2], elem, B * Hkv, N, D, bn))
-        return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, infos[0].shape, elem,
-                    chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap) if len(chunks) > 1 else (), maps=maps,
+                    RowTiles(pack.slots[2], elem, B * Hkv, N, Dv, bn))
+        return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, out_shape, elem,
+                    chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap) if len(chunks) > 1 else (),
+                    maps=maps,
                     summary=tiles, combine=combine, q_sign=q_sign)
 
 
@@ -424,10 +430,10 @@ def _heads_fold_into_rows(lowered: ir.Kernel) -> bool:
     return not any(ir.uses(e, v) for _, e in lowered.funcs for v in ("q", "h", "qf", "dqkf", "M", "H"))
 
 
-def _batch_offsets(chunks, elem, H, Hkv, M, N, D, ncap):
+def _batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap):
     """(grid z, byte offsets of q k v out lse and the captures) for each batch chunk."""
     e = arrays.itemsize(elem)
-    return tuple((n, (b0 * H * M * D * e, b0 * Hkv * N * D * e, b0 * Hkv * N * D * e, b0 * H * M * D * e,
+    return tuple((n, (b0 * H * M * D * e, b0 * Hkv * N * D * e, b0 * Hkv * N * Dv * e, b0 * H * M * Dv * e,
                       b0 * H * M * 4) + (0,) * (ncap + 1)) for b0, n in chunks)
 
 

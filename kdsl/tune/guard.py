@@ -118,8 +118,9 @@ class Guard:
         return Verdict(True, "accepted", "judged", candidate, error, resources)
 
     def _attention_shapes(self, candidate: ir.Kernel) -> list[AttentionCase]:
-        if not self.interpret:
-            return attention_shapes(candidate)
+        if not self.interpret:  # at the head dims the schedule was tuned for
+            return attention_shapes(candidate, self.target.arch,
+                                    [(d, pipeline.default_value_dim(candidate, d)) for d in self.head_dims])
         d0, d1 = self.head_dims[0], self.head_dims[-1]
         low = pipeline.lower(candidate, self.target, d0)
         tm, tn = low.attr("tile_m"), low.attr("tile_n")

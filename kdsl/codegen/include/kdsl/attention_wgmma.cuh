@@ -19,14 +19,19 @@
 //            of them, BM = 64 * NCWG query rows each, splits = AttnArgs::splits key ranges),
 //            or fewer, persistent, each walking several
 //   block  = 128 * (NCWG + 1) threads, __launch_bounds__(threads, 1)
-//   dynamic shared memory = attention_wgmma_smem_bytes<Elem, D, BN, NCWG, STAGES>()
-//   tq, tk, tv: 3-D tensor maps over q [B*H, M, D], k and v [B*Hkv, N, D] (16-bit elements,
-//   dims listed innermost first: D, rows, B*heads), box (64, BM or BN, 1), 128-byte swizzle,
-//   out-of-bounds elements filled with zeros. kdsl/runtime/tma.py builds them.
+//   dynamic shared memory = attention_wgmma_smem_bytes<Elem, D, DV, BN, NCWG, STAGES>()
+//   tq, tk, tv: 3-D tensor maps over q [B*H, M, D], k [B*Hkv, N, D] and v [B*Hkv, N, DV]
+//   (16-bit elements, dims listed innermost first: head dim, rows, B*heads), box (64, BM or
+//   BN, 1), 128-byte swizzle, out-of-bounds elements filled with zeros. kdsl/runtime/tma.py
+//   builds them. out is [B*H, M, DV].
 //
-// Shared memory. Tiles are stored as D/64 column blocks of [rows][64] elements, 128 bytes a
-// row, in TMA's 128-byte swizzle: exactly the canonical layouts wgmma descriptors describe,
-// K-major for Q and K (S = Q K^T) and MN-major for V (O = P V reads V transposed).
+// Head dims. D (q and k) and DV (v and out) are any multiples of 16 up to 256. Tiles are
+// stored as ceil(D/64) column blocks of [rows][64] elements, 128 bytes a row, in TMA's
+// 128-byte swizzle: exactly the canonical layouts wgmma descriptors describe, K-major for Q
+// and K (S = Q K^T) and MN-major for V (O = P V reads V transposed). A head dim that is not
+// a multiple of 64 leaves the last column block partly beyond the tensor: TMA fills it with
+// zeros (and counts its bytes), and no wgmma reads it: Q K^T takes D/16 k-steps, P V is one
+// m64nDVk16 per k-step.
 //
 // Semantics are attention_mma.cuh's: V::score() in the log2 domain; on tiles V::tile() calls
 // partial, elements with !V::mask() are -inf; kv >= N is -inf; empty tiles are never loaded.
@@ -41,16 +46,20 @@ namespace kdsl {
 
 namespace attn_wgmma_detail {
 
-template <class Elem, int D, int BN, int NCWG, int STAGES>
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES>
 struct Cfg {
   static constexpr int kBM = 64 * NCWG;
   static constexpr int kThreads = 128 * (NCWG + 1);
-  static constexpr int kColBlocks = D / 64;          // 64-element (128-byte) column blocks
-  static constexpr int kQBytes = kBM * D * 2;
-  static constexpr int kKVBytes = BN * D * 2;
-  static constexpr int kKOffset = kQBytes;
-  static constexpr int kVOffset = kQBytes + STAGES * kKVBytes;
-  static constexpr int kBarOffset = kQBytes + 2 * STAGES * kKVBytes;
+  static constexpr int kColBlocks = (D + 63) / 64;   // 64-element (128-byte) column blocks of Q, K
+  static constexpr int kVColBlocks = (DV + 63) / 64;  // ... of V and of O staged for the store
+  static constexpr int kQBytes = kBM * 128 * kColBlocks;  // what Q's TMA boxes write
+  // The Q tile's region also stages the output tile in the epilogue.
+  static constexpr int kQRegion = kBM * 128 * (kColBlocks > kVColBlocks ? kColBlocks : kVColBlocks);
+  static constexpr int kKBytes = BN * 128 * kColBlocks;
+  static constexpr int kVBytes = BN * 128 * kVColBlocks;
+  static constexpr int kKOffset = kQRegion;
+  static constexpr int kVOffset = kQRegion + STAGES * kKBytes;
+  static constexpr int kBarOffset = kVOffset + STAGES * kVBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
   static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // a tile_info word per stage
   static constexpr int kSmemBytes = 1024 + kInfoOffset + STAGES * 4;  // + realignment slack
@@ -58,10 +67,11 @@ struct Cfg {
   static constexpr int kProducerRegs = NCWG <= 2 ? 40 : 32;
   static constexpr int kConsumerRegs = NCWG == 1 ? 240 : (NCWG == 2 ? 232 : 160);
   static constexpr int kSRegs = BN / 2;              // S accumulator floats per thread
-  static constexpr int kORegs = D / 2;               // O accumulator floats per thread
+  static constexpr int kORegs = DV / 2;              // O accumulator floats per thread
 
   static_assert(sizeof(Elem) == 2, "Elem must be a 16-bit type (bf16_t or f16_t)");
-  static_assert(D == 64 || D == 128 || D == 256, "D must be 64, 128 or 256");
+  static_assert(D % 16 == 0 && D >= 16 && D <= 256, "D must be a multiple of 16 in [16, 256]");
+  static_assert(DV % 16 == 0 && DV >= 16 && DV <= 256, "DV must be a multiple of 16 in [16, 256]");
   static_assert(BN % 16 == 0 && BN >= 64 && BN <= 256, "BN must be a multiple of 16 in [64, 256]");
   static_assert(NCWG >= 1 && NCWG <= 3, "1 to 3 consumer warpgroups");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * NCWG <= 65536, "register split too large");
@@ -109,23 +119,23 @@ KDSL_DEVICE void st_shared_u32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%
 
 }  // namespace attn_wgmma_detail
 
-template <class Elem, int D, int BN, int NCWG, int STAGES>
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES>
 __host__ __device__ constexpr int attention_wgmma_smem_bytes() {
-  return attn_wgmma_detail::Cfg<Elem, D, BN, NCWG, STAGES>::kSmemBytes;
+  return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES>::kSmemBytes;
 }
 
 // Registers per thread after setmaxnreg: the producer's (true) or the consumers' (false).
-template <class Elem, int D, int BN, int NCWG, int STAGES>
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES>
 __host__ __device__ constexpr int attention_wgmma_regs(bool producer) {
-  typedef attn_wgmma_detail::Cfg<Elem, D, BN, NCWG, STAGES> C;
+  typedef attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES> C;
   return producer ? C::kProducerRegs : C::kConsumerRegs;
 }
 
-template <class Elem, int D, int BN, int NCWG, int STAGES, class V>
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, class V>
 KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captures& cap, const TmaDesc* tq,
                                      const TmaDesc* tk, const TmaDesc* tv) {
   using namespace attn_wgmma_detail;
-  typedef Cfg<Elem, D, BN, NCWG, STAGES> C;
+  typedef Cfg<Elem, D, DV, BN, NCWG, STAGES> C;
   constexpr int BM = C::kBM;
   extern __shared__ __align__(128) u8 kdsl_attn_smem[];
 
@@ -203,15 +213,15 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         const u32 parity = ((it / STAGES) & 1) ^ 1;
         mbar_wait(empty_k(s), parity);
         st_shared_u32(info_kv(s), tile_info(j, cls, more));  // published by the arrive below
-        mbar_arrive_expect_tx(full_k(s), C::kKVBytes);
+        mbar_arrive_expect_tx(full_k(s), C::kKBytes);
 #pragma unroll
         for (int c = 0; c < C::kColBlocks; ++c)
-          tma_load_3d(sK + s * C::kKVBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);
+          tma_load_3d(sK + s * C::kKBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);
         mbar_wait(empty_v(s), parity);
-        mbar_arrive_expect_tx(full_v(s), C::kKVBytes);
+        mbar_arrive_expect_tx(full_v(s), C::kVBytes);
 #pragma unroll
-        for (int c = 0; c < C::kColBlocks; ++c)
-          tma_load_3d(sV + s * C::kKVBytes + c * BN * 128, tv, full_v(s), c * 64, j * BN, bh_kv);
+        for (int c = 0; c < C::kVColBlocks; ++c)
+          tma_load_3d(sV + s * C::kVBytes + c * BN * 128, tv, full_v(s), c * 64, j * BN, bh_kv);
         j = jn;
         cls = cls_next;
       }
@@ -245,7 +255,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // one asm statement (wgmma_ops.cuh). QK^T's first step overwrites S, so that the old S
   // values need no copy.
   auto qk = [&](int s) {
-    const u32 k_tile = sK + s * C::kKVBytes;
+    const u32 k_tile = sK + s * C::kKBytes;
     u64 da[D / 16], db[D / 16];
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -257,11 +267,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     wgmma_commit();
   };
   auto pv = [&](int s) {
-    const u32 v_tile = sV + s * C::kKVBytes;
+    const u32 v_tile = sV + s * C::kVBytes;
     u64 db[BN / 16];
 #pragma unroll
     for (int kp = 0; kp < BN / 16; ++kp) db[kp] = desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128);
-    WgmmaPV<Elem, D, BN / 16>::run(o, pa, db);
+    WgmmaPV<Elem, DV, BN / 16>::run(o, pa, db);
     wgmma_commit();
   };
 
@@ -382,7 +392,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
     auto rescale_and_pack = [&](const float (&alpha)[2]) {
 #pragma unroll
-      for (int jj = 0; jj < D / 8; ++jj) {
+      for (int jj = 0; jj < DV / 8; ++jj) {
         o[4 * jj + 0] *= alpha[0];
         o[4 * jj + 1] *= alpha[0];
         o[4 * jj + 2] *= alpha[1];
@@ -476,9 +486,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         const float l = any ? quad_sum(l_run[hh]) : 0.f;
         const float inv = l > 0.f ? 1.f / l : 0.f;
         if (r < M) {
-          float* po = a.part_o + (part_row + r) * D;
+          float* po = a.part_o + (part_row + r) * DV;
 #pragma unroll
-          for (int jj = 0; jj < D / 8; ++jj)
+          for (int jj = 0; jj < DV / 8; ++jj)
             *reinterpret_cast<float2*>(po + 8 * jj + 2 * t) =
                 make_float2(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
           if (t == 0) a.part_lse[part_row + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
@@ -494,17 +504,20 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
     // ---- epilogue: normalise, stage this warp's 16 rows in its own rows of the Q tile (same
     // swizzled layout), then write whole 16-byte chunks ----
-    Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * D;
-    constexpr int kChunks = D / 8;  // 16-byte chunks per row
+    Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * DV;
+    constexpr int kChunks = DV / 8;  // 16-byte chunks per row
+    // Copy loops index chunks of a row by the next power of two (a row of 24 chunks takes 32
+    // slots, 8 idle): a division by 24 would be hoisted out of the kv loop and spilled.
+    constexpr int kSlots = kChunks <= 2 ? 2 : kChunks <= 4 ? 4 : kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
     if (!any) {
       // Every key masked: zeros and lse = -inf, written directly. sQ is not ours to stage
       // in: the producer may already be loading the next item's Q there.
 #pragma unroll
-      for (int i = 0; i < 16 * kChunks / 32; ++i) {
+      for (int i = 0; i < 16 * kSlots / 32; ++i) {
         const int id = lane + 32 * i;
-        const int r = id / kChunks, cc = id % kChunks;
-        if (q0 + wg * 64 + warp * 16 + r < M)
-          asm volatile("st.global.v4.u32 [%0], {%1,%1,%1,%1};\n" :: "l"(go + (i64)r * D + cc * 8), "r"(0u) : "memory");
+        const int r = id / kSlots, cc = id % kSlots;
+        if (cc < kChunks && q0 + wg * 64 + warp * 16 + r < M)
+          asm volatile("st.global.v4.u32 [%0], {%1,%1,%1,%1};\n" :: "l"(go + (i64)r * DV + cc * 8), "r"(0u) : "memory");
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh)
@@ -523,7 +536,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     }
     const u32 w_rows = sQ + (wg * 64 + warp * 16) * 128;  // row 0 of this warp in column block 0
 #pragma unroll
-    for (int jj = 0; jj < D / 8; ++jj)
+    for (int jj = 0; jj < DV / 8; ++jj)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int r = g + 8 * hh;
@@ -533,14 +546,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       }
     __syncwarp();
 #pragma unroll
-    for (int i = 0; i < 16 * kChunks / 32; ++i) {
+    for (int i = 0; i < 16 * kSlots / 32; ++i) {
       const int id = lane + 32 * i;
-      const int r = id / kChunks, cc = id % kChunks;
-      if (q0 + wg * 64 + warp * 16 + r < M) {
+      const int r = id / kSlots, cc = id % kSlots;
+      if (cc < kChunks && q0 + wg * 64 + warp * 16 + r < M) {
         const u32 src = w_rows + (cc / 8) * BM * 128 + r * 128 + (((cc % 8) ^ (r & 7)) << 4);
         u32 x, y, z, w4;
         asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(x), "=r"(y), "=r"(z), "=r"(w4) : "r"(src) : "memory");
-        asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};\n" :: "l"(go + (i64)r * D + cc * 8), "r"(x), "r"(y), "r"(z),
+        asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};\n" :: "l"(go + (i64)r * DV + cc * 8), "r"(x), "r"(y), "r"(z),
                      "r"(w4) : "memory");
       }
     }
@@ -554,24 +567,28 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 }
 
 // Split-KV: each split of the keys left its normalised O (fp32) and lse; out is their
-// lse-weighted mean and lse their log-sum-exp. One warp per row of out (rows = B * H * M).
+// lse-weighted mean and lse their log-sum-exp. One warp per row of out (rows = B * H * M);
+// lane l holds columns 64 c + 2 l and 64 c + 2 l + 1 of each 64-column block c.
 template <class Elem, int D>
 KDSL_DEVICE void attention_combine_splits(const float* part_o, const float* part_lse, void* o, float* lse, int rows,
                                           int splits) {
+  constexpr int kBlocks = (D + 63) / 64;
   const int row = (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x & 31;
   if (row >= rows) return;
+  auto in_row = [&](int c) { return 64 * c + 2 * lane < D; };  // false only in a partial last block
   float mx = neg_inf();
   for (int s = 0; s < splits; ++s) mx = fmax2(mx, part_lse[(i64)s * rows + row]);
-  float acc[D / 32], wsum = 0.f;  // columns 64 c + 2 lane and + 1, c < D / 64
+  float acc[2 * kBlocks], wsum = 0.f;
 #pragma unroll
-  for (int c = 0; c < D / 32; ++c) acc[c] = 0.f;
+  for (int c = 0; c < 2 * kBlocks; ++c) acc[c] = 0.f;
   if (mx != neg_inf()) {
     for (int s = 0; s < splits; ++s) {
       const float w = exp2_approx((part_lse[(i64)s * rows + row] - mx) * 1.4426950408889634f);
       const float* po = part_o + ((i64)s * rows + row) * D + 2 * lane;
       wsum += w;
 #pragma unroll
-      for (int c = 0; c < D / 64; ++c) {
+      for (int c = 0; c < kBlocks; ++c) {
+        if (!in_row(c)) continue;
         const float2 x = *reinterpret_cast<const float2*>(po + 64 * c);
         acc[2 * c] += w * x.x;
         acc[2 * c + 1] += w * x.y;
@@ -581,7 +598,8 @@ KDSL_DEVICE void attention_combine_splits(const float* part_o, const float* part
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   u32* out = reinterpret_cast<u32*>(static_cast<Elem*>(o) + (i64)row * D + 2 * lane);
 #pragma unroll
-  for (int c = 0; c < D / 64; ++c) out[32 * c] = attn_wgmma_detail::pack2<Elem>(acc[2 * c] * inv, acc[2 * c + 1] * inv);
+  for (int c = 0; c < kBlocks; ++c)
+    if (in_row(c)) out[32 * c] = attn_wgmma_detail::pack2<Elem>(acc[2 * c] * inv, acc[2 * c + 1] * inv);
   if (lse != nullptr && lane == 0) lse[row] = wsum > 0.f ? mx + lg2_approx(wsum) * 0.69314718055994531f : neg_inf();
 }
 
