@@ -4,7 +4,7 @@ Timing: CUDA events around each launch, warm-up first, median of >= 100 repetiti
 L2 flushed (a 256 MB write) before each repetition so inputs come from HBM. Compile time is
 excluded from the timings and reported separately: a cold build of each kernel, per step,
 in a fresh process with every cache empty or off (kdsl.runtime.coldbuild).
-Attention TFLOPS count only the (q, kv) pairs the mask keeps: 4 * D * pairs; FP8 GEMM
+Attention TFLOPS count only the (q, kv) pairs the mask keeps: 2 * (D + Dv) * pairs (4 * D when v has q's head dim); FP8 GEMM
 TFLOPS count 2 * rows * N * K over the valid rows.
 """
 from __future__ import annotations
@@ -60,6 +60,10 @@ def standard_suite() -> list[Case]:
                 cases.append(Case(str(SAMPLES / f"{name}.kd"), name, shape, ints=ints))
     for name in ("relpos", "causal"):
         cases.append(Case(str(SAMPLES / f"{name}.kd"), name, dict(B=2, H=16, M=8192, N=8192, D=64)))
+    # Other head dims (same FLOPs per row as D=128 at 8k: B * S constant), and MLA's 192 / 128.
+    for d in (32, 96, 192, 256):
+        cases.append(Case(str(SAMPLES / "plain.kd"), "plain", dict(B=2, H=16, M=8192, N=8192, D=d)))
+    cases.append(Case(str(SAMPLES / "mla.kd"), "mla", dict(B=2, H=16, M=8192, N=8192, D=192, Dv=128)))
     # Variants beyond samples/ (bench/variants.kd), one line each.
     ints = {"temperature_padding": {"kv_len": (2048, 4096)}}
     for name in VARIANTS:
@@ -140,10 +144,11 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     kir = mod.ir[case.kernel]
     s = case.shape
     B, H, M, N, D = s["B"], s["H"], s["M"], s["N"], s["D"]
-    Hkv = s.get("Hkv", H)  # GQA rows give fewer k/v heads
+    Hkv, Dv = s.get("Hkv", H), s.get("Dv", D)  # GQA rows give fewer k/v heads; MLA a v head dim of its own
     gqa = f" Hkv={Hkv}" if Hkv != H else ""
-    row = Row(case.kernel, f"B={B} H={H}{gqa} M={M} N={N} D={D}", "decode" if M == 1 else "prefill")
-    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D)
+    dv = f" Dv={Dv}" if Dv != D else ""
+    row = Row(case.kernel, f"B={B} H={H}{gqa} M={M} N={N} D={D}{dv}", "decode" if M == 1 else "prefill")
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, Dv=Dv)
     for name, (lo, hi) in case.ints.items():
         caps[name] = torch.randint(lo, hi + 1, tuple(caps[name].shape), device=q.device, dtype=torch.int32)
     fn = getattr(mod, case.kernel)
@@ -155,9 +160,9 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     ref, _ = reference.attention(kir, q[:1, sl], k[:1, sl_kv], v[:1, sl_kv], sub)
     row.error = rel_frobenius(out[:1, sl], ref)
     del ref
-    dims = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": D}
+    dims = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": D, "Dv": Dv}
     scale = float(eval_scalar(kir.func("scale"), dims))
-    flops = 4 * D * kept_pairs(kir, dims, caps, B, H, M, N)
+    flops = 2 * (D + Dv) * kept_pairs(kir, dims, caps, B, H, M, N)  # Q K^T and P V
     row.ms = timer(lambda: fn(q, k, v, **caps))
     row.tflops = flops / row.ms / 1e9
     row.gbps = (q.numel() + k.numel() + v.numel() + out.numel()) * 2 / row.ms / 1e6
@@ -297,7 +302,7 @@ PEER_NAMES = {"flex": "FlexAttention (compiled)", "cudnn": "cuDNN SDPA", "scaled
 
 def markdown(rows: list[Row], device: str) -> str:
     lines = [f"# kdsl bench on {device}", "",
-             "TFLOPS count only the work the mask leaves (4·D per kept (q, kv) pair; FP8: 2·rows·N·K over valid rows).",
+             "TFLOPS count only the work the mask leaves (2·(D + Dv) per kept (q, kv) pair; FP8: 2·rows·N·K over valid rows).",
              "Times: median of CUDA-event-timed launches, L2 flushed before each. Ratio = kdsl / peer "
              "(> 1: kdsl faster).",
              "Cold build: what a first call waits for on a first run (parse, codegen, NVRTC), measured per kernel "

@@ -133,7 +133,7 @@ def attention_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult
                      case=case)
     outs = []
     for _ in range(2):  # the second launch checks determinism
-        buf, out = _guarded(be, q.shape, kernel.tensor("q").dtype)
+        buf, out = _guarded(be, (*q.shape[:3], v.shape[3]), kernel.tensor("q").dtype)
         lbuf, lse = _guarded(be, (B, H, M), "f32") if has_lse else (None, None)
         kwargs = {"out": out, **caps}
         if has_lse:

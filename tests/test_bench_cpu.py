@@ -10,7 +10,8 @@ from kdsl import bench
 def test_standard_suite_shapes():
     cases = bench.standard_suite()
     attn = [c for c in cases if c.kind == "attention"]
-    assert {c.kernel for c in attn} == set(bench.ATTN) | set(bench.VARIANTS)
+    assert {c.kernel for c in attn} == set(bench.ATTN) | set(bench.VARIANTS) | {"mla"}
+    assert {c.shape["D"] for c in attn if c.kernel == "plain"} >= {32, 96, 128, 192, 256}
     import kdsl
     variants = kdsl.load(bench.ROOT / "bench" / "variants.kd", interpret=True)
     assert set(bench.VARIANTS) == set(variants.kernels)  # a bench line for every variant
@@ -34,7 +35,7 @@ def test_markdown_shows_failed_peers_and_convention():
                       peers={"flex": {"ms": 2.0, "tflops": 50.0}, "cudnn": {"error": "not supported"}}),
             bench.Row("causal", "B=2", failure="RuntimeError: boom")]
     md = bench.markdown(rows, "GPU")
-    assert "4·D per kept (q, kv) pair" in md
+    assert "2·(D + Dv) per kept (q, kv) pair" in md
     assert "| 1000.0 | 100.0 |" in md and "| 2000.0 | 50.0 | 2.00 |" in md and "could not run: not supported" in md and "FAILED: RuntimeError: boom" in md
 
 

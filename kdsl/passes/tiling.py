@@ -33,9 +33,10 @@ ATTENTION_TILES = {64: (128, 64, 4), 128: (128, 64, 4)}
 # head dim -> (BN, consumer warpgroups, stages) for the wgmma attention kernel, measured on an
 # H100 (bench/NOTES.md); BM = 64 * consumers. Other head dims: wgmma_default_tiles().
 WGMMA_ATTENTION_TILES = {64: (128, 2, 3), 128: (128, 2, 3)}
-# Registers a consumer thread may give to the S, P and O accumulators (of the 232 that two
-# consumer warpgroups get; the rest hold addresses, row statistics and the mask bits).
-ACCUMULATOR_REGS = 200
+# Registers a consumer thread may give to the S, P and O accumulators and the Q K^T
+# descriptors, as wgmma_default_tiles counts them: a rough model fitted to ptxas (sm_90a,
+# relpos/plain/causal/softcap at head dims 16 to 256: none spills at or below it).
+ACCUMULATOR_REGS = 208
 
 # Schedule attributes a kernel may carry, per kernel family, and their legal values.
 SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule"),
@@ -73,14 +74,14 @@ def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages:
 
 def wgmma_default_tiles(d: int, dv: int, smem_per_block: int) -> tuple[int, int, int]:
     """(BN, consumers, stages): the measured table where it has the head dims, else the
-    widest kv tile whose S, P and O accumulators (BN/2 + BN/4 + DV/2 floats a thread) fit
-    ACCUMULATOR_REGS and whose ring of 3, else 2, stages fits shared memory: 128 keys with 3
-    stages up to head dim 128, (112, 2 stages) at 192, (80, 2 stages) at 256, which is what
-    FlashAttention-3 chose for those head dims too."""
+    widest kv tile whose S, P and O accumulators and descriptors (BN/2 + BN/4 + DV/2 floats
+    and ~D/8 registers a thread) fit ACCUMULATOR_REGS and whose ring of 3, else 2, stages fits
+    shared memory: 128 keys with 3 stages up to head dim 128, (112, 2) at 192, (64, 2) at 256
+    (80 keys spill there)."""
     if d == dv and d in WGMMA_ATTENTION_TILES:
         return WGMMA_ATTENTION_TILES[d]
     for bn in (128, 112, 96, 80, 64):
-        if dv // 2 + bn // 2 + bn // 4 > ACCUMULATOR_REGS:
+        if dv // 2 + bn // 2 + bn // 4 + d // 8 > ACCUMULATOR_REGS:
             continue
         for stages in (3, 2):
             if attention_wgmma_smem_bytes(d, dv, bn, 2, stages) <= smem_per_block:
