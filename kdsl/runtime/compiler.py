@@ -29,6 +29,7 @@ class Built:
     cache_key: str
     cache_hit: bool
     seconds: dict = field(default_factory=dict, compare=False)  # codegen_s, nvrtc_s (0 on a hit)
+    options: tuple = ()         # the NVRTC options the source is (or would be) compiled with
 
 
 def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: bool = True,
@@ -60,7 +61,7 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
     t2 = time.perf_counter()
     _dump(lowered, gen, compiled)
     return Built(lowered, gen, compiled, key, hit is not None,
-                 {"codegen_s": t1 - t0, "nvrtc_s": 0.0 if hit else t2 - t1})
+                 {"codegen_s": t1 - t0, "nvrtc_s": 0.0 if hit else t2 - t1}, tuple(options))
 
 
 def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, value_dim: int = 0) -> None:
