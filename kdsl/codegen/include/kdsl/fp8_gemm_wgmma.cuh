@@ -20,7 +20,8 @@
 // CTA's units (fp8_gemm_sched.cuh): per K block its lanes copy A's BM scales with 4-byte
 // cp.asyncs (zeros past M) and one lane issues TMA loads of the A and B tiles (128-byte
 // swizzle, K-major: what the wgmma descriptors describe) and two 4-byte cp.asyncs of B's
-// scales, all completing on the stage's "full" mbarrier, into a STAGES-deep ring. (A 1-D
+// scales, all completing on the stage's "full" mbarrier (each lane's copies by its own
+// cp.async.mbarrier.arrive.noinc, counted), into a STAGES-deep ring. (A 1-D
 // TMA map over sa raised "illegal instruction" on the H100 wherever kb * M + m0 was not a
 // multiple of 4 floats, i.e. for every M % 4 != 0.) It publishes each unit in the ring
 // beside its first K block, and a unit with m0 < 0 ends the work. The other warpgroups raise
@@ -48,6 +49,16 @@
 #include "kdsl/fp8_gemm_sched.cuh"
 #include "kdsl/hopper.cuh"
 #include "kdsl/wgmma_fp8_ops.cuh"
+
+// How the producer's scale cp.asyncs complete on a stage's "full" barrier. 0 (the kernel):
+// each producer lane's cp.async.mbarrier.arrive.noinc is one of the phase's expected
+// arrivals. 1 and 2 exist for tools/dev/fp8_race_probe.py, which compares the three under
+// compute-sanitizer racecheck: 1, the form used until 2026-11 (.noinc absent: net-zero
+// tracking arrive-ons, the leader's arrival the only one counted); 2, each lane waits for
+// its own copies (cp.async.wait_all) and then arrives.
+#ifndef KDSL_FP8_SCALE_COMPLETION
+#define KDSL_FP8_SCALE_COMPLETION 0
+#endif
 
 namespace kdsl {
 
@@ -78,6 +89,10 @@ struct Fp8Config {
   // setmaxnreg split of the 64K registers between the producer and the math warpgroups.
   static constexpr int kProducerRegs = 40;
   static constexpr int kMathRegs = kMathWG == 1 ? 240 : 232;
+  // Arrivals that complete a phase of a "full" barrier: the 32 producer lanes' (their scale
+  // copies landed) and the leader's expect_tx arrival; form 1 counts the leader's alone.
+  static constexpr int kScaleCompletion = KDSL_FP8_SCALE_COMPLETION;
+  static constexpr u32 kFullArrivals = kScaleCompletion == 1 ? 1 : 32 + 1;
 
   static_assert(BM == 64 || BM == 128 || BM == 256, "BM must be 64, 128 or 256");
   static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN must be a multiple of 16 in [16, 256]");
@@ -85,6 +100,7 @@ struct Fp8Config {
                 "a tile may straddle at most two 128-column scale blocks of B");
   static_assert(kFrag * (kWaves + 1) <= 192, "accumulators and totals must fit in the math registers");
   static_assert(STAGES >= 2, "need at least two pipeline stages");
+  static_assert(kScaleCompletion >= 0 && kScaleCompletion <= 2, "KDSL_FP8_SCALE_COMPLETION: 0, 1 or 2");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
   static_assert((CLUSTER == 1) == (MCAST == kMcastNone), "a cluster multicasts exactly one operand");
   static_assert(MCAST != kMcastB || KIND == 0, "grouped kinds pair CTAs on one M tile (MCAST_A)");
@@ -135,6 +151,19 @@ struct RingPos {
   }
 };
 
+// This producer lane's scale copies so far count on `full` (see KDSL_FP8_SCALE_COMPLETION).
+template <class C>
+KDSL_DEVICE void scale_copies_arrive(u32 full) {
+  if (C::kScaleCompletion == 0) {
+    cp_async_mbar_arrive_noinc(full);
+  } else if (C::kScaleCompletion == 1) {
+    cp_async_mbar_arrive(full);
+  } else {
+    cp_async_wait_all();
+    mbar_arrive(full);
+  }
+}
+
 template <class C>
 KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const Fp8Smem<C>& sm) {
   constexpr int BM = C::BM, BN = C::BN;
@@ -160,18 +189,25 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       const int s = pos.s;
       const u32 full = sm.full(s);
       mbar_wait(sm.empty(s), pos.phase ^ 1u);
-      // Every lane: A's scales, BM / 32 rows each, zeros past M; each lane's arrival is
-      // counted before the leader's below, so the phase cannot complete without them.
+      // Every lane: A's scales, BM / 32 rows each, zeros past M; the leader also B's two.
+      // Each lane's arrival below is made when its copies have landed, and is one of the
+      // phase's expected arrivals, so the phase cannot complete before every copy is in.
       const float* sa_kb = p.sa + (sa_unit + kb * p.M);
 #pragma unroll
       for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
-      cp_async_mbar_arrive(full);
-      __syncwarp();
-      if (leader) {
-        if (kb == 0) *sm.unit(s) = u;  // published by the arrivals below (release)
+      if (leader && C::kScaleCompletion != 1) {
         cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
         cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
-        cp_async_mbar_arrive(full);
+      }
+      scale_copies_arrive<C>(full);
+      __syncwarp();
+      if (leader) {
+        if (kb == 0) *sm.unit(s) = u;  // published by the release arrival below
+        if (C::kScaleCompletion == 1) {  // the earlier form, kept as it was for the probe
+          cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
+          cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
+          cp_async_mbar_arrive(full);
+        }
         mbar_arrive_expect_tx(full, C::kStageTx);
         const int k0 = kb * C::kBK;
         if (C::MCAST == kMcastA) {
@@ -194,7 +230,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
     // End of work: a unit with m0 < 0, with no loads.
     mbar_wait(sm.empty(pos.s), pos.phase ^ 1u);
     *sm.unit(pos.s) = Fp8Unit{-1, 0, 0, 0};
-    mbar_arrive(sm.full(pos.s));
+    mbar_arrive(sm.full(pos.s), C::kFullArrivals);
     pos.advance();
     // With a cluster, the peer's math warpgroups arrive on our "empty" barriers: wait until
     // the last STAGES stages were released by both CTAs, so none is still on its way.
@@ -290,7 +326,7 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   const Fp8Smem<C> sm(kdsl_fp8_smem);
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::STAGES; ++s) {
-      mbar_init(sm.full(s), 1);                          // the producer's arrival (+ TMA bytes)
+      mbar_init(sm.full(s), C::kFullArrivals);           // the producer warp's (+ TMA bytes)
       mbar_init(sm.empty(s), C::kMathWG * 128 * C::CLUSTER);  // each math thread of each CTA
     }
     mbar_init_fence();

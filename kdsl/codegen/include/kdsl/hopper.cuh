@@ -28,6 +28,10 @@ KDSL_DEVICE void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
 KDSL_DEVICE void mbar_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
 }
+// `count` arrivals at once (sm_90: no .noComplete needed).
+KDSL_DEVICE void mbar_arrive(u32 bar, u32 count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
 // True once the phase with the given parity has completed. A fresh barrier is in phase 0,
 // so waiting on parity 1 returns at once: that is how "buffer initially empty" is spelled.
 KDSL_DEVICE bool mbar_try_wait(u32 bar, u32 parity) {
@@ -107,6 +111,15 @@ KDSL_DEVICE void cp_async4_or_zero(u32 dst, const void* src, bool valid) {
 KDSL_DEVICE void cp_async_mbar_arrive(u32 bar) {
   asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
 }
+// One of the phase's expected arrivals, made when every cp.async this thread issued so far
+// has landed: the phase cannot complete before them, by its count alone, and the waiters
+// see their writes (PTX ISA, mbarrier.try_wait: cp.asyncs before cp.async.mbarrier.arrive
+// of the completed phase are performed and visible to the waiting thread).
+KDSL_DEVICE void cp_async_mbar_arrive_noinc(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+// Until every cp.async this thread issued has landed (and is visible to it).
+KDSL_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // ---- wgmma -------------------------------------------------------------------------------
 
