@@ -85,7 +85,10 @@ template <> KDSL_DEVICE u32 pack2<bf16_t>(float lo, float hi) { return pack_bf16
 template <> KDSL_DEVICE u32 pack2<f16_t>(float lo, float hi) { return pack_f16x2(lo, hi); }
 
 // The kv tiles a CTA visits: from the first not-provably-empty tile to the last, skipping
-// empty ones in between. Producer and consumers walk the same sequence independently.
+// empty ones in between. Producer and consumers walk the same sequence independently, each
+// with a whole warp: the 32 lanes classify 32 tiles at once, so a run of empty tiles (those
+// before a document's start, or after the diagonal) costs one round of predicate loads, not
+// one dependent load per tile. Call next() from all 32 lanes of a warp (the result is uniform).
 template <int BN, class V>
 struct TileWalk {
   const AttnArgs& a;
@@ -101,8 +104,17 @@ struct TileWalk {
   KDSL_DEVICE int next(int j, int& c) const {
     c = kTileFull;
     if constexpr (V::kHasMask) {
-      for (; j < n_tiles; ++j)
-        if ((c = cls(j)) != kTileEmpty) break;
+      const int lane = threadIdx.x & 31;
+      for (; j < n_tiles; j += 32) {
+        const int mine = j + lane < n_tiles ? cls(j + lane) : kTileEmpty;
+        const u32 visited = __ballot_sync(0xffffffffu, mine != kTileEmpty);
+        if (visited) {
+          const int f = __ffs(visited) - 1;
+          c = __shfl_sync(0xffffffffu, mine, f);
+          return j + f;
+        }
+      }
+      return n_tiles;
     }
     return j;
   }
@@ -188,7 +200,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   if (wg < 0) {
     // ---------------- producer ----------------
     regs_release<C::kProducerRegs>();
-    if (tid != 0) return;
+    // One thread issues every load; under a mask its whole warp scans tiles (TileWalk).
+    if (tid >= (V::kHasMask ? 32 : 1)) return;
+    const bool issuer = tid == 0;
     tma_prefetch_desc(tq);
     tma_prefetch_desc(tk);
     tma_prefetch_desc(tv);
@@ -202,26 +216,30 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       if (j >= walk.n_tiles) continue;  // every key masked: the consumers only write zeros
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
       mbar_wait(empty_q, (n_done++ & 1) ^ 1);  // the previous item's epilogue is done with sQ
-      mbar_arrive_expect_tx(full_q, C::kQBytes);
+      if (issuer) {
+        mbar_arrive_expect_tx(full_q, C::kQBytes);
 #pragma unroll
-      for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
+        for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
+      }
       for (bool more = true; more; ++it) {
         int cls_next;
         const int jn = walk.next(j + 1, cls_next);  // evaluated while the stage may still be busy
         more = jn < walk.n_tiles;
         const int s = it % STAGES;
         const u32 parity = ((it / STAGES) & 1) ^ 1;
-        mbar_wait(empty_k(s), parity);
-        st_shared_u32(info_kv(s), tile_info(j, cls, more));  // published by the arrive below
-        mbar_arrive_expect_tx(full_k(s), C::kKBytes);
+        if (issuer) {
+          mbar_wait(empty_k(s), parity);
+          st_shared_u32(info_kv(s), tile_info(j, cls, more));  // published by the arrive below
+          mbar_arrive_expect_tx(full_k(s), C::kKBytes);
 #pragma unroll
-        for (int c = 0; c < C::kColBlocks; ++c)
-          tma_load_3d(sK + s * C::kKBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);
-        mbar_wait(empty_v(s), parity);
-        mbar_arrive_expect_tx(full_v(s), C::kVBytes);
+          for (int c = 0; c < C::kColBlocks; ++c)
+            tma_load_3d(sK + s * C::kKBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);
+          mbar_wait(empty_v(s), parity);
+          mbar_arrive_expect_tx(full_v(s), C::kVBytes);
 #pragma unroll
-        for (int c = 0; c < C::kVColBlocks; ++c)
-          tma_load_3d(sV + s * C::kVBytes + c * BN * 128, tv, full_v(s), c * 64, j * BN, bh_kv);
+          for (int c = 0; c < C::kVColBlocks; ++c)
+            tma_load_3d(sV + s * C::kVBytes + c * BN * 128, tv, full_v(s), c * 64, j * BN, bh_kv);
+        }
         j = jn;
         cls = cls_next;
       }
