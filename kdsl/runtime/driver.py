@@ -32,12 +32,32 @@ def _libcuda():
                                    ctypes.c_void_p]
     lib.cuLaunchKernel.restype = ctypes.c_int
     lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    lib.cuLaunchKernelEx.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.cuLaunchKernelEx.restype = ctypes.c_int
     return lib
 
 
 class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
+class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: id, 4 bytes of padding, a 64-byte value
+    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_uint), ("value", ctypes.c_int * 16)]
+
+
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+def _dependent_config(fixed: tuple):
+    """A CUlaunchConfig (stream set per launch) that lets a launch overlap the previous
+    kernel in the stream (programmatic dependent launch); the kernel waits for that kernel
+    with griddepcontrol.wait. Returned with the attribute it points to, to keep it alive."""
+    attr = _LaunchAttribute(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attr.value[0] = 1
+    cfg = _LaunchConfig((ctypes.c_uint * 3)(*fixed[1:4]), (ctypes.c_uint * 3)(*fixed[4:7]), fixed[7],
+                        None, ctypes.cast(ctypes.pointer(attr), ctypes.c_void_p), 1)
+    return cfg, attr
 
 
 def max_active_clusters(fn_ptr: int, grid: tuple, block: tuple, smem: int) -> int:
@@ -75,15 +95,21 @@ class ArgPack:
 
 class WarpKernel:
     """A helper kernel of a loaded module (tile summary, split-KV combine) that gives one warp
-    to each of `warps` work items, 8 warps a block (its __launch_bounds__(256))."""
+    to each of `warps` work items, 8 warps a block (its __launch_bounds__(256)). A `dependent`
+    one is launched as the previous kernel's programmatic dependent: its blocks get on the
+    GPU while that kernel runs, and it must wait for it (griddepcontrol.wait) before reading."""
 
-    def __init__(self, module, entry: str, warps: int, pack: ArgPack):
+    def __init__(self, module, entry: str, warps: int, pack: ArgPack, dependent: bool = False):
         self._fn = module.get_function(entry)  # kept: the handle lives as long as this object
         self._fixed = (int(self._fn.ptr), -(-warps // 8), 1, 1, 256, 1, 1, 0)
         self.pack = pack
+        self._config = _dependent_config(self._fixed) if dependent else None
 
     def run(self, stream: int, pointers) -> None:
-        launch(self._fixed, stream, self.pack, pointers)
+        if self._config is not None:
+            launch_dependent(self._config, self._fixed[0], stream, self.pack, pointers)
+        else:
+            launch(self._fixed, stream, self.pack, pointers)
 
 
 def launch(fixed: tuple, stream: int, pack: ArgPack, pointers, bind=None):
@@ -96,6 +122,22 @@ def launch(fixed: tuple, stream: int, pack: ArgPack, pointers, bind=None):
         for slot, p in zip(pack.pointer_slots, pointers):
             slot.value = p
         status = _cu_launch(*fixed, stream, pack.params, None)
+    _check(status)
+
+
+def launch_dependent(config, fn: int, stream: int, pack: ArgPack, pointers):
+    """launch(), as a programmatic dependent of the previous kernel in the stream
+    (cuLaunchKernelEx; config from _dependent_config)."""
+    cfg = config[0]
+    with pack.lock:
+        cfg.stream = stream
+        for slot, p in zip(pack.pointer_slots, pointers):
+            slot.value = p
+        status = _libcuda().cuLaunchKernelEx(ctypes.byref(cfg), fn, pack.params, None)
+    _check(status)
+
+
+def _check(status: int) -> None:
     if status:
         lib = _libcuda()
         msg = ctypes.c_char_p()

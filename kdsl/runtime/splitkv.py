@@ -4,7 +4,8 @@ When the (b, h, q tile) work items alone would leave most SMs idle (M = 1 decode
 small batch), the keys of each item are cut into ranges, one work item each: the kernel
 writes each range's normalised O (fp32) and lse into a scratch buffer, and a second kernel
 (`attention_combine_splits` in attention_wgmma.cuh) merges them by their lse. Both run on
-the caller's stream, so a call stays capturable in a CUDA graph.
+the caller's stream, so a call stays capturable in a CUDA graph; the second is launched as
+the first's programmatic dependent, so its launch overlaps the first's run.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ class CombineLaunch:
 
     def __init__(self, loaded, entry: str, splits: int, rows: int, head_dim: int, framework: str, device: int):
         pack = ArgPack(["ptr"] * 4 + ["i32"] * 2, [None] * 4 + [rows, splits], [0, 1, 2, 3])
-        self.kernel = WarpKernel(loaded.module, entry, rows, pack)
+        self.kernel = WarpKernel(loaded.module, entry, rows, pack, dependent=True)
         self.new_part_o = arrays.allocator(framework, (splits * rows * head_dim,), "f32", device)
         self.new_part_lse = arrays.allocator(framework, (splits * rows,), "f32", device)
 

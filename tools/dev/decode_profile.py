@@ -36,6 +36,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--splits", default="4,8,12,16,24,32")
+    ap.add_argument("--attrs", default="consumers=1;consumers=1,tile_n=64,stages=6",
+                    help="';'-separated schedule attrs of further kdsl kernels to time (k=v,k=v)")
     args = ap.parse_args()
     import torch
     import kdsl
@@ -44,6 +46,10 @@ def main() -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     timer = Timer(args.reps)
     plain = kdsl.load(ROOT / "samples" / "plain.kd").plain
+    others = {}
+    for spec in filter(None, args.attrs.split(";")):
+        attrs = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(","))}
+        others[spec] = launch.AttentionKernel(plain.ir.with_attrs(**attrs))
     own = splitkv.kv_splits
     print(torch.cuda.get_device_name(), flush=True)
     for B, H, Hkv, N in SHAPES:
@@ -77,12 +83,25 @@ def main() -> None:
             except Exception as ex:  # a forced count the launcher refuses
                 print(f"   splits={s:3d}: {type(ex).__name__}: {ex}", flush=True)
         splitkv.kv_splits = own
+        for spec, kern in others.items():
+            for s in (None, 4, 8, 16):
+                splitkv.kv_splits = own if s is None else (lambda items, tiles, sms, s=s: max(1, min(s, tiles)))
+                kern._plans.clear()
+                o = kern(q, k, v)
+                e = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+                t = timer(lambda: kern(q, k, v))
+                print(f"   [{spec}] splits={s or 'own'}: {t * 1e3:8.1f} us  ratio cuDNN/kdsl {t_cudnn / t:.3f} "
+                      f"err {e:.1e}", flush=True)
+            splitkv.kv_splits = own
+            kern._plans.clear()
+            print(f"  kdsl [{spec}] kernels:")
+            for key, us, count in kernels_of(lambda: kern(q, k, v), torch):
+                print(f"     {us:8.2f} us x{count:4d}  {key[:100]}")
         plain._plans.clear()
         for name, fn in (("kdsl", lambda: plain(q, k, v)), ("cuDNN", cudnn)):
             print(f"  {name} kernels:")
             for key, us, count in kernels_of(fn, torch):
                 print(f"     {us:8.2f} us x{count:4d}  {key[:100]}")
-        del q, k, v
 
 
 if __name__ == "__main__":

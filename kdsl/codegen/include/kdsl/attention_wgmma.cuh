@@ -162,6 +162,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   auto empty_v = [&](int s) { return full_q + 8u * (2 + 3 * STAGES + s); };
 
   const int tid = threadIdx.x;
+  // Split-KV: the combine kernel may start its launch now (it waits for our results).
+  if (a.splits > 1) grid_dependents_launch();
   if (tid == 0) {
     mbar_init(full_q, 1);
     mbar_init(empty_q, NCWG);  // one arrival per consumer warpgroup, as for every "empty"
@@ -586,30 +588,44 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
 // Split-KV: each split of the keys left its normalised O (fp32) and lse; out is their
 // lse-weighted mean and lse their log-sum-exp. One warp per row of out (rows = B * H * M);
-// lane l holds columns 64 c + 2 l and 64 c + 2 l + 1 of each 64-column block c.
+// lane l holds columns 64 c + 2 l and 64 c + 2 l + 1 of each 64-column block c. Launched as
+// the attention kernel's programmatic dependent: it waits for the splits' results here.
+// Lanes read 32 splits' lse at once and the split loop is unrolled, so a row costs a few
+// rounds of L2 latency, not two per split.
 template <class Elem, int D>
 KDSL_DEVICE void attention_combine_splits(const float* part_o, const float* part_lse, void* o, float* lse, int rows,
                                           int splits) {
   constexpr int kBlocks = (D + 63) / 64;
+  grid_dependency_wait();
   const int row = (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x & 31;
   if (row >= rows) return;
   auto in_row = [&](int c) { return 64 * c + 2 * lane < D; };  // false only in a partial last block
   float mx = neg_inf();
-  for (int s = 0; s < splits; ++s) mx = fmax2(mx, part_lse[(i64)s * rows + row]);
+  for (int s = lane; s < splits; s += 32) mx = fmax2(mx, part_lse[(i64)s * rows + row]);
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) mx = fmax2(mx, __shfl_xor_sync(0xffffffffu, mx, d));
   float acc[2 * kBlocks], wsum = 0.f;
 #pragma unroll
   for (int c = 0; c < 2 * kBlocks; ++c) acc[c] = 0.f;
   if (mx != neg_inf()) {
-    for (int s = 0; s < splits; ++s) {
-      const float w = exp2_approx((part_lse[(i64)s * rows + row] - mx) * 1.4426950408889634f);
-      const float* po = part_o + ((i64)s * rows + row) * D + 2 * lane;
-      wsum += w;
+    for (int s0 = 0; s0 < splits; s0 += 32) {
+      // lane i's weight is split s0 + i's
+      const float w_lane = s0 + lane < splits
+                               ? exp2_approx((part_lse[(i64)(s0 + lane) * rows + row] - mx) * 1.4426950408889634f)
+                               : 0.f;
+      const int n = imin(32, splits - s0);
+#pragma unroll 8
+      for (int i = 0; i < n; ++i) {
+        const float w = __shfl_sync(0xffffffffu, w_lane, i);
+        const float* po = part_o + ((i64)(s0 + i) * rows + row) * D + 2 * lane;
+        wsum += w;
 #pragma unroll
-      for (int c = 0; c < kBlocks; ++c) {
-        if (!in_row(c)) continue;
-        const float2 x = *reinterpret_cast<const float2*>(po + 64 * c);
-        acc[2 * c] += w * x.x;
-        acc[2 * c + 1] += w * x.y;
+        for (int c = 0; c < kBlocks; ++c) {
+          if (!in_row(c)) continue;
+          const float2 x = *reinterpret_cast<const float2*>(po + 64 * c);
+          acc[2 * c] += w * x.x;
+          acc[2 * c + 1] += w * x.y;
+        }
       }
     }
   }

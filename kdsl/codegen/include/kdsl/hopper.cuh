@@ -180,6 +180,16 @@ KDSL_DEVICE int warp_min(int v) {
   return r;
 }
 
+// ---- programmatic dependent launch ------------------------------------------------------
+
+// Lets the next kernel in the stream, when launched with programmatic stream serialization,
+// start its prologue now; it still waits (grid_dependency_wait) for this grid's results.
+// A no-op without such a dependent.
+KDSL_DEVICE void grid_dependents_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// Until the grids this one depends on have completed and their writes are visible; returns
+// at once for a kernel launched the ordinary way.
+KDSL_DEVICE void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 // ---- thread-block clusters ---------------------------------------------------------------
 
 KDSL_DEVICE u32 cluster_ctarank() {
