@@ -95,3 +95,39 @@ def test_gqa_heads_folded_into_rows_match_reference(shape):
     ref, ref_lse = reference.attention(kir, q, k, v, caps)
     assert rel_frobenius(out, ref) <= ATTENTION_TOL
     assert torch.allclose(lse.double(), ref_lse, atol=2e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("shape, consumers", [((1, 16, 16, 1, 4096, 128), 1), ((1, 32, 8, 1, 8192, 128), 1),
+                                              ((2, 4, 1, 16, 700, 64), 1), ((2, 4, 1, 17, 700, 64), 2),
+                                              ((1, 4, 4, 64, 999, 128), 1), ((1, 4, 4, 65, 999, 128), 2)],
+                         ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else f"c{s}")
+def test_few_query_rows_run_one_consumer_warpgroup(shape, consumers):
+    """Work items of at most 64 query rows (M, times the folded query heads under GQA) run
+    the Hopper kernel with one consumer warpgroup; more rows keep two. Both are exact."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile(FOLDABLE)
+    kir = mod.ir["capped"]
+    B, H, Hkv, M, N, D = shape
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D)
+    out, lse = mod.capped(q, k, v)
+    plan = next(iter(mod.capped._plans.values()))
+    if plan.loaded is not None and torch.cuda.get_device_capability()[0] == 9:
+        built = [b for b, loaded in mod.capped._loaded.values() if loaded is plan.loaded][0]
+        assert built.kernel.attr("consumers") == consumers
+    ref, ref_lse = reference.attention(kir, q, k, v, caps)
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL
+    assert torch.allclose(lse.double(), ref_lse, atol=2e-3, rtol=1e-3)
+
+
+def test_fixed_consumers_are_kept_for_decode():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Hopper kernel's warpgroups")
+    plain = kdsl.load(ROOT / "samples" / "plain.kd").plain
+    from kdsl.runtime.launch import AttentionKernel
+    fixed = AttentionKernel(plain.ir.with_attrs(consumers=2))
+    q, k, v, caps = attention_inputs(plain.ir, 1, 8, 8, 1, 2048, 128)
+    out = fixed(q, k, v)
+    assert all(b.kernel.attr("consumers") == 2 for b, _ in fixed._loaded.values())
+    ref, _ = reference.attention(plain.ir, q, k, v, caps)
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL
