@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Time one attention kernel under several schedules (kernel attrs), same inputs, same process.
+
+    python3 tools/dev/attrs_sweep.py samples/document_mask.kd:document_mask:8,16,2048,2048,128 \
+        --attrs "schedule=persistent;consumers=1" [--reps 50]
+
+Each spec is k=v[,k=v] (integers, or strings for schedule); the first row is the default
+schedule. Every variant's output is compared with the default's (they must agree to bf16).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def parse_attrs(spec: str) -> dict:
+    out = {}
+    for kv in filter(None, spec.split(",")):
+        k, v = kv.split("=")
+        out[k] = int(v) if v.lstrip("-").isdigit() else v
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", nargs="+", help="FILE:KERNEL:B,H,M,N,D")
+    ap.add_argument("--attrs", default="", help="';'-separated schedules")
+    ap.add_argument("--reps", type=int, default=50)
+    args = ap.parse_args()
+    import torch
+    import kdsl
+    from kdsl.bench import Timer, kept_pairs
+    from kdsl.runtime.launch import AttentionKernel
+    from kdsl.testing import attention_inputs, rel_frobenius
+    timer = Timer(args.reps)
+    print(torch.cuda.get_device_name(), flush=True)
+    for case in args.cases:
+        path, name, shape = case.split(":")
+        B, H, M, N, D = map(int, shape.split(","))
+        base = getattr(kdsl.load(ROOT / path), name)
+        q, k, v, caps = attention_inputs(base.ir, B, H, H, M, N, D)
+        dims = {"B": B, "H": H, "Hkv": H, "M": M, "N": N, "D": D, "Dv": D}
+        flops = 4 * D * kept_pairs(base.ir, dims, caps, B, H, M, N)
+        ref = base(q, k, v, **caps)
+        t0 = timer(lambda: base(q, k, v, **caps))
+        lowered = next(iter(base._loaded.values()))[0].kernel
+        sched = {a: lowered.attr(a) for a in ("tile_n", "consumers", "stages", "schedule")}
+        print(f"\n== {name} B={B} H={H} M={M} N={N} D={D}: default {sched}: {t0 * 1e3:8.1f} us "
+              f"{flops / t0 / 1e9:6.1f} TFLOPS", flush=True)
+        for spec in filter(None, args.attrs.split(";")):
+            try:
+                kern = AttentionKernel(base.ir.with_attrs(**parse_attrs(spec)))
+                out = kern(q, k, v, **caps)
+                err = rel_frobenius(out, ref)
+                t = timer(lambda: kern(q, k, v, **caps))
+                print(f"   {spec:40s} {t * 1e3:8.1f} us {flops / t / 1e9:6.1f} TFLOPS  x{t0 / t:5.3f}  "
+                      f"vs default {err:.1e}", flush=True)
+            except Exception as e:  # an illegal schedule: say so, go on
+                print(f"   {spec:40s} {type(e).__name__}: {str(e)[:150]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
