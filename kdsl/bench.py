@@ -168,8 +168,8 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     row.gbps = (q.numel() + k.numel() + v.numel() + out.numel()) * 2 / row.ms / 1e6
     if "flex" in peers:
         try:
-            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-            fa = torch.compile(flex_attention)
+            from torch.nn.attention.flex_attention import create_block_mask
+            fa = flex.compiled_flex_attention()
             sm, mm = flex.score_mod(kir, dims, caps, scale), flex.mask_mod(kir, dims, caps)
             bm = create_block_mask(mm, B, H, M, N, device="cuda") if mm else None
             gqa_kw = {"enable_gqa": True} if Hkv != H else {}
