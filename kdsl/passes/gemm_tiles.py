@@ -95,7 +95,29 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int) -> float:
     efficiency = blocks / (waves * sms)
     if multicast != "none" and waves <= 1:
         return math.inf  # one wave: pairing CTAs only constrains the schedule
-    return max(l1, l2) / efficiency
+    return max(l1, l2) / efficiency * tile_cost_factor(bm, bn)
+
+
+# Per-tile slowdowns the traffic model does not see, measured on an H100 (2026-11-22: the
+# dense sweep in bench/results/h100-2026-11-22-fp8-sweep.md, tools/dev/fp8_grouped_sweep.py):
+# a tile that straddles two 128-column scale blocks of B promotes each K block with two
+# scales (128x160 ran 0.79x, 256x112 0.77x of 128x128 / 256x128 at 4096x4096x7168), and a
+# tile whose accumulators and totals take the whole math register budget (128x192) ran
+# 0.82-0.93x of 128x160 on every shape where the model ranked it ahead. Both were seen with
+# two math warpgroups (BM >= 128); with one (BM = 64) 64x112 and 64x128 ran within 3 %.
+STRADDLE_COST = 1.15
+FULL_REGISTERS_COST = 1.15
+
+
+def tile_cost_factor(bm: int, bn: int) -> float:
+    f = 1.0
+    if bm < 128:
+        return f
+    if 128 % bn and bn % 128:
+        f *= STRADDLE_COST
+    if bn // 2 * (waves_of(bm) + 1) >= 192:
+        f *= FULL_REGISTERS_COST
+    return f
 
 
 def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
