@@ -201,3 +201,22 @@ def test_only_the_bare_scaled_dot_product_takes_the_raw_max_path():
     assert exp2_fold.score_is_scaled_dot(exp2_fold.run(plain))
     assert not exp2_fold.score_is_scaled_dot(exp2_fold.run(biased))
     assert not exp2_fold.score_is_scaled_dot(exp2_fold.run(scaled))
+
+
+@pytest.mark.parametrize("score, factor", [("30.0 * tanh(s / 30.0)", 30.0 * exp2_fold.LOG2E),
+                                           ("tanh(s / 50.0) * 50.0", 50.0 * exp2_fold.LOG2E),
+                                           ("s + 0.5", None), ("-2.0 * tanh(s)", None), ("s", None),
+                                           ("s * float(h + 1)", None)])
+def test_a_positive_constant_factor_of_the_score_is_split_off(score, factor):
+    """exp2_fold.positive_factor: score_log2 = C * x with C > 0 constant lets the Hopper kernel
+    take the row max on x and fold C into the exponent's FFMA; a negative or varying factor,
+    a sum, or the scaled dot product itself (its factor is the runtime scale) do not."""
+    import kdsl
+    k = kdsl.compile("attention p { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                     f"score(s, b, h, i, j) = {score} }}", "p.kd").ir["p"]
+    found = exp2_fold.positive_factor(exp2_fold.run(k))
+    if factor is None:
+        assert found is None
+    else:
+        x, c = found
+        assert c == pytest.approx(factor, rel=1e-6) and ir.uses(x, "qk")

@@ -78,6 +78,7 @@ def _attention(k: ir.Kernel) -> Generated:
     c = CEmitter(variables, captures, {(ir.TILE_REDUCTIONS[s.op][0], s.args[0]): i for i, s in enumerate(slots)})
     bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
     mask = k.func("mask")
+    factored = exp2_fold.positive_factor(k)
     template = "attention_wgmma.cu.j2" if k.attr("kernel") == "wgmma" else "attention.cu.j2"
     # The wgmma sequences of head dims other than the measured ones: a header of their own,
     # so that the common kernels do not parse them (tools/gen_wgmma.py).
@@ -93,6 +94,8 @@ def _attention(k: ir.Kernel) -> Generated:
         threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
         has_mask="true" if mask is not None else "false",
         scaled_dot="true" if exp2_fold.score_is_scaled_dot(k) else "false",
+        factored="true" if factored else "false", score_unit=c(factored[0]) if factored else "0.f",
+        score_factor=c(ir.Const("f32", factored[1])) if factored else "1.f",
         score=c(k.func("score_log2")), mask=c(mask) if mask is not None else "true",
         tile_empty=c(k.func("tile_empty")) if mask is not None else "false",
         tile_full=c(k.func("tile_full")) if mask is not None else "true",

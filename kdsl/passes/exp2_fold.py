@@ -85,3 +85,20 @@ def score_is_scaled_dot(k: ir.Kernel) -> bool:
     e = k.func("score_log2")
     return isinstance(e, ir.Op) and e.op == "mul" and \
         {a.name for a in e.args if isinstance(a, ir.Var)} == {"qk", "scale_log2"}
+
+
+def positive_factor(k: ir.Kernel) -> tuple[ir.Expr, float] | None:
+    """score_log2 as C * x with C a positive constant and x the part that varies (soft-capping:
+    43.28 * tanh(qk * scale / 30)), or None. The Hopper kernel then keeps x per element, takes
+    the row max on x and folds C into the exponent's FFMA (exp2(C * x - max)), as it does with
+    the scale for the scaled dot product: one FMUL less an element. Not for that case itself
+    (score_is_scaled_dot), whose factor is the runtime scale."""
+    if score_is_scaled_dot(k):
+        return None
+    e = k.func("score_log2")
+    if not (isinstance(e, ir.Op) and e.op == "mul"):
+        return None
+    for x, c in ((e.args[0], e.args[1]), (e.args[1], e.args[0])):
+        if isinstance(c, ir.Const) and _finite_pos(c.value) and not isinstance(x, ir.Const):
+            return x, float(c.value)
+    return None

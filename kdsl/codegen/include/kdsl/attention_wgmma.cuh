@@ -344,11 +344,29 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // 2^24; the runtime bounds N for kernels whose score uses it)
       const float kvf0 = (float)(k0 + 2 * t);
       const float dq0[2] = {qf[0] - kvf0, qf[1] - kvf0};  // q - kv likewise: a base per row
+      const float factor = V::kScaledDot ? a.scale_log2 : V::kScoreFactor;
       // kScaledDot: sc stays the raw dot product, masked on general tiles, and the row max is
-      // taken on it here. Each branch has its own max loop: with only the selects in the
-      // general one, ptxas predicated them into every tile (66 FSELs more a tile).
+      // taken on it here; kFactored likewise on score_unit (score = kScoreFactor * unit), and
+      // the factor goes into the exponent's FFMA below. Each branch has its own max loop: with
+      // only the selects in the general one, ptxas predicated them into every tile (66 FSELs
+      // more a tile).
       float raw_max[2] = {neg_inf(), neg_inf()};
-      if constexpr (V::kScaledDot) {
+      if constexpr (V::kScaledDot || V::kFactored) {
+        if constexpr (V::kFactored) {
+          if (general) {
+#pragma unroll
+            for (int i = 0; i < C::kSRegs; ++i)
+              sc[i] = V::score_unit(a, cap, sc[i], b, h, qr[(i >> 1) & 1], imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1),
+                                    qf[(i >> 1) & 1], kvf0 + (float)(8 * (i / 4) + (i & 1)),
+                                    dq0[(i >> 1) & 1] - (float)(8 * (i / 4) + (i & 1)));
+          } else {
+#pragma unroll
+            for (int i = 0; i < C::kSRegs; ++i)
+              sc[i] = V::score_unit(a, cap, sc[i], b, h, qr[(i >> 1) & 1], k0 + 8 * (i / 4) + 2 * t + (i & 1),
+                                    qf[(i >> 1) & 1], kvf0 + (float)(8 * (i / 4) + (i & 1)),
+                                    dq0[(i >> 1) & 1] - (float)(8 * (i / 4) + (i & 1)));
+          }
+        }
         if (general) {
 #pragma unroll
           for (int i = 0; i < C::kSRegs; ++i) {
@@ -378,8 +396,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         float mx;
-        if constexpr (V::kScaledDot) {  // raw max times a positive scale (-inf stays -inf)
-          mx = fmax2(m_run[hh], quad_max(raw_max[hh]) * a.scale_log2);
+        if constexpr (V::kScaledDot || V::kFactored) {  // raw max times a positive factor (-inf stays -inf)
+          mx = fmax2(m_run[hh], quad_max(raw_max[hh]) * factor);
         } else {
           mx = m_run[hh];
 #pragma unroll
@@ -395,9 +413,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
         for (int jj = 0; jj < BN / 8; ++jj) {
           float p0, p1;
-          if constexpr (V::kScaledDot) {  // one FFMA: qk * scale_log2 - max
-            p0 = exp2_approx(fmaf(sc[4 * jj + 2 * hh], a.scale_log2, -ref));
-            p1 = exp2_approx(fmaf(sc[4 * jj + 2 * hh + 1], a.scale_log2, -ref));
+          if constexpr (V::kScaledDot || V::kFactored) {  // one FFMA: raw * factor - max
+            p0 = exp2_approx(fmaf(sc[4 * jj + 2 * hh], factor, -ref));
+            p1 = exp2_approx(fmaf(sc[4 * jj + 2 * hh + 1], factor, -ref));
           } else {
             p0 = exp2_approx(sc[4 * jj + 2 * hh] - ref);
             p1 = exp2_approx(sc[4 * jj + 2 * hh + 1] - ref);
