@@ -6,7 +6,7 @@ from pathlib import Path
 
 import lark
 
-from .. import ast
+from .. import ast, paths
 from ..errors import SourceError, Span
 
 _GRAMMAR = Path(__file__).with_name("kdsl.lark")
@@ -31,7 +31,19 @@ _TOKEN_NAMES = {
 
 @functools.cache
 def _lark() -> lark.Lark:
-    return lark.Lark(_GRAMMAR.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    """The parser. Building Lark's LALR tables takes ~0.05 s, a tenth of a cold kernel build,
+    so they are cached (Lark's own cache: keyed on the grammar, the options and the Lark and
+    Python versions, rebuilt when any differs or the file cannot be read) in kdsl's cache
+    directory, which belongs to the user (a pickle in the shared temp directory could be
+    planted by someone else). Without a writable directory, the tables are just rebuilt."""
+    options = dict(parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    grammar = _GRAMMAR.read_text()
+    try:
+        where = paths.cache_dir()
+        where.mkdir(parents=True, exist_ok=True)
+        return lark.Lark(grammar, cache=str(where / f"grammar-lark{lark.__version__}.pickle"), **options)
+    except OSError:
+        return lark.Lark(grammar, **options)
 
 
 def parse(text: str, file: str = "<string>") -> ast.Program:

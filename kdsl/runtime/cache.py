@@ -10,13 +10,13 @@ import os
 import tempfile
 from pathlib import Path
 
+from .. import paths
 from .nvrtc import Compiled
 
 _MEMORY: dict[str, Compiled] = {}
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("KDSL_CACHE_DIR") or Path.home() / ".cache" / "kdsl")
+cache_dir = paths.cache_dir
 
 
 def make_key(*parts: str) -> str:
