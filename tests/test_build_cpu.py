@@ -213,3 +213,19 @@ def test_load_starts_hopper_builds_before_cuda_knows_the_arch(tmp_path, monkeypa
     cache.clear_memory()
     keys = [compiler._generate(mod.ir["relpos"], "sm_90a", d)[3] for d in (64, 128)]
     assert [cache.get(key) is not None for key in keys] == [hopper] * 2
+
+
+def test_split_kv_code_only_in_the_split_program(tmp_path, monkeypatch):
+    """Only calls that split the keys build the program with the split epilogue and the
+    `_combine` entry (-DKDSL_SPLIT_KV=1); every other call's program leaves both out, a
+    shorter compile. The two are separate cache entries."""
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    k = kdsl.load(ROOT / "samples" / "relpos.kd").ir["relpos"]
+    every = compiler.build(k, "sm_90a", 64)
+    split = compiler.build(k, "sm_90a", 64, split_kv=True)
+    entry = every.generated.entry
+    assert every.cache_key != split.cache_key and "-DKDSL_SPLIT_KV=1" in split.options
+    assert f".entry {entry}_combine" not in every.compiled.ptx and f".entry {entry}(" in every.compiled.ptx
+    assert f".entry {entry}_combine" in split.compiled.ptx
+    assert "griddepcontrol" not in every.compiled.ptx and "griddepcontrol.launch_dependents" in split.compiled.ptx

@@ -33,12 +33,14 @@ class Built:
 
 
 def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: bool = True,
-          trace: bool = False, value_dim: int = 0) -> Built:
+          trace: bool = False, value_dim: int = 0, split_kv: bool = False) -> Built:
     """head_dim, value_dim: q/k's and v's head dims (attention; value_dim 0: the kernel's
-    default, pipeline.default_value_dim). trace=True: NVRTC's per-phase times land in
-    compiled.phases (on a cache miss)."""
+    default, pipeline.default_value_dim). split_kv: the Hopper attention program for calls
+    that split the keys (its split epilogue and the `_combine` entry; every other call's
+    program leaves them out, a shorter compile). trace=True: NVRTC's per-phase times land
+    in compiled.phases (on a cache miss)."""
     t0 = time.perf_counter()
-    lowered, gen, options, key = _generate(k, arch, head_dim, value_dim)
+    lowered, gen, options, key = _generate(k, arch, head_dim, value_dim, split_kv)
     t1 = time.perf_counter()
     hit, job = cache.get(key), None
     if hit is None and want_cubin and not trace:
@@ -64,9 +66,10 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
                  {"codegen_s": t1 - t0, "nvrtc_s": 0.0 if hit else t2 - t1}, tuple(options))
 
 
-def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, value_dim: int = 0) -> None:
+def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, value_dim: int = 0,
+             split_kv: bool = False) -> None:
     """Start building in the background (a no-op if cached or already started)."""
-    _, gen, options, key = _generate(k, arch, head_dim, value_dim)
+    _, gen, options, key = _generate(k, arch, head_dim, value_dim, split_kv)
     with _IN_FLIGHT_LOCK:
         if key in _IN_FLIGHT or cache.get(key) is not None:
             return
@@ -98,10 +101,10 @@ def _finished(key: str, job) -> None:
         del _IN_FLIGHT[key]
 
 
-def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0):
+def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_kv: bool = False):
     lowered = pipeline.lower(k, get_target(arch), head_dim, value_dim)
     gen = emit.generate(lowered)
-    options = nvrtc.default_options(arch, emit.INCLUDE_DIR)
+    options = nvrtc.default_options(arch, emit.INCLUDE_DIR) + (["-DKDSL_SPLIT_KV=1"] if split_kv else [])
     key = cache.make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)
     return lowered, gen, options, key
 

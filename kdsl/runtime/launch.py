@@ -104,6 +104,7 @@ class KernelBase:
         self.arch = arch
         self._plans: dict = {}
         self._loaded: dict = {}
+        self._lowered_ir: dict = {}
 
     def _arch(self) -> str:
         if self.arch:
@@ -112,12 +113,27 @@ class KernelBase:
         sm = int(cupy.cuda.Device().compute_capability)  # e.g. "90"
         return {90: "sm_90a"}.get(sm, f"sm_{sm}" if sm in (80, 89) else "sm_90a")
 
-    def _load(self, head_dim: int, device: int, value_dim: int = 0, one_warpgroup: bool = False) -> Loaded:
-        key = (head_dim, value_dim, device, one_warpgroup)
+    def _kernel_ir(self, one_warpgroup: bool) -> ir.Kernel:
+        return self.ir.with_attrs(consumers=1) if one_warpgroup else self.ir
+
+    def _lowered(self, head_dim: int, value_dim: int = 0, one_warpgroup: bool = False) -> ir.Kernel:
+        """The lowered kernel a call would build (tiles, kernel family), without compiling:
+        a plan decides from it which program to build."""
+        key = (head_dim, value_dim, one_warpgroup)
+        if key not in self._lowered_ir:
+            from ..passes import pipeline
+            from ..passes.target import get_target
+            self._lowered_ir[key] = pipeline.lower(self._kernel_ir(one_warpgroup), get_target(self._arch()),
+                                                   head_dim, value_dim)
+        return self._lowered_ir[key]
+
+    def _load(self, head_dim: int, device: int, value_dim: int = 0, one_warpgroup: bool = False,
+              split_kv: bool = False) -> Loaded:
+        key = (head_dim, value_dim, device, one_warpgroup, split_kv)
         if key not in self._loaded:
             from .compiler import build
-            kernel = self.ir.with_attrs(consumers=1) if one_warpgroup else self.ir
-            built = build(kernel, self._arch(), head_dim, value_dim=value_dim)
+            built = build(self._kernel_ir(one_warpgroup), self._arch(), head_dim, value_dim=value_dim,
+                          split_kv=split_kv)
             self._loaded[key] = (built, Loaded(built.compiled.cubin, built.generated.entry,
                                                built.kernel.attr("smem_bytes")))
         return self._loaded[key]
@@ -356,9 +372,7 @@ class AttentionKernel(KernelBase):
         fixed the warpgroups, and not on the sm_80 kernel."""
         if M > 64 or self.ir.attr("consumers") is not None:
             return False
-        from ..passes import pipeline
-        from ..passes.target import get_target
-        lowered = pipeline.lower(self.ir, get_target(self._arch()), D, Dv)
+        lowered = self._lowered(D, Dv)
         if lowered.attr("kernel") != "wgmma" or lowered.attr("consumers") == 1:
             return False
         return M * (H // Hkv if H > Hkv and _heads_fold_into_rows(lowered) else 1) <= 64
@@ -373,8 +387,8 @@ class AttentionKernel(KernelBase):
         work = geometry.attention_work(B, H, M, N)
         if work != "launch":
             return Plan(None, (), (), None, infos[0].framework, device, out_shape, elem, work)
-        built, loaded = self._load(D, device, Dv, self._few_rows(H, Hkv, M, D, Dv))
-        lk = built.kernel
+        one_warpgroup = self._few_rows(H, Hkv, M, D, Dv)
+        lk = self._lowered(D, Dv, one_warpgroup)  # which program the call needs: decided before building
         tma = lk.attr("kernel") == "wgmma"
         if tma and H > Hkv and _heads_fold_into_rows(lk):
             # GQA whose score and mask never look at the query row or head: the H / Hkv query
@@ -389,6 +403,9 @@ class AttentionKernel(KernelBase):
             items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
             splits = splitkv.kv_splits(items, -(-N // lk.attr("tile_n")), _sm_count(device))
             items *= splits
+        built, loaded = self._load(D, device, Dv, one_warpgroup, split_kv=splits > 1)
+        lk = built.kernel
+        if tma:
             grid = (min(items, _sm_count(device)) if lk.attr("schedule") == "persistent" else items, 1, 1)
             chunks = [(0, B)]
         else:

@@ -42,6 +42,13 @@
 #include "kdsl/hopper.cuh"
 #include "kdsl/wgmma_ops.cuh"
 
+// 1 in the program built for calls that split the keys (compiler.build(split_kv=True)): the
+// split epilogue and the combine kernel are compiled only there (every other call's program
+// is that much shorter to compile); the runtime never passes splits > 1 to a program without.
+#ifndef KDSL_SPLIT_KV
+#define KDSL_SPLIT_KV 0
+#endif
+
 namespace kdsl {
 
 namespace attn_wgmma_detail {
@@ -163,7 +170,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
   const int tid = threadIdx.x;
   // Split-KV: the combine kernel may start its launch now (it waits for our results).
-  if (a.splits > 1) grid_dependents_launch();
+  if (KDSL_SPLIT_KV && a.splits > 1) grid_dependents_launch();
   if (tid == 0) {
     mbar_init(full_q, 1);
     mbar_init(empty_q, NCWG);  // one arrival per consumer warpgroup, as for every "empty"
@@ -514,7 +521,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     }
 
     const int bh = b * a.H + h;
-    if (a.splits > 1) {
+    if (KDSL_SPLIT_KV && a.splits > 1) {
       // ---- epilogue of one split of the keys: this split's normalised O in fp32 and its lse,
       // for attention_combine_splits (no keys here: O = 0, lse = -inf) ----
       const i64 part_row = ((i64)split * a.B * a.H + bh) * M;
