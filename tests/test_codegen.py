@@ -3,10 +3,12 @@ its SASS uses Hopper's instructions (HGMMA and UTMALDG for attention; QGMMA, UTM
 TMA stores for FP8, at the tile configurations the FP8 shapes pick) with no local memory
 and no wgmma serialisation; the mma.sync attention kernel (HMMA) still builds for sm_80."""
 import importlib.util
+import re
 
 import pytest
 
 from kdsl import ir
+from kdsl.errors import KdslError
 from kdsl.codegen import emit
 from kdsl.grammar import parse
 from kdsl.passes import pipeline
@@ -41,6 +43,29 @@ def test_sample_compiles_to_sm90a_cubin_with_tensor_cores(path):
             # ptxas serialises every wgmma of a kernel (C7514/C7515) when code touches an
             # accumulator of one in flight: a silent 2x slowdown, so it fails here.
             assert "serialized" not in built.compiled.log, built.compiled.log
+
+
+@pytest.mark.parametrize("name", ["plain", "document_mask"])
+def test_split_kv_has_a_program_of_its_own(name):
+    """Every call's program has neither the split-KV epilogue nor the combine kernel (NVVM
+    and ptxas work through less); split-KV calls build a second one that has both. Helper
+    kernels of the mask (the tile summary) are in both."""
+    k = next(k for p in SAMPLES for k in kernels(p) if k.name == name)
+    common, split = build(k, "sm_90a", 64), build(k, "sm_90a", 64, split_kv=True)
+    entry = common.generated.entry
+    assert split.generated.source == common.generated.source and split.cache_key != common.cache_key
+    has_summary = name == "document_mask"
+    for built, is_split in ((common, False), (split, True)):
+        entries = set(re.findall(r"\.entry (\w+)\(", built.compiled.ptx))
+        assert entries == {entry} | ({entry + "_combine"} if is_split else set()) | \
+            ({entry + "_summary"} if has_summary else set()), entries
+        # the split epilogue's fp32 partial O is written as float2s, nothing else is
+        assert ("st.global.v2.f32" in built.compiled.ptx) == is_split
+        rep = inspect(built.compiled.cubin, entry)
+        assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
+        assert "serialized" not in built.compiled.log, built.compiled.log
+    with pytest.raises(KdslError, match="split-KV"):
+        build(k, "sm_80", 64, split_kv=True)
 
 
 HEAD_DIM_SRC = """

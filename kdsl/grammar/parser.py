@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import functools
+import io
+import sys
 from pathlib import Path
 
 import lark
 
 from .. import ast
+from ..cachefiles import atomic_write, cache_dir, make_key
 from ..errors import SourceError, Span
 
 _GRAMMAR = Path(__file__).with_name("kdsl.lark")
@@ -29,9 +32,40 @@ _TOKEN_NAMES = {
 }
 
 
+_OPTIONS = {"parser": "lalr", "propagate_positions": True, "maybe_placeholders": True}
+
+
 @functools.cache
 def _lark() -> lark.Lark:
-    return lark.Lark(_GRAMMAR.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    """The parser. Building Lark's LALR tables takes ~0.05 s, a tenth of a kernel's cold
+    build, so they are kept as a file, as Python keeps bytecode: named by a hash of the
+    grammar, the options and Lark's and Python's versions (any change makes a new file). A
+    missing, unreadable or corrupt file, or nowhere to write one, costs the rebuild only."""
+    grammar = _GRAMMAR.read_text()
+    name = f"kdsl-grammar-{make_key(grammar, repr(_OPTIONS), lark.__version__, sys.version)}.lark"
+    for d in _table_dirs():
+        try:
+            with open(d / name, "rb") as f:
+                return lark.Lark.load(f)
+        except Exception:  # noqa: BLE001 - missing, torn or foreign: build the tables instead
+            continue
+    parser = lark.Lark(grammar, **_OPTIONS)
+    tables = io.BytesIO()
+    parser.save(tables)
+    for d in _table_dirs():
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            atomic_write(d / name, tables.getvalue())
+            break
+        except OSError:
+            continue
+    return parser
+
+
+def _table_dirs() -> list[Path]:
+    """Where the parse tables are kept: beside the grammar (like __pycache__), else in
+    kdsl's cache directory (a read-only installation)."""
+    return [_GRAMMAR.parent / "__pycache__", cache_dir()]
 
 
 def parse(text: str, file: str = "<string>") -> ast.Program:

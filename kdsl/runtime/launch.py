@@ -112,14 +112,21 @@ class KernelBase:
         sm = int(cupy.cuda.Device().compute_capability)  # e.g. "90"
         return {90: "sm_90a"}.get(sm, f"sm_{sm}" if sm in (80, 89) else "sm_90a")
 
-    def _load(self, head_dim: int, device: int, value_dim: int = 0) -> Loaded:
-        key = (head_dim, value_dim, device)
+    def _load(self, head_dim: int, device: int, value_dim: int = 0, split_kv: bool = False) -> Loaded:
+        """split_kv: the attention program for split-KV launches (compiler.build)."""
+        key = (head_dim, value_dim, device, split_kv)
         if key not in self._loaded:
             from .compiler import build
-            built = build(self.ir, self._arch(), head_dim, value_dim=value_dim)
+            built = build(self.ir, self._arch(), head_dim, value_dim=value_dim, split_kv=split_kv)
             self._loaded[key] = (built, Loaded(built.compiled.cubin, built.generated.entry,
                                                built.kernel.attr("smem_bytes")))
         return self._loaded[key]
+
+    def _lower(self, head_dim: int, value_dim: int = 0) -> ir.Kernel:
+        """The kernel as it will be built (tiles, schedule), without building it."""
+        from ..passes import pipeline
+        from ..passes.target import get_target
+        return pipeline.lower(self.ir, get_target(self._arch()), head_dim, value_dim)
 
     # --- validation helpers --------------------------------------------------------------
     def _info(self, x, name, dtype, rank):
@@ -357,8 +364,7 @@ class AttentionKernel(KernelBase):
         work = geometry.attention_work(B, H, M, N)
         if work != "launch":
             return Plan(None, (), (), None, infos[0].framework, device, out_shape, elem, work)
-        built, loaded = self._load(D, device, Dv)
-        lk = built.kernel
+        lk = self._lower(D, Dv)  # the split count decides which program to load
         tma = lk.attr("kernel") == "wgmma"
         if tma and H > Hkv and _heads_fold_into_rows(lk):
             # GQA whose score and mask never look at the query row or head: the H / Hkv query
@@ -379,6 +385,7 @@ class AttentionKernel(KernelBase):
             uses_b = any(ir.uses(e, "b") for _, e in self.ir.funcs)
             chunks = geometry.attention_batch_chunks(B, H, uses_b, self.name)
             grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, chunks[0][1])
+        built, loaded = self._load(D, device, Dv, split_kv=splits > 1)
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
         # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
         # capture pointers, capture-only dims, the tile summary. Pointers are written per call.
