@@ -68,6 +68,37 @@ def test_split_kv_has_a_program_of_its_own(name):
         build(k, "sm_80", 64, split_kv=True)
 
 
+SCORE_LOADS_SRC = """
+attention at_kv {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    bias: f32[H, M + N]
+    score(s, b, h, i, j) = s + bias[h, i - j + N - 1]
+}
+attention at_q {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    ids: i32[B, M]; tbl: f32[8]
+    score(s, b, h, i, j) = s + tbl[ids[b, i]] * float(i - j)
+    mask(b, h, i, j) = j <= i
+}
+"""
+
+
+def test_one_score_copy_unless_the_score_loads_at_kv():
+    """A score that loads captured data at kv keeps a second copy for ragged and masked
+    tiles (kv clamped below N there); every other score is evaluated once for all tiles.
+    Both build without local memory or wgmma serialisation."""
+    for k, loads_at_kv in zip(pipeline.check(parse(SCORE_LOADS_SRC, "s.kd")), (True, False)):
+        assert emit.loads_at(k.func("score"), "kv") == loads_at_kv
+        built = build(k, "sm_90a", 128)
+        assert f"kScoreLoadsAtKV = {'true' if loads_at_kv else 'false'};" in built.generated.source
+        rep = inspect(built.compiled.cubin, built.generated.entry)
+        assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
+        assert "serialized" not in built.compiled.log, built.compiled.log
+    for name in ("alibi", "relpos", "softcap", "document_mask"):  # slopes[h], doc_q[b, q]: not at kv
+        k = next(k for p in SAMPLES for k in kernels(p) if k.name == name)
+        assert not emit.loads_at(pipeline.lower(k, get_target("sm_90a"), 64).func("score_log2"), "kv")
+
+
 HEAD_DIM_SRC = """
 attention hd {
     q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, Dv]

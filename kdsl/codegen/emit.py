@@ -93,12 +93,18 @@ def _attention(k: ir.Kernel) -> Generated:
         threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
         has_mask="true" if mask is not None else "false",
         scaled_dot="true" if exp2_fold.score_is_scaled_dot(k) else "false",
+        score_loads_at_kv="true" if loads_at(k.func("score_log2"), "kv") else "false",
         score=c(k.func("score_log2")), mask=c(mask) if mask is not None else "true",
         tile_empty=c(k.func("tile_empty")) if mask is not None else "false",
         tile_full=c(k.func("tile_full")) if mask is not None else "true",
         summaries=[c(s.args[0]) for s in slots], summary_on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
         summary_per_b=bits(lambda s: ir.uses(s.args[0], "b")), summary_per_h=bits(lambda s: ir.uses(s.args[0], "h")))
     return Generated(k.name, entry_name(k), src, extra)
+
+
+def loads_at(e: ir.Expr, var: str) -> bool:
+    """Whether e loads a tensor element at an index that depends on var."""
+    return any(isinstance(n, ir.Load) and any(ir.uses(i, var) for i in n.indices) for n in ir.walk(e))
 
 
 _MULTICAST = {"none": "kdsl::kMcastNone", "a": "kdsl::kMcastA", "b": "kdsl::kMcastB"}
