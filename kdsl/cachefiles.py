@@ -1,6 +1,7 @@
-"""Where kdsl keeps what it computed once (compiled kernels, the grammar's parse tables), and
-how it writes there: $KDSL_CACHE_DIR (default ~/.cache/kdsl), keys that hash their inputs,
-files written atomically (temp file + rename), so a reader never sees half of one."""
+"""Where kdsl keeps what it computed once (compiled kernels; the grammar's parse tables and
+the compiled templates), and how it writes there: $KDSL_CACHE_DIR (default ~/.cache/kdsl),
+keys that hash their inputs, files written atomically (temp file + rename), so a reader
+never sees half of one."""
 from __future__ import annotations
 
 import hashlib
@@ -11,6 +12,13 @@ from pathlib import Path
 
 def cache_dir() -> Path:
     return Path(os.environ.get("KDSL_CACHE_DIR") or Path.home() / ".cache" / "kdsl")
+
+
+def kept_dirs(package_dir: Path) -> list[Path]:
+    """Where what kdsl derives from its own files (parse tables, compiled templates) is kept,
+    in order: beside them, as Python keeps bytecode in __pycache__, else in the cache
+    directory (a read-only installation)."""
+    return [package_dir / "__pycache__", cache_dir()]
 
 
 def make_key(*parts: str) -> str:

@@ -270,3 +270,54 @@ def test_wgmma_ops_header_is_what_its_generator_writes():
     assert gen.OUT.read_text() == gen.render(), "wgmma_ops.cuh is stale: run python3 tools/gen_wgmma.py"
     assert gen.OUT_MORE.read_text() == gen.render_more(), "wgmma_ops_more.cuh is stale: run python3 tools/gen_wgmma.py"
     assert gen.OUT_FP8.read_text() == gen.render_fp8(), "wgmma_fp8_ops.cuh is stale: run python3 tools/gen_wgmma.py"
+
+
+@pytest.fixture
+def kept_templates(tmp_path, monkeypatch):
+    """Compiled templates kept in tmp_path/kept only; counts Jinja's compiles."""
+    import jinja2
+    compiles = []
+    real = jinja2.Environment.compile
+    monkeypatch.setattr(jinja2.Environment, "compile", lambda self, *a, **k: (compiles.append(1), real(self, *a, **k))[1])
+    monkeypatch.setattr(emit, "kept_dirs", lambda here: [tmp_path / "kept"])
+    emit._env.cache_clear()
+    yield tmp_path / "kept", compiles
+    emit._env.cache_clear()
+
+
+def _fresh_process_sources(kernels_):
+    emit._env.cache_clear()  # as a new process finds it
+    return [emit.generate(pipeline.lower(k, get_target(arch), 64)).source for k, arch in kernels_]
+
+
+def _some_kernels():
+    ks = [k for p in SAMPLES for k in kernels(p) if k.name in ("causal", "document_mask")]
+    return [(k, "sm_90a") for k in ks] + [(ks[0], "sm_80")]
+
+
+def test_compiled_templates_are_kept_and_render_the_same(kept_templates):
+    d, compiles = kept_templates
+    first = _fresh_process_sources(_some_kernels())
+    assert compiles and list(d.glob("kdsl-template-*.bin"))
+    n = len(compiles)
+    assert _fresh_process_sources(_some_kernels()) == first and len(compiles) == n, "kept templates not used"
+
+
+@pytest.mark.parametrize("damage", [b"", b"garbage", "truncate"])
+def test_damaged_compiled_templates_are_compiled_again(kept_templates, damage):
+    d, compiles = kept_templates
+    want = _fresh_process_sources(_some_kernels())
+    n = len(compiles)
+    for path in d.glob("kdsl-template-*.bin"):
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2] if damage == "truncate" else damage)
+    assert _fresh_process_sources(_some_kernels()) == want and len(compiles) == 2 * n
+    assert _fresh_process_sources(_some_kernels()) == want and len(compiles) == 2 * n  # rewritten whole
+
+
+def test_nowhere_to_keep_compiled_templates_costs_only_the_compile(kept_templates, monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setattr(emit, "kept_dirs", lambda here: [blocker / "kept", blocker])
+    first = _fresh_process_sources(_some_kernels())
+    n = len(kept_templates[1])
+    assert _fresh_process_sources(_some_kernels()) == first and len(kept_templates[1]) == 2 * n

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
 from .. import __version__, ir
+from ..cachefiles import atomic_write, kept_dirs
 from ..passes import exp2_fold, mask_analysis, tiling
 from .cexpr import CEmitter, Capture, capture_ident, dim_ident
 
@@ -33,7 +35,40 @@ class Generated:
 @functools.cache
 def _env() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True)
+                              keep_trailing_newline=True, bytecode_cache=KeptTemplates(kept_dirs(HERE)))
+
+
+class KeptTemplates(jinja2.BytecodeCache):
+    """Compiled templates kept as files (~0.012 s of every cold build otherwise), beside the
+    templates or in the cache directory; Jinja checks each against its template's source
+    and Python's version. A missing, damaged or unwritable copy costs the compile only."""
+
+    def __init__(self, dirs: list[Path]):
+        self.dirs = dirs
+
+    def _name(self, bucket) -> str:
+        return f"kdsl-template-{bucket.key}.bin"
+
+    def load_bytecode(self, bucket) -> None:
+        for d in self.dirs:
+            try:
+                with open(d / self._name(bucket), "rb") as f:
+                    bucket.load_bytecode(f)
+            except Exception:  # noqa: BLE001 - missing, torn or foreign: compile the template instead
+                bucket.reset()
+            if bucket.code is not None:
+                return
+
+    def dump_bytecode(self, bucket) -> None:
+        code = io.BytesIO()
+        bucket.write_bytecode(code)
+        for d in self.dirs:
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                atomic_write(d / self._name(bucket), code.getvalue())
+                return
+            except OSError:
+                continue
 
 
 @functools.cache

@@ -9,7 +9,7 @@ from pathlib import Path
 import lark
 
 from .. import ast
-from ..cachefiles import atomic_write, cache_dir, make_key
+from ..cachefiles import atomic_write, kept_dirs, make_key
 from ..errors import SourceError, Span
 
 _GRAMMAR = Path(__file__).with_name("kdsl.lark")
@@ -63,9 +63,7 @@ def _lark() -> lark.Lark:
 
 
 def _table_dirs() -> list[Path]:
-    """Where the parse tables are kept: beside the grammar (like __pycache__), else in
-    kdsl's cache directory (a read-only installation)."""
-    return [_GRAMMAR.parent / "__pycache__", cache_dir()]
+    return kept_dirs(_GRAMMAR.parent)
 
 
 def parse(text: str, file: str = "<string>") -> ast.Program:
