@@ -201,6 +201,8 @@ def test_generated_source_holds_the_expressions_and_no_template_logic():
     k = next(k for p in SAMPLES for k in kernels(p) if k.name == "relpos")
     src = emit.generate(pipeline.lower(k, get_target("sm_90a"), 128)).source
     assert "qk * a.scale_log2" in src and "kdsl::attention_fwd_wgmma<kdsl::bf16_t, 128" in src
+    # the default tile's wgmma sequences are wgmma_ops.cuh's: no other wgmma header to parse
+    assert "wgmma_ops_steps.cuh" not in src and "wgmma_ops_more.cuh" not in src
     assert "{%" not in src and "{{" not in src
 
 
@@ -268,6 +270,7 @@ def test_wgmma_ops_header_is_what_its_generator_writes():
     spec.loader.exec_module(gen)
     assert gen.OUT == emit.INCLUDE_DIR / "kdsl" / "wgmma_ops.cuh"
     assert gen.OUT.read_text() == gen.render(), "wgmma_ops.cuh is stale: run python3 tools/gen_wgmma.py"
+    assert gen.OUT_STEPS.read_text() == gen.render_steps(), "wgmma_ops_steps.cuh is stale: run python3 tools/gen_wgmma.py"
     assert gen.OUT_MORE.read_text() == gen.render_more(), "wgmma_ops_more.cuh is stale: run python3 tools/gen_wgmma.py"
     assert gen.OUT_FP8.read_text() == gen.render_fp8(), "wgmma_fp8_ops.cuh is stale: run python3 tools/gen_wgmma.py"
 

@@ -114,14 +114,20 @@ def _attention(k: ir.Kernel) -> Generated:
     bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
     mask = k.func("mask")
     template = "attention_wgmma.cu.j2" if k.attr("kernel") == "wgmma" else "attention.cu.j2"
-    # The wgmma sequences of head dims other than the measured ones: a header of their own,
-    # so that the common kernels do not parse them (tools/gen_wgmma.py).
-    more_wgmma = d != dv or d not in tiling.WGMMA_ATTENTION_TILES
+    # The wgmma sequences of head dims other than the measured ones, and the one-instruction
+    # wrappers of tiles other than the default ones: headers of their own, so that the
+    # common kernels do not parse them (tools/gen_wgmma.py).
+    if d != dv or d not in tiling.WGMMA_ATTENTION_TILES:
+        wgmma_header = "kdsl/wgmma_ops_more.cuh"
+    elif k.attr("tile_n") != tiling.WGMMA_ATTENTION_TILES[d][0]:
+        wgmma_header = "kdsl/wgmma_ops_steps.cuh"
+    else:
+        wgmma_header = ""
     # kernel attr math = "exact": libm's functions and IEEE division instead of the hardware
     # approximations (kdsl.load(..., exact_math=True)); see kdsl/common.cuh.
     prelude = "#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else ""
     src = _env().get_template(template).render(prelude=prelude, 
-        version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, more_wgmma=more_wgmma,
+        version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, wgmma_header=wgmma_header,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), warps=k.attr("warps"),
         consumers=k.attr("consumers"), stages=k.attr("stages"), producer_regs=k.attr("producer_regs"),
         consumer_regs=k.attr("consumer_regs"),
