@@ -324,3 +324,27 @@ def test_nowhere_to_keep_compiled_templates_costs_only_the_compile(kept_template
     first = _fresh_process_sources(_some_kernels())
     n = len(kept_templates[1])
     assert _fresh_process_sources(_some_kernels()) == first and len(kept_templates[1]) == 2 * n
+
+
+def test_descriptor_advance_equals_the_descriptor_of_the_advanced_address():
+    """hopper.cuh's desc_advance (one add per wgmma k-step) builds the same shared-memory
+    descriptor as desc_*_sw128 of the advanced address, for every 1024-byte-aligned tile base
+    in 227 KB and the offsets the attention kernel steps by: checked by NVRTC's constant
+    evaluation, no GPU needed."""
+    from kdsl.runtime import nvrtc
+    src = r'''
+#include "kdsl/hopper.cuh"
+__device__ constexpr bool advance_is_exact() {
+  for (kdsl::u32 base = 0; base < 227u * 1024u; base += 1024u)
+    for (kdsl::u32 off = 0; base + off < 227u * 1024u; off += off < 4096u ? 32u : 4128u) {
+      const kdsl::u32 mn = 8192u << (base / 1024u % 3u);  // a V tile's column-block stride, BN * 128
+      if (kdsl::desc_advance(kdsl::desc_kmajor_sw128(base), off) != kdsl::desc_kmajor_sw128(base + off) ||
+          kdsl::desc_advance(kdsl::desc_mnmajor_sw128(base, mn), off) != kdsl::desc_mnmajor_sw128(base + off, mn))
+        return false;
+    }
+  return true;
+}
+static_assert(advance_is_exact(), "desc_advance differs from the descriptor of the advanced address");
+extern "C" __global__ void kdsl_desc_check() {}
+'''
+    nvrtc.compile_cuda(src, "kdsl_desc_check", nvrtc.default_options("sm_90a", emit.INCLUDE_DIR), want_cubin=False)
