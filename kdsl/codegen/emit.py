@@ -34,8 +34,14 @@ class Generated:
 
 @functools.cache
 def _env() -> jinja2.Environment:
+    return environment(KeptTemplates(kept_dirs(HERE)))
+
+
+def environment(bytecode_cache: jinja2.BytecodeCache | None = None) -> jinja2.Environment:
+    """The templates' environment (without bytecode_cache: every template compiled afresh,
+    what a first run pays once)."""
     return jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, bytecode_cache=KeptTemplates(kept_dirs(HERE)))
+                              keep_trailing_newline=True, bytecode_cache=bytecode_cache)
 
 
 class KeptTemplates(jinja2.BytecodeCache):

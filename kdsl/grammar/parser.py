@@ -49,7 +49,7 @@ def _lark() -> lark.Lark:
                 return lark.Lark.load(f)
         except Exception:  # noqa: BLE001 - missing, torn or foreign: build the tables instead
             continue
-    parser = lark.Lark(grammar, **_OPTIONS)
+    parser = build_tables()
     tables = io.BytesIO()
     parser.save(tables)
     for d in _table_dirs():
@@ -60,6 +60,11 @@ def _lark() -> lark.Lark:
         except OSError:
             continue
     return parser
+
+
+def build_tables() -> lark.Lark:
+    """The parser with its tables built from the grammar (what a first run pays once)."""
+    return lark.Lark(_GRAMMAR.read_text(), **_OPTIONS)
 
 
 def _table_dirs() -> list[Path]:
