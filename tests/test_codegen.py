@@ -3,10 +3,12 @@ its SASS uses Hopper's instructions (HGMMA and UTMALDG for attention; QGMMA, UTM
 TMA stores for FP8, at the tile configurations the FP8 shapes pick) with no local memory
 and no wgmma serialisation; the mma.sync attention kernel (HMMA) still builds for sm_80."""
 import importlib.util
+import re
 
 import pytest
 
 from kdsl import ir
+from kdsl.errors import KdslError
 from kdsl.codegen import emit
 from kdsl.grammar import parse
 from kdsl.passes import pipeline
@@ -41,6 +43,60 @@ def test_sample_compiles_to_sm90a_cubin_with_tensor_cores(path):
             # ptxas serialises every wgmma of a kernel (C7514/C7515) when code touches an
             # accumulator of one in flight: a silent 2x slowdown, so it fails here.
             assert "serialized" not in built.compiled.log, built.compiled.log
+
+
+@pytest.mark.parametrize("name", ["document_mask"])
+def test_split_kv_has_a_program_of_its_own(name):
+    """Every call's program has neither the split-KV epilogue nor the combine kernel (NVVM
+    and ptxas work through less); split-KV calls build a second one that has both. Helper
+    kernels of the mask (the tile summary) are in both."""
+    k = next(k for p in SAMPLES for k in kernels(p) if k.name == name)
+    common, split = build(k, "sm_90a", 64), build(k, "sm_90a", 64, split_kv=True)
+    entry = common.generated.entry
+    assert split.generated.source == common.generated.source and split.cache_key != common.cache_key
+    has_summary = name == "document_mask"
+    for built, is_split in ((common, False), (split, True)):
+        entries = set(re.findall(r"\.entry (\w+)\(", built.compiled.ptx))
+        assert entries == {entry} | ({entry + "_combine"} if is_split else set()) | \
+            ({entry + "_summary"} if has_summary else set()), entries
+        # the split epilogue's fp32 partial O is written as float2s, nothing else is
+        assert ("st.global.v2.f32" in built.compiled.ptx) == is_split
+        rep = inspect(built.compiled.cubin, entry)
+        assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
+        assert "serialized" not in built.compiled.log, built.compiled.log
+    with pytest.raises(KdslError, match="split-KV"):
+        build(k, "sm_80", 64, split_kv=True)
+
+
+SCORE_LOADS_SRC = """
+attention at_kv {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    bias: f32[H, M + N]
+    score(s, b, h, i, j) = s + bias[h, i - j + N - 1]
+}
+attention at_q {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    ids: i32[B, M]; tbl: f32[8]
+    score(s, b, h, i, j) = s + tbl[ids[b, i]] * float(i - j)
+    mask(b, h, i, j) = j <= i
+}
+"""
+
+
+def test_one_score_copy_unless_the_score_loads_at_kv():
+    """A score that loads captured data at kv keeps a second copy for ragged and masked
+    tiles (kv clamped below N there); every other score is evaluated once for all tiles.
+    Both build without local memory or wgmma serialisation."""
+    for k, loads_at_kv in zip(pipeline.check(parse(SCORE_LOADS_SRC, "s.kd")), (True, False)):
+        assert emit.loads_at(k.func("score"), "kv") == loads_at_kv
+        built = build(k, "sm_90a", 128)
+        assert f"kScoreLoadsAtKV = {'true' if loads_at_kv else 'false'};" in built.generated.source
+        rep = inspect(built.compiled.cubin, built.generated.entry)
+        assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
+        assert "serialized" not in built.compiled.log, built.compiled.log
+    for name in ("alibi", "relpos", "softcap", "document_mask"):  # slopes[h], doc_q[b, q]: not at kv
+        k = next(k for p in SAMPLES for k in kernels(p) if k.name == name)
+        assert not emit.loads_at(pipeline.lower(k, get_target("sm_90a"), 64).func("score_log2"), "kv")
 
 
 HEAD_DIM_SRC = """
@@ -150,6 +206,8 @@ def test_generated_source_holds_the_expressions_and_no_template_logic():
     k = next(k for p in SAMPLES for k in kernels(p) if k.name == "relpos")
     src = emit.generate(pipeline.lower(k, get_target("sm_90a"), 128)).source
     assert "qk * a.scale_log2" in src and "kdsl::attention_fwd_wgmma<kdsl::bf16_t, 128" in src
+    # the default tile's wgmma sequences are wgmma_ops.cuh's: no other wgmma header to parse
+    assert "wgmma_ops_steps.cuh" not in src and "wgmma_ops_more.cuh" not in src
     assert "{%" not in src and "{{" not in src
 
 
@@ -217,5 +275,81 @@ def test_wgmma_ops_header_is_what_its_generator_writes():
     spec.loader.exec_module(gen)
     assert gen.OUT == emit.INCLUDE_DIR / "kdsl" / "wgmma_ops.cuh"
     assert gen.OUT.read_text() == gen.render(), "wgmma_ops.cuh is stale: run python3 tools/gen_wgmma.py"
+    assert gen.OUT_STEPS.read_text() == gen.render_steps(), "wgmma_ops_steps.cuh is stale: run python3 tools/gen_wgmma.py"
     assert gen.OUT_MORE.read_text() == gen.render_more(), "wgmma_ops_more.cuh is stale: run python3 tools/gen_wgmma.py"
     assert gen.OUT_FP8.read_text() == gen.render_fp8(), "wgmma_fp8_ops.cuh is stale: run python3 tools/gen_wgmma.py"
+
+
+@pytest.fixture
+def kept_templates(tmp_path, monkeypatch):
+    """Compiled templates kept in tmp_path/kept only; counts Jinja's compiles."""
+    import jinja2
+    compiles = []
+    real = jinja2.Environment.compile
+    monkeypatch.setattr(jinja2.Environment, "compile", lambda self, *a, **k: (compiles.append(1), real(self, *a, **k))[1])
+    monkeypatch.setattr(emit, "kept_dirs", lambda here: [tmp_path / "kept"])
+    emit._env.cache_clear()
+    yield tmp_path / "kept", compiles
+    emit._env.cache_clear()
+
+
+def _fresh_process_sources(kernels_):
+    emit._env.cache_clear()  # as a new process finds it
+    return [emit.generate(pipeline.lower(k, get_target(arch), 64)).source for k, arch in kernels_]
+
+
+def _some_kernels():
+    ks = [k for p in SAMPLES for k in kernels(p) if k.name in ("causal", "document_mask")]
+    return [(k, "sm_90a") for k in ks] + [(ks[0], "sm_80")]
+
+
+def test_compiled_templates_are_kept_and_render_the_same(kept_templates):
+    d, compiles = kept_templates
+    first = _fresh_process_sources(_some_kernels())
+    assert compiles and list(d.glob("kdsl-template-*.bin"))
+    n = len(compiles)
+    assert _fresh_process_sources(_some_kernels()) == first and len(compiles) == n, "kept templates not used"
+
+
+@pytest.mark.parametrize("damage", [b"", b"garbage", "truncate"])
+def test_damaged_compiled_templates_are_compiled_again(kept_templates, damage):
+    d, compiles = kept_templates
+    want = _fresh_process_sources(_some_kernels())
+    n = len(compiles)
+    for path in d.glob("kdsl-template-*.bin"):
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2] if damage == "truncate" else damage)
+    assert _fresh_process_sources(_some_kernels()) == want and len(compiles) == 2 * n
+    assert _fresh_process_sources(_some_kernels()) == want and len(compiles) == 2 * n  # rewritten whole
+
+
+def test_nowhere_to_keep_compiled_templates_costs_only_the_compile(kept_templates, monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setattr(emit, "kept_dirs", lambda here: [blocker / "kept", blocker])
+    first = _fresh_process_sources(_some_kernels())
+    n = len(kept_templates[1])
+    assert _fresh_process_sources(_some_kernels()) == first and len(kept_templates[1]) == 2 * n
+
+
+def test_descriptor_advance_equals_the_descriptor_of_the_advanced_address():
+    """hopper.cuh's desc_advance (one add per wgmma k-step) builds the same shared-memory
+    descriptor as desc_*_sw128 of the advanced address, for every 1024-byte-aligned tile base
+    in 227 KB and the offsets the attention kernel steps by: checked by NVRTC's constant
+    evaluation, no GPU needed."""
+    from kdsl.runtime import nvrtc
+    src = r'''
+#include "kdsl/hopper.cuh"
+__device__ constexpr bool advance_is_exact() {
+  for (kdsl::u32 base = 0; base < 227u * 1024u; base += 1024u)
+    for (kdsl::u32 off = 0; base + off < 227u * 1024u; off += off < 4096u ? 32u : 4128u) {
+      const kdsl::u32 mn = 8192u << (base / 1024u % 3u);  // a V tile's column-block stride, BN * 128
+      if (kdsl::desc_advance(kdsl::desc_kmajor_sw128(base), off) != kdsl::desc_kmajor_sw128(base + off) ||
+          kdsl::desc_advance(kdsl::desc_mnmajor_sw128(base, mn), off) != kdsl::desc_mnmajor_sw128(base + off, mn))
+        return false;
+    }
+  return true;
+}
+static_assert(advance_is_exact(), "desc_advance differs from the descriptor of the advanced address");
+extern "C" __global__ void kdsl_desc_check() {}
+'''
+    nvrtc.compile_cuda(src, "kdsl_desc_check", nvrtc.default_options("sm_90a", emit.INCLUDE_DIR), want_cubin=False)

@@ -47,31 +47,64 @@ def test_syntax_errors_are_located(src, line, col, needle):
     assert needle in e.value.message
 
 
-SMALL = "attention p { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D] }"
+# --- the parse tables kept on disk (parser._lark) ------------------------------------------
+BAD_SOURCES = ["attention a { q: bf16[B, H, M D] }", "attention a { q = 1 $ }", "attention a {"]
 
 
-def test_parser_tables_cached_in_kdsl_cache_dir_and_a_bad_cache_is_rebuilt(tmp_path, monkeypatch):
-    """Lark's tables are cached (parse ~0.05 s less per process) in the user's kdsl cache
-    directory; a corrupt or truncated cache file is rebuilt, and an unusable directory only
-    means no cache."""
-    from kdsl.grammar import parser
-    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
-    parser._lark.cache_clear()
+def _outcome(src):
     try:
-        assert parser.parse(SMALL).kernels
-        cached = list(tmp_path.glob("grammar-lark*.pickle"))
-        assert len(cached) == 1
-        good = cached[0].read_bytes()
-        for bad in (b"garbage\n", good[:200]):
-            cached[0].write_bytes(bad)
-            parser._lark.cache_clear()
-            assert parser.parse(SMALL).kernels
-            again = cached[0].read_bytes()  # rewritten whole (a pickle need not be byte-identical)
-            assert again.split(b"\n")[0] == good.split(b"\n")[0] and len(again) > len(bad)
-        blocker = tmp_path / "not-a-dir"
-        blocker.write_text("x")
-        monkeypatch.setenv("KDSL_CACHE_DIR", str(blocker / "sub"))
-        parser._lark.cache_clear()
-        assert parser.parse(SMALL).kernels
-    finally:
-        parser._lark.cache_clear()
+        return parse(src, "t.kd")
+    except SourceError as e:
+        return ("error", str(e), e.span.line, e.span.col)
+
+
+@pytest.fixture
+def tables(tmp_path, monkeypatch):
+    """Parse tables kept in tmp_path/tables only; counts how often Lark builds them."""
+    import lark
+    from kdsl.grammar import parser
+    builds = []
+    real_init = lark.Lark.__init__
+    monkeypatch.setattr(lark.Lark, "__init__", lambda self, *a, **k: (builds.append(1), real_init(self, *a, **k))[1])
+    monkeypatch.setattr(parser, "_table_dirs", lambda: [tmp_path / "tables"])
+    parser._lark.cache_clear()
+    yield tmp_path / "tables", builds
+    parser._lark.cache_clear()
+
+
+def _fresh_process_parse(srcs):
+    from kdsl.grammar import parser
+    parser._lark.cache_clear()  # as a new process finds it
+    return [_outcome(s) for s in srcs]
+
+
+def test_parse_tables_are_kept_and_parse_exactly_as_built_ones(tables):
+    d, builds = tables
+    srcs = [p.read_text() for p in SAMPLES] + BAD_SOURCES
+    built = _fresh_process_parse(srcs)
+    assert len(builds) == 1 and len(list(d.glob("kdsl-grammar-*.lark"))) == 1
+    loaded = _fresh_process_parse(srcs)
+    assert len(builds) == 1, "the kept tables were not used"
+    assert loaded == built  # same ASTs (spans included) and the same located errors
+
+
+@pytest.mark.parametrize("damage", [b"", b"garbage", "truncate"])
+def test_damaged_parse_tables_are_rebuilt(tables, damage):
+    d, builds = tables
+    srcs = [SAMPLES[0].read_text()] + BAD_SOURCES
+    want = _fresh_process_parse(srcs)
+    (path,) = d.glob("kdsl-grammar-*.lark")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2] if damage == "truncate" else damage)
+    assert _fresh_process_parse(srcs) == want and len(builds) == 2
+    assert _fresh_process_parse(srcs) == want and len(builds) == 2  # rewritten whole
+
+
+def test_nowhere_to_keep_parse_tables_costs_only_the_build(tables, monkeypatch, tmp_path):
+    from kdsl.grammar import parser
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setattr(parser, "_table_dirs", lambda: [blocker / "tables", blocker])
+    srcs = [SAMPLES[0].read_text()] + BAD_SOURCES
+    first = _fresh_process_parse(srcs)
+    assert _fresh_process_parse(srcs) == first and len(tables[1]) == 2
+    assert isinstance(first[0], ast.Program)

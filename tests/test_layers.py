@@ -11,7 +11,7 @@ import kdsl
 PACKAGE = pathlib.Path(kdsl.__file__).parent
 
 LAYERS = [
-    ["kdsl.errors", "kdsl.paths", "kdsl.ast", "kdsl.ir", "kdsl.semantics", "kdsl.backends"],
+    ["kdsl.errors", "kdsl.ast", "kdsl.ir", "kdsl.semantics", "kdsl.backends", "kdsl.cachefiles"],
     ["kdsl.grammar", "kdsl.passes", "kdsl.fp8", "kdsl.ircheck"],
     ["kdsl.interp", "kdsl.reference", "kdsl.cases", "kdsl.codegen", "kdsl.sass", "kdsl.flex"],
     ["kdsl.runtime", "kdsl.interpreted"],

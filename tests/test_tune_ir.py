@@ -41,6 +41,8 @@ def test_given_schedule_compiles_with_nvrtc():
     k = _ir("causal").with_attrs(tile_n=64, consumers=1, stages=2, schedule="persistent")
     built = build(k, "sm_90a", 64)
     assert built.kernel.attr("schedule") == "persistent" and built.compiled.cubin
+    # a kv tile other than the default one issues its wgmmas through the per-step wrappers
+    assert '#include "kdsl/wgmma_ops_steps.cuh"' in built.generated.source
 
 
 def test_without_given_attrs_lowering_is_unchanged():

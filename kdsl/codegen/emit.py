@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
 from .. import __version__, ir
+from ..cachefiles import atomic_write, kept_dirs
 from ..passes import exp2_fold, mask_analysis, tiling
 from .cexpr import CEmitter, Capture, capture_ident, dim_ident
 
@@ -32,8 +34,47 @@ class Generated:
 
 @functools.cache
 def _env() -> jinja2.Environment:
+    return environment(KeptTemplates(kept_dirs(HERE)))
+
+
+def environment(bytecode_cache: jinja2.BytecodeCache | None = None) -> jinja2.Environment:
+    """The templates' environment (without bytecode_cache: every template compiled afresh,
+    what a first run pays once)."""
     return jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True)
+                              keep_trailing_newline=True, bytecode_cache=bytecode_cache)
+
+
+class KeptTemplates(jinja2.BytecodeCache):
+    """Compiled templates kept as files (~0.012 s of every cold build otherwise), beside the
+    templates or in the cache directory; Jinja checks each against its template's source
+    and Python's version. A missing, damaged or unwritable copy costs the compile only."""
+
+    def __init__(self, dirs: list[Path]):
+        self.dirs = dirs
+
+    def _name(self, bucket) -> str:
+        return f"kdsl-template-{bucket.key}.bin"
+
+    def load_bytecode(self, bucket) -> None:
+        for d in self.dirs:
+            try:
+                with open(d / self._name(bucket), "rb") as f:
+                    bucket.load_bytecode(f)
+            except Exception:  # noqa: BLE001 - missing, torn or foreign: compile the template instead
+                bucket.reset()
+            if bucket.code is not None:
+                return
+
+    def dump_bytecode(self, bucket) -> None:
+        code = io.BytesIO()
+        bucket.write_bytecode(code)
+        for d in self.dirs:
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                atomic_write(d / self._name(bucket), code.getvalue())
+                return
+            except OSError:
+                continue
 
 
 @functools.cache
@@ -80,14 +121,20 @@ def _attention(k: ir.Kernel) -> Generated:
     mask = k.func("mask")
     factored = exp2_fold.positive_factor(k)
     template = "attention_wgmma.cu.j2" if k.attr("kernel") == "wgmma" else "attention.cu.j2"
-    # The wgmma sequences of head dims other than the measured ones: a header of their own,
-    # so that the common kernels do not parse them (tools/gen_wgmma.py).
-    more_wgmma = d != dv or d not in tiling.WGMMA_ATTENTION_TILES
+    # The wgmma sequences of head dims other than the measured ones, and the one-instruction
+    # wrappers of tiles other than the default ones: headers of their own, so that the
+    # common kernels do not parse them (tools/gen_wgmma.py).
+    if d != dv or d not in tiling.WGMMA_ATTENTION_TILES:
+        wgmma_header = "kdsl/wgmma_ops_more.cuh"
+    elif k.attr("tile_n") != tiling.WGMMA_ATTENTION_TILES[d][0]:
+        wgmma_header = "kdsl/wgmma_ops_steps.cuh"
+    else:
+        wgmma_header = ""
     # kernel attr math = "exact": libm's functions and IEEE division instead of the hardware
     # approximations (kdsl.load(..., exact_math=True)); see kdsl/common.cuh.
     prelude = "#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else ""
     src = _env().get_template(template).render(prelude=prelude, 
-        version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, more_wgmma=more_wgmma,
+        version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, wgmma_header=wgmma_header,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), warps=k.attr("warps"),
         consumers=k.attr("consumers"), stages=k.attr("stages"), producer_regs=k.attr("producer_regs"),
         consumer_regs=k.attr("consumer_regs"),
@@ -96,12 +143,18 @@ def _attention(k: ir.Kernel) -> Generated:
         scaled_dot="true" if exp2_fold.score_is_scaled_dot(k) else "false",
         factored="true" if factored else "false", score_unit=c(factored[0]) if factored else "0.f",
         score_factor=c(ir.Const("f32", factored[1])) if factored else "1.f",
+        score_loads_at_kv="true" if loads_at(k.func("score_log2"), "kv") else "false",
         score=c(k.func("score_log2")), mask=c(mask) if mask is not None else "true",
         tile_empty=c(k.func("tile_empty")) if mask is not None else "false",
         tile_full=c(k.func("tile_full")) if mask is not None else "true",
         summaries=[c(s.args[0]) for s in slots], summary_on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
         summary_per_b=bits(lambda s: ir.uses(s.args[0], "b")), summary_per_h=bits(lambda s: ir.uses(s.args[0], "h")))
     return Generated(k.name, entry_name(k), src, extra)
+
+
+def loads_at(e: ir.Expr, var: str) -> bool:
+    """Whether e loads a tensor element at an index that depends on var."""
+    return any(isinstance(n, ir.Load) and any(ir.uses(i, var) for i in n.indices) for n in ir.walk(e))
 
 
 _MULTICAST = {"none": "kdsl::kMcastNone", "a": "kdsl::kMcastA", "b": "kdsl::kMcastB"}

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import functools
+import io
+import sys
 from pathlib import Path
 
 import lark
 
-from .. import ast, paths
+from .. import ast
+from ..cachefiles import atomic_write, kept_dirs, make_key
 from ..errors import SourceError, Span
 
 _GRAMMAR = Path(__file__).with_name("kdsl.lark")
@@ -29,21 +32,43 @@ _TOKEN_NAMES = {
 }
 
 
+_OPTIONS = {"parser": "lalr", "propagate_positions": True, "maybe_placeholders": True}
+
+
 @functools.cache
 def _lark() -> lark.Lark:
-    """The parser. Building Lark's LALR tables takes ~0.05 s, a tenth of a cold kernel build,
-    so they are cached (Lark's own cache: keyed on the grammar, the options and the Lark and
-    Python versions, rebuilt when any differs or the file cannot be read) in kdsl's cache
-    directory, which belongs to the user (a pickle in the shared temp directory could be
-    planted by someone else). Without a writable directory, the tables are just rebuilt."""
-    options = dict(parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    """The parser. Building Lark's LALR tables takes ~0.05 s, a tenth of a kernel's cold
+    build, so they are kept as a file, as Python keeps bytecode: named by a hash of the
+    grammar, the options and Lark's and Python's versions (any change makes a new file). A
+    missing, unreadable or corrupt file, or nowhere to write one, costs the rebuild only."""
     grammar = _GRAMMAR.read_text()
-    try:
-        where = paths.cache_dir()
-        where.mkdir(parents=True, exist_ok=True)
-        return lark.Lark(grammar, cache=str(where / f"grammar-lark{lark.__version__}.pickle"), **options)
-    except OSError:
-        return lark.Lark(grammar, **options)
+    name = f"kdsl-grammar-{make_key(grammar, repr(_OPTIONS), lark.__version__, sys.version)}.lark"
+    for d in _table_dirs():
+        try:
+            with open(d / name, "rb") as f:
+                return lark.Lark.load(f)
+        except Exception:  # noqa: BLE001 - missing, torn or foreign: build the tables instead
+            continue
+    parser = build_tables()
+    tables = io.BytesIO()
+    parser.save(tables)
+    for d in _table_dirs():
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            atomic_write(d / name, tables.getvalue())
+            break
+        except OSError:
+            continue
+    return parser
+
+
+def build_tables() -> lark.Lark:
+    """The parser with its tables built from the grammar (what a first run pays once)."""
+    return lark.Lark(_GRAMMAR.read_text(), **_OPTIONS)
+
+
+def _table_dirs() -> list[Path]:
+    return kept_dirs(_GRAMMAR.parent)
 
 
 def parse(text: str, file: str = "<string>") -> ast.Program:

@@ -1,30 +1,17 @@
 """Compiled-kernel cache: in memory, and on disk under $KDSL_CACHE_DIR (default
-~/.cache/kdsl). Keys hash the generated source, the NVRTC options and version, and kdsl's
-own templates and headers. Entries are written atomically (temp file + rename); an entry
+~/.cache/kdsl; kdsl/cachefiles.py). Keys hash the generated source, the NVRTC options and
+version, and kdsl's own templates and headers. Entries are written atomically (temp file + rename); an entry
 whose checksum does not match is treated as missing and rebuilt."""
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
-from .. import paths
+from ..cachefiles import atomic_write, cache_dir
 from .nvrtc import Compiled
 
 _MEMORY: dict[str, Compiled] = {}
-
-
-cache_dir = paths.cache_dir
-
-
-def make_key(*parts: str) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode())
-        h.update(b"\x00")
-    return h.hexdigest()[:32]
 
 
 def cubin_path(key: str) -> Path:
@@ -55,22 +42,11 @@ def put(key: str, compiled: Compiled) -> None:
         d = cache_dir()
         d.mkdir(parents=True, exist_ok=True)
         # Payload first, metadata last: a reader that sees the metadata sees whole payloads.
-        _atomic_write(d / f"{key}.cubin", compiled.cubin)
-        _atomic_write(d / f"{key}.ptx", compiled.ptx.encode())
-        _atomic_write(d / f"{key}.json", json.dumps(meta).encode())
+        atomic_write(d / f"{key}.cubin", compiled.cubin)
+        atomic_write(d / f"{key}.ptx", compiled.ptx.encode())
+        atomic_write(d / f"{key}.json", json.dumps(meta).encode())
     except OSError:
         pass  # a read-only or full disk costs a recompile next time, nothing more
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def clear_memory() -> None:

@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__, ir
+from ..cachefiles import make_key
+from ..errors import KdslError
 from ..codegen import emit
 from ..passes import pipeline
 from ..passes.target import get_target
 from . import cache, nvrtc, workers
 
+SPLIT_KV_OPTION = "-DKDSL_SPLIT_KV=1"  # templates/attention_wgmma.cu.j2
 _IN_FLIGHT: dict = {}  # cache key -> workers.Job of a prebuild not yet taken by build()
 _IN_FLIGHT_LOCK = threading.Lock()
 
@@ -35,10 +38,11 @@ class Built:
 def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: bool = True,
           trace: bool = False, value_dim: int = 0, split_kv: bool = False) -> Built:
     """head_dim, value_dim: q/k's and v's head dims (attention; value_dim 0: the kernel's
-    default, pipeline.default_value_dim). split_kv: the Hopper attention program for calls
-    that split the keys (its split epilogue and the `_combine` entry; every other call's
-    program leaves them out, a shorter compile). trace=True: NVRTC's per-phase times land
-    in compiled.phases (on a cache miss)."""
+    default, pipeline.default_value_dim). trace=True: NVRTC's per-phase times land in
+    compiled.phases (on a cache miss). split_kv=True: the Hopper attention kernel's program
+    for split-KV launches (its entry and `<entry>_combine`, see splitkv.py); the default
+    program, which every other call runs, has neither the split epilogue nor the combine
+    kernel, and builds faster for it."""
     t0 = time.perf_counter()
     lowered, gen, options, key = _generate(k, arch, head_dim, value_dim, split_kv)
     t1 = time.perf_counter()
@@ -66,10 +70,9 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
                  {"codegen_s": t1 - t0, "nvrtc_s": 0.0 if hit else t2 - t1}, tuple(options))
 
 
-def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, value_dim: int = 0,
-             split_kv: bool = False) -> None:
+def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, value_dim: int = 0) -> None:
     """Start building in the background (a no-op if cached or already started)."""
-    _, gen, options, key = _generate(k, arch, head_dim, value_dim, split_kv)
+    _, gen, options, key = _generate(k, arch, head_dim, value_dim)
     with _IN_FLIGHT_LOCK:
         if key in _IN_FLIGHT or cache.get(key) is not None:
             return
@@ -104,8 +107,12 @@ def _finished(key: str, job) -> None:
 def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_kv: bool = False):
     lowered = pipeline.lower(k, get_target(arch), head_dim, value_dim)
     gen = emit.generate(lowered)
-    options = nvrtc.default_options(arch, emit.INCLUDE_DIR) + (["-DKDSL_SPLIT_KV=1"] if split_kv else [])
-    key = cache.make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)
+    options = nvrtc.default_options(arch, emit.INCLUDE_DIR)
+    if split_kv:  # the same source, the other program (the options are part of the key)
+        if lowered.kind != "attention" or lowered.attr("kernel") != "wgmma":
+            raise KdslError(f"{k.name}: split-KV is a Hopper attention kernel's (sm_90a), not this {arch} build's")
+        options.append(SPLIT_KV_OPTION)
+    key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)
     return lowered, gen, options, key
 
 

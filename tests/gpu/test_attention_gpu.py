@@ -71,6 +71,45 @@ def test_lse_and_fully_masked_rows():
     assert torch.allclose(lse[finite].double(), ref_lse[finite], atol=1e-3, rtol=1e-4)
 
 
+NO_KEYS_SRC = """
+attention late_start {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    lse: f32[B, H, M]
+    mask(b, h, i, j) = j <= i - 200     # rows 0..199 see no key: whole q tiles without one
+}
+"""
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_q_tiles_that_see_no_key_write_zeros_and_neg_inf(d):
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile(NO_KEYS_SRC, "late.kd")
+    got, ref, lse, ref_lse = _check(mod, "late_start", (2, 4, 2, 333, 300, d), seed=d)
+    assert torch.all(got[:, :, :200] == 0)
+    assert torch.all(torch.isneginf(lse[:, :, :200]))
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert torch.allclose(lse[finite].double(), ref_lse[finite], atol=1e-3, rtol=1e-4)
+
+
+SCORE_AT_KV_SRC = """
+attention rel_bias {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    bias: f32[H, M + N]
+    score(s, b, h, i, j) = s + bias[h, i - j + N - 1]
+    mask(b, h, i, j) = j <= i + 7
+}
+"""
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 3, 300, 300, 128), (1, 2, 2, 77, 200, 64)], ids=lambda s: "x".join(map(str, s)))
+def test_score_that_loads_at_kv_on_ragged_and_masked_tiles(shape):
+    """Its loads at kv stay below N on ragged tiles (the kernel keeps a clamped copy of the
+    score for them; every other score is evaluated once, unclamped, for all tiles)."""
+    mod = kdsl.compile(SCORE_AT_KV_SRC, "rel_bias.kd")
+    _check(mod, "rel_bias", shape, seed=sum(shape))
+
+
 def test_scale_override_and_fp16():
     pytest.importorskip("torch")
     src = (ROOT / "samples" / "softcap.kd").read_text().replace("bf16", "f16")

@@ -38,6 +38,26 @@ def test_split_kv_matches_reference_with_lse(shape):
     assert torch.allclose(lse[finite], ref_lse[finite].float(), atol=2e-3, rtol=1e-3)
 
 
+def test_split_and_other_calls_each_load_their_own_program():
+    """Split-KV calls run a program of their own (with the combine kernel); every other call
+    runs the one without them (compiler.build(split_kv=...))."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile(LSE_SOURCE)
+    kern, kir = mod.relpos_lse, mod.ir["relpos_lse"]
+    # (items of 128 rows: 96, 4, 128 on a GPU of 132 SMs)
+    for B, H, M, N, split in ((2, 16, 300, 700, False), (1, 4, 1, 4096, True), (4, 16, 129, 257, False)):
+        q, k, v, caps = attention_inputs(kir, B, H, H, M, N, 64)
+        out, lse = kern(q, k, v)
+        ref, ref_lse = reference.attention(kir, q, k, v, caps)
+        assert rel_frobenius(out, ref) <= ATTENTION_TOL
+        finite = torch.isfinite(ref_lse)
+        assert torch.equal(torch.isfinite(lse), finite)
+        assert torch.allclose(lse[finite], ref_lse[finite].float(), atol=2e-3, rtol=1e-3)
+        plan = next(reversed(kern._plans.values()))
+        assert (plan.combine is not None) == split
+    assert sorted(key[3] for key in kern._loaded) == [False, True]
+
+
 @pytest.mark.parametrize("name", ["relpos", "sliding_window", "document_mask"])
 def test_split_kv_samples(name):
     torch = pytest.importorskip("torch")

@@ -42,13 +42,6 @@
 #include "kdsl/hopper.cuh"
 #include "kdsl/wgmma_ops.cuh"
 
-// 1 in the program built for calls that split the keys (compiler.build(split_kv=True)): the
-// split epilogue and the combine kernel are compiled only there (every other call's program
-// is that much shorter to compile); the runtime never passes splits > 1 to a program without.
-#ifndef KDSL_SPLIT_KV
-#define KDSL_SPLIT_KV 0
-#endif
-
 namespace kdsl {
 
 namespace attn_wgmma_detail {
@@ -150,7 +143,13 @@ __host__ __device__ constexpr int attention_wgmma_regs(bool producer) {
   return producer ? C::kProducerRegs : C::kConsumerRegs;
 }
 
-template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, class V>
+// kSplitKV: the instantiation split-KV launches run (a.splits > 1: each item writes one key
+// range's fp32 partial result for attention_combine_splits). The other one, which every
+// other call runs, must get a.splits == 1: it has no split epilogue, and its program no
+// combine kernel, so NVVM and ptxas work through less (cold builds ~15 % faster). The split
+// instantiation keeps the normal epilogue behind a runtime test: compiled without it,
+// ptxas spilled the row index across the kv loop of document_mask at D=128.
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, class V, bool kSplitKV>
 KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captures& cap, const TmaDesc* tq,
                                      const TmaDesc* tk, const TmaDesc* tv) {
   using namespace attn_wgmma_detail;
@@ -170,7 +169,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
   const int tid = threadIdx.x;
   // Split-KV: the combine kernel may start its launch now (it waits for our results).
-  if (KDSL_SPLIT_KV && a.splits > 1) grid_dependents_launch();
+  if (kSplitKV && a.splits > 1) grid_dependents_launch();
   if (tid == 0) {
     mbar_init(full_q, 1);
     mbar_init(empty_q, NCWG);  // one arrival per consumer warpgroup, as for every "empty"
@@ -281,23 +280,25 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group, issued as
   // one asm statement (wgmma_ops.cuh). QK^T's first step overwrites S, so that the old S
   // values need no copy.
+  // Each k-step's descriptor is the tile's advanced by a constant (desc_advance): 40 fewer
+  // instructions a tile than building each from its address.
   auto qk = [&](int s) {
-    const u32 k_tile = sK + s * C::kKBytes;
+    const u64 q_desc = desc_kmajor_sw128(q_rows), k_desc = desc_kmajor_sw128(sK + s * C::kKBytes);
     u64 da[D / 16], db[D / 16];
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
-      da[ks] = desc_kmajor_sw128(q_rows + (ks / 4) * BM * 128 + off);
-      db[ks] = desc_kmajor_sw128(k_tile + (ks / 4) * BN * 128 + off);
+      da[ks] = desc_advance(q_desc, (ks / 4) * BM * 128 + off);
+      db[ks] = desc_advance(k_desc, (ks / 4) * BN * 128 + off);
     }
     WgmmaQK<Elem, BN, D / 16>::run(sc, da, db);
     wgmma_commit();
   };
   auto pv = [&](int s) {
-    const u32 v_tile = sV + s * C::kVBytes;
+    const u64 v_desc = desc_mnmajor_sw128(sV + s * C::kVBytes, BN * 128);
     u64 db[BN / 16];
 #pragma unroll
-    for (int kp = 0; kp < BN / 16; ++kp) db[kp] = desc_mnmajor_sw128(v_tile + kp * 16 * 128, BN * 128);
+    for (int kp = 0; kp < BN / 16; ++kp) db[kp] = desc_advance(v_desc, kp * 16 * 128);
     WgmmaPV<Elem, DV, BN / 16>::run(o, pa, db);
     wgmma_commit();
   };
@@ -322,7 +323,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // Which elements of tile j survive: bit i of keep1:keep0 is S element i (mask on partial
     // tiles, kv < N everywhere). Runs while wgmmas are in flight. Not fully unrolled: a
     // data-dependent mask's loads and addresses would otherwise compete with the in-flight
-    // accumulators for registers.
+    // accumulators for registers. Kernels without a mask need no bits: kv < N is one compare
+    // of a constant per register in the softmax (kept() there), and NVVM and ptxas are spared
+    // this loop and the bits live across the wgmmas (cold builds ~0.03 s faster).
     auto survivors = [&](int j, bool partial, u64& keep0, u64& keep1) {
       const int k0 = j * BN;
       keep0 = keep1 = 0;
@@ -352,58 +355,59 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       const float kvf0 = (float)(k0 + 2 * t);
       const float dq0[2] = {qf[0] - kvf0, qf[1] - kvf0};  // q - kv likewise: a base per row
       const float factor = V::kScaledDot ? a.scale_log2 : V::kScoreFactor;
-      // kScaledDot: sc stays the raw dot product, masked on general tiles, and the row max is
-      // taken on it here; kFactored likewise on score_unit (score = kScoreFactor * unit), and
-      // the factor goes into the exponent's FFMA below. Each branch has its own max loop: with
-      // only the selects in the general one, ptxas predicated them into every tile (66 FSELs
-      // more a tile).
-      float raw_max[2] = {neg_inf(), neg_inf()};
-      if constexpr (V::kScaledDot || V::kFactored) {
-        if constexpr (V::kFactored) {
-          if (general) {
-#pragma unroll
-            for (int i = 0; i < C::kSRegs; ++i)
-              sc[i] = V::score_unit(a, cap, sc[i], b, h, qr[(i >> 1) & 1], imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1),
-                                    qf[(i >> 1) & 1], kvf0 + (float)(8 * (i / 4) + (i & 1)),
-                                    dq0[(i >> 1) & 1] - (float)(8 * (i / 4) + (i & 1)));
-          } else {
-#pragma unroll
-            for (int i = 0; i < C::kSRegs; ++i)
-              sc[i] = V::score_unit(a, cap, sc[i], b, h, qr[(i >> 1) & 1], k0 + 8 * (i / 4) + 2 * t + (i & 1),
-                                    qf[(i >> 1) & 1], kvf0 + (float)(8 * (i / 4) + (i & 1)),
-                                    dq0[(i >> 1) & 1] - (float)(8 * (i / 4) + (i & 1)));
-          }
-        }
+      constexpr bool kRaw = V::kScaledDot || V::kFactored;  // sc is raw; score = factor * raw
+      // Whether S element i survives, on general tiles (kv of element i is k0 + 2t + its
+      // column offset, a constant)
+      const int kv_room = N - k0 - 2 * t;
+      auto kept = [&](int i) -> bool {
+        if constexpr (V::kHasMask) return ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
+        return 8 * (i / 4) + (i & 1) < kv_room;
+      };
+      // The score of every element, then on general tiles (ragged, or partly masked) -inf
+      // where the element does not survive: one copy of the score and of the softmax after
+      // it serves every tile (NVVM and ptxas then work through one, not two: cold builds
+      // 0.03-0.06 s faster). A score that loads captured data at kv reads it at kv clamped to
+      // N - 1 on general tiles, so those keep a second copy. kScaledDot: sc stays the raw dot
+      // product, and the row max is taken on it.
+      // kFactored: sc holds score_unit (score = kScoreFactor * unit), whose row max is taken
+      // likewise; the factor goes into the exponent's FFMA below.
+      auto score_at = [&](int i, int kv) {
+        const float kvf = kvf0 + (float)(8 * (i / 4) + (i & 1)), dqkf = dq0[(i >> 1) & 1] - (float)(8 * (i / 4) + (i & 1));
+        if constexpr (V::kFactored)
+          return V::score_unit(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf, dqkf);
+        else
+          return V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf, dqkf);
+      };
+      if constexpr (!V::kScaledDot && V::kScoreLoadsAtKV) {
         if (general) {
 #pragma unroll
           for (int i = 0; i < C::kSRegs; ++i) {
-            const bool ok = ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
-            sc[i] = ok ? sc[i] : neg_inf();
-            raw_max[(i >> 1) & 1] = fmax2(raw_max[(i >> 1) & 1], sc[i]);
+            const float x = score_at(i, imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1));
+            sc[i] = kept(i) ? x : neg_inf();
           }
         } else {
 #pragma unroll
-          for (int i = 0; i < C::kSRegs; ++i) raw_max[(i >> 1) & 1] = fmax2(raw_max[(i >> 1) & 1], sc[i]);
+          for (int i = 0; i < C::kSRegs; ++i) sc[i] = score_at(i, k0 + 8 * (i / 4) + 2 * t + (i & 1));
         }
-      } else if (general) {
+      } else {
+        if constexpr (!V::kScaledDot) {
 #pragma unroll
-        for (int i = 0; i < C::kSRegs; ++i) {
-          const int kv = imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1);
-          const float x = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1],
-                                   kvf0 + (float)(8 * (i / 4) + (i & 1)), dq0[(i >> 1) & 1] - (float)(8 * (i / 4) + (i & 1)));
-          const bool ok = ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
-          sc[i] = ok ? x : neg_inf();
+          for (int i = 0; i < C::kSRegs; ++i) sc[i] = score_at(i, k0 + 8 * (i / 4) + 2 * t + (i & 1));
         }
-      } else {  // a full tile inside [0, N): no per-element selects
+        if (general) {
 #pragma unroll
-        for (int i = 0; i < C::kSRegs; ++i)
-          sc[i] = V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], k0 + 8 * (i / 4) + 2 * t + (i & 1), qf[(i >> 1) & 1],
-                           kvf0 + (float)(8 * (i / 4) + (i & 1)), dq0[(i >> 1) & 1] - (float)(8 * (i / 4) + (i & 1)));
+          for (int i = 0; i < C::kSRegs; ++i) sc[i] = kept(i) ? sc[i] : neg_inf();
+        }
+      }
+      float raw_max[2] = {neg_inf(), neg_inf()};
+      if constexpr (kRaw) {
+#pragma unroll
+        for (int i = 0; i < C::kSRegs; ++i) raw_max[(i >> 1) & 1] = fmax2(raw_max[(i >> 1) & 1], sc[i]);
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         float mx;
-        if constexpr (V::kScaledDot || V::kFactored) {  // raw max times a positive factor (-inf stays -inf)
+        if constexpr (kRaw) {  // raw max times a positive factor (-inf stays -inf)
           mx = fmax2(m_run[hh], quad_max(raw_max[hh]) * factor);
         } else {
           mx = m_run[hh];
@@ -420,7 +424,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
         for (int jj = 0; jj < BN / 8; ++jj) {
           float p0, p1;
-          if constexpr (V::kScaledDot || V::kFactored) {  // one FFMA: raw * factor - max
+          if constexpr (kRaw) {  // one FFMA: raw * factor - max
             p0 = exp2_approx(fmaf(sc[4 * jj + 2 * hh], factor, -ref));
             p1 = exp2_approx(fmaf(sc[4 * jj + 2 * hh + 1], factor, -ref));
           } else {
@@ -476,7 +480,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         wgmma_fence();
         qk(s);
         your_turn();
-        if (general) survivors(info >> 3, partial, keep0, keep1);
+        if (V::kHasMask && general) survivors(info >> 3, partial, keep0, keep1);
         wgmma_wait<0>();
       }
       for (int sv = -1;;) {  // sv: ring slot of the P V in flight (-1: none yet)
@@ -504,7 +508,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial;
         general = partial || (int)(info >> 3) * BN + BN > N;
         keep0 = keep1 = 0;
-        if (general) survivors(info >> 3, partial, keep0, keep1);
+        if (V::kHasMask && general) survivors(info >> 3, partial, keep0, keep1);
         ++it;
       }
       // the last tile's P V
@@ -521,7 +525,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     }
 
     const int bh = b * a.H + h;
-    if (KDSL_SPLIT_KV && a.splits > 1) {
+    if (kSplitKV && a.splits > 1) {
       // ---- epilogue of one split of the keys: this split's normalised O in fp32 and its lse,
       // for attention_combine_splits (no keys here: O = 0, lse = -inf) ----
       const i64 part_row = ((i64)split * a.B * a.H + bh) * M;
@@ -552,12 +556,13 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * DV;
     constexpr int kChunks = DV / 8;  // 16-byte chunks per row
     // Copy loops index chunks of a row by the next power of two (a row of 24 chunks takes 32
-    // slots, 8 idle): a division by 24 would be hoisted out of the kv loop and spilled.
+    // slots, 8 idle): a division by 24 would be hoisted out of the kv loop and spilled. They
+    // stay rolled: once per item, and unrolled they cost NVVM and ptxas ~0.035 s a build.
     constexpr int kSlots = kChunks <= 2 ? 2 : kChunks <= 4 ? 4 : kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
     if (!any) {
       // Every key masked: zeros and lse = -inf, written directly. sQ is not ours to stage
       // in: the producer may already be loading the next item's Q there.
-#pragma unroll
+#pragma unroll 1
       for (int i = 0; i < 16 * kSlots / 32; ++i) {
         const int id = lane + 32 * i;
         const int r = id / kSlots, cc = id % kSlots;
@@ -590,7 +595,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
                      "r"(pack2<Elem>(o[4 * jj + 2 * hh] * inv[hh], o[4 * jj + 2 * hh + 1] * inv[hh])) : "memory");
       }
     __syncwarp();
-#pragma unroll
+#pragma unroll 1
     for (int i = 0; i < 16 * kSlots / 32; ++i) {
       const int id = lane + 32 * i;
       const int r = id / kSlots, cc = id % kSlots;

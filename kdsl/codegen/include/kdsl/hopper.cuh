@@ -145,14 +145,21 @@ KDSL_DEVICE void wgmma_pin(float (&d)[R]) {
 // Shared-memory matrix descriptors for tiles in the 128-byte-swizzled layout TMA writes
 // (rows of 128 bytes, 8-row atoms of 1024 bytes; the tile base 1024-byte aligned).
 // K-major (rows are M or N, 128 bytes of K per row): 8-row groups 1024 B apart.
-KDSL_DEVICE u64 desc_kmajor_sw128(u32 saddr) {
+KDSL_DEVICE constexpr u64 desc_kmajor_sw128(u32 saddr) {
   return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
 }
 // MN-major (rows are K, 64 16-bit MN elements per row): 8 K-rows per 1024-byte atom, the
 // next 64 MN elements `mn_block_bytes` further on.
-KDSL_DEVICE u64 desc_mnmajor_sw128(u32 saddr, u32 mn_block_bytes) {
+KDSL_DEVICE constexpr u64 desc_mnmajor_sw128(u32 saddr, u32 mn_block_bytes) {
   return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)((mn_block_bytes >> 4) & 0x3FFF) << 16) |
          ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+// The descriptor of the same layout `bytes` (a multiple of 16) further on: one 32-bit add to
+// the address field (bits 0-13, the address / 16). Shared addresses stay below 2^18, so the
+// sum never carries out of it: the result equals the descriptor built from the new address,
+// in one instruction instead of four (what a wgmma sequence's k-steps need).
+KDSL_DEVICE constexpr u64 desc_advance(u64 desc, u32 bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | (u32)((u32)desc + (bytes >> 4));
 }
 
 // ---- warpgroup roles ---------------------------------------------------------------------

@@ -4,7 +4,7 @@
 // for every other value head dim, and single-statement sequences for the default tiles of
 // the other common head dims. Included by the generated kernels that need them only.
 #pragma once
-#include "kdsl/wgmma_ops.cuh"
+#include "kdsl/wgmma_ops_steps.cuh"
 
 namespace kdsl {
 
