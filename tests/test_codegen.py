@@ -90,7 +90,8 @@ def test_one_score_copy_unless_the_score_loads_at_kv():
     for k, loads_at_kv in zip(pipeline.check(parse(SCORE_LOADS_SRC, "s.kd")), (True, False)):
         assert emit.loads_at(k.func("score"), "kv") == loads_at_kv
         built = build(k, "sm_90a", 128)
-        assert f"kScoreLoadsAtKV = {'true' if loads_at_kv else 'false'};" in built.generated.source
+        flag = 'true' if loads_at_kv else 'false'  # neither reads a tensor at [.., q, kv] alone: no stream
+        assert f"kScoreLoadsAtKV = kStreamLoads ? {flag} : {flag};" in built.generated.source
         rep = inspect(built.compiled.cubin, built.generated.entry)
         assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
         assert "serialized" not in built.compiled.log, built.compiled.log

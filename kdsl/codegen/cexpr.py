@@ -41,10 +41,13 @@ class Capture:
 
 class CEmitter:
     def __init__(self, variables: dict[str, str], captures: dict[str, Capture],
-                 summary_slots: dict[tuple[str, ir.Expr], int] | None = None):
+                 summary_slots: dict[tuple[str, ir.Expr], int] | None = None, streamed: str | None = None):
         # summary_slots: (axis, expression) -> slot of the runtime tile summary, for the tile
         # reductions of the mask analysis' predicates (kdsl/attention_summary.cuh).
+        # streamed: the captured tensor whose element the Variant's score gets as `sv`, read
+        # from its tile in shared memory (passes/streaming.py), in programs that stream it.
         self.variables, self.captures, self.summary_slots = variables, captures, summary_slots or {}
+        self.streamed = streamed
 
     def __call__(self, e: ir.Expr) -> str:
         if isinstance(e, ir.Const):
@@ -95,6 +98,8 @@ class CEmitter:
         for i, dim in zip(idx[1:], cap.shape[1:]):
             linear = f"({linear} * ({dim}) + ({i}))"
         fn = "kdsl::load_i32" if cap.dtype == "i32" else "kdsl::load_f32"
+        if e.tensor == self.streamed:
+            return f"(kStreamLoads ? sv : {fn}({cap.field}, {linear}))"
         return f"{fn}({cap.field}, {linear})"
 
 

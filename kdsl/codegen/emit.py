@@ -12,12 +12,13 @@ import jinja2
 
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
-from ..passes import exp2_fold, mask_analysis, tiling
+from ..passes import exp2_fold, mask_analysis, streaming, tiling
 from .cexpr import CEmitter, Capture, capture_ident, dim_ident
 
 HERE = Path(__file__).parent
 INCLUDE_DIR = HERE / "include"
 _ELEM = {"bf16": "kdsl::bf16_t", "f16": "kdsl::f16_t"}
+_ELEM_CTYPE = {"f32": "float", "bf16": "kdsl::bf16_t", "f16": "kdsl::f16_t"}
 _CAPTURE_CTYPE = {"f32": "const float*", "bf16": "const kdsl::bf16_t*", "f16": "const kdsl::f16_t*", "i32": "const int*"}
 GEMM_KINDS = {"dense": 0, "contiguous": 1, "masked": 2}
 # Attention dims the kernel knows as AttnArgs fields: (tensor, axis) -> C++ expression.
@@ -116,7 +117,10 @@ def _attention(k: ir.Kernel) -> Generated:
             fields.append({"ctype": _CAPTURE_CTYPE[t.dtype], "name": capture_ident(t.name)})
     fields += [{"ctype": "int", "name": dim_ident(n)} for n in extra]
     slots = mask_analysis.summary_slots(k)
-    c = CEmitter(variables, captures, {(ir.TILE_REDUCTIONS[s.op][0], s.args[0]): i for i, s in enumerate(slots)})
+    summary_slots = {(ir.TILE_REDUCTIONS[s.op][0], s.args[0]): i for i, s in enumerate(slots)}
+    c = CEmitter(variables, captures, summary_slots)
+    stream = k.attr("stream_capture")
+    cs = CEmitter(variables, captures, summary_slots, stream)  # the score's: the streamed tensor is sv
     bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
     mask = k.func("mask")
     factored = exp2_fold.positive_factor(k)
@@ -141,10 +145,15 @@ def _attention(k: ir.Kernel) -> Generated:
         threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
         has_mask="true" if mask is not None else "false",
         scaled_dot="true" if exp2_fold.score_is_scaled_dot(k) else "false",
-        factored="true" if factored else "false", score_unit=c(factored[0]) if factored else "0.f",
+        factored="true" if factored else "false", score_unit=cs(factored[0]) if factored else "0.f",
         score_factor=c(ir.Const("f32", factored[1])) if factored else "1.f",
         score_loads_at_kv="true" if loads_at(k.func("score_log2"), "kv") else "false",
-        score=c(k.func("score_log2")), mask=c(mask) if mask is not None else "true",
+        score_loads_at_kv_streamed="true" if loads_at(k.func("score_log2"), "kv", skip=stream) else "false",
+        stream_ctype=_ELEM_CTYPE[k.tensor(stream).dtype] if stream else "float",
+        stream_bytes=streaming.ELEM_BYTES[k.tensor(stream).dtype] if stream else 0,
+        stream_rank=len(k.tensor(stream).shape) if stream else 0,
+        stream_lead=[c(i) for i in reversed(streaming.lead_indices(k))] if stream else [],
+        score=cs(k.func("score_log2")), mask=c(mask) if mask is not None else "true",
         tile_empty=c(k.func("tile_empty")) if mask is not None else "false",
         tile_full=c(k.func("tile_full")) if mask is not None else "true",
         summaries=[c(s.args[0]) for s in slots], summary_on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
@@ -152,9 +161,10 @@ def _attention(k: ir.Kernel) -> Generated:
     return Generated(k.name, entry_name(k), src, extra)
 
 
-def loads_at(e: ir.Expr, var: str) -> bool:
-    """Whether e loads a tensor element at an index that depends on var."""
-    return any(isinstance(n, ir.Load) and any(ir.uses(i, var) for i in n.indices) for n in ir.walk(e))
+def loads_at(e: ir.Expr, var: str, skip: str | None = None) -> bool:
+    """Whether e loads an element of a tensor (other than `skip`) at an index that depends on var."""
+    return any(isinstance(n, ir.Load) and n.tensor != skip and any(ir.uses(i, var) for i in n.indices)
+               for n in ir.walk(e))
 
 
 _MULTICAST = {"none": "kdsl::kMcastNone", "a": "kdsl::kMcastA", "b": "kdsl::kMcastB"}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import ast, ir
 from ..errors import SourceError
-from . import exp2_fold, index_floats, mask_analysis, tiling, typecheck, warp_map
+from . import exp2_fold, index_floats, mask_analysis, streaming, tiling, typecheck, warp_map
 from .target import Target
 
 HEAD_DIMS = (64, 128)
@@ -60,7 +60,9 @@ def lower(k: ir.Kernel, target: Target, head_dim: int = 0, value_dim: int = 0) -
     k = index_floats.run(k)
     # Independent of tile sizes: emits tile predicates over symbolic bounds q0..k1.
     k = mask_analysis.run(k)
-    # Tile sizes depend on the target and head dim only, not on the expressions.
+    # On the final score: which captured tensor's tiles can travel with K (by TMA).
+    k = streaming.run(k)
+    # Tile sizes depend on the target and head dim, and on the streamed tensor's ring.
     k = tiling.run(k, target)
     # Warp roles follow from the tile shape.
     k = warp_map.run(k, target)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..errors import KdslError
-from . import gemm_tiles
+from . import gemm_tiles, streaming
 from .target import Target
 
 # Head dims: the Hopper kernel takes any multiple of 16 up to 256 for q/k (head_dim) and for
@@ -62,14 +62,15 @@ def head_dim_problem(d: int) -> str:
     return ""
 
 
-def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages: int) -> int:
+def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages: int, stream_elem: int = 0) -> int:
     """Q tile (which also stages O for the store) + a ring of K and V tiles, each stored as
-    64-column blocks of 128-byte rows, + 2 + 4 * stages mbarriers + a word per stage telling
-    the consumers which tile it holds, + 1024 to realign the tiles to the 128-byte swizzle's
-    1024-byte period."""
+    64-column blocks of 128-byte rows, + a ring of a streamed capture's tiles (elements of
+    stream_elem bytes; passes/streaming.py) + 2 + 4 * stages mbarriers + a word per stage
+    telling the consumers which tile it holds, + 1024 to realign the tiles to the 128-byte
+    swizzle's 1024-byte period."""
     blocks, vblocks = -(-d // 64), -(-dv // 64)
     return 1024 + (64 * consumers * max(blocks, vblocks) + stages * bn * (blocks + vblocks)) * 128 + \
-        (2 + 4 * stages) * 8 + stages * 4
+        stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn) + (2 + 4 * stages) * 8 + stages * 4
 
 
 def wgmma_default_tiles(d: int, dv: int, smem_per_block: int) -> tuple[int, int, int]:
@@ -132,10 +133,30 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         if k.attr("tile_m") is not None and k.attr("tile_m") != 64 * s["consumers"]:
             raise KdslError(f"kernel '{k.name}': attr tile_m = {k.attr('tile_m')!r} disagrees with consumers = "
                             f"{s['consumers']} (the Hopper kernel's tile_m is 64 * consumers; set consumers)")
-        return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv,
-                            smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"]))
-    return k.with_attrs(kernel="mma", **s, value_dim=dv,
+        stream = _stream(k, s, (d, dv), "stages" in given, target)
+        return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv, stream_capture=stream,
+                            smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
+                                                                  _stream_elem(k, stream)))
+    return k.with_attrs(kernel="mma", **s, value_dim=dv, stream_capture=None,  # streams need TMA
                         smem_bytes=attention_smem_bytes(d, s["tile_m"], s["tile_n"], s["warps"]))
+
+
+def _stream_elem(k: ir.Kernel, stream: str | None) -> int:
+    return streaming.ELEM_BYTES[k.tensor(stream).dtype] if stream else 0
+
+
+def _stream(k: ir.Kernel, s: dict, dims, stages_given: bool, target: Target) -> str | None:
+    """The streamed capture kept (passes/streaming.py), fitting its ring beside K and V:
+    with fewer stages (down to 2) unless the stages were given; else dropped (None)."""
+    name = k.attr("stream_capture")
+    if not name:
+        return None
+    elem = _stream_elem(k, name)
+    for stages in [s["stages"]] if stages_given else range(s["stages"], 1, -1):
+        if attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], stages, elem) <= target.smem_per_block:
+            s["stages"] = stages
+            return name
+    return None
 
 
 def _quote(given: dict) -> str:

@@ -20,6 +20,7 @@ from ..passes.target import get_target
 from . import cache, nvrtc, workers
 
 SPLIT_KV_OPTION = "-DKDSL_SPLIT_KV=1"  # templates/attention_wgmma.cu.j2
+NO_STREAM_OPTION = "-DKDSL_STREAM_CAPTURES=0"  # templates/attention_variant.cu.j2
 _IN_FLIGHT: dict = {}  # cache key -> workers.Job of a prebuild not yet taken by build()
 _IN_FLIGHT_LOCK = threading.Lock()
 
@@ -36,15 +37,17 @@ class Built:
 
 
 def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: bool = True,
-          trace: bool = False, value_dim: int = 0, split_kv: bool = False) -> Built:
+          trace: bool = False, value_dim: int = 0, split_kv: bool = False, stream: bool = True) -> Built:
     """head_dim, value_dim: q/k's and v's head dims (attention; value_dim 0: the kernel's
     default, pipeline.default_value_dim). trace=True: NVRTC's per-phase times land in
     compiled.phases (on a cache miss). split_kv=True: the Hopper attention kernel's program
     for split-KV launches (its entry and `<entry>_combine`, see splitkv.py); the default
     program, which every other call runs, has neither the split epilogue nor the combine
-    kernel, and builds faster for it."""
+    kernel, and builds faster for it. stream=False: a kernel with a streamed capture
+    (passes/streaming.py) in the program that loads it per element instead, for calls whose
+    tensor TMA cannot read."""
     t0 = time.perf_counter()
-    lowered, gen, options, key = _generate(k, arch, head_dim, value_dim, split_kv)
+    lowered, gen, options, key = _generate(k, arch, head_dim, value_dim, split_kv, stream)
     t1 = time.perf_counter()
     hit, job = cache.get(key), None
     if hit is None and want_cubin and not trace:
@@ -104,7 +107,8 @@ def _finished(key: str, job) -> None:
         del _IN_FLIGHT[key]
 
 
-def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_kv: bool = False):
+def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_kv: bool = False,
+              stream: bool = True):
     lowered = pipeline.lower(k, get_target(arch), head_dim, value_dim)
     gen = emit.generate(lowered)
     options = nvrtc.default_options(arch, emit.INCLUDE_DIR)
@@ -112,6 +116,8 @@ def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_
         if lowered.kind != "attention" or lowered.attr("kernel") != "wgmma":
             raise KdslError(f"{k.name}: split-KV is a Hopper attention kernel's (sm_90a), not this {arch} build's")
         options.append(SPLIT_KV_OPTION)
+    if not stream and lowered.attr("stream_capture"):
+        options.append(NO_STREAM_OPTION)
     key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)
     return lowered, gen, options, key
 

@@ -61,7 +61,12 @@ class Plan:
     work: str = "launch"    # launch | empty (no output elements) | no_keys (out = 0, lse = -inf)
     # A launch split over batches: (grid z, byte offset per pointer slot) per launch.
     chunks: tuple = ()
-    maps: tuple = ()  # TMA tensor maps (runtime/tma.py) fed by the first len(maps) pointers
+    maps: tuple = ()  # TMA tensor maps (runtime/tma.py), each fed by the pointer at its map_sources index
+    # (default: the first len(maps)). Leading pointers that feed a map are no parameter slot;
+    # a later one (the streamed capture's) is both.
+    map_sources: tuple | None = None
+    stream_arg: int | None = None  # the streamed capture (passes/streaming.py): its pointer must be
+                                   # 16-byte aligned for its tensor map
     summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one
     combine: CombineLaunch | None = None  # split-KV's second kernel (runtime/splitkv.py)
     keep_alive: tuple = ()  # CuPy arrays only: this call's scratch buffers, freed when the next
@@ -73,6 +78,9 @@ class Plan:
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
         self.new_lse = arrays.allocator(self.framework, self.out_shape[:3], "f32", self.device)
         self.current_stream = _stream_getter(self.framework, self.device)
+        if self.map_sources is None:
+            self.map_sources = tuple(range(len(self.maps)))
+        self._maps_only = next((n for n, i in enumerate(self.map_sources) if i != n), len(self.map_sources))
         if self.loaded is None:
             return
         # Everything but the pointers and the stream is fixed for the plan.
@@ -81,9 +89,8 @@ class Plan:
 
     def launch(self, pointers):
         if self.maps:
-            n = len(self.maps)
-            bind = lambda: [m.bind(p) for m, p in zip(self.maps, pointers[:n])]
-            launch(self._fixed, self.current_stream(), self.pack, pointers[n:], bind)
+            bind = lambda: [m.bind(pointers[i]) for m, i in zip(self.maps, self.map_sources)]
+            launch(self._fixed, self.current_stream(), self.pack, pointers[self._maps_only:], bind)
             return
         if not self._split:
             launch(self._fixed, self.current_stream(), self.pack, pointers)
@@ -128,12 +135,12 @@ class KernelBase:
         return self._lowered_ir[key]
 
     def _load(self, head_dim: int, device: int, value_dim: int = 0, one_warpgroup: bool = False,
-              split_kv: bool = False) -> Loaded:
-        key = (head_dim, value_dim, device, one_warpgroup, split_kv)
+              split_kv: bool = False, stream: bool = True) -> Loaded:
+        key = (head_dim, value_dim, device, one_warpgroup, split_kv, stream)
         if key not in self._loaded:
             from .compiler import build
             built = build(self._kernel_ir(one_warpgroup), self._arch(), head_dim, value_dim=value_dim,
-                          split_kv=split_kv)
+                          split_kv=split_kv, stream=stream)
             self._loaded[key] = (built, Loaded(built.compiled.cubin, built.generated.entry,
                                                built.kernel.attr("smem_bytes")))
         return self._loaded[key]
@@ -218,6 +225,8 @@ class AttentionKernel(KernelBase):
             return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
         plan = self._plan_for(q, k, v, caps, out, lse, scale)
+        if plan.stream_arg is not None and _ptr(caps[plan.stream_arg]) & 15:
+            plan = self._plan_for(q, k, v, caps, out, lse, scale, stream=False)  # TMA needs 16-byte alignment
         torch_like = plan.framework == "torch"
         if out is None:
             out = plan.new_out()
@@ -272,11 +281,13 @@ class AttentionKernel(KernelBase):
         plan.summary.run(plan.current_stream(), [_ptr(c) for c in caps], _ptr(buf))
         return TileSummary(self.name, plan.summary.layout, buf)
 
-    def _plan_for(self, q, k, v, caps, out, lse, scale) -> Plan:
+    def _plan_for(self, q, k, v, caps, out, lse, scale, stream: bool = True) -> Plan:
         key = _signature((q, k, v, *caps), (out, lse, scale))
+        if not stream:
+            key += ("no stream",)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._plan(q, k, v, caps, out, lse, scale)
+            plan = self._plans[key] = self._plan(q, k, v, caps, out, lse, scale, stream)
         return plan
 
     def _summary_pointer(self, plan: Plan, cap_ptrs, given) -> int:
@@ -377,7 +388,7 @@ class AttentionKernel(KernelBase):
             return False
         return M * (H // Hkv if H > Hkv and _heads_fold_into_rows(lowered) else 1) <= 64
 
-    def _plan(self, q, k, v, caps, out, lse, scale):
+    def _plan(self, q, k, v, caps, out, lse, scale, stream: bool = True):
         infos, dims, s = self.validate(q, k, v, caps, out, lse, scale)
         elem = self.ir.tensor("q").dtype
         B, H, M, D = infos[0].shape
@@ -403,7 +414,16 @@ class AttentionKernel(KernelBase):
             items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
             splits = splitkv.kv_splits(items, -(-N // lk.attr("tile_n")), _sm_count(device))
             items *= splits
-        built, loaded = self._load(D, device, Dv, one_warpgroup, split_kv=splits > 1)
+        # The streamed capture (passes/streaming.py) goes by TMA when its rows are whole 16-byte
+        # units (and, checked per call, its pointer is 16-byte aligned); else the program that
+        # loads it per element runs.
+        stream_name = lk.attr("stream_capture") if tma else None
+        stream_arg = None
+        if stream_name:
+            t = next(i for i, c in enumerate(self.captures) if c.name == stream_name)
+            row_bytes = infos[3 + t].shape[-1] * arrays.itemsize(self.captures[t].dtype)
+            stream_arg = t if stream and row_bytes % 16 == 0 else None
+        built, loaded = self._load(D, device, Dv, one_warpgroup, split_kv=splits > 1, stream=stream_arg is not None)
         lk = built.kernel
         if tma:
             grid = (min(items, _sm_count(device)) if lk.attr("schedule") == "persistent" else items, 1, 1)
@@ -413,12 +433,14 @@ class AttentionKernel(KernelBase):
             chunks = geometry.attention_batch_chunks(B, H, uses_b, self.name)
             grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, chunks[0][1])
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
-        # Parameter order of the generated entry: q k v out lse, B H Hkv M N, scale_log2 scale,
-        # capture pointers, capture-only dims, the tile summary. Pointers are written per call.
-        # The wgmma kernel takes q, k and v as TMA tensor maps, re-encoded when their pointers
-        # change. The summary kernel takes the same parameters less the first five.
-        kinds = ["tmap" if tma else "ptr"] * 3 + ["ptr"] * 2 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + \
-            ["i32"] * len(extra_dims) + ["ptr"]
+        # Parameter order of the generated entry: q k v [the streamed capture's map] out lse,
+        # B H Hkv M N, scale_log2 scale, capture pointers, capture-only dims, the tile summary.
+        # Pointers are written per call. The wgmma kernel takes q, k and v (and the streamed
+        # capture) as TMA tensor maps, re-encoded when their pointers change. The summary
+        # kernel takes the parameters from B on.
+        head = ["tmap"] * (4 if stream_name else 3) if tma else ["ptr"] * 3
+        first = len(head) + 2  # B's slot
+        kinds = head + ["ptr"] * 2 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra_dims) + ["ptr"]
         # A kernel whose score is the scaled dot product itself takes its max on raw q.k, which
         # needs scale > 0 (attention_wgmma.cuh, kScaledDot): a negative scale runs on -q with
         # |scale|, a zero one on 0 * q with scale 1 (every score 0 either way).
@@ -427,15 +449,16 @@ class AttentionKernel(KernelBase):
             q_sign, s_kernel = (-1, -s) if s < 0 else (0, 1.0)
         else:
             s_kernel = s
-        values = [None] * 5 + [B, H, Hkv, M, N, s_kernel * LOG2E, s] + [None] * ncap + \
+        values = [None] * first + [B, H, Hkv, M, N, s_kernel * LOG2E, s] + [None] * ncap + \
             [dims[n] for n in extra_dims] + [None]
         # slots the per-call pointers go to
-        order = list(range(3 if tma else 0, 5)) + list(range(12, 12 + ncap)) + [len(kinds) - 1]
+        order = list(range(len(head) if tma else 0, first)) + list(range(first + 7, first + 7 + ncap)) + \
+            [len(kinds) - 1]
         layout = summary.Layout.of(lk, B, H, M, N)
         tiles = None
         if layout is not None:
             tiles = summary.SummaryLaunch(loaded, built.generated.entry + "_summary", layout,
-                                          ArgPack(kinds[5:], values[5:], [o - 5 for o in order[-1 - ncap:]]),
+                                          ArgPack(kinds[first:], values[first:], [o - first for o in order[-1 - ncap:]]),
                                           infos[0].framework, device)
         combine = None
         if tma:  # then splits, and the split results' two pointers (per call)
@@ -445,15 +468,19 @@ class AttentionKernel(KernelBase):
                 combine = splitkv.CombineLaunch(loaded, built.generated.entry + "_combine", splits, B * H * M, Dv,
                                                 infos[0].framework, device)
         pack = ArgPack(kinds, values, order)
-        maps = ()
+        maps, sources = (), None
         if tma:
-            from .tma import RowTiles
+            from .tma import RowTiles, StreamTiles
             bm, bn = lk.attr("tile_m"), lk.attr("tile_n")
             maps = (RowTiles(pack.slots[0], elem, B * H, M, D, bm), RowTiles(pack.slots[1], elem, B * Hkv, N, D, bn),
                     RowTiles(pack.slots[2], elem, B * Hkv, N, Dv, bn))
+            if stream_arg is not None:
+                t = self.captures[stream_arg]
+                maps += (StreamTiles(pack.slots[3], t.dtype, infos[3 + stream_arg].shape, bm),)
+                sources = (0, 1, 2, 5 + stream_arg)
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, out_shape, elem,
                     chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap) if len(chunks) > 1 else (),
-                    maps=maps,
+                    maps=maps, map_sources=sources, stream_arg=stream_arg,
                     summary=tiles, combine=combine, q_sign=q_sign)
 
 

@@ -14,6 +14,7 @@ from .driver import _libcuda
 
 # CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h)
 _DTYPE = {"bf16": 9, "f16": 6, "u8": 0, "f32": 7}
+_BYTES = {"bf16": 2, "f16": 2, "u8": 1, "f32": 4}
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _L2_PROMOTION_256B = 3
 _OOB_FILL_ZEROS = 0
@@ -66,3 +67,19 @@ class RowTiles(TensorMap):
 
     def __init__(self, slot: TensorMapSlot, dtype: str, heads: int, rows: int, d: int, box_rows: int):
         super().__init__(slot, dtype, (d, rows, heads), (d * 2, rows * d * 2), (64, box_rows, 1), 128)
+
+
+class StreamTiles(TensorMap):
+    """A tensor map over a contiguous captured tensor streamed with the K tiles
+    (passes/streaming.py): boxes of one 128-byte column block by box_rows rows (by 1 in each
+    leading dim), in the 128-byte swizzle; what lies outside the tensor reads as zeros.
+    The rows must be whole 16-byte units (the runtime checks that before choosing this)."""
+
+    def __init__(self, slot: TensorMapSlot, dtype: str, shape, box_rows: int):
+        size = _BYTES[dtype]
+        dims = tuple(reversed(shape))
+        strides, stride = [], size
+        for d in dims[:-1]:
+            stride *= d
+            strides.append(stride)
+        super().__init__(slot, dtype, dims, strides, (128 // size, box_rows) + (1,) * (len(dims) - 2), 128)

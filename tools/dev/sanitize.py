@@ -5,6 +5,7 @@ a 2-CTA cluster, row-by-row stores): a workload for compute-sanitizer.
     compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/dev/sanitize.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --quick
     ... python3 tools/dev/sanitize.py --fp8    (the FP8 samples only)
+    ... python3 tools/dev/sanitize.py --stream (variants whose score streams a captured table)
 """
 import pathlib
 import sys
@@ -22,6 +23,9 @@ quick = "--quick" in sys.argv
 files = sorted((ROOT / "samples").glob("*.kd")) + ([] if quick else [ROOT / "bench" / "variants.kd"])
 if "--fp8" in sys.argv:
     files = sorted((ROOT / "samples").glob("fp8_*.kd"))
+stream_only = "--stream" in sys.argv
+if stream_only:
+    files = [ROOT / "bench" / "variants.kd"]
 FP8_CONFIGS = [{}, {"tile_m": 64, "tile_n": 48, "cluster": 1}, {"tile_m": 128, "tile_n": 64, "cluster": 2, "multicast": "a"},
                {"tile_m": 128, "tile_n": 64, "cluster": 1, "store": "rows"}]
 shapes = [(1, 2, 2, 1, 1, 64), (1, 2, 2, 63, 63, 128), (1, 2, 2, 129, 129, 64), (1, 2, 2, 1000, 1000, 128),
@@ -33,6 +37,8 @@ for f in files:
     mod = kdsl.load(f)
     for name, kir in mod.ir.items():
         fn = getattr(mod, name)
+        if stream_only and (kir.kind != "attention" or not fn._lowered(128, 128).attr("stream_capture")):
+            continue
         if kir.kind == "attention":
             literal = {d: dv for d, dv in head_dim_pairs(kir)} if isinstance(kir.tensor("q").shape[3], ir.Const) \
                 else None  # a program that fixes its head dims (mla: 192 / 128) runs at those

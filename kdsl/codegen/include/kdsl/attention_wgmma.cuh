@@ -24,6 +24,9 @@
 //   (16-bit elements, dims listed innermost first: head dim, rows, B*heads), box (64, BM or
 //   BN, 1), 128-byte swizzle, out-of-bounds elements filled with zeros. kdsl/runtime/tma.py
 //   builds them. out is [B*H, M, DV].
+//   ts: when V::kStreamLoads, the map of the captured tensor the score reads at [..., q, kv]
+//   (passes/streaming.py), its dims innermost first, box (128 bytes of columns, BM, 1, ...);
+//   V::stream_tile() issues its boxes with each K tile, on the K tile's barrier. Else unused.
 //
 // Head dims. D (q and k) and DV (v and out) are any multiples of 16 up to 256. Tiles are
 // stored as ceil(D/64) column blocks of [rows][64] elements, 128 bytes a row, in TMA's
@@ -46,7 +49,7 @@ namespace kdsl {
 
 namespace attn_wgmma_detail {
 
-template <class Elem, int D, int DV, int BN, int NCWG, int STAGES>
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0>
 struct Cfg {
   static constexpr int kBM = 64 * NCWG;
   static constexpr int kThreads = 128 * (NCWG + 1);
@@ -57,9 +60,15 @@ struct Cfg {
   static constexpr int kQRegion = kBM * 128 * (kColBlocks > kVColBlocks ? kColBlocks : kVColBlocks);
   static constexpr int kKBytes = BN * 128 * kColBlocks;
   static constexpr int kVBytes = BN * 128 * kVColBlocks;
+  // A streamed capture's tile (elements of SB bytes; 0: none), stored like Q: BN columns as
+  // 128-byte column blocks of BM rows in the 128-byte swizzle. passes/streaming.py.
+  static constexpr int kStreamCols = SB ? 128 / SB : 1;  // columns of one column block
+  static constexpr int kStreamBlocks = SB ? (BN * SB + 127) / 128 : 0;
+  static constexpr int kStreamBytes = kStreamBlocks * kBM * 128;
   static constexpr int kKOffset = kQRegion;
   static constexpr int kVOffset = kQRegion + STAGES * kKBytes;
-  static constexpr int kBarOffset = kVOffset + STAGES * kVBytes;
+  static constexpr int kSOffset = kVOffset + STAGES * kVBytes;
+  static constexpr int kBarOffset = kSOffset + STAGES * kStreamBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
   static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // a tile_info word per stage
   static constexpr int kSmemBytes = 1024 + kInfoOffset + STAGES * 4;  // + realignment slack
@@ -74,11 +83,28 @@ struct Cfg {
   static_assert(DV % 16 == 0 && DV >= 16 && DV <= 256, "DV must be a multiple of 16 in [16, 256]");
   static_assert(BN % 16 == 0 && BN >= 64 && BN <= 256, "BN must be a multiple of 16 in [64, 256]");
   static_assert(NCWG >= 1 && NCWG <= 3, "1 to 3 consumer warpgroups");
+  static_assert(SB == 0 || SB == 2 || SB == 4, "a streamed capture has 2- or 4-byte elements");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * NCWG <= 65536, "register split too large");
   static_assert(kSmemBytes <= 227 * 1024, "tiles do not fit in shared memory");
 };
 
 KDSL_DEVICE int imin2(int x, int y) { return x < y ? x : y; }
+
+// Element `odd` (0 or 1) of the pair of a streamed capture's tile at p (kStreamBytes), as a
+// float: both halves of a 16-bit pair come from one 32-bit load (the compiler merges the two
+// calls of a pair into one LDS).
+template <class E> KDSL_DEVICE float stream_elem(const u8* p, int odd);
+template <> KDSL_DEVICE float stream_elem<bf16_t>(const u8* p, int odd) {
+  const u32 w = *reinterpret_cast<const u32*>(p);
+  return __uint_as_float(odd ? (w & 0xffff0000u) : (w << 16));
+}
+template <> KDSL_DEVICE float stream_elem<f16_t>(const u8* p, int odd) {
+  const u32 w = *reinterpret_cast<const u32*>(p);
+  return f16_to_float((u16)(odd ? w >> 16 : w & 0xffffu));
+}
+template <> KDSL_DEVICE float stream_elem<float>(const u8* p, int odd) {
+  return reinterpret_cast<const float*>(p)[odd];
+}
 
 template <class Elem> KDSL_DEVICE u32 pack2(float lo, float hi);
 template <> KDSL_DEVICE u32 pack2<bf16_t>(float lo, float hi) { return pack_bf16x2(lo, hi); }
@@ -131,9 +157,9 @@ KDSL_DEVICE void st_shared_u32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%
 
 }  // namespace attn_wgmma_detail
 
-template <class Elem, int D, int DV, int BN, int NCWG, int STAGES>
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0>
 __host__ __device__ constexpr int attention_wgmma_smem_bytes() {
-  return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES>::kSmemBytes;
+  return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES, SB>::kSmemBytes;
 }
 
 // Registers per thread after setmaxnreg: the producer's (true) or the consumers' (false).
@@ -151,15 +177,19 @@ __host__ __device__ constexpr int attention_wgmma_regs(bool producer) {
 // ptxas spilled the row index across the kv loop of document_mask at D=128.
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, class V, bool kSplitKV>
 KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captures& cap, const TmaDesc* tq,
-                                     const TmaDesc* tk, const TmaDesc* tv) {
+                                     const TmaDesc* tk, const TmaDesc* tv, const TmaDesc* ts) {
   using namespace attn_wgmma_detail;
-  typedef Cfg<Elem, D, DV, BN, NCWG, STAGES> C;
+  typedef Cfg<Elem, D, DV, BN, NCWG, STAGES, V::kStreamElemBytes> C;
+  // The streamed capture's tile travels with K (counted on its barrier) and is read by every
+  // consumer thread: then each warp hands the K slot back (kEmptyK arrivals), after its reads.
+  constexpr bool kStream = V::kStreamLoads;
+  constexpr int kEmptyK = kStream ? 4 * NCWG : NCWG;
   constexpr int BM = C::kBM;
   extern __shared__ __align__(128) u8 kdsl_attn_smem[];
 
   // 128-byte swizzled tiles must start on a 1024-byte boundary.
   const u32 base = (smem_addr(kdsl_attn_smem) + 1023u) & ~1023u;
-  const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset;
+  const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset, sS = base + C::kSOffset;
   const u32 full_q = base + C::kBarOffset, empty_q = full_q + 8u;
   auto info_kv = [&](int s) { return base + C::kInfoOffset + 4u * s; };  // tile_info of ring stage s
   auto full_k = [&](int s) { return full_q + 8u * (2 + s); };
@@ -176,7 +206,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_k(s), 1);
       mbar_init(full_v(s), 1);
-      mbar_init(empty_k(s), NCWG);
+      mbar_init(empty_k(s), kEmptyK);
       mbar_init(empty_v(s), NCWG);
     }
     mbar_init_fence();
@@ -214,6 +244,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     tma_prefetch_desc(tq);
     tma_prefetch_desc(tk);
     tma_prefetch_desc(tv);
+    if constexpr (kStream) tma_prefetch_desc(ts);
     int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
     const int items = n_items();
     for (int w = blockIdx.x; w < items; w += gridDim.x) {
@@ -238,10 +269,16 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         if (issuer) {
           mbar_wait(empty_k(s), parity);
           st_shared_u32(info_kv(s), tile_info(j, cls, more));  // published by the arrive below
-          mbar_arrive_expect_tx(full_k(s), C::kKBytes);
+          mbar_arrive_expect_tx(full_k(s), C::kKBytes + (kStream ? C::kStreamBytes : 0));
 #pragma unroll
           for (int c = 0; c < C::kColBlocks; ++c)
             tma_load_3d(sK + s * C::kKBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);
+          if constexpr (kStream) {
+#pragma unroll
+            for (int c = 0; c < C::kStreamBlocks; ++c)
+              V::stream_tile(a, cap, ts, sS + s * C::kStreamBytes + c * BM * 128, full_k(s),
+                             j * BN + c * C::kStreamCols, q0, b, h);
+          }
           mbar_wait(empty_v(s), parity);
           mbar_arrive_expect_tx(full_v(s), C::kVBytes);
 #pragma unroll
@@ -269,6 +306,32 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // Ring slots are handed back by one thread per warpgroup after its wgmma wait: a wgmma
   // is a warpgroup operation, so once it completed it has finished reading shared memory.
   auto release = [&](u32 bar) { if (tid % 128 == 0) mbar_arrive(bar); };
+  // A K slot that also held a streamed tile: every thread read it, so each warp, once its
+  // lanes are done, arrives (__syncwarp orders the lanes' reads before lane 0's arrival).
+  auto release_k = [&](int s) {
+    if constexpr (kStream) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty_k(s));
+    } else {
+      release(empty_k(s));
+    }
+  };
+
+  // Element i of this thread's S registers in the streamed tile of ring slot `slot`: rows
+  // row0 and row0 + 8 of the tile (128 bytes a row in each column block), the pair of
+  // columns 8 (i / 4) + 2t; in the 128-byte swizzle 16-byte chunk c of row r sits at chunk
+  // c ^ (r % 8), and r % 8 = g, so a warp's 8 rows read 8 distinct chunks: no bank conflict.
+  const u8* s_rows = kdsl_attn_smem + (sS - smem_addr(kdsl_attn_smem)) + (wg * 64 + warp * 16 + g) * 128;
+  auto stream_at = [&](int slot, int i) -> float {
+    if constexpr (!kStream) {
+      return 0.f;
+    } else {
+      const int jj = i / 4, row = ((i >> 1) & 1) * 8 * 128;
+      const int off = V::kStreamElemBytes == 2 ? (jj / 8) * BM * 128 + (((jj % 8) ^ g) << 4) + 4 * t
+                                               : (jj / 4) * BM * 128 + (((2 * (jj % 4) + (t >> 1)) ^ g) << 4) + 8 * (t & 1);
+      return stream_elem<typename V::StreamElem>(s_rows + slot * C::kStreamBytes + row + off, i & 1);
+    }
+  };
 
   // Ping-pong between two consumer warpgroups: each issues its wgmmas only on its turn and
   // then passes the turn, so one warpgroup's softmax runs while the other's matrix products
@@ -348,7 +411,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
     // Scores of tile j in the log2 domain, masked; then the online-softmax update: sc becomes
     // P (relative to the new running max) and alpha[] rescales what O held so far.
-    auto softmax = [&](int j, bool general, u64 keep0, u64 keep1, float (&alpha)[2]) {
+    auto softmax = [&](int j, int slot, bool general, u64 keep0, u64 keep1, float (&alpha)[2]) {
       const int k0 = j * BN;
       // kv as a float: one conversion per tile, then a constant per register (exact below
       // 2^24; the runtime bounds N for kernels whose score uses it)
@@ -374,9 +437,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       auto score_at = [&](int i, int kv) {
         const float kvf = kvf0 + (float)(8 * (i / 4) + (i & 1)), dqkf = dq0[(i >> 1) & 1] - (float)(8 * (i / 4) + (i & 1));
         if constexpr (V::kFactored)
-          return V::score_unit(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf, dqkf);
+          return V::score_unit(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf, dqkf,
+                               stream_at(slot, i));
         else
-          return V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf, dqkf);
+          return V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf, dqkf, stream_at(slot, i));
       };
       if constexpr (!V::kScaledDot && V::kScoreLoadsAtKV) {
         if (general) {
@@ -487,9 +551,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         const int j = info >> 3;
         wgmma_wait<1>();  // groups retire in order: S of tile j is ready, P V may still run
         wgmma_pin(sc);
-        release(empty_k(it % STAGES));
+        if constexpr (!kStream) release_k(it % STAGES);
         float alpha[2];
-        softmax(j, general, keep0, keep1, alpha);
+        softmax(j, it % STAGES, general, keep0, keep1, alpha);
+        if constexpr (kStream) release_k(it % STAGES);  // after the softmax read the streamed tile
         wgmma_wait<0>();
         wgmma_pin(o);
         if (sv >= 0) release(empty_v(sv));

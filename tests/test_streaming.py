@@ -1,0 +1,96 @@
+"""Streamed captures (passes/streaming.py): which tensor the score reads at [..., q, kv]
+alone, whether tiling keeps its ring of tiles, and what the two programs do with it: the
+streamed one copies it by TMA and reads it from shared memory (no global load left), the
+per-element one (KDSL_STREAM_CAPTURES=0, for tensors TMA cannot read) loads it."""
+import pytest
+
+from kdsl import ir
+from kdsl.errors import KdslError
+from kdsl.grammar import parse
+from kdsl.passes import pipeline, streaming, tiling
+from kdsl.passes.target import get_target
+from kdsl.runtime.compiler import build
+from kdsl.sass import find_cuobjdump, inspect
+
+
+def kernel(score: str, capture: str = "bias: bf16[M, N]", extra: str = ""):
+    src = f"""attention t {{
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    {capture}
+    score(s, b, h, i, j) = {score}
+    {extra}
+}}"""
+    return pipeline.check(parse(src, "<test>"))[0]
+
+
+def lowered(k, d=128, arch="sm_90a"):
+    return pipeline.lower(k, get_target(arch), d)
+
+
+@pytest.mark.parametrize("score,capture", [
+    ("s + bias[i, j]", "bias: bf16[M, N]"),
+    ("s + bias[b, h, i, j]", "bias: bf16[B, H, M, N]"),
+    ("s + 0.5 * bias[h, i, j] * bias[h, i, j]", "bias: f16[H, M, N]"),
+    ("s + bias[h % 2, i, j]", "bias: f32[2, M, N]"),
+    ("tanh(s + bias[i, j])", "bias: bf16[M, N]"),
+])
+def test_a_tensor_read_at_the_element_alone_is_the_candidate(score, capture):
+    assert streaming.candidate(lowered(kernel(score, capture))) == "bias"
+
+
+@pytest.mark.parametrize("score,capture", [
+    ("s + bias[j, i]", "bias: bf16[N, M]"),                       # transposed: a tile is not one box
+    ("s + bias[i, j + 1]", "bias: bf16[M, N]"),                   # shifted
+    ("s + bias[i, j] + bias[i, 0]", "bias: bf16[M, N]"),          # read at two indices
+    ("s + bias[i % 2, i, j]", "bias: bf16[2, M, N]"),             # leading index per row
+    ("s + float(bias[i, j])", "bias: i32[M, N]"),                 # integer table: not streamed
+    ("s + bias[i - j + N]", "bias: bf16[M]"),                     # relative position: 1-D table
+])
+def test_other_reads_stay_per_element(score, capture):
+    k = lowered(kernel(score, capture))
+    assert streaming.candidate(k) is None and k.attr("stream_capture") is None
+
+
+def test_tiling_makes_room_for_the_ring_or_drops_it():
+    bf16 = kernel("s + bias[i, j]")
+    # head dim 128: K, V and the bias tile take 96 KB a stage: 2 stages (3 without the bias)
+    k = lowered(bf16, 128)
+    assert (k.attr("stream_capture"), k.attr("stages")) == ("bias", 2)
+    assert k.attr("smem_bytes") == tiling.attention_wgmma_smem_bytes(128, 128, 128, 2, 2, 2)
+    assert lowered(bf16, 64).attr("stages") == 3
+    # f32 tiles take 64 KB: at 128 no ring fits beside K and V, at 64 two stages do
+    f32 = kernel("s + bias[i, j]", "bias: f32[M, N]")
+    assert lowered(f32, 128).attr("stream_capture") is None and lowered(f32, 128).attr("stages") == 3
+    assert (lowered(f32, 64).attr("stream_capture"), lowered(f32, 64).attr("stages")) == ("bias", 2)
+    # stages given by the user are kept: then the tensor stays in global memory
+    assert lowered(bf16.with_attrs(stages=3), 128).attr("stream_capture") is None
+    # the sm_80 kernel has no TMA
+    assert lowered(bf16, 64, "sm_80").attr("stream_capture") is None
+
+
+def test_an_ir_file_may_turn_streaming_off_but_not_name_another_tensor():
+    k = kernel("s + bias[i, j]")
+    assert lowered(k.with_attrs(stream_capture=None)).attr("stream_capture") is None
+    with pytest.raises(KdslError, match="stream_capture = 'other'"):
+        lowered(k.with_attrs(stream_capture="other"))
+
+
+@pytest.mark.parametrize("score,capture,rank", [
+    ("s + bias[i, j]", "bias: bf16[M, N]", 2),
+    ("s + bias[b, h, i, j]", "bias: f16[B, H, M, N]", 4),
+])
+def test_streamed_program_reads_shared_memory_and_the_other_loads(score, capture, rank):
+    if not find_cuobjdump():
+        pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
+    k = kernel(score, capture)
+    streamed, per_element = build(k, "sm_90a", 128), build(k, "sm_90a", 128, stream=False)
+    assert "-DKDSL_STREAM_CAPTURES=0" in per_element.options and streamed.cache_key != per_element.cache_key
+    a = inspect(streamed.compiled.cubin, streamed.generated.entry)
+    b = inspect(per_element.compiled.cubin, per_element.generated.entry)
+    # Q, K and V boxes (2 each at head dim 128) and the bias tile's two column blocks
+    assert a.other_ops.get("UTMALDG") == b.other_ops.get("UTMALDG") + 2
+    assert f"cp.async.bulk.tensor.{rank}d" in streamed.compiled.ptx
+    assert a.other_ops.get("LDG", 0) == 0 and a.other_ops.get("LDS", 0) >= 32  # a 32-bit read per pair
+    assert b.other_ops.get("LDG", 0) >= 64
+    assert a.local_bytes == 0 and a.spill_ops == 0, a
+    assert "serialized" not in streamed.compiled.log
