@@ -8,8 +8,11 @@ import numpy
 
 from .. import ir
 
+# `and` and `or` evaluate both sides (& and | on bools): no branch, so NVVM may issue a mask's
+# loads together and merge equal ones across elements. Safe: runtime/bounds.py proves every
+# index in bounds over the whole (b, h, q, kv) domain, guards or not.
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
-           "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+           "ge": ">=", "eq": "==", "ne": "!=", "and": "&", "or": "|"}
 # kdsl::math_* (common.cuh) use the hardware approximations unless KDSL_EXACT_MATH is defined.
 _FLOAT_FN = {"exp": "kdsl::math_exp", "exp2": "kdsl::math_exp2", "log": "kdsl::math_log",
              "log2": "kdsl::math_log2", "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "kdsl::math_tanh",

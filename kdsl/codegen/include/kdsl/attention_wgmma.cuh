@@ -384,28 +384,41 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     l_run[0] = l_run[1] = 0.f;
 
     // Which elements of tile j survive: bit i of keep1:keep0 is S element i (mask on partial
-    // tiles, kv < N everywhere). Runs while wgmmas are in flight. Not fully unrolled: a
-    // data-dependent mask's loads and addresses would otherwise compete with the in-flight
-    // accumulators for registers. Kernels without a mask need no bits: kv < N is one compare
-    // of a constant per register in the softmax (kept() there), and NVVM and ptxas are spared
-    // this loop and the bits live across the wgmmas (cold builds ~0.03 s faster).
+    // tiles, kv < N everywhere). Runs while wgmmas are in flight. On partial tiles the mask is
+    // evaluated in a loop of its own, in one block per 8 column groups (the expression's
+    // `and`/`or` evaluate both sides, cexpr.py), so that NVVM sees those elements' loads
+    // together: a row's data (doc_q[b, q]) is loaded once an item, a column's (doc_kv[b, kv])
+    // once a tile, 16 loads in flight at a time (unrolled whole, document_mask spilled at
+    // D=128; by 2, each load waited for in turn: 8 round trips a tile). Kernels without a mask need no
+    // bits: kv < N is one compare of a constant per register in the softmax (kept() there),
+    // and NVVM and ptxas are spared this loop and the bits live across the wgmmas.
     auto survivors = [&](int j, bool partial, u64& keep0, u64& keep1) {
       const int k0 = j * BN;
       keep0 = keep1 = 0;
-#pragma unroll 2
-      for (int jj = 0; jj < BN / 8; ++jj) {
-        u64 bits = 0;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kv = k0 + 8 * jj + 2 * t + (e & 1);
-          bool ok = kv < N;
-          if constexpr (V::kHasMask) {
-            if (partial) ok = ok & V::mask(a, cap, b, h, (e >> 1) ? qr[1] : qr[0], imin2(kv, N - 1));
-          }
-          bits |= (u64)(ok ? 1u : 0u) << e;
-        }
+      auto put = [&](int jj, u64 bits) {
         if (jj < 16) keep0 |= bits << (4 * jj);
         else keep1 |= bits << (4 * jj - 64);
+      };
+      if (partial) {
+#pragma unroll 8
+        for (int jj = 0; jj < BN / 8; ++jj) {
+          u64 bits = 0;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int kv = k0 + 8 * jj + 2 * t + (e & 1);
+            const bool ok = (kv < N) & V::mask(a, cap, b, h, (e >> 1) ? qr[1] : qr[0], imin2(kv, N - 1));
+            bits |= (u64)(ok ? 1u : 0u) << e;
+          }
+          put(jj, bits);
+        }
+      } else {
+#pragma unroll 2
+        for (int jj = 0; jj < BN / 8; ++jj) {
+          u64 bits = 0;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) bits |= (u64)(k0 + 8 * jj + 2 * t + (e & 1) < N ? 1u : 0u) << e;
+          put(jj, bits);
+        }
       }
     };
 
