@@ -94,3 +94,19 @@ def test_streamed_program_reads_shared_memory_and_the_other_loads(score, capture
     assert b.other_ops.get("LDG", 0) >= 64
     assert a.local_bytes == 0 and a.spill_ops == 0, a
     assert "serialized" not in streamed.compiled.log
+
+
+@pytest.mark.parametrize("sample,name,most", [("prefix_lm", "prefix_lm", 8), ("document_mask", "document_mask", 48)])
+def test_partial_tiles_load_a_row_or_column_value_once(sample, name, most):
+    """The mask on partial tiles: `and`/`or` evaluate both sides and 8 column groups share a
+    block, so NVVM merges equal loads across elements: prefix[b] once an item, doc_kv[b, kv]
+    once a column (per element it was 134 / 128 LDG), with no spills."""
+    if not find_cuobjdump():
+        pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
+    from conftest import SAMPLES
+    path = next(p for p in SAMPLES if p.stem == sample)
+    k = next(k for k in pipeline.check(parse(path.read_text(), str(path))) if k.name == name)
+    built = build(k, "sm_90a", 128)
+    rep = inspect(built.compiled.cubin, built.generated.entry)
+    assert rep.other_ops.get("LDG", 0) <= most, rep
+    assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
