@@ -33,8 +33,9 @@ def main(argv=None) -> int:
                    help="FP8 GEMMs: tile for this problem (default: the shapes kdsl bench times)")
     c.add_argument("--sms", type=int, metavar="N", help="FP8 GEMMs: tile for N multiprocessors (default 132)")
     c.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
-                   help="FP8 GEMMs: fix a tiling attr (tile_m, tile_n, stages, cluster, multicast, raster, store); "
-                   "repeatable")
+                   help="fix a schedule attr of every kernel it applies to: attention on Hopper (tile_n, consumers, "
+                   "stages, schedule), on sm_80/89 (tile_m, tile_n, warps), FP8 GEMMs (tile_m, tile_n, stages, "
+                   "cluster, multicast, raster, store); repeatable")
     ck = sub.add_parser("check", help="verify kernels against the float64 reference on the GPU",
                         description="For each kernel in FILE: N trials of fresh random inputs over awkward shapes, "
                         "outputs poisoned, guard bands and inputs checked, determinism checked, compared with the "
@@ -93,9 +94,8 @@ def _compile(args) -> int:
     module = load(args.file, exact_math=args.exact_math)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    gemm_attrs = _gemm_options(args)
-    todo = [(k.with_attrs(**gemm_attrs) if k.kind == "gemm" else k, d) for k in module.ir.values()
-            for d in pipeline.head_dims(k)]
+    gemm_attrs, attrs = _gemm_options(args), _attr_options(args)
+    todo = [(_with_options(k, target, gemm_attrs, attrs), d) for k in module.ir.values() for d in pipeline.head_dims(k)]
     if args.emit == "cubin" and len(todo) > 1:
         from concurrent.futures import ThreadPoolExecutor
         from .runtime.compiler import prebuild
@@ -113,9 +113,28 @@ def _compile(args) -> int:
     return 0
 
 
+def _with_options(k, target, gemm_attrs: dict, attrs: dict):
+    """k with --shape / --sms (FP8 GEMMs) and the --attr values its kernel family takes."""
+    from .passes.tiling import SCHEDULE_ATTRS, family
+    legal = SCHEDULE_ATTRS[family(k, target)]
+    return k.with_attrs(**(gemm_attrs if k.kind == "gemm" else {}), **{n: v for n, v in attrs.items() if n in legal})
+
+
+def _attr_options(args) -> dict:
+    """--attr NAME=VALUE pairs; NAME must be some kernel family's schedule attr."""
+    from .passes.tiling import SCHEDULE_ATTRS
+    names = sorted({n for names in SCHEDULE_ATTRS.values() for n in names})
+    attrs: dict = {}
+    for item in args.attr:
+        name, eq, value = item.partition("=")
+        if not eq or name not in names:
+            raise KdslError(f"--attr: expected NAME=VALUE with NAME one of {', '.join(names)}, got '{item}'")
+        attrs[name] = int(value) if value.lstrip("-").isdigit() else value
+    return attrs
+
+
 def _gemm_options(args) -> dict:
-    """--shape, --sms and --attr as FP8 GEMM kernel attrs (user mistakes: KdslError)."""
-    from .passes import gemm_tiles
+    """--shape and --sms as FP8 GEMM kernel attrs (user mistakes: KdslError)."""
     attrs: dict = {}
     if args.shape:
         dims = dict(part.partition("=")[::2] for part in args.shape.split(","))
@@ -126,12 +145,6 @@ def _gemm_options(args) -> dict:
         if args.sms < 1:
             raise KdslError(f"--sms: expected a positive number of multiprocessors, got {args.sms}")
         attrs["sms"] = args.sms
-    for item in args.attr:
-        name, eq, value = item.partition("=")
-        if not eq or name not in gemm_tiles.CONFIG_ATTRS:
-            raise KdslError(f"--attr: expected NAME=VALUE with NAME one of {', '.join(gemm_tiles.CONFIG_ATTRS)}, "
-                            f"got '{item}'")
-        attrs[name] = int(value) if value.lstrip("-").isdigit() else value
     return attrs
 
 

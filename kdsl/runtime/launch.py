@@ -220,6 +220,18 @@ class AttentionKernel(KernelBase):
         # float(q - kv) computed as qf - kvf is exact only up to a length (passes/index_floats)
         self.index_floats = index_floats.uses_index_floats(index_floats.run(exp2_fold.run(kernel)))
 
+    def with_attrs(self, **attrs) -> "AttentionKernel":
+        """The same kernel under a fixed schedule: on Hopper tile_n, consumers, stages,
+        schedule; on sm_80/sm_89 tile_m, tile_n, warps; math ("fast" / "exact") on both
+        (passes/tiling.py). The tiling pass refuses an illegal value when the kernel is built."""
+        from ..passes import tiling
+        legal = {n for fam in ("wgmma", "mma") for n in tiling.SCHEDULE_ATTRS[fam]} | {"math"}
+        unknown = set(attrs) - legal
+        if unknown:
+            raise KdslError(f"{self.name}: unknown attention attr(s) {sorted(unknown)}; choose from "
+                            f"{', '.join(sorted(legal))}")
+        return AttentionKernel(self.ir.with_attrs(**attrs), self.arch)
+
     def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
         if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
             return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)

@@ -22,7 +22,9 @@ SHAPES = [
 ]
 
 
-def _check(mod, name, shape, seed, **call):
+def _check(mod, name, shape, seed, kernel=None, **call):
+    """Run mod.name (or `kernel`, the same program under another schedule) on fresh inputs
+    against the float64 reference."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(seed)
     k_ir = mod.ir[name]
@@ -31,7 +33,7 @@ def _check(mod, name, shape, seed, **call):
         Hkv = H
     q, k, v, caps = attention_inputs(k_ir, B, H, Hkv, M, N, D, generator=gen)
     out = torch.full_like(q, float("nan"))
-    res = getattr(mod, name)(q, k, v, out=out, **caps, **call)
+    res = (kernel or getattr(mod, name))(q, k, v, out=out, **caps, **call)
     got = res[0] if isinstance(res, tuple) else res
     assert got.data_ptr() == out.data_ptr()
     ref, ref_lse = reference.attention(k_ir, q, k, v, caps, call.get("scale"))
@@ -45,6 +47,22 @@ def _check(mod, name, shape, seed, **call):
 def test_sample_matches_reference(name, shape):
     mod = kdsl.load(ROOT / "samples" / f"{name}.kd")
     _check(mod, name, shape, seed=hash((name, shape)) % 2**31)
+
+
+# Schedules other than the defaults: three consumer warpgroups taking turns round-robin, wide
+# kv tiles with two stages, one warpgroup; masked, streamed and ragged cases.
+SCHEDULES = [dict(consumers=3, stages=2), dict(consumers=3, stages=3, tile_n=112), dict(tile_n=176, stages=2),
+             dict(tile_n=192, stages=2), dict(consumers=1, tile_n=96, stages=4)]
+
+
+@pytest.mark.parametrize("attrs", SCHEDULES, ids=lambda a: ",".join(f"{k}={v}" for k, v in a.items()))
+@pytest.mark.parametrize("name", ["relpos", "causal", "document_mask", "softcap"])
+def test_schedules_match_reference(name, attrs):
+    mod = kdsl.load(ROOT / "samples" / f"{name}.kd")
+    kern = getattr(mod, name).with_attrs(**attrs)
+    d = 64 if attrs.get("consumers") == 3 or attrs.get("tile_n") == 192 else 128  # what fits shared memory
+    for i, shape in enumerate([(2, 4, 2, 700, 700, d), (1, 3, 3, 129, 1000, d), (3, 2, 1, 1, 200, d)]):
+        _check(mod, name, shape, seed=11 + i, kernel=kern)
 
 
 def test_natten_on_image_shape():

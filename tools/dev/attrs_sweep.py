@@ -6,6 +6,8 @@
 
 Each spec is k=v[,k=v] (integers, or strings for schedule); the first row is the default
 schedule. Every variant's output is compared with the default's (they must agree to bf16).
+A case may carry its own specs after a second colon group (FILE:KERNEL:SHAPE:SPEC;SPEC),
+used instead of --attrs. plain and causal cases also time cuDNN SDPA in the same process.
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ def main() -> None:
     timer = Timer(args.reps)
     print(torch.cuda.get_device_name(), flush=True)
     for case in args.cases:
-        path, name, shape = case.split(":")
+        path, name, shape, *own = case.split(":")
+        specs = own[0] if own else args.attrs
         B, H, M, N, D = map(int, shape.split(","))
         base = getattr(kdsl.load(ROOT / path), name)
         q, k, v, caps = attention_inputs(base.ir, B, H, H, M, N, D)
@@ -51,7 +54,12 @@ def main() -> None:
         sched = {a: lowered.attr(a) for a in ("tile_n", "consumers", "stages", "schedule")}
         print(f"\n== {name} B={B} H={H} M={M} N={N} D={D}: default {sched}: {t0 * 1e3:8.1f} us "
               f"{flops / t0 / 1e9:6.1f} TFLOPS", flush=True)
-        for spec in filter(None, args.attrs.split(";")):
+        if name in ("plain", "causal"):
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                t = timer(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=name == "causal"))
+            print(f"   {'cuDNN SDPA':40s} {t * 1e3:8.1f} us {flops / t / 1e9:6.1f} TFLOPS  x{t0 / t:5.3f}", flush=True)
+        for spec in filter(None, specs.split(";")):
             try:
                 kern = AttentionKernel(base.ir.with_attrs(**parse_attrs(spec)))
                 out = kern(q, k, v, **caps)

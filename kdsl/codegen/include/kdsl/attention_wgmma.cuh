@@ -333,12 +333,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     }
   };
 
-  // Ping-pong between two consumer warpgroups: each issues its wgmmas only on its turn and
-  // then passes the turn, so one warpgroup's softmax runs while the other's matrix products
-  // keep the tensor cores busy. Named barriers 3 and 4; warpgroup 1 lets 0 go first.
-  constexpr bool kPingPong = NCWG == 2;
-  auto my_turn = [&]() { if constexpr (kPingPong) named_barrier(3 + wg, 256); };
-  auto your_turn = [&]() { if constexpr (kPingPong) named_barrier_arrive(3 + (wg ^ 1), 256); };
+  // Turns between the consumer warpgroups (ping-pong for two, round-robin for three): each
+  // issues its wgmmas only on its turn and then passes the turn to the next, so one
+  // warpgroup's softmax runs while another's matrix products keep the tensor cores busy.
+  // Named barrier 4 + w is warpgroup w's turn (1 + w are the epilogues'); the last warpgroup
+  // lets 0 go first, and its own last turn of an item goes unpassed.
+  constexpr bool kPingPong = NCWG >= 2;
+  auto my_turn = [&]() { if constexpr (kPingPong) named_barrier(4 + wg, 256); };
+  auto your_turn = [&]() { if constexpr (kPingPong) named_barrier_arrive(4 + (wg + 1) % NCWG, 256); };
 
   // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group, issued as
   // one asm statement (wgmma_ops.cuh). QK^T's first step overwrites S, so that the old S
@@ -536,7 +538,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
     if (any) {
       mbar_wait(full_q, n_done & 1);
-      if (kPingPong && wg == 1) named_barrier_arrive(3, 256);
+      if (kPingPong && wg == NCWG - 1) named_barrier_arrive(4, 256);
       // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
       // S of the next tile is already computed and goes through the softmax. One loop body
       // serves every tile: a peeled first tile doubles the softmax code that NVVM and ptxas
@@ -595,7 +597,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       my_turn();
       wgmma_fence();
       pv(s);
-      if (wg == 0) your_turn();  // warpgroup 1's last turn is never taken: it goes unpassed
+      if (wg != NCWG - 1) your_turn();  // the last warpgroup's turn would never be taken
       wgmma_wait<0>();
       wgmma_pin(o);
       release(empty_v(s));
