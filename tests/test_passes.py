@@ -10,7 +10,7 @@ from kdsl.passes import exp2_fold, mask_analysis, pipeline
 from kdsl.passes.target import get_target
 from kdsl.runtime.launch import eval_scalar
 
-from conftest import SAMPLES
+from conftest import ROOT, SAMPLES
 from exprgen import bool_expr, float_expr, program
 
 
@@ -220,3 +220,24 @@ def test_a_positive_constant_factor_of_the_score_is_split_off(score, factor):
     else:
         x, c = found
         assert c == pytest.approx(factor, rel=1e-6) and ir.uses(x, "qk")
+
+
+def test_default_hopper_tiles_follow_the_program():
+    """Three consumer warpgroups (192 query rows) at head dims up to 64 without a mask or under
+    one diagonal; the wide 176-key tile at D=128 without a mask and with an index-only score;
+    the table's tile for everything else, and for one warpgroup (decode)."""
+    from kdsl.passes import tiling
+    h100 = get_target("sm_90a")
+    mods = {n: pipeline.check(parse((ROOT / "samples" / f"{n}.kd").read_text(), n))
+            for n in ("plain", "relpos", "softcap", "causal", "sliding_window", "document_mask", "alibi")}
+
+    def tiles(name, d, **attrs):
+        low = pipeline.lower(mods[name][0].with_attrs(**attrs), h100, d)
+        return low.attr("tile_n"), low.attr("consumers"), low.attr("stages")
+    assert tiles("plain", 64) == tiles("relpos", 64) == tiles("softcap", 64) == tiles("causal", 64) == (128, 3, 3)
+    assert tiles("sliding_window", 64) == tiles("document_mask", 64) == tiles("alibi", 64) == (128, 2, 3)
+    assert tiles("plain", 128) == tiles("relpos", 128) == tiling.WGMMA_WIDE_TILES[128] == (176, 2, 2)
+    assert tiles("softcap", 128) == tiles("causal", 128) == tiling.WGMMA_ATTENTION_TILES[128]
+    assert tiles("plain", 128, consumers=1) == (128, 1, 3)
+    assert tiles("plain", 96)[1] == 2  # its accumulators do not fit three warpgroups' registers
+    assert tiles("plain", 32)[1] == 3

@@ -167,12 +167,11 @@ def packed_pv(elem, ty, n, steps):
 
 
 def _packed_shapes(pairs):
-    """Default tiles of (d, dv) pairs: S is BN wide over D / 16 steps, O is DV wide over
-    BN / 16 steps."""
+    """Default tiles of (d, dv) pairs (the table's and the wide ones): S is BN wide over
+    D / 16 steps, O is DV wide over BN / 16 steps."""
     smem = get_target("sm_90a").smem_per_block
-    tiles = {(d, dv): wgmma_default_tiles(d, dv, smem)[0] for d, dv in pairs}
-    return (sorted({(bn, d // 16) for (d, _), bn in tiles.items()}),
-            sorted({(dv, bn // 16) for (_, dv), bn in tiles.items()}))
+    tiles = {(d, dv, wgmma_default_tiles(d, dv, smem, wide=wide)[0]) for d, dv in pairs for wide in (False, True)}
+    return sorted({(bn, d // 16) for d, _, bn in tiles}), sorted({(dv, bn // 16) for _, dv, bn in tiles})
 
 
 def render() -> str:

@@ -33,10 +33,16 @@ ATTENTION_TILES = {64: (128, 64, 4), 128: (128, 64, 4)}
 # head dim -> (BN, consumer warpgroups, stages) for the wgmma attention kernel, measured on an
 # H100 (bench/NOTES.md); BM = 64 * consumers. Other head dims: wgmma_default_tiles().
 WGMMA_ATTENTION_TILES = {64: (128, 2, 3), 128: (128, 2, 3)}
+# head dim -> the wider kv tile kernels with neither a mask nor a transcendental score take
+# (H100, 2026-11-24, tools/dev/schedule_sweep.sh: plain D=128 +3-6 % at S=8k, +9-15 % at 2k;
+# softcap's tanh made it 5 % slower, so such scores keep the table's tile).
+WGMMA_WIDE_TILES = {128: (176, 2, 2)}
 # Registers a consumer thread may give to the S, P and O accumulators and the Q K^T
 # descriptors, as wgmma_default_tiles counts them: a rough model fitted to ptxas (sm_90a,
-# relpos/plain/causal/softcap at head dims 16 to 256: none spills at or below it).
+# relpos/plain/causal/softcap at head dims 16 to 256: none spills at or below it), with two
+# consumer warpgroups (232 registers each after setmaxnreg); three get 160 each.
 ACCUMULATOR_REGS = 208
+THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
 
 # Schedule attributes a kernel may carry, per kernel family, and their legal values.
 SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule"),
@@ -63,31 +69,64 @@ def head_dim_problem(d: int) -> str:
 
 
 def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages: int, stream_elem: int = 0) -> int:
-    """Q tile (which also stages O for the store) + a ring of K and V tiles, each stored as
+    """Q tile + a ring of K and V tiles, each stored as
     64-column blocks of 128-byte rows, + a ring of a streamed capture's tiles (elements of
     stream_elem bytes; passes/streaming.py) + 2 + 4 * stages mbarriers + a word per stage
     telling the consumers which tile it holds, + 1024 to realign the tiles to the 128-byte
     swizzle's 1024-byte period."""
     blocks, vblocks = -(-d // 64), -(-dv // 64)
-    return 1024 + (64 * consumers * max(blocks, vblocks) + stages * bn * (blocks + vblocks)) * 128 + \
+    return 1024 + (64 * consumers * blocks + stages * bn * (blocks + vblocks)) * 128 + \
         stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn) + (2 + 4 * stages) * 8 + stages * 4
 
 
-def wgmma_default_tiles(d: int, dv: int, smem_per_block: int) -> tuple[int, int, int]:
+def wgmma_default_tiles(d: int, dv: int, smem_per_block: int, tall: bool = False,
+                        wide: bool = False) -> tuple[int, int, int]:
     """(BN, consumers, stages): the measured table where it has the head dims, else the
     widest kv tile whose S, P and O accumulators and descriptors (BN/2 + BN/4 + DV/2 floats
     and ~D/8 registers a thread) fit ACCUMULATOR_REGS and whose ring of 3, else 2, stages fits
     shared memory: 128 keys with 3 stages up to head dim 128, (112, 2) at 192, (64, 2) at 256
-    (80 keys spill there)."""
+    (80 keys spill there).
+    tall: the kernel may take three consumer warpgroups (192 query rows; see tile_shape_hints):
+    it does where the accumulators fit their 160 registers a thread, head dims up to 64
+    (H100, same inputs: plain D=64 +19-22 %, D=32 +12 %, causal D=64 +3-7 %, alibi +10 %;
+    D=96 spilled and lost 23 %). wide: WGMMA_WIDE_TILES applies."""
+    if wide and d == dv and d in WGMMA_WIDE_TILES:
+        return WGMMA_WIDE_TILES[d]
     if d == dv and d in WGMMA_ATTENTION_TILES:
-        return WGMMA_ATTENTION_TILES[d]
+        bn, consumers, stages = WGMMA_ATTENTION_TILES[d]
+        if tall and dv // 2 + bn // 2 + bn // 4 + d // 8 <= THREE_WARPGROUP_REGS:
+            consumers = 3
+        return bn, consumers, stages
     for bn in (128, 112, 96, 80, 64):
         if dv // 2 + bn // 2 + bn // 4 + d // 8 > ACCUMULATOR_REGS:
             continue
-        for stages in (3, 2):
-            if attention_wgmma_smem_bytes(d, dv, bn, 2, stages) <= smem_per_block:
-                return bn, 2, stages
+        tall_fits = tall and dv // 2 + bn // 2 + bn // 4 + d // 8 <= THREE_WARPGROUP_REGS
+        for consumers in ((3, 2) if tall_fits else (2,)):
+            for stages in (3, 2):
+                if attention_wgmma_smem_bytes(d, dv, bn, consumers, stages) <= smem_per_block:
+                    return bn, consumers, stages
     raise KdslError(f"no attention tile fits head dims {d} / {dv} in {smem_per_block} bytes of shared memory")
+
+
+def tile_shape_hints(k: ir.Kernel) -> dict:
+    """What the kernel's program says about the tile shapes that suit it (wgmma_default_tiles):
+    tall: no mask, or one comparison of index expressions (causal-like) under a score that
+    loads no captured data. A taller q tile only costs on partly masked tiles, and under one
+    diagonal those are a vanishing share of the visited ones; windows, documents and
+    neighbourhoods visit many (sliding window -10 %, document mask -26 % with three
+    warpgroups, which also spilled there). A mask's survivor bits and a score's per-head or
+    per-row data together outgrow 160 registers (ALiBi spilled 8 bytes).
+    wide: no mask and a score of arithmetic on indices only: the wider kv tile amortises
+    per-tile costs (the O rescale, the row max, the turns). A tanh or exp per element keeps the
+    softmax on the MUFU unit, where it does not pay, and loads of captured data per element
+    (or a streamed tile) need the registers it takes (bias[q, kv] spilled at 176 keys)."""
+    mask, score = k.func("mask"), k.func("score_log2") or k.func("score")
+    one_diagonal = (isinstance(mask, ir.Op) and mask.op in ("lt", "le", "gt", "ge")
+                    and not any(isinstance(n, ir.Load) for n in ir.walk(mask)))
+    nodes = list(ir.walk(score)) if score is not None else []
+    loads = any(isinstance(n, ir.Load) for n in nodes)
+    transcendental = any(isinstance(n, ir.Op) and n.op in ir.FLOAT_FUNCS for n in nodes)
+    return {"tall": mask is None or (one_diagonal and not loads), "wide": mask is None and not (loads or transcendental)}
 
 
 def family(k: ir.Kernel, target: Target) -> str:
@@ -114,10 +153,13 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         raise KdslError(f"kernel '{k.name}': head dims {d} (q, k) / {dv} (v) are not supported on {target.arch}: its "
                         f"mma.sync kernel takes {' or '.join(map(str, ATTENTION_TILES))}, the same for q, k and v "
                         f"(Hopper, sm_90a, takes any multiple of {HEAD_DIM_STEP} up to {MAX_HEAD_DIM})")
+    hints = tile_shape_hints(k) if fam == "wgmma" else {}
+    if attrs.get("consumers") not in (None, 2):  # one warpgroup (decode) keeps the measured tile
+        hints["wide"] = False
     # Persistent CTAs pay off when items cost the same; under a mask the hardware's
     # dynamic block dispatch balances them better (measured: bench/NOTES.md).
     default = {"wgmma": lambda: dict(zip(("tile_n", "consumers", "stages"),
-                                         wgmma_default_tiles(d, dv, target.smem_per_block)),
+                                         wgmma_default_tiles(d, dv, target.smem_per_block, **hints)),
                                      schedule="persistent" if k.func("mask") is None else "grid"),
                "mma": lambda: dict(zip(("tile_m", "tile_n", "warps"), ATTENTION_TILES[d]))}[fam]()
     given = {n: attrs[n] for n in SCHEDULE_ATTRS[fam] if n in attrs}

@@ -54,10 +54,8 @@ struct Cfg {
   static constexpr int kBM = 64 * NCWG;
   static constexpr int kThreads = 128 * (NCWG + 1);
   static constexpr int kColBlocks = (D + 63) / 64;   // 64-element (128-byte) column blocks of Q, K
-  static constexpr int kVColBlocks = (DV + 63) / 64;  // ... of V and of O staged for the store
+  static constexpr int kVColBlocks = (DV + 63) / 64;  // ... of V
   static constexpr int kQBytes = kBM * 128 * kColBlocks;  // what Q's TMA boxes write
-  // The Q tile's region also stages the output tile in the epilogue.
-  static constexpr int kQRegion = kBM * 128 * (kColBlocks > kVColBlocks ? kColBlocks : kVColBlocks);
   static constexpr int kKBytes = BN * 128 * kColBlocks;
   static constexpr int kVBytes = BN * 128 * kVColBlocks;
   // A streamed capture's tile (elements of SB bytes; 0: none), stored like Q: BN columns as
@@ -65,8 +63,8 @@ struct Cfg {
   static constexpr int kStreamCols = SB ? 128 / SB : 1;  // columns of one column block
   static constexpr int kStreamBlocks = SB ? (BN * SB + 127) / 128 : 0;
   static constexpr int kStreamBytes = kStreamBlocks * kBM * 128;
-  static constexpr int kKOffset = kQRegion;
-  static constexpr int kVOffset = kQRegion + STAGES * kKBytes;
+  static constexpr int kKOffset = kQBytes;
+  static constexpr int kVOffset = kQBytes + STAGES * kKBytes;
   static constexpr int kSOffset = kVOffset + STAGES * kVBytes;
   static constexpr int kBarOffset = kSOffset + STAGES * kStreamBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
@@ -254,7 +252,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       int j = walk.start(cls);
       if (j >= walk.n_tiles) continue;  // every key masked: the consumers only write zeros
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
-      mbar_wait(empty_q, (n_done++ & 1) ^ 1);  // the previous item's epilogue is done with sQ
+      mbar_wait(empty_q, (n_done++ & 1) ^ 1);  // the previous item's last Q K^T is done with sQ
       if (issuer) {
         mbar_arrive_expect_tx(full_q, C::kQBytes);
 #pragma unroll
@@ -566,6 +564,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         const int j = info >> 3;
         wgmma_wait<1>();  // groups retire in order: S of tile j is ready, P V may still run
         wgmma_pin(sc);
+        // The item's last Q K^T has completed: the producer may load the next item's Q now,
+        // under this tile's softmax, its P V and the epilogue (which stores from registers).
+        if (!(info & 1)) release(empty_q);
         if constexpr (!kStream) release_k(it % STAGES);
         float alpha[2];
         softmax(j, it % STAGES, general, keep0, keep1, alpha);
@@ -623,75 +624,39 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           if (t == 0) a.part_lse[part_row + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
         }
       }
-      if (any) {
-        named_barrier(1 + wg, 128);  // every wgmma of this warpgroup has finished reading Q
-        release(empty_q);
-        ++n_done;
-      }
+      if (any) ++n_done;
       continue;
     }
 
-    // ---- epilogue: normalise, stage this warp's 16 rows in its own rows of the Q tile (same
-    // swizzled layout), then write whole 16-byte chunks ----
-    Elem* go = static_cast<Elem*>(a.o) + ((i64)bh * M + q0 + wg * 64 + warp * 16) * DV;
-    constexpr int kChunks = DV / 8;  // 16-byte chunks per row
-    // Copy loops index chunks of a row by the next power of two (a row of 24 chunks takes 32
-    // slots, 8 idle): a division by 24 would be hoisted out of the kv loop and spilled. They
-    // stay rolled: once per item, and unrolled they cost NVVM and ptxas ~0.035 s a build.
-    constexpr int kSlots = kChunks <= 2 ? 2 : kChunks <= 4 ? 4 : kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
+    // ---- epilogue: normalise and store from registers. Rows g and g + 8 of this warp, two
+    // adjacent columns of each 8-column group: the 16 bytes a quad writes fill half a sector,
+    // and the next group fills the other half, so L2 merges them before they reach memory.
+    // Not staged in shared memory: sQ already belongs to the next item's Q. ----
+    Elem* go = static_cast<Elem*>(a.o) + (i64)bh * M * DV;
     if (!any) {
-      // Every key masked: zeros and lse = -inf, written directly. sQ is not ours to stage
-      // in: the producer may already be loading the next item's Q there.
-#pragma unroll 1
-      for (int i = 0; i < 16 * kSlots / 32; ++i) {
-        const int id = lane + 32 * i;
-        const int r = id / kSlots, cc = id % kSlots;
-        if (cc < kChunks && q0 + wg * 64 + warp * 16 + r < M)
-          asm volatile("st.global.v4.u32 [%0], {%1,%1,%1,%1};\n" :: "l"(go + (i64)r * DV + cc * 8), "r"(0u) : "memory");
-      }
+      // Every key masked: zeros and lse = -inf.
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-        if (a.lse != nullptr && t == 0 && row0 + 8 * hh < M) a.lse[(i64)bh * M + row0 + 8 * hh] = neg_inf();
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row0 + 8 * hh;
+        if (r >= M) continue;
+#pragma unroll 1
+        for (int jj = 0; jj < DV / 8; ++jj) *reinterpret_cast<u32*>(go + (i64)r * DV + 8 * jj + 2 * t) = 0u;
+        if (a.lse != nullptr && t == 0) a.lse[(i64)bh * M + r] = neg_inf();
+      }
       continue;
     }
-    named_barrier(1 + wg, 128);  // every wgmma of this warpgroup has finished reading Q
-    float inv[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float l = quad_sum(l_run[hh]);
-      inv[hh] = l > 0.f ? 1.f / l : 0.f;
+      const float inv = l > 0.f ? 1.f / l : 0.f;
       const int r = row0 + 8 * hh;
-      if (a.lse != nullptr && t == 0 && r < M)
+      if (r >= M) continue;
+      if (a.lse != nullptr && t == 0)
         a.lse[(i64)bh * M + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
-    }
-    const u32 w_rows = sQ + (wg * 64 + warp * 16) * 128;  // row 0 of this warp in column block 0
+      u32* orow = reinterpret_cast<u32*>(go + (i64)r * DV + 2 * t);
 #pragma unroll
-    for (int jj = 0; jj < DV / 8; ++jj)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = g + 8 * hh;
-        const u32 addr = w_rows + (jj / 8) * BM * 128 + r * 128 + (((jj % 8) ^ (r & 7)) << 4) + 4 * t;
-        asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr),
-                     "r"(pack2<Elem>(o[4 * jj + 2 * hh] * inv[hh], o[4 * jj + 2 * hh + 1] * inv[hh])) : "memory");
-      }
-    __syncwarp();
-#pragma unroll 1
-    for (int i = 0; i < 16 * kSlots / 32; ++i) {
-      const int id = lane + 32 * i;
-      const int r = id / kSlots, cc = id % kSlots;
-      if (cc < kChunks && q0 + wg * 64 + warp * 16 + r < M) {
-        const u32 src = w_rows + (cc / 8) * BM * 128 + r * 128 + (((cc % 8) ^ (r & 7)) << 4);
-        u32 x, y, z, w4;
-        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(x), "=r"(y), "=r"(z), "=r"(w4) : "r"(src) : "memory");
-        asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};\n" :: "l"(go + (i64)r * DV + cc * 8), "r"(x), "r"(y), "r"(z),
-                     "r"(w4) : "memory");
-      }
+      for (int jj = 0; jj < DV / 8; ++jj) orow[4 * jj] = pack2<Elem>(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
     }
-    // sQ is free for the next item's Q once every thread of the warpgroup is done with it;
-    // the generic-proxy accesses above must be ordered before that TMA write.
-    fence_proxy_async();
-    named_barrier(1 + wg, 128);
-    release(empty_q);
     ++n_done;
   }
 }
