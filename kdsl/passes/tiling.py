@@ -110,12 +110,13 @@ def wgmma_default_tiles(d: int, dv: int, smem_per_block: int, tall: bool = False
 
 def tile_shape_hints(k: ir.Kernel) -> dict:
     """What the kernel's program says about the tile shapes that suit it (wgmma_default_tiles):
-    tall: no mask, or one comparison of index expressions (causal-like) under a score that
-    loads no captured data. A taller q tile only costs on partly masked tiles, and under one
-    diagonal those are a vanishing share of the visited ones; windows, documents and
+    tall: a score that loads no captured data, and no mask or one comparison of index
+    expressions (causal-like). A taller q tile only costs on partly masked tiles, and under
+    one diagonal those are a vanishing share of the visited ones; windows, documents and
     neighbourhoods visit many (sliding window -10 %, document mask -26 % with three
-    warpgroups, which also spilled there). A mask's survivor bits and a score's per-head or
-    per-row data together outgrow 160 registers (ALiBi spilled 8 bytes).
+    warpgroups, which also spilled there). Captured data needs registers (ALiBi's slopes with
+    the causal mask's survivor bits spilled 8 bytes at 160) or, streamed, a tile that grows
+    with the q tile (bias[q, kv] would lose a stage).
     wide: no mask and a score of arithmetic on indices only: the wider kv tile amortises
     per-tile costs (the O rescale, the row max, the turns). A tanh or exp per element keeps the
     softmax on the MUFU unit, where it does not pay, and loads of captured data per element
@@ -126,7 +127,7 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     nodes = list(ir.walk(score)) if score is not None else []
     loads = any(isinstance(n, ir.Load) for n in nodes)
     transcendental = any(isinstance(n, ir.Op) and n.op in ir.FLOAT_FUNCS for n in nodes)
-    return {"tall": mask is None or (one_diagonal and not loads), "wide": mask is None and not (loads or transcendental)}
+    return {"tall": (mask is None or one_diagonal) and not loads, "wide": mask is None and not (loads or transcendental)}
 
 
 def family(k: ir.Kernel, target: Target) -> str:
