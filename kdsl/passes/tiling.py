@@ -79,6 +79,12 @@ def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages:
         stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn) + (2 + 4 * stages) * 8 + stages * 4
 
 
+def _accumulator_regs(d: int, dv: int, bn: int) -> int:
+    """S (BN/2), P (BN/4) and O (DV/2) registers a consumer thread holds, and ~D/8 for the Q K^T
+    descriptors: what ACCUMULATOR_REGS bounds."""
+    return dv // 2 + bn // 2 + bn // 4 + d // 8
+
+
 def wgmma_default_tiles(d: int, dv: int, smem_per_block: int, tall: bool = False,
                         wide: bool = False) -> tuple[int, int, int]:
     """(BN, consumers, stages): the measured table where it has the head dims, else the
@@ -88,19 +94,19 @@ def wgmma_default_tiles(d: int, dv: int, smem_per_block: int, tall: bool = False
     (80 keys spill there).
     tall: the kernel may take three consumer warpgroups (192 query rows; see tile_shape_hints):
     it does where the accumulators fit their 160 registers a thread, head dims up to 64
-    (H100, same inputs: plain D=64 +19-22 %, D=32 +12 %, causal D=64 +3-7 %, alibi +10 %;
+    (H100, same inputs: plain D=64 +19-22 %, D=32 +12 %, causal D=64 +3-7 %, relpos +4 %;
     D=96 spilled and lost 23 %). wide: WGMMA_WIDE_TILES applies."""
     if wide and d == dv and d in WGMMA_WIDE_TILES:
         return WGMMA_WIDE_TILES[d]
     if d == dv and d in WGMMA_ATTENTION_TILES:
         bn, consumers, stages = WGMMA_ATTENTION_TILES[d]
-        if tall and dv // 2 + bn // 2 + bn // 4 + d // 8 <= THREE_WARPGROUP_REGS:
+        if tall and _accumulator_regs(d, dv, bn) <= THREE_WARPGROUP_REGS:
             consumers = 3
         return bn, consumers, stages
     for bn in (128, 112, 96, 80, 64):
-        if dv // 2 + bn // 2 + bn // 4 + d // 8 > ACCUMULATOR_REGS:
+        if _accumulator_regs(d, dv, bn) > ACCUMULATOR_REGS:
             continue
-        tall_fits = tall and dv // 2 + bn // 2 + bn // 4 + d // 8 <= THREE_WARPGROUP_REGS
+        tall_fits = tall and _accumulator_regs(d, dv, bn) <= THREE_WARPGROUP_REGS
         for consumers in ((3, 2) if tall_fits else (2,)):
             for stages in (3, 2):
                 if attention_wgmma_smem_bytes(d, dv, bn, consumers, stages) <= smem_per_block:
