@@ -206,7 +206,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   if (kSplitKV && a.splits > 1) grid_dependents_launch();
   if (tid == 0) {
     mbar_init(full_q, 1);
-    mbar_init(empty_q, 4 * NCWG);  // one arrival per consumer warp (release_q)
+    mbar_init(empty_q, NCWG);  // one arrival per consumer warpgroup, as for every "empty"
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_k(s), 1);
       mbar_init(full_v(s), 1);
@@ -330,12 +330,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // Ring slots are handed back by one thread per warpgroup after its wgmma wait: a wgmma
   // is a warpgroup operation, so once it completed it has finished reading shared memory.
   auto release = [&](u32 bar) { if (tid % 128 == 0) mbar_arrive(bar); };
-  // The Q slot also holds the item word every consumer thread reads: each warp, once its lanes
-  // are done (__syncwarp orders their reads before lane 0's arrival), hands it back.
-  auto release_q = [&]() {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty_q);
-  };
   // A K slot that also held a streamed tile: every thread read it, so each warp, once its
   // lanes are done, arrives (__syncwarp orders the lanes' reads before lane 0's arrival).
   auto release_k = [&](int s) {
@@ -421,7 +415,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     l_run[0] = l_run[1] = 0.f;
     // Every key masked: Q was not loaded, and the slot is free once every thread here has read
     // the item word. O = 0 and l = 0 then give zeros and lse = -inf in the epilogues below.
-    if (!any) release_q();
+    if (!any) {
+      named_barrier(1 + wg, 128);
+      release(empty_q);
+    }
 
     // Which elements of tile j survive: bit i of keep1:keep0 is S element i (mask on partial
     // tiles, kv < N everywhere). Runs while wgmmas are in flight. On partial tiles the mask is
@@ -605,7 +602,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         wgmma_pin(sc);
         // The item's last Q K^T has completed: the producer may load the next item's Q now,
         // under this tile's softmax, its P V and the epilogue (which stores from registers).
-        if (!(info & 1)) release_q();
+        if (!(info & 1)) release(empty_q);
         if constexpr (!kStream) release_k(it % STAGES);
         float alpha[2];
         softmax(j, it % STAGES, general, keep0, keep1, alpha);
