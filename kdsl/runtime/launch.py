@@ -47,7 +47,6 @@ class Loaded:
             driver.funcSetAttribute(self.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
         self.smem = smem
         self._work_slots: dict[int, int] = {}  # stream -> its slot of kdsl_work_counters
-        self._work_base = 0
         self._work_lock = threading.Lock()
 
     def work_counter(self, stream: int) -> int:
@@ -60,10 +59,8 @@ class Loaded:
             if slot is None:
                 if len(self._work_slots) >= tiling.WORK_SLOTS:
                     return 0
-                if not self._work_slots:
-                    self._work_base = int(self.module.get_global_var("kdsl_work_counters"))
                 slot = self._work_slots[stream] = len(self._work_slots)
-        ptr = self._work_base + 4 * slot
+        ptr = int(self.module.get_global_var("kdsl_work_counters")) + 4 * slot
         driver_api.memset_d32(ptr, 0, 1, stream)
         return ptr
 
