@@ -69,8 +69,7 @@ struct Cfg {
   static constexpr int kBarOffset = kSOffset + STAGES * kStreamBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
   static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // a tile_info word per stage
-  static constexpr int kItemOffset = kInfoOffset + STAGES * 4;  // the item whose Q is in sQ
-  static constexpr int kSmemBytes = 1024 + kItemOffset + 4;  // + realignment slack
+  static constexpr int kSmemBytes = 1024 + kInfoOffset + STAGES * 4;  // + realignment slack
   // Register split between the roles (setmaxnreg): the total must fit 64K registers.
   static constexpr int kProducerRegs = NCWG <= 2 ? 40 : 32;
   static constexpr int kConsumerRegs = NCWG == 1 ? 240 : (NCWG == 2 ? 232 : 160);
@@ -147,10 +146,6 @@ struct TileWalk {
 
 // What the producer tells the consumers about the tile in a ring stage (one shared word).
 KDSL_DEVICE u32 tile_info(int j, int cls, bool more) { return ((u32)j << 3) | ((u32)cls << 1) | (more ? 1u : 0u); }
-// ... and about the work item whose Q it loads (with the Q slot): its index and whether any
-// of its kv tiles is visited; kNoMoreItems when the CTA's work is done.
-KDSL_DEVICE u32 item_info(int w, bool any) { return ((u32)w << 1) | (any ? 1u : 0u); }
-constexpr u32 kNoMoreItems = 0xffffffffu;
 KDSL_DEVICE u32 ld_shared_u32(u32 addr) {
   u32 v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
@@ -195,7 +190,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset, sS = base + C::kSOffset;
   const u32 full_q = base + C::kBarOffset, empty_q = full_q + 8u;
   auto info_kv = [&](int s) { return base + C::kInfoOffset + 4u * s; };  // tile_info of ring stage s
-  const u32 item_word = base + C::kItemOffset;  // item_info of the item in the Q slot
   auto full_k = [&](int s) { return full_q + 8u * (2 + s); };
   auto full_v = [&](int s) { return full_q + 8u * (2 + STAGES + s); };
   auto empty_k = [&](int s) { return full_q + 8u * (2 + 2 * STAGES + s); };
@@ -219,14 +213,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
   // Work items are (b, h, q tile), heads outermost (CTAs running together share K and V in
   // L2), the last q tile of a head first (under causal-like masks the long items start
-  // first, the short ones fill the tail). CTA i starts with item i. The host launches one
-  // CTA per item (the hardware's dispatch balances them), or fewer, persistent, each then
-  // taking the next unclaimed item from a shared counter (a.work, zeroed before the launch)
-  // when its producer has issued the last loads of the one before: a greedy schedule, the
-  // Q load and first tiles of the next item overlapping the end of the current one. Without
-  // a counter a CTA walks items i, i + gridDim.x, ... The producer publishes each item (and
-  // finally kNoMoreItems) in a shared word that travels with Q, under Q's full and empty
-  // barriers, so the consumers learn their work from it.
+  // first, the short ones fill the tail). CTA i takes items i, i + gridDim.x, ...: the host
+  // launches one CTA per item, so the hardware's dynamic dispatch balances items of unequal
+  // cost, or one CTA per SM (persistent) when every item costs the same.
   // (Computed inside each role, after setmaxnreg: a value live across it gets spilled.)
   auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B * a.splits; };
   auto item = [&](int w, int& b, int& h, int& q0, int& split) {
@@ -254,34 +243,22 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     tma_prefetch_desc(tk);
     tma_prefetch_desc(tv);
     if constexpr (kStream) tma_prefetch_desc(ts);
-    int it = 0, n_done = 0;  // kv ring position; work items published
+    int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
     const int items = n_items();
-    for (int w = blockIdx.x;;) {
-      mbar_wait(empty_q, (n_done++ & 1) ^ 1);  // the previous item's last Q K^T is done with sQ and its word
-      if (w >= items) {
-        if (issuer) {
-          st_shared_u32(item_word, kNoMoreItems);  // published by the arrive
-          mbar_arrive(full_q);
-        }
-        break;
-      }
+    for (int w = blockIdx.x; w < items; w += gridDim.x) {
       int b, h, q0, split, cls;
       item(w, b, h, q0, split);
       const TileWalk<BN, V> walk = walk_of(b, h, q0, split);
       int j = walk.start(cls);
-      const bool any = j < walk.n_tiles;  // else every key is masked: the consumers only write zeros
+      if (j >= walk.n_tiles) continue;  // every key masked: the consumers only write zeros
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
+      mbar_wait(empty_q, (n_done++ & 1) ^ 1);  // the previous item's last Q K^T is done with sQ
       if (issuer) {
-        st_shared_u32(item_word, item_info(w, any));
-        if (any) {
-          mbar_arrive_expect_tx(full_q, C::kQBytes);
+        mbar_arrive_expect_tx(full_q, C::kQBytes);
 #pragma unroll
-          for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
-        } else {
-          mbar_arrive(full_q);
-        }
+        for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
       }
-      for (bool more = any; more; ++it) {
+      for (bool more = true; more; ++it) {
         int cls_next;
         const int jn = walk.next(j + 1, cls_next);  // evaluated while the stage may still be busy
         more = jn < walk.n_tiles;
@@ -309,9 +286,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         j = jn;
         cls = cls_next;
       }
-      int next = 0;
-      if (issuer) next = a.work != nullptr ? (int)gridDim.x + atomicAdd(a.work, 1) : w + (int)gridDim.x;
-      w = V::kHasMask ? __shfl_sync(0xffffffffu, next, 0) : next;  // the walking warp follows lane 0
     }
     return;
   }
@@ -392,20 +366,15 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     wgmma_commit();
   };
 
-  int it = 0, n_done = 0;  // kv ring position; work items taken from the Q slot
-  auto next_item = [&]() {
-    mbar_wait(full_q, (n_done++) & 1);
-    return ld_shared_u32(item_word);
-  };
-  // The next item's word is read at the end of each pass and tested by the loop condition:
-  // with a break on it at the top, ptxas no longer kept the ring position and the wgmma
-  // descriptors in uniform registers (37 more instructions a tile, and spills at three
-  // warpgroups), and a flag of its own was one more register live across the kv loop.
-  for (u32 winfo = next_item(); winfo != kNoMoreItems; winfo = next_item()) {
-    const bool any = winfo & 1u;  // any kv tile visited (the producer's walk)
-    const int w = (int)(winfo >> 1);
+  int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
+  const int items = n_items();
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
     int b, h, q0, split;
     item(w, b, h, q0, split);
+    // Whether any tile is visited: the one predicate scan a consumer makes per item.
+    int cls0;
+    const TileWalk<BN, V> walk = walk_of(b, h, q0, split);
+    const bool any = walk.start(cls0) < walk.n_tiles;
     const int row0 = q0 + wg * 64 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
     const float qf[2] = {(float)row0, (float)(row0 + 8)};
@@ -413,12 +382,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     for (int i = 0; i < C::kORegs; ++i) o[i] = 0.f;
     m_run[0] = m_run[1] = neg_inf();
     l_run[0] = l_run[1] = 0.f;
-    // Every key masked: Q was not loaded, and the slot is free once every thread here has read
-    // the item word. O = 0 and l = 0 then give zeros and lse = -inf in the epilogues below.
-    if (!any) {
-      named_barrier(1 + wg, 128);
-      release(empty_q);
-    }
 
     // Which elements of tile j survive: bit i of keep1:keep0 is S element i (mask on partial
     // tiles, kv < N everywhere). Runs while wgmmas are in flight. On partial tiles the mask is
@@ -572,6 +535,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     };
 
     if (any) {
+      mbar_wait(full_q, n_done & 1);
       if (kPingPong && wg == NCWG - 1) named_barrier_arrive(4, 256);
       // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
       // S of the next tile is already computed and goes through the softmax. One loop body
@@ -641,7 +605,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       ++it;
     }
 
-    item(w, b, h, q0, split);  // again: cheaper than keeping all four live across the kv loop
     const int bh = b * a.H + h;
     if (kSplitKV && a.splits > 1) {
       // ---- epilogue of one split of the keys: this split's normalised O in fp32 and its lse,
@@ -650,7 +613,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int r = row0 + 8 * hh;
-        const float l = quad_sum(l_run[hh]);
+        const float l = any ? quad_sum(l_run[hh]) : 0.f;
         const float inv = l > 0.f ? 1.f / l : 0.f;
         if (r < M) {
           float* po = a.part_o + (part_row + r) * DV;
@@ -661,6 +624,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           if (t == 0) a.part_lse[part_row + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
         }
       }
+      if (any) ++n_done;
       continue;
     }
 
@@ -669,6 +633,18 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // and the next group fills the other half, so L2 merges them before they reach memory.
     // Not staged in shared memory: sQ already belongs to the next item's Q. ----
     Elem* go = static_cast<Elem*>(a.o) + (i64)bh * M * DV;
+    if (!any) {
+      // Every key masked: zeros and lse = -inf.
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row0 + 8 * hh;
+        if (r >= M) continue;
+#pragma unroll 1
+        for (int jj = 0; jj < DV / 8; ++jj) *reinterpret_cast<u32*>(go + (i64)r * DV + 8 * jj + 2 * t) = 0u;
+        if (a.lse != nullptr && t == 0) a.lse[(i64)bh * M + r] = neg_inf();
+      }
+      continue;
+    }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float l = quad_sum(l_run[hh]);
@@ -681,6 +657,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
       for (int jj = 0; jj < DV / 8; ++jj) orow[4 * jj] = pack2<Elem>(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
     }
+    ++n_done;
   }
 }
 
