@@ -2,11 +2,7 @@
 # One device call: install, GPU tests, benchmark; the benchmark's table prints last.
 # Run from the repo root on the GPU machine with the lark wheel carried in .whl/.
 set -uo pipefail
-OUT=${OUT:-/tmp/kdsl-out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 KDSL_CACHE_DIR=/tmp/kdsl-cache
-python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/*.whl 2>/dev/null || exit 1
-export PYTHONPATH=/tmp/site:$PWD
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/device.txt"
+source bench/device_env.sh
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi

@@ -3,11 +3,7 @@
 # process, same inputs; then the GPU test of non-default schedules. Logs under $OUT.
 # Run from the repo root on the GPU machine with the lark wheel carried in .whl/.
 set -uo pipefail
-OUT=${OUT:-/tmp/kdsl-out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 KDSL_CACHE_DIR=/tmp/kdsl-cache
-python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/*.whl 2>/dev/null || exit 1
-export PYTHONPATH=/tmp/site:$PWD
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/device.txt"
+source bench/device_env.sh
 W128="tile_n=176,stages=2;tile_n=128,stages=2;tile_n=112,stages=3"
 W64="consumers=3,stages=2;consumers=3,stages=3;consumers=3,stages=4;tile_n=176,stages=3;tile_n=192,stages=2;tile_n=192,stages=3"
 L8="2,16,8192,8192"; L2="8,16,2048,2048"
