@@ -130,7 +130,7 @@ def _attention(k: ir.Kernel) -> Generated:
     # common kernels do not parse them (tools/gen_wgmma.py).
     if d != dv or d not in tiling.WGMMA_ATTENTION_TILES:
         wgmma_header = "kdsl/wgmma_ops_more.cuh"
-    elif k.attr("tile_n") not in (tiling.WGMMA_ATTENTION_TILES[d][0], tiling.WGMMA_WIDE_TILES.get(d, (0,))[0]):
+    elif k.attr("tile_n") not in tiling.packed_kv_tiles(d):
         wgmma_header = "kdsl/wgmma_ops_steps.cuh"
     else:
         wgmma_header = ""

@@ -114,6 +114,13 @@ def wgmma_default_tiles(d: int, dv: int, smem_per_block: int, tall: bool = False
     raise KdslError(f"no attention tile fits head dims {d} / {dv} in {smem_per_block} bytes of shared memory")
 
 
+def packed_kv_tiles(d: int) -> set[int]:
+    """kv tile widths whose wgmma sequences wgmma_ops.cuh holds packed for head dim d (the
+    table's and the wide one; tools/gen_wgmma.py); other widths issue through the per-step
+    wrappers of wgmma_ops_steps.cuh."""
+    return {WGMMA_ATTENTION_TILES[d][0], *WGMMA_WIDE_TILES.get(d, ())[:1]}
+
+
 def tile_shape_hints(k: ir.Kernel) -> dict:
     """What the kernel's program says about the tile shapes that suit it (wgmma_default_tiles):
     tall: a score that loads no captured data, and no mask or one comparison of index
