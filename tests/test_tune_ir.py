@@ -49,7 +49,7 @@ def test_without_given_attrs_lowering_is_unchanged():
     k = _ir("causal")
     low = pipeline.lower(k, H100, 128)
     assert (low.attr("tile_n"), low.attr("consumers"), low.attr("stages"), low.attr("schedule")) == \
-        (*tiling.WGMMA_ATTENTION_TILES[128], "grid")
+        (*tiling.WGMMA_ATTENTION_TILES[128], "persistent")
     # Lowering a lowered kernel again changes nothing (its attrs are all legal and kept).
     assert pipeline.lower(low, H100, 128) == low
 

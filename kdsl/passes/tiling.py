@@ -51,7 +51,16 @@ SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule"),
 # m64nNk16 widths wgmma_ops.cuh has (tools/gen_wgmma.py generates it from this tuple).
 WGMMA_WIDTHS = (64, 80, 96, 112, 128, 176, 192, 256)
 MMA_WIDTHS = (32, 64, 128)            # attention_mma.cuh: "BN must be 32, 64 or 128"
+# persistent (the default): one CTA per SM, each taking the next work item from a shared
+# counter when its loads for the current one are issued (the next item's Q and first tiles load
+# under the end of the current one); grid: one CTA per item, dispatched by the hardware.
+# Measured on an H100 (bench/NOTES.md, 2026-11-24), persistent vs grid: causal D=128 +8 % at
+# S=2k and +3-7 % at 8k; windows, documents, neighbourhoods, prefix-LM and padded masks
+# +4-13 %; plain and causal D=64 +1-2 %.
 SCHEDULES = ("persistent", "grid")
+# Work counters a Hopper attention program holds for persistent launches: one per stream that
+# launches it (runtime/launch.py Loaded.work_counter); streams beyond them walk a fixed stride.
+WORK_SLOTS = 64
 MAX_STAGES = 8                        # beyond this only shared memory would grow
 MATH_MODES = ("fast", "exact")        # attr math: the hardware approximations or libm (codegen)
 
@@ -72,11 +81,11 @@ def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages:
     """Q tile + a ring of K and V tiles, each stored as
     64-column blocks of 128-byte rows, + a ring of a streamed capture's tiles (elements of
     stream_elem bytes; passes/streaming.py) + 2 + 4 * stages mbarriers + a word per stage
-    telling the consumers which tile it holds, + 1024 to realign the tiles to the 128-byte
-    swizzle's 1024-byte period."""
+    telling the consumers which tile it holds and one telling them which work item it belongs
+    to, + 1024 to realign the tiles to the 128-byte swizzle's 1024-byte period."""
     blocks, vblocks = -(-d // 64), -(-dv // 64)
     return 1024 + (64 * consumers * blocks + stages * bn * (blocks + vblocks)) * 128 + \
-        stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn) + (2 + 4 * stages) * 8 + stages * 4
+        stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn) + (2 + 4 * stages) * 8 + 2 * stages * 4
 
 
 def _accumulator_regs(d: int, dv: int, bn: int) -> int:
@@ -170,11 +179,11 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
     hints = tile_shape_hints(k) if fam == "wgmma" else {}
     if attrs.get("consumers") not in (None, 2):  # one warpgroup (decode) keeps the measured tile
         hints["wide"] = False
-    # Persistent CTAs pay off when items cost the same; under a mask the hardware's
-    # dynamic block dispatch balances them better (measured: bench/NOTES.md).
+    # Persistent CTAs with a shared work counter balance items of unequal cost as the hardware's
+    # dispatch does, and start the next item under the current one (SCHEDULES).
     default = {"wgmma": lambda: dict(zip(("tile_n", "consumers", "stages"),
                                          wgmma_default_tiles(d, dv, target.smem_per_block, **hints)),
-                                     schedule="persistent" if k.func("mask") is None else "grid"),
+                                     schedule="persistent"),
                "mma": lambda: dict(zip(("tile_m", "tile_n", "warps"), ATTENTION_TILES[d]))}[fam]()
     given = {n: attrs[n] for n in SCHEDULE_ATTRS[fam] if n in attrs}
     s = {**default, **given}

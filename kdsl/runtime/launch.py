@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from dataclasses import dataclass
 
 from .. import ir
@@ -13,6 +14,7 @@ from ..passes import exp2_fold, index_floats, tiling
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
 from . import arrays, geometry, splitkv, summary, torch_ops
+from . import driver as driver_api
 from .bounds import check_capture_indices
 from .driver import ArgPack, launch, max_active_clusters
 from .splitkv import CombineLaunch
@@ -44,6 +46,26 @@ class Loaded:
         if smem > 48 * 1024:
             driver.funcSetAttribute(self.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
         self.smem = smem
+        self._work_slots: dict[int, int] = {}  # stream -> its slot of kdsl_work_counters
+        self._work_base = 0
+        self._work_lock = threading.Lock()
+
+    def work_counter(self, stream: int) -> int:
+        """The persistent Hopper attention kernel's work counter for a launch on `stream`,
+        zeroed in stream order: a slot of the module's kdsl_work_counters (tiling.WORK_SLOTS of
+        them), one per stream, so that launches on concurrent streams never share one. 0 (CTAs
+        then walk items by a fixed stride) once every slot belongs to another stream."""
+        with self._work_lock:
+            slot = self._work_slots.get(stream)
+            if slot is None:
+                if len(self._work_slots) >= tiling.WORK_SLOTS:
+                    return 0
+                if not self._work_slots:
+                    self._work_base = int(self.module.get_global_var("kdsl_work_counters"))
+                slot = self._work_slots[stream] = len(self._work_slots)
+        ptr = self._work_base + 4 * slot
+        driver_api.memset_d32(ptr, 0, 1, stream)
+        return ptr
 
 
 @dataclass
@@ -73,6 +95,7 @@ class Plan:
                             # call replaces them, after the kernels that read them in stream order
     out_align: int = 4  # bytes; the FP8 GEMM's TMA store needs 16
     q_sign: int = 1     # -1 / 0: the kernel reads -q / 0 * q (a scaled-dot score with scale <= 0)
+    dynamic: bool = False  # a persistent Hopper attention launch: CTAs take items from a work counter
 
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
@@ -257,15 +280,16 @@ class AttentionKernel(KernelBase):
             ptrs += [_ptr(c) for c in caps]
         plan.keep_alive = (q,) if plan.q_sign != 1 else ()
         ptrs.append(self._summary_pointer(plan, ptrs[5:], tile_summary))
+        part_ptrs = (0, 0)  # the Hopper kernel's split-KV pointers are null unless it splits
         if plan.combine is not None:  # split-KV: the splits' results, then their merge into out
             part = (plan.combine.new_part_o(), plan.combine.new_part_lse())
             plan.keep_alive += part
-            ptrs += map(_ptr, part)
-        elif plan.maps:  # the Hopper kernel's split-KV pointers are null
-            ptrs += (0, 0)
+            part_ptrs = tuple(map(_ptr, part))
+        if plan.maps:  # then its work counter
+            ptrs += (*part_ptrs, plan.loaded.work_counter(plan.current_stream()) if plan.dynamic else 0)
         plan.launch(ptrs)
         if plan.combine is not None:
-            plan.combine.run(plan.current_stream(), ptrs[-2], ptrs[-1], ptrs[3], ptrs[4])
+            plan.combine.run(plan.current_stream(), *part_ptrs, ptrs[3], ptrs[4])
         if torch_like:
             # torch's caching allocator hands a freed block out again only for work ordered after
             # it on the stream it came from, the stream these kernels run on: nothing need stay
@@ -437,8 +461,9 @@ class AttentionKernel(KernelBase):
             stream_arg = t if stream and row_bytes % 16 == 0 else None
         built, loaded = self._load(D, device, Dv, one_warpgroup, split_kv=splits > 1, stream=stream_arg is not None)
         lk = built.kernel
+        persistent = tma and lk.attr("schedule") == "persistent"
         if tma:
-            grid = (min(items, _sm_count(device)) if lk.attr("schedule") == "persistent" else items, 1, 1)
+            grid = (min(items, _sm_count(device)) if persistent else items, 1, 1)
             chunks = [(0, B)]
         else:
             uses_b = any(ir.uses(e, "b") for _, e in self.ir.funcs)
@@ -473,9 +498,9 @@ class AttentionKernel(KernelBase):
                                           ArgPack(kinds[first:], values[first:], [o - first for o in order[-1 - ncap:]]),
                                           infos[0].framework, device)
         combine = None
-        if tma:  # then splits, and the split results' two pointers (per call)
-            order += [len(kinds) + 1, len(kinds) + 2]
-            kinds, values = kinds + ["i32", "ptr", "ptr"], values + [splits, None, None]
+        if tma:  # then splits, the split results' two pointers and the work counter (per call)
+            order += [len(kinds) + 1, len(kinds) + 2, len(kinds) + 3]
+            kinds, values = kinds + ["i32", "ptr", "ptr", "ptr"], values + [splits, None, None, None]
             if splits > 1:
                 combine = splitkv.CombineLaunch(loaded, built.generated.entry + "_combine", splits, B * H * M, Dv,
                                                 infos[0].framework, device)
@@ -493,7 +518,8 @@ class AttentionKernel(KernelBase):
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, out_shape, elem,
                     chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap) if len(chunks) > 1 else (),
                     maps=maps, map_sources=sources, stream_arg=stream_arg,
-                    summary=tiles, combine=combine, q_sign=q_sign)
+                    summary=tiles, combine=combine, q_sign=q_sign,
+                    dynamic=persistent)
 
 
 def _heads_fold_into_rows(lowered: ir.Kernel) -> bool:

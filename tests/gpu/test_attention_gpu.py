@@ -52,7 +52,7 @@ def test_sample_matches_reference(name, shape):
 # Schedules other than the defaults: three consumer warpgroups taking turns round-robin, wide
 # kv tiles with two stages, one warpgroup; masked, streamed and ragged cases.
 SCHEDULES = [dict(consumers=3, stages=2), dict(consumers=3, stages=3, tile_n=112), dict(tile_n=176, stages=2),
-             dict(tile_n=192, stages=2), dict(consumers=1, tile_n=96, stages=4)]
+             dict(tile_n=192, stages=2), dict(consumers=1, tile_n=96, stages=4), dict(schedule="grid")]
 
 
 @pytest.mark.parametrize("attrs", SCHEDULES, ids=lambda a: ",".join(f"{k}={v}" for k, v in a.items()))
@@ -63,6 +63,29 @@ def test_schedules_match_reference(name, attrs):
     d = 64 if attrs.get("consumers") == 3 or attrs.get("tile_n") == 192 else 128  # what fits shared memory
     for i, shape in enumerate([(2, 4, 2, 700, 700, d), (1, 3, 3, 129, 1000, d), (3, 2, 1, 1, 200, d)]):
         _check(mod, name, shape, seed=11 + i, kernel=kern)
+
+
+def test_persistent_launches_on_concurrent_streams_each_take_their_own_items():
+    """Persistent CTAs take work items from a counter per stream (runtime/launch.py
+    Loaded.work_counter): two streams running the same program at once must not share one."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.load(ROOT / "samples" / "document_mask.kd")
+    kern = mod.document_mask.with_attrs(schedule="persistent")
+    kir = mod.ir["document_mask"]
+    cases = [attention_inputs(kir, 4, 8, 8, 1000, 1000, 128, generator=torch.Generator(device="cuda").manual_seed(s))
+             for s in (1, 2)]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    outs = [[], []]
+    for _ in range(4):
+        for i, ((q, k, v, caps), stream) in enumerate(zip(cases, streams)):
+            with torch.cuda.stream(stream):
+                outs[i].append(kern(q, k, v, **caps))
+    torch.cuda.synchronize()
+    for (q, k, v, caps), got in zip(cases, outs):
+        ref, _ = reference.attention(kir, q, k, v, caps)
+        for o in got:
+            assert rel_frobenius(o, ref) <= ATTENTION_TOL
 
 
 def test_natten_on_image_shape():

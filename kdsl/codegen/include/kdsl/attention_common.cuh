@@ -14,6 +14,9 @@ struct AttnArgs {
   int splits = 1;
   float* part_o = nullptr;
   float* part_lse = nullptr;
+  // Persistent launches: a counter zeroed before the launch, from which CTAs take work items
+  // after their first (attention_wgmma.cuh); nullptr: CTA i takes items i, i + gridDim.x, ...
+  int* work = nullptr;
 };
 
 KDSL_DEVICE float fmax2(float x, float y) {

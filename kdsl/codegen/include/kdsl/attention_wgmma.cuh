@@ -69,7 +69,8 @@ struct Cfg {
   static constexpr int kBarOffset = kSOffset + STAGES * kStreamBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
   static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // a tile_info word per stage
-  static constexpr int kSmemBytes = 1024 + kInfoOffset + STAGES * 4;  // + realignment slack
+  static constexpr int kItemOffset = kInfoOffset + STAGES * 4;  // an item_info word per stage
+  static constexpr int kSmemBytes = 1024 + kItemOffset + STAGES * 4;  // + realignment slack
   // Register split between the roles (setmaxnreg): the total must fit 64K registers.
   static constexpr int kProducerRegs = NCWG <= 2 ? 40 : 32;
   static constexpr int kConsumerRegs = NCWG == 1 ? 240 : (NCWG == 2 ? 232 : 160);
@@ -87,6 +88,19 @@ struct Cfg {
 };
 
 KDSL_DEVICE int imin2(int x, int y) { return x < y ? x : y; }
+// x, which the compiler may no longer assume equal to any value it knows: what is derived
+// from it is computed here, not earlier and kept live.
+KDSL_DEVICE int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+// threadIdx.x read anew (volatile: not merged with an earlier read), for values derived from it
+// that are cheaper to recompute than to keep live.
+KDSL_DEVICE u32 fresh_thread_index() {
+  u32 t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
 
 // Element `odd` (0 or 1) of the pair of a streamed capture's tile at p (kStreamBytes), as a
 // float: both halves of a 16-bit pair come from one 32-bit load (the compiler merges the two
@@ -146,6 +160,29 @@ struct TileWalk {
 
 // What the producer tells the consumers about the tile in a ring stage (one shared word).
 KDSL_DEVICE u32 tile_info(int j, int cls, bool more) { return ((u32)j << 3) | ((u32)cls << 1) | (more ? 1u : 0u); }
+// ... and which work item the tile belongs to (read at the item's first tile), or
+// kNoMoreItems in a stage that holds no tile when the CTA's work is done.
+constexpr u32 kNoMoreItems = 0xffffffffu;
+// A work item whose keys are all masked: its rows of O are zeros and their lse -inf (or, for
+// one split of the keys, the split's O and lse, attention_combine_splits). Written by the
+// producer's `lanes` live threads, so that the consumers only ever see items with tiles;
+// such items are rare (rows whose every key a mask removes), and cost the producer a pass of
+// plain stores.
+template <class Elem, int DV, int BM>
+KDSL_DEVICE void write_masked_item(const AttnArgs& a, int b, int h, int q0, int split, int lane, int lanes) {
+  const int rows = imin2(q0 + BM, a.M) - q0;
+  const i64 row0 = (i64)(b * a.H + h) * a.M + q0;
+  if (a.splits > 1) {
+    const i64 part_row = (i64)split * a.B * a.H * a.M + row0;
+    for (int i = lane; i < rows * DV; i += lanes) a.part_o[part_row * DV + i] = 0.f;
+    for (int r = lane; r < rows; r += lanes) a.part_lse[part_row + r] = neg_inf();
+    return;
+  }
+  u32* o = reinterpret_cast<u32*>(static_cast<Elem*>(a.o) + row0 * DV);  // DV is even
+  for (int i = lane; i < rows * DV / 2; i += lanes) o[i] = 0u;
+  if (a.lse != nullptr)
+    for (int r = lane; r < rows; r += lanes) a.lse[row0 + r] = neg_inf();
+}
 KDSL_DEVICE u32 ld_shared_u32(u32 addr) {
   u32 v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
@@ -190,6 +227,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset, sS = base + C::kSOffset;
   const u32 full_q = base + C::kBarOffset, empty_q = full_q + 8u;
   auto info_kv = [&](int s) { return base + C::kInfoOffset + 4u * s; };  // tile_info of ring stage s
+  auto item_kv = [&](int s) { return base + C::kItemOffset + 4u * s; };  // item_info of ring stage s
   auto full_k = [&](int s) { return full_q + 8u * (2 + s); };
   auto full_v = [&](int s) { return full_q + 8u * (2 + STAGES + s); };
   auto empty_k = [&](int s) { return full_q + 8u * (2 + 2 * STAGES + s); };
@@ -213,9 +251,16 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
   // Work items are (b, h, q tile), heads outermost (CTAs running together share K and V in
   // L2), the last q tile of a head first (under causal-like masks the long items start
-  // first, the short ones fill the tail). CTA i takes items i, i + gridDim.x, ...: the host
-  // launches one CTA per item, so the hardware's dynamic dispatch balances items of unequal
-  // cost, or one CTA per SM (persistent) when every item costs the same.
+  // first, the short ones fill the tail). CTA i starts with item i. The host launches one
+  // CTA per item (the hardware's dispatch balances them), or fewer, persistent, each then
+  // taking the next unclaimed item from a shared counter (a.work, zeroed before the launch)
+  // when its producer has issued the last loads of the one before: a greedy schedule, the
+  // Q load and first tiles of the next item overlapping the end of the current one. Without
+  // a counter a CTA walks items i, i + gridDim.x, ... The consumers learn their work from the
+  // producer: each ring stage carries, beside its tile_info word, the item's index under the
+  // same full/empty barriers, and the end of the CTA's work takes a stage of its own that
+  // holds no tile. An item whose keys are all masked never reaches the consumers: the
+  // producer's warp writes its zeros.
   // (Computed inside each role, after setmaxnreg: a value live across it gets spilled.)
   auto n_items = [&]() { return (a.M + BM - 1) / BM * a.H * a.B * a.splits; };
   auto item = [&](int w, int& b, int& h, int& q0, int& split) {
@@ -245,20 +290,24 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     if constexpr (kStream) tma_prefetch_desc(ts);
     int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
     const int items = n_items();
-    for (int w = blockIdx.x; w < items; w += gridDim.x) {
+    for (int w = blockIdx.x; w < items;) {
       int b, h, q0, split, cls;
       item(w, b, h, q0, split);
       const TileWalk<BN, V> walk = walk_of(b, h, q0, split);
       int j = walk.start(cls);
-      if (j >= walk.n_tiles) continue;  // every key masked: the consumers only write zeros
+      const bool any = j < walk.n_tiles;
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
-      mbar_wait(empty_q, (n_done++ & 1) ^ 1);  // the previous item's last Q K^T is done with sQ
-      if (issuer) {
-        mbar_arrive_expect_tx(full_q, C::kQBytes);
+      if (any) {
+        mbar_wait(empty_q, (n_done++ & 1) ^ 1);  // the previous item's last Q K^T is done with sQ
+        if (issuer) {
+          mbar_arrive_expect_tx(full_q, C::kQBytes);
 #pragma unroll
-        for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
+          for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
+        }
+      } else {
+        write_masked_item<Elem, DV, BM>(a, b, h, q0, split, tid, V::kHasMask ? 32 : 1);
       }
-      for (bool more = true; more; ++it) {
+      for (bool more = any; more; ++it) {
         int cls_next;
         const int jn = walk.next(j + 1, cls_next);  // evaluated while the stage may still be busy
         more = jn < walk.n_tiles;
@@ -267,6 +316,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         if (issuer) {
           mbar_wait(empty_k(s), parity);
           st_shared_u32(info_kv(s), tile_info(j, cls, more));  // published by the arrive below
+          st_shared_u32(item_kv(s), (u32)w);  // read at the item's first tile only
           mbar_arrive_expect_tx(full_k(s), C::kKBytes + (kStream ? C::kStreamBytes : 0));
 #pragma unroll
           for (int c = 0; c < C::kColBlocks; ++c)
@@ -286,6 +336,16 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         j = jn;
         cls = cls_next;
       }
+      int next = 0;
+      if (issuer) next = a.work != nullptr ? (int)gridDim.x + atomicAdd(a.work, 1) : w + (int)gridDim.x;
+      w = V::kHasMask ? __shfl_sync(0xffffffffu, next, 0) : next;  // the walking warp follows lane 0
+    }
+    // No item follows: a stage with no tile says so (published by the arrive).
+    const int s = it % STAGES;
+    if (issuer) {
+      mbar_wait(empty_k(s), ((it / STAGES) & 1) ^ 1);
+      st_shared_u32(item_kv(s), kNoMoreItems);
+      mbar_arrive(full_k(s));
     }
     return;
   }
@@ -337,8 +397,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // Named barrier 4 + w is warpgroup w's turn (1 + w are the epilogues'); the last warpgroup
   // lets 0 go first, and its own last turn of an item goes unpassed.
   constexpr bool kPingPong = NCWG >= 2;
-  auto my_turn = [&]() { if constexpr (kPingPong) named_barrier(4 + wg, 256); };
-  auto your_turn = [&]() { if constexpr (kPingPong) named_barrier_arrive(4 + (wg + 1) % NCWG, 256); };
+  // Outside the kv loop the warpgroup index comes from a fresh read of the thread index:
+  // kept live across the items it made causal at D=64 (three warpgroups) spill.
+  auto fresh_wg = []() { return (int)(fresh_thread_index() / 128) - 1; };
+  auto my_turn = [&](int w) { if constexpr (kPingPong) named_barrier(4 + w, 256); };
+  auto your_turn = [&](int w) { if constexpr (kPingPong) named_barrier_arrive(4 + (w + 1) % NCWG, 256); };
 
   // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group, issued as
   // one asm statement (wgmma_ops.cuh). QK^T's first step overwrites S, so that the old S
@@ -367,15 +430,21 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   };
 
   int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
-  const int items = n_items();
-  for (int w = blockIdx.x; w < items; w += gridDim.x) {
+  // The item whose first tile is in ring stage `it` (or kNoMoreItems).
+  auto next_item = [&]() {
+    const int s = it % STAGES;
+    mbar_wait(full_k(s), (it / STAGES) & 1);
+    return ld_shared_u32(item_kv(s));
+  };
+  // The next item's word is read at the end of each pass and tested by the loop condition:
+  // with a break on it at the top, ptxas no longer kept the ring position and the wgmma
+  // descriptors in uniform registers (37 more instructions a tile, and spills at three
+  // warpgroups), and a flag of its own was one more register live across the kv loop.
+  for (u32 winfo = next_item(); winfo != kNoMoreItems; winfo = next_item()) {
+    const int w = (int)winfo;
     int b, h, q0, split;
     item(w, b, h, q0, split);
-    // Whether any tile is visited: the one predicate scan a consumer makes per item.
-    int cls0;
-    const TileWalk<BN, V> walk = walk_of(b, h, q0, split);
-    const bool any = walk.start(cls0) < walk.n_tiles;
-    const int row0 = q0 + wg * 64 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
+    const int row0 = q0 + fresh_wg() * 64 + warp * 16 + g;  // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
     const float qf[2] = {(float)row0, (float)(row0 + 8)};
 #pragma unroll
@@ -534,9 +603,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       }
     };
 
-    if (any) {
-      mbar_wait(full_q, n_done & 1);
-      if (kPingPong && wg == NCWG - 1) named_barrier_arrive(4, 256);
+    {
+      mbar_wait(full_q, n_done++ & 1);
+      if (kPingPong && fresh_wg() == NCWG - 1) named_barrier_arrive(4, 256);
       // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
       // S of the next tile is already computed and goes through the softmax. One loop body
       // serves every tile: a peeled first tile doubles the softmax code that NVVM and ptxas
@@ -548,15 +617,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       bool partial, general;
       u64 keep0 = 0, keep1 = 0;
       {
-        const int s = it % STAGES;
-        mbar_wait(full_k(s), (it / STAGES) & 1);
+        const int s = it % STAGES;  // full: next_item() waited for it
         info = ld_shared_u32(info_kv(s));
         partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial;
         general = partial || (int)(info >> 3) * BN + BN > N;
-        my_turn();
+        my_turn(wg);
         wgmma_fence();
         qk(s);
-        your_turn();
+        your_turn(wg);
         if (V::kHasMask && general) survivors(info >> 3, partial, keep0, keep1);
         wgmma_wait<0>();
       }
@@ -580,11 +648,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         mbar_wait(full_k(sn), ((it + 1) / STAGES) & 1);
         info = ld_shared_u32(info_kv(sn));
         mbar_wait(full_v(s), (it / STAGES) & 1);
-        my_turn();
+        my_turn(wg);
         wgmma_fence();
         qk(sn);
         pv(s);
-        your_turn();
+        your_turn(wg);
         sv = s;
         partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial;
         general = partial || (int)(info >> 3) * BN + BN > N;
@@ -595,16 +663,21 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // the last tile's P V
       const int s = it % STAGES;
       mbar_wait(full_v(s), (it / STAGES) & 1);
-      my_turn();
+      const int wgf = fresh_wg();
+      my_turn(wgf);
       wgmma_fence();
       pv(s);
-      if (wg != NCWG - 1) your_turn();  // the last warpgroup's turn would never be taken
+      if (wgf != NCWG - 1) your_turn(wgf);  // the last warpgroup's turn would never be taken
       wgmma_wait<0>();
       wgmma_pin(o);
       release(empty_v(s));
       ++it;
     }
 
+    // Again, with this thread's first row: cheaper than keeping them (and the output pointers
+    // NVVM would derive from them early) live across the kv loop.
+    item(opaque(w), b, h, q0, split);
+    const int out_row0 = q0 + fresh_wg() * 64 + warp * 16 + g;
     const int bh = b * a.H + h;
     if (kSplitKV && a.splits > 1) {
       // ---- epilogue of one split of the keys: this split's normalised O in fp32 and its lse,
@@ -612,8 +685,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       const i64 part_row = ((i64)split * a.B * a.H + bh) * M;
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int r = row0 + 8 * hh;
-        const float l = any ? quad_sum(l_run[hh]) : 0.f;
+        const int r = out_row0 + 8 * hh;
+        const float l = quad_sum(l_run[hh]);
         const float inv = l > 0.f ? 1.f / l : 0.f;
         if (r < M) {
           float* po = a.part_o + (part_row + r) * DV;
@@ -624,7 +697,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           if (t == 0) a.part_lse[part_row + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
         }
       }
-      if (any) ++n_done;
       continue;
     }
 
@@ -633,23 +705,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // and the next group fills the other half, so L2 merges them before they reach memory.
     // Not staged in shared memory: sQ already belongs to the next item's Q. ----
     Elem* go = static_cast<Elem*>(a.o) + (i64)bh * M * DV;
-    if (!any) {
-      // Every key masked: zeros and lse = -inf.
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = row0 + 8 * hh;
-        if (r >= M) continue;
-#pragma unroll 1
-        for (int jj = 0; jj < DV / 8; ++jj) *reinterpret_cast<u32*>(go + (i64)r * DV + 8 * jj + 2 * t) = 0u;
-        if (a.lse != nullptr && t == 0) a.lse[(i64)bh * M + r] = neg_inf();
-      }
-      continue;
-    }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float l = quad_sum(l_run[hh]);
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      const int r = row0 + 8 * hh;
+      const int r = out_row0 + 8 * hh;
       if (r >= M) continue;
       if (a.lse != nullptr && t == 0)
         a.lse[(i64)bh * M + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
@@ -657,7 +717,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
       for (int jj = 0; jj < DV / 8; ++jj) orow[4 * jj] = pack2<Elem>(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
     }
-    ++n_done;
   }
 }
 
