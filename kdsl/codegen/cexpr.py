@@ -18,6 +18,18 @@ _FLOAT_FN = {"exp": "kdsl::math_exp", "exp2": "kdsl::math_exp2", "log": "kdsl::m
              "log2": "kdsl::math_log2", "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "kdsl::math_tanh",
              "sin": "kdsl::math_sin", "cos": "kdsl::math_cos", "tan": "tanf", "sigmoid": "kdsl::math_sigmoid"}
 
+# Positions as floats, which the attention kernels pass in two parts (attention_variant.cu.j2):
+# a base per row or tile, and the element's column offset `col`, a constant once the caller's
+# loop over a thread's elements is unrolled. name -> (base, sign of col).
+SPLIT_POSITIONS = {"kvf": ("kvf0", 1), "dqkf": ("dq0", -1)}
+# What varies from one element of a tile to the next (a value free of these is the same for all)
+ELEMENT_VARS = ("q", "kv", "qf", "kvf", "dqkf", "qk")
+
+
+def split_position(name: str) -> str:
+    base, sign = SPLIT_POSITIONS[name]
+    return f"({base} {'+' if sign > 0 else '-'} col)"
+
 
 # User names reach generated C++ only through these two functions. Every identifier they
 # make starts with 'cap_' or 'dim_', and no identifier kdsl itself writes (template locals,
@@ -61,6 +73,10 @@ class CEmitter:
             return self._load(e)
         if e.op in ir.TILE_REDUCTIONS:
             return self._tile_reduction(e)
+        if e.op == "mul" and e.ty == "f32":
+            scaled = self._scaled_position(e)
+            if scaled is not None:
+                return scaled
         a = [self(x) for x in e.args]
         op = e.op
         if op == "div":  # floats only (the type checker refuses '/' on ints)
@@ -85,6 +101,27 @@ class CEmitter:
         if op == "float":
             return f"((float)({a[0]}))"
         return f"{_FLOAT_FN[op]}({a[0]})"
+
+    def _scaled_position(self, e: ir.Op) -> str | None:
+        """x * position, x the same for every element (a slope, a constant): distributed over
+        the position's two parts, x * base + x * col, as fmaf(x, col, x * base). NVVM computes
+        x * base once per row or tile and keeps one FFMA with an immediate per element; it
+        could not distribute x itself (float arithmetic does not reassociate)."""
+        for x, p in (e.args, e.args[::-1]):
+            sign = 1
+            while isinstance(p, ir.Op) and p.op == "neg":
+                p, sign = p.args[0], -sign
+            if not (isinstance(p, ir.Var) and p.name in SPLIT_POSITIONS
+                    and self.variables.get(p.name) == split_position(p.name)):
+                continue
+            if any(ir.uses(x, v) for v in ELEMENT_VARS) or any(isinstance(n, ir.Load) and n.tensor == self.streamed
+                                                                for n in ir.walk(x)):
+                continue
+            base, col_sign = SPLIT_POSITIONS[p.name]
+            xs = self(x)
+            scaled = f"({xs})" if sign > 0 else f"(- ({xs}))"
+            return f"fmaf({scaled if col_sign > 0 else f'(- {scaled})'}, col, {scaled} * {base})"
+        return None
 
     def _tile_reduction(self, e: ir.Op) -> str:
         axis, which = ir.TILE_REDUCTIONS[e.op]

@@ -13,7 +13,7 @@ import jinja2
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
 from ..passes import exp2_fold, mask_analysis, streaming, tiling
-from .cexpr import CEmitter, Capture, capture_ident, dim_ident
+from .cexpr import CEmitter, Capture, capture_ident, dim_ident, split_position
 
 HERE = Path(__file__).parent
 INCLUDE_DIR = HERE / "include"
@@ -104,7 +104,8 @@ def attention_capture_dims(k: ir.Kernel) -> tuple[str, ...]:
 def _attention(k: ir.Kernel) -> Generated:
     d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
     variables = {"qk": "qk", "scale_log2": "a.scale_log2", "scale": "c.scale", "b": "b", "h": "h", "q": "q",
-                 "kv": "kv", "qf": "qf", "kvf": "kvf", "dqkf": "dqkf", "q0": "q0", "q1": "q1", "k0": "k0", "k1": "k1"}
+                 "kv": "kv", "qf": "qf", "kvf": split_position("kvf"), "dqkf": split_position("dqkf"),
+                 "q0": "q0", "q1": "q1", "k0": "k0", "k1": "k1"}
     extra = attention_capture_dims(k)
     for name, (t, axis) in k.dims.items():
         fixed = {("q", 3): str(d), ("v", 3): str(dv)}  # head dims: compile-time constants

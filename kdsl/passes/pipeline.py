@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from .. import ast, ir
 from ..errors import SourceError
-from . import exp2_fold, index_floats, mask_analysis, streaming, tiling, typecheck, warp_map
+from . import (exp2_fold, index_floats, invariant_factors, mask_analysis, mask_facts, streaming, tiling, typecheck,
+               warp_map)
 from .target import Target
 
 HEAD_DIMS = (64, 128)
@@ -56,8 +57,12 @@ def lower(k: ir.Kernel, target: Target, head_dim: int = 0, value_dim: int = 0) -
         k = k.with_attrs(head_dim=head_dim, value_dim=value_dim or default_value_dim(k, head_dim))
     # Before mask analysis: the folded score is what the kernel evaluates per element.
     k = exp2_fold.run(k)
+    # On the folded score: factors the same for every element gather into one product.
+    k = invariant_factors.run(k)
     # On the folded score, whose float(i - j) terms are now final: positions become floats once.
     k = index_floats.run(k)
+    # On the positions as floats: |q - kv| loses its abs where the mask fixes the sign.
+    k = mask_facts.run(k)
     # Independent of tile sizes: emits tile predicates over symbolic bounds q0..k1.
     k = mask_analysis.run(k)
     # On the final score: which captured tensor's tiles can travel with K (by TMA).

@@ -357,8 +357,9 @@ KDSL_DEVICE void attention_fwd(const AttnArgs& a, const typename V::Captures& ca
               const float x = V::score(a, cap, s[mt][nt][e], b, h,
                                        min_i(qrow0 + mt * 16 + (e >> 1) * 8, M - 1),
                                        min_i(k0 + nt * 8 + 2 * tig + (e & 1), N - 1),
-                                       (float)(qrow0 + mt * 16 + (e >> 1) * 8), (float)(k0 + nt * 8 + 2 * tig + (e & 1)),
-                                       (float)(qrow0 + mt * 16 + (e >> 1) * 8) - (float)(k0 + nt * 8 + 2 * tig + (e & 1)));
+                                       (float)(qrow0 + mt * 16 + (e >> 1) * 8), (float)(k0 + 2 * tig),
+                                       (float)(qrow0 + mt * 16 + (e >> 1) * 8) - (float)(k0 + 2 * tig),
+                                       (float)(nt * 8 + (e & 1)));
               s[mt][nt][e] = (keep[bit / 32] >> (bit % 32)) & 1u ? x : neg_inf();
             }
       } else {
@@ -371,8 +372,9 @@ KDSL_DEVICE void attention_fwd(const AttnArgs& a, const typename V::Captures& ca
               s[mt][nt][e] = V::score(a, cap, s[mt][nt][e], b, h,
                                       min_i(qrow0 + mt * 16 + (e >> 1) * 8, M - 1),
                                       k0 + nt * 8 + 2 * tig + (e & 1),
-                                      (float)(qrow0 + mt * 16 + (e >> 1) * 8), (float)(k0 + nt * 8 + 2 * tig + (e & 1)),
-                                      (float)(qrow0 + mt * 16 + (e >> 1) * 8) - (float)(k0 + nt * 8 + 2 * tig + (e & 1)));
+                                      (float)(qrow0 + mt * 16 + (e >> 1) * 8), (float)(k0 + 2 * tig),
+                                      (float)(qrow0 + mt * 16 + (e >> 1) * 8) - (float)(k0 + 2 * tig),
+                                      (float)(nt * 8 + (e & 1)));
       }
 
       // ---- online softmax (log2 domain) ----

@@ -517,12 +517,13 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // kFactored: sc holds score_unit (score = kScoreFactor * unit), whose row max is taken
       // likewise; the factor goes into the exponent's FFMA below.
       auto score_at = [&](int i, int kv) {
-        const float kvf = kvf0 + (float)(8 * (i / 4) + (i & 1)), dqkf = dq0[(i >> 1) & 1] - (float)(8 * (i / 4) + (i & 1));
+        const float col = (float)(8 * (i / 4) + (i & 1));  // a constant once unrolled
         if constexpr (V::kFactored)
-          return V::score_unit(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf, dqkf,
+          return V::score_unit(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf0, dq0[(i >> 1) & 1], col,
                                stream_at(slot, i));
         else
-          return V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf, dqkf, stream_at(slot, i));
+          return V::score(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf0, dq0[(i >> 1) & 1], col,
+                          stream_at(slot, i));
       };
       if constexpr (!V::kScaledDot && V::kScoreLoadsAtKV) {
         if (general) {

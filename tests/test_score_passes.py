@@ -1,0 +1,121 @@
+"""The score passes that cut per-element work: invariant factors gathered into one product,
+|q - kv| simplified under the mask, and codegen's FFMA for a uniform factor times a position."""
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kdsl import ir
+from kdsl.codegen import emit
+from kdsl.grammar import parse
+from kdsl.passes import exp2_fold, index_floats, invariant_factors, mask_facts, pipeline
+from kdsl.passes.target import get_target
+from kdsl.semantics import eval_numpy
+from kdsl.runtime.launch import eval_scalar
+
+from exprgen import float_expr, program
+
+
+def kernel(score, mask=None):
+    return pipeline.check(parse(program(score, mask), "t.kd"))[0]
+
+
+def lowered(score, mask=None, **attrs):
+    k = kernel(score, mask)
+    return pipeline.lower(k.with_attrs(**attrs) if attrs else k, get_target("sm_90a"), 128)
+
+
+@settings(max_examples=80, deadline=None)
+@given(float_expr(depth=3), st.integers(0, 2**32 - 1))
+def test_gathering_invariant_factors_preserves_value(score, seed):
+    k = exp2_fold.run(kernel(score))
+    got_k = invariant_factors.run(k)
+    rng = random.Random(seed)
+    for _ in range(20):
+        env = {"b": rng.randrange(2), "h": rng.randrange(4), "q": rng.randrange(300), "kv": rng.randrange(257),
+               "B": 2, "H": 4, "Hkv": 2, "M": 300, "N": 257, "D": 128}
+        qk, scale = rng.uniform(-40, 40), rng.uniform(0.01, 0.2)
+        env.update(qk=qk, scale=scale, scale_log2=scale * exp2_fold.LOG2E)
+        try:
+            want = eval_scalar(k.func("score_log2"), env)
+        except (ZeroDivisionError, OverflowError, ValueError):
+            continue
+        got = eval_scalar(got_k.func("score_log2"), env)
+        # reassociated products round differently: equal to f32 precision, not bitwise
+        assert math.isclose(got, want, rel_tol=1e-5, abs_tol=1e-5) or (math.isnan(got) and math.isnan(want)), \
+            (score, got, want)
+
+
+def test_soft_capping_multiplies_the_dot_product_once():
+    """tanh(s / 30): s = qk * scale, so (qk * scale) / 30 -> qk * (scale * (1 / 30))."""
+    e = lowered("30 * tanh(s / 30)").func("score_log2")
+    inner = next(n for n in ir.walk(e) if isinstance(n, ir.Op) and n.op == "tanh").args[0]
+    assert isinstance(inner, ir.Op) and inner.op == "mul" and ir.Var("f32", "qk") in inner.args
+    assert not any(isinstance(n, ir.Op) and n.op == "div" for n in ir.walk(e))
+
+
+def test_exact_math_keeps_a_division_by_an_invariant():
+    e = lowered("30 * tanh(s / 30)", math="exact").func("score_log2")
+    assert any(isinstance(n, ir.Op) and n.op == "div" for n in ir.walk(e))
+
+
+@pytest.mark.parametrize("mask,sign", [("j <= i", 1), ("j < i and i - j < 64", 1), ("i > j", 1),
+                                       ("i <= j", -1), ("j >= i", -1), ("j <= i or j < 4", 0),
+                                       ("j <= i and j >= i", 0), ("j != i", 0)])
+def test_mask_fixes_the_sign_of_q_minus_kv(mask, sign):
+    assert mask_facts.q_minus_kv_sign(kernel(None, mask).func("mask")) == sign
+
+
+@pytest.mark.parametrize("mask", ["j <= i", "j <= i and i - j < 100", "i <= j", "j >= i and j - i < 7"])
+def test_abs_of_the_relative_position_drops_where_the_mask_keeps_elements(mask):
+    """Where the mask keeps an element the simplified score equals the score; abs is gone."""
+    score = "s - 0.25 * float(abs(i - j)) + 0.5 * float(abs(j - i))"
+    k = index_floats.run(invariant_factors.run(exp2_fold.run(kernel(score, mask))))
+    simplified = mask_facts.run(k)
+    assert not any(isinstance(n, ir.Op) and n.op == "abs" for n in ir.walk(simplified.func("score_log2")))
+    q = np.arange(300).reshape(-1, 1)
+    kv = np.arange(257).reshape(1, -1)
+    env = {"qk": np.float32(0.25), "scale": np.float32(0.125), "scale_log2": np.float32(0.18), "b": 0, "h": 0,
+           "q": q, "kv": kv, "qf": q.astype(np.float32), "kvf": kv.astype(np.float32),
+           "dqkf": (q - kv).astype(np.float32), "B": 1, "H": 1, "Hkv": 1, "M": 300, "N": 257, "D": 64}
+    kept = eval_numpy(k.func("mask"), env, {}, np.float32)
+    want = eval_numpy(k.func("score_log2"), env, {}, np.float32)
+    got = eval_numpy(simplified.func("score_log2"), env, {}, np.float32)
+    assert kept.any() and np.array_equal(got[kept], want[kept])
+
+
+def test_abs_inside_a_load_index_stays():
+    """A masked element's loads are still issued: its index must stay in bounds as written."""
+    src = """attention t {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    bias: f32[4096]
+    score(s, b, h, i, j) = s + bias[abs(i - j)] + float(abs(i - j))
+    mask(b, h, i, j) = j <= i
+}
+"""
+    k = pipeline.lower(pipeline.check(parse(src, "t.kd"))[0], get_target("sm_90a"), 128)
+    e = k.func("score_log2")
+    loads = [n for n in ir.walk(e) if isinstance(n, ir.Load)]
+    assert loads and all(any(isinstance(x, ir.Op) and x.op == "abs" for i in n.indices for x in ir.walk(i))
+                         for n in loads)
+    outside = [n for n in ir.walk(e) if isinstance(n, ir.Op) and n.op == "abs" and n.ty == "f32"]
+    assert not outside
+
+
+def test_a_uniform_factor_times_a_position_is_one_ffma_with_the_column_offset():
+    """alibi: slopes[h] * (q - kv) -> fmaf(-slope, col, slope * dq0): NVVM hoists slope * dq0 per
+    row and keeps one FFMA with the constant column offset per element."""
+    src = """attention alibi {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    slopes: f32[H]
+    score(s, b, h, i, j) = s - slopes[h] * float(abs(i - j))
+    mask(b, h, i, j) = j <= i
+}
+"""
+    k = pipeline.lower(pipeline.check(parse(src, "t.kd"))[0], get_target("sm_90a"), 128)
+    source = emit.generate(k).source
+    body = source[source.index("float score("):]
+    body = body[:body.index("}")]
+    assert "fmaf(" in body and ", col, " in body and "* dq0" in body and "fabsf" not in body
