@@ -119,3 +119,11 @@ def test_a_uniform_factor_times_a_position_is_one_ffma_with_the_column_offset():
     body = source[source.index("float score("):]
     body = body[:body.index("}")]
     assert "fmaf(" in body and ", col, " in body and "* dq0" in body and "fabsf" not in body
+
+
+def test_poly_exp2_is_a_checked_schedule_attr():
+    from kdsl.errors import KdslError
+    assert lowered("30 * tanh(s / 30)").attr("poly_exp2") == 0
+    assert lowered("30 * tanh(s / 30)", poly_exp2=4).attr("poly_exp2") == 4
+    with pytest.raises(KdslError, match="poly_exp2 must be one of"):
+        lowered("30 * tanh(s / 30)", poly_exp2=5)

@@ -45,7 +45,7 @@ ACCUMULATOR_REGS = 208
 THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
 
 # Schedule attributes a kernel may carry, per kernel family, and their legal values.
-SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule"),
+SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2"),
                   "mma": ("tile_m", "tile_n", "warps"),
                   "gemm": gemm_tiles.CONFIG_ATTRS}
 # m64nNk16 widths wgmma_ops.cuh has (tools/gen_wgmma.py generates it from this tuple).
@@ -58,6 +58,12 @@ MMA_WIDTHS = (32, 64, 128)            # attention_mma.cuh: "BN must be 32, 64 or
 # S=2k and +3-7 % at 8k; windows, documents, neighbourhoods, prefix-LM and padded masks
 # +4-13 %; plain and causal D=64 +1-2 %.
 SCHEDULES = ("persistent", "grid")
+# poly_exp2 = n: the softmax computes the exponentials of every n-th column group with a
+# polynomial on the FMA pipe (common.cuh exp2_poly) and the rest on the MUFU; 0 (the default):
+# all on the MUFU. Meant for scores that keep the MUFU busy themselves (tanh, sin, ...); on an
+# H100 it did not pay (bench/NOTES.md, 2026-11-24: soft-capping D=128 0.92x with n = 4,
+# 0.97x with n = 8), so it stays an option for `kdsl tune` and hand schedules.
+POLY_EXP2 = (0, 2, 3, 4, 8)
 # Work counters a Hopper attention program holds for persistent launches: one per stream that
 # launches it (runtime/launch.py Loaded.work_counter); streams beyond them walk a fixed stride.
 WORK_SLOTS = 64
@@ -183,7 +189,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
     # dispatch does, and start the next item under the current one (SCHEDULES).
     default = {"wgmma": lambda: dict(zip(("tile_n", "consumers", "stages"),
                                          wgmma_default_tiles(d, dv, target.smem_per_block, **hints)),
-                                     schedule="persistent"),
+                                     schedule="persistent", poly_exp2=0),
                "mma": lambda: dict(zip(("tile_m", "tile_n", "warps"), ATTENTION_TILES[d]))}[fam]()
     given = {n: attrs[n] for n in SCHEDULE_ATTRS[fam] if n in attrs}
     s = {**default, **given}
@@ -244,6 +250,8 @@ def _wgmma_problem(k, s, dims, target) -> str:
         return f"stages must be in [2, {MAX_STAGES}]"
     if s["schedule"] not in SCHEDULES:
         return f"schedule must be one of {', '.join(SCHEDULES)}"
+    if s["poly_exp2"] not in POLY_EXP2:
+        return f"poly_exp2 must be one of {POLY_EXP2}"
     return _fits(attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], s["stages"]), target)
 
 

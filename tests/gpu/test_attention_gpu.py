@@ -50,9 +50,10 @@ def test_sample_matches_reference(name, shape):
 
 
 # Schedules other than the defaults: three consumer warpgroups taking turns round-robin, wide
-# kv tiles with two stages, one warpgroup; masked, streamed and ragged cases.
+# kv tiles with two stages, one warpgroup, grid launches, half the exponentials by polynomial;
+# masked, streamed and ragged cases.
 SCHEDULES = [dict(consumers=3, stages=2), dict(consumers=3, stages=3, tile_n=112), dict(tile_n=176, stages=2),
-             dict(tile_n=192, stages=2), dict(consumers=1, tile_n=96, stages=4), dict(schedule="grid")]
+             dict(tile_n=192, stages=2), dict(consumers=1, tile_n=96, stages=4), dict(schedule="grid"), dict(poly_exp2=2)]
 
 
 @pytest.mark.parametrize("attrs", SCHEDULES, ids=lambda a: ",".join(f"{k}={v}" for k, v in a.items()))

@@ -8,6 +8,8 @@ Each spec is k=v[,k=v] (integers, or strings for schedule); the first row is the
 schedule. Every variant's output is compared with the default's (they must agree to bf16).
 A case may carry its own specs after a second colon group (FILE:KERNEL:SHAPE:SPEC;SPEC),
 used instead of --attrs. plain and causal cases also time cuDNN SDPA in the same process.
+All rows of a case are timed in turns, launch by launch (bench.Timer.in_turns), so that the
+GPU clock's drift over the case does not favour the rows measured first.
 """
 from __future__ import annotations
 
@@ -49,27 +51,34 @@ def main() -> None:
         dims = {"B": B, "H": H, "Hkv": H, "M": M, "N": N, "D": D, "Dv": D}
         flops = 4 * D * kept_pairs(base.ir, dims, caps, B, H, M, N)
         ref = base(q, k, v, **caps)
-        t0 = timer(lambda: base(q, k, v, **caps))
-        lowered = next(iter(base._loaded.values()))[0].kernel
-        sched = {a: lowered.attr(a) for a in ("tile_n", "consumers", "stages", "schedule")}
-        print(f"\n== {name} B={B} H={H} M={M} N={N} D={D}: default {sched}: {t0 * 1e3:8.1f} us "
-              f"{flops / t0 / 1e9:6.1f} TFLOPS", flush=True)
+        timed, notes = {"default": lambda: base(q, k, v, **caps)}, {}
         if name in ("plain", "causal"):
             from torch.nn.attention import SDPBackend, sdpa_kernel
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                t = timer(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=name == "causal"))
-            print(f"   {'cuDNN SDPA':40s} {t * 1e3:8.1f} us {flops / t / 1e9:6.1f} TFLOPS  x{t0 / t:5.3f}", flush=True)
+
+            def cudnn():
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=name == "causal")
+            timed["cuDNN SDPA"] = cudnn
         for spec in filter(None, specs.split(";")):
             try:
                 kern = AttentionKernel(base.ir.with_attrs(**parse_attrs(spec)))
-                out = kern(q, k, v, **caps)
-                err = rel_frobenius(out, ref)
-                t = timer(lambda: kern(q, k, v, **caps))
-                print(f"   {spec:40s} {t * 1e3:8.1f} us {flops / t / 1e9:6.1f} TFLOPS  x{t0 / t:5.3f}  "
-                      f"vs default {err:.1e}", flush=True)
+                notes[spec] = f"vs default {rel_frobenius(kern(q, k, v, **caps), ref):.1e}"
+                timed[spec] = lambda kern=kern: kern(q, k, v, **caps)
             except Exception as e:  # an illegal schedule: say so, go on
-                print(f"   {spec:40s} {type(e).__name__}: {str(e)[:150]}", flush=True)
-
+                notes[spec] = f"{type(e).__name__}: {str(e)[:150]}"
+        times = timer.in_turns(timed)  # in turns: the GPU clock's drift hits every row alike
+        t0 = times["default"]
+        lowered = next(iter(base._loaded.values()))[0].kernel
+        sched = {a: lowered.attr(a) for a in ("tile_n", "consumers", "stages", "schedule", "poly_exp2")}
+        print(f"\n== {name} B={B} H={H} M={M} N={N} D={D}: default {sched}: {t0 * 1e3:8.1f} us "
+              f"{flops / t0 / 1e9:6.1f} TFLOPS", flush=True)
+        for label in list(timed)[1:] + [s for s in notes if s not in timed]:
+            if label in times:
+                t = times[label]
+                print(f"   {label:40s} {t * 1e3:8.1f} us {flops / t / 1e9:6.1f} TFLOPS  x{t0 / t:5.3f}  "
+                      f"{notes.get(label, '')}", flush=True)
+            else:
+                print(f"   {label:40s} {notes[label]}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -570,13 +570,17 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         float sum = 0.f;
 #pragma unroll
         for (int jj = 0; jj < BN / 8; ++jj) {
+          // Every kPolyExp2-th column group's exponentials on the FMA pipe (exp2_poly), the rest
+          // on the MUFU: a choice fixed at compile time once the loop is unrolled.
+          constexpr int kEvery = V::kPolyExp2;
+          auto ex2 = [&](float x) { return kEvery > 0 && jj % kEvery == kEvery - 1 ? exp2_poly(x) : exp2_approx(x); };
           float p0, p1;
           if constexpr (kRaw) {  // one FFMA: raw * factor - max
-            p0 = exp2_approx(fmaf(sc[4 * jj + 2 * hh], factor, -ref));
-            p1 = exp2_approx(fmaf(sc[4 * jj + 2 * hh + 1], factor, -ref));
+            p0 = ex2(fmaf(sc[4 * jj + 2 * hh], factor, -ref));
+            p1 = ex2(fmaf(sc[4 * jj + 2 * hh + 1], factor, -ref));
           } else {
-            p0 = exp2_approx(sc[4 * jj + 2 * hh] - ref);
-            p1 = exp2_approx(sc[4 * jj + 2 * hh + 1] - ref);
+            p0 = ex2(sc[4 * jj + 2 * hh] - ref);
+            p1 = ex2(sc[4 * jj + 2 * hh + 1] - ref);
           }
           sc[4 * jj + 2 * hh] = p0;
           sc[4 * jj + 2 * hh + 1] = p1;
