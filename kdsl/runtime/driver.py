@@ -34,8 +34,6 @@ def _libcuda():
     lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     lib.cuLaunchKernelEx.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     lib.cuLaunchKernelEx.restype = ctypes.c_int
-    lib.cuMemsetD32Async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
-    lib.cuMemsetD32Async.restype = ctypes.c_int
     return lib
 
 
@@ -137,11 +135,6 @@ def launch_dependent(config, fn: int, stream: int, pack: ArgPack, pointers):
             slot.value = p
         status = _libcuda().cuLaunchKernelEx(ctypes.byref(cfg), fn, pack.params, None)
     _check(status)
-
-
-def memset_d32(ptr: int, value: int, count: int, stream: int) -> None:
-    """count 32-bit words at ptr set to value, in stream order (capturable in a CUDA graph)."""
-    _check(_libcuda().cuMemsetD32Async(ptr, value, count, stream))
 
 
 def _check(status: int) -> None:

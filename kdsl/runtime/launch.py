@@ -14,7 +14,6 @@ from ..passes import exp2_fold, index_floats, tiling
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
 from . import arrays, geometry, splitkv, summary, torch_ops
-from . import driver as driver_api
 from .bounds import check_capture_indices
 from .driver import ArgPack, launch, max_active_clusters
 from .splitkv import CombineLaunch
@@ -51,21 +50,23 @@ class Loaded:
         self._work_lock = threading.Lock()
 
     def work_counter(self, stream: int) -> int:
-        """The persistent Hopper attention kernel's work counter for a launch on `stream`,
-        zeroed in stream order: a slot of the module's kdsl_work_counters (tiling.WORK_SLOTS of
-        them), one per stream, so that launches on concurrent streams never share one. 0 (CTAs
-        then walk items by a fixed stride) once every slot belongs to another stream."""
-        with self._work_lock:
-            slot = self._work_slots.get(stream)
-            if slot is None:
-                if len(self._work_slots) >= tiling.WORK_SLOTS:
-                    return 0
-                if not self._work_slots:
-                    self._work_base = int(self.module.get_global_var("kdsl_work_counters"))
-                slot = self._work_slots[stream] = len(self._work_slots)
-        ptr = self._work_base + 4 * slot
-        driver_api.memset_d32(ptr, 0, 1, stream)
-        return ptr
+        """The persistent Hopper attention kernel's work counters for a launch on `stream`: a
+        slot of the module's kdsl_work_counters (tiling.WORK_SLOTS of them, two words each), one
+        per stream, so that launches on concurrent streams never share one. They start at zero
+        and the kernel's last CTA zeroes them again (attention_wgmma.cuh), so a launch needs no
+        memset of its own: one stream operation less a call. 0 (CTAs then walk items by a fixed
+        stride) once every slot belongs to another stream."""
+        slot = self._work_slots.get(stream)
+        if slot is None:
+            with self._work_lock:
+                slot = self._work_slots.get(stream)
+                if slot is None:
+                    if len(self._work_slots) >= tiling.WORK_SLOTS:
+                        return 0
+                    if not self._work_slots:
+                        self._work_base = int(self.module.get_global_var("kdsl_work_counters"))
+                    slot = self._work_slots[stream] = len(self._work_slots)
+        return self._work_base + 8 * slot
 
 
 @dataclass

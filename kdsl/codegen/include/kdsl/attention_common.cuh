@@ -14,8 +14,9 @@ struct AttnArgs {
   int splits = 1;
   float* part_o = nullptr;
   float* part_lse = nullptr;
-  // Persistent launches: a counter zeroed before the launch, from which CTAs take work items
-  // after their first (attention_wgmma.cuh); nullptr: CTA i takes items i, i + gridDim.x, ...
+  // Persistent launches: work[0] counts the items CTAs took after their first, work[1] the
+  // CTAs done taking; zero at the launch, and zeroed again by the last CTA done
+  // (attention_wgmma.cuh). nullptr: CTA i takes items i, i + gridDim.x, ...
   int* work = nullptr;
 };
 

@@ -346,6 +346,16 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       mbar_wait(empty_k(s), ((it / STAGES) & 1) ^ 1);
       st_shared_u32(item_kv(s), kNoMoreItems);
       mbar_arrive(full_k(s));
+      // This CTA takes no more items. The last CTA to get here zeroes the counters for the next
+      // launch on the stream (ordered before it by the kernel boundary); the fence orders this
+      // CTA's last take before its count.
+      if (a.work != nullptr) {
+        __threadfence();
+        if (atomicAdd(a.work + 1, 1) == (int)gridDim.x - 1) {
+          atomicExch(a.work, 0);
+          atomicExch(a.work + 1, 0);
+        }
+      }
     }
     return;
   }
