@@ -58,12 +58,22 @@ def fp8_gemm(a, a_scale, b, b_scale, group=None, count=None, c=None):
     return out if c is None else out + backend_for(a).float64(c)
 
 
-def _fp8_product(a, a_scale, b, b_scale, group):
+def fp8_gemm_magnitude(a, a_scale, b, b_scale, group=None, c=None):
+    """Per output element, the sum of the squares of the terms the kernel adds up (every
+    product a_ik * b_jk, and c_ij): what its rounding error scales with, however much the
+    terms cancel in their sum (check.fp8_difference's floor)."""
+    out = _fp8_product(a, a_scale, b, b_scale, group, square=True)
+    return out if c is None else out + backend_for(a).float64(c) ** 2
+
+
+def _fp8_product(a, a_scale, b, b_scale, group, square=False):
     from .fp8 import dequantize_1x128, dequantize_128x128
 
     be = backend_for(a)
     A = dequantize_1x128(a, a_scale, be.dtype("f64"))
     Bm = dequantize_128x128(b, b_scale, be.dtype("f64"))
+    if square:
+        A, Bm = A * A, Bm * Bm
     if group is not None:  # contiguous: row m uses b[group[m]]; -1 rows give NaN (never compared)
         out = be.full((A.shape[0], Bm.shape[1]), math.nan, "f64")
         for g in range(Bm.shape[0]):
