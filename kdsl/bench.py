@@ -112,9 +112,9 @@ class Timer:
         a few launches back to back, L2 flushed before each. The GPU's clock drifts over a
         measurement (an H100 read the same kernel 5-10 % apart within a minute), and taking
         turns gives every function the same share of it, so that ratios between them stay
-        honest. Blocks, not single launches, and an untimed call opening each: a peer whose
-        call waits on the host (cuDNN's, Flex's) drains the stream's queue, and a short
-        kernel timed right after it would count the host's launch latency."""
+        honest. Blocks, not single launches, an untimed call opening each, and GPU work queued
+        ahead of each timed launch: a call whose host path is slow (cuDNN's, Flex's) drains the
+        stream's queue, and a short kernel timed then would count the host's launch latency."""
         torch = self.torch
         for fn in fns.values():
             for _ in range(3):
@@ -128,6 +128,10 @@ class Timer:
                 fn()  # untimed: the queue holds work again before the first timed launch
                 for _ in range(per):
                     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    # ~0.1 ms of GPU work ahead of the start event: the host has enqueued the
+                    # call by the time the GPU reaches it, however slow its host path (a
+                    # decode call's cuDNN peer read 53 us instead of 26 us without it)
+                    torch.cuda._sleep(200_000)
                     self.flush_buf.fill_(1)  # evict inputs from L2
                     s.record()
                     fn()
