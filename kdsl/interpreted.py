@@ -18,7 +18,8 @@ from . import interp, ir
 from .backends import round_float32
 from .errors import LaunchError
 from .runtime import torch_ops
-from .runtime.launch import AttentionKernel, GemmKernel
+from .runtime.gemm_launch import GemmKernel
+from .runtime.launch import AttentionKernel
 
 
 class Interpreted:

@@ -11,7 +11,8 @@ from ..grammar import parse
 from ..interpreted import Interpreted
 from ..passes import pipeline
 from . import prebuild, torch_ops
-from .launch import AttentionKernel, GemmKernel
+from .gemm_launch import GemmKernel
+from .launch import AttentionKernel
 
 
 class Module:

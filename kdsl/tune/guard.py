@@ -141,7 +141,8 @@ def _callable(candidate: ir.Kernel, arch: str, interpret: bool):
     if interpret:
         from ..interpreted import Interpreted
         return Interpreted(candidate, arch)
-    from ..runtime.launch import AttentionKernel, GemmKernel
+    from ..runtime.gemm_launch import GemmKernel
+    from ..runtime.launch import AttentionKernel
     return (AttentionKernel if candidate.kind == "attention" else GemmKernel)(candidate, arch)
 
 

@@ -35,7 +35,8 @@ class Bench:
                 self.inputs.append(((a, sa, b, sb, *extra), {}))
 
     def _callable(self, k: ir.Kernel):
-        from ..runtime.launch import AttentionKernel, GemmKernel
+        from ..runtime.gemm_launch import GemmKernel
+        from ..runtime.launch import AttentionKernel
         return (AttentionKernel if k.kind == "attention" else GemmKernel)(k, self.arch)
 
     def _round(self, fn) -> float:

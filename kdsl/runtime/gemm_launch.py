@@ -1,0 +1,184 @@
+"""The FP8 GEMM's callable: argument checks once per call signature, a tile configuration
+per (M, N, K, G) and SM count, then a lean launch on the caller's stream (launch.py holds
+what it shares with attention: KernelBase, Loaded, Plan)."""
+from __future__ import annotations
+
+import math
+
+from .. import ir
+from ..errors import KdslError, LaunchError
+from . import arrays, geometry, torch_ops
+from .driver import ArgPack, max_active_clusters
+from .launch import KernelBase, Loaded, Plan, _align, _ptr, _signature, _sm_count
+
+
+class GemmKernel(KernelBase):
+    """mod.NAME(a, a_scale, b, b_scale[, group | count], out=None) -> out.
+
+    Scales are in the layouts kdsl.fp8.quantize_1x128 / quantize_128x128 return: a_scale is
+    logically [M, K/128] stored M-major (strides (1, M)); b_scale is contiguous
+    [ceil(N/128), K/128]; grouped forms add a leading G. A kernel whose out is declared
+    `accumulate` adds into the given out (required).
+
+    Tiles are chosen per call signature, for its (M, N, K, G) and the device's SM count
+    (passes/gemm_tiles.py); each configuration is compiled once. The kernel reads a, b,
+    a_scale and writes out through TMA tensor maps, re-encoded only when a pointer changes.
+    """
+
+    def __init__(self, kernel, arch=None):
+        super().__init__(kernel, arch)
+        self.grouping = kernel.attr("grouping")
+        self.extra = {"contiguous": "group", "masked": "count"}.get(self.grouping)
+        self.accumulate = bool(kernel.attr("accumulate"))
+
+    def with_attrs(self, **attrs) -> "GemmKernel":
+        """The same kernel with tile attrs fixed (tile_m, tile_n, stages, cluster, multicast,
+        raster, store; see passes/gemm_tiles.py): the tiling pass then chooses only among
+        configurations that agree with them, and refuses a call where none does."""
+        from ..passes import gemm_tiles
+        unknown = set(attrs) - set(gemm_tiles.CONFIG_ATTRS)
+        if unknown:
+            raise KdslError(f"{self.name}: unknown FP8 GEMM attr(s) {sorted(unknown)}; "
+                            f"choose from {', '.join(gemm_tiles.CONFIG_ATTRS)}")
+        return GemmKernel(self.ir.with_attrs(**attrs), self.arch)
+
+    def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
+        if torch_ops.compiling():
+            return torch_ops.gemm(self, a, a_scale, b, b_scale, rest, named, out)
+        extra = self._extra(rest, named) if (rest or named or self.extra) else None
+        key = _signature((a, a_scale, b, b_scale, extra), (out,))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(a, a_scale, b, b_scale, extra, out)
+        if out is None:
+            out = plan.new_out()
+        if plan.loaded is None:
+            return out
+        if plan.framework == "torch":  # the hot path: no attribute probing
+            pa, psa, pb, psb, pout = a.data_ptr(), a_scale.data_ptr(), b.data_ptr(), b_scale.data_ptr(), out.data_ptr()
+        else:
+            pa, psa, pb, psb, pout = _ptr(a), _ptr(a_scale), _ptr(b), _ptr(b_scale), _ptr(out)
+        if (pa | pb) & 15 or (psa | psb) & 3 or pout % plan.out_align:
+            for ptr, n, al in ((pa, "a", 16), (psa, "a_scale", 4), (pb, "b", 16), (psb, "b_scale", 4),
+                               (pout, "out", plan.out_align)):
+                if ptr % al:
+                    _align(ptr, n, self.name, al)
+        ex = _ptr(extra) if extra is not None else 0
+        grouped = (ex, 0) if self.grouping == "contiguous" else (0, ex)
+        # Tensor maps first (a, b, then out where stores go through TMA), then the kernel's
+        # pointer parameters: a_scale, b_scale, out, group, count.
+        head = [pa, pb, pout] if len(plan.maps) == 3 else [pa, pb]
+        plan.launch(head + [psa, psb, pout, *grouped])
+        return out
+
+    def _extra(self, rest, named):
+        if self.extra is None:
+            if rest or named:
+                raise LaunchError(f"{self.name}: takes (a, a_scale, b, b_scale, out=None), got extra arguments")
+            return None
+        if len(rest) > 1 or set(named) - {self.extra}:
+            raise LaunchError(f"{self.name}: takes (a, a_scale, b, b_scale, {self.extra}, out=None)")
+        x = rest[0] if rest else named.get(self.extra)
+        if x is None:
+            raise LaunchError(f"{self.name}: missing argument '{self.extra}' (int32 "
+                              f"{'group index per row of a' if self.extra == 'group' else 'valid rows per group'})")
+        return x
+
+    def validate(self, a, a_scale, b, b_scale, extra, out):
+        """Every check that does not depend on the device: (array infos, (G, M, N, K), out shape)."""
+        masked = self.grouping == "masked"
+        ia = self._info(a, "a", "e4m3", 3 if masked else 2)
+        ib = self._info(b, "b", "e4m3", 2 if self.grouping == "dense" else 3)
+        self._contiguous(ia, "a")
+        self._contiguous(ib, "b")
+        K = ia.shape[-1]
+        if K % 128 or K == 0:
+            raise LaunchError(f"{self.name}: K (last dim of a) must be a positive multiple of 128, got {K}")
+        if ib.shape[-1] != K:
+            raise LaunchError(f"{self.name}: b's K is {ib.shape[-1]} but a's K is {K}")
+        G = ib.shape[0] if self.grouping != "dense" else 1
+        M, N = ia.shape[-2], ib.shape[-2]
+        if masked and ia.shape[0] != G:
+            raise LaunchError(f"{self.name}: a has {ia.shape[0]} groups but b has {G}")
+        kb, nb = K // 128, -(-N // 128)
+        isa = self._info(a_scale, "a_scale", "f32", 3 if masked else 2)
+        want_sa = ((G, M, kb), (kb * M, 1, M)) if masked else ((M, kb), (1, M))
+        if (isa.shape, isa.strides) != want_sa and not (isa.shape == want_sa[0] and _trivially_same(isa, want_sa)):
+            raise LaunchError(f"{self.name}: a_scale must have shape {list(want_sa[0])} with strides {list(want_sa[1])} "
+                              f"(one fp32 scale per 1x128 block, M-major as kdsl.fp8.quantize_1x128 returns), got "
+                              f"shape {list(isa.shape)} strides {list(isa.strides)}")
+        isb = self._info(b_scale, "b_scale", "f32", len(ib.shape))
+        want_sb = (G, nb, kb) if self.grouping != "dense" else (nb, kb)
+        if isb.shape != want_sb:
+            raise LaunchError(f"{self.name}: b_scale must have shape {list(want_sb)} (one fp32 scale per 128x128 "
+                              f"block of b), got {list(isb.shape)}")
+        self._contiguous(isb, "b_scale")
+        infos = [ia, ib, isa, isb]
+        if extra is not None:
+            ie = self._info(extra, self.extra, "i32", 1)
+            want = M if self.grouping == "contiguous" else G
+            if ie.shape != (want,):
+                raise LaunchError(f"{self.name}: '{self.extra}' must have shape [{want}], got {list(ie.shape)}")
+            self._contiguous(ie, self.extra)
+            infos.append(ie)
+        out_dtype = self.ir.tensor("out").dtype
+        out_shape = (G, M, N) if masked else (M, N)
+        if out is None and self.accumulate:
+            raise LaunchError(f"{self.name}: out is declared 'accumulate' (out += a . b^T): pass the {out_dtype} "
+                              f"array to add into as out=")
+        if out is not None:
+            io = self._info(out, "out", out_dtype, len(out_shape))
+            if io.shape != out_shape:
+                raise LaunchError(f"{self.name}: out must have shape {list(out_shape)}, got {list(io.shape)}")
+            self._contiguous(io, "out")
+            infos.append(io)
+        return infos, (G, M, N, K), out_shape
+
+    def _plan(self, a, a_scale, b, b_scale, extra, out):
+        infos, (G, M, N, K), out_shape = self.validate(a, a_scale, b, b_scale, extra, out)
+        masked, out_dtype, ia = self.grouping == "masked", self.ir.tensor("out").dtype, infos[0]
+        device = self._device(infos)
+        if math.prod(out_shape) == 0:  # empty in, empty out (as torch): nothing to launch
+            return Plan(None, (), (), None, ia.framework, device, out_shape, out_dtype, "empty")
+        sms = _sm_count(device)
+        built, loaded = self._load_shape(self.ir.with_attrs(shape=[M, N, K, G], sms=sms), device)
+        lk = built.kernel
+        bm, bn, mcast, cluster = lk.attr("tile_m"), lk.attr("tile_n"), lk.attr("multicast"), lk.attr("cluster")
+        geometry.gemm_index_limits(M, N, K, G, bm, bn, masked, self.name)
+        tiles = -(-M // bm) * -(-N // bn) * (G if masked else 1)
+        # Parameter order: ta tb td (tensor maps), sa sb out group count (pointers, per call),
+        # M N K G raster.
+        pack = ArgPack(["tmap"] * 3 + ["ptr"] * 5 + ["i32"] * 5, [None] * 8 + [M, N, K, G, lk.attr("raster")],
+                       [3, 4, 5, 6, 7])
+        from .tma import TensorMap
+        specs = geometry.gemm_tensor_maps(M, N, K, G, self.grouping, arrays.itemsize(out_dtype),
+                                          {"tile_m": bm, "tile_n": bn, "multicast": mcast, "store": lk.attr("store")})
+        maps = [TensorMap(slot, *spec) for slot, spec in zip(pack.slots, specs)]
+        tma_store = len(maps) == 3
+        grid, block = geometry.gemm_grid(tiles, sms, cluster), (lk.attr("threads"), 1, 1)
+        if cluster > 1:  # never more CTAs than can be resident: the rest would be a second wave
+            resident = cluster * max_active_clusters(loaded.fn_ptr, grid, block, loaded.smem)
+            grid = geometry.gemm_grid(tiles, min(sms, resident), cluster)
+        return Plan(loaded, grid, block, pack, ia.framework,
+                    device, out_shape, out_dtype, maps=tuple(maps),
+                    out_align=16 if tma_store else (8 if out_dtype == "f32" else 4))
+
+    def _load_shape(self, kernel: ir.Kernel, device: int):
+        """The build for this kernel's tile configuration, loaded once per configuration."""
+        from ..passes import gemm_tiles, pipeline
+        from ..passes.target import get_target
+        lowered = pipeline.lower(kernel, get_target(self._arch()))
+        key = (tuple(lowered.attr(a) for a in gemm_tiles.CONFIG_ATTRS), device)
+        if key not in self._loaded:
+            from .compiler import build
+            built = build(kernel, self._arch(), 0)
+            self._loaded[key] = (built, Loaded(built.compiled.cubin, built.generated.entry,
+                                               built.kernel.attr("smem_bytes")))
+        return self._loaded[key]
+
+
+def _trivially_same(a, want) -> bool:
+    """Strides may differ on axes of size 1, and arbitrarily on an empty array, without
+    changing the layout."""
+    shape, strides = want
+    return 0 in shape or all(s == 1 or x == y for s, x, y in zip(shape, a.strides, strides))
