@@ -2,12 +2,13 @@
 // pipelines and warp specialisation.
 //
 // Roles. One producer warpgroup (registers lowered with setmaxnreg) issues every load: one
-// thread walks the CTA's kv tiles and TMA-copies Q once, then K and V tiles into a
-// STAGES-deep ring, each stage guarded by a "full" mbarrier (TMA bytes landed) and an
-// "empty" one (every consumer thread is done reading). The producer alone evaluates the
-// tile predicates (V::tile(), which may read a runtime tile summary): with each stage it
-// writes the tile's index, class and whether another tile follows into a word of shared
-// memory, so the consumers' loop carries no predicate and no global load. NCWG consumer warpgroups (registers
+// thread takes the CTA's work items, walks each item's kv tiles and TMA-copies its Q, then
+// K and V tiles into a STAGES-deep ring, each stage guarded by a "full" mbarrier (TMA bytes
+// landed) and an "empty" one (every consumer thread is done reading). The producer alone
+// evaluates the tile predicates (V::tile(), which may read a runtime tile summary): with
+// each stage it writes the tile's index, class and whether another tile follows, and the
+// work item it belongs to, into words of shared memory, so the consumers' loop carries no
+// predicate and no global load. NCWG consumer warpgroups (registers
 // raised) each own 64 query rows: S = Q K^T by wgmma with both operands in shared memory,
 // the generated score and mask on the fp32 S registers, online softmax in the log2
 // domain, and O += P V by wgmma with P straight from registers (the S accumulator layout
@@ -122,11 +123,12 @@ template <class Elem> KDSL_DEVICE u32 pack2(float lo, float hi);
 template <> KDSL_DEVICE u32 pack2<bf16_t>(float lo, float hi) { return pack_bf16x2(lo, hi); }
 template <> KDSL_DEVICE u32 pack2<f16_t>(float lo, float hi) { return pack_f16x2(lo, hi); }
 
-// The kv tiles a CTA visits: from the first not-provably-empty tile to the last, skipping
-// empty ones in between. Producer and consumers walk the same sequence independently, each
-// with a whole warp: the 32 lanes classify 32 tiles at once, so a run of empty tiles (those
-// before a document's start, or after the diagonal) costs one round of predicate loads, not
-// one dependent load per tile. Call next() from all 32 lanes of a warp (the result is uniform).
+// The kv tiles a work item visits: from the first not-provably-empty tile to the last,
+// skipping empty ones in between. The producer walks them with a whole warp: the 32 lanes
+// classify 32 tiles at once, so a run of empty tiles (those before a document's start, or
+// after the diagonal) costs one round of predicate loads, not one dependent load per tile;
+// the consumers learn each tile from the ring (tile_info). Call next() from all 32 lanes of
+// a warp (the result is uniform).
 template <int BN, class V>
 struct TileWalk {
   const AttnArgs& a;
