@@ -164,3 +164,22 @@ def test_gqa_heads_fold_into_rows_only_for_scores_and_masks_blind_to_row_and_hea
     for body, foldable in cases.items():
         k = kdsl.compile(head + body + "\n}", "a.kd").ir["a"]
         assert _heads_fold_into_rows(pipeline.lower(k, get_target("sm_90a"), 128)) == foldable, body
+
+
+def test_captured_persistent_launches_take_no_shared_work_counter():
+    """A launch captured into a CUDA graph walks its items by a fixed stride (counter 0): a
+    graph keeps the counters of its capture stream, and graphs captured on one stream may be
+    replayed at once on different streams. When the framework cannot say, the same."""
+    from types import SimpleNamespace
+    from kdsl.runtime.launch import AttentionKernel
+
+    def plan(dynamic, capturing):
+        loaded = SimpleNamespace(work_counter=lambda stream: 4096 + stream)
+        return SimpleNamespace(dynamic=dynamic, capturing=capturing, current_stream=lambda: 7, loaded=loaded)
+
+    def fails():
+        raise RuntimeError("no answer")
+    assert AttentionKernel._work_counter(plan(True, lambda: False)) == 4103
+    assert AttentionKernel._work_counter(plan(True, lambda: True)) == 0
+    assert AttentionKernel._work_counter(plan(True, fails)) == 0
+    assert AttentionKernel._work_counter(plan(False, lambda: False)) == 0

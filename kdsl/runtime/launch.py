@@ -102,6 +102,7 @@ class Plan:
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
         self.new_lse = arrays.allocator(self.framework, self.out_shape[:3], "f32", self.device)
         self.current_stream = _stream_getter(self.framework, self.device)
+        self.capturing = _capture_check(self.framework)
         if self.map_sources is None:
             self.map_sources = tuple(range(len(self.maps)))
         self._maps_only = next((n for n, i in enumerate(self.map_sources) if i != n), len(self.map_sources))
@@ -287,7 +288,7 @@ class AttentionKernel(KernelBase):
             plan.keep_alive += part
             part_ptrs = tuple(map(_ptr, part))
         if plan.maps:  # then its work counter
-            ptrs += (*part_ptrs, plan.loaded.work_counter(plan.current_stream()) if plan.dynamic else 0)
+            ptrs += (*part_ptrs, self._work_counter(plan))
         plan.launch(ptrs)
         if plan.combine is not None:
             plan.combine.run(plan.current_stream(), *part_ptrs, ptrs[3], ptrs[4])
@@ -326,6 +327,23 @@ class AttentionKernel(KernelBase):
         if plan is None:
             plan = self._plans[key] = self._plan(q, k, v, caps, out, lse, scale, stream)
         return plan
+
+    @staticmethod
+    def _work_counter(plan: Plan) -> int:
+        """The persistent Hopper kernel's work counters for this launch, or 0: CTAs then walk
+        their items by a fixed stride (correct, less evenly balanced). 0 as well while the
+        stream is being captured into a CUDA graph: a graph keeps the counters of the stream
+        it was captured on, and two graphs captured on one stream (torch.cuda.graph's default)
+        may be replayed at the same time on different streams, where shared counters would
+        hand items out twice."""
+        if not plan.dynamic:
+            return 0
+        try:
+            if plan.capturing():
+                return 0
+        except RuntimeError:  # the framework could not say: the fixed stride is right either way
+            return 0
+        return plan.loaded.work_counter(plan.current_stream())
 
     def _summary_pointer(self, plan: Plan, cap_ptrs, given) -> int:
         """The tile summary the kernel reads: computed now on the caller's stream, or the
@@ -576,6 +594,16 @@ def _dev(x):
 
 def _ptr(x) -> int:
     return x.data_ptr() if hasattr(x, "data_ptr") else x.data.ptr
+
+
+def _capture_check(framework: str):
+    """A zero-argument function telling whether the caller's current stream is being
+    captured into a CUDA graph, asked of the framework that owns the stream."""
+    if framework == "torch":
+        import torch
+        return getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
+    import cupy
+    return lambda: cupy.cuda.runtime.streamIsCapturing(cupy.cuda.get_current_stream().ptr)
 
 
 def _stream_getter(framework: str, device: int):
