@@ -89,6 +89,37 @@ def test_persistent_launches_on_concurrent_streams_each_take_their_own_items():
             assert rel_frobenius(o, ref) <= ATTENTION_TOL
 
 
+def test_graphs_captured_on_one_stream_replay_at_once_on_two():
+    """Two graphs captured on torch.cuda.graph's default capture stream, each holding a
+    persistent launch, replayed at the same time on two streams: a captured launch must not
+    share a work counter with another graph's (runtime/launch.py _work_counter)."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.load(ROOT / "samples" / "document_mask.kd")
+    kern, kir = mod.document_mask, mod.ir["document_mask"]
+    cases = [attention_inputs(kir, 4, 8, 8, 1000, 1000, 128, generator=torch.Generator(device="cuda").manual_seed(s))
+             for s in (3, 4)]
+    for q, k, v, caps in cases:  # built and planned before capture
+        kern(q, k, v, **caps)
+    torch.cuda.synchronize()
+    graphs, outs = [], []
+    for q, k, v, caps in cases:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            outs.append(kern(q, k, v, **caps))
+        graphs.append(g)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    refs = [reference.attention(kir, q, k, v, caps)[0] for q, k, v, caps in cases]
+    for _ in range(4):
+        for g, out, stream in zip(graphs, outs, streams):
+            with torch.cuda.stream(stream):
+                out.fill_(float("nan"))  # an item a replay skipped would stay NaN
+                g.replay()
+        torch.cuda.synchronize()
+        for got, ref in zip(outs, refs):
+            assert rel_frobenius(got, ref) <= ATTENTION_TOL
+
+
 def test_natten_on_image_shape():
     mod = kdsl.load(ROOT / "samples" / "natten2d.kd")
     _check(mod, "natten2d", (1, 4, 4, 64 * 128, 64 * 128, 128), seed=7)
