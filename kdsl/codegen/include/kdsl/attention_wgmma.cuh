@@ -70,7 +70,7 @@ struct Cfg {
   static constexpr int kBarOffset = kSOffset + STAGES * kStreamBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
   static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // a tile_info word per stage
-  static constexpr int kItemOffset = kInfoOffset + STAGES * 4;  // an item_info word per stage
+  static constexpr int kItemOffset = kInfoOffset + STAGES * 4;  // a work-item word per stage
   static constexpr int kSmemBytes = 1024 + kItemOffset + STAGES * 4;  // + realignment slack
   // Register split between the roles (setmaxnreg): the total must fit 64K registers.
   static constexpr int kProducerRegs = NCWG <= 2 ? 40 : 32;
@@ -229,7 +229,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset, sS = base + C::kSOffset;
   const u32 full_q = base + C::kBarOffset, empty_q = full_q + 8u;
   auto info_kv = [&](int s) { return base + C::kInfoOffset + 4u * s; };  // tile_info of ring stage s
-  auto item_kv = [&](int s) { return base + C::kItemOffset + 4u * s; };  // item_info of ring stage s
+  auto item_kv = [&](int s) { return base + C::kItemOffset + 4u * s; };  // work item of ring stage s
   auto full_k = [&](int s) { return full_q + 8u * (2 + s); };
   auto full_v = [&](int s) { return full_q + 8u * (2 + STAGES + s); };
   auto empty_k = [&](int s) { return full_q + 8u * (2 + 2 * STAGES + s); };
