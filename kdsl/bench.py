@@ -210,13 +210,8 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
             timed["cudnn"] = cudnn
         except Exception as e:
             row.peers["cudnn"] = {"error": f"{type(e).__name__}: {e}"[:160]}
-    times = timer.in_turns(timed)
-    row.ms = times.pop("kdsl")
-    row.tflops = flops / row.ms / 1e9
+    _record(row, timer.in_turns(timed), flops)
     row.gbps = (q.numel() + k.numel() + v.numel() + out.numel()) * 2 / row.ms / 1e6
-    for name, t in times.items():
-        row.peers[name] = {"ms": t, "tflops": flops / t / 1e9}
-    row.peers = dict(sorted(row.peers.items(), key=lambda kv: list(PEER_NAMES).index(kv[0])))
     return row
 
 
@@ -287,13 +282,18 @@ def run_gemm(case: Case, mod, timer: Timer, peers: set) -> Row:
         x = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16)
         y = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
         timed["cublas_bf16"] = lambda: x @ y.t()
-    times = timer.in_turns(timed)
+    _record(row, timer.in_turns(timed), flops)
+    return row
+
+
+def _record(row: Row, times: dict, flops: int) -> None:
+    """kdsl's and the peers' times (ms, from Timer.in_turns) into the row; peers in
+    PEER_NAMES order, with those that could not run among them."""
     row.ms = times.pop("kdsl")
     row.tflops = flops / row.ms / 1e9
     for name, t in times.items():
         row.peers[name] = {"ms": t, "tflops": flops / t / 1e9}
     row.peers = dict(sorted(row.peers.items(), key=lambda kv: list(PEER_NAMES).index(kv[0])))
-    return row
 
 
 def run(cases: list[Case], modules: dict, reps: int, peers: set, progress=True) -> list[Row]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy
 
 from .. import ir
+from ..passes.invariant_factors import invariant
 
 # `and` and `or` evaluate both sides (& and | on bools): no branch, so NVVM may issue a mask's
 # loads together and merge equal ones across elements. Safe: runtime/bounds.py proves every
@@ -22,8 +23,6 @@ _FLOAT_FN = {"exp": "kdsl::math_exp", "exp2": "kdsl::math_exp2", "log": "kdsl::m
 # a base per row or tile, and the element's column offset `col`, a constant once the caller's
 # loop over a thread's elements is unrolled. name -> (base, sign of col).
 SPLIT_POSITIONS = {"kvf": ("kvf0", 1), "dqkf": ("dq0", -1)}
-# What varies from one element of a tile to the next (a value free of these is the same for all)
-ELEMENT_VARS = ("q", "kv", "qf", "kvf", "dqkf", "qk")
 
 
 def split_position(name: str) -> str:
@@ -114,8 +113,7 @@ class CEmitter:
             if not (isinstance(p, ir.Var) and p.name in SPLIT_POSITIONS
                     and self.variables.get(p.name) == split_position(p.name)):
                 continue
-            if any(ir.uses(x, v) for v in ELEMENT_VARS) or any(isinstance(n, ir.Load) and n.tensor == self.streamed
-                                                                for n in ir.walk(x)):
+            if not invariant(x):
                 continue
             base, col_sign = SPLIT_POSITIONS[p.name]
             xs = self(x)
