@@ -32,7 +32,8 @@
 //
 // Clusters (CLUSTER = 2). The two CTAs work on tiles that share A (MCAST_A) or B (MCAST_B);
 // each loads half of that tile and multicasts it to both, and a stage is refilled only when
-// the math warpgroups of both CTAs have released it (each arrives on both CTAs' "empty").
+// the math warpgroups of both CTAs have released it (every math thread on its own CTA's
+// "empty", and one thread per warpgroup on the peer's).
 //
 // Launch contract (the generated extern "C" kernel forwards here):
 //   grid  = (CTAs, 1, 1), a multiple of CLUSTER, any count >= CLUSTER (persistent: the
@@ -93,6 +94,9 @@ struct Fp8Config {
   // copies landed) and the leader's expect_tx arrival; form 1 counts the leader's alone.
   static constexpr int kScaleCompletion = KDSL_FP8_SCALE_COMPLETION;
   static constexpr u32 kFullArrivals = kScaleCompletion == 1 ? 1 : 32 + 1;
+  // Arrivals that complete a phase of an "empty" barrier: each math thread of this CTA, and
+  // each math warpgroup of the peer CTA in a cluster.
+  static constexpr u32 kEmptyArrivals = kMathWG * 128 + (CLUSTER - 1) * kMathWG;
 
   static_assert(BM == 64 || BM == 128 || BM == 256, "BM must be 64, 128 or 256");
   static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN must be a multiple of 16 in [16, 256]");
@@ -249,17 +253,15 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
   const Fp8Epilogue<C> epilogue{p, td, sm.d(), wg, warp, lane};
   RingPos<C::STAGES> pos;
 
-  // Every math thread hands a stage back once it is done reading the stage's scales (with a
-  // cluster, to both CTAs), so each read is ordered before the refill by its own arrival. One
-  // arrival per warpgroup (leaning on wgmma being a warpgroup operation) and one per warp
-  // after __syncwarp both drew racecheck hazards against the producer's cp.async refill.
+  // Every math thread hands a stage back to its own producer once it is done reading the
+  // stage's scales, so each read is ordered before the refill by its own arrival. One arrival
+  // per warpgroup (leaning on wgmma being a warpgroup operation) and one per warp after
+  // __syncwarp both drew racecheck hazards against the producer's cp.async refill. The peer
+  // of a cluster refills only the A or B tile (its multicast half), which this CTA read by
+  // wgmma alone: one arrival per warpgroup on the peer's barrier, after the wgmma wait.
   auto release = [&]() {
-    if (C::CLUSTER == 1) {
-      mbar_arrive(sm.empty(pos.s));
-    } else {
-#pragma unroll
-      for (int r = 0; r < C::CLUSTER; ++r) mbar_arrive_cluster(sm.empty(pos.s), (u32)r);
-    }
+    mbar_arrive(sm.empty(pos.s));
+    if (C::CLUSTER > 1 && (tid & 127) == 0) mbar_arrive_cluster(sm.empty(pos.s), cluster_ctarank() ^ 1u);
   };
 
   float acc[kFrag];  // no init: each K block's first wgmma runs with scale-d = 0
@@ -327,7 +329,7 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::STAGES; ++s) {
       mbar_init(sm.full(s), C::kFullArrivals);           // the producer warp's (+ TMA bytes)
-      mbar_init(sm.empty(s), C::kMathWG * 128 * C::CLUSTER);  // each math thread of each CTA
+      mbar_init(sm.empty(s), C::kEmptyArrivals);
     }
     mbar_init_fence();
   }

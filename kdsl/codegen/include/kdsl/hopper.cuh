@@ -228,10 +228,13 @@ KDSL_DEVICE u32 cluster_ctarank() {
 KDSL_DEVICE void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
-// Arrive on the mbarrier at shared offset `bar` of CTA `rank` in the cluster (itself too).
+// Arrive on the mbarrier at shared offset `bar` of CTA `rank` in the cluster, with the
+// default .release.cta semantics. For a stage whose reads were wgmma's (complete once the
+// wgmma wait returned) this is all the peer's refill needs; .release.cluster costs a
+// MEMBAR.ALL.GPU per arrival (FP8 GEMM with 2-CTA clusters: 2x slower, 2026-11-24).
 KDSL_DEVICE void mbar_arrive_cluster(u32 bar, u32 rank) {
   asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+               "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
                :: "r"(bar), "r"(rank) : "memory");
 }
 

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""A/B of FP8 GEMM kernel forms and tile configurations, timed in turns with torch's blockwise
+_scaled_mm in one process (kdsl.bench.Timer.in_turns: same inputs, L2 flushed before each
+launch). A form is a set of NVRTC defines (e.g. -DKDSL_FP8_SCALES_IN_RING=1); each variant
+is a (form, attrs) pair compiled for the shape it is timed on.
+
+    python3 tools/dev/fp8_forms.py [--reps 40] [--compile-only] [--only dense|grouped|small]
+
+--compile-only builds every variant for 132 SMs without a GPU and prints its resources
+(registers, spills), so that a device call only times what compiles cleanly.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+DENSE = [(4096, 2112, 7168), (4096, 24576, 1536), (4096, 32768, 512), (4096, 7168, 16384),
+         (4096, 4096, 7168), (4096, 7168, 2048)]
+SMALL = [(128, 2112, 7168), (128, 24576, 1536), (128, 7168, 2048)]
+GROUPED = [("fp8_grouped_contiguous", (32768, 4096, 7168, 4)), ("fp8_grouped_masked", (256, 4096, 7168, 4))]
+FORMS = {"ring": ["-DKDSL_FP8_SCALES_IN_RING=1"], "global": []}
+VARIANTS = [("ring", {}), ("ring", {"cluster": 2, "multicast": "a"}), ("ring", {"cluster": 2, "multicast": "b"}),
+            ("ring", {"tile_m": 128, "cluster": 2, "multicast": "a"}), ("ring", {"tile_m": 128, "cluster": 2, "multicast": "b"})]
+
+
+def with_form(form: str):
+    from kdsl.runtime import nvrtc
+    base = nvrtc.default_options
+
+    class _Patch:
+        def __enter__(self):
+            nvrtc.default_options = lambda *a: base(*a) + FORMS[form]
+
+        def __exit__(self, *exc):
+            nvrtc.default_options = base
+    return _Patch()
+
+
+def label(form: str, attrs: dict) -> str:
+    return form + ("" if not attrs else " " + ",".join(f"{k}={v}" for k, v in attrs.items()))
+
+
+def cases(only: str):
+    out = []
+    if only in ("all", "dense"):
+        out += [("fp8_gemm", (m, n, k, 1)) for m, n, k in DENSE]
+    if only in ("all", "small"):
+        out += [("fp8_gemm", (m, n, k, 1)) for m, n, k in SMALL]
+    if only in ("all", "grouped"):
+        out += GROUPED
+    return out
+
+
+def compile_only(only: str) -> None:
+    import kdsl
+    from kdsl import sass
+    from kdsl.errors import KdslError
+    from kdsl.runtime.compiler import build
+    for name, (m, n, k, g) in cases(only):
+        kir = kdsl.load(ROOT / "samples" / f"{name}.kd").ir[name]
+        for form, attrs in VARIANTS:
+            try:
+                with with_form(form):
+                    b = build(kir.with_attrs(shape=[m, n, k, g], sms=132, **attrs), "sm_90a", 0)
+            except KdslError as e:
+                print(f"{name} {m}x{n}x{k}x{g} {label(form, attrs)}: refused: {str(e)[:120]}")
+                continue
+            lk = b.kernel
+            r = sass.inspect(b.compiled.cubin)
+            res = f"regs {r.registers} local {r.local_bytes} spills {r.spill_ops} LDG {r.other_ops.get('LDG')}" if r else ""
+
+            print(f"{name} {m}x{n}x{k}x{g} {label(form, attrs)}: tile {lk.attr('tile_m')}x{lk.attr('tile_n')}x"
+                  f"{lk.attr('stages')} cluster {lk.attr('cluster')} {lk.attr('multicast')} {res}", flush=True)
+
+
+def timed(only: str, reps: int) -> None:
+    import torch
+    import kdsl
+    from kdsl import bench, fp8
+    from kdsl.errors import KdslError
+    from kdsl.testing import fp8_difference
+    from kdsl import reference
+    timer = bench.Timer(reps)
+    print(torch.cuda.get_device_name(), flush=True)
+    for name, (m, n, k, g) in cases(only):
+        mod = kdsl.load(ROOT / "samples" / f"{name}.kd")
+        grouping = mod.ir[name].attr("grouping")
+        a, sa = fp8.quantize_1x128(torch.randn((g, m, k) if grouping == "masked" else (m, k), device="cuda"))
+        b, sb = fp8.quantize_128x128(torch.randn((n, k) if grouping == "dense" else (g, n, k), device="cuda"))
+        extra, rows = (), m * g if grouping == "masked" else m
+        if grouping == "contiguous":
+            extra = (torch.arange(m, device="cuda", dtype=torch.int32) // (m // g),)
+        elif grouping == "masked":
+            count = torch.randint(m // 2, m + 1, (g,), device="cuda", dtype=torch.int32)
+            extra, rows = (count,), int(count.sum())
+        ref = reference.fp8_gemm(a, sa, b, sb, *((extra[0], None) if grouping == "contiguous" else
+                                                 (None, extra[0]) if grouping == "masked" else ()))
+        fns, notes = {}, {}
+        for form, attrs in VARIANTS:
+            fn = getattr(mod, name).with_attrs(**attrs) if attrs else getattr(mod, name).with_attrs()
+            try:
+                with with_form(form):
+                    out = fn(a, sa, b, sb, *extra)
+            except KdslError as e:
+                notes[label(form, attrs)] = f"refused: {str(e)[:100]}"
+                continue
+            if grouping == "masked":
+                valid = (torch.arange(m, device="cuda").view(1, m, 1) < extra[0].view(g, 1, 1)).expand(out.shape)
+                err = fp8_difference(out[valid], ref[valid])
+            else:
+                err = fp8_difference(out, ref)
+            lk = next(iter(fn._loaded.values()))[0].kernel
+            notes[label(form, attrs)] = (f"{lk.attr('tile_m')}x{lk.attr('tile_n')}x{lk.attr('stages')} "
+                                         f"c{lk.attr('cluster')}{lk.attr('multicast')[0]} err {err:.1e}")
+            o = out
+            fns[label(form, attrs)] = (lambda f=fn, o=o: f(a, sa, b, sb, *extra, out=o))
+        if grouping == "dense":
+            fns["scaled_mm"] = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
+        times = timer.in_turns(fns)
+        base = times.get("scaled_mm") or times.get("ring")
+        print(f"\n{name} M={m} N={n} K={k} G={g}", flush=True)
+        for lab, t in times.items():
+            print(f"  {lab:42s} {t * 1e3:9.1f} us {2 * rows * n * k / t / 1e9:7.1f} TFLOPS  x{base / t:5.3f}  "
+                  f"{notes.get(lab, '')}", flush=True)
+        for lab, why in notes.items():
+            if lab not in times:
+                print(f"  {lab:42s} {why}")
+        del ref
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--only", default="all", choices=("all", "dense", "small", "grouped"))
+    args = ap.parse_args()
+    if args.compile_only:
+        compile_only(args.only)
+    else:
+        timed(args.only, args.reps)
+
+
+if __name__ == "__main__":
+    main()
