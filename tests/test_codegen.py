@@ -146,6 +146,8 @@ FP8_BUILDS = [
     ("fp8_grouped_contiguous", [300, 129, 256, 3], {"tile_m": 64}),
     ("fp8_grouped_masked", [256, 4096, 7168, 4], {}),
     ("fp8_grouped_masked", [200, 384, 384, 3], {"tile_m": 64, "cluster": 1}),
+    ("fp8_gemm", [4096, 4096, 7168, 1], {"tile_m": 256, "cluster": 2, "multicast": "a"}),
+    ("fp8_grouped_contiguous", [300, 256, 768, 3], {"tile_m": 128, "tile_n": 64, "cluster": 2, "multicast": "a"}),
 ]
 
 
@@ -181,6 +183,11 @@ def test_fp8_configurations_use_tma_and_qgmma_without_spills(name, shape, attrs)
     if low.attr("cluster") == 1:  # no cluster-scope instruction where none is launched
         for op in ("barrier.cluster", "mapa.", "multicast::cluster", "st.async", "%cluster_ctarank"):
             assert op not in built.compiled.ptx, op
+    # A stage's release to the peer CTA has .release.cta semantics: .release.cluster put a
+    # MEMBAR.ALL.GPU before each arrival, and clustered launches ran 2x slower on the H100.
+    assert "mbarrier.arrive.release.cluster" not in built.compiled.ptx
+    # Unclustered 256-row tiles: the two math warpgroups issue their waves in turns.
+    assert ("bar.arrive" in built.compiled.ptx) == (low.attr("tile_m") == 256 and low.attr("cluster") == 1)
     # ptxas only reports these as info: C7514/C7515 (every wgmma serialised), C7508 (setmaxnreg
     # ignored), each a "Potential Performance Loss".
     assert "Performance Loss" not in built.compiled.log and "warning" not in built.compiled.log, built.compiled.log

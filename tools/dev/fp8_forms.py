@@ -22,9 +22,9 @@ DENSE = [(4096, 2112, 7168), (4096, 24576, 1536), (4096, 32768, 512), (4096, 716
          (4096, 4096, 7168), (4096, 7168, 2048)]
 SMALL = [(128, 2112, 7168), (128, 24576, 1536), (128, 7168, 2048)]
 GROUPED = [("fp8_grouped_contiguous", (32768, 4096, 7168, 4)), ("fp8_grouped_masked", (256, 4096, 7168, 4))]
-FORMS = {"ring": ["-DKDSL_FP8_SCALES_IN_RING=1"], "global": []}
-VARIANTS = [("ring", {}), ("ring", {"cluster": 2, "multicast": "a"}), ("ring", {"cluster": 2, "multicast": "b"}),
-            ("ring", {"tile_m": 128, "cluster": 2, "multicast": "a"}), ("ring", {"tile_m": 128, "cluster": 2, "multicast": "b"})]
+FORMS = {"pp": [], "nopp": ["-DKDSL_FP8_PINGPONG=0"]}
+VARIANTS = [("nopp", {}), ("pp", {}), ("pp", {"tile_m": 128, "cluster": 2, "multicast": "a"}),
+            ("pp", {"tile_m": 128, "cluster": 2, "multicast": "b"}), ("pp", {"tile_m": 128})]
 
 
 def with_form(form: str):
@@ -121,7 +121,7 @@ def timed(only: str, reps: int) -> None:
         if grouping == "dense":
             fns["scaled_mm"] = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
         times = timer.in_turns(fns)
-        base = times.get("scaled_mm") or times.get("ring")
+        base = times.get("scaled_mm") or times.get("nopp")
         print(f"\n{name} M={m} N={n} K={k} G={g}", flush=True)
         for lab, t in times.items():
             print(f"  {lab:42s} {t * 1e3:9.1f} us {2 * rows * n * k / t / 1e9:7.1f} TFLOPS  x{base / t:5.3f}  "

@@ -27,7 +27,8 @@
 // beside its first K block, and a unit with m0 < 0 ends the work. The other warpgroups raise
 // their registers and each owns 64 rows of every 128 (BM = 256: two m64 waves): per K block
 // four m64nBNk32 wgmmas, wait, hand the stage back (one arrival per thread on "empty"),
-// promote. Tiles wider than the 128-column scale blocks of B straddle two of them; each
+// promote; with BM = 256 the two warpgroups take turns issuing their waves (ping-pong).
+// Tiles wider than the 128-column scale blocks of B straddle two of them; each
 // 8-column fragment picks the scale of the block it sits in.
 //
 // Clusters (CLUSTER = 2). The two CTAs work on tiles that share A (MCAST_A) or B (MCAST_B);
@@ -264,6 +265,19 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     if (C::CLUSTER > 1 && (tid & 127) == 0) mbar_arrive_cluster(sm.empty(pos.s), cluster_ctarank() ^ 1u);
   };
 
+  // Ping-pong (BM = 256): the two math warpgroups issue their wgmma waves in turns (named
+  // barriers 5 and 6), so that one's promotion runs while the other's wave keeps the tensor
+  // cores busy; left alone they drift into step, and both promote while the tensor cores
+  // idle. Warpgroup 1 lets 0 go first and passes the turn after each wave, so 0 takes one
+  // turn more at the end of the work than it has waves. Measured on the H100 (2026-11-24,
+  // tools/dev/fp8_forms.py, in turns): +2-4 % on every 256-row tile; on 128-row tiles
+  // neutral or worse (128x192, M = 128: -7 %), so they run without it; so do clustered
+  // kernels, where it made the 256-row tile spill (176 bytes).
+  constexpr bool kPingPong = C::kWaves == 2 && C::CLUSTER == 1;
+  auto my_turn = [&]() { if (kPingPong) named_barrier(5 + wg, 256); };
+  auto your_turn = [&]() { if (kPingPong) named_barrier_arrive(5 + (wg ^ 1), 256); };
+  if (kPingPong && wg == 1) named_barrier_arrive(5, 256);
+
   float acc[kFrag];  // no init: each K block's first wgmma runs with scale-d = 0
   float total[kWaves][kFrag];
   for (;;) {
@@ -272,6 +286,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     if (u.m0 < 0) {
       release();
       pos.advance();
+      if (kPingPong && wg == 0) my_turn();  // the turn warpgroup 1 passed after its last wave
       break;
     }
 #pragma unroll
@@ -296,11 +311,13 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
 #pragma unroll
       for (int v = 0; v < kWaves; ++v) {
         const u64 da = desc_kmajor_sw128(sm.a(s) + epilogue.wave_row(v) * C::kBK);
+        my_turn();
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < C::kBK / 32; ++k)  // +32 bytes along K == +2 in the descriptor's address
           WgmmaFp8<BN>::run(acc, da + 2 * k, db + 2 * k, k);  // k == 0 starts a fresh accumulator
         wgmma_commit();
+        your_turn();
         wgmma_wait<0>();
         wgmma_pin(acc);
         if (v == kWaves - 1) release();
