@@ -4,8 +4,9 @@
     python3 tools/dev/attrs_sweep.py samples/document_mask.kd:document_mask:8,16,2048,2048,128 \
         --attrs "schedule=persistent;consumers=1" [--reps 50]
 
-Each spec is k=v[,k=v] (integers, or strings for schedule); the first row is the default
-schedule. Every variant's output is compared with the default's (they must agree to bf16).
+Each spec is k=v[,k=v] (integers, or strings for schedule), or -DNAME=VALUE (the default
+schedule compiled with that define: A/B of a kernel change kept behind a macro); the first
+row is the default schedule. Every variant's output is compared with the default's (they must agree to bf16).
 A case may carry its own specs after a second colon group (FILE:KERNEL:SHAPE:SPEC;SPEC),
 used instead of --attrs. plain and causal cases also time cuDNN SDPA in the same process.
 All rows of a case are timed in turns, launch by launch (bench.Timer.in_turns), so that the
@@ -27,6 +28,23 @@ def parse_attrs(spec: str) -> dict:
         k, v = kv.split("=")
         out[k] = int(v) if v.lstrip("-").isdigit() else v
     return out
+
+
+class extra_options:
+    """NVRTC options added to every kernel built inside the block (the build's cache key
+    includes them, so the variants never share a cubin)."""
+
+    def __init__(self, options):
+        self.options = list(options)
+
+    def __enter__(self):
+        from kdsl.runtime import nvrtc
+        self.base = base = nvrtc.default_options
+        nvrtc.default_options = lambda *a: base(*a) + self.options
+
+    def __exit__(self, *exc):
+        from kdsl.runtime import nvrtc
+        nvrtc.default_options = self.base
 
 
 def main() -> None:
@@ -61,8 +79,14 @@ def main() -> None:
             timed["cuDNN SDPA"] = cudnn
         for spec in filter(None, specs.split(";")):
             try:
-                kern = AttentionKernel(base.ir.with_attrs(**parse_attrs(spec)))
-                notes[spec] = f"vs default {rel_frobenius(kern(q, k, v, **caps), ref):.1e}"
+                if spec.startswith("-D"):  # a define: the same schedule, compiled with -DNAME=VALUE
+                    kern = AttentionKernel(base.ir)
+                    with extra_options([spec]):
+                        out = kern(q, k, v, **caps)
+                else:
+                    kern = AttentionKernel(base.ir.with_attrs(**parse_attrs(spec)))
+                    out = kern(q, k, v, **caps)
+                notes[spec] = f"vs default {rel_frobenius(out, ref):.1e}"
                 timed[spec] = lambda kern=kern: kern(q, k, v, **caps)
             except Exception as e:  # an illegal schedule: say so, go on
                 notes[spec] = f"{type(e).__name__}: {str(e)[:150]}"
