@@ -66,6 +66,17 @@ def test_small_m_decode_shapes_get_their_own_tiles():
     assert tiles_of(Problem(128, 2112, 7168, 1, "dense", 2), small["tile_m"], small["tile_n"])[2] > 100
 
 
+def test_tensor_core_waves_decide_between_tiles_of_equal_traffic():
+    """Measured on the H100 (2026-11-24, in turns): 4096x2112x7168 ran 9 % faster as 256x64
+    (528 tiles, 4 full waves) than as the traffic model's 256x96 (2.67 waves); 256x128 stays
+    the tile of 4096x4096x7168, and 4096x1536x7168 keeps 128x128 (1.19x faster than 256x64,
+    which has the same tile count)."""
+    pick = lambda m, n, k: (lambda c: (c["tile_m"], c["tile_n"]))(choose(Problem(m, n, k, 1, "dense", 2), 132, SMEM))
+    assert pick(4096, 2112, 7168) == (256, 64)
+    assert pick(4096, 4096, 7168) == (256, 128)
+    assert pick(4096, 1536, 7168) == (128, 128)
+
+
 def test_random_problems_get_legal_tiles():
     rng = random.Random(1234)
     for _ in range(150):

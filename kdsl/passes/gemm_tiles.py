@@ -88,14 +88,36 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int) -> float:
     k = p.K
     l2_ab = k * (bm / (2 if multicast == "a" else 1) + bn / (2 if multicast == "b" else 1))
     l1_ab = k * (bm + bn)
-    l1_tc = k * (max(64, bm) + bn) + bm * bn * p.out_bytes
+    # what the wgmmas read from shared memory: each m64 wave reads its 64 rows of A and all of
+    # B's tile (bm / 64 waves a tile), plus the epilogue's staging tile
+    l1_tc = k * (bm + max(1, bm // 64) * bn) + bm * bn * p.out_bytes
     cd = bm * bn * p.out_bytes * (2 if p.accumulate else 1)
     l2 = (l2_ab + cd) * blocks / l2_bw
     l1 = (l1_ab + l1_tc + cd) * blocks / l1_bw
     efficiency = blocks / (waves * sms)
+    # The tensor cores: every wave takes as long as one tile's products, at the rate the main
+    # loop sustains. Without this term the model ranked 256x96 (2.67 waves) ahead of 256x64
+    # (4 full waves) for 4096x2112x7168, which measured 9 % slower on the H100 (2026-11-24).
+    tc = waves * bm * bn * k / (MMA_PER_CYCLE * mainloop_efficiency(bm, bn))
     if multicast != "none" and waves <= 1:
         return math.inf  # one wave: pairing CTAs only constrains the schedule
-    return max(l1, l2) / efficiency * tile_cost_factor(bm, bn)
+    return max(max(l1, l2) / efficiency, tc) * tile_cost_factor(bm, bn)
+
+
+# FP8 multiply-adds per cycle and SM (H100 dense e4m3: 1979 TFLOPS at 1.83 GHz on 132 SMs),
+# and the share of it the main loop sustains (H100, 2026-11-24, tools/dev/fp8_forms.py, in
+# turns, same process): 256x128 (two waves a warpgroup, in ping-pong) ran at 0.66 of it over
+# 4096x4096x7168 and 4096x7168x16384; 128x128 at 0.93 of 256x128's rate and 256x64 at 0.81
+# on 4096x4096x7168. 64-row tiles were not measured apart: their single math warpgroup has
+# no partner whose wgmmas cover its promotion, so they are put lower (an estimate; at the
+# small M they are chosen for, traffic, not this term, decides).
+MMA_PER_CYCLE = 4096
+MAINLOOP_EFFICIENCY = {256: 0.66, 128: 0.61, 64: 0.45}
+NARROW_TILE_EFFICIENCY = 0.81  # 256-row tiles under 128 columns
+
+
+def mainloop_efficiency(bm: int, bn: int) -> float:
+    return MAINLOOP_EFFICIENCY[bm] * (NARROW_TILE_EFFICIENCY if bn < 128 and bm == 256 else 1.0)
 
 
 # Per-tile slowdowns the traffic model does not see, measured on an H100 (2026-11-22: the
@@ -115,8 +137,8 @@ def tile_cost_factor(bm: int, bn: int) -> float:
         return f
     if 128 % bn and bn % 128:
         f *= STRADDLE_COST
-    if bn // 2 * (waves_of(bm) + 1) >= 192:
-        f *= FULL_REGISTERS_COST
+    if bm == 128 and bn // 2 * (waves_of(bm) + 1) >= 192:  # seen on 128-row tiles only: 256x128,
+        f *= FULL_REGISTERS_COST                           # as full, is the fastest measured tile
     return f
 
 

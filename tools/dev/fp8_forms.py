@@ -20,11 +20,20 @@ sys.path.insert(0, str(ROOT))
 
 DENSE = [(4096, 2112, 7168), (4096, 24576, 1536), (4096, 32768, 512), (4096, 7168, 16384),
          (4096, 4096, 7168), (4096, 7168, 2048)]
-SMALL = [(128, 2112, 7168), (128, 24576, 1536), (128, 7168, 2048)]
+SMALL = [(128, 24576, 1536), (128, 7168, 2048), (128, 7168, 16384), (512, 7168, 7168), (4096, 1536, 7168),
+         (4096, 2112, 7168)]
 GROUPED = [("fp8_grouped_contiguous", (32768, 4096, 7168, 4)), ("fp8_grouped_masked", (256, 4096, 7168, 4))]
-FORMS = {"pp": [], "nopp": ["-DKDSL_FP8_PINGPONG=0"]}
-VARIANTS = [("nopp", {}), ("pp", {}), ("pp", {"tile_m": 128, "cluster": 2, "multicast": "a"}),
-            ("pp", {"tile_m": 128, "cluster": 2, "multicast": "b"}), ("pp", {"tile_m": 128})]
+# A form names NVRTC defines its variants are compiled with (an A/B of a kernel change kept
+# behind a macro); "now" is the kernel as it is.
+FORMS = {"now": []}
+VARIANTS = [("now", {})]
+# Extra variants of one case (here: the tile model's picks before 2026-11-24's change).
+PER_SHAPE = {("fp8_gemm", 128, 24576, 1536, 1): [{"tile_m": 128, "tile_n": 192, "stages": 4}],
+             ("fp8_gemm", 128, 7168, 2048, 1): [{"tile_m": 64, "tile_n": 112, "stages": 8}],
+             ("fp8_gemm", 128, 7168, 16384, 1): [{"tile_m": 64, "tile_n": 112, "stages": 8}],
+             ("fp8_gemm", 4096, 2112, 7168, 1): [{"tile_m": 256, "tile_n": 96, "stages": 3}],
+             ("fp8_gemm", 512, 7168, 7168, 1): [{"tile_m": 256, "tile_n": 112, "stages": 3}],
+             ("fp8_gemm", 4096, 1536, 7168, 1): [{"tile_m": 128, "tile_n": 128, "stages": 5}]}
 
 
 def with_form(form: str):
@@ -100,7 +109,7 @@ def timed(only: str, reps: int) -> None:
         ref = reference.fp8_gemm(a, sa, b, sb, *((extra[0], None) if grouping == "contiguous" else
                                                  (None, extra[0]) if grouping == "masked" else ()))
         fns, notes = {}, {}
-        for form, attrs in VARIANTS:
+        for form, attrs in VARIANTS + [("now", a) for a in PER_SHAPE.get((name, m, n, k, g), [])]:
             fn = getattr(mod, name).with_attrs(**attrs) if attrs else getattr(mod, name).with_attrs()
             try:
                 with with_form(form):
@@ -121,7 +130,7 @@ def timed(only: str, reps: int) -> None:
         if grouping == "dense":
             fns["scaled_mm"] = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
         times = timer.in_turns(fns)
-        base = times.get("scaled_mm") or times.get("nopp")
+        base = times.get("scaled_mm") or times.get("now")
         print(f"\n{name} M={m} N={n} K={k} G={g}", flush=True)
         for lab, t in times.items():
             print(f"  {lab:42s} {t * 1e3:9.1f} us {2 * rows * n * k / t / 1e9:7.1f} TFLOPS  x{base / t:5.3f}  "
