@@ -20,8 +20,9 @@ from ..errors import KdslError
 
 BLOCK_M = (64, 128, 256)
 # CTAs per cluster the model may choose (an attr may still ask for 2). Not 2: on the H100
-# (2026-11-22, tools/dev/fp8_gpu_check.py's sweep) every 2-CTA configuration ran 1.36-1.75x
-# slower than the same tiles unclustered, with all 66 clusters resident; why is not known.
+# (2026-11-24, tools/dev/fp8_forms.py) 2-CTA configurations ran 1-5 % slower than the same
+# tiles unclustered, 256x128 included. (Until then they ran 2x slower: a cluster-scope
+# release put a MEMBAR.ALL.GPU before every arrival.)
 CLUSTERS = (1,)
 # Multiples of 16 whose tiles straddle at most two scale blocks of B (BN - gcd(BN, 128) <= 128).
 BLOCK_N = tuple(n for n in range(16, 193, 16) if n - math.gcd(n, 128) <= 128)
