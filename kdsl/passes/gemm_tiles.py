@@ -81,8 +81,20 @@ def raster_for(bm: int, bn: int, multicast: str, sms: int) -> int:
     return min((8, 16), key=footprint)
 
 
+def passes_of(p: Problem, bm: int, bn: int) -> float:
+    """Tile passes of a call: one per tile, and for the contiguous grouping one more per group
+    boundary inside a tile (the tile is computed once for each group among its rows). Groups
+    are taken as 128-row aligned (as DeepGEMM lays them out), each boundary inside a tile
+    taller than that with probability 1 - 128 / bm; so 256-row tiles pay only where groups
+    are few and long."""
+    num_m, num_n, blocks = tiles_of(p, bm, bn)
+    if p.grouping != "contiguous" or bm <= 128:
+        return blocks
+    return blocks + min(p.G - 1, num_m) * (1 - 128 / bm) * num_n
+
+
 def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int) -> float:
-    _, _, blocks = tiles_of(p, bm, bn)
+    blocks = passes_of(p, bm, bn)
     waves = -(-blocks // sms)
     l2_bw = min(64.0 * sms, 8e6 / 1.3e3)  # bytes per cycle
     l1_bw = 128.0 * sms
@@ -147,9 +159,9 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     """Every legal configuration agreeing with `fixed`, as attribute dicts, with the reason
     the last one was turned down (for the error when none is left)."""
     tma = fixed.get("store", "tma" if store_fits(p) else "rows") == "tma"
-    ms = BLOCK_M if p.grouping == "dense" else (64, 128)  # a grouped tile pass costs the whole tile
+    ms = BLOCK_M if p.grouping != "masked" else (64, 128)  # a masked group's last tile is partly empty
     if fixed.get("tile_m", ms[0]) not in ms:
-        return [], f"a grouped GEMM's tile_m must be one of {ms} (each group's pass costs the whole tile)"
+        return [], f"a masked grouped GEMM's tile_m must be one of {ms} (each group's last tile is partly empty)"
     out, why = [], []
     for cluster in sorted(set(CLUSTERS) | {fixed.get("cluster", 1)}):
         for multicast in (("none",) if cluster == 1 else ("a", "b")):

@@ -83,7 +83,10 @@ def test_dense_at_the_tiles_each_shape_picks(M, N, K):
     _judge(_mod("fp8_gemm").fp8_gemm, GemmCase(M, N, K, seed=M + N + K))
 
 
-@pytest.mark.parametrize("cfg", GROUPED_CFGS.values(), ids=GROUPED_CFGS.keys())
+CONTIGUOUS_CFGS = {**GROUPED_CFGS, "bm256": {"tile_m": 256, "tile_n": 64, "cluster": 1}}  # ping-pong, group passes
+
+
+@pytest.mark.parametrize("cfg", CONTIGUOUS_CFGS.values(), ids=CONTIGUOUS_CFGS.keys())
 @pytest.mark.parametrize("aligned", [True, False])
 def test_grouped_contiguous(cfg, aligned):
     torch = pytest.importorskip("torch")
