@@ -27,13 +27,10 @@ GROUPED = [("fp8_grouped_contiguous", (32768, 4096, 7168, 4)), ("fp8_grouped_mas
 # behind a macro); "now" is the kernel as it is.
 FORMS = {"now": []}
 VARIANTS = [("now", {})]
-# Extra variants of one case (here: the tile model's picks before 2026-11-24's change).
-PER_SHAPE = {("fp8_gemm", 128, 24576, 1536, 1): [{"tile_m": 128, "tile_n": 192, "stages": 4}],
-             ("fp8_gemm", 128, 7168, 2048, 1): [{"tile_m": 64, "tile_n": 112, "stages": 8}],
-             ("fp8_gemm", 128, 7168, 16384, 1): [{"tile_m": 64, "tile_n": 112, "stages": 8}],
-             ("fp8_gemm", 4096, 2112, 7168, 1): [{"tile_m": 256, "tile_n": 96, "stages": 3}],
-             ("fp8_gemm", 512, 7168, 7168, 1): [{"tile_m": 256, "tile_n": 112, "stages": 3}],
-             ("fp8_gemm", 4096, 1536, 7168, 1): [{"tile_m": 128, "tile_n": 128, "stages": 5}]}
+# Extra variants of one case (here: the grouped picks before 256-row contiguous tiles).
+PER_SHAPE = {("fp8_grouped_contiguous", 32768, 4096, 7168, 4): [{"tile_m": 128, "tile_n": 128, "stages": 5}],
+             ("fp8_grouped_masked", 256, 4096, 7168, 4): [{"tile_m": 128, "tile_n": 128}, {"tile_m": 256, "tile_n": 128},
+                                                            {"tile_m": 256, "tile_n": 64}]}
 
 
 def with_form(form: str):
