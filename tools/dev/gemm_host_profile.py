@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Where the host time of an eager FP8 GEMM call goes (bench/launch_overhead.py's call:
+fp8_gemm 128x2112x7168, out= given): the whole call, then its parts timed alone, with a long
+sleep kernel queued ahead so that no launch waits for the GPU.
+
+    python3 tools/dev/gemm_host_profile.py
+"""
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+import kdsl  # noqa: E402
+from kdsl import fp8  # noqa: E402
+from kdsl.runtime import gemm_launch, launch as L, torch_ops  # noqa: E402
+
+
+def per_call_us(fn, n=200, rounds=7):
+    fn()
+    torch.cuda.synchronize()
+    best = []
+    for _ in range(rounds):
+        torch.cuda._sleep(50_000_000)
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best.append((time.perf_counter() - t) / n * 1e6)
+        torch.cuda.synchronize()
+    best.sort()
+    return best[len(best) // 2]
+
+
+gemm = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").fp8_gemm
+a, sa = fp8.quantize_1x128(torch.randn(128, 7168, device="cuda"))
+b, sb = fp8.quantize_128x128(torch.randn(2112, 7168, device="cuda"))
+out = torch.empty(128, 2112, device="cuda", dtype=torch.bfloat16)
+gemm(a, sa, b, sb, out=out)
+plan = next(iter(gemm._plans.values()))
+ptrs = [a.data_ptr(), b.data_ptr(), out.data_ptr(), sa.data_ptr(), sb.data_ptr(), out.data_ptr(), 0, 0]
+rows = {
+    "whole call": lambda: gemm(a, sa, b, sb, out=out),
+    "torch_ops.compiling()": torch_ops.compiling,
+    "_signature": lambda: L._signature((a, sa, b, sb, None), (out,)),
+    "5 data_ptr()": lambda: (a.data_ptr(), sa.data_ptr(), b.data_ptr(), sb.data_ptr(), out.data_ptr()),
+    "current_stream()": plan.current_stream,
+    "plan.launch (maps bound, cuLaunchKernel)": lambda: plan.launch(ptrs),
+    "torch._scaled_mm": lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16),
+    "torch empty kernel-free op (a.view(-1))": lambda: a.view(-1),
+}
+for name, fn in rows.items():
+    print(f"{name:45s} {per_call_us(fn):6.2f} us", flush=True)
