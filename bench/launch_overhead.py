@@ -13,7 +13,8 @@ from kdsl import fp8
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def host_us(fn, n=2000):
+def host_us(fn, n=2000, per=200):
+    """Median host microseconds per call of fn over n calls, in samples of `per` calls."""
     fn()
     torch.cuda.synchronize()
     samples = []
@@ -21,12 +22,12 @@ def host_us(fn, n=2000):
     # calls per sample, so their launches (up to three each) stay within the driver's queue of
     # pending launches: past it a launch blocks until the GPU drains (seen: a 3-launch call
     # read 258 us at 400 calls per sample)
-    for _ in range(n // 200):
+    for _ in range(max(1, n // per)):
         torch.cuda._sleep(200_000_000)
         t = time.perf_counter()
-        for _ in range(200):
+        for _ in range(per):
             fn()
-        samples.append((time.perf_counter() - t) / 200 * 1e6)
+        samples.append((time.perf_counter() - t) / per * 1e6)
         torch.cuda.synchronize()
     return statistics.median(samples)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from devtools import extra_options  # noqa: E402
 
 
 def parse_attrs(spec: str) -> dict:
@@ -28,23 +29,6 @@ def parse_attrs(spec: str) -> dict:
         k, v = kv.split("=")
         out[k] = int(v) if v.lstrip("-").isdigit() else v
     return out
-
-
-class extra_options:
-    """NVRTC options added to every kernel built inside the block (the build's cache key
-    includes them, so the variants never share a cubin)."""
-
-    def __init__(self, options):
-        self.options = list(options)
-
-    def __enter__(self):
-        from kdsl.runtime import nvrtc
-        self.base = base = nvrtc.default_options
-        nvrtc.default_options = lambda *a: base(*a) + self.options
-
-    def __exit__(self, *exc):
-        from kdsl.runtime import nvrtc
-        nvrtc.default_options = self.base
 
 
 def main() -> None:

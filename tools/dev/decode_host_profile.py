@@ -7,9 +7,7 @@ cProfile of 200 calls.
 """
 import cProfile
 import pstats
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -17,20 +15,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import kdsl  # noqa: E402
-
-
-def host_us(fn, per, n=1000):
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(max(1, n // per)):
-        torch.cuda._sleep(100_000_000)
-        t = time.perf_counter()
-        for _ in range(per):
-            fn()
-        samples.append((time.perf_counter() - t) / per * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
+from devtools import host_us  # noqa: E402
 
 
 rel = kdsl.load(ROOT / "samples" / "relpos.kd").relpos
@@ -43,7 +28,7 @@ calls = {"relpos decode (split-KV)": lambda: rel(q, k, k, out=out),
          "relpos M=128 (one launch)": lambda: rel(qp, k, k, out=outp),
          "torch sdpa decode": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, k)}
 for name, fn in calls.items():
-    print(name, " ".join(f"{per}/sample: {host_us(fn, per):.1f} us" for per in (25, 50, 200)), flush=True)
+    print(name, " ".join(f"{per}/sample: {host_us(fn, 1000, per):.1f} us" for per in (25, 50, 200)), flush=True)
 fn = calls["relpos decode (split-KV)"]
 torch.cuda._sleep(100_000_000)
 prof = cProfile.Profile()

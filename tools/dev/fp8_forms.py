@@ -17,6 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from devtools import extra_options  # noqa: E402
 
 DENSE = [(4096, 2112, 7168), (4096, 24576, 1536), (4096, 32768, 512), (4096, 7168, 16384),
          (4096, 4096, 7168), (4096, 7168, 2048)]
@@ -32,16 +33,7 @@ PER_SHAPE = {("fp8_gemm", 4096, 4096, 7168, 1): [("now", {"tile_m": 128, "tile_n
 
 
 def with_form(form: str):
-    from kdsl.runtime import nvrtc
-    base = nvrtc.default_options
-
-    class _Patch:
-        def __enter__(self):
-            nvrtc.default_options = lambda *a: base(*a) + FORMS[form]
-
-        def __exit__(self, *exc):
-            nvrtc.default_options = base
-    return _Patch()
+    return extra_options(FORMS[form])
 
 
 def label(form: str, attrs: dict) -> str:

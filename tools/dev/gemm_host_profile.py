@@ -6,7 +6,6 @@ sleep kernel queued ahead so that no launch waits for the GPU.
     python3 tools/dev/gemm_host_profile.py
 """
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -15,22 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import kdsl  # noqa: E402
 from kdsl import fp8  # noqa: E402
-from kdsl.runtime import gemm_launch, launch as L, torch_ops  # noqa: E402
-
-
-def per_call_us(fn, n=200, rounds=7):
-    fn()
-    torch.cuda.synchronize()
-    best = []
-    for _ in range(rounds):
-        torch.cuda._sleep(50_000_000)
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best.append((time.perf_counter() - t) / n * 1e6)
-        torch.cuda.synchronize()
-    best.sort()
-    return best[len(best) // 2]
+from kdsl.runtime import launch as L, torch_ops  # noqa: E402
+from devtools import host_us  # noqa: E402
 
 
 gemm = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").fp8_gemm
@@ -51,4 +36,4 @@ rows = {
     "torch empty kernel-free op (a.view(-1))": lambda: a.view(-1),
 }
 for name, fn in rows.items():
-    print(f"{name:45s} {per_call_us(fn):6.2f} us", flush=True)
+    print(f"{name:45s} {host_us(fn, 1400):6.2f} us", flush=True)
