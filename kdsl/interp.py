@@ -2,7 +2,8 @@
 
 Not a reference: it walks the same schedule the CUDA kernels do — q tiles of tile_m rows,
 kv tiles of tile_n keys classified by the mask analysis' tile_empty / tile_full predicates
-(empty ones skipped, full ones without the per-element mask), the ragged last tile bounded
+(empty ones skipped, full ones without the per-element mask, partial ones by the per-row key
+interval of passes/kv_bounds.py where it was derived), the ragged last tile bounded
 by N, scores in the log2 domain from the exp2-folded expression, online-softmax rescaling,
 P rounded to the input type before P.V as the tensor cores see it; and for FP8 GEMMs each
 128-deep K block accumulated on its own and promoted with its scales. Slow; exact about the
@@ -34,6 +35,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
     scale_log2 = np.float32(scale * 1.4426950408889634)
     score, mask = low.func("score_log2"), low.func("mask")
     empty_p, full_p = low.func("tile_empty"), low.func("tile_full")
+    kv_lo, kv_hi = low.func("kv_lo"), low.func("kv_hi")  # partial tiles' keys per row, when derived
     kv_head = np.arange(H) // (H // Hkv)
     out = np.zeros((B, H, M, Dv), np.float32)
     lse = np.full((B, H, M), -np.inf, np.float32)
@@ -59,7 +61,12 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
                    "dqkf": (rows - cols).astype(np.float32)}
             s = np.broadcast_to(eval_numpy(score, env, captures, np.float32), qk.shape).astype(np.float32)
             if mask is not None:
-                keep = np.broadcast_to(eval_numpy(mask, env, captures), qk.shape)
+                if kv_lo is not None:  # as the Hopper kernel: lo <= kv <= hi on partial tiles
+                    row = {**env, "k0": k0}
+                    keep = (cols >= eval_numpy(kv_lo, row, captures)) & (cols <= eval_numpy(kv_hi, row, captures))
+                else:
+                    keep = eval_numpy(mask, env, captures)
+                keep = np.broadcast_to(keep, qk.shape)
                 # full tiles skip the per-element mask, as the kernel does; empty (b, h) pairs drop out
                 keep = np.where((cls == "full")[..., None, None], True, keep) & (cls != "empty")[..., None, None]
                 s = np.where(keep, s, -np.inf)

@@ -141,6 +141,18 @@ class CEmitter:
         return f"{fn}({cap.field}, {linear})"
 
 
+class WideEmitter(CEmitter):
+    """i32 arithmetic in 64 bits (every i32 leaf widened, kdsl::imin & co. have i64 forms): for
+    bounds a pass derives (passes/kv_bounds.py), whose intermediate values may leave the i32
+    range where the mask's own never do."""
+
+    def __call__(self, e: ir.Expr) -> str:
+        text = super().__call__(e)
+        if e.ty == "i32" and (not isinstance(e, ir.Op) or e.op == "int"):
+            return f"((kdsl::i64){text})"
+        return text
+
+
 def _floor_op(op: str, a, divisor: ir.Expr) -> str:
     # A positive power-of-two divisor makes floor division a shift and floor mod a mask.
     if isinstance(divisor, ir.Const) and divisor.value > 0 and divisor.value & (divisor.value - 1) == 0:

@@ -13,7 +13,7 @@ import jinja2
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
 from ..passes import exp2_fold, mask_analysis, streaming, tiling
-from .cexpr import CEmitter, Capture, capture_ident, dim_ident, split_position
+from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
 
 HERE = Path(__file__).parent
 INCLUDE_DIR = HERE / "include"
@@ -122,6 +122,7 @@ def _attention(k: ir.Kernel) -> Generated:
     c = CEmitter(variables, captures, summary_slots)
     stream = k.attr("stream_capture")
     cs = CEmitter(variables, captures, summary_slots, stream)  # the score's: the streamed tensor is sv
+    wide = WideEmitter(variables, captures)  # passes/kv_bounds.py's key bounds, in 64 bits
     bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
     mask = k.func("mask")
     factored = exp2_fold.positive_factor(k)
@@ -155,6 +156,10 @@ def _attention(k: ir.Kernel) -> Generated:
         stream_rank=len(k.tensor(stream).shape) if stream else 0,
         stream_lead=[c(i) for i in reversed(streaming.lead_indices(k))] if stream else [],
         score=cs(k.func("score_log2")), mask=c(mask) if mask is not None else "true",
+        mask_loads="true" if mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)) else "false",
+        key_bounds="true" if k.func("kv_lo") is not None else "false",
+        kv_lo=wide(k.func("kv_lo")) if k.func("kv_lo") is not None else "k0",
+        kv_hi=wide(k.func("kv_hi")) if k.func("kv_lo") is not None else "k0 - 1",
         tile_empty=c(k.func("tile_empty")) if mask is not None else "false",
         tile_full=c(k.func("tile_full")) if mask is not None else "true",
         summaries=[c(s.args[0]) for s in slots], summary_on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from .. import ast, ir
 from ..errors import SourceError
-from . import (exp2_fold, index_floats, invariant_factors, mask_analysis, mask_facts, streaming, tiling, typecheck,
-               warp_map)
+from . import (exp2_fold, index_floats, invariant_factors, kv_bounds, mask_analysis, mask_facts, streaming, tiling,
+               typecheck, warp_map)
 from .target import Target
 
 HEAD_DIMS = (64, 128)
@@ -69,6 +69,9 @@ def lower(k: ir.Kernel, target: Target, head_dim: int = 0, value_dim: int = 0) -
     k = streaming.run(k)
     # Tile sizes depend on the target and head dim, and on the streamed tensor's ring.
     k = tiling.run(k, target)
+    # On the chosen tile width (kv % C solves only for C a multiple of it): a partial tile's
+    # mask as one interval of keys per row, when the mask has one.
+    k = kv_bounds.run(k)
     # Warp roles follow from the tile shape.
     k = warp_map.run(k, target)
     return k.with_attrs(arch=target.arch)

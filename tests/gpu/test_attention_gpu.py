@@ -183,6 +183,29 @@ def test_score_that_loads_at_kv_on_ragged_and_masked_tiles(shape):
     _check(mod, "rel_bias", shape, seed=sum(shape))
 
 
+KEY_BOUNDS_SRC = """
+attention limits {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    lim: i32[B]
+    mask(b, h, i, j) = (j < lim[b] or j <= i - 3) and j // 48 >= i // 96 - 2 and abs(i % 128 - j % 128) <= 40
+}
+"""
+
+
+def test_key_bounds_do_not_wrap_at_the_i32_limits():
+    """passes/kv_bounds.py turns j < lim[b] into j <= lim[b] - 1: the kernel computes it in 64
+    bits, so lim = -2^31 keeps no key there instead of wrapping to every key. The mask also
+    mixes a union of rays, a floor division narrower than the tile and a modulus by it."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile(KEY_BOUNDS_SRC, "limits.kd")
+    assert mod.ir["limits"] is not None
+    q, k, v, _ = attention_inputs(mod.ir["limits"], 4, 2, 2, 700, 650, 128)
+    lim = torch.tensor([-2**31, 2**31 - 1, 0, 300], dtype=torch.int32, device="cuda")
+    got = mod.limits(q, k, v, lim=lim)
+    ref, _ = reference.attention(mod.ir["limits"], q, k, v, {"lim": lim})
+    assert rel_frobenius(got, ref) <= ATTENTION_TOL
+
+
 def test_scale_override_and_fp16():
     pytest.importorskip("torch")
     src = (ROOT / "samples" / "softcap.kd").read_text().replace("bf16", "f16")

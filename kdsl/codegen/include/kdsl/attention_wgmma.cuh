@@ -50,6 +50,13 @@ namespace kdsl {
 
 namespace attn_wgmma_detail {
 
+// What survives of a general tile (survivors() in attention_fwd_wgmma): a key interval per
+// row, as columns, for masks with one (V::kKeyBounds), else a bit per S element.
+struct Keep {
+  int lo[2], hi[2];
+  u64 bits[2];
+};
+
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0>
 struct Cfg {
   static constexpr int kBM = 64 * NCWG;
@@ -469,34 +476,49 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     m_run[0] = m_run[1] = neg_inf();
     l_run[0] = l_run[1] = 0.f;
 
-    // Which elements of tile j survive: bit i of keep1:keep0 is S element i (mask on partial
-    // tiles, kv < N everywhere). Runs while wgmmas are in flight. On partial tiles the mask is
-    // evaluated in a loop of its own, in one block per 8 column groups (the expression's
-    // `and`/`or` evaluate both sides, cexpr.py), so that NVVM sees those elements' loads
-    // together: a row's data (doc_q[b, q]) is loaded once an item, a column's (doc_kv[b, kv])
-    // once a tile, 16 loads in flight at a time (unrolled whole, document_mask spilled at
-    // D=128; by 2, each load waited for in turn: 8 round trips a tile). Kernels without a mask need no
-    // bits: kv < N is one compare of a constant per register in the softmax (kept() there),
-    // and NVVM and ptxas are spared this loop and the bits live across the wgmmas.
-    auto survivors = [&](int j, bool partial, u64& keep0, u64& keep1) {
+    // Which elements of tile j survive (mask on partial tiles, kv < N everywhere), worked out
+    // while wgmmas are in flight. Kernels without a mask need nothing here: kv < N is one
+    // compare of a constant per register in the softmax (kept() there).
+    // - Masks with one key interval per row (V::kKeyBounds, passes/kv_bounds.py): the
+    //   interval of each of this thread's two rows, as columns relative to its first, so that
+    //   kept() is two compares of a constant per element.
+    // - Any other mask: bit i of keep.bits is S element i. On partial tiles the mask is
+    //   evaluated in a loop of its own, in one block per 8 column groups (the expression's
+    //   `and`/`or` evaluate both sides, cexpr.py), so that NVVM sees those elements' loads
+    //   together: a row's data (doc_q[b, q]) is loaded once an item, a column's (doc_kv[b, kv])
+    //   once a tile, 16 loads in flight at a time (unrolled whole, document_mask spilled at
+    //   D=128; by 2, each load waited for in turn: 8 round trips a tile).
+    auto survivors = [&](int j, bool partial, Keep& keep) {
       const int k0 = j * BN;
-      keep0 = keep1 = 0;
-      auto put = [&](int jj, u64 bits) {
-        if (jj < 16) keep0 |= bits << (4 * jj);
-        else keep1 |= bits << (4 * jj - 64);
+      if constexpr (V::kKeyBounds) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          int lo = k0, hi = k0 + BN - 1;
+          if (partial) V::key_bounds(a, cap, b, h, qr[r], k0, lo, hi);
+          keep.lo[r] = lo - k0 - 2 * t;
+          keep.hi[r] = imin2(hi, N - 1) - k0 - 2 * t;
+        }
+        return;
+      }
+      keep.bits[0] = keep.bits[1] = 0;
+      auto put = [&](int jj, u64 bits) {  // jj may be a register (unroll 8): no indexed array
+        if (jj < 16) keep.bits[0] |= bits << (4 * jj);
+        else keep.bits[1] |= bits << (4 * jj - 64);
+      };
+      auto group = [&](int jj) {
+        u64 bits = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int kv = k0 + 8 * jj + 2 * t + (e & 1);
+          const int q = V::kMaskLoads ? qr[e >> 1] : row0 + 8 * (e >> 1);
+          const bool ok = (kv < N) & V::mask(a, cap, b, h, q, V::kMaskLoads ? imin2(kv, N - 1) : kv);
+          bits |= (u64)(ok ? 1u : 0u) << e;
+        }
+        put(jj, bits);
       };
       if (partial) {
 #pragma unroll 8
-        for (int jj = 0; jj < BN / 8; ++jj) {
-          u64 bits = 0;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int kv = k0 + 8 * jj + 2 * t + (e & 1);
-            const bool ok = (kv < N) & V::mask(a, cap, b, h, (e >> 1) ? qr[1] : qr[0], imin2(kv, N - 1));
-            bits |= (u64)(ok ? 1u : 0u) << e;
-          }
-          put(jj, bits);
-        }
+        for (int jj = 0; jj < BN / 8; ++jj) group(jj);
       } else {
 #pragma unroll 2
         for (int jj = 0; jj < BN / 8; ++jj) {
@@ -510,7 +532,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
     // Scores of tile j in the log2 domain, masked; then the online-softmax update: sc becomes
     // P (relative to the new running max) and alpha[] rescales what O held so far.
-    auto softmax = [&](int j, int slot, bool general, u64 keep0, u64 keep1, float (&alpha)[2]) {
+    auto softmax = [&](int j, int slot, bool general, const Keep& keep, float (&alpha)[2]) {
       const int k0 = j * BN;
       // kv as a float: one conversion per tile, then a constant per register (exact below
       // 2^24; the runtime bounds N for kernels whose score uses it)
@@ -522,7 +544,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // column offset, a constant)
       const int kv_room = N - k0 - 2 * t;
       auto kept = [&](int i) -> bool {
-        if constexpr (V::kHasMask) return ((i < 64 ? keep0 >> i : keep1 >> (i - 64)) & 1u) != 0;
+        if constexpr (V::kKeyBounds) {
+          const int col = 8 * (i / 4) + (i & 1), r = (i >> 1) & 1;  // col: a constant once unrolled
+          return (col >= keep.lo[r]) & (col <= keep.hi[r]);
+        }
+        if constexpr (V::kHasMask) return ((keep.bits[i / 64] >> (i % 64)) & 1u) != 0;
         return 8 * (i / 4) + (i & 1) < kv_room;
       };
       // The score of every element, then on general tiles (ragged, or partly masked) -inf
@@ -636,7 +662,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // loop's wgmma_wait<1> would find only it in flight, and would serialise every wgmma.
       u32 info;
       bool partial, general;
-      u64 keep0 = 0, keep1 = 0;
+      Keep keep{};
       {
         const int s = it % STAGES;  // full: next_item() waited for it
         info = ld_shared_u32(info_kv(s));
@@ -646,7 +672,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         wgmma_fence();
         qk(s);
         your_turn(wg);
-        if (V::kHasMask && general) survivors(info >> 3, partial, keep0, keep1);
+        if (V::kHasMask && general) survivors(info >> 3, partial, keep);
         wgmma_wait<0>();
       }
       for (int sv = -1;;) {  // sv: ring slot of the P V in flight (-1: none yet)
@@ -658,7 +684,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         if (!(info & 1)) release(empty_q);
         if constexpr (!kStream) release_k(it % STAGES);
         float alpha[2];
-        softmax(j, it % STAGES, general, keep0, keep1, alpha);
+        softmax(j, it % STAGES, general, keep, alpha);
         if constexpr (kStream) release_k(it % STAGES);  // after the softmax read the streamed tile
         wgmma_wait<0>();
         wgmma_pin(o);
@@ -677,8 +703,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         sv = s;
         partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial;
         general = partial || (int)(info >> 3) * BN + BN > N;
-        keep0 = keep1 = 0;
-        if (V::kHasMask && general) survivors(info >> 3, partial, keep0, keep1);
+        if (V::kHasMask && general) survivors(info >> 3, partial, keep);
         ++it;
       }
       // the last tile's P V

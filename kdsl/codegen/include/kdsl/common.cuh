@@ -170,6 +170,10 @@ KDSL_DEVICE float math_cos(float x) {
 KDSL_DEVICE int imin(int a, int b) { return a < b ? a : b; }
 KDSL_DEVICE int imax(int a, int b) { return a > b ? a : b; }
 KDSL_DEVICE int iabs(int a) { return a < 0 ? -a : a; }
+// 64-bit forms, for derived bounds that may leave the i32 range (cexpr.WideEmitter)
+KDSL_DEVICE i64 imin(i64 a, i64 b) { return a < b ? a : b; }
+KDSL_DEVICE i64 imax(i64 a, i64 b) { return a > b ? a : b; }
+KDSL_DEVICE i64 iabs(i64 a) { return a < 0 ? -a : a; }
 
 // Python semantics for integer // and % (floor, not truncation), as the language promises.
 KDSL_DEVICE int floordiv(int a, int b) {
@@ -178,6 +182,14 @@ KDSL_DEVICE int floordiv(int a, int b) {
 }
 KDSL_DEVICE int floormod(int a, int b) {
   int r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+KDSL_DEVICE i64 floordiv(i64 a, i64 b) {
+  i64 q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+KDSL_DEVICE i64 floormod(i64 a, i64 b) {
+  i64 r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 

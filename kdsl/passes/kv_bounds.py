@@ -1,0 +1,263 @@
+"""Key bounds: on a partial tile, the mask as one interval of keys per query row.
+
+For the masks people write over positions (causal, sliding windows, chunks, 2-D
+neighbourhoods, prefixes, padding, and their `and`s) the keys a query row keeps inside one kv
+tile form an interval. This pass solves the mask for kv and derives two i32 expressions over
+b, h, q, the tile's first key k0, the dims and captured data not read at kv, such that for
+every key of a tile [k0, k0 + tile_n) whose k0 is a multiple of tile_n:
+
+    mask(b, h, q, kv)  <=>  kv_lo <= kv <= kv_hi
+
+The Hopper kernel evaluates them once per row and tile and keeps an element of a partial tile
+by comparing its column, a constant, against them: two compares instead of the whole mask per
+element, and no bit mask to pack. Runs after tiling (a key `kv % C` is `kv - k0 + k0 % C` on a
+tile only when C is a multiple of the tile width). The bounds are exact integers (no i32
+wrap): the generated code computes them in 64 bits and clamps them to the tile.
+
+Solving works on comparisons of i32 expressions, one side isolated down to kv through `+ -`,
+negation, a positive constant factor, `//` by a positive constant, `abs`, `min`, `max` and a
+`where` whose condition does not read kv; `and` intersects intervals, `or` unites two of them
+when both are open on the same side (`j <= i or j < prefix[b]`). Whatever it cannot solve (kv
+inside a load, `!=`, `%` of kv by a non-multiple of the tile, two intervals that may not meet)
+keeps the per-element mask: attr kv_bounds says "interval" or "per-element".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .. import ir
+from .simplify import TRUE, const, op, simplify
+
+_MAX_NODES = 256  # a bound larger than this costs more per row than it saves: per-element
+
+
+@dataclass(frozen=True)
+class Keys:
+    """mask <=> ok and lo <= kv <= hi; None: unbounded on that side. ok does not read kv."""
+    lo: ir.Expr | None
+    hi: ir.Expr | None
+    ok: ir.Expr
+
+
+def run(k: ir.Kernel) -> ir.Kernel:
+    # Always derived from the mask as it is now: bounds an IR file carries are dropped first.
+    k = replace(k, funcs=tuple((n, e) for n, e in k.funcs if n not in ("kv_lo", "kv_hi")))
+    if k.kind != "attention" or k.attr("kernel") != "wgmma" or k.func("mask") is None:
+        return k
+    keys = solve(k.func("mask"), k.attr("tile_n"))
+    if keys is None:
+        return k.with_attrs(kv_bounds="per-element")
+    k0 = ir.Var("i32", "k0")
+    last = op("i32", "add", k0, const("i32", k.attr("tile_n") - 1))
+    lo = simplify(keys.lo if keys.lo is not None else k0)
+    hi = simplify(op("i32", "where", keys.ok, keys.hi if keys.hi is not None else last, op("i32", "sub", k0, const("i32", 1))))
+    if _nodes(lo) + _nodes(hi) > _MAX_NODES:
+        return k.with_attrs(kv_bounds="per-element")
+    return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_attrs(kv_bounds="interval")
+
+
+def solve(mask: ir.Expr, tile_n: int) -> Keys | None:
+    """The mask as one key interval per row on a tile of tile_n keys, or None."""
+    return _Solver(tile_n).boolean(mask)
+
+
+def _on_kv(e: ir.Expr) -> bool:
+    return ir.uses(e, "kv")
+
+
+def _nodes(e: ir.Expr) -> int:
+    return sum(1 for _ in ir.walk(e))
+
+
+_FLIP = {"le": "ge", "ge": "le"}
+_NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}
+
+
+class _Solver:
+    def __init__(self, tile_n: int):
+        self.tile_n = tile_n
+        k0 = ir.Var("i32", "k0")
+        # stand-ins for "no key": below and above every key of the tile
+        self.below, self.above = op("i32", "sub", k0, const("i32", 1)), op("i32", "add", k0, const("i32", tile_n))
+
+    def boolean(self, e: ir.Expr) -> Keys | None:
+        if not _on_kv(e):
+            return Keys(None, None, e)
+        if not isinstance(e, ir.Op):
+            return None  # a bool load at kv
+        if e.op == "and":
+            x, y = self.boolean(e.args[0]), self.boolean(e.args[1])
+            return None if x is None or y is None else self._both(x, y)
+        if e.op == "or":
+            x, y = self.boolean(e.args[0]), self.boolean(e.args[1])
+            return None if x is None or y is None else self._either(x, y)
+        if e.op == "not":
+            n = _negate(e.args[0])
+            return None if n is None else self.boolean(n)
+        if e.op == "where" and not _on_kv(e.args[0]):
+            x, y = self.boolean(e.args[1]), self.boolean(e.args[2])
+            return None if x is None or y is None else self._select(e.args[0], x, y)
+        if e.op in _NEGATED and e.args[0].ty == "i32":
+            return self.compare(e.op, e.args[0], e.args[1])
+        return None
+
+    def compare(self, name: str, a: ir.Expr, b: ir.Expr) -> Keys | None:
+        if name == "ne":
+            return None  # two intervals
+        if name == "eq":
+            x, y = self.compare("le", a, b), self.compare("ge", a, b)
+            return None if x is None or y is None else self._both(x, y)
+        if name == "lt":
+            name, b = "le", op("i32", "sub", b, const("i32", 1))
+        elif name == "gt":
+            name, b = "ge", op("i32", "add", b, const("i32", 1))
+        if _on_kv(a) and _on_kv(b):
+            la, lb = _linear(a), _linear(b)
+            if la is None or lb is None:
+                return None
+            coef, rest = la[0] - lb[0], op("i32", "sub", lb[1], la[1])  # coef * kv  name  rest
+            if coef == 0:
+                return Keys(None, None, op("bool", name, const("i32", 0), rest))
+            kv = ir.Var("i32", "kv")
+            a, b = kv if coef == 1 else op("i32", "mul", kv, const("i32", coef)), rest
+        elif _on_kv(b):
+            a, b, name = b, a, _FLIP[name]
+        return self.isolate(a, name, b)
+
+    def isolate(self, f: ir.Expr, name: str, r: ir.Expr) -> Keys | None:
+        """Keys with f(kv) `name` r, name le or ge, r not reading kv."""
+        i32 = lambda n, *xs: op("i32", n, *xs)
+        if not _on_kv(f):  # one side of a min, max or where
+            return Keys(None, None, op("bool", name, f, r))
+        if isinstance(f, ir.Var):  # kv itself
+            return Keys(None, r, TRUE) if name == "le" else Keys(r, None, TRUE)
+        if not isinstance(f, ir.Op):
+            return None  # a load at kv
+        x = f.args[0]
+        y = f.args[1] if len(f.args) > 1 else None
+        if f.op in ("add", "sub") and _on_kv(x) and _on_kv(y):
+            lin = _linear(f)
+            if lin is None or lin[0] == 0:
+                return None if lin is None else Keys(None, None, op("bool", name, lin[1], r))
+            kv = ir.Var("i32", "kv")
+            return self.isolate(kv if lin[0] == 1 else i32("mul", kv, const("i32", lin[0])), name,
+                                i32("sub", r, lin[1]))
+        if f.op == "add":
+            return self.isolate(x, name, i32("sub", r, y)) if _on_kv(x) else self.isolate(y, name, i32("sub", r, x))
+        if f.op == "sub":
+            return self.isolate(x, name, i32("add", r, y)) if _on_kv(x) else self.isolate(y, _FLIP[name], i32("sub", x, r))
+        if f.op == "neg":
+            return self.isolate(x, _FLIP[name], i32("neg", r))
+        if f.op == "mul":
+            c, g = (x, y) if isinstance(x, ir.Const) else (y, x)
+            if not isinstance(c, ir.Const) or _on_kv(c):
+                return None
+            if c.value < 0:
+                return self.isolate(i32("mul", g, const("i32", -c.value)), _FLIP[name], i32("neg", r))
+            if name == "le":  # c * g <= r  <=>  g <= floor(r / c)
+                return self.isolate(g, "le", i32("floordiv", r, c))
+            return self.isolate(g, "ge", i32("neg", i32("floordiv", i32("neg", r), c)))  # ceil(r / c)
+        if f.op == "floordiv" and isinstance(y, ir.Const) and y.value > 0:
+            if name == "le":  # x // c <= r  <=>  x <= c * r + c - 1
+                return self.isolate(x, "le", i32("add", i32("mul", r, y), const("i32", y.value - 1)))
+            return self.isolate(x, "ge", i32("mul", r, y))
+        if f.op == "mod" and isinstance(y, ir.Const) and y.value > 0 and y.value % self.tile_n == 0 \
+                and isinstance(x, ir.Var):
+            # kv % c on a tile: k0 % c plus the key's offset in the tile (never wraps)
+            k0 = ir.Var("i32", "k0")
+            base = i32("sub", k0, self._tile_mod(k0, y))
+            return self.isolate(x, name, i32("add", r, base))
+        if f.op == "abs":
+            if name == "ge":
+                return None  # two intervals
+            lo, hi = self.isolate(x, "ge", i32("neg", r)), self.isolate(x, "le", r)
+            return None if lo is None or hi is None else self._both(lo, hi)
+        if f.op in ("min", "max"):
+            p, q = self.isolate(x, name, r), self.isolate(y, name, r)
+            if p is None or q is None:
+                return None
+            meet = (f.op == "min") == (name == "ge")  # min >= r and max <= r hold on both
+            return self._both(p, q) if meet else self._either(p, q)
+        if f.op == "where" and not _on_kv(x):
+            p, q = self.isolate(f.args[1], name, r), self.isolate(f.args[2], name, r)
+            return None if p is None or q is None else self._select(x, p, q)
+        return None
+
+    def _tile_mod(self, k0: ir.Expr, c: ir.Const) -> ir.Expr:
+        return const("i32", 0) if c.value == self.tile_n else op("i32", "mod", k0, c)
+
+    def _both(self, x: Keys, y: Keys) -> Keys:
+        join = lambda n, a, b: a if b is None else b if a is None else op("i32", n, a, b)
+        return Keys(join("max", x.lo, y.lo), join("min", x.hi, y.hi), op("bool", "and", x.ok, y.ok))
+
+    def _either(self, x: Keys, y: Keys) -> Keys | None:
+        if x.lo is None and x.hi is None:  # x does not depend on kv: x.ok or y
+            return self._select(x.ok, Keys(None, None, TRUE), y)
+        if y.lo is None and y.hi is None:
+            return self._select(y.ok, Keys(None, None, TRUE), x)
+        ok = op("bool", "or", x.ok, y.ok)
+        if x.lo is None and y.lo is None:  # two rays down: the higher end
+            return Keys(None, op("i32", "max", self._hi_or_none(x), self._hi_or_none(y)), ok)
+        if x.hi is None and y.hi is None:  # two rays up: the lower start
+            return Keys(op("i32", "min", self._lo_or_none(x), self._lo_or_none(y)), None, ok)
+        return None  # two intervals that may not meet
+
+    def _hi_or_none(self, x: Keys) -> ir.Expr:
+        return op("i32", "where", x.ok, x.hi, self.below)
+
+    def _lo_or_none(self, x: Keys) -> ir.Expr:
+        return op("i32", "where", x.ok, x.lo, self.above)
+
+    def _select(self, c: ir.Expr, x: Keys, y: Keys) -> Keys:
+        def pick(a, b, default):
+            if a is None and b is None:
+                return None
+            return op("i32", "where", c, default if a is None else a, default if b is None else b)
+        k0 = ir.Var("i32", "k0")
+        return Keys(pick(x.lo, y.lo, k0), pick(x.hi, y.hi, op("i32", "add", k0, const("i32", self.tile_n - 1))),
+                    op("bool", "where", c, x.ok, y.ok))
+
+
+def _linear(e: ir.Expr) -> tuple[int, ir.Expr] | None:
+    """e as coef * kv + rest (rest not reading kv), or None."""
+    if not _on_kv(e):
+        return 0, e
+    if isinstance(e, ir.Var):
+        return 1, const("i32", 0)
+    if not isinstance(e, ir.Op):
+        return None
+    if e.op in ("add", "sub"):
+        x, y = _linear(e.args[0]), _linear(e.args[1])
+        if x is None or y is None:
+            return None
+        s = 1 if e.op == "add" else -1
+        return x[0] + s * y[0], op("i32", e.op, x[1], y[1])
+    if e.op == "neg":
+        x = _linear(e.args[0])
+        return None if x is None else (-x[0], op("i32", "neg", x[1]))
+    if e.op == "mul":
+        c, g = (e.args[0], e.args[1]) if isinstance(e.args[0], ir.Const) else (e.args[1], e.args[0])
+        x = _linear(g) if isinstance(c, ir.Const) else None
+        return None if x is None else (x[0] * c.value, op("i32", "mul", x[1], c))
+    return None
+
+
+def _negate(e: ir.Expr) -> ir.Expr | None:
+    """not e, pushed inward (De Morgan, comparisons flipped), or None."""
+    if isinstance(e, ir.Const):
+        return const("bool", not e.value)
+    if not isinstance(e, ir.Op):
+        return None
+    if e.op == "not":
+        return e.args[0]
+    if e.op in ("and", "or"):
+        x, y = _negate(e.args[0]), _negate(e.args[1])
+        return None if x is None or y is None else op("bool", "or" if e.op == "and" else "and", x, y)
+    if e.op in _NEGATED and e.args[0].ty == "i32":
+        return op("bool", _NEGATED[e.op], *e.args)
+    if e.op == "where":
+        x, y = _negate(e.args[1]), _negate(e.args[2])
+        return None if x is None or y is None else op("bool", "where", e.args[0], x, y)
+    if not _on_kv(e):
+        return op("bool", "not", e)
+    return None

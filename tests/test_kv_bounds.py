@@ -1,0 +1,122 @@
+"""passes/kv_bounds.py: a partial tile's mask as one key interval per row must be exact, on
+every key of every tile, for the samples and for generated masks."""
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kdsl import ir
+from kdsl.grammar import parse
+from kdsl.passes import kv_bounds, pipeline
+from kdsl.passes.target import get_target
+from kdsl.semantics import eval_numpy
+
+from conftest import ROOT
+from exprgen import bool_expr, program
+
+DIMS = {"B": 2, "H": 3, "Hkv": 3, "M": 700, "N": 650, "D": 64}
+
+
+def lowered(text, d=64):
+    k = pipeline.check(parse(text, "t.kd"))[0]
+    return pipeline.lower(k, get_target("sm_90a"), d)
+
+
+def assert_exact(k, dims, captures, rng, tiles=12):
+    """On random (b, h) and tiles: mask == (kv_lo <= kv <= kv_hi) for every row and key."""
+    bn = k.attr("tile_n")
+    for _ in range(tiles):
+        k0 = bn * rng.randrange(-(-dims["N"] // bn))
+        q = np.arange(dims["M"]).reshape(-1, 1)
+        kv = np.arange(k0, k0 + bn).reshape(1, -1)
+        env = {**dims, "b": rng.randrange(dims["B"]), "h": rng.randrange(dims["H"]), "k0": k0}
+        keep = np.broadcast_to(eval_numpy(k.func("mask"), {**env, "q": q, "kv": np.minimum(kv, dims["N"] - 1)
+                                                           if captures else kv}, captures), (len(q), bn))
+        lo = np.broadcast_to(eval_numpy(k.func("kv_lo"), {**env, "q": q}, captures), q.shape)
+        hi = np.broadcast_to(eval_numpy(k.func("kv_hi"), {**env, "q": q}, captures), q.shape)
+        inside = (kv >= lo) & (kv <= hi)
+        if captures:  # keys past N read clamped data; the kernel drops them anyway
+            keep, inside = keep[:, kv[0] < dims["N"]], inside[:, kv[0] < dims["N"]]
+        bad = np.argwhere(keep != inside)
+        assert not len(bad), (ir.print_expr(k.func("mask")), ir.print_expr(k.func("kv_lo")),
+                              ir.print_expr(k.func("kv_hi")), k0, bad[:3])
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("causal", "interval"), ("sliding_window", "interval"), ("natten2d", "interval"), ("alibi", "interval"),
+    ("prefix_lm", "interval"), ("padded_causal", "interval"), ("document_mask", "per-element")])
+def test_samples_solve_exactly(name, expected):
+    k = lowered((ROOT / "samples" / f"{name}.kd").read_text(), 128)
+    assert k.attr("kv_bounds") == expected
+    if expected == "per-element":
+        assert k.func("kv_lo") is None
+        return
+    rng = np.random.default_rng(0)
+    dims = {**DIMS, "M": 2048, "N": 2048}
+    captures = {t.name: rng.integers(-5, dims["N"] + 5, size=[dims[s.name] for s in t.shape]).astype(np.int32)
+                for t in k.tensors if t.role == "capture"}
+    assert_exact(k, dims, captures, random.Random(1), tiles=16)
+
+
+@settings(max_examples=150, deadline=None)
+@given(bool_expr(depth=3), st.sampled_from([64, 128]), st.integers(0, 2**32 - 1))
+def test_generated_masks_solve_exactly_or_not_at_all(mask, d, seed):
+    k = lowered(program(None, mask), d)
+    if k.attr("kv_bounds") == "interval":
+        assert_exact(k, DIMS, {}, random.Random(seed))
+    else:
+        assert k.attr("kv_bounds") == "per-element" and k.func("kv_lo") is None
+
+
+@pytest.mark.parametrize("mask,lo,hi", [
+    # a chunk (block-diagonal) narrower than the tile: an interval per row all the same
+    ("i // 64 == j // 64", "(mul:i32 (floordiv:i32 q 64) 64)", None),
+    # a window on both sides with a `not`
+    ("not (abs(i - j) > 5)", None, None),
+    # a union of two rays down
+    ("j <= i or j < 100", "k0", "(max:i32 q 99)"),
+])
+def test_shapes_of_solved_masks(mask, lo, hi):
+    k = lowered(program(None, mask))
+    assert k.attr("kv_bounds") == "interval"
+    if lo is not None:
+        assert ir.print_expr(k.func("kv_lo")) == lo
+    if hi is not None:
+        assert ir.print_expr(k.func("kv_hi")) == hi
+    assert_exact(k, DIMS, {}, random.Random(0))
+
+
+@pytest.mark.parametrize("mask", [
+    "i != j",                       # two intervals
+    "(i - j) % 2 == 0",             # kv % 2: not monotone on a tile
+    "abs(i - j) >= 3",              # outside a window: two intervals
+    "j < 10 or j > i",              # rays in opposite directions
+])
+def test_masks_without_one_interval_stay_per_element(mask):
+    k = lowered(program(None, mask))
+    assert k.attr("kv_bounds") == "per-element"
+
+
+def test_solver_unit():
+    q_minus_kv = ir.Op("i32", "sub", (ir.Var("i32", "q"), ir.Var("i32", "kv")))
+    keys = kv_bounds.solve(ir.Op("bool", "le", (q_minus_kv, ir.Const("i32", 7))), 128)
+    assert keys.hi is None and ir.print_expr(keys.lo) == "(sub:i32 q 7)"
+
+
+def test_interpreter_follows_the_bounds_at_the_i32_limits():
+    """The interpreter keeps partial tiles' keys by kv_lo / kv_hi as the Hopper kernel does;
+    j < lim[b] with lim = -2^31 or 2^31 - 1 must not wrap (tests/gpu has the kernel's twin)."""
+    import torch
+    import kdsl
+    from kdsl import interp, reference
+    from kdsl.testing import ATTENTION_TOL, attention_inputs, rel_frobenius
+    src = ("attention limits {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n lim: i32[B]\n"
+           " mask(b, h, i, j) = (j < lim[b] or j <= i - 3) and j // 48 >= i // 96 - 2"
+           " and abs(i % 128 - j % 128) <= 40\n}\n")
+    kir = kdsl.compile(src, "limits.kd").ir["limits"]
+    q, k, v, _ = attention_inputs(kir, 4, 2, 2, 300, 250, 64, device="cpu", generator=torch.Generator().manual_seed(0))
+    lim = torch.tensor([-2**31, 2**31 - 1, 0, 100], dtype=torch.int32)
+    out, _ = interp.attention(kir, *(x.float().numpy() for x in (q, k, v)), {"lim": lim.numpy()})
+    ref, _ = reference.attention(kir, q, k, v, {"lim": lim})
+    assert rel_frobenius(torch.from_numpy(out), ref) <= ATTENTION_TOL
