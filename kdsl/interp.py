@@ -35,7 +35,8 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
     scale_log2 = np.float32(scale * 1.4426950408889634)
     score, mask = low.func("score_log2"), low.func("mask")
     empty_p, full_p = low.func("tile_empty"), low.func("tile_full")
-    kv_lo, kv_hi = low.func("kv_lo"), low.func("kv_hi")  # partial tiles' keys per row, when derived
+    # partial tiles' keys per row, when derived; tile_keys: on which partial tiles (None: all)
+    kv_lo, kv_hi, tile_keys = low.func("kv_lo"), low.func("kv_hi"), low.func("tile_keys")
     kv_head = np.arange(H) // (H // Hkv)
     out = np.zeros((B, H, M, Dv), np.float32)
     lse = np.full((B, H, M), -np.inf, np.float32)
@@ -61,12 +62,13 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
                    "dqkf": (rows - cols).astype(np.float32)}
             s = np.broadcast_to(eval_numpy(score, env, captures, np.float32), qk.shape).astype(np.float32)
             if mask is not None:
-                if kv_lo is not None:  # as the Hopper kernel: lo <= kv <= hi on partial tiles
+                keep = np.broadcast_to(eval_numpy(mask, env, captures), qk.shape)
+                if kv_lo is not None:  # as the Hopper kernel: lo <= kv <= hi on tiles of class keys
                     row = {**env, "k0": k0}
-                    keep = (cols >= eval_numpy(kv_lo, row, captures)) & (cols <= eval_numpy(kv_hi, row, captures))
-                else:
-                    keep = eval_numpy(mask, env, captures)
-                keep = np.broadcast_to(keep, qk.shape)
+                    keys = (cols >= eval_numpy(kv_lo, row, captures)) & (cols <= eval_numpy(kv_hi, row, captures))
+                    by_keys = np.ones((B, H), bool) if tile_keys is None else \
+                        _holds(tile_keys, dims, captures, B, H, q0, q1, k0, k1)
+                    keep = np.where(by_keys[..., None, None], keys, keep)
                 # full tiles skip the per-element mask, as the kernel does; empty (b, h) pairs drop out
                 keep = np.where((cls == "full")[..., None, None], True, keep) & (cls != "empty")[..., None, None]
                 s = np.where(keep, s, -np.inf)
@@ -86,12 +88,17 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
 
 def _classify(empty_p, full_p, dims, captures, B, H, q0, q1, k0, k1) -> np.ndarray:
     """Tile class per (b, h): 'empty', 'full' or 'partial'."""
+    empty = _holds(empty_p, dims, captures, B, H, q0, q1, k0, k1)
+    full = _holds(full_p, dims, captures, B, H, q0, q1, k0, k1)
+    return np.where(empty, "empty", np.where(full, "full", "partial"))
+
+
+def _holds(pred, dims, captures, B, H, q0, q1, k0, k1) -> np.ndarray:
+    """A tile predicate per (b, h), tile reductions taken over the block."""
     env = {**dims, "b": np.arange(B).reshape(B, 1), "h": np.arange(H).reshape(1, H),
            "q0": q0, "q1": q1, "k0": k0, "k1": k1}
     ranges = {"q": (q0, q1), "kv": (k0, k1)}
-    empty = np.broadcast_to(eval_numpy(_reduce_tiles(empty_p, env, captures, ranges), env, captures), (B, H))
-    full = np.broadcast_to(eval_numpy(_reduce_tiles(full_p, env, captures, ranges), env, captures), (B, H))
-    return np.where(empty, "empty", np.where(full, "full", "partial"))
+    return np.broadcast_to(eval_numpy(_reduce_tiles(pred, env, captures, ranges), env, captures), (B, H))
 
 
 def _reduce_tiles(e: ir.Expr, env: dict, captures: dict, ranges: dict) -> ir.Expr:

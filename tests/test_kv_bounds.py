@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kdsl import ir
+from kdsl import interp, ir
 from kdsl.grammar import parse
 from kdsl.passes import kv_bounds, pipeline
 from kdsl.passes.target import get_target
@@ -24,13 +24,16 @@ def lowered(text, d=64):
 
 
 def assert_exact(k, dims, captures, rng, tiles=12):
-    """On random (b, h) and tiles: mask == (kv_lo <= kv <= kv_hi) for every row and key."""
-    bn = k.attr("tile_n")
+    """On random (b, h) and tiles: mask == (kv_lo <= kv <= kv_hi) for every row and key of a
+    tile of class keys (tile_keys holds, or there is no tile_keys), and mask implies it on
+    every other tile (the interval is then that of some of the mask's conjuncts)."""
+    bm, bn = k.attr("tile_m"), k.attr("tile_n")
     for _ in range(tiles):
-        k0 = bn * rng.randrange(-(-dims["N"] // bn))
-        q = np.arange(dims["M"]).reshape(-1, 1)
+        q0, k0 = bm * rng.randrange(-(-dims["M"] // bm)), bn * rng.randrange(-(-dims["N"] // bn))
+        q = np.arange(q0, min(q0 + bm, dims["M"])).reshape(-1, 1)
         kv = np.arange(k0, k0 + bn).reshape(1, -1)
-        env = {**dims, "b": rng.randrange(dims["B"]), "h": rng.randrange(dims["H"]), "k0": k0}
+        b, h = rng.randrange(dims["B"]), rng.randrange(dims["H"])
+        env = {**dims, "b": b, "h": h, "k0": k0}
         keep = np.broadcast_to(eval_numpy(k.func("mask"), {**env, "q": q, "kv": np.minimum(kv, dims["N"] - 1)
                                                            if captures else kv}, captures), (len(q), bn))
         lo = np.broadcast_to(eval_numpy(k.func("kv_lo"), {**env, "q": q}, captures), q.shape)
@@ -38,14 +41,17 @@ def assert_exact(k, dims, captures, rng, tiles=12):
         inside = (kv >= lo) & (kv <= hi)
         if captures:  # keys past N read clamped data; the kernel drops them anyway
             keep, inside = keep[:, kv[0] < dims["N"]], inside[:, kv[0] < dims["N"]]
-        bad = np.argwhere(keep != inside)
+        by_keys = k.func("tile_keys") is None or interp._holds(
+            k.func("tile_keys"), dims, captures, dims["B"], dims["H"], q0, int(q[-1, 0]), k0,
+            min(k0 + bn, dims["N"]) - 1)[b, h]
+        bad = np.argwhere(keep != inside if by_keys else keep & ~inside)
         assert not len(bad), (ir.print_expr(k.func("mask")), ir.print_expr(k.func("kv_lo")),
-                              ir.print_expr(k.func("kv_hi")), k0, bad[:3])
+                              ir.print_expr(k.func("kv_hi")), q0, k0, bad[:3])
 
 
 @pytest.mark.parametrize("name,expected", [
     ("causal", "interval"), ("sliding_window", "interval"), ("natten2d", "interval"), ("alibi", "interval"),
-    ("prefix_lm", "interval"), ("padded_causal", "interval"), ("document_mask", "per-element")])
+    ("prefix_lm", "interval"), ("padded_causal", "interval"), ("document_mask", "interval where the rest holds")])
 def test_samples_solve_exactly(name, expected):
     k = lowered((ROOT / "samples" / f"{name}.kd").read_text(), 128)
     assert k.attr("kv_bounds") == expected
@@ -54,8 +60,12 @@ def test_samples_solve_exactly(name, expected):
         return
     rng = np.random.default_rng(0)
     dims = {**DIMS, "M": 2048, "N": 2048}
-    captures = {t.name: rng.integers(-5, dims["N"] + 5, size=[dims[s.name] for s in t.shape]).astype(np.int32)
-                for t in k.tensors if t.role == "capture"}
+    def data(t):  # ids per position: sorted, a few long documents; per batch: any position
+        shape = [dims[s.name] for s in t.shape]
+        if len(shape) > 1:
+            return np.sort(rng.integers(0, 6, size=shape), axis=-1).astype(np.int32)
+        return rng.integers(-5, dims["N"] + 5, size=shape).astype(np.int32)
+    captures = {t.name: data(t) for t in k.tensors if t.role == "capture"}
     assert_exact(k, dims, captures, random.Random(1), tiles=16)
 
 
@@ -63,7 +73,7 @@ def test_samples_solve_exactly(name, expected):
 @given(bool_expr(depth=3), st.sampled_from([64, 128]), st.integers(0, 2**32 - 1))
 def test_generated_masks_solve_exactly_or_not_at_all(mask, d, seed):
     k = lowered(program(None, mask), d)
-    if k.attr("kv_bounds") == "interval":
+    if k.attr("kv_bounds") != "per-element":
         assert_exact(k, DIMS, {}, random.Random(seed))
     else:
         assert k.attr("kv_bounds") == "per-element" and k.func("kv_lo") is None
@@ -92,10 +102,24 @@ def test_shapes_of_solved_masks(mask, lo, hi):
     "(i - j) % 2 == 0",             # kv % 2: not monotone on a tile
     "abs(i - j) >= 3",              # outside a window: two intervals
     "j < 10 or j > i",              # rays in opposite directions
+    "j <= i and (i - j) % 2 == 0",  # an interval, but the rest holds on no whole tile
 ])
 def test_masks_without_one_interval_stay_per_element(mask):
     k = lowered(program(None, mask))
     assert k.attr("kv_bounds") == "per-element"
+    assert all(k.func(n) is None for n in kv_bounds.DERIVED)
+
+
+def test_a_conjunction_keeps_the_interval_where_the_rest_holds():
+    """j <= i solves, i != j does not: tiles off the diagonal take the interval, and the
+    diagonal ones evaluate the whole mask per element."""
+    k = lowered(program(None, "j <= i and i != j"), 128)
+    assert k.attr("kv_bounds") == "interval where the rest holds"
+    assert ir.print_expr(k.func("kv_hi")) == "q"
+    dims = {**DIMS, "M": 1024, "N": 1024}
+    holds = lambda q0, k0: interp._holds(k.func("tile_keys"), dims, {}, 1, 1, q0, q0 + 127, k0, k0 + 127)[0, 0]
+    assert holds(512, 0) and not holds(512, 512)
+    assert_exact(k, dims, {}, random.Random(3), tiles=30)
 
 
 def test_solver_unit():

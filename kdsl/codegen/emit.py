@@ -160,6 +160,9 @@ def _attention(k: ir.Kernel) -> Generated:
         key_bounds="true" if k.func("kv_lo") is not None else "false",
         kv_lo=wide(k.func("kv_lo")) if k.func("kv_lo") is not None else "k0",
         kv_hi=wide(k.func("kv_hi")) if k.func("kv_lo") is not None else "k0 - 1",
+        keys_only="true" if k.func("kv_lo") is not None and k.func("tile_keys") is None else "false",
+        tile_keys=("true" if k.func("tile_keys") is None else c(k.func("tile_keys"))) if k.func("kv_lo") is not None
+        else "false",
         tile_empty=c(k.func("tile_empty")) if mask is not None else "false",
         tile_full=c(k.func("tile_full")) if mask is not None else "true",
         summaries=[c(s.args[0]) for s in slots], summary_on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),

@@ -17,16 +17,27 @@ wrap): the generated code computes them in 64 bits and clamps them to the tile.
 Solving works on comparisons of i32 expressions, one side isolated down to kv through `+ -`,
 negation, a positive constant factor, `//` by a positive constant, `abs`, `min`, `max` and a
 `where` whose condition does not read kv; `and` intersects intervals, `or` unites two of them
-when both are open on the same side (`j <= i or j < prefix[b]`). Whatever it cannot solve (kv
+when both are open on the same side (`j <= i or j < prefix[b]`). What it cannot solve (kv
 inside a load, `!=`, `%` of kv by a non-multiple of the tile, two intervals that may not meet)
-keeps the per-element mask: attr kv_bounds says "interval" or "per-element".
+needs the per-element mask. When the mask is a conjunction of which only some parts solve
+(`doc_q[b, i] == doc_kv[b, j] and j <= i`), the interval comes from those, and a tile
+predicate tile_keys (mask analysis' bounds of the other parts, from the runtime tile summary
+if they read data) says on which partial tiles the others hold everywhere: there the interval
+is the whole mask (a document's diagonal tiles), elsewhere the mask runs per element.
+attr kv_bounds: "interval", "interval where the rest holds" or "per-element".
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from .. import ir
-from .simplify import TRUE, const, op, simplify
+from . import mask_analysis
+from .simplify import FALSE, TRUE, const, op, simplify
+
+# The functions this pass derives: the key interval, and the tile predicate saying where it is
+# the whole mask (absent: on every partial tile).
+DERIVED = ("kv_lo", "kv_hi", "tile_keys")
 
 _MAX_NODES = 256  # a bound larger than this costs more per row than it saves: per-element
 
@@ -41,19 +52,55 @@ class Keys:
 
 def run(k: ir.Kernel) -> ir.Kernel:
     # Always derived from the mask as it is now: bounds an IR file carries are dropped first.
-    k = replace(k, funcs=tuple((n, e) for n, e in k.funcs if n not in ("kv_lo", "kv_hi")))
+    k = replace(k, funcs=tuple((n, e) for n, e in k.funcs if n not in DERIVED))
     if k.kind != "attention" or k.attr("kernel") != "wgmma" or k.func("mask") is None:
         return k
-    keys = solve(k.func("mask"), k.attr("tile_n"))
-    if keys is None:
+    solved, rest = [], []
+    for c in _conjuncts(k.func("mask")):
+        keys = solve(c, k.attr("tile_n"))
+        (rest if keys is None else solved).append(c if keys is None else keys)
+    if not solved:
         return k.with_attrs(kv_bounds="per-element")
+    keys = solved[0]
+    for more in solved[1:]:
+        keys = _Solver(k.attr("tile_n"))._both(keys, more)
     k0 = ir.Var("i32", "k0")
     last = op("i32", "add", k0, const("i32", k.attr("tile_n") - 1))
     lo = simplify(keys.lo if keys.lo is not None else k0)
     hi = simplify(op("i32", "where", keys.ok, keys.hi if keys.hi is not None else last, op("i32", "sub", k0, const("i32", 1))))
     if _nodes(lo) + _nodes(hi) > _MAX_NODES:
         return k.with_attrs(kv_bounds="per-element")
-    return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_attrs(kv_bounds="interval")
+    k = k.with_func("kv_lo", lo).with_func("kv_hi", hi)
+    if not rest:
+        return k.with_attrs(kv_bounds="interval")
+    # The rest of the mask (data read at kv, say) holds on every element of some partial tiles:
+    # those keep the interval; the others evaluate the whole mask per element.
+    rest_holds = mask_analysis.truth(functools.reduce(lambda x, y: op("bool", "and", x, y), rest)).always
+    if rest_holds == FALSE or _never_on_whole_tiles(simplify(rest_holds), k.attr("tile_m"), k.attr("tile_n")):
+        return replace(k, funcs=tuple((n, e) for n, e in k.funcs if n not in DERIVED)).with_attrs(kv_bounds="per-element")
+    return k.with_func("tile_keys", simplify(rest_holds)).with_attrs(kv_bounds="interval where the rest holds")
+
+
+def _never_on_whole_tiles(pred: ir.Expr, bm: int, bn: int, tiles: int = 64) -> bool:
+    """Whether a tile predicate of positions only (no data, dims, b or h) is false on every
+    whole tile of a grid of tiles x tiles: then it is taken to hold nowhere (`(i - j) % 2 ==
+    0` on a 128-wide tile), and its evaluation and the interval's code are not worth their
+    cost. Getting this wrong costs speed, never correctness."""
+    import numpy as np
+    from ..semantics import eval_numpy
+    if any(isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name not in ("q0", "q1", "k0", "k1"))
+           or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(pred)):
+        return False
+    q0 = np.arange(tiles).reshape(-1, 1) * bm
+    k0 = np.arange(tiles).reshape(1, -1) * bn
+    held = eval_numpy(pred, {"q0": q0, "q1": q0 + bm - 1, "k0": k0, "k1": k0 + bn - 1}, {})
+    return not np.any(held)
+
+
+def _conjuncts(e: ir.Expr) -> list[ir.Expr]:
+    if isinstance(e, ir.Op) and e.op == "and":
+        return _conjuncts(e.args[0]) + _conjuncts(e.args[1])
+    return [e]
 
 
 def solve(mask: ir.Expr, tile_n: int) -> Keys | None:

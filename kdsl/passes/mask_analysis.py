@@ -63,7 +63,7 @@ def summary_slots(k: ir.Kernel) -> list[ir.Op]:
     """The distinct tile reductions the tile predicates read, in a fixed order: each is one
     slot of the runtime tile summary (the (qmin e) and (qmax e) of one e share a slot)."""
     slots: dict[tuple[str, ir.Expr], ir.Op] = {}
-    for name in ("tile_empty", "tile_full"):
+    for name in ("tile_empty", "tile_full", "tile_keys"):  # tile_keys: passes/kv_bounds.py
         e = k.func(name)
         for n in ir.walk(e) if e is not None else ():
             if isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS:

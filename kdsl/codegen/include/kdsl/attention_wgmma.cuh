@@ -52,9 +52,14 @@ namespace attn_wgmma_detail {
 
 // What survives of a general tile (survivors() in attention_fwd_wgmma): a key interval per
 // row, as columns, for masks with one (V::kKeyBounds), else a bit per S element.
+// The interval shares the bits' registers (both live across the wgmmas: a kernel with both
+// kinds of tile spilled at D=128 with them apart).
 struct Keep {
-  int lo[2], hi[2];
-  u64 bits[2];
+  u64 bits[2];   // or row r's interval: lo in the low word of bits[r], hi in the high word
+  bool by_keys;  // which of the two the tile's survivors are
+  KDSL_DEVICE void set_keys(int r, int lo, int hi) { bits[r] = (u64)(u32)lo | ((u64)(u32)hi << 32); }
+  KDSL_DEVICE int lo(int r) const { return (int)(u32)bits[r]; }
+  KDSL_DEVICE int hi(int r) const { return (int)(u32)(bits[r] >> 32); }
 };
 
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0>
@@ -479,27 +484,28 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // Which elements of tile j survive (mask on partial tiles, kv < N everywhere), worked out
     // while wgmmas are in flight. Kernels without a mask need nothing here: kv < N is one
     // compare of a constant per register in the softmax (kept() there).
-    // - Masks with one key interval per row (V::kKeyBounds, passes/kv_bounds.py): the
-    //   interval of each of this thread's two rows, as columns relative to its first, so that
-    //   kept() is two compares of a constant per element.
-    // - Any other mask: bit i of keep.bits is S element i. On partial tiles the mask is
+    // - Tiles of class kTileKeys (passes/kv_bounds.py), and ragged full tiles of kernels that
+    //   have such tiles: the key interval of each of this thread's two rows, as columns
+    //   relative to its first, so that keeping an element is two compares of a constant.
+    // - Any other tile: bit i of keep.bits is S element i. On partial tiles the mask is
     //   evaluated in a loop of its own, in one block per 8 column groups (the expression's
     //   `and`/`or` evaluate both sides, cexpr.py), so that NVVM sees those elements' loads
     //   together: a row's data (doc_q[b, q]) is loaded once an item, a column's (doc_kv[b, kv])
     //   once a tile, 16 loads in flight at a time (unrolled whole, document_mask spilled at
     //   D=128; by 2, each load waited for in turn: 8 round trips a tile).
-    auto survivors = [&](int j, bool partial, Keep& keep) {
+    auto survivors = [&](int j, int cls, Keep& keep) {
       const int k0 = j * BN;
-      if constexpr (V::kKeyBounds) {
+      keep.by_keys = V::kKeysOnly || (V::kKeyBounds && cls != kTilePartial);
+      if (keep.by_keys) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           int lo = k0, hi = k0 + BN - 1;
-          if (partial) V::key_bounds(a, cap, b, h, qr[r], k0, lo, hi);
-          keep.lo[r] = lo - k0 - 2 * t;
-          keep.hi[r] = imin2(hi, N - 1) - k0 - 2 * t;
+          if (cls == kTileKeys) V::key_bounds(a, cap, b, h, qr[r], k0, lo, hi);
+          keep.set_keys(r, lo - k0 - 2 * t, imin2(hi, N - 1) - k0 - 2 * t);
         }
         return;
       }
+      const bool partial = cls >= kTilePartial;
       keep.bits[0] = keep.bits[1] = 0;
       auto put = [&](int jj, u64 bits) {  // jj may be a register (unroll 8): no indexed array
         if (jj < 16) keep.bits[0] |= bits << (4 * jj);
@@ -516,7 +522,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         }
         put(jj, bits);
       };
-      if (partial) {
+      if (partial && V::kKeyBounds) {  // the interval's code beside it: by 8, document_mask spilled
+#pragma unroll 4
+        for (int jj = 0; jj < BN / 8; ++jj) group(jj);
+      } else if (partial) {
 #pragma unroll 8
         for (int jj = 0; jj < BN / 8; ++jj) group(jj);
       } else {
@@ -544,12 +553,30 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // column offset, a constant)
       const int kv_room = N - k0 - 2 * t;
       auto kept = [&](int i) -> bool {
-        if constexpr (V::kKeyBounds) {
-          const int col = 8 * (i / 4) + (i & 1), r = (i >> 1) & 1;  // col: a constant once unrolled
-          return (col >= keep.lo[r]) & (col <= keep.hi[r]);
-        }
         if constexpr (V::kHasMask) return ((keep.bits[i / 64] >> (i % 64)) & 1u) != 0;
         return 8 * (i / 4) + (i & 1) < kv_room;
+      };
+      auto in_keys = [&](int i) -> bool {
+        const int col = 8 * (i / 4) + (i & 1), r = (i >> 1) & 1;  // col: a constant once unrolled
+        return (col >= keep.lo(r)) & (col <= keep.hi(r));
+      };
+      // sc[i] = value(i) where element i survives, else -inf: by the key interval or by kept(),
+      // one loop or the other per tile (a per-element choice would cost both). value(i) is
+      // computed either way: a select, not a branch around its loads.
+      auto keep_only = [&](auto&& value) {
+        if (V::kKeysOnly || (V::kKeyBounds && keep.by_keys)) {
+#pragma unroll
+          for (int i = 0; i < C::kSRegs; ++i) {
+            const float x = value(i);
+            sc[i] = in_keys(i) ? x : neg_inf();
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < C::kSRegs; ++i) {
+            const float x = value(i);
+            sc[i] = kept(i) ? x : neg_inf();
+          }
+        }
       };
       // The score of every element, then on general tiles (ragged, or partly masked) -inf
       // where the element does not survive: one copy of the score and of the softmax after
@@ -570,11 +597,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       };
       if constexpr (!V::kScaledDot && V::kScoreLoadsAtKV) {
         if (general) {
-#pragma unroll
-          for (int i = 0; i < C::kSRegs; ++i) {
-            const float x = score_at(i, imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1));
-            sc[i] = kept(i) ? x : neg_inf();
-          }
+          keep_only([&](int i) { return score_at(i, imin2(k0 + 8 * (i / 4) + 2 * t + (i & 1), N - 1)); });
         } else {
 #pragma unroll
           for (int i = 0; i < C::kSRegs; ++i) sc[i] = score_at(i, k0 + 8 * (i / 4) + 2 * t + (i & 1));
@@ -584,10 +607,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
           for (int i = 0; i < C::kSRegs; ++i) sc[i] = score_at(i, k0 + 8 * (i / 4) + 2 * t + (i & 1));
         }
-        if (general) {
-#pragma unroll
-          for (int i = 0; i < C::kSRegs; ++i) sc[i] = kept(i) ? sc[i] : neg_inf();
-        }
+        if (general) keep_only([&](int i) { return sc[i]; });
       }
       float raw_max[2] = {neg_inf(), neg_inf()};
       if constexpr (kRaw) {
@@ -666,13 +686,13 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       {
         const int s = it % STAGES;  // full: next_item() waited for it
         info = ld_shared_u32(info_kv(s));
-        partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial;
+        partial = V::kHasMask && (int)((info >> 1) & 3) >= kTilePartial;
         general = partial || (int)(info >> 3) * BN + BN > N;
         my_turn(wg);
         wgmma_fence();
         qk(s);
         your_turn(wg);
-        if (V::kHasMask && general) survivors(info >> 3, partial, keep);
+        if (V::kHasMask && general) survivors(info >> 3, (int)((info >> 1) & 3), keep);
         wgmma_wait<0>();
       }
       for (int sv = -1;;) {  // sv: ring slot of the P V in flight (-1: none yet)
@@ -701,9 +721,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         pv(s);
         your_turn(wg);
         sv = s;
-        partial = V::kHasMask && ((info >> 1) & 3) == kTilePartial;
+        partial = V::kHasMask && (int)((info >> 1) & 3) >= kTilePartial;
         general = partial || (int)(info >> 3) * BN + BN > N;
-        if (V::kHasMask && general) survivors(info >> 3, partial, keep);
+        if (V::kHasMask && general) survivors(info >> 3, (int)((info >> 1) & 3), keep);
         ++it;
       }
       // the last tile's P V

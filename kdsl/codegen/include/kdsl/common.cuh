@@ -19,7 +19,9 @@ struct f16_t  { u16 bits; };
 struct e4m3_t { u8 bits; };
 
 // Tile classes produced by the generated mask analysis (Variant::tile).
-enum TileClass : int { kTileEmpty = 0, kTileFull = 1, kTilePartial = 2 };
+// kTileKeys: partial, and the mask there is one key interval per row (passes/kv_bounds.py;
+// the Hopper kernel only)
+enum TileClass : int { kTileEmpty = 0, kTileFull = 1, kTilePartial = 2, kTileKeys = 3 };
 
 #define KDSL_DEVICE __device__ __forceinline__
 
