@@ -22,7 +22,9 @@ _TILE = ("b", "h", "q0", "q1", "k0", "k1")
 FUNCS = {"scale": ("f32", ()), "score": ("f32", ("s", *_INDEX)), "mask": ("bool", _INDEX),
          "score_log2": ("f32", ("qk", "scale", "scale_log2", "qf", "kvf", "dqkf", *_INDEX)),
          "tile_empty": ("bool", _TILE), "tile_full": ("bool", _TILE),
-         "kv_lo": ("i32", ("b", "h", "q", "k0")), "kv_hi": ("i32", ("b", "h", "q", "k0")), "tile_keys": ("bool", _TILE)}
+         "kv_lo": ("i32", ("b", "h", "q", "k0")), "kv_hi": ("i32", ("b", "h", "q", "k0")), "tile_keys": ("bool", _TILE),
+         "score_slope": ("f32", ("scale", "scale_log2", "b", "h")),
+         "score_base": ("f32", ("scale", "scale_log2", "b", "h", "q", "qf", "kvf", "dqkf"))}
 _BINARY_SAME = ("add", "sub", "mul", "min", "max")
 _COMPARE = ("lt", "le", "gt", "ge")
 _ARITY = {**{o: 2 for o in (*_BINARY_SAME, *_COMPARE, "div", "floordiv", "mod", "eq", "ne", "and", "or")},

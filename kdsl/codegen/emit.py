@@ -123,6 +123,8 @@ def _attention(k: ir.Kernel) -> Generated:
     stream = k.attr("stream_capture")
     cs = CEmitter(variables, captures, summary_slots, stream)  # the score's: the streamed tensor is sv
     wide = WideEmitter(variables, captures)  # passes/kv_bounds.py's key bounds, in 64 bits
+    # passes/affine_score.py's base: positions at the thread's first column of the tile
+    at_col0 = CEmitter({**variables, "kvf": "kvf0", "dqkf": "dq0"}, captures)
     bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
     mask = k.func("mask")
     factored = exp2_fold.positive_factor(k)
@@ -160,6 +162,10 @@ def _attention(k: ir.Kernel) -> Generated:
         key_bounds="true" if k.func("kv_lo") is not None else "false",
         kv_lo=wide(k.func("kv_lo")) if k.func("kv_lo") is not None else "k0",
         kv_hi=wide(k.func("kv_hi")) if k.func("kv_lo") is not None else "k0 - 1",
+        affine="true" if k.func("score_slope") is not None else "false",
+        affine_factor=c(ir.Const("f32", k.attr("score_factor") or 1.0)),
+        score_slope=c(k.func("score_slope")) if k.func("score_slope") is not None else "0.f",
+        score_base=at_col0(k.func("score_base")) if k.func("score_base") is not None else "0.f",
         keys_only="true" if k.func("kv_lo") is not None and k.func("tile_keys") is None else "false",
         tile_keys=("true" if k.func("tile_keys") is None else c(k.func("tile_keys"))) if k.func("kv_lo") is not None
         else "false",

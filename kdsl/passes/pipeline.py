@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import ast, ir
 from ..errors import SourceError
-from . import (exp2_fold, index_floats, invariant_factors, kv_bounds, mask_analysis, mask_facts, streaming, tiling,
+from . import (affine_score, exp2_fold, index_floats, invariant_factors, kv_bounds, mask_analysis, mask_facts, streaming, tiling,
                typecheck, warp_map)
 from .target import Target
 
@@ -72,6 +72,9 @@ def lower(k: ir.Kernel, target: Target, head_dim: int = 0, value_dim: int = 0) -
     # On the chosen tile width (kv % C solves only for C a multiple of it): a partial tile's
     # mask as one interval of keys per row, when the mask has one.
     k = kv_bounds.run(k)
+    # On the final score, for the Hopper kernel only: F * (qk + slope * col) + base, when the
+    # score is affine in the positions (one FFMA an element over the scaled dot product).
+    k = affine_score.run(k)
     # Warp roles follow from the tile shape.
     k = warp_map.run(k, target)
     return k.with_attrs(arch=target.arch)

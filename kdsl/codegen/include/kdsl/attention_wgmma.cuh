@@ -476,6 +476,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     const int row0 = q0 + fresh_wg() * 64 + warp * 16 + g;  // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
     const float qf[2] = {(float)row0, (float)(row0 + 8)};
+    const float slope = V::kAffine ? V::score_slope(a, cap, b, h) : 0.f;  // per item
 #pragma unroll
     for (int i = 0; i < C::kORegs; ++i) o[i] = 0.f;
     m_run[0] = m_run[1] = neg_inf();
@@ -547,8 +548,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // 2^24; the runtime bounds N for kernels whose score uses it)
       const float kvf0 = (float)(k0 + 2 * t);
       const float dq0[2] = {qf[0] - kvf0, qf[1] - kvf0};  // q - kv likewise: a base per row
-      const float factor = V::kScaledDot ? a.scale_log2 : V::kScoreFactor;
-      constexpr bool kRaw = V::kScaledDot || V::kFactored;  // sc is raw; score = factor * raw
+      const float factor = V::kScaledDot ? a.scale_log2 : V::kAffine ? a.scale_log2 * V::kAffineFactor : V::kScoreFactor;
+      // sc is raw; score = factor * raw (+ base[r] for kAffine: a row's base, at column 0)
+      constexpr bool kRaw = V::kScaledDot || V::kFactored || V::kAffine;
+      float base[2] = {0.f, 0.f};
+      if constexpr (V::kAffine) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) base[r] = V::score_base(a, cap, b, h, qr[r], qf[r], kvf0, dq0[r]);
+      }
       // Whether S element i survives, on general tiles (kv of element i is k0 + 2t + its
       // column offset, a constant)
       const int kv_room = N - k0 - 2 * t;
@@ -588,7 +595,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // likewise; the factor goes into the exponent's FFMA below.
       auto score_at = [&](int i, int kv) {
         const float col = (float)(8 * (i / 4) + (i & 1));  // a constant once unrolled
-        if constexpr (V::kFactored)
+        if constexpr (V::kAffine)  // one FFMA: col an immediate, the slope a register
+          return fmaf(slope, col, sc[i]);
+        else if constexpr (V::kFactored)
           return V::score_unit(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf0, dq0[(i >> 1) & 1], col,
                                stream_at(slot, i));
         else
@@ -618,7 +627,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       for (int hh = 0; hh < 2; ++hh) {
         float mx;
         if constexpr (kRaw) {  // raw max times a positive factor (-inf stays -inf)
-          mx = fmax2(m_run[hh], quad_max(raw_max[hh]) * factor);
+          mx = V::kAffine ? fmax2(m_run[hh], quad_max(fmaf(raw_max[hh], factor, base[hh])))  // bases differ by thread
+                          : fmax2(m_run[hh], quad_max(raw_max[hh]) * factor);
         } else {
           mx = m_run[hh];
 #pragma unroll
@@ -639,8 +649,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           auto ex2 = [&](float x) { return kEvery > 0 && jj % kEvery == kEvery - 1 ? exp2_poly(x) : exp2_approx(x); };
           float p0, p1;
           if constexpr (kRaw) {  // one FFMA: raw * factor - max
-            p0 = ex2(fmaf(sc[4 * jj + 2 * hh], factor, -ref));
-            p1 = ex2(fmaf(sc[4 * jj + 2 * hh + 1], factor, -ref));
+            p0 = ex2(fmaf(sc[4 * jj + 2 * hh], factor, base[hh] - ref));
+            p1 = ex2(fmaf(sc[4 * jj + 2 * hh + 1], factor, base[hh] - ref));
           } else {
             p0 = ex2(sc[4 * jj + 2 * hh] - ref);
             p1 = ex2(sc[4 * jj + 2 * hh + 1] - ref);

@@ -1,0 +1,73 @@
+"""passes/affine_score.py: score_log2 == scale_log2 * c * (qk + slope * col) + base, with the
+positions split as the Hopper kernel splits them (kvf = kvf0 + col, dqkf = dq0 - col)."""
+import random
+
+import numpy as np
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kdsl import ir
+from kdsl.grammar import parse
+from kdsl.passes import affine_score, pipeline
+from kdsl.passes.target import get_target
+from kdsl.semantics import eval_numpy
+
+from conftest import ROOT
+from exprgen import float_expr, program
+
+
+def lowered(text, d=64, **attrs):
+    k = pipeline.check(parse(text, "t.kd"))[0]
+    return pipeline.lower(k.with_attrs(**attrs) if attrs else k, get_target("sm_90a"), d)
+
+
+def assert_identity(k, captures=None, trials=30, seed=0):
+    rng = random.Random(seed)
+    captures = captures or {}
+    value = lambda e, env: float(eval_numpy(e, env, captures, np.float64))
+    score, slope, base = k.func("score_log2"), k.func("score_slope"), k.func("score_base")
+    c = k.attr("score_factor")
+    for _ in range(trials):
+        q, kv0, col = rng.randrange(2000), rng.randrange(2000), rng.randrange(128)
+        env = {"B": 2, "H": 4, "Hkv": 4, "M": 2048, "N": 2176, "D": 64, "b": rng.randrange(2), "h": rng.randrange(4),
+               "qk": rng.uniform(-30, 30), "scale": 0.125, "scale_log2": 0.125 * 1.4426950408889634, "q": q,
+               "kv": kv0 + col, "qf": float(q), "kvf": float(kv0 + col), "dqkf": float(q - kv0 - col)}
+        at0 = {**env, "kv": kv0, "kvf": float(kv0), "dqkf": float(q - kv0)}
+        want = value(score, env)
+        got = env["scale_log2"] * c * (env["qk"] + value(slope, env) * col) + value(base, at0)
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (ir.print_expr(score), q, kv0, col)
+
+
+@pytest.mark.parametrize("score,affine", [
+    ("s + float(i - j)", True),                      # relpos
+    ("s * 2.0 - float(j) * 0.5 + float(i) * 0.25", True),
+    ("s + float(i) * 3.0", True),                     # a row bias only: slope 0
+    ("s", False),                                     # the scaled dot product: nothing to gain
+    ("s * float(i - j)", False),                      # the position multiplies the dot product
+    ("s + sin(float(i - j))", False),
+])
+def test_decomposes_affine_scores_exactly(score, affine):
+    k = lowered(program(score, None))
+    assert (k.func("score_slope") is not None) == affine
+    if affine:
+        assert_identity(k)
+
+
+def test_alibi_under_its_causal_mask_is_affine():
+    k = lowered((ROOT / "samples" / "alibi.kd").read_text())
+    assert k.func("score_slope") is not None
+    assert_identity(k, captures={"slopes": np.array([0.5, 0.25, 0.125, 0.0625])})
+
+
+@settings(max_examples=80, deadline=None)
+@given(float_expr(depth=3), st.integers(0, 2**32 - 1))
+def test_generated_scores_decompose_exactly_or_not_at_all(score, seed):
+    k = lowered(program(score, None))
+    if k.func("score_slope") is not None:
+        assert_identity(k, trials=10, seed=seed)
+
+
+def test_exact_math_keeps_the_score_as_written():
+    k = lowered(program("s + float(i - j)", None), math="exact")
+    assert k.func("score_slope") is None and k.func("score_base") is None
