@@ -29,6 +29,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
     Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
     low = pipeline.lower(kernel, get_target(arch), D, Dv)
     bm, bn = low.attr("tile_m"), low.attr("tile_n")
+    lazy = np.float32(low.attr("lazy_rescale") or 0)
     elem = kernel.tensor("q").dtype
     dims = {n: {"q": q, "k": k, "v": v, **captures}[t].shape[axis] for n, (t, axis) in kernel.dims.items()}
     scale = float(eval_scalar(kernel.func("scale"), dims)) if scale is None else scale
@@ -73,6 +74,8 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
                 keep = np.where((cls == "full")[..., None, None], True, keep) & (cls != "empty")[..., None, None]
                 s = np.where(keep, s, -np.inf)
             m_new = np.maximum(m_i, s.max(axis=-1))
+            if lazy:  # the Hopper kernel keeps its reference while the max exceeds it by <= lazy
+                m_new = np.where(m_new <= m_i + lazy, m_i, m_new)
             base = np.where(np.isneginf(m_new), 0.0, m_new).astype(np.float32)
             p = np.exp2(s - base[..., None])
             alpha = np.exp2(np.where(np.isneginf(m_i), -np.inf, m_i - base))
@@ -128,6 +131,7 @@ def fp8_gemm(kernel: ir.Kernel, a, sa, b, sb, group=None, count=None, c=None, ar
     G = b.shape[0] if grouping != "dense" else 1
     low = pipeline.lower(kernel.with_attrs(shape=[M, N, K, G]), get_target(arch), 0)
     bm, bn = low.attr("tile_m"), low.attr("tile_n")
+    lazy = np.float32(low.attr("lazy_rescale") or 0)
     out = _fp8_tiles(grouping, a, sa, b, sb, group, count, bm, bn)
     if c is not None:  # the kernel adds its fp32 total into out; rows it leaves alone stay NaN here
         out = (np.asarray(c, np.float32) + out).astype(np.float32)

@@ -241,3 +241,18 @@ def test_default_hopper_tiles_follow_the_program():
     assert tiles("plain", 128, consumers=1) == (128, 1, 3)
     assert tiles("plain", 96)[1] == 2  # its accumulators do not fit three warpgroups' registers
     assert tiles("plain", 32)[1] == 3
+
+
+def test_lazy_rescale_by_default_with_three_consumer_warpgroups_only():
+    """tiling.LAZY_RESCALE: on for the issue-bound 192-row tiles, off elsewhere (it cost plain
+    D=128 5 %), and an override is kept or refused like any schedule attr."""
+    from kdsl.errors import KdslError
+    h100 = get_target("sm_90a")
+    relpos = pipeline.check(parse((ROOT / "samples" / "relpos.kd").read_text(), "relpos"))[0]
+    low = lambda d, **a: pipeline.lower(relpos.with_attrs(**a), h100, d)
+    assert (low(64).attr("consumers"), low(64).attr("lazy_rescale")) == (3, 8)
+    assert (low(128).attr("consumers"), low(128).attr("lazy_rescale")) == (2, 0)
+    assert low(128, lazy_rescale=8).attr("lazy_rescale") == 8
+    assert low(64, consumers=2).attr("lazy_rescale") == 0
+    with pytest.raises(KdslError, match="lazy_rescale must be one of"):
+        low(64, lazy_rescale=5)

@@ -45,7 +45,7 @@ ACCUMULATOR_REGS = 208
 THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
 
 # Schedule attributes a kernel may carry, per kernel family, and their legal values.
-SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2"),
+SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2", "lazy_rescale"),
                   "mma": ("tile_m", "tile_n", "warps"),
                   "gemm": gemm_tiles.CONFIG_ATTRS}
 # m64nNk16 widths wgmma_ops.cuh has (tools/gen_wgmma.py generates it from this tuple).
@@ -64,6 +64,13 @@ SCHEDULES = ("persistent", "grid")
 # H100 it did not pay (bench/NOTES.md, 2026-11-24: soft-capping D=128 0.92x with n = 4,
 # 0.97x with n = 8), so it stays an option for `kdsl tune` and hand schedules.
 POLY_EXP2 = (0, 2, 3, 4, 8)
+# lazy_rescale = n: the softmax keeps its reference while a row's max exceeds it by at most n
+# (log2 units), so P stays below 2^n and O skips its rescale on most tiles; 0: the reference
+# follows the max every tile. Measured on an H100 (bench/NOTES.md, 2026-11-24, n = 8 vs 0):
+# relpos D=64 +4.5 %, causal D=64 +2.6 %, plain D=64 +0.4 % (three consumer warpgroups, whose
+# softmax is issue-bound); plain D=128 -5.5 % (8k) / -1.6 % (2k), causal D=128 within 0.5 %:
+# on by default with three consumer warpgroups only.
+LAZY_RESCALE = (0, 8)
 # Work counters a Hopper attention program holds for persistent launches: one per stream that
 # launches it (runtime/launch.py Loaded.work_counter); streams beyond them walk a fixed stride.
 WORK_SLOTS = 64
@@ -193,6 +200,8 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                "mma": lambda: dict(zip(("tile_m", "tile_n", "warps"), ATTENTION_TILES[d]))}[fam]()
     given = {n: attrs[n] for n in SCHEDULE_ATTRS[fam] if n in attrs}
     s = {**default, **given}
+    if fam == "wgmma" and "lazy_rescale" not in given:
+        s["lazy_rescale"] = LAZY_RESCALE[1] if s["consumers"] == 3 else 0
     for name, value in given.items():
         if name != "schedule" and type(value) is not int:
             raise KdslError(f"kernel '{k.name}': attr {name} must be an integer, got {value!r}")
@@ -252,6 +261,8 @@ def _wgmma_problem(k, s, dims, target) -> str:
         return f"schedule must be one of {', '.join(SCHEDULES)}"
     if s["poly_exp2"] not in POLY_EXP2:
         return f"poly_exp2 must be one of {POLY_EXP2}"
+    if s["lazy_rescale"] not in LAZY_RESCALE:
+        return f"lazy_rescale must be one of {LAZY_RESCALE}"
     return _fits(attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], s["stages"]), target)
 
 

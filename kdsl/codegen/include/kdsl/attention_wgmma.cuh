@@ -637,9 +637,15 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         }
         // A row with no finite score so far keeps max = -inf; exponentiate against 0 then,
         // so that -inf - (-inf) never makes a NaN (every p and alpha is 0).
-        const float ref = mx == neg_inf() ? 0.f : mx;
-        alpha[hh] = exp2_approx(m_run[hh] - ref);
-        m_run[hh] = mx;
+        // Lazy rescaling: the reference stays while the max exceeds it by at most kLazy (log2
+        // units): P is then up to 2^kLazy, well inside bf16 / f16 and the fp32 sums, and O
+        // needs no rescale (alpha = 1) on most tiles. 0: the reference follows the max.
+        constexpr float kLazy = V::kLazyRescale;
+        const bool stay = kLazy > 0.f && mx <= m_run[hh] + kLazy;  // -inf stays -inf
+        const float m_new = stay ? m_run[hh] : mx;
+        const float ref = m_new == neg_inf() ? 0.f : m_new;
+        alpha[hh] = stay ? 1.f : exp2_approx(m_run[hh] - ref);
+        m_run[hh] = m_new;
         float sum = 0.f;
 #pragma unroll
         for (int jj = 0; jj < BN / 8; ++jj) {
@@ -664,12 +670,15 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     };
 
     auto rescale_and_pack = [&](const float (&alpha)[2]) {
+      // with lazy rescaling, only when some row of the warp moved its reference (a uniform branch)
+      if (V::kLazyRescale == 0.f || __any_sync(0xffffffffu, (alpha[0] != 1.f) | (alpha[1] != 1.f))) {
 #pragma unroll
-      for (int jj = 0; jj < DV / 8; ++jj) {
-        o[4 * jj + 0] *= alpha[0];
-        o[4 * jj + 1] *= alpha[0];
-        o[4 * jj + 2] *= alpha[1];
-        o[4 * jj + 3] *= alpha[1];
+        for (int jj = 0; jj < DV / 8; ++jj) {
+          o[4 * jj + 0] *= alpha[0];
+          o[4 * jj + 1] *= alpha[0];
+          o[4 * jj + 2] *= alpha[1];
+          o[4 * jj + 3] *= alpha[1];
+        }
       }
       // Two adjacent n-tiles of the S accumulator are one k16 A fragment once packed.
 #pragma unroll
