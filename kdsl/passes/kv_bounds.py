@@ -68,7 +68,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
     last = op("i32", "add", k0, const("i32", k.attr("tile_n") - 1))
     lo = simplify(keys.lo if keys.lo is not None else k0)
     hi = simplify(op("i32", "where", keys.ok, keys.hi if keys.hi is not None else last, op("i32", "sub", k0, const("i32", 1))))
-    if _nodes(lo) + _nodes(hi) > _MAX_NODES:
+    if _nodes(lo) + _nodes(hi) > _MAX_NODES or max(_magnitude(lo), _magnitude(hi)) >= 2**62:
         return k.with_attrs(kv_bounds="per-element")
     k = k.with_func("kv_lo", lo).with_func("kv_hi", hi)
     if not rest:
@@ -95,6 +95,26 @@ def _never_on_whole_tiles(pred: ir.Expr, bm: int, bn: int, tiles: int = 64) -> b
     k0 = np.arange(tiles).reshape(1, -1) * bn
     held = eval_numpy(pred, {"q0": q0, "q1": q0 + bm - 1, "k0": k0, "k1": k0 + bn - 1}, {})
     return not np.any(held)
+
+
+def _magnitude(e: ir.Expr) -> int:
+    """A bound on |e| when every i32 leaf is below 2^31 in magnitude: the 64-bit evaluation of
+    the bounds is exact while this stays below 2^62 (inverting nested `//` by large constants
+    multiplies them up)."""
+    if isinstance(e, ir.Const):
+        return abs(int(e.value)) if e.ty == "i32" else 1
+    if not isinstance(e, ir.Op):
+        return 2**31
+    if e.ty == "bool":
+        return 1
+    m = [_magnitude(a) for a in e.args]
+    if e.op in ("add", "sub"):
+        return m[0] + m[1]
+    if e.op == "mul":
+        return m[0] * m[1]
+    if e.op == "where":
+        return max(m[1], m[2])
+    return max(m)  # neg, abs, min, max, floordiv and mod by a positive constant, int(...)
 
 
 def _conjuncts(e: ir.Expr) -> list[ir.Expr]:
