@@ -31,7 +31,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from .. import ir
+from ..semantics import eval_numpy
 from . import mask_analysis
 from .simplify import FALSE, TRUE, const, op, simplify
 
@@ -55,30 +58,30 @@ def run(k: ir.Kernel) -> ir.Kernel:
     k = replace(k, funcs=tuple((n, e) for n, e in k.funcs if n not in DERIVED))
     if k.kind != "attention" or k.attr("kernel") != "wgmma" or k.func("mask") is None:
         return k
+    per_element = k.with_attrs(kv_bounds="per-element")
+    solver = _Solver(k.attr("tile_n"))
     solved, rest = [], []
     for c in _conjuncts(k.func("mask")):
-        keys = solve(c, k.attr("tile_n"))
+        keys = solver.boolean(c)
         (rest if keys is None else solved).append(c if keys is None else keys)
     if not solved:
-        return k.with_attrs(kv_bounds="per-element")
-    keys = solved[0]
-    for more in solved[1:]:
-        keys = _Solver(k.attr("tile_n"))._both(keys, more)
+        return per_element
+    keys = functools.reduce(solver._both, solved)
     k0 = ir.Var("i32", "k0")
     last = op("i32", "add", k0, const("i32", k.attr("tile_n") - 1))
     lo = simplify(keys.lo if keys.lo is not None else k0)
     hi = simplify(op("i32", "where", keys.ok, keys.hi if keys.hi is not None else last, op("i32", "sub", k0, const("i32", 1))))
     if _nodes(lo) + _nodes(hi) > _MAX_NODES or max(_magnitude(lo), _magnitude(hi)) >= 2**62:
-        return k.with_attrs(kv_bounds="per-element")
-    k = k.with_func("kv_lo", lo).with_func("kv_hi", hi)
+        return per_element
     if not rest:
-        return k.with_attrs(kv_bounds="interval")
+        return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_attrs(kv_bounds="interval")
     # The rest of the mask (data read at kv, say) holds on every element of some partial tiles:
     # those keep the interval; the others evaluate the whole mask per element.
-    rest_holds = mask_analysis.truth(functools.reduce(lambda x, y: op("bool", "and", x, y), rest)).always
-    if rest_holds == FALSE or _never_on_whole_tiles(simplify(rest_holds), k.attr("tile_m"), k.attr("tile_n")):
-        return replace(k, funcs=tuple((n, e) for n, e in k.funcs if n not in DERIVED)).with_attrs(kv_bounds="per-element")
-    return k.with_func("tile_keys", simplify(rest_holds)).with_attrs(kv_bounds="interval where the rest holds")
+    rest_holds = simplify(mask_analysis.truth(functools.reduce(lambda x, y: op("bool", "and", x, y), rest)).always)
+    if rest_holds == FALSE or _never_on_whole_tiles(rest_holds, k.attr("tile_m"), k.attr("tile_n")):
+        return per_element
+    return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_func("tile_keys", rest_holds) \
+        .with_attrs(kv_bounds="interval where the rest holds")
 
 
 def _never_on_whole_tiles(pred: ir.Expr, bm: int, bn: int, tiles: int = 64) -> bool:
@@ -86,8 +89,6 @@ def _never_on_whole_tiles(pred: ir.Expr, bm: int, bn: int, tiles: int = 64) -> b
     whole tile of a grid of tiles x tiles: then it is taken to hold nowhere (`(i - j) % 2 ==
     0` on a 128-wide tile), and its evaluation and the interval's code are not worth their
     cost. Getting this wrong costs speed, never correctness."""
-    import numpy as np
-    from ..semantics import eval_numpy
     if any(isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name not in ("q0", "q1", "k0", "k1"))
            or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(pred)):
         return False

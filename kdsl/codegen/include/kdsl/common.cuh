@@ -177,21 +177,16 @@ KDSL_DEVICE i64 imin(i64 a, i64 b) { return a < b ? a : b; }
 KDSL_DEVICE i64 imax(i64 a, i64 b) { return a > b ? a : b; }
 KDSL_DEVICE i64 iabs(i64 a) { return a < 0 ? -a : a; }
 
-// Python semantics for integer // and % (floor, not truncation), as the language promises.
-KDSL_DEVICE int floordiv(int a, int b) {
-  int q = a / b;
+// Python semantics for integer // and % (floor, not truncation), as the language promises;
+// on int, and on i64 for derived bounds (cexpr.WideEmitter).
+template <class I>
+KDSL_DEVICE I floordiv(I a, I b) {
+  I q = a / b;
   return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
-KDSL_DEVICE int floormod(int a, int b) {
-  int r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-KDSL_DEVICE i64 floordiv(i64 a, i64 b) {
-  i64 q = a / b;
-  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-KDSL_DEVICE i64 floormod(i64 a, i64 b) {
-  i64 r = a % b;
+template <class I>
+KDSL_DEVICE I floormod(I a, I b) {
+  I r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 
