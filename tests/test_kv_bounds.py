@@ -4,7 +4,7 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from kdsl import interp, ir
 from kdsl.grammar import parse
@@ -39,7 +39,9 @@ def assert_exact(k, dims, captures, rng, tiles=12):
         lo = np.broadcast_to(eval_numpy(k.func("kv_lo"), {**env, "q": q}, captures), q.shape)
         hi = np.broadcast_to(eval_numpy(k.func("kv_hi"), {**env, "q": q}, captures), q.shape)
         inside = (kv >= lo) & (kv <= hi)
-        if captures:  # keys past N read clamped data; the kernel drops them anyway
+        # Keys past N: captured data is read clamped there, and tile_keys is a statement about
+        # the keys the kernel keeps at all (k1 <= N - 1); the kernel drops them anyway.
+        if captures or k.func("tile_keys") is not None:
             keep, inside = keep[:, kv[0] < dims["N"]], inside[:, kv[0] < dims["N"]]
         by_keys = k.func("tile_keys") is None or interp._holds(
             k.func("tile_keys"), dims, captures, dims["B"], dims["H"], q0, int(q[-1, 0]), k0,
@@ -71,6 +73,8 @@ def test_samples_solve_exactly(name, expected):
 
 @settings(max_examples=150, deadline=None)
 @given(bool_expr(depth=3), st.sampled_from([64, 128]), st.integers(0, 2**32 - 1))
+# the rest (min(2i, j) < N) holds on a last tile's keys below N only: compared there only
+@example("((i <= ((i * 1) * 1)) and (N > where((i + i) < j, (i + i), j)))", 64, 0)
 def test_generated_masks_solve_exactly_or_not_at_all(mask, d, seed):
     k = lowered(program(None, mask), d)
     if k.attr("kv_bounds") != "per-element":
