@@ -133,7 +133,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--only", default="all", choices=("all", "dense", "small", "grouped"))
+    ap.add_argument("--variants", default="", help="';'-separated attrs (k=v,k=v) timed beside the kernel as it is")
     args = ap.parse_args()
+    for spec in filter(None, args.variants.split(";")):
+        VARIANTS.append(("now", {k: int(v) if v.isdigit() else v for k, v in (kv.split("=") for kv in spec.split(","))}))
     if args.compile_only:
         compile_only(args.only)
     else:
