@@ -32,14 +32,15 @@ class GemmKernel(KernelBase):
         self.accumulate = bool(kernel.attr("accumulate"))
 
     def with_attrs(self, **attrs) -> "GemmKernel":
-        """The same kernel with tile attrs fixed (tile_m, tile_n, stages, cluster, multicast,
-        raster, store; see passes/gemm_tiles.py): the tiling pass then chooses only among
-        configurations that agree with them, and refuses a call where none does."""
-        from ..passes import gemm_tiles
-        unknown = set(attrs) - set(gemm_tiles.CONFIG_ATTRS)
+        """The same kernel with schedule attrs fixed (tile_m, tile_n, stages, cluster, multicast,
+        raster, store, see passes/gemm_tiles.py; ffma_yield, see passes/tiling.py): the tiling
+        pass then chooses only among configurations that agree with them, and refuses a call
+        where none does."""
+        from ..passes import tiling
+        legal = tiling.SCHEDULE_ATTRS["gemm"]
+        unknown = set(attrs) - set(legal)
         if unknown:
-            raise KdslError(f"{self.name}: unknown FP8 GEMM attr(s) {sorted(unknown)}; "
-                            f"choose from {', '.join(gemm_tiles.CONFIG_ATTRS)}")
+            raise KdslError(f"{self.name}: unknown FP8 GEMM attr(s) {sorted(unknown)}; choose from {', '.join(legal)}")
         return GemmKernel(self.ir.with_attrs(**attrs), self.arch)
 
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
