@@ -223,11 +223,6 @@ def choose(p: Problem, sms: int, smem_limit: int, fixed: dict | None = None) -> 
     return min(found, key=lambda c: cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms))
 
 
-def ffma_yield_for(cfg: dict) -> int:
-    """The default ffma_yield (tiling.FFMA_YIELD) of a configuration: 0 until measured."""
-    return 0
-
-
 def _validate_fixed(fixed: dict) -> None:
     allowed = {"tile_m": BLOCK_M, "tile_n": BLOCK_N, "cluster": (1, 2), "multicast": MULTICAST, "store": STORES}
     for a, v in fixed.items():

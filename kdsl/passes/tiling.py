@@ -47,7 +47,7 @@ THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
 # Schedule attributes a kernel may carry, per kernel family, and their legal values.
 SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2", "lazy_rescale"),
                   "mma": ("tile_m", "tile_n", "warps"),
-                  "gemm": gemm_tiles.CONFIG_ATTRS + ("ffma_yield",)}
+                  "gemm": gemm_tiles.CONFIG_ATTRS}
 # m64nNk16 widths wgmma_ops.cuh has (tools/gen_wgmma.py generates it from this tuple).
 WGMMA_WIDTHS = (64, 80, 96, 112, 128, 176, 192, 256)
 MMA_WIDTHS = (32, 64, 128)            # attention_mma.cuh: "BN must be 32, 64 or 128"
@@ -71,10 +71,6 @@ POLY_EXP2 = (0, 2, 3, 4, 8)
 # softmax is issue-bound); plain D=128 -5.5 % (8k) / -1.6 % (2k), causal D=128 within 0.5 %:
 # on by default with three consumer warpgroups only.
 LAZY_RESCALE = (0, 8)
-# ffma_yield = n (FP8 GEMMs): the first n/16 of each promotion run's FFMAs lose their operand-
-# reuse flags and may yield the issue slot to the other math warpgroup's wgmmas, rewritten in
-# the cubin (runtime/cubin_patch.py); 0: the SASS as ptxas wrote it.
-FFMA_YIELD = tuple(range(17))
 # Work counters a Hopper attention program holds for persistent launches: one per stream that
 # launches it (runtime/launch.py Loaded.work_counter); streams beyond them walk a fixed stride.
 WORK_SLOTS = 64
@@ -305,10 +301,4 @@ def _gemm(k: ir.Kernel, target: Target) -> ir.Kernel:
     cfg = gemm_tiles.choose(problem, sms, target.smem_per_block, dict(k.attrs))
     smem = gemm_tiles.smem_bytes(cfg["tile_m"], cfg["tile_n"], cfg["stages"], problem.out_bytes, cfg["store"] == "tma")
     shape = [problem.M, problem.N, problem.K, problem.G]
-    ffma_yield = k.attr("ffma_yield")
-    if ffma_yield is None:
-        ffma_yield = gemm_tiles.ffma_yield_for(cfg)
-    elif ffma_yield not in FFMA_YIELD or type(ffma_yield) is not int:
-        raise KdslError(f"kernel '{k.name}': attr ffma_yield must be an integer from 0 to 16 (sixteenths of each "
-                        f"promotion run), got {ffma_yield!r}")
-    return k.with_attrs(shape=shape, sms=sms, **cfg, tile_k=128, smem_bytes=smem, ffma_yield=ffma_yield)
+    return k.with_attrs(shape=shape, sms=sms, **cfg, tile_k=128, smem_bytes=smem)

@@ -118,8 +118,6 @@ def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_
         options.append(SPLIT_KV_OPTION)
     if not stream and lowered.attr("stream_capture"):
         options.append(NO_STREAM_OPTION)
-    if lowered.attr("ffma_yield"):  # a cubin post-pass (cubin_patch.py), keyed like an option
-        options.append(f"{nvrtc.PATCH_PREFIX}ffma-yield={lowered.attr('ffma_yield')}")
     key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)
     return lowered, gen, options, key
 

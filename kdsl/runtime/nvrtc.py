@@ -27,12 +27,6 @@ class Compiled:
     phases: dict = field(default_factory=dict, compare=False)  # seconds per NVRTC phase, when traced
 
 
-# Options with this prefix are kdsl's, not NVRTC's: post-passes over the cubin NVRTC returns
-# (cubin_patch.py). They travel with the NVRTC options, so they reach compiler processes and
-# are part of the cache key. `--kdsl-ffma-yield=N`: cubin_patch.ffma_yield(cubin, entry, N).
-PATCH_PREFIX = "--kdsl-"
-
-
 # NVRTC's time-trace events -> our phase names. A phase is absent when NVRTC did not run it,
 # e.g. when it served NVVM's or ptxas' output from the CUDA driver's compute cache.
 TRACE_PHASES = {"CUDA C++ Front-End": "cxx_front_end_s", "LibNVVM": "nvvm_s", "Total PTXAS Time": "ptxas_s"}
@@ -109,23 +103,6 @@ def _phases(path) -> dict:
 
 
 def _compile(source: str, name: str, options: list[str], want_cubin: bool) -> Compiled:
-    patches = [o[len(PATCH_PREFIX):] for o in options if o.startswith(PATCH_PREFIX)]
-    compiled = _nvrtc(source, name, [o for o in options if not o.startswith(PATCH_PREFIX)], want_cubin)
-    return _patched(compiled, name, patches) if patches and want_cubin else compiled
-
-
-def _patched(compiled: Compiled, name: str, patches: list[str]) -> Compiled:
-    from . import cubin_patch
-    cubin = compiled.cubin
-    for p in patches:
-        what, _, value = p.partition("=")
-        if what != "ffma-yield":
-            raise KdslError(f"unknown kdsl compile option {PATCH_PREFIX}{p}")
-        cubin, _ = cubin_patch.ffma_yield(cubin, name, int(value))
-    return Compiled(compiled.ptx, cubin, compiled.log, compiled.phases)
-
-
-def _nvrtc(source: str, name: str, options: list[str], want_cubin: bool) -> Compiled:
     lib = _lib()
     prog = ctypes.c_void_p()
     _check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), f"{name}.cu".encode(), 0, None, None),
