@@ -232,3 +232,26 @@ def test_split_kv_code_only_in_the_split_program(tmp_path, monkeypatch):
     assert f".entry {entry}_combine" not in every.compiled.ptx and f".entry {entry}(" in every.compiled.ptx
     assert f".entry {entry}_combine" in split.compiled.ptx
     assert "griddepcontrol" not in every.compiled.ptx and "griddepcontrol.launch_dependents" in split.compiled.ptx
+
+
+def test_a_trial_tile_that_spills_falls_back_to_the_next(monkeypatch):
+    """Head dim 256 tries 80 keys (tiling.SPILL_TRIAL_REGS): plain keeps it, relpos (whose
+    ptxas spills there) gets 64 with no local memory; a tile the user fixed is never changed."""
+    from kdsl.passes import tiling
+    from kdsl.sass import find_cuobjdump, inspect
+    assert find_cuobjdump(), "cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'"
+    assert tiling.wgmma_tile_choices(256, 256, 232448) == [(80, 2, 2), (64, 2, 2)]
+    assert tiling.wgmma_tile_choices(128, 128, 232448) == [(128, 2, 3)]  # no trial where the table has one
+    mods = {n: kdsl.load(ROOT / "samples" / f"{n}.kd") for n in ("plain", "relpos")}
+    kept = compiler.build(mods["plain"].ir["plain"], "sm_90a", 256)
+    assert (kept.kernel.attr("tile_n"), kept.kernel.attr("spill_fallback")) == (80, (64, 2, 2))
+    assert compiler.SPILLED not in kept.compiled.log
+    fell = compiler.build(mods["relpos"].ir["relpos"], "sm_90a", 256)
+    assert fell.kernel.attr("tile_n") == 64 and fell.kernel.attr("spill_fallback") is None
+    rep = inspect(fell.compiled.cubin, fell.generated.entry)
+    assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
+    # the trial itself did spill: what the fallback is for
+    trial = compiler._build(mods["relpos"].ir["relpos"], "sm_90a", 256, True, False, 0, False, True)
+    assert trial.kernel.attr("tile_n") == 80 and compiler.SPILLED in trial.compiled.log
+    fixed = compiler.build(mods["relpos"].ir["relpos"].with_attrs(tile_n=80), "sm_90a", 256)
+    assert fixed.kernel.attr("tile_n") == 80 and fixed.kernel.attr("spill_fallback") is None

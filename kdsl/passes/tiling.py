@@ -43,6 +43,12 @@ WGMMA_WIDE_TILES = {128: (176, 2, 2)}
 # consumer warpgroups (232 registers each after setmaxnreg); three get 160 each.
 ACCUMULATOR_REGS = 208
 THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
+# A tile the model counts up to this many registers over ACCUMULATOR_REGS is a trial: it is
+# built first and kept only where ptxas does not spill; where it does, compiler.build builds the
+# next tile (attr spill_fallback). At head dim 256, 80 keys (220) ran plain x1.10 and causal
+# x1.07 against 64 (H100, 2026-11-24) and built without spills for most kernels, but relpos,
+# document masks and per-element bias loads spilled there.
+SPILL_TRIAL_REGS = 12
 
 # Schedule attributes a kernel may carry, per kernel family, and their legal values.
 SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2", "lazy_rescale"),
@@ -109,30 +115,43 @@ def _accumulator_regs(d: int, dv: int, bn: int) -> int:
 
 def wgmma_default_tiles(d: int, dv: int, smem_per_block: int, tall: bool = False,
                         wide: bool = False) -> tuple[int, int, int]:
-    """(BN, consumers, stages): the measured table where it has the head dims, else the
-    widest kv tile whose S, P and O accumulators and descriptors (BN/2 + BN/4 + DV/2 floats
-    and ~D/8 registers a thread) fit ACCUMULATOR_REGS and whose ring of 3, else 2, stages fits
-    shared memory: 128 keys with 3 stages up to head dim 128, (112, 2) at 192, (64, 2) at 256
-    (80 keys spill there).
+    """(BN, consumers, stages): the first of wgmma_tile_choices."""
+    return wgmma_tile_choices(d, dv, smem_per_block, tall, wide)[0]
+
+
+def wgmma_tile_choices(d: int, dv: int, smem_per_block: int, tall: bool = False,
+                       wide: bool = False) -> list[tuple[int, int, int]]:
+    """[(BN, consumers, stages)], the one to build first, then the one to build when ptxas
+    spills it (a trial tile, see SPILL_TRIAL_REGS), if any. The measured table where it has
+    the head dims, else the widest kv tile whose S, P and O accumulators and descriptors
+    (BN/2 + BN/4 + DV/2 floats and ~D/8 registers a thread) fit ACCUMULATOR_REGS and whose
+    ring of 3, else 2, stages fits shared memory: 128 keys with 3 stages up to head dim 128,
+    (112, 2) at 192, (64, 2) at 256, each after a trial tile up to SPILL_TRIAL_REGS wider.
     tall: the kernel may take three consumer warpgroups (192 query rows; see tile_shape_hints):
     it does where the accumulators fit their 160 registers a thread, head dims up to 64
     (H100, same inputs: plain D=64 +19-22 %, D=32 +12 %, causal D=64 +3-7 %, relpos +4 %;
     D=96 spilled and lost 23 %). wide: WGMMA_WIDE_TILES applies."""
     if wide and d == dv and d in WGMMA_WIDE_TILES:
-        return WGMMA_WIDE_TILES[d]
+        return [WGMMA_WIDE_TILES[d]]
     if d == dv and d in WGMMA_ATTENTION_TILES:
         bn, consumers, stages = WGMMA_ATTENTION_TILES[d]
         if tall and _accumulator_regs(d, dv, bn) <= THREE_WARPGROUP_REGS:
             consumers = 3
-        return bn, consumers, stages
+        return [(bn, consumers, stages)]
+    choices = []
     for bn in (128, 112, 96, 80, 64):
-        if _accumulator_regs(d, dv, bn) > ACCUMULATOR_REGS:
+        regs = _accumulator_regs(d, dv, bn)
+        if regs > ACCUMULATOR_REGS + (SPILL_TRIAL_REGS if not choices else 0):
             continue
-        tall_fits = tall and _accumulator_regs(d, dv, bn) <= THREE_WARPGROUP_REGS
-        for consumers in ((3, 2) if tall_fits else (2,)):
-            for stages in (3, 2):
-                if attention_wgmma_smem_bytes(d, dv, bn, consumers, stages) <= smem_per_block:
-                    return bn, consumers, stages
+        tall_fits = tall and regs <= THREE_WARPGROUP_REGS
+        fitting = [(bn, consumers, stages) for consumers in ((3, 2) if tall_fits else (2,)) for stages in (3, 2)
+                   if attention_wgmma_smem_bytes(d, dv, bn, consumers, stages) <= smem_per_block]
+        if fitting:
+            choices.append(fitting[0])
+            if regs <= ACCUMULATOR_REGS:
+                return choices
+    if choices:
+        return choices
     raise KdslError(f"no attention tile fits head dims {d} / {dv} in {smem_per_block} bytes of shared memory")
 
 
@@ -194,11 +213,13 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         hints["wide"] = False
     # Persistent CTAs with a shared work counter balance items of unequal cost as the hardware's
     # dispatch does, and start the next item under the current one (SCHEDULES).
-    default = {"wgmma": lambda: dict(zip(("tile_n", "consumers", "stages"),
-                                         wgmma_default_tiles(d, dv, target.smem_per_block, **hints)),
+    choices = wgmma_tile_choices(d, dv, target.smem_per_block, **hints) if fam == "wgmma" else []
+    default = {"wgmma": lambda: dict(zip(("tile_n", "consumers", "stages"), choices[0]),
                                      schedule="persistent", poly_exp2=0),
                "mma": lambda: dict(zip(("tile_m", "tile_n", "warps"), ATTENTION_TILES[d]))}[fam]()
     given = {n: attrs[n] for n in SCHEDULE_ATTRS[fam] if n in attrs}
+    # the tile compiler.build takes when ptxas spills the default one (a trial tile)
+    fallback = list(choices[1]) if len(choices) > 1 and not {"tile_n", "consumers", "stages"} & set(given) else None
     s = {**default, **given}
     if fam == "wgmma" and "lazy_rescale" not in given:
         s["lazy_rescale"] = LAZY_RESCALE[1] if s["consumers"] == 3 else 0
@@ -215,6 +236,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                             f"{s['consumers']} (the Hopper kernel's tile_m is 64 * consumers; set consumers)")
         stream = _stream(k, s, (d, dv), "stages" in given, target)
         return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv, stream_capture=stream,
+                            spill_fallback=fallback,
                             smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
                                                                   _stream_elem(k, stream)))
     return k.with_attrs(kernel="mma", **s, value_dim=dv, stream_capture=None,  # streams need TMA

@@ -21,6 +21,8 @@ from . import cache, nvrtc, workers
 
 SPLIT_KV_OPTION = "-DKDSL_SPLIT_KV=1"  # templates/attention_wgmma.cu.j2
 NO_STREAM_OPTION = "-DKDSL_STREAM_CAPTURES=0"  # templates/attention_variant.cu.j2
+WARN_ON_SPILLS_OPTION = "--ptxas-options=--warn-on-spills"
+SPILLED = "Registers are spilled to local memory"  # ptxas' warning under WARN_ON_SPILLS_OPTION
 _IN_FLIGHT: dict = {}  # cache key -> workers.Job of a prebuild not yet taken by build()
 _IN_FLIGHT_LOCK = threading.Lock()
 
@@ -46,6 +48,20 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
     kernel, and builds faster for it. stream=False: a kernel with a streamed capture
     (passes/streaming.py) in the program that loads it per element instead, for calls whose
     tensor TMA cannot read."""
+    built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream)
+    fallback = built.kernel.attr("spill_fallback")
+    if fallback and want_cubin and SPILLED in built.compiled.log:
+        # a trial tile (tiling.SPILL_TRIAL_REGS) that ptxas spilled: the next tile, fixed as
+        # attrs, and the streamed capture as decided for the trial tile (launch.py decided its
+        # arguments on it)
+        tile_n, consumers, _ = fallback
+        k = k.with_attrs(tile_n=tile_n, consumers=consumers, stream_capture=built.kernel.attr("stream_capture"))
+        built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream)
+    return built
+
+
+def _build(k: ir.Kernel, arch: str, head_dim: int, want_cubin: bool, trace: bool, value_dim: int, split_kv: bool,
+           stream: bool) -> Built:
     t0 = time.perf_counter()
     lowered, gen, options, key = _generate(k, arch, head_dim, value_dim, split_kv, stream)
     t1 = time.perf_counter()
@@ -118,6 +134,8 @@ def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_
         options.append(SPLIT_KV_OPTION)
     if not stream and lowered.attr("stream_capture"):
         options.append(NO_STREAM_OPTION)
+    if lowered.attr("spill_fallback"):  # build() reads whether ptxas spilled from the log
+        options.append(WARN_ON_SPILLS_OPTION)
     key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)
     return lowered, gen, options, key
 
