@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from kdsl.passes.target import get_target  # noqa: E402
 from kdsl.passes.tiling import (HEAD_DIM_STEP, MAX_HEAD_DIM, WGMMA_ATTENTION_TILES, WGMMA_WIDTHS,  # noqa: E402
-                                 wgmma_default_tiles)
+                                 wgmma_tile_choices)
 
 OUT = ROOT / "kdsl/codegen/include/kdsl/wgmma_ops.cuh"
 OUT_STEPS = OUT.with_name("wgmma_ops_steps.cuh")
@@ -170,7 +170,8 @@ def _packed_shapes(pairs):
     """Default tiles of (d, dv) pairs (the table's and the wide ones): S is BN wide over
     D / 16 steps, O is DV wide over BN / 16 steps."""
     smem = get_target("sm_90a").smem_per_block
-    tiles = {(d, dv, wgmma_default_tiles(d, dv, smem, wide=wide)[0]) for d, dv in pairs for wide in (False, True)}
+    tiles = {(d, dv, bn) for d, dv in pairs for wide in (False, True)
+             for bn, _, _ in wgmma_tile_choices(d, dv, smem, wide=wide)}  # a trial tile and its fallback
     return sorted({(bn, d // 16) for d, _, bn in tiles}), sorted({(dv, bn // 16) for _, dv, bn in tiles})
 
 

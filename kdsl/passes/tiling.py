@@ -114,23 +114,24 @@ def _accumulator_regs(d: int, dv: int, bn: int) -> int:
 
 
 def wgmma_default_tiles(d: int, dv: int, smem_per_block: int, tall: bool = False,
-                        wide: bool = False) -> tuple[int, int, int]:
+                        wide: bool = False, trial: bool = True) -> tuple[int, int, int]:
     """(BN, consumers, stages): the first of wgmma_tile_choices."""
-    return wgmma_tile_choices(d, dv, smem_per_block, tall, wide)[0]
+    return wgmma_tile_choices(d, dv, smem_per_block, tall, wide, trial)[0]
 
 
 def wgmma_tile_choices(d: int, dv: int, smem_per_block: int, tall: bool = False,
-                       wide: bool = False) -> list[tuple[int, int, int]]:
+                       wide: bool = False, trial: bool = True) -> list[tuple[int, int, int]]:
     """[(BN, consumers, stages)], the one to build first, then the one to build when ptxas
     spills it (a trial tile, see SPILL_TRIAL_REGS), if any. The measured table where it has
     the head dims, else the widest kv tile whose S, P and O accumulators and descriptors
     (BN/2 + BN/4 + DV/2 floats and ~D/8 registers a thread) fit ACCUMULATOR_REGS and whose
     ring of 3, else 2, stages fits shared memory: 128 keys with 3 stages up to head dim 128,
-    (112, 2) at 192, (64, 2) at 256, each after a trial tile up to SPILL_TRIAL_REGS wider.
+    (112, 2) at 192, (64, 2) at 256 after a trial of (80, 2).
     tall: the kernel may take three consumer warpgroups (192 query rows; see tile_shape_hints):
     it does where the accumulators fit their 160 registers a thread, head dims up to 64
     (H100, same inputs: plain D=64 +19-22 %, D=32 +12 %, causal D=64 +3-7 %, relpos +4 %;
-    D=96 spilled and lost 23 %). wide: WGMMA_WIDE_TILES applies."""
+    D=96 spilled and lost 23 %). wide: WGMMA_WIDE_TILES applies. trial: False keeps to tiles
+    within ACCUMULATOR_REGS."""
     if wide and d == dv and d in WGMMA_WIDE_TILES:
         return [WGMMA_WIDE_TILES[d]]
     if d == dv and d in WGMMA_ATTENTION_TILES:
@@ -141,7 +142,7 @@ def wgmma_tile_choices(d: int, dv: int, smem_per_block: int, tall: bool = False,
     choices = []
     for bn in (128, 112, 96, 80, 64):
         regs = _accumulator_regs(d, dv, bn)
-        if regs > ACCUMULATOR_REGS + (SPILL_TRIAL_REGS if not choices else 0):
+        if regs > ACCUMULATOR_REGS + (SPILL_TRIAL_REGS if trial and not choices else 0):
             continue
         tall_fits = tall and regs <= THREE_WARPGROUP_REGS
         fitting = [(bn, consumers, stages) for consumers in ((3, 2) if tall_fits else (2,)) for stages in (3, 2)
@@ -174,14 +175,19 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     wide: no mask and a score of arithmetic on indices only: the wider kv tile amortises
     per-tile costs (the O rescale, the row max, the turns). A tanh or exp per element keeps the
     softmax on the MUFU unit, where it does not pay, and loads of captured data per element
-    (or a streamed tile) need the registers it takes (bias[q, kv] spilled at 176 keys)."""
+    (or a streamed tile) need the registers it takes (bias[q, kv] spilled at 176 keys).
+    trial: a trial tile (SPILL_TRIAL_REGS) may be tried. Not for a mask with `//` or `%`: its
+    blocks (an image row, a chunk) are power-of-two wide in practice, and a tile that is not
+    cuts them into more partial tiles (natten2d D=256: 80 keys x0.81 against 64)."""
     mask, score = k.func("mask"), k.func("score_log2") or k.func("score")
+    blocky = mask is not None and any(isinstance(n, ir.Op) and n.op in ("floordiv", "mod") for n in ir.walk(mask))
     one_diagonal = (isinstance(mask, ir.Op) and mask.op in ("lt", "le", "gt", "ge")
                     and not any(isinstance(n, ir.Load) for n in ir.walk(mask)))
     nodes = list(ir.walk(score)) if score is not None else []
     loads = any(isinstance(n, ir.Load) for n in nodes)
     transcendental = any(isinstance(n, ir.Op) and n.op in ir.FLOAT_FUNCS for n in nodes)
-    return {"tall": (mask is None or one_diagonal) and not loads, "wide": mask is None and not (loads or transcendental)}
+    return {"tall": (mask is None or one_diagonal) and not loads, "wide": mask is None and not (loads or transcendental),
+            "trial": not blocky}
 
 
 def family(k: ir.Kernel, target: Target) -> str:
