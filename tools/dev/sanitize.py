@@ -6,6 +6,7 @@ a 2-CTA cluster, row-by-row stores): a workload for compute-sanitizer.
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --quick
     ... python3 tools/dev/sanitize.py --fp8    (the FP8 samples only)
     ... python3 tools/dev/sanitize.py --stream (variants whose score streams a captured table)
+    ... python3 tools/dev/sanitize.py --head-dim 256 (every head dim of the shapes replaced)
 """
 import pathlib
 import sys
@@ -33,6 +34,9 @@ shapes = [(1, 2, 2, 1, 1, 64), (1, 2, 2, 63, 63, 128), (1, 2, 2, 129, 129, 64), 
           (2, 2, 2, 63, 1000, 128), (1, 4, 2, 129, 63, 64), (1, 4, 1, 1000, 129, 128)]
 if quick:
     shapes = shapes[1:3] + shapes[-1:]
+if "--head-dim" in sys.argv:
+    d = int(sys.argv[sys.argv.index("--head-dim") + 1])
+    shapes = [s[:5] + (d,) for s in shapes]
 n = 0
 for f in files:
     mod = kdsl.load(f)
