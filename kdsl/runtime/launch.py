@@ -284,9 +284,9 @@ class AttentionKernel(KernelBase):
         ptrs.append(self._summary_pointer(plan, ptrs[5:], tile_summary))
         part_ptrs = (0, 0)  # the Hopper kernel's split-KV pointers are null unless it splits
         if plan.combine is not None:  # split-KV: the splits' results, then their merge into out
-            part = (plan.combine.new_part_o(), plan.combine.new_part_lse())
-            plan.keep_alive += part
-            part_ptrs = tuple(map(_ptr, part))
+            parts = plan.combine.new_parts()
+            plan.keep_alive += (parts,)
+            part_ptrs = plan.combine.part_pointers(_ptr(parts))
         if plan.maps:  # then its work counter
             ptrs += (*part_ptrs, self._work_counter(plan))
         plan.launch(ptrs)
@@ -565,7 +565,9 @@ def _signature(tensors, extras):
     (pointers are not part of it: alignment is checked on every call). Arguments that are
     not arrays get a signature of their own, so the plan step reports them."""
     try:  # torch tensors (or None): _key's answer without a call per argument, the hot path
-        head = tuple([None if x is None else (x.dtype, x.shape, x.stride(), x.device) for x in tensors])
+        # (get_device(): an int, cheaper to make and to hash than a torch.device; -1 off the GPU,
+        # where validation refuses the call, so no plan is ever kept under it)
+        head = tuple([None if x is None else (x.dtype, x.shape, x.stride(), x.get_device()) for x in tensors])
     except (AttributeError, TypeError):
         head = tuple(map(_key, tensors))
     return head + tuple(map(_key, extras))
@@ -575,7 +577,7 @@ def _key(x):
     if x is None or isinstance(x, (int, float)):
         return x
     try:
-        return (x.dtype, x.shape, x.stride(), x.device)  # torch, the hot path
+        return (x.dtype, x.shape, x.stride(), x.get_device())  # torch, the hot path
     except (AttributeError, TypeError):
         try:
             return (x.__class__, x.dtype, x.shape, x.strides, x.device.id)  # CuPy
