@@ -7,6 +7,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "samples").glob("*.kd"))
 
 
+def lowered(text: str, d: int = 64, **attrs):
+    """The first kernel of a program text, lowered for sm_90a at head dim d (attrs fixed first)."""
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    from kdsl.passes.target import get_target
+    k = pipeline.check(parse(text, "t.kd"))[0]
+    return pipeline.lower(k.with_attrs(**attrs) if attrs else k, get_target("sm_90a"), d)
+
+
 @functools.cache
 def gpu_available() -> bool:
     try:

@@ -8,18 +8,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kdsl import ir
-from kdsl.grammar import parse
-from kdsl.passes import affine_score, pipeline
-from kdsl.passes.target import get_target
 from kdsl.semantics import eval_numpy
 
-from conftest import ROOT
+from conftest import ROOT, lowered
 from exprgen import float_expr, program
-
-
-def lowered(text, d=64, **attrs):
-    k = pipeline.check(parse(text, "t.kd"))[0]
-    return pipeline.lower(k.with_attrs(**attrs) if attrs else k, get_target("sm_90a"), d)
 
 
 def assert_identity(k, captures=None, trials=30, seed=0):

@@ -7,20 +7,13 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from kdsl import interp, ir
-from kdsl.grammar import parse
-from kdsl.passes import kv_bounds, pipeline
-from kdsl.passes.target import get_target
+from kdsl.passes import kv_bounds
 from kdsl.semantics import eval_numpy
 
-from conftest import ROOT
+from conftest import ROOT, lowered
 from exprgen import bool_expr, program
 
 DIMS = {"B": 2, "H": 3, "Hkv": 3, "M": 700, "N": 650, "D": 64}
-
-
-def lowered(text, d=64):
-    k = pipeline.check(parse(text, "t.kd"))[0]
-    return pipeline.lower(k, get_target("sm_90a"), d)
 
 
 def assert_exact(k, dims, captures, rng, tiles=12):
