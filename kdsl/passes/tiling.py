@@ -35,8 +35,9 @@ ATTENTION_TILES = {64: (128, 64, 4), 128: (128, 64, 4)}
 WGMMA_ATTENTION_TILES = {64: (128, 2, 3), 128: (128, 2, 3)}
 # head dim -> the wider kv tile kernels with neither a mask nor a transcendental score take
 # (H100, 2026-11-24, tools/dev/schedule_sweep.sh: plain D=128 +3-6 % at S=8k, +9-15 % at 2k;
-# softcap's tanh made it 5 % slower, so such scores keep the table's tile).
-WGMMA_WIDE_TILES = {128: (176, 2, 2)}
+# softcap's tanh made it 5 % slower, so such scores keep the table's tile. 2026-11-25,
+# attrs_sweep.py: D=96 plain +8.3 % at 8k, +0.7 % at 2k, relpos +6.8 %; 192 keys +2-4 %).
+WGMMA_WIDE_TILES = {96: (176, 2, 2), 128: (176, 2, 2)}
 # Registers a consumer thread may give to the S, P and O accumulators and the Q K^T
 # descriptors, as wgmma_default_tiles counts them: a rough model fitted to ptxas (sm_90a,
 # relpos/plain/causal/softcap at head dims 16 to 256: none spills at or below it), with two
