@@ -225,7 +225,8 @@ def test_a_positive_constant_factor_of_the_score_is_split_off(score, factor):
 def test_default_hopper_tiles_follow_the_program():
     """Three consumer warpgroups (192 query rows) at head dims up to 64 without a mask or under
     one diagonal; the wide 176-key tile at D=128 without a mask and with an index-only score;
-    the table's tile for everything else, and for one warpgroup (decode)."""
+    and at D=96; the table's tile for everything else, and for one warpgroup (decode); at D=256 a
+    trial of 80 keys, with 64 behind it, except for masks with `//` or `%`."""
     from kdsl.passes import tiling
     h100 = get_target("sm_90a")
     mods = {n: pipeline.check(parse((ROOT / "samples" / f"{n}.kd").read_text(), n))
@@ -240,7 +241,13 @@ def test_default_hopper_tiles_follow_the_program():
     assert tiles("softcap", 128) == tiles("causal", 128) == tiling.WGMMA_ATTENTION_TILES[128]
     assert tiles("plain", 128, consumers=1) == (128, 1, 3)
     assert tiles("plain", 96)[1] == 2  # its accumulators do not fit three warpgroups' registers
+    assert tiles("plain", 96) == tiles("relpos", 96) == tiling.WGMMA_WIDE_TILES[96] == (176, 2, 2)
+    assert tiles("causal", 96) == tiles("softcap", 96) == (128, 2, 3)
     assert tiles("plain", 32)[1] == 3
+    low = lambda name, d: pipeline.lower(mods[name][0], h100, d)
+    assert (low("causal", 256).attr("tile_n"), low("causal", 256).attr("spill_fallback")) == (80, (64, 2, 2))
+    natten = pipeline.check(parse((ROOT / "samples" / "natten2d.kd").read_text(), "natten2d"))[0]
+    assert pipeline.lower(natten, h100, 256).attr("tile_n") == 64  # `//` and `%`: power-of-two tiles
 
 
 def test_lazy_rescale_by_default_with_three_consumer_warpgroups_only():
