@@ -223,8 +223,8 @@ def test_a_positive_constant_factor_of_the_score_is_split_off(score, factor):
 
 
 def test_default_hopper_tiles_follow_the_program():
-    """Three consumer warpgroups (192 query rows) at head dims up to 64 without a mask or under
-    one diagonal; the wide 176-key tile at D=128 without a mask and with an index-only score;
+    """Three consumer warpgroups (192 query rows) at head dims up to 64 unless the score or mask
+    loads captured data per element; the wide 176-key tile at D=128 without a mask and with an index-only score;
     and at D=96; the table's tile for everything else, and for one warpgroup (decode); at D=256 a
     trial of 80 keys, with 64 behind it, except for masks with `//` or `%`."""
     from kdsl.passes import tiling
@@ -236,7 +236,8 @@ def test_default_hopper_tiles_follow_the_program():
         low = pipeline.lower(mods[name][0].with_attrs(**attrs), h100, d)
         return low.attr("tile_n"), low.attr("consumers"), low.attr("stages")
     assert tiles("plain", 64) == tiles("relpos", 64) == tiles("softcap", 64) == tiles("causal", 64) == (128, 3, 3)
-    assert tiles("sliding_window", 64) == tiles("document_mask", 64) == tiles("alibi", 64) == (128, 2, 3)
+    assert tiles("sliding_window", 64) == tiles("alibi", 64) == (128, 3, 3)  # slopes[h]: per head, not per element
+    assert tiles("document_mask", 64) == (128, 2, 3)  # doc_q[b, i], doc_kv[b, j]: per element
     assert tiles("plain", 128) == tiles("relpos", 128) == tiling.WGMMA_WIDE_TILES[128] == (176, 2, 2)
     assert tiles("softcap", 128) == tiles("causal", 128) == tiling.WGMMA_ATTENTION_TILES[128]
     assert tiles("plain", 128, consumers=1) == (128, 1, 3)

@@ -24,7 +24,7 @@ from ..errors import KdslError
 ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4}  # dtypes TMA copies as they are
 MAX_RANK = 5                                   # TMA tensor maps have at most 5 dims
 # what a leading index may not depend on: then one tile holds what one tile of scores reads
-_PER_ELEMENT = ("q", "kv", "qf", "kvf", "dqkf", "qk", "s")
+PER_ELEMENT = ("q", "kv", "qf", "kvf", "dqkf", "qk", "s")
 
 
 def run(k: ir.Kernel) -> ir.Kernel:
@@ -60,7 +60,7 @@ def candidate(k: ir.Kernel) -> str | None:
         q, kv = index[-2:]
         if not (isinstance(q, ir.Var) and q.name == "q" and isinstance(kv, ir.Var) and kv.name == "kv"):
             continue
-        if any(ir.uses(i, v) for i in index[:-2] for v in _PER_ELEMENT):
+        if any(ir.uses(i, v) for i in index[:-2] for v in PER_ELEMENT):
             continue
         return t.name
     return None

@@ -166,13 +166,17 @@ def packed_kv_tiles(d: int) -> set[int]:
 
 def tile_shape_hints(k: ir.Kernel) -> dict:
     """What the kernel's program says about the tile shapes that suit it (wgmma_default_tiles):
-    tall: a score that loads no captured data, and no mask or one comparison of index
-    expressions (causal-like). A taller q tile only costs on partly masked tiles, and under
-    one diagonal those are a vanishing share of the visited ones; windows, documents and
-    neighbourhoods visit many (sliding window -10 %, document mask -26 % with three
-    warpgroups, which also spilled there). Captured data needs registers (ALiBi's slopes with
-    the causal mask's survivor bits spilled 8 bytes at 160) or, streamed, a tile that grows
-    with the q tile (bias[q, kv] would lose a stage).
+    tall: neither the score nor the mask loads captured data per element (at an index that
+    depends on the query or key position; per batch or head, as ALiBi's slopes[h] or a
+    sequence length, is fine), the mask has no `//` or `%`, and a masked score has no
+    transcendental function. Partial tiles take a key interval (passes/kv_bounds.py), so
+    windows and prefixes gain from the taller q tile as causal does (H100, 2026-11-25, three
+    warpgroups against two at D=64: prefix-LM and padded causal +14 %, ALiBi +4.6 % at 8k,
+    sliding window +2-3 %, a periodic bias +3.4 %). Per-element loads need the registers
+    (document masks spilled 41 instructions there) or, streamed, a tile that grows with the
+    q tile (bias[q, kv] would lose a stage); 192 rows straddle the power-of-two blocks of a
+    `//` or `%` mask (chunked causal -9 %, a dilated window -3.3 %; natten2d +12 % was the
+    exception); a tanh under a window mask lost 5.5 % (Gemma-2's local layers).
     wide: no mask and a score of arithmetic on indices only: the wider kv tile amortises
     per-tile costs (the O rescale, the row max, the turns). A tanh or exp per element keeps the
     softmax on the MUFU unit, where it does not pay, and loads of captured data per element
@@ -182,13 +186,18 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     cuts them into more partial tiles (natten2d D=256: 80 keys x0.81 against 64)."""
     mask, score = k.func("mask"), k.func("score_log2") or k.func("score")
     blocky = mask is not None and any(isinstance(n, ir.Op) and n.op in ("floordiv", "mod") for n in ir.walk(mask))
-    one_diagonal = (isinstance(mask, ir.Op) and mask.op in ("lt", "le", "gt", "ge")
-                    and not any(isinstance(n, ir.Load) for n in ir.walk(mask)))
     nodes = list(ir.walk(score)) if score is not None else []
     loads = any(isinstance(n, ir.Load) for n in nodes)
     transcendental = any(isinstance(n, ir.Op) and n.op in ir.FLOAT_FUNCS for n in nodes)
-    return {"tall": (mask is None or one_diagonal) and not loads, "wide": mask is None and not (loads or transcendental),
-            "trial": not blocky}
+    per_element = any(_per_element_loads(e) for e in (score, mask) if e is not None)
+    tall = not per_element and not blocky and not (mask is not None and transcendental)
+    return {"tall": tall, "wide": mask is None and not (loads or transcendental), "trial": not blocky}
+
+
+def _per_element_loads(e: ir.Expr) -> bool:
+    """Whether e loads captured data at an index that depends on the query or key position."""
+    return any(isinstance(n, ir.Load) and any(ir.uses(i, v) for i in n.indices for v in streaming.PER_ELEMENT)
+               for n in ir.walk(e))
 
 
 def family(k: ir.Kernel, target: Target) -> str:
