@@ -7,7 +7,9 @@ interval of passes/kv_bounds.py where it was derived), the ragged last tile boun
 by N, scores in the log2 domain from the exp2-folded expression, online-softmax rescaling,
 P rounded to the input type before P.V as the tensor cores see it; and for FP8 GEMMs each
 128-deep K block accumulated on its own and promoted with its scales. Slow; exact about the
-schedule, so CI can test the passes against the float64 reference with no GPU.
+schedule, so CI can test the passes against the float64 reference with no GPU. One exception:
+a trial kv tile (tiling.SPILL_TRIAL_REGS) that ptxas spills runs one tile narrower on the GPU
+(compiler.build), which only the build can tell; the interpreter walks the trial tile.
 """
 from __future__ import annotations
 
@@ -131,7 +133,6 @@ def fp8_gemm(kernel: ir.Kernel, a, sa, b, sb, group=None, count=None, c=None, ar
     G = b.shape[0] if grouping != "dense" else 1
     low = pipeline.lower(kernel.with_attrs(shape=[M, N, K, G]), get_target(arch), 0)
     bm, bn = low.attr("tile_m"), low.attr("tile_n")
-    lazy = np.float32(low.attr("lazy_rescale") or 0)
     out = _fp8_tiles(grouping, a, sa, b, sb, group, count, bm, bn)
     if c is not None:  # the kernel adds its fp32 total into out; rows it leaves alone stay NaN here
         out = (np.asarray(c, np.float32) + out).astype(np.float32)

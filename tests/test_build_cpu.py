@@ -255,3 +255,20 @@ def test_a_trial_tile_that_spills_falls_back_to_the_next(monkeypatch):
     assert trial.kernel.attr("tile_n") == 80 and compiler.SPILLED in trial.compiled.log
     fixed = compiler.build(mods["relpos"].ir["relpos"].with_attrs(tile_n=80), "sm_90a", 256)
     assert fixed.kernel.attr("tile_n") == 80 and fixed.kernel.attr("spill_fallback") is None
+
+
+def test_an_ir_file_keeps_its_spill_fallback():
+    """--emit ir writes the trial tile as attrs with spill_fallback beside it: compiling that
+    file falls back as the program would; a malformed or tile_m-changing fallback is refused."""
+    from kdsl import ir
+    from kdsl.passes import pipeline
+    from kdsl.passes.target import get_target
+    relpos = kdsl.load(ROOT / "samples" / "relpos.kd").ir["relpos"]
+    text = ir.print_ir(pipeline.lower(relpos, get_target("sm_90a"), 256))
+    assert "attr spill_fallback = [64, 2, 2]" in text and "attr tile_n = 80" in text
+    back = ir.parse_ir(text)
+    back = back[0] if isinstance(back, list) else back
+    assert compiler.build(back, "sm_90a", 256).kernel.attr("tile_n") == 64
+    for bad, needle in (([64, 2], "must be \\[tile_n, consumers, stages\\]"), ([64, 3, 2], "changes consumers")):
+        with pytest.raises(KdslError, match=needle):
+            pipeline.lower(relpos.with_attrs(consumers=2, spill_fallback=bad), get_target("sm_90a"), 256)

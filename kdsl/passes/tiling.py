@@ -235,7 +235,12 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                "mma": lambda: dict(zip(("tile_m", "tile_n", "warps"), ATTENTION_TILES[d]))}[fam]()
     given = {n: attrs[n] for n in SCHEDULE_ATTRS[fam] if n in attrs}
     # the tile compiler.build takes when ptxas spills the default one (a trial tile)
-    fallback = list(choices[1]) if len(choices) > 1 and not {"tile_n", "consumers", "stages"} & set(given) else None
+    # (the same consumers, so the same tile_m: launch.py counts work items before the build).
+    # An IR file written by --emit ir carries the tile as attrs and the fallback beside it.
+    fallback = list(choices[1]) if len(choices) > 1 and not {"tile_n", "consumers", "stages"} & set(given) \
+        and choices[1][1] == choices[0][1] else None
+    if attrs.get("spill_fallback") is not None:
+        fallback = _given_fallback(k, attrs["spill_fallback"], given)
     s = {**default, **given}
     if fam == "wgmma" and "lazy_rescale" not in given:
         s["lazy_rescale"] = LAZY_RESCALE[1] if s["consumers"] == 3 else 0
@@ -257,6 +262,18 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                                                                   _stream_elem(k, stream)))
     return k.with_attrs(kernel="mma", **s, value_dim=dv, stream_capture=None,  # streams need TMA
                         smem_bytes=attention_smem_bytes(d, s["tile_m"], s["tile_n"], s["warps"]))
+
+
+def _given_fallback(k: ir.Kernel, value, given: dict) -> list:
+    """attr spill_fallback as an IR file gives it: [tile_n, consumers, stages] of the tile to
+    build where the kernel's spills, with the kernel's own consumers."""
+    if not (isinstance(value, (list, tuple)) and len(value) == 3 and all(type(x) is int for x in value)):
+        raise KdslError(f"kernel '{k.name}': attr spill_fallback must be [tile_n, consumers, stages] or null, "
+                        f"got {value!r}")
+    if "consumers" in given and value[1] != given["consumers"]:
+        raise KdslError(f"kernel '{k.name}': attr spill_fallback = {list(value)} changes consumers "
+                        f"({given['consumers']}); a fallback may only narrow the kv tile")
+    return list(value)
 
 
 def _stream_elem(k: ir.Kernel, stream: str | None) -> int:
