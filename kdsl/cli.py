@@ -274,6 +274,12 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
         return f"{label}: {tile} -> {out / stem}.cu"
     from .runtime.compiler import build
     built = build(k, args.arch, d, want_cubin=args.emit == "cubin")
+    if built.kernel.attr("tile_n") != lowered.attr("tile_n"):  # ptxas spilled the trial tile: the fallback's files
+        trial, lowered = lowered.attr("tile_n"), built.kernel
+        (out / f"{stem}.cu").write_text(built.generated.source)
+        (out / f"{stem}.ir").write_text(ir.print_ir(lowered))
+        tile = (f"tile {lowered.attr('tile_m')}x{lowered.attr('tile_n')} (ptxas spilled the {trial}-key trial "
+                f"tile), {lowered.attr('threads')} threads")
     (out / f"{stem}.ptx").write_text(built.compiled.ptx)
     if args.emit == "ptx":
         return f"{label}: {tile} -> {out / stem}.ptx"

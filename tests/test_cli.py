@@ -138,3 +138,18 @@ def test_compile_builds_every_head_dim_in_parallel_and_reports_in_order(tmp_path
     k = kdsl.load(ROOT / "samples" / "relpos.kd").ir["relpos"]
     for d in (64, 128):  # the same cubins a build in this process makes
         assert (tmp_path / f"relpos_d{d}.cubin").read_bytes() == compiler.build(k, "sm_90a", d).compiled.cubin
+
+
+def test_compile_reports_and_writes_the_spill_fallback(tmp_path):
+    """A trial tile ptxas spills (head dim 256, 80 keys, relpos' score): the report names the
+    fallback tile and the trial, and the .cu and .ir written beside the cubin are the fallback's."""
+    p = tmp_path / "rel256.kd"
+    p.write_text("attention rel256 {\n    q: bf16[B, H, M, 256]; k: bf16[B, H, N, 256]; v: bf16[B, H, N, 256]\n"
+                 "    score(s, b, h, i, j) = s + float(i - j)\n}\n")
+    r = run("compile", str(p), "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert "tile 128x64 (ptxas spilled the 80-key trial tile)" in r.stdout and "spill/local 0 B" in r.stdout
+    assert "kTileKV = 64;" in (tmp_path / "out" / "rel256_d256.cu").read_text()
+    assert "attr tile_n = 64" in (tmp_path / "out" / "rel256_d256.ir").read_text()
+    ir_only = run("compile", str(p), "-o", str(tmp_path / "ir"), "--emit", "ir")  # before a build: the trial
+    assert "attr tile_n = 80" in ir_only.stdout and "attr spill_fallback = [64, 2, 2]" in ir_only.stdout
