@@ -116,7 +116,7 @@ attention hd_causal {
 @pytest.mark.parametrize("d,dv", [(32, 32), (96, 96), (192, 192), (256, 256), (192, 128), (16, 16), (240, 240)])
 def test_other_head_dims_build_hopper_kernels_without_local_memory(d, dv):
     # Head dims that are no multiple of 64 leave a column block partly empty; the wider ones
-    # take narrower kv tiles so that S, P and O stay in registers (tiling.wgmma_default_tiles).
+    # take narrower kv tiles so that S, P and O stay in registers (tiling.wgmma_tile_choices).
     # A mask's survivor bits take a few more registers: at 192 and 256 ptxas then spills one
     # or two values of the prologue (seen in the SASS: none inside the kv loop).
     for k, spills in zip(pipeline.check(parse(HEAD_DIM_SRC, "hd.kd")), (0, 8)):

@@ -31,7 +31,7 @@ HEAD_DIM_STEP, MAX_HEAD_DIM = 16, 256
 # head dim -> (BM, BN, warps) for the mma.sync attention kernel
 ATTENTION_TILES = {64: (128, 64, 4), 128: (128, 64, 4)}
 # head dim -> (BN, consumer warpgroups, stages) for the wgmma attention kernel, measured on an
-# H100 (bench/NOTES.md); BM = 64 * consumers. Other head dims: wgmma_default_tiles().
+# H100 (bench/NOTES.md); BM = 64 * consumers. Other head dims: wgmma_tile_choices().
 WGMMA_ATTENTION_TILES = {64: (128, 2, 3), 128: (128, 2, 3)}
 # head dim -> the wider kv tile kernels with neither a mask nor a transcendental score take
 # (H100, 2026-11-24, tools/dev/schedule_sweep.sh: plain D=128 +3-6 % at S=8k, +9-15 % at 2k;
@@ -39,7 +39,7 @@ WGMMA_ATTENTION_TILES = {64: (128, 2, 3), 128: (128, 2, 3)}
 # attrs_sweep.py: D=96 plain +8.3 % at 8k, +0.7 % at 2k, relpos +6.8 %; 192 keys +2-4 %).
 WGMMA_WIDE_TILES = {96: (176, 2, 2), 128: (176, 2, 2)}
 # Registers a consumer thread may give to the S, P and O accumulators and the Q K^T
-# descriptors, as wgmma_default_tiles counts them: a rough model fitted to ptxas (sm_90a,
+# descriptors, as wgmma_tile_choices counts them: a rough model fitted to ptxas (sm_90a,
 # relpos/plain/causal/softcap at head dims 16 to 256: none spills at or below it), with two
 # consumer warpgroups (232 registers each after setmaxnreg); three get 160 each.
 ACCUMULATOR_REGS = 208
@@ -114,12 +114,6 @@ def _accumulator_regs(d: int, dv: int, bn: int) -> int:
     return dv // 2 + bn // 2 + bn // 4 + d // 8
 
 
-def wgmma_default_tiles(d: int, dv: int, smem_per_block: int, tall: bool = False,
-                        wide: bool = False, trial: bool = True) -> tuple[int, int, int]:
-    """(BN, consumers, stages): the first of wgmma_tile_choices."""
-    return wgmma_tile_choices(d, dv, smem_per_block, tall, wide, trial)[0]
-
-
 def wgmma_tile_choices(d: int, dv: int, smem_per_block: int, tall: bool = False,
                        wide: bool = False, trial: bool = True) -> list[tuple[int, int, int]]:
     """[(BN, consumers, stages)], the one to build first, then the one to build when ptxas
@@ -165,7 +159,7 @@ def packed_kv_tiles(d: int) -> set[int]:
 
 
 def tile_shape_hints(k: ir.Kernel) -> dict:
-    """What the kernel's program says about the tile shapes that suit it (wgmma_default_tiles):
+    """What the kernel's program says about the tile shapes that suit it (wgmma_tile_choices):
     tall: neither the score nor the mask loads captured data per element (at an index that
     depends on the query or key position; per batch or head, as ALiBi's slopes[h] or a
     sequence length, is fine), the mask has no `//` or `%`, and a masked score has no

@@ -32,10 +32,9 @@ class GemmKernel(KernelBase):
         self.accumulate = bool(kernel.attr("accumulate"))
 
     def with_attrs(self, **attrs) -> "GemmKernel":
-        """The same kernel with schedule attrs fixed (tile_m, tile_n, stages, cluster, multicast,
-        raster, store, see passes/gemm_tiles.py; ffma_yield, see passes/tiling.py): the tiling
-        pass then chooses only among configurations that agree with them, and refuses a call
-        where none does."""
+        """The same kernel with schedule attrs fixed (tiling.SCHEDULE_ATTRS["gemm"]: tile_m, tile_n,
+        stages, cluster, multicast, raster, store; see passes/gemm_tiles.py): the tiling pass then
+        chooses only among configurations that agree with them, and refuses a call where none does."""
         from ..passes import tiling
         legal = tiling.SCHEDULE_ATTRS["gemm"]
         unknown = set(attrs) - set(legal)

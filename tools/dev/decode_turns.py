@@ -15,6 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from devtools import decode_case  # noqa: E402
 
 SHAPES = [(1, 16, 16, 32768), (1, 16, 16, 4096), (1, 32, 8, 8192)]
 
@@ -29,19 +30,12 @@ def main() -> None:
     import kdsl
     from kdsl.bench import Timer
     from kdsl.runtime import launch, splitkv
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     timer = Timer(args.reps)
     base = kdsl.load(ROOT / "samples" / "plain.kd").plain
     own = splitkv.kv_splits
     print(torch.cuda.get_device_name(), flush=True)
     for B, H, Hkv, N in SHAPES:
-        q = torch.randn(B, H, 1, 128, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(B, Hkv, N, 128, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(B, Hkv, N, 128, device="cuda", dtype=torch.bfloat16)
-
-        def cudnn():
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=Hkv != H)
+        q, k, v, cudnn = decode_case(B, H, Hkv, N)
         ref = cudnn().float()
         fns, notes = {"cuDNN": cudnn}, {}
         variants = [("own", None, {})] + [(f"splits={s}", int(s), {}) for s in args.splits.split(",")] + \

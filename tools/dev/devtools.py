@@ -1,5 +1,5 @@
-"""Helpers the tools/dev scripts share: NVRTC defines for A/B builds of one kernel source, and
-bench/launch_overhead.py's host timer."""
+"""Helpers the tools/dev scripts share: NVRTC defines for A/B builds of one kernel source,
+bench/launch_overhead.py's host timer, and a decode call's inputs with cuDNN's call on them."""
 from __future__ import annotations
 
 import importlib.util
@@ -31,3 +31,18 @@ def host_us(fn, n=2000, per=200) -> float:
     lo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lo)
     return lo.host_us(fn, n, per)
+
+
+def decode_case(B: int, H: int, Hkv: int, N: int, D: int = 128):
+    """q [B, H, 1, D], k and v [B, Hkv, N, D] (bf16, standard normal, on the GPU) and a function
+    running cuDNN SDPA on them (GQA when Hkv < H)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16)
+
+    def cudnn():
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=Hkv != H)
+    return q, k, v, cudnn
