@@ -60,6 +60,19 @@ def test_gemm_grid_is_persistent_in_whole_clusters():
     assert geometry.gemm_grid(6, 132, 2) == (6, 1, 1)
 
 
+def test_head_groups_hold_two_waves_of_items_within_half_of_l2():
+    l2, mib = 50 * 2**20, 2**20
+    # B=8 H=16 S=2k D=128: 16 q tiles, 1 MiB of K and V a head -> 17 heads, two waves of items
+    assert geometry.attention_head_group(128, 16, 132, mib, l2) == 17
+    # S=8k: 64 q tiles, 4 MiB a head -> 5 heads (20 MiB)
+    assert geometry.attention_head_group(32, 64, 132, 4 * mib, l2) == 5
+    # S=32k: 16 MiB a head, only one fits in half of L2 -> head by head
+    assert geometry.attention_head_group(4, 256, 132, 16 * mib, l2) == 1
+    # never more than the heads there are, never less than one
+    assert geometry.attention_head_group(3, 1, 132, mib, l2) == 3
+    assert geometry.attention_head_group(1, 1, 132, 10**12, l2) == 1
+
+
 def test_gemm_index_limits_name_the_sizes():
     geometry.gemm_index_limits(LIMIT * 128 + 1, 128, 128, 1, 128, 128, False, "g")  # past the old grid.y limit
     with pytest.raises(LaunchError, match=r"g: M = 65536, N = 65536, K = 128, G = 3000 is too large"):

@@ -84,3 +84,14 @@ def softmax_scale(scale, default: Callable[[], float], kname: str) -> float:
     if not math.isfinite(value):
         raise LaunchError(f"{kname}: softmax scale must be finite, got {value}")
     return value
+
+
+def attention_head_group(heads: int, q_tiles: int, sms: int, kv_bytes_per_head: int, l2_bytes: int) -> int:
+    """How many consecutive (b, h) heads the Hopper attention kernel orders together (its
+    items run longest first across a group: AttnArgs::head_group). Enough for two waves of
+    items, so that under causal-like masks the long items of the group's heads start well
+    before the group's end and short ones fill the tail, but no more than half of L2 holds
+    the K and V of, so that the CTAs running a group share them there. 1: head by head."""
+    enough = -(-2 * sms // max(1, q_tiles))
+    fits = max(1, l2_bytes // 2 // max(1, kv_bytes_per_head))
+    return max(1, min(heads, enough, fits))

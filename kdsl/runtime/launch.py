@@ -517,9 +517,12 @@ class AttentionKernel(KernelBase):
                                           ArgPack(kinds[first:], values[first:], [o - first for o in order[-1 - ncap:]]),
                                           infos[0].framework, device)
         combine = None
-        if tma:  # then splits, the split results' two pointers and the work counter (per call)
+        if tma:  # then splits, the split results' two pointers, the work counter (per call), the head group
             order += [len(kinds) + 1, len(kinds) + 2, len(kinds) + 3]
-            kinds, values = kinds + ["i32", "ptr", "ptr", "ptr"], values + [splits, None, None, None]
+            group = geometry.attention_head_group(
+                B * H, -(-M // lk.attr("tile_m")), _sm_count(device),
+                N * (D + Dv) * arrays.itemsize(elem), _l2_bytes(device))
+            kinds, values = kinds + ["i32", "ptr", "ptr", "ptr", "i32"], values + [splits, None, None, None, group]
             if splits > 1:
                 combine = splitkv.CombineLaunch(loaded, built.generated.entry + "_combine", splits, B * H * M, Dv,
                                                 infos[0].framework, device)
@@ -558,6 +561,11 @@ def _batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap):
 def _sm_count(device: int) -> int:
     cupy, _, _ = _driver()
     return int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
+
+
+def _l2_bytes(device: int) -> int:
+    cupy, _, _ = _driver()
+    return int(cupy.cuda.Device(device).attributes["L2CacheSize"])
 
 
 def _signature(tensors, extras):

@@ -49,6 +49,21 @@ def test_sample_matches_reference(name, shape):
     _check(mod, name, shape, seed=hash((name, shape)) % 2**31)
 
 
+@pytest.mark.parametrize("name", ["causal", "alibi", "prefix_lm"])
+def test_items_ordered_in_head_groups_of_unequal_size(name):
+    """20 heads of 32 q tiles fall into two head groups (9 and 11 heads, AttnArgs::head_group)
+    on an H100 or H200: every item of both groups, the remainder's included, is computed."""
+    torch = pytest.importorskip("torch")
+    from kdsl.runtime import geometry
+    props = torch.cuda.get_device_properties(0)
+    B, H, S, D = 4, 5, 4096, 128
+    group = geometry.attention_head_group(B * H, S // 128, props.multi_processor_count, S * 2 * D * 2,
+                                          props.L2_cache_size)
+    assert 1 < group and B * H // group >= 2 and B * H % group != 0, group
+    mod = kdsl.load(ROOT / "samples" / f"{name}.kd")
+    _check(mod, name, (B, H, H, S, S, D), seed=hash(name) % 2**31)
+
+
 # Schedules other than the defaults: three consumer warpgroups taking turns round-robin, wide
 # kv tiles with two stages, one warpgroup, grid launches, half the exponentials by polynomial;
 # masked, streamed and ragged cases.

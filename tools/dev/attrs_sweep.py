@@ -5,7 +5,8 @@
         --attrs "schedule=persistent;consumers=1" [--reps 50]
 
 Each spec is k=v[,k=v] (integers, or strings for schedule), or -DNAME=VALUE (the default
-schedule compiled with that define: A/B of a kernel change kept behind a macro); the first
+schedule compiled with that define: A/B of a kernel change kept behind a macro), or
+head_group=G (the default kernel launched with that AttnArgs::head_group); the first
 row is the default schedule. Every variant's output is compared with the default's (they must agree to bf16).
 A case may carry its own specs after a second colon group (FILE:KERNEL:SHAPE:SPEC;SPEC),
 used instead of --attrs. plain and causal cases also time cuDNN SDPA in the same process.
@@ -15,12 +16,25 @@ GPU clock's drift over the case does not favour the rows measured first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from devtools import extra_options  # noqa: E402
+
+
+@contextlib.contextmanager
+def forced_head_group(group: int):
+    """Plans made inside take this head group (the plan keeps it for later calls)."""
+    from kdsl.runtime import geometry
+    saved = geometry.attention_head_group
+    geometry.attention_head_group = lambda *args: group
+    try:
+        yield
+    finally:
+        geometry.attention_head_group = saved
 
 
 def parse_attrs(spec: str) -> dict:
@@ -63,7 +77,11 @@ def main() -> None:
             timed["cuDNN SDPA"] = cudnn
         for spec in filter(None, specs.split(";")):
             try:
-                if spec.startswith("-D"):  # a define: the same schedule, compiled with -DNAME=VALUE
+                if spec.startswith("head_group="):  # the default kernel, its plan made with this head group
+                    kern = AttentionKernel(base.ir)
+                    with forced_head_group(int(spec.split("=")[1])):
+                        out = kern(q, k, v, **caps)
+                elif spec.startswith("-D"):  # a define: the same schedule, compiled with -DNAME=VALUE
                     kern = AttentionKernel(base.ir)
                     with extra_options([spec]):
                         out = kern(q, k, v, **caps)

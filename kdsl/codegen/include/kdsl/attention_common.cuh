@@ -18,6 +18,9 @@ struct AttnArgs {
   // CTAs done taking; zero at the launch, and zeroed again by the last CTA done
   // (attention_wgmma.cuh). nullptr: CTA i takes items i, i + gridDim.x, ...
   int* work = nullptr;
+  // Persistent and one-CTA-per-item launches: the (b, h) heads whose items are ordered
+  // together, longest first across the group (attention_wgmma.cuh). 1: head by head.
+  int head_group = 1;
 };
 
 KDSL_DEVICE float fmax2(float x, float y) {
