@@ -55,3 +55,34 @@ def test_kv_splits_fill_the_sms_only_for_small_item_counts():
             s = kv_splits(items, tiles, 132)
             chunk = -(-tiles // s)
             assert 1 <= s <= tiles and (s - 1) * chunk < tiles  # no range is empty
+
+
+def test_arg_pack_pointer_slots_are_one_array_the_parameters_point_into():
+    import ctypes
+    from kdsl.runtime.driver import ArgPack
+    pack = ArgPack(["tmap", "ptr", "i32", "ptr", "f32", "ptr"], [None, None, 7, None, 0.5, None], [3, 1, 5])
+    pack.pointers[:] = [0x3000, 0x1000, 0x5000]  # in pointer_slots order: parameters 3, 1, 5
+    as_u64 = lambda i: ctypes.c_uint64.from_address(pack.params[i]).value
+    assert (as_u64(1), as_u64(3), as_u64(5)) == (0x1000, 0x3000, 0x5000)
+    assert ctypes.c_int32.from_address(pack.params[2]).value == 7
+    with pytest.raises(ValueError):  # a call passing the wrong number of pointers is refused
+        pack.pointers[:] = [1, 2]
+
+
+def test_plan_re_encodes_tensor_maps_only_when_their_pointers_change():
+    from kdsl.runtime.launch import Plan
+
+    class Map:
+        def __init__(self):
+            self.encoded = []
+
+        def bind(self, p):
+            self.encoded.append(p)
+
+    maps = (Map(), Map(), Map())
+    plan = Plan(None, (), (), None, "torch", 0, (1,), "bf16", maps=maps, map_sources=(0, 1, 2))
+    plan._bind_maps([10, 20, 30, 99])
+    plan._bind_maps([10, 20, 30, 98])  # only a non-map pointer changed
+    assert [m.encoded for m in maps] == [[10], [20], [30]]
+    plan._bind_maps([10, 21, 30, 98])
+    assert [m.encoded for m in maps] == [[10, 10], [20, 21], [30, 30]]

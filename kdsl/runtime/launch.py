@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import threading
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
 from . import arrays, geometry, splitkv, summary, torch_ops
 from .bounds import check_capture_indices
-from .driver import ArgPack, launch
+from .driver import ArgPack, Launcher
 from .splitkv import CombineLaunch
 from .summary import SummaryLaunch, TileSummary
 
@@ -106,23 +107,37 @@ class Plan:
         if self.map_sources is None:
             self.map_sources = tuple(range(len(self.maps)))
         self._maps_only = next((n for n, i in enumerate(self.map_sources) if i != n), len(self.map_sources))
+        sources = self.map_sources
+        self._map_pointers = operator.itemgetter(*sources) if len(sources) > 1 else (lambda p: tuple(p[i] for i in sources))
+        self._bound = None  # the pointers the maps were last encoded for
         if self.loaded is None:
             return
         # Everything but the pointers and the stream is fixed for the plan.
-        self._fixed = (self.loaded.fn_ptr, *self.grid, *self.block, self.loaded.smem)
-        self._split = [((*self._fixed[:3], z, *self._fixed[4:]), offsets) for z, offsets in self.chunks]
+        self._launch = Launcher(self.loaded.fn_ptr, self.grid, self.block, self.loaded.smem)
+        self._split = [(Launcher(self.loaded.fn_ptr, (*self.grid[:2], z), self.block, self.loaded.smem), offsets)
+                       for z, offsets in self.chunks]
 
     def launch(self, pointers):
         if self.maps:
-            bind = lambda: [m.bind(pointers[i]) for m, i in zip(self.maps, self.map_sources)]
-            launch(self._fixed, self.current_stream(), self.pack, pointers[self._maps_only:], bind)
+            self._launch(self.current_stream(), self.pack, pointers[self._maps_only:], self._bind_maps, pointers)
             return
         if not self._split:
-            launch(self._fixed, self.current_stream(), self.pack, pointers)
+            self._launch(self.current_stream(), self.pack, pointers)
             return
         stream = self.current_stream()
-        for fixed, offsets in self._split:  # a null pointer (no lse) stays null
-            launch(fixed, stream, self.pack, [p + o if p else 0 for p, o in zip(pointers, offsets)])
+        for launch, offsets in self._split:  # a null pointer (no lse) stays null
+            launch(stream, self.pack, [p + o if p else 0 for p, o in zip(pointers, offsets)])
+
+
+    def _bind_maps(self, pointers):
+        """Re-encode the tensor maps whose pointers changed (one tuple comparison when none did:
+        the hot path; run under the pack's lock, as the maps are parameter slots)."""
+        ptrs = self._map_pointers(pointers)
+        if ptrs != self._bound:
+            self._bound = None  # until every map is encoded
+            for m, p in zip(self.maps, ptrs):
+                m.bind(p)
+            self._bound = ptrs
 
 
 class KernelBase:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import kdsl  # noqa: E402
 from kdsl import fp8  # noqa: E402
-from kdsl.runtime import launch as L, torch_ops  # noqa: E402
+from kdsl.runtime import gemm_launch, torch_ops  # noqa: E402
 from devtools import host_us  # noqa: E402
 
 
@@ -28,10 +28,12 @@ ptrs = [a.data_ptr(), b.data_ptr(), out.data_ptr(), sa.data_ptr(), sb.data_ptr()
 rows = {
     "whole call": lambda: gemm(a, sa, b, sb, out=out),
     "torch_ops.compiling()": torch_ops.compiling,
-    "_signature": lambda: L._signature((a, sa, b, sb, None), (out,)),
+    "plan key (gemm_launch._call_key)": lambda: gemm_launch._call_key(a, sa, b, sb, None, out),
+    "plans dict lookup": lambda: gemm._plans.get(next(iter(gemm._plans))),
     "5 data_ptr()": lambda: (a.data_ptr(), sa.data_ptr(), b.data_ptr(), sb.data_ptr(), out.data_ptr()),
     "current_stream()": plan.current_stream,
-    "plan.launch (maps bound, cuLaunchKernel)": lambda: plan.launch(ptrs),
+    "plan.launch (maps bound, pointers written, launched)": lambda: plan.launch(ptrs),
+    "Launcher alone (pointers written, launched)": lambda: plan._launch(plan.current_stream(), plan.pack, ptrs[3:]),
     "torch._scaled_mm": lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16),
     "torch empty kernel-free op (a.view(-1))": lambda: a.view(-1),
 }
