@@ -822,43 +822,48 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 // lse-weighted mean and lse their log-sum-exp. One warp per row of out (rows = B * H * M);
 // lane l holds columns 64 c + 2 l and 64 c + 2 l + 1 of each 64-column block c. Launched as
 // the attention kernel's programmatic dependent: it waits for the splits' results here.
-// Lanes read 32 splits' lse at once and the split loop is unrolled, so a row costs a few
-// rounds of L2 latency, not two per split.
+// One pass, online: a running max of the splits' lse rescales the weights and the sum taken
+// so far. The loads of kBatch splits (their addresses depend on nothing computed) are all
+// issued before the first is used, so a row costs one round of L2 latency per kBatch splits.
+// (Two passes, the max first, cost three rounds: 6.7 us for B=1 H=16 against cuDNN's 4.2 us
+// reduction, under ncu on an H100.)
 template <class Elem, int D>
 KDSL_DEVICE void attention_combine_splits(const float* part_o, const float* part_lse, void* o, float* lse, int rows,
                                           int splits) {
-  constexpr int kBlocks = (D + 63) / 64;
+  constexpr int kBlocks = (D + 63) / 64, kBatch = 8;
   grid_dependency_wait();
   const int row = (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x & 31;
   if (row >= rows) return;
   auto in_row = [&](int c) { return 64 * c + 2 * lane < D; };  // false only in a partial last block
-  float mx = neg_inf();
-  for (int s = lane; s < splits; s += 32) mx = fmax2(mx, part_lse[(i64)s * rows + row]);
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) mx = fmax2(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-  float acc[2 * kBlocks], wsum = 0.f;
+  float m = neg_inf(), wsum = 0.f, acc[2 * kBlocks];
 #pragma unroll
   for (int c = 0; c < 2 * kBlocks; ++c) acc[c] = 0.f;
-  if (mx != neg_inf()) {
-    for (int s0 = 0; s0 < splits; s0 += 32) {
-      // lane i's weight is split s0 + i's
-      const float w_lane = s0 + lane < splits
-                               ? exp2_approx((part_lse[(i64)(s0 + lane) * rows + row] - mx) * 1.4426950408889634f)
-                               : 0.f;
-      const int n = imin(32, splits - s0);
-#pragma unroll 8
-      for (int i = 0; i < n; ++i) {
-        const float w = __shfl_sync(0xffffffffu, w_lane, i);
-        const float* po = part_o + ((i64)(s0 + i) * rows + row) * D + 2 * lane;
-        wsum += w;
+  for (int s0 = 0; s0 < splits; s0 += kBatch) {
+    float l[kBatch];
+    float2 x[kBatch][kBlocks];
 #pragma unroll
-        for (int c = 0; c < kBlocks; ++c) {
-          if (!in_row(c)) continue;
-          const float2 x = *reinterpret_cast<const float2*>(po + 64 * c);
-          acc[2 * c] += w * x.x;
-          acc[2 * c + 1] += w * x.y;
-        }
+    for (int i = 0; i < kBatch; ++i) {
+      const int s = imin(s0 + i, splits - 1);  // past the last split: its loads again, weighed 0
+      l[i] = part_lse[(i64)s * rows + row];
+      const float* po = part_o + ((i64)s * rows + row) * D + 2 * lane;
+#pragma unroll
+      for (int c = 0; c < kBlocks; ++c)
+        x[i][c] = in_row(c) ? *reinterpret_cast<const float2*>(po + 64 * c) : make_float2(0.f, 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const float li = s0 + i < splits ? l[i] : neg_inf();  // -inf: a split without keys, or none
+      const float m_new = fmax2(m, li);
+      if (m_new == neg_inf()) continue;  // no split with keys yet (the same for the whole warp)
+      const float r = exp2_approx((m - m_new) * 1.4426950408889634f);  // m = -inf: 0
+      const float w = exp2_approx((li - m_new) * 1.4426950408889634f);
+      wsum = wsum * r + w;
+#pragma unroll
+      for (int c = 0; c < kBlocks; ++c) {
+        acc[2 * c] = acc[2 * c] * r + w * x[i][c].x;
+        acc[2 * c + 1] = acc[2 * c + 1] * r + w * x[i][c].y;
       }
+      m = m_new;
     }
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
@@ -866,7 +871,7 @@ KDSL_DEVICE void attention_combine_splits(const float* part_o, const float* part
 #pragma unroll
   for (int c = 0; c < kBlocks; ++c)
     if (in_row(c)) out[32 * c] = attn_wgmma_detail::pack2<Elem>(acc[2 * c] * inv, acc[2 * c + 1] * inv);
-  if (lse != nullptr && lane == 0) lse[row] = wsum > 0.f ? mx + lg2_approx(wsum) * 0.69314718055994531f : neg_inf();
+  if (lse != nullptr && lane == 0) lse[row] = wsum > 0.f ? m + lg2_approx(wsum) * 0.69314718055994531f : neg_inf();
 }
 
 }  // namespace kdsl
