@@ -1,6 +1,6 @@
 """Host time per eager launch (Python call -> kernel queued), at decode-sized shapes where
 the launch path, not the GPU, is the cost. The GPU is kept busy with a long sleep kernel
-first so the loop measures host time only."""
+first so the loop measures host time only; the calls are sampled in turns."""
 import statistics
 import time
 from pathlib import Path
@@ -32,6 +32,25 @@ def host_us(fn, n=2000, per=200):
     return statistics.median(samples)
 
 
+def host_us_in_turns(fns: dict, n=2000, per=200) -> dict:
+    """host_us of each fn, their samples taken in turns (one sample of each per round), so that
+    the host's drift over the run (seen: torch._scaled_mm 22-42 us across runs) hits every call
+    alike and their ratios compare like with like."""
+    samples = {name: [] for name in fns}
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    for _ in range(max(1, n // per)):
+        for name, fn in fns.items():
+            torch.cuda._sleep(200_000_000)
+            t = time.perf_counter()
+            for _ in range(per):
+                fn()
+            samples[name].append((time.perf_counter() - t) / per * 1e6)
+            torch.cuda.synchronize()
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 def main():
     rel = kdsl.load(ROOT / "samples" / "relpos.kd").relpos
     q = torch.randn(1, 16, 1, 128, device="cuda", dtype=torch.bfloat16)
@@ -41,24 +60,29 @@ def main():
     a, sa = fp8.quantize_1x128(torch.randn(128, 7168, device="cuda"))
     b, sb = fp8.quantize_128x128(torch.randn(2112, 7168, device="cuda"))
     gout = torch.empty(128, 2112, device="cuda", dtype=torch.bfloat16)
-    rows = [
-        ("kdsl relpos decode, out= given", host_us(lambda: rel(q, k, k, out=out))),
-        ("kdsl relpos decode, allocating", host_us(lambda: rel(q, k, k))),
+    fns = {
+        "kdsl relpos decode, out= given": lambda: rel(q, k, k, out=out),
+        "kdsl relpos decode, allocating": lambda: rel(q, k, k),
         # what a torch.compile'd graph calls; eager calls skip the dispatcher (runtime/torch_ops.py)
-        ("kdsl relpos decode, through its torch op",
-         host_us(lambda: rel.torch_ops[0](q, k, k, [], None, None, None, None))),
-        ("kdsl fp8_gemm 128x2112x7168, out= given", host_us(lambda: gemm(a, sa, b, sb, out=gout))),
-        ("torch sdpa decode", host_us(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, k))),
-    ]
+        "kdsl relpos decode, through its torch op": lambda: rel.torch_ops[0](q, k, k, [], None, None, None, None),
+        "kdsl fp8_gemm 128x2112x7168, out= given": lambda: gemm(a, sa, b, sb, out=gout),
+        "torch sdpa decode": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, k),
+    }
+    scaled_mm = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
     try:
-        rows.append(("torch._scaled_mm blockwise", host_us(
-            lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16))))
+        scaled_mm()
+        fns["torch._scaled_mm blockwise"] = scaled_mm
     except Exception as e:
-        rows.append((f"torch._scaled_mm failed: {e!r}"[:80], float("nan")))
+        fns[f"torch._scaled_mm failed: {e!r}"[:80]] = None
+    times = host_us_in_turns({name: fn for name, fn in fns.items() if fn is not None})
+    rows = [(name, times.get(name, float("nan"))) for name in fns]
     print(f"\n## host time per eager launch ({torch.cuda.get_device_name()})")
     print("| call | host us |\n|---|---|")
     for name, us in rows:
         print(f"| {name} | {us:.1f} |")
+    mm = times.get("torch._scaled_mm blockwise")
+    if mm:
+        print(f"\nkdsl fp8_gemm / torch._scaled_mm host time: {times['kdsl fp8_gemm 128x2112x7168, out= given'] / mm:.2f}")
 
 
 if __name__ == "__main__":
