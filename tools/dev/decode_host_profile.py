@@ -1,12 +1,10 @@
 #!/usr/bin/env python3
-"""Where the host time of a split-KV decode call goes: host us per call at 25 / 50 / 200 calls
-per sample (a long sleep kernel queued ahead, so the GPU never drains the queue), then a
-cProfile of 200 calls.
+"""Where the host time of an attention call goes: host us per call at 25 / 50 / 200 calls per
+sample (a long sleep kernel queued ahead, so the GPU never drains the queue), then the hot
+path's pieces timed alone, then the decode ceiling (a read of the same bytes) in turns.
 
     python3 tools/dev/decode_host_profile.py
 """
-import cProfile
-import pstats
 import sys
 from pathlib import Path
 
@@ -29,15 +27,24 @@ calls = {"relpos decode (split-KV)": lambda: rel(q, k, k, out=out),
          "torch sdpa decode": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, k)}
 for name, fn in calls.items():
     print(name, " ".join(f"{per}/sample: {host_us(fn, 1000, per):.1f} us" for per in (25, 50, 200)), flush=True)
-fn = calls["relpos decode (split-KV)"]
-torch.cuda._sleep(100_000_000)
-prof = cProfile.Profile()
-prof.enable()
-for _ in range(200):
-    fn()
-prof.disable()
-torch.cuda.synchronize()
-pstats.Stats(prof).sort_stats("tottime").print_stats(22)
+# The hot path's pieces, each alone (host_us: a sleep kernel queued ahead of the launches).
+from kdsl.runtime import launch as L, torch_ops  # noqa: E402
+rel(qp, k, k, out=outp)
+plan = rel._plan_for(qp, k, k, (), outp, None, None)
+pieces = {
+    "torch_ops.compiling()": torch_ops.compiling,
+    "_plan_for (plan key + dict)": lambda: rel._plan_for(qp, k, k, (), outp, None, None),
+    "4 x data_ptr()": lambda: [x.data_ptr() for x in (qp, k, k, outp)],
+    "_summary_pointer": lambda: rel._summary_pointer(plan, [], None),
+    "_work_counter": lambda: rel._work_counter(plan),
+    "plan.capturing()": plan.capturing,
+    "plan.current_stream()": plan.current_stream,
+    "whole call, M=128": lambda: rel(qp, k, k, out=outp),
+    "torch a.view(-1) (a dispatcher round trip)": lambda: qp.view(-1),
+    "torch.empty_like(q)": lambda: torch.empty_like(q),
+}
+for name, f in pieces.items():
+    print(f"{name:45s} {host_us(f, 1000, 200):6.2f} us", flush=True)
 
 # The decode ceiling: B=1 H=16 N=32768 D=128 reads 268 MB of K and V. Time a plain read of
 # the same bytes (a sum over them, reinterpreted as fp32) beside kdsl and cuDNN, in turns.
