@@ -145,7 +145,7 @@ def _attention(k: ir.Kernel) -> Generated:
         version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, wgmma_header=wgmma_header,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), warps=k.attr("warps"),
         consumers=k.attr("consumers"), stages=k.attr("stages"), producer_regs=k.attr("producer_regs"),
-        consumer_regs=k.attr("consumer_regs"), work_slots=tiling.WORK_SLOTS, poly_exp2=k.attr("poly_exp2") or 0,
+        consumer_regs=k.attr("consumer_regs"), work_slots=tiling.WORK_SLOTS, split_slot=tiling.SPLIT_SLOT, poly_exp2=k.attr("poly_exp2") or 0,
         lazy_rescale=k.attr("lazy_rescale") or 0,
         threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
         has_mask="true" if mask is not None else "false",

@@ -81,6 +81,9 @@ LAZY_RESCALE = (0, 8)
 # Work counters a Hopper attention program holds for persistent launches: one per stream that
 # launches it (runtime/launch.py Loaded.work_counter); streams beyond them walk a fixed stride.
 WORK_SLOTS = 64
+# Split-KV counts per stream slot (AttnArgs::split_done): one per (work item before the split,
+# consumer warpgroup); calls with more merge in the combine kernel instead.
+SPLIT_SLOT = 256
 MAX_STAGES = 8                        # beyond this only shared memory would grow
 MATH_MODES = ("fast", "exact")        # attr math: the hardware approximations or libm (codegen)
 

@@ -48,6 +48,7 @@ class Loaded:
         self.smem = smem
         self._work_slots: dict[int, int] = {}  # stream -> its slot of kdsl_work_counters
         self._work_base = 0
+        self._split_base = 0
         self._work_lock = threading.Lock()
 
     def work_counter(self, stream: int) -> int:
@@ -57,17 +58,32 @@ class Loaded:
         and the kernel's last CTA zeroes them again (attention_wgmma.cuh), so a launch needs no
         memset of its own: one stream operation less a call. 0 (CTAs then walk items by a fixed
         stride) once every slot belongs to another stream."""
+        slot = self._slot(stream)
+        return 0 if slot is None else self._work_base + 8 * slot
+
+    def split_counters(self, stream: int) -> int:
+        """The split-KV counts (AttnArgs::split_done) of a launch on `stream`: the stream's slot of
+        the split program's kdsl_split_counters (tiling.SPLIT_SLOT counts each), which start at
+        zero and which the kernel zeroes again as it merges; 0 when no slot is left."""
+        slot = self._slot(stream)
+        if slot is None:
+            return 0
+        if not self._split_base:
+            self._split_base = int(self.module.get_global_var("kdsl_split_counters"))
+        return self._split_base + 4 * tiling.SPLIT_SLOT * slot
+
+    def _slot(self, stream: int) -> int | None:
         slot = self._work_slots.get(stream)
         if slot is None:
             with self._work_lock:
                 slot = self._work_slots.get(stream)
                 if slot is None:
                     if len(self._work_slots) >= tiling.WORK_SLOTS:
-                        return 0
+                        return None
                     if not self._work_slots:
                         self._work_base = int(self.module.get_global_var("kdsl_work_counters"))
                     slot = self._work_slots[stream] = len(self._work_slots)
-        return self._work_base + 8 * slot
+        return slot
 
 
 @dataclass
@@ -98,6 +114,7 @@ class Plan:
     out_align: int = 4  # bytes; the FP8 GEMM's TMA store needs 16
     q_sign: int = 1     # -1 / 0: the kernel reads -q / 0 * q (a scaled-dot score with scale <= 0)
     dynamic: bool = False  # a persistent Hopper attention launch: CTAs take items from a work counter
+    self_merge: bool = False  # split-KV whose items merge themselves where the launch gets counters
 
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)
@@ -297,15 +314,16 @@ class AttentionKernel(KernelBase):
             ptrs += [_ptr(c) for c in caps]
         plan.keep_alive = (q,) if plan.q_sign != 1 else ()
         ptrs.append(self._summary_pointer(plan, ptrs[5:], tile_summary))
-        part_ptrs = (0, 0)  # the Hopper kernel's split-KV pointers are null unless it splits
-        if plan.combine is not None:  # split-KV: the splits' results, then their merge into out
+        part_ptrs, done = (0, 0), 0  # the Hopper kernel's split-KV pointers are null unless it splits
+        if plan.combine is not None:  # split-KV: the splits' results, merged into out
             parts = plan.combine.new_parts()
             plan.keep_alive += (parts,)
             part_ptrs = plan.combine.part_pointers(_ptr(parts))
-        if plan.maps:  # then its work counter
-            ptrs += (*part_ptrs, self._work_counter(plan))
+            done = self._split_counters(plan)  # 0: by the combine kernel, else by the items
+        if plan.maps:  # then its work counter and split counts
+            ptrs += (*part_ptrs, self._work_counter(plan), done)
         plan.launch(ptrs)
-        if plan.combine is not None:
+        if plan.combine is not None and not done:
             plan.combine.run(plan.current_stream(), *part_ptrs, ptrs[3], ptrs[4])
         if torch_like:
             # torch's caching allocator hands a freed block out again only for work ordered after
@@ -359,6 +377,20 @@ class AttentionKernel(KernelBase):
         except RuntimeError:  # the framework could not say: the fixed stride is right either way
             return 0
         return plan.loaded.work_counter(plan.current_stream())
+
+    @staticmethod
+    def _split_counters(plan: Plan) -> int:
+        """The split counts that let a split-KV launch's items merge themselves, or 0 (the combine
+        kernel merges): 0 too while the stream is captured into a CUDA graph, for the work
+        counters' reason (_work_counter)."""
+        if not plan.self_merge:
+            return 0
+        try:
+            if plan.capturing():
+                return 0
+        except RuntimeError:
+            return 0
+        return plan.loaded.split_counters(plan.current_stream())
 
     def _summary_pointer(self, plan: Plan, cap_ptrs, given) -> int:
         """The tile summary the kernel reads: computed now on the caller's stream, or the
@@ -532,14 +564,15 @@ class AttentionKernel(KernelBase):
                                           ArgPack(kinds[first:], values[first:], [o - first for o in order[-1 - ncap:]]),
                                           infos[0].framework, device)
         combine = None
-        if tma:  # then splits, the split results' two pointers, the work counter (per call), the head group
-            order += [len(kinds) + 1, len(kinds) + 2, len(kinds) + 3]
+        if tma:  # then splits, the split results' two pointers, the work counter (per call), the head
+            # group, the split counts (per call)
+            order += [len(kinds) + 1, len(kinds) + 2, len(kinds) + 3, len(kinds) + 5]
             # Head groups balance items of unequal length (a mask's); without a mask every item
             # is as long as the next, and head by head kept plain at 2k 2.7 % faster (H100).
             group = 1 if lk.func("mask") is None else geometry.attention_head_group(
                 B * H, -(-M // lk.attr("tile_m")), _sm_count(device),
                 N * (D + Dv) * arrays.itemsize(elem), _l2_bytes(device))
-            kinds, values = kinds + ["i32", "ptr", "ptr", "ptr", "i32"], values + [splits, None, None, None, group]
+            kinds, values = kinds + ["i32", "ptr", "ptr", "ptr", "i32", "ptr"], values + [splits, None, None, None, group, None]
             if splits > 1:
                 combine = splitkv.CombineLaunch(loaded, built.generated.entry + "_combine", splits, B * H * M, Dv,
                                                 infos[0].framework, device)
@@ -558,7 +591,11 @@ class AttentionKernel(KernelBase):
                     chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap) if len(chunks) > 1 else (),
                     maps=maps, map_sources=sources, stream_arg=stream_arg,
                     summary=tiles, combine=combine, q_sign=q_sign,
-                    dynamic=persistent)
+                    dynamic=persistent,
+                    # items merge themselves where no item can be all masked (no mask) and the
+                    # counts fit a stream's slot (attention_wgmma.cuh, merge_if_last)
+                    self_merge=combine is not None and lk.func("mask") is None
+                    and items // splits * lk.attr("consumers") <= tiling.SPLIT_SLOT)
 
 
 def _heads_fold_into_rows(lowered: ir.Kernel) -> bool:

@@ -38,6 +38,44 @@ def test_split_kv_matches_reference_with_lse(shape):
     assert torch.allclose(lse[finite], ref_lse[finite].float(), atol=2e-3, rtol=1e-3)
 
 
+UNMASKED_LSE = """
+attention bias_lse {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    lse: f32[B, H, M]
+    score(s, b, h, i, j) = s + 0.01 * float(i - j)
+}
+"""
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 16, 1, 4096, 128), (1, 32, 8, 1, 4099, 128), (1, 4, 4, 65, 999, 128),
+                                   (2, 8, 8, 3, 1000, 64)], ids=lambda s: "x".join(map(str, s)))
+def test_split_kv_items_merge_themselves_call_after_call_and_across_streams(shape, monkeypatch):
+    """Without a mask, a split-KV launch's items merge themselves (the warpgroup that finishes an
+    item's last split merges its rows and zeroes its count: Plan.self_merge): three calls in a
+    row on one stream, then two on another, each on fresh inputs, match the reference, and no
+    combine kernel runs. One row an item, GQA's four, two consumer warpgroups (65 rows)."""
+    torch = pytest.importorskip("torch")
+    from kdsl.runtime import splitkv
+    combined = []
+    monkeypatch.setattr(splitkv.CombineLaunch, "run", lambda self, *a: combined.append(a))
+    mod = kdsl.compile(UNMASKED_LSE)
+    kern, kir = mod.bias_lse, mod.ir["bias_lse"]
+    B, H, Hkv, M, N, D = shape
+    side = torch.cuda.Stream()
+    for n, stream in enumerate([torch.cuda.current_stream()] * 3 + [side] * 2):
+        gen = torch.Generator(device="cuda").manual_seed(sum(shape) + n)
+        with torch.cuda.stream(stream):
+            q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, generator=gen)
+            out, lse = kern(q, k, v)
+        torch.cuda.synchronize()
+        ref, ref_lse = reference.attention(kir, q, k, v, caps)
+        assert rel_frobenius(out, ref) <= ATTENTION_TOL, n
+        assert torch.allclose(lse, ref_lse.float(), atol=2e-3, rtol=1e-3), n
+    plan = next(iter(kern._plans.values()))
+    if plan.loaded is not None and torch.cuda.get_device_capability()[0] == 9:
+        assert plan.combine is not None and plan.self_merge and not combined
+
+
 def test_split_and_other_calls_each_load_their_own_program():
     """Split-KV calls run a program of their own (with the combine kernel); every other call
     runs the one without them (compiler.build(split_kv=...))."""

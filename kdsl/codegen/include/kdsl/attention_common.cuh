@@ -21,6 +21,11 @@ struct AttnArgs {
   // Persistent and one-CTA-per-item launches: the (b, h) heads whose items are ordered
   // together, longest first across the group (attention_wgmma.cuh). 1: head by head.
   int head_group = 1;
+  // Split-KV launches whose items merge themselves: a count per (work item before the split,
+  // consumer warpgroup) of the splits done, zero at the launch; the warpgroup that finishes
+  // an item's last split merges its rows and zeroes the count. nullptr: the combine kernel
+  // merges (attention_wgmma.cuh).
+  int* split_done = nullptr;
 };
 
 KDSL_DEVICE float fmax2(float x, float y) {

@@ -207,6 +207,59 @@ KDSL_DEVICE void st_shared_u32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%
 
 }  // namespace attn_wgmma_detail
 
+// Split-KV: each split of the keys left its normalised O (fp32) and lse; row `row` of out
+// (of rows = B * H * M) is their lse-weighted mean and of lse their log-sum-exp, computed by
+// one warp: lane l holds columns 64 c + 2 l and 64 c + 2 l + 1 of each 64-column block c.
+// One pass, online: a running max of the splits' lse rescales the weights and the sum taken
+// so far. The loads of kBatch splits (their addresses depend on nothing computed) are all
+// issued before the first is used, so a row costs one round of L2 latency per kBatch splits.
+// (Two passes, the max first, cost three rounds: 6.7 us for B=1 H=16 against cuDNN's 4.2 us
+// reduction, under ncu on an H100.) Loads bypass L1 (ld.global.cg): the attention kernel's
+// last CTA of an item merges what other CTAs wrote during the same launch.
+template <class Elem, int D>
+KDSL_DEVICE void combine_split_row(const float* part_o, const float* part_lse, void* o, float* lse, int rows,
+                                   int splits, int row, int lane) {
+  constexpr int kBlocks = (D + 63) / 64, kBatch = 8;
+  auto in_row = [&](int c) { return 64 * c + 2 * lane < D; };  // false only in a partial last block
+  float m = neg_inf(), wsum = 0.f, acc[2 * kBlocks];
+#pragma unroll
+  for (int c = 0; c < 2 * kBlocks; ++c) acc[c] = 0.f;
+  for (int s0 = 0; s0 < splits; s0 += kBatch) {
+    float l[kBatch];
+    float2 x[kBatch][kBlocks];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int s = imin(s0 + i, splits - 1);  // past the last split: its loads again, weighed 0
+      l[i] = __ldcg(part_lse + (i64)s * rows + row);
+      const float* po = part_o + ((i64)s * rows + row) * D + 2 * lane;
+#pragma unroll
+      for (int c = 0; c < kBlocks; ++c)
+        x[i][c] = in_row(c) ? __ldcg(reinterpret_cast<const float2*>(po + 64 * c)) : make_float2(0.f, 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const float li = s0 + i < splits ? l[i] : neg_inf();  // -inf: a split without keys, or none
+      const float m_new = fmax2(m, li);
+      if (m_new == neg_inf()) continue;  // no split with keys yet (the same for the whole warp)
+      const float r = exp2_approx((m - m_new) * 1.4426950408889634f);  // m = -inf: 0
+      const float w = exp2_approx((li - m_new) * 1.4426950408889634f);
+      wsum = wsum * r + w;
+#pragma unroll
+      for (int c = 0; c < kBlocks; ++c) {
+        acc[2 * c] = acc[2 * c] * r + w * x[i][c].x;
+        acc[2 * c + 1] = acc[2 * c + 1] * r + w * x[i][c].y;
+      }
+      m = m_new;
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  u32* out = reinterpret_cast<u32*>(static_cast<Elem*>(o) + (i64)row * D + 2 * lane);
+#pragma unroll
+  for (int c = 0; c < kBlocks; ++c)
+    if (in_row(c)) out[32 * c] = attn_wgmma_detail::pack2<Elem>(acc[2 * c] * inv, acc[2 * c + 1] * inv);
+  if (lse != nullptr && lane == 0) lse[row] = wsum > 0.f ? m + lg2_approx(wsum) * 0.69314718055994531f : neg_inf();
+}
+
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0>
 __host__ __device__ constexpr int attention_wgmma_smem_bytes() {
   return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES, SB>::kSmemBytes;
@@ -442,6 +495,27 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   auto fresh_wg = []() { return (int)(fresh_thread_index() / 128) - 1; };
   auto my_turn = [&](int w) { if constexpr (kPingPong) named_barrier(4 + w, 256); };
   auto your_turn = [&](int w) { if constexpr (kPingPong) named_barrier_arrive(4 + (w + 1) % NCWG, 256); };
+
+  // Split-KV without a combine kernel (a.split_done): once this warpgroup has written its
+  // rows' partial result for one split of item `pre` (the item before the split), it counts
+  // the split; the warpgroup that counts an item's last split merges those rows of it (a warp
+  // a row) and zeroes the count for the next launch. Each thread's fence orders its partial
+  // stores before the count (named barrier 8 + w: the warpgroup's threads have fenced, and
+  // learn whether theirs was the last); the merge's loads bypass L1. A warpgroup at a time,
+  // with no barrier across warpgroups: the turns above go on untouched. Kernels with a mask
+  // never get here: an item whose keys are all masked is written by the producer, not counted.
+  auto merge_if_last = [&](int pre, int bh, int q0) {
+    const int wgi = fresh_wg();
+    int* done = a.split_done + pre * NCWG + wgi;
+    __threadfence();
+    const bool mine = (fresh_thread_index() & 127) == 0 && atomicAdd(done, 1) == a.splits - 1;
+    if (!named_barrier_or(8 + wgi, 128, mine)) return;
+    __threadfence();
+    const int lane = fresh_thread_index() & 31, wq = (fresh_thread_index() & 127) >> 5;
+    for (int r = q0 + wgi * 64 + wq; r < imin2(q0 + wgi * 64 + 64, a.M); r += 4)
+      combine_split_row<Elem, DV>(a.part_o, a.part_lse, a.o, a.lse, a.B * a.H * a.M, a.splits, bh * a.M + r, lane);
+    if (mine) *done = 0;
+  };
 
   // S = Q K^T from ring slot s, and O += P V: each one asynchronous wgmma group, issued as
   // one asm statement (wgmma_ops.cuh). QK^T's first step overwrites S, so that the old S
@@ -794,6 +868,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           if (t == 0) a.part_lse[part_row + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
         }
       }
+      if constexpr (!V::kHasMask) {
+        if (a.split_done != nullptr) merge_if_last(w / a.splits, b * a.H + h, q0);
+      }
       continue;
     }
 
@@ -818,60 +895,15 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   if (kPingPong && fresh_wg() == 0) my_turn(0);  // the last item's final turn
 }
 
-// Split-KV: each split of the keys left its normalised O (fp32) and lse; out is their
-// lse-weighted mean and lse their log-sum-exp. One warp per row of out (rows = B * H * M);
-// lane l holds columns 64 c + 2 l and 64 c + 2 l + 1 of each 64-column block c. Launched as
-// the attention kernel's programmatic dependent: it waits for the splits' results here.
-// One pass, online: a running max of the splits' lse rescales the weights and the sum taken
-// so far. The loads of kBatch splits (their addresses depend on nothing computed) are all
-// issued before the first is used, so a row costs one round of L2 latency per kBatch splits.
-// (Two passes, the max first, cost three rounds: 6.7 us for B=1 H=16 against cuDNN's 4.2 us
-// reduction, under ncu on an H100.)
+// The merge as a kernel of its own, one warp per row: for split-KV launches whose items do
+// not merge themselves (AttnArgs::split_done null). Launched as the attention kernel's
+// programmatic dependent: it waits for the splits' results here.
 template <class Elem, int D>
 KDSL_DEVICE void attention_combine_splits(const float* part_o, const float* part_lse, void* o, float* lse, int rows,
                                           int splits) {
-  constexpr int kBlocks = (D + 63) / 64, kBatch = 8;
   grid_dependency_wait();
   const int row = (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  auto in_row = [&](int c) { return 64 * c + 2 * lane < D; };  // false only in a partial last block
-  float m = neg_inf(), wsum = 0.f, acc[2 * kBlocks];
-#pragma unroll
-  for (int c = 0; c < 2 * kBlocks; ++c) acc[c] = 0.f;
-  for (int s0 = 0; s0 < splits; s0 += kBatch) {
-    float l[kBatch];
-    float2 x[kBatch][kBlocks];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int s = imin(s0 + i, splits - 1);  // past the last split: its loads again, weighed 0
-      l[i] = part_lse[(i64)s * rows + row];
-      const float* po = part_o + ((i64)s * rows + row) * D + 2 * lane;
-#pragma unroll
-      for (int c = 0; c < kBlocks; ++c)
-        x[i][c] = in_row(c) ? *reinterpret_cast<const float2*>(po + 64 * c) : make_float2(0.f, 0.f);
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const float li = s0 + i < splits ? l[i] : neg_inf();  // -inf: a split without keys, or none
-      const float m_new = fmax2(m, li);
-      if (m_new == neg_inf()) continue;  // no split with keys yet (the same for the whole warp)
-      const float r = exp2_approx((m - m_new) * 1.4426950408889634f);  // m = -inf: 0
-      const float w = exp2_approx((li - m_new) * 1.4426950408889634f);
-      wsum = wsum * r + w;
-#pragma unroll
-      for (int c = 0; c < kBlocks; ++c) {
-        acc[2 * c] = acc[2 * c] * r + w * x[i][c].x;
-        acc[2 * c + 1] = acc[2 * c + 1] * r + w * x[i][c].y;
-      }
-      m = m_new;
-    }
-  }
-  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  u32* out = reinterpret_cast<u32*>(static_cast<Elem*>(o) + (i64)row * D + 2 * lane);
-#pragma unroll
-  for (int c = 0; c < kBlocks; ++c)
-    if (in_row(c)) out[32 * c] = attn_wgmma_detail::pack2<Elem>(acc[2 * c] * inv, acc[2 * c + 1] * inv);
-  if (lse != nullptr && lane == 0) lse[row] = wsum > 0.f ? m + lg2_approx(wsum) * 0.69314718055994531f : neg_inf();
+  if (row < rows) combine_split_row<Elem, D>(part_o, part_lse, o, lse, rows, splits, row, lane);
 }
 
 }  // namespace kdsl

@@ -198,6 +198,14 @@ KDSL_DEVICE void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 
+// bar.sync on a named barrier that also tells every thread whether any of them passed true.
+KDSL_DEVICE bool named_barrier_or(int id, int threads, bool p) {
+  u32 r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r) : "r"((u32)p), "r"(id), "r"(threads) : "memory");
+  return r != 0;
+}
 // Minimum of v over the 32 lanes of the warp (all lanes must call it).
 KDSL_DEVICE int warp_min(int v) {
   int r;
