@@ -363,6 +363,14 @@ def uses(e: Expr, name: str) -> bool:
     return any(isinstance(n, Var) and n.name == name for n in walk(e))
 
 
+def loads_at(e: Expr, names, skip: str | None = None) -> bool:
+    """Whether e loads an element of a captured tensor (other than `skip`) at an index that
+    depends on any of `names` (one name or several)."""
+    names = (names,) if isinstance(names, str) else tuple(names)
+    return any(isinstance(n, Load) and n.tensor != skip and any(uses(i, v) for i in n.indices for v in names)
+               for n in walk(e))
+
+
 def substitute(e: Expr, mapping: dict[str, Expr]) -> Expr:
     if isinstance(e, Var):
         return mapping.get(e.name, e)

@@ -88,7 +88,7 @@ def test_one_score_copy_unless_the_score_loads_at_kv():
     tiles (kv clamped below N there); every other score is evaluated once for all tiles.
     Both build without local memory or wgmma serialisation."""
     for k, loads_at_kv in zip(pipeline.check(parse(SCORE_LOADS_SRC, "s.kd")), (True, False)):
-        assert emit.loads_at(k.func("score"), "kv") == loads_at_kv
+        assert ir.loads_at(k.func("score"), "kv") == loads_at_kv
         built = build(k, "sm_90a", 128)
         flag = 'true' if loads_at_kv else 'false'  # neither reads a tensor at [.., q, kv] alone: no stream
         assert f"kScoreLoadsAtKV = kStreamLoads ? {flag} : {flag};" in built.generated.source
@@ -97,7 +97,7 @@ def test_one_score_copy_unless_the_score_loads_at_kv():
         assert "serialized" not in built.compiled.log, built.compiled.log
     for name in ("alibi", "relpos", "softcap", "document_mask"):  # slopes[h], doc_q[b, q]: not at kv
         k = next(k for p in SAMPLES for k in kernels(p) if k.name == name)
-        assert not emit.loads_at(pipeline.lower(k, get_target("sm_90a"), 64).func("score_log2"), "kv")
+        assert not ir.loads_at(pipeline.lower(k, get_target("sm_90a"), 64).func("score_log2"), "kv")
 
 
 HEAD_DIM_SRC = """

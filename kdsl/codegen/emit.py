@@ -152,8 +152,8 @@ def _attention(k: ir.Kernel) -> Generated:
         scaled_dot="true" if exp2_fold.score_is_scaled_dot(k) else "false",
         factored="true" if factored else "false", score_unit=cs(factored[0]) if factored else "0.f",
         score_factor=c(ir.Const("f32", factored[1])) if factored else "1.f",
-        score_loads_at_kv="true" if loads_at(k.func("score_log2"), "kv") else "false",
-        score_loads_at_kv_streamed="true" if loads_at(k.func("score_log2"), "kv", skip=stream) else "false",
+        score_loads_at_kv="true" if ir.loads_at(k.func("score_log2"), "kv") else "false",
+        score_loads_at_kv_streamed="true" if ir.loads_at(k.func("score_log2"), "kv", skip=stream) else "false",
         stream_ctype=_ELEM_CTYPE[k.tensor(stream).dtype] if stream else "float",
         stream_bytes=streaming.ELEM_BYTES[k.tensor(stream).dtype] if stream else 0,
         stream_rank=len(k.tensor(stream).shape) if stream else 0,
@@ -175,12 +175,6 @@ def _attention(k: ir.Kernel) -> Generated:
         summaries=[c(s.args[0]) for s in slots], summary_on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
         summary_per_b=bits(lambda s: ir.uses(s.args[0], "b")), summary_per_h=bits(lambda s: ir.uses(s.args[0], "h")))
     return Generated(k.name, entry_name(k), src, extra)
-
-
-def loads_at(e: ir.Expr, var: str, skip: str | None = None) -> bool:
-    """Whether e loads an element of a tensor (other than `skip`) at an index that depends on var."""
-    return any(isinstance(n, ir.Load) and n.tensor != skip and any(ir.uses(i, var) for i in n.indices)
-               for n in ir.walk(e))
 
 
 _MULTICAST = {"none": "kdsl::kMcastNone", "a": "kdsl::kMcastA", "b": "kdsl::kMcastB"}

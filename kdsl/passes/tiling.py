@@ -186,15 +186,9 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     nodes = list(ir.walk(score)) if score is not None else []
     loads = any(isinstance(n, ir.Load) for n in nodes)
     transcendental = any(isinstance(n, ir.Op) and n.op in ir.FLOAT_FUNCS for n in nodes)
-    per_element = any(_per_element_loads(e) for e in (score, mask) if e is not None)
+    per_element = any(ir.loads_at(e, streaming.PER_ELEMENT) for e in (score, mask) if e is not None)
     tall = not per_element and not blocky and not (mask is not None and transcendental)
     return {"tall": tall, "wide": mask is None and not (loads or transcendental), "trial": not blocky}
-
-
-def _per_element_loads(e: ir.Expr) -> bool:
-    """Whether e loads captured data at an index that depends on the query or key position."""
-    return any(isinstance(n, ir.Load) and any(ir.uses(i, v) for i in n.indices for v in streaming.PER_ELEMENT)
-               for n in ir.walk(e))
 
 
 def family(k: ir.Kernel, target: Target) -> str:
