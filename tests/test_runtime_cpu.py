@@ -86,3 +86,14 @@ def test_plan_re_encodes_tensor_maps_only_when_their_pointers_change():
     assert [m.encoded for m in maps] == [[10], [20], [30]]
     plan._bind_maps([10, 21, 30, 98])
     assert [m.encoded for m in maps] == [[10, 10], [20, 21], [30, 30]]
+
+
+def test_launcher_builds_its_configuration_once_with_the_stream_left_per_launch():
+    from kdsl.runtime.driver import CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, Launcher
+    plain = Launcher(0x1234, (132, 1, 1), (384, 1, 1), 200000)
+    cfg = plain.config
+    assert (list(cfg.grid), list(cfg.block), cfg.shared, cfg.num_attrs) == ([132, 1, 1], [384, 1, 1], 200000, 0)
+    assert not cfg.stream and not cfg.attrs
+    dependent = Launcher(0x1234, (2, 1, 1), (256, 1, 1), 0, dependent=True)
+    assert dependent.config.num_attrs == 1 and dependent.config.attrs
+    assert dependent._attr.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION and dependent._attr.value[0] == 1
