@@ -2,10 +2,13 @@
 
 When the (b, h, q tile) work items alone would leave most SMs idle (M = 1 decode with a
 small batch), the keys of each item are cut into ranges, one work item each: the kernel
-writes each range's normalised O (fp32) and lse into a scratch buffer, and a second kernel
-(`attention_combine_splits` in attention_wgmma.cuh) merges them by their lse. Both run on
-the caller's stream, so a call stays capturable in a CUDA graph; the second is launched as
-the first's programmatic dependent, so its launch overlaps the first's run.
+writes each range's normalised O (fp32) and lse into a scratch buffer, and they are merged
+by their lse. Without a mask the items merge themselves in the kernel (the warpgroup that
+finishes an item's last split: AttnArgs::split_done, launch.py's Plan.self_merge); under a
+mask, and while the stream is captured into a CUDA graph, a second kernel
+(`attention_combine_splits` in attention_wgmma.cuh) merges them, launched as the first one's
+programmatic dependent so that its launch overlaps the first kernel's run. Everything runs
+on the caller's stream, so a call stays capturable in a CUDA graph.
 """
 from __future__ import annotations
 

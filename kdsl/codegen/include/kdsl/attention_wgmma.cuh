@@ -273,7 +273,8 @@ __host__ __device__ constexpr int attention_wgmma_regs(bool producer) {
 }
 
 // kSplitKV: the instantiation split-KV launches run (a.splits > 1: each item writes one key
-// range's fp32 partial result for attention_combine_splits). The other one, which every
+// range's fp32 partial result, merged by the item's last split (merge_if_last) or by
+// attention_combine_splits). The other one, which every
 // other call runs, must get a.splits == 1: it has no split epilogue, and its program no
 // combine kernel, so NVVM and ptxas work through less (cold builds ~15 % faster). The split
 // instantiation keeps the normal epilogue behind a runtime test: compiled without it,
@@ -302,7 +303,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   auto empty_v = [&](int s) { return full_q + 8u * (2 + 3 * STAGES + s); };
 
   const int tid = threadIdx.x;
-  // Split-KV: the combine kernel may start its launch now (it waits for our results).
+  // Split-KV: the combine kernel, where one follows, may start its launch now (it waits for
+  // our results); where the items merge themselves this has nothing to release.
   if (kSplitKV && a.splits > 1) grid_dependents_launch();
   if (tid == 0) {
     mbar_init(full_q, 1);
