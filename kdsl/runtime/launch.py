@@ -124,8 +124,9 @@ class Plan:
         if self.map_sources is None:
             self.map_sources = tuple(range(len(self.maps)))
         self._maps_only = next((n for n, i in enumerate(self.map_sources) if i != n), len(self.map_sources))
-        sources = self.map_sources
-        self._map_pointers = operator.itemgetter(*sources) if len(sources) > 1 else (lambda p: tuple(p[i] for i in sources))
+        sources = self.map_sources  # (itemgetter of one index would return a bare pointer)
+        self._map_pointers = (operator.itemgetter(*sources) if len(sources) > 1
+                              else lambda p: tuple(p[i] for i in sources))
         self._bound = None  # the pointers the maps were last encoded for
         if self.loaded is None:
             return
@@ -144,7 +145,6 @@ class Plan:
         stream = self.current_stream()
         for launch, offsets in self._split:  # a null pointer (no lse) stays null
             launch(stream, self.pack, [p + o if p else 0 for p, o in zip(pointers, offsets)])
-
 
     def _bind_maps(self, pointers):
         """Re-encode the tensor maps whose pointers changed (one tuple comparison when none did:
@@ -572,7 +572,8 @@ class AttentionKernel(KernelBase):
             group = 1 if lk.func("mask") is None else geometry.attention_head_group(
                 B * H, -(-M // lk.attr("tile_m")), _sm_count(device),
                 N * (D + Dv) * arrays.itemsize(elem), _l2_bytes(device))
-            kinds, values = kinds + ["i32", "ptr", "ptr", "ptr", "i32", "ptr"], values + [splits, None, None, None, group, None]
+            kinds += ["i32", "ptr", "ptr", "ptr", "i32", "ptr"]
+            values += [splits, None, None, None, group, None]
             if splits > 1:
                 combine = splitkv.CombineLaunch(loaded, built.generated.entry + "_combine", splits, B * H * M, Dv,
                                                 infos[0].framework, device)
