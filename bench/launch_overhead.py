@@ -15,21 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def host_us(fn, n=2000, per=200):
     """Median host microseconds per call of fn over n calls, in samples of `per` calls."""
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    # ~0.1 s of GPU work queued ahead, so launches never wait for the GPU; and at most 200
-    # calls per sample, so their launches (up to three each) stay within the driver's queue of
-    # pending launches: past it a launch blocks until the GPU drains (seen: a 3-launch call
-    # read 258 us at 400 calls per sample)
-    for _ in range(max(1, n // per)):
-        torch.cuda._sleep(200_000_000)
-        t = time.perf_counter()
-        for _ in range(per):
-            fn()
-        samples.append((time.perf_counter() - t) / per * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
+    return host_us_in_turns({"fn": fn}, n, per)["fn"]
 
 
 def host_us_in_turns(fns: dict, n=2000, per=200) -> dict:
@@ -40,6 +26,10 @@ def host_us_in_turns(fns: dict, n=2000, per=200) -> dict:
     for fn in fns.values():
         fn()
     torch.cuda.synchronize()
+    # ~0.1 s of GPU work queued ahead, so launches never wait for the GPU; and at most 200
+    # calls per sample, so their launches (up to three each) stay within the driver's queue of
+    # pending launches: past it a launch blocks until the GPU drains (seen: a 3-launch call
+    # read 258 us at 400 calls per sample)
     for _ in range(max(1, n // per)):
         for name, fn in fns.items():
             torch.cuda._sleep(200_000_000)
