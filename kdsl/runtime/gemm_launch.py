@@ -46,10 +46,10 @@ class GemmKernel(KernelBase):
         if torch_ops.compiling():
             return torch_ops.gemm(self, a, a_scale, b, b_scale, rest, named, out)
         extra = self._extra(rest, named) if (rest or named or self.extra) else None
-        plan = self._plans.get(_call_key(a, a_scale, b, b_scale, extra, out))
+        key = _call_key(a, a_scale, b, b_scale, extra, out)
+        plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[_call_key(a, a_scale, b, b_scale, extra, out)] = \
-                self._plan(a, a_scale, b, b_scale, extra, out)
+            plan = self._plans[key] = self._plan(a, a_scale, b, b_scale, extra, out)
         if out is None:
             out = plan.new_out()
         if plan.loaded is None:
