@@ -47,5 +47,24 @@ KDSL_DEVICE float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
+// A 4 x 4 transpose of 32-bit words across a quad: thread t holds w[k] = X[k][t] and ends
+// with w[c] = X[t][c]. Two butterfly rounds (partners t ^ 1, then t ^ 2), two shuffles each.
+KDSL_DEVICE void quad_transpose(u32 (&w)[4], int t) {
+  const bool odd = t & 1, high = t & 2;
+#pragma unroll
+  for (int k = 0; k < 4; k += 2) {
+    const u32 got = __shfl_xor_sync(0xffffffffu, odd ? w[k] : w[k + 1], 1);
+    if (odd) w[k] = got; else w[k + 1] = got;
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const u32 got = __shfl_xor_sync(0xffffffffu, high ? w[k] : w[k + 2], 2);
+    if (high) w[k] = got; else w[k + 2] = got;
+  }
+}
+KDSL_DEVICE void st_global_v4(void* p, const u32 (&w)[4]) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
+}
 
 }  // namespace kdsl

@@ -46,9 +46,31 @@
 #include "kdsl/hopper.cuh"
 #include "kdsl/wgmma_ops.cuh"
 
+// KDSL_TRACE=1 (tools/dev/item_trace.py only): the producer and one thread of each consumer
+// warpgroup of CTAs 0-3 record clock64() at the points of a work item's life (kTrace*), into
+// kdsl_trace: 8192 (clock, event) pairs per (CTA, role), the role 0 for the producer.
+#ifndef KDSL_TRACE
+#define KDSL_TRACE 0
+#endif
+#if KDSL_TRACE
+__device__ unsigned long long kdsl_trace[4 * 4 * 8192 * 2];
+#endif
+
 namespace kdsl {
 
 namespace attn_wgmma_detail {
+
+enum { kTraceClaim, kTraceQIssued, kTraceLastIssued, kTraceItem, kTraceQReady, kTraceFirstS, kTraceTileS,
+       kTraceLastPV, kTraceStored };
+KDSL_DEVICE void trace(int role, int& n, int event, int item) {
+#if KDSL_TRACE
+  if (blockIdx.x < 4 && n < 8192) {
+    unsigned long long* slot = kdsl_trace + 2 * ((blockIdx.x * 4 + role) * 8192 + n++);
+    slot[0] = clock64();
+    slot[1] = ((unsigned long long)item << 8) | (unsigned)event;
+  }
+#endif
+}
 
 // What survives of a general tile (survivors() in attention_fwd_wgmma): a key interval per
 // row, as columns, for masks with one (V::kKeyBounds), else a bit per S element.
@@ -370,10 +392,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     tma_prefetch_desc(tv);
     if constexpr (kStream) tma_prefetch_desc(ts);
     int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
+    int tn = 0;              // KDSL_TRACE: events recorded
     const int items = n_items();
     for (int w = blockIdx.x; w < items;) {
       int b, h, q0, split, cls;
       item(w, b, h, q0, split);
+      if (issuer) trace(0, tn, kTraceClaim, w);
       const TileWalk<BN, V> walk = walk_of(b, h, q0, split);
       int j = walk.start(cls);
       const bool any = j < walk.n_tiles;
@@ -384,6 +408,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           mbar_arrive_expect_tx(full_q, C::kQBytes);
 #pragma unroll
           for (int c = 0; c < C::kColBlocks; ++c) tma_load_3d(sQ + c * BM * 128, tq, full_q, c * 64, q0, bh_q);
+          trace(0, tn, kTraceQIssued, w);
         }
       } else {
         write_masked_item<Elem, DV, BM>(a, b, h, q0, split, tid, V::kHasMask ? 32 : 1);
@@ -418,6 +443,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         cls = cls_next;
       }
       int next = 0;
+      if (issuer) trace(0, tn, kTraceLastIssued, w);
       if (issuer) next = a.work != nullptr ? (int)gridDim.x + atomicAdd(a.work, 1) : w + (int)gridDim.x;
       w = V::kHasMask ? __shfl_sync(0xffffffffu, next, 0) : next;  // the walking warp follows lane 0
     }
@@ -546,6 +572,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   };
 
   int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
+  int tn = 0;              // KDSL_TRACE: events recorded (one thread a warpgroup)
+  const bool tracer = tid % 128 == 0;
   // The item whose first tile is in ring stage `it` (or kNoMoreItems).
   auto next_item = [&]() {
     const int s = it % STAGES;
@@ -561,6 +589,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     const int w = (int)winfo;
     int b, h, q0, split;
     item(w, b, h, q0, split);
+    if (tracer) trace(1 + wg, tn, kTraceItem, w);
     const int row0 = q0 + fresh_wg() * 64 + warp * 16 + g;  // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
     const float qf[2] = {(float)row0, (float)(row0 + 8)};
@@ -780,6 +809,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
     {
       mbar_wait(full_q, n_done++ & 1);
+      if (tracer) trace(1 + wg, tn, kTraceQReady, w);
       // Software pipeline within the warpgroup: while tile j's P V runs on the tensor cores,
       // S of the next tile is already computed and goes through the softmax. One loop body
       // serves every tile: a peeled first tile doubles the softmax code that NVVM and ptxas
@@ -801,11 +831,13 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         your_turn(wg);
         if (V::kHasMask && general) survivors(info >> 3, (int)((info >> 1) & 3), keep);
         wgmma_wait<0>();
+        if (tracer) trace(1 + wg, tn, kTraceFirstS, w);
       }
       for (int sv = -1;;) {  // sv: ring slot of the P V in flight (-1: none yet)
         const int j = info >> 3;
         wgmma_wait<1>();  // groups retire in order: S of tile j is ready, P V may still run
         wgmma_pin(sc);
+        if (tracer) trace(1 + wg, tn, kTraceTileS, j);
         // The item's last Q K^T has completed: the producer may load the next item's Q now,
         // under this tile's softmax, its P V and the epilogue (which stores from registers).
         if (!(info & 1)) release(empty_q);
@@ -843,6 +875,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       your_turn(wgf);
       wgmma_wait<0>();
       wgmma_pin(o);
+      if (tracer) trace(1 + wg, tn, kTraceLastPV, w);
       release(empty_v(s));
       ++it;
     }
@@ -876,23 +909,39 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       continue;
     }
 
-    // ---- epilogue: normalise and store from registers. Rows g and g + 8 of this warp, two
-    // adjacent columns of each 8-column group: the 16 bytes a quad writes fill half a sector,
-    // and the next group fills the other half, so L2 merges them before they reach memory.
-    // Not staged in shared memory: sQ already belongs to the next item's Q. ----
+    // ---- epilogue: normalise and store from registers, rows g and g + 8 of this warp. A
+    // quad holds two adjacent columns of each 8-column group a thread; a 4 x 4 transpose of
+    // its words (four groups at a time) gives each thread one whole group, 16 contiguous
+    // bytes, so that a warp's store covers 64 bytes of each of its 8 rows, not 16: a quarter
+    // of the L1 wavefronts. Against 4-byte stores, H100 in turns: causal 1k x1.088, 2k x1.049,
+    // 8k x1.016; plain 2k x1.033; alibi 2k x1.035; document 2k x1.039 (item_trace.py had put
+    // an item's end, last P V to the next first S, at 2.6-2.9 tiles' time). Not staged in
+    // shared memory: sQ already belongs to the next item's Q. ----
     Elem* go = static_cast<Elem*>(a.o) + (i64)bh * M * DV;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float l = quad_sum(l_run[hh]);
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const int r = out_row0 + 8 * hh;
-      if (r >= M) continue;
-      if (a.lse != nullptr && t == 0)
+      const bool row_ok = r < M;  // the shuffles below need every lane
+      if (row_ok && a.lse != nullptr && t == 0)
         a.lse[(i64)bh * M + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
-      u32* orow = reinterpret_cast<u32*>(go + (i64)r * DV + 2 * t);
+      Elem* orow = go + (i64)r * DV;
+      constexpr int kBlocks = DV / 32;  // of four 8-column groups
 #pragma unroll
-      for (int jj = 0; jj < DV / 8; ++jj) orow[4 * jj] = pack2<Elem>(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
+      for (int p = 0; p < kBlocks; ++p) {
+        u32 w4[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w4[k] = pack2<Elem>(o[4 * (4 * p + k) + 2 * hh] * inv, o[4 * (4 * p + k) + 2 * hh + 1] * inv);
+        quad_transpose(w4, t);
+        if (row_ok) st_global_v4(orow + 8 * (4 * p + t), w4);
+      }
+#pragma unroll
+      for (int jj = 4 * kBlocks; jj < DV / 8; ++jj)  // the groups left over (DV % 32)
+        if (row_ok)
+          *reinterpret_cast<u32*>(orow + 8 * jj + 2 * t) = pack2<Elem>(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
     }
+    if (tracer) trace(1 + wg, tn, kTraceStored, w);
   }
   if (kPingPong && fresh_wg() == 0) my_turn(0);  // the last item's final turn
 }

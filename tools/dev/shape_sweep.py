@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""kdsl against FlexAttention (and cuDNN for plain / causal) at shapes and variants the
+standard suite does not time: other batch/length mixes, odd lengths, M != N, grouped-query
+heads under masks, fp16, head dims 64, 80 and 256. Same harness as `kdsl bench` (one process,
+timed in turns, L2 flushed); prints kernel, shape, kdsl TFLOPS and the ratio to each peer.
+
+    python3 tools/dev/shape_sweep.py [--reps 50] [--only causal_gqa,plain]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+SAMPLES, UNSEEN = ROOT / "samples", ROOT / "tools" / "dev" / "unseen.kd"
+
+
+def cases():
+    from kdsl.bench import Case
+
+    def c(file, name, B, H, M, N, D, Hkv=None, ints=None):
+        shape = dict(B=B, H=H, M=M, N=N, D=D, **({"Hkv": Hkv} if Hkv else {}))
+        return Case(str(file), name, shape, ints=ints or {})
+    s = lambda name: SAMPLES / f"{name}.kd"  # noqa: E731
+    return [
+        c(s("plain"), "plain", 4, 32, 4096, 4096, 128),
+        c(s("plain"), "plain", 4, 16, 3000, 3000, 128),
+        c(s("plain"), "plain", 4, 16, 512, 4096, 128),
+        c(s("plain"), "plain", 8, 16, 2048, 2048, 80),
+        c(s("causal"), "causal", 1, 32, 16384, 16384, 128),
+        c(s("causal"), "causal", 16, 16, 1024, 1024, 128),
+        c(s("causal"), "causal", 8, 16, 2048, 2048, 64),
+        c(s("causal"), "causal", 2, 16, 4096, 4096, 256),
+        c(UNSEEN, "causal_gqa", 2, 32, 4096, 4096, 128, Hkv=8),
+        c(UNSEEN, "gemma2_gqa", 1, 16, 8192, 8192, 256, Hkv=8),
+        c(UNSEEN, "causal_f16", 4, 16, 4096, 4096, 128),
+        c(UNSEEN, "head_tables", 4, 16, 4096, 4096, 128),
+        c(s("sliding_window"), "sliding_window", 4, 16, 4096, 4096, 64),
+        c(s("alibi"), "alibi", 2, 16, 8192, 8192, 64),
+        c(s("softcap"), "softcap", 2, 16, 4096, 4096, 256),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    import torch
+    import kdsl
+    from kdsl import bench
+    only = set(filter(None, args.only.split(",")))
+    todo = [c for c in cases() if not only or c.kernel in only]
+    modules = {f: kdsl.load(f) for f in {c.file for c in todo}}
+    print(torch.cuda.get_device_name(), flush=True)
+    for row in bench.run(todo, modules, args.reps, {"flex", "cudnn"}, progress=False):
+        if row.failure:
+            print(f"{row.kernel:16s} {row.shape:42s} FAILED {row.failure}", flush=True)
+            continue
+        peers = "  ".join(f"{n} {p['ms'] and row.ms and p['ms'] / row.ms:.2f}" if "ms" in p else f"{n} error {p['error']}"
+                          for n, p in row.peers.items())
+        print(f"{row.kernel:16s} {row.shape:42s} err {row.error:.1e} {row.ms * 1e3:9.1f} us {row.tflops:6.1f} TFLOPS  "
+              f"{peers}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
