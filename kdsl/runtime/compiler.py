@@ -58,7 +58,8 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
         k = k.with_attrs(tile_n=tile_n, consumers=consumers, stream_capture=built.kernel.attr("stream_capture"))
         trial, built = built, _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream)
         # launch.py counts work items by the tile_m it lowered before the build: a fallback
-        # may narrow the kv tile only (more kv tiles, never fewer, is all a split count sees)
+        # may narrow the kv tile only (launch.py recounts its split-KV key ranges in the tiles
+        # of the kernel built here)
         if built.kernel.attr("tile_m") != trial.kernel.attr("tile_m"):
             raise KdslError(f"{k.name}: internal error: the spill fallback changed tile_m "
                             f"({trial.kernel.attr('tile_m')} -> {built.kernel.attr('tile_m')})")

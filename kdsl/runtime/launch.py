@@ -526,6 +526,14 @@ class AttentionKernel(KernelBase):
             row_bytes = infos[3 + t].shape[-1] * arrays.itemsize(self.captures[t].dtype)
             stream_arg = t if stream and row_bytes % 16 == 0 else None
         built, loaded = self._load(D, device, Dv, one_warpgroup, split_kv=splits > 1, stream=stream_arg is not None)
+        if splits > 1 and built.kernel.attr("tile_n") != lk.attr("tile_n"):
+            # The build fell back to a narrower kv tile (a trial tile that spilled): the key
+            # ranges are counted in its tiles, or the kernel's ranges (ceil(tiles / splits)
+            # tiles each) could leave the last one empty, and an empty range is never counted
+            # by the items that merge themselves (wrong outputs, seen at head dim 256).
+            items //= splits
+            splits = splitkv.kv_splits(items, -(-N // built.kernel.attr("tile_n")), _sm_count(device))
+            items *= splits
         lk = built.kernel
         persistent = tma and lk.attr("schedule") == "persistent"
         if tma:

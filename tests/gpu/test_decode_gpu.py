@@ -76,6 +76,56 @@ def test_split_kv_items_merge_themselves_call_after_call_and_across_streams(shap
         assert plan.combine is not None and plan.self_merge and not combined
 
 
+@pytest.mark.parametrize("shape", [(1, 2, 2, 200, 200, 256), (1, 4, 4, 130, 520, 128), (1, 16, 16, 1, 4096, 256)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_self_merge_waits_for_every_row_of_each_split(shape):
+    """Items that merge themselves merge only whole splits: many calls, each on fresh inputs
+    and into an out filled with NaN, each checked, so that a merge of stale, missing or
+    half-written partial rows shows up. (At head dim 256 this failed while a spill fallback's
+    narrower tile left a key range empty; the warpgroup's barrier before it counts a split
+    keeps the rows its other threads store ahead of the count.)"""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile(UNMASKED_LSE)
+    kern, kir = mod.bias_lse, mod.ir["bias_lse"]
+    B, H, Hkv, M, N, D = shape
+    for n in range(25):
+        gen = torch.Generator(device="cuda").manual_seed(1000 * n + sum(shape))
+        q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, generator=gen)
+        out = torch.full_like(q, float("nan"))
+        _, lse = kern(q, k, v, out=out)
+        ref, ref_lse = reference.attention(kir, q, k, v, caps)
+        assert rel_frobenius(out, ref) <= ATTENTION_TOL, n
+        assert torch.allclose(lse, ref_lse.float(), atol=2e-3, rtol=1e-3), n
+    plan = next(iter(kern._plans.values()))
+    if plan.loaded is not None and torch.cuda.get_device_capability()[0] == 9:
+        assert plan.self_merge
+
+
+def test_split_count_follows_the_spill_fallback_tile(monkeypatch):
+    """Regression: the key ranges were counted in the trial tile's kv tiles (80 keys at head
+    dim 256: 3 for N = 200) while the kernel built with the fallback's (64 keys: 4 tiles, 2 a
+    range), so the last range was empty, never counted by the items that merge themselves,
+    and rows stayed unwritten (inf and NaN in tests/gpu/test_streaming_gpu.py). Here every
+    trial tile is taken to spill, so the fallback is built."""
+    torch = pytest.importorskip("torch")
+    from kdsl.runtime import compiler
+    monkeypatch.setattr(compiler, "SPILLED", "")  # found in any log: every trial tile "spills"
+    mod = kdsl.compile(UNMASKED_LSE)
+    kern, kir = mod.bias_lse, mod.ir["bias_lse"]
+    B, H, Hkv, M, N, D = 1, 2, 2, 200, 200, 256
+    for n in range(5):
+        gen = torch.Generator(device="cuda").manual_seed(77 + n)
+        q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, generator=gen)
+        out = torch.full_like(q, float("nan"))
+        _, lse = kern(q, k, v, out=out)
+        ref, ref_lse = reference.attention(kir, q, k, v, caps)
+        assert rel_frobenius(out, ref) <= ATTENTION_TOL, n
+        assert torch.allclose(lse, ref_lse.float(), atol=2e-3, rtol=1e-3), n
+    if torch.cuda.get_device_capability()[0] == 9:
+        built = next(iter(kern._loaded.values()))[0].kernel
+        assert kern._lowered(D, D).attr("spill_fallback") and built.attr("tile_n") < kern._lowered(D, D).attr("tile_n")
+
+
 def test_split_and_other_calls_each_load_their_own_program():
     """Split-KV calls run a program of their own (with the combine kernel); every other call
     runs the one without them (compiler.build(split_kv=...))."""

@@ -527,15 +527,19 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // Split-KV without a combine kernel (a.split_done): once this warpgroup has written its
   // rows' partial result for one split of item `pre` (the item before the split), it counts
   // the split; the warpgroup that counts an item's last split merges those rows of it (a warp
-  // a row) and zeroes the count for the next launch. Each thread's fence orders its partial
-  // stores before the count (named barrier 8 + w: the warpgroup's threads have fenced, and
-  // learn whether theirs was the last); the merge's loads bypass L1. A warpgroup at a time,
+  // a row) and zeroes the count for the next launch. Each thread fences its partial stores,
+  // and the warpgroup meets (named barrier 8 + w) before its first thread counts: counted
+  // before the others had stored, a split's rows were merged half-written, an intermittent
+  // wrong output (inf in tests/gpu/test_streaming_gpu.py at head dim 256). The same barrier
+  // then tells the threads whether the count was the last; the merge's loads bypass L1.
+  // A warpgroup at a time,
   // with no barrier across warpgroups: the turns above go on untouched. Kernels with a mask
   // never get here: an item whose keys are all masked is written by the producer, not counted.
   auto merge_if_last = [&](int pre, int bh, int q0) {
     const int wgi = fresh_wg();
     int* done = a.split_done + pre * NCWG + wgi;
     __threadfence();
+    named_barrier(8 + wgi, 128);  // every thread's partial rows are stored and fenced
     const bool mine = (fresh_thread_index() & 127) == 0 && atomicAdd(done, 1) == a.splits - 1;
     if (!named_barrier_or(8 + wgi, 128, mine)) return;
     __threadfence();
