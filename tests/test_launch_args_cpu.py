@@ -196,3 +196,10 @@ def test_captured_persistent_launches_take_no_shared_work_counter():
     assert AttentionKernel._work_counter(plan(True, lambda: True)) == 0
     assert AttentionKernel._work_counter(plan(True, fails)) == 0
     assert AttentionKernel._work_counter(plan(False, lambda: False)) == 0
+
+
+def test_hopper_attention_refuses_2_to_the_31_query_rows():
+    """The Hopper kernel numbers output rows (b * H + h) * M + q in 32 bits."""
+    geometry.attention_row_limit(1, 1, 2**31 - 1, "k")
+    with pytest.raises(LaunchError, match=r"B \* H \* M = 2 \* 16 \* 67108864 = 2147483648 query rows.*split the batch"):
+        geometry.attention_row_limit(2, 16, 2**26, "k")

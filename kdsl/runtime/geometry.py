@@ -37,6 +37,15 @@ def attention_batch_chunks(B: int, H: int, uses_batch_index: bool, kname: str) -
     return [(b0, min(GRID_YZ_LIMIT, B - b0)) for b0 in range(0, B, GRID_YZ_LIMIT)]
 
 
+def attention_row_limit(B: int, H: int, M: int, kname: str) -> None:
+    """The Hopper kernel numbers output rows across batch and heads in 32 bits (b * H + h)
+    * M + q: a call with 2**31 rows or more (64 GB of q at head dim 16) is refused, with the
+    way out, rather than written to the wrong rows."""
+    if B * H * M >= 2**31:
+        raise LaunchError(f"{kname}: B * H * M = {B} * {H} * {M} = {B * H * M} query rows; the Hopper kernel "
+                          f"takes at most 2**31 - 1 per call: split the batch over several calls")
+
+
 def gemm_grid(tiles: int, sms: int, cluster: int) -> tuple[int, int, int]:
     """The persistent FP8 GEMM's grid: a CTA per SM (or fewer, one per tile), in whole
     clusters; each CTA walks tiles i, i + grid, ..."""

@@ -511,6 +511,7 @@ class AttentionKernel(KernelBase):
             H, M = Hkv, M * (H // Hkv)
         splits = 1
         if tma:
+            geometry.attention_row_limit(B, H, M, self.name)
             # One CTA per (b, h, q tile[, key range]) item on grid.x (no grid.z batch limit), or
             # one per SM walking several when the schedule is persistent.
             items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B

@@ -8,7 +8,8 @@ in cycles, the median of each phase over the items of those CTAs.
 
 Phases of a consumer warpgroup's item: start (the item's first K tile has landed) -> Q
 ready -> first S ready (its Q K^T alone) -> [tile periods: S of one tile ready to S of the
-next] -> last S ready -> last P V done -> O stored -> the next item's start. The transition
+next] -> last S ready -> last P V done -> epilogue start (out's row pointer known) -> O
+stored -> the next item's start. The transition
 is last S -> next item's first S: the work an item costs beyond its tiles' periods.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from devtools import extra_options  # noqa: E402
 
-(CLAIM, Q_ISSUED, LAST_ISSUED, ITEM, Q_READY, FIRST_S, TILE_S, LAST_PV, STORED) = range(9)
+(CLAIM, Q_ISSUED, LAST_ISSUED, ITEM, Q_READY, FIRST_S, TILE_S, LAST_PV, STORED, EPILOGUE) = range(10)
 PER_ROLE, CTAS, ROLES = 8192, 4, 4
 
 
@@ -48,7 +49,7 @@ def consumer_phases(ev):
             if e == TILE_S:
                 cur["tiles"].append(clock)
             else:
-                cur[{Q_READY: "q", FIRST_S: "s0", LAST_PV: "pv", STORED: "stored"}[e]] = clock
+                cur[{Q_READY: "q", FIRST_S: "s0", LAST_PV: "pv", STORED: "stored", EPILOGUE: "epi"}[e]] = clock
     if cur:
         items.append(cur)
     rows = []
@@ -58,6 +59,9 @@ def consumer_phases(ev):
         t = it["tiles"]
         ph = {"start -> Q ready": it["q"] - it["start"], "Q ready -> first S": it["s0"] - it["q"],
               "last S -> last PV done": it["pv"] - t[-1], "last PV -> stored": it["stored"] - it["pv"]}
+        if "epi" in it:
+            ph["last PV -> epilogue start"] = it["epi"] - it["pv"]
+            ph["epilogue start -> stored"] = it["stored"] - it["epi"]
         if len(t) > 1:
             ph["tile period"] = (t[-1] - t[0]) / (len(t) - 1)
         if nxt is not None:

@@ -61,7 +61,7 @@ namespace kdsl {
 namespace attn_wgmma_detail {
 
 enum { kTraceClaim, kTraceQIssued, kTraceLastIssued, kTraceItem, kTraceQReady, kTraceFirstS, kTraceTileS,
-       kTraceLastPV, kTraceStored };
+       kTraceLastPV, kTraceStored, kTraceEpilogue };
 KDSL_DEVICE void trace(int role, int& n, int event, int item) {
 #if KDSL_TRACE
   if (blockIdx.x < 4 && n < 8192) {
@@ -594,6 +594,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     int b, h, q0, split;
     item(w, b, h, q0, split);
     if (tracer) trace(1 + wg, tn, kTraceItem, w);
+    // The item's first row in the head and in [B * H * M]: all the epilogue needs of the item,
+    // kept across the kv loop (recomputing (b, h, q0) after it took ~700 cycles of divisions;
+    // keeping these two: causal 2k x1.012, D=64 x1.024 on the H100)
+    const int item_q0 = q0, item_row = (b * a.H + h) * M + q0;  // B * H * M < 2^31 (geometry.py)
     const int row0 = q0 + fresh_wg() * 64 + warp * 16 + g;  // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
     const float qf[2] = {(float)row0, (float)(row0 + 8)};
@@ -884,12 +888,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       ++it;
     }
 
-    // Again, with this thread's first row: cheaper than keeping them (and the output pointers
-    // NVVM would derive from them early) live across the kv loop.
-    item(opaque(w), b, h, q0, split);
-    const int out_row0 = q0 + fresh_wg() * 64 + warp * 16 + g;
-    const int bh = b * a.H + h;
     if (kSplitKV && a.splits > 1) {
+      item(opaque(w), b, h, q0, split);  // the split too: recomputed, not kept across the kv loop
+      const int out_row0 = q0 + fresh_wg() * 64 + warp * 16 + g;
+      const int bh = b * a.H + h;
       // ---- epilogue of one split of the keys: this split's normalised O in fp32 and its lse,
       // for attention_combine_splits (no keys here: O = 0, lse = -inf) ----
       const i64 part_row = ((i64)split * a.B * a.H + bh) * M;
@@ -919,31 +921,44 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // bytes, so that a warp's store covers 64 bytes of each of its 8 rows, not 16: a quarter
     // of the L1 wavefronts. Against 4-byte stores, H100 in turns: causal 1k x1.088, 2k x1.049,
     // 8k x1.016; plain 2k x1.033; alibi 2k x1.035; document 2k x1.039 (item_trace.py had put
-    // an item's end, last P V to the next first S, at 2.6-2.9 tiles' time). Not staged in
-    // shared memory: sQ already belongs to the next item's Q. ----
-    Elem* go = static_cast<Elem*>(a.o) + (i64)bh * M * DV;
+    // an item's end, last P V to the next first S, at 2.6-2.9 tiles' time); the transposes all
+    // issued before the stores, another x1.014 (causal 2k) to x1.017 (alibi 2k). Not staged
+    // in shared memory: sQ already belongs to the next item's Q. ----
+    const int local_row = fresh_wg() * 64 + warp * 16 + g;  // this thread's first row in the item
+    const int head_row = item_q0 + local_row, flat_row = item_row + local_row;  // in the head, in [B * H * M]
+    if (tracer) trace(1 + wg, tn, kTraceEpilogue, w);
+    constexpr int kBlocks = DV / 32;  // of four 8-column groups
+    u32 words[2][DV / 8];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float l = quad_sum(l_run[hh]);
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      const int r = out_row0 + 8 * hh;
-      const bool row_ok = r < M;  // the shuffles below need every lane
-      if (row_ok && a.lse != nullptr && t == 0)
-        a.lse[(i64)bh * M + r] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
-      Elem* orow = go + (i64)r * DV;
-      constexpr int kBlocks = DV / 32;  // of four 8-column groups
+      if (head_row + 8 * hh < M && a.lse != nullptr && t == 0)
+        a.lse[flat_row + 8 * hh] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
+#pragma unroll
+      for (int jj = 0; jj < DV / 8; ++jj) words[hh][jj] = pack2<Elem>(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
+    }
+    // every transpose first, independent of each other (their shuffles overlap), then the stores
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
       for (int p = 0; p < kBlocks; ++p) {
-        u32 w4[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) w4[k] = pack2<Elem>(o[4 * (4 * p + k) + 2 * hh] * inv, o[4 * (4 * p + k) + 2 * hh + 1] * inv);
+        u32 w4[4] = {words[hh][4 * p], words[hh][4 * p + 1], words[hh][4 * p + 2], words[hh][4 * p + 3]};
         quad_transpose(w4, t);
-        if (row_ok) st_global_v4(orow + 8 * (4 * p + t), w4);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) words[hh][4 * p + k] = w4[k];
       }
 #pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      if (head_row + 8 * hh >= M) continue;
+      Elem* orow = static_cast<Elem*>(a.o) + (i64)(flat_row + 8 * hh) * DV;
+#pragma unroll
+      for (int p = 0; p < kBlocks; ++p)
+        *reinterpret_cast<uint4*>(orow + 8 * (4 * p + t)) =
+            make_uint4(words[hh][4 * p], words[hh][4 * p + 1], words[hh][4 * p + 2], words[hh][4 * p + 3]);
+#pragma unroll
       for (int jj = 4 * kBlocks; jj < DV / 8; ++jj)  // the groups left over (DV % 32)
-        if (row_ok)
-          *reinterpret_cast<u32*>(orow + 8 * jj + 2 * t) = pack2<Elem>(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
+        *reinterpret_cast<u32*>(orow + 8 * jj + 2 * t) = words[hh][jj];
     }
     if (tracer) trace(1 + wg, tn, kTraceStored, w);
   }
