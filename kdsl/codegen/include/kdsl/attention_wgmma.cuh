@@ -595,9 +595,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     item(w, b, h, q0, split);
     if (tracer) trace(1 + wg, tn, kTraceItem, w);
     // The item's first row in the head and in [B * H * M]: all the epilogue needs of the item,
-    // kept across the kv loop (recomputing (b, h, q0) after it took ~700 cycles of divisions;
-    // keeping these two: causal 2k x1.012, D=64 x1.024 on the H100)
-    const int item_q0 = q0, item_row = (b * a.H + h) * M + q0;  // B * H * M < 2^31 (geometry.py)
+    // kept across the kv loop (recomputing (b, h, q0) from w after it took ~700 cycles of
+    // divisions; keeping them: causal 2k x1.012, D=64 x1.024 on the H100). Not at head dims
+    // over 128: there they made plain and softcap spill at 256's 80-key tile (the 64-key
+    // fallback runs ~10 % slower).
+    constexpr bool kKeepRow = DV <= 128;
+    const int item_q0 = q0, item_row = kKeepRow ? (b * a.H + h) * M + q0 : 0;  // B * H * M < 2^31 (geometry.py)
     const int row0 = q0 + fresh_wg() * 64 + warp * 16 + g;  // this thread's rows: row0, row0 + 8
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
     const float qf[2] = {(float)row0, (float)(row0 + 8)};
@@ -925,40 +928,50 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // issued before the stores, another x1.014 (causal 2k) to x1.017 (alibi 2k). Not staged
     // in shared memory: sQ already belongs to the next item's Q. ----
     const int local_row = fresh_wg() * 64 + warp * 16 + g;  // this thread's first row in the item
-    const int head_row = item_q0 + local_row, flat_row = item_row + local_row;  // in the head, in [B * H * M]
+    if constexpr (!kKeepRow) item(opaque(w), b, h, q0, split);
+    const int head_row = (kKeepRow ? item_q0 : q0) + local_row;                      // in the head
+    const int flat_row = (kKeepRow ? item_row : (b * a.H + h) * M + q0) + local_row;  // in [B * H * M]
     if (tracer) trace(1 + wg, tn, kTraceEpilogue, w);
     constexpr int kBlocks = DV / 32;  // of four 8-column groups
-    u32 words[2][DV / 8];
+    // Rows g and g + 8 together: their words, every transpose (independent of each other:
+    // their shuffles overlap), then the stores. Over head dim 128 a row at a time, so that
+    // 256's 80-key tile stays unspilled.
+    constexpr int kRows = DV <= 128 ? 2 : 1;
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const float l = quad_sum(l_run[hh]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      if (head_row + 8 * hh < M && a.lse != nullptr && t == 0)
-        a.lse[flat_row + 8 * hh] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
+    for (int h0 = 0; h0 < 2; h0 += kRows) {
+      u32 words[kRows][DV / 8];
 #pragma unroll
-      for (int jj = 0; jj < DV / 8; ++jj) words[hh][jj] = pack2<Elem>(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
-    }
-    // every transpose first, independent of each other (their shuffles overlap), then the stores
+      for (int i = 0; i < kRows; ++i) {
+        const int hh = h0 + i;
+        const float l = quad_sum(l_run[hh]);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        if (head_row + 8 * hh < M && a.lse != nullptr && t == 0)
+          a.lse[flat_row + 8 * hh] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-      for (int p = 0; p < kBlocks; ++p) {
-        u32 w4[4] = {words[hh][4 * p], words[hh][4 * p + 1], words[hh][4 * p + 2], words[hh][4 * p + 3]};
-        quad_transpose(w4, t);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) words[hh][4 * p + k] = w4[k];
+        for (int jj = 0; jj < DV / 8; ++jj) words[i][jj] = pack2<Elem>(o[4 * jj + 2 * hh] * inv, o[4 * jj + 2 * hh + 1] * inv);
       }
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      if (head_row + 8 * hh >= M) continue;
-      Elem* orow = static_cast<Elem*>(a.o) + (i64)(flat_row + 8 * hh) * DV;
+      for (int i = 0; i < kRows; ++i)
 #pragma unroll
-      for (int p = 0; p < kBlocks; ++p)
-        *reinterpret_cast<uint4*>(orow + 8 * (4 * p + t)) =
-            make_uint4(words[hh][4 * p], words[hh][4 * p + 1], words[hh][4 * p + 2], words[hh][4 * p + 3]);
+        for (int p = 0; p < kBlocks; ++p) {
+          u32 w4[4] = {words[i][4 * p], words[i][4 * p + 1], words[i][4 * p + 2], words[i][4 * p + 3]};
+          quad_transpose(w4, t);  // every lane: before the row test
 #pragma unroll
-      for (int jj = 4 * kBlocks; jj < DV / 8; ++jj)  // the groups left over (DV % 32)
-        *reinterpret_cast<u32*>(orow + 8 * jj + 2 * t) = words[hh][jj];
+          for (int k = 0; k < 4; ++k) words[i][4 * p + k] = w4[k];
+        }
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const int hh = h0 + i;
+        if (head_row + 8 * hh >= M) continue;
+        Elem* orow = static_cast<Elem*>(a.o) + (i64)(flat_row + 8 * hh) * DV;
+#pragma unroll
+        for (int p = 0; p < kBlocks; ++p)
+          *reinterpret_cast<uint4*>(orow + 8 * (4 * p + t)) =
+              make_uint4(words[i][4 * p], words[i][4 * p + 1], words[i][4 * p + 2], words[i][4 * p + 3]);
+#pragma unroll
+        for (int jj = 4 * kBlocks; jj < DV / 8; ++jj)  // the groups left over (DV % 32)
+          *reinterpret_cast<u32*>(orow + 8 * jj + 2 * t) = words[i][jj];
+      }
     }
     if (tracer) trace(1 + wg, tn, kTraceStored, w);
   }
