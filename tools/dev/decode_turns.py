@@ -20,6 +20,14 @@ from devtools import decode_case  # noqa: E402
 SHAPES = [(1, 16, 16, 32768), (1, 16, 16, 4096), (1, 32, 8, 8192)]
 
 
+def non_empty(splits: int, tiles: int) -> int:
+    """The split count nearest `splits` whose key ranges (ceil(tiles / count) tiles each, as
+    the kernel cuts them) are all non-empty: an empty range is never merged by the items that
+    merge themselves, and kv_splits never returns one."""
+    chunk = -(-tiles // max(1, min(splits, tiles)))
+    return -(-tiles // chunk)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=100)
@@ -43,7 +51,7 @@ def main() -> None:
                     for spec in filter(None, args.attrs.split(";"))]
         for label, splits, attrs in variants:
             kern = launch.AttentionKernel(base.ir.with_attrs(**attrs) if attrs else base.ir)
-            splitkv.kv_splits = own if splits is None else (lambda items, tiles, sms, s=splits: max(1, min(s, tiles)))
+            splitkv.kv_splits = own if splits is None else (lambda items, tiles, sms, s=splits: non_empty(s, tiles))
             try:
                 out = kern(q, k, v)
             finally:
