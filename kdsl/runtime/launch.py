@@ -536,6 +536,11 @@ class AttentionKernel(KernelBase):
             splits = splitkv.kv_splits(items, -(-N // built.kernel.attr("tile_n")), _sm_count(device))
             items *= splits
         lk = built.kernel
+        if splits > 1:
+            kv_tiles = -(-N // lk.attr("tile_n"))
+            if (splits - 1) * -(-kv_tiles // splits) >= kv_tiles:  # never merged: refuse, not a wrong answer
+                raise KdslError(f"{self.name}: internal error: {splits} key ranges over {kv_tiles} kv tiles leave "
+                                f"one empty")
         persistent = tma and lk.attr("schedule") == "persistent"
         if tma:
             grid = (min(items, _sm_count(device)) if persistent else items, 1, 1)
