@@ -116,6 +116,24 @@ def main() -> None:
             rows = [r for cta in range(CTAS) for r in consumer_phases(events(host, cta, role))]
             if rows:
                 summarize(rows, f"consumer warpgroup {role - 1}")
+        # Q's load, on the SM's one clock: issued (producer) -> ready (each warpgroup), and
+        # issued against the previous item's last S of each warpgroup
+        lat, after = [], []
+        for cta in range(CTAS):
+            issued = {arg: c for c, e, arg in events(host, cta, 0) if e == Q_ISSUED}
+            for role in (1, 2, 3):
+                ev = events(host, cta, role)
+                last_s = None
+                for c, e, arg in ev:
+                    if e == Q_READY and arg in issued:
+                        lat.append(c - issued[arg])
+                        if last_s is not None:
+                            after.append(issued[arg] - last_s)
+                    elif e == TILE_S:
+                        last_s = c
+        if lat:
+            print(f"  Q load: issued -> ready median {statistics.median(lat):.0f} cycles; issued after the previous "
+                  f"item's last S (per warpgroup) median {statistics.median(after):.0f} cycles")
         waits = []
         for cta in range(CTAS):
             ev = events(host, cta, 0)
