@@ -62,9 +62,5 @@ KDSL_DEVICE void quad_transpose(u32 (&w)[4], int t) {
     if (high) w[k] = got; else w[k + 2] = got;
   }
 }
-KDSL_DEVICE void st_global_v4(void* p, const u32 (&w)[4]) {
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-               : "memory");
-}
 
 }  // namespace kdsl

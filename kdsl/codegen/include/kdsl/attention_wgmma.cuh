@@ -528,11 +528,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // rows' partial result for one split of item `pre` (the item before the split), it counts
   // the split; the warpgroup that counts an item's last split merges those rows of it (a warp
   // a row) and zeroes the count for the next launch. Each thread fences its partial stores,
-  // and the warpgroup meets (named barrier 8 + w) before its first thread counts: counted
-  // before the others had stored, a split's rows were merged half-written, an intermittent
-  // wrong output (inf in tests/gpu/test_streaming_gpu.py at head dim 256). The same barrier
-  // then tells the threads whether the count was the last; the merge's loads bypass L1.
-  // A warpgroup at a time,
+  // and the warpgroup meets (named barrier 8 + w) before its first thread counts, so that
+  // the count comes after every row of the warpgroup is stored (the fence alone orders only
+  // the counting thread's own stores). The same barrier then tells the threads whether the
+  // count was the last; the merge's loads bypass L1. A warpgroup at a time,
   // with no barrier across warpgroups: the turns above go on untouched. Kernels with a mask
   // never get here: an item whose keys are all masked is written by the producer, not counted.
   auto merge_if_last = [&](int pre, int bh, int q0) {
