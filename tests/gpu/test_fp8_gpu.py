@@ -73,6 +73,7 @@ DENSE_SHAPES = [(1, 2112, 7168), (127, 129, 128), (128, 256, 256), (129, 2112, 5
                 (4096, 512, 384), (77, 1, 128), (128, 7168, 16384), (4096, 2112, 7168), (4096, 24576, 1536),
                 (257, 4097, 1280)]
 GROUPED_CFGS = {"picked": {}, "bm64": {"tile_m": 64, "cluster": 1}, "cluster2": {"tile_m": 128, "tile_n": 128, "cluster": 2},
+                "bm128": {"tile_m": 128, "tile_n": 128, "cluster": 1},  # a warpgroup with no rows skips its unit
                 "rows": {"tile_m": 128, "tile_n": 112, "store": "rows", "cluster": 1}}
 ACCUMULATE_CFGS = [{}, {"store": "rows"}, {"tile_m": 64, "cluster": 1}]
 ACCUMULATE_SHAPES = [(4096, 4096, 1024), (129, 130, 256), (1, 64, 128)]
@@ -141,6 +142,33 @@ def test_accumulate_adds_into_out(cfg):
     fn = _mod("fp8_gemm_accumulate").fp8_gemm_accumulate.with_attrs(**cfg)
     for i, (m, n, k) in enumerate(ACCUMULATE_SHAPES):
         _judge(fn, GemmCase(m, n, k, seed=i))
+
+
+GROUPED_ACCUMULATE_SRC = """
+gemm masked_acc {
+    a: e4m3[G, M, K] block(1, 128)
+    b: e4m3[G, N, K] block(128, 128)
+    count: i32[G]
+    out: f32[G, M, N] accumulate
+}
+gemm contiguous_acc {
+    a: e4m3[M, K] block(1, 128)
+    b: e4m3[G, N, K] block(128, 128)
+    group: i32[M]
+    out: f32[M, N] accumulate
+}
+"""
+
+
+@pytest.mark.parametrize("cfg", [{}, {"tile_m": 128, "tile_n": 128, "cluster": 1}], ids=["picked", "bm128"])
+@pytest.mark.parametrize("name", ["masked_acc", "contiguous_acc"])
+def test_grouped_accumulate_into_partial_tiles(name, cfg):
+    """Grouped tiles holding rows to leave untouched (a masked group's last rows, another
+    group's rows) are written through the staging tile, 16 bytes a thread; accumulating, the
+    copy adds what out held. The judge poisons the rows to leave with NaN."""
+    fn = getattr(kdsl.compile(GROUPED_ACCUMULATE_SRC, "acc.kd"), name).with_attrs(**cfg)
+    for i, (m, n, k, g) in enumerate([(256, 384, 512, 3), (300, 136, 256, 4), (129, 512, 384, 2)]):
+        _judge(fn, GemmCase(m, n, k, g, seed=i))
 
 
 def test_capturable_in_cuda_graph():

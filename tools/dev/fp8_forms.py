@@ -134,7 +134,13 @@ def main() -> None:
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--only", default="all", choices=("all", "dense", "small", "grouped"))
     ap.add_argument("--variants", default="", help="';'-separated attrs (k=v,k=v) timed beside the kernel as it is")
+    ap.add_argument("--form", action="append", default=[],
+                    help="NAME=-DA=1,-DB=0: a form timed beside 'now' with the tile the model picks (repeatable)")
     args = ap.parse_args()
+    for spec in args.form:
+        name, _, defines = spec.partition("=")
+        FORMS[name] = [d for d in defines.split(",") if d]
+        VARIANTS.append((name, {}))
     for spec in filter(None, args.variants.split(";")):
         VARIANTS.append(("now", {k: int(v) if v.isdigit() else v for k, v in (kv.split("=") for kv in spec.split(","))}))
     if args.compile_only:

@@ -7,10 +7,20 @@
 // SW-byte TMA swizzle (conflict-free for the fragment layout), and one thread issues a
 // store (or a reduce-add) per 64-row x SW-byte box. The store runs while the next unit's
 // K loop does; the tile is rewritten only after that thread saw the previous stores finish
-// reading it. Row-by-row path (tiles holding rows to leave untouched, or an out whose row
-// pitch TMA cannot describe): each thread writes its fragment with predicated stores.
+// reading it. Staged path (a tile holding rows to leave untouched: a masked group's last
+// rows, another group's rows): the same staging, then the warpgroup's threads copy the rows
+// that may be written from the tile to `out`, 16 bytes a thread, consecutive threads along a
+// row (a TMA box cannot stop at an arbitrary row). Row-by-row path (an out whose row pitch
+// TMA cannot describe, hence no staging tile): each thread writes its fragment with
+// predicated stores.
 #pragma once
 #include "kdsl/fp8_gemm_sched.cuh"
+
+// 1 (the kernel): partial tiles go through the staging tile when there is one; 0: row by row
+// (the form before 2026-11-26, kept for tools/dev A/B timing).
+#ifndef KDSL_FP8_STAGED_PARTIAL
+#define KDSL_FP8_STAGED_PARTIAL 1
+#endif
 
 namespace kdsl {
 
@@ -64,8 +74,14 @@ struct Fp8Epilogue {
   KDSL_DEVICE int wave_row(int v) const { return v * 128 + wg * 64; }
 
   KDSL_DEVICE void store(const Fp8Unit& u, const float (&total)[kWaves][kFrag]) const {
-    if (C::TMA_STORE && u.full) {
-      store_tma(u, total);
+    if (C::TMA_STORE && u.full) {  // dense: TMA clips rows >= M, every unit is full
+      stage(total, true);
+      store_tma(u);
+    } else if (C::TMA_STORE && KDSL_FP8_STAGED_PARTIAL && C::KIND != 0) {
+      // (Dense units are all full: TMA clips rows >= M. Their kernels keep the row-by-row
+      // path compiled in as before; the staged one made the clustered 256-row tile spill.)
+      stage(total, false);
+      copy_rows(u);
     } else {
       store_rows(u, total);
       // The warps of a warpgroup meet once per unit on both paths. Without this the
@@ -76,9 +92,20 @@ struct Fp8Epilogue {
     }
   }
 
-  KDSL_DEVICE void store_tma(const Fp8Unit& u, const float (&total)[kWaves][kFrag]) const {
+  // Byte offset in the staging tile of (tile row, column byte): column blocks of kSw bytes a
+  // row, TMA's swizzle (16-byte chunk ^= 128-byte line within the block).
+  KDSL_DEVICE static u32 tile_offset(int row, int byte) {
+    u32 off = (u32)((byte / kSw) * BM * kSw + row * kSw + byte % kSw);
+    return off ^ (((off >> 7) & (kSw / 16 - 1)) << 4);
+  }
+
+  // The warpgroup's totals into its rows of the staging tile. On entry the tile may still be
+  // read: by the previous unit's TMA stores (the leader waits for them) or by the previous
+  // unit's staged copy (every thread of the warpgroup is past it at the barrier). `for_tma`:
+  // the TMA engine reads the tile next, so the generic stores are fenced for its proxy.
+  KDSL_DEVICE void stage(const float (&total)[kWaves][kFrag], bool for_tma) const {
     const bool leader = warp == 0 && lane == 0;
-    if (leader) bulk_wait_read<0>();  // the previous unit's stores have read the tile
+    if (leader) bulk_wait_read<0>();
     named_barrier(1 + wg, 128);
 #pragma unroll
     for (int v = 0; v < kWaves; ++v) {
@@ -88,8 +115,7 @@ struct Fp8Epilogue {
         for (int h = 0; h < 2; ++h) {
           const int row = wave_row(v) + warp * 16 + (lane >> 2) + 8 * h;
           const int byte = (8 * j + 2 * (lane & 3)) * kElem;  // column byte in the tile row
-          u32 off = (u32)((byte / kSw) * BM * kSw + row * kSw + byte % kSw);
-          off ^= ((off >> 7) & (kSw / 16 - 1)) << 4;  // TMA's swizzle: 16-byte chunk ^= 128-byte line
+          const u32 off = tile_offset(row, byte);
           const float x = total[v][4 * j + 2 * h], y = total[v][4 * j + 2 * h + 1];
           if (C::OUT_F32) {
             asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" :: "r"(d_tile + off), "f"(x), "f"(y) : "memory");
@@ -99,9 +125,13 @@ struct Fp8Epilogue {
         }
       }
     }
-    fence_proxy_async();  // the TMA engine reads what these generic stores wrote
+    if (for_tma) fence_proxy_async();
     named_barrier(1 + wg, 128);
-    if (leader) {
+  }
+
+  // One thread issues the tile's boxes (after stage(total, true)).
+  KDSL_DEVICE void store_tma(const Fp8Unit& u) const {
+    if (warp == 0 && lane == 0) {
       const int g = C::KIND == 2 ? u.g : 0;
 #pragma unroll
       for (int v = 0; v < kWaves; ++v) {
@@ -117,6 +147,45 @@ struct Fp8Epilogue {
         }
       }
       bulk_commit();
+    }
+  }
+
+  // The staged rows of this warpgroup that may be written, 16 bytes a thread: rows below the
+  // group's count (KIND 2) or of group u.g (KIND 1), below M, columns below N (N * element
+  // bytes is a multiple of 16 wherever there is a staging tile, and out is 16-byte aligned).
+  KDSL_DEVICE void copy_rows(const Fp8Unit& u) const {
+    constexpr int kChunks = BN * kElem / 16;  // 16-byte chunks a tile row
+    constexpr int kPerWave = 64 * kChunks;    // chunks of one warpgroup's 64 rows
+    const int tid = warp * 32 + lane;
+    char* out = static_cast<char*>(p.out) + (C::KIND == 2 ? (i64)u.g * p.M * p.N * kElem : (i64)0);
+    const int m_end = C::KIND == 2 ? fp8_detail::masked_rows(p, u.g) : p.M;
+    const int c_end = (p.N - u.n0) * kElem;  // column bytes of the tile inside out
+    const u32 base = d_tile;
+#pragma unroll
+    for (int v = 0; v < kWaves; ++v) {
+#pragma unroll 4
+      for (int i = tid; i < kPerWave; i += 128) {
+        const int row = wave_row(v) + i / kChunks, byte = (i % kChunks) * 16;
+        const int r = u.m0 + row;
+        bool ok = r < m_end && byte < c_end;
+        if (C::KIND == 1) ok = ok && __ldg(p.group + r) == u.g;  // r < M checked first
+        if (!ok) continue;
+        u32 w0, w1, w2, w3;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3) : "r"(base + tile_offset(row, byte)) : "memory");
+        char* dst = out + ((i64)r * p.N + u.n0) * kElem + byte;
+        if (C::ACCUM) {  // f32 out: out += totals
+          float o0, o1, o2, o3;
+          asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=f"(o0), "=f"(o1), "=f"(o2), "=f"(o3) : "l"(dst) : "memory");
+          w0 = __float_as_uint(__uint_as_float(w0) + o0);
+          w1 = __float_as_uint(__uint_as_float(w1) + o1);
+          w2 = __float_as_uint(__uint_as_float(w2) + o2);
+          w3 = __float_as_uint(__uint_as_float(w3) + o3);
+        }
+        asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" :: "l"(dst), "r"(w0), "r"(w1), "r"(w2), "r"(w3)
+                     : "memory");
+      }
     }
   }
 

@@ -62,6 +62,13 @@
 #define KDSL_FP8_SCALE_COMPLETION 0
 #endif
 
+// 1 (the kernel): a math warpgroup none of whose rows exist (past a masked group's count)
+// skips the unit's wgmmas and promotion, handing each stage back as usual. (Dense tiles past
+// M are rare, and there the extra path made the clustered 256-row tile spill.)
+#ifndef KDSL_FP8_SKIP_EMPTY_WAVES
+#define KDSL_FP8_SKIP_EMPTY_WAVES 1
+#endif
+
 namespace kdsl {
 
 template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
@@ -294,6 +301,21 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
 #pragma unroll
       for (int i = 0; i < kFrag; ++i) total[v][i] = 0.f;
     const int bnd = 128 - (u.n0 & 127);  // tile columns < bnd are in B's first scale block
+    // A warpgroup none of whose rows exist (in a masked group's last tile) only hands the
+    // stages back. A separate loop, not a branch around the wgmmas: ptxas
+    // serialises every wgmma of the kernel when one sits in a divergent path (C7518), and
+    // even a uniform branch there cost 7-12 % on 256-row tiles (2026-11-26).
+    if (KDSL_FP8_SKIP_EMPTY_WAVES && C::KIND == 2 && fp8_detail::masked_rows(p, u.g) - u.m0 <= epilogue.wave_row(0)) {
+      for (int kb = 0; kb < nk; ++kb, pos.advance()) {
+        if (kb > 0) mbar_wait(sm.full(pos.s), pos.phase);
+        for (int v = 0; v < kWaves; ++v) {
+          my_turn();
+          your_turn();
+        }
+        release();
+      }
+      continue;  // nothing of this warpgroup's to store
+    }
     for (int kb = 0; kb < nk; ++kb, pos.advance()) {
       const int s = pos.s;
       if (kb > 0) mbar_wait(sm.full(s), pos.phase);
