@@ -69,7 +69,6 @@ def test_without_given_attrs_lowering_is_unchanged():
     ("relpos", "sm_80", dict(warps=3), "rows per warp"),
     ("fp8_gemm", "sm_90a", dict(tile_m=512), "tile_m = 512 is not supported"),
     ("fp8_gemm", "sm_90a", dict(stages=1), "no FP8 GEMM tiling agrees with stages = 1"),
-    ("fp8_grouped_masked", "sm_90a", dict(tile_m=256), "masked grouped GEMM's tile_m must be one of (64, 128)"),
     ("fp8_grouped_contiguous", "sm_90a", dict(tile_m=256, tile_n=176), "tile_n = 176 is not supported"),
 ])
 def test_illegal_schedules_are_refused_naming_the_attribute(sample, arch, attrs, message):

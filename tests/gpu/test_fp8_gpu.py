@@ -74,6 +74,7 @@ DENSE_SHAPES = [(1, 2112, 7168), (127, 129, 128), (128, 256, 256), (129, 2112, 5
                 (257, 4097, 1280)]
 GROUPED_CFGS = {"picked": {}, "bm64": {"tile_m": 64, "cluster": 1}, "cluster2": {"tile_m": 128, "tile_n": 128, "cluster": 2},
                 "bm128": {"tile_m": 128, "tile_n": 128, "cluster": 1},  # a warpgroup with no rows skips its unit
+                "bm256": {"tile_m": 256, "tile_n": 64, "cluster": 1},  # ping-pong, two waves a warpgroup
                 "rows": {"tile_m": 128, "tile_n": 112, "store": "rows", "cluster": 1}}
 ACCUMULATE_CFGS = [{}, {"store": "rows"}, {"tile_m": 64, "cluster": 1}]
 ACCUMULATE_SHAPES = [(4096, 4096, 1024), (129, 130, 256), (1, 64, 128)]
@@ -84,10 +85,7 @@ def test_dense_at_the_tiles_each_shape_picks(M, N, K):
     _judge(_mod("fp8_gemm").fp8_gemm, GemmCase(M, N, K, seed=M + N + K))
 
 
-CONTIGUOUS_CFGS = {**GROUPED_CFGS, "bm256": {"tile_m": 256, "tile_n": 64, "cluster": 1}}  # ping-pong, group passes
-
-
-@pytest.mark.parametrize("cfg", CONTIGUOUS_CFGS.values(), ids=CONTIGUOUS_CFGS.keys())
+@pytest.mark.parametrize("cfg", GROUPED_CFGS.values(), ids=GROUPED_CFGS.keys())
 @pytest.mark.parametrize("aligned", [True, False])
 def test_grouped_contiguous(cfg, aligned):
     torch = pytest.importorskip("torch")
