@@ -160,7 +160,7 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     the last one was turned down (for the error when none is left)."""
     tma = fixed.get("store", "tma" if store_fits(p) else "rows") == "tma"
     # Masked groups are not given 256-row tiles unless asked for: at 4 x <= 256 rows, N 4096,
-    # K 7168 (H100, 2026-11-26, tools/dev/fp8_masked_probe.py, in turns) 256x128 ran 1.00-1.03x
+    # K 7168 (H100, 2026-11-25, tools/dev/fp8_masked_probe.py, in turns) 256x128 ran 1.00-1.03x
     # of 128x128 at 129-256 rows a group but 0.89x at 128 (a warpgroup skips a unit only when
     # none of its rows exist, and at 256 rows each owns rows in both halves), 256x64 0.76-0.90x,
     # 256x96 0.55-0.66x. Both run near the time it takes to read B (117 MB) once.

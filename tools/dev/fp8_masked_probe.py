@@ -22,7 +22,7 @@ from devtools import extra_options  # noqa: E402
 
 FORMS = {
     "now": [],
-    "old": ["-DKDSL_FP8_STAGED_PARTIAL=0", "-DKDSL_FP8_SKIP_EMPTY_WAVES=0"],  # before 2026-11-26
+    "old": ["-DKDSL_FP8_STAGED_PARTIAL=0", "-DKDSL_FP8_SKIP_EMPTY_WAVES=0"],  # before 2026-11-25
     "staged only": ["-DKDSL_FP8_SKIP_EMPTY_WAVES=0"],
     "skip only": ["-DKDSL_FP8_STAGED_PARTIAL=0"],
 }

@@ -17,7 +17,7 @@
 #include "kdsl/fp8_gemm_sched.cuh"
 
 // 1 (the kernel): partial tiles go through the staging tile when there is one; 0: row by row
-// (the form before 2026-11-26, kept for tools/dev A/B timing).
+// (the form before 2026-11-25, kept for tools/dev A/B timing).
 #ifndef KDSL_FP8_STAGED_PARTIAL
 #define KDSL_FP8_STAGED_PARTIAL 1
 #endif

@@ -304,7 +304,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     // A warpgroup none of whose rows exist (in a masked group's last tile) only hands the
     // stages back. A separate loop, not a branch around the wgmmas: ptxas
     // serialises every wgmma of the kernel when one sits in a divergent path (C7518), and
-    // even a uniform branch there cost 7-12 % on 256-row tiles (2026-11-26).
+    // even a uniform branch there cost 7-12 % on 256-row tiles (2026-11-25).
     if (KDSL_FP8_SKIP_EMPTY_WAVES && C::KIND == 2 && fp8_detail::masked_rows(p, u.g) - u.m0 <= epilogue.wave_row(0)) {
       for (int kb = 0; kb < nk; ++kb, pos.advance()) {
         if (kb > 0) mbar_wait(sm.full(pos.s), pos.phase);
