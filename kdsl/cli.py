@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     c.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
                    help="fix a schedule attr of every kernel it applies to: attention on Hopper (tile_n, consumers, "
                    "stages, schedule, poly_exp2, lazy_rescale), on sm_80/89 (tile_m, tile_n, warps), FP8 GEMMs "
-                   "(tile_m, tile_n, stages, cluster, multicast, raster, store); repeatable")
+                   "(tile_m, tile_n, stages, cluster, multicast, raster, store, stream_k); repeatable")
     ck = sub.add_parser("check", help="verify kernels against the float64 reference on the GPU",
                         description="For each kernel in FILE: N trials of fresh random inputs over awkward shapes, "
                         "outputs poisoned, guard bands and inputs checked, determinism checked, compared with the "
@@ -129,7 +129,8 @@ def _attr_options(args) -> dict:
         name, eq, value = item.partition("=")
         if not eq or name not in names:
             raise KdslError(f"--attr: expected NAME=VALUE with NAME one of {', '.join(names)}, got '{item}'")
-        attrs[name] = int(value) if value.lstrip("-").isdigit() else value
+        attrs[name] = (int(value) if value.lstrip("-").isdigit() else
+                       value.lower() == "true" if value.lower() in ("true", "false") else value)
     return attrs
 
 

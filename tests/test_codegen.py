@@ -148,6 +148,9 @@ FP8_BUILDS = [
     ("fp8_grouped_masked", [200, 384, 384, 3], {"tile_m": 64, "cluster": 1}),
     ("fp8_gemm", [4096, 4096, 7168, 1], {"tile_m": 256, "cluster": 2, "multicast": "a"}),
     ("fp8_grouped_contiguous", [300, 256, 768, 3], {"tile_m": 128, "tile_n": 64, "cluster": 2, "multicast": "a"}),
+    # stream-K (the model's pick at 4096x2112x7168 above), with f32 accumulation, one math warpgroup
+    ("fp8_gemm_accumulate", [2000, 1500, 1280, 1], {"stream_k": True, "tile_m": 128, "tile_n": 128, "cluster": 1}),
+    ("fp8_gemm", [1000, 1000, 384, 1], {"stream_k": True, "tile_m": 64, "tile_n": 48, "cluster": 1}),
 ]
 
 
@@ -180,6 +183,8 @@ def test_fp8_configurations_use_tma_and_qgmma_without_spills(name, shape, attrs)
     # row-by-row kernels had none (their cubins declared a single hardware barrier) and each
     # raised "illegal instruction" on the H100, where the TMA-store kernels, which had them, ran.
     assert rep.other_ops.get("BAR.SYNC", 0) >= 2, rep
+    # stream-K code (gpu-scope flags) only where it was chosen
+    assert ("ld.acquire.gpu" in built.compiled.ptx) == bool(low.attr("stream_k"))
     if low.attr("cluster") == 1:  # no cluster-scope instruction where none is launched
         for op in ("barrier.cluster", "mapa.", "multicast::cluster", "st.async", "%cluster_ctarank"):
             assert op not in built.compiled.ptx, op

@@ -27,8 +27,9 @@ def scheduler(tmp_path_factory):
                     str(HERE / "host.cpp"), "-o", str(exe)], check=True, capture_output=True)
 
     def run(cases):
-        """cases: (kind, bm, bn, mcast, M, N, G, raster, grid, ids) -> per case, per CTA, units."""
-        lines = [" ".join(map(str, (*c[:9], *c[9]))) for c in cases]
+        """cases: (kind, bm, bn, mcast, M, N, G, raster, grid, ids[, sk_tiles, nk]) -> per case,
+        per CTA, units (m0, n0, g, full, kb0, kb1, part, peers)."""
+        lines = [" ".join(map(str, (*c[:9], *(c[10:12] if len(c) > 10 else (0, 1)), *c[9]))) for c in cases]
         out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
         rows = out.stdout.split("\n")
         result, i = [], 0
@@ -96,10 +97,10 @@ def test_units_cover_every_tile_once_and_cluster_pairs_share_their_tile(schedule
     for case, ctas in zip(cases, scheduler(cases)):
         kind_, bm, bn, mcast, M, N, G, raster, grid, ids = case
         units = [u for cta in ctas for u in cta]
-        got = Counter((m0, n0, g) for m0, n0, g, _ in units)
+        got = Counter(u[:3] for u in units)
         want = _expected(kind, bm, bn, M, N, G, ids)
         assert set(got) == set(want) and all(n == 1 for n in got.values()), case
-        assert all(want[(m0, n0, g)] == full for m0, n0, g, full in units), case
+        assert all(want[u[:3]] == u[3] and u[4:] == (0, 1, 0, 0) for u in units), case
         if kind == 1:  # a tile's group passes come one after another, in increasing group order
             for cta in ctas:
                 for u, v in zip(cta, cta[1:]):
@@ -111,3 +112,52 @@ def test_units_cover_every_tile_once_and_cluster_pairs_share_their_tile(schedule
                 for u, v in zip(first, second):
                     shared = (0, 2) if mcast == MCAST["a"] else (1, 2)   # (m0, g) or (n0, g)
                     assert [u[i] for i in shared] == [v[i] for i in shared] and u != v, case
+
+
+WHOLE, FINALISE, PARTIAL = 0, 1, 2
+
+
+def test_stream_k_splits_the_last_waves_in_equal_k_ranges(scheduler):
+    """Dense stream-K (gemm_tiles.sk_tiles tiles shared out): every tile's K blocks are covered
+    exactly once; a split tile has one finaliser (its K block 0, its CTA's last unit) whose
+    peers are the next CTAs, each holding one partial piece of it as its first shared unit;
+    every CTA gets the same number of whole tiles and K blocks within one of each other."""
+    from kdsl.passes import gemm_tiles
+    rng = random.Random(20261125)
+    cases = []
+    while len(cases) < 80:
+        bm, bn = rng.choice([64, 128, 256]), rng.choice([48, 160])
+        M, N, grid, nk = rng.randint(1, 30 * bm), rng.randint(1, 20 * bn), rng.choice([1, 2, 3, 7, 16, 132]), \
+            rng.choice([1, 2, 3, 5, 56])
+        tiles = -(-M // bm) * -(-N // bn)
+        sk = gemm_tiles.sk_tiles(tiles, grid)
+        if sk:
+            cases.append((0, bm, bn, 0, M, N, 1, rng.choice([1, 3, 8]), grid, [], sk, nk))
+    for case, ctas in zip(cases, scheduler(cases)):
+        _, bm, bn, _, M, N, _, _, grid, _, sk, nk = case
+        tiles = -(-M // bm) * -(-N // bn)
+        assert (tiles - sk) % grid == 0 and sk * nk >= grid, case
+        pieces = {}
+        for c, units in enumerate(ctas):
+            for i, (m0, n0, g, full, kb0, kb1, part, peers) in enumerate(units):
+                assert 0 <= kb0 < kb1 <= nk and full == 1 and g == 0, case
+                pieces.setdefault((m0, n0), []).append((kb0, kb1, part, peers, c, i))
+        assert len(pieces) == tiles, case
+        for tile, ps in pieces.items():
+            ps.sort()
+            assert [p[:2] for p in ps] == list(zip([0] + [p[1] for p in ps[:-1]], [p[1] for p in ps])), case
+            assert ps[-1][1] == nk, case
+            if len(ps) == 1:
+                assert ps[0][2] == WHOLE, case
+                continue
+            (_, _, part, peers, c, i), rest = ps[0], ps[1:]
+            assert part == FINALISE and peers == len(rest) and i == len(ctas[c]) - 1, case
+            assert [p[4] for p in rest] == list(range(c + 1, c + 1 + peers)), case
+            assert all(p[2] == PARTIAL for p in rest), case
+        spans = [sum(u[5] - u[4] for u in units) for units in ctas]
+        assert max(spans) - min(spans) <= 1, case
+        for units in ctas:  # a CTA's partial piece is its first shared unit
+            firsts = [i for i, u in enumerate(units) if u[6] == PARTIAL]
+            assert len(firsts) <= 1, case
+            if firsts:
+                assert all(u[4:6] == (0, nk) and u[6] == WHOLE for u in units[:firsts[0]]), case

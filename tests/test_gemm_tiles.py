@@ -39,7 +39,12 @@ def _legal(p: Problem, c: dict, sms: int):
 
 
 def _efficiency(p: Problem, c: dict, sms: int) -> float:
+    """Busy share of the SMs: whole waves, or under stream-K an even share of every tile's K
+    blocks (the last waves' tiles split across the CTAs)."""
     _, _, blocks = tiles_of(p, c["tile_m"], c["tile_n"])
+    if c.get("stream_k"):
+        assert gemm_tiles.stream_k_fits(p, c["tile_m"], c["tile_n"], c["cluster"], sms)
+        return 1.0
     return blocks / (-(-blocks // sms) * sms)
 
 
@@ -70,8 +75,9 @@ def test_tensor_core_waves_decide_between_tiles_of_equal_traffic():
     """Measured on the H100 (2026-11-24, in turns): 4096x2112x7168 ran 9 % faster as 256x64
     (528 tiles, 4 full waves) than as the traffic model's 256x96 (2.67 waves); 256x128 stays
     the tile of 4096x4096x7168, and 4096x1536x7168 keeps 128x128 (1.19x faster than 256x64,
-    which has the same tile count)."""
-    pick = lambda m, n, k: (lambda c: (c["tile_m"], c["tile_n"]))(choose(Problem(m, n, k, 1, "dense", 2), 132, SMEM))
+    which has the same tile count). Whole waves only: stream-K (below) changes what pays."""
+    pick = lambda m, n, k: (lambda c: (c["tile_m"], c["tile_n"]))(
+        choose(Problem(m, n, k, 1, "dense", 2), 132, SMEM, {"stream_k": False}))
     assert pick(4096, 2112, 7168) == (256, 64)
     assert pick(4096, 4096, 7168) == (256, 128)
     assert pick(4096, 1536, 7168) == (128, 128)
@@ -101,7 +107,27 @@ def test_random_problems_get_legal_tiles():
 
 def test_the_choice_follows_the_sm_count():
     p = Problem(4096, 2112, 7168, 1, "dense", 2)  # few waves: the SM count matters
-    assert any(choose(p, 132, SMEM) != choose(p, sms, SMEM) for sms in (114, 78, 66))
+    whole = {"stream_k": False}
+    assert any(choose(p, 132, SMEM, whole) != choose(p, sms, SMEM, whole) for sms in (114, 78, 66))
+
+
+def test_stream_k_only_where_the_last_wave_is_partial():
+    """Dense, no cluster, more tiles than SMs and a partial last wave; the tiles it shares out
+    leave the rest a whole number of waves and give every CTA at least one K block."""
+    for sms in (132, 114, 78):
+        for m, n, k in SUITE:
+            p = Problem(m, n, k, 1, "dense", 2)
+            c = choose(p, sms, SMEM)
+            blocks = tiles_of(p, c["tile_m"], c["tile_n"])[2]
+            if c["stream_k"]:
+                sk = gemm_tiles.sk_tiles(blocks, sms)
+                assert c["cluster"] == 1 and blocks > sms and blocks % sms
+                assert sk >= sms and (blocks - sk) % sms == 0, (m, n, k, c)
+    for p in (Problem(32768, 4096, 7168, 4, "contiguous", 2), Problem(256, 4096, 7168, 4, "masked", 2),
+              Problem(4096, 4224, 7168, 1, "dense", 2)):  # 4224 / 128 = 33 N tiles: 16 x 33 = 528 = 4 waves
+        assert not choose(p, 132, SMEM)["stream_k"], p
+    with pytest.raises(KdslError, match="stream_k needs a dense GEMM"):
+        choose(Problem(256, 4096, 7168, 4, "masked", 2), 132, SMEM, {"stream_k": True})
 
 
 def test_fixed_attrs_are_kept_and_the_rest_is_chosen_around_them():

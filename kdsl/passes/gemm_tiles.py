@@ -29,7 +29,7 @@ BLOCK_N = tuple(n for n in range(16, 193, 16) if n - math.gcd(n, 128) <= 128)
 MAX_STAGES = 8
 MULTICAST = ("none", "a", "b")
 STORES = ("tma", "rows")
-CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", "store")
+CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", "store", "stream_k")
 # The problem a kernel's tiles are chosen for when no call has said (kdsl compile, prebuilds):
 # the shapes `kdsl bench FILE.kd` times. (M, N, K, G).
 DEFAULT_SHAPES = {"dense": (4096, 7168, 16384, 1), "contiguous": (32768, 4096, 7168, 4),
@@ -56,10 +56,10 @@ def threads(bm: int) -> int:
 
 
 def smem_bytes(bm: int, bn: int, stages: int, out_bytes: int, tma_store: bool) -> int:
-    """fp8_gemm_wgmma.cuh's Fp8Config::kSmemBytes: per stage the A and B tiles, A's scales and
-    16 bytes each of B's scales and the published unit, two mbarriers; once the staging tile
-    of the TMA store; + 1024 to realign to the 128-byte swizzle's 1024-byte period."""
-    per_stage = (bm + bn) * 128 + bm * 4 + 16 + 16 + 16
+    """fp8_gemm_wgmma.cuh's Fp8Config::kSmemBytes: per stage the A and B tiles, A's scales,
+    16 bytes of B's scales, 32 of the published unit, two mbarriers; once the staging tile of
+    the TMA store; + 1024 to realign to the 128-byte swizzle's 1024-byte period."""
+    per_stage = (bm + bn) * 128 + bm * 4 + 16 + 32 + 16
     return 1024 + stages * per_stage + (bm * bn * out_bytes if tma_store else 0)
 
 
@@ -93,9 +93,52 @@ def passes_of(p: Problem, bm: int, bn: int) -> float:
     return blocks + min(p.G - 1, num_m) * (1 - 128 / bm) * num_n
 
 
-def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int) -> float:
+# Stream-K (dense, no cluster; fp8_gemm_sched.cuh): the last full wave and the partial one
+# are shared out in equal K ranges, so the tiles take (blocks - sk) / sms whole waves and
+# sk / sms waves of pieces. A piece costs more than its share of a tile: a pipeline refilled
+# and partial totals written and read back (weighs more as K shrinks), and the CTAs no longer
+# walk K in step, so concurrent tiles stop sharing their A and B blocks in L2 (weighs most
+# when A and B outgrow L2). Fitted to H100 measurements (2026-11-25, tools/dev/fp8_forms.py,
+# stream-K on and off in turns): pieces ran 1.2x their share at 4096x4096x7168 and
+# 4096x2112x7168, 1.6x at 4096x24576x1536, 2.9x at 4096x32768x512, 1.9x at 4096x7168x16384
+# (176 MB of operands). Only 4096x2112x7168 gained (256x128 in 2.06 waves beat 256x64's four
+# full waves by 9 %); the others lost 3-17 % and keep whole waves.
+SK_PIECE_COST = 1.2
+SK_SMALL_K_COST = 0.6 * 1024  # / K
+SK_L2_MISS_COST = 0.7
+L2_BYTES = 50 * 2**20  # H100
+
+
+def sk_piece_cost(p: Problem) -> float:
+    cost = SK_PIECE_COST + SK_SMALL_K_COST / p.K
+    if (p.M + p.N) * p.K > L2_BYTES:
+        cost += SK_L2_MISS_COST
+    return cost
+
+
+def stream_k_fits(p: Problem, bm: int, bn: int, cluster: int, sms: int) -> bool:
+    """Stream-K applies to dense problems without a cluster that have more tiles than SMs and
+    a last wave that is not full."""
+    blocks = tiles_of(p, bm, bn)[2]
+    return p.grouping == "dense" and cluster == 1 and blocks > sms and blocks % sms != 0
+
+
+def sk_tiles(blocks: int, ctas: int) -> int:
+    """Tiles stream-K shares out: the last full wave and the partial one (so at least `ctas`
+    of them: every CTA's range then holds at least one K block), or every tile when there are
+    fewer than two waves; 0 when the waves are full."""
+    if blocks <= ctas or blocks % ctas == 0:
+        return 0
+    return blocks - (blocks // ctas - 1) * ctas
+
+
+def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: bool = False) -> float:
     blocks = passes_of(p, bm, bn)
-    waves = -(-blocks // sms)
+    if stream_k:
+        sk = sk_tiles(blocks, sms)
+        waves = (blocks - sk) / sms + sk / sms * sk_piece_cost(p)
+    else:
+        waves = -(-blocks // sms)
     l2_bw = min(64.0 * sms, 8e6 / 1.3e3)  # bytes per cycle
     l1_bw = 128.0 * sms
     k = p.K
@@ -174,16 +217,18 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
                     stages = fixed.get("stages") or min(MAX_STAGES, (smem_limit - smem_bytes(bm, bn, 0, p.out_bytes, tma))
                                                          // (smem_bytes(bm, bn, 1, p.out_bytes, tma) -
                                                              smem_bytes(bm, bn, 0, p.out_bytes, tma)))
-                    cfg = {"tile_m": bm, "tile_n": bn, "stages": stages, "cluster": cluster, "multicast": multicast,
-                           "raster": fixed.get("raster") or raster_for(bm, bn, multicast, sms),
-                           "store": "tma" if tma else "rows"}
-                    if any(cfg[a] != v for a, v in fixed.items()):
-                        continue
-                    reason = _illegal(p, cfg, num_m, num_n, sms, smem_limit, explicit="stages" in fixed)
-                    if reason:
-                        why.append(reason)
-                        continue
-                    out.append(cfg)
+                    for stream_k in (False, True):
+                        cfg = {"tile_m": bm, "tile_n": bn, "stages": stages, "cluster": cluster,
+                               "multicast": multicast, "raster": fixed.get("raster") or raster_for(bm, bn, multicast, sms),
+                               "store": "tma" if tma else "rows", "stream_k": stream_k}
+                        if any(cfg[a] != v for a, v in fixed.items()):
+                            continue
+                        reason = _illegal(p, cfg, num_m, num_n, sms, smem_limit, explicit="stages" in fixed)
+                        if reason:
+                            if not stream_k or fixed.get("stream_k"):  # (the reason for a tile, not for stream-K)
+                                why.append(reason)
+                            continue
+                        out.append(cfg)
     return out, (why[-1] if why else "")
 
 
@@ -199,6 +244,9 @@ def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: 
         return f"tile {bm}x{bn} with {st} stages needs more than {smem_limit} bytes of shared memory"
     if st < 2 or (not explicit and (st < 3 or (bm * bn < 128 * 192 and st < 4))):
         return f"tile {bm}x{bn} leaves room for {st} stages only"
+    if c["stream_k"] and not stream_k_fits(p, bm, bn, c["cluster"], sms):
+        return ("stream_k needs a dense GEMM without a cluster whose tiles make more than one wave, the last "
+                f"not full (here {tiles_of(p, bm, bn)[2]} tiles on {sms} SMs)")
     if c["raster"] < 1 or (c["cluster"] == 2 and c["raster"] % 2):
         return f"raster = {c['raster']} must be a positive (with a cluster, even) number of tiles"
     if c["cluster"] == 2:
@@ -220,11 +268,12 @@ def choose(p: Problem, sms: int, smem_limit: int, fixed: dict | None = None) -> 
         given = ", ".join(f"{a} = {v!r}" for a, v in fixed.items())
         raise KdslError(f"no FP8 GEMM tiling agrees with {given or 'the kernel'} for M={p.M} N={p.N} K={p.K} "
                         f"G={p.G}: {why}")
-    return min(found, key=lambda c: cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms))
+    return min(found, key=lambda c: cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms, c["stream_k"]))
 
 
 def _validate_fixed(fixed: dict) -> None:
-    allowed = {"tile_m": BLOCK_M, "tile_n": BLOCK_N, "cluster": (1, 2), "multicast": MULTICAST, "store": STORES}
+    allowed = {"tile_m": BLOCK_M, "tile_n": BLOCK_N, "cluster": (1, 2), "multicast": MULTICAST, "store": STORES,
+               "stream_k": (False, True)}
     for a, v in fixed.items():
         if a in allowed and v not in allowed[a]:
             raise KdslError(f"FP8 GEMM attr {a} = {v!r} is not supported; choose one of "

@@ -4,9 +4,11 @@ what it shares with attention: KernelBase, Loaded, Plan)."""
 from __future__ import annotations
 
 import math
+import threading
 
 from .. import ir
 from ..errors import KdslError, LaunchError
+from ..passes import gemm_tiles
 from . import arrays, geometry, torch_ops
 from .driver import ArgPack, max_active_clusters
 from .launch import KernelBase, Loaded, Plan, _align, _ptr, _signature, _sm_count
@@ -33,7 +35,7 @@ class GemmKernel(KernelBase):
 
     def with_attrs(self, **attrs) -> "GemmKernel":
         """The same kernel with schedule attrs fixed (tiling.SCHEDULE_ATTRS["gemm"]: tile_m, tile_n,
-        stages, cluster, multicast, raster, store; see passes/gemm_tiles.py): the tiling pass then
+        stages, cluster, multicast, raster, store, stream_k; see passes/gemm_tiles.py): the tiling pass then
         chooses only among configurations that agree with them, and refuses a call where none does."""
         from ..passes import tiling
         legal = tiling.SCHEDULE_ATTRS["gemm"]
@@ -68,7 +70,10 @@ class GemmKernel(KernelBase):
         # Tensor maps first (a, b, then out where stores go through TMA), then the kernel's
         # pointer parameters: a_scale, b_scale, out, group, count.
         head = [pa, pb, pout] if len(plan.maps) == 3 else [pa, pb]
-        plan.launch(head + [psa, psb, pout, *grouped])
+        if plan.sk_tiles:
+            plan.launch(head + [psa, psb, pout, *grouped, *_sk_workspace(plan)])
+        else:
+            plan.launch(head + [psa, psb, pout, *grouped])
         return out
 
     def _extra(self, rest, named):
@@ -146,22 +151,28 @@ class GemmKernel(KernelBase):
         bm, bn, mcast, cluster = lk.attr("tile_m"), lk.attr("tile_n"), lk.attr("multicast"), lk.attr("cluster")
         geometry.gemm_index_limits(M, N, K, G, bm, bn, masked, self.name)
         tiles = -(-M // bm) * -(-N // bn) * (G if masked else 1)
+        grid = geometry.gemm_grid(tiles, sms, cluster)
+        # stream-K's flags are sized for 1024 CTAs (_SK_FLAG_BYTES)
+        sk = gemm_tiles.sk_tiles(tiles, grid[0]) if lk.attr("stream_k") and grid[0] <= 1024 else 0
         # Parameter order: ta tb td (tensor maps), sa sb out group count (pointers, per call),
-        # M N K G raster.
-        pack = ArgPack(["tmap"] * 3 + ["ptr"] * 5 + ["i32"] * 5, [None] * 8 + [M, N, K, G, lk.attr("raster")],
-                       [3, 4, 5, 6, 7])
+        # M N K G raster sk_tiles, sk_partials sk_flags (pointers, per call: the stream's
+        # workspace, or null while a CUDA graph is captured).
+        pack = ArgPack(["tmap"] * 3 + ["ptr"] * 5 + ["i32"] * 6 + ["ptr"] * 2,
+                       [None] * 8 + [M, N, K, G, lk.attr("raster"), sk, None, None],
+                       [3, 4, 5, 6, 7] + ([14, 15] if sk else []))
         from .tma import TensorMap
         specs = geometry.gemm_tensor_maps(M, N, K, G, self.grouping, arrays.itemsize(out_dtype),
                                           {"tile_m": bm, "tile_n": bn, "multicast": mcast, "store": lk.attr("store")})
         maps = [TensorMap(slot, *spec) for slot, spec in zip(pack.slots, specs)]
         tma_store = len(maps) == 3
-        grid, block = geometry.gemm_grid(tiles, sms, cluster), (lk.attr("threads"), 1, 1)
+        block = (lk.attr("threads"), 1, 1)
         if cluster > 1:  # never more CTAs than can be resident: the rest would be a second wave
             resident = cluster * max_active_clusters(loaded.fn_ptr, grid, block, loaded.smem)
             grid = geometry.gemm_grid(tiles, min(sms, resident), cluster)
         return Plan(loaded, grid, block, pack, ia.framework,
                     device, out_shape, out_dtype, maps=tuple(maps),
-                    out_align=16 if tma_store else (8 if out_dtype == "f32" else 4))
+                    out_align=16 if tma_store else (8 if out_dtype == "f32" else 4),
+                    sk_tiles=sk, sk_bytes=grid[0] * bm * bn * 4)
 
     def _load_shape(self, kernel: ir.Kernel, device: int):
         """The build for this kernel's tile configuration, loaded once per configuration."""
@@ -175,6 +186,46 @@ class GemmKernel(KernelBase):
             self._loaded[key] = (built, Loaded(built.compiled.cubin, built.generated.entry,
                                                built.kernel.attr("smem_bytes")))
         return self._loaded[key]
+
+
+# Stream-K workspaces, one per (device, stream), so that launches on concurrent streams never
+# share one: per CTA a slot of fp32 partial totals and two flags. The flags start at zero and
+# the kernel lowers every one it raised, so a launch needs no memset. A workspace outgrown by
+# a larger tile is replaced and the old one kept (a launch still queued may use it).
+_SK_SPACES: dict = {}
+_SK_KEPT: list = []
+_SK_LOCK = threading.Lock()
+_SK_FLAG_BYTES = 4 * 2 * 1024  # two flags for each of up to 1024 CTAs
+
+
+def _sk_workspace(plan) -> tuple[int, int]:
+    """(partials, flags) pointers of the call's stream; (0, 0) while the stream is captured
+    into a CUDA graph (a graph keeps the workspace of the stream it was captured on, and two
+    graphs may replay at once on different streams): the kernel then gives every tile out whole."""
+    try:
+        if plan.capturing():
+            return 0, 0
+    except RuntimeError:  # the framework could not say: whole tiles are right either way
+        return 0, 0
+    key = (plan.device, plan.current_stream())
+    space = _SK_SPACES.get(key)
+    if space is None or space[2] < plan.sk_bytes:
+        with _SK_LOCK:
+            space = _SK_SPACES.get(key)
+            if space is None or space[2] < plan.sk_bytes:
+                space = _SK_SPACES[key] = _allocate_sk(plan.device, plan.sk_bytes)
+                _SK_KEPT.append(space)
+    return space[0], space[1]
+
+
+def _allocate_sk(device: int, nbytes: int):
+    import cupy
+    with cupy.cuda.Device(device):
+        mem = cupy.cuda.alloc(nbytes + _SK_FLAG_BYTES)
+        flags = mem.ptr + nbytes
+        cupy.cuda.runtime.memset(flags, 0, _SK_FLAG_BYTES)
+        cupy.cuda.runtime.deviceSynchronize()
+    return mem.ptr, flags, nbytes, mem
 
 
 def _call_key(a, sa, b, sb, extra, out):

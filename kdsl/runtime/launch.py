@@ -108,6 +108,8 @@ class Plan:
     stream_arg: int | None = None  # the streamed capture (passes/streaming.py): its pointer must be
                                    # 16-byte aligned for its tensor map
     summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one
+    sk_tiles: int = 0  # FP8 GEMM: tiles shared out by stream-K, and its workspace's partials' bytes
+    sk_bytes: int = 0
     combine: CombineLaunch | None = None  # split-KV's second kernel (runtime/splitkv.py)
     keep_alive: tuple = ()  # CuPy arrays only: this call's scratch buffers, freed when the next
                             # call replaces them, after the kernels that read them in stream order

@@ -1,7 +1,8 @@
 // Runs kdsl/fp8_gemm_sched.cuh on the host (see kdsl/hopper.cuh beside this file). Reads
 // cases from stdin, one per line:
-//   KIND BM BN MCAST M N G RASTER GRID  then M group ids (KIND 1) or G counts (KIND 2)
-// and prints, per case, one line per CTA: the units it is given, as "m0,n0,g,full" items.
+//   KIND BM BN MCAST M N G RASTER GRID SK_TILES NK  then M group ids (KIND 1) or G counts (KIND 2)
+// and prints, per case, one line per CTA: the units it is given, as
+// "m0,n0,g,full,kb0,kb1,part,peers" items (K = 128 * NK).
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -10,7 +11,8 @@
 
 template <int BM_, int BN_, int KIND_, int MCAST_>
 struct Cfg {
-  static constexpr int BM = BM_, BN = BN_, KIND = KIND_, MCAST = MCAST_;
+  static constexpr int BM = BM_, BN = BN_, KIND = KIND_, MCAST = MCAST_, CLUSTER = MCAST_ ? 2 : 1;
+  static constexpr bool STREAM_K = KIND_ == 0 && MCAST_ == 0;
 };
 
 template <class C>
@@ -31,7 +33,8 @@ void run(kdsl::Fp8GemmArgs& p, int grid) {
           if (lane == 0) units.push_back(u);
       });
     for (auto& t : lanes) t.join();
-    for (const auto& u : units) std::printf("%d,%d,%d,%d ", u.m0, u.n0, u.g, u.full);
+    for (const auto& u : units)
+      std::printf("%d,%d,%d,%d,%d,%d,%d,%d ", u.m0, u.n0, u.g, u.full, u.kb0, u.kb1, u.part, u.peers);
     std::printf("\n");
   }
 }
@@ -61,13 +64,15 @@ bool dispatch_bn(int bn, int kind, int mcast, kdsl::Fp8GemmArgs& p, int grid) {
 }
 
 int main() {
-  int kind, bm, bn, mcast, M, N, G, raster, grid;
-  while (std::scanf("%d %d %d %d %d %d %d %d %d", &kind, &bm, &bn, &mcast, &M, &N, &G, &raster, &grid) == 9) {
+  int kind, bm, bn, mcast, M, N, G, raster, grid, sk, nk;
+  static float partials;  // stream-K runs only with a workspace; the scheduler never touches it
+  while (std::scanf("%d %d %d %d %d %d %d %d %d %d %d", &kind, &bm, &bn, &mcast, &M, &N, &G, &raster, &grid, &sk,
+                    &nk) == 11) {
     std::vector<int> ids(kind == 1 ? M : (kind == 2 ? G : 0));
     for (int& x : ids)
       if (std::scanf("%d", &x) != 1) return 2;
     kdsl::Fp8GemmArgs p{nullptr, nullptr, nullptr, kind == 1 ? ids.data() : nullptr, kind == 2 ? ids.data() : nullptr,
-                        M, N, 128, G, raster};
+                        M, N, 128 * nk, G, raster, sk, sk ? &partials : nullptr, nullptr};
     bool ok = bm == 64 ? dispatch_bn<64>(bn, kind, mcast, p, grid)
             : bm == 128 ? dispatch_bn<128>(bn, kind, mcast, p, grid)
                         : dispatch_bn<256>(bn, kind, mcast, p, grid);

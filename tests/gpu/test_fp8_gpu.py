@@ -169,19 +169,48 @@ def test_grouped_accumulate_into_partial_tiles(name, cfg):
         _judge(fn, GemmCase(m, n, k, g, seed=i))
 
 
-def test_capturable_in_cuda_graph():
+# (M, N, K, attrs): more tiles than the H100's 132 SMs and a partial last wave, so that
+# stream-K splits tiles; ragged M and N, one to ten K blocks, every tile height.
+STREAM_K_CASES = [(2048, 2200, 256, {"tile_m": 256, "tile_n": 64, "stages": 3}), (2000, 1500, 1280, {"tile_m": 128, "tile_n": 128}),
+                  (1000, 1000, 384, {"tile_m": 64, "tile_n": 48}), (4096, 2112, 1024, {}), (1999, 1501, 128, {"tile_m": 128})]
+
+
+@pytest.mark.parametrize("name", ["fp8_gemm", "fp8_gemm_accumulate"])
+def test_stream_k_splits_tiles_correctly(name):
+    """Tiles of the last waves split in K across CTAs, their partial totals added by the CTA
+    holding K block 0: judged like any call (bitwise equal over two runs), then called again
+    and again with the flags the finalisers lowered."""
     torch = pytest.importorskip("torch")
-    fn = _mod("fp8_gemm").fp8_gemm
-    a, sa = fp8.quantize_1x128(torch.randn(300, 1024, device="cuda"))
-    b, sb = fp8.quantize_128x128(torch.randn(2112, 1024, device="cuda"))
-    out = torch.empty(300, 2112, device="cuda", dtype=torch.bfloat16)
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the cases are sized for 132 SMs")
+    base = getattr(_mod(name), name)
+    for i, (m, n, k, cfg) in enumerate(STREAM_K_CASES):
+        fn = base.with_attrs(stream_k=True, cluster=1, **cfg)
+        _judge(fn, GemmCase(m, n, k, seed=i))
+    fn = _mod("fp8_gemm").fp8_gemm.with_attrs(stream_k=True, cluster=1, tile_m=128, tile_n=128)
+    a, sa = fp8.quantize_1x128(torch.randn(2000, 1280, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(1500, 1280, device="cuda"))
+    first = fn(a, sa, b, sb)
+    assert next(iter(fn._plans.values())).sk_tiles > 0
+    for _ in range(20):
+        assert torch.equal(fn(a, sa, b, sb), first)
+
+
+@pytest.mark.parametrize("m,n,cfg", [(300, 2112, {}),  # stream-K's plan: whole tiles while captured
+                                     (2000, 1500, {"stream_k": True, "cluster": 1, "tile_m": 128, "tile_n": 128})])
+def test_capturable_in_cuda_graph(m, n, cfg):
+    torch = pytest.importorskip("torch")
+    fn = _mod("fp8_gemm").fp8_gemm.with_attrs(**cfg)
+    a, sa = fp8.quantize_1x128(torch.randn(m, 1024, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(n, 1024, device="cuda"))
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     fn(a, sa, b, sb, out=out)  # compile and plan outside the capture
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn(a, sa, b, sb, out=out)
     out.fill_(float("nan"))
-    a2, sa2 = fp8.quantize_1x128(torch.randn(300, 1024, device="cuda"))
+    a2, sa2 = fp8.quantize_1x128(torch.randn(m, 1024, device="cuda"))
     a.copy_(a2)  # new inputs, same buffers
     sa.copy_(sa2)
     g.replay()

@@ -142,7 +142,8 @@ def main() -> None:
         FORMS[name] = [d for d in defines.split(",") if d]
         VARIANTS.append((name, {}))
     for spec in filter(None, args.variants.split(";")):
-        VARIANTS.append(("now", {k: int(v) if v.isdigit() else v for k, v in (kv.split("=") for kv in spec.split(","))}))
+        VARIANTS.append(("now", {k: int(v) if v.isdigit() else {"true": True, "false": False}.get(v, v)
+                                 for k, v in (kv.split("=") for kv in spec.split(","))}))
     if args.compile_only:
         compile_only(args.only)
     else:

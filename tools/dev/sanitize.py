@@ -73,5 +73,11 @@ for f in files:
                     except kdsl.KdslError:  # this configuration cannot pair the shape's tiles
                         continue
                     n += 1
+            if g == "dense":  # stream-K: more tiles than SMs (132), tiles split over CTAs
+                a, sa = fp8.quantize_1x128(torch.randn(2000, 384, device="cuda"))
+                b, sb = fp8.quantize_128x128(torch.randn(1500, 384, device="cuda"))
+                out = torch.zeros(2000, 1500, device="cuda") if kir.attr("accumulate") else None
+                fn.with_attrs(stream_k=True, cluster=1, tile_m=128, tile_n=128)(a, sa, b, sb, out=out)
+                n += 1
 torch.cuda.synchronize()
 print(f"sanitize workload: {n} launches ok")

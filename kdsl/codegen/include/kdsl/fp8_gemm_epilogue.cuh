@@ -107,14 +107,19 @@ struct Fp8Epilogue {
     const bool leader = warp == 0 && lane == 0;
     if (leader) bulk_wait_read<0>();
     named_barrier(1 + wg, 128);
+    // Under stream-K the fragment's offsets are computed here, per unit: left to itself the
+    // compiler hoists them out of the persistent loop, and with the K loop's registers all
+    // taken it keeps them in local memory (the 256x128 tile spilled 80 bytes so, 2026-11-25).
+    int t = (warp << 5) | lane;
+    if (C::STREAM_K) asm volatile("" : "+r"(t));
 #pragma unroll
     for (int v = 0; v < kWaves; ++v) {
 #pragma unroll
       for (int j = 0; j < kFrag / 4; ++j) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int row = wave_row(v) + warp * 16 + (lane >> 2) + 8 * h;
-          const int byte = (8 * j + 2 * (lane & 3)) * kElem;  // column byte in the tile row
+          const int row = wave_row(v) + (t >> 5) * 16 + ((t & 31) >> 2) + 8 * h;
+          const int byte = (8 * j + 2 * (t & 3)) * kElem;  // column byte in the tile row
           const u32 off = tile_offset(row, byte);
           const float x = total[v][4 * j + 2 * h], y = total[v][4 * j + 2 * h + 1];
           if (C::OUT_F32) {
@@ -211,6 +216,52 @@ struct Fp8Epilogue {
                                              even_n, c + 1 < p.N);
         }
       }
+    }
+  }
+
+  // Stream-K. A piece of a tile that is not its K block 0's leaves this warpgroup's totals in
+  // its CTA's slot, 16 bytes a thread in thread-major order (each warp store is 512
+  // contiguous bytes), and raises its flag; the finaliser, the CTA holding K block 0, adds the
+  // slots of the CTAs after it that hold pieces, lowering their flags for the next launch.
+  KDSL_DEVICE float4* sk_slot(int cta) const {
+    return reinterpret_cast<float4*>(p.sk_partials + (i64)cta * BM * BN) + wg * (kWaves * kFrag / 4) * 128;
+  }
+  KDSL_DEVICE int* sk_flag(int cta) const { return p.sk_flags + cta * C::kMathWG + wg; }
+
+  KDSL_DEVICE void leave_partial(const float (&total)[kWaves][kFrag]) const {
+    const int tid = warp * 32 + lane;
+    float4* slot = sk_slot(blockIdx.x);
+#pragma unroll
+    for (int v = 0; v < kWaves; ++v)
+#pragma unroll
+      for (int q = 0; q < kFrag / 4; ++q)
+        slot[(v * kFrag / 4 + q) * 128 + tid] =
+            make_float4(total[v][4 * q], total[v][4 * q + 1], total[v][4 * q + 2], total[v][4 * q + 3]);
+    __threadfence();  // each thread's slot writes before the flag, seen from any SM
+    named_barrier(1 + wg, 128);
+    if (tid == 0) st_release_gpu(sk_flag(blockIdx.x), 1);
+  }
+
+  KDSL_DEVICE void add_partials(const Fp8Unit& u, float (&total)[kWaves][kFrag]) const {
+    const int tid = warp * 32 + lane;
+    for (int c = blockIdx.x + 1; c <= (int)blockIdx.x + u.peers; ++c) {
+      if (tid == 0) {
+        while (ld_acquire_gpu(sk_flag(c)) == 0) {
+        }
+        st_relaxed_gpu(sk_flag(c), 0);  // CTA c leaves no other partial in this launch
+      }
+      named_barrier(1 + wg, 128);
+      const float4* slot = sk_slot(c);
+#pragma unroll
+      for (int v = 0; v < kWaves; ++v)
+#pragma unroll
+        for (int q = 0; q < kFrag / 4; ++q) {
+          const float4 x = __ldcg(slot + (v * kFrag / 4 + q) * 128 + tid);  // from L2: written by another SM
+          total[v][4 * q] += x.x;
+          total[v][4 * q + 1] += x.y;
+          total[v][4 * q + 2] += x.z;
+          total[v][4 * q + 3] += x.w;
+        }
     }
   }
 

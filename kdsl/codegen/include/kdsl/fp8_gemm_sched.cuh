@@ -15,6 +15,15 @@
 // (MCAST_B: groups along M). The tiling pass only picks a cluster when the paired axis has
 // an even tile count, so every pair shares it and both CTAs see the same units, in step.
 //
+// Stream-K (C::STREAM_K: KIND 0, no cluster; sk_tiles > 0): the last sk_tiles tiles of the linear order are
+// not given out whole. Their (tile, K block) iterations, sk_tiles * nk of them, are cut into
+// gridDim.x equal ranges, CTA c taking range c after its whole tiles (the host makes the
+// whole tiles a multiple of the grid, so every CTA gets there together). A range covers the
+// end of one tile, whole tiles, the start of another: units with a K block range [kb0, kb1).
+// The unit holding a tile's K block 0 finalises it (it comes last in its CTA's range, so
+// last in time): it adds the fp32 partial totals the other pieces' CTAs left (each CTA holds
+// at most one such piece, its first, so one workspace slot a CTA) and stores the tile.
+//
 // Kinds: 0 dense: the num_m x num_n tiles. 1 grouped contiguous: the same tiles; each makes
 // one pass per group id present among its rows (ids outside [0, G) are padding), in
 // increasing order. 2 grouped masked: the tiles of group 0 (ceil(rows_0 / BM) x num_n, rows_g
@@ -32,10 +41,19 @@ struct Fp8GemmArgs {
   const int* count;    // KIND 2: valid rows per group, else nullptr
   int M, N, K, G;      // KIND 2: M is rows per group (Mmax); G = 1 for dense
   int raster;          // tiles per rasterisation group (even when clustered)
+  int sk_tiles;        // tiles shared out by stream-K (KIND 0), 0: none
+  float* sk_partials;  // stream-K: per CTA a slot of BM x BN fp32 partial totals
+  int* sk_flags;       // stream-K: per CTA and math warpgroup, 1 while its slot holds a partial
 };
+
+// What a piece of a tile's K range does at its end.
+enum { kWhole = 0, kFinalise = 1, kPartial = 2 };
 
 struct Fp8Unit {
   int m0, n0, g, full;  // m0 < 0: no more work
+  int kb0, kb1;         // K blocks [kb0, kb1) of the tile (all of them but under stream-K)
+  int part;             // kWhole, kFinalise (kb0 == 0: add the partials of CTAs c+1 .. c+peers,
+  int peers;            // then store), kPartial (leave the totals in this CTA's slot)
 };
 
 enum { kMcastNone = 0, kMcastA = 1, kMcastB = 2 };
@@ -68,6 +86,7 @@ struct Fp8Scheduler {
   int ids[kIdsPerLane > 0 ? kIdsPerLane : 1];
   // KIND 2: the group holding linear tile t, its first linear tile and its rows
   int grp, grp_first, grp_rows;
+  i64 sk_it = -1, sk_end = 0;  // stream-K: this CTA's next iteration and its range's end
 
   KDSL_DEVICE explicit Fp8Scheduler(const Fp8GemmArgs& args) : p(args) {
     num_m = (p.M + BM - 1) / BM;
@@ -97,11 +116,54 @@ struct Fp8Scheduler {
   KDSL_DEVICE bool next(Fp8Unit& u) {
     if (C::KIND == 1) return next_contiguous(u);
     if (C::KIND == 2) return next_masked(u);
-    if (t >= num_m * num_n) return false;
+    const int whole = num_m * num_n - sk_tiles();
+    if (t < whole) {
+      int mt, nt;
+      raster(t, num_m, mt, nt);
+      t += gridDim.x;
+      u = Fp8Unit{mt * BM, nt * BN, 0, 1, 0, p.K / 128, kWhole, 0};  // TMA stores clip rows >= M, columns >= N
+      return true;
+    }
+    return sk_tiles() > 0 && next_stream_k(u, whole);
+  }
+
+  // Tiles shared out by stream-K: none without a workspace (the host passes none while a CUDA
+  // graph is captured) or in a cluster.
+  KDSL_DEVICE int sk_tiles() const { return C::STREAM_K && p.sk_partials != nullptr ? p.sk_tiles : 0; }
+
+  // Stream-K iterations: [sk_first(c), sk_first(c + 1)) is CTA c's range. None is empty: the
+  // host gives stream-K at least as many iterations as CTAs (a finaliser waits for every CTA
+  // between it and the owner of its tile's last K block).
+  KDSL_DEVICE i64 sk_first(int c) const { return (i64)sk_tiles() * (p.K / 128) * c / gridDim.x; }
+  // The CTA whose range holds iteration x (ranges may be empty when there are fewer
+  // iterations than CTAs: the last CTA c with sk_first(c) <= x).
+  KDSL_DEVICE int sk_owner(i64 x) const {
+    const i64 total = (i64)sk_tiles() * (p.K / 128);
+    int c = (int)(((x + 1) * gridDim.x - 1) / total);  // sk_first(c) <= x < sk_first(c + 1)
+    while (c + 1 < (int)gridDim.x && sk_first(c + 1) <= x) ++c;
+    while (c > 0 && sk_first(c) > x) --c;
+    return c;
+  }
+
+  KDSL_DEVICE bool next_stream_k(Fp8Unit& u, int whole) {
+    const int nk = p.K / 128;
+    if (sk_it < 0) {
+      sk_it = sk_first(blockIdx.x);
+      sk_end = sk_first(blockIdx.x + 1);
+    }
+    if (sk_it >= sk_end) return false;
+    const int j = (int)(sk_it / nk), kb0 = (int)(sk_it - (i64)j * nk);
+    const int kb1 = (int)(sk_end - (i64)j * nk < nk ? sk_end - (i64)j * nk : nk);
     int mt, nt;
-    raster(t, num_m, mt, nt);
-    t += gridDim.x;
-    u = Fp8Unit{mt * BM, nt * BN, 0, 1};  // TMA stores clip rows >= M and columns >= N
+    raster(whole + j, num_m, mt, nt);
+    u = Fp8Unit{mt * BM, nt * BN, 0, 1, kb0, kb1, kWhole, 0};
+    if (kb0 > 0) {
+      u.part = kPartial;
+    } else if (kb1 < nk) {
+      u.part = kFinalise;
+      u.peers = sk_owner((i64)j * nk + nk - 1) - (int)blockIdx.x;
+    }
+    sk_it += kb1 - kb0;
     return true;
   }
 
@@ -114,7 +176,7 @@ struct Fp8Scheduler {
         raster(t - grp_first, nm, mt, nt);
         t += gridDim.x;
         // rows in [count, M) must stay untouched: a tile reaching past count is written row by row
-        u = Fp8Unit{mt * BM, nt * BN, grp, mt * BM + BM <= grp_rows};
+        u = Fp8Unit{mt * BM, nt * BN, grp, mt * BM + BM <= grp_rows, 0, p.K / 128, kWhole, 0};
         return true;
       }
       grp_first += nm * num_n;
@@ -154,7 +216,7 @@ struct Fp8Scheduler {
 #pragma unroll
       for (int i = 0; i < kIdsPerLane; ++i) mine = mine && (ids[i] == g || pass_m0 + lane + 32 * i >= p.M);
       pass_g = g;
-      u = Fp8Unit{pass_m0, pass_n0, g, __all_sync(0xffffffffu, mine) ? 1 : 0};
+      u = Fp8Unit{pass_m0, pass_n0, g, __all_sync(0xffffffffu, mine) ? 1 : 0, 0, p.K / 128, kWhole, 0};
       return true;
     }
   }

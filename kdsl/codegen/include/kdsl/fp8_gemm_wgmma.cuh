@@ -72,10 +72,13 @@
 namespace kdsl {
 
 template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
-          bool TMA_STORE_>
+          bool TMA_STORE_, bool STREAM_K_ = false>
 struct Fp8Config {
   static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, CLUSTER = CLUSTER_, MCAST = MCAST_, KIND = KIND_;
   static constexpr bool OUT_F32 = OUT_F32_, ACCUM = ACCUM_, TMA_STORE = TMA_STORE_;
+  // Stream-K compiled in (fp8_gemm_sched.cuh; only KIND 0 without a cluster): kernels without
+  // it keep the K loops' constant bounds and the epilogue they had before it.
+  static constexpr bool STREAM_K = STREAM_K_;
   static constexpr int kBK = 128;                      // K per scale block == bytes per tile row
   static constexpr int kMathWG = BM == 64 ? 1 : 2;
   static constexpr int kWaves = BM == 256 ? 2 : 1;     // m64 row blocks per math warpgroup
@@ -85,14 +88,14 @@ struct Fp8Config {
   static constexpr int kOutBytes = OUT_F32 ? 4 : 2;
   static constexpr int kSwD = (BN * kOutBytes) % 128 == 0 ? 128 : ((BN * kOutBytes) % 64 == 0 ? 64 : 32);
   // Shared memory, from a 1024-byte aligned base: A ring, B ring, staging tile, A scales,
-  // B scales (16 bytes a stage), published units (16 bytes a stage), full and empty barriers.
+  // B scales (16 bytes a stage), published units (32 bytes a stage), full and empty barriers.
   static constexpr int kABytes = BM * kBK, kBBytes = BN * kBK, kSABytes = BM * 4;
   static constexpr int kOffB = STAGES * kABytes;
   static constexpr int kOffD = kOffB + STAGES * kBBytes;
   static constexpr int kOffSA = kOffD + (TMA_STORE ? BM * BN * kOutBytes : 0);
   static constexpr int kOffSB = kOffSA + STAGES * kSABytes;
   static constexpr int kOffUnit = kOffSB + STAGES * 16;
-  static constexpr int kOffBar = kOffUnit + STAGES * 16;
+  static constexpr int kOffBar = kOffUnit + STAGES * 32;
   static constexpr int kSmemBytes = 1024 + kOffBar + 2 * STAGES * 8;  // + 1024: realignment slack
   static constexpr u32 kStageTx = kABytes + kBBytes;                  // TMA bytes landing per stage
   // setmaxnreg split of the 64K registers between the producer and the math warpgroups.
@@ -117,6 +120,7 @@ struct Fp8Config {
   static_assert((CLUSTER == 1) == (MCAST == kMcastNone), "a cluster multicasts exactly one operand");
   static_assert(MCAST != kMcastB || KIND == 0, "grouped kinds pair CTAs on one M tile (MCAST_A)");
   static_assert(!ACCUM || OUT_F32, "accumulation is into an f32 out");
+  static_assert(!STREAM_K || (KIND == 0 && CLUSTER == 1), "stream-K: dense GEMMs without a cluster");
   static_assert(KIND >= 0 && KIND <= 2, "KIND: 0 dense, 1 grouped contiguous, 2 grouped masked");
   static_assert(kSmemBytes <= 227 * 1024, "too many stages for shared memory");
   // setmaxnreg only moves registers the CTA got at launch (at most 65536 / threads a thread,
@@ -145,7 +149,7 @@ struct Fp8Smem {
   }
   KDSL_DEVICE u32 sb(int s) const { return base + C::kOffSB + s * 16; }
   KDSL_DEVICE const float* sb_ptr(int s) const { return reinterpret_cast<const float*>(generic + C::kOffSB + s * 16); }
-  KDSL_DEVICE Fp8Unit* unit(int s) const { return reinterpret_cast<Fp8Unit*>(generic + C::kOffUnit + s * 16); }
+  KDSL_DEVICE Fp8Unit* unit(int s) const { return reinterpret_cast<Fp8Unit*>(generic + C::kOffUnit + s * 32); }
   KDSL_DEVICE u32 full(int s) const { return base + C::kOffBar + s * 8; }
   KDSL_DEVICE u32 empty(int s) const { return base + C::kOffBar + (C::STAGES + s) * 8; }
 };
@@ -197,7 +201,8 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
     const int sb_lo = (u.g * n_sblk + (u.n0 >> 7)) * nk;
     const int sb_hi = (u.n0 >> 7) + 1 < n_sblk ? sb_lo + nk : sb_lo;
     const int sa_unit = ag * nk * p.M + u.m0, rows_left = p.M - u.m0;
-    for (int kb = 0; kb < nk; ++kb, pos.advance()) {
+    const int kb_begin = C::STREAM_K ? u.kb0 : 0, kb_end = C::STREAM_K ? u.kb1 : nk;
+    for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
       const u32 full = sm.full(s);
       mbar_wait(sm.empty(s), pos.phase ^ 1u);
@@ -214,7 +219,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       scale_copies_arrive<C>(full);
       __syncwarp();
       if (leader) {
-        if (kb == 0) *sm.unit(s) = u;  // published by the release arrival below
+        if (kb == kb_begin) *sm.unit(s) = u;  // published by the release arrival below
         if (C::kScaleCompletion == 1) {  // the earlier form, kept as it was for the probe
           cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
           cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
@@ -241,7 +246,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
   if (leader) {
     // End of work: a unit with m0 < 0, with no loads.
     mbar_wait(sm.empty(pos.s), pos.phase ^ 1u);
-    *sm.unit(pos.s) = Fp8Unit{-1, 0, 0, 0};
+    *sm.unit(pos.s) = Fp8Unit{-1, 0, 0, 0, 0, 0, kWhole, 0};
     mbar_arrive(sm.full(pos.s), C::kFullArrivals);
     pos.advance();
     // With a cluster, the peer's math warpgroups arrive on our "empty" barriers: wait until
@@ -257,8 +262,8 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
   constexpr int BN = C::BN, kFrag = C::kFrag, kWaves = C::kWaves;
   const int tid = threadIdx.x - 128;  // among the math threads
   const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  const int nk = p.K / C::kBK;
   const Fp8Epilogue<C> epilogue{p, td, sm.d(), wg, warp, lane};
+  const int nk = p.K / C::kBK;
   RingPos<C::STAGES> pos;
 
   // Every math thread hands a stage back to its own producer once it is done reading the
@@ -316,9 +321,10 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
       }
       continue;  // nothing of this warpgroup's to store
     }
-    for (int kb = 0; kb < nk; ++kb, pos.advance()) {
+    const int kb_begin = C::STREAM_K ? u.kb0 : 0, kb_end = C::STREAM_K ? u.kb1 : nk;
+    for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
-      if (kb > 0) mbar_wait(sm.full(s), pos.phase);
+      if (kb > kb_begin) mbar_wait(sm.full(s), pos.phase);
       // Scales are read before the stage is handed back.
       const float* sa = sm.sa_ptr(s);
       float s_a[kWaves][2];
@@ -355,6 +361,13 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
           total[v][4 * j + 3] = fmaf(acc[4 * j + 3], sc1, total[v][4 * j + 3]);
         }
       }
+    }
+    if (C::STREAM_K && u.part != kWhole) {
+      if (u.part == kPartial) {
+        epilogue.leave_partial(total);
+        continue;
+      }
+      epilogue.add_partials(u, total);
     }
     epilogue.store(u, total);
   }

@@ -223,6 +223,20 @@ KDSL_DEVICE void grid_dependents_launch() { asm volatile("griddepcontrol.launch_
 // at once for a kernel launched the ordinary way.
 KDSL_DEVICE void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
+// ---- flags between CTAs (global memory, gpu scope) ---------------------------------------
+
+KDSL_DEVICE int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+KDSL_DEVICE void st_release_gpu(int* p, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");
+}
+KDSL_DEVICE void st_relaxed_gpu(int* p, int v) {
+  asm volatile("st.relaxed.gpu.global.s32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");
+}
+
 // ---- thread-block clusters ---------------------------------------------------------------
 
 KDSL_DEVICE u32 cluster_ctarank() {
