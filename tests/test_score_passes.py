@@ -127,3 +127,45 @@ def test_poly_exp2_is_a_checked_schedule_attr():
     assert lowered("30 * tanh(s / 30)", poly_exp2=4).attr("poly_exp2") == 4
     with pytest.raises(KdslError, match="poly_exp2 must be one of"):
         lowered("30 * tanh(s / 30)", poly_exp2=5)
+
+
+@settings(max_examples=120, deadline=None)
+@given(float_expr(depth=3), st.integers(0, 2**32 - 1))
+def test_score_bounds_hold_every_value_the_score_takes(score, seed):
+    """passes/score_bounds.py: the interval of score_log2 contains its value wherever it is
+    evaluated (the kernel's fixed reference rests on it)."""
+    from kdsl.passes import score_bounds
+    k = lowered(score)
+    lo, hi = score_bounds.bounds(k.func("score_log2"))
+    rng = random.Random(seed)
+    for _ in range(30):
+        env = {"b": rng.randrange(2), "h": rng.randrange(4), "q": rng.randrange(300), "kv": rng.randrange(257),
+               "B": 2, "H": 4, "Hkv": 2, "M": 300, "N": 257, "D": 128}
+        qk, scale = rng.choice([rng.uniform(-40, 40), rng.uniform(-1e4, 1e4)]), rng.uniform(0.01, 0.2)
+        env.update(qk=qk, scale=scale, scale_log2=scale * exp2_fold.LOG2E, qf=float(env["q"]),
+                   kvf=float(env["kv"]), dqkf=float(env["q"] - env["kv"]))
+        try:
+            v = eval_scalar(k.func("score_log2"), env)
+        except (ZeroDivisionError, OverflowError, ValueError):
+            continue
+        if not math.isnan(v):
+            assert lo - 1e-4 * (1 + abs(lo)) <= v <= hi + 1e-4 * (1 + abs(hi)), (score, lo, hi, v)
+
+
+@pytest.mark.parametrize("score,mask,dtype,ref", [
+    ("30 * tanh(s / 30)", None, "bf16", 30 * exp2_fold.LOG2E),            # [-43.3, 43.3]: the top
+    ("50.0 * tanh(s / 50.0)", "j <= i", "bf16", -50 * exp2_fold.LOG2E + 110),  # span 144: 110 above the bottom
+    ("90.0 * tanh(s / 90.0)", None, "bf16", None),                         # span 260: P would overflow
+    ("30 * tanh(s / 30)", None, "f16", None),                              # f16's P: span 29 at most
+    ("4.0 * sigmoid(s) - 2.0", None, "f16", 2 * exp2_fold.LOG2E),
+    ("min(max(s, -8.0), 8.0)", None, "bf16", 8 * exp2_fold.LOG2E),
+    ("s", None, "bf16", None),
+    ("s + float(j - i)", "j <= i", "bf16", None),
+    ("s * (0.5 + sigmoid(s))", None, "bf16", None),
+])
+def test_a_narrow_score_range_fixes_the_softmax_reference(score, mask, dtype, ref):
+    src = program(score, mask).replace("bf16", dtype)
+    k = pipeline.lower(pipeline.check(parse(src, "t.kd"))[0], get_target("sm_90a"), 128)
+    got = k.attr("score_ref")
+    assert (got is None) == (ref is None) and (ref is None or math.isclose(got, ref, rel_tol=1e-9)), (score, got, ref)
+    assert f"attr score_ref = {'null' if ref is None else ''}" in ir.print_ir(k)

@@ -147,6 +147,8 @@ def _attention(k: ir.Kernel) -> Generated:
         consumers=k.attr("consumers"), stages=k.attr("stages"), producer_regs=k.attr("producer_regs"),
         consumer_regs=k.attr("consumer_regs"), work_slots=tiling.WORK_SLOTS, split_slot=tiling.SPLIT_SLOT, poly_exp2=k.attr("poly_exp2") or 0,
         lazy_rescale=k.attr("lazy_rescale") or 0,
+        fixed_ref="true" if k.attr("score_ref") is not None else "false",
+        score_ref=c(ir.Const("f32", k.attr("score_ref") or 0.0)),
         threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
         has_mask="true" if mask is not None else "false",
         scaled_dot="true" if exp2_fold.score_is_scaled_dot(k) else "false",

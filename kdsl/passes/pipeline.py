@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from .. import ast, ir
 from ..errors import SourceError
-from . import (affine_score, exp2_fold, index_floats, invariant_factors, kv_bounds, mask_analysis, mask_facts, streaming, tiling,
-               typecheck, warp_map)
+from . import (affine_score, exp2_fold, index_floats, invariant_factors, kv_bounds, mask_analysis, mask_facts, score_bounds,
+               streaming, tiling, typecheck, warp_map)
 from .target import Target
 
 HEAD_DIMS = (64, 128)
@@ -63,6 +63,9 @@ def lower(k: ir.Kernel, target: Target, head_dim: int = 0, value_dim: int = 0) -
     k = index_floats.run(k)
     # On the positions as floats: |q - kv| loses its abs where the mask fixes the sign.
     k = mask_facts.run(k)
+    # On the final score's values (later passes only regroup it): a narrow range fixes the
+    # softmax's reference, and the running max goes.
+    k = score_bounds.run(k)
     # Independent of tile sizes: emits tile predicates over symbolic bounds q0..k1.
     k = mask_analysis.run(k)
     # On the final score: which captured tensor's tiles can travel with K (by TMA).

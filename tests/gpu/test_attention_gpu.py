@@ -319,3 +319,40 @@ def test_capturable_in_cuda_graph():
     torch.cuda.synchronize()
     ref, _ = reference.attention(mod.ir["relpos"], q, k, v)
     assert rel_frobenius(out, ref) <= ATTENTION_TOL
+
+
+FIXED_REF_SRC = """
+attention capped {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    lse: f32[B, H, M]
+    score(s, b, h, i, j) = 50.0 * tanh(s / 50.0)
+    mask(b, h, i, j) = j <= i - 3 or j > i + 1000     # rows 0..2 see no key
+}
+"""
+
+
+@pytest.mark.parametrize("extreme", [False, True])
+def test_fixed_reference_at_both_ends_of_the_score_range(extreme):
+    """A capped score takes a fixed softmax reference (passes/score_bounds.py: 50 tanh(s / 50)
+    spans 144 log2 units, the reference 110 above the bottom). With q and k scaled up and
+    anti-aligned every score sits at -50, the bottom of the range: the weights are ~2^-110
+    and must still average V; at random inputs the top must not overflow. Fully masked rows
+    stay 0 with lse -inf."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile(FIXED_REF_SRC, "capped.kd")
+    assert mod.capped._lowered(128, 128).attr("score_ref") is not None
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    B, H, M, N, D = 2, 4, 300, 300, 128
+    q = torch.randn(B, H, M, D, device="cuda", generator=gen).to(torch.bfloat16)
+    k = torch.randn(B, H, N, D, device="cuda", generator=gen).to(torch.bfloat16)
+    v = torch.randn(B, H, N, D, device="cuda", generator=gen).to(torch.bfloat16)
+    if extreme:  # s = q.k / sqrt(D) ~ -1e4 for every pair: tanh saturates at -1
+        base = torch.randn(D, device="cuda", generator=gen)
+        q = (base.abs() * 10).expand(B, H, M, D).to(torch.bfloat16).contiguous()
+        k = (-base.abs() * 10).expand(B, H, N, D).to(torch.bfloat16).contiguous()
+    out, lse = mod.capped(q, k, v)
+    ref, ref_lse = reference.attention(mod.ir["capped"], q, k, v, {})
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL
+    assert torch.all(out[:, :, :3] == 0) and torch.all(torch.isneginf(lse[:, :, :3]))
+    finite = torch.isfinite(ref_lse)
+    assert torch.allclose(lse[finite].double(), ref_lse[finite], atol=1e-3, rtol=1e-4)

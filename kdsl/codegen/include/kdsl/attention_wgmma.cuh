@@ -606,7 +606,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     const float slope = V::kAffine ? V::score_slope(a, cap, b, h) : 0.f;  // per item
 #pragma unroll
     for (int i = 0; i < C::kORegs; ++i) o[i] = 0.f;
-    m_run[0] = m_run[1] = neg_inf();
+    m_run[0] = m_run[1] = V::kFixedRef ? V::kScoreRef : neg_inf();  // a fixed reference never moves
     l_run[0] = l_run[1] = 0.f;
 
     // Which elements of tile j survive (mask on partial tiles, kv < N everywhere), worked out
@@ -746,14 +746,16 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         if (general) keep_only([&](int i) { return sc[i]; });
       }
       float raw_max[2] = {neg_inf(), neg_inf()};
-      if constexpr (kRaw) {
+      if constexpr (kRaw && !V::kFixedRef) {
 #pragma unroll
         for (int i = 0; i < C::kSRegs; ++i) raw_max[(i >> 1) & 1] = fmax2(raw_max[(i >> 1) & 1], sc[i]);
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         float mx;
-        if constexpr (kRaw) {  // raw max times a positive factor (-inf stays -inf)
+        if constexpr (V::kFixedRef) {  // the score's range fixes the reference (passes/score_bounds.py)
+          mx = m_run[hh];
+        } else if constexpr (kRaw) {  // raw max times a positive factor (-inf stays -inf)
           mx = V::kAffine ? fmax2(m_run[hh], quad_max(fmaf(raw_max[hh], factor, base[hh])))  // bases differ by thread
                           : fmax2(m_run[hh], quad_max(raw_max[hh]) * factor);
         } else {
@@ -768,7 +770,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         // units): P is then up to 2^kLazy, well inside bf16 / f16 and the fp32 sums, and O
         // needs no rescale (alpha = 1) on most tiles. 0: the reference follows the max.
         constexpr float kLazy = V::kLazyRescale;
-        const bool stay = kLazy > 0.f && mx <= m_run[hh] + kLazy;  // -inf stays -inf
+        const bool stay = V::kFixedRef || (kLazy > 0.f && mx <= m_run[hh] + kLazy);  // -inf stays -inf
         const float m_new = stay ? m_run[hh] : mx;
         const float ref = m_new == neg_inf() ? 0.f : m_new;
         alpha[hh] = stay ? 1.f : exp2_approx(m_run[hh] - ref);
@@ -798,7 +800,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
     auto rescale_and_pack = [&](const float (&alpha)[2]) {
       // with lazy rescaling, only when some row of the warp moved its reference (a uniform branch)
-      if (V::kLazyRescale == 0.f || __any_sync(0xffffffffu, (alpha[0] != 1.f) | (alpha[1] != 1.f))) {
+      // (never with a fixed reference: alpha is 1)
+      if (!V::kFixedRef &&
+          (V::kLazyRescale == 0.f || __any_sync(0xffffffffu, (alpha[0] != 1.f) | (alpha[1] != 1.f)))) {
 #pragma unroll
         for (int jj = 0; jj < DV / 8; ++jj) {
           o[4 * jj + 0] *= alpha[0];
