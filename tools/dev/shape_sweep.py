@@ -40,6 +40,9 @@ def cases():
         c(s("sliding_window"), "sliding_window", 4, 16, 4096, 4096, 64),
         c(s("alibi"), "alibi", 2, 16, 8192, 8192, 64),
         c(s("softcap"), "softcap", 2, 16, 4096, 4096, 256),
+        c(UNSEEN, "clamped_causal", 4, 16, 4096, 4096, 128),
+        c(UNSEEN, "sigmoid_logits", 4, 16, 4096, 4096, 128),
+        c(s("softcap"), "softcap", 4, 32, 1024, 1024, 64),
     ]
 
 
