@@ -80,5 +80,5 @@ def is_streamed(e: ir.Load, k: ir.Kernel) -> bool:
 
 def tile_bytes(elem_bytes: int, bm: int, bn: int) -> int:
     """Shared memory one ring stage of the streamed tensor takes: BN columns stored as
-    128-byte column blocks of BM rows (attention_wgmma.cuh, Cfg::kStreamBytes)."""
+    128-byte column blocks of BM rows (attention_wgmma_parts.cuh, Cfg::kStreamBytes)."""
     return -(-bn * elem_bytes // 128) * 128 * bm if elem_bytes else 0

@@ -295,7 +295,7 @@ def _fits(smem: int, target: Target) -> str:
 
 
 def _wgmma_problem(k, s, dims, target) -> str:
-    """attention_wgmma.cuh's Cfg static_asserts, and the widths wgmma_ops.cuh provides."""
+    """attention_wgmma_parts.cuh's Cfg static_asserts, and the widths wgmma_ops.cuh provides."""
     if s["tile_n"] not in WGMMA_WIDTHS:
         return f"tile_n must be one of {WGMMA_WIDTHS}"
     if s["consumers"] not in (1, 2, 3):

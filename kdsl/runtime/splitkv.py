@@ -6,7 +6,7 @@ writes each range's normalised O (fp32) and lse into a scratch buffer, and they 
 by their lse. Without a mask the items merge themselves in the kernel (the warpgroup that
 finishes an item's last split: AttnArgs::split_done, launch.py's Plan.self_merge); under a
 mask, and while the stream is captured into a CUDA graph, a second kernel
-(`attention_combine_splits` in attention_wgmma.cuh) merges them, launched as the first one's
+(`attention_combine_splits` in attention_splits.cuh) merges them, launched as the first one's
 programmatic dependent so that its launch overlaps the first kernel's run. Everything runs
 on the caller's stream, so a call stays capturable in a CUDA graph.
 """

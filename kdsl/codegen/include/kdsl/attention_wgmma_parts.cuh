@@ -1,0 +1,193 @@
+// kdsl/attention_wgmma_parts.cuh — the pieces attention_wgmma.cuh's kernel is built from:
+// its shared-memory and register layout (Cfg), what survives of a tile (Keep), the kv tiles an
+// item visits (TileWalk), the producer's word per ring stage, masked items' output, and the
+// KDSL_TRACE hooks of tools/dev/item_trace.py.
+#pragma once
+#include "kdsl/attention_common.cuh"
+#include "kdsl/hopper.cuh"
+
+// KDSL_TRACE=1 (tools/dev/item_trace.py only): the producer and one thread of each consumer
+// warpgroup of CTAs 0-3 record clock64() at the points of a work item's life (kTrace*), into
+// kdsl_trace: 8192 (clock, event) pairs per (CTA, role), the role 0 for the producer.
+#ifndef KDSL_TRACE
+#define KDSL_TRACE 0
+#endif
+#if KDSL_TRACE
+__device__ unsigned long long kdsl_trace[4 * 4 * 8192 * 2];
+#endif
+
+namespace kdsl {
+
+
+namespace attn_wgmma_detail {
+
+enum { kTraceClaim, kTraceQIssued, kTraceLastIssued, kTraceItem, kTraceQReady, kTraceFirstS, kTraceTileS,
+       kTraceLastPV, kTraceStored, kTraceEpilogue };
+KDSL_DEVICE void trace(int role, int& n, int event, int item) {
+#if KDSL_TRACE
+  if (blockIdx.x < 4 && n < 8192) {
+    unsigned long long* slot = kdsl_trace + 2 * ((blockIdx.x * 4 + role) * 8192 + n++);
+    slot[0] = clock64();
+    slot[1] = ((unsigned long long)item << 8) | (unsigned)event;
+  }
+#endif
+}
+
+// What survives of a general tile (survivors() in attention_fwd_wgmma): a key interval per
+// row, as columns, for masks with one (V::kKeyBounds), else a bit per S element.
+// The interval shares the bits' registers (both live across the wgmmas: a kernel with both
+// kinds of tile spilled at D=128 with them apart).
+struct Keep {
+  u64 bits[2];   // or row r's interval: lo in the low word of bits[r], hi in the high word
+  bool by_keys;  // which of the two the tile's survivors are
+  KDSL_DEVICE void set_keys(int r, int lo, int hi) { bits[r] = (u64)(u32)lo | ((u64)(u32)hi << 32); }
+  KDSL_DEVICE int lo(int r) const { return (int)(u32)bits[r]; }
+  KDSL_DEVICE int hi(int r) const { return (int)(u32)(bits[r] >> 32); }
+};
+
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0>
+struct Cfg {
+  static constexpr int kBM = 64 * NCWG;
+  static constexpr int kThreads = 128 * (NCWG + 1);
+  static constexpr int kColBlocks = (D + 63) / 64;   // 64-element (128-byte) column blocks of Q, K
+  static constexpr int kVColBlocks = (DV + 63) / 64;  // ... of V
+  static constexpr int kQBytes = kBM * 128 * kColBlocks;  // what Q's TMA boxes write
+  static constexpr int kKBytes = BN * 128 * kColBlocks;
+  static constexpr int kVBytes = BN * 128 * kVColBlocks;
+  // A streamed capture's tile (elements of SB bytes; 0: none), stored like Q: BN columns as
+  // 128-byte column blocks of BM rows in the 128-byte swizzle. passes/streaming.py.
+  static constexpr int kStreamCols = SB ? 128 / SB : 1;  // columns of one column block
+  static constexpr int kStreamBlocks = SB ? (BN * SB + 127) / 128 : 0;
+  static constexpr int kStreamBytes = kStreamBlocks * kBM * 128;
+  static constexpr int kKOffset = kQBytes;
+  static constexpr int kVOffset = kQBytes + STAGES * kKBytes;
+  static constexpr int kSOffset = kVOffset + STAGES * kVBytes;
+  static constexpr int kBarOffset = kSOffset + STAGES * kStreamBytes;
+  static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
+  static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // a tile_info word per stage
+  static constexpr int kItemOffset = kInfoOffset + STAGES * 4;  // a work-item word per stage
+  static constexpr int kSmemBytes = 1024 + kItemOffset + STAGES * 4;  // + realignment slack
+  // Register split between the roles (setmaxnreg): the total must fit 64K registers.
+  static constexpr int kProducerRegs = NCWG <= 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = NCWG == 1 ? 240 : (NCWG == 2 ? 232 : 160);
+  static constexpr int kSRegs = BN / 2;              // S accumulator floats per thread
+  static constexpr int kORegs = DV / 2;              // O accumulator floats per thread
+
+  static_assert(sizeof(Elem) == 2, "Elem must be a 16-bit type (bf16_t or f16_t)");
+  static_assert(D % 16 == 0 && D >= 16 && D <= 256, "D must be a multiple of 16 in [16, 256]");
+  static_assert(DV % 16 == 0 && DV >= 16 && DV <= 256, "DV must be a multiple of 16 in [16, 256]");
+  static_assert(BN % 16 == 0 && BN >= 64 && BN <= 256, "BN must be a multiple of 16 in [64, 256]");
+  static_assert(NCWG >= 1 && NCWG <= 3, "1 to 3 consumer warpgroups");
+  static_assert(SB == 0 || SB == 2 || SB == 4, "a streamed capture has 2- or 4-byte elements");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * NCWG <= 65536, "register split too large");
+  static_assert(kSmemBytes <= 227 * 1024, "tiles do not fit in shared memory");
+};
+
+KDSL_DEVICE int imin2(int x, int y) { return x < y ? x : y; }
+KDSL_DEVICE int imax2(int x, int y) { return x > y ? x : y; }
+// x, which the compiler may no longer assume equal to any value it knows: what is derived
+// from it is computed here, not earlier and kept live.
+KDSL_DEVICE int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+// threadIdx.x read anew (volatile: not merged with an earlier read), for values derived from it
+// that are cheaper to recompute than to keep live.
+KDSL_DEVICE u32 fresh_thread_index() {
+  u32 t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
+
+// Element `odd` (0 or 1) of the pair of a streamed capture's tile at p (kStreamBytes), as a
+// float: both halves of a 16-bit pair come from one 32-bit load (the compiler merges the two
+// calls of a pair into one LDS).
+template <class E> KDSL_DEVICE float stream_elem(const u8* p, int odd);
+template <> KDSL_DEVICE float stream_elem<bf16_t>(const u8* p, int odd) {
+  const u32 w = *reinterpret_cast<const u32*>(p);
+  return __uint_as_float(odd ? (w & 0xffff0000u) : (w << 16));
+}
+template <> KDSL_DEVICE float stream_elem<f16_t>(const u8* p, int odd) {
+  const u32 w = *reinterpret_cast<const u32*>(p);
+  return f16_to_float((u16)(odd ? w >> 16 : w & 0xffffu));
+}
+template <> KDSL_DEVICE float stream_elem<float>(const u8* p, int odd) {
+  return reinterpret_cast<const float*>(p)[odd];
+}
+
+template <class Elem> KDSL_DEVICE u32 pack2(float lo, float hi);
+template <> KDSL_DEVICE u32 pack2<bf16_t>(float lo, float hi) { return pack_bf16x2(lo, hi); }
+template <> KDSL_DEVICE u32 pack2<f16_t>(float lo, float hi) { return pack_f16x2(lo, hi); }
+
+// The kv tiles a work item visits: from the first not-provably-empty tile to the last,
+// skipping empty ones in between. The producer walks them with a whole warp: the 32 lanes
+// classify 32 tiles at once, so a run of empty tiles (those before a document's start, or
+// after the diagonal) costs one round of predicate loads, not one dependent load per tile;
+// the consumers learn each tile from the ring (tile_info). Call next() from all 32 lanes of
+// a warp (the result is uniform).
+template <int BN, class V>
+struct TileWalk {
+  const AttnArgs& a;
+  const typename V::Captures& cap;
+  int b, h, q0, q1, first, n_tiles;  // kv tiles [first, n_tiles): this item's split of the keys
+
+  KDSL_DEVICE int cls(int j) const {
+    if constexpr (!V::kHasMask) return kTileFull;
+    return V::tile(a, cap, b, h, q0, q1, j * BN, imin2(j * BN + BN, a.N) - 1);
+  }
+  // First visited tile at or after j (n_tiles when none), and its class.
+  KDSL_DEVICE int start(int& c) const { return next(first, c); }
+  KDSL_DEVICE int next(int j, int& c) const {
+    c = kTileFull;
+    if constexpr (V::kHasMask) {
+      const int lane = threadIdx.x & 31;
+      for (; j < n_tiles; j += 32) {
+        const int mine = j + lane < n_tiles ? cls(j + lane) : kTileEmpty;
+        const u32 visited = __ballot_sync(0xffffffffu, mine != kTileEmpty);
+        if (visited) {
+          const int f = __ffs(visited) - 1;
+          c = __shfl_sync(0xffffffffu, mine, f);
+          return j + f;
+        }
+      }
+      return n_tiles;
+    }
+    return j;
+  }
+};
+
+// What the producer tells the consumers about the tile in a ring stage (one shared word).
+KDSL_DEVICE u32 tile_info(int j, int cls, bool more) { return ((u32)j << 3) | ((u32)cls << 1) | (more ? 1u : 0u); }
+// ... and which work item the tile belongs to (read at the item's first tile), or
+// kNoMoreItems in a stage that holds no tile when the CTA's work is done.
+constexpr u32 kNoMoreItems = 0xffffffffu;
+// A work item whose keys are all masked: its rows of O are zeros and their lse -inf (or, for
+// one split of the keys, the split's O and lse, attention_combine_splits). Written by the
+// producer's `lanes` live threads, so that the consumers only ever see items with tiles;
+// such items are rare (rows whose every key a mask removes), and cost the producer a pass of
+// plain stores.
+template <class Elem, int DV, int BM>
+KDSL_DEVICE void write_masked_item(const AttnArgs& a, int b, int h, int q0, int split, int lane, int lanes) {
+  const int rows = imin2(q0 + BM, a.M) - q0;
+  const i64 row0 = (i64)(b * a.H + h) * a.M + q0;
+  if (a.splits > 1) {
+    const i64 part_row = (i64)split * a.B * a.H * a.M + row0;
+    for (int i = lane; i < rows * DV; i += lanes) a.part_o[part_row * DV + i] = 0.f;
+    for (int r = lane; r < rows; r += lanes) a.part_lse[part_row + r] = neg_inf();
+    return;
+  }
+  u32* o = reinterpret_cast<u32*>(static_cast<Elem*>(a.o) + row0 * DV);  // DV is even
+  for (int i = lane; i < rows * DV / 2; i += lanes) o[i] = 0u;
+  if (a.lse != nullptr)
+    for (int r = lane; r < rows; r += lanes) a.lse[row0 + r] = neg_inf();
+}
+KDSL_DEVICE u32 ld_shared_u32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+KDSL_DEVICE void st_shared_u32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory"); }
+
+}  // namespace attn_wgmma_detail
+
+}  // namespace kdsl
