@@ -511,14 +511,15 @@ class AttentionKernel(KernelBase):
             # of head hkv in the same memory, and so are out and lse), so each K/V tile is loaded
             # once for all of them, and decode (M = 1) fills a q tile with G rows instead of one.
             H, M = Hkv, M * (H // Hkv)
-        splits = 1
+        split_kv = False
         if tma:
             geometry.attention_row_limit(B, H, M, self.name)
             # One CTA per (b, h, q tile[, key range]) item on grid.x (no grid.z batch limit), or
             # one per SM walking several when the schedule is persistent.
             items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
-            splits = splitkv.kv_splits(items, -(-N // lk.attr("tile_n")), _sm_count(device))
-            items *= splits
+            # Whether the keys are split is decided on the lowered tile (it picks the program);
+            # how many ranges, below on the built one.
+            split_kv = splitkv.kv_splits(items, -(-N // lk.attr("tile_n")), _sm_count(device)) > 1
         # The streamed capture (passes/streaming.py) goes by TMA when its rows are whole 16-byte
         # units (and, checked per call, its pointer is 16-byte aligned); else the program that
         # loads it per element runs.
@@ -528,21 +529,16 @@ class AttentionKernel(KernelBase):
             t = next(i for i, c in enumerate(self.captures) if c.name == stream_name)
             row_bytes = infos[3 + t].shape[-1] * arrays.itemsize(self.captures[t].dtype)
             stream_arg = t if stream and row_bytes % 16 == 0 else None
-        built, loaded = self._load(D, device, Dv, one_warpgroup, split_kv=splits > 1, stream=stream_arg is not None)
-        if splits > 1 and built.kernel.attr("tile_n") != lk.attr("tile_n"):
-            # The build fell back to a narrower kv tile (a trial tile that spilled): the key
-            # ranges are counted in its tiles, or the kernel's ranges (ceil(tiles / splits)
-            # tiles each) could leave the last one empty, and an empty range is never counted
-            # by the items that merge themselves (wrong outputs, seen at head dim 256).
-            items //= splits
-            splits = splitkv.kv_splits(items, -(-N // built.kernel.attr("tile_n")), _sm_count(device))
-            items *= splits
+        built, loaded = self._load(D, device, Dv, one_warpgroup, split_kv=split_kv, stream=stream_arg is not None)
         lk = built.kernel
-        if splits > 1:
-            kv_tiles = -(-N // lk.attr("tile_n"))
-            if (splits - 1) * -(-kv_tiles // splits) >= kv_tiles:  # never merged: refuse, not a wrong answer
-                raise KdslError(f"{self.name}: internal error: {splits} key ranges over {kv_tiles} kv tiles leave "
-                                f"one empty")
+        splits = 1
+        if split_kv:
+            # Counted in the kv tiles the built kernel walks: a trial tile that spilled falls back
+            # to a narrower one (more tiles, so still split), and ranges counted in the trial
+            # tile's could leave the kernel's last range empty, never merged by the items that
+            # merge themselves (wrong outputs, seen at head dim 256). kv_splits leaves none empty.
+            splits = splitkv.kv_splits(items, -(-N // lk.attr("tile_n")), _sm_count(device))
+            items *= splits
         persistent = tma and lk.attr("schedule") == "persistent"
         if tma:
             grid = (min(items, _sm_count(device)) if persistent else items, 1, 1)
