@@ -101,8 +101,9 @@ def passes_of(p: Problem, bm: int, bn: int) -> float:
 # when A and B outgrow L2). Fitted to H100 measurements (2026-11-25, tools/dev/fp8_forms.py,
 # stream-K on and off in turns): pieces ran 1.2x their share at 4096x4096x7168 and
 # 4096x2112x7168, 1.6x at 4096x24576x1536, 2.9x at 4096x32768x512, 1.9x at 4096x7168x16384
-# (176 MB of operands). Only 4096x2112x7168 gained (256x128 in 2.06 waves beat 256x64's four
-# full waves by 9 %); the others lost 3-17 % and keep whole waves.
+# (176 MB of operands). Only 4096x2112x7168 gained: 256x128 in 2.06 waves ran at 0.960 of
+# _scaled_mm against 256x64's four full waves at 0.933 (the final kernels); the others lost
+# 3-17 % and keep whole waves.
 SK_PIECE_COST = 1.2
 SK_SMALL_K_COST = 0.6 * 1024  # / K
 SK_L2_MISS_COST = 0.7
