@@ -225,7 +225,8 @@ def test_a_positive_constant_factor_of_the_score_is_split_off(score, factor):
 def test_default_hopper_tiles_follow_the_program():
     """Three consumer warpgroups (192 query rows) at head dims up to 64 unless the score or mask
     loads captured data per element; the wide 176-key tile at D=128 without a mask and with an index-only score;
-    and at D=96; the table's tile for everything else, and for one warpgroup (decode); at D=256 a
+    and at D=96; the table's tile for everything else, and for one warpgroup (decode, with at most
+    two stages where they hold 64 KB of K and V); at D=256 a
     trial of 80 keys, with 64 behind it, except for masks with `//` or `%`."""
     from kdsl.passes import tiling
     h100 = get_target("sm_90a")
@@ -240,7 +241,10 @@ def test_default_hopper_tiles_follow_the_program():
     assert tiles("document_mask", 64) == (128, 2, 3)  # doc_q[b, i], doc_kv[b, j]: per element
     assert tiles("plain", 128) == tiles("relpos", 128) == tiling.WGMMA_WIDE_TILES[128] == (176, 2, 2)
     assert tiles("softcap", 128) == tiles("causal", 128) == tiling.WGMMA_ATTENTION_TILES[128]
-    assert tiles("plain", 128, consumers=1) == (128, 1, 3)
+    # one warpgroup (decode) keeps two 64 KB stages in flight (tiling.ONE_WARPGROUP_STAGE_BYTES)
+    assert tiles("plain", 128, consumers=1) == (128, 1, 2)
+    assert tiles("plain", 64, consumers=1) == (128, 1, 3)  # 32 KB stages: the table's 3
+    assert tiles("plain", 128, consumers=1, stages=3) == (128, 1, 3)  # asked for: kept
     assert tiles("plain", 96)[1] == 2  # its accumulators do not fit three warpgroups' registers
     assert tiles("plain", 96) == tiles("relpos", 96) == tiling.WGMMA_WIDE_TILES[96] == (176, 2, 2)
     assert tiles("causal", 96) == tiles("softcap", 96) == (128, 2, 3)

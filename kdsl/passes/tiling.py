@@ -52,6 +52,13 @@ THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
 SPILL_TRIAL_REGS = 12
 
 # Schedule attributes a kernel may carry, per kernel family, and their legal values.
+# One consumer warpgroup (decode: a work item of at most 64 query rows) streams K and V and
+# does little else: with stages of at least this many bytes of K and V it keeps 2 of them in
+# flight. Measured on the H100 (2026-11-25, tools/dev/decode_turns.py, in turns; D=128, 128-key
+# stages of 64 KB): 2 stages against 3, B=64 H=16 N=4096 x1.024 and x1.025 in two runs, x1.002
+# in a third; B=32 H=8 N=8192 x1.004; B=1 N=32768 x1.005 and x1.000; B=1 N=4096 and GQA even.
+# Never slower; bench/results/h100-2026-11-25-s14-decode-stages*.log.
+ONE_WARPGROUP_STAGE_BYTES = 64 * 1024
 SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2", "lazy_rescale"),
                   "mma": ("tile_m", "tile_n", "warps"),
                   "gemm": gemm_tiles.CONFIG_ATTRS}
@@ -233,6 +240,9 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
     if attrs.get("spill_fallback") is not None:
         fallback = _given_fallback(k, attrs["spill_fallback"], given)
     s = {**default, **given}
+    if fam == "wgmma" and s["consumers"] == 1 and "stages" not in given \
+            and s["tile_n"] * (d + dv) * 2 >= ONE_WARPGROUP_STAGE_BYTES:
+        s["stages"] = 2
     if fam == "wgmma" and "lazy_rescale" not in given:
         s["lazy_rescale"] = LAZY_RESCALE[1] if s["consumers"] == 3 else 0
     for name, value in given.items():

@@ -3,6 +3,7 @@
 own split count, at forced split counts and with other tile attrs, same inputs, one process.
 
     python3 tools/dev/decode_turns.py [--reps 100] [--splits 4,16,33] [--attrs "tile_n=64,stages=6"]
+        [--shapes "64,16,16,4096"]
 
 Each variant is its own kernel object whose plan is made while its split count is forced, so
 the timed calls run the plans as made.
@@ -33,7 +34,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--splits", default="4,16,24,33")
     ap.add_argument("--attrs", default="consumers=1,tile_n=64,stages=6;consumers=1,tile_n=176,stages=2")
+    ap.add_argument("--shapes", default="", help="';'-separated B,H,Hkv,N (default: the suite's B=1 decode rows)")
     args = ap.parse_args()
+    shapes = [tuple(int(x) for x in sh.split(",")) for sh in args.shapes.split(";") if sh] or SHAPES
     import torch
     import kdsl
     from kdsl.bench import Timer
@@ -42,7 +45,7 @@ def main() -> None:
     base = kdsl.load(ROOT / "samples" / "plain.kd").plain
     own = splitkv.kv_splits
     print(torch.cuda.get_device_name(), flush=True)
-    for B, H, Hkv, N in SHAPES:
+    for B, H, Hkv, N in shapes:
         q, k, v, cudnn = decode_case(B, H, Hkv, N)
         ref = cudnn().float()
         fns, notes = {"cuDNN": cudnn}, {}
