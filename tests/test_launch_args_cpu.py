@@ -183,12 +183,14 @@ def test_captured_persistent_launches_take_no_shared_work_counter():
     """A launch captured into a CUDA graph walks its items by a fixed stride (counter 0): a
     graph keeps the counters of its capture stream, and graphs captured on one stream may be
     replayed at once on different streams. When the framework cannot say, the same."""
-    from types import SimpleNamespace
-    from kdsl.runtime.launch import AttentionKernel
+    from types import MethodType, SimpleNamespace
+    from kdsl.runtime.launch import AttentionKernel, Plan
 
     def plan(dynamic, capturing):
         loaded = SimpleNamespace(work_counter=lambda stream: 4096 + stream)
-        return SimpleNamespace(dynamic=dynamic, capturing=capturing, current_stream=lambda: 7, loaded=loaded)
+        ns = SimpleNamespace(dynamic=dynamic, capturing=capturing, current_stream=lambda: 7, loaded=loaded)
+        ns.own_stream = MethodType(Plan.own_stream, ns)  # the real rule, on the stand-in's answers
+        return ns
 
     def fails():
         raise RuntimeError("no answer")

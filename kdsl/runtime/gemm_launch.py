@@ -200,14 +200,11 @@ _SK_FLAG_BYTES = 4 * 2 * 1024  # two flags for each of up to 1024 CTAs
 
 def _sk_workspace(plan) -> tuple[int, int]:
     """(partials, flags) pointers of the call's stream; (0, 0) while the stream is captured
-    into a CUDA graph (a graph keeps the workspace of the stream it was captured on, and two
-    graphs may replay at once on different streams): the kernel then gives every tile out whole."""
-    try:
-        if plan.capturing():
-            return 0, 0
-    except RuntimeError:  # the framework could not say: whole tiles are right either way
+    into a CUDA graph (Plan.own_stream): the kernel then gives every tile out whole."""
+    stream = plan.own_stream()
+    if stream is None:
         return 0, 0
-    key = (plan.device, plan.current_stream())
+    key = (plan.device, stream)
     space = _SK_SPACES.get(key)
     if space is None or space[2] < plan.sk_bytes:
         with _SK_LOCK:

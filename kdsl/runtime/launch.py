@@ -137,6 +137,19 @@ class Plan:
         self._split = [(Launcher(self.loaded.fn_ptr, (*self.grid[:2], z), self.block, self.loaded.smem), offsets)
                        for z, offsets in self.chunks]
 
+    def own_stream(self) -> int | None:
+        """The call's stream, for per-stream state (work counters, split counts, stream-K
+        workspaces); None while the stream is captured into a CUDA graph, or when the framework
+        cannot say: a graph keeps the state of the stream it was captured on, and two graphs
+        captured on one stream (torch.cuda.graph's default) may replay at once on different
+        streams, so a captured launch takes the path that needs none."""
+        try:
+            if self.capturing():
+                return None
+        except RuntimeError:
+            return None
+        return self.current_stream()
+
     def launch(self, pointers):
         if self.maps:
             self._launch(self.current_stream(), self.pack, pointers[self._maps_only:], self._bind_maps, pointers)
@@ -367,32 +380,18 @@ class AttentionKernel(KernelBase):
     def _work_counter(plan: Plan) -> int:
         """The persistent Hopper kernel's work counters for this launch, or 0: CTAs then walk
         their items by a fixed stride (correct, less evenly balanced). 0 as well while the
-        stream is being captured into a CUDA graph: a graph keeps the counters of the stream
-        it was captured on, and two graphs captured on one stream (torch.cuda.graph's default)
-        may be replayed at the same time on different streams, where shared counters would
-        hand items out twice."""
-        if not plan.dynamic:
-            return 0
-        try:
-            if plan.capturing():
-                return 0
-        except RuntimeError:  # the framework could not say: the fixed stride is right either way
-            return 0
-        return plan.loaded.work_counter(plan.current_stream())
+        stream is being captured into a CUDA graph (Plan.own_stream): shared counters would hand
+        items out twice to graphs replayed at once."""
+        stream = plan.own_stream() if plan.dynamic else None
+        return 0 if stream is None else plan.loaded.work_counter(stream)
 
     @staticmethod
     def _split_counters(plan: Plan) -> int:
         """The split counts that let a split-KV launch's items merge themselves, or 0 (the combine
         kernel merges): 0 too while the stream is captured into a CUDA graph, for the work
         counters' reason (_work_counter)."""
-        if not plan.self_merge:
-            return 0
-        try:
-            if plan.capturing():
-                return 0
-        except RuntimeError:
-            return 0
-        return plan.loaded.split_counters(plan.current_stream())
+        stream = plan.own_stream() if plan.self_merge else None
+        return 0 if stream is None else plan.loaded.split_counters(stream)
 
     def _summary_pointer(self, plan: Plan, cap_ptrs, given) -> int:
         """The tile summary the kernel reads: computed now on the caller's stream, or the
