@@ -258,7 +258,9 @@ class _Checker:
             x = self._coerce(self.expr(i, env), "i32", i.span)
             self._want(x, "i32", i.span, "an index must be an integer")
             idx.append(x)
-        return ir.Load(CAPTURE_DTYPES[d.dtype], e.tensor, tuple(idx))
+        # (a constant reading a tensor is typed while statements are collected, before the
+        # declarations' element types are checked: an e4m3 or unknown one got a KeyError there)
+        return ir.Load(CAPTURE_DTYPES[self.dtype(d, tuple(CAPTURE_DTYPES))], e.tensor, tuple(idx))
 
     def is_capture(self, name: str) -> bool:  # overridden per kind
         return False
