@@ -56,7 +56,9 @@ def test_reference_attention_is_the_same_on_numpy_and_torch(name):
     np.testing.assert_allclose(out_n, out_t.numpy(), rtol=1e-9, atol=1e-12)
     fin = np.isfinite(lse_t.numpy())
     assert np.array_equal(fin, np.isfinite(lse_n))
-    np.testing.assert_allclose(lse_n[fin], lse_t.numpy()[fin], rtol=1e-12)
+    # lse = m + log(l) cancels where it is near 0: there its error is the terms' rounding
+    # (~1e-16 |m|, seen: 4.4e-16 on an lse of 3.6e-4, 1.2e-12 relative), not the result's
+    np.testing.assert_allclose(lse_n[fin], lse_t.numpy()[fin], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["fp8_gemm", "fp8_grouped_contiguous", "fp8_grouped_masked"])
