@@ -4,7 +4,7 @@
     python3 tools/dev/attrs_sweep.py samples/document_mask.kd:document_mask:8,16,2048,2048,128 \
         --attrs "schedule=persistent;consumers=1" [--reps 50]
 
-Each spec is k=v[,k=v] (integers, or strings for schedule), or -DNAME=VALUE (the default
+Each spec is k=v[,k=v] (integers, or strings for schedule), or -DNAME=VALUE [-DNAME2=VALUE2 ...] (the default
 schedule compiled with that define: A/B of a kernel change kept behind a macro), or
 head_group=G (the default kernel launched with that AttnArgs::head_group); the first
 row is the default schedule. Every variant's output is compared with the default's (they must agree to bf16).
@@ -83,7 +83,7 @@ def main() -> None:
                         out = kern(q, k, v, **caps)
                 elif spec.startswith("-D"):  # a define: the same schedule, compiled with -DNAME=VALUE
                     kern = AttentionKernel(base.ir)
-                    with extra_options([spec]):
+                    with extra_options(spec.split()):  # one or more -D, space-separated
                         out = kern(q, k, v, **caps)
                 else:
                     kern = AttentionKernel(base.ir.with_attrs(**parse_attrs(spec)))
