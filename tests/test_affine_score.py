@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kdsl import ir
+from kdsl.passes import tiling
 from kdsl.semantics import eval_numpy
 
 from conftest import ROOT, lowered
@@ -63,3 +64,41 @@ def test_generated_scores_decompose_exactly_or_not_at_all(score, seed):
 def test_exact_math_keeps_the_score_as_written():
     k = lowered(program("s + float(i - j)", None), math="exact")
     assert k.func("score_slope") is None and k.func("score_base") is None
+
+
+# The slope step (passes/tiling.py SLOPE_STEP): slope * col by one more wgmma k-step, chosen
+# where the slope is not the constant 0, the inputs are bf16 and the slab fits shared memory.
+@pytest.mark.parametrize("score,d,want", [
+    ("s + float(i - j)", 64, 1),
+    ("s + float(i - j)", 128, 1),
+    ("s * 2.0 - float(j) * 0.5 + float(i) * 0.25", 96, 1),
+    ("s + float(i) * 3.0", 64, 0),   # slope 0: nothing for the step to add
+    ("s", 64, 0),
+    ("s + sin(float(i - j))", 64, 0),
+])
+def test_slope_step_where_the_slope_is_not_zero(score, d, want):
+    k = lowered(program(score, None), d)
+    assert k.attr("slope_step") == want
+    without = lowered(program(score, None), d, slope_step=0)
+    assert k.attr("smem_bytes") - without.attr("smem_bytes") == want * tiling.slope_step_bytes(k.attr("tile_n"), k.attr("consumers"))
+
+
+def test_slope_step_not_for_f16_inputs():
+    text = program("s + float(i - j)", None).replace("bf16", "f16")
+    assert lowered(text).attr("slope_step") == 0
+
+
+def test_slope_step_only_where_its_slab_fits():
+    # ALiBi at D=128 keeps three stages of 128-key tiles, which leave no room for the slab
+    alibi = (ROOT / "samples" / "alibi.kd").read_text()
+    assert lowered(alibi, 64).attr("slope_step") == 1
+    k = lowered(alibi, 128)
+    assert k.attr("slope_step") == 0 and k.attr("smem_bytes") <= 227 * 1024
+
+
+def test_slope_step_asked_of_a_score_without_a_slope_is_refused():
+    from kdsl.errors import KdslError
+    with pytest.raises(KdslError, match="slope_step = 1 needs bf16 inputs and a score affine"):
+        lowered(program("s * 0.5", None), 64, slope_step=1)
+    with pytest.raises(KdslError, match="slope_step must be one of"):
+        lowered(program("s + float(i - j)", None), 64, slope_step=2)

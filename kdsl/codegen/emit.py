@@ -138,11 +138,14 @@ def _attention(k: ir.Kernel) -> Generated:
         wgmma_header = "kdsl/wgmma_ops_steps.cuh"
     else:
         wgmma_header = ""
+    # the slope step's one instruction (passes/tiling.py SLOPE_STEP) has a small header of its own
+    slope_header = "kdsl/wgmma_ops_slope.cuh" if k.attr("slope_step") else ""
     # kernel attr math = "exact": libm's functions and IEEE division instead of the hardware
     # approximations (kdsl.load(..., exact_math=True)); see kdsl/common.cuh.
     prelude = "#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else ""
     src = _env().get_template(template).render(prelude=prelude, 
         version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, wgmma_header=wgmma_header,
+        slope_header=slope_header,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), warps=k.attr("warps"),
         consumers=k.attr("consumers"), stages=k.attr("stages"), producer_regs=k.attr("producer_regs"),
         consumer_regs=k.attr("consumer_regs"), work_slots=tiling.WORK_SLOTS, split_slot=tiling.SPLIT_SLOT, poly_exp2=k.attr("poly_exp2") or 0,
@@ -167,6 +170,7 @@ def _attention(k: ir.Kernel) -> Generated:
         kv_hi=wide(k.func("kv_hi")) if k.func("kv_lo") is not None else "k0 - 1",
         affine="true" if k.func("score_slope") is not None else "false",
         affine_factor=c(ir.Const("f32", k.attr("score_factor") or 1.0)),
+        slope_step=tiling.slope_form(k.attr("consumers")) if k.attr("slope_step") else 0,
         score_slope=c(k.func("score_slope")) if k.func("score_slope") is not None else "0.f",
         score_base=at_col0(k.func("score_base")) if k.func("score_base") is not None else "0.f",
         keys_only="true" if k.func("kv_lo") is not None and k.func("tile_keys") is None else "false",

@@ -46,6 +46,15 @@ def run(k: ir.Kernel) -> ir.Kernel:
     return k.with_func("score_slope", slope).with_func("score_base", base).with_attrs(score_factor=factor)
 
 
+def column_slope(k: ir.Kernel) -> bool:
+    """Whether run() will give k a slope that is not the constant 0 (a term in the key position):
+    what the slope step (tiling's attr slope_step) takes from the FFMA per element."""
+    if k.kind != "attention" or k.attr("math") == "exact" or k.func("score_log2") is None:
+        return False
+    form = decompose(k.func("score_log2"))
+    return form is not None and not (isinstance(form[1], ir.Const) and form[1].value == 0)
+
+
 def decompose(score: ir.Expr) -> tuple[float, ir.Expr, ir.Expr] | None:
     """(c, slope, base) with score == scale_log2 * c * (qk + slope * col) + base, or None when
     the score has another form or nothing to gain (the bare scaled dot product)."""

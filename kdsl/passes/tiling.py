@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..errors import KdslError
-from . import gemm_tiles, streaming
+from . import affine_score, gemm_tiles, streaming
 from .target import Target
 
 # Head dims: the Hopper kernel takes any multiple of 16 up to 256 for q/k (head_dim) and for
@@ -59,7 +59,7 @@ SPILL_TRIAL_REGS = 12
 # in a third; B=32 H=8 N=8192 x1.004; B=1 N=32768 x1.005 and x1.000; B=1 N=4096 and GQA even.
 # Never slower; bench/results/h100-2026-11-25-s14-decode-stages*.log.
 ONE_WARPGROUP_STAGE_BYTES = 64 * 1024
-SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2", "lazy_rescale"),
+SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2", "lazy_rescale", "slope_step"),
                   "mma": ("tile_m", "tile_n", "warps"),
                   "gemm": gemm_tiles.CONFIG_ATTRS}
 # m64nNk16 widths wgmma_ops.cuh has (tools/gen_wgmma.py generates it from this tuple).
@@ -85,6 +85,29 @@ POLY_EXP2 = (0, 2, 3, 4, 8)
 # softmax is issue-bound); plain D=128 -5.5 % (8k) / -1.6 % (2k), causal D=128 within 0.5 %:
 # on by default with three consumer warpgroups only.
 LAZY_RESCALE = (0, 8)
+# slope_step = 1: a score affine in the key position within a tile (passes/affine_score.py:
+# relative positions, ALiBi under a causal mask) gets slope * col from one more k16 wgmma of
+# Q K^T, whose B operand is a constant slab of column offsets in shared memory
+# (attention_wgmma_parts.cuh slope_fragment), instead of an FFMA per element in the softmax.
+# bf16 inputs only: the slope travels as three bf16 terms (f16's range would not hold it).
+# The default where it applies and its operands fit shared memory. Measured on an H100
+# (2026-11-25, attrs_sweep.py, in turns, against slope_step = 0): ALiBi D=64 x1.049 (8k) and
+# x1.043 (2k), relpos D=128 x1.016 / x1.012, relpos D=64 at two warpgroups x1.12.
+SLOPE_STEP = (0, 1)
+
+
+def slope_form(consumers: int) -> int:
+    """How the slope step holds the slope (attention_wgmma_parts.cuh kSlope*): with three
+    consumer warpgroups (160 registers each) in shared memory, written per item, since the
+    register fragment made ptxas serialise the wgmmas (relpos D=64, C7512); else in registers."""
+    return 2 if consumers == 3 else 1
+
+
+def slope_step_bytes(bn: int, consumers: int) -> int:
+    """The slope step's shared memory: the column offsets as a k16 B operand (MN-major, 16 rows of
+    128 bytes per 64 columns; K-major, 128 bytes a column, in shared-memory form) and in
+    shared-memory form each consumer warpgroup's 64 slope rows of 128 bytes."""
+    return -(-bn // 64) * 2048 if slope_form(consumers) == 1 else bn * 128 + consumers * 64 * 128
 # Work counters a Hopper attention program holds for persistent launches: one per stream that
 # launches it (runtime/launch.py Loaded.work_counter); streams beyond them walk a fixed stride.
 WORK_SLOTS = 64
@@ -107,15 +130,17 @@ def head_dim_problem(d: int) -> str:
     return ""
 
 
-def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages: int, stream_elem: int = 0) -> int:
-    """Q tile + a ring of K and V tiles, each stored as
+def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages: int, stream_elem: int = 0,
+                               slope_step: int = 0) -> int:
+    """Q tile + the slope step's slab (16 rows of 128 bytes per 64 key columns) + a ring of K
+    and V tiles, each stored as
     64-column blocks of 128-byte rows, + a ring of a streamed capture's tiles (elements of
     stream_elem bytes; passes/streaming.py) + 2 + 4 * stages mbarriers + a word per stage
     telling the consumers which tile it holds and one telling them which work item it belongs
     to, + 1024 to realign the tiles to the 128-byte swizzle's 1024-byte period."""
     blocks, vblocks = -(-d // 64), -(-dv // 64)
     return 1024 + (64 * consumers * blocks + stages * bn * (blocks + vblocks)) * 128 + \
-        stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn) + (2 + 4 * stages) * 8 + 2 * stages * 4
+        (slope_step_bytes(bn, consumers) if slope_step else 0) + stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn) + (2 + 4 * stages) * 8 + 2 * stages * 4
 
 
 def _accumulator_regs(d: int, dv: int, bn: int) -> int:
@@ -248,6 +273,14 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
     for name, value in given.items():
         if name != "schedule" and type(value) is not int:
             raise KdslError(f"kernel '{k.name}': attr {name} must be an integer, got {value!r}")
+    if fam == "wgmma":
+        slope_ok = affine_score.column_slope(k) and k.tensor("q").dtype == "bf16"
+        if given.get("slope_step") and not slope_ok:
+            raise KdslError(f"kernel '{k.name}': attr slope_step = 1 needs bf16 inputs and a score affine in the key "
+                            f"position (s + float(q - kv), ALiBi under a causal mask, ...); this kernel's is not")
+        if "slope_step" not in given:
+            s["slope_step"] = int(slope_ok and attention_wgmma_smem_bytes(
+                d, dv, s["tile_n"], s["consumers"], s["stages"], slope_step=1) <= target.smem_per_block)
     problem = {"wgmma": _wgmma_problem, "mma": _mma_problem}[fam](k, s, (d, dv), target)
     if problem:
         raise KdslError(f"kernel '{k.name}': schedule {_quote(given)} is not legal on {target.arch}"
@@ -260,7 +293,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv, stream_capture=stream,
                             spill_fallback=fallback,
                             smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
-                                                                  _stream_elem(k, stream)))
+                                                                  _stream_elem(k, stream), s["slope_step"]))
     return k.with_attrs(kernel="mma", **s, value_dim=dv, stream_capture=None,  # streams need TMA
                         smem_bytes=attention_smem_bytes(d, s["tile_m"], s["tile_n"], s["warps"]))
 
@@ -289,7 +322,8 @@ def _stream(k: ir.Kernel, s: dict, dims, stages_given: bool, target: Target) -> 
         return None
     elem = _stream_elem(k, name)
     for stages in [s["stages"]] if stages_given else range(s["stages"], 1, -1):
-        if attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], stages, elem) <= target.smem_per_block:
+        if attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], stages, elem,
+                                      s["slope_step"]) <= target.smem_per_block:
             s["stages"] = stages
             return name
     return None
@@ -319,7 +353,10 @@ def _wgmma_problem(k, s, dims, target) -> str:
         return f"poly_exp2 must be one of {POLY_EXP2}"
     if s["lazy_rescale"] not in LAZY_RESCALE:
         return f"lazy_rescale must be one of {LAZY_RESCALE}"
-    return _fits(attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], s["stages"]), target)
+    if s["slope_step"] not in SLOPE_STEP:
+        return f"slope_step must be one of {SLOPE_STEP}"
+    return _fits(attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], s["stages"],
+                                            slope_step=s["slope_step"]), target)
 
 
 def _mma_problem(k, s, dims, target) -> str:

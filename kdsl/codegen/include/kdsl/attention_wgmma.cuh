@@ -49,9 +49,9 @@
 
 namespace kdsl {
 
-template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0>
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = 0>
 __host__ __device__ constexpr int attention_wgmma_smem_bytes() {
-  return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES, SB>::kSmemBytes;
+  return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES, SB, SLOPE>::kSmemBytes;
 }
 
 // Registers per thread after setmaxnreg: the producer's (true) or the consumers' (false).
@@ -72,7 +72,12 @@ template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, class V, bool
 KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captures& cap, const TmaDesc* tq,
                                      const TmaDesc* tk, const TmaDesc* tv, const TmaDesc* ts) {
   using namespace attn_wgmma_detail;
-  typedef Cfg<Elem, D, DV, BN, NCWG, STAGES, V::kStreamElemBytes> C;
+  typedef Cfg<Elem, D, DV, BN, NCWG, STAGES, V::kStreamElemBytes, V::kSlopeStep> C;
+  // The slope step (attention_wgmma_parts.cuh): slope * col of an affine score by one more
+  // wgmma k-step. Its operands are reserved whenever the program asks for them (kSlopeStep),
+  // and used with kAffine (which KDSL_AFFINE_SCORE=0 turns off).
+  constexpr int kSlopeForm = V::kAffine ? V::kSlopeStep : kSlopeNone;
+  constexpr bool kSlope = kSlopeForm != kSlopeNone;
   // The streamed capture's tile travels with K (counted on its barrier) and is read by every
   // consumer thread: then each warp hands the K slot back (kEmptyK arrivals), after its reads.
   constexpr bool kStream = V::kStreamLoads;
@@ -106,6 +111,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     }
     mbar_init_fence();
   }
+  if constexpr (kSlope) fill_slope_slab<BN, kSlopeForm>(base + C::kSlopeOffset, tid, C::kThreads);
   __syncthreads();
 
   // Work items are (b, h, q tile) in groups of a.head_group consecutive heads (the last
@@ -243,6 +249,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   float o[C::kORegs];
   float sc[C::kSRegs];   // S of the tile in flight, then its probabilities
   u32 pa[BN / 16][4];    // P of the previous tile, packed as wgmma A fragments
+  u32 slope_word = 0u;   // kSlopeRegisters: the item's A fragment word (slope_word())
+  const u32 slope_rows = base + C::kSlopeAOffset + wg * kSlopeRowsBytes;  // kSlopeShared: this warpgroup's A
   float m_run[2], l_run[2];
 
   // Ring slots are handed back by one thread per warpgroup after its wgmma wait: a wgmma
@@ -330,6 +338,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       db[ks] = desc_advance(k_desc, (ks / 4) * BN * 128 + off);
     }
     WgmmaQK<Elem, BN, D / 16>::run(sc, da, db);
+    if constexpr (kSlopeForm == kSlopeRegisters) {
+      const u32 frag[4] = {slope_word, slope_word, slope_word, slope_word};
+      WgmmaSlopeRS<Elem, BN>::run(sc, frag, desc_mnmajor_sw128(base + C::kSlopeOffset, 2048), 1);
+    } else if constexpr (kSlopeForm == kSlopeShared) {
+      WgmmaSlopeSS<Elem, BN>::run(sc, desc_kmajor_sw128(slope_rows), desc_kmajor_sw128(base + C::kSlopeOffset), 1);
+    }
     wgmma_commit();
   };
   auto pv = [&](int s) {
@@ -371,6 +385,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     const int qr[2] = {imin2(row0, M - 1), imin2(row0 + 8, M - 1)};  // clamped for the Variant
     const float qf[2] = {(float)row0, (float)(row0 + 8)};
     const float slope = V::kAffine ? V::score_slope(a, cap, b, h) : 0.f;  // per item
+    if constexpr (kSlopeForm == kSlopeRegisters) slope_word = attn_wgmma_detail::slope_word(slope, t);
+    // kSlopeShared: the item's slope rows; this warpgroup's last Q K^T of the item before has
+    // completed (waited for before its softmax), and its threads meet before the first one of
+    // this item (my_turn's barrier, which they all take part in; else one of their own)
+    if constexpr (kSlopeForm == kSlopeShared) {
+      write_slope_rows(slope_rows, slope, tid % 128);
+      if constexpr (!kPingPong) named_barrier(12 + fresh_wg(), 128);
+    }
 #pragma unroll
     for (int i = 0; i < C::kORegs; ++i) o[i] = 0.f;
     m_run[0] = m_run[1] = V::kFixedRef ? V::kScoreRef : neg_inf();  // a fixed reference never moves
@@ -440,7 +462,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       const int k0 = j * BN;
       // kv as a float: one conversion per tile, then a constant per register (exact below
       // 2^24; the runtime bounds N for kernels whose score uses it)
-      const float kvf0 = (float)(k0 + 2 * t);
+      // (with the slope step, at the tile's column 0: the wgmma added slope * (kv - k0))
+      const float kvf0 = (float)(kSlope ? k0 : k0 + 2 * t);
       const float dq0[2] = {qf[0] - kvf0, qf[1] - kvf0};  // q - kv likewise: a base per row
       const float factor = V::kScaledDot ? a.scale_log2 : V::kAffine ? a.scale_log2 * V::kAffineFactor : V::kScoreFactor;
       // sc is raw; score = factor * raw (+ base[r] for kAffine: a row's base, at column 0)
@@ -489,7 +512,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // likewise; the factor goes into the exponent's FFMA below.
       auto score_at = [&](int i, int kv) {
         const float col = (float)(8 * (i / 4) + (i & 1));  // a constant once unrolled
-        if constexpr (V::kAffine)  // one FFMA: col an immediate, the slope a register
+        if constexpr (kSlope)  // the wgmma added slope * col already
+          return sc[i];
+        else if constexpr (V::kAffine)  // one FFMA: col an immediate, the slope a register
           return fmaf(slope, col, sc[i]);
         else if constexpr (V::kFactored)
           return V::score_unit(a, cap, sc[i], b, h, qr[(i >> 1) & 1], kv, qf[(i >> 1) & 1], kvf0, dq0[(i >> 1) & 1], col,

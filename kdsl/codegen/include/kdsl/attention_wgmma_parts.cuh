@@ -21,6 +21,13 @@ namespace kdsl {
 
 namespace attn_wgmma_detail {
 
+// The slope step's forms (Variant::kSlopeStep, passes/tiling.py slope_form): none; the slope
+// as the A fragment in registers (one word a thread live across the kv loop); the slope in
+// shared memory, each warpgroup's 64 rows written per item (no register: at three consumer
+// warpgroups' 160 registers the fragment made ptxas serialise the wgmmas, C7512).
+enum { kSlopeNone = 0, kSlopeRegisters = 1, kSlopeShared = 2 };
+constexpr int kSlopeRowsBytes = 64 * 128;  // a warpgroup's A operand: Q's layout, one k-step used
+
 enum { kTraceClaim, kTraceQIssued, kTraceLastIssued, kTraceItem, kTraceQReady, kTraceFirstS, kTraceTileS,
        kTraceLastPV, kTraceStored, kTraceEpilogue };
 KDSL_DEVICE void trace(int role, int& n, int event, int item) {
@@ -45,7 +52,7 @@ struct Keep {
   KDSL_DEVICE int hi(int r) const { return (int)(u32)(bits[r] >> 32); }
 };
 
-template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0>
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = kSlopeNone>
 struct Cfg {
   static constexpr int kBM = 64 * NCWG;
   static constexpr int kThreads = 128 * (NCWG + 1);
@@ -59,8 +66,13 @@ struct Cfg {
   static constexpr int kStreamCols = SB ? 128 / SB : 1;  // columns of one column block
   static constexpr int kStreamBlocks = SB ? (BN * SB + 127) / 128 : 0;
   static constexpr int kStreamBytes = kStreamBlocks * kBM * 128;
-  static constexpr int kKOffset = kQBytes;
-  static constexpr int kVOffset = kQBytes + STAGES * kKBytes;
+  // The slope step's operands (SLOPE: V::kSlopeStep; the slope step below), after Q: the
+  // column offsets (B), and for kSlopeShared each warpgroup's slope rows (A), 8 KB each.
+  static constexpr int kSlopeBBytes = SLOPE == kSlopeRegisters ? (BN + 63) / 64 * 2048 : SLOPE == kSlopeShared ? BN * 128 : 0;
+  static constexpr int kSlopeBytes = kSlopeBBytes + (SLOPE == kSlopeShared ? NCWG * kSlopeRowsBytes : 0);
+  static constexpr int kSlopeOffset = kQBytes, kSlopeAOffset = kQBytes + kSlopeBBytes;
+  static constexpr int kKOffset = kQBytes + kSlopeBytes;
+  static constexpr int kVOffset = kKOffset + STAGES * kKBytes;
   static constexpr int kSOffset = kVOffset + STAGES * kVBytes;
   static constexpr int kBarOffset = kSOffset + STAGES * kStreamBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
@@ -181,6 +193,69 @@ KDSL_DEVICE void write_masked_item(const AttnArgs& a, int b, int h, int q0, int 
   if (a.lse != nullptr)
     for (int r = lane; r < rows; r += lanes) a.lse[row0 + r] = neg_inf();
 }
+// The slope step (V::kSlopeStep, passes/affine_score.py, tiling.py SLOPE_STEP): a score
+// F * (qk + slope * col) + base takes slope * col from one more k16 wgmma of Q K^T's group,
+// so that the softmax gets it with qk at no cost per element. A holds the slope as three bf16
+// terms hi + mid + lo (exact for a normal fp32 slope: 3 x 8 significant bits) in columns 0-2
+// of every row, B the tile's column offsets 0..BN-1 in rows 0-2 (k = 0-2): the products are
+// exact (offsets below 256 have 8 significant bits) and accumulate in fp32 as the FFMA did.
+KDSL_DEVICE void slope_terms(float slope, float& hi, float& mid, float& lo) {
+  hi = __uint_as_float(pack_bf16x2(slope, 0.f) << 16);
+  mid = __uint_as_float(pack_bf16x2(slope - hi, 0.f) << 16);
+  lo = (slope - hi) - mid;
+}
+// kSlopeRegisters: thread (lane 4g + t)'s A fragment word. a[0] / a[1] hold columns 2t, 2t + 1
+// of rows g / g + 8 (low half first), a[2] / a[3] columns 2t + 8, 2t + 9, which meet B's zero
+// rows 8-11: the fragment is {w, w, w, w} (no register of zeros live across the kv loop: with
+// one, relpos spilled at D=128).
+KDSL_DEVICE u32 slope_word(float slope, int t) {
+  float hi, mid, lo;
+  slope_terms(slope, hi, mid, lo);
+  return t == 0 ? pack_bf16x2(hi, mid) : t == 1 ? pack_bf16x2(lo, 0.f) : 0u;
+}
+// kSlopeShared: thread i of a warpgroup writes 16-byte chunk i % 2 (columns 0-7 or 8-15) of row
+// i / 2 of the warpgroup's slope rows at `rows`, stored as Q is (K-major, 128 bytes a row in
+// the 128-byte swizzle: chunk c of row r at chunk c ^ (r % 8)), then fences for wgmma; a
+// barrier among the warpgroup's threads must follow before its first use.
+KDSL_DEVICE void write_slope_rows(u32 rows, float slope, int i) {
+  float hi, mid, lo;
+  slope_terms(slope, hi, mid, lo);
+  const int r = i / 2, c = i % 2;
+  const u32 w0 = c == 0 ? pack_bf16x2(hi, mid) : 0u, w1 = c == 0 ? pack_bf16x2(lo, 0.f) : 0u;
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %3};\n" ::"r"(rows + r * 128 + ((c ^ (r % 8)) << 4)), "r"(w0),
+               "r"(w1), "r"(0u)
+               : "memory");
+  fence_proxy_async();
+}
+// The slope step's B operand at `slab` (1024-aligned), element (k, n) = n for k < 3, else 0,
+// written once per CTA by `threads` threads from `first` before the barrier that starts the
+// roles (the writers' fence makes it visible to wgmma, the async proxy). kSlopeRegisters:
+// MN-major as V is (rows k of 64 columns, 128 bytes a row, 8 rows an atom, blocks of 64
+// columns 2048 bytes apart); kSlopeShared: K-major as K is (row n of 128 bytes, k along it).
+// Either way in the 128-byte swizzle: chunk c of row r at chunk c ^ (r % 8).
+template <int BN, int FORM>
+KDSL_DEVICE void fill_slope_slab(u32 slab, int first, int threads) {
+  constexpr int kChunks = FORM == kSlopeRegisters ? (BN + 63) / 64 * 128 : BN * 8;  // 16 bytes each
+  for (int ci = first; ci < kChunks; ci += threads) {
+    const int row = ci / 8, logical = (ci % 8) ^ (row % 8);
+    u32 w[4];
+    if (FORM == kSlopeRegisters) {  // row % 16 is k; columns n0 .. n0 + 7
+      const float n0 = (float)((row / 16) * 64 + logical * 8);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) w[e] = row % 16 < 3 ? pack_bf16x2(n0 + 2 * e, n0 + 2 * e + 1) : 0u;
+    } else {  // row is n; k 0-7 in logical chunk 0
+      const float n = (float)row;
+      w[0] = logical == 0 ? pack_bf16x2(n, n) : 0u;
+      w[1] = logical == 0 ? pack_bf16x2(n, 0.f) : 0u;
+      w[2] = w[3] = 0u;
+    }
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(slab + 16u * ci), "r"(w[0]), "r"(w[1]), "r"(w[2]),
+                 "r"(w[3])
+                 : "memory");
+  }
+  fence_proxy_async();
+}
+
 KDSL_DEVICE u32 ld_shared_u32(u32 addr) {
   u32 v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");

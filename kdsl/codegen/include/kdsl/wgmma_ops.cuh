@@ -25,6 +25,9 @@ namespace kdsl {
 template <class Elem, int N> struct WgmmaSS0;
 template <class Elem, int N> struct WgmmaSS;
 template <class Elem, int N> struct WgmmaRS;
+// the slope step's one instruction (attention_wgmma_parts.cuh), in wgmma_ops_slope.cuh
+template <class Elem, int N> struct WgmmaSlopeRS;
+template <class Elem, int N> struct WgmmaSlopeSS;
 
 template <class Elem, int N, int STEPS> struct WgmmaQK {
   static KDSL_DEVICE void run(float (&d)[N / 2], const u64 (&da)[STEPS], const u64 (&db)[STEPS]) {
