@@ -3,12 +3,14 @@ its own (MLA's 192 / 128, and v wider or narrower than q), on the GPU against th
 reference: ragged lengths, GQA, a mask, lse, split-KV decode (the combine step reads v's
 head dim), torch.compile and a CUDA graph."""
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kdsl
 from kdsl import reference
 from kdsl.testing import ATTENTION_TOL, attention_inputs, rel_frobenius
 
 from conftest import ROOT
+from exprgen import bool_expr, float_expr
 
 pytestmark = pytest.mark.gpu
 
@@ -86,3 +88,30 @@ def test_value_head_dim_under_torch_compile_and_cuda_graph(mod):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
+
+
+# Generated scores and masks (tests/exprgen.py) at the head dims beyond 64 / 128 and with v's
+# head dim of its own: the same property test as test_attention_gpu.py's, over head dims.
+HYPOTHESIS_PAIRS = [(32, 32), (96, 96), (192, 192), (256, 256), (192, 128), (64, 128), (128, 64), (96, 160)]
+HYPOTHESIS_SHAPES = [(1, 2, 2, 1, 300), (2, 4, 2, 129, 127), (1, 3, 1, 200, 513), (2, 2, 2, 64, 64)]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(st.none(), float_expr(depth=2)), st.one_of(st.none(), bool_expr(depth=2)),
+       st.sampled_from(HYPOTHESIS_PAIRS), st.sampled_from(HYPOTHESIS_SHAPES), st.integers(0, 2**31 - 1))
+def test_generated_programs_at_other_head_dims(score, mask, dims, shape, seed):
+    torch = pytest.importorskip("torch")
+    d, dv = dims
+    lines = ["attention gen {", "    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, Dv]"]
+    lines += [f"    score(s, b, h, i, j) = {score}"] if score else []
+    lines += [f"    mask(b, h, i, j) = {mask}"] if mask else []
+    mod = kdsl.compile("\n".join(lines + ["}"]) + "\n", "generated.kd")
+    kir = mod.ir["gen"]
+    B, H, Hkv, M, N = shape
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, d, generator=gen, Dv=dv)
+    out = torch.full((B, H, M, dv), float("nan"), dtype=q.dtype, device=q.device)
+    mod.gen(q, k, v, out=out, **caps)
+    ref, _ = reference.attention(kir, q, k, v, caps)
+    err = rel_frobenius(out, ref)
+    assert err <= ATTENTION_TOL, f"D={d} Dv={dv} {shape} score={score} mask={mask}: rel err {err:.3e}"
