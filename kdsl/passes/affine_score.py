@@ -17,6 +17,10 @@ F and the base go into the exponent's FFMA. Before, the score took an FADD and a
 element, and the max and exponent an FADD more (relpos D=64: 580 -> 5xx SASS instructions
 a tile). F > 0 (scale_log2 > 0, which the runtime arranges) keeps the max on the unit.
 
+Where the slope is not the constant 0 (column_slope) and the inputs are bf16, the tiling pass
+sets attr slope_step: the kernel then adds slope * col on the tensor cores, in one more k-step
+of Q K^T (attention_wgmma_parts.cuh), and the FFMA goes too.
+
 The pass defines score_slope (over b, h and the scales) and score_base (over b, h, q, the
 scales and the positions, read at the thread's first column) when score_log2 has this form;
 under `math exact` it leaves the score as written (the division by F rounds differently).
