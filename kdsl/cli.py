@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     c.add_argument("--sms", type=int, metavar="N", help="FP8 GEMMs: tile for N multiprocessors (default 132)")
     c.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
                    help="fix a schedule attr of every kernel it applies to: attention on Hopper (tile_n, consumers, "
-                   "stages, schedule, poly_exp2, lazy_rescale, slope_step), on sm_80/89 (tile_m, tile_n, warps), FP8 GEMMs "
+                   "stages, schedule, poly_exp2, lazy_rescale, slope_step, tensor_row_sum), on sm_80/89 (tile_m, tile_n, warps), FP8 GEMMs "
                    "(tile_m, tile_n, stages, cluster, multicast, raster, store, stream_k); repeatable")
     ck = sub.add_parser("check", help="verify kernels against the float64 reference on the GPU",
                         description="For each kernel in FILE: N trials of fresh random inputs over awkward shapes, "

@@ -366,3 +366,30 @@ static_assert(advance_is_exact(), "desc_advance differs from the descriptor of t
 extern "C" __global__ void kdsl_desc_check() {}
 '''
     nvrtc.compile_cuda(src, "kdsl_desc_check", nvrtc.default_options("sm_90a", emit.INCLUDE_DIR), want_cubin=False)
+
+
+def test_row_sums_by_p_v_are_a_trial_dropped_where_ptxas_spills():
+    """tiling.TENSOR_ROW_SUM: on by default at value head dim 64 with three consumer warpgroups,
+    as a trial; a windowed relative bias spills with its four more accumulator registers, and
+    compiler.build takes the same tile without them."""
+    plain = next(k for k in kernels(ROOT / "samples" / "plain.kd") if k.name == "plain")
+    kept = build(plain, "sm_90a", 64)
+    assert kept.kernel.attr("tensor_row_sum") == 1 and kept.kernel.attr("row_sum_trial") == 1
+    assert "kdsl/wgmma_ops_rowsum.cuh" in kept.generated.source
+    assert build(plain, "sm_90a", 128).kernel.attr("tensor_row_sum") == 0
+    windowed = pipeline.check(parse("""attention w {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    score(s, b, h, i, j) = s + 0.01 * float(i - j)
+    mask(b, h, i, j) = abs(i - j) < 1024
+}
+""", "w.kd"))[0]
+    dropped = build(windowed, "sm_90a", 64)
+    rep = inspect(dropped.compiled.cubin, dropped.generated.entry)
+    assert dropped.kernel.attr("tensor_row_sum") == 0 and rep.local_bytes == 0 and rep.spill_ops == 0
+    assert dropped.kernel.attr("tile_m") == 192  # the same tile
+
+
+def test_row_sum_asked_at_another_value_head_dim_is_refused():
+    causal = next(k for k in kernels(ROOT / "samples" / "causal.kd") if k.name == "causal")
+    with pytest.raises(KdslError, match="tensor_row_sum needs value head dim 64"):
+        pipeline.lower(causal.with_attrs(tensor_row_sum=1), get_target("sm_90a"), 128)

@@ -146,6 +146,8 @@ def _attention(k: ir.Kernel) -> Generated:
     src = _env().get_template(template).render(prelude=prelude, 
         version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, wgmma_header=wgmma_header,
         slope_header=slope_header,
+        rowsum_header="kdsl/wgmma_ops_rowsum.cuh" if k.attr("tensor_row_sum") else "",
+        tensor_row_sum="true" if k.attr("tensor_row_sum") else "false",
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), warps=k.attr("warps"),
         consumers=k.attr("consumers"), stages=k.attr("stages"), producer_regs=k.attr("producer_regs"),
         consumer_regs=k.attr("consumer_regs"), work_slots=tiling.WORK_SLOTS, split_slot=tiling.SPLIT_SLOT, poly_exp2=k.attr("poly_exp2") or 0,

@@ -59,7 +59,8 @@ SPILL_TRIAL_REGS = 12
 # in a third; B=32 H=8 N=8192 x1.004; B=1 N=32768 x1.005 and x1.000; B=1 N=4096 and GQA even.
 # Never slower; bench/results/h100-2026-11-25-s14-decode-stages*.log.
 ONE_WARPGROUP_STAGE_BYTES = 64 * 1024
-SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2", "lazy_rescale", "slope_step"),
+SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2", "lazy_rescale", "slope_step",
+                            "tensor_row_sum"),
                   "mma": ("tile_m", "tile_n", "warps"),
                   "gemm": gemm_tiles.CONFIG_ATTRS}
 # m64nNk16 widths wgmma_ops.cuh has (tools/gen_wgmma.py generates it from this tuple).
@@ -94,6 +95,13 @@ LAZY_RESCALE = (0, 8)
 # (2026-11-25, attrs_sweep.py, in turns, against slope_step = 0): ALiBi D=64 x1.049 (8k) and
 # x1.043 (2k), relpos D=128 x1.016 / x1.012, relpos D=64 at two warpgroups x1.12.
 SLOPE_STEP = (0, 1)
+# tensor_row_sum = 1: P's row sums come from P V, which reads 8 columns of ones beside V's 64
+# (a block of ones after the V ring), instead of an FADD per element in the softmax; value
+# head dim 64 only (the ones follow V's single 64-column block). The default with three
+# consumer warpgroups, whose softmax bounds the kernel. Measured on an H100 (2026-11-25,
+# attrs_sweep.py, in turns, D=64): relpos x1.082 (8k) / x1.048 (2k), ALiBi x1.036, sliding
+# window x1.014, plain x1.003, causal x0.994 / x1.007, prefix-LM x0.991.
+TENSOR_ROW_SUM = (0, 1)
 
 
 def slope_form(consumers: int) -> int:
@@ -131,7 +139,7 @@ def head_dim_problem(d: int) -> str:
 
 
 def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages: int, stream_elem: int = 0,
-                               slope_step: int = 0) -> int:
+                               slope_step: int = 0, tensor_row_sum: int = 0) -> int:
     """Q tile + the slope step's slab (16 rows of 128 bytes per 64 key columns) + a ring of K
     and V tiles, each stored as
     64-column blocks of 128-byte rows, + a ring of a streamed capture's tiles (elements of
@@ -140,7 +148,7 @@ def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages:
     to, + 1024 to realign the tiles to the 128-byte swizzle's 1024-byte period."""
     blocks, vblocks = -(-d // 64), -(-dv // 64)
     return 1024 + (64 * consumers * blocks + stages * bn * (blocks + vblocks)) * 128 + \
-        (slope_step_bytes(bn, consumers) if slope_step else 0) + stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn) + (2 + 4 * stages) * 8 + 2 * stages * 4
+        (slope_step_bytes(bn, consumers) if slope_step else 0) + (bn * 128 if tensor_row_sum else 0) + stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn) + (2 + 4 * stages) * 8 + 2 * stages * 4
 
 
 def _accumulator_regs(d: int, dv: int, bn: int) -> int:
@@ -281,6 +289,13 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         if "slope_step" not in given:
             s["slope_step"] = int(slope_ok and attention_wgmma_smem_bytes(
                 d, dv, s["tile_n"], s["consumers"], s["stages"], slope_step=1) <= target.smem_per_block)
+    # a default row sum by P V is a trial: where ptxas spills, compiler.build drops it
+    row_sum_trial = attrs.get("row_sum_trial")
+    if fam == "wgmma" and "tensor_row_sum" not in given:
+        s["tensor_row_sum"] = int(dv == 64 and s["consumers"] == 3 and attention_wgmma_smem_bytes(
+            d, dv, s["tile_n"], s["consumers"], s["stages"], slope_step=s["slope_step"], tensor_row_sum=1)
+            <= target.smem_per_block)
+        row_sum_trial = s["tensor_row_sum"] or None
     problem = {"wgmma": _wgmma_problem, "mma": _mma_problem}[fam](k, s, (d, dv), target)
     if problem:
         raise KdslError(f"kernel '{k.name}': schedule {_quote(given)} is not legal on {target.arch}"
@@ -291,9 +306,10 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                             f"{s['consumers']} (the Hopper kernel's tile_m is 64 * consumers; set consumers)")
         stream = _stream(k, s, (d, dv), "stages" in given, target)
         return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv, stream_capture=stream,
-                            spill_fallback=fallback,
+                            spill_fallback=fallback, row_sum_trial=row_sum_trial,
                             smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
-                                                                  _stream_elem(k, stream), s["slope_step"]))
+                                                                  _stream_elem(k, stream), s["slope_step"],
+                                                                  s["tensor_row_sum"]))
     return k.with_attrs(kernel="mma", **s, value_dim=dv, stream_capture=None,  # streams need TMA
                         smem_bytes=attention_smem_bytes(d, s["tile_m"], s["tile_n"], s["warps"]))
 
@@ -323,7 +339,7 @@ def _stream(k: ir.Kernel, s: dict, dims, stages_given: bool, target: Target) -> 
     elem = _stream_elem(k, name)
     for stages in [s["stages"]] if stages_given else range(s["stages"], 1, -1):
         if attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], stages, elem,
-                                      s["slope_step"]) <= target.smem_per_block:
+                                      s["slope_step"], s["tensor_row_sum"]) <= target.smem_per_block:
             s["stages"] = stages
             return name
     return None
@@ -355,8 +371,12 @@ def _wgmma_problem(k, s, dims, target) -> str:
         return f"lazy_rescale must be one of {LAZY_RESCALE}"
     if s["slope_step"] not in SLOPE_STEP:
         return f"slope_step must be one of {SLOPE_STEP}"
+    if s["tensor_row_sum"] not in TENSOR_ROW_SUM:
+        return f"tensor_row_sum must be one of {TENSOR_ROW_SUM}"
+    if s["tensor_row_sum"] and dims[1] != 64:
+        return "tensor_row_sum needs value head dim 64"
     return _fits(attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], s["stages"],
-                                            slope_step=s["slope_step"]), target)
+                                            slope_step=s["slope_step"], tensor_row_sum=s["tensor_row_sum"]), target)
 
 
 def _mma_problem(k, s, dims, target) -> str:

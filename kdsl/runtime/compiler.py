@@ -63,6 +63,14 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
         if built.kernel.attr("tile_m") != trial.kernel.attr("tile_m"):
             raise KdslError(f"{k.name}: internal error: the spill fallback changed tile_m "
                             f"({trial.kernel.attr('tile_m')} -> {built.kernel.attr('tile_m')})")
+    if built.kernel.attr("row_sum_trial") and not split_kv and want_cubin and SPILLED in built.compiled.log:
+        # the row sums by P V (tiling.TENSOR_ROW_SUM) hold four more accumulator registers; where
+        # ptxas spilled them, the same tile with the softmax's FADDs (the split-KV program has
+        # them anyway)
+        b = built.kernel
+        k = k.with_attrs(tile_n=b.attr("tile_n"), consumers=b.attr("consumers"), stages=b.attr("stages"),
+                         stream_capture=b.attr("stream_capture"), tensor_row_sum=0)
+        built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream)
     return built
 
 
@@ -140,7 +148,7 @@ def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_
         options.append(SPLIT_KV_OPTION)
     if not stream and lowered.attr("stream_capture"):
         options.append(NO_STREAM_OPTION)
-    if lowered.attr("spill_fallback"):  # build() reads whether ptxas spilled from the log
+    if lowered.attr("spill_fallback") or lowered.attr("row_sum_trial"):  # build() reads spills from the log
         options.append(WARN_ON_SPILLS_OPTION)
     key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)
     return lowered, gen, options, key

@@ -49,9 +49,9 @@
 
 namespace kdsl {
 
-template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = 0>
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = 0, bool ROWSUM = false>
 __host__ __device__ constexpr int attention_wgmma_smem_bytes() {
-  return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES, SB, SLOPE>::kSmemBytes;
+  return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES, SB, SLOPE, ROWSUM>::kSmemBytes;
 }
 
 // Registers per thread after setmaxnreg: the producer's (true) or the consumers' (false).
@@ -72,7 +72,10 @@ template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, class V, bool
 KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captures& cap, const TmaDesc* tq,
                                      const TmaDesc* tk, const TmaDesc* tv, const TmaDesc* ts) {
   using namespace attn_wgmma_detail;
-  typedef Cfg<Elem, D, DV, BN, NCWG, STAGES, V::kStreamElemBytes, V::kSlopeStep> C;
+  // P's row sums by P V over a ones column (Cfg ROWSUM), not by FADDs; not in the split-KV
+  // program, where it made relpos spill (that program then leaves the ones block unused)
+  constexpr bool kRowSum = V::kTensorRowSum && !kSplitKV;
+  typedef Cfg<Elem, D, DV, BN, NCWG, STAGES, V::kStreamElemBytes, V::kSlopeStep, kRowSum> C;
   // The slope step (attention_wgmma_parts.cuh): slope * col of an affine score by one more
   // wgmma k-step. Its operands are reserved whenever the program asks for them (kSlopeStep),
   // and used with kAffine (which KDSL_AFFINE_SCORE=0 turns off).
@@ -112,6 +115,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     mbar_init_fence();
   }
   if constexpr (kSlope) fill_slope_slab<BN, kSlopeForm>(base + C::kSlopeOffset, tid, C::kThreads);
+  if constexpr (kRowSum) fill_ones<Elem>(base + C::kOnesOffset, C::kOnesBytes, tid, C::kThreads);
   __syncthreads();
 
   // Work items are (b, h, q tile) in groups of a.head_group consecutive heads (the last
@@ -346,12 +350,17 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     }
     wgmma_commit();
   };
+  // Row hh's sum of P over every key so far: the ones column's (all four lanes of a quad hold
+  // it) or the quad's partial sums.
+  auto row_sum = [&](int hh) { return kRowSum ? o[DV / 2 + 2 * hh] : quad_sum(l_run[hh]); };
   auto pv = [&](int s) {
-    const u64 v_desc = desc_mnmajor_sw128(sV + s * C::kVBytes, BN * 128);
+    // kRowSum: the next 64-column block is the ones, the same block for every stage
+    const u32 v_stage = sV + s * C::kVBytes;
+    const u64 v_desc = desc_mnmajor_sw128(v_stage, kRowSum ? base + C::kOnesOffset - v_stage : BN * 128);
     u64 db[BN / 16];
 #pragma unroll
     for (int kp = 0; kp < BN / 16; ++kp) db[kp] = desc_advance(v_desc, kp * 16 * 128);
-    WgmmaPV<Elem, DV, BN / 16>::run(o, pa, db);
+    WgmmaPV<Elem, C::kPVN, BN / 16>::run(o, pa, db);
     wgmma_commit();
   };
 
@@ -584,7 +593,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           }
           sc[4 * jj + 2 * hh] = p0;
           sc[4 * jj + 2 * hh + 1] = p1;
-          sum += p0 + p1;
+          if constexpr (!kRowSum) sum += p0 + p1;
         }
         l_run[hh] = l_run[hh] * alpha[hh] + sum;
       }
@@ -596,7 +605,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       if (!V::kFixedRef &&
           (V::kLazyRescale == 0.f || __any_sync(0xffffffffu, (alpha[0] != 1.f) | (alpha[1] != 1.f)))) {
 #pragma unroll
-        for (int jj = 0; jj < DV / 8; ++jj) {
+        for (int jj = 0; jj < C::kPVN / 8; ++jj) {  // the row sums too (kRowSum)
           o[4 * jj + 0] *= alpha[0];
           o[4 * jj + 1] *= alpha[0];
           o[4 * jj + 2] *= alpha[1];
@@ -696,7 +705,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int r = out_row0 + 8 * hh;
-        const float l = quad_sum(l_run[hh]);
+        const float l = row_sum(hh);
         const float inv = l > 0.f ? 1.f / l : 0.f;
         if (r < M) {
           float* po = a.part_o + (part_row + r) * DV;
@@ -738,7 +747,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
         const int hh = h0 + i;
-        const float l = quad_sum(l_run[hh]);
+        const float l = row_sum(hh);
         const float inv = l > 0.f ? 1.f / l : 0.f;
         if (head_row + 8 * hh < M && a.lse != nullptr && t == 0)
           a.lse[flat_row + 8 * hh] = l > 0.f ? (m_run[hh] + lg2_approx(l)) * 0.69314718055994531f : neg_inf();

@@ -52,7 +52,8 @@ struct Keep {
   KDSL_DEVICE int hi(int r) const { return (int)(u32)(bits[r] >> 32); }
 };
 
-template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = kSlopeNone>
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = kSlopeNone,
+          bool ROWSUM = false>
 struct Cfg {
   static constexpr int kBM = 64 * NCWG;
   static constexpr int kThreads = 128 * (NCWG + 1);
@@ -73,7 +74,12 @@ struct Cfg {
   static constexpr int kSlopeOffset = kQBytes, kSlopeAOffset = kQBytes + kSlopeBBytes;
   static constexpr int kKOffset = kQBytes + kSlopeBytes;
   static constexpr int kVOffset = kKOffset + STAGES * kKBytes;
-  static constexpr int kSOffset = kVOffset + STAGES * kVBytes;
+  // ROWSUM (V::kTensorRowSum): a block of BN rows of ones after the V ring, which P V reads as
+  // 8 more columns of every stage's V (its descriptor's next 64-column block): their products
+  // are P's row sums, in the O accumulator beside O (kPVN columns in all)
+  static constexpr int kOnesOffset = kVOffset + STAGES * kVBytes, kOnesBytes = ROWSUM ? BN * 128 : 0;
+  static constexpr int kPVN = DV + (ROWSUM ? 8 : 0);
+  static constexpr int kSOffset = kOnesOffset + kOnesBytes;
   static constexpr int kBarOffset = kSOffset + STAGES * kStreamBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
   static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // a tile_info word per stage
@@ -83,7 +89,7 @@ struct Cfg {
   static constexpr int kProducerRegs = NCWG <= 2 ? 40 : 32;
   static constexpr int kConsumerRegs = NCWG == 1 ? 240 : (NCWG == 2 ? 232 : 160);
   static constexpr int kSRegs = BN / 2;              // S accumulator floats per thread
-  static constexpr int kORegs = DV / 2;              // O accumulator floats per thread
+  static constexpr int kORegs = kPVN / 2;            // O (and row sum) accumulator floats per thread
 
   static_assert(sizeof(Elem) == 2, "Elem must be a 16-bit type (bf16_t or f16_t)");
   static_assert(D % 16 == 0 && D >= 16 && D <= 256, "D must be a multiple of 16 in [16, 256]");
@@ -91,6 +97,7 @@ struct Cfg {
   static_assert(BN % 16 == 0 && BN >= 64 && BN <= 256, "BN must be a multiple of 16 in [64, 256]");
   static_assert(NCWG >= 1 && NCWG <= 3, "1 to 3 consumer warpgroups");
   static_assert(SB == 0 || SB == 2 || SB == 4, "a streamed capture has 2- or 4-byte elements");
+  static_assert(!ROWSUM || DV == 64, "the ones column follows a single 64-column block of V");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * NCWG <= 65536, "register split too large");
   static_assert(kSmemBytes <= 227 * 1024, "tiles do not fit in shared memory");
 };
@@ -253,6 +260,16 @@ KDSL_DEVICE void fill_slope_slab(u32 slab, int first, int threads) {
                  "r"(w[3])
                  : "memory");
   }
+  fence_proxy_async();
+}
+
+// The ones block of attr tensor_row_sum (Cfg::kOnesOffset): every element 1, so no swizzle to
+// mind; written once per CTA like the slope slab.
+template <class Elem>
+KDSL_DEVICE void fill_ones(u32 block, int bytes, int first, int threads) {
+  const u32 w = pack2<Elem>(1.f, 1.f);
+  for (int i = first; i < bytes / 16; i += threads)
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(block + 16u * i), "r"(w) : "memory");
   fence_proxy_async();
 }
 
