@@ -102,3 +102,26 @@ def test_slope_step_asked_of_a_score_without_a_slope_is_refused():
         lowered(program("s * 0.5", None), 64, slope_step=1)
     with pytest.raises(KdslError, match="slope_step must be one of"):
         lowered(program("s + float(i - j)", None), 64, slope_step=2)
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even to bf16, as cvt.rn.bf16x2.f32 does, back as float32."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=-2.0**100, max_value=2.0**100, allow_nan=False, width=32).filter(lambda x: abs(x) > 2.0**-100 or x == 0))
+def test_slope_splits_into_three_bf16_terms_exactly(slope):
+    """attention_wgmma_parts.cuh slope_terms: hi = bf16(slope), mid = bf16(slope - hi), lo =
+    slope - hi - mid; lo is a bf16 value itself and hi + mid + lo is the slope, so the slope
+    step's products with the column offsets (integers below 256, exact in bf16) add up to
+    slope * col as exactly as the FFMA it replaces."""
+    x = np.array([slope], dtype=np.float32)
+    hi = _bf16(x)
+    r = (x - hi).astype(np.float32)
+    mid = _bf16(r)
+    lo = (r - mid).astype(np.float32)
+    assert _bf16(lo)[0] == lo[0]
+    assert float(hi[0]) + float(mid[0]) + float(lo[0]) == float(x[0])
