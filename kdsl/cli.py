@@ -275,12 +275,17 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
         return f"{label}: {tile} -> {out / stem}.cu"
     from .runtime.compiler import build
     built = build(k, args.arch, d, want_cubin=args.emit == "cubin")
-    if built.kernel.attr("tile_n") != lowered.attr("tile_n"):  # ptxas spilled the trial tile: the fallback's files
-        trial, lowered = lowered.attr("tile_n"), built.kernel
+    if built.kernel != lowered:  # ptxas spilled a trial (tile, or row sums by P V): the fallback's files
+        trial, lowered = lowered, built.kernel
         (out / f"{stem}.cu").write_text(built.generated.source)
         (out / f"{stem}.ir").write_text(ir.print_ir(lowered))
-        tile = (f"tile {lowered.attr('tile_m')}x{lowered.attr('tile_n')} (ptxas spilled the {trial}-key trial "
-                f"tile), {lowered.attr('threads')} threads")
+        what = (f"the {trial.attr('tile_n')}-key trial tile" if trial.attr("tile_n") != lowered.attr("tile_n")
+                else "the trial row sums by P V")
+        tile = (f"tile {lowered.attr('tile_m')}x{lowered.attr('tile_n')} (ptxas spilled {what}), "
+                f"{lowered.attr('threads')} threads")
+    # per-element work the tensor cores took over (tiling.SLOPE_STEP, TENSOR_ROW_SUM)
+    tile += "".join(f", {what}" for attr, what in (("slope_step", "slope step"), ("tensor_row_sum", "row sums by P V"))
+                    if lowered.attr(attr))
     (out / f"{stem}.ptx").write_text(built.compiled.ptx)
     if args.emit == "ptx":
         return f"{label}: {tile} -> {out / stem}.ptx"

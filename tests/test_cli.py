@@ -153,3 +153,20 @@ def test_compile_reports_and_writes_the_spill_fallback(tmp_path):
     assert "attr tile_n = 64" in (tmp_path / "out" / "rel256_d256.ir").read_text()
     ir_only = run("compile", str(p), "-o", str(tmp_path / "ir"), "--emit", "ir")  # before a build: the trial
     assert "attr tile_n = 80" in ir_only.stdout and "attr spill_fallback = [64, 2, 2]" in ir_only.stdout
+
+
+def test_compile_reports_the_tensor_cores_work_and_a_dropped_row_sum_trial(tmp_path):
+    """The report names the per-element work the tensor cores took over; a kernel whose trial row
+    sums by P V ptxas spilled (a windowed relative bias at D=64) reports and writes the build
+    without them, not the trial (the report once showed the trial's files and shared memory)."""
+    p = tmp_path / "w.kd"
+    p.write_text("attention w {\n    q: bf16[B, H, M, 64]; k: bf16[B, H, N, 64]; v: bf16[B, H, N, 64]\n"
+                 "    score(s, b, h, i, j) = s + 0.01 * float(i - j)\n    mask(b, h, i, j) = abs(i - j) < 1024\n}\n")
+    r = run("compile", str(p), "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert "(ptxas spilled the trial row sums by P V)" in r.stdout and "slope step" in r.stdout
+    assert "row sums by P V," not in r.stdout.replace("trial row sums by P V)", "")
+    assert "spill/local 0 B" in r.stdout
+    assert "attr tensor_row_sum = 0" in (tmp_path / "out" / "w_d64.ir").read_text()
+    plain = run("compile", str(ROOT / "samples" / "plain.kd"), "-o", str(tmp_path / "plain"))
+    assert "plain[D=64]: tile 192x128, 512 threads, row sums by P V," in plain.stdout
