@@ -7,9 +7,13 @@ interval of passes/kv_bounds.py where it was derived), the ragged last tile boun
 by N, scores in the log2 domain from the exp2-folded expression, online-softmax rescaling,
 P rounded to the input type before P.V as the tensor cores see it; and for FP8 GEMMs each
 128-deep K block accumulated on its own and promoted with its scales. Slow; exact about the
-schedule, so CI can test the passes against the float64 reference with no GPU. One exception:
-a trial kv tile (tiling.SPILL_TRIAL_REGS) that ptxas spills runs one tile narrower on the GPU
-(compiler.build), which only the build can tell; the interpreter walks the trial tile.
+schedule, so CI can test the passes against the float64 reference with no GPU. Like the Hopper
+kernel it takes an affine score as F * (qk + slope * col) + base from a per-tile base
+(passes/affine_score.py), a fixed softmax reference where the score's range allows one
+(passes/score_bounds.py), and with the row sums by P V (tiling.TENSOR_ROW_SUM) sums P as rounded
+for P V. One exception: a trial (a kv tile, tiling.SPILL_TRIAL_REGS, or the row sums by P V)
+that ptxas spills is dropped on the GPU (compiler.build), which only the build can tell; the
+interpreter walks the trial.
 """
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
     low = pipeline.lower(kernel, get_target(arch), D, Dv)
     bm, bn = low.attr("tile_m"), low.attr("tile_n")
     lazy = np.float32(low.attr("lazy_rescale") or 0)
+    fixed_ref = low.attr("score_ref")  # None: a running max
+    rounded_sums = bool(low.attr("tensor_row_sum"))
     elem = kernel.tensor("q").dtype
     dims = {n: {"q": q, "k": k, "v": v, **captures}[t].shape[axis] for n, (t, axis) in kernel.dims.items()}
     scale = float(eval_scalar(kernel.func("scale"), dims)) if scale is None else scale
@@ -48,7 +54,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
     for q0 in range(0, M, bm):
         q1 = min(q0 + bm, M) - 1
         rows = np.arange(q0, q1 + 1).reshape(1, 1, -1, 1)
-        m_i = np.full((B, H, q1 - q0 + 1), -np.inf, np.float32)
+        m_i = np.full((B, H, q1 - q0 + 1), -np.inf if fixed_ref is None else fixed_ref, np.float32)
         l_i = np.zeros_like(m_i)
         acc = np.zeros((B, H, q1 - q0 + 1, Dv), np.float32)
         for k0 in range(0, N, bn):
@@ -63,7 +69,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
                    "b": b_idx, "h": h_idx, "q": rows, "kv": cols,
                    "qf": rows.astype(np.float32), "kvf": cols.astype(np.float32),
                    "dqkf": (rows - cols).astype(np.float32)}
-            s = np.broadcast_to(eval_numpy(score, env, captures, np.float32), qk.shape).astype(np.float32)
+            s = _score(low, score, env, captures, k0).astype(np.float32)
             if mask is not None:
                 keep = np.broadcast_to(eval_numpy(mask, env, captures), qk.shape)
                 if kv_lo is not None:  # as the Hopper kernel: lo <= kv <= hi on tiles of class keys
@@ -75,20 +81,36 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
                 # full tiles skip the per-element mask, as the kernel does; empty (b, h) pairs drop out
                 keep = np.where((cls == "full")[..., None, None], True, keep) & (cls != "empty")[..., None, None]
                 s = np.where(keep, s, -np.inf)
-            m_new = np.maximum(m_i, s.max(axis=-1))
+            m_new = np.maximum(m_i, s.max(axis=-1)) if fixed_ref is None else m_i  # a fixed one never moves
             if lazy:  # the Hopper kernel keeps its reference while the max exceeds it by <= lazy
                 m_new = np.where(m_new <= m_i + lazy, m_i, m_new)
             base = np.where(np.isneginf(m_new), 0.0, m_new).astype(np.float32)
             p = np.exp2(s - base[..., None])
             alpha = np.exp2(np.where(np.isneginf(m_i), -np.inf, m_i - base))
-            l_i = l_i * alpha + p.sum(axis=-1)
-            pv = np.einsum("bhmn,bhnd->bhmd", round_float32(p, elem), v[:, kv_head, k0:k1 + 1], dtype=np.float32)
+            p_elem = round_float32(p, elem)  # P as P V's A operand holds it
+            l_i = l_i * alpha + (p_elem if rounded_sums else p).sum(axis=-1, dtype=np.float32)
+            pv = np.einsum("bhmn,bhnd->bhmd", p_elem, v[:, kv_head, k0:k1 + 1], dtype=np.float32)
             acc = acc * alpha[..., None] + pv
             m_i = m_new
         safe = np.where(l_i > 0, l_i, 1.0)
         out[:, :, q0:q1 + 1] = np.where((l_i > 0)[..., None], acc / safe[..., None], 0.0)
         lse[:, :, q0:q1 + 1] = np.where(l_i > 0, (m_i + np.log2(safe)) * np.float32(np.log(2.0)), -np.inf)
     return out, lse
+
+
+def _score(low: ir.Kernel, score: ir.Expr, env: dict, captures: dict, k0: int) -> np.ndarray:
+    """score_log2 of a tile's elements as the Hopper kernel computes it: as written, or for an
+    affine score F * (qk + slope * col) + base, the base taken at the tile's first column and col
+    the offset from it (the kernel takes each thread's first column; the sum is the same)."""
+    qk = env["qk"]
+    if low.func("score_slope") is None:
+        return np.broadcast_to(eval_numpy(score, env, captures, np.float32), qk.shape)
+    at_col0 = {**env, "kv": np.int64(k0), "kvf": np.float32(k0), "dqkf": (env["q"] - k0).astype(np.float32)}
+    slope = eval_numpy(low.func("score_slope"), env, captures, np.float32)
+    base = eval_numpy(low.func("score_base"), at_col0, captures, np.float32)
+    factor = np.float32(env["scale_log2"] * np.float32(low.attr("score_factor")))
+    col = (env["kv"] - k0).astype(np.float32)
+    return np.broadcast_to(factor * (qk + slope * col) + base, qk.shape)
 
 
 def _classify(empty_p, full_p, dims, captures, B, H, q0, q1, k0, k1) -> np.ndarray:

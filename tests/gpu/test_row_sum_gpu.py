@@ -50,3 +50,26 @@ def test_row_sum_needs_value_head_dim_64():
     x = torch.randn(1, 2, 64, 128, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(kdsl.KdslError, match="tensor_row_sum needs value head dim 64"):
         mod.causal.with_attrs(tensor_row_sum=1)(x, x, x)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 4, 1, 1, 64), (1, 4, 4, 3, 2, 64), (1, 2, 2, 300, 1000, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_kernels_that_return_lse_keep_fp32_row_sums(shape):
+    """Regression (found by the interpreter, tests/test_interp.py): soft-capping with lse at head
+    dim 64 took its row sums by P V by default, and under its fixed reference a lone key's
+    rounded weight put lse up to 3.9e-3 off. Kernels that declare lse now keep fp32 sums."""
+    torch = pytest.importorskip("torch")
+    from kdsl import reference
+    from kdsl.testing import attention_inputs
+    mod = kdsl.compile("""attention sc {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    lse: f32[B, H, M]
+    score(s, b, h, i, j) = 30 * tanh(s / 30)
+}
+""", "sc.kd")
+    B, H, Hkv, M, N, D = shape
+    q, k, v, caps = attention_inputs(mod.ir["sc"], B, H, Hkv, M, N, D)
+    out, lse = mod.sc(q, k, v)
+    ref, ref_lse = reference.attention(mod.ir["sc"], q, k, v, caps)
+    assert torch.allclose(lse.double(), ref_lse, atol=1e-3, rtol=1e-4)
+    assert (out.double() - ref).abs().max() < 3e-2
