@@ -58,6 +58,21 @@ def test_generated_programs_interpreted(score, mask, shape, seed):
     assert rel_frobenius(out, ref) <= ATTENTION_TOL
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(st.none(), float_expr(depth=2)), st.one_of(st.none(), bool_expr(depth=2)),
+       st.sampled_from(SHAPES), st.integers(0, 2**31 - 1))
+def test_generated_programs_with_lse_interpreted(score, mask, shape, seed):
+    """lse as the kernel returns it (kdsl check's tolerance), under the defaults a kernel that
+    declares lse gets (fp32 row sums, a fixed reference where the range allows)."""
+    src = program(score, mask).replace("v: bf16[B, Hkv, N, D]", "v: bf16[B, Hkv, N, D]; lse: f32[B, H, M]")
+    kir = kdsl.compile(src, "gen.kd").ir["gen"]
+    out, lse, ref, ref_lse = _run(kir, shape, seed)
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL
+    fin = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), fin)
+    assert torch.allclose(lse[fin].double(), ref_lse[fin], rtol=1e-4, atol=1e-3)
+
+
 def test_interpreter_catches_an_unsound_tile_classification(monkeypatch):
     """Not vacuous: if mask analysis wrongly called partial tiles 'full', results break."""
     kir = kdsl.load(ROOT / "samples" / "causal.kd").ir["causal"]

@@ -145,15 +145,17 @@ def head_dim_problem(d: int) -> str:
 
 def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages: int, stream_elem: int = 0,
                                slope_step: int = 0, tensor_row_sum: int = 0) -> int:
-    """Q tile + the slope step's slab (16 rows of 128 bytes per 64 key columns) + a ring of K
-    and V tiles, each stored as
-    64-column blocks of 128-byte rows, + a ring of a streamed capture's tiles (elements of
-    stream_elem bytes; passes/streaming.py) + 2 + 4 * stages mbarriers + a word per stage
-    telling the consumers which tile it holds and one telling them which work item it belongs
-    to, + 1024 to realign the tiles to the 128-byte swizzle's 1024-byte period."""
+    """Q tile + a ring of K and V tiles, each stored as 64-column blocks of 128-byte rows, + the
+    slope step's operands (slope_step_bytes) + the row sums' block of ones (a 128-byte row per
+    key) + a ring of a streamed capture's tiles (elements of stream_elem bytes;
+    passes/streaming.py) + 2 + 4 * stages mbarriers + a word per stage telling the consumers
+    which tile it holds and one telling them which work item it belongs to, + 1024 to realign
+    the tiles to the 128-byte swizzle's 1024-byte period."""
     blocks, vblocks = -(-d // 64), -(-dv // 64)
-    return 1024 + (64 * consumers * blocks + stages * bn * (blocks + vblocks)) * 128 + \
-        (slope_step_bytes(bn, consumers) if slope_step else 0) + (bn * 128 if tensor_row_sum else 0) + stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn) + (2 + 4 * stages) * 8 + 2 * stages * 4
+    tiles = (64 * consumers * blocks + stages * bn * (blocks + vblocks)) * 128
+    per_element_work = (slope_step_bytes(bn, consumers) if slope_step else 0) + (bn * 128 if tensor_row_sum else 0)
+    streamed = stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn)
+    return 1024 + tiles + per_element_work + streamed + (2 + 4 * stages) * 8 + 2 * stages * 4
 
 
 def _accumulator_regs(d: int, dv: int, bn: int) -> int:
