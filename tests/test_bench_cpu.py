@@ -11,7 +11,8 @@ def test_standard_suite_shapes():
     cases = bench.standard_suite()
     attn = [c for c in cases if c.kind == "attention"]
     assert {c.kernel for c in attn} == set(bench.ATTN) | set(bench.VARIANTS) | {"mla"}
-    assert {c.shape["D"] for c in attn if c.kernel == "plain"} >= {32, 96, 128, 192, 256}
+    assert {c.shape["D"] for c in attn if c.kernel == "plain"} >= {32, 64, 96, 128, 192, 256}
+    assert {c.kernel for c in attn if c.shape["D"] == 64} >= {"plain", "causal", "relpos"}
     import kdsl
     variants = kdsl.load(bench.ROOT / "bench" / "variants.kd", interpret=True)
     assert set(bench.VARIANTS) == set(variants.kernels)  # a bench line for every variant
