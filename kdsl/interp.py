@@ -21,7 +21,7 @@ import numpy as np
 
 from . import ir
 from .backends import round_float32
-from .passes import pipeline
+from .passes import affine_score, pipeline
 from .passes.target import get_target
 from .semantics import eval_numpy, eval_scalar
 
@@ -101,9 +101,10 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
 def _score(low: ir.Kernel, score: ir.Expr, env: dict, captures: dict, k0: int) -> np.ndarray:
     """score_log2 of a tile's elements as the Hopper kernel computes it: as written, or for an
     affine score F * (qk + slope * col) + base, the base taken at the tile's first column and col
-    the offset from it (the kernel takes each thread's first column; the sum is the same)."""
+    the offset from it (the kernel takes each thread's first column; the sum is the same). A
+    scale <= 0 runs the program that computes the score as written (runtime/launch.py)."""
     qk = env["qk"]
-    if low.func("score_slope") is None:
+    if not (affine_score.needs_positive_scale(low) and env["scale_log2"] > 0):  # else as the runtime does
         return np.broadcast_to(eval_numpy(score, env, captures, np.float32), qk.shape)
     at_col0 = {**env, "kv": np.int64(k0), "kvf": np.float32(k0), "dqkf": (env["q"] - k0).astype(np.float32)}
     slope = eval_numpy(low.func("score_slope"), env, captures, np.float32)

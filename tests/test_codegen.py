@@ -45,6 +45,25 @@ def test_sample_compiles_to_sm90a_cubin_with_tensor_cores(path):
             assert "serialized" not in built.compiled.log, built.compiled.log
 
 
+def test_a_scale_at_most_zero_has_a_program_that_computes_the_score_as_written():
+    """A score affine in the key position needs a positive factor (affine_score.needs_positive_scale):
+    calls with scale <= 0 build the same source with KDSL_AFFINE_SCORE=0, which also drops the
+    slope step's k-step (relpos D=64: 26 HGMMA -> 24); other kernels have no such program."""
+    from kdsl.passes import affine_score
+    from kdsl.runtime.compiler import NO_AFFINE_OPTION
+    relpos = next(k for p in SAMPLES for k in kernels(p) if k.name == "relpos")
+    plain = next(k for p in SAMPLES for k in kernels(p) if k.name == "plain")
+    default, written = build(relpos, "sm_90a", 64), build(relpos, "sm_90a", 64, affine=False)
+    assert affine_score.needs_positive_scale(default.kernel) and default.kernel.attr("slope_step") == 1
+    assert NO_AFFINE_OPTION in written.options and NO_AFFINE_OPTION not in default.options
+    assert written.generated.source == default.generated.source and written.cache_key != default.cache_key
+    reps = [inspect(b.compiled.cubin, b.generated.entry) for b in (default, written)]
+    assert reps[0].tensor_ops["HGMMA"] == reps[1].tensor_ops["HGMMA"] + 2, reps
+    assert reps[1].local_bytes == 0 and "serialized" not in written.compiled.log
+    assert not affine_score.needs_positive_scale(build(plain, "sm_90a", 64).kernel)
+    assert build(plain, "sm_90a", 64, affine=False).cache_key == build(plain, "sm_90a", 64).cache_key
+
+
 @pytest.mark.parametrize("name", ["document_mask"])
 def test_split_kv_has_a_program_of_its_own(name):
     """Every call's program has neither the split-KV epilogue nor the combine kernel (NVVM

@@ -103,6 +103,24 @@ def test_interpreter_takes_an_affine_score_from_its_slope_and_base(monkeypatch):
     assert rel_frobenius(out, ref) > ATTENTION_TOL
 
 
+@pytest.mark.parametrize("name", ["relpos", "alibi"])
+@pytest.mark.parametrize("scale", [-0.7, 0.0, 0.05])
+def test_affine_scores_take_any_scale(name, scale):
+    """Regression: the affine form divides the slope by F = scale_log2 * c and takes the row max
+    on qk + slope * col, so a scale <= 0 gave NaN or a wrong reference (on the GPU too); such
+    calls run the score as written (runtime/launch.py, affine_score.needs_positive_scale)."""
+    kir = kdsl.load(ROOT / "samples" / f"{name}.kd").ir[name]
+    gen = torch.Generator().manual_seed(5)
+    q, k, v, caps = attention_inputs(kir, 1, 2, 2, 150, 170, 64, device="cpu", generator=gen)
+    f = lambda x: x.float().numpy()
+    out, lse = interp.attention(kir, f(q), f(k), f(v), {n: f(c) for n, c in caps.items()}, scale=scale)
+    ref, ref_lse = reference.attention(kir, q, k, v, caps, scale=scale)
+    assert rel_frobenius(torch.from_numpy(out), ref) <= ATTENTION_TOL
+    fin = torch.isfinite(ref_lse)
+    slack = math.log1p(tiling.ROW_SUM_LSE_ERROR["bf16"])  # these samples' row sums are by P V at D=64
+    assert torch.allclose(torch.from_numpy(lse)[fin].double(), ref_lse[fin], rtol=1e-4, atol=1e-3 + slack)
+
+
 def test_interpreter_keeps_a_fixed_reference(monkeypatch):
     """softcap's range fixes the softmax reference (passes/score_bounds.py) and the interpreter
     exponentiates against it, never a row max: a reference 200 log2 units too high underflows

@@ -50,6 +50,14 @@ def run(k: ir.Kernel) -> ir.Kernel:
     return k.with_func("score_slope", slope).with_func("score_base", base).with_attrs(score_factor=factor)
 
 
+def needs_positive_scale(k: ir.Kernel) -> bool:
+    """Whether lowered kernel k computes its score in the affine form, whose factor
+    F = scale_log2 * c (c > 0) must be positive: the row max is taken on qk + slope * col and
+    the slope is divided by F. A call with scale <= 0 runs the program that computes the score
+    as written (runtime/launch.py; the kernel's KDSL_AFFINE_SCORE=0)."""
+    return k.func("score_slope") is not None
+
+
 def column_slope(k: ir.Kernel) -> bool:
     """Whether run() will give k a slope that is not the constant 0 (a term in the key position):
     what the slope step (tiling's attr slope_step) takes from the FFMA per element."""

@@ -21,6 +21,7 @@ from . import cache, nvrtc, workers
 
 SPLIT_KV_OPTION = "-DKDSL_SPLIT_KV=1"  # templates/attention_wgmma.cu.j2
 NO_STREAM_OPTION = "-DKDSL_STREAM_CAPTURES=0"  # templates/attention_variant.cu.j2
+NO_AFFINE_OPTION = "-DKDSL_AFFINE_SCORE=0"  # templates/attention_variant.cu.j2
 WARN_ON_SPILLS_OPTION = "--ptxas-options=--warn-on-spills"
 SPILLED = "Registers are spilled to local memory"  # ptxas' warning under WARN_ON_SPILLS_OPTION
 _IN_FLIGHT: dict = {}  # cache key -> workers.Job of a prebuild not yet taken by build()
@@ -39,7 +40,8 @@ class Built:
 
 
 def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: bool = True,
-          trace: bool = False, value_dim: int = 0, split_kv: bool = False, stream: bool = True) -> Built:
+          trace: bool = False, value_dim: int = 0, split_kv: bool = False, stream: bool = True,
+          affine: bool = True) -> Built:
     """head_dim, value_dim: q/k's and v's head dims (attention; value_dim 0: the kernel's
     default, pipeline.default_value_dim). trace=True: NVRTC's per-phase times land in
     compiled.phases (on a cache miss). split_kv=True: the Hopper attention kernel's program
@@ -47,8 +49,10 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
     program, which every other call runs, has neither the split epilogue nor the combine
     kernel, and builds faster for it. stream=False: a kernel with a streamed capture
     (passes/streaming.py) in the program that loads it per element instead, for calls whose
-    tensor TMA cannot read."""
-    built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream)
+    tensor TMA cannot read. affine=False: a score affine in the key position
+    (passes/affine_score.py) in the program that computes it as written, for calls whose scale
+    makes the affine form's factor F <= 0 (its row max on qk + slope * col needs F > 0)."""
+    built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream, affine)
     fallback = built.kernel.attr("spill_fallback")
     if fallback and want_cubin and SPILLED in built.compiled.log:
         # a trial tile (tiling.SPILL_TRIAL_REGS) that ptxas spilled: the next tile, fixed as
@@ -56,7 +60,7 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
         # arguments on it)
         tile_n, consumers, _ = fallback
         k = k.with_attrs(tile_n=tile_n, consumers=consumers, stream_capture=built.kernel.attr("stream_capture"))
-        trial, built = built, _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream)
+        trial, built = built, _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream, affine)
         # launch.py counts work items by the tile_m it lowered before the build: a fallback
         # may narrow the kv tile only (launch.py recounts its split-KV key ranges in the tiles
         # of the kernel built here)
@@ -70,14 +74,14 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
         b = built.kernel
         k = k.with_attrs(tile_n=b.attr("tile_n"), consumers=b.attr("consumers"), stages=b.attr("stages"),
                          stream_capture=b.attr("stream_capture"), tensor_row_sum=0)
-        built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream)
+        built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream, affine)
     return built
 
 
 def _build(k: ir.Kernel, arch: str, head_dim: int, want_cubin: bool, trace: bool, value_dim: int, split_kv: bool,
-           stream: bool) -> Built:
+           stream: bool, affine: bool = True) -> Built:
     t0 = time.perf_counter()
-    lowered, gen, options, key = _generate(k, arch, head_dim, value_dim, split_kv, stream)
+    lowered, gen, options, key = _generate(k, arch, head_dim, value_dim, split_kv, stream, affine)
     t1 = time.perf_counter()
     hit, job = cache.get(key), None
     if hit is None and want_cubin and not trace:
@@ -138,7 +142,7 @@ def _finished(key: str, job) -> None:
 
 
 def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_kv: bool = False,
-              stream: bool = True):
+              stream: bool = True, affine: bool = True):
     lowered = pipeline.lower(k, get_target(arch), head_dim, value_dim)
     gen = emit.generate(lowered)
     options = nvrtc.default_options(arch, emit.INCLUDE_DIR)
@@ -148,6 +152,8 @@ def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_
         options.append(SPLIT_KV_OPTION)
     if not stream and lowered.attr("stream_capture"):
         options.append(NO_STREAM_OPTION)
+    if not affine and lowered.func("score_slope") is not None:
+        options.append(NO_AFFINE_OPTION)
     if lowered.attr("spill_fallback") or lowered.attr("row_sum_trial"):  # build() reads spills from the log
         options.append(WARN_ON_SPILLS_OPTION)
     key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import KdslError, LaunchError, NoGpuError
-from ..passes import exp2_fold, index_floats, tiling
+from ..passes import affine_score, exp2_fold, index_floats, tiling
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
 from . import arrays, geometry, splitkv, summary, torch_ops
@@ -207,12 +207,12 @@ class KernelBase:
         return self._lowered_ir[key]
 
     def _load(self, head_dim: int, device: int, value_dim: int = 0, one_warpgroup: bool = False,
-              split_kv: bool = False, stream: bool = True) -> Loaded:
-        key = (head_dim, value_dim, device, one_warpgroup, split_kv, stream)
+              split_kv: bool = False, stream: bool = True, affine: bool = True) -> Loaded:
+        key = (head_dim, value_dim, device, one_warpgroup, split_kv, stream, affine)
         if key not in self._loaded:
             from .compiler import build
             built = build(self._kernel_ir(one_warpgroup), self._arch(), head_dim, value_dim=value_dim,
-                          split_kv=split_kv, stream=stream)
+                          split_kv=split_kv, stream=stream, affine=affine)
             self._loaded[key] = (built, Loaded(built.compiled.cubin, built.generated.entry,
                                                built.kernel.attr("smem_bytes")))
         return self._loaded[key]
@@ -528,7 +528,12 @@ class AttentionKernel(KernelBase):
             t = next(i for i, c in enumerate(self.captures) if c.name == stream_name)
             row_bytes = infos[3 + t].shape[-1] * arrays.itemsize(self.captures[t].dtype)
             stream_arg = t if stream and row_bytes % 16 == 0 else None
-        built, loaded = self._load(D, device, Dv, one_warpgroup, split_kv=split_kv, stream=stream_arg is not None)
+        # A score affine in the key position takes its row max on qk + slope * col, which needs
+        # a positive factor scale_log2 * F (passes/affine_score.py): another scale runs the
+        # program that computes the score as written.
+        affine = not (tma and affine_score.needs_positive_scale(lk) and s <= 0)
+        built, loaded = self._load(D, device, Dv, one_warpgroup, split_kv=split_kv, stream=stream_arg is not None,
+                                   affine=affine)
         lk = built.kernel
         splits = 1
         if split_kv:

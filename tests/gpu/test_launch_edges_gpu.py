@@ -100,6 +100,26 @@ def test_empty_gemm_rows_give_an_empty_output():
     assert out.shape == (0, 384)
 
 
+@pytest.mark.parametrize("sample", ["relpos", "alibi"])
+@pytest.mark.parametrize("scale", [-0.7, 0.0, 0.05])
+@pytest.mark.parametrize("d", [64, 128])
+def test_affine_scores_take_any_scale(sample, scale, d):
+    """Regression (found by the interpreter, tests/test_interp.py): relpos and ALiBi run in the
+    affine form F * (qk + slope * col) + base, whose slope is divided by F = scale_log2 * c and
+    whose row max is taken on qk + slope * col: scale 0 gave NaN, a negative one a wrong
+    reference. Calls with scale <= 0 now run the program that computes the score as written."""
+    torch = pytest.importorskip("torch")
+    src = re.sub(r"(v: bf16\[[^\]]*\])", r"\1\n    lse: f32[B, H, M]", (ROOT / "samples" / f"{sample}.kd").read_text(), count=1)
+    mod = kdsl.compile(src, f"{sample}.kd")
+    q, k, v, caps = attention_inputs(mod.ir[sample], 2, 3, 3, 200, 333, d)
+    out, lse = getattr(mod, sample)(q, k, v, **caps, scale=scale)
+    ref, ref_lse = reference.attention(mod.ir[sample], q, k, v, caps, scale=scale)
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert torch.allclose(lse[finite].double(), ref_lse[finite], atol=1e-3, rtol=1e-4)
+
+
 @pytest.mark.parametrize("sample", ["plain", "causal"])
 @pytest.mark.parametrize("scale", [-0.7, 0.0, 0.05])
 def test_scaled_dot_kernels_take_any_scale(sample, scale):
