@@ -10,8 +10,9 @@ P rounded to the input type before P.V as the tensor cores see it; and for FP8 G
 schedule, so CI can test the passes against the float64 reference with no GPU. Like the Hopper
 kernel it takes an affine score as F * (qk + slope * col) + base from a per-tile base
 (passes/affine_score.py), a fixed softmax reference where the score's range allows one
-(passes/score_bounds.py), and with the row sums by P V (tiling.TENSOR_ROW_SUM) sums P as rounded
-for P V. One exception: a trial (a kv tile, tiling.SPILL_TRIAL_REGS, or the row sums by P V)
+(passes/score_bounds.py), with the row sums by P V (tiling.TENSOR_ROW_SUM) sums P as rounded
+for P V, and runs grouped-query heads as rows of one problem where the runtime does
+(geometry.heads_fold_into_rows). One exception: a trial (a kv tile, tiling.SPILL_TRIAL_REGS, or the row sums by P V)
 that ptxas spills is dropped on the GPU (compiler.build), which only the build can tell; the
 interpreter walks the trial.
 """
@@ -23,6 +24,7 @@ from . import ir
 from .backends import round_float32
 from .passes import affine_score, pipeline
 from .passes.target import get_target
+from .runtime import geometry
 from .semantics import eval_numpy, eval_scalar
 
 
@@ -34,13 +36,18 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
     B, H, M, D = q.shape
     Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
     low = pipeline.lower(kernel, get_target(arch), D, Dv)
+    dims = {n: {"q": q, "k": k, "v": v, **captures}[t].shape[axis] for n, (t, axis) in kernel.dims.items()}
+    scale = float(eval_scalar(kernel.func("scale"), dims)) if scale is None else scale
+    if H > Hkv and low.attr("kernel") == "wgmma" and geometry.heads_fold_into_rows(low):
+        # as the Hopper kernel runs grouped-query heads (runtime/launch.py): the H / Hkv query
+        # heads of a k/v head as rows of one problem, in the same memory
+        out, lse = attention(kernel, q.reshape(B, Hkv, H // Hkv * M, D), k, v, captures, scale, arch)
+        return out.reshape(B, H, M, Dv), lse.reshape(B, H, M)
     bm, bn = low.attr("tile_m"), low.attr("tile_n")
     lazy = np.float32(low.attr("lazy_rescale") or 0)
     fixed_ref = low.attr("score_ref")  # None: a running max
     rounded_sums = bool(low.attr("tensor_row_sum"))
     elem = kernel.tensor("q").dtype
-    dims = {n: {"q": q, "k": k, "v": v, **captures}[t].shape[axis] for n, (t, axis) in kernel.dims.items()}
-    scale = float(eval_scalar(kernel.func("scale"), dims)) if scale is None else scale
     scale_log2 = np.float32(scale * 1.4426950408889634)
     score, mask = low.func("score_log2"), low.func("mask")
     empty_p, full_p = low.func("tile_empty"), low.func("tile_full")

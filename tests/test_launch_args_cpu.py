@@ -169,14 +169,13 @@ def test_gqa_heads_fold_into_rows_only_for_scores_and_masks_blind_to_row_and_hea
     import kdsl
     from kdsl.passes import pipeline
     from kdsl.passes.target import get_target
-    from kdsl.runtime.launch import _heads_fold_into_rows
     head = "attention a { q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
     cases = {"": True, "score(s, b, h, i, j) = tanh(s)": True, "mask(b, h, i, j) = j < N - 1": True,
              "mask(b, h, i, j) = j <= i": False, "score(s, b, h, i, j) = s + float(h)": False,
              "score(s, b, h, i, j) = s + float(i - j)": False, "mask(b, h, i, j) = j < M": False}
     for body, foldable in cases.items():
         k = kdsl.compile(head + body + "\n}", "a.kd").ir["a"]
-        assert _heads_fold_into_rows(pipeline.lower(k, get_target("sm_90a"), 128)) == foldable, body
+        assert geometry.heads_fold_into_rows(pipeline.lower(k, get_target("sm_90a"), 128)) == foldable, body
 
 
 def test_captured_persistent_launches_take_no_shared_work_counter():

@@ -489,7 +489,7 @@ class AttentionKernel(KernelBase):
         lowered = self._lowered(D, Dv)
         if lowered.attr("kernel") != "wgmma" or lowered.attr("consumers") == 1:
             return False
-        return M * (H // Hkv if H > Hkv and _heads_fold_into_rows(lowered) else 1) <= 64
+        return M * (H // Hkv if H > Hkv and geometry.heads_fold_into_rows(lowered) else 1) <= 64
 
     def _plan(self, q, k, v, caps, out, lse, scale, stream: bool = True):
         infos, dims, s = self.validate(q, k, v, caps, out, lse, scale)
@@ -504,7 +504,7 @@ class AttentionKernel(KernelBase):
         one_warpgroup = self._few_rows(H, Hkv, M, D, Dv)
         lk = self._lowered(D, Dv, one_warpgroup)  # which program the call needs: decided before building
         tma = lk.attr("kernel") == "wgmma"
-        if tma and H > Hkv and _heads_fold_into_rows(lk):
+        if tma and H > Hkv and geometry.heads_fold_into_rows(lk):
             # GQA whose score and mask never look at the query row or head: the H / Hkv query
             # heads of a k/v head are rows of one problem (q[b, hkv * G + g, m] is row g * M + m
             # of head hkv in the same memory, and so are out and lse), so each K/V tile is loaded
@@ -613,12 +613,6 @@ class AttentionKernel(KernelBase):
                     # counts fit a stream's slot (attention_wgmma.cuh, merge_if_last)
                     self_merge=combine is not None and lk.func("mask") is None
                     and items // splits * lk.attr("consumers") <= tiling.SPLIT_SLOT)
-
-
-def _heads_fold_into_rows(lowered: ir.Kernel) -> bool:
-    """Whether every function the kernel evaluates is blind to the query row and head (and to
-    M and H, which folding changes)."""
-    return not any(ir.uses(e, v) for _, e in lowered.funcs for v in ("q", "h", "qf", "dqkf", "M", "H"))
 
 
 def _batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap):
