@@ -12,9 +12,9 @@ kernel it takes an affine score as F * (qk + slope * col) + base from a per-tile
 (passes/affine_score.py), a fixed softmax reference where the score's range allows one
 (passes/score_bounds.py), with the row sums by P V (tiling.TENSOR_ROW_SUM) sums P as rounded
 for P V, and runs grouped-query heads as rows of one problem where the runtime does
-(geometry.heads_fold_into_rows). One exception: a trial (a kv tile, tiling.SPILL_TRIAL_REGS, or the row sums by P V)
-that ptxas spills is dropped on the GPU (compiler.build), which only the build can tell; the
-interpreter walks the trial.
+(geometry.heads_fold_into_rows). One exception: a trial (a kv tile, tiling.SPILL_TRIAL_REGS,
+or the row sums by P V) that ptxas spills is dropped on the GPU (compiler.build), which only
+the build can tell; the interpreter walks the trial.
 """
 from __future__ import annotations
 
