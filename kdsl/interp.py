@@ -12,7 +12,7 @@ kernel it takes an affine score as F * (qk + slope * col) + base from a per-tile
 (passes/affine_score.py), a fixed softmax reference where the score's range allows one
 (passes/score_bounds.py), with the row sums by P V (tiling.TENSOR_ROW_SUM) sums P as rounded
 for P V, and runs grouped-query heads as rows of one problem where the runtime does
-(geometry.heads_fold_into_rows). One exception: a trial (a kv tile, tiling.SPILL_TRIAL_REGS,
+(pipeline.heads_fold_into_rows). One exception: a trial (a kv tile, tiling.SPILL_TRIAL_REGS,
 or the row sums by P V) that ptxas spills is dropped on the GPU (compiler.build), which only
 the build can tell; the interpreter walks the trial.
 """
@@ -24,7 +24,6 @@ from . import ir
 from .backends import round_float32
 from .passes import affine_score, pipeline
 from .passes.target import get_target
-from .runtime import geometry
 from .semantics import eval_numpy, eval_scalar
 
 
@@ -38,7 +37,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
     low = pipeline.lower(kernel, get_target(arch), D, Dv)
     dims = {n: {"q": q, "k": k, "v": v, **captures}[t].shape[axis] for n, (t, axis) in kernel.dims.items()}
     scale = float(eval_scalar(kernel.func("scale"), dims)) if scale is None else scale
-    if H > Hkv and low.attr("kernel") == "wgmma" and geometry.heads_fold_into_rows(low):
+    if H > Hkv and low.attr("kernel") == "wgmma" and pipeline.heads_fold_into_rows(low):
         # as the Hopper kernel runs grouped-query heads (runtime/launch.py): the H / Hkv query
         # heads of a k/v head as rows of one problem, in the same memory
         out, lse = attention(kernel, q.reshape(B, Hkv, H // Hkv * M, D), k, v, captures, scale, arch)

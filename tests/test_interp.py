@@ -10,7 +10,6 @@ import kdsl
 from kdsl import interp, ir, reference
 from kdsl.passes import affine_score, mask_analysis, pipeline, score_bounds, tiling
 from kdsl.passes.target import get_target
-from kdsl.runtime import geometry
 from kdsl.testing import ATTENTION_TOL, attention_inputs, rel_frobenius
 
 from conftest import ROOT
@@ -175,7 +174,7 @@ def test_kernels_that_return_lse_keep_fp32_row_sums():
 
 def test_interpreter_folds_grouped_heads_as_the_kernel_does(monkeypatch):
     """A score blind to the query row and head runs the query heads of a k/v head as rows of
-    one problem (geometry.heads_fold_into_rows); one that reads h must not: with the rule forced
+    one problem (pipeline.heads_fold_into_rows); one that reads h must not: with the rule forced
     open, the interpreter's ALiBi-with-GQA results break, so the fold is what it ran."""
     src = """attention g {
     q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
@@ -190,13 +189,13 @@ attention p {
     kirs = kdsl.compile(src, "g.kd").ir
     shape = (1, 4, 2, 50, 60, 64)
     calls = []
-    real = geometry.heads_fold_into_rows
-    monkeypatch.setattr(geometry, "heads_fold_into_rows", lambda low: calls.append(real(low)) or real(low))
+    real = pipeline.heads_fold_into_rows
+    monkeypatch.setattr(pipeline, "heads_fold_into_rows", lambda low: calls.append(real(low)) or real(low))
     for name in ("g", "p"):
         out, _, ref, _ = _run(kirs[name], shape, seed=3)
         assert rel_frobenius(out, ref) <= ATTENTION_TOL
     assert calls == [False, True]
-    monkeypatch.setattr(geometry, "heads_fold_into_rows", lambda low: True)
+    monkeypatch.setattr(pipeline, "heads_fold_into_rows", lambda low: True)
     out, _, ref, _ = _run(kirs["g"], shape, seed=3)
     assert rel_frobenius(out, ref) > ATTENTION_TOL
 

@@ -175,7 +175,7 @@ def test_gqa_heads_fold_into_rows_only_for_scores_and_masks_blind_to_row_and_hea
              "score(s, b, h, i, j) = s + float(i - j)": False, "mask(b, h, i, j) = j < M": False}
     for body, foldable in cases.items():
         k = kdsl.compile(head + body + "\n}", "a.kd").ir["a"]
-        assert geometry.heads_fold_into_rows(pipeline.lower(k, get_target("sm_90a"), 128)) == foldable, body
+        assert pipeline.heads_fold_into_rows(pipeline.lower(k, get_target("sm_90a"), 128)) == foldable, body
 
 
 def test_captured_persistent_launches_take_no_shared_work_counter():

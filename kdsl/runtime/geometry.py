@@ -6,19 +6,10 @@ import math
 import numbers
 from typing import Callable
 
-from .. import ir
 from ..errors import LaunchError
 
 # CUDA limits gridDim.y and gridDim.z to 65535 (gridDim.x to 2**31 - 1).
 GRID_YZ_LIMIT = 65535
-
-
-def heads_fold_into_rows(lowered: ir.Kernel) -> bool:
-    """Whether the Hopper kernel may run the H / Hkv query heads that share a k/v head as rows
-    of one problem (q[b, hkv * G + g, m] is row g * M + m of head hkv, in the same memory):
-    every function the kernel evaluates is blind to the query row and head, and to M and H,
-    which folding changes."""
-    return not any(ir.uses(e, v) for _, e in lowered.funcs for v in ("q", "h", "qf", "dqkf", "M", "H"))
 
 
 def attention_work(B: int, H: int, M: int, N: int) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import KdslError, LaunchError, NoGpuError
-from ..passes import affine_score, exp2_fold, index_floats, tiling
+from ..passes import affine_score, exp2_fold, index_floats, pipeline, tiling
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
 from . import arrays, geometry, splitkv, summary, torch_ops
@@ -200,7 +200,6 @@ class KernelBase:
         a plan decides from it which program to build."""
         key = (head_dim, value_dim, one_warpgroup)
         if key not in self._lowered_ir:
-            from ..passes import pipeline
             from ..passes.target import get_target
             self._lowered_ir[key] = pipeline.lower(self._kernel_ir(one_warpgroup), get_target(self._arch()),
                                                    head_dim, value_dim)
@@ -489,7 +488,7 @@ class AttentionKernel(KernelBase):
         lowered = self._lowered(D, Dv)
         if lowered.attr("kernel") != "wgmma" or lowered.attr("consumers") == 1:
             return False
-        return M * (H // Hkv if H > Hkv and geometry.heads_fold_into_rows(lowered) else 1) <= 64
+        return M * (H // Hkv if H > Hkv and pipeline.heads_fold_into_rows(lowered) else 1) <= 64
 
     def _plan(self, q, k, v, caps, out, lse, scale, stream: bool = True):
         infos, dims, s = self.validate(q, k, v, caps, out, lse, scale)
@@ -504,7 +503,7 @@ class AttentionKernel(KernelBase):
         one_warpgroup = self._few_rows(H, Hkv, M, D, Dv)
         lk = self._lowered(D, Dv, one_warpgroup)  # which program the call needs: decided before building
         tma = lk.attr("kernel") == "wgmma"
-        if tma and H > Hkv and geometry.heads_fold_into_rows(lk):
+        if tma and H > Hkv and pipeline.heads_fold_into_rows(lk):
             # GQA whose score and mask never look at the query row or head: the H / Hkv query
             # heads of a k/v head are rows of one problem (q[b, hkv * G + g, m] is row g * M + m
             # of head hkv in the same memory, and so are out and lse), so each K/V tile is loaded
