@@ -21,6 +21,10 @@ _FIELDS = {"q": ("B", "H", "M", "D"), "k": ("B", "Hkv", "N", "D"), "v": ("B", "H
 # others the Hopper kernel takes: the smallest common one, one that is no multiple of 64, and
 # the largest ones (pipeline.head_dims are the ones built ahead of a call).
 CHECK_HEAD_DIMS = (64, 128, 32, 96, 192, 256)
+# Call-time softmax scales the checks also pass, besides the kernel's own: 0 (every q.k term
+# vanishes) and a negative one; the kernel's fast paths (a max on raw q.k, the affine form)
+# need a positive factor, and the runtime must arrange it (runtime/launch.py).
+CHECK_SCALES = (0.0, -0.3)
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class AttentionCase:
     ids: int = 3       # i32 captures not used as indices hold sorted (document-id-like) values in [0, ids),
                        # or positions in [0, max(M, N)] when they have no query or key axis (lengths)
     Dv: int = 0        # v's (and out's) head dim; 0: the same as D
+    scale: float | None = None  # the call's softmax scale (None: the kernel's own)
 
     def __post_init__(self):
         if not self.Dv:
@@ -44,7 +49,8 @@ class AttentionCase:
     def label(self) -> str:
         extra = "".join(f" {n}={s}" for n, s in self.sizes)
         dv = f" Dv={self.Dv}" if self.Dv != self.D else ""
-        return f"B={self.B} H={self.H} Hkv={self.Hkv} M={self.M} N={self.N} D={self.D}{dv}{extra}"
+        scale = f" scale={self.scale:g}" if self.scale is not None else ""
+        return f"B={self.B} H={self.H} Hkv={self.Hkv} M={self.M} N={self.N} D={self.D}{dv}{extra}{scale}"
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,9 @@ def attention_shapes(k: ir.Kernel, arch: str = "sm_90a", pairs=None) -> list[Att
         h, hkv = (8, 2) if gqa and i % 2 else (4, 4)
         d, dv = pairs[i % len(pairs)]
         cases.append(conform(k, AttentionCase(1 + i % 2, h, hkv, m, n, d, Dv=dv)))
+    # the scales of CHECK_SCALES on two of them (one with GQA where declared)
+    for i, scale in zip((3, 5), CHECK_SCALES):
+        cases[i] = replace(cases[i], scale=scale)
     return cases
 
 

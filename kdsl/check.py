@@ -147,6 +147,8 @@ def attention_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult
         kwargs = {"out": out, **caps}
         if has_lse:
             kwargs["lse"] = lse
+        if case.scale is not None:
+            kwargs["scale"] = case.scale
         fn(q, k, v, **kwargs)
         snap = be.copy(out)  # on the caller's stream: work on a hidden side stream is caught unfinished
         lsnap = be.copy(lse) if has_lse else None
@@ -161,7 +163,7 @@ def attention_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult
         res.problems.append(f"{int(xp.isnan(out).sum())} output elements unwritten (NaN)")
     if not be.equal(xp.nan_to_num(out, nan=0.0), xp.nan_to_num(out2, nan=0.0)):
         res.problems.append("not deterministic")
-    ref, ref_lse = reference.attention(kernel, q, k, v, caps)
+    ref, ref_lse = reference.attention(kernel, q, k, v, caps, scale=case.scale)
     res.error = max(rel_frobenius(xp.nan_to_num(out, nan=float("inf")), ref),
                     worst_row_error(xp.nan_to_num(out, nan=float("inf")), ref))
     if has_lse:

@@ -17,8 +17,8 @@ from dataclasses import replace
 
 from . import ir
 from .backends import Numpy, Torch, need
-from .cases import (AttentionCase, GemmCase, attention_dims, conform, free_dims, gemm_inputs, head_dim_pairs, tiles,
-                    attention_inputs as _case_inputs)
+from .cases import (CHECK_SCALES, AttentionCase, GemmCase, attention_dims, conform, free_dims, gemm_inputs,
+                    head_dim_pairs, tiles, attention_inputs as _case_inputs)
 from .check import (ATTENTION_TOL, FP8_TOL, CaseResult, attention_case, fp8_difference, format_table, gemm_case,
                     gpu_backend, rel_frobenius)
 from .errors import KdslError, LaunchError
@@ -79,8 +79,9 @@ def attention_cases(kernel, max_len: int | None = None, max_batch: int = 2, max_
         H = Hkv * (draw(st.sampled_from(gqa_ratios)) if gqa else 1)
         B = draw(st.integers(1, max_batch))
         sizes = tuple((n, draw(st.integers(1, 2 * max(M, N)))) for n in free if draw(st.booleans()))
+        scale = draw(st.sampled_from((None,) + CHECK_SCALES + (0.05,)))  # shrinks toward the kernel's own
         case = conform(k, AttentionCase(B, H, Hkv, M, N, D, draw(st.integers(0, 2**32 - 1)), sizes,
-                                        draw(st.integers(1, 4)), Dv))
+                                        draw(st.integers(1, 4)), Dv, scale))
         return _within_bounds(k, case)
     return draw()
 

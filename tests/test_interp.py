@@ -261,6 +261,23 @@ def test_judge_rejects_a_kernel_that_drops_the_last_key():
     assert not any(r.passed for r in check_attention(mod.ir["causal"], broken, 1, 0, shapes, Numpy()))
 
 
+def test_check_calls_at_other_scales_and_judges_them():
+    """kdsl check's fixed cases include the scales of cases.CHECK_SCALES (0 and a negative one),
+    passed to the call and to the reference: a kernel that ignores the call's scale fails them."""
+    from kdsl.backends import Numpy
+    from kdsl.cases import CHECK_SCALES, attention_shapes
+    from kdsl.check import check_attention
+    mod = kdsl.load(ROOT / "samples" / "relpos.kd", interpret=True)
+    kir = mod.ir["relpos"]
+    scaled = [c for c in attention_shapes(kir) if c.scale is not None]
+    assert sorted(c.scale for c in scaled) == sorted(CHECK_SCALES)
+
+    def ignores_scale(q, k, v, out, scale=None, **kw):
+        return mod.relpos(q, k, v, out=out, **kw)
+    assert all(r.passed for r in check_attention(kir, mod.relpos, 1, 0, scaled, Numpy()))
+    assert not any(r.passed for r in check_attention(kir, ignores_scale, 1, 0, scaled, Numpy()))
+
+
 def test_accumulating_kernels_add_into_out_and_leave_padding_alone():
     """out += a . b^T (fp32) through the interpreter, dense and grouped contiguous with
     padding rows: those keep the values they had."""

@@ -131,10 +131,10 @@ def test_assertion_passes_honest_kernels_and_names_the_failing_case():
 def test_search_shrinks_a_crash_to_the_smallest_case():
     mod = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True)
 
-    def crashes_past_4_keys(q, k, v, out):
+    def crashes_past_4_keys(q, k, v, out, **kw):  # kw: the case's scale, when it has one
         if k.shape[2] > 4:
             raise IndexError("planted")
-        return mod.causal(q, k, v, out=out)
+        return mod.causal(q, k, v, out=out, **kw)
     seed = random.randrange(2**31)
     found = find_failure(crashes_past_4_keys, 50, seed=seed, kernel=mod.ir["causal"], backend=Numpy())
     # Shrinking reaches the smallest batch, heads and queries; N shrinks among the lengths the
