@@ -15,7 +15,7 @@ from .. import __version__, ir
 from ..cachefiles import make_key
 from ..errors import KdslError
 from ..codegen import emit
-from ..passes import pipeline
+from ..passes import affine_score, pipeline
 from ..passes.target import get_target
 from . import cache, nvrtc, workers
 
@@ -152,7 +152,7 @@ def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_
         options.append(SPLIT_KV_OPTION)
     if not stream and lowered.attr("stream_capture"):
         options.append(NO_STREAM_OPTION)
-    if not affine and lowered.func("score_slope") is not None:
+    if not affine and affine_score.needs_positive_scale(lowered):
         options.append(NO_AFFINE_OPTION)
     if lowered.attr("spill_fallback") or lowered.attr("row_sum_trial"):  # build() reads spills from the log
         options.append(WARN_ON_SPILLS_OPTION)
