@@ -15,6 +15,7 @@ the tests feed it deliberately broken kernels.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import random
 from dataclasses import dataclass, field, replace
@@ -113,10 +114,23 @@ def check_attention(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shape
     be = backend or Torch("cuda")
     cases = [c if isinstance(c, AttentionCase) else conform(kernel, AttentionCase(*c))
              for c in shapes or attention_shapes(kernel)]
+    if any(c.scale is not None for c in cases) and not _takes_keyword(fn, "scale"):
+        raise TypeError(f"check_attention: {getattr(fn, '__name__', fn)!r} takes no scale= keyword; the "
+                        "checks call at other softmax scales too, as a kdsl kernel's calling convention "
+                        "allows (docs/testing.md). Accept **kwargs and pass them on.")
     rng = random.Random(seed)
     trials_cases = [(t, c) for t in range(trials) for c in cases]
     return [attention_case(be, kernel, fn, replace(c, seed=rng.randrange(2**62)))
             for _, c in _progress(trials_cases, kernel.name)]
+
+
+def _takes_keyword(fn, name: str) -> bool:
+    """Whether fn(..., name=x) binds; a callable whose signature cannot be read is given the benefit."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind is p.VAR_KEYWORD or (p.name == name and p.kind is not p.POSITIONAL_ONLY) for p in params)
 
 
 def _progress(items, name):

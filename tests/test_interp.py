@@ -278,6 +278,22 @@ def test_check_calls_at_other_scales_and_judges_them():
     assert not any(r.passed for r in check_attention(kir, ignores_scale, 1, 0, scaled, Numpy()))
 
 
+def test_check_names_a_callable_that_cannot_take_the_scale():
+    """Regression: a wrapped kernel without scale= met the scaled cases as a bare TypeError from
+    inside the judge; it is now refused up front with what to change."""
+    import pytest
+    from kdsl.backends import Numpy
+    from kdsl.check import check_attention
+    mod = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True)
+
+    def no_scale(q, k, v, out):
+        return mod.causal(q, k, v, out=out)
+    with pytest.raises(TypeError, match="no_scale.*scale= keyword"):
+        check_attention(mod.ir["causal"], no_scale, 1, 0, None, Numpy())
+    # without scaled cases the same callable is judged as before
+    assert all(r.passed for r in check_attention(mod.ir["causal"], no_scale, 1, 0, [(1, 2, 2, 65, 70, 64)], Numpy()))
+
+
 def test_accumulating_kernels_add_into_out_and_leave_padding_alone():
     """out += a . b^T (fp32) through the interpreter, dense and grouped contiguous with
     padding rows: those keep the values they had."""

@@ -36,43 +36,43 @@ def test_rejects_dropped_mask():
 
 def test_rejects_off_by_one_kv_bound():
     _, fn = _causal()
-    def broken(q, k, v, out):  # forgets the last key
+    def broken(q, k, v, out, **kw):  # forgets the last key
         n = max(k.shape[2] - 1, 1)
-        return fn(q, k[:, :, :n].contiguous(), v[:, :, :n].contiguous(), out=out)
+        return fn(q, k[:, :, :n].contiguous(), v[:, :, :n].contiguous(), out=out, **kw)
     assert _rejected(broken)
 
 
 def test_rejects_skipped_last_partial_tile():
     _, fn = _causal()
 
-    def broken(q, k, v, out):
+    def broken(q, k, v, out, **kw):
         n = k.shape[2] - k.shape[2] % 64 or k.shape[2]
-        return fn(q, k[:, :, :n].contiguous(), v[:, :, :n].contiguous(), out=out)
+        return fn(q, k[:, :, :n].contiguous(), v[:, :, :n].contiguous(), out=out, **kw)
     assert _rejected(broken)
 
 
 def test_rejects_rows_left_unwritten():
     _, fn = _causal()
 
-    def broken(q, k, v, out):
+    def broken(q, k, v, out, **kw):
         m = max(q.shape[2] - 1, 1)
-        tmp = fn(q[:, :, :m].contiguous(), k, v)
+        tmp = fn(q[:, :, :m].contiguous(), k, v, **kw)
         out[:, :, :m].copy_(tmp)
     assert _rejected(broken)
 
 
 def test_rejects_input_copied_to_output():
-    assert _rejected(lambda q, k, v, out: out.copy_(q))
+    assert _rejected(lambda q, k, v, out, **kw: out.copy_(q))
 
 
 def test_rejects_output_reused_from_previous_call():
     _, fn = _causal()
     cache = {}
 
-    def broken(q, k, v, out):
+    def broken(q, k, v, out, **kw):
         key = (tuple(q.shape), tuple(k.shape))
         if key not in cache:
-            cache[key] = fn(q, k, v).clone()
+            cache[key] = fn(q, k, v, **kw).clone()
         out.copy_(cache[key])
     assert _rejected(broken)
 
@@ -81,9 +81,9 @@ def test_rejects_lower_precision_than_declared():
     import torch
     _, fn = _causal()
 
-    def broken(q, k, v, out):  # computes with e4m3 inputs while the program declares bf16
+    def broken(q, k, v, out, **kw):  # computes with e4m3 inputs while the program declares bf16
         lo = lambda x: x.to(torch.float8_e4m3fn).to(x.dtype)
-        fn(lo(q), lo(k), lo(v), out=out)
+        fn(lo(q), lo(k), lo(v), out=out, **kw)
     assert _rejected(broken)
 
 
@@ -92,19 +92,19 @@ def test_rejects_work_on_a_side_stream():
     _, fn = _causal()
     side = torch.cuda.Stream()
 
-    def broken(q, k, v, out):
+    def broken(q, k, v, out, **kw):
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             torch.cuda._sleep(50_000_000)  # the real work starts late, where the caller's timer cannot see it
-            fn(q, k, v, out=out)
+            fn(q, k, v, out=out, **kw)
     assert _rejected(broken, trials=1)
 
 
 def test_rejects_writes_outside_the_output():
     _, fn = _causal()
 
-    def broken(q, k, v, out):
-        fn(q, k, v, out=out)
+    def broken(q, k, v, out, **kw):
+        fn(q, k, v, out=out, **kw)
         import torch
         big = torch.as_strided(out, (out.numel() + 8,), (1,))
         big[-1] = 0  # one element past the end
@@ -114,8 +114,8 @@ def test_rejects_writes_outside_the_output():
 def test_rejects_modified_input():
     _, fn = _causal()
 
-    def broken(q, k, v, out):
-        fn(q, k, v, out=out)
+    def broken(q, k, v, out, **kw):
+        fn(q, k, v, out=out, **kw)
         q.view(-1)[0] = 0
     assert _rejected(broken)
 
