@@ -408,6 +408,22 @@ def test_row_sums_by_p_v_are_a_trial_dropped_where_ptxas_spills():
     assert dropped.kernel.attr("tile_m") == 192  # the same tile
 
 
+def test_the_slope_step_is_a_trial_dropped_where_ptxas_spills():
+    """tiling.SLOPE_STEP by default is a trial like the row sums: relpos' split-KV program at
+    D=128 spilled inside the kv loop with it (STL / LDL each tile), so compiler.build takes
+    the same tile without it; the every-call program keeps it, and a step asked for is kept."""
+    relpos = next(k for k in kernels(ROOT / "samples" / "relpos.kd") if k.name == "relpos")
+    every_call = build(relpos, "sm_90a", 128)
+    assert every_call.kernel.attr("slope_step") == 1 and every_call.kernel.attr("slope_trial") == 1
+    split = build(relpos, "sm_90a", 128, split_kv=True)
+    asked = build(relpos.with_attrs(slope_step=1), "sm_90a", 128, split_kv=True)
+    assert split.kernel.attr("slope_step") == 0 and asked.kernel.attr("slope_step") == 1
+    assert (split.kernel.attr("tile_n"), split.kernel.attr("stages")) == (asked.kernel.attr("tile_n"),
+                                                                           asked.kernel.attr("stages"))
+    spills = [inspect(b.compiled.cubin, b.generated.entry).spill_ops for b in (split, asked)]
+    assert spills[0] < spills[1], spills
+
+
 def test_row_sum_asked_at_another_value_head_dim_is_refused():
     causal = next(k for k in kernels(ROOT / "samples" / "causal.kd") if k.name == "causal")
     with pytest.raises(KdslError, match="tensor_row_sum needs value head dim 64"):

@@ -296,6 +296,12 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         if "slope_step" not in given:
             s["slope_step"] = int(slope_ok and attention_wgmma_smem_bytes(
                 d, dv, s["tile_n"], s["consumers"], s["stages"], slope_step=1) <= target.smem_per_block)
+    # a default slope step is a trial too: where ptxas spills it (its A fragment and one more
+    # k-step's registers; relpos' split-KV program at D=128 spilled 24 bytes), compiler.build
+    # takes the same tile with the FFMA per element
+    slope_trial = attrs.get("slope_trial")
+    if fam == "wgmma" and "slope_step" not in given:
+        slope_trial = s["slope_step"] or None
     # a default row sum by P V is a trial: where ptxas spills, compiler.build drops it. Not by
     # default for a kernel that returns lse: P's rounding to bf16 / f16 reaches the row sum
     # (ROW_SUM_LSE_ERROR), and under a fixed reference (score_bounds.py) even a row's largest
@@ -316,7 +322,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                             f"{s['consumers']} (the Hopper kernel's tile_m is 64 * consumers; set consumers)")
         stream = _stream(k, s, (d, dv), "stages" in given, target)
         return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv, stream_capture=stream,
-                            spill_fallback=fallback, row_sum_trial=row_sum_trial,
+                            spill_fallback=fallback, row_sum_trial=row_sum_trial, slope_trial=slope_trial,
                             smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
                                                                   _stream_elem(k, stream), s["slope_step"],
                                                                   s["tensor_row_sum"]))

@@ -75,6 +75,14 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
         k = k.with_attrs(tile_n=b.attr("tile_n"), consumers=b.attr("consumers"), stages=b.attr("stages"),
                          stream_capture=b.attr("stream_capture"), tensor_row_sum=0)
         built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream, affine)
+    if built.kernel.attr("slope_trial") and want_cubin and SPILLED in built.compiled.log:
+        # the slope step (tiling.SLOPE_STEP) spilled: the same tile, row sums as built, with the
+        # FFMA per element
+        b = built.kernel
+        k = k.with_attrs(tile_n=b.attr("tile_n"), consumers=b.attr("consumers"), stages=b.attr("stages"),
+                         stream_capture=b.attr("stream_capture"), tensor_row_sum=b.attr("tensor_row_sum"),
+                         slope_step=0)
+        built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream, affine)
     return built
 
 
@@ -154,7 +162,7 @@ def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_
         options.append(NO_STREAM_OPTION)
     if not affine and affine_score.needs_positive_scale(lowered):
         options.append(NO_AFFINE_OPTION)
-    if lowered.attr("spill_fallback") or lowered.attr("row_sum_trial"):  # build() reads spills from the log
+    if any(lowered.attr(a) for a in ("spill_fallback", "row_sum_trial", "slope_trial")):  # build() reads spills from the log
         options.append(WARN_ON_SPILLS_OPTION)
     key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)
     return lowered, gen, options, key

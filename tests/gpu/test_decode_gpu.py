@@ -159,6 +159,25 @@ def test_split_kv_samples(name):
     assert rel_frobenius(out, ref) <= ATTENTION_TOL
 
 
+def test_chunked_prefill_runs_the_split_program_without_the_spilled_slope_step():
+    """relpos at D=128 with few q tiles and many keys: two consumer warpgroups, keys split over
+    CTAs. That program spilled in its kv loop with the slope step, so compiler.build drops the
+    step there (tests/test_codegen.py); the every-call program keeps it. Both match the
+    reference."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.load(ROOT / "samples" / "relpos.kd")
+    kern, kir = mod.relpos, mod.ir["relpos"]
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    for B, H, M, N in ((1, 16, 256, 6000), (2, 16, 1000, 1000)):
+        q, k, v, caps = attention_inputs(kir, B, H, H, M, N, 128, generator=gen)
+        out = kern(q, k, v, **caps)
+        ref, _ = reference.attention(kir, q, k, v, caps)
+        assert rel_frobenius(out, ref) <= ATTENTION_TOL, (B, H, M, N)
+    if torch.cuda.get_device_capability()[0] == 9:
+        steps = {key[4]: built.kernel.attr("slope_step") for key, (built, _) in kern._loaded.items()}
+        assert steps == {True: 0, False: 1}, steps
+
+
 def test_split_kv_is_captured_in_a_cuda_graph():
     torch = pytest.importorskip("torch")
     mod = kdsl.load(ROOT / "samples" / "relpos.kd")
