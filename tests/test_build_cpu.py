@@ -9,6 +9,7 @@ import kdsl
 from kdsl.codegen import emit
 from kdsl.errors import CompileError, KdslError
 from kdsl.runtime import cache, coldbuild, compiler, nvrtc, workers
+from kdsl.runtime.programs import Program
 
 from conftest import ROOT
 
@@ -226,7 +227,7 @@ def test_split_kv_code_only_in_the_split_program(tmp_path, monkeypatch):
     cache.clear_memory()
     k = kdsl.load(ROOT / "samples" / "relpos.kd").ir["relpos"]
     every = compiler.build(k, "sm_90a", 64)
-    split = compiler.build(k, "sm_90a", 64, split_kv=True)
+    split = compiler.build(k, "sm_90a", 64, program=Program(split_kv=True))
     entry = every.generated.entry
     assert every.cache_key != split.cache_key and "-DKDSL_SPLIT_KV=1" in split.options
     assert f".entry {entry}_combine" not in every.compiled.ptx and f".entry {entry}(" in every.compiled.ptx
@@ -251,7 +252,7 @@ def test_a_trial_tile_that_spills_falls_back_to_the_next(monkeypatch):
     rep = inspect(fell.compiled.cubin, fell.generated.entry)
     assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
     # the trial itself did spill: what the fallback is for
-    trial = compiler._build(mods["relpos"].ir["relpos"], "sm_90a", 256, True, False, 0, False, True)
+    trial = compiler._build(mods["relpos"].ir["relpos"], "sm_90a", 256, True, False, 0, Program())
     assert trial.kernel.attr("tile_n") == 80 and compiler.SPILLED in trial.compiled.log
     fixed = compiler.build(mods["relpos"].ir["relpos"].with_attrs(tile_n=80), "sm_90a", 256)
     assert fixed.kernel.attr("tile_n") == 80 and fixed.kernel.attr("spill_fallback") is None

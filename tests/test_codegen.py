@@ -15,6 +15,7 @@ from kdsl.passes import pipeline
 from kdsl.passes.target import get_target
 from kdsl.runtime import cache
 from kdsl.runtime.compiler import build
+from kdsl.runtime.programs import Program
 from kdsl.sass import find_cuobjdump, inspect
 
 from conftest import ROOT, SAMPLES
@@ -50,10 +51,10 @@ def test_a_scale_at_most_zero_has_a_program_that_computes_the_score_as_written()
     calls with scale <= 0 build the same source with KDSL_AFFINE_SCORE=0, which also drops the
     slope step's k-step (relpos D=64: 26 HGMMA -> 24); other kernels have no such program."""
     from kdsl.passes import affine_score
-    from kdsl.runtime.compiler import NO_AFFINE_OPTION
+    from kdsl.runtime.programs import NO_AFFINE_OPTION
     relpos = next(k for p in SAMPLES for k in kernels(p) if k.name == "relpos")
     plain = next(k for p in SAMPLES for k in kernels(p) if k.name == "plain")
-    default, written = build(relpos, "sm_90a", 64), build(relpos, "sm_90a", 64, affine=False)
+    default, written = build(relpos, "sm_90a", 64), build(relpos, "sm_90a", 64, program=Program(affine=False))
     assert affine_score.needs_positive_scale(default.kernel) and default.kernel.attr("slope_step") == 1
     assert NO_AFFINE_OPTION in written.options and NO_AFFINE_OPTION not in default.options
     assert written.generated.source == default.generated.source and written.cache_key != default.cache_key
@@ -61,7 +62,7 @@ def test_a_scale_at_most_zero_has_a_program_that_computes_the_score_as_written()
     assert reps[0].tensor_ops["HGMMA"] == reps[1].tensor_ops["HGMMA"] + 2, reps
     assert reps[1].local_bytes == 0 and "serialized" not in written.compiled.log
     assert not affine_score.needs_positive_scale(build(plain, "sm_90a", 64).kernel)
-    assert build(plain, "sm_90a", 64, affine=False).cache_key == build(plain, "sm_90a", 64).cache_key
+    assert build(plain, "sm_90a", 64, program=Program(affine=False)).cache_key == build(plain, "sm_90a", 64).cache_key
 
 
 @pytest.mark.parametrize("name", ["document_mask"])
@@ -70,7 +71,7 @@ def test_split_kv_has_a_program_of_its_own(name):
     and ptxas work through less); split-KV calls build a second one that has both. Helper
     kernels of the mask (the tile summary) are in both."""
     k = next(k for p in SAMPLES for k in kernels(p) if k.name == name)
-    common, split = build(k, "sm_90a", 64), build(k, "sm_90a", 64, split_kv=True)
+    common, split = build(k, "sm_90a", 64), build(k, "sm_90a", 64, program=Program(split_kv=True))
     entry = common.generated.entry
     assert split.generated.source == common.generated.source and split.cache_key != common.cache_key
     has_summary = name == "document_mask"
@@ -84,7 +85,7 @@ def test_split_kv_has_a_program_of_its_own(name):
         assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
         assert "serialized" not in built.compiled.log, built.compiled.log
     with pytest.raises(KdslError, match="split-KV"):
-        build(k, "sm_80", 64, split_kv=True)
+        build(k, "sm_80", 64, program=Program(split_kv=True))
 
 
 SCORE_LOADS_SRC = """
@@ -415,13 +416,33 @@ def test_the_slope_step_is_a_trial_dropped_where_ptxas_spills():
     relpos = next(k for k in kernels(ROOT / "samples" / "relpos.kd") if k.name == "relpos")
     every_call = build(relpos, "sm_90a", 128)
     assert every_call.kernel.attr("slope_step") == 1 and every_call.kernel.attr("slope_trial") == 1
-    split = build(relpos, "sm_90a", 128, split_kv=True)
-    asked = build(relpos.with_attrs(slope_step=1), "sm_90a", 128, split_kv=True)
+    split = build(relpos, "sm_90a", 128, program=Program(split_kv=True))
+    asked = build(relpos.with_attrs(slope_step=1), "sm_90a", 128, program=Program(split_kv=True))
     assert split.kernel.attr("slope_step") == 0 and asked.kernel.attr("slope_step") == 1
     assert (split.kernel.attr("tile_n"), split.kernel.attr("stages")) == (asked.kernel.attr("tile_n"),
                                                                            asked.kernel.attr("stages"))
     spills = [inspect(b.compiled.cubin, b.generated.entry).spill_ops for b in (split, asked)]
     assert spills[0] < spills[1], spills
+
+
+def test_an_ir_file_with_trial_marks_drops_each_spilled_trial_once():
+    """--emit ir writes the trials as given attrs with their marks beside them (row_sum_trial,
+    slope_trial): compiling that file drops a spilled trial as the program would, and
+    compiler.build's retry loop ends (each mark is cleared when its trial is dropped)."""
+    windowed = pipeline.check(parse("""attention w {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    score(s, b, h, i, j) = s + 0.01 * float(i - j)
+    mask(b, h, i, j) = abs(i - j) < 1024
+}
+""", "w.kd"))[0]
+    text = ir.print_ir(pipeline.lower(windowed, get_target("sm_90a"), 64))
+    assert "attr row_sum_trial = 1" in text and "attr tensor_row_sum = 1" in text
+    back = ir.parse_ir(text)
+    back = back[0] if isinstance(back, list) else back
+    built = build(back, "sm_90a", 64)
+    assert built.kernel.attr("tensor_row_sum") == 0
+    rep = inspect(built.compiled.cubin, built.generated.entry)
+    assert rep.local_bytes == 0 and rep.spill_ops == 0
 
 
 def test_row_sum_asked_at_another_value_head_dim_is_refused():

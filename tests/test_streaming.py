@@ -4,12 +4,12 @@ streamed one copies it by TMA and reads it from shared memory (no global load le
 per-element one (KDSL_STREAM_CAPTURES=0, for tensors TMA cannot read) loads it."""
 import pytest
 
-from kdsl import ir
 from kdsl.errors import KdslError
 from kdsl.grammar import parse
 from kdsl.passes import pipeline, streaming, tiling
 from kdsl.passes.target import get_target
 from kdsl.runtime.compiler import build
+from kdsl.runtime.programs import Program
 from kdsl.sass import find_cuobjdump, inspect
 
 
@@ -83,7 +83,7 @@ def test_streamed_program_reads_shared_memory_and_the_other_loads(score, capture
     if not find_cuobjdump():
         pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
     k = kernel(score, capture)
-    streamed, per_element = build(k, "sm_90a", 128), build(k, "sm_90a", 128, stream=False)
+    streamed, per_element = build(k, "sm_90a", 128), build(k, "sm_90a", 128, program=Program(stream=False))
     assert "-DKDSL_STREAM_CAPTURES=0" in per_element.options and streamed.cache_key != per_element.cache_key
     a = inspect(streamed.compiled.cubin, streamed.generated.entry)
     b = inspect(per_element.compiled.cubin, per_element.generated.entry)

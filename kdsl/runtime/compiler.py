@@ -15,13 +15,11 @@ from .. import __version__, ir
 from ..cachefiles import make_key
 from ..errors import KdslError
 from ..codegen import emit
-from ..passes import affine_score, pipeline
+from ..passes import pipeline
 from ..passes.target import get_target
 from . import cache, nvrtc, workers
+from .programs import DEFAULT, Program
 
-SPLIT_KV_OPTION = "-DKDSL_SPLIT_KV=1"  # templates/attention_wgmma.cu.j2
-NO_STREAM_OPTION = "-DKDSL_STREAM_CAPTURES=0"  # templates/attention_variant.cu.j2
-NO_AFFINE_OPTION = "-DKDSL_AFFINE_SCORE=0"  # templates/attention_variant.cu.j2
 WARN_ON_SPILLS_OPTION = "--ptxas-options=--warn-on-spills"
 SPILLED = "Registers are spilled to local memory"  # ptxas' warning under WARN_ON_SPILLS_OPTION
 _IN_FLIGHT: dict = {}  # cache key -> workers.Job of a prebuild not yet taken by build()
@@ -40,56 +38,56 @@ class Built:
 
 
 def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: bool = True,
-          trace: bool = False, value_dim: int = 0, split_kv: bool = False, stream: bool = True,
-          affine: bool = True) -> Built:
+          trace: bool = False, value_dim: int = 0, program: Program = DEFAULT) -> Built:
     """head_dim, value_dim: q/k's and v's head dims (attention; value_dim 0: the kernel's
     default, pipeline.default_value_dim). trace=True: NVRTC's per-phase times land in
-    compiled.phases (on a cache miss). split_kv=True: the Hopper attention kernel's program
-    for split-KV launches (its entry and `<entry>_combine`, see splitkv.py); the default
-    program, which every other call runs, has neither the split epilogue nor the combine
-    kernel, and builds faster for it. stream=False: a kernel with a streamed capture
-    (passes/streaming.py) in the program that loads it per element instead, for calls whose
-    tensor TMA cannot read. affine=False: a score affine in the key position
-    (passes/affine_score.py) in the program that computes it as written, for calls whose scale
-    makes the affine form's factor F <= 0 (its row max on qk + slope * col needs F > 0)."""
-    built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream, affine)
-    fallback = built.kernel.attr("spill_fallback")
-    if fallback and want_cubin and SPILLED in built.compiled.log:
-        # a trial tile (tiling.SPILL_TRIAL_REGS) that ptxas spilled: the next tile, fixed as
-        # attrs, and the streamed capture as decided for the trial tile (launch.py decided its
-        # arguments on it)
-        tile_n, consumers, _ = fallback
-        k = k.with_attrs(tile_n=tile_n, consumers=consumers, stream_capture=built.kernel.attr("stream_capture"))
-        trial, built = built, _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream, affine)
+    compiled.phases (on a cache miss). program: which program of the Hopper attention kernel's
+    source (runtime/programs.py); the default one is what every ordinary call runs.
+    A schedule chosen as a trial (a tile, the row sums by P V, the slope step) that ptxas
+    spills is dropped, one after the other, and the kernel built again without it."""
+    built = _build(k, arch, head_dim, want_cubin, trace, value_dim, program)
+    while want_cubin and SPILLED in built.compiled.log:
+        retry = _without_spilled_trial(k, built.kernel, program)
+        if retry is None:
+            break
+        trial, built = built, _build(retry, arch, head_dim, want_cubin, trace, value_dim, program)
         # launch.py counts work items by the tile_m it lowered before the build: a fallback
         # may narrow the kv tile only (launch.py recounts its split-KV key ranges in the tiles
         # of the kernel built here)
         if built.kernel.attr("tile_m") != trial.kernel.attr("tile_m"):
-            raise KdslError(f"{k.name}: internal error: the spill fallback changed tile_m "
+            raise KdslError(f"{k.name}: internal error: a spill fallback changed tile_m "
                             f"({trial.kernel.attr('tile_m')} -> {built.kernel.attr('tile_m')})")
-    if built.kernel.attr("row_sum_trial") and not split_kv and want_cubin and SPILLED in built.compiled.log:
-        # the row sums by P V (tiling.TENSOR_ROW_SUM) hold four more accumulator registers; where
-        # ptxas spilled them, the same tile with the softmax's FADDs (the split-KV program has
-        # them anyway)
-        b = built.kernel
-        k = k.with_attrs(tile_n=b.attr("tile_n"), consumers=b.attr("consumers"), stages=b.attr("stages"),
-                         stream_capture=b.attr("stream_capture"), tensor_row_sum=0)
-        built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream, affine)
-    if built.kernel.attr("slope_trial") and want_cubin and SPILLED in built.compiled.log:
-        # the slope step (tiling.SLOPE_STEP) spilled: the same tile, row sums as built, with the
-        # FFMA per element
-        b = built.kernel
-        k = k.with_attrs(tile_n=b.attr("tile_n"), consumers=b.attr("consumers"), stages=b.attr("stages"),
-                         stream_capture=b.attr("stream_capture"), tensor_row_sum=b.attr("tensor_row_sum"),
-                         slope_step=0)
-        built = _build(k, arch, head_dim, want_cubin, trace, value_dim, split_kv, stream, affine)
     return built
 
 
-def _build(k: ir.Kernel, arch: str, head_dim: int, want_cubin: bool, trace: bool, value_dim: int, split_kv: bool,
-           stream: bool, affine: bool = True) -> Built:
+def _without_spilled_trial(k: ir.Kernel, spilled: ir.Kernel, program: Program) -> ir.Kernel | None:
+    """k with the first trial of the spilled build fixed to its fallback (attrs, so that tiling
+    takes them as given, and the trial's mark cleared: an IR file may carry it), or None when
+    it had none left. Each kind is dropped at most once, so build()'s loop ends."""
+    same_tile = dict(tile_n=spilled.attr("tile_n"), consumers=spilled.attr("consumers"),
+                     stages=spilled.attr("stages"), stream_capture=spilled.attr("stream_capture"))
+    if spilled.attr("spill_fallback"):
+        # a trial tile (tiling.SPILL_TRIAL_REGS): the next tile, and the streamed capture as
+        # decided for the trial tile (launch.py decided its arguments on it)
+        tile_n, consumers, _ = spilled.attr("spill_fallback")
+        return k.with_attrs(tile_n=tile_n, consumers=consumers, stream_capture=spilled.attr("stream_capture"),
+                            spill_fallback=None)
+    if spilled.attr("row_sum_trial") and not program.split_kv:
+        # the row sums by P V (tiling.TENSOR_ROW_SUM) hold four more accumulator registers: the
+        # same tile with the softmax's FADDs (the split-KV program has those anyway)
+        return k.with_attrs(**same_tile, tensor_row_sum=0, row_sum_trial=None)
+    if spilled.attr("slope_trial"):
+        # the slope step (tiling.SLOPE_STEP; relpos' split-KV program at D=128 spilled in its
+        # kv loop): the same tile with the FFMA per element
+        return k.with_attrs(**same_tile, tensor_row_sum=spilled.attr("tensor_row_sum"), row_sum_trial=None,
+                            slope_step=0, slope_trial=None)
+    return None
+
+
+def _build(k: ir.Kernel, arch: str, head_dim: int, want_cubin: bool, trace: bool, value_dim: int,
+           program: Program) -> Built:
     t0 = time.perf_counter()
-    lowered, gen, options, key = _generate(k, arch, head_dim, value_dim, split_kv, stream, affine)
+    lowered, gen, options, key = _generate(k, arch, head_dim, value_dim, program)
     t1 = time.perf_counter()
     hit, job = cache.get(key), None
     if hit is None and want_cubin and not trace:
@@ -149,19 +147,11 @@ def _finished(key: str, job) -> None:
         del _IN_FLIGHT[key]
 
 
-def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, split_kv: bool = False,
-              stream: bool = True, affine: bool = True):
+def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, program: Program = DEFAULT):
     lowered = pipeline.lower(k, get_target(arch), head_dim, value_dim)
     gen = emit.generate(lowered)
-    options = nvrtc.default_options(arch, emit.INCLUDE_DIR)
-    if split_kv:  # the same source, the other program (the options are part of the key)
-        if lowered.kind != "attention" or lowered.attr("kernel") != "wgmma":
-            raise KdslError(f"{k.name}: split-KV is a Hopper attention kernel's (sm_90a), not this {arch} build's")
-        options.append(SPLIT_KV_OPTION)
-    if not stream and lowered.attr("stream_capture"):
-        options.append(NO_STREAM_OPTION)
-    if not affine and affine_score.needs_positive_scale(lowered):
-        options.append(NO_AFFINE_OPTION)
+    # the same source for every program: their defines are part of the key
+    options = nvrtc.default_options(arch, emit.INCLUDE_DIR) + program.options(lowered, arch)
     if any(lowered.attr(a) for a in ("spill_fallback", "row_sum_trial", "slope_trial")):  # build() reads spills from the log
         options.append(WARN_ON_SPILLS_OPTION)
     key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)

@@ -14,7 +14,8 @@ from ..errors import KdslError, LaunchError, NoGpuError
 from ..passes import affine_score, exp2_fold, index_floats, pipeline, tiling
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar, scalar_op
-from . import arrays, geometry, splitkv, summary, torch_ops
+from . import arrays, geometry, programs, splitkv, summary, torch_ops
+from .programs import Program
 from .bounds import check_capture_indices
 from .driver import ArgPack, Launcher
 from .splitkv import CombineLaunch
@@ -206,12 +207,12 @@ class KernelBase:
         return self._lowered_ir[key]
 
     def _load(self, head_dim: int, device: int, value_dim: int = 0, one_warpgroup: bool = False,
-              split_kv: bool = False, stream: bool = True, affine: bool = True) -> Loaded:
-        key = (head_dim, value_dim, device, one_warpgroup, split_kv, stream, affine)
+              program: Program = programs.DEFAULT) -> Loaded:
+        key = (head_dim, value_dim, device, one_warpgroup, program)
         if key not in self._loaded:
             from .compiler import build
             built = build(self._kernel_ir(one_warpgroup), self._arch(), head_dim, value_dim=value_dim,
-                          split_kv=split_kv, stream=stream, affine=affine)
+                          program=program)
             self._loaded[key] = (built, Loaded(built.compiled.cubin, built.generated.entry,
                                                built.kernel.attr("smem_bytes")))
         return self._loaded[key]
@@ -531,8 +532,8 @@ class AttentionKernel(KernelBase):
         # a positive factor scale_log2 * F (passes/affine_score.py): another scale runs the
         # program that computes the score as written.
         affine = not (tma and affine_score.needs_positive_scale(lk) and s <= 0)
-        built, loaded = self._load(D, device, Dv, one_warpgroup, split_kv=split_kv, stream=stream_arg is not None,
-                                   affine=affine)
+        program = Program(split_kv=split_kv, stream=stream_arg is not None, affine=affine)
+        built, loaded = self._load(D, device, Dv, one_warpgroup, program)
         lk = built.kernel
         splits = 1
         if split_kv:

@@ -128,7 +128,7 @@ def test_split_count_follows_the_spill_fallback_tile(monkeypatch):
 
 def test_split_and_other_calls_each_load_their_own_program():
     """Split-KV calls run a program of their own (with the combine kernel); every other call
-    runs the one without them (compiler.build(split_kv=...))."""
+    runs the one without them (runtime/programs.py)."""
     torch = pytest.importorskip("torch")
     mod = kdsl.compile(LSE_SOURCE)
     kern, kir = mod.relpos_lse, mod.ir["relpos_lse"]
@@ -174,7 +174,7 @@ def test_chunked_prefill_runs_the_split_program_without_the_spilled_slope_step()
         ref, _ = reference.attention(kir, q, k, v, caps)
         assert rel_frobenius(out, ref) <= ATTENTION_TOL, (B, H, M, N)
     if torch.cuda.get_device_capability()[0] == 9:
-        steps = {key[4]: built.kernel.attr("slope_step") for key, (built, _) in kern._loaded.items()}
+        steps = {key[4].split_kv: built.kernel.attr("slope_step") for key, (built, _) in kern._loaded.items()}
         assert steps == {True: 0, False: 1}, steps
 
 

@@ -28,9 +28,10 @@ def build(sample: str, kernel: str, head_dim: int, split_kv: bool = False):
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
     from kdsl.runtime.compiler import build as kbuild
+    from kdsl.runtime.programs import Program
     path = Path(sample)
     k = next(k for k in pipeline.check(parse(path.read_text(), str(path))) if k.name == kernel)
-    return kbuild(k, "sm_90a", head_dim, split_kv=True) if split_kv else kbuild(k, "sm_90a", head_dim)
+    return kbuild(k, "sm_90a", head_dim, program=Program(split_kv=True)) if split_kv else kbuild(k, "sm_90a", head_dim)
 
 
 def sass_of(cubin: bytes, entry: str) -> list[tuple[int, bool, str, str]]:

@@ -50,6 +50,7 @@ def digests(files: list[str], head_dims: list[int], also: dict[str, list[int]]) 
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
     from kdsl.runtime.compiler import build
+    from kdsl.runtime.programs import Program
     out = {}
     for file in files:
         for k in pipeline.check(parse(Path(file).read_text(), file)):
@@ -63,7 +64,7 @@ def digests(files: list[str], head_dims: list[int], also: dict[str, list[int]]) 
                     name = f"{Path(file).stem}:{k.name}:D={d}:{prog}"
                     kk = k.with_attrs(consumers=1) if one_wg else k
                     try:
-                        b = build(kk, "sm_90a", d, split_kv=split)
+                        b = build(kk, "sm_90a", d, program=Program(split_kv=split))
                     except KdslError as e:
                         out[name] = f"refused: {str(e).splitlines()[0]}"
                         continue

@@ -1,0 +1,44 @@
+"""Which program of an attention kernel's one generated source a call runs.
+
+The Hopper attention template compiles to a few programs that differ only in NVRTC defines:
+the one almost every call runs, and variants that some calls need (the split-KV epilogue and
+its combine kernel, per-element loads of a capture TMA cannot stream, the score as written
+where the affine form's factor would not be positive). A Program names one; its options are
+part of the build's cache key, so each is built and cached on its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..errors import KdslError
+from ..passes import affine_score
+
+SPLIT_KV_OPTION = "-DKDSL_SPLIT_KV=1"  # templates/attention_wgmma.cu.j2
+NO_STREAM_OPTION = "-DKDSL_STREAM_CAPTURES=0"  # templates/attention_variant.cu.j2
+NO_AFFINE_OPTION = "-DKDSL_AFFINE_SCORE=0"  # templates/attention_variant.cu.j2
+
+
+@dataclass(frozen=True)
+class Program:
+    split_kv: bool = False  # each item writes one key range's partial result; `<entry>_combine` (runtime/splitkv.py)
+    stream: bool = True     # a streamed capture (passes/streaming.py) by TMA; False: loaded per element
+    affine: bool = True     # a score affine in the key position in that form (passes/affine_score.py);
+                            # False: as written, for a scale that makes the form's factor F <= 0
+
+    def options(self, lowered: ir.Kernel, arch: str) -> list[str]:
+        """The NVRTC defines of this program of `lowered` (none where a flag does not apply)."""
+        options = []
+        if self.split_kv:
+            if lowered.kind != "attention" or lowered.attr("kernel") != "wgmma":
+                raise KdslError(f"{lowered.name}: split-KV is a Hopper attention kernel's (sm_90a), "
+                                f"not this {arch} build's")
+            options.append(SPLIT_KV_OPTION)
+        if not self.stream and lowered.attr("stream_capture"):
+            options.append(NO_STREAM_OPTION)
+        if not self.affine and affine_score.needs_positive_scale(lowered):
+            options.append(NO_AFFINE_OPTION)
+        return options
+
+
+DEFAULT = Program()
