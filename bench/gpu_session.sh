@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install, GPU tests, benchmark; the benchmark's table prints last.
-# Run from the repo root on the GPU machine with the lark wheel carried in .whl/.
+# Run from the repo root on the GPU machine with the lark and pyelftools wheels carried in .whl/
+# (python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl lark==1.3.1 pyelftools==0.32).
 set -uo pipefail
 source bench/device_env.sh
 if [ "${SKIP_TESTS:-0}" != 1 ]; then

@@ -246,16 +246,41 @@ def test_a_trial_tile_that_spills_falls_back_to_the_next(monkeypatch):
     mods = {n: kdsl.load(ROOT / "samples" / f"{n}.kd") for n in ("plain", "relpos")}
     kept = compiler.build(mods["plain"].ir["plain"], "sm_90a", 256)
     assert (kept.kernel.attr("tile_n"), kept.kernel.attr("spill_fallback")) == (80, (64, 2, 2))
-    assert compiler.SPILLED not in kept.compiled.log
+    assert not compiler.spilled(kept)
     fell = compiler.build(mods["relpos"].ir["relpos"], "sm_90a", 256)
     assert fell.kernel.attr("tile_n") == 64 and fell.kernel.attr("spill_fallback") is None
     rep = inspect(fell.compiled.cubin, fell.generated.entry)
     assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
     # the trial itself did spill: what the fallback is for
     trial = compiler._build(mods["relpos"].ir["relpos"], "sm_90a", 256, True, False, 0, Program())
-    assert trial.kernel.attr("tile_n") == 80 and compiler.SPILLED in trial.compiled.log
+    assert trial.kernel.attr("tile_n") == 80 and compiler.spilled(trial)
     fixed = compiler.build(mods["relpos"].ir["relpos"].with_attrs(tile_n=80), "sm_90a", 256)
     assert fixed.kernel.attr("tile_n") == 80 and fixed.kernel.attr("spill_fallback") is None
+
+
+def test_spills_are_read_from_the_cubin_not_nvrtc_log(monkeypatch):
+    """Regression: where the CUDA driver is loaded, NVRTC may serve a build from the driver's
+    compute cache, and its log then holds none of ptxas' warnings; the spill check read the
+    log, so on a GPU host with a warm driver cache the spilling slope step of relpos' split-KV
+    program was kept (seen on the H100). Here every compile's log is empty, as on such a hit:
+    the trial is still dropped, because the cubin's frame size says it spilled."""
+    from dataclasses import replace as with_log
+    from kdsl.runtime import cubin_info
+    from kdsl.sass import find_cuobjdump, inspect
+    real = nvrtc.compile_cuda
+    monkeypatch.setattr(nvrtc, "compile_cuda", lambda *a, **kw: with_log(real(*a, **kw), log=""))
+    monkeypatch.setattr(workers, "_compile_here", lambda args: with_log(real(*args), log=""))
+    monkeypatch.setattr(cache, "get", lambda key: None)  # no entry of an earlier run, with its log
+    monkeypatch.setattr(cache, "put", lambda key, compiled: None)
+    relpos = kdsl.load(ROOT / "samples" / "relpos.kd").ir["relpos"]
+    split = compiler.build(relpos, "sm_90a", 128, program=Program(split_kv=True))
+    assert split.compiled.log == "" and split.kernel.attr("slope_step") == 0
+    asked = compiler.build(relpos.with_attrs(slope_step=1), "sm_90a", 128, program=Program(split_kv=True))
+    assert compiler.spilled(asked) and not compiler.spilled(compiler.build(relpos, "sm_90a", 128))
+    if find_cuobjdump():  # the frame size is the local memory cuobjdump reports
+        for b in (split, asked):
+            assert cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry) == \
+                inspect(b.compiled.cubin, b.generated.entry).local_bytes
 
 
 def test_an_ir_file_keeps_its_spill_fallback():

@@ -17,11 +17,9 @@ from ..errors import KdslError
 from ..codegen import emit
 from ..passes import pipeline
 from ..passes.target import get_target
-from . import cache, nvrtc, workers
+from . import cache, cubin_info, nvrtc, workers
 from .programs import DEFAULT, Program
 
-WARN_ON_SPILLS_OPTION = "--ptxas-options=--warn-on-spills"
-SPILLED = "Registers are spilled to local memory"  # ptxas' warning under WARN_ON_SPILLS_OPTION
 _IN_FLIGHT: dict = {}  # cache key -> workers.Job of a prebuild not yet taken by build()
 _IN_FLIGHT_LOCK = threading.Lock()
 
@@ -46,9 +44,9 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
     A schedule chosen as a trial (a tile, the row sums by P V, the slope step) that ptxas
     spills is dropped, one after the other, and the kernel built again without it."""
     built = _build(k, arch, head_dim, want_cubin, trace, value_dim, program)
-    while want_cubin and SPILLED in built.compiled.log:
+    while want_cubin:
         retry = _without_spilled_trial(k, built.kernel, program)
-        if retry is None:
+        if retry is None or not spilled(built):
             break
         trial, built = built, _build(retry, arch, head_dim, want_cubin, trace, value_dim, program)
         # launch.py counts work items by the tile_m it lowered before the build: a fallback
@@ -58,6 +56,12 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
             raise KdslError(f"{k.name}: internal error: a spill fallback changed tile_m "
                             f"({trial.kernel.attr('tile_m')} -> {built.kernel.attr('tile_m')})")
     return built
+
+
+def spilled(built: Built) -> bool:
+    """Whether ptxas gave the entry function local memory (read from the cubin: NVRTC's log
+    lacks ptxas' warnings when the driver's compute cache served the build, runtime/cubin_info.py)."""
+    return cubin_info.frame_bytes(built.compiled.cubin, built.generated.entry) > 0
 
 
 def _without_spilled_trial(k: ir.Kernel, spilled: ir.Kernel, program: Program) -> ir.Kernel | None:
@@ -152,8 +156,6 @@ def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, progra
     gen = emit.generate(lowered)
     # the same source for every program: their defines are part of the key
     options = nvrtc.default_options(arch, emit.INCLUDE_DIR) + program.options(lowered, arch)
-    if any(lowered.attr(a) for a in ("spill_fallback", "row_sum_trial", "slope_trial")):  # build() reads spills from the log
-        options.append(WARN_ON_SPILLS_OPTION)
     key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)
     return lowered, gen, options, key
 
