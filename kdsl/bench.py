@@ -109,7 +109,12 @@ class Timer:
         return self.in_turns({"fn": fn})["fn"]
 
     def in_turns(self, fns: dict, rounds: int = 5) -> dict:
-        """Median ms of each function, timed in turns: `rounds` blocks per function, each block
+        """Median ms of each function (in_turns_by_block's medians over all its launches)."""
+        return {name: statistics.median(t for block in blocks for t in block)
+                for name, blocks in self.in_turns_by_block(fns, rounds).items()}
+
+    def in_turns_by_block(self, fns: dict, rounds: int = 5) -> dict:
+        """ms of each launch of each function, by block, timed in turns: `rounds` blocks per function, each block
         a few launches back to back, L2 flushed before each. The GPU's clock drifts over a
         measurement (an H100 read the same kernel 5-10 % apart within a minute), and taking
         turns gives every function the same share of it, so that ratios between them stay
@@ -127,6 +132,7 @@ class Timer:
         for _ in range(rounds):
             for name, fn in fns.items():
                 fn()  # untimed: the queue holds work again before the first timed launch
+                events[name].append([])
                 for _ in range(per):
                     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     # ~0.1 ms of GPU work ahead of the start event: the host has enqueued the
@@ -137,9 +143,9 @@ class Timer:
                     s.record()
                     fn()
                     e.record()
-                    events[name].append((s, e))
+                    events[name][-1].append((s, e))
         torch.cuda.synchronize()
-        return {name: statistics.median(s.elapsed_time(e) for s, e in ev) for name, ev in events.items()}
+        return {name: [[s.elapsed_time(e) for s, e in block] for block in blocks] for name, blocks in events.items()}
 
 
 @functools.cache
@@ -211,7 +217,7 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
             timed["cudnn"] = cudnn
         except Exception as e:
             row.peers["cudnn"] = {"error": f"{type(e).__name__}: {e}"[:160]}
-    _record(row, timer.in_turns(timed), flops)
+    _record(row, timer.in_turns_by_block(timed), flops)
     row.gbps = (q.numel() + k.numel() + v.numel() + out.numel()) * 2 / row.ms / 1e6
     return row
 
@@ -283,17 +289,24 @@ def run_gemm(case: Case, mod, timer: Timer, peers: set) -> Row:
         x = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16)
         y = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
         timed["cublas_bf16"] = lambda: x @ y.t()
-    _record(row, timer.in_turns(timed), flops)
+    _record(row, timer.in_turns_by_block(timed), flops)
     return row
 
 
-def _record(row: Row, times: dict, flops: int) -> None:
-    """kdsl's and the peers' times (ms, from Timer.in_turns) into the row; peers in
-    PEER_NAMES order, with those that could not run among them."""
-    row.ms = times.pop("kdsl")
+def _record(row: Row, blocks: dict, flops: int) -> None:
+    """kdsl's and the peers' times (ms of each launch by block, from Timer.in_turns_by_block)
+    into the row: medians, and for each peer the ratio's range over the blocks (the blocks
+    alternate, so a block's ratio compares launches made moments apart: a ratio whose range
+    straddles 1 is a tie). Peers in PEER_NAMES order, with those that could not run among them."""
+    def median(bs):
+        return statistics.median(t for b in bs for t in b)
+    mine = blocks.pop("kdsl")
+    row.ms = median(mine)
     row.tflops = flops / row.ms / 1e9
-    for name, t in times.items():
-        row.peers[name] = {"ms": t, "tflops": flops / t / 1e9}
+    for name, theirs in blocks.items():
+        t = median(theirs)
+        per_block = [statistics.median(p) / statistics.median(k) for k, p in zip(mine, theirs)]
+        row.peers[name] = {"ms": t, "tflops": flops / t / 1e9, "ratio_range": [min(per_block), max(per_block)]}
     row.peers = dict(sorted(row.peers.items(), key=lambda kv: list(PEER_NAMES).index(kv[0])))
 
 
@@ -336,7 +349,8 @@ def markdown(rows: list[Row], device: str) -> str:
     lines = [f"# kdsl bench on {device}", "",
              "TFLOPS count only the work the mask leaves (2·(D + Dv) per kept (q, kv) pair; FP8: 2·rows·N·K over valid rows).",
              "Times: median of CUDA-event-timed launches, L2 flushed before each, kdsl and its peers timed in "
-             "turns (5 blocks each, interleaved). Ratio = kdsl / peer (> 1: kdsl faster).",
+             "turns (5 blocks each, interleaved). Ratio = kdsl / peer (> 1: kdsl faster); in brackets the "
+             "lowest and highest of the five blocks' ratios (a range that straddles 1 is a tie).",
              "Cold build: what a first call waits for on a first run (parse, codegen, NVRTC), measured per kernel "
              "in a fresh process with kdsl's cache empty and the CUDA driver's compute cache off; per-step "
              "times in the JSON.", "",
@@ -353,6 +367,8 @@ def markdown(rows: list[Row], device: str) -> str:
                 pus, pt, ratio = "", f"could not run: {p['error'][:70]}", ""
             elif p:
                 pus, pt, ratio = f"{p['ms'] * 1e3:.1f}", f"{p['tflops']:.1f}", f"{r.tflops / p['tflops']:.2f}"
+                if p.get("ratio_range"):
+                    ratio += " [{:.2f}, {:.2f}]".format(*p["ratio_range"])
             else:
                 pus, pt, ratio = "", "", ""
             gb = f"{r.gbps:.0f}" if r.gbps == r.gbps else ""

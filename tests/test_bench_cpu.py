@@ -40,6 +40,26 @@ def test_markdown_shows_failed_peers_and_convention():
     assert "| 1000.0 | 100.0 |" in md and "| 2000.0 | 50.0 | 2.00 |" in md and "could not run: not supported" in md and "FAILED: RuntimeError: boom" in md
 
 
+def test_a_peer_ratio_carries_its_range_over_the_blocks():
+    """bench._record: medians over every launch, and each peer's ratio per block (the blocks
+    alternate, so each compares launches made moments apart), lowest and highest shown: a tie
+    (a range that straddles 1) reads as one."""
+    import random
+    import statistics
+    r = random.Random()
+    kdsl_blocks = [[r.uniform(1.0, 1.1) for _ in range(20)] for _ in range(5)]
+    factors = [r.uniform(0.97, 1.03) for _ in range(5)]
+    peer_blocks = [[t * f for t in b] for b, f in zip(kdsl_blocks, factors)]
+    row = bench.Row("plain", "B=2")
+    bench._record(row, {"kdsl": kdsl_blocks, "cudnn": peer_blocks}, 1e12)
+    assert row.ms == statistics.median(t for b in kdsl_blocks for t in b)
+    peer = row.peers["cudnn"]
+    assert peer["ms"] == statistics.median(t for b in peer_blocks for t in b)
+    lo, hi = peer["ratio_range"]
+    assert abs(lo - min(factors)) < 1e-9 and abs(hi - max(factors)) < 1e-9
+    assert f"[{lo:.2f}, {hi:.2f}]" in bench.markdown([row], "GPU")
+
+
 def _rows():
     """Synthetic results, fresh values per run: prefill with two peers, decode, FP8 with the
     bf16 yardstick beating kdsl (it is not a peer), a peer that could not run, a failed case."""
