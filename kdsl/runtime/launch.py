@@ -532,7 +532,7 @@ class AttentionKernel(KernelBase):
         # a positive factor scale_log2 * F (passes/affine_score.py): another scale runs the
         # program that computes the score as written.
         affine = not (tma and affine_score.needs_positive_scale(lk) and s <= 0)
-        program = Program(split_kv=split_kv, stream=stream_arg is not None, affine=affine)
+        program = Program(split_kv=split_kv, stream=stream_arg is not None or not stream_name, affine=affine)
         built, loaded = self._load(D, device, Dv, one_warpgroup, program)
         lk = built.kernel
         splits = 1
