@@ -125,6 +125,8 @@ def _attention(k: ir.Kernel) -> Generated:
     wide = WideEmitter(variables, captures)  # passes/kv_bounds.py's key bounds, in 64 bits
     # passes/affine_score.py's base: positions at the thread's first column of the tile
     at_col0 = CEmitter({**variables, "kvf": "kvf0", "dqkf": "dq0"}, captures)
+    # passes/offset_score.py's offset part: a function of b, h and d = q - kv
+    at_offset = CEmitter({**variables, "d": "d"}, captures)
     bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
     mask = k.func("mask")
     factored = exp2_fold.positive_factor(k)
@@ -175,6 +177,9 @@ def _attention(k: ir.Kernel) -> Generated:
         slope_step=tiling.slope_form(k.attr("consumers")) if k.attr("slope_step") else 0,
         score_slope=c(k.func("score_slope")) if k.func("score_slope") is not None else "0.f",
         score_base=at_col0(k.func("score_base")) if k.func("score_base") is not None else "0.f",
+        offset_table="true" if k.func("score_offset") is not None else "false",
+        offset_factor=c(ir.Const("f32", k.attr("offset_factor") or 1.0)),
+        score_offset=at_offset(k.func("score_offset")) if k.func("score_offset") is not None else "0.f",
         keys_only="true" if k.func("kv_lo") is not None and k.func("tile_keys") is None else "false",
         tile_keys=("true" if k.func("tile_keys") is None else c(k.func("tile_keys"))) if k.func("kv_lo") is not None
         else "false",

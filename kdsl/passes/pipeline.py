@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from .. import ast, ir
 from ..errors import SourceError
-from . import (affine_score, exp2_fold, index_floats, invariant_factors, kv_bounds, mask_analysis, mask_facts, score_bounds,
-               streaming, tiling, typecheck, warp_map)
+from . import (affine_score, exp2_fold, index_floats, invariant_factors, kv_bounds, mask_analysis, mask_facts,
+               offset_score, score_bounds, streaming, tiling, typecheck, warp_map)
 from .target import Target
 
 HEAD_DIMS = (64, 128)
@@ -86,6 +86,9 @@ def lower(k: ir.Kernel, target: Target, head_dim: int = 0, value_dim: int = 0) -
     # On the final score, for the Hopper kernel only: F * (qk + slope * col) + base, when the
     # score is affine in the positions (one FFMA an element over the scaled dot product).
     k = affine_score.run(k)
+    # Beside it, for scores of the offset q - kv that are not affine, when the tiling took the
+    # table (attr offset_table): the score's offset part as a function of (b, h, d).
+    k = offset_score.run(k)
     # Warp roles follow from the tile shape.
     k = warp_map.run(k, target)
     return k.with_attrs(arch=target.arch)

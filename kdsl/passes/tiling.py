@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..errors import KdslError
-from . import affine_score, gemm_tiles, streaming
+from . import affine_score, gemm_tiles, offset_score, streaming
 from .target import Target
 
 # Head dims: the Hopper kernel takes any multiple of 16 up to 256 for q/k (head_dim) and for
@@ -60,7 +60,7 @@ SPILL_TRIAL_REGS = 12
 # Never slower; bench/results/h100-2026-11-25-s14-decode-stages*.log.
 ONE_WARPGROUP_STAGE_BYTES = 64 * 1024
 SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2", "lazy_rescale", "slope_step",
-                            "tensor_row_sum"),
+                            "tensor_row_sum", "offset_table"),
                   "mma": ("tile_m", "tile_n", "warps"),
                   "gemm": gemm_tiles.CONFIG_ATTRS}
 # m64nNk16 widths wgmma_ops.cuh has (tools/gen_wgmma.py generates it from this tuple).
@@ -107,6 +107,17 @@ TENSOR_ROW_SUM = (0, 1)
 # that too and lse = ref + log(sum) within log(1 + 2^-8). out is normalised by the weights it
 # averaged, so it loses nothing. Kernels that declare lse keep the fp32 sums unless asked.
 ROW_SUM_LSE_ERROR = {"bf16": 2.0 ** -8, "f16": 2.0 ** -11}
+# offset_table = 1: a score that sees the positions only through q - kv and is not affine in
+# them (passes/offset_score.py: T5's buckets, clamped relative tables, periodic biases) is
+# evaluated once per offset of a tile into a table in shared memory (64 + BN - 1 a consumer
+# warpgroup, two of them in turn), and read once an element. Not yet measured on a GPU: off
+# unless asked for (attr offset_table = 1).
+OFFSET_TABLE = (0, 1)
+
+
+def offset_table_bytes(bn: int, consumers: int) -> int:
+    """Two tables a consumer warpgroup of 64 + BN - 1 floats, each rounded to 16 bytes."""
+    return consumers * 2 * (-(-(64 + bn - 1) // 4) * 16)
 
 
 def slope_form(consumers: int) -> int:
@@ -144,7 +155,7 @@ def head_dim_problem(d: int) -> str:
 
 
 def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages: int, stream_elem: int = 0,
-                               slope_step: int = 0, tensor_row_sum: int = 0) -> int:
+                               slope_step: int = 0, tensor_row_sum: int = 0, offset_table: int = 0) -> int:
     """Q tile + a ring of K and V tiles, each stored as 64-column blocks of 128-byte rows, + the
     slope step's operands (slope_step_bytes) + the row sums' block of ones (a 128-byte row per
     key) + a ring of a streamed capture's tiles (elements of stream_elem bytes;
@@ -154,6 +165,7 @@ def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages:
     blocks, vblocks = -(-d // 64), -(-dv // 64)
     tiles = (64 * consumers * blocks + stages * bn * (blocks + vblocks)) * 128
     per_element_work = (slope_step_bytes(bn, consumers) if slope_step else 0) + (bn * 128 if tensor_row_sum else 0)
+    per_element_work += offset_table_bytes(bn, consumers) if offset_table else 0
     streamed = stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn)
     return 1024 + tiles + per_element_work + streamed + (2 + 4 * stages) * 8 + 2 * stages * 4
 
@@ -296,6 +308,15 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         if "slope_step" not in given:
             s["slope_step"] = int(slope_ok and attention_wgmma_smem_bytes(
                 d, dv, s["tile_n"], s["consumers"], s["stages"], slope_step=1) <= target.smem_per_block)
+    otab = s.get("offset_table", 0)  # (set after the row sum below: attrs keep SCHEDULE_ATTRS' order)
+    if fam == "wgmma":
+        if otab and not offset_score.applies(k):
+            raise KdslError(f"kernel '{k.name}': attr offset_table = 1 needs a score that sees the positions only "
+                            f"through q - kv, plus the scaled dot product (s + bias[h, f(i - j)], ...), and is not "
+                            f"affine in them; this kernel's is not")
+        while (otab and "stages" not in given and s["stages"] > 2 and attention_wgmma_smem_bytes(
+                d, dv, s["tile_n"], s["consumers"], s["stages"], offset_table=1) > target.smem_per_block):
+            s["stages"] -= 1  # the tables' few KB beside a ring that filled shared memory
     # a default slope step is a trial too: where ptxas spills it (its A fragment and one more
     # k-step's registers; relpos' split-KV program at D=128 spilled 24 bytes), compiler.build
     # takes the same tile with the FFMA per element
@@ -309,9 +330,12 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
     row_sum_trial = attrs.get("row_sum_trial")
     if fam == "wgmma" and "tensor_row_sum" not in given:
         fits = attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
-                                          slope_step=s["slope_step"], tensor_row_sum=1) <= target.smem_per_block
+                                          slope_step=s["slope_step"], tensor_row_sum=1,
+                                          offset_table=otab) <= target.smem_per_block
         s["tensor_row_sum"] = int(dv == 64 and s["consumers"] == 3 and k.tensor("lse") is None and fits)
         row_sum_trial = s["tensor_row_sum"] or None
+    if fam == "wgmma":
+        s["offset_table"] = otab
     problem = {"wgmma": _wgmma_problem, "mma": _mma_problem}[fam](k, s, (d, dv), target)
     if problem:
         raise KdslError(f"kernel '{k.name}': schedule {_quote(given)} is not legal on {target.arch}"
@@ -325,7 +349,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                             spill_fallback=fallback, row_sum_trial=row_sum_trial, slope_trial=slope_trial,
                             smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
                                                                   _stream_elem(k, stream), s["slope_step"],
-                                                                  s["tensor_row_sum"]))
+                                                                  s["tensor_row_sum"], s["offset_table"]))
     return k.with_attrs(kernel="mma", **s, value_dim=dv, stream_capture=None,  # streams need TMA
                         smem_bytes=attention_smem_bytes(d, s["tile_m"], s["tile_n"], s["warps"]))
 
@@ -355,7 +379,7 @@ def _stream(k: ir.Kernel, s: dict, dims, stages_given: bool, target: Target) -> 
     elem = _stream_elem(k, name)
     for stages in [s["stages"]] if stages_given else range(s["stages"], 1, -1):
         if attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], stages, elem,
-                                      s["slope_step"], s["tensor_row_sum"]) <= target.smem_per_block:
+                                      s["slope_step"], s["tensor_row_sum"], s["offset_table"]) <= target.smem_per_block:
             s["stages"] = stages
             return name
     return None
@@ -391,8 +415,11 @@ def _wgmma_problem(k, s, dims, target) -> str:
         return f"tensor_row_sum must be one of {TENSOR_ROW_SUM}"
     if s["tensor_row_sum"] and dims[1] != 64:
         return "tensor_row_sum needs value head dim 64"
+    if s["offset_table"] not in OFFSET_TABLE:
+        return f"offset_table must be one of {OFFSET_TABLE}"
     return _fits(attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], s["stages"],
-                                            slope_step=s["slope_step"], tensor_row_sum=s["tensor_row_sum"]), target)
+                                            slope_step=s["slope_step"], tensor_row_sum=s["tensor_row_sum"],
+                                            offset_table=s["offset_table"]), target)
 
 
 def _mma_problem(k, s, dims, target) -> str:

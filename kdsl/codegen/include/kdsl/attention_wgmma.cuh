@@ -49,9 +49,10 @@
 
 namespace kdsl {
 
-template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = 0, bool ROWSUM = false>
+template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = 0, bool ROWSUM = false,
+          bool OTAB = false>
 __host__ __device__ constexpr int attention_wgmma_smem_bytes() {
-  return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES, SB, SLOPE, ROWSUM>::kSmemBytes;
+  return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES, SB, SLOPE, ROWSUM, OTAB>::kSmemBytes;
 }
 
 // Registers per thread after setmaxnreg: the producer's (true) or the consumers' (false).
@@ -75,7 +76,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // P's row sums by P V over a ones column (Cfg ROWSUM), not by FADDs; not in the split-KV
   // program, where it made relpos spill (that program then leaves the ones block unused)
   constexpr bool kRowSum = V::kTensorRowSum && !kSplitKV;
-  typedef Cfg<Elem, D, DV, BN, NCWG, STAGES, V::kStreamElemBytes, V::kSlopeStep, kRowSum> C;
+  typedef Cfg<Elem, D, DV, BN, NCWG, STAGES, V::kStreamElemBytes, V::kSlopeStep, kRowSum, V::kOffsetTable> C;
   // The slope step (attention_wgmma_parts.cuh): slope * col of an affine score by one more
   // wgmma k-step. Its operands are reserved whenever the program asks for them (kSlopeStep),
   // and used with kAffine (which KDSL_AFFINE_SCORE=0 turns off).
@@ -290,7 +291,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // Turns between the consumer warpgroups (ping-pong for two, round-robin for three): each
   // issues its wgmmas only on its turn and then passes the turn to the next, so one
   // warpgroup's softmax runs while another's matrix products keep the tensor cores busy.
-  // Named barrier 4 + w is warpgroup w's turn (1 + w are the epilogues'). The turns run on
+  // Named barrier 4 + w is warpgroup w's turn (1 + w its offset tables', 8 + w its split merges',
+  // 12 + w its slope rows' without turns). The turns run on
   // across items: the last warpgroup lets 0 go first once, and passes on its last turn of an
   // item too, so that warpgroup 0 starts the next item while the others still store theirs;
   // after the last item 0 takes that final turn, which nobody passes on. (Turns started anew
@@ -365,6 +367,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   };
 
   int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
+  int ot_flip = 0;         // V::kOffsetTable: which of the warpgroup's two tables the next tile fills
   int tn = 0;              // KDSL_TRACE: events recorded (one thread a warpgroup)
   const bool tracer = tid % 128 == 0;
   // The item whose first tile is in ring stage `it` (or kNoMoreItems).
@@ -476,7 +479,29 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       const float dq0[2] = {qf[0] - kvf0, qf[1] - kvf0};  // q - kv likewise: a base per row
       const float factor = V::kScaledDot ? a.scale_log2 : V::kAffine ? a.scale_log2 * V::kAffineFactor : V::kScoreFactor;
       // sc is raw; score = factor * raw (+ base[r] for kAffine: a row's base, at column 0)
-      constexpr bool kRaw = V::kScaledDot || V::kFactored || V::kAffine;
+      constexpr bool kRaw = (V::kScaledDot || V::kFactored || V::kAffine) && !V::kOffsetTable;
+      // V::kOffsetTable (passes/offset_score.py): the score's offset part at the warpgroup's
+      // 64 + BN - 1 offsets d = q - kv of this tile, from d0 = (first row) - k0 - (BN - 1), one
+      // or two a thread, into the table the warpgroup did not read last tile: a thread fills it
+      // only after the barrier of that tile, which every thread reaches after its reads of the
+      // tile before (so one barrier a tile). d is clamped to the offsets some valid (q, kv) has,
+      // so the part's loads read what the score as written would; elements outside them are
+      // masked or not stored.
+      // (Plain C++ accesses, so that NVVM orders them against the barrier's memory clobber and
+      // makes the reads LDS at a per-thread base plus an immediate.)
+      float* otab = nullptr;
+      if constexpr (V::kOffsetTable) {
+        const int wgi = fresh_wg();
+        otab = reinterpret_cast<float*>(kdsl_attn_smem + (base - smem_addr(kdsl_attn_smem)) + C::kOffsetOffset) +
+               (2 * wgi + ot_flip) * C::kOffsetStride;
+        ot_flip ^= 1;
+        const int d0 = q0 + wgi * 64 - k0 - (BN - 1);
+        for (int x = tid & 127; x < 64 + BN - 1; x += 128) {
+          const int d = d0 + x;
+          otab[x] = V::score_offset(a, cap, b, h, d < 1 - N ? 1 - N : imin2(d, M - 1));
+        }
+        named_barrier(1 + wgi, 128);
+      }
       float base[2] = {0.f, 0.f};
       if constexpr (V::kAffine) {
 #pragma unroll
@@ -521,7 +546,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // likewise; the factor goes into the exponent's FFMA below.
       auto score_at = [&](int i, int kv) {
         const float col = (float)(8 * (i / 4) + (i & 1));  // a constant once unrolled
-        if constexpr (kSlope)  // the wgmma added slope * col already
+        if constexpr (V::kOffsetTable) {  // element (row, col) reads offset (row - first row) - 2t + BN - 1 - col
+          const int row = warp * 16 + g + 8 * ((i >> 1) & 1);
+          return fmaf(sc[i], a.scale_log2 * V::kOffsetFactor, otab[row - 2 * t + (BN - 1) - (8 * (i / 4) + (i & 1))]);
+        } else if constexpr (kSlope)  // the wgmma added slope * col already
           return sc[i];
         else if constexpr (V::kAffine)  // one FFMA: col an immediate, the slope a register
           return fmaf(slope, col, sc[i]);

@@ -53,7 +53,7 @@ struct Keep {
 };
 
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = kSlopeNone,
-          bool ROWSUM = false>
+          bool ROWSUM = false, bool OTAB = false>
 struct Cfg {
   static constexpr int kBM = 64 * NCWG;
   static constexpr int kThreads = 128 * (NCWG + 1);
@@ -80,7 +80,13 @@ struct Cfg {
   static constexpr int kOnesOffset = kVOffset + STAGES * kVBytes, kOnesBytes = ROWSUM ? BN * 128 : 0;
   static constexpr int kPVN = DV + (ROWSUM ? 8 : 0);
   static constexpr int kSOffset = kOnesOffset + kOnesBytes;
-  static constexpr int kBarOffset = kSOffset + STAGES * kStreamBytes;
+  // OTAB (V::kOffsetTable, passes/offset_score.py): per consumer warpgroup two tables of the
+  // score's offset part at a tile's 64 + BN - 1 offsets q - kv, filled in turn (kOffsetStride
+  // floats each, a multiple of 4 so that the barriers after them stay 8-byte aligned)
+  static constexpr int kOffsetStride = (64 + BN - 1 + 3) / 4 * 4;
+  static constexpr int kOffsetOffset = kSOffset + STAGES * kStreamBytes;
+  static constexpr int kOffsetBytes = OTAB ? NCWG * 2 * kOffsetStride * 4 : 0;
+  static constexpr int kBarOffset = kOffsetOffset + kOffsetBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
   static constexpr int kInfoOffset = kBarOffset + kBars * 8;  // a tile_info word per stage
   static constexpr int kItemOffset = kInfoOffset + STAGES * 4;  // a work-item word per stage

@@ -1,0 +1,133 @@
+"""Scores that see the positions only through the offset q - kv: a table per tile.
+
+T5's buckets, learned relative tables with a clamp, log-distance or periodic biases:
+
+    score_log2 = scale_log2 * c * qk + g(b, h, q - kv)
+
+with g as costly as the program makes it (t5_bias: a log, two divisions and a gather). Within
+a consumer warpgroup's tile of 64 rows and BN keys, q - kv takes only 64 + BN - 1 values, so
+the Hopper kernel (attr offset_table = 1) evaluates g at those into a table in shared memory
+once a tile, each thread one or two of them, and an element costs one shared-memory load at a
+per-thread base less a constant column, and an FFMA (attention_wgmma.cuh, kOffsetTable).
+
+decompose() decides whether a score has that form: the qk term is split off, and the rest is
+rewritten with q - kv as one variable `d` (q - kv -> d, kv - q -> -d, q <op> kv -> d <op> 0,
+float(q - kv) -> float(d)); it qualifies when nothing of q, kv or their floats is left. The
+check is syntactic and sound: a score that depends on the offset in another way is refused,
+never misread. run() defines score_offset (over b, h, d and the scales) and the attr
+offset_factor (c) when the kernel has asked for the table.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import ir
+from ..errors import KdslError
+from .invariant_factors import invariant
+from .simplify import const, op, simplify
+
+D = ir.Var("i32", "d")
+_POSITIONS = ("q", "kv", "qf", "kvf", "dqkf", "col", "sv", "s", "qk")  # what must be gone after the rewrite
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+
+
+def run(k: ir.Kernel) -> ir.Kernel:
+    k = replace(k, funcs=tuple((n, e) for n, e in k.funcs if n != "score_offset"))
+    if not k.attr("offset_table") or k.attr("kernel") != "wgmma":
+        return k
+    form = decompose(k.func("score_log2"))
+    if form is None:
+        raise KdslError(f"kernel '{k.name}': internal error: attr offset_table on a score tiling should have refused")
+    c, g = form
+    return k.with_func("score_offset", g).with_attrs(offset_factor=c)
+
+
+def applies(k: ir.Kernel) -> bool:
+    """Whether k's score has the offset form and is not affine in the positions (the affine
+    form, affine_score.py, costs less: an FFMA an element or nothing)."""
+    from . import affine_score
+    score = k.func("score_log2") if k.kind == "attention" and k.attr("math") != "exact" else None
+    return score is not None and decompose(score) is not None and affine_score.decompose(score) is None
+
+
+def decompose(score: ir.Expr) -> tuple[float, ir.Expr] | None:
+    """(c, g) with score == scale_log2 * c * qk + g(b, h, d), d = q - kv; or None."""
+    split = _split_qk(score)
+    if split is None:
+        return None
+    coef, rest = split
+    c = _positive_multiple_of_scale(simplify(coef)) if coef is not None else None
+    if c is None or rest is None:
+        return None
+    g = simplify(_offset(rest))
+    if isinstance(g, ir.Const) or any(ir.uses(g, v) for v in _POSITIONS) or not ir.uses(g, "d"):
+        return None
+    return c, g
+
+
+def _split_qk(e: ir.Expr):
+    """(coefficient of qk, the rest) for e linear in qk with (b, h)-invariant coefficients;
+    either part None where there is none. None if e is not of that form."""
+    if isinstance(e, ir.Var) and e.name == "qk":
+        return const("f32", 1.0), None
+    if not ir.uses(e, "qk"):
+        return None, e
+    if not isinstance(e, ir.Op) or e.ty != "f32":
+        return None
+    if e.op in ("add", "sub"):
+        x, y = _split_qk(e.args[0]), _split_qk(e.args[1])
+        if x is None or y is None:
+            return None
+        sign = (lambda t: op("f32", "neg", t)) if e.op == "sub" else (lambda t: t)
+        coef = _plus(x[0], None if y[0] is None else sign(y[0]))
+        rest = _plus(x[1], None if y[1] is None else sign(y[1]))
+        return coef, rest
+    if e.op == "neg":
+        x = _split_qk(e.args[0])
+        return None if x is None else tuple(None if t is None else op("f32", "neg", t) for t in x)
+    if e.op == "mul":
+        for x, y in (e.args, e.args[::-1]):
+            if invariant(x) and not ir.uses(x, "qk"):
+                inner = _split_qk(y)
+                return None if inner is None else tuple(None if t is None else op("f32", "mul", t, x) for t in inner)
+    return None
+
+
+def _plus(x, y):
+    return y if x is None else x if y is None else op("f32", "add", x, y)
+
+
+def _positive_multiple_of_scale(f: ir.Expr) -> float | None:
+    if isinstance(f, ir.Var) and f.name == "scale_log2":
+        return 1.0
+    if isinstance(f, ir.Op) and f.op == "mul":
+        for x, y in (f.args, f.args[::-1]):
+            inner = _positive_multiple_of_scale(x)
+            if inner is not None and isinstance(y, ir.Const) and 0 < y.value < float("inf"):
+                return inner * y.value
+    return None
+
+
+def _is(e: ir.Expr, name: str) -> bool:
+    return isinstance(e, ir.Var) and e.name == name
+
+
+def _offset(e: ir.Expr) -> ir.Expr:
+    """e with every offset pattern replaced by d (what is left of q, kv is left as it is)."""
+    if _is(e, "dqkf"):
+        return op("f32", "float", D)
+    if isinstance(e, ir.Load):
+        return replace(e, indices=tuple(_offset(i) for i in e.indices))
+    if not isinstance(e, ir.Op):
+        return e
+    if len(e.args) == 2:
+        x, y = e.args
+        if e.op == "sub" and _is(x, "q") and _is(y, "kv"):
+            return D
+        if e.op == "sub" and _is(x, "kv") and _is(y, "q"):
+            return op("i32", "neg", D)
+        if e.op in _FLIP and _is(x, "q") and _is(y, "kv"):
+            return op("bool", e.op, D, const("i32", 0))
+        if e.op in _FLIP and _is(x, "kv") and _is(y, "q"):
+            return op("bool", _FLIP[e.op], D, const("i32", 0))
+    return replace(e, args=tuple(_offset(a) for a in e.args))
