@@ -73,7 +73,7 @@ def decompose(score: ir.Expr) -> tuple[float, ir.Expr, ir.Expr] | None:
     terms = _linear(score)
     if terms is None or "qk" not in terms:
         return None
-    c = _positive_multiple_of_scale(simplify(terms["qk"]))
+    c = positive_multiple_of_scale(simplify(terms["qk"]))
     if c is None or not (set(terms) - {"qk"}):
         return None
     zero = const("f32", 0.0)
@@ -92,13 +92,13 @@ def decompose(score: ir.Expr) -> tuple[float, ir.Expr, ir.Expr] | None:
     return c, slope, simplify(base)
 
 
-def _positive_multiple_of_scale(f: ir.Expr) -> float | None:
+def positive_multiple_of_scale(f: ir.Expr) -> float | None:
     """c when f is scale_log2 * c with c a positive constant."""
     if isinstance(f, ir.Var) and f.name == "scale_log2":
         return 1.0
     if isinstance(f, ir.Op) and f.op == "mul":
         for x, y in (f.args, f.args[::-1]):
-            inner = _positive_multiple_of_scale(x)
+            inner = positive_multiple_of_scale(x)
             if inner is not None and isinstance(y, ir.Const) and 0 < y.value < float("inf"):
                 return inner * y.value
     return None

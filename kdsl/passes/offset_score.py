@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from .. import ir
 from ..errors import KdslError
+from . import affine_score
 from .invariant_factors import invariant
 from .simplify import const, op, simplify
 
@@ -45,7 +46,6 @@ def run(k: ir.Kernel) -> ir.Kernel:
 def applies(k: ir.Kernel) -> bool:
     """Whether k's score has the offset form and is not affine in the positions (the affine
     form, affine_score.py, costs less: an FFMA an element or nothing)."""
-    from . import affine_score
     score = k.func("score_log2") if k.kind == "attention" and k.attr("math") != "exact" else None
     return score is not None and decompose(score) is not None and affine_score.decompose(score) is None
 
@@ -56,7 +56,7 @@ def decompose(score: ir.Expr) -> tuple[float, ir.Expr] | None:
     if split is None:
         return None
     coef, rest = split
-    c = _positive_multiple_of_scale(simplify(coef)) if coef is not None else None
+    c = affine_score.positive_multiple_of_scale(simplify(coef)) if coef is not None else None
     if c is None or rest is None:
         return None
     g = simplify(_offset(rest))
@@ -95,17 +95,6 @@ def _split_qk(e: ir.Expr):
 
 def _plus(x, y):
     return y if x is None else x if y is None else op("f32", "add", x, y)
-
-
-def _positive_multiple_of_scale(f: ir.Expr) -> float | None:
-    if isinstance(f, ir.Var) and f.name == "scale_log2":
-        return 1.0
-    if isinstance(f, ir.Op) and f.op == "mul":
-        for x, y in (f.args, f.args[::-1]):
-            inner = _positive_multiple_of_scale(x)
-            if inner is not None and isinstance(y, ir.Const) and 0 < y.value < float("inf"):
-                return inner * y.value
-    return None
 
 
 def _is(e: ir.Expr, name: str) -> bool:

@@ -64,26 +64,26 @@ def spilled(built: Built) -> bool:
     return cubin_info.frame_bytes(built.compiled.cubin, built.generated.entry) > 0
 
 
-def _without_spilled_trial(k: ir.Kernel, spilled: ir.Kernel, program: Program) -> ir.Kernel | None:
-    """k with the first trial of the spilled build fixed to its fallback (attrs, so that tiling
+def _without_spilled_trial(k: ir.Kernel, lowered: ir.Kernel, program: Program) -> ir.Kernel | None:
+    """k with the first trial of `lowered` (a build that spilled) fixed to its fallback (attrs, so that tiling
     takes them as given, and the trial's mark cleared: an IR file may carry it), or None when
     it had none left. Each kind is dropped at most once, so build()'s loop ends."""
-    same_tile = dict(tile_n=spilled.attr("tile_n"), consumers=spilled.attr("consumers"),
-                     stages=spilled.attr("stages"), stream_capture=spilled.attr("stream_capture"))
-    if spilled.attr("spill_fallback"):
+    same_tile = dict(tile_n=lowered.attr("tile_n"), consumers=lowered.attr("consumers"),
+                     stages=lowered.attr("stages"), stream_capture=lowered.attr("stream_capture"), spill_fallback=None)
+    if lowered.attr("spill_fallback"):
         # a trial tile (tiling.SPILL_TRIAL_REGS): the next tile, and the streamed capture as
         # decided for the trial tile (launch.py decided its arguments on it)
-        tile_n, consumers, _ = spilled.attr("spill_fallback")
-        return k.with_attrs(tile_n=tile_n, consumers=consumers, stream_capture=spilled.attr("stream_capture"),
+        tile_n, consumers, _ = lowered.attr("spill_fallback")
+        return k.with_attrs(tile_n=tile_n, consumers=consumers, stream_capture=lowered.attr("stream_capture"),
                             spill_fallback=None)
-    if spilled.attr("row_sum_trial") and not program.split_kv:
+    if lowered.attr("row_sum_trial") and not program.split_kv:
         # the row sums by P V (tiling.TENSOR_ROW_SUM) hold four more accumulator registers: the
         # same tile with the softmax's FADDs (the split-KV program has those anyway)
         return k.with_attrs(**same_tile, tensor_row_sum=0, row_sum_trial=None)
-    if spilled.attr("slope_trial"):
+    if lowered.attr("slope_trial"):
         # the slope step (tiling.SLOPE_STEP; relpos' split-KV program at D=128 spilled in its
         # kv loop): the same tile with the FFMA per element
-        return k.with_attrs(**same_tile, tensor_row_sum=spilled.attr("tensor_row_sum"), row_sum_trial=None,
+        return k.with_attrs(**same_tile, tensor_row_sum=lowered.attr("tensor_row_sum"), row_sum_trial=None,
                             slope_step=0, slope_trial=None)
     return None
 
