@@ -8,7 +8,7 @@ source bench/device_env.sh
 # or b runs one half (~4 minutes each; together every file under tests/gpu), PYTEST_ARGS any set.
 case "${TESTS_PART:-}" in
   a) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_attention_gpu.py tests/gpu/test_variants_gpu.py tests/gpu/test_interpreter_parity_gpu.py tests/gpu/test_decode_gpu.py tests/gpu/test_build_gpu.py tests/gpu/test_head_dims_gpu.py"} ;;
-  b) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_slope_step_gpu.py tests/gpu/test_checker_gpu.py tests/gpu/test_fp8_gpu.py tests/gpu/test_torch_compile_gpu.py tests/gpu/test_tile_summary_gpu.py tests/gpu/test_streaming_gpu.py tests/gpu/test_row_sum_gpu.py tests/gpu/test_launch_edges_gpu.py"} ;;
+  b) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_slope_step_gpu.py tests/gpu/test_checker_gpu.py tests/gpu/test_fp8_gpu.py tests/gpu/test_torch_compile_gpu.py tests/gpu/test_tile_summary_gpu.py tests/gpu/test_streaming_gpu.py tests/gpu/test_row_sum_gpu.py tests/gpu/test_launch_edges_gpu.py tests/gpu/test_offset_table_gpu.py"} ;;
 esac
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25

@@ -322,3 +322,18 @@ def test_an_ir_file_keeps_its_spill_fallback():
     for bad, needle in (([64, 2], "must be \\[tile_n, consumers, stages\\]"), ([64, 3, 2], "changes consumers")):
         with pytest.raises(KdslError, match=needle):
             pipeline.lower(relpos.with_attrs(consumers=2, spill_fallback=bad), get_target("sm_90a"), 256)
+
+
+def test_a_spilling_offset_table_is_dropped(monkeypatch):
+    """The default offset table is a trial: where the build with it spills, build() takes the
+    same tile with the score's offset part per element (here every build with the table is
+    made to "spill")."""
+    t5 = kdsl.load(ROOT / "bench" / "variants.kd").ir["t5_bias"]
+    real = compiler.spilled
+    monkeypatch.setattr(compiler, "spilled", lambda built: bool(built.kernel.attr("offset_table")) or real(built))
+    built = compiler.build(t5, "sm_90a", 64)
+    assert built.kernel.attr("offset_table") == 0 and built.kernel.attr("table_trial") is None
+    assert built.kernel.func("score_offset") is None
+    monkeypatch.setattr(compiler, "spilled", real)
+    kept = compiler.build(t5, "sm_90a", 64)
+    assert kept.kernel.attr("offset_table") == 1 and not compiler.spilled(kept)

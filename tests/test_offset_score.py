@@ -87,8 +87,24 @@ def test_generated_scores_decompose_exactly_or_not_at_all(expr, seed):
         _identity_holds(lowered(gen_program(score, None)), rng)
 
 
+def test_the_table_is_the_default_where_the_offset_part_is_costly():
+    """T5's buckets (a log, divisions, a gather), a gathered clamp and a cosine take the table by
+    default, as a trial; a cheap part (a select on the sign of i - j), an affine score and a
+    kernel that asked for no table keep the score per element."""
+    for score in (T5, "s + bias[h, min(max(i - j, -15), 16) + 15]", "s * 0.5 + cos(freq[h] * float(i - j))"):
+        k = lowered(program(score))
+        assert k.attr("offset_table") == 1 and k.attr("table_trial") == 1, score
+    for score in ("s + where(j > i, -2.5, 0.5)", "s + float(i - j)", "s"):
+        k = lowered(program(score))
+        assert not k.attr("offset_table") and not k.attr("table_trial"), score
+    k = lowered(program(T5), offset_table=0)
+    assert k.attr("offset_table") == 0 and not k.attr("table_trial") and k.func("score_offset") is None
+    # where the tables do not fit beside two stages (head dim 256) the default is per element
+    k256 = lowered(program(T5), 256)
+    assert not k256.attr("offset_table") and k256.attr("stages") == lowered(program(T5), 256, offset_table=0).attr("stages")
+
+
 def test_the_table_is_asked_for_and_refused_where_it_does_not_apply():
-    assert not lowered(program(T5)).attr("offset_table")  # not by default: not yet measured on a GPU
     k = lowered(program(T5), offset_table=1)
     assert k.attr("offset_table") == 1 and k.func("score_offset") is not None
     assert k.attr("smem_bytes") == tiling.attention_wgmma_smem_bytes(
@@ -98,7 +114,7 @@ def test_the_table_is_asked_for_and_refused_where_it_does_not_apply():
             lowered(program(score), offset_table=1)
     # at head dim 128 the tables' few KB do not fit beside three stages: two, unless stages are given
     k128 = lowered(program(T5), 128, offset_table=1)
-    assert k128.attr("stages") == 2 and lowered(program(T5), 128).attr("stages") == 3
+    assert k128.attr("stages") == 2 and lowered(program(T5), 128, offset_table=0).attr("stages") == 3
     with pytest.raises(KdslError, match="shared memory"):
         lowered(program(T5), 128, offset_table=1, stages=3)
 
@@ -113,7 +129,8 @@ def test_the_table_takes_the_per_element_work_out_of_t5_bias():
         pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
     import kdsl
     k = kdsl.load(ROOT / "bench" / "variants.kd").ir["t5_bias"]
-    per_element, table = build(k, "sm_90a", 64), build(k.with_attrs(offset_table=1), "sm_90a", 64)
+    per_element, table = build(k.with_attrs(offset_table=0), "sm_90a", 64), build(k, "sm_90a", 64)
+    assert table.kernel.attr("offset_table") == 1  # the default for t5_bias
     a = inspect(per_element.compiled.cubin, per_element.generated.entry)
     b = inspect(table.compiled.cubin, table.generated.entry)
     assert b.local_bytes == 0 and b.spill_ops == 0

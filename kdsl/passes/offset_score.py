@@ -50,6 +50,20 @@ def applies(k: ir.Kernel) -> bool:
     return score is not None and decompose(score) is not None and affine_score.decompose(score) is None
 
 
+def costly(k: ir.Kernel) -> bool:
+    """Whether the table is the default for k: its score has the offset form and the offset part
+    costs more than the table's load an element (a gather from a captured tensor, a
+    transcendental function or a division). A cheap part (where(j > i, a, b)) stays per element."""
+    if not applies(k):
+        return False
+    _, g = decompose(k.func("score_log2"))
+    return any(isinstance(e, ir.Load) or (isinstance(e, ir.Op) and (e.op in ir.FLOAT_FUNCS or e.op in _COSTLY_OPS))
+               for e in ir.walk(g))
+
+
+_COSTLY_OPS = ("div", "floordiv", "mod")
+
+
 def decompose(score: ir.Expr) -> tuple[float, ir.Expr] | None:
     """(c, g) with score == scale_log2 * c * qk + g(b, h, d), d = q - kv; or None."""
     split = _split_qk(score)

@@ -6,6 +6,7 @@ a 2-CTA cluster, row-by-row stores): a workload for compute-sanitizer.
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --quick
     ... python3 tools/dev/sanitize.py --fp8    (the FP8 samples only)
     ... python3 tools/dev/sanitize.py --stream (variants whose score streams a captured table)
+    ... python3 tools/dev/sanitize.py --offset-table (variants whose offset part comes from a table)
     ... python3 tools/dev/sanitize.py --head-dim 256 (every head dim of the shapes replaced)
 """
 import pathlib
@@ -25,7 +26,8 @@ files = sorted((ROOT / "samples").glob("*.kd")) + ([] if quick else [ROOT / "ben
 if "--fp8" in sys.argv:
     files = sorted((ROOT / "samples").glob("fp8_*.kd"))
 stream_only = "--stream" in sys.argv
-if stream_only:
+table_only = "--offset-table" in sys.argv  # variants whose score's offset part comes from a table
+if stream_only or table_only:
     files = [ROOT / "bench" / "variants.kd"]
 FP8_CONFIGS = [{}, {"tile_m": 64, "tile_n": 48, "cluster": 1}, {"tile_m": 128, "tile_n": 64, "cluster": 2, "multicast": "a"},
                {"tile_m": 128, "tile_n": 64, "cluster": 1, "store": "rows"},
@@ -43,6 +45,8 @@ for f in files:
     for name, kir in mod.ir.items():
         fn = getattr(mod, name)
         if stream_only and (kir.kind != "attention" or not fn._lowered(128, 128).attr("stream_capture")):
+            continue
+        if table_only and (kir.kind != "attention" or not fn._lowered(128, 128).attr("offset_table")):
             continue
         if kir.kind == "attention":
             literal = {d: dv for d, dv in head_dim_pairs(kir)} if isinstance(kir.tensor("q").shape[3], ir.Const) \
