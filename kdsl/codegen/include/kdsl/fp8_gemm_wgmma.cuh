@@ -69,6 +69,16 @@
 #define KDSL_FP8_SKIP_EMPTY_WAVES 1
 #endif
 
+// 1 (the kernel): on tiles of one m64 wave a warpgroup, the next K block's "full" wait and
+// scale reads are made while this block's wave runs, off the path from one block's
+// promotion to the next block's first wgmma. H200, in turns (2026-11-27, fp8_forms.py, with
+// an A/A control): 128x128 tiles x1.06 (4096x1536x7168), 64x112 x1.03-1.05 (M = 128), the
+// rest of the M = 128 shapes and masked groupings within 1-2 %. 256-row tiles keep the reads
+// at the top: with them (or with the wait alone) they spilled. 0: the loop as before.
+#ifndef KDSL_FP8_PREFETCH_SCALES
+#define KDSL_FP8_PREFETCH_SCALES 1
+#endif
+
 namespace kdsl {
 
 template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
@@ -322,19 +332,31 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
       continue;  // nothing of this warpgroup's to store
     }
     const int kb_begin = C::STREAM_K ? u.kb0 : 0, kb_end = C::STREAM_K ? u.kb1 : nk;
-    for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
-      const int s = pos.s;
-      if (kb > kb_begin) mbar_wait(sm.full(s), pos.phase);
-      // Scales are read before the stage is handed back.
+    // A stage's scales, read before the stage is handed back.
+    float s_a[kWaves][2], s_b_lo, s_b_hi;
+    auto read_scales = [&](int s) {
       const float* sa = sm.sa_ptr(s);
-      float s_a[kWaves][2];
 #pragma unroll
       for (int v = 0; v < kWaves; ++v) {
         const int r = epilogue.wave_row(v) + warp * 16 + (lane >> 2);
         s_a[v][0] = sa[r];
         s_a[v][1] = sa[r + 8];
       }
-      const float s_b_lo = sm.sb_ptr(s)[0], s_b_hi = sm.sb_ptr(s)[1];
+      s_b_lo = sm.sb_ptr(s)[0];
+      s_b_hi = sm.sb_ptr(s)[1];
+    };
+    constexpr bool kPrefetch = kWaves == 1 && KDSL_FP8_PREFETCH_SCALES;
+    if (kPrefetch) read_scales(pos.s);  // the unit's first block (its "full" wait was the unit's)
+    for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
+      const int s = pos.s;
+      if (!kPrefetch) {
+        if (kb > kb_begin) mbar_wait(sm.full(s), pos.phase);
+        read_scales(s);
+      }
+      float sa_now[kWaves][2];
+#pragma unroll
+      for (int v = 0; v < kWaves; ++v) sa_now[v][0] = s_a[v][0], sa_now[v][1] = s_a[v][1];
+      const float sb_lo = s_b_lo, sb_hi = s_b_hi;
       const u64 db = desc_kmajor_sw128(sm.b(s));
 #pragma unroll
       for (int v = 0; v < kWaves; ++v) {
@@ -346,11 +368,19 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
           WgmmaFp8<BN>::run(acc, da + 2 * k, db + 2 * k, k);  // k == 0 starts a fresh accumulator
         wgmma_commit();
         your_turn();
+        if (kPrefetch && kb + 1 < kb_end) {
+          // The next stage's scales; not past the unit's last block, whose epilogue would
+          // then wait for the next unit's first loads (masked groupings lost 4 % so).
+          RingPos<C::STAGES> next = pos;
+          next.advance();
+          mbar_wait(sm.full(next.s), next.phase);
+          read_scales(next.s);
+        }
         wgmma_wait<0>();
         wgmma_pin(acc);
         if (v == kWaves - 1) release();
-        const float lo0 = s_a[v][0] * s_b_lo, lo1 = s_a[v][1] * s_b_lo;
-        const float hi0 = s_a[v][0] * s_b_hi, hi1 = s_a[v][1] * s_b_hi;
+        const float lo0 = sa_now[v][0] * sb_lo, lo1 = sa_now[v][1] * sb_lo;
+        const float hi0 = sa_now[v][0] * sb_hi, hi1 = sa_now[v][1] * sb_hi;
 #pragma unroll
         for (int j = 0; j < kFrag / 4; ++j) {
           const bool lo = !C::kSplit || 8 * j < bnd;
