@@ -171,6 +171,11 @@ FP8_BUILDS = [
     # stream-K (the model's pick at 4096x2112x7168 above), with f32 accumulation, one math warpgroup
     ("fp8_gemm_accumulate", [2000, 1500, 1280, 1], {"stream_k": True, "tile_m": 128, "tile_n": 128, "cluster": 1}),
     ("fp8_gemm", [1000, 1000, 384, 1], {"stream_k": True, "tile_m": 64, "tile_n": 48, "cluster": 1}),
+    # three math warpgroups in turns (asked for only)
+    ("fp8_gemm", [4096, 7168, 16384, 1], {"tile_m": 192, "tile_n": 128, "cluster": 1}),
+    ("fp8_gemm", [300, 200, 384, 1], {"tile_m": 192, "tile_n": 64, "cluster": 1, "store": "rows"}),
+    ("fp8_grouped_contiguous", [32768, 4096, 7168, 4], {"tile_m": 192, "tile_n": 112}),
+    ("fp8_grouped_masked", [256, 4096, 7168, 4], {"tile_m": 192, "tile_n": 128, "cluster": 1}),
 ]
 
 
@@ -211,8 +216,8 @@ def test_fp8_configurations_use_tma_and_qgmma_without_spills(name, shape, attrs)
     # A stage's release to the peer CTA has .release.cta semantics: .release.cluster put a
     # MEMBAR.ALL.GPU before each arrival, and clustered launches ran 2x slower on the H100.
     assert "mbarrier.arrive.release.cluster" not in built.compiled.ptx
-    # Unclustered 256-row tiles: the two math warpgroups issue their waves in turns.
-    assert ("bar.arrive" in built.compiled.ptx) == (low.attr("tile_m") == 256 and low.attr("cluster") == 1)
+    # Unclustered 256- and 192-row tiles: the math warpgroups issue their waves in turns.
+    assert ("bar.arrive" in built.compiled.ptx) == (low.attr("tile_m") in (192, 256) and low.attr("cluster") == 1)
     # ptxas only reports these as info: C7514/C7515 (every wgmma serialised), C7508 (setmaxnreg
     # ignored), each a "Potential Performance Loss".
     assert "Performance Loss" not in built.compiled.log and "warning" not in built.compiled.log, built.compiled.log

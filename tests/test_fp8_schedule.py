@@ -60,7 +60,7 @@ def _expected(kind, bm, bn, M, N, G, ids):
 
 
 def _random_case(rng, kind, cluster):
-    bm = rng.choice([64, 128] + ([256] if kind == 0 else []))
+    bm = rng.choice([64, 128, 192] + ([256] if kind == 0 else []))
     bn = rng.choice([48, 160])
     mcast = "none" if cluster == 1 else rng.choice(["a", "b"] if kind == 0 else ["a"])
     G = 1 if kind == 0 else rng.randint(1, 5)

@@ -22,9 +22,10 @@ SUITE = [(m, n, k) for m in (4096, 128) for n, k in
 def _legal(p: Problem, c: dict, sms: int):
     bm, bn = c["tile_m"], c["tile_n"]
     num_m, num_n, _ = tiles_of(p, bm, bn)
-    assert bm in (64, 128, 256) and bn in BLOCK_N and bn % 16 == 0
+    assert bm in (64, 128, 192, 256) and bn in BLOCK_N and bn % 16 == 0
     assert bn - math.gcd(bn, 128) <= 128, "a tile straddles at most two scale blocks of B"
-    assert bn // 2 * (2 if bm == 256 else 1) + bn // 2 <= 192, "totals + accumulator fit the math registers"
+    assert bn // 2 * (2 if bm == 256 else 1) + bn // 2 <= (128 if bm == 192 else 192), \
+        "totals + accumulator fit the math registers"
     assert smem_bytes(bm, bn, c["stages"], p.out_bytes, c["store"] == "tma") <= SMEM
     assert 3 <= c["stages"] <= gemm_tiles.MAX_STAGES
     assert c["store"] == ("tma" if p.N * p.out_bytes % 16 == 0 else "rows")
@@ -139,6 +140,19 @@ def test_fixed_attrs_are_kept_and_the_rest_is_chosen_around_them():
     assert (c["tile_m"], c["tile_n"], c["stages"], c["multicast"]) == (128, 128, 2, "b")
 
 
+def test_192_row_tiles_only_when_asked_for():
+    """Three math warpgroups (tile_m = 192) are built when an attr asks, not chosen by the model
+    (not yet measured on a GPU)."""
+    for p in (Problem(4096, 7168, 16384, 1, "dense", 2), Problem(32768, 4096, 7168, 4, "contiguous", 2),
+              Problem(256, 4096, 7168, 4, "masked", 2), Problem(128, 2112, 7168, 1, "dense", 2)):
+        assert choose(p, 132, SMEM)["tile_m"] != 192
+        c = choose(p, 132, SMEM, {"tile_m": 192})
+        assert c["tile_m"] == 192 and c["tile_n"] <= 128
+        if p.grouping != "masked":  # (_legal holds the model's masked choices to 64 / 128 rows)
+            _legal(p, c, 132)
+    assert gemm_tiles.threads(192) == 512
+
+
 @pytest.mark.parametrize("fixed,needle", [
     ({"tile_n": 176}, "tile_n = 176 is not supported; choose one of 16, 32"),
     ({"tile_m": 96}, "tile_m = 96 is not supported"),
@@ -146,6 +160,7 @@ def test_fixed_attrs_are_kept_and_the_rest_is_chosen_around_them():
     ({"multicast": "c"}, "multicast = 'c' is not supported"),
     ({"tile_m": 128, "tile_n": 128, "stages": 12}, "with 12 stages needs more than"),
     ({"tile_m": 256, "tile_n": 192}, "more accumulator registers"),
+    ({"tile_m": 192, "tile_n": 144}, "more accumulator registers"),  # three warpgroups: 160 registers
     ({"cluster": 2, "multicast": "a", "tile_n": 128}, "needs an even number of them (here 3)"),
     ({"store": "tma"}, "multiple of 16 bytes (N = 300)"),
 ])
@@ -191,3 +206,12 @@ def test_interpreter_walks_the_tiles_of_the_call_shape(monkeypatch):
     interp.fp8_gemm(k, a, sa, b, sb)
     want = choose(Problem(128, 300, 256, 1, "dense", 2), get_target("sm_90a").sms, SMEM)
     assert seen == [(want["tile_m"], want["tile_n"])]
+
+
+def test_stream_k_flags_cover_every_math_warpgroup():
+    """Stream-K's flags are one per math warpgroup of each of up to 1024 CTAs
+    (fp8_gemm_epilogue.cuh sk_flag: cta * kMathWG + wg): sized for the most warpgroups any
+    tile_m has (three at 192: a buffer sized for two would overrun)."""
+    from kdsl.runtime import gemm_launch
+    most = max((gemm_tiles.threads(bm) - 128) // 128 for bm in gemm_tiles.BLOCK_M_ASKED)
+    assert most == 3 and gemm_launch._SK_FLAG_BYTES >= 4 * most * 1024

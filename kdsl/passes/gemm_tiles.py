@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from ..errors import KdslError
 
 BLOCK_M = (64, 128, 256)
+# 192 rows (three math warpgroups of one m64 wave each, in turns): built when an attr asks for
+# it, not chosen by the model until it has been measured (bench/NOTES.md, nineteenth session).
+BLOCK_M_ASKED = (64, 128, 192, 256)
 # CTAs per cluster the model may choose (an attr may still ask for 2). Not 2: on the H100
 # (2026-11-24, tools/dev/fp8_forms.py) 2-CTA configurations ran 1-5 % slower than the same
 # tiles unclustered, 256x128 included. (Until then they ran 2x slower: a cluster-scope
@@ -52,7 +55,7 @@ def waves_of(bm: int) -> int:
 
 
 def threads(bm: int) -> int:
-    return 128 * (1 if bm == 64 else 2) + 128
+    return 128 * (2 if bm == 256 else bm // 64) + 128
 
 
 def smem_bytes(bm: int, bn: int, stages: int, out_bytes: int, tma_store: bool) -> int:
@@ -169,7 +172,7 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
 # no partner whose wgmmas cover its promotion, so they are put lower (an estimate; at the
 # small M they are chosen for, traffic, not this term, decides).
 MMA_PER_CYCLE = 4096
-MAINLOOP_EFFICIENCY = {256: 0.66, 128: 0.61, 64: 0.45}
+MAINLOOP_EFFICIENCY = {256: 0.66, 192: 0.66, 128: 0.61, 64: 0.45}  # 192: not measured (asked for only)
 NARROW_TILE_EFFICIENCY = 0.81  # 256-row tiles under 128 columns
 
 
@@ -208,7 +211,7 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     # of 128x128 at 129-256 rows a group but 0.89x at 128 (a warpgroup skips a unit only when
     # none of its rows exist, and at 256 rows each owns rows in both halves), 256x64 0.76-0.90x,
     # 256x96 0.55-0.66x. Both run near the time it takes to read B (117 MB) once.
-    ms = BLOCK_M if p.grouping != "masked" or "tile_m" in fixed else (64, 128)
+    ms = (fixed["tile_m"],) if "tile_m" in fixed else BLOCK_M if p.grouping != "masked" else (64, 128)
     out, why = [], []
     for cluster in sorted(set(CLUSTERS) | {fixed.get("cluster", 1)}):
         for multicast in (("none",) if cluster == 1 else ("a", "b")):
@@ -239,7 +242,7 @@ def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: 
         return f"store = \"tma\" needs out's rows to be a multiple of 16 bytes (N = {p.N})"
     if c["cluster"] == 2 and sms % 2:
         return f"a cluster of 2 needs an even SM count, not {sms}"
-    if bn // 2 * (waves_of(bm) + 1) > 192:
+    if bn // 2 * (waves_of(bm) + 1) > (128 if bm == 192 else 192):
         return f"tile {bm}x{bn} needs more accumulator registers than the math warpgroups have"
     if smem_bytes(bm, bn, st, p.out_bytes, c["store"] == "tma") > smem_limit:
         return f"tile {bm}x{bn} with {st} stages needs more than {smem_limit} bytes of shared memory"
@@ -273,7 +276,7 @@ def choose(p: Problem, sms: int, smem_limit: int, fixed: dict | None = None) -> 
 
 
 def _validate_fixed(fixed: dict) -> None:
-    allowed = {"tile_m": BLOCK_M, "tile_n": BLOCK_N, "cluster": (1, 2), "multicast": MULTICAST, "store": STORES,
+    allowed = {"tile_m": BLOCK_M_ASKED, "tile_n": BLOCK_N, "cluster": (1, 2), "multicast": MULTICAST, "store": STORES,
                "stream_k": (False, True)}
     for a, v in fixed.items():
         if a in allowed and v not in allowed[a]:

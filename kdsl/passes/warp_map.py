@@ -5,8 +5,8 @@ tile, so the online-softmax row statistics stay in one warp's registers (no shar
 reduction). Attention, wgmma: warpgroup 0 is the TMA producer; each consumer warpgroup owns
 64 query rows (one m64 wgmma row block) and all kv columns. FP8 GEMM (wgmma): warpgroups of
 4 warps; warpgroup 0 is the TMA producer (one warp walks the tile schedule), each of one
-(tile_m 64) or two math warpgroups owns 64 of every 128 rows of the tile (tile_m 256: two
-m64 waves each).
+(tile_m 64), two or three (tile_m 192) math warpgroups owns 64 rows of the tile (tile_m 256:
+two warpgroups, 64 of every 128 rows, two m64 waves each).
 """
 from __future__ import annotations
 
@@ -25,6 +25,6 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         warps = k.attr("warps")
         return k.with_attrs(threads=32 * warps, warp_rows=k.attr("tile_m") // warps, roles="uniform")
     # fp8_gemm_wgmma.cuh's Fp8Config static_asserts the same numbers.
-    math = 1 if k.attr("tile_m") == 64 else 2
-    return k.with_attrs(threads=128 * (math + 1), warpgroups=math, roles="producer+consumers", producer_regs=40,
-                        consumer_regs=240 if math == 1 else 232)
+    math = 2 if k.attr("tile_m") == 256 else k.attr("tile_m") // 64
+    return k.with_attrs(threads=128 * (math + 1), warpgroups=math, roles="producer+consumers",
+                        producer_regs=32 if math == 3 else 40, consumer_regs={1: 240, 2: 232, 3: 160}[math])

@@ -195,7 +195,7 @@ class GemmKernel(KernelBase):
 _SK_SPACES: dict = {}
 _SK_KEPT: list = []
 _SK_LOCK = threading.Lock()
-_SK_FLAG_BYTES = 4 * 2 * 1024  # two flags for each of up to 1024 CTAs
+_SK_FLAG_BYTES = 4 * 3 * 1024  # a flag per math warpgroup (up to three: tile_m 192) for each of up to 1024 CTAs
 
 
 def _sk_workspace(plan) -> tuple[int, int]:

@@ -75,6 +75,7 @@ int main() {
                         M, N, 128 * nk, G, raster, sk, sk ? &partials : nullptr, nullptr};
     bool ok = bm == 64 ? dispatch_bn<64>(bn, kind, mcast, p, grid)
             : bm == 128 ? dispatch_bn<128>(bn, kind, mcast, p, grid)
+            : bm == 192 ? dispatch_bn<192>(bn, kind, mcast, p, grid)
                         : dispatch_bn<256>(bn, kind, mcast, p, grid);
     if (!ok) return 3;
     std::fflush(stdout);

@@ -107,11 +107,12 @@ struct Fp8Epilogue {
     const bool leader = warp == 0 && lane == 0;
     if (leader) bulk_wait_read<0>();
     named_barrier(1 + wg, 128);
-    // Under stream-K the fragment's offsets are computed here, per unit: left to itself the
-    // compiler hoists them out of the persistent loop, and with the K loop's registers all
-    // taken it keeps them in local memory (the 256x128 tile spilled 80 bytes so, 2026-11-25).
+    // Under stream-K and with three math warpgroups (160 registers) the fragment's offsets are
+    // computed here, per unit: left to itself the compiler hoists them out of the persistent
+    // loop, and with the K loop's registers all taken it keeps them in local memory (the
+    // 256x128 tile spilled 80 bytes so, 2026-11-25; 192x128 72 bytes).
     int t = (warp << 5) | lane;
-    if (C::STREAM_K) asm volatile("" : "+r"(t));
+    if (C::STREAM_K || C::kMathWG == 3) asm volatile("" : "+r"(t));
 #pragma unroll
     for (int v = 0; v < kWaves; ++v) {
 #pragma unroll

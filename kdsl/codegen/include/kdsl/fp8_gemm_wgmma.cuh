@@ -25,9 +25,10 @@
 // TMA map over sa raised "illegal instruction" on the H100 wherever kb * M + m0 was not a
 // multiple of 4 floats, i.e. for every M % 4 != 0.) It publishes each unit in the ring
 // beside its first K block, and a unit with m0 < 0 ends the work. The other warpgroups raise
-// their registers and each owns 64 rows of every 128 (BM = 256: two m64 waves): per K block
-// four m64nBNk32 wgmmas, wait, hand the stage back (one arrival per thread on "empty"),
-// promote; with BM = 256 the two warpgroups take turns issuing their waves (ping-pong).
+// their registers and each owns 64 rows (BM = 256: two warpgroups, 64 of every 128 rows, two
+// m64 waves each): per K block four m64nBNk32 wgmmas, wait, hand the stage back (one arrival
+// per thread on "empty"), promote; with BM = 256, and the three warpgroups of BM = 192, the
+// warpgroups take turns issuing their waves.
 // Tiles wider than the 128-column scale blocks of B straddle two of them; each
 // 8-column fragment picks the scale of the block it sits in.
 //
@@ -90,7 +91,9 @@ struct Fp8Config {
   // it keep the K loops' constant bounds and the epilogue they had before it.
   static constexpr bool STREAM_K = STREAM_K_;
   static constexpr int kBK = 128;                      // K per scale block == bytes per tile row
-  static constexpr int kMathWG = BM == 64 ? 1 : 2;
+  // Math warpgroups: one per 64 rows, but two for 256 rows (two m64 waves each). BM = 192
+  // gives three, one wave each, whose promotions hide behind the other two's waves.
+  static constexpr int kMathWG = BM == 256 ? 2 : BM / 64;
   static constexpr int kWaves = BM == 256 ? 2 : 1;     // m64 row blocks per math warpgroup
   static constexpr int kThreads = 128 * (kMathWG + 1);
   static constexpr int kFrag = BN / 2;                 // accumulator floats per thread per wave
@@ -109,8 +112,8 @@ struct Fp8Config {
   static constexpr int kSmemBytes = 1024 + kOffBar + 2 * STAGES * 8;  // + 1024: realignment slack
   static constexpr u32 kStageTx = kABytes + kBBytes;                  // TMA bytes landing per stage
   // setmaxnreg split of the 64K registers between the producer and the math warpgroups.
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kMathRegs = kMathWG == 1 ? 240 : 232;
+  static constexpr int kProducerRegs = kMathWG == 3 ? 32 : 40;
+  static constexpr int kMathRegs = kMathWG == 1 ? 240 : (kMathWG == 2 ? 232 : 160);
   // Arrivals that complete a phase of a "full" barrier: the 32 producer lanes' (their scale
   // copies landed) and the leader's expect_tx arrival; form 1 counts the leader's alone.
   static constexpr int kScaleCompletion = KDSL_FP8_SCALE_COMPLETION;
@@ -119,11 +122,11 @@ struct Fp8Config {
   // each math warpgroup of the peer CTA in a cluster.
   static constexpr u32 kEmptyArrivals = kMathWG * 128 + (CLUSTER - 1) * kMathWG;
 
-  static_assert(BM == 64 || BM == 128 || BM == 256, "BM must be 64, 128 or 256");
+  static_assert(BM == 64 || BM == 128 || BM == 192 || BM == 256, "BM must be 64, 128, 192 or 256");
   static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN must be a multiple of 16 in [16, 256]");
   static_assert(BN - ((BN & -BN) < 128 ? (BN & -BN) : 128) <= 128,  // BN - gcd(BN, 128)
                 "a tile may straddle at most two 128-column scale blocks of B");
-  static_assert(kFrag * (kWaves + 1) <= 192, "accumulators and totals must fit in the math registers");
+  static_assert(kFrag * (kWaves + 1) <= (kMathWG == 3 ? 128 : 192), "accumulators and totals must fit in the math registers");
   static_assert(STAGES >= 2, "need at least two pipeline stages");
   static_assert(kScaleCompletion >= 0 && kScaleCompletion <= 2, "KDSL_FP8_SCALE_COMPLETION: 0, 1 or 2");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
@@ -287,18 +290,20 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     if (C::CLUSTER > 1 && (tid & 127) == 0) mbar_arrive_cluster(sm.empty(pos.s), cluster_ctarank() ^ 1u);
   };
 
-  // Ping-pong (BM = 256): the two math warpgroups issue their wgmma waves in turns (named
-  // barriers 5 and 6), so that one's promotion runs while the other's wave keeps the tensor
-  // cores busy; left alone they drift into step, and both promote while the tensor cores
-  // idle. Warpgroup 1 lets 0 go first and passes the turn after each wave, so 0 takes one
-  // turn more at the end of the work than it has waves. Measured on the H100 (2026-11-24,
-  // tools/dev/fp8_forms.py, in turns): +2-4 % on every 256-row tile; on 128-row tiles
-  // neutral or worse (128x192, M = 128: -7 %), so they run without it; so do clustered
-  // kernels, where it made the 256-row tile spill (176 bytes).
-  constexpr bool kPingPong = C::kWaves == 2 && C::CLUSTER == 1;
+  // Turns (BM = 256, and the three warpgroups of BM = 192): the math warpgroups issue their
+  // wgmma waves in a fixed round (named barriers 5, 6, 7), so that one's promotion runs while
+  // another's wave keeps the tensor cores busy; left alone they drift into step, and all
+  // promote while the tensor cores idle. The last warpgroup lets 0 go first, and each passes
+  // the turn after each wave, so 0 takes one turn more at the end of the work than it has
+  // waves. Measured on the H100 (2026-11-24, tools/dev/fp8_forms.py, in turns): +2-4 % on
+  // every 256-row tile; on 128-row tiles neutral or worse (128x192, M = 128: -7 %), so they
+  // run without it; so do clustered kernels, where it made the 256-row tile spill (176 bytes).
+  constexpr bool kPingPong = (C::kWaves == 2 || C::kMathWG == 3) && C::CLUSTER == 1;
   auto my_turn = [&]() { if (kPingPong) named_barrier(5 + wg, 256); };
-  auto your_turn = [&]() { if (kPingPong) named_barrier_arrive(5 + (wg ^ 1), 256); };
-  if (kPingPong && wg == 1) named_barrier_arrive(5, 256);
+  auto your_turn = [&]() {  // (wg ^ 1 for two: the 256-row loop's SASS as it was measured)
+    if (kPingPong) named_barrier_arrive(5 + (C::kMathWG == 2 ? wg ^ 1 : (wg + 1) % C::kMathWG), 256);
+  };
+  if (kPingPong && wg == C::kMathWG - 1) named_barrier_arrive(5, 256);
 
   float acc[kFrag];  // no init: each K block's first wgmma runs with scale-d = 0
   float total[kWaves][kFrag];
@@ -308,7 +313,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     if (u.m0 < 0) {
       release();
       pos.advance();
-      if (kPingPong && wg == 0) my_turn();  // the turn warpgroup 1 passed after its last wave
+      if (kPingPong && wg == 0) my_turn();  // the turn the last warpgroup passed after its last wave
       break;
     }
 #pragma unroll
