@@ -145,48 +145,48 @@ def _attention(k: ir.Kernel) -> Generated:
     # kernel attr math = "exact": libm's functions and IEEE division instead of the hardware
     # approximations (kdsl.load(..., exact_math=True)); see kdsl/common.cuh.
     prelude = "#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else ""
-    src = _env().get_template(template).render(prelude=prelude, 
-        version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, wgmma_header=wgmma_header,
-        slope_header=slope_header,
+    # The Variant struct's inputs (attention_variant.cu.j2), one group per feature of the score
+    # or mask, each as the pass that found it left it.
+    on = lambda x: "true" if x else "false"
+    score_base, score_slope, score_offset = k.func("score_base"), k.func("score_slope"), k.func("score_offset")
+    kv_lo, tile_keys = k.func("kv_lo"), k.func("tile_keys")
+    variant = dict(
+        has_mask=on(mask is not None), scaled_dot=on(exp2_fold.score_is_scaled_dot(k)),
+        score=dict(expr=cs(k.func("score_log2")),
+                   loads_at_kv=on(ir.loads_at(k.func("score_log2"), "kv")),
+                   loads_at_kv_streamed=on(ir.loads_at(k.func("score_log2"), "kv", skip=stream))),
+        factored=dict(on=on(factored), unit=cs(factored[0]) if factored else "0.f",
+                      factor=c(ir.Const("f32", factored[1])) if factored else "1.f"),
+        ref=dict(fixed=on(k.attr("score_ref") is not None), value=c(ir.Const("f32", k.attr("score_ref") or 0.0))),
+        stream=dict(ctype=_ELEM_CTYPE[k.tensor(stream).dtype] if stream else "float",
+                    bytes=streaming.ELEM_BYTES[k.tensor(stream).dtype] if stream else 0,
+                    rank=len(k.tensor(stream).shape) if stream else 0,
+                    lead=[c(i) for i in reversed(streaming.lead_indices(k))] if stream else []),
+        affine=dict(on=on(score_slope is not None), factor=c(ir.Const("f32", k.attr("score_factor") or 1.0)),
+                    step=tiling.slope_form(k.attr("consumers")) if k.attr("slope_step") else 0,
+                    slope=c(score_slope) if score_slope is not None else "0.f",
+                    base=at_col0(score_base) if score_base is not None else "0.f"),
+        offset=dict(on=on(score_offset is not None), factor=c(ir.Const("f32", k.attr("offset_factor") or 1.0)),
+                    part=at_offset(score_offset) if score_offset is not None else "0.f"),
+        mask=dict(expr=c(mask) if mask is not None else "true",
+                  loads=on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),
+        bounds=dict(on=on(kv_lo is not None), lo=wide(kv_lo) if kv_lo is not None else "k0",
+                    hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",
+                    keys_only=on(kv_lo is not None and tile_keys is None),
+                    tile_keys=(on(True) if tile_keys is None else c(tile_keys)) if kv_lo is not None else "false"),
+        tiles=dict(empty=c(k.func("tile_empty")) if mask is not None else "false",
+                   full=c(k.func("tile_full")) if mask is not None else "true"),
+        summary=dict(exprs=[c(s.args[0]) for s in slots], on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
+                     per_b=bits(lambda s: ir.uses(s.args[0], "b")), per_h=bits(lambda s: ir.uses(s.args[0], "h"))))
+    src = _env().get_template(template).render(
+        prelude=prelude, version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d,
+        dv=dv, wgmma_header=wgmma_header, slope_header=slope_header,
         rowsum_header="kdsl/wgmma_ops_rowsum.cuh" if k.attr("tensor_row_sum") else "",
-        tensor_row_sum="true" if k.attr("tensor_row_sum") else "false",
-        elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), warps=k.attr("warps"),
-        consumers=k.attr("consumers"), stages=k.attr("stages"), producer_regs=k.attr("producer_regs"),
-        consumer_regs=k.attr("consumer_regs"), work_slots=tiling.WORK_SLOTS, split_slot=tiling.SPLIT_SLOT, poly_exp2=k.attr("poly_exp2") or 0,
-        lazy_rescale=k.attr("lazy_rescale") or 0,
-        fixed_ref="true" if k.attr("score_ref") is not None else "false",
-        score_ref=c(ir.Const("f32", k.attr("score_ref") or 0.0)),
-        threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
-        has_mask="true" if mask is not None else "false",
-        scaled_dot="true" if exp2_fold.score_is_scaled_dot(k) else "false",
-        factored="true" if factored else "false", score_unit=cs(factored[0]) if factored else "0.f",
-        score_factor=c(ir.Const("f32", factored[1])) if factored else "1.f",
-        score_loads_at_kv="true" if ir.loads_at(k.func("score_log2"), "kv") else "false",
-        score_loads_at_kv_streamed="true" if ir.loads_at(k.func("score_log2"), "kv", skip=stream) else "false",
-        stream_ctype=_ELEM_CTYPE[k.tensor(stream).dtype] if stream else "float",
-        stream_bytes=streaming.ELEM_BYTES[k.tensor(stream).dtype] if stream else 0,
-        stream_rank=len(k.tensor(stream).shape) if stream else 0,
-        stream_lead=[c(i) for i in reversed(streaming.lead_indices(k))] if stream else [],
-        score=cs(k.func("score_log2")), mask=c(mask) if mask is not None else "true",
-        mask_loads="true" if mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)) else "false",
-        key_bounds="true" if k.func("kv_lo") is not None else "false",
-        kv_lo=wide(k.func("kv_lo")) if k.func("kv_lo") is not None else "k0",
-        kv_hi=wide(k.func("kv_hi")) if k.func("kv_lo") is not None else "k0 - 1",
-        affine="true" if k.func("score_slope") is not None else "false",
-        affine_factor=c(ir.Const("f32", k.attr("score_factor") or 1.0)),
-        slope_step=tiling.slope_form(k.attr("consumers")) if k.attr("slope_step") else 0,
-        score_slope=c(k.func("score_slope")) if k.func("score_slope") is not None else "0.f",
-        score_base=at_col0(k.func("score_base")) if k.func("score_base") is not None else "0.f",
-        offset_table="true" if k.func("score_offset") is not None else "false",
-        offset_factor=c(ir.Const("f32", k.attr("offset_factor") or 1.0)),
-        score_offset=at_offset(k.func("score_offset")) if k.func("score_offset") is not None else "0.f",
-        keys_only="true" if k.func("kv_lo") is not None and k.func("tile_keys") is None else "false",
-        tile_keys=("true" if k.func("tile_keys") is None else c(k.func("tile_keys"))) if k.func("kv_lo") is not None
-        else "false",
-        tile_empty=c(k.func("tile_empty")) if mask is not None else "false",
-        tile_full=c(k.func("tile_full")) if mask is not None else "true",
-        summaries=[c(s.args[0]) for s in slots], summary_on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
-        summary_per_b=bits(lambda s: ir.uses(s.args[0], "b")), summary_per_h=bits(lambda s: ir.uses(s.args[0], "h")))
+        tensor_row_sum=on(k.attr("tensor_row_sum")), elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"),
+        bn=k.attr("tile_n"), warps=k.attr("warps"), consumers=k.attr("consumers"), stages=k.attr("stages"),
+        producer_regs=k.attr("producer_regs"), consumer_regs=k.attr("consumer_regs"), work_slots=tiling.WORK_SLOTS,
+        split_slot=tiling.SPLIT_SLOT, poly_exp2=k.attr("poly_exp2") or 0, lazy_rescale=k.attr("lazy_rescale") or 0,
+        threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields, v=variant)
     return Generated(k.name, entry_name(k), src, extra)
 
 

@@ -1,5 +1,6 @@
 """Helpers the tools/dev scripts share: NVRTC defines for A/B builds of one kernel source,
-bench/launch_overhead.py's host timer, and a decode call's inputs with cuDNN's call on them."""
+bench/launch_overhead.py's host timer, a decode call's inputs with cuDNN's call on them, and
+the warm-up-then-profile loop of the Nsight Compute drivers."""
 from __future__ import annotations
 
 import importlib.util
@@ -46,3 +47,17 @@ def decode_case(B: int, H: int, Hkv: int, N: int, D: int = 128):
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=Hkv != H)
     return q, k, v, cudnn
+
+
+def profile_once(calls) -> None:
+    """Each call once to warm up (builds, plans, the peers' heuristics), then once more each
+    between cudaProfilerStart / Stop: what `ncu --profile-from-start off` profiles."""
+    import torch
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()

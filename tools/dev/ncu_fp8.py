@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from devtools import profile_once  # noqa: E402
 
 
 def parse(spec: str):
@@ -43,14 +45,7 @@ def main() -> None:
         if not attrs:
             calls.append(lambda a=a, sa=sa, b=b, sb=sb: torch._scaled_mm(
                 a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16))
-    for call in calls:  # builds, plans, cuBLAS' heuristics
-        call()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for call in calls:
-        call()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
+    profile_once(calls)
 
 
 if __name__ == "__main__":

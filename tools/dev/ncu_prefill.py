@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from devtools import profile_once  # noqa: E402
 
 
 def main() -> None:
@@ -29,14 +31,7 @@ def main() -> None:
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v)
         calls += [lambda q=q, k=k, v=v: plain(q, k, v), cudnn]
-    for call in calls:  # builds, plans, cuDNN's heuristics
-        call()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for call in calls:
-        call()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
+    profile_once(calls)
 
 
 if __name__ == "__main__":
