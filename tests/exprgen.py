@@ -63,8 +63,11 @@ def _float_leaf(draw):
     return leaf
 
 
-def program(score: str | None, mask: str | None, name: str = "gen") -> str:
-    lines = [f"attention {name} {{", "    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]"]
+def program(score: str | None, mask: str | None, name: str = "gen", decls: tuple[str, ...] = ()) -> str:
+    """An attention program over bf16 q, k, v (GQA-shaped), with more declarations (captured
+    tensors, an lse output) after them."""
+    lines = [f"attention {name} {{", "    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]",
+             *(f"    {d}" for d in decls)]
     if score:
         lines.append(f"    score(s, b, h, i, j) = {score}")
     if mask:

@@ -8,6 +8,7 @@ import pytest
 import kdsl
 
 from conftest import ROOT
+from exprgen import program
 from gpu.test_attention_gpu import _check
 
 pytestmark = pytest.mark.gpu
@@ -26,15 +27,8 @@ SHAPES = [(2, 4, 4, 256, 256, 64), (1, 4, 2, 129, 1000, 128), (2, 2, 1, 200, 513
 
 
 def _module(name, score, mask, lse=False):
-    mask_line = f"\n    mask(b, h, i, j) = {mask}" if mask else ""
-    lse_line = "\n    lse: f32[B, H, M]" if lse else ""
-    return kdsl.compile(f"""attention {name} {{
-    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]{lse_line}
-    bias: f32[H, 32]
-    freq: f32[H]
-    score(s, b, h, i, j) = {score}{mask_line}
-}}
-""", f"{name}.kd")
+    decls = ("lse: f32[B, H, M]",) * lse + ("bias: f32[H, 32]", "freq: f32[H]")
+    return kdsl.compile(program(score, mask, name, decls), f"{name}.kd")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))

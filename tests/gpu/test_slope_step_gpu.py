@@ -6,6 +6,7 @@ import pytest
 
 import kdsl
 
+from exprgen import program
 from gpu.test_attention_gpu import _check
 
 pytestmark = pytest.mark.gpu
@@ -23,13 +24,7 @@ SHAPES = [(2, 4, 4, 256, 256, 64), (1, 4, 2, 129, 1000, 128), (2, 2, 1, 200, 513
 
 
 def _module(name, score, mask):
-    caps = "\n    w: f32[H]" if "w[h]" in score else ""
-    mask_line = f"\n    mask(b, h, i, j) = {mask}" if mask else ""
-    return kdsl.compile(f"""attention {name} {{
-    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]{caps}
-    score(s, b, h, i, j) = {score}{mask_line}
-}}
-""", f"{name}.kd")
+    return kdsl.compile(program(score, mask, name, ("w: f32[H]",) if "w[h]" in score else ()), f"{name}.kd")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
