@@ -334,6 +334,9 @@ def test_a_spilling_offset_table_is_dropped(monkeypatch):
     built = compiler.build(t5, "sm_90a", 64)
     assert built.kernel.attr("offset_table") == 0 and built.kernel.attr("table_trial") is None
     assert built.kernel.func("score_offset") is None
+    # at head dim 128 the tables took a stage (3 -> 2): the build without them gets it back
+    wide = compiler.build(t5, "sm_90a", 128)
+    assert (wide.kernel.attr("offset_table"), wide.kernel.attr("stages")) == (0, 3)
     monkeypatch.setattr(compiler, "spilled", real)
     kept = compiler.build(t5, "sm_90a", 64)
     assert kept.kernel.attr("offset_table") == 1 and not compiler.spilled(kept)

@@ -328,6 +328,8 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         if otab and "offset_table" not in given and attention_wgmma_smem_bytes(
                 d, dv, s["tile_n"], s["consumers"], s["stages"], offset_table=1) > target.smem_per_block:
             otab, table_trial, s["stages"] = 0, None, stages  # a default table that does not fit (head dim 256)
+        if table_trial:  # the mark holds the stages without the table, which a build that drops it takes
+            table_trial = stages
     # a default slope step is a trial too: where ptxas spills it (its A fragment and one more
     # k-step's registers; relpos' split-KV program at D=128 spilled 24 bytes), compiler.build
     # takes the same tile with the FFMA per element
