@@ -324,19 +324,14 @@ def test_an_ir_file_keeps_its_spill_fallback():
             pipeline.lower(relpos.with_attrs(consumers=2, spill_fallback=bad), get_target("sm_90a"), 256)
 
 
-def test_a_spilling_offset_table_is_dropped(monkeypatch):
-    """The default offset table is a trial: where the build with it spills, build() takes the
-    same tile with the score's offset part per element (here every build with the table is
-    made to "spill")."""
-    t5 = kdsl.load(ROOT / "bench" / "variants.kd").ir["t5_bias"]
-    real = compiler.spilled
-    monkeypatch.setattr(compiler, "spilled", lambda built: bool(built.kernel.attr("offset_table")) or real(built))
-    built = compiler.build(t5, "sm_90a", 64)
-    assert built.kernel.attr("offset_table") == 0 and built.kernel.attr("table_trial") is None
-    assert built.kernel.func("score_offset") is None
-    # at head dim 128 the tables took a stage (3 -> 2): the build without them gets it back
-    wide = compiler.build(t5, "sm_90a", 128)
-    assert (wide.kernel.attr("offset_table"), wide.kernel.attr("stages")) == (0, 3)
-    monkeypatch.setattr(compiler, "spilled", real)
-    kept = compiler.build(t5, "sm_90a", 64)
-    assert kept.kernel.attr("offset_table") == 1 and not compiler.spilled(kept)
+def test_a_default_offset_table_stays_where_ptxas_spills_a_little():
+    """Regression: the default table was first made a trial, dropped where its build spills;
+    periodic_bias at head dim 64 (three consumer warpgroups) spills 16 bytes with it, and the
+    build without it ran 2.78x slower on the H200 (bench/NOTES.md, nineteenth session). The
+    table stays; the spill it costs is read from the cubin."""
+    from kdsl.runtime import cubin_info
+    periodic = kdsl.load(ROOT / "bench" / "variants.kd").ir["periodic_bias"]
+    built = compiler.build(periodic, "sm_90a", 64)
+    assert built.kernel.attr("offset_table") == 1 and built.kernel.func("score_offset") is not None
+    assert built.kernel.attr("consumers") == 3
+    assert cubin_info.frame_bytes(built.compiled.cubin, built.generated.entry) <= 16

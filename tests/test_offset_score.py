@@ -89,19 +89,19 @@ def test_generated_scores_decompose_exactly_or_not_at_all(expr, seed):
 
 def test_the_table_is_the_default_where_the_offset_part_is_costly():
     """T5's buckets (a log, divisions, a gather), a gathered clamp and a cosine take the table by
-    default, as a trial; a cheap part (a select on the sign of i - j), an affine score and a
-    kernel that asked for no table keep the score per element."""
+    default; a cheap part (a select on the sign of i - j), an affine score and a kernel that
+    asked for no table keep the score per element."""
     for score in (T5, "s + bias[h, min(max(i - j, -15), 16) + 15]", "s * 0.5 + cos(freq[h] * float(i - j))"):
         k = lowered(program(score))
-        assert k.attr("offset_table") == 1 and k.attr("table_trial") == k.attr("stages") == 3, score
-    # at head dim 128 the tables take a stage; the trial's mark keeps the count without them
+        assert k.attr("offset_table") == 1 and k.attr("stages") == 3, score
+    # at head dim 128 the tables take a stage
     k128 = lowered(program(T5), 128)
-    assert (k128.attr("offset_table"), k128.attr("stages"), k128.attr("table_trial")) == (1, 2, 3)
+    assert (k128.attr("offset_table"), k128.attr("stages")) == (1, 2)
     for score in ("s + where(j > i, -2.5, 0.5)", "s + float(i - j)", "s"):
         k = lowered(program(score))
-        assert not k.attr("offset_table") and not k.attr("table_trial"), score
+        assert not k.attr("offset_table"), score
     k = lowered(program(T5), offset_table=0)
-    assert k.attr("offset_table") == 0 and not k.attr("table_trial") and k.func("score_offset") is None
+    assert k.attr("offset_table") == 0 and k.func("score_offset") is None
     # where the tables do not fit beside two stages (head dim 256) the default is per element
     k256 = lowered(program(T5), 256)
     assert not k256.attr("offset_table") and k256.attr("stages") == lowered(program(T5), 256, offset_table=0).attr("stages")

@@ -111,10 +111,11 @@ ROW_SUM_LSE_ERROR = {"bf16": 2.0 ** -8, "f16": 2.0 ** -11}
 # them (passes/offset_score.py: T5's buckets, clamped relative tables, periodic biases) is
 # evaluated once per offset of a tile into a table in shared memory (64 + BN - 1 a consumer
 # warpgroup, two of them in turn), and read once an element. The default where the offset
-# part is costly (offset_score.costly: a gather, a transcendental, a division), as a trial:
-# compiler.build drops it where ptxas spills. Measured on an H200 (2026-11-27, attrs_sweep.py,
-# in turns, against the per-element score): t5_bias x2.43 (D=128, 4k) / x2.62 (D=64, 8k),
-# learned_relpos x1.49 / x1.55, periodic_bias x2.07 / x2.78.
+# part is costly (offset_score.costly: a gather, a transcendental, a division). Measured on an
+# H200 (2026-11-27, attrs_sweep.py, in turns, against the per-element score): t5_bias x2.43
+# (D=128, 4k) / x2.62 (D=64, 8k), learned_relpos x1.49 / x1.55, periodic_bias x2.07 / x2.78.
+# Not a trial: the x2.78 was periodic_bias at D=64 with three warpgroups, whose build with
+# the table spills 16 bytes (dropping the table there would have cost 2.78x).
 OFFSET_TABLE = (0, 1)
 
 
@@ -312,10 +313,8 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
             s["slope_step"] = int(slope_ok and attention_wgmma_smem_bytes(
                 d, dv, s["tile_n"], s["consumers"], s["stages"], slope_step=1) <= target.smem_per_block)
     otab = s.get("offset_table", 0)  # (set after the row sum below: attrs keep SCHEDULE_ATTRS' order)
-    table_trial = attrs.get("table_trial")
     if fam == "wgmma" and "offset_table" not in given:
         otab = int(offset_score.costly(k))
-        table_trial = otab or None
     if fam == "wgmma":
         if otab and not offset_score.applies(k):
             raise KdslError(f"kernel '{k.name}': attr offset_table = 1 needs a score that sees the positions only "
@@ -327,9 +326,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
             s["stages"] -= 1  # the tables' few KB beside a ring that filled shared memory
         if otab and "offset_table" not in given and attention_wgmma_smem_bytes(
                 d, dv, s["tile_n"], s["consumers"], s["stages"], offset_table=1) > target.smem_per_block:
-            otab, table_trial, s["stages"] = 0, None, stages  # a default table that does not fit (head dim 256)
-        if table_trial:  # the mark holds the stages without the table, which a build that drops it takes
-            table_trial = stages
+            otab, s["stages"] = 0, stages  # a default table that does not fit (head dim 256 at 80 keys)
     # a default slope step is a trial too: where ptxas spills it (its A fragment and one more
     # k-step's registers; relpos' split-KV program at D=128 spilled 24 bytes), compiler.build
     # takes the same tile with the FFMA per element
@@ -360,7 +357,6 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         stream = _stream(k, s, (d, dv), "stages" in given, target)
         return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv, stream_capture=stream,
                             spill_fallback=fallback, row_sum_trial=row_sum_trial, slope_trial=slope_trial,
-                            table_trial=table_trial,
                             smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
                                                                   _stream_elem(k, stream), s["slope_step"],
                                                                   s["tensor_row_sum"], s["offset_table"]))

@@ -85,12 +85,6 @@ def _without_spilled_trial(k: ir.Kernel, lowered: ir.Kernel, program: Program) -
         # kv loop): the same tile with the FFMA per element
         return k.with_attrs(**same_tile, tensor_row_sum=lowered.attr("tensor_row_sum"), row_sum_trial=None,
                             slope_step=0, slope_trial=None)
-    if lowered.attr("table_trial"):
-        # the offset table (tiling.OFFSET_TABLE): the same tile with the score's offset part per
-        # element, and the stages the tables had taken back (the trial's mark holds them)
-        return k.with_attrs(**{**same_tile, "stages": lowered.attr("table_trial")},
-                            tensor_row_sum=lowered.attr("tensor_row_sum"), row_sum_trial=None,
-                            slope_step=lowered.attr("slope_step"), slope_trial=None, offset_table=0, table_trial=None)
     return None
 
 
