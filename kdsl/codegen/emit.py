@@ -101,6 +101,11 @@ def attention_capture_dims(k: ir.Kernel) -> tuple[str, ...]:
     return tuple(n for n, (t, _) in k.dims.items() if k.tensor(t).role == "capture")
 
 
+def _on(x) -> str:
+    """A C++ bool literal."""
+    return "true" if x else "false"
+
+
 def _attention(k: ir.Kernel) -> Generated:
     d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
     variables = {"qk": "qk", "scale_log2": "a.scale_log2", "scale": "c.scale", "b": "b", "h": "h", "q": "q",
@@ -117,19 +122,6 @@ def _attention(k: ir.Kernel) -> Generated:
             captures[t.name] = Capture(f"c.{capture_ident(t.name)}", t.dtype, tuple(pre(s) for s in t.shape))
             fields.append({"ctype": _CAPTURE_CTYPE[t.dtype], "name": capture_ident(t.name)})
     fields += [{"ctype": "int", "name": dim_ident(n)} for n in extra]
-    slots = mask_analysis.summary_slots(k)
-    summary_slots = {(ir.TILE_REDUCTIONS[s.op][0], s.args[0]): i for i, s in enumerate(slots)}
-    c = CEmitter(variables, captures, summary_slots)
-    stream = k.attr("stream_capture")
-    cs = CEmitter(variables, captures, summary_slots, stream)  # the score's: the streamed tensor is sv
-    wide = WideEmitter(variables, captures)  # passes/kv_bounds.py's key bounds, in 64 bits
-    # passes/affine_score.py's base: positions at the thread's first column of the tile
-    at_col0 = CEmitter({**variables, "kvf": "kvf0", "dqkf": "dq0"}, captures)
-    # passes/offset_score.py's offset part: a function of b, h and d = q - kv
-    at_offset = CEmitter({**variables, "d": "d"}, captures)
-    bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
-    mask = k.func("mask")
-    factored = exp2_fold.positive_factor(k)
     template = "attention_wgmma.cu.j2" if k.attr("kernel") == "wgmma" else "attention.cu.j2"
     # The wgmma sequences of head dims other than the measured ones, and the one-instruction
     # wrappers of tiles other than the default ones: headers of their own, so that the
@@ -145,49 +137,65 @@ def _attention(k: ir.Kernel) -> Generated:
     # kernel attr math = "exact": libm's functions and IEEE division instead of the hardware
     # approximations (kdsl.load(..., exact_math=True)); see kdsl/common.cuh.
     prelude = "#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else ""
-    # The Variant struct's inputs (attention_variant.cu.j2), one group per feature of the score
-    # or mask, each as the pass that found it left it.
-    on = lambda x: "true" if x else "false"
-    score_base, score_slope, score_offset = k.func("score_base"), k.func("score_slope"), k.func("score_offset")
-    kv_lo, tile_keys = k.func("kv_lo"), k.func("tile_keys")
-    variant = dict(
-        has_mask=on(mask is not None), scaled_dot=on(exp2_fold.score_is_scaled_dot(k)),
-        score=dict(expr=cs(k.func("score_log2")),
-                   loads_at_kv=on(ir.loads_at(k.func("score_log2"), "kv")),
-                   loads_at_kv_streamed=on(ir.loads_at(k.func("score_log2"), "kv", skip=stream))),
-        factored=dict(on=on(factored), unit=cs(factored[0]) if factored else "0.f",
-                      factor=c(ir.Const("f32", factored[1])) if factored else "1.f"),
-        ref=dict(fixed=on(k.attr("score_ref") is not None), value=c(ir.Const("f32", k.attr("score_ref") or 0.0))),
-        stream=dict(ctype=_ELEM_CTYPE[k.tensor(stream).dtype] if stream else "float",
-                    bytes=streaming.ELEM_BYTES[k.tensor(stream).dtype] if stream else 0,
-                    rank=len(k.tensor(stream).shape) if stream else 0,
-                    lead=[c(i) for i in reversed(streaming.lead_indices(k))] if stream else []),
-        affine=dict(on=on(score_slope is not None), factor=c(ir.Const("f32", k.attr("score_factor") or 1.0)),
-                    step=tiling.slope_form(k.attr("consumers")) if k.attr("slope_step") else 0,
-                    slope=c(score_slope) if score_slope is not None else "0.f",
-                    base=at_col0(score_base) if score_base is not None else "0.f"),
-        offset=dict(on=on(score_offset is not None), factor=c(ir.Const("f32", k.attr("offset_factor") or 1.0)),
-                    part=at_offset(score_offset) if score_offset is not None else "0.f"),
-        mask=dict(expr=c(mask) if mask is not None else "true",
-                  loads=on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),
-        bounds=dict(on=on(kv_lo is not None), lo=wide(kv_lo) if kv_lo is not None else "k0",
-                    hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",
-                    keys_only=on(kv_lo is not None and tile_keys is None),
-                    tile_keys=(on(True) if tile_keys is None else c(tile_keys)) if kv_lo is not None else "false"),
-        tiles=dict(empty=c(k.func("tile_empty")) if mask is not None else "false",
-                   full=c(k.func("tile_full")) if mask is not None else "true"),
-        summary=dict(exprs=[c(s.args[0]) for s in slots], on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
-                     per_b=bits(lambda s: ir.uses(s.args[0], "b")), per_h=bits(lambda s: ir.uses(s.args[0], "h"))))
     src = _env().get_template(template).render(
         prelude=prelude, version=__version__, source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d,
         dv=dv, wgmma_header=wgmma_header, slope_header=slope_header,
         rowsum_header="kdsl/wgmma_ops_rowsum.cuh" if k.attr("tensor_row_sum") else "",
-        tensor_row_sum=on(k.attr("tensor_row_sum")), elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"),
+        tensor_row_sum=_on(k.attr("tensor_row_sum")), elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"),
         bn=k.attr("tile_n"), warps=k.attr("warps"), consumers=k.attr("consumers"), stages=k.attr("stages"),
         producer_regs=k.attr("producer_regs"), consumer_regs=k.attr("consumer_regs"), work_slots=tiling.WORK_SLOTS,
         split_slot=tiling.SPLIT_SLOT, poly_exp2=k.attr("poly_exp2") or 0, lazy_rescale=k.attr("lazy_rescale") or 0,
-        threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields, v=variant)
+        threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
+        v=_variant(k, variables, captures))
     return Generated(k.name, entry_name(k), src, extra)
+
+
+def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
+    """The Variant struct's inputs (attention_variant.cu.j2), one group per feature of the score
+    or mask, each as the pass that found it left it."""
+    slots = mask_analysis.summary_slots(k)
+    summary_slots = {(ir.TILE_REDUCTIONS[s.op][0], s.args[0]): i for i, s in enumerate(slots)}
+    c = CEmitter(variables, captures, summary_slots)
+    stream = k.attr("stream_capture")
+    cs = CEmitter(variables, captures, summary_slots, stream)  # the score's: the streamed tensor is sv
+    wide = WideEmitter(variables, captures)  # passes/kv_bounds.py's key bounds, in 64 bits
+    # passes/affine_score.py's base: positions at the thread's first column of the tile
+    at_col0 = CEmitter({**variables, "kvf": "kvf0", "dqkf": "dq0"}, captures)
+    # passes/offset_score.py's offset part: a function of b, h and d = q - kv
+    at_offset = CEmitter({**variables, "d": "d"}, captures)
+    bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
+    mask = k.func("mask")
+    factored = exp2_fold.positive_factor(k)
+    score_base, score_slope, score_offset = k.func("score_base"), k.func("score_slope"), k.func("score_offset")
+    kv_lo, tile_keys = k.func("kv_lo"), k.func("tile_keys")
+    return dict(
+        has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
+        score=dict(expr=cs(k.func("score_log2")),
+                   loads_at_kv=_on(ir.loads_at(k.func("score_log2"), "kv")),
+                   loads_at_kv_streamed=_on(ir.loads_at(k.func("score_log2"), "kv", skip=stream))),
+        factored=dict(on=_on(factored), unit=cs(factored[0]) if factored else "0.f",
+                      factor=c(ir.Const("f32", factored[1])) if factored else "1.f"),
+        ref=dict(fixed=_on(k.attr("score_ref") is not None), value=c(ir.Const("f32", k.attr("score_ref") or 0.0))),
+        stream=dict(ctype=_ELEM_CTYPE[k.tensor(stream).dtype] if stream else "float",
+                    bytes=streaming.ELEM_BYTES[k.tensor(stream).dtype] if stream else 0,
+                    rank=len(k.tensor(stream).shape) if stream else 0,
+                    lead=[c(i) for i in reversed(streaming.lead_indices(k))] if stream else []),
+        affine=dict(on=_on(score_slope is not None), factor=c(ir.Const("f32", k.attr("score_factor") or 1.0)),
+                    step=tiling.slope_form(k.attr("consumers")) if k.attr("slope_step") else 0,
+                    slope=c(score_slope) if score_slope is not None else "0.f",
+                    base=at_col0(score_base) if score_base is not None else "0.f"),
+        offset=dict(on=_on(score_offset is not None), factor=c(ir.Const("f32", k.attr("offset_factor") or 1.0)),
+                    part=at_offset(score_offset) if score_offset is not None else "0.f"),
+        mask=dict(expr=c(mask) if mask is not None else "true",
+                  loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),
+        bounds=dict(on=_on(kv_lo is not None), lo=wide(kv_lo) if kv_lo is not None else "k0",
+                    hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",
+                    keys_only=_on(kv_lo is not None and tile_keys is None),
+                    tile_keys=(_on(True) if tile_keys is None else c(tile_keys)) if kv_lo is not None else "false"),
+        tiles=dict(empty=c(k.func("tile_empty")) if mask is not None else "false",
+                   full=c(k.func("tile_full")) if mask is not None else "true"),
+        summary=dict(exprs=[c(s.args[0]) for s in slots], on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
+                     per_b=bits(lambda s: ir.uses(s.args[0], "b")), per_h=bits(lambda s: ir.uses(s.args[0], "h"))))
 
 
 _MULTICAST = {"none": "kdsl::kMcastNone", "a": "kdsl::kMcastA", "b": "kdsl::kMcastB"}
