@@ -213,5 +213,5 @@ def test_stream_k_flags_cover_every_math_warpgroup():
     (fp8_gemm_epilogue.cuh sk_flag: cta * kMathWG + wg): sized for the most warpgroups any
     tile_m has (three at 192: a buffer sized for two would overrun)."""
     from kdsl.runtime import gemm_launch
-    most = max((gemm_tiles.threads(bm) - 128) // 128 for bm in gemm_tiles.BLOCK_M_ASKED)
+    most = max(gemm_tiles.math_warpgroups(bm) for bm in gemm_tiles.BLOCK_M_ASKED)
     assert most == 3 and gemm_launch._SK_FLAG_BYTES >= 4 * most * 1024

@@ -54,8 +54,20 @@ def waves_of(bm: int) -> int:
     return 2 if bm == 256 else 1
 
 
+def math_warpgroups(bm: int) -> int:
+    """One per 64 rows, but two for 256 rows (two m64 waves each)."""
+    return 2 if bm == 256 else bm // 64
+
+
+# setmaxnreg split per math warpgroup count: (producer, math) registers a thread, and the
+# accumulator + total floats a math thread holds at most (fp8_gemm_wgmma.cuh's Fp8Config
+# static_asserts the same numbers; warp_map.py writes the split into the kernel's attrs).
+REGISTER_SPLIT = {1: (40, 240), 2: (40, 232), 3: (32, 160)}
+ACCUMULATOR_FLOATS = {1: 192, 2: 192, 3: 128}
+
+
 def threads(bm: int) -> int:
-    return 128 * (2 if bm == 256 else bm // 64) + 128
+    return 128 * math_warpgroups(bm) + 128
 
 
 def smem_bytes(bm: int, bn: int, stages: int, out_bytes: int, tma_store: bool) -> int:
@@ -242,7 +254,7 @@ def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: 
         return f"store = \"tma\" needs out's rows to be a multiple of 16 bytes (N = {p.N})"
     if c["cluster"] == 2 and sms % 2:
         return f"a cluster of 2 needs an even SM count, not {sms}"
-    if bn // 2 * (waves_of(bm) + 1) > (128 if bm == 192 else 192):
+    if bn // 2 * (waves_of(bm) + 1) > ACCUMULATOR_FLOATS[math_warpgroups(bm)]:
         return f"tile {bm}x{bn} needs more accumulator registers than the math warpgroups have"
     if smem_bytes(bm, bn, st, p.out_bytes, c["store"] == "tma") > smem_limit:
         return f"tile {bm}x{bn} with {st} stages needs more than {smem_limit} bytes of shared memory"

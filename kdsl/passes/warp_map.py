@@ -11,6 +11,7 @@ two warpgroups, 64 of every 128 rows, two m64 waves each).
 from __future__ import annotations
 
 from .. import ir
+from . import gemm_tiles
 from .target import Target
 
 
@@ -24,7 +25,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
     if k.kind == "attention":
         warps = k.attr("warps")
         return k.with_attrs(threads=32 * warps, warp_rows=k.attr("tile_m") // warps, roles="uniform")
-    # fp8_gemm_wgmma.cuh's Fp8Config static_asserts the same numbers.
-    math = 2 if k.attr("tile_m") == 256 else k.attr("tile_m") // 64
-    return k.with_attrs(threads=128 * (math + 1), warpgroups=math, roles="producer+consumers",
-                        producer_regs=32 if math == 3 else 40, consumer_regs={1: 240, 2: 232, 3: 160}[math])
+    math = gemm_tiles.math_warpgroups(k.attr("tile_m"))
+    producer, consumer = gemm_tiles.REGISTER_SPLIT[math]
+    return k.with_attrs(threads=gemm_tiles.threads(k.attr("tile_m")), warpgroups=math, roles="producer+consumers",
+                        producer_regs=producer, consumer_regs=consumer)
