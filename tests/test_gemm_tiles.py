@@ -75,23 +75,45 @@ def test_small_m_decode_shapes_get_their_own_tiles():
 def test_tensor_core_waves_decide_between_tiles_of_equal_traffic():
     """Measured on the H100 (2026-11-24, in turns): 4096x2112x7168 ran 9 % faster as 256x64
     (528 tiles, 4 full waves) than as the traffic model's 256x96 (2.67 waves); 256x128 stays
-    the tile of 4096x4096x7168, and 4096x1536x7168 keeps 128x128 (1.19x faster than 256x64,
-    which has the same tile count). Whole waves only: stream-K (below) changes what pays."""
-    pick = lambda m, n, k: (lambda c: (c["tile_m"], c["tile_n"]))(
-        choose(Problem(m, n, k, 1, "dense", 2), 132, SMEM, {"stream_k": False}))
-    assert pick(4096, 2112, 7168) == (256, 64)
+    the tile of 4096x4096x7168. Whole waves only: stream-K (below) changes what pays."""
+    pick = lambda m, n, k, **fixed: (lambda c: (c["tile_m"], c["tile_n"]))(
+        choose(Problem(m, n, k, 1, "dense", 2), 132, SMEM, {"stream_k": False, **fixed}))
+    assert pick(4096, 2112, 7168, tile_m=256) == (256, 64)
     assert pick(4096, 4096, 7168) == (256, 128)
-    assert pick(4096, 1536, 7168) == (128, 128)
+
+
+def test_192_row_tiles_where_they_ran_faster():
+    """H100, 2026-11-27 (fp8_forms.py, in turns with _scaled_mm): 192x128 ran 1.055 against
+    256x128's 0.959 at 4096x2112x7168 (3 waves against 2.06), 0.969 against 128x128's 0.950 at
+    4096x1536x7168 (2 whole waves against 2.9) and 1165 against 1117 TFLOPS on contiguous
+    4 x 8192 rows; 256x128 stayed ahead by 2-9 % at 4096x7168x16384, 4096x4096x7168 and
+    4096x7168x2048 (7 or 4 waves of 256 rows against 10 or 6 of 192), and at M = 128 or on masked
+    groups 192 rows ran at 0.66-0.84 of the model's tile."""
+    tile_m = lambda p: choose(p, 132, SMEM)["tile_m"]
+    for m, n, k in ((4096, 2112, 7168), (4096, 1536, 7168)):
+        assert tile_m(Problem(m, n, k, 1, "dense", 2)) == 192, (m, n, k)
+    assert tile_m(Problem(32768, 4096, 7168, 4, "contiguous", 2)) == 192
+    for m, n, k in ((4096, 7168, 16384), (4096, 4096, 7168), (4096, 7168, 2048)):
+        assert tile_m(Problem(m, n, k, 1, "dense", 2)) == 256, (m, n, k)
+    for m, n, k in SUITE:
+        if m == 128:
+            assert tile_m(Problem(m, n, k, 1, "dense", 2)) <= 128, (m, n, k)
+    masked = Problem(256, 4096, 7168, 4, "masked", 2)
+    assert tile_m(masked) <= 128
+    c = choose(masked, 132, SMEM, {"tile_m": 192})  # still built when asked for
+    assert c["tile_m"] == 192 and c["tile_n"] <= 128
+    assert gemm_tiles.threads(192) == 512
 
 
 def test_contiguous_groups_get_tall_tiles_only_when_few_and_long():
-    """A contiguous tile is computed once per group among its rows: 256-row tiles pay only
-    where groups are few and long (4 x 8192 rows: 1.4 % more passes), not for many short ones."""
-    tall = choose(Problem(32768, 4096, 7168, 4, "contiguous", 2), 132, SMEM)
-    assert tall["tile_m"] == 256
+    """A contiguous tile is computed once per group among its rows: taller tiles pay only
+    where groups are few and long (4 x 8192 rows: 1.4 % more passes at 256 rows), not for
+    many short ones."""
+    assert choose(Problem(32768, 4096, 7168, 4, "contiguous", 2), 132, SMEM)["tile_m"] > 128
     assert gemm_tiles.passes_of(Problem(32768, 4096, 7168, 4, "contiguous", 2), 256, 128) == 128 * 32 + 3 * 0.5 * 32
-    for m, g in ((4096, 64), (2048, 32), (8192, 8)):
+    for m, g in ((4096, 64), (2048, 32)):
         assert choose(Problem(m, 4096, 7168, g, "contiguous", 2), 132, SMEM)["tile_m"] <= 128, (m, g)
+    assert choose(Problem(8192, 4096, 7168, 8, "contiguous", 2), 132, SMEM)["tile_m"] < 256
 
 
 def test_random_problems_get_legal_tiles():
@@ -138,19 +160,6 @@ def test_fixed_attrs_are_kept_and_the_rest_is_chosen_around_them():
     _legal(p, c, 132)
     c = choose(p, 132, SMEM, {"tile_m": 128, "tile_n": 128, "stages": 2, "cluster": 2, "multicast": "b"})
     assert (c["tile_m"], c["tile_n"], c["stages"], c["multicast"]) == (128, 128, 2, "b")
-
-
-def test_192_row_tiles_only_when_asked_for():
-    """Three math warpgroups (tile_m = 192) are built when an attr asks, not chosen by the model
-    (not yet measured on a GPU)."""
-    for p in (Problem(4096, 7168, 16384, 1, "dense", 2), Problem(32768, 4096, 7168, 4, "contiguous", 2),
-              Problem(256, 4096, 7168, 4, "masked", 2), Problem(128, 2112, 7168, 1, "dense", 2)):
-        assert choose(p, 132, SMEM)["tile_m"] != 192
-        c = choose(p, 132, SMEM, {"tile_m": 192})
-        assert c["tile_m"] == 192 and c["tile_n"] <= 128
-        if p.grouping != "masked":  # (_legal holds the model's masked choices to 64 / 128 rows)
-            _legal(p, c, 132)
-    assert gemm_tiles.threads(192) == 512
 
 
 @pytest.mark.parametrize("fixed,needle", [
@@ -213,5 +222,5 @@ def test_stream_k_flags_cover_every_math_warpgroup():
     (fp8_gemm_epilogue.cuh sk_flag: cta * kMathWG + wg): sized for the most warpgroups any
     tile_m has (three at 192: a buffer sized for two would overrun)."""
     from kdsl.runtime import gemm_launch
-    most = max(gemm_tiles.math_warpgroups(bm) for bm in gemm_tiles.BLOCK_M_ASKED)
+    most = max(gemm_tiles.math_warpgroups(bm) for bm in gemm_tiles.BLOCK_M)
     assert most == 3 and gemm_launch._SK_FLAG_BYTES >= 4 * most * 1024

@@ -18,10 +18,8 @@ from dataclasses import dataclass
 
 from ..errors import KdslError
 
-BLOCK_M = (64, 128, 256)
-# 192 rows (three math warpgroups of one m64 wave each, in turns): built when an attr asks for
-# it, not chosen by the model until it has been measured (bench/NOTES.md, nineteenth session).
-BLOCK_M_ASKED = (64, 128, 192, 256)
+# 192 rows: three math warpgroups of one m64 wave each, in turns (fp8_gemm_wgmma.cuh).
+BLOCK_M = (64, 128, 192, 256)
 # CTAs per cluster the model may choose (an attr may still ask for 2). Not 2: on the H100
 # (2026-11-24, tools/dev/fp8_forms.py) 2-CTA configurations ran 1-5 % slower than the same
 # tiles unclustered, 256x128 included. (Until then they ran 2x slower: a cluster-scope
@@ -177,14 +175,17 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
 
 
 # FP8 multiply-adds per cycle and SM (H100 dense e4m3: 1979 TFLOPS at 1.83 GHz on 132 SMs),
-# and the share of it the main loop sustains (H100, 2026-11-24, tools/dev/fp8_forms.py, in
-# turns, same process): 256x128 (two waves a warpgroup, in ping-pong) ran at 0.66 of it over
-# 4096x4096x7168 and 4096x7168x16384; 128x128 at 0.93 of 256x128's rate and 256x64 at 0.81
-# on 4096x4096x7168. 64-row tiles were not measured apart: their single math warpgroup has
-# no partner whose wgmmas cover its promotion, so they are put lower (an estimate; at the
-# small M they are chosen for, traffic, not this term, decides).
+# and the share of it the main loop sustains, fitted to in-turns timings on an H100
+# (tools/dev/fp8_forms.py, same process): 256x128 (two waves a warpgroup, in ping-pong) ran at
+# 0.66 of it over 4096x4096x7168 and 4096x7168x16384 (2026-11-24), and 256x64 at 0.81 of
+# 256x128's rate. On 2026-11-27 (h100-2026-11-27-fp8-forms.log), against 256x128 on the same
+# shapes: 192x128 (three warpgroups of one wave, in turns) at 0.66-0.69 on all seven
+# M = 4096 shapes (0.68 median), 128x128 (with the scale prefetch) at 0.65-0.67. 64-row tiles
+# were not measured apart: their single math warpgroup has no partner whose wgmmas cover its
+# promotion, so they are put lower (an estimate; at the small M they are chosen for, traffic,
+# not this term, decides).
 MMA_PER_CYCLE = 4096
-MAINLOOP_EFFICIENCY = {256: 0.66, 192: 0.66, 128: 0.61, 64: 0.45}  # 192: not measured (asked for only)
+MAINLOOP_EFFICIENCY = {256: 0.66, 192: 0.68, 128: 0.65, 64: 0.45}
 NARROW_TILE_EFFICIENCY = 0.81  # 256-row tiles under 128 columns
 
 
@@ -198,8 +199,10 @@ def mainloop_efficiency(bm: int, bn: int) -> float:
 # scales (128x160 ran 0.79x, 256x112 0.77x of 128x128 / 256x128 at 4096x4096x7168), and a
 # tile whose accumulators and totals take the whole math register budget (128x192) ran
 # 0.82-0.93x of 128x160 on every shape where the model ranked it ahead. Both were seen with
-# two math warpgroups (BM >= 128); with one (BM = 64) 64x112 and 64x128 ran within 3 %.
-STRADDLE_COST = 1.15
+# two math warpgroups (BM >= 128); with one (BM = 64) 64x112 and 64x128 ran within 3 %. With
+# three (BM = 192), whose turns wait on each promotion, 192x112 and 192x96 ran 1.19-1.24x the
+# time of 192x128 per tile row of work (2026-11-27, three shapes).
+STRADDLE_COST = {128: 1.15, 192: 1.2, 256: 1.15}
 FULL_REGISTERS_COST = 1.15
 
 
@@ -208,7 +211,7 @@ def tile_cost_factor(bm: int, bn: int) -> float:
     if bm < 128:
         return f
     if 128 % bn and bn % 128:
-        f *= STRADDLE_COST
+        f *= STRADDLE_COST[bm]
     if bm == 128 and bn // 2 * (waves_of(bm) + 1) >= 192:  # seen on 128-row tiles only: 256x128,
         f *= FULL_REGISTERS_COST                           # as full, is the fastest measured tile
     return f
@@ -288,7 +291,7 @@ def choose(p: Problem, sms: int, smem_limit: int, fixed: dict | None = None) -> 
 
 
 def _validate_fixed(fixed: dict) -> None:
-    allowed = {"tile_m": BLOCK_M_ASKED, "tile_n": BLOCK_N, "cluster": (1, 2), "multicast": MULTICAST, "store": STORES,
+    allowed = {"tile_m": BLOCK_M, "tile_n": BLOCK_N, "cluster": (1, 2), "multicast": MULTICAST, "store": STORES,
                "stream_k": (False, True)}
     for a, v in fixed.items():
         if a in allowed and v not in allowed[a]:

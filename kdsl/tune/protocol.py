@@ -65,7 +65,7 @@ def offered(k: ir.Kernel, target) -> tuple[tuple[str, ...], dict]:
     fam = tiling.family(k, target)
     gemm = fam == "gemm"
     legal = {"tile_n": {"wgmma": tiling.WGMMA_WIDTHS, "mma": tiling.MMA_WIDTHS, "gemm": gemm_tiles.BLOCK_N}[fam],
-             "tile_m": gemm_tiles.BLOCK_M_ASKED if gemm else (32, 64, 128, 256),
+             "tile_m": gemm_tiles.BLOCK_M if gemm else (32, 64, 128, 256),
              "consumers": (1, 2, 3), "warps": (1, 2, 4, 8, 16),
              "stages": tuple(range(2, (gemm_tiles.MAX_STAGES if gemm else tiling.MAX_STAGES) + 1)),
              "cluster": (1, 2), "multicast": gemm_tiles.MULTICAST, "store": gemm_tiles.STORES, "stream_k": (False, True),

@@ -5,6 +5,7 @@ launch). A form is a set of NVRTC defines (e.g. -DKDSL_FP8_SCALES_IN_RING=1); ea
 is a (form, attrs) pair compiled for the shape it is timed on.
 
     python3 tools/dev/fp8_forms.py [--reps 40] [--compile-only] [--only dense|grouped|small]
+                                   [--shapes "8192x8192x8192;masked:256x4096x7168x4"]
 
 --compile-only builds every variant for 132 SMs without a GPU and prints its resources
 (registers, spills), so that a device call only times what compiles cleanly.
@@ -40,7 +41,19 @@ def label(form: str, attrs: dict) -> str:
     return form + ("" if not attrs else " " + ",".join(f"{k}={v}" for k, v in attrs.items()))
 
 
+def parse_shapes(spec: str):
+    """'MxNxK' (dense) or 'contiguous:MxNxKxG' / 'masked:MxNxKxG', ';'-separated."""
+    out = []
+    for item in filter(None, spec.split(";")):
+        grouping, _, dims = item.rpartition(":")
+        m, n, k, *g = (int(d) for d in dims.split("x"))
+        out.append((f"fp8_grouped_{grouping}" if grouping else "fp8_gemm", (m, n, k, g[0] if g else 1)))
+    return out
+
+
 def cases(only: str):
+    if only.startswith("shapes:"):
+        return parse_shapes(only[len("shapes:"):])
     out = []
     if only in ("all", "dense"):
         out += [("fp8_gemm", (m, n, k, 1)) for m, n, k in DENSE]
@@ -136,7 +149,10 @@ def main() -> None:
     ap.add_argument("--variants", default="", help="';'-separated attrs (k=v,k=v) timed beside the kernel as it is")
     ap.add_argument("--form", action="append", default=[],
                     help="NAME=-DA=1,-DB=0: a form timed beside 'now' with the tile the model picks (repeatable)")
+    ap.add_argument("--shapes", default="", help="';'-separated cases timed instead of --only's: MxNxK (dense), "
+                                                 "contiguous:MxNxKxG, masked:MxNxKxG")
     args = ap.parse_args()
+    only = f"shapes:{args.shapes}" if args.shapes else args.only
     for spec in args.form:
         name, _, defines = spec.partition("=")
         FORMS[name] = [d for d in defines.split(",") if d]
@@ -145,9 +161,9 @@ def main() -> None:
         VARIANTS.append(("now", {k: int(v) if v.isdigit() else {"true": True, "false": False}.get(v, v)
                                  for k, v in (kv.split("=") for kv in spec.split(","))}))
     if args.compile_only:
-        compile_only(args.only)
+        compile_only(only)
     else:
-        timed(args.only, args.reps)
+        timed(only, args.reps)
 
 
 if __name__ == "__main__":

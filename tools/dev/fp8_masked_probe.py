@@ -7,6 +7,8 @@ Counts 256 make every tile full (TMA stores only); 255 makes each group's second
 partial (the partial-tile store path) at the same work; 192 / 160 leave its second half empty
 (the empty-wave skip); 128 is one wave of full tiles (the per-CTA fixed cost: T(256) - 2 T(128)).
 Every output is checked against the reference, and rows past a group's count must stay NaN.
+The "read B" row is torch summing B's bytes under the same flush: the time any kernel that
+reads all of B once needs (the floor the masked kernel is held to).
 
     python3 tools/dev/fp8_masked_probe.py [--reps 40]
 """
@@ -34,13 +36,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--attrs", default="", help="';'-separated attrs (k=v,k=v) timed as extra variants of 'now'")
+    ap.add_argument("--forms", default=",".join(FORMS), help="comma-separated forms to time (the first is the base)")
     args = ap.parse_args()
     import torch
     import kdsl
     from kdsl import bench, fp8, reference
     from kdsl.testing import fp8_difference
     G, M, N, K = 4, 256, 4096, 7168
-    variants = [(f, {}) for f in FORMS]
+    forms = args.forms.split(",")
+    variants = [(f, {}) for f in forms]
     for spec in filter(None, args.attrs.split(";")):
         variants.append(("now", {k: int(v) if v.isdigit() else v for k, v in (kv.split("=") for kv in spec.split(","))}))
     timer = bench.Timer(args.reps)
@@ -68,8 +72,11 @@ def main() -> None:
             notes[lab] = (f"{lk.attr('tile_m')}x{lk.attr('tile_n')}x{lk.attr('stages')} err {err:.1e}"
                           f"{'' if untouched else ' ROWS PAST COUNT WRITTEN'}")
             fns[lab] = (lambda f=fn, o=out: f(a, sa, b, sb, count, out=o))
+        b_bytes = b.view(torch.uint8)
+        fns["read B"] = lambda: b_bytes.sum(dtype=torch.int32)
+        notes["read B"] = f"{b.numel() / 2**20:.0f} MiB"
         times = timer.in_turns(fns)
-        base = times["old"]
+        base = times[forms[0]]
         print(f"\ncounts {counts} ({rows} rows)", flush=True)
         for lab, t in times.items():
             print(f"  {lab:34s} {t * 1e3:8.1f} us {2 * rows * N * K / t / 1e9:7.1f} TFLOPS  x{base / t:5.3f}  "
