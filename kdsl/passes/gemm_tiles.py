@@ -178,7 +178,7 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
 # and the share of it the main loop sustains, fitted to in-turns timings on an H100
 # (tools/dev/fp8_forms.py, same process): 256x128 (two waves a warpgroup, in ping-pong) ran at
 # 0.66 of it over 4096x4096x7168 and 4096x7168x16384 (2026-11-24), and 256x64 at 0.81 of
-# 256x128's rate. On 2026-11-27 (h100-2026-11-27-fp8-forms.log), against 256x128 on the same
+# 256x128's rate. On 2026-11-27 (h100-2026-11-27-s20-fp8-forms-192.log), against 256x128 on the same
 # shapes: 192x128 (three warpgroups of one wave, in turns) at 0.66-0.69 on all seven
 # M = 4096 shapes (0.68 median), 128x128 (with the scale prefetch) at 0.65-0.67. 64-row tiles
 # were not measured apart: their single math warpgroup has no partner whose wgmmas cover its
