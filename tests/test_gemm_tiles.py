@@ -36,7 +36,7 @@ def _legal(p: Problem, c: dict, sms: int):
     else:
         assert c["multicast"] == "none"
     if p.grouping == "masked":
-        assert bm in (64, 128)
+        assert bm in (64, 128, 256)
 
 
 def _efficiency(p: Problem, c: dict, sms: int) -> float:
@@ -99,7 +99,7 @@ def test_192_row_tiles_where_they_ran_faster():
         if m == 128:
             assert tile_m(Problem(m, n, k, 1, "dense", 2)) <= 128, (m, n, k)
     masked = Problem(256, 4096, 7168, 4, "masked", 2)
-    assert tile_m(masked) <= 128
+    assert tile_m(masked) == 256  # 1.03-1.05x of 128x128 at 135-256 rows a group (same run)
     c = choose(masked, 132, SMEM, {"tile_m": 192})  # still built when asked for
     assert c["tile_m"] == 192 and c["tile_n"] <= 128
     assert gemm_tiles.threads(192) == 512

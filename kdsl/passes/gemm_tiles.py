@@ -221,12 +221,12 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     """Every legal configuration agreeing with `fixed`, as attribute dicts, with the reason
     the last one was turned down (for the error when none is left)."""
     tma = fixed.get("store", "tma" if store_fits(p) else "rows") == "tma"
-    # Masked groups are not given 256-row tiles unless asked for: at 4 x <= 256 rows, N 4096,
-    # K 7168 (H100, 2026-11-25, tools/dev/fp8_masked_probe.py, in turns) 256x128 ran 1.00-1.03x
-    # of 128x128 at 129-256 rows a group but 0.89x at 128 (a warpgroup skips a unit only when
-    # none of its rows exist, and at 256 rows each owns rows in both halves), 256x64 0.76-0.90x,
-    # 256x96 0.55-0.66x. Both run near the time it takes to read B (117 MB) once.
-    ms = (fixed["tile_m"],) if "tile_m" in fixed else BLOCK_M if p.grouping != "masked" else (64, 128)
+    # Masked groups are not given 192-row tiles: at 4 x <= 256 rows, N 4096, K 7168 (H100,
+    # 2026-11-27, tools/dev/fp8_forms.py) 192x128 ran 0.70x of 128x128. 256x128 (one wave of
+    # 128 tiles) ran 1.03-1.05x of 128x128 at 135-256 rows a group and 0.90x at 128 (each
+    # warpgroup owns rows in both halves, so none skips) (fp8_masked_probe.py, same run); the
+    # model weighs it by its M, the most rows a group may hold.
+    ms = (fixed["tile_m"],) if "tile_m" in fixed else BLOCK_M if p.grouping != "masked" else (64, 128, 256)
     out, why = [], []
     for cluster in sorted(set(CLUSTERS) | {fixed.get("cluster", 1)}):
         for multicast in (("none",) if cluster == 1 else ("a", "b")):
@@ -248,7 +248,9 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
                                 why.append(reason)
                             continue
                         out.append(cfg)
-    return out, (why[-1] if why else "")
+    # the reason to report: the last one that names an attr the kernel fixed, else the last
+    about_fixed = [w for w in why if any(a in w for a in fixed)]
+    return out, (about_fixed or why or [""])[-1]
 
 
 def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: int, explicit: bool) -> str:
