@@ -23,8 +23,8 @@ BLOCK_M = (64, 128, 192, 256)
 # CTAs per cluster the model may choose (an attr may still ask for 2). Not 2: on the H100
 # (2026-11-24, tools/dev/fp8_forms.py) 2-CTA configurations ran 1-5 % slower than the same
 # tiles unclustered, 256x128 included; on 2026-11-27 (h100-2026-11-27-s20-fp8-dense-variants.log)
-# 256x128 and 128x128 with B multicast ran 4-18 % behind the model's tiles on five of the six
-# M = 4096 shapes, and masked groupings with A multicast 8-9 % behind. (Until 2026-11-24 they
+# 256x128 and 128x128 with B multicast ran 4-21 % behind the model's tiles on all six M = 4096
+# shapes, and masked groupings with A multicast 8-9 % behind. (Until 2026-11-24 they
 # ran 2x slower: a cluster-scope release put a MEMBAR.ALL.GPU before every arrival.)
 CLUSTERS = (1,)
 # Multiples of 16 whose tiles straddle at most two scale blocks of B (BN - gcd(BN, 128) <= 128).
