@@ -226,8 +226,8 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     # Masked groups are not given 192-row tiles: at 4 x <= 256 rows, N 4096, K 7168 (H100,
     # 2026-11-27, tools/dev/fp8_forms.py) 192x128 ran 0.70x of 128x128. 256x128 (one wave of
     # 128 tiles) ran 1.03-1.05x of 128x128 at 135-256 rows a group and 0.90x at 128 (each
-    # warpgroup owns rows in both halves, so none skips) (fp8_masked_probe.py, same run); the
-    # model weighs it by its M, the most rows a group may hold.
+    # warpgroup owns rows in both halves, so none skips) (tools/dev/fp8_masked_probe.py, the
+    # same day); the model weighs it by its M, the most rows a group may hold.
     ms = (fixed["tile_m"],) if "tile_m" in fixed else BLOCK_M if p.grouping != "masked" else (64, 128, 256)
     out, why = [], []
     for cluster in sorted(set(CLUSTERS) | {fixed.get("cluster", 1)}):
