@@ -54,8 +54,8 @@ def main(argv=None) -> int:
                         "on the same inputs; writes JSON, markdown and a PNG plot to OUT_DIR.")
     bn.add_argument("files", metavar="FILE.kd", nargs="*")
     bn.add_argument("--suite", choices=["standard"], help="the standard suite (every sample at fixed shapes)")
-    bn.add_argument("--vs", default="flex,cudnn,scaled_mm,cublas_bf16", metavar="PEERS",
-                    help="comma-separated peers: flex, cudnn, scaled_mm, cublas_bf16 (default: all)")
+    bn.add_argument("--vs", default="flex,cudnn,scaled_mm,cublas_bf16,read_b", metavar="PEERS",
+                    help="comma-separated peers: flex, cudnn, scaled_mm, cublas_bf16, read_b (default: all)")
     bn.add_argument("--only", metavar="KERNELS", help="comma-separated kernel names: time only these cases")
     bn.add_argument("--reps", type=int, default=100, help="timed repetitions per measurement (default 100)")
     bn.add_argument("-o", "--out-dir", default="bench/results", metavar="OUT_DIR")

@@ -115,6 +115,25 @@ def test_family_of_rows_written_before_the_field():
     assert benchplot.family(bench.Row("fp8_gemm", "M=1 N=2112 K=7168")) == "fp8"
 
 
+def test_markdown_sums_up_the_dense_fp8_rows_against_scaled_mm():
+    """Issue 8's bar reads the lowest and the median ratio over the dense shapes: the markdown
+    ends with both, from the rows that ran (a failed row, grouped rows and the yardsticks do
+    not count)."""
+    import statistics
+    r = random.Random()
+    ratios = [r.uniform(0.8, 1.4) for _ in range(5)]
+    rows = [bench.Row("fp8_gemm", f"M={m} N=7168 K=2048", "fp8", ms=0.1, tflops=500 * x,
+                      peers={"scaled_mm": {"ms": 0.1, "tflops": 500.0}, "read_b": {"ms": 0.1, "tflops": 9999.0}})
+            for m, x in zip((128, 256, 512, 1024, 4096), ratios)]
+    rows += [bench.Row("fp8_grouped_masked", "G=4 M=256 N=4096 K=7168", "fp8", ms=0.1, tflops=1.0,
+                       peers={"scaled_mm": {"error": "no grouped blockwise scaled_mm in torch"}}),
+             bench.Row("fp8_gemm", "M=1 N=1 K=128", "fp8", failure="RuntimeError: boom")]
+    md = bench.markdown(rows, "GPU")
+    assert md.rstrip().endswith(f"lowest {min(ratios):.2f}, median {statistics.median(ratios):.2f} over 5 shapes.")
+    assert "reading b once (a floor)" in md
+    assert not bench.fp8_summary([row for row in rows if row.kernel != "fp8_gemm"])
+
+
 def test_markdown_reports_the_cold_build():
     row = bench.Row("relpos", "B=1", "prefill", ms=1.0, tflops=1.0, error=1e-3, peers={"flex": {"ms": 1, "tflops": 1}},
                     compile={"cold_build_s": 0.6234, "ptxas_s": 0.3})
