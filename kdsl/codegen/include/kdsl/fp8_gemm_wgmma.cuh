@@ -80,12 +80,18 @@
 #define KDSL_FP8_PREFETCH_SCALES 1
 #endif
 
-// 1: 128-row tiles take turns too (see fp8_math). Before the scale prefetch they measured
-// neutral or worse with them; with it each warpgroup's path from its wave's end to its next
-// wgmma is shorter than the other's wave, the condition turns need. 0 (the kernel): not yet
-// measured, for tools/dev/fp8_forms.py A/B.
+// 1: 128-row tiles take turns too (see fp8_math). Measured with the scale prefetch on the
+// H100 (2026-11-27, tools/dev/fp8_forms.py): within -1 to +0.5 % of without. 0: the kernel.
 #ifndef KDSL_FP8_TURNS_128
 #define KDSL_FP8_TURNS_128 0
+#endif
+
+// 1 (the kernel): the three math warpgroups of 192-row tiles take turns. They ran only ~3 %
+// faster per tile than 256-row tiles (H100, 2026-11-27), although each has two other waves to
+// hide its promotion behind; in a fixed round a late warpgroup holds the other two at their
+// turns. 0: they issue as they are ready, for tools/dev/fp8_forms.py A/B.
+#ifndef KDSL_FP8_TURNS_192
+#define KDSL_FP8_TURNS_192 1
 #endif
 
 namespace kdsl {
@@ -306,8 +312,8 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
   // waves. Measured on the H100 (2026-11-24, tools/dev/fp8_forms.py, in turns): +2-4 % on
   // every 256-row tile; on 128-row tiles neutral or worse (128x192, M = 128: -7 %), so they
   // run without it; so do clustered kernels, where it made the 256-row tile spill (176 bytes).
-  constexpr bool kPingPong = (C::kWaves == 2 || C::kMathWG == 3 || (KDSL_FP8_TURNS_128 && C::kMathWG == 2)) &&
-                             C::CLUSTER == 1;
+  constexpr bool kPingPong = (C::kWaves == 2 || (KDSL_FP8_TURNS_192 && C::kMathWG == 3) ||
+                              (KDSL_FP8_TURNS_128 && C::kMathWG == 2)) && C::CLUSTER == 1;
   auto my_turn = [&]() { if (kPingPong) named_barrier(5 + wg, 256); };
   auto your_turn = [&]() {  // (wg ^ 1 for two: the 256-row loop's SASS as it was measured)
     if (kPingPong) named_barrier_arrive(5 + (C::kMathWG == 2 ? wg ^ 1 : (wg + 1) % C::kMathWG), 256);
