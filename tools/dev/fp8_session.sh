@@ -12,6 +12,7 @@ set -uo pipefail
 source bench/device_env.sh
 timeout 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_gpu.py > "$OUT/fp8-tests.log" 2>&1
 tail -2 "$OUT/fp8-tests.log"
+timeout 120 python3 tools/dev/t5_probe.py > "$OUT/t5-probe.log" 2>&1; cat "$OUT/t5-probe.log" | tail -12
 timeout 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_offset_table_gpu.py -k "boundaries" \
   > "$OUT/t5-boundaries.log" 2>&1
 grep -E "^E .*(Assert|gap)|passed|failed" "$OUT/t5-boundaries.log" | head -5
