@@ -5,8 +5,9 @@
 #   1. the FP8 GPU tests, and T5's bucket boundaries against the CPU reference;
 #   2. fp8_forms.py over every shape: the kernel as it is, an A/A row of it ("same"), and
 #      192-row tiles issuing without turns ("free", KDSL_FP8_TURNS_192=0), in turns with _scaled_mm;
-#   3. the FP8 rows of the standard suite (the read-b floor and the dense summary line);
-#   4. racecheck over the FP8 sanitize workload.
+#   3. clocks and power under kdsl's and cuBLAS's kernels at 4096x7168x16384 (fp8_power.py);
+#   4. the FP8 rows of the standard suite (the read-b floor and the dense summary line);
+#   5. racecheck over the FP8 sanitize workload.
 # REPS (default 50) sets the launches per row.
 set -uo pipefail
 source bench/device_env.sh
@@ -19,6 +20,7 @@ grep -E "^E .*(Assert|gap)|passed|failed" "$OUT/t5-boundaries.log" | head -5
 timeout 300 python3 tools/dev/fp8_forms.py --only all --reps "${REPS:-50}" --form same= \
   --form free=-DKDSL_FP8_TURNS_192=0 > "$OUT/fp8-forms.log" 2>&1
 grep -v "^$" "$OUT/fp8-forms.log"
+timeout 60 python3 tools/dev/fp8_power.py > "$OUT/fp8-power.log" 2>&1; cat "$OUT/fp8-power.log"
 timeout 150 python3 -m kdsl.cli bench --suite standard --only fp8_gemm,fp8_grouped_contiguous,fp8_grouped_masked \
   -o "$OUT/suite" > "$OUT/bench-fp8.log" 2>&1
 grep -E "scaled_mm|floor|grouped|FP8 dense" "$OUT/bench-fp8.log" | cut -c1-170
