@@ -61,6 +61,7 @@ class Numpy:
     def to_int(self, a): return a.astype(np.int64)
     def index(self, t, idx): return t[tuple(i.astype(np.int64) if isinstance(i, np.ndarray) else int(i) for i in idx)]
     def clamp(self, a, lo=None, hi=None): return np.clip(a, lo, hi)
+    def move(self, x): return x  # numpy arrays already live on the CPU
 
     # --- arrays ---------------------------------------------------------------------
     def dtype(self, kdsl: str): return self._DTYPES[kdsl]
@@ -111,6 +112,7 @@ class Torch:
     def to_int(self, a): return a.to(self.xp.int64)
     def index(self, t, idx): return t[tuple(i.long() if isinstance(i, self.array) else int(i) for i in idx)]
     def clamp(self, a, lo=None, hi=None): return self.xp.clamp(a, min=lo, max=hi)
+    def move(self, x): return x.to(self.device) if isinstance(x, self.array) else x
 
     def dtype(self, kdsl: str): return self._dtypes[kdsl]
     def empty(self, shape, dtype: str): return self.xp.empty(tuple(shape), dtype=self.dtype(dtype), device=self.device)
@@ -140,6 +142,14 @@ class Torch:
     def sync(self):
         if str(self.device).startswith("cuda"):
             self.xp.cuda.synchronize()
+
+
+def host_for(be):
+    """The CPU twin of a backend on a GPU (where the reference rounds floats to integers,
+    see semantics.eval_array), or None for a backend already on the CPU."""
+    if isinstance(be, Torch) and str(be.device) != "cpu":
+        return Torch("cpu", be.fdt)
+    return None
 
 
 def backend_for(x, float_dtype=None):

@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 
 from . import ir
-from .backends import backend_for
+from .backends import backend_for, host_for
 from .semantics import eval_array, eval_scalar
 
 
 def attention(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None):
     """Returns (out, lse) in float64; rows with every key masked give out = 0, lse = -inf."""
     be = backend_for(q)
+    host = host_for(be)  # where int() of a float is evaluated: on the CPU, whatever be is
     xp = be.xp
     captures = captures or {}
     B, H, M, D = q.shape
@@ -32,10 +33,10 @@ def attention(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: f
     env = {**dims, **idx, "scale": scale}
     score = kernel.func("score")
     if score is not None:
-        s = xp.broadcast_to(be.asarray(eval_array(score, {**env, "s": s}, captures, be), "f64"), s.shape)
+        s = xp.broadcast_to(be.asarray(eval_array(score, {**env, "s": s}, captures, be, host), "f64"), s.shape)
     mask = kernel.func("mask")
     if mask is not None:
-        keep = xp.broadcast_to(be.asarray(eval_array(mask, env, captures, be), "bool"), s.shape)
+        keep = xp.broadcast_to(be.asarray(eval_array(mask, env, captures, be, host), "bool"), s.shape)
         s = xp.where(keep, s, -math.inf)
     lse = be.logsumexp(s)
     p = xp.exp(s - xp.where(xp.isinf(lse), 0.0, lse)[..., None])

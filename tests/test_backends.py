@@ -91,3 +91,32 @@ def test_reference_where_on_a_condition_over_dims_only():
         want, _ = reference.attention(plain, q, k, v)
         np.testing.assert_allclose(out_t.numpy(), want.numpy(), rtol=1e-12)
         np.testing.assert_allclose(out_n, want.numpy(), rtol=1e-9, atol=1e-12)  # (outputs near 0: as above)
+
+
+class _LogLowByAFewUlps:
+    """numpy, except that log comes out a few ulps low: a stand-in for a GPU's float64 log,
+    which differs from the CPU's libm in the last bits here and there."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    def log(self, x):
+        return np.log(x) * (1 - 4e-16)
+
+
+def test_the_reference_rounds_floats_to_integers_on_the_host():
+    """A T5 bucket's edge, int(log(d / 8) / log(16) * 8) at d = 64, is exactly 6: a log a few
+    ulps low gives 5 there. With a host backend, eval_array takes int()'s operand from the
+    host, so a GPU reference buckets each offset as the CPU does (regression: the t5 variant
+    test failed 1 run in 10 on the H100, its GPU reference a bucket off at d = 64)."""
+    from kdsl.semantics import eval_array
+    mod = kdsl.compile("attention t5 {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                       "    score(s, b, h, i, j) = s + float(int(log(float(max(abs(i - j), 1)) / 8.0) / log(16.0) * 8.0))\n}\n")
+    score = mod.ir["t5"].func("score")
+    env = {"q": np.arange(65).reshape(65, 1), "kv": np.zeros((1, 1), np.int64), "s": 0.0}
+    skewed = Numpy()
+    skewed.xp = _LogLowByAFewUlps()
+    cpu = eval_array(score, env, {}, Numpy())
+    assert cpu[[16, 32, 64], 0].tolist() == [2.0, 4.0, 6.0]
+    assert eval_array(score, env, {}, skewed)[64, 0] == 5.0  # the stand-in does differ
+    assert np.array_equal(eval_array(score, env, {}, skewed, host=Numpy()), cpu)
