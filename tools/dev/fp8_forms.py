@@ -146,7 +146,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--only", default="all", choices=("all", "dense", "small", "grouped"))
-    ap.add_argument("--variants", default="", help="';'-separated attrs (k=v,k=v) timed beside the kernel as it is")
+    ap.add_argument("--variants", default="", help="';'-separated attrs (k=v,k=v) timed beside the kernel as it is; "
+                                                    "FORM:k=v,... compiles one under a --form")
     ap.add_argument("--form", action="append", default=[],
                     help="NAME=-DA=1,-DB=0: a form timed beside 'now' with the tile the model picks (repeatable)")
     ap.add_argument("--shapes", default="", help="';'-separated cases timed instead of --only's: MxNxK (dense), "
@@ -158,8 +159,9 @@ def main() -> None:
         FORMS[name] = [d for d in defines.split(",") if d]
         VARIANTS.append((name, {}))
     for spec in filter(None, args.variants.split(";")):
-        VARIANTS.append(("now", {k: int(v) if v.isdigit() else {"true": True, "false": False}.get(v, v)
-                                 for k, v in (kv.split("=") for kv in spec.split(","))}))
+        form, _, spec = spec.rpartition(":")  # "FORM:k=v,..." compiles the variant under --form FORM
+        VARIANTS.append((form or "now", {k: int(v) if v.isdigit() else {"true": True, "false": False}.get(v, v)
+                                         for k, v in (kv.split("=") for kv in spec.split(","))}))
     if args.compile_only:
         compile_only(only)
     else:

@@ -22,6 +22,13 @@
 #define KDSL_FP8_STAGED_PARTIAL 1
 #endif
 
+// 1 (tools/dev timing only, wrong results): every unit's store is skipped at run time (the
+// code stays compiled in, so the totals and the main loop are the kernel's), to time the main
+// loop at stage counts the staging tile leaves no room for (with store = "rows"). 0: the kernel.
+#ifndef KDSL_FP8_DEV_SKIP_STORE
+#define KDSL_FP8_DEV_SKIP_STORE 0
+#endif
+
 namespace kdsl {
 
 namespace fp8_detail {
@@ -74,6 +81,7 @@ struct Fp8Epilogue {
   KDSL_DEVICE int wave_row(int v) const { return v * 128 + wg * 64; }
 
   KDSL_DEVICE void store(const Fp8Unit& u, const float (&total)[kWaves][kFrag]) const {
+    if (KDSL_FP8_DEV_SKIP_STORE && p.M > 0) return;  // (M > 0 always: not folded away)
     if (C::TMA_STORE && u.full) {  // dense: TMA clips rows >= M, every unit is full
       stage(total, true);
       store_tma(u);
