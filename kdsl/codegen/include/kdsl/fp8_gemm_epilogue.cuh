@@ -29,6 +29,13 @@
 #define KDSL_FP8_DEV_SKIP_STORE 0
 #endif
 
+// 1: the TMA stores of out carry an L2 evict-first policy, so that out's lines (written once,
+// never read here) leave L2 before A's and B's (read by every tile of a row or column). 0:
+// the kernel (default policy).
+#ifndef KDSL_FP8_STORE_EVICT_FIRST
+#define KDSL_FP8_STORE_EVICT_FIRST 0
+#endif
+
 namespace kdsl {
 
 namespace fp8_detail {
@@ -155,6 +162,8 @@ struct Fp8Epilogue {
           const int c0 = u.n0 + cb * (kSw / kElem), c1 = u.m0 + wave_row(v);
           if (C::ACCUM) {
             tma_reduce_add_3d(td, src, c0, c1, g);
+          } else if (KDSL_FP8_STORE_EVICT_FIRST) {
+            tma_store_3d_hint(td, src, c0, c1, g, l2_evict_first_policy());
           } else {
             tma_store_3d(td, src, c0, c1, g);
           }
