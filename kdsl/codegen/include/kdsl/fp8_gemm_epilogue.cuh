@@ -36,6 +36,17 @@
 #define KDSL_FP8_STORE_EVICT_FIRST 0
 #endif
 
+// 1: full tiles too are written by the warpgroup's threads from the staging tile (16-byte
+// stores, copy_rows) instead of by TMA stores, which share the SM's TMA unit with the
+// producer's loads. 0: the kernel. (KDSL_FP8_DEV_SKIP_TMA_STORE=1, timing only, wrong
+// results: full tiles are staged and never stored.)
+#ifndef KDSL_FP8_FULL_TILES_COPIED
+#define KDSL_FP8_FULL_TILES_COPIED 0
+#endif
+#ifndef KDSL_FP8_DEV_SKIP_TMA_STORE
+#define KDSL_FP8_DEV_SKIP_TMA_STORE 0
+#endif
+
 namespace kdsl {
 
 namespace fp8_detail {
@@ -89,9 +100,12 @@ struct Fp8Epilogue {
 
   KDSL_DEVICE void store(const Fp8Unit& u, const float (&total)[kWaves][kFrag]) const {
     if (KDSL_FP8_DEV_SKIP_STORE && p.M > 0) return;  // (M > 0 always: not folded away)
-    if (C::TMA_STORE && u.full) {  // dense: TMA clips rows >= M, every unit is full
+    if (C::TMA_STORE && u.full && !KDSL_FP8_FULL_TILES_COPIED) {  // dense: TMA clips rows >= M, every unit is full
       stage(total, true);
-      store_tma(u);
+      if (!KDSL_FP8_DEV_SKIP_TMA_STORE || p.M <= 0) store_tma(u);
+    } else if (C::TMA_STORE && KDSL_FP8_FULL_TILES_COPIED) {
+      stage(total, false);
+      copy_rows(u);
     } else if (C::TMA_STORE && KDSL_FP8_STAGED_PARTIAL && C::KIND != 0) {
       // (Dense units are all full: TMA clips rows >= M. Their kernels keep the row-by-row
       // path compiled in as before; the staged one made the clustered 256-row tile spill.)
