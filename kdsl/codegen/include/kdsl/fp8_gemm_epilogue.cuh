@@ -46,6 +46,12 @@
 #ifndef KDSL_FP8_DEV_SKIP_TMA_STORE
 #define KDSL_FP8_DEV_SKIP_TMA_STORE 0
 #endif
+// 1: a full tile's TMA stores are issued one box per K block of the warpgroup's next unit
+// (fp8_math), not all at the tile's end, where they queued in the SM's TMA unit ahead of the
+// next unit's first loads. 0: the kernel.
+#ifndef KDSL_FP8_DEFER_STORES
+#define KDSL_FP8_DEFER_STORES 0
+#endif
 
 namespace kdsl {
 
@@ -88,6 +94,9 @@ template <class C>
 struct Fp8Epilogue {
   static constexpr int BM = C::BM, BN = C::BN, kWaves = C::kWaves, kFrag = C::kFrag;
   static constexpr int kElem = C::kOutBytes, kSw = C::kSwD;
+  // TMA store boxes of a full tile per warpgroup: a box is 64 rows x kSw bytes.
+  static constexpr int kColBlocks = BN * kElem / kSw, kBoxes = kWaves * kColBlocks;
+  static constexpr bool kDeferStores = KDSL_FP8_DEFER_STORES && C::TMA_STORE && !C::ACCUM && !KDSL_FP8_FULL_TILES_COPIED;
   typedef typename fp8_detail::OutType<C::OUT_F32>::type out_t;
 
   const Fp8GemmArgs& p;
@@ -102,7 +111,7 @@ struct Fp8Epilogue {
     if (KDSL_FP8_DEV_SKIP_STORE && p.M > 0) return;  // (M > 0 always: not folded away)
     if (C::TMA_STORE && u.full && !KDSL_FP8_FULL_TILES_COPIED) {  // dense: TMA clips rows >= M, every unit is full
       stage(total, true);
-      if (!KDSL_FP8_DEV_SKIP_TMA_STORE || p.M <= 0) store_tma(u);
+      if (!kDeferStores && (!KDSL_FP8_DEV_SKIP_TMA_STORE || p.M <= 0)) store_tma(u);
     } else if (C::TMA_STORE && KDSL_FP8_FULL_TILES_COPIED) {
       stage(total, false);
       copy_rows(u);
@@ -183,6 +192,16 @@ struct Fp8Epilogue {
           }
         }
       }
+      bulk_commit();
+    }
+  }
+
+  // Box `box` of a staged full tile (kDeferStores: fp8_math issues them through the next unit).
+  KDSL_DEVICE void store_box(const Fp8Unit& u, int box) const {
+    if (warp == 0 && lane == 0) {
+      const int v = box / kColBlocks, cb = box % kColBlocks;
+      const u32 src = d_tile + (u32)(cb * BM * kSw + wave_row(v) * kSw);
+      tma_store_3d(td, src, u.n0 + cb * (kSw / kElem), u.m0 + wave_row(v), C::KIND == 2 ? u.g : 0);
       bulk_commit();
     }
   }

@@ -322,6 +322,12 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
 
   float acc[kFrag];  // no init: each K block's first wgmma runs with scale-d = 0
   float total[kWaves][kFrag];
+  // Deferred stores (Fp8Epilogue::kDeferStores): the staged unit and its boxes not yet issued.
+  Fp8Unit staged{};
+  int boxes_left = 0;
+  auto flush_boxes = [&]() {
+    for (; boxes_left > 0; --boxes_left) epilogue.store_box(staged, epilogue.kBoxes - boxes_left);
+  };
   for (;;) {
     mbar_wait(sm.full(pos.s), pos.phase);
     const Fp8Unit u = *sm.unit(pos.s);
@@ -388,6 +394,10 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
           WgmmaFp8<BN>::run(acc, da + 2 * k, db + 2 * k, k);  // k == 0 starts a fresh accumulator
         wgmma_commit();
         your_turn();
+        if (epilogue.kDeferStores && v == 0 && boxes_left > 0) {  // one box of the last unit a K block
+          epilogue.store_box(staged, epilogue.kBoxes - boxes_left);
+          --boxes_left;
+        }
         if (kPrefetch && kb + 1 < kb_end) {
           // The next stage's scales; not past the unit's last block, whose epilogue would
           // then wait for the next unit's first loads (masked groupings lost 4 % so).
@@ -419,8 +429,14 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
       }
       epilogue.add_partials(u, total);
     }
+    if (epilogue.kDeferStores) flush_boxes();  // before the staging tile is rewritten
     epilogue.store(u, total);
+    if (epilogue.kDeferStores && u.full) {
+      staged = u;
+      boxes_left = epilogue.kBoxes;
+    }
   }
+  if (epilogue.kDeferStores) flush_boxes();
   epilogue.finish();
 }
 
