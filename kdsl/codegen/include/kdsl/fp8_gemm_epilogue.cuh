@@ -46,11 +46,15 @@
 #ifndef KDSL_FP8_DEV_SKIP_TMA_STORE
 #define KDSL_FP8_DEV_SKIP_TMA_STORE 0
 #endif
-// 1: a full tile's TMA stores are issued one box per K block of the warpgroup's next unit
-// (fp8_math), not all at the tile's end, where they queued in the SM's TMA unit ahead of the
-// next unit's first loads. 0: the kernel.
+// A full tile's TMA stores, issued one box per K block of the warpgroup's next unit (fp8_math)
+// instead of all at the tile's end, where they queue in the SM's TMA unit ahead of the next
+// unit's first loads. Without any store at all (KDSL_FP8_DEV_SKIP_TMA_STORE) 192-row tiles ran
+// 4.6-7 % faster at K = 1536-2048 (H100, 2026-11-27, in turns). Deferred, in the same run:
+// 256-row tiles x1.004-1.017 (4096x7168x2048, 4096x4096x7168, 4096x7168x16384), masked x0.99;
+// 192- and 128-row tiles x0.94-0.98 (the leader's store between a wave's issue and its wait
+// delays a one-wave warpgroup). 1 (the kernel): 256-row tiles defer; 2: every tile; 0: none.
 #ifndef KDSL_FP8_DEFER_STORES
-#define KDSL_FP8_DEFER_STORES 0
+#define KDSL_FP8_DEFER_STORES 1
 #endif
 
 namespace kdsl {
@@ -96,7 +100,8 @@ struct Fp8Epilogue {
   static constexpr int kElem = C::kOutBytes, kSw = C::kSwD;
   // TMA store boxes of a full tile per warpgroup: a box is 64 rows x kSw bytes.
   static constexpr int kColBlocks = BN * kElem / kSw, kBoxes = kWaves * kColBlocks;
-  static constexpr bool kDeferStores = KDSL_FP8_DEFER_STORES && C::TMA_STORE && !C::ACCUM && !KDSL_FP8_FULL_TILES_COPIED;
+  static constexpr bool kDeferStores = (KDSL_FP8_DEFER_STORES == 2 || (KDSL_FP8_DEFER_STORES == 1 && kWaves == 2)) &&
+                                        C::TMA_STORE && !C::ACCUM && !KDSL_FP8_FULL_TILES_COPIED;
   typedef typename fp8_detail::OutType<C::OUT_F32>::type out_t;
 
   const Fp8GemmArgs& p;
