@@ -53,6 +53,11 @@
 // 256-row tiles x1.004-1.017 (4096x7168x2048, 4096x4096x7168, 4096x7168x16384), masked x0.99;
 // 192- and 128-row tiles x0.94-0.98 (the leader's store between a wave's issue and its wait
 // delays a one-wave warpgroup). 1 (the kernel): 256-row tiles defer; 2: every tile; 0: none.
+// 1: bf16 totals are staged with stmatrix (one instruction a 16 x 16 block, four times fewer
+// than 32-bit shared stores). 0: the kernel, st.shared.u32 per bf16 pair.
+#ifndef KDSL_FP8_STAGE_STMATRIX
+#define KDSL_FP8_STAGE_STMATRIX 0
+#endif
 #ifndef KDSL_FP8_DEFER_STORES
 #define KDSL_FP8_DEFER_STORES 1
 #endif
@@ -156,6 +161,24 @@ struct Fp8Epilogue {
     // 256x128 tile spilled 80 bytes so, 2026-11-25; 192x128 72 bytes).
     int t = (warp << 5) | lane;
     if (C::STREAM_K || C::kMathWG == 3) asm volatile("" : "+r"(t));
+    if (KDSL_FP8_STAGE_STMATRIX && !C::OUT_F32 && (kFrag / 4) % 2 == 0) {
+      // Matrices (rows +0 / +8) x (column groups j / j + 1): lane t addresses row t % 8 of
+      // matrix t / 8, i.e. row + 8 ((t >> 3) & 1), columns 8 (j + (t >> 4)).
+#pragma unroll
+      for (int v = 0; v < kWaves; ++v) {
+        const int row = wave_row(v) + (t >> 5) * 16 + (t & 7) + 8 * ((t >> 3) & 1);
+#pragma unroll
+        for (int j = 0; j < kFrag / 4; j += 2) {
+          const int byte = 8 * (j + ((t & 31) >> 4)) * kElem;
+          const float* f = &total[v][4 * j];
+          stmatrix_x4(d_tile + tile_offset(row, byte), pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]),
+                      pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+        }
+      }
+      if (for_tma) fence_proxy_async();
+      named_barrier(1 + wg, 128);
+      return;
+    }
 #pragma unroll
     for (int v = 0; v < kWaves; ++v) {
 #pragma unroll

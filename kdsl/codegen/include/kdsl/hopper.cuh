@@ -117,6 +117,13 @@ KDSL_DEVICE void tma_reduce_add_3d(const TmaDesc* desc, u32 src, int c0, int c1,
   asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
                :: "l"(reinterpret_cast<u64>(desc)), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
+// Four 8x8 b16 matrices to shared memory: lane i gives the address of row i % 8 of matrix
+// i / 8; register j of lane t holds row t / 4, columns 2 (t % 4) and + 1 of matrix j (the
+// layout of an mma / wgmma accumulator fragment packed to bf16 pairs).
+KDSL_DEVICE void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
 KDSL_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Until at most N of this thread's bulk groups still read their shared-memory source.
 template <int N>
