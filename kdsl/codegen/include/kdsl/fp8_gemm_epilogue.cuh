@@ -53,10 +53,12 @@
 // 256-row tiles x1.004-1.017 (4096x7168x2048, 4096x4096x7168, 4096x7168x16384), masked x0.99;
 // 192- and 128-row tiles x0.94-0.98 (the leader's store between a wave's issue and its wait
 // delays a one-wave warpgroup). 1 (the kernel): 256-row tiles defer; 2: every tile; 0: none.
-// 1: bf16 totals are staged with stmatrix (one instruction a 16 x 16 block, four times fewer
-// than 32-bit shared stores). 0: the kernel, st.shared.u32 per bf16 pair.
+// 1 (the kernel): bf16 totals are staged with stmatrix, one instruction a 16 x 16 block, four
+// times fewer than 32-bit shared stores. H100, in turns with an A/A row (2026-11-27): x1.010
+// (4096x24576x1536, 192x128), x1.028 (4096x7168x2048, 256x128), x1.007 (4096x4096x7168),
+// x1.007-1.013 (128x7168x2048, 64x112), grouped contiguous flat. 0: st.shared.u32 a bf16 pair.
 #ifndef KDSL_FP8_STAGE_STMATRIX
-#define KDSL_FP8_STAGE_STMATRIX 0
+#define KDSL_FP8_STAGE_STMATRIX 1
 #endif
 #ifndef KDSL_FP8_DEFER_STORES
 #define KDSL_FP8_DEFER_STORES 1
