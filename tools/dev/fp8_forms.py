@@ -4,7 +4,7 @@ _scaled_mm in one process (kdsl.bench.Timer.in_turns: same inputs, L2 flushed be
 launch). A form is a set of NVRTC defines (e.g. -DKDSL_FP8_SCALES_IN_RING=1); each variant
 is a (form, attrs) pair compiled for the shape it is timed on.
 
-    python3 tools/dev/fp8_forms.py [--reps 40] [--compile-only] [--only dense|grouped|small]
+    python3 tools/dev/fp8_forms.py [--reps 40] [--compile-only [--digest]] [--only dense|grouped|small]
                                    [--shapes "8192x8192x8192;masked:256x4096x7168x4"]
 
 --compile-only builds every variant for 132 SMs without a GPU and prints its resources
@@ -64,7 +64,23 @@ def cases(only: str):
     return out
 
 
-def compile_only(only: str) -> None:
+def sass_digest(cubin: bytes) -> str:
+    """A digest of the cubin's instructions (cuobjdump -sass without the encodings): equal
+    digests mean the same kernel, whatever else the ELF carries."""
+    import hashlib
+    import re
+    import subprocess
+    import tempfile
+    from kdsl import sass
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([sass.find_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    insns = [re.sub(r"/\* 0x[0-9a-f]+ \*/", "", line).strip() for line in text.splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/", line)]
+    return hashlib.sha256("\n".join(insns).encode()).hexdigest()[:12]
+
+
+def compile_only(only: str, digest: bool = False) -> None:
     import kdsl
     from kdsl import sass
     from kdsl.errors import KdslError
@@ -81,6 +97,8 @@ def compile_only(only: str) -> None:
             lk = b.kernel
             r = sass.inspect(b.compiled.cubin)
             res = f"regs {r.registers} local {r.local_bytes} spills {r.spill_ops} LDG {r.other_ops.get('LDG')}" if r else ""
+            if digest:
+                res += f" sass {sass_digest(b.compiled.cubin)}"
 
             print(f"{name} {m}x{n}x{k}x{g} {label(form, attrs)}: tile {lk.attr('tile_m')}x{lk.attr('tile_n')}x"
                   f"{lk.attr('stages')} cluster {lk.attr('cluster')} {lk.attr('multicast')} {res}", flush=True)
@@ -145,6 +163,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--digest", action="store_true", help="with --compile-only: a digest of each kernel's SASS "
+                                                           "(run in two trees to see which kernels a change left alone)")
     ap.add_argument("--only", default="all", choices=("all", "dense", "small", "grouped"))
     ap.add_argument("--variants", default="", help="';'-separated attrs (k=v,k=v) timed beside the kernel as it is; "
                                                     "FORM:k=v,... compiles one under a --form")
@@ -163,7 +183,7 @@ def main() -> None:
         VARIANTS.append((form or "now", {k: int(v) if v.isdigit() else {"true": True, "false": False}.get(v, v)
                                          for k, v in (kv.split("=") for kv in spec.split(","))}))
     if args.compile_only:
-        compile_only(only)
+        compile_only(only, args.digest)
     else:
         timed(only, args.reps)
 

@@ -29,20 +29,9 @@
 #define KDSL_FP8_DEV_SKIP_STORE 0
 #endif
 
-// 1: the TMA stores of out carry an L2 evict-first policy, so that out's lines (written once,
-// never read here) leave L2 before A's and B's (read by every tile of a row or column). 0:
-// the kernel (default policy).
-#ifndef KDSL_FP8_STORE_EVICT_FIRST
-#define KDSL_FP8_STORE_EVICT_FIRST 0
-#endif
 
-// 1: full tiles too are written by the warpgroup's threads from the staging tile (16-byte
-// stores, copy_rows) instead of by TMA stores, which share the SM's TMA unit with the
-// producer's loads. 0: the kernel. (KDSL_FP8_DEV_SKIP_TMA_STORE=1, timing only, wrong
-// results: full tiles are staged and never stored.)
-#ifndef KDSL_FP8_FULL_TILES_COPIED
-#define KDSL_FP8_FULL_TILES_COPIED 0
-#endif
+// 1 (tools/dev timing only, wrong results): full tiles are staged but never stored, to size
+// what the TMA stores cost the main loop. 0: the kernel.
 #ifndef KDSL_FP8_DEV_SKIP_TMA_STORE
 #define KDSL_FP8_DEV_SKIP_TMA_STORE 0
 #endif
@@ -108,7 +97,7 @@ struct Fp8Epilogue {
   // TMA store boxes of a full tile per warpgroup: a box is 64 rows x kSw bytes.
   static constexpr int kColBlocks = BN * kElem / kSw, kBoxes = kWaves * kColBlocks;
   static constexpr bool kDeferStores = (KDSL_FP8_DEFER_STORES == 2 || (KDSL_FP8_DEFER_STORES == 1 && kWaves == 2)) &&
-                                        C::TMA_STORE && !C::ACCUM && !KDSL_FP8_FULL_TILES_COPIED;
+                                        C::TMA_STORE && !C::ACCUM;
   typedef typename fp8_detail::OutType<C::OUT_F32>::type out_t;
 
   const Fp8GemmArgs& p;
@@ -121,12 +110,9 @@ struct Fp8Epilogue {
 
   KDSL_DEVICE void store(const Fp8Unit& u, const float (&total)[kWaves][kFrag]) const {
     if (KDSL_FP8_DEV_SKIP_STORE && p.M > 0) return;  // (M > 0 always: not folded away)
-    if (C::TMA_STORE && u.full && !KDSL_FP8_FULL_TILES_COPIED) {  // dense: TMA clips rows >= M, every unit is full
+    if (C::TMA_STORE && u.full) {  // dense: TMA clips rows >= M, every unit is full
       stage(total, true);
       if (!kDeferStores && (!KDSL_FP8_DEV_SKIP_TMA_STORE || p.M <= 0)) store_tma(u);
-    } else if (C::TMA_STORE && KDSL_FP8_FULL_TILES_COPIED) {
-      stage(total, false);
-      copy_rows(u);
     } else if (C::TMA_STORE && KDSL_FP8_STAGED_PARTIAL && C::KIND != 0) {
       // (Dense units are all full: TMA clips rows >= M. Their kernels keep the row-by-row
       // path compiled in as before; the staged one made the clustered 256-row tile spill.)
@@ -215,8 +201,6 @@ struct Fp8Epilogue {
           const int c0 = u.n0 + cb * (kSw / kElem), c1 = u.m0 + wave_row(v);
           if (C::ACCUM) {
             tma_reduce_add_3d(td, src, c0, c1, g);
-          } else if (KDSL_FP8_STORE_EVICT_FIRST) {
-            tma_store_3d_hint(td, src, c0, c1, g, l2_evict_first_policy());
           } else {
             tma_store_3d(td, src, c0, c1, g);
           }

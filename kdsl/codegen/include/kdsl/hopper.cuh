@@ -101,17 +101,6 @@ KDSL_DEVICE void tma_store_3d(const TmaDesc* desc, u32 src, int c0, int c1, int 
   asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
                :: "l"(reinterpret_cast<u64>(desc)), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
-// The same, with an L2 cache policy (l2_evict_first_policy): what is written and never read
-// again by the kernel need not push its inputs out of L2.
-KDSL_DEVICE void tma_store_3d_hint(const TmaDesc* desc, u32 src, int c0, int c1, int c2, u64 policy) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4}], [%1], %5;\n"
-               :: "l"(reinterpret_cast<u64>(desc)), "r"(src), "r"(c0), "r"(c1), "r"(c2), "l"(policy) : "memory");
-}
-KDSL_DEVICE u64 l2_evict_first_policy() {
-  u64 policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
 // global += shared, element-wise (the map's element type, e.g. f32), for D = C + A B^T.
 KDSL_DEVICE void tma_reduce_add_3d(const TmaDesc* desc, u32 src, int c0, int c1, int c2) {
   asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
