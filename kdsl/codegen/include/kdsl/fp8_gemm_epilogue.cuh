@@ -96,6 +96,7 @@ struct Fp8Epilogue {
   static constexpr int kElem = C::kOutBytes, kSw = C::kSwD;
   // TMA store boxes of a full tile per warpgroup: a box is 64 rows x kSw bytes.
   static constexpr int kColBlocks = BN * kElem / kSw, kBoxes = kWaves * kColBlocks;
+  static constexpr bool kStmatrix = KDSL_FP8_STAGE_STMATRIX && !C::OUT_F32;  // (BN % 16 == 0: j pairs)
   static constexpr bool kDeferStores = (KDSL_FP8_DEFER_STORES == 2 || (KDSL_FP8_DEFER_STORES == 1 && kWaves == 2)) &&
                                         C::TMA_STORE && !C::ACCUM;
   typedef typename fp8_detail::OutType<C::OUT_F32>::type out_t;
@@ -149,24 +150,33 @@ struct Fp8Epilogue {
     // 256x128 tile spilled 80 bytes so, 2026-11-25; 192x128 72 bytes).
     int t = (warp << 5) | lane;
     if (C::STREAM_K || C::kMathWG == 3) asm volatile("" : "+r"(t));
-    if (KDSL_FP8_STAGE_STMATRIX && !C::OUT_F32 && (kFrag / 4) % 2 == 0) {
-      // Matrices (rows +0 / +8) x (column groups j / j + 1): lane t addresses row t % 8 of
-      // matrix t / 8, i.e. row + 8 ((t >> 3) & 1), columns 8 (j + (t >> 4)).
-#pragma unroll
-      for (int v = 0; v < kWaves; ++v) {
-        const int row = wave_row(v) + (t >> 5) * 16 + (t & 7) + 8 * ((t >> 3) & 1);
-#pragma unroll
-        for (int j = 0; j < kFrag / 4; j += 2) {
-          const int byte = 8 * (j + ((t & 31) >> 4)) * kElem;
-          const float* f = &total[v][4 * j];
-          stmatrix_x4(d_tile + tile_offset(row, byte), pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]),
-                      pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
-        }
-      }
-      if (for_tma) fence_proxy_async();
-      named_barrier(1 + wg, 128);
-      return;
+    if (kStmatrix) {
+      stage_by_matrices(total, t);
+    } else {
+      stage_by_words(total, t);
     }
+    if (for_tma) fence_proxy_async();
+    named_barrier(1 + wg, 128);
+  }
+
+  // bf16 by stmatrix: matrices (rows +0 / +8) x (column groups j / j + 1); lane t addresses
+  // row t % 8 of matrix t / 8, i.e. row + 8 ((t >> 3) & 1), columns 8 (j + (t >> 4)).
+  KDSL_DEVICE void stage_by_matrices(const float (&total)[kWaves][kFrag], int t) const {
+#pragma unroll
+    for (int v = 0; v < kWaves; ++v) {
+      const int row = wave_row(v) + (t >> 5) * 16 + (t & 7) + 8 * ((t >> 3) & 1);
+#pragma unroll
+      for (int j = 0; j < kFrag / 4; j += 2) {
+        const int byte = 8 * (j + ((t & 31) >> 4)) * kElem;
+        const float* f = &total[v][4 * j];
+        stmatrix_x4(d_tile + tile_offset(row, byte), pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]),
+                    pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+      }
+    }
+  }
+
+  // A bf16 pair (st.shared.u32) or an f32 pair (st.shared.v2.f32) per store.
+  KDSL_DEVICE void stage_by_words(const float (&total)[kWaves][kFrag], int t) const {
 #pragma unroll
     for (int v = 0; v < kWaves; ++v) {
 #pragma unroll
@@ -185,8 +195,6 @@ struct Fp8Epilogue {
         }
       }
     }
-    if (for_tma) fence_proxy_async();
-    named_barrier(1 + wg, 128);
   }
 
   // One thread issues the tile's boxes (after stage(total, true)).
