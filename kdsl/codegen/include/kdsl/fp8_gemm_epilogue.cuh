@@ -29,19 +29,12 @@
 #define KDSL_FP8_DEV_SKIP_STORE 0
 #endif
 
-
 // 1 (tools/dev timing only, wrong results): full tiles are staged but never stored, to size
 // what the TMA stores cost the main loop. 0: the kernel.
 #ifndef KDSL_FP8_DEV_SKIP_TMA_STORE
 #define KDSL_FP8_DEV_SKIP_TMA_STORE 0
 #endif
-// A full tile's TMA stores, issued one box per K block of the warpgroup's next unit (fp8_math)
-// instead of all at the tile's end, where they queue in the SM's TMA unit ahead of the next
-// unit's first loads. Without any store at all (KDSL_FP8_DEV_SKIP_TMA_STORE) 192-row tiles ran
-// 4.6-7 % faster at K = 1536-2048 (H100, 2026-11-27, in turns). Deferred, in the same run:
-// 256-row tiles x1.004-1.017 (4096x7168x2048, 4096x4096x7168, 4096x7168x16384), masked x0.99;
-// 192- and 128-row tiles x0.94-0.98 (the leader's store between a wave's issue and its wait
-// delays a one-wave warpgroup). 1 (the kernel): 256-row tiles defer; 2: every tile; 0: none.
+
 // 1 (the kernel): bf16 totals are staged with stmatrix, one instruction a 16 x 16 block, four
 // times fewer than 32-bit shared stores. H100, in turns with an A/A row (2026-11-27): x1.010
 // (4096x24576x1536, 192x128), x1.028 (4096x7168x2048, 256x128), x1.007 (4096x4096x7168),
@@ -49,6 +42,14 @@
 #ifndef KDSL_FP8_STAGE_STMATRIX
 #define KDSL_FP8_STAGE_STMATRIX 1
 #endif
+
+// A full tile's TMA stores, issued one box per K block of the warpgroup's next unit (fp8_math)
+// instead of all at the tile's end, where they queue in the SM's TMA unit ahead of the next
+// unit's first loads (without them, KDSL_FP8_DEV_SKIP_TMA_STORE, 192-row tiles ran 4.6-7 %
+// faster at K = 1536-2048). H100, in turns (2026-11-27): 256-row tiles x1.010 (4096x4096x7168)
+// and x1.027 (4096x7168x16384), within 0.3 % elsewhere, masked x0.994; one-wave tiles (192, 128
+// rows) x0.94-0.98, the leader's store sitting between its only wave's issue and wait.
+// 1 (the kernel): 256-row tiles defer; 2: every tile; 0: none.
 #ifndef KDSL_FP8_DEFER_STORES
 #define KDSL_FP8_DEFER_STORES 1
 #endif
@@ -98,7 +99,7 @@ struct Fp8Epilogue {
   static constexpr int kColBlocks = BN * kElem / kSw, kBoxes = kWaves * kColBlocks;
   static constexpr bool kStmatrix = KDSL_FP8_STAGE_STMATRIX && !C::OUT_F32;  // (BN % 16 == 0: j pairs)
   static constexpr bool kDeferStores = (KDSL_FP8_DEFER_STORES == 2 || (KDSL_FP8_DEFER_STORES == 1 && kWaves == 2)) &&
-                                        C::TMA_STORE && !C::ACCUM;
+                                        C::TMA_STORE && !C::ACCUM && !KDSL_FP8_DEV_SKIP_STORE && !KDSL_FP8_DEV_SKIP_TMA_STORE;
   typedef typename fp8_detail::OutType<C::OUT_F32>::type out_t;
 
   const Fp8GemmArgs& p;
@@ -109,6 +110,8 @@ struct Fp8Epilogue {
   // First row of wave v of this warpgroup within the tile (each wave is 64 rows per warpgroup).
   KDSL_DEVICE int wave_row(int v) const { return v * 128 + wg * 64; }
 
+  // Writes the unit's totals; a full tile with kDeferStores is only staged, its boxes left to
+  // the caller (store_box, one at a time).
   KDSL_DEVICE void store(const Fp8Unit& u, const float (&total)[kWaves][kFrag]) const {
     if (KDSL_FP8_DEV_SKIP_STORE && p.M > 0) return;  // (M > 0 always: not folded away)
     if (C::TMA_STORE && u.full) {  // dense: TMA clips rows >= M, every unit is full

@@ -431,7 +431,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     }
     if (epilogue.kDeferStores) flush_boxes();  // before the staging tile is rewritten
     epilogue.store(u, total);
-    if (epilogue.kDeferStores && u.full) {
+    if (epilogue.kDeferStores && u.full) {  // staged: its boxes go out during the next unit
       staged = u;
       boxes_left = epilogue.kBoxes;
     }
