@@ -116,7 +116,7 @@ struct Fp8Epilogue {
     if (KDSL_FP8_DEV_SKIP_STORE && p.M > 0) return;  // (M > 0 always: not folded away)
     if (C::TMA_STORE && u.full) {  // dense: TMA clips rows >= M, every unit is full
       stage(total, true);
-      if (!kDeferStores && (!KDSL_FP8_DEV_SKIP_TMA_STORE || p.M <= 0)) store_tma(u);
+      if (!kDeferStores && !C::kProducerStores && (!KDSL_FP8_DEV_SKIP_TMA_STORE || p.M <= 0)) store_tma(u);
     } else if (C::TMA_STORE && KDSL_FP8_STAGED_PARTIAL && C::KIND != 0) {
       // (Dense units are all full: TMA clips rows >= M. Their kernels keep the row-by-row
       // path compiled in as before; the staged one made the clustered 256-row tile spill.)
@@ -145,7 +145,7 @@ struct Fp8Epilogue {
   // the TMA engine reads the tile next, so the generic stores are fenced for its proxy.
   KDSL_DEVICE void stage(const float (&total)[kWaves][kFrag], bool for_tma) const {
     const bool leader = warp == 0 && lane == 0;
-    if (leader) bulk_wait_read<0>();
+    if (leader && !C::kProducerStores) bulk_wait_read<0>();  // (else fp8_math waited on "free")
     named_barrier(1 + wg, 128);
     // Under stream-K and with three math warpgroups (160 registers) the fragment's offsets are
     // computed here, per unit: left to itself the compiler hoists them out of the persistent
@@ -229,6 +229,13 @@ struct Fp8Epilogue {
       tma_store_3d(td, src, u.n0 + cb * (kSw / kElem), u.m0 + wave_row(v), C::KIND == 2 ? u.g : 0);
       bulk_commit();
     }
+  }
+  // Box `box` of math warpgroup `wg`'s rows of a staged full tile, by any one thread (the
+  // producer's leader, with store = "producer").
+  KDSL_DEVICE static void issue_box(u32 d_tile, const TmaDesc* td, const Fp8Unit& u, int wg, int box) {
+    const int v = box / kColBlocks, cb = box % kColBlocks, row = v * 128 + wg * 64;
+    const u32 src = d_tile + (u32)(cb * BM * kSw + row * kSw);
+    tma_store_3d(td, src, u.n0 + cb * (kSw / kElem), u.m0 + row, C::KIND == 2 ? u.g : 0);
   }
 
   // The staged rows of this warpgroup that may be written, 16 bytes a thread: rows below the

@@ -43,6 +43,17 @@ KDSL_DEVICE bool mbar_try_wait(u32 bar, u32 parity) {
       : "=r"(done) : "r"(bar), "r"(parity) : "memory");
   return done != 0;
 }
+// The same test without try_wait's bounded suspension: for a thread that polls a barrier
+// between other work.
+KDSL_DEVICE bool mbar_test_wait(u32 bar, u32 parity) {
+  u32 done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0;
+}
 KDSL_DEVICE void mbar_wait(u32 bar, u32 parity) {
   while (!mbar_try_wait(bar, parity)) {}
 }
