@@ -4,10 +4,11 @@
 //
 // TMA path (a tile whose existing rows may all be written): the warpgroup stages its rows in
 // its own rows of a BM x BN shared tile, laid out as column blocks of SW bytes a row in the
-// SW-byte TMA swizzle (conflict-free for the fragment layout), and one thread issues a
-// store (or a reduce-add) per 64-row x SW-byte box. The store runs while the next unit's
-// K loop does; the tile is rewritten only after that thread saw the previous stores finish
-// reading it. Staged path (a tile holding rows to leave untouched: a masked group's last
+// SW-byte TMA swizzle (conflict-free for the fragment layout; bf16 by stmatrix), and one
+// thread issues a store (or a reduce-add) per 64-row x SW-byte box: at the unit's end, or
+// (256-row tiles, kDeferStores) one box per K block of the next unit, or (store = "producer")
+// from the producer warp. The store runs while the next unit's K loop does; the tile is
+// rewritten only after the issuing thread saw the previous stores finish reading it. Staged path (a tile holding rows to leave untouched: a masked group's last
 // rows, another group's rows): the same staging, then the warpgroup's threads copy the rows
 // that may be written from the tile to `out`, 16 bytes a thread, consecutive threads along a
 // row (a TMA box cannot stop at an arbitrary row). Row-by-row path (an out whose row pitch
