@@ -9,8 +9,8 @@ partial (the partial-tile store path) at the same work; 192 / 160 leave its seco
 Every output is checked against the reference, and rows past a group's count must stay NaN.
 The "read B" row is torch summing B's bytes under the same flush: the time any kernel that
 reads all of B once needs (the floor the masked kernel is held to); "read B, 16-byte loads" is
-read_ceiling.py's plain read kernel (16 CTAs of 256 threads an SM), in case torch's sum is not
-the fastest read. --flush read evicts L2 by reading 256 MB instead of writing it (the suite's
+kdsl bench's own floor (bench.read_once: a plain read kernel, 16 CTAs of 256 threads an SM),
+in case torch's sum is not the fastest read. --flush read evicts L2 by reading 256 MB instead of writing it (the suite's
 write leaves ~50 MB of dirty lines that drain while the timed kernel reads HBM), to size what
 that costs a kernel bound by HBM.
 
@@ -58,7 +58,6 @@ def main() -> None:
     if args.flush == "read":  # the same buffer, read: L2 ends up holding clean lines only
         flush_buf = timer.flush_buf
         timer.flush_buf = type("ReadFlush", (), {"fill_": lambda self, v: flush_buf.view(torch.int64).sum()})()
-    read16 = _read_kernel(torch)
     print(torch.cuda.get_device_name(), flush=True)
     mod = kdsl.load(ROOT / "samples" / "fp8_grouped_masked.kd")
     gen = torch.Generator(device="cpu").manual_seed(7)
@@ -87,7 +86,7 @@ def main() -> None:
         b_words = b.view(torch.float32)  # (the sum of B's bytes as floats: a bandwidth-bound read)
         fns["read B"] = lambda: b_words.sum()
         notes["read B"] = f"{b.numel() / 2**20:.0f} MiB"
-        fns["read B, 16-byte loads"] = lambda: read16(b)
+        fns["read B, 16-byte loads"] = lambda: bench.read_once(b)
         notes["read B, 16-byte loads"] = notes["read B"]
         times = timer.in_turns(fns)
         base = times[forms[0]]
@@ -96,21 +95,6 @@ def main() -> None:
             print(f"  {lab:34s} {t * 1e3:8.1f} us {2 * rows * N * K / t / 1e9:7.1f} TFLOPS  x{base / t:5.3f}  "
                   f"{notes[lab]}", flush=True)
         del ref
-
-
-def _read_kernel(torch):
-    """read_ceiling.py's read kernel over a tensor's bytes, on torch's current stream."""
-    import cupy
-    from read_ceiling import SOURCE
-    kern = cupy.RawKernel(SOURCE, "read_all")
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    sink = cupy.zeros(1, dtype=cupy.uint32)
-
-    def read(t):
-        assert t.is_contiguous() and t.numel() * t.element_size() % 16 == 0
-        with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            kern((16 * sms,), (256,), (cupy.uint64(t.data_ptr()), cupy.int64(t.numel() * t.element_size() // 16), sink))
-    return read
 
 
 if __name__ == "__main__":
