@@ -162,21 +162,6 @@ def test_fixed_attrs_are_kept_and_the_rest_is_chosen_around_them():
     assert (c["tile_m"], c["tile_n"], c["stages"], c["multicast"]) == (128, 128, 2, "b")
 
 
-def test_stores_by_the_producer_only_where_asked_and_possible():
-    """store = "producer" (the producer warp issues the TMA stores): never the model's own pick;
-    on one-wave tiles without a cluster or stream-K; its handshake counted in shared memory."""
-    p = Problem(4096, 24576, 1536, 1, "dense", 2)
-    assert choose(p, 132, SMEM)["store"] == "tma"
-    c = choose(p, 132, SMEM, {"tile_m": 192, "store": "producer"})
-    assert c["store"] == "producer" and c["cluster"] == 1 and not c["stream_k"]
-    assert gemm_tiles.config_smem_bytes(p, c) == smem_bytes(192, c["tile_n"], c["stages"], 2, True) + 3 * 48 <= SMEM
-    for fixed in ({"tile_m": 256}, {"cluster": 2, "multicast": "a"}, {"tile_m": 128, "stream_k": True}):
-        with pytest.raises(KdslError, match="needs a tile of one m64 wave"):
-            choose(p, 132, SMEM, {"store": "producer", **fixed})
-    with pytest.raises(KdslError, match="not accumulated"):
-        choose(Problem(4096, 4096, 7168, 1, "dense", 4, accumulate=True), 132, SMEM, {"store": "producer"})
-
-
 @pytest.mark.parametrize("fixed,needle", [
     ({"tile_n": 176}, "tile_n = 176 is not supported; choose one of 16, 32"),
     ({"tile_m": 96}, "tile_m = 96 is not supported"),
@@ -187,7 +172,6 @@ def test_stores_by_the_producer_only_where_asked_and_possible():
     ({"tile_m": 192, "tile_n": 144}, "more accumulator registers"),  # three warpgroups: 160 registers
     ({"cluster": 2, "multicast": "a", "tile_n": 128}, "needs an even number of them (here 3)"),
     ({"store": "tma"}, "multiple of 16 bytes (N = 300)"),
-    ({"store": "producer"}, "store = \"producer\" needs out's rows to be a multiple of 16 bytes"),
 ])
 def test_impossible_attrs_are_refused_with_the_reason(fixed, needle):
     p = Problem(4096, 300, 1024, 1, "dense", 2)

@@ -31,9 +31,7 @@ CLUSTERS = (1,)
 BLOCK_N = tuple(n for n in range(16, 193, 16) if n - math.gcd(n, 128) <= 128)
 MAX_STAGES = 8
 MULTICAST = ("none", "a", "b")
-# "producer": TMA stores issued by the producer warp (one-wave tiles; asked for only, not yet
-# measured: fp8_gemm_epilogue.cuh's Fp8Config::kProducerStores)
-STORES = ("tma", "rows", "producer")
+STORES = ("tma", "rows")
 CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", "store", "stream_k")
 # The problem a kernel's tiles are chosen for when no call has said (kdsl compile, prebuilds):
 # the shapes `kdsl bench FILE.kd` times. (M, N, K, G).
@@ -72,19 +70,12 @@ def threads(bm: int) -> int:
     return 128 * math_warpgroups(bm) + 128
 
 
-def smem_bytes(bm: int, bn: int, stages: int, out_bytes: int, tma_store: bool, producer_stores: bool = False) -> int:
+def smem_bytes(bm: int, bn: int, stages: int, out_bytes: int, tma_store: bool) -> int:
     """fp8_gemm_wgmma.cuh's Fp8Config::kSmemBytes: per stage the A and B tiles, A's scales,
     16 bytes of B's scales, 32 of the published unit, two mbarriers; once the staging tile of
-    the TMA store, and with stores issued by the producer two mbarriers and a unit per math
-    warpgroup; + 1024 to realign to the 128-byte swizzle's 1024-byte period."""
+    the TMA store; + 1024 to realign to the 128-byte swizzle's 1024-byte period."""
     per_stage = (bm + bn) * 128 + bm * 4 + 16 + 32 + 16
-    return (1024 + stages * per_stage + (bm * bn * out_bytes if tma_store else 0)
-            + (math_warpgroups(bm) * 48 if producer_stores else 0))
-
-
-def config_smem_bytes(p: Problem, c: dict) -> int:
-    """smem_bytes of a configuration (its tile, stages and store path)."""
-    return smem_bytes(c["tile_m"], c["tile_n"], c["stages"], p.out_bytes, c["store"] != "rows", c["store"] == "producer")
+    return 1024 + stages * per_stage + (bm * bn * out_bytes if tma_store else 0)
 
 
 def store_fits(p: Problem) -> bool:
@@ -231,8 +222,7 @@ def tile_cost_factor(bm: int, bn: int) -> float:
 def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     """Every legal configuration agreeing with `fixed`, as attribute dicts, with the reason
     the last one was turned down (for the error when none is left)."""
-    store = fixed.get("store", "tma" if store_fits(p) else "rows")
-    tma, producer = store != "rows", store == "producer"
+    tma = fixed.get("store", "tma" if store_fits(p) else "rows") == "tma"
     # Masked groups are not given 192-row tiles: at 4 x <= 256 rows, N 4096, K 7168 (H100,
     # 2026-11-27, tools/dev/fp8_forms.py) 192x128 ran 0.70x of 128x128. 256x128 (one wave of
     # 128 tiles) ran 1.03-1.05x of 128x128 at 135-256 rows a group and 0.90x at 128 (each
@@ -245,13 +235,13 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
             for bm in ms:
                 for bn in BLOCK_N:
                     num_m, num_n, blocks = tiles_of(p, bm, bn)
-                    fixed_part = smem_bytes(bm, bn, 0, p.out_bytes, tma, producer)
-                    stages = fixed.get("stages") or min(MAX_STAGES, (smem_limit - fixed_part)
-                                                        // (smem_bytes(bm, bn, 1, p.out_bytes, tma, producer) - fixed_part))
+                    stages = fixed.get("stages") or min(MAX_STAGES, (smem_limit - smem_bytes(bm, bn, 0, p.out_bytes, tma))
+                                                         // (smem_bytes(bm, bn, 1, p.out_bytes, tma) -
+                                                             smem_bytes(bm, bn, 0, p.out_bytes, tma)))
                     for stream_k in (False, True):
                         cfg = {"tile_m": bm, "tile_n": bn, "stages": stages, "cluster": cluster,
                                "multicast": multicast, "raster": fixed.get("raster") or raster_for(bm, bn, multicast, sms),
-                               "store": store, "stream_k": stream_k}
+                               "store": "tma" if tma else "rows", "stream_k": stream_k}
                         if any(cfg[a] != v for a, v in fixed.items()):
                             continue
                         reason = _illegal(p, cfg, num_m, num_n, sms, smem_limit, explicit="stages" in fixed)
@@ -267,16 +257,13 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
 
 def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: int, explicit: bool) -> str:
     bm, bn, st = c["tile_m"], c["tile_n"], c["stages"]
-    if c["store"] != "rows" and not store_fits(p):
-        return f"store = \"{c['store']}\" needs out's rows to be a multiple of 16 bytes (N = {p.N})"
-    if c["store"] == "producer" and (waves_of(bm) != 1 or c["cluster"] != 1 or c["stream_k"] or p.accumulate):
-        return ("store = \"producer\" needs a tile of one m64 wave a math warpgroup (tile_m 64, 128 or 192), "
-                "no cluster, no stream_k and an out that is not accumulated")
+    if c["store"] == "tma" and not store_fits(p):
+        return f"store = \"tma\" needs out's rows to be a multiple of 16 bytes (N = {p.N})"
     if c["cluster"] == 2 and sms % 2:
         return f"a cluster of 2 needs an even SM count, not {sms}"
     if bn // 2 * (waves_of(bm) + 1) > ACCUMULATOR_FLOATS[math_warpgroups(bm)]:
         return f"tile {bm}x{bn} needs more accumulator registers than the math warpgroups have"
-    if config_smem_bytes(p, c) > smem_limit:
+    if smem_bytes(bm, bn, st, p.out_bytes, c["store"] == "tma") > smem_limit:
         return f"tile {bm}x{bn} with {st} stages needs more than {smem_limit} bytes of shared memory"
     if st < 2 or (not explicit and (st < 3 or (bm * bn < 128 * 192 and st < 4))):
         return f"tile {bm}x{bn} leaves room for {st} stages only"

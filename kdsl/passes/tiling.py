@@ -465,6 +465,6 @@ def _gemm(k: ir.Kernel, target: Target) -> ir.Kernel:
     problem = gemm_problem(k)
     sms = k.attr("sms") or target.sms
     cfg = gemm_tiles.choose(problem, sms, target.smem_per_block, dict(k.attrs))
-    smem = gemm_tiles.config_smem_bytes(problem, cfg)
+    smem = gemm_tiles.smem_bytes(cfg["tile_m"], cfg["tile_n"], cfg["stages"], problem.out_bytes, cfg["store"] == "tma")
     shape = [problem.M, problem.N, problem.K, problem.G]
     return k.with_attrs(shape=shape, sms=sms, **cfg, tile_k=128, smem_bytes=smem)

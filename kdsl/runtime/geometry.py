@@ -71,7 +71,7 @@ def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: i
     bm, bn, mcast = cfg["tile_m"], cfg["tile_n"], cfg["multicast"]
     maps = [("u8", (K, M, ga), (K, M * K), (128, bm // (2 if mcast == "a" else 1), 1), 128),
             ("u8", (K, N, gb), (K, N * K), (128, bn // (2 if mcast == "b" else 1), 1), 128)]
-    if cfg["store"] != "rows":  # 64-row boxes, one swizzle width of columns (fp8_gemm_epilogue.cuh)
+    if cfg["store"] == "tma":  # 64-row boxes, one swizzle width of columns (fp8_gemm_epilogue.cuh)
         sw = next(w for w in (128, 64, 32) if bn * out_bytes % w == 0)
         maps.append(("f32" if out_bytes == 4 else "bf16", (N, M, ga), (N * out_bytes, M * N * out_bytes),
                      (sw // out_bytes, 64, 1), sw))

@@ -42,8 +42,6 @@ CONFIGS = [
     {"tile_m": 128, "tile_n": 128, "cluster": 1, "store": "rows"},
     {"tile_m": 192, "tile_n": 128, "cluster": 1},  # three math warpgroups in turns
     {"tile_m": 192, "tile_n": 48, "cluster": 1, "store": "rows"},
-    {"tile_m": 64, "tile_n": 48, "cluster": 1, "store": "producer"},  # TMA stores by the producer warp
-    {"tile_m": 192, "tile_n": 128, "cluster": 1, "store": "producer"},
 ]
 
 
@@ -80,8 +78,7 @@ GROUPED_CFGS = {"picked": {}, "bm64": {"tile_m": 64, "cluster": 1}, "cluster2": 
                 "bm128": {"tile_m": 128, "tile_n": 128, "cluster": 1},  # a warpgroup with no rows skips its unit
                 "bm256": {"tile_m": 256, "tile_n": 64, "cluster": 1},  # ping-pong, two waves a warpgroup
                 "bm192": {"tile_m": 192, "tile_n": 96, "cluster": 1},  # three warpgroups in turns
-                "rows": {"tile_m": 128, "tile_n": 112, "store": "rows", "cluster": 1},
-                "producer": {"tile_m": 128, "tile_n": 64, "store": "producer", "cluster": 1}}
+                "rows": {"tile_m": 128, "tile_n": 112, "store": "rows", "cluster": 1}}
 ACCUMULATE_CFGS = [{}, {"store": "rows"}, {"tile_m": 64, "cluster": 1}]
 ACCUMULATE_SHAPES = [(4096, 4096, 1024), (129, 130, 256), (1, 64, 128)]
 
@@ -89,16 +86,6 @@ ACCUMULATE_SHAPES = [(4096, 4096, 1024), (129, 130, 256), (1, 64, 128)]
 @pytest.mark.parametrize("M,N,K", DENSE_SHAPES)
 def test_dense_at_the_tiles_each_shape_picks(M, N, K):
     _judge(_mod("fp8_gemm").fp8_gemm, GemmCase(M, N, K, seed=M + N + K))
-
-
-@pytest.mark.parametrize("cfg", [{"tile_m": 192, "tile_n": 128}, {"tile_m": 128, "tile_n": 128}, {"tile_m": 64, "tile_n": 112}],
-                         ids=["bm192", "bm128", "bm64"])
-def test_stores_by_the_producer_over_many_tiles_a_cta(cfg):
-    """store = "producer": every CTA stages and hands over several tiles, so each warpgroup waits
-    for the producer to free its rows of the staging tile before it stages again."""
-    fn = _mod("fp8_gemm").fp8_gemm.with_attrs(cluster=1, store="producer", **cfg)
-    for i, (m, n, k) in enumerate([(4096, 3008, 512), (2999, 2112, 1280), (1000, 7168, 128)]):
-        _judge(fn, GemmCase(m, n, k, seed=100 + i))
 
 
 @pytest.mark.parametrize("cfg", GROUPED_CFGS.values(), ids=GROUPED_CFGS.keys())

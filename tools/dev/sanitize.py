@@ -1,7 +1,6 @@
 """Every attention sample (and bench/variants.kd) at lengths 1, 63, 129 and 1000, with M != N
 and with GQA, plus small and ragged FP8 GEMMs in each configuration family (tile_m 64 and 128,
-a 2-CTA cluster, row-by-row stores, stores by the producer warp): a workload for
-compute-sanitizer.
+a 2-CTA cluster, row-by-row stores): a workload for compute-sanitizer.
 
     compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/dev/sanitize.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --quick
@@ -33,9 +32,7 @@ if stream_only or table_only:
 FP8_CONFIGS = [{}, {"tile_m": 64, "tile_n": 48, "cluster": 1}, {"tile_m": 128, "tile_n": 64, "cluster": 2, "multicast": "a"},
                {"tile_m": 128, "tile_n": 64, "cluster": 1, "store": "rows"},
                {"tile_m": 256, "tile_n": 64, "cluster": 1},  # ping-pong
-               {"tile_m": 192, "tile_n": 64, "cluster": 1},  # three warpgroups in turns
-               {"tile_m": 64, "tile_n": 48, "cluster": 1, "store": "producer"},  # stores by the producer warp
-               {"tile_m": 192, "tile_n": 64, "cluster": 1, "store": "producer"}]
+               {"tile_m": 192, "tile_n": 64, "cluster": 1}]  # three warpgroups in turns
 shapes = [(1, 2, 2, 1, 1, 64), (1, 2, 2, 63, 63, 128), (1, 2, 2, 129, 129, 64), (1, 2, 2, 1000, 1000, 128),
           (2, 2, 2, 63, 1000, 128), (1, 4, 2, 129, 63, 64), (1, 4, 1, 1000, 129, 128)]
 if quick:
@@ -80,16 +77,6 @@ for f in files:
                         fn.with_attrs(**cfg)(a, sa, b, sb, *extra, out=out)
                     except kdsl.KdslError:  # this configuration cannot pair the shape's tiles
                         continue
-                    n += 1
-            if not kir.attr("accumulate"):  # stores by the producer, many tiles a CTA (its "free" waits)
-                G, M, N, K = 3, 1000, 1504, 384
-                a, sa = fp8.quantize_1x128(torch.randn((G, M, K) if g == "masked" else (M, K), device="cuda"))
-                b, sb = fp8.quantize_128x128(torch.randn((N, K) if g == "dense" else (G, N, K), device="cuda"))
-                extra = () if g == "dense" else ((torch.randint(-1, G, (M,), device="cuda", dtype=torch.int32),)
-                                                 if g == "contiguous" else
-                                                 (torch.randint(M // 2, M + 1, (G,), device="cuda", dtype=torch.int32),))
-                for tm in (64, 128):
-                    fn.with_attrs(tile_m=tm, tile_n=48, cluster=1, store="producer")(a, sa, b, sb, *extra)
                     n += 1
             if g == "dense":  # stream-K: more tiles than SMs (132), tiles split over CTAs
                 a, sa = fp8.quantize_1x128(torch.randn(2000, 384, device="cuda"))

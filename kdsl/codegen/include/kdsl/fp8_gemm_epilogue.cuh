@@ -4,11 +4,10 @@
 //
 // TMA path (a tile whose existing rows may all be written): the warpgroup stages its rows in
 // its own rows of a BM x BN shared tile, laid out as column blocks of SW bytes a row in the
-// SW-byte TMA swizzle (conflict-free for the fragment layout; bf16 by stmatrix), and one
-// thread issues a store (or a reduce-add) per 64-row x SW-byte box: at the unit's end, or
-// (256-row tiles, kDeferStores) one box per K block of the next unit, or (store = "producer")
-// from the producer warp. The store runs while the next unit's K loop does; the tile is
-// rewritten only after the issuing thread saw the previous stores finish reading it. Staged path (a tile holding rows to leave untouched: a masked group's last
+// SW-byte TMA swizzle (conflict-free for the fragment layout), and one thread issues a
+// store (or a reduce-add) per 64-row x SW-byte box. The store runs while the next unit's
+// K loop does; the tile is rewritten only after that thread saw the previous stores finish
+// reading it. Staged path (a tile holding rows to leave untouched: a masked group's last
 // rows, another group's rows): the same staging, then the warpgroup's threads copy the rows
 // that may be written from the tile to `out`, 16 bytes a thread, consecutive threads along a
 // row (a TMA box cannot stop at an arbitrary row). Row-by-row path (an out whose row pitch
@@ -117,7 +116,7 @@ struct Fp8Epilogue {
     if (KDSL_FP8_DEV_SKIP_STORE && p.M > 0) return;  // (M > 0 always: not folded away)
     if (C::TMA_STORE && u.full) {  // dense: TMA clips rows >= M, every unit is full
       stage(total, true);
-      if (!kDeferStores && !C::kProducerStores && (!KDSL_FP8_DEV_SKIP_TMA_STORE || p.M <= 0)) store_tma(u);
+      if (!kDeferStores && (!KDSL_FP8_DEV_SKIP_TMA_STORE || p.M <= 0)) store_tma(u);
     } else if (C::TMA_STORE && KDSL_FP8_STAGED_PARTIAL && C::KIND != 0) {
       // (Dense units are all full: TMA clips rows >= M. Their kernels keep the row-by-row
       // path compiled in as before; the staged one made the clustered 256-row tile spill.)
@@ -146,7 +145,7 @@ struct Fp8Epilogue {
   // the TMA engine reads the tile next, so the generic stores are fenced for its proxy.
   KDSL_DEVICE void stage(const float (&total)[kWaves][kFrag], bool for_tma) const {
     const bool leader = warp == 0 && lane == 0;
-    if (leader && !C::kProducerStores) bulk_wait_read<0>();  // (else fp8_math waited on "free")
+    if (leader) bulk_wait_read<0>();
     named_barrier(1 + wg, 128);
     // Under stream-K and with three math warpgroups (160 registers) the fragment's offsets are
     // computed here, per unit: left to itself the compiler hoists them out of the persistent
@@ -230,13 +229,6 @@ struct Fp8Epilogue {
       tma_store_3d(td, src, u.n0 + cb * (kSw / kElem), u.m0 + wave_row(v), C::KIND == 2 ? u.g : 0);
       bulk_commit();
     }
-  }
-  // Box `box` of math warpgroup `wg`'s rows of a staged full tile, by any one thread (the
-  // producer's leader, with store = "producer").
-  KDSL_DEVICE static void issue_box(u32 d_tile, const TmaDesc* td, const Fp8Unit& u, int wg, int box) {
-    const int v = box / kColBlocks, cb = box % kColBlocks, row = v * 128 + wg * 64;
-    const u32 src = d_tile + (u32)(cb * BM * kSw + row * kSw);
-    tma_store_3d(td, src, u.n0 + cb * (kSw / kElem), u.m0 + row, C::KIND == 2 ? u.g : 0);
   }
 
   // The staged rows of this warpgroup that may be written, 16 bytes a thread: rows below the

@@ -97,7 +97,7 @@
 namespace kdsl {
 
 template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
-          bool TMA_STORE_, bool STREAM_K_ = false, bool PRODUCER_STORES_ = false>
+          bool TMA_STORE_, bool STREAM_K_ = false>
 struct Fp8Config {
   static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, CLUSTER = CLUSTER_, MCAST = MCAST_, KIND = KIND_;
   static constexpr bool OUT_F32 = OUT_F32_, ACCUM = ACCUM_, TMA_STORE = TMA_STORE_;
@@ -123,12 +123,7 @@ struct Fp8Config {
   static constexpr int kOffSB = kOffSA + STAGES * kSABytes;
   static constexpr int kOffUnit = kOffSB + STAGES * 16;
   static constexpr int kOffBar = kOffUnit + STAGES * 32;
-  // Stores issued by the producer (attr store = "producer"; see fp8_producer): per math
-  // warpgroup a "staged" and a "free" mbarrier and the staged unit.
-  static constexpr bool kProducerStores = PRODUCER_STORES_;
-  static constexpr int kOffStores = kOffBar + 2 * STAGES * 8;
-  static constexpr int kStoresBytes = kProducerStores ? kMathWG * (16 + 32) : 0;
-  static constexpr int kSmemBytes = 1024 + kOffStores + kStoresBytes;  // + 1024: realignment slack
+  static constexpr int kSmemBytes = 1024 + kOffBar + 2 * STAGES * 8;  // + 1024: realignment slack
   static constexpr u32 kStageTx = kABytes + kBBytes;                  // TMA bytes landing per stage
   // setmaxnreg split of the 64K registers between the producer and the math warpgroups.
   static constexpr int kProducerRegs = kMathWG == 3 ? 32 : 40;
@@ -154,10 +149,6 @@ struct Fp8Config {
   static_assert(!ACCUM || OUT_F32, "accumulation is into an f32 out");
   static_assert(!STREAM_K || (KIND == 0 && CLUSTER == 1), "stream-K: dense GEMMs without a cluster");
   static_assert(KIND >= 0 && KIND <= 2, "KIND: 0 dense, 1 grouped contiguous, 2 grouped masked");
-  static_assert(!kProducerStores || (kWaves == 1 && TMA_STORE && !ACCUM && CLUSTER == 1 && !STREAM_K),
-                "stores by the producer: one-wave tiles, TMA stores, no accumulation, cluster or stream-K");
-  static_assert(!kProducerStores || (!KDSL_FP8_DEV_SKIP_STORE && !KDSL_FP8_DEV_SKIP_TMA_STORE),
-                "the dev skip switches time the math warpgroups' own stores");
   static_assert(kSmemBytes <= 227 * 1024, "too many stages for shared memory");
   // setmaxnreg only moves registers the CTA got at launch (at most 65536 / threads a thread,
   // in steps of 8): asking for more spins forever (producer 48 + math 232 hung on the H100).
@@ -188,11 +179,6 @@ struct Fp8Smem {
   KDSL_DEVICE Fp8Unit* unit(int s) const { return reinterpret_cast<Fp8Unit*>(generic + C::kOffUnit + s * 32); }
   KDSL_DEVICE u32 full(int s) const { return base + C::kOffBar + s * 8; }
   KDSL_DEVICE u32 empty(int s) const { return base + C::kOffBar + (C::STAGES + s) * 8; }
-  KDSL_DEVICE u32 staged(int wg) const { return base + C::kOffStores + wg * 16; }
-  KDSL_DEVICE u32 freed(int wg) const { return base + C::kOffStores + wg * 16 + 8; }
-  KDSL_DEVICE Fp8Unit* staged_unit(int wg) const {
-    return reinterpret_cast<Fp8Unit*>(generic + C::kOffStores + C::kMathWG * 16 + wg * 32);
-  }
 };
 
 // Ring position: stage and the parity of its current use.
@@ -221,57 +207,8 @@ KDSL_DEVICE void scale_copies_arrive(u32 full) {
   }
 }
 
-// attr store = "producer" (asked for only; written 2026-11-27 after the session's last GPU
-// call, not yet run): one-wave tiles hand their staged full tiles to the producer warp, whose
-// leader issues the TMA stores between its loads and while it waits for a free stage, so that
-// no math warp issues a store (deferred from the math warpgroups they lost 2-7 %). Per math
-// warpgroup, "staged": its leader arrives after staging, the unit in a shared slot (m0 < 0:
-// the warpgroup is done); "free": the producer arrives once those stores have read the rows,
-// and the warpgroup waits on it before it stages again. This is the producer leader's side:
-// polled, never blocking on a math warpgroup.
 template <class C>
-struct ProducerStores {
-  static constexpr u32 kAll = (1u << C::kMathWG) - 1;
-  u32 parity = 0;   // bit w: the parity of warpgroup w's next "staged" phase
-  u32 done = 0;     // bit w: warpgroup w sent its last unit
-  u32 freeing = 0;  // bit w: stores issued for w, its "free" arrival still owed
-
-  // Frees what an earlier call stored (its reads are done by now, or this waits for them),
-  // then stores what the warpgroups have staged since.
-  KDSL_DEVICE void service(const Fp8Smem<C>& sm, const TmaDesc* td) {
-    if (freeing) {
-      bulk_wait_read<0>();
-      for (int w = 0; w < C::kMathWG; ++w)
-        if (freeing >> w & 1u) mbar_arrive(sm.freed(w));
-      freeing = 0;
-    }
-    for (int w = 0; w < C::kMathWG; ++w) {
-      if ((done >> w & 1u) || !mbar_test_wait(sm.staged(w), parity >> w & 1u)) continue;
-      parity ^= 1u << w;
-      const Fp8Unit u = *sm.staged_unit(w);
-      if (u.m0 < 0) {
-        done |= 1u << w;
-        continue;
-      }
-      for (int box = 0; box < Fp8Epilogue<C>::kBoxes; ++box) Fp8Epilogue<C>::issue_box(sm.d(), td, u, w, box);
-      bulk_commit();
-      freeing |= 1u << w;
-    }
-  }
-  // Waits for a phase of `bar` while serving the stores (the producer's only waits).
-  KDSL_DEVICE void wait(u32 bar, u32 parity_, bool leader, const Fp8Smem<C>& sm, const TmaDesc* td) {
-    if (!C::kProducerStores) {
-      mbar_wait(bar, parity_);
-    } else {
-      while (!mbar_test_wait(bar, parity_))
-        if (leader) service(sm, td);
-    }
-  }
-};
-
-template <class C>
-KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* td,
-                              const Fp8Smem<C>& sm) {
+KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const Fp8Smem<C>& sm) {
   constexpr int BM = C::BM, BN = C::BN;
   const int lane = threadIdx.x & 31;
   const bool leader = lane == 0;
@@ -283,7 +220,6 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
   const int rank = C::CLUSTER > 1 ? (int)cluster_ctarank() : 0;
   Fp8Scheduler<C> sched(p);
   RingPos<C::STAGES> pos;
-  ProducerStores<C> stores;
   Fp8Unit u;
   while (sched.next(u)) {
     const int ag = C::KIND == 2 ? u.g : 0;  // group of A (and of sa)
@@ -296,7 +232,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
     for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
       const u32 full = sm.full(s);
-      stores.wait(sm.empty(s), pos.phase ^ 1u, leader, sm, td);
+      mbar_wait(sm.empty(s), pos.phase ^ 1u);
       // Every lane: A's scales, BM / 32 rows each, zeros past M; the leader also B's two.
       // Each lane's arrival below is made when its copies have landed, and is one of the
       // phase's expected arrivals, so the phase cannot complete before every copy is in.
@@ -330,14 +266,13 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
         } else {
           tma_load_3d(sm.b(s), tb, full, k0, u.n0, u.g);
         }
-        if (C::kProducerStores) stores.service(sm, td);  // between loads, when nothing waits
       }
       __syncwarp();
     }
   }
   if (leader) {
     // End of work: a unit with m0 < 0, with no loads.
-    stores.wait(sm.empty(pos.s), pos.phase ^ 1u, true, sm, td);
+    mbar_wait(sm.empty(pos.s), pos.phase ^ 1u);
     *sm.unit(pos.s) = Fp8Unit{-1, 0, 0, 0, 0, 0, kWhole, 0};
     mbar_arrive(sm.full(pos.s), C::kFullArrivals);
     pos.advance();
@@ -345,10 +280,6 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
     // the last STAGES stages were released by both CTAs, so none is still on its way.
     if (C::CLUSTER > 1)
       for (int i = 0; i < C::STAGES; ++i, pos.advance()) mbar_wait(sm.empty(pos.s), pos.phase ^ 1u);
-    if (C::kProducerStores) {  // every warpgroup's last stores, then their completion
-      while (stores.done != stores.kAll || stores.freeing) stores.service(sm, td);
-      bulk_wait<0>();
-    }
   }
   __syncwarp();
 }
@@ -391,21 +322,6 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
 
   float acc[kFrag];  // no init: each K block's first wgmma runs with scale-d = 0
   float total[kWaves][kFrag];
-  // Stores issued by the producer (C::kProducerStores): the warpgroup's leader waits on "free"
-  // before it stages again or says it is done (a second "staged" arrival before the producer
-  // saw the first would pass a whole phase unseen), and arrives on "staged" after staging.
-  const bool wg_leader = (tid & 127) == 0;
-  u32 free_parity = 1;  // waiting on parity 1 of a fresh barrier returns at once
-  auto wait_free = [&]() {
-    if (C::kProducerStores && wg_leader) mbar_wait(sm.freed(wg), free_parity);
-  };
-  auto hand_over = [&](const Fp8Unit& staged_u) {
-    if (wg_leader) {
-      *sm.staged_unit(wg) = staged_u;
-      mbar_arrive(sm.staged(wg));
-    }
-    free_parity ^= 1u;
-  };
   // Deferred stores (Fp8Epilogue::kDeferStores): the staged unit and its boxes not yet issued.
   Fp8Unit staged{};
   int boxes_left = 0;
@@ -514,19 +430,13 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
       epilogue.add_partials(u, total);
     }
     if (epilogue.kDeferStores) flush_boxes();  // before the staging tile is rewritten
-    wait_free();
     epilogue.store(u, total);
     if (epilogue.kDeferStores && u.full) {  // staged: its boxes go out during the next unit
       staged = u;
       boxes_left = epilogue.kBoxes;
     }
-    if (C::kProducerStores && u.full) hand_over(u);
   }
   if (epilogue.kDeferStores) flush_boxes();
-  if (C::kProducerStores) {
-    wait_free();
-    hand_over(Fp8Unit{-1, 0, 0, 0, 0, 0, kWhole, 0});  // this warpgroup is done
-  }
   epilogue.finish();
 }
 
@@ -539,11 +449,6 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
       mbar_init(sm.full(s), C::kFullArrivals);           // the producer warp's (+ TMA bytes)
       mbar_init(sm.empty(s), C::kEmptyArrivals);
     }
-    if (C::kProducerStores)
-      for (int w = 0; w < C::kMathWG; ++w) {
-        mbar_init(sm.staged(w), 1);  // the warpgroup's leader
-        mbar_init(sm.freed(w), 1);   // the producer's leader
-      }
     mbar_init_fence();
   }
   if (C::CLUSTER > 1) {
@@ -553,7 +458,7 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   }
   if (threadIdx.x < 128) {
     regs_release<C::kProducerRegs>();
-    if (threadIdx.x < 32) fp8_producer<C>(p, ta, tb, td, sm);
+    if (threadIdx.x < 32) fp8_producer<C>(p, ta, tb, sm);
   } else {
     regs_claim<C::kMathRegs>();
     fp8_math<C>(p, td, sm);

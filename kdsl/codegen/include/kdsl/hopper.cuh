@@ -32,23 +32,15 @@ KDSL_DEVICE void mbar_arrive(u32 bar) {
 KDSL_DEVICE void mbar_arrive(u32 bar, u32 count) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
 }
-// The PTX of both phase tests below (`op`: try_wait or test_wait), the predicate as 0 / 1.
-#define KDSL_MBAR_PHASE_TEST(op)                          \
-  "{\n.reg .pred p;\n"                                    \
-  "mbarrier." op ".parity.shared::cta.b64 p, [%1], %2;\n"  \
-  "selp.u32 %0, 1, 0, p;\n}\n"
 // True once the phase with the given parity has completed. A fresh barrier is in phase 0,
 // so waiting on parity 1 returns at once: that is how "buffer initially empty" is spelled.
 KDSL_DEVICE bool mbar_try_wait(u32 bar, u32 parity) {
   u32 done;
-  asm volatile(KDSL_MBAR_PHASE_TEST("try_wait") : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  return done != 0;
-}
-// The same test without try_wait's bounded suspension: for a thread that polls a barrier
-// between other work.
-KDSL_DEVICE bool mbar_test_wait(u32 bar, u32 parity) {
-  u32 done;
-  asm volatile(KDSL_MBAR_PHASE_TEST("test_wait") : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done) : "r"(bar), "r"(parity) : "memory");
   return done != 0;
 }
 KDSL_DEVICE void mbar_wait(u32 bar, u32 parity) {
