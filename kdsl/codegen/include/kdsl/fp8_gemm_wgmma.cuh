@@ -63,6 +63,15 @@
 #define KDSL_FP8_SCALE_COMPLETION 0
 #endif
 
+// 1: the producer's work is split over two warps of its warpgroup, on two schedulers: warp 0's
+// leader issues the TMA loads, warp 1 the scale copies (with KDSL_FP8_SCALE_COMPLETION 0).
+// Nsight Compute (H100, 2026-11-27, 4096x7168x16384): one producer warp issues ~110
+// instructions a K block at ~5 cycles each, more than a 128x128 tile's 512-cycle K block, and
+// the math warps waited on "full" 6.6 % of their samples (15 % clustered). 0: one warp.
+#ifndef KDSL_FP8_SPLIT_PRODUCER
+#define KDSL_FP8_SPLIT_PRODUCER 0
+#endif
+
 // 1 (the kernel): a math warpgroup none of whose rows exist (past a masked group's count)
 // skips the unit's wgmmas and promotion, handing each stage back as usual. (Dense tiles past
 // M are rare, and there the extra path made the clustered 256-row tile spill.)
@@ -207,12 +216,17 @@ KDSL_DEVICE void scale_copies_arrive(u32 full) {
   }
 }
 
-template <class C>
+// What a producer warp does: all of it (one warp), or one half of KDSL_FP8_SPLIT_PRODUCER.
+enum Fp8ProducerRole { kProduceAll, kProduceLoads, kProduceScales };
+
+template <class C, int ROLE>
 KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const Fp8Smem<C>& sm) {
   constexpr int BM = C::BM, BN = C::BN;
+  constexpr bool kLoads = ROLE != kProduceScales, kScales = ROLE != kProduceLoads;
+  static_assert(ROLE == kProduceAll || C::kScaleCompletion == 0, "a split producer: scale completion form 0");
   const int lane = threadIdx.x & 31;
   const bool leader = lane == 0;
-  if (leader) {
+  if (leader && kLoads) {
     tma_prefetch_desc(ta);
     tma_prefetch_desc(tb);
   }
@@ -236,16 +250,18 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       // Every lane: A's scales, BM / 32 rows each, zeros past M; the leader also B's two.
       // Each lane's arrival below is made when its copies have landed, and is one of the
       // phase's expected arrivals, so the phase cannot complete before every copy is in.
-      const float* sa_kb = p.sa + (sa_unit + kb * p.M);
+      if (kScales) {
+        const float* sa_kb = p.sa + (sa_unit + kb * p.M);
 #pragma unroll
-      for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
-      if (leader && C::kScaleCompletion != 1) {
-        cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
-        cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
+        for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
+        if (leader && C::kScaleCompletion != 1) {
+          cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
+          cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
+        }
+        scale_copies_arrive<C>(full);
+        __syncwarp();
       }
-      scale_copies_arrive<C>(full);
-      __syncwarp();
-      if (leader) {
+      if (leader && kLoads) {
         if (kb == kb_begin) *sm.unit(s) = u;  // published by the release arrival below
         if (C::kScaleCompletion == 1) {  // the earlier form, kept as it was for the probe
           cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
@@ -270,7 +286,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       __syncwarp();
     }
   }
-  if (leader) {
+  if (leader && kLoads) {
     // End of work: a unit with m0 < 0, with no loads.
     mbar_wait(sm.empty(pos.s), pos.phase ^ 1u);
     *sm.unit(pos.s) = Fp8Unit{-1, 0, 0, 0, 0, 0, kWhole, 0};
@@ -458,7 +474,12 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   }
   if (threadIdx.x < 128) {
     regs_release<C::kProducerRegs>();
-    if (threadIdx.x < 32) fp8_producer<C>(p, ta, tb, sm);
+    if (KDSL_FP8_SPLIT_PRODUCER) {
+      if (threadIdx.x < 32) fp8_producer<C, kProduceLoads>(p, ta, tb, sm);
+      else if (threadIdx.x < 64) fp8_producer<C, kProduceScales>(p, ta, tb, sm);
+    } else if (threadIdx.x < 32) {
+      fp8_producer<C, kProduceAll>(p, ta, tb, sm);
+    }
   } else {
     regs_claim<C::kMathRegs>();
     fp8_math<C>(p, td, sm);
