@@ -67,7 +67,10 @@
 // leader issues the TMA loads, warp 1 the scale copies (with KDSL_FP8_SCALE_COMPLETION 0).
 // Nsight Compute (H100, 2026-11-27, 4096x7168x16384): one producer warp issues ~110
 // instructions a K block at ~5 cycles each, more than a 128x128 tile's 512-cycle K block, and
-// the math warps waited on "full" 6.6 % of their samples (15 % clustered). 0: one warp.
+// the math warps waited on "full" 6.6 % of their samples (15 % clustered). Measured in turns
+// the same day: 128x128 tiles x1.01-1.03 (x0.91 at 4096x2112x7168), the model's tiles -3 to
+// +1 %, grouped contiguous x0.82; the scale warp spills under the producer's setmaxnreg (8-16
+// bytes), so it stays off until A's scales leave the producer (bench/NOTES.md). 0: one warp.
 #ifndef KDSL_FP8_SPLIT_PRODUCER
 #define KDSL_FP8_SPLIT_PRODUCER 0
 #endif
