@@ -180,6 +180,17 @@ def test_impossible_attrs_are_refused_with_the_reason(fixed, needle):
     assert needle in str(e.value), str(e.value)
 
 
+def test_a_scale_comes_by_tma_only_where_its_rows_are_16_byte_units():
+    for m, want in ((4096, "tma"), (4, "tma"), (129, "copy"), (258, "copy")):
+        for grouping, g in (("dense", 1), ("masked", 3)):
+            assert choose(Problem(m, 512, 1024, g, grouping, 2), 132, SMEM)["scale_load"] == want
+    assert choose(Problem(4096, 512, 1024, 1, "dense", 2), 132, SMEM, {"scale_load": "copy"})["scale_load"] == "copy"
+    with pytest.raises(KdslError, match="needs M to be a multiple of 4 .* M = 129"):
+        choose(Problem(129, 512, 1024, 1, "dense", 2), 132, SMEM, {"scale_load": "tma"})
+    with pytest.raises(KdslError, match="scale_load = 'dma' is not supported"):
+        choose(Problem(128, 512, 1024, 1, "dense", 2), 132, SMEM, {"scale_load": "dma"})
+
+
 def test_lowered_ir_shows_the_choice_and_round_trips():
     k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
     for shape, sms in (([128, 2112, 7168, 1], 132), ([4096, 7168, 16384, 1], 114), (None, None)):

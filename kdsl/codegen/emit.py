@@ -209,6 +209,7 @@ def _gemm(k: ir.Kernel) -> Generated:
         mcast=_MULTICAST[k.attr("multicast")], out_f32="true" if k.tensor("out").dtype == "f32" else "false",
         kind=GEMM_KINDS[k.attr("grouping")], accumulate="true" if k.attr("accumulate") else "false",
         tma_store="true" if k.attr("store") == "tma" else "false", stream_k="true" if k.attr("stream_k") else "false",
+        sa_tma="true" if k.attr("scale_load") == "tma" else "false",
         smem=k.attr("smem_bytes"),
         threads=k.attr("threads"), producer_regs=k.attr("producer_regs"), consumer_regs=k.attr("consumer_regs"),
         cluster_dims=f"__cluster_dims__({cluster}, 1, 1)" if cluster > 1 else "", entry=entry_name(k))

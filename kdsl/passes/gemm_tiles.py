@@ -32,7 +32,12 @@ BLOCK_N = tuple(n for n in range(16, 193, 16) if n - math.gcd(n, 128) <= 128)
 MAX_STAGES = 8
 MULTICAST = ("none", "a", "b")
 STORES = ("tma", "rows")
-CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", "store", "stream_k")
+# How A's scales reach shared memory: by TMA (a 2-D map over a_scale, whose rows of M floats
+# must be whole 16-byte units: M % 4 == 0), or by the producer warp's 4-byte cp.asyncs.
+# Nsight Compute (H100, 2026-11-27): those copies were most of the ~110 instructions the
+# producer issued a K block, more than a 128-row tile's K block lasts.
+SCALE_LOADS = ("tma", "copy")
+CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", "store", "stream_k", "scale_load")
 # The problem a kernel's tiles are chosen for when no call has said (kdsl compile, prebuilds):
 # the shapes `kdsl bench FILE.kd` times. (M, N, K, G).
 DEFAULT_SHAPES = {"dense": (4096, 7168, 16384, 1), "contiguous": (32768, 4096, 7168, 4),
@@ -81,6 +86,11 @@ def smem_bytes(bm: int, bn: int, stages: int, out_bytes: int, tma_store: bool) -
 def store_fits(p: Problem) -> bool:
     """A TMA store needs out's row pitch to be a multiple of 16 bytes."""
     return p.N * p.out_bytes % 16 == 0
+
+
+def scale_tma_fits(p: Problem) -> bool:
+    """A TMA map over a_scale needs its rows (M floats, one per row of a) to be a multiple of 16 bytes."""
+    return p.M % 4 == 0
 
 
 def tiles_of(p: Problem, bm: int, bn: int) -> tuple[int, int, int]:
@@ -223,6 +233,7 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     """Every legal configuration agreeing with `fixed`, as attribute dicts, with the reason
     the last one was turned down (for the error when none is left)."""
     tma = fixed.get("store", "tma" if store_fits(p) else "rows") == "tma"
+    scale_load = fixed.get("scale_load", "tma" if scale_tma_fits(p) else "copy")
     # Masked groups are not given 192-row tiles: at 4 x <= 256 rows, N 4096, K 7168 (H100,
     # 2026-11-27, tools/dev/fp8_forms.py) 192x128 ran 0.70x of 128x128. 256x128 (one wave of
     # 128 tiles) ran 1.03-1.05x of 128x128 at 135-256 rows a group and 0.90x at 128 (each
@@ -241,7 +252,7 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
                     for stream_k in (False, True):
                         cfg = {"tile_m": bm, "tile_n": bn, "stages": stages, "cluster": cluster,
                                "multicast": multicast, "raster": fixed.get("raster") or raster_for(bm, bn, multicast, sms),
-                               "store": "tma" if tma else "rows", "stream_k": stream_k}
+                               "store": "tma" if tma else "rows", "stream_k": stream_k, "scale_load": scale_load}
                         if any(cfg[a] != v for a, v in fixed.items()):
                             continue
                         reason = _illegal(p, cfg, num_m, num_n, sms, smem_limit, explicit="stages" in fixed)
@@ -259,6 +270,8 @@ def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: 
     bm, bn, st = c["tile_m"], c["tile_n"], c["stages"]
     if c["store"] == "tma" and not store_fits(p):
         return f"store = \"tma\" needs out's rows to be a multiple of 16 bytes (N = {p.N})"
+    if c["scale_load"] == "tma" and not scale_tma_fits(p):
+        return f"scale_load = \"tma\" needs M to be a multiple of 4 (a_scale's rows of M floats in 16-byte units; M = {p.M})"
     if c["cluster"] == 2 and sms % 2:
         return f"a cluster of 2 needs an even SM count, not {sms}"
     if bn // 2 * (waves_of(bm) + 1) > ACCUMULATOR_FLOATS[math_warpgroups(bm)]:
@@ -296,7 +309,7 @@ def choose(p: Problem, sms: int, smem_limit: int, fixed: dict | None = None) -> 
 
 def _validate_fixed(fixed: dict) -> None:
     allowed = {"tile_m": BLOCK_M, "tile_n": BLOCK_N, "cluster": (1, 2), "multicast": MULTICAST, "store": STORES,
-               "stream_k": (False, True)}
+               "stream_k": (False, True), "scale_load": SCALE_LOADS}
     for a, v in fixed.items():
         if a in allowed and v not in allowed[a]:
             raise KdslError(f"FP8 GEMM attr {a} = {v!r} is not supported; choose one of "

@@ -4,6 +4,7 @@ what it shares with attention: KernelBase, Loaded, Plan)."""
 from __future__ import annotations
 
 import math
+import operator
 import threading
 
 from .. import ir
@@ -60,21 +61,32 @@ class GemmKernel(KernelBase):
             pa, psa, pb, psb, pout = a.data_ptr(), a_scale.data_ptr(), b.data_ptr(), b_scale.data_ptr(), out.data_ptr()
         else:
             pa, psa, pb, psb, pout = _ptr(a), _ptr(a_scale), _ptr(b), _ptr(b_scale), _ptr(out)
-        if (pa | pb) & 15 or (psa | psb) & 3 or pout % plan.out_align:
+        if (pa | pb) & 15 or psa % plan.sa_align or psb & 3 or pout % plan.out_align:
             for ptr, n, al in ((pa, "a", 16), (psa, "a_scale", 4), (pb, "b", 16), (psb, "b_scale", 4),
                                (pout, "out", plan.out_align)):
                 if ptr % al:
                     _align(ptr, n, self.name, al)
+            plan = self._copied_scales_plan(key, plan, a, a_scale, b, b_scale, extra, out)
         ex = _ptr(extra) if extra is not None else 0
         grouped = (ex, 0) if self.grouping == "contiguous" else (0, ex)
-        # Tensor maps first (a, b, then out where stores go through TMA), then the kernel's
-        # pointer parameters: a_scale, b_scale, out, group, count.
-        head = [pa, pb, pout] if len(plan.maps) == 3 else [pa, pb]
+        # The pointers of the tensor maps first (a, b, then out and a_scale where they go
+        # through TMA), then the kernel's pointer parameters: a_scale, b_scale, out, group, count.
+        head = plan.map_heads((pa, pb, pout, psa))
         if plan.sk_tiles:
-            plan.launch(head + [psa, psb, pout, *grouped, *_sk_workspace(plan)])
+            plan.launch([*head, psa, psb, pout, *grouped, *_sk_workspace(plan)])
         else:
-            plan.launch(head + [psa, psb, pout, *grouped])
+            plan.launch([*head, psa, psb, pout, *grouped])
         return out
+
+    def _copied_scales_plan(self, key, plan, a, a_scale, b, b_scale, extra, out):
+        """The plan for an a_scale that is 4- but not 16-byte aligned where the call's plan loads
+        it by TMA: the same tiles with A's scales copied by the producer (compiled once)."""
+        if self.ir.attr("scale_load") == "tma":
+            _align(_ptr(a_scale), "a_scale", self.name + " (attr scale_load = \"tma\")", 16)
+        key = (key, "scale_load", "copy")
+        if key not in self._plans:
+            self._plans[key] = self._plan(a, a_scale, b, b_scale, extra, out, scale_load="copy")
+        return self._plans[key]
 
     def _extra(self, rest, named):
         if self.extra is None:
@@ -139,14 +151,15 @@ class GemmKernel(KernelBase):
             infos.append(io)
         return infos, (G, M, N, K), out_shape
 
-    def _plan(self, a, a_scale, b, b_scale, extra, out):
+    def _plan(self, a, a_scale, b, b_scale, extra, out, scale_load=None):
         infos, (G, M, N, K), out_shape = self.validate(a, a_scale, b, b_scale, extra, out)
         masked, out_dtype, ia = self.grouping == "masked", self.ir.tensor("out").dtype, infos[0]
         device = self._device(infos)
         if math.prod(out_shape) == 0:  # empty in, empty out (as torch): nothing to launch
             return Plan(None, (), (), None, ia.framework, device, out_shape, out_dtype, "empty")
         sms = _sm_count(device)
-        built, loaded = self._load_shape(self.ir.with_attrs(shape=[M, N, K, G], sms=sms), device)
+        kernel = self.ir.with_attrs(shape=[M, N, K, G], sms=sms)
+        built, loaded = self._load_shape(kernel.with_attrs(scale_load=scale_load) if scale_load else kernel, device)
         lk = built.kernel
         bm, bn, mcast, cluster = lk.attr("tile_m"), lk.attr("tile_n"), lk.attr("multicast"), lk.attr("cluster")
         geometry.gemm_index_limits(M, N, K, G, bm, bn, masked, self.name)
@@ -154,23 +167,28 @@ class GemmKernel(KernelBase):
         grid = geometry.gemm_grid(tiles, sms, cluster)
         # stream-K's flags are sized for 1024 CTAs (_SK_FLAG_BYTES)
         sk = gemm_tiles.sk_tiles(tiles, grid[0]) if lk.attr("stream_k") and grid[0] <= 1024 else 0
-        # Parameter order: ta tb td (tensor maps), sa sb out group count (pointers, per call),
-        # M N K G raster sk_tiles, sk_partials sk_flags (pointers, per call: the stream's
-        # workspace, or null while a CUDA graph is captured).
-        pack = ArgPack(["tmap"] * 3 + ["ptr"] * 5 + ["i32"] * 6 + ["ptr"] * 2,
-                       [None] * 8 + [M, N, K, G, lk.attr("raster"), sk, None, None],
-                       [3, 4, 5, 6, 7] + ([14, 15] if sk else []))
+        # Parameter order: ta tb td tsa (tensor maps; td and tsa left blank when unused),
+        # sa sb out group count (pointers, per call), M N K G raster sk_tiles, sk_partials
+        # sk_flags (pointers, per call: the stream's workspace, or null while a CUDA graph is
+        # captured).
+        pack = ArgPack(["tmap"] * 4 + ["ptr"] * 5 + ["i32"] * 6 + ["ptr"] * 2,
+                       [None] * 9 + [M, N, K, G, lk.attr("raster"), sk, None, None],
+                       [4, 5, 6, 7, 8] + ([15, 16] if sk else []))
         from .tma import TensorMap
+        tma_store, sa_tma = lk.attr("store") == "tma", lk.attr("scale_load") == "tma"
         specs = geometry.gemm_tensor_maps(M, N, K, G, self.grouping, arrays.itemsize(out_dtype),
-                                          {"tile_m": bm, "tile_n": bn, "multicast": mcast, "store": lk.attr("store")})
-        maps = [TensorMap(slot, *spec) for slot, spec in zip(pack.slots, specs)]
-        tma_store = len(maps) == 3
+                                          {a: lk.attr(a) for a in ("tile_m", "tile_n", "multicast", "store",
+                                                                   "scale_load")})
+        # each map's slot and the index of its pointer among (a, b, out, a_scale)
+        used = [0, 1] + ([2] if tma_store else []) + ([3] if sa_tma else [])
+        maps = [TensorMap(pack.slots[i], *spec) for i, spec in zip(used, specs)]
         block = (lk.attr("threads"), 1, 1)
         if cluster > 1:  # never more CTAs than can be resident: the rest would be a second wave
             resident = cluster * max_active_clusters(loaded.fn_ptr, grid, block, loaded.smem)
             grid = geometry.gemm_grid(tiles, min(sms, resident), cluster)
         return Plan(loaded, grid, block, pack, ia.framework,
                     device, out_shape, out_dtype, maps=tuple(maps),
+                    map_heads=operator.itemgetter(*used), sa_align=16 if sa_tma else 4,
                     out_align=16 if tma_store else (8 if out_dtype == "f32" else 4),
                     sk_tiles=sk, sk_bytes=grid[0] * bm * bn * 4)
 

@@ -64,8 +64,9 @@ def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, 
 def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: int, cfg: dict) -> list[tuple]:
     """The FP8 GEMM's TMA tensor maps, as fp8_gemm_wgmma.cuh's launch contract describes them:
     (element type, dims innermost first, byte strides of dims[1:], box, swizzle bytes) for a,
-    b and, when stores go through TMA, out. (a_scale is copied with cp.async: a 1-D map over
-    it faults wherever M % 4 != 0.) Masked: a and out have a group dimension; grouped: b has one."""
+    b, out when stores go through TMA, and a_scale when its scales come by TMA (scale_load:
+    M % 4 == 0, so that each box starts 16-byte aligned; a 1-D map over it faulted wherever
+    M % 4 != 0). Masked: a, a_scale and out have a group dimension; grouped: b has one."""
     masked = grouping == "masked"
     ga, gb = (G if masked else 1), (1 if grouping == "dense" else G)
     bm, bn, mcast = cfg["tile_m"], cfg["tile_n"], cfg["multicast"]
@@ -75,6 +76,8 @@ def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: i
         sw = next(w for w in (128, 64, 32) if bn * out_bytes % w == 0)
         maps.append(("f32" if out_bytes == 4 else "bf16", (N, M, ga), (N * out_bytes, M * N * out_bytes),
                      (sw // out_bytes, 64, 1), sw))
+    if cfg["scale_load"] == "tma":  # [groups][K / 128][M] floats, one K block of BM rows a box
+        maps.append(("f32", (M, K // 128, ga), (M * 4, K // 128 * M * 4), (bm, 1, 1), 0))
     return maps
 
 

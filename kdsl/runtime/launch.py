@@ -106,6 +106,8 @@ class Plan:
     # (default: the first len(maps)). Leading pointers that feed a map are no parameter slot;
     # a later one (the streamed capture's) is both.
     map_sources: tuple | None = None
+    map_heads: "operator.itemgetter | None" = None  # FP8 GEMM: the maps' pointers, from (a, b, out, a_scale)
+    sa_align: int = 4   # bytes; the FP8 GEMM's a_scale by TMA needs 16
     stream_arg: int | None = None  # the streamed capture (passes/streaming.py): its pointer must be
                                    # 16-byte aligned for its tensor map
     summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one

@@ -10,7 +10,7 @@ import kdsl
 from kdsl import fp8, reference
 from kdsl.cases import GemmCase
 from kdsl.check import gemm_case
-from kdsl.errors import KdslError
+from kdsl.errors import KdslError, LaunchError
 from kdsl.passes import gemm_tiles
 from kdsl.testing import FP8_TOL, fp8_difference
 
@@ -248,7 +248,6 @@ def test_tensor_maps_are_encoded_again_only_when_a_pointer_changes(monkeypatch):
 
 def test_bad_fp8_arguments():
     torch = pytest.importorskip("torch")
-    from kdsl.errors import LaunchError
     mod = _mod("fp8_gemm")
     a, sa = fp8.quantize_1x128(torch.randn(64, 256, device="cuda"))
     b, sb = fp8.quantize_128x128(torch.randn(128, 256, device="cuda"))
@@ -267,3 +266,30 @@ def test_bad_fp8_arguments():
         with pytest.raises((LaunchError, KdslError)) as e:
             fn()
         assert needle in str(e.value), (needle, str(e.value))
+
+
+def test_a_scale_comes_by_tma_where_aligned_and_by_copies_elsewhere():
+    """scale_load: A's scales by TMA where M % 4 == 0 and a_scale is 16-byte aligned; by the
+    producer's copies where M % 4 != 0 (dense and masked) or where a_scale is only 4-byte
+    aligned (the call then takes a second plan); refused where the kernel insists on TMA."""
+    torch = pytest.importorskip("torch")
+    fn = _mod("fp8_gemm").fp8_gemm
+    M, N, K = 260, 384, 512
+    a, sa = fp8.quantize_1x128(torch.randn(M, K, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(N, K, device="cuda"))
+    ref = reference.fp8_gemm(a, sa, b, sb)
+    assert fp8_difference(fn(a, sa, b, sb), ref) < FP8_TOL
+    assert [p.sa_align for p in fn._plans.values()] == [16]
+    buf = torch.randn(K // 128 * M + 1, device="cuda")
+    shifted = buf[1:].view(K // 128, M).t()  # the layout quantize_1x128 returns, 4 bytes past 16
+    shifted.copy_(sa)
+    assert shifted.data_ptr() % 16 == 4
+    assert fp8_difference(fn(a, shifted, b, sb), ref) < FP8_TOL
+    assert sorted(p.sa_align for p in fn._plans.values()) == [4, 16]
+    with pytest.raises(LaunchError, match="'a_scale' must be 16-byte aligned"):
+        fn.with_attrs(scale_load="tma")(a, shifted, b, sb)
+    a1, sa1 = fp8.quantize_1x128(torch.randn(257, K, device="cuda"))
+    with pytest.raises(KdslError, match="scale_load = \"tma\" needs M to be a multiple of 4"):
+        fn.with_attrs(scale_load="tma")(a1, sa1, b, sb)
+    for cfg in ({}, {"tile_m": 128, "tile_n": 128, "cluster": 1}):  # masked groups of 258 rows
+        _judge(_mod("fp8_grouped_masked").fp8_grouped_masked.with_attrs(**cfg), GemmCase(258, 256, 384, 3, seed=7))

@@ -17,13 +17,15 @@
 // KIND 2: [G, K/128, M]); sb contiguous [ceil(N/128), K/128] (KIND 1, 2: [G, ...]).
 //
 // Roles. Warpgroup 0 is the producer: setmaxnreg lowers its registers, warp 0 walks the
-// CTA's units (fp8_gemm_sched.cuh): per K block its lanes copy A's BM scales with 4-byte
-// cp.asyncs (zeros past M) and one lane issues TMA loads of the A and B tiles (128-byte
-// swizzle, K-major: what the wgmma descriptors describe) and two 4-byte cp.asyncs of B's
-// scales, all completing on the stage's "full" mbarrier (each lane's copies by its own
-// cp.async.mbarrier.arrive.noinc, counted), into a STAGES-deep ring. (A 1-D
-// TMA map over sa raised "illegal instruction" on the H100 wherever kb * M + m0 was not a
-// multiple of 4 floats, i.e. for every M % 4 != 0.) It publishes each unit in the ring
+// CTA's units (fp8_gemm_sched.cuh): per K block one lane issues TMA loads of the A and B
+// tiles (128-byte swizzle, K-major: what the wgmma descriptors describe) and two 4-byte
+// cp.asyncs of B's scales, all completing on the stage's "full" mbarrier, into a
+// STAGES-deep ring. A's BM scales of the block come by TMA too where M % 4 == 0 (SA_TMA: a
+// 2-D map over sa, whose rows of M floats must be whole 16-byte units; zeros past M), else
+// by the 32 lanes' 4-byte cp.asyncs (zeros past M), each lane's copies counted on "full" by
+// its own cp.async.mbarrier.arrive.noinc. (A 1-D TMA map over sa raised "illegal
+// instruction" on the H100 wherever kb * M + m0 was not a multiple of 4 floats; the 2-D
+// map's boxes start at m0, a multiple of BM.) It publishes each unit in the ring
 // beside its first K block, and a unit with m0 < 0 ends the work. The other warpgroups raise
 // their registers and each owns 64 rows (BM = 256: two warpgroups, 64 of every 128 rows, two
 // m64 waves each): per K block four m64nBNk32 wgmmas, wait, hand the stage back (one arrival
@@ -45,7 +47,9 @@
 //   ta: 3-D map over a (K, rows, groups), u8, box (128, BM / (MCAST_A ? 2 : 1), 1), 128-byte
 //       swizzle; tb: over b (K, N, groups), box (128, BN / (MCAST_B ? 2 : 1), 1), same;
 //   td: 3-D map over out (N, rows, groups), box
-//       (kSwD / element bytes, 64, 1), kSwD-byte swizzle (unused unless TMA_STORE).
+//       (kSwD / element bytes, 64, 1), kSwD-byte swizzle (unused unless TMA_STORE);
+//   tsa: 3-D map over sa (M, K / 128, groups of a), f32, box (BM, 1, 1), no swizzle
+//       (unused unless SA_TMA; M % 4 == 0).
 //   Out-of-bounds elements load as zeros. kdsl/runtime/tma.py builds the maps.
 #pragma once
 #include "kdsl/fp8_gemm_epilogue.cuh"
@@ -73,6 +77,12 @@
 // bytes), so it stays off until A's scales leave the producer (bench/NOTES.md). 0: one warp.
 #ifndef KDSL_FP8_SPLIT_PRODUCER
 #define KDSL_FP8_SPLIT_PRODUCER 0
+#endif
+
+// 1 (the kernel): A's scales come by TMA where the host chose it (Fp8Config::SA_TMA).
+// 0: by the producer lanes' cp.asyncs everywhere, for tools/dev/fp8_forms.py A/B.
+#ifndef KDSL_FP8_SA_TMA
+#define KDSL_FP8_SA_TMA 1
 #endif
 
 // 1 (the kernel): a math warpgroup none of whose rows exist (past a masked group's count)
@@ -109,13 +119,16 @@
 namespace kdsl {
 
 template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
-          bool TMA_STORE_, bool STREAM_K_ = false>
+          bool TMA_STORE_, bool STREAM_K_ = false, bool SA_TMA_ = false>
 struct Fp8Config {
   static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, CLUSTER = CLUSTER_, MCAST = MCAST_, KIND = KIND_;
   static constexpr bool OUT_F32 = OUT_F32_, ACCUM = ACCUM_, TMA_STORE = TMA_STORE_;
   // Stream-K compiled in (fp8_gemm_sched.cuh; only KIND 0 without a cluster): kernels without
   // it keep the K loops' constant bounds and the epilogue they had before it.
   static constexpr bool STREAM_K = STREAM_K_;
+  // A's scales by TMA (the host's choice where M % 4 == 0; KDSL_FP8_SA_TMA=0 turns it off
+  // for an A/B, and the split producer keeps its scale warp).
+  static constexpr bool SA_TMA = SA_TMA_ && KDSL_FP8_SA_TMA && !KDSL_FP8_SPLIT_PRODUCER;
   static constexpr int kBK = 128;                      // K per scale block == bytes per tile row
   // Math warpgroups: one per 64 rows, but two for 256 rows (two m64 waves each). BM = 192
   // gives three, one wave each, whose promotions hide behind the other two's waves.
@@ -136,14 +149,15 @@ struct Fp8Config {
   static constexpr int kOffUnit = kOffSB + STAGES * 16;
   static constexpr int kOffBar = kOffUnit + STAGES * 32;
   static constexpr int kSmemBytes = 1024 + kOffBar + 2 * STAGES * 8;  // + 1024: realignment slack
-  static constexpr u32 kStageTx = kABytes + kBBytes;                  // TMA bytes landing per stage
+  static constexpr u32 kStageTx = kABytes + kBBytes + (SA_TMA ? kSABytes : 0);  // TMA bytes per stage
   // setmaxnreg split of the 64K registers between the producer and the math warpgroups.
   static constexpr int kProducerRegs = kMathWG == 3 ? 32 : 40;
   static constexpr int kMathRegs = kMathWG == 1 ? 240 : (kMathWG == 2 ? 232 : 160);
-  // Arrivals that complete a phase of a "full" barrier: the 32 producer lanes' (their scale
-  // copies landed) and the leader's expect_tx arrival; form 1 counts the leader's alone.
+  // Arrivals that complete a phase of a "full" barrier: the leader's expect_tx arrival and
+  // the scale copiers' (their copies landed): the 32 producer lanes', or with SA_TMA the
+  // leader's alone (B's two scales); form 1 counts the expect_tx arrival alone.
   static constexpr int kScaleCompletion = KDSL_FP8_SCALE_COMPLETION;
-  static constexpr u32 kFullArrivals = kScaleCompletion == 1 ? 1 : 32 + 1;
+  static constexpr u32 kFullArrivals = kScaleCompletion == 1 ? 1 : (SA_TMA ? 1 : 32) + 1;
   // Arrivals that complete a phase of an "empty" barrier: each math thread of this CTA, and
   // each math warpgroup of the peer CTA in a cluster.
   static constexpr u32 kEmptyArrivals = kMathWG * 128 + (CLUSTER - 1) * kMathWG;
@@ -189,6 +203,14 @@ struct Fp8Smem {
   KDSL_DEVICE u32 sb(int s) const { return base + C::kOffSB + s * 16; }
   KDSL_DEVICE const float* sb_ptr(int s) const { return reinterpret_cast<const float*>(generic + C::kOffSB + s * 16); }
   KDSL_DEVICE Fp8Unit* unit(int s) const { return reinterpret_cast<Fp8Unit*>(generic + C::kOffUnit + s * 32); }
+  // The producer writes a unit by its shared address: a generic pointer would keep 64 bits
+  // live in its few registers (the clustered 128-row contiguous kernel spilled for them).
+  KDSL_DEVICE void publish(int s, const Fp8Unit& u) const {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                 "st.shared.v4.b32 [%0+16], {%5, %6, %7, %8};\n"
+                 :: "r"(base + C::kOffUnit + s * 32), "r"(u.m0), "r"(u.n0), "r"(u.g), "r"(u.full), "r"(u.kb0),
+                 "r"(u.kb1), "r"(u.part), "r"(u.peers) : "memory");
+  }
   KDSL_DEVICE u32 full(int s) const { return base + C::kOffBar + s * 8; }
   KDSL_DEVICE u32 empty(int s) const { return base + C::kOffBar + (C::STAGES + s) * 8; }
 };
@@ -223,7 +245,8 @@ KDSL_DEVICE void scale_copies_arrive(u32 full) {
 enum Fp8ProducerRole { kProduceAll, kProduceLoads, kProduceScales };
 
 template <class C, int ROLE>
-KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const Fp8Smem<C>& sm) {
+KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* tsa,
+                              const Fp8Smem<C>& sm) {
   constexpr int BM = C::BM, BN = C::BN;
   constexpr bool kLoads = ROLE != kProduceScales, kScales = ROLE != kProduceLoads;
   static_assert(ROLE == kProduceAll || C::kScaleCompletion == 0, "a split producer: scale completion form 0");
@@ -232,12 +255,17 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
   if (leader && kLoads) {
     tma_prefetch_desc(ta);
     tma_prefetch_desc(tb);
+    if (C::SA_TMA) tma_prefetch_desc(tsa);
   }
   const int nk = p.K / C::kBK, n_sblk = (p.N + 127) / 128;
   const int rank = C::CLUSTER > 1 ? (int)cluster_ctarank() : 0;
   Fp8Scheduler<C> sched(p);
   RingPos<C::STAGES> pos;
   Fp8Unit u;
+  // With A's scales by TMA the leader does all of a K block's work, but the other lanes still
+  // walk the loop beside it: the scheduler's KIND 1 steps are warp-wide, and lanes sent ahead
+  // (the leader's loop in a divergent branch) made ptxas spill in the math warpgroups of the
+  // grouped 192- and 256-row tiles.
   while (sched.next(u)) {
     const int ag = C::KIND == 2 ? u.g : 0;  // group of A (and of sa)
     // Element offsets (int: launch.py bounds the scale counts by 2**31): B's scale blocks of
@@ -250,22 +278,25 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       const int s = pos.s;
       const u32 full = sm.full(s);
       mbar_wait(sm.empty(s), pos.phase ^ 1u);
-      // Every lane: A's scales, BM / 32 rows each, zeros past M; the leader also B's two.
-      // Each lane's arrival below is made when its copies have landed, and is one of the
-      // phase's expected arrivals, so the phase cannot complete before every copy is in.
+      // A's scales: one box among the leader's TMA loads below (SA_TMA), or BM / 32 rows
+      // copied by each lane, zeros past M; B's two: the leader. Each copier's arrival below is
+      // made when its copies have landed, and is one of the phase's expected arrivals, so the
+      // phase cannot complete before every copy is in.
       if (kScales) {
-        const float* sa_kb = p.sa + (sa_unit + kb * p.M);
+        if (!C::SA_TMA) {
+          const float* sa_kb = p.sa + (sa_unit + kb * p.M);
 #pragma unroll
-        for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
+          for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
+        }
         if (leader && C::kScaleCompletion != 1) {
           cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
           cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
         }
-        scale_copies_arrive<C>(full);
+        if (!C::SA_TMA || leader) scale_copies_arrive<C>(full);
         __syncwarp();
       }
       if (leader && kLoads) {
-        if (kb == kb_begin) *sm.unit(s) = u;  // published by the release arrival below
+        if (kb == kb_begin) sm.publish(s, u);  // published by the release arrival below
         if (C::kScaleCompletion == 1) {  // the earlier form, kept as it was for the probe
           cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
           cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
@@ -285,6 +316,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
         } else {
           tma_load_3d(sm.b(s), tb, full, k0, u.n0, u.g);
         }
+        if (C::SA_TMA) tma_load_3d(sm.sa(s), tsa, full, u.m0, kb, ag);  // each CTA its own: BM floats
       }
       __syncwarp();
     }
@@ -292,7 +324,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
   if (leader && kLoads) {
     // End of work: a unit with m0 < 0, with no loads.
     mbar_wait(sm.empty(pos.s), pos.phase ^ 1u);
-    *sm.unit(pos.s) = Fp8Unit{-1, 0, 0, 0, 0, 0, kWhole, 0};
+    sm.publish(pos.s, Fp8Unit{-1, 0, 0, 0, 0, 0, kWhole, 0});
     mbar_arrive(sm.full(pos.s), C::kFullArrivals);
     pos.advance();
     // With a cluster, the peer's math warpgroups arrive on our "empty" barriers: wait until
@@ -460,7 +492,8 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
 }
 
 template <class C>
-KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* td) {
+KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* td,
+                          const TmaDesc* tsa) {
   extern __shared__ __align__(1024) u8 kdsl_fp8_smem[];
   const Fp8Smem<C> sm(kdsl_fp8_smem);
   if (threadIdx.x == 0) {
@@ -478,14 +511,14 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   if (threadIdx.x < 128) {
     regs_release<C::kProducerRegs>();
     if (KDSL_FP8_SPLIT_PRODUCER) {
-      if (threadIdx.x < 32) fp8_producer<C, kProduceLoads>(p, ta, tb, sm);
-      else if (threadIdx.x < 64) fp8_producer<C, kProduceScales>(p, ta, tb, sm);
+      if (threadIdx.x < 32) fp8_producer<C, kProduceLoads>(p, ta, tb, tsa, sm);
+      else if (threadIdx.x < 64) fp8_producer<C, kProduceScales>(p, ta, tb, tsa, sm);
     } else if (threadIdx.x < 32) {
-      fp8_producer<C, kProduceAll>(p, ta, tb, sm);
+      fp8_producer<C, kProduceAll>(p, ta, tb, tsa, sm);
     }
   } else {
     regs_claim<C::kMathRegs>();
-    fp8_math<C>(p, td, sm);
+    fp8_math<C>(p, td, Fp8Smem<C>(kdsl_fp8_smem));
   }
   if (C::CLUSTER > 1) cluster_sync();  // no CTA leaves while its peer may still reach it
 }
