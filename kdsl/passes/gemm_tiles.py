@@ -195,9 +195,13 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
 # M = 4096 shapes (0.68 median), 128x128 (with the scale prefetch) at 0.65-0.67. 64-row tiles
 # were not measured apart: their single math warpgroup has no partner whose wgmmas cover its
 # promotion, so they are put lower (an estimate; at the small M they are chosen for, traffic,
-# not this term, decides).
+# not this term, decides). With A's scales by TMA (2026-11-27, h100-2026-11-27-s23-scale-tma-forms.log)
+# 192x128 ran 4 % faster and 256x128 within 1 % of before: 192 -> 0.71, which picked within
+# 1.2 % of the fastest of 256x128, 192x128 and 128x128 on eleven M >= 2048 shapes, nine of them
+# outside the suite (0.68: up to 7.5 % off; 0.72 chose 192x128 with stream-K at 4096^3, 6.9 %
+# off; h100-2026-11-27-s23-tile-model-check.log).
 MMA_PER_CYCLE = 4096
-MAINLOOP_EFFICIENCY = {256: 0.66, 192: 0.68, 128: 0.65, 64: 0.45}
+MAINLOOP_EFFICIENCY = {256: 0.66, 192: 0.71, 128: 0.65, 64: 0.45}
 NARROW_TILE_EFFICIENCY = 0.81  # 256-row tiles under 128 columns
 
 
