@@ -65,7 +65,8 @@ for f in files:
                 # K = 1280: 10 K blocks, more than any configuration's stages, so every kind
                 # refills ring stages (racecheck's hazards need refills; the others above only
                 # refill in grouped contiguous, with 3 groups a tile)
-                for (G, M, N, K) in [(2, 1, 129, 128), (2, 129, 200, 256), (3, 300, 256, 384), (2, 129, 200, 1280)]:
+                for (G, M, N, K) in [(2, 1, 129, 128), (2, 129, 200, 256), (3, 300, 256, 384), (2, 129, 200, 1280),
+                                     (2, 256, 200, 1280)]:  # (M % 4 == 0: A's scales by TMA, the ring wrapping)
                     a, sa = fp8.quantize_1x128(torch.randn((G, M, K) if g == "masked" else (M, K), device="cuda"))
                     b, sb = fp8.quantize_128x128(torch.randn((N, K) if g == "dense" else (G, N, K), device="cuda"))
                     extra = () if g == "dense" else ((torch.randint(-1, G, (M,), device="cuda", dtype=torch.int32),)
