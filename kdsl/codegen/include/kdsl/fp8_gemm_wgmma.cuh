@@ -153,11 +153,13 @@ struct Fp8Config {
   // setmaxnreg split of the 64K registers between the producer and the math warpgroups.
   static constexpr int kProducerRegs = kMathWG == 3 ? 32 : 40;
   static constexpr int kMathRegs = kMathWG == 1 ? 240 : (kMathWG == 2 ? 232 : 160);
-  // Arrivals that complete a phase of a "full" barrier: the leader's expect_tx arrival and
-  // the scale copiers' (their copies landed): the 32 producer lanes', or with SA_TMA the
-  // leader's alone (B's two scales); form 1 counts the expect_tx arrival alone.
+  // Arrivals that complete a phase of a "full" barrier: the 32 producer lanes' (their scale
+  // copies landed; with SA_TMA only the leader copies, B's two scales, and the other lanes
+  // arrive at once) and the leader's expect_tx arrival; form 1 counts the leader's alone.
+  // (With the leader's copy arrival alone, compute-sanitizer racecheck reported its refills of
+  // B's scales as racing the math threads' reads, as it did before form 0: H100, 2026-11-27.)
   static constexpr int kScaleCompletion = KDSL_FP8_SCALE_COMPLETION;
-  static constexpr u32 kFullArrivals = kScaleCompletion == 1 ? 1 : (SA_TMA ? 1 : 32) + 1;
+  static constexpr u32 kFullArrivals = kScaleCompletion == 1 ? 1 : 32 + 1;
   // Arrivals that complete a phase of an "empty" barrier: each math thread of this CTA, and
   // each math warpgroup of the peer CTA in a cluster.
   static constexpr u32 kEmptyArrivals = kMathWG * 128 + (CLUSTER - 1) * kMathWG;
@@ -279,9 +281,9 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       const u32 full = sm.full(s);
       mbar_wait(sm.empty(s), pos.phase ^ 1u);
       // A's scales: one box among the leader's TMA loads below (SA_TMA), or BM / 32 rows
-      // copied by each lane, zeros past M; B's two: the leader. Each copier's arrival below is
-      // made when its copies have landed, and is one of the phase's expected arrivals, so the
-      // phase cannot complete before every copy is in.
+      // copied by each lane, zeros past M; B's two: the leader. Each lane's arrival below is
+      // made when its copies (if any) have landed, and is one of the phase's expected
+      // arrivals, so the phase cannot complete before every copy is in.
       if (kScales) {
         if (!C::SA_TMA) {
           const float* sa_kb = p.sa + (sa_unit + kb * p.M);
@@ -292,7 +294,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
           cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
           cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
         }
-        if (!C::SA_TMA || leader) scale_copies_arrive<C>(full);
+        scale_copies_arrive<C>(full);
         __syncwarp();
       }
       if (leader && kLoads) {
