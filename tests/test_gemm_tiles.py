@@ -114,9 +114,22 @@ def test_contiguous_groups_get_tall_tiles_only_when_few_and_long():
     many short ones."""
     assert choose(Problem(32768, 4096, 7168, 4, "contiguous", 2), 132, SMEM)["tile_m"] > 128
     assert gemm_tiles.passes_of(Problem(32768, 4096, 7168, 4, "contiguous", 2), 256, 128) == 128 * 32 + 3 * 0.5 * 32
+    # 128-row steps that are not edges of 192-row tiles: two of every three (128, 256 of each 384)
+    assert gemm_tiles.passes_of(Problem(32768, 4096, 7168, 4, "contiguous", 2), 192, 128) == 171 * 32 + 3 * 2 / 3 * 32
     for m, g in ((4096, 64), (2048, 32)):
         assert choose(Problem(m, 4096, 7168, g, "contiguous", 2), 132, SMEM)["tile_m"] <= 128, (m, g)
     assert choose(Problem(8192, 4096, 7168, 8, "contiguous", 2), 132, SMEM)["tile_m"] < 256
+
+
+def test_expected_group_passes_fill_the_last_wave_before_adding_one():
+    """4 x 2048 rows at 256x128: 32 x 32 tiles are 7.76 waves of 132; the 48 passes expected
+    from group boundaries fit the eighth wave's idle SMs, so they add no ninth."""
+    p = Problem(8192, 4096, 7168, 4, "contiguous", 2)
+    dense = Problem(8192, 4096, 7168, 1, "dense", 2)
+    assert gemm_tiles.passes_of(p, 256, 128) == 1024 + 48
+    assert gemm_tiles.cycles(p, 256, 128, "none", 132) == pytest.approx(gemm_tiles.cycles(dense, 256, 128, "none", 132), rel=0.02)
+    wider = Problem(8192, 4096, 7168, 40, "contiguous", 2)  # 32 boundaries: 512 more passes, past the idle SMs
+    assert gemm_tiles.cycles(wider, 256, 128, "none", 132) > 1.3 * gemm_tiles.cycles(dense, 256, 128, "none", 132)
 
 
 def test_random_problems_get_legal_tiles():

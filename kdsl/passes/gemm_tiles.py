@@ -110,12 +110,13 @@ def passes_of(p: Problem, bm: int, bn: int) -> float:
     """Tile passes of a call: one per tile, and for the contiguous grouping one more per group
     boundary inside a tile (the tile is computed once for each group among its rows). Groups
     are taken as 128-row aligned (as DeepGEMM lays them out), each boundary inside a tile
-    taller than that with probability 1 - 128 / bm; so 256-row tiles pay only where groups
+    taller than that with probability 1 - 128 / lcm(128, bm) (the share of 128-row steps that
+    are not tile edges: 1/2 for 256 rows, 2/3 for 192); so 256-row tiles pay only where groups
     are few and long."""
     num_m, num_n, blocks = tiles_of(p, bm, bn)
     if p.grouping != "contiguous" or bm <= 128:
         return blocks
-    return blocks + min(p.G - 1, num_m) * (1 - 128 / bm) * num_n
+    return blocks + min(p.G - 1, num_m) * (1 - 128 / math.lcm(128, bm)) * num_n
 
 
 # Stream-K (dense, no cluster; fp8_gemm_sched.cuh): the last full wave and the partial one
@@ -164,7 +165,12 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
         sk = sk_tiles(blocks, sms)
         waves = (blocks - sk) / sms + sk / sms * sk_piece_cost(p)
     else:
-        waves = -(-blocks // sms)
+        # A contiguous grouping's expected extra passes (passes_of) fill the last wave's idle
+        # SMs first, and only what is left costs its share of a wave: rounding the expectation
+        # up to a whole wave charged 256-row tiles a wave they did not run (2048-row groups:
+        # 8 or 16 waves, modelled 9 or 17; they ran 1.14-1.16x of 192x128, H100, 2026-11-27).
+        tiles = tiles_of(p, bm, bn)[2]
+        waves = max(-(-tiles // sms), blocks / sms)
     l2_bw = min(64.0 * sms, 8e6 / 1.3e3)  # bytes per cycle
     l1_bw = 128.0 * sms
     k = p.K
