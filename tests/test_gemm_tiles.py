@@ -87,13 +87,14 @@ def test_192_row_tiles_where_they_ran_faster():
     256x128's 0.959 at 4096x2112x7168 (3 waves against 2.06), 0.969 against 128x128's 0.950 at
     4096x1536x7168 (2 whole waves against 2.9) and 1165 against 1117 TFLOPS on contiguous
     4 x 8192 rows. With A's scales by TMA (the same day, h100-2026-11-27-s23-tile-model-check.log)
-    192x128 also led at 4096x7168x16384 (805.8 against 834.0 us), 8192x4096x16384 (887.6 against
+    192x128 also led unclustered 256x128 at 4096x7168x16384 (805.8 against 834.0 us; clustered, 256x128
+    ties it: see the cluster test below), 8192x4096x16384 (887.6 against
     954.5), 8192x5120x7168 and 2048x7168x16384, while 256x128 stayed ahead at 4096x4096x7168 and
     4096^3 (4 waves of 256 rows against 6 of 192); at M = 128 or on masked groups 192 rows ran
     at 0.66-0.84 of the model's tile."""
     tile_m = lambda p: choose(p, 132, SMEM)["tile_m"]
-    for m, n, k in ((4096, 2112, 7168), (4096, 1536, 7168), (4096, 7168, 16384), (8192, 4096, 16384),
-                    (8192, 5120, 7168), (2048, 7168, 16384)):
+    for m, n, k in ((4096, 2112, 7168), (4096, 1536, 7168), (8192, 4096, 16384), (8192, 5120, 7168),
+                    (2048, 7168, 16384)):
         assert tile_m(Problem(m, n, k, 1, "dense", 2)) == 192, (m, n, k)
     assert tile_m(Problem(32768, 4096, 7168, 4, "contiguous", 2)) == 192
     for m, n, k in ((4096, 4096, 7168), (4096, 4096, 4096)):
@@ -106,6 +107,22 @@ def test_192_row_tiles_where_they_ran_faster():
     c = choose(masked, 132, SMEM, {"tile_m": 192})  # still built when asked for
     assert c["tile_m"] == 192 and c["tile_n"] <= 128
     assert gemm_tiles.threads(192) == 512
+
+
+def test_dense_256_row_tiles_pair_on_a_from_k_2048():
+    """H100, 2026-11-27 (h100-2026-11-27-s23-cluster-model-check.log and -clusters-256-forms.log):
+    256x128 with A multicast in 2-CTA clusters ran 0.6-3.2 % faster than unclustered from K = 2048
+    up, lost 6-11 % at K = 512 on two of four shapes, and lost on masked and contiguous groups."""
+    pick = lambda *s: choose(Problem(*s, 2), 132, SMEM)
+    for m, n, k in ((4096, 4096, 7168), (4096, 7168, 7168), (4096, 7168, 2048), (4096, 4096, 4096)):
+        c = pick(m, n, k, 1, "dense")
+        assert (c["tile_m"], c["tile_n"], c["cluster"], c["multicast"]) == (256, 128, 2, "a"), (m, n, k, c)
+        assert c["raster"] % 2 == 0
+    for m, n, k in ((6144, 4096, 512), (8192, 1536, 512)):
+        assert pick(m, n, k, 1, "dense")["cluster"] == 1, (m, n, k)
+    assert pick(256, 4096, 7168, 4, "masked")["cluster"] == 1
+    assert pick(32768, 4096, 7168, 4, "contiguous")["cluster"] == 1
+    assert pick(4096, 2112, 7168, 1, "dense")["cluster"] == 1  # 17 N tiles: no pairs (and 192 rows)
 
 
 def test_contiguous_groups_get_tall_tiles_only_when_few_and_long():

@@ -20,13 +20,20 @@ from ..errors import KdslError
 
 # 192 rows: three math warpgroups of one m64 wave each, in turns (fp8_gemm_wgmma.cuh).
 BLOCK_M = (64, 128, 192, 256)
-# CTAs per cluster the model may choose (an attr may still ask for 2). Not 2: on the H100
-# (2026-11-24, tools/dev/fp8_forms.py) 2-CTA configurations ran 1-5 % slower than the same
-# tiles unclustered, 256x128 included; on 2026-11-27 (h100-2026-11-27-s20-fp8-dense-variants.log)
-# 256x128 and 128x128 with B multicast ran 4-21 % behind the model's tiles on all six M = 4096
-# shapes, and masked groupings with A multicast 8-9 % behind. (Until 2026-11-24 they
-# ran 2x slower: a cluster-scope release put a MEMBAR.ALL.GPU before every arrival.)
-CLUSTERS = (1,)
+# 2-CTA clusters the model may choose unasked (an attr may ask for any), each with its
+# measured time factor against the same tile unclustered. On the H100 (2026-11-24, tools/dev/
+# fp8_forms.py) 2-CTA configurations ran 1-5 % slower than the same tiles unclustered; on
+# 2026-11-27 (h100-2026-11-27-s20-fp8-dense-variants.log) 256x128 and 128x128 with B multicast
+# ran 4-21 % behind the model's tiles on all six M = 4096 shapes, and masked groupings with A
+# multicast 8-9 % behind. Once A's scales came by TMA (the same day, s23 logs) dense 256x128
+# with A multicast ran 1.4-3.2 % faster than unclustered on seven shapes (six outside the
+# suite), while 128- and 192-row tiles stayed 4-17 % slower clustered, and masked (-1.5 to -2.8 %)
+# and contiguous (-4 %) 256x128 too. (Until 2026-11-24 clusters ran 2x slower: a cluster-scope
+# release put a MEMBAR.ALL.GPU before every arrival.) At K = 512 the cluster lost 6-11 % on two
+# of four shapes (h100-2026-11-27-s23-cluster-model-check.log), so the model takes it from
+# K >= 2048 only, where it gained 0.6-3.2 % on every shape measured.
+CLUSTER_GAIN = {("dense", 256, 128, "a"): 0.98}  # (grouping, tile_m, tile_n, multicast): time factor
+CLUSTER_MIN_K = 2048
 # Multiples of 16 whose tiles straddle at most two scale blocks of B (BN - gcd(BN, 128) <= 128).
 BLOCK_N = tuple(n for n in range(16, 193, 16) if n - math.gcd(n, 128) <= 128)
 MAX_STAGES = 8
@@ -189,7 +196,7 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
     tc = waves * bm * bn * k / (MMA_PER_CYCLE * mainloop_efficiency(bm, bn))
     if multicast != "none" and waves <= 1:
         return math.inf  # one wave: pairing CTAs only constrains the schedule
-    return max(max(l1, l2) / efficiency, tc) * tile_cost_factor(bm, bn)
+    return max(max(l1, l2) / efficiency, tc) * tile_cost_factor(bm, bn) * CLUSTER_GAIN.get((p.grouping, bm, bn, multicast), 1.0)
 
 
 # FP8 multiply-adds per cycle and SM (H100 dense e4m3: 1979 TFLOPS at 1.83 GHz on 132 SMs),
@@ -239,6 +246,11 @@ def tile_cost_factor(bm: int, bn: int) -> float:
     return f
 
 
+def model_clusters(p: Problem, bm: int, bn: int, multicast: str) -> bool:
+    """Whether the model may choose this 2-CTA cluster without an attr asking for it."""
+    return (p.grouping, bm, bn, multicast) in CLUSTER_GAIN and p.K >= CLUSTER_MIN_K
+
+
 def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     """Every legal configuration agreeing with `fixed`, as attribute dicts, with the reason
     the last one was turned down (for the error when none is left)."""
@@ -251,10 +263,12 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     # same day); the model weighs it by its M, the most rows a group may hold.
     ms = (fixed["tile_m"],) if "tile_m" in fixed else BLOCK_M if p.grouping != "masked" else (64, 128, 256)
     out, why = [], []
-    for cluster in sorted(set(CLUSTERS) | {fixed.get("cluster", 1)}):
+    for cluster in (1, 2):
         for multicast in (("none",) if cluster == 1 else ("a", "b")):
             for bm in ms:
                 for bn in BLOCK_N:
+                    if cluster == 2 and "cluster" not in fixed and not model_clusters(p, bm, bn, multicast):
+                        continue  # a cluster the model does not choose unasked
                     num_m, num_n, blocks = tiles_of(p, bm, bn)
                     stages = fixed.get("stages") or min(MAX_STAGES, (smem_limit - smem_bytes(bm, bn, 0, p.out_bytes, tma))
                                                          // (smem_bytes(bm, bn, 1, p.out_bytes, tma) -

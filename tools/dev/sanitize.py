@@ -32,7 +32,8 @@ if stream_only or table_only:
 FP8_CONFIGS = [{}, {"tile_m": 64, "tile_n": 48, "cluster": 1}, {"tile_m": 128, "tile_n": 64, "cluster": 2, "multicast": "a"},
                {"tile_m": 128, "tile_n": 64, "cluster": 1, "store": "rows"},
                {"tile_m": 256, "tile_n": 64, "cluster": 1},  # ping-pong
-               {"tile_m": 192, "tile_n": 64, "cluster": 1}]  # three warpgroups in turns
+               {"tile_m": 192, "tile_n": 64, "cluster": 1},  # three warpgroups in turns
+               {"tile_m": 256, "tile_n": 128, "cluster": 2, "multicast": "a"}]  # the model's dense pick from K = 2048
 shapes = [(1, 2, 2, 1, 1, 64), (1, 2, 2, 63, 63, 128), (1, 2, 2, 129, 129, 64), (1, 2, 2, 1000, 1000, 128),
           (2, 2, 2, 63, 1000, 128), (1, 4, 2, 129, 63, 64), (1, 4, 1, 1000, 129, 128)]
 if quick:
