@@ -67,18 +67,6 @@
 #define KDSL_FP8_SCALE_COMPLETION 0
 #endif
 
-// 1: the producer's work is split over two warps of its warpgroup, on two schedulers: warp 0's
-// leader issues the TMA loads, warp 1 the scale copies (with KDSL_FP8_SCALE_COMPLETION 0).
-// Nsight Compute (H100, 2026-11-27, 4096x7168x16384): one producer warp issues ~110
-// instructions a K block at ~5 cycles each, more than a 128x128 tile's 512-cycle K block, and
-// the math warps waited on "full" 6.6 % of their samples (15 % clustered). Measured in turns
-// the same day: 128x128 tiles x1.01-1.03 (x0.91 at 4096x2112x7168), the model's tiles -3 to
-// +1 %, grouped contiguous x0.82; the scale warp spills under the producer's setmaxnreg (8-16
-// bytes), so it stays off until A's scales leave the producer (bench/NOTES.md). 0: one warp.
-#ifndef KDSL_FP8_SPLIT_PRODUCER
-#define KDSL_FP8_SPLIT_PRODUCER 0
-#endif
-
 // 1 (the kernel): A's scales come by TMA where the host chose it (Fp8Config::SA_TMA).
 // 0: by the producer lanes' cp.asyncs everywhere, for tools/dev/fp8_forms.py A/B.
 #ifndef KDSL_FP8_SA_TMA
@@ -127,8 +115,8 @@ struct Fp8Config {
   // it keep the K loops' constant bounds and the epilogue they had before it.
   static constexpr bool STREAM_K = STREAM_K_;
   // A's scales by TMA (the host's choice where M % 4 == 0; KDSL_FP8_SA_TMA=0 turns it off
-  // for an A/B, and the split producer keeps its scale warp).
-  static constexpr bool SA_TMA = SA_TMA_ && KDSL_FP8_SA_TMA && !KDSL_FP8_SPLIT_PRODUCER;
+  // for an A/B).
+  static constexpr bool SA_TMA = SA_TMA_ && KDSL_FP8_SA_TMA;
   static constexpr int kBK = 128;                      // K per scale block == bytes per tile row
   // Math warpgroups: one per 64 rows, but two for 256 rows (two m64 waves each). BM = 192
   // gives three, one wave each, whose promotions hide behind the other two's waves.
@@ -243,18 +231,13 @@ KDSL_DEVICE void scale_copies_arrive(u32 full) {
   }
 }
 
-// What a producer warp does: all of it (one warp), or one half of KDSL_FP8_SPLIT_PRODUCER.
-enum Fp8ProducerRole { kProduceAll, kProduceLoads, kProduceScales };
-
-template <class C, int ROLE>
+template <class C>
 KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* tsa,
                               const Fp8Smem<C>& sm) {
   constexpr int BM = C::BM, BN = C::BN;
-  constexpr bool kLoads = ROLE != kProduceScales, kScales = ROLE != kProduceLoads;
-  static_assert(ROLE == kProduceAll || C::kScaleCompletion == 0, "a split producer: scale completion form 0");
   const int lane = threadIdx.x & 31;
   const bool leader = lane == 0;
-  if (leader && kLoads) {
+  if (leader) {
     tma_prefetch_desc(ta);
     tma_prefetch_desc(tb);
     if (C::SA_TMA) tma_prefetch_desc(tsa);
@@ -284,20 +267,18 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       // copied by each lane, zeros past M; B's two: the leader. Each lane's arrival below is
       // made when its copies (if any) have landed, and is one of the phase's expected
       // arrivals, so the phase cannot complete before every copy is in.
-      if (kScales) {
-        if (!C::SA_TMA) {
-          const float* sa_kb = p.sa + (sa_unit + kb * p.M);
+      if (!C::SA_TMA) {
+        const float* sa_kb = p.sa + (sa_unit + kb * p.M);
 #pragma unroll
-          for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
-        }
-        if (leader && C::kScaleCompletion != 1) {
-          cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
-          cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
-        }
-        scale_copies_arrive<C>(full);
-        __syncwarp();
+        for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
       }
-      if (leader && kLoads) {
+      if (leader && C::kScaleCompletion != 1) {
+        cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
+        cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
+      }
+      scale_copies_arrive<C>(full);
+      __syncwarp();
+      if (leader) {
         if (kb == kb_begin) sm.publish(s, u);  // published by the release arrival below
         if (C::kScaleCompletion == 1) {  // the earlier form, kept as it was for the probe
           cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
@@ -323,7 +304,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       __syncwarp();
     }
   }
-  if (leader && kLoads) {
+  if (leader) {
     // End of work: a unit with m0 < 0, with no loads.
     mbar_wait(sm.empty(pos.s), pos.phase ^ 1u);
     sm.publish(pos.s, Fp8Unit{-1, 0, 0, 0, 0, 0, kWhole, 0});
@@ -512,12 +493,7 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   }
   if (threadIdx.x < 128) {
     regs_release<C::kProducerRegs>();
-    if (KDSL_FP8_SPLIT_PRODUCER) {
-      if (threadIdx.x < 32) fp8_producer<C, kProduceLoads>(p, ta, tb, tsa, sm);
-      else if (threadIdx.x < 64) fp8_producer<C, kProduceScales>(p, ta, tb, tsa, sm);
-    } else if (threadIdx.x < 32) {
-      fp8_producer<C, kProduceAll>(p, ta, tb, tsa, sm);
-    }
+    if (threadIdx.x < 32) fp8_producer<C>(p, ta, tb, tsa, sm);
   } else {
     regs_claim<C::kMathRegs>();
     fp8_math<C>(p, td, Fp8Smem<C>(kdsl_fp8_smem));
