@@ -26,12 +26,12 @@ BLOCK_M = (64, 128, 192, 256)
 # 2026-11-27 (h100-2026-11-27-s20-fp8-dense-variants.log) 256x128 and 128x128 with B multicast
 # ran 4-21 % behind the model's tiles on all six M = 4096 shapes, and masked groupings with A
 # multicast 8-9 % behind. Once A's scales came by TMA (the same day, s23 logs) dense 256x128
-# with A multicast ran 1.4-3.2 % faster than unclustered on seven shapes (six outside the
-# suite), while 128- and 192-row tiles stayed 4-17 % slower clustered, and masked (-1.5 to -2.8 %)
-# and contiguous (-4 %) 256x128 too. (Until 2026-11-24 clusters ran 2x slower: a cluster-scope
+# with A multicast ran 1.3-5.5 % faster than unclustered on every K >= 2048 shape measured
+# (three runs, nine shapes, six outside the suite), while 128- and 192-row tiles stayed 4-17 %
+# slower clustered, and masked (-1.5 to -2.8 %) and contiguous (-4 %) 256x128 too. (Until 2026-11-24 clusters ran 2x slower: a cluster-scope
 # release put a MEMBAR.ALL.GPU before every arrival.) At K = 512 the cluster lost 6-11 % on two
 # of four shapes (h100-2026-11-27-s23-cluster-model-check.log), so the model takes it from
-# K >= 2048 only, where it gained 0.6-3.2 % on every shape measured.
+# K >= 2048 only.
 CLUSTER_GAIN = {("dense", 256, 128, "a"): 0.98}  # (grouping, tile_m, tile_n, multicast): time factor
 CLUSTER_MIN_K = 2048
 # Multiples of 16 whose tiles straddle at most two scale blocks of B (BN - gcd(BN, 128) <= 128).
