@@ -138,17 +138,6 @@ def test_contiguous_groups_get_tall_tiles_only_when_few_and_long():
     assert choose(Problem(8192, 4096, 7168, 8, "contiguous", 2), 132, SMEM)["tile_m"] < 256
 
 
-def test_expected_group_passes_fill_the_last_wave_before_adding_one():
-    """4 x 2048 rows at 256x128: 32 x 32 tiles are 7.76 waves of 132; the 48 passes expected
-    from group boundaries fit the eighth wave's idle SMs, so they add no ninth."""
-    p = Problem(8192, 4096, 7168, 4, "contiguous", 2)
-    dense = Problem(8192, 4096, 7168, 1, "dense", 2)
-    assert gemm_tiles.passes_of(p, 256, 128) == 1024 + 48
-    assert gemm_tiles.cycles(p, 256, 128, "none", 132) == pytest.approx(gemm_tiles.cycles(dense, 256, 128, "none", 132), rel=0.02)
-    wider = Problem(8192, 4096, 7168, 40, "contiguous", 2)  # 32 boundaries: 512 more passes, past the idle SMs
-    assert gemm_tiles.cycles(wider, 256, 128, "none", 132) > 1.3 * gemm_tiles.cycles(dense, 256, 128, "none", 132)
-
-
 def test_random_problems_get_legal_tiles():
     rng = random.Random(1234)
     for _ in range(150):

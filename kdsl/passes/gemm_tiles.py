@@ -172,12 +172,12 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
         sk = sk_tiles(blocks, sms)
         waves = (blocks - sk) / sms + sk / sms * sk_piece_cost(p)
     else:
-        # A contiguous grouping's expected extra passes (passes_of) fill the last wave's idle
-        # SMs first, and only what is left costs its share of a wave: rounding the expectation
-        # up to a whole wave charged 256-row tiles a wave they did not run (2048-row groups:
-        # 8 or 16 waves, modelled 9 or 17; they ran 1.14-1.16x of 192x128, H100, 2026-11-27).
-        tiles = tiles_of(p, bm, bn)[2]
-        waves = max(-(-tiles // sms), blocks / sms)
+        # (A contiguous grouping's extra passes do not fill the last wave's idle SMs: each runs
+        # on the CTA that owns its tile, so one boundary inside a row of tiles adds a pass to
+        # num_n CTAs, some of them the busiest: at 8192x4096x7168, two groups ran 12 % longer
+        # than one with 192x128 tiles, 2.3 % more passes and the same wave count. H100,
+        # 2026-11-27, h100-2026-11-27-s23-contiguous-boundaries-forms.log.)
+        waves = -(-blocks // sms)
     l2_bw = min(64.0 * sms, 8e6 / 1.3e3)  # bytes per cycle
     l1_bw = 128.0 * sms
     k = p.K
