@@ -21,11 +21,11 @@
 // tiles (128-byte swizzle, K-major: what the wgmma descriptors describe) and two 4-byte
 // cp.asyncs of B's scales, all completing on the stage's "full" mbarrier, into a
 // STAGES-deep ring. A's BM scales of the block come by TMA too where M % 4 == 0 (SA_TMA: a
-// 2-D map over sa, whose rows of M floats must be whole 16-byte units; zeros past M), else
+// map over sa, whose rows of M floats must be whole 16-byte units; zeros past M), else
 // by the 32 lanes' 4-byte cp.asyncs (zeros past M), each lane's copies counted on "full" by
 // its own cp.async.mbarrier.arrive.noinc. (A 1-D TMA map over sa raised "illegal
-// instruction" on the H100 wherever kb * M + m0 was not a multiple of 4 floats; the 2-D
-// map's boxes start at m0, a multiple of BM.) It publishes each unit in the ring
+// instruction" on the H100 wherever kb * M + m0 was not a multiple of 4 floats; this map's
+// boxes start at m0, a multiple of BM, in rows of M floats.) It publishes each unit in the ring
 // beside its first K block, and a unit with m0 < 0 ends the work. The other warpgroups raise
 // their registers and each owns 64 rows (BM = 256: two warpgroups, 64 of every 128 rows, two
 // m64 waves each): per K block four m64nBNk32 wgmmas, wait, hand the stage back (one arrival
