@@ -269,7 +269,8 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
     if k.kind == "gemm":
         m, n, kk, g = lowered.attr("shape")
         tile += (f", {lowered.attr('stages')} stages, cluster {lowered.attr('cluster')} (multicast "
-                 f"{lowered.attr('multicast')}), {lowered.attr('store')} store, for M={m} N={n} K={kk} G={g} on "
+                 f"{lowered.attr('multicast')}), {lowered.attr('store')} store, a_scale by {lowered.attr('scale_load')}, "
+                 f"for M={m} N={n} K={kk} G={g} on "
                  f"{lowered.attr('sms')} SMs")
     if args.emit in ("ir", "cuda"):
         return f"{label}: {tile} -> {out / stem}.cu"
