@@ -28,10 +28,10 @@ BLOCK_M = (64, 128, 192, 256)
 # multicast 8-9 % behind. Once A's scales came by TMA (the same day, s23 logs) dense 256x128
 # with A multicast ran 1.3-5.5 % faster than unclustered on every K >= 2048 shape measured
 # (three runs, nine shapes, six outside the suite), while 128- and 192-row tiles stayed 4-17 %
-# slower clustered, and masked (-1.5 to -2.8 %) and contiguous (-4 %) 256x128 too. (Until 2026-11-24 clusters ran 2x slower: a cluster-scope
-# release put a MEMBAR.ALL.GPU before every arrival.) At K = 512 the cluster lost 6-11 % on two
-# of four shapes (h100-2026-11-27-s23-cluster-model-check.log), so the model takes it from
-# K >= 2048 only.
+# slower clustered, and masked (-1.5 to -2.8 %) and contiguous (-4 %) 256x128 too. At K = 512
+# the cluster lost 6-11 % on two of four shapes (h100-2026-11-27-s23-cluster-model-check.log),
+# so the model takes it from K >= 2048 only. (Until 2026-11-24 clusters ran 2x slower: a
+# cluster-scope release put a MEMBAR.ALL.GPU before every arrival.)
 CLUSTER_GAIN = {("dense", 256, 128, "a"): 0.98}  # (grouping, tile_m, tile_n, multicast): time factor
 CLUSTER_MIN_K = 2048
 # Multiples of 16 whose tiles straddle at most two scale blocks of B (BN - gcd(BN, 128) <= 128).
@@ -196,7 +196,8 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
     tc = waves * bm * bn * k / (MMA_PER_CYCLE * mainloop_efficiency(bm, bn))
     if multicast != "none" and waves <= 1:
         return math.inf  # one wave: pairing CTAs only constrains the schedule
-    return max(max(l1, l2) / efficiency, tc) * tile_cost_factor(bm, bn) * CLUSTER_GAIN.get((p.grouping, bm, bn, multicast), 1.0)
+    cluster_gain = CLUSTER_GAIN.get((p.grouping, bm, bn, multicast), 1.0)
+    return max(max(l1, l2) / efficiency, tc) * tile_cost_factor(bm, bn) * cluster_gain
 
 
 # FP8 multiply-adds per cycle and SM (H100 dense e4m3: 1979 TFLOPS at 1.83 GHz on 132 SMs),
