@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import kdsl  # noqa: E402
 from kdsl import fp8  # noqa: E402
-from kdsl.runtime import gemm_launch, torch_ops  # noqa: E402
+from kdsl.runtime import driver, gemm_launch, torch_ops  # noqa: E402
 from devtools import host_us  # noqa: E402
 
 
@@ -24,17 +24,32 @@ b, sb = fp8.quantize_128x128(torch.randn(2112, 7168, device="cuda"))
 out = torch.empty(128, 2112, device="cuda", dtype=torch.bfloat16)
 gemm(a, sa, b, sb, out=out)
 plan = next(iter(gemm._plans.values()))
-ptrs = [a.data_ptr(), b.data_ptr(), out.data_ptr(), sa.data_ptr(), sb.data_ptr(), out.data_ptr(), 0, 0]
+head = plan.map_heads((a.data_ptr(), b.data_ptr(), out.data_ptr(), sa.data_ptr()))
+ptrs = [*head, sa.data_ptr(), sb.data_ptr(), out.data_ptr(), 0, 0]
+tail = ptrs[plan._maps_only:]
+stream = plan.current_stream()
+template = torch.empty((1, 1), device="cuda", dtype=torch.bfloat16).expand(128, 2112)
+launch_args = (plan._launch._address, plan._launch.fn, plan.pack.params_address, None)
+driver._cu_launch_ex(*launch_args)  # bind the ctypes function before timing it
 rows = {
     "whole call": lambda: gemm(a, sa, b, sb, out=out),
+    "whole call, allocating out": lambda: gemm(a, sa, b, sb),
+    "plan.new_out() (allocating out)": plan.new_out,
+    "torch.empty_like(expanded template)": lambda: torch.empty_like(template),
     "torch_ops.compiling()": torch_ops.compiling,
     "plan key (gemm_launch._call_key)": lambda: gemm_launch._call_key(a, sa, b, sb, None, out),
     "plans dict lookup": lambda: gemm._plans.get(next(iter(gemm._plans))),
     "5 data_ptr()": lambda: (a.data_ptr(), sa.data_ptr(), b.data_ptr(), sb.data_ptr(), out.data_ptr()),
     "current_stream()": plan.current_stream,
     "plan.launch (maps bound, pointers written, launched)": lambda: plan.launch(ptrs),
-    "Launcher alone (pointers written, launched)": lambda: plan._launch(plan.current_stream(), plan.pack, ptrs[3:]),
+    "Launcher alone (pointers written, launched)": lambda: plan._launch(stream, plan.pack, tail),
+    "pack.pointers[:] = tail": lambda: plan.pack.pointers.__setitem__(slice(None), tail),
+    "with pack.lock: pass": lambda: plan.pack.lock.__enter__() or plan.pack.lock.__exit__(None, None, None),
+    "_bind_maps (pointers unchanged)": lambda: plan._bind_maps(ptrs),
+    "cuLaunchKernelEx by ctypes alone": lambda: driver._cu_launch_ex(*launch_args),
     "torch._scaled_mm": lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16),
+    "torch._scaled_mm, out= given": lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(),
+                                                             out_dtype=torch.bfloat16, out=out),
     "torch empty kernel-free op (a.view(-1))": lambda: a.view(-1),
 }
 for name, fn in rows.items():
