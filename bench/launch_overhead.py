@@ -1,6 +1,7 @@
 """Host time per eager launch (Python call -> kernel queued), at decode-sized shapes where
 the launch path, not the GPU, is the cost. The GPU is kept busy with a long sleep kernel
 first so the loop measures host time only; the calls are sampled in turns."""
+import itertools
 import statistics
 import time
 from pathlib import Path
@@ -50,6 +51,23 @@ def main():
     a, sa = fp8.quantize_1x128(torch.randn(128, 7168, device="cuda"))
     b, sb = fp8.quantize_128x128(torch.randn(2112, 7168, device="cuda"))
     gout = torch.empty(128, 2112, device="cuda", dtype=torch.bfloat16)
+    # A model's layers: the same shapes with other operands each call (the tensor maps' pointers
+    # change), eight sets in rotation.
+    layers = []
+    for _ in range(8):
+        la, lsa = fp8.quantize_1x128(torch.randn(128, 7168, device="cuda"))
+        lb, lsb = fp8.quantize_128x128(torch.randn(2112, 7168, device="cuda"))
+        layers.append((la, lsa, lb, lsb, torch.empty(128, 2112, device="cuda", dtype=torch.bfloat16)))
+    turn = itertools.cycle(layers)
+
+    def gemm_layers():
+        la, lsa, lb, lsb, lout = next(turn)
+        return gemm(la, lsa, lb, lsb, out=lout)
+
+    def scaled_mm_layers():
+        la, lsa, lb, lsb, lout = next(turn)
+        return torch._scaled_mm(la, lb.t(), scale_a=lsa, scale_b=lsb.t(), out_dtype=torch.bfloat16, out=lout)
+
     fns = {
         "kdsl relpos decode, out= given": lambda: rel(q, k, k, out=out),
         "kdsl relpos decode, allocating": lambda: rel(q, k, k),
@@ -57,11 +75,13 @@ def main():
         "kdsl relpos decode, through its torch op": lambda: rel.torch_ops[0](q, k, k, [], None, None, None, None),
         "kdsl fp8_gemm 128x2112x7168, out= given": lambda: gemm(a, sa, b, sb, out=gout),
         "kdsl fp8_gemm 128x2112x7168, allocating": lambda: gemm(a, sa, b, sb),
+        "kdsl fp8_gemm 128x2112x7168, 8 operand sets in turn, out= given": gemm_layers,
         "torch sdpa decode": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, k),
     }
     scaled_mm = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
     scaled_mm_out = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16, out=gout)
-    for name, fn in (("torch._scaled_mm blockwise", scaled_mm), ("torch._scaled_mm blockwise, out= given", scaled_mm_out)):
+    for name, fn in (("torch._scaled_mm blockwise", scaled_mm), ("torch._scaled_mm blockwise, out= given", scaled_mm_out),
+                     ("torch._scaled_mm blockwise, 8 operand sets in turn, out= given", scaled_mm_layers)):
         try:
             fn()
             fns[name] = fn
@@ -75,7 +95,9 @@ def main():
         print(f"| {name} | {us:.1f} |")
     # Like with like: each call allocating its out, and each writing into a given one.
     for kd, mm in (("kdsl fp8_gemm 128x2112x7168, allocating", "torch._scaled_mm blockwise"),
-                   ("kdsl fp8_gemm 128x2112x7168, out= given", "torch._scaled_mm blockwise, out= given")):
+                   ("kdsl fp8_gemm 128x2112x7168, out= given", "torch._scaled_mm blockwise, out= given"),
+                   ("kdsl fp8_gemm 128x2112x7168, 8 operand sets in turn, out= given",
+                    "torch._scaled_mm blockwise, 8 operand sets in turn, out= given")):
         if times.get(mm):
             print(f"\n{kd} / {mm} host time: {times[kd] / times[mm]:.2f}")
 

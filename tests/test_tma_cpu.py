@@ -1,0 +1,76 @@
+"""Tensor maps' encodings kept by pointer (runtime/tma.py), with the driver's encoder replaced
+by one that writes the pointer into the map: no GPU needed."""
+import ctypes
+
+import pytest
+
+from kdsl.errors import KdslError
+from kdsl.runtime import tma
+
+
+class FakeEncoder:
+    """cuTensorMapEncodeTiled's signature; fills the 128 bytes from the pointer and counts calls."""
+
+    def __init__(self):
+        self.calls = []
+        self.status = 0
+
+    def __call__(self, addr, dtype, rank, ptr, dims, strides, box, elem_strides, interleave, swizzle, l2, oob):
+        self.calls.append(ptr)
+        if self.status:
+            return self.status
+        ctypes.memmove(addr, (ptr % 251 + 1).to_bytes(1, "little") * 96 + ptr.to_bytes(32, "little"), 128)
+        return 0
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    enc = FakeEncoder()
+    monkeypatch.setattr(tma, "_encoder", lambda: enc)
+    return enc
+
+
+def new_map():
+    return tma.TensorMap(tma.TensorMapSlot(), "u8", (7168, 128, 1), (7168, 7168 * 128), (128, 64, 1))
+
+
+def test_a_pointer_seen_before_is_copied_back_not_encoded_again(fake):
+    m = new_map()
+    m.bind(0x1000)
+    first = bytes(m.slot)
+    m.bind(0x1000)  # unchanged: nothing to do
+    m.bind(0x2000)
+    assert bytes(m.slot) != first
+    m.bind(0x1000)
+    assert bytes(m.slot) == first
+    assert fake.calls == [0x1000, 0x2000]
+
+
+def test_each_map_keeps_its_own_encodings(fake):
+    a, b = new_map(), new_map()
+    a.bind(0x1000)
+    b.bind(0x1000)  # another map (other dims in general): encoded for it
+    assert fake.calls == [0x1000, 0x1000]
+
+
+def test_the_oldest_encoding_is_dropped_past_the_limit(fake):
+    m = new_map()
+    ptrs = [0x1000 * (i + 1) for i in range(tma.TensorMap.ENCODINGS_KEPT + 1)]
+    for p in ptrs:
+        m.bind(p)
+    assert len(m.encoded) == tma.TensorMap.ENCODINGS_KEPT
+    m.bind(ptrs[1])  # still kept
+    m.bind(ptrs[0])  # dropped: encoded again
+    assert fake.calls == ptrs + [ptrs[0]]
+
+
+def test_a_failed_encode_names_the_error_and_is_not_kept(fake):
+    m = new_map()
+    m.bind(0x1000)
+    fake.status = 1
+    with pytest.raises(KdslError, match="cuTensorMapEncodeTiled failed with CUDA error 1"):
+        m.bind(0x3000)
+    assert m.ptr is None and 0x3000 not in m.encoded
+    fake.status = 0
+    m.bind(0x1000)  # the slot may hold anything after the failure: rewritten from the kept copy
+    assert m.ptr == 0x1000 and bytes(m.slot)[-32:] == (0x1000).to_bytes(32, "little")
