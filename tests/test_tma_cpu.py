@@ -6,6 +6,7 @@ import pytest
 
 from kdsl.errors import KdslError
 from kdsl.runtime import tma
+from kdsl.runtime.driver import ArgPack
 
 
 class FakeEncoder:
@@ -30,27 +31,37 @@ def fake(monkeypatch):
     return enc
 
 
-def new_map():
-    return tma.TensorMap(tma.TensorMapSlot(), "u8", (7168, 128, 1), (7168, 7168 * 128), (128, 64, 1))
+def new_map(pack=None, index=1):
+    pack = pack or ArgPack(["ptr", "tmap", "tmap"])
+    return tma.TensorMap(pack, index, "u8", (7168, 128, 1), (7168, 7168 * 128), (128, 64, 1))
+
+
+def param(m):
+    """The 128 bytes the kernel parameter of map m points at."""
+    return ctypes.string_at(m.params[m.index], 128)
 
 
 def test_a_pointer_seen_before_is_copied_back_not_encoded_again(fake):
     m = new_map()
     m.bind(0x1000)
-    first = bytes(m.slot)
+    first = param(m)
+    assert first[-32:] == (0x1000).to_bytes(32, "little")
     m.bind(0x1000)  # unchanged: nothing to do
     m.bind(0x2000)
-    assert bytes(m.slot) != first
+    assert param(m)[-32:] == (0x2000).to_bytes(32, "little")
     m.bind(0x1000)
-    assert bytes(m.slot) == first
+    assert param(m) == first
     assert fake.calls == [0x1000, 0x2000]
 
 
-def test_each_map_keeps_its_own_encodings(fake):
-    a, b = new_map(), new_map()
+def test_each_map_keeps_its_own_encodings_and_parameter(fake):
+    pack = ArgPack(["ptr", "tmap", "tmap"])
+    a, b = new_map(pack, 1), new_map(pack, 2)
     a.bind(0x1000)
     b.bind(0x1000)  # another map (other dims in general): encoded for it
-    assert fake.calls == [0x1000, 0x1000]
+    b.bind(0x2000)
+    assert fake.calls == [0x1000, 0x1000, 0x2000]
+    assert param(a)[-32:] == (0x1000).to_bytes(32, "little") and param(b)[-32:] == (0x2000).to_bytes(32, "little")
 
 
 def test_the_oldest_encoding_is_dropped_past_the_limit(fake):
@@ -72,5 +83,5 @@ def test_a_failed_encode_names_the_error_and_is_not_kept(fake):
         m.bind(0x3000)
     assert m.ptr is None and 0x3000 not in m.encoded
     fake.status = 0
-    m.bind(0x1000)  # the slot may hold anything after the failure: rewritten from the kept copy
-    assert m.ptr == 0x1000 and bytes(m.slot)[-32:] == (0x1000).to_bytes(32, "little")
+    m.bind(0x1000)
+    assert m.ptr == 0x1000 and param(m)[-32:] == (0x1000).to_bytes(32, "little")

@@ -181,7 +181,7 @@ class GemmKernel(KernelBase):
                                                                    "scale_load")})
         # each map's slot and the index of its pointer among (a, b, out, a_scale)
         used = [0, 1] + ([2] if tma_store else []) + ([3] if sa_tma else [])
-        maps = [TensorMap(pack.slots[i], *spec) for i, spec in zip(used, specs)]
+        maps = [TensorMap(pack, i, *spec) for i, spec in zip(used, specs)]
         block = (lk.attr("threads"), 1, 1)
         if cluster > 1:  # never more CTAs than can be resident: the rest would be a second wave
             resident = cluster * max_active_clusters(loaded.fn_ptr, grid, block, loaded.smem)

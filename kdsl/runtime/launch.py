@@ -600,11 +600,11 @@ class AttentionKernel(KernelBase):
         if tma:
             from .tma import RowTiles, StreamTiles
             bm, bn = lk.attr("tile_m"), lk.attr("tile_n")
-            maps = (RowTiles(pack.slots[0], elem, B * H, M, D, bm), RowTiles(pack.slots[1], elem, B * Hkv, N, D, bn),
-                    RowTiles(pack.slots[2], elem, B * Hkv, N, Dv, bn))
+            maps = (RowTiles(pack, 0, elem, B * H, M, D, bm), RowTiles(pack, 1, elem, B * Hkv, N, D, bn),
+                    RowTiles(pack, 2, elem, B * Hkv, N, Dv, bn))
             if stream_arg is not None:
                 t = self.captures[stream_arg]
-                maps += (StreamTiles(pack.slots[3], t.dtype, infos[3 + stream_arg].shape, bm),)
+                maps += (StreamTiles(pack, 3, t.dtype, infos[3 + stream_arg].shape, bm),)
                 sources = (0, 1, 2, 5 + stream_arg)
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, out_shape, elem,
                     chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap) if len(chunks) > 1 else (),

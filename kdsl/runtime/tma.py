@@ -1,12 +1,11 @@
 """TMA tensor maps for the Hopper kernels (attention, FP8 GEMM), built with the driver's
 cuTensorMapEncodeTiled through ctypes.
 
-A tensor map embeds the tensor's address, so a plan keeps one 128-byte parameter slot per
-operand and rewrites it only when its pointer changes between calls. Shapes, strides and
-boxes are fixed per plan, so each map also keeps its encodings by pointer: a model's layers
-(one plan, other weights and activations each call) and torch's caching allocator (the same
-blocks again each step) bring back the same few pointers, and a copy of 128 bytes is
-cheaper than the driver's encode.
+A tensor map embeds the tensor's address; shapes, strides and boxes are fixed per plan. Each
+map keeps its encodings by pointer, each in its own 128-byte buffer, and binding a pointer
+points the kernel parameter at that buffer: a model's layers (one plan, other weights and
+activations each call) and torch's caching allocator (the same blocks again each step) bring
+back the same few pointers, and writing an address is cheaper than the driver's encode.
 """
 from __future__ import annotations
 
@@ -36,12 +35,15 @@ def _encoder():
 
 
 class TensorMap:
-    """A tiled tensor map: `dims` innermost first, byte `strides` of dims[1:], `box` elements
-    per dim, `swizzle` bytes (0, 32, 64, 128); elements outside the tensor read as zeros."""
+    """A tiled tensor map passed as kernel parameter `index` of `pack` (driver.ArgPack):
+    `dims` innermost first, byte `strides` of dims[1:], `box` elements per dim, `swizzle`
+    bytes (0, 32, 64, 128); elements outside the tensor read as zeros."""
 
-    def __init__(self, slot: TensorMapSlot, dtype: str, dims, strides, box, swizzle: int = 128):
+    ENCODINGS_KEPT = 64  # per map; past that the oldest is dropped
+
+    def __init__(self, pack, index: int, dtype: str, dims, strides, box, swizzle: int = 128):
         rank = len(dims)
-        self.slot = slot
+        self.params, self.index = pack.params, index
         self.dtype = _DTYPE[dtype]
         self.rank = rank
         self.dims = (ctypes.c_uint64 * rank)(*dims)
@@ -51,27 +53,25 @@ class TensorMap:
         self.swizzle = _SWIZZLE[swizzle]
         self.ptr = None
         self.encode = _encoder()
-        self.encoded: dict[int, bytes] = {}  # pointer -> the map's 128 bytes, at most ENCODINGS_KEPT
-
-    ENCODINGS_KEPT = 64
+        self.encoded: dict[int, tuple] = {}  # pointer -> (its map's buffer, the buffer's address)
 
     def bind(self, ptr: int) -> None:
+        """Make the parameter the map of the tensor at `ptr` (run under the pack's lock)."""
         if ptr == self.ptr:
             return
-        self.ptr = None  # until the slot holds ptr's map
+        self.ptr = None  # until the parameter is ptr's map
         known = self.encoded.get(ptr)
-        if known is not None:
-            ctypes.memmove(self.slot, known, 128)
-            self.ptr = ptr
-            return
-        status = self.encode(ctypes.addressof(self.slot), self.dtype, self.rank, ptr, self.dims, self.strides, self.box,
-                             self.elem_strides, 0, self.swizzle, _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
-        if status:
-            raise KdslError(f"cuTensorMapEncodeTiled failed with CUDA error {status} (dims {list(self.dims)}, "
-                            f"box {list(self.box)})")
-        if len(self.encoded) >= self.ENCODINGS_KEPT:
-            del self.encoded[next(iter(self.encoded))]  # the oldest
-        self.encoded[ptr] = bytes(self.slot)
+        if known is None:
+            buf = TensorMapSlot()
+            status = self.encode(ctypes.addressof(buf), self.dtype, self.rank, ptr, self.dims, self.strides, self.box,
+                                 self.elem_strides, 0, self.swizzle, _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
+            if status:
+                raise KdslError(f"cuTensorMapEncodeTiled failed with CUDA error {status} (dims {list(self.dims)}, "
+                                f"box {list(self.box)})")
+            if len(self.encoded) >= self.ENCODINGS_KEPT:
+                del self.encoded[next(iter(self.encoded))]  # the oldest
+            known = self.encoded[ptr] = (buf, ctypes.addressof(buf))
+        self.params[self.index] = known[1]
         self.ptr = ptr
 
 
@@ -79,8 +79,8 @@ class RowTiles(TensorMap):
     """A 3-D tensor map over a contiguous [batch*heads, rows, D] 16-bit tensor, boxes of
     (64 elements, box_rows, 1) in the 128-byte swizzle; rows past the end read as zeros."""
 
-    def __init__(self, slot: TensorMapSlot, dtype: str, heads: int, rows: int, d: int, box_rows: int):
-        super().__init__(slot, dtype, (d, rows, heads), (d * 2, rows * d * 2), (64, box_rows, 1), 128)
+    def __init__(self, pack, index: int, dtype: str, heads: int, rows: int, d: int, box_rows: int):
+        super().__init__(pack, index, dtype, (d, rows, heads), (d * 2, rows * d * 2), (64, box_rows, 1), 128)
 
 
 class StreamTiles(TensorMap):
@@ -89,11 +89,11 @@ class StreamTiles(TensorMap):
     leading dim), in the 128-byte swizzle; what lies outside the tensor reads as zeros.
     The rows must be whole 16-byte units (the runtime checks that before choosing this)."""
 
-    def __init__(self, slot: TensorMapSlot, dtype: str, shape, box_rows: int):
+    def __init__(self, pack, index: int, dtype: str, shape, box_rows: int):
         size = _BYTES[dtype]
         dims = tuple(reversed(shape))
         strides, stride = [], size
         for d in dims[:-1]:
             stride *= d
             strides.append(stride)
-        super().__init__(slot, dtype, dims, strides, (128 // size, box_rows) + (1,) * (len(dims) - 2), 128)
+        super().__init__(pack, index, dtype, dims, strides, (128 // size, box_rows) + (1,) * (len(dims) - 2), 128)

@@ -246,6 +246,30 @@ def test_tensor_maps_are_encoded_again_only_when_a_pointer_changes(monkeypatch):
     assert fp8_difference(out2, reference.fp8_gemm(a, sa, b, sb)) < FP8_TOL
 
 
+def test_operand_sets_in_turn_reuse_their_tensor_maps_and_stay_right(monkeypatch):
+    """A model's layers: one plan, other tensors each call. Each map's parameter is pointed at
+    the encoding kept for its pointer; only a pointer never seen before is encoded."""
+    torch = pytest.importorskip("torch")
+    fn = _mod("fp8_gemm").fp8_gemm
+    sets = []
+    for _ in range(3):
+        a, sa = fp8.quantize_1x128(torch.randn(256, 512, device="cuda"))
+        b, sb = fp8.quantize_128x128(torch.randn(384, 512, device="cuda"))
+        sets.append((a, sa, b, sb, torch.empty(256, 384, device="cuda", dtype=torch.bfloat16)))
+    encodes = []
+    for turn in range(2):
+        for a, sa, b, sb, out in sets:
+            out.fill_(float("nan"))
+            fn(a, sa, b, sb, out=out)
+            torch.cuda.synchronize()
+            assert fp8_difference(out, reference.fp8_gemm(a, sa, b, sb)) < FP8_TOL, turn
+        if turn == 0:  # every pointer now has its encoding: count the encoder's calls from here
+            for m in next(iter(fn._plans.values())).maps:
+                enc = m.encode
+                m.encode = lambda *args, enc=enc: encodes.append(args[3]) or enc(*args)
+    assert encodes == []
+
+
 def test_bad_fp8_arguments():
     torch = pytest.importorskip("torch")
     mod = _mod("fp8_gemm")

@@ -5,6 +5,7 @@ sleep kernel queued ahead so that no launch waits for the GPU.
 
     python3 tools/dev/gemm_host_profile.py
 """
+import ctypes
 import sys
 from pathlib import Path
 
@@ -28,14 +29,32 @@ head = plan.map_heads((a.data_ptr(), b.data_ptr(), out.data_ptr(), sa.data_ptr()
 ptrs = [*head, sa.data_ptr(), sb.data_ptr(), out.data_ptr(), 0, 0]
 tail = ptrs[plan._maps_only:]
 stream = plan.current_stream()
-template = torch.empty((1, 1), device="cuda", dtype=torch.bfloat16).expand(128, 2112)
 launch_args = (plan._launch._address, plan._launch.fn, plan.pack.params_address, None)
 driver._cu_launch_ex(*launch_args)  # bind the ctypes function before timing it
+m0 = plan.maps[0]
+scratch = ctypes.create_string_buffer(128)
+other = [p + 4096 if i < len(head) else p for i, p in enumerate(ptrs)]  # other pointers for every map
+
+
+def locked():
+    with plan.pack.lock:
+        pass
+
+
+def encode_one():
+    m0.encode(ctypes.addressof(scratch), m0.dtype, m0.rank, ptrs[0], m0.dims, m0.strides, m0.box, m0.elem_strides,
+              0, m0.swizzle, 3, 0)
+
+
+def bind_alternating():  # every map's pointer changes, each to one it has an encoding for
+    plan._bind_maps(other)
+    plan._bind_maps(ptrs)
+
+
 rows = {
     "whole call": lambda: gemm(a, sa, b, sb, out=out),
     "whole call, allocating out": lambda: gemm(a, sa, b, sb),
     "plan.new_out() (allocating out)": plan.new_out,
-    "torch.empty_like(expanded template)": lambda: torch.empty_like(template),
     "torch_ops.compiling()": torch_ops.compiling,
     "plan key (gemm_launch._call_key)": lambda: gemm_launch._call_key(a, sa, b, sb, None, out),
     "plans dict lookup": lambda: gemm._plans.get(next(iter(gemm._plans))),
@@ -44,9 +63,11 @@ rows = {
     "plan.launch (maps bound, pointers written, launched)": lambda: plan.launch(ptrs),
     "Launcher alone (pointers written, launched)": lambda: plan._launch(stream, plan.pack, tail),
     "pack.pointers[:] = tail": lambda: plan.pack.pointers.__setitem__(slice(None), tail),
-    "with pack.lock: pass": lambda: plan.pack.lock.__enter__() or plan.pack.lock.__exit__(None, None, None),
+    "with pack.lock: pass": locked,
     "_bind_maps (pointers unchanged)": lambda: plan._bind_maps(ptrs),
     "cuLaunchKernelEx by ctypes alone": lambda: driver._cu_launch_ex(*launch_args),
+    "cuTensorMapEncodeTiled, one map": encode_one,
+    "_bind_maps twice, every map's pointer changed (kept encodings)": bind_alternating,
     "torch._scaled_mm": lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16),
     "torch._scaled_mm, out= given": lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(),
                                                              out_dtype=torch.bfloat16, out=out),
