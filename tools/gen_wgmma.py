@@ -37,7 +37,7 @@ OUT_SLOPE = OUT.with_name("wgmma_ops_slope.cuh")
 OUT_ROWSUM = OUT.with_name("wgmma_ops_rowsum.cuh")
 ROWSUM_WIDTHS = (72,)  # P V with a ones column beside V's 64 (attr tensor_row_sum)
 OUT_FP8 = OUT.with_name("wgmma_fp8_ops.cuh")
-FP8_WIDTHS = tuple(range(8, 257, 8))  # N of m64nNk32 e4m3: every tile width the GEMM may pick, and its halves
+FP8_WIDTHS = tuple(range(16, 257, 16))   # N of m64nNk32 e4m3: every tile width the GEMM may pick
 TYPES = {"bf16_t": "bf16", "f16_t": "f16"}
 VALUE_DIMS = tuple(range(HEAD_DIM_STEP, MAX_HEAD_DIM + 1, HEAD_DIM_STEP))  # N of P V's accumulator
 # (q/k head dim, v head dim) pairs whose default tiles get single-statement sequences: the

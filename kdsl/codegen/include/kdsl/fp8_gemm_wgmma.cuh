@@ -104,14 +104,6 @@
 #define KDSL_FP8_TURNS_192 1
 #endif
 
-// 1: each wave is issued as two halves of the tile's columns (m64n(BN/2) wgmmas into two
-// half accumulators, committed apart), and the first half is promoted while the second is
-// still in the tensor cores: a warpgroup's promotion, which it cannot otherwise overlap with
-// its own waves, is half exposed. (Costs: A's tile read twice per wave.) 0: the kernel.
-#ifndef KDSL_FP8_SPLIT_N
-#define KDSL_FP8_SPLIT_N 0
-#endif
-
 namespace kdsl {
 
 template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
@@ -362,13 +354,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
   };
   if (kPingPong && wg == C::kMathWG - 1) named_barrier_arrive(5, 256);
 
-  // Split waves (KDSL_FP8_SPLIT_N): halves of BN / 2 columns, each a multiple of 8.
-  constexpr bool kSplitN = KDSL_FP8_SPLIT_N && BN % 16 == 0;
-  constexpr int kHalf = kFrag / 2;
-  // No init: each K block's first wgmma runs with scale-d = 0. With kSplitN, acc holds the
-  // columns < BN / 2 and acc_hi the rest.
-  float acc[kSplitN ? kHalf : kFrag];
-  float acc_hi[kSplitN ? kHalf : 1];
+  float acc[kFrag];  // no init: each K block's first wgmma runs with scale-d = 0
   float total[kWaves][kFrag];
   // Deferred stores (Fp8Epilogue::kDeferStores): the staged unit and its boxes not yet issued.
   Fp8Unit staged{};
@@ -432,40 +418,15 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
       for (int v = 0; v < kWaves; ++v) sa_now[v][0] = s_a[v][0], sa_now[v][1] = s_a[v][1];
       const float sb_lo = s_b_lo, sb_hi = s_b_hi;
       const u64 db = desc_kmajor_sw128(sm.b(s));
-      // Promotes accumulator floats [i0, i0 + count) of wave v (column groups of 8 from i0 / 4).
-      auto promote = [&](int v, const float* a, int i0, int count) {
-        const float lo0 = sa_now[v][0] * sb_lo, lo1 = sa_now[v][1] * sb_lo;
-        const float hi0 = sa_now[v][0] * sb_hi, hi1 = sa_now[v][1] * sb_hi;
-#pragma unroll
-        for (int q = 0; q < count / 4; ++q) {
-          const int j = i0 / 4 + q;
-          const bool lo = !C::kSplit || 8 * j < bnd;
-          const float sc0 = lo ? lo0 : hi0, sc1 = lo ? lo1 : hi1;
-          total[v][4 * j + 0] = fmaf(a[4 * q + 0], sc0, total[v][4 * j + 0]);
-          total[v][4 * j + 1] = fmaf(a[4 * q + 1], sc0, total[v][4 * j + 1]);
-          total[v][4 * j + 2] = fmaf(a[4 * q + 2], sc1, total[v][4 * j + 2]);
-          total[v][4 * j + 3] = fmaf(a[4 * q + 3], sc1, total[v][4 * j + 3]);
-        }
-      };
 #pragma unroll
       for (int v = 0; v < kWaves; ++v) {
         const u64 da = desc_kmajor_sw128(sm.a(s) + epilogue.wave_row(v) * C::kBK);
         my_turn();
         wgmma_fence();
-        if constexpr (kSplitN) {
-          const u64 db_hi = desc_kmajor_sw128(sm.b(s) + (BN / 2) * C::kBK);  // 8-row atoms: BN / 2 % 8 == 0
 #pragma unroll
-          for (int k = 0; k < C::kBK / 32; ++k) WgmmaFp8<BN / 2>::run(acc, da + 2 * k, db + 2 * k, k);
-          wgmma_commit();
-#pragma unroll
-          for (int k = 0; k < C::kBK / 32; ++k) WgmmaFp8<BN / 2>::run(acc_hi, da + 2 * k, db_hi + 2 * k, k);
-          wgmma_commit();
-        } else {
-#pragma unroll
-          for (int k = 0; k < C::kBK / 32; ++k)  // +32 bytes along K == +2 in the descriptor's address
-            WgmmaFp8<BN>::run(acc, da + 2 * k, db + 2 * k, k);  // k == 0 starts a fresh accumulator
-          wgmma_commit();
-        }
+        for (int k = 0; k < C::kBK / 32; ++k)  // +32 bytes along K == +2 in the descriptor's address
+          WgmmaFp8<BN>::run(acc, da + 2 * k, db + 2 * k, k);  // k == 0 starts a fresh accumulator
+        wgmma_commit();
         your_turn();
         if (epilogue.kDeferStores && v == 0 && boxes_left > 0) {  // one box of the last unit a K block
           epilogue.store_box(staged, epilogue.kBoxes - boxes_left);
@@ -479,19 +440,19 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
           mbar_wait(sm.full(next.s), next.phase);
           read_scales(next.s);
         }
-        if constexpr (kSplitN) {
-          wgmma_wait<1>();  // the first half's wgmmas are done; the second's may still run
-          wgmma_pin(acc);
-          promote(v, acc, 0, kHalf);
-          wgmma_wait<0>();
-          wgmma_pin(acc_hi);
-          if (v == kWaves - 1) release();
-          promote(v, acc_hi, kHalf, kHalf);
-        } else {
-          wgmma_wait<0>();
-          wgmma_pin(acc);
-          if (v == kWaves - 1) release();
-          promote(v, acc, 0, kFrag);
+        wgmma_wait<0>();
+        wgmma_pin(acc);
+        if (v == kWaves - 1) release();
+        const float lo0 = sa_now[v][0] * sb_lo, lo1 = sa_now[v][1] * sb_lo;
+        const float hi0 = sa_now[v][0] * sb_hi, hi1 = sa_now[v][1] * sb_hi;
+#pragma unroll
+        for (int j = 0; j < kFrag / 4; ++j) {
+          const bool lo = !C::kSplit || 8 * j < bnd;
+          const float sc0 = lo ? lo0 : hi0, sc1 = lo ? lo1 : hi1;
+          total[v][4 * j + 0] = fmaf(acc[4 * j + 0], sc0, total[v][4 * j + 0]);
+          total[v][4 * j + 1] = fmaf(acc[4 * j + 1], sc0, total[v][4 * j + 1]);
+          total[v][4 * j + 2] = fmaf(acc[4 * j + 2], sc1, total[v][4 * j + 2]);
+          total[v][4 * j + 3] = fmaf(acc[4 * j + 3], sc1, total[v][4 * j + 3]);
         }
       }
     }
