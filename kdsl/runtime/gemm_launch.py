@@ -175,21 +175,21 @@ class GemmKernel(KernelBase):
                        [None] * 9 + [M, N, K, G, lk.attr("raster"), sk, None, None],
                        [4, 5, 6, 7, 8] + ([15, 16] if sk else []))
         from .tma import TensorMap
-        tma_store, sa_tma = lk.attr("store") == "tma", lk.attr("scale_load") == "tma"
         specs = geometry.gemm_tensor_maps(M, N, K, G, self.grouping, arrays.itemsize(out_dtype),
                                           {a: lk.attr(a) for a in ("tile_m", "tile_n", "multicast", "store",
                                                                    "scale_load")})
-        # each map's slot and the index of its pointer among (a, b, out, a_scale)
-        used = [0, 1] + ([2] if tma_store else []) + ([3] if sa_tma else [])
-        maps = [TensorMap(pack, i, *spec) for i, spec in zip(used, specs)]
+        # a map's parameter slot is its operand's index in GEMM_MAP_OPERANDS, as is its pointer's
+        # among the call's (a, b, out, a_scale)
+        used = [geometry.GEMM_MAP_OPERANDS.index(name) for name in specs]
+        maps = [TensorMap(pack, i, *spec) for i, spec in zip(used, specs.values())]
         block = (lk.attr("threads"), 1, 1)
         if cluster > 1:  # never more CTAs than can be resident: the rest would be a second wave
             resident = cluster * max_active_clusters(loaded.fn_ptr, grid, block, loaded.smem)
             grid = geometry.gemm_grid(tiles, min(sms, resident), cluster)
         return Plan(loaded, grid, block, pack, ia.framework,
                     device, out_shape, out_dtype, maps=tuple(maps),
-                    map_heads=operator.itemgetter(*used), sa_align=16 if sa_tma else 4,
-                    out_align=16 if tma_store else (8 if out_dtype == "f32" else 4),
+                    map_heads=operator.itemgetter(*used), sa_align=16 if "a_scale" in specs else 4,
+                    out_align=16 if "out" in specs else (8 if out_dtype == "f32" else 4),
                     sk_tiles=sk, sk_bytes=grid[0] * bm * bn * 4)
 
     def _load_shape(self, kernel: ir.Kernel, device: int):

@@ -61,23 +61,28 @@ def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, 
                           f"tiles, {scales} scales of a; at most 2**31 - 1 each); split the call along M")
 
 
-def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: int, cfg: dict) -> list[tuple]:
-    """The FP8 GEMM's TMA tensor maps, as fp8_gemm_wgmma.cuh's launch contract describes them:
-    (element type, dims innermost first, byte strides of dims[1:], box, swizzle bytes) for a,
-    b, out when stores go through TMA, and a_scale when its scales come by TMA (scale_load:
-    M % 4 == 0, so that each box starts 16-byte aligned; a 1-D map over it faulted wherever
-    M % 4 != 0). Masked: a, a_scale and out have a group dimension; grouped: b has one."""
+# The FP8 GEMM's tensor-map parameters, in the kernel's order (fp8_gemm_wgmma.cuh: ta tb td tsa).
+GEMM_MAP_OPERANDS = ("a", "b", "out", "a_scale")
+
+
+def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: int, cfg: dict) -> dict:
+    """The FP8 GEMM's TMA tensor maps, as fp8_gemm_wgmma.cuh's launch contract describes them,
+    by operand (GEMM_MAP_OPERANDS order): (element type, dims innermost first, byte strides of
+    dims[1:], box, swizzle bytes) for a, b, out when stores go through TMA, and a_scale when
+    its scales come by TMA (scale_load: M % 4 == 0, so that each box starts 16-byte aligned; a
+    1-D map over it faulted wherever M % 4 != 0). Masked: a, a_scale and out have a group
+    dimension; grouped: b has one. The operands left out get no map (their parameter stays blank)."""
     masked = grouping == "masked"
     ga, gb = (G if masked else 1), (1 if grouping == "dense" else G)
     bm, bn, mcast = cfg["tile_m"], cfg["tile_n"], cfg["multicast"]
-    maps = [("u8", (K, M, ga), (K, M * K), (128, bm // (2 if mcast == "a" else 1), 1), 128),
-            ("u8", (K, N, gb), (K, N * K), (128, bn // (2 if mcast == "b" else 1), 1), 128)]
+    maps = {"a": ("u8", (K, M, ga), (K, M * K), (128, bm // (2 if mcast == "a" else 1), 1), 128),
+            "b": ("u8", (K, N, gb), (K, N * K), (128, bn // (2 if mcast == "b" else 1), 1), 128)}
     if cfg["store"] == "tma":  # 64-row boxes, one swizzle width of columns (fp8_gemm_epilogue.cuh)
         sw = next(w for w in (128, 64, 32) if bn * out_bytes % w == 0)
-        maps.append(("f32" if out_bytes == 4 else "bf16", (N, M, ga), (N * out_bytes, M * N * out_bytes),
-                     (sw // out_bytes, 64, 1), sw))
+        maps["out"] = ("f32" if out_bytes == 4 else "bf16", (N, M, ga), (N * out_bytes, M * N * out_bytes),
+                       (sw // out_bytes, 64, 1), sw)
     if cfg["scale_load"] == "tma":  # [groups][K / 128][M] floats, one K block of BM rows a box
-        maps.append(("f32", (M, K // 128, ga), (M * 4, K // 128 * M * 4), (bm, 1, 1), 0))
+        maps["a_scale"] = ("f32", (M, K // 128, ga), (M * 4, K // 128 * M * 4), (bm, 1, 1), 0)
     return maps
 
 
