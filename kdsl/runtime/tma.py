@@ -21,7 +21,7 @@ _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _L2_PROMOTION_256B = 3
 _OOB_FILL_ZEROS = 0
 
-TensorMapSlot = ctypes.c_ubyte * 128
+TensorMapBuffer = ctypes.c_ubyte * 128  # a CUtensorMap
 
 
 def _encoder():
@@ -62,7 +62,7 @@ class TensorMap:
         self.ptr = None  # until the parameter is ptr's map
         known = self.encoded.get(ptr)
         if known is None:
-            buf = TensorMapSlot()
+            buf = TensorMapBuffer()
             status = self.encode(ctypes.addressof(buf), self.dtype, self.rank, ptr, self.dims, self.strides, self.box,
                                  self.elem_strides, 0, self.swizzle, _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
             if status:
