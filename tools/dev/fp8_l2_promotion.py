@@ -5,10 +5,12 @@ of a row fetches that much around it into L2), in turns with a read of b alone, 
 grouping (B streamed once, each box 128 rows x 128 bytes, rows K bytes apart) and a dense
 shape.
 
-    python3 tools/dev/fp8_l2_promotion.py
+    python3 tools/dev/fp8_l2_promotion.py [--shapes "4096x7168x16384;masked:256x4096x7168x4"]
+                                          [--promotions none,256B]
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -20,40 +22,55 @@ import kdsl  # noqa: E402
 from kdsl import bench, fp8  # noqa: E402
 from kdsl.runtime import tma  # noqa: E402
 
-PROMOTIONS = {"none": 0, "64B": 1, "128B": 2, "256B (the kernel)": 3}
+PROMOTIONS = {"none": 0, "64B": 1, "128B": 2, "256B": 3}
+KERNEL = tma._L2_PROMOTION_256B  # what the kernel's maps use
 
 
-def case(name, a_shape, b_shape, extra):
+def case(name, a_shape, b_shape, extra, promotions):
     a, sa = fp8.quantize_1x128(torch.randn(a_shape, device="cuda"))
     b, sb = fp8.quantize_128x128(torch.randn(b_shape, device="cuda"))
     fns = {}
-    for label, promo in PROMOTIONS.items():
+    for label in promotions:
+        promo = PROMOTIONS[label]
         tma._L2_PROMOTION_256B = promo  # read when a map is encoded: each fresh module's plans take it
         fn = getattr(kdsl.load(ROOT / "samples" / f"{name}.kd"), name)
         out = fn(a, sa, b, sb, *extra)
         torch.cuda.synchronize()
         fns[label] = lambda fn=fn, out=out: fn(a, sa, b, sb, *extra, out=out)
-    tma._L2_PROMOTION_256B = 3
-    fns["read b once"] = lambda: bench.read_once(b)
+    tma._L2_PROMOTION_256B = KERNEL
+    if name == "fp8_gemm":
+        fns["scaled_mm"] = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
+    else:
+        fns["read b once"] = lambda: bench.read_once(b)
     return fns
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="masked:256x4096x7168x4;128x7168x16384;4096x7168x16384",
+                    help="';'-separated: MxNxK (dense), contiguous:MxNxKxG, masked:MxNxKxG")
+    ap.add_argument("--promotions", default=",".join(PROMOTIONS))
+    args = ap.parse_args()
+    promotions = args.promotions.split(",")
     timer = bench.Timer(30)
     print(torch.cuda.get_device_name(), flush=True)
-    count = torch.randint(128, 257, (4,), device="cuda", dtype=torch.int32)
-    cases = {
-        f"masked 4 x 256, N 4096, K 7168, counts {count.tolist()}":
-            case("fp8_grouped_masked", (4, 256, 7168), (4, 4096, 7168), (count,)),
-        "dense 128x7168x16384": case("fp8_gemm", (128, 16384), (7168, 16384), ()),
-        "dense 4096x7168x16384": case("fp8_gemm", (4096, 16384), (7168, 16384), ()),
-    }
-    for title, fns in cases.items():
+    for item in filter(None, args.shapes.split(";")):
+        grouping, _, dims = item.rpartition(":")
+        m, n, k, *g = (int(d) for d in dims.split("x"))
+        g = g[0] if g else 1
+        if grouping == "masked":
+            count = torch.randint(m // 2, m + 1, (g,), device="cuda", dtype=torch.int32)
+            fns = case("fp8_grouped_masked", (g, m, k), (g, n, k), (count,), promotions)
+        elif grouping == "contiguous":
+            group = torch.arange(m, device="cuda", dtype=torch.int32) // (m // g)
+            fns = case("fp8_grouped_contiguous", (m, k), (g, n, k), (group,), promotions)
+        else:
+            fns = case("fp8_gemm", (m, k), (n, k), (), promotions)
         times = timer.in_turns(fns)
-        base = times["256B (the kernel)"]
-        print(f"\n{title}")
+        base = times[promotions[-1]]
+        print(f"\n{item}")
         for label, t in times.items():
-            print(f"  {label:20s} {t * 1e3:8.1f} us  x{base / t:5.3f}", flush=True)
+            print(f"  {label:12s} {t * 1e3:8.1f} us  x{base / t:5.3f}", flush=True)
 
 
 if __name__ == "__main__":
