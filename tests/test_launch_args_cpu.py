@@ -152,21 +152,22 @@ def test_fp8_tensor_maps_meet_the_driver_rules_and_the_kernel_contract():
         assert cfg["scale_load"] == ("tma" if M % 4 == 0 else "copy")
         want = ["a", "b"] + ["out"] * (cfg["store"] == "tma") + ["a_scale"] * (cfg["scale_load"] == "tma")
         assert list(maps) == want and all(name in geometry.GEMM_MAP_OPERANDS for name in maps)
-        for dtype, dims, strides, box, swizzle in maps.values():
+        for dtype, dims, strides, box, swizzle, promotion in maps.values():
             assert 1 <= len(dims) <= 5 and len(strides) == len(dims) - 1 and len(box) == len(dims)
             assert all(1 <= d <= 2**32 for d in dims) and all(s % 16 == 0 and s < 2**40 for s in strides)
             assert all(1 <= b <= 256 for b in box) and box[0] * elem[dtype] % 16 == 0
             assert swizzle == 0 or box[0] * elem[dtype] <= swizzle
+            assert promotion == geometry.GEMM_L2_PROMOTION
         bm, bn, mcast = cfg["tile_m"], cfg["tile_n"], cfg["multicast"]
         a_box, b_box = maps["a"][3], maps["b"][3]
         landed = a_box[0] * a_box[1] * (2 if mcast == "a" else 1) + b_box[0] * b_box[1] * (2 if mcast == "b" else 1)
         if cfg["scale_load"] == "tma":  # BM floats of one K block, at 16-byte aligned starts
-            dtype, dims, strides, box, swizzle = maps["a_scale"]
+            dtype, dims, strides, box, swizzle, _ = maps["a_scale"]
             assert dtype == "f32" and box == (bm, 1, 1) and swizzle == 0 and M * 4 % 16 == 0 and bm * 4 % 16 == 0
             assert dims == (M, K // 128, G if grouping == "masked" else 1)
         assert landed == (bm + bn) * 128  # Fp8Config::kStageTx, with kSABytes for the a_scale box
         if cfg["store"] == "tma":
-            dtype, dims, _, box, swizzle = maps["out"]
+            dtype, dims, _, box, swizzle, _ = maps["out"]
             assert box[1] == 64 and box[0] * out_bytes == swizzle and bn * out_bytes % swizzle == 0
             assert dims == (N, M, G if grouping == "masked" else 1) and elem[dtype] == out_bytes
 

@@ -63,12 +63,16 @@ def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, 
 
 # The FP8 GEMM's tensor-map parameters, in the kernel's order (fp8_gemm_wgmma.cuh: ta tb td tsa).
 GEMM_MAP_OPERANDS = ("a", "b", "out", "a_scale")
+# Bytes fetched into L2 around each TMA miss of the FP8 GEMM's maps: none. Against 256 (what
+# attention's maps use), on the H100 in turns (2026-11-27, tools/dev/fp8_l2_promotion.py): x1.03-1.05
+# at 4096x7168x16384, x1.04 at 8192^3, x1.01-1.03 at M = 128 and on contiguous, x0.98-1.00 elsewhere.
+GEMM_L2_PROMOTION = 0
 
 
 def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: int, cfg: dict) -> dict:
     """The FP8 GEMM's TMA tensor maps, as fp8_gemm_wgmma.cuh's launch contract describes them,
     by operand (GEMM_MAP_OPERANDS order): (element type, dims innermost first, byte strides of
-    dims[1:], box, swizzle bytes) for a, b, out when stores go through TMA, and a_scale when
+    dims[1:], box, swizzle bytes, L2 promotion bytes) for a, b, out when stores go through TMA, and a_scale when
     its scales come by TMA (scale_load: M % 4 == 0, so that each box starts 16-byte aligned; a
     1-D map over it faulted wherever M % 4 != 0). Masked: a, a_scale and out have a group
     dimension; grouped: b has one. The operands left out get no map (their parameter stays blank)."""
@@ -83,7 +87,7 @@ def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: i
                        (sw // out_bytes, 64, 1), sw)
     if cfg["scale_load"] == "tma":  # [groups][K / 128][M] floats, one K block of BM rows a box
         maps["a_scale"] = ("f32", (M, K // 128, ga), (M * 4, K // 128 * M * 4), (bm, 1, 1), 0)
-    return maps
+    return {name: spec + (GEMM_L2_PROMOTION,) for name, spec in maps.items()}
 
 
 def softmax_scale(scale, default: Callable[[], float], kname: str) -> float:

@@ -18,7 +18,7 @@ from .driver import _libcuda
 _DTYPE = {"bf16": 9, "f16": 6, "u8": 0, "f32": 7}
 _BYTES = {"bf16": 2, "f16": 2, "u8": 1, "f32": 4}
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
-_L2_PROMOTION_256B = 3
+_L2_PROMOTION = {0: 0, 64: 1, 128: 2, 256: 3}  # bytes an L2 miss of a TMA request fetches around it
 _OOB_FILL_ZEROS = 0
 
 TensorMapBuffer = ctypes.c_ubyte * 128  # a CUtensorMap
@@ -37,11 +37,12 @@ def _encoder():
 class TensorMap:
     """A tiled tensor map passed as kernel parameter `index` of `pack` (driver.ArgPack):
     `dims` innermost first, byte `strides` of dims[1:], `box` elements per dim, `swizzle`
-    bytes (0, 32, 64, 128); elements outside the tensor read as zeros."""
+    bytes (0, 32, 64, 128); elements outside the tensor read as zeros; `l2_promotion` bytes
+    (0, 64, 128, 256) fetched into L2 around each miss."""
 
     ENCODINGS_KEPT = 64  # per map; past that the oldest is dropped
 
-    def __init__(self, pack, index: int, dtype: str, dims, strides, box, swizzle: int = 128):
+    def __init__(self, pack, index: int, dtype: str, dims, strides, box, swizzle: int = 128, l2_promotion: int = 256):
         rank = len(dims)
         self.params, self.index = pack.params, index
         self.dtype = _DTYPE[dtype]
@@ -51,6 +52,7 @@ class TensorMap:
         self.box = (ctypes.c_uint32 * rank)(*box)
         self.elem_strides = (ctypes.c_uint32 * rank)(*([1] * rank))
         self.swizzle = _SWIZZLE[swizzle]
+        self.l2_promotion = _L2_PROMOTION[l2_promotion]
         self.ptr = None
         self.encode = _encoder()
         self.encoded: dict[int, tuple] = {}  # pointer -> (its map's buffer, the buffer's address)
@@ -64,7 +66,7 @@ class TensorMap:
         if known is None:
             buf = TensorMapBuffer()
             status = self.encode(ctypes.addressof(buf), self.dtype, self.rank, ptr, self.dims, self.strides, self.box,
-                                 self.elem_strides, 0, self.swizzle, _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
+                                 self.elem_strides, 0, self.swizzle, self.l2_promotion, _OOB_FILL_ZEROS)
             if status:
                 raise KdslError(f"cuTensorMapEncodeTiled failed with CUDA error {status} (dims {list(self.dims)}, "
                                 f"box {list(self.box)})")

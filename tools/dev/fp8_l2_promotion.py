@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Does the FP8 GEMM's time depend on how TMA's requests reach HBM? Times the kernel with its
-tensor maps encoded at each L2 promotion (none, 64, 128, 256 bytes: a request for 128 bytes
-of a row fetches that much around it into L2), in turns with a read of b alone, on a masked
-grouping (B streamed once, each box 128 rows x 128 bytes, rows K bytes apart) and a dense
-shape.
+tensor maps encoded at each L2 promotion (geometry.GEMM_L2_PROMOTION: none, 64, 128 or 256
+bytes fetched into L2 around each miss of a 128-byte row request), in turns with
+torch._scaled_mm (dense) or a read of b alone (grouped). The last promotion listed is the
+ratios' base.
 
     python3 tools/dev/fp8_l2_promotion.py [--shapes "4096x7168x16384;masked:256x4096x7168x4"]
                                           [--promotions none,256B]
@@ -20,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import kdsl  # noqa: E402
 from kdsl import bench, fp8  # noqa: E402
-from kdsl.runtime import tma  # noqa: E402
+from kdsl.runtime import geometry  # noqa: E402
 
-PROMOTIONS = {"none": 0, "64B": 1, "128B": 2, "256B": 3}
-KERNEL = tma._L2_PROMOTION_256B  # what the kernel's maps use
+PROMOTIONS = {"none": 0, "64B": 64, "128B": 128, "256B": 256}
+KERNEL = geometry.GEMM_L2_PROMOTION  # what the kernel's maps use
 
 
 def case(name, a_shape, b_shape, extra, promotions):
@@ -32,12 +32,12 @@ def case(name, a_shape, b_shape, extra, promotions):
     fns = {}
     for label in promotions:
         promo = PROMOTIONS[label]
-        tma._L2_PROMOTION_256B = promo  # read when a map is encoded: each fresh module's plans take it
+        geometry.GEMM_L2_PROMOTION = promo  # read when a plan is made: each fresh module's plans take it
         fn = getattr(kdsl.load(ROOT / "samples" / f"{name}.kd"), name)
         out = fn(a, sa, b, sb, *extra)
         torch.cuda.synchronize()
         fns[label] = lambda fn=fn, out=out: fn(a, sa, b, sb, *extra, out=out)
-    tma._L2_PROMOTION_256B = KERNEL
+    geometry.GEMM_L2_PROMOTION = KERNEL
     if name == "fp8_gemm":
         fns["scaled_mm"] = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
     else:
