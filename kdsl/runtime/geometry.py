@@ -63,10 +63,10 @@ def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, 
 
 # The FP8 GEMM's tensor-map parameters, in the kernel's order (fp8_gemm_wgmma.cuh: ta tb td tsa).
 GEMM_MAP_OPERANDS = ("a", "b", "out", "a_scale")
-# Bytes fetched into L2 around each TMA miss of the FP8 GEMM's maps: none. Against 256 (what
-# attention's maps use), on the H100 in turns (2026-11-27, tools/dev/fp8_l2_promotion.py): x1.03-1.05
-# at 4096x7168x16384, x1.04 at 8192^3, x1.01-1.03 at M = 128 and on contiguous, x0.98-1.00 elsewhere.
-GEMM_L2_PROMOTION = 0
+# Bytes fetched into L2 around each TMA miss of the FP8 GEMM's maps (as attention's). On the H100
+# (2026-11-27, tools/dev/fp8_l2_promotion.py) none against 256 read x1.03-1.05 at 4096x7168x16384
+# in two runs and x1.00 in a third, where the first-measured variant was the faster each time.
+GEMM_L2_PROMOTION = 256
 
 
 def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: int, cfg: dict) -> dict:
