@@ -142,3 +142,32 @@ def test_markdown_reports_the_cold_build():
     assert "fresh process" in md and "compute cache off" in md
     row.compile = {"error": "cold build of relpos failed: ..."}  # a failed measurement shows as such
     assert bench.markdown([row], "GPU").rstrip().endswith("| n/a |")
+
+
+def test_timing_rounds_rotate_so_no_function_keeps_its_place():
+    """Timer.in_turns_by_block starts each round one function later: on a power-capped GPU the
+    place in the round moved a kernel 3-5 % (bench/NOTES.md, twenty-fourth session)."""
+    from types import SimpleNamespace
+
+    class Event:
+        def __init__(self, enable_timing):
+            pass
+
+        def record(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 1.0
+
+    fake_cuda = SimpleNamespace(Event=Event, _sleep=lambda cycles: None, synchronize=lambda: None)
+    timer = object.__new__(bench.Timer)
+    timer.torch, timer.reps = SimpleNamespace(cuda=fake_cuda), 6
+    timer.flush_buf = SimpleNamespace(fill_=lambda v: None)
+    calls = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    blocks = timer.in_turns_by_block(fns, rounds=3)
+    per = 6 // 3 + 1  # the untimed opening call, then the block's timed launches
+    timed = calls[3 * len(fns):]  # after the warm-up calls
+    firsts = [timed[r * len(fns) * per] for r in range(3)]
+    assert firsts == ["a", "b", "c"]
+    assert all(len(b) == 3 and all(len(x) == 2 for x in b) for b in blocks.values())
