@@ -395,8 +395,9 @@ def markdown(rows: list[Row], device: str) -> str:
     lines = [f"# kdsl bench on {device}", "",
              "TFLOPS count only the work the mask leaves (2·(D + Dv) per kept (q, kv) pair; FP8: 2·rows·N·K over valid rows).",
              "Times: median of CUDA-event-timed launches, L2 flushed before each, kdsl and its peers timed in "
-             "turns (5 blocks each, interleaved, each round starting one function later). Ratio = kdsl / peer (> 1: kdsl faster); in brackets the "
-             "lowest and highest of the five blocks' ratios (a range that straddles 1 is a tie).",
+             "turns (5 blocks each, interleaved, each round starting one function later). Ratio = kdsl / peer "
+             "(> 1: kdsl faster); in brackets the lowest and highest of the five blocks' ratios (a range that "
+             "straddles 1 is a tie).",
              "Cold build: what a first call waits for on a first run (parse, codegen, NVRTC), measured per kernel "
              "in a fresh process with kdsl's cache empty and the CUDA driver's compute cache off; per-step "
              "times in the JSON.", "",

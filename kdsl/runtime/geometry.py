@@ -63,19 +63,20 @@ def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, 
 
 # The FP8 GEMM's tensor-map parameters, in the kernel's order (fp8_gemm_wgmma.cuh: ta tb td tsa).
 GEMM_MAP_OPERANDS = ("a", "b", "out", "a_scale")
-# Bytes fetched into L2 around each TMA miss of the FP8 GEMM's maps (as attention's). On the H100
-# (2026-11-27, tools/dev/fp8_l2_promotion.py) none against 256 read x1.03-1.05 at 4096x7168x16384
-# in two runs and x1.00 in a third, where the first-measured variant was the faster each time.
+# Bytes fetched into L2 around each TMA miss of the FP8 GEMM's maps (as attention's). None and
+# 256 tie on the H100 once the timer's rounds rotate (2026-11-27, tools/dev/fp8_l2_promotion.py;
+# none's x1.03-1.05 before that was its place in the round).
 GEMM_L2_PROMOTION = 256
 
 
 def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: int, cfg: dict) -> dict:
     """The FP8 GEMM's TMA tensor maps, as fp8_gemm_wgmma.cuh's launch contract describes them,
     by operand (GEMM_MAP_OPERANDS order): (element type, dims innermost first, byte strides of
-    dims[1:], box, swizzle bytes, L2 promotion bytes) for a, b, out when stores go through TMA, and a_scale when
-    its scales come by TMA (scale_load: M % 4 == 0, so that each box starts 16-byte aligned; a
-    1-D map over it faulted wherever M % 4 != 0). Masked: a, a_scale and out have a group
-    dimension; grouped: b has one. The operands left out get no map (their parameter stays blank)."""
+    dims[1:], box, swizzle bytes, L2 promotion bytes) for a, b, out when stores go through
+    TMA, and a_scale when its scales come by TMA (scale_load: M % 4 == 0, so that each box
+    starts 16-byte aligned; a 1-D map over it faulted wherever M % 4 != 0). Masked: a, a_scale
+    and out have a group dimension; grouped: b has one. An operand left out gets no map (its
+    parameter stays blank)."""
     masked = grouping == "masked"
     ga, gb = (G if masked else 1), (1 if grouping == "dense" else G)
     bm, bn, mcast = cfg["tile_m"], cfg["tile_n"], cfg["multicast"]
