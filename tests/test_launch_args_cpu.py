@@ -211,3 +211,36 @@ def test_hopper_attention_refuses_2_to_the_31_query_rows():
     geometry.attention_row_limit(1, 1, 2**31 - 1, "k")
     with pytest.raises(LaunchError, match=r"B \* H \* M = 2 \* 16 \* 67108864 = 2147483648 query rows.*split the batch"):
         geometry.attention_row_limit(2, 16, 2**26, "k")
+
+
+@pytest.mark.parametrize("operands", [("a", "b"), ("a", "b", "out"), ("a", "b", "a_scale"), ("a", "b", "out", "a_scale")])
+@pytest.mark.parametrize("stream_k", [0, 5])
+def test_fp8_call_pointers_reach_their_maps_and_parameter_slots(operands, stream_k):
+    """The FP8 GEMM call hands its plan one pointer list (gemm_launch.CALL_POINTERS, then
+    stream-K's workspace): each tensor map must be bound to its own operand's pointer, and the
+    kernel's pointer parameters (sa sb out group count [partials flags]) must get theirs, for
+    every set of maps a configuration uses."""
+    import ctypes
+    from kdsl.runtime import gemm_launch
+    from kdsl.runtime.launch import Plan
+
+    class Map:
+        def __init__(self, pack, slot):
+            self.pack, self.slot, self.bound = pack, slot, None
+
+        def bind(self, p):
+            self.bound = p
+
+    pack = gemm_launch._arg_pack(256, 512, 1024, 1, 8, stream_k)
+    maps = tuple(Map(pack, gemm_launch.map_slot(name)) for name in operands)
+    plan = Plan(None, (), (), pack, "torch", 0, (1,), "bf16", maps=maps,
+                map_sources=gemm_launch.map_sources(operands), map_only=2)
+    given = dict(zip(gemm_launch.CALL_POINTERS, range(0x1000, 0x8000, 0x1000)))
+    pointers = [given[name] for name in gemm_launch.CALL_POINTERS] + ([0x9000, 0xA000] if stream_k else [])
+    plan._bind_maps(pointers)  # what Plan.launch does under the pack's lock
+    pack.pointers[:] = pointers[plan.map_only:]
+    assert {name: m.bound for name, m in zip(operands, maps)} == {name: given[name] for name in operands}
+    assert [m.slot for m in maps] == [("a", "b", "out", "a_scale").index(name) for name in operands]
+    slot = lambda i: ctypes.c_uint64.from_address(pack.params[i]).value
+    want = [given[n] for n in ("a_scale", "b_scale", "out", "group", "count")] + ([0x9000, 0xA000] if stream_k else [])
+    assert [slot(i) for i in [4, 5, 6, 7, 8] + ([15, 16] if stream_k else [])] == want

@@ -4,7 +4,6 @@ what it shares with attention: KernelBase, Loaded, Plan)."""
 from __future__ import annotations
 
 import math
-import operator
 import threading
 
 from .. import ir
@@ -13,6 +12,12 @@ from ..passes import gemm_tiles
 from . import arrays, geometry, torch_ops
 from .driver import ArgPack, max_active_clusters
 from .launch import KernelBase, Loaded, Plan, _align, _ptr, _signature, _sm_count
+
+
+# The pointers a call hands its plan, in this order: a and b feed tensor maps only; the rest are
+# the kernel's pointer parameters in order (then stream-K's workspace, where it has one), out
+# and a_scale also feeding maps where they go through TMA.
+CALL_POINTERS = ("a", "b", "a_scale", "b_scale", "out", "group", "count")
 
 
 class GemmKernel(KernelBase):
@@ -66,27 +71,23 @@ class GemmKernel(KernelBase):
                                (pout, "out", plan.out_align)):
                 if ptr % al:
                     _align(ptr, n, self.name, al)
-            plan = self._copied_scales_plan(key, plan, a, a_scale, b, b_scale, extra, out)
+            plan = plan.scales_copied or self._copied_scales_plan(key, plan, a, a_scale, b, b_scale, extra, out)
         ex = _ptr(extra) if extra is not None else 0
         grouped = (ex, 0) if self.grouping == "contiguous" else (0, ex)
-        # The pointers of the tensor maps first (a, b, then out and a_scale where they go
-        # through TMA), then the kernel's pointer parameters: a_scale, b_scale, out, group, count.
-        head = plan.map_heads((pa, pb, pout, psa))
-        if plan.sk_tiles:
-            plan.launch([*head, psa, psb, pout, *grouped, *_sk_workspace(plan)])
+        if plan.sk_tiles:  # in CALL_POINTERS order
+            plan.launch([pa, pb, psa, psb, pout, *grouped, *_sk_workspace(plan)])
         else:
-            plan.launch([*head, psa, psb, pout, *grouped])
+            plan.launch([pa, pb, psa, psb, pout, *grouped])
         return out
 
     def _copied_scales_plan(self, key, plan, a, a_scale, b, b_scale, extra, out):
         """The plan for an a_scale that is 4- but not 16-byte aligned where the call's plan loads
-        it by TMA: the same tiles with A's scales copied by the producer (compiled once)."""
+        it by TMA: the same tiles with A's scales copied by the producer (compiled once, and
+        kept on the call's plan for its next such call)."""
         if self.ir.attr("scale_load") == "tma":
             _align(_ptr(a_scale), "a_scale", self.name + " (attr scale_load = \"tma\")", 16)
-        key = (key, "scale_load", "copy")
-        if key not in self._plans:
-            self._plans[key] = self._plan(a, a_scale, b, b_scale, extra, out, scale_load="copy")
-        return self._plans[key]
+        plan.scales_copied = self._plan(a, a_scale, b, b_scale, extra, out, scale_load="copy")
+        return plan.scales_copied
 
     def _extra(self, rest, named):
         if self.extra is None:
@@ -167,28 +168,20 @@ class GemmKernel(KernelBase):
         grid = geometry.gemm_grid(tiles, sms, cluster)
         # stream-K's flags are sized for 1024 CTAs (_SK_FLAG_BYTES)
         sk = gemm_tiles.sk_tiles(tiles, grid[0]) if lk.attr("stream_k") and grid[0] <= 1024 else 0
-        # Parameter order: ta tb td tsa (tensor maps; td and tsa left blank when unused),
-        # sa sb out group count (pointers, per call), M N K G raster sk_tiles, sk_partials
-        # sk_flags (pointers, per call: the stream's workspace, or null while a CUDA graph is
-        # captured).
-        pack = ArgPack(["tmap"] * 4 + ["ptr"] * 5 + ["i32"] * 6 + ["ptr"] * 2,
-                       [None] * 9 + [M, N, K, G, lk.attr("raster"), sk, None, None],
-                       [4, 5, 6, 7, 8] + ([15, 16] if sk else []))
+        pack = _arg_pack(M, N, K, G, lk.attr("raster"), sk)
         from .tma import TensorMap
         specs = geometry.gemm_tensor_maps(M, N, K, G, self.grouping, arrays.itemsize(out_dtype),
                                           {a: lk.attr(a) for a in ("tile_m", "tile_n", "multicast", "store",
                                                                    "scale_load")})
-        # a map's parameter slot is its operand's index in GEMM_MAP_OPERANDS, as is its pointer's
-        # among the call's (a, b, out, a_scale)
-        used = [geometry.GEMM_MAP_OPERANDS.index(name) for name in specs]
-        maps = [TensorMap(pack, i, *spec) for i, spec in zip(used, specs.values())]
+        maps = [TensorMap(pack, map_slot(name), *spec) for name, spec in specs.items()]
         block = (lk.attr("threads"), 1, 1)
         if cluster > 1:  # never more CTAs than can be resident: the rest would be a second wave
             resident = cluster * max_active_clusters(loaded.fn_ptr, grid, block, loaded.smem)
             grid = geometry.gemm_grid(tiles, min(sms, resident), cluster)
         return Plan(loaded, grid, block, pack, ia.framework,
                     device, out_shape, out_dtype, maps=tuple(maps),
-                    map_heads=operator.itemgetter(*used), sa_align=16 if "a_scale" in specs else 4,
+                    map_sources=map_sources(specs), map_only=2,
+                    sa_align=16 if "a_scale" in specs else 4,
                     out_align=16 if "out" in specs else (8 if out_dtype == "f32" else 4),
                     sk_tiles=sk, sk_bytes=grid[0] * bm * bn * 4)
 
@@ -241,6 +234,26 @@ def _allocate_sk(device: int, nbytes: int):
         cupy.cuda.runtime.memset(flags, 0, _SK_FLAG_BYTES)
         cupy.cuda.runtime.deviceSynchronize()
     return mem.ptr, flags, nbytes, mem
+
+
+def _arg_pack(M: int, N: int, K: int, G: int, raster: int, sk: int) -> ArgPack:
+    """The kernel's parameters: ta tb td tsa (tensor maps; td and tsa left blank when unused),
+    sa sb out group count (pointers, per call), M N K G raster sk_tiles, sk_partials sk_flags
+    (pointers, per call where stream-K runs: the stream's workspace, or null while a CUDA graph
+    is captured). The per-call pointers are CALL_POINTERS from a_scale on."""
+    return ArgPack(["tmap"] * 4 + ["ptr"] * 5 + ["i32"] * 6 + ["ptr"] * 2,
+                   [None] * 9 + [M, N, K, G, raster, sk, None, None],
+                   [4, 5, 6, 7, 8] + ([15, 16] if sk else []))
+
+
+def map_slot(operand: str) -> int:
+    """The parameter slot of an operand's tensor map (ta tb td tsa)."""
+    return geometry.GEMM_MAP_OPERANDS.index(operand)
+
+
+def map_sources(operands) -> tuple:
+    """For the tensor maps of these operands, the index of each one's pointer among the call's."""
+    return tuple(CALL_POINTERS.index(name) for name in operands)
 
 
 def _call_key(a, sa, b, sb, extra, out):

@@ -102,12 +102,15 @@ class Plan:
     work: str = "launch"    # launch | empty (no output elements) | no_keys (out = 0, lse = -inf)
     # A launch split over batches: (grid z, byte offset per pointer slot) per launch.
     chunks: tuple = ()
-    maps: tuple = ()  # TMA tensor maps (runtime/tma.py), each fed by the pointer at its map_sources index
-    # (default: the first len(maps)). Leading pointers that feed a map are no parameter slot;
-    # a later one (the streamed capture's) is both.
+    # TMA tensor maps (runtime/tma.py), each fed by the call's pointer at its map_sources index
+    # (default: the first len(maps)). The first map_only pointers feed maps and are no parameter
+    # slot (default: len(maps)); a later source (attention's streamed capture, the FP8 GEMM's
+    # out and a_scale) is both.
+    maps: tuple = ()
     map_sources: tuple | None = None
-    map_heads: "operator.itemgetter | None" = None  # FP8 GEMM: the maps' pointers, from (a, b, out, a_scale)
+    map_only: int | None = None
     sa_align: int = 4   # bytes; the FP8 GEMM's a_scale by TMA needs 16
+    scales_copied: "Plan | None" = None  # FP8 GEMM: this call's plan for an a_scale short of sa_align
     stream_arg: int | None = None  # the streamed capture (passes/streaming.py): its pointer must be
                                    # 16-byte aligned for its tensor map
     summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one
@@ -128,7 +131,8 @@ class Plan:
         self.capturing = _capture_check(self.framework)
         if self.map_sources is None:
             self.map_sources = tuple(range(len(self.maps)))
-        self._maps_only = next((n for n, i in enumerate(self.map_sources) if i != n), len(self.map_sources))
+        if self.map_only is None:
+            self.map_only = len(self.maps)
         sources = self.map_sources  # (itemgetter of one index would return a bare pointer)
         self._map_pointers = (operator.itemgetter(*sources) if len(sources) > 1
                               else lambda p: tuple(p[i] for i in sources))
@@ -155,7 +159,7 @@ class Plan:
 
     def launch(self, pointers):
         if self.maps:
-            self._launch(self.current_stream(), self.pack, pointers[self._maps_only:], self._bind_maps, pointers)
+            self._launch(self.current_stream(), self.pack, pointers[self.map_only:], self._bind_maps, pointers)
             return
         if not self._split:
             self._launch(self.current_stream(), self.pack, pointers)
@@ -596,7 +600,7 @@ class AttentionKernel(KernelBase):
                 combine = splitkv.CombineLaunch(loaded, built.generated.entry + "_combine", splits, B * H * M, Dv,
                                                 infos[0].framework, device)
         pack = ArgPack(kinds, values, order)
-        maps, sources = (), None
+        maps, sources, map_only = (), None, None
         if tma:
             from .tma import RowTiles, StreamTiles
             bm, bn = lk.attr("tile_m"), lk.attr("tile_n")
@@ -605,10 +609,11 @@ class AttentionKernel(KernelBase):
             if stream_arg is not None:
                 t = self.captures[stream_arg]
                 maps += (StreamTiles(pack, 3, t.dtype, infos[3 + stream_arg].shape, bm),)
-                sources = (0, 1, 2, 5 + stream_arg)
+                # q, k, v feed maps only; the capture's pointer is a parameter too
+                sources, map_only = (0, 1, 2, 5 + stream_arg), 3
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, out_shape, elem,
                     chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap) if len(chunks) > 1 else (),
-                    maps=maps, map_sources=sources, stream_arg=stream_arg,
+                    maps=maps, map_sources=sources, map_only=map_only, stream_arg=stream_arg,
                     summary=tiles, combine=combine, q_sign=q_sign,
                     dynamic=persistent,
                     # items merge themselves where no item can be all masked (no mask) and the

@@ -6,6 +6,7 @@ sleep kernel queued ahead so that no launch waits for the GPU.
     python3 tools/dev/gemm_host_profile.py
 """
 import ctypes
+import functools
 import sys
 from pathlib import Path
 
@@ -25,15 +26,15 @@ b, sb = fp8.quantize_128x128(torch.randn(2112, 7168, device="cuda"))
 out = torch.empty(128, 2112, device="cuda", dtype=torch.bfloat16)
 gemm(a, sa, b, sb, out=out)
 plan = next(iter(gemm._plans.values()))
-head = plan.map_heads((a.data_ptr(), b.data_ptr(), out.data_ptr(), sa.data_ptr()))
-ptrs = [*head, sa.data_ptr(), sb.data_ptr(), out.data_ptr(), 0, 0]
-tail = ptrs[plan._maps_only:]
+ptrs = [a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr(), out.data_ptr(), 0, 0]  # gemm_launch.CALL_POINTERS
+tail = ptrs[plan.map_only:]
 stream = plan.current_stream()
 launch_args = (plan._launch._address, plan._launch.fn, plan.pack.params_address, None)
 driver._cu_launch_ex(*launch_args)  # bind the ctypes function before timing it
+launch_objects = tuple(ctypes.c_void_p(x) for x in launch_args[:3]) + (None,)
 m0 = plan.maps[0]
 scratch = ctypes.create_string_buffer(128)
-other = [p + 4096 if i < len(head) else p for i, p in enumerate(ptrs)]  # other pointers for every map
+other = [p + 4096 if i in plan.map_sources else p for i, p in enumerate(ptrs)]  # other pointers for every map
 
 
 def locked():
@@ -72,6 +73,13 @@ rows = {
     "torch._scaled_mm, out= given": lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(),
                                                              out_dtype=torch.bfloat16, out=out),
     "torch empty kernel-free op (a.view(-1))": lambda: a.view(-1),
+    # alternatives for the call's parts, timed beside them
+    "alt: torch.empty(shape, dtype=, device=torch.device)": functools.partial(
+        torch.empty, (128, 2112), dtype=torch.bfloat16, device=torch.device("cuda", 0)),
+    "alt: a.new_empty(shape, dtype=)": functools.partial(a.new_empty, (128, 2112), dtype=torch.bfloat16),
+    "alt: cuLaunchKernelEx, arguments as ctypes objects": lambda: driver._cu_launch_ex(*launch_objects),
+    "alt: plan key of shapes and strides only": lambda: (a.shape, a.stride(), sa.shape, sa.stride(), b.shape,
+                                                         b.stride(), sb.shape, sb.stride(), out.shape, out.stride()),
 }
 for name, fn in rows.items():
     print(f"{name:45s} {host_us(fn, 1400):6.2f} us", flush=True)
