@@ -10,6 +10,7 @@ import torch
 
 import kdsl
 from kdsl import fp8
+from kdsl.runtime import fast_launch, prebuild
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,6 +60,13 @@ def main():
         lb, lsb = fp8.quantize_128x128(torch.randn(2112, 7168, device="cuda"))
         layers.append((la, lsa, lb, lsb, torch.empty(128, 2112, device="cuda", dtype=torch.bfloat16)))
     turn = itertools.cycle(layers)
+    # The compiled launch path builds in the background from kdsl.load: wait for it, and keep a
+    # second kernel object on the Python path to compare.
+    prebuild.finish()
+    fast_launch.start()
+    fast_launch.wait()
+    python_path = gemm.with_attrs()
+    python_path.launch_path = "python"
 
     def gemm_layers():
         la, lsa, lb, lsb, lout = next(turn)
@@ -76,6 +84,8 @@ def main():
         "kdsl fp8_gemm 128x2112x7168, out= given": lambda: gemm(a, sa, b, sb, out=gout),
         "kdsl fp8_gemm 128x2112x7168, allocating": lambda: gemm(a, sa, b, sb),
         "kdsl fp8_gemm 128x2112x7168, 8 operand sets in turn, out= given": gemm_layers,
+        "kdsl fp8_gemm 128x2112x7168, out= given, Python launch path": lambda: python_path(a, sa, b, sb, out=gout),
+        "kdsl fp8_gemm 128x2112x7168, allocating, Python launch path": lambda: python_path(a, sa, b, sb),
         "torch sdpa decode": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, k),
     }
     scaled_mm = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
@@ -88,6 +98,8 @@ def main():
         except Exception as e:
             fns[f"{name} failed: {e!r}"[:80]] = None
     times = host_us_in_turns({name: fn for name, fn in fns.items() if fn is not None})
+    print(f"\nfp8_gemm plans adopted by the compiled launch path: {[p.fast for p in gemm._plans.values()]}; "
+          f"by its Python-path copy: {[p.fast for p in python_path._plans.values()]}")
     rows = [(name, times.get(name, float("nan"))) for name in fns]
     print(f"\n## host time per eager launch ({torch.cuda.get_device_name()})")
     print("| call | host us |\n|---|---|")
@@ -96,6 +108,9 @@ def main():
     # Like with like: each call allocating its out, and each writing into a given one.
     for kd, mm in (("kdsl fp8_gemm 128x2112x7168, allocating", "torch._scaled_mm blockwise"),
                    ("kdsl fp8_gemm 128x2112x7168, out= given", "torch._scaled_mm blockwise, out= given"),
+                   ("kdsl fp8_gemm 128x2112x7168, allocating, Python launch path", "torch._scaled_mm blockwise"),
+                   ("kdsl fp8_gemm 128x2112x7168, out= given, Python launch path",
+                    "torch._scaled_mm blockwise, out= given"),
                    ("kdsl fp8_gemm 128x2112x7168, 8 operand sets in turn, out= given",
                     "torch._scaled_mm blockwise, 8 operand sets in turn, out= given")):
         if times.get(mm):

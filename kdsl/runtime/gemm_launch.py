@@ -9,7 +9,7 @@ import threading
 from .. import ir
 from ..errors import KdslError, LaunchError
 from ..passes import gemm_tiles
-from . import arrays, geometry, torch_ops
+from . import arrays, fast_launch, geometry, torch_ops
 from .driver import ArgPack, max_active_clusters
 from .launch import KernelBase, Loaded, Plan, _align, _ptr, _signature, _sm_count
 
@@ -18,6 +18,7 @@ from .launch import KernelBase, Loaded, Plan, _align, _ptr, _signature, _sm_coun
 # the kernel's pointer parameters in order (then stream-K's workspace, where it has one), out
 # and a_scale also feeding maps where they go through TMA.
 CALL_POINTERS = ("a", "b", "a_scale", "b_scale", "out", "group", "count")
+_NOT_A_TENSOR = object()  # an extra argument by a name the kernel does not take: C++ declines it
 
 
 class GemmKernel(KernelBase):
@@ -31,6 +32,9 @@ class GemmKernel(KernelBase):
     Tiles are chosen per call signature, for its (M, N, K, G) and the device's SM count
     (passes/gemm_tiles.py); each configuration is compiled once. The kernel reads a, b,
     a_scale and writes out through TMA tensor maps, re-encoded only when a pointer changes.
+    Once a plan exists, calls on torch tensors that match it are launched by the compiled
+    launch path (runtime/fast_launch.py) where it is built; `launch_path = "python"` keeps
+    this kernel's calls on the Python path.
     """
 
     def __init__(self, kernel, arch=None):
@@ -38,6 +42,8 @@ class GemmKernel(KernelBase):
         self.grouping = kernel.attr("grouping")
         self.extra = {"contiguous": "group", "masked": "count"}.get(self.grouping)
         self.accumulate = bool(kernel.attr("accumulate"))
+        self.fast_gemm = None  # the compiled launch path's FastGemm (runtime/fast_launch.py), once it serves
+        self.launch_path = "compiled"  # or "python": every call takes the Python path (for comparisons)
 
     def with_attrs(self, **attrs) -> "GemmKernel":
         """The same kernel with schedule attrs fixed (tiling.SCHEDULE_ATTRS["gemm"]: tile_m, tile_n,
@@ -53,15 +59,24 @@ class GemmKernel(KernelBase):
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
         if torch_ops.compiling():
             return torch_ops.gemm(self, a, a_scale, b, b_scale, rest, named, out)
+        fast = self.fast_gemm
+        if fast is not None and len(rest) + len(named) <= 1:  # C++ launches a call it has a plan for
+            done = fast(a, a_scale, b, b_scale, rest[0] if rest else named.get(self.extra, _NOT_A_TENSOR)
+                        if named else None, out)
+            if done is not None:
+                return done
         extra = self._extra(rest, named) if (rest or named or self.extra) else None
         key = _call_key(a, a_scale, b, b_scale, extra, out)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = self._plan(a, a_scale, b, b_scale, extra, out)
+        out_given = out is not None
         if out is None:
             out = plan.new_out()
         if plan.loaded is None:
             return out
+        if plan.fast is None:  # first call of this plan, or the compiled path is still building
+            fast_launch.adopt(self, plan, (a, a_scale, b, b_scale, extra, out), out_given)
         if plan.framework == "torch":  # the hot path: no attribute probing
             pa, psa, pb, psb, pout = a.data_ptr(), a_scale.data_ptr(), b.data_ptr(), b_scale.data_ptr(), out.data_ptr()
         else:

@@ -123,6 +123,7 @@ class Plan:
     q_sign: int = 1     # -1 / 0: the kernel reads -q / 0 * q (a scaled-dot score with scale <= 0)
     dynamic: bool = False  # a persistent Hopper attention launch: CTAs take items from a work counter
     self_merge: bool = False  # split-KV whose items merge themselves where the launch gets counters
+    fast: bool | None = None  # FP8 GEMM: served by the compiled launch path (fast_launch.adopt); None: not decided
 
     def __post_init__(self):
         self.new_out = arrays.allocator(self.framework, self.out_shape, self.out_dtype, self.device)

@@ -56,25 +56,36 @@ class TensorMap:
         self.ptr = None
         self.encode = _encoder()
         self.encoded: dict[int, tuple] = {}  # pointer -> (its map's buffer, the buffer's address)
+        self.on_drop: list = []  # called with a pointer whose encoding is dropped
 
     def bind(self, ptr: int) -> None:
         """Make the parameter the map of the tensor at `ptr` (run under the pack's lock)."""
         if ptr == self.ptr:
             return
         self.ptr = None  # until the parameter is ptr's map
-        known = self.encoded.get(ptr)
-        if known is None:
-            buf = TensorMapBuffer()
-            status = self.encode(ctypes.addressof(buf), self.dtype, self.rank, ptr, self.dims, self.strides, self.box,
-                                 self.elem_strides, 0, self.swizzle, self.l2_promotion, _OOB_FILL_ZEROS)
-            if status:
-                raise KdslError(f"cuTensorMapEncodeTiled failed with CUDA error {status} (dims {list(self.dims)}, "
-                                f"box {list(self.box)})")
-            if len(self.encoded) >= self.ENCODINGS_KEPT:
-                del self.encoded[next(iter(self.encoded))]  # the oldest
-            known = self.encoded[ptr] = (buf, ctypes.addressof(buf))
-        self.params[self.index] = known[1]
+        self.params[self.index] = self.encoding(ptr)
         self.ptr = ptr
+
+    def encoding(self, ptr: int) -> int:
+        """The address of the map's encoding for the tensor at `ptr`, encoded on first use.
+        Past ENCODINGS_KEPT the oldest is dropped, and each of `on_drop` hears of it (the
+        compiled launch path keeps these addresses too)."""
+        known = self.encoded.get(ptr)
+        if known is not None:
+            return known[1]
+        buf = TensorMapBuffer()
+        status = self.encode(ctypes.addressof(buf), self.dtype, self.rank, ptr, self.dims, self.strides, self.box,
+                             self.elem_strides, 0, self.swizzle, self.l2_promotion, _OOB_FILL_ZEROS)
+        if status:
+            raise KdslError(f"cuTensorMapEncodeTiled failed with CUDA error {status} (dims {list(self.dims)}, "
+                            f"box {list(self.box)})")
+        if len(self.encoded) >= self.ENCODINGS_KEPT:
+            oldest = next(iter(self.encoded))
+            for drop in self.on_drop:
+                drop(oldest)
+            del self.encoded[oldest]
+        self.encoded[ptr] = (buf, ctypes.addressof(buf))
+        return self.encoded[ptr][1]
 
 
 class RowTiles(TensorMap):

@@ -1,0 +1,143 @@
+"""The compiled launch path of the FP8 GEMM (runtime/native/fast_gemm.cpp): an eager call on
+torch tensors whose signature a plan was made for is launched from C++, in ~5-8 us of host
+time instead of the Python path's ~12-16 (docs/runtime.md).
+
+The extension is built with torch.utils.cpp_extension (a C++ compiler and ninja) into kdsl's
+cache directory, keyed by the source's hash and torch's and Python's versions, so an edit or
+an upgrade rebuilds it. The build never holds up a call: it runs in a background thread, from
+kdsl.load (runtime/prebuild.py) or a first GEMM call, while the Python path serves; plans made
+before it finished are adopted on their next call. A build that fails warns once, and the
+Python path serves every call. KDSL_FAST_LAUNCH=0 turns the path off.
+
+How a plan is adopted (`adopt`): its signature, the addresses of its parameter block, launch
+configuration and tensor-map slots, its pack lock and stream getter go to the kernel's
+FastGemm; the plan's map binding becomes the FastGemm's (both paths then share one record of
+what each map slot holds); tma.py tells it of every encoding it drops. Stream-K plans are not
+adopted (their workspace is per stream, and off while a CUDA graph is captured: Python's
+decision), nor the plan that copies a misaligned a_scale (it shares its signature with the
+call's own).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+from ..cachefiles import cache_dir
+
+SOURCE = Path(__file__).resolve().parent / "native" / "fast_gemm.cpp"
+MAX_ENTRIES = 32  # signatures per kernel served from C++ (each a call compares in turn)
+
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+_module = None      # the built extension
+_failed = False     # the build failed, or the path is off
+
+
+def enabled() -> bool:
+    return os.environ.get("KDSL_FAST_LAUNCH", "1") != "0"
+
+
+def start() -> None:
+    """Build (or load the built) extension in the background, once per process."""
+    global _thread, _failed
+    with _lock:
+        if _thread is not None or _module is not None or _failed:
+            return
+        if not enabled():
+            _failed = True
+            return
+        _thread = threading.Thread(target=_build_in_background, name="kdsl-fast-launch", daemon=True)
+        _thread.start()
+
+
+def wait() -> bool:
+    """Wait for a build started by `start`; whether the compiled path is ready."""
+    thread = _thread
+    if thread is not None:
+        thread.join()
+    return _module is not None
+
+
+def module():
+    """The built extension, or None (not built yet, failed, or off)."""
+    return _module
+
+
+def _build():
+    """Build and import the extension (tens of seconds the first time, then a ninja check);
+    once per process (`start`): a module is imported once. The build directory and module
+    name carry a hash of everything the binary depends on."""
+    import torch
+    from torch.utils.cpp_extension import load
+    key = hashlib.sha256(SOURCE.read_bytes() + f"{torch.__version__} {sys.version}".encode()).hexdigest()[:16]
+    where = cache_dir() / "native" / key
+    where.mkdir(parents=True, exist_ok=True)
+    return load(f"kdsl_fast_gemm_{key}", sources=[str(SOURCE)], extra_cflags=["-O2"], build_directory=str(where),
+                verbose=False)
+
+
+def _build_in_background() -> None:
+    global _module, _failed
+    try:
+        built = _build()
+    except Exception as e:  # noqa: BLE001 - any build problem: the Python path serves, say why once
+        _failed = True
+        reason = str(e).strip().splitlines()
+        warnings.warn(f"kdsl: the FP8 GEMM's compiled launch path could not be built ({reason[-1] if reason else e!r}); "
+                      f"calls take the Python launch path (about twice the host time). KDSL_FAST_LAUNCH=0 skips "
+                      f"the build.", RuntimeWarning, stacklevel=2)
+        return
+    _module = built
+
+
+def adopt(kernel, plan, tensors, out_given: bool) -> None:
+    """Hand `plan`, made for the call `tensors` = (a, a_scale, b, b_scale, extra, out) (extra
+    None for dense kernels; out the given or the allocated one), to the kernel's FastGemm, or
+    decide it never will be (plan.fast False). Leaves plan.fast None while the extension is
+    still building."""
+    if _failed or kernel.launch_path != "compiled" or plan.framework != "torch" or plan.loaded is None or plan.sk_tiles:
+        plan.fast = False
+        return
+    ext = _module
+    if ext is None:
+        start()
+        return
+    with plan.pack.lock:
+        if plan.fast is not None:  # another thread adopted it meanwhile
+            return
+        fast = kernel.fast_gemm
+        if fast is None:
+            from .driver import _check, _libcuda
+            launch = ctypes.cast(_libcuda().cuLaunchKernelEx, ctypes.c_void_p).value
+            fast = kernel.fast_gemm = ext.FastGemm(launch, _check)
+        if len(fast) >= MAX_ENTRIES:
+            plan.fast = False
+            return
+        register(fast, ext, plan, kernel.extra, tensors, out_given)
+        plan.fast = True
+
+
+def register(fast, ext, plan, extra_name: str | None, tensors, out_given: bool) -> int:
+    """Add `plan` to `fast` for the call `tensors` it was made for (as `adopt`'s; out_given
+    False: calls without out, which allocate one like it); run under the pack lock. The
+    plan's maps are bound through `fast` from then on."""
+    from .driver import _LaunchConfig
+    from .gemm_launch import CALL_POINTERS
+    a, a_scale, b, b_scale, extra, out = tensors
+    laid_out = [a, a_scale, b, b_scale] + ([extra] if extra is not None else []) + [out]
+    layouts = [(list(t.shape), list(t.stride()), ext.scalar_type(t)) for t in laid_out]
+    entry = fast.add(layouts, plan.device, extra is not None, CALL_POINTERS.index(extra_name or "group"), out_given,
+                     plan.sa_align, plan.out_align, ctypes.addressof(plan.pack.pointers), plan._launch._address,
+                     _LaunchConfig.stream.offset, plan.loaded.fn_ptr, plan.pack.params_address, plan.pack.lock,
+                     plan.current_stream, plan)
+    for i, (m, source) in enumerate(zip(plan.maps, plan.map_sources)):
+        fast.add_map(entry, source, ctypes.addressof(plan.pack.params) + 8 * m.index, m.encoding)
+        m.on_drop.append(functools.partial(fast.forget, entry, i))
+    plan._bind_maps = functools.partial(fast.bind, entry)
+    return entry

@@ -1,0 +1,187 @@
+"""The FP8 GEMM's compiled launch path (runtime/native/fast_gemm.cpp, runtime/fast_launch.py)
+on the CPU: built by fast_launch's own background build, with a ctypes callback standing in
+for cuLaunchKernelEx and CPU tensors as operands (out given: allocating needs a GPU; tests/gpu/
+test_fast_launch.py covers that). Skipped where torch's C++ toolchain is missing; the first
+build takes ~50 s on two cores."""
+import ctypes
+import shutil
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
+                                reason="no C++ toolchain for torch extensions")
+
+from kdsl.errors import KdslError  # noqa: E402
+from kdsl.runtime import driver, fast_launch, gemm_launch, tma  # noqa: E402
+
+M, N, K = 64, 96, 256
+LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+@pytest.fixture(scope="module")
+def ext():
+    fast_launch.start()
+    assert fast_launch.wait(), "the compiled launch path did not build (see the warning)"
+    return fast_launch.module()
+
+
+class FakePlan:
+    """What fast_launch.register reads from a Plan: the real ArgPack and Launcher of the FP8
+    GEMM's parameter layout, tensor maps with a stand-in encoder, a stream getter."""
+
+    def __init__(self, stream=77, sk=0):
+        self.pack = gemm_launch._arg_pack(M, N, K, 1, 8, sk)
+        self._launch = driver.Launcher(0x1234, (132, 1, 1), (384, 1, 1), 1000)
+        self.loaded = type("Loaded", (), {"fn_ptr": 0x5678})()
+        self.device, self.sa_align, self.out_align = -1, 16, 16
+        self.stream = stream
+        self.current_stream = lambda: self.stream
+        self.encodes = []
+        operands = ("a", "b", "out", "a_scale")
+        self.maps = [FakeMap(self, gemm_launch.map_slot(n)) for n in operands]
+        self.map_sources = gemm_launch.map_sources(operands)
+
+    def param(self, slot):
+        return ctypes.c_uint64.from_address(self.pack.params[slot]).value
+
+
+class FakeMap(tma.TensorMap):
+    def __init__(self, plan, index):
+        self.plan, self.params, self.index = plan, plan.pack.params, index
+        self.encoded, self.on_drop, self.ptr = {}, [], None
+        self.encode = lambda buf, *args: plan.encodes.append((index, args[2])) or 0
+        self.dtype = self.rank = self.swizzle = self.l2_promotion = 0
+        self.dims = self.strides = self.box = self.elem_strides = None
+
+
+def operands(contiguous=False):
+    a = torch.randint(-8, 8, (M, K), dtype=torch.int8).view(torch.float8_e4m3fn)
+    b = torch.randint(-8, 8, (N, K), dtype=torch.int8).view(torch.float8_e4m3fn)
+    sa = torch.rand(K // 128, M).t()
+    sb = torch.rand(1, K // 128)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    group = torch.zeros(M, dtype=torch.int32) if contiguous else None
+    return a, sa, b, sb, group, out
+
+
+def failed(status):  # driver._check without a driver to name the error
+    raise KdslError(f"kernel launch failed: CUDA error {status}")
+
+
+def fast_with(ext, plan, tensors, launched, status=0, extra_name=None):
+    def launch(cfg, fn, params, extra):
+        launched.append((cfg, fn, params, plan.pack.lock.locked()))
+        return status
+
+    plan.fake = LAUNCH(launch)  # kept alive with the plan
+    fast = ext.FastGemm(ctypes.cast(plan.fake, ctypes.c_void_p).value, failed)
+    entry = fast_launch.register(fast, ext, plan, extra_name, tensors, out_given=True)
+    return fast, entry
+
+
+def test_a_registered_call_launches_with_its_pointers_stream_and_maps(ext):
+    plan, launched = FakePlan(), []
+    a, sa, b, sb, _, out = tensors = operands()
+    fast, _ = fast_with(ext, plan, tensors, launched)
+    assert fast(a, sa, b, sb, None, out) is out
+    plan.stream = 78
+    assert fast(a, sa, b, sb, None, out) is out
+    assert len(plan.encodes) == 4, "maps already bound: a second call encodes nothing"
+    assert [(cfg, fn, params, locked) for cfg, fn, params, locked in launched] == \
+        [(plan._launch._address, 0x5678, plan.pack.params_address, True)] * 2
+    assert plan._launch.config.stream == 78
+    assert [plan.param(i) for i in range(4, 9)] == [sa.data_ptr(), sb.data_ptr(), out.data_ptr(), 0, 0]
+    ptr = {"a": a.data_ptr(), "b": b.data_ptr(), "out": out.data_ptr(), "a_scale": sa.data_ptr()}
+    assert sorted(plan.encodes) == sorted((gemm_launch.map_slot(n), p) for n, p in ptr.items())
+    for m, name in zip(plan.maps, ("a", "b", "out", "a_scale")):
+        assert plan.pack.params[m.index] == m.encoded[ptr[name]][1]
+
+
+def test_other_calls_are_declined_and_nothing_launches(ext):
+    plan, launched = FakePlan(), []
+    a, sa, b, sb, _, out = tensors = operands()
+    fast, _ = fast_with(ext, plan, tensors, launched)
+    declined = [
+        (a[:-1], sa[:-1], b, sb, None, torch.empty(M - 1, N, dtype=torch.bfloat16)),  # another shape
+        (a, sa, b, sb, None, out.float()),                                              # out's dtype
+        (a, sa, b, sb, None, None),                                                     # allocating: not this entry
+        (a, sa, b, sb, torch.zeros(M, dtype=torch.int32), out),                         # an extra argument
+        (a, sa, list(b.shape), sb, None, out),                                             # not a tensor
+        (a, sa, b, sb, object(), out),                                                  # extra by a wrong name
+        (a, sa, b, sb, None, torch.empty(M * N + 4, dtype=torch.bfloat16)[4:].view(M, N)),  # out 8 B off
+        (a, torch.rand(K // 128 * M + 1)[1:].view(K // 128, M).t(), b, sb, None, out),  # a_scale misaligned
+    ]
+    for call in declined:
+        assert fast(*call) is None
+    assert launched == [] and plan.encodes == []
+
+
+def test_a_driver_error_raises_kdsl_error_and_frees_the_lock(ext):
+    plan, launched = FakePlan(), []
+    a, sa, b, sb, _, out = tensors = operands()
+    fast, _ = fast_with(ext, plan, tensors, launched, status=700)
+    with pytest.raises(KdslError, match="CUDA error 700"):
+        fast(a, sa, b, sb, None, out)
+    assert not plan.pack.lock.locked()
+
+
+def test_the_grouped_kinds_extra_pointer_reaches_its_slot(ext):
+    plan, launched = FakePlan(), []
+    a, sa, b, sb, group, out = tensors = operands(contiguous=True)
+    fast, _ = fast_with(ext, plan, tensors, launched, extra_name="group")
+    assert fast(a, sa, b, sb, None, out) is None  # the entry wants its group
+    assert fast(a, sa, b, sb, group, out) is out
+    assert [plan.param(i) for i in range(4, 9)] == [sa.data_ptr(), sb.data_ptr(), out.data_ptr(), group.data_ptr(), 0]
+
+
+def test_python_and_cpp_bind_through_one_record(ext):
+    """After adoption the Python path binds the maps with the FastGemm's `bind`: a pointer set
+    bound by one path is not encoded again by the other, and a slot rewritten behind its back
+    is rebound."""
+    plan, launched = FakePlan(), []
+    a, sa, b, sb, _, out = tensors = operands()
+    fast, _ = fast_with(ext, plan, tensors, launched)
+    other = torch.empty_like(out)
+    plan._bind_maps([a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr(), other.data_ptr(), 0, 0])
+    assert len(plan.encodes) == 4
+    assert fast(a, sa, b, sb, None, other) is other
+    assert len(plan.encodes) == 4
+    out_map = plan.maps[2]
+    plan.pack.params[out_map.index] = 0  # written elsewhere: C++ notices and binds again
+    assert fast(a, sa, b, sb, None, other) is other
+    assert plan.pack.params[out_map.index] == out_map.encoded[other.data_ptr()][1]
+
+
+def test_a_dropped_encoding_is_forgotten_by_the_compiled_path(ext, monkeypatch):
+    """tma.py keeps ENCODINGS_KEPT encodings a map; one it drops (its buffer freed) must not
+    stay bound or cached in C++."""
+    monkeypatch.setattr(tma.TensorMap, "ENCODINGS_KEPT", 2)
+    plan, launched = FakePlan(), []
+    a, sa, b, sb, _, out = tensors = operands()
+    fast, _ = fast_with(ext, plan, tensors, launched)
+    outs = [out] + [torch.empty_like(out) for _ in range(2)]
+    for o in outs:
+        assert fast(a, sa, b, sb, None, o) is o
+    out_map = plan.maps[2]
+    assert outs[0].data_ptr() not in out_map.encoded  # dropped: the oldest
+    before = len(plan.encodes)
+    assert fast(a, sa, b, sb, None, outs[0]) is outs[0]
+    assert plan.encodes[before:] == [(out_map.index, outs[0].data_ptr())], "encoded again, not a freed buffer"
+    assert plan.pack.params[out_map.index] == out_map.encoded[outs[0].data_ptr()][1]
+
+
+def test_the_pack_lock_is_taken_while_a_python_launch_holds_it(ext):
+    """The Python path releases the GIL inside its ctypes launch while holding the pack lock:
+    a C++ call on another thread waits for it."""
+    plan, launched = FakePlan(), []
+    a, sa, b, sb, _, out = tensors = operands()
+    fast, _ = fast_with(ext, plan, tensors, launched)
+    done = threading.Event()
+    with plan.pack.lock:
+        t = threading.Thread(target=lambda: (fast(a, sa, b, sb, None, out), done.set()))
+        t.start()
+        assert not done.wait(0.2) and launched == []
+    t.join(5)
+    assert done.is_set() and len(launched) == 1
