@@ -10,8 +10,6 @@ import threading
 import pytest
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
-                                reason="no C++ toolchain for torch extensions")
 
 from kdsl.errors import KdslError  # noqa: E402
 from kdsl.runtime import driver, fast_launch, gemm_launch, tma  # noqa: E402
@@ -22,6 +20,8 @@ LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes
 
 @pytest.fixture(scope="module")
 def ext():
+    if shutil.which("ninja") is None or shutil.which("c++") is None:
+        pytest.skip("no C++ toolchain for torch extensions")
     fast_launch.start()
     assert fast_launch.wait(), "the compiled launch path did not build (see the warning)"
     return fast_launch.module()
@@ -185,3 +185,44 @@ def test_the_pack_lock_is_taken_while_a_python_launch_holds_it(ext):
         assert not done.wait(0.2) and launched == []
     t.join(5)
     assert done.is_set() and len(launched) == 1
+
+
+@pytest.fixture
+def fresh_state(monkeypatch):
+    """fast_launch's process state, as before any build (restored afterwards)."""
+    for name, value in (("_thread", None), ("_module", None), ("_failed", False)):
+        monkeypatch.setattr(fast_launch, name, value)
+
+
+def test_a_failed_build_warns_once_and_plans_stay_on_the_python_path(fresh_state, monkeypatch):
+    def broken():
+        raise RuntimeError("Error building extension 'kdsl_fast_gemm'\nc++: fatal error: no input files")
+    monkeypatch.setattr(fast_launch, "_build", broken)
+    with pytest.warns(RuntimeWarning, match="could not be built .*no input files.*Python launch path"):
+        fast_launch.start()
+        assert fast_launch.wait() is False
+    fast_launch.start()  # no second build, no second warning
+    assert fast_launch._thread is not None and not fast_launch._thread.is_alive()
+    plan = FakePlan()
+    plan.framework, plan.sk_tiles, plan.fast = "torch", 0, None
+    kernel = type("Kernel", (), {"launch_path": "compiled", "fast_gemm": None, "extra": None})()
+    fast_launch.adopt(kernel, plan, operands(), True)
+    assert plan.fast is False and kernel.fast_gemm is None
+
+
+def test_while_building_a_plan_waits_to_be_adopted(fresh_state, monkeypatch):
+    release = threading.Event()
+    monkeypatch.setattr(fast_launch, "_build", lambda: release.wait(5) and None)
+    plan = FakePlan()
+    plan.framework, plan.sk_tiles, plan.fast = "torch", 0, None
+    kernel = type("Kernel", (), {"launch_path": "compiled", "fast_gemm": None, "extra": None})()
+    fast_launch.adopt(kernel, plan, operands(), True)  # starts the build, does not wait for it
+    assert plan.fast is None and fast_launch._thread.is_alive()
+    release.set()
+    fast_launch.wait()
+
+
+def test_the_switch_turns_the_path_off(fresh_state, monkeypatch):
+    monkeypatch.setenv("KDSL_FAST_LAUNCH", "0")
+    fast_launch.start()
+    assert fast_launch._thread is None and fast_launch.wait() is False and fast_launch.module() is None

@@ -2,7 +2,8 @@
 machine's GPU, at every head dim it may be called with, in compiler processes
 (kdsl.runtime.workers), so that a first call finds its kernel built or building. A call
 never waits for another kernel or head dim (see compiler.build). Only where an NVIDIA
-driver is present and a CPU is to spare; KDSL_PREBUILD=0 turns it off.
+driver is present and a CPU is to spare; KDSL_PREBUILD=0 turns it off. A module with an FP8
+GEMM also starts building the GEMM's compiled launch path (runtime/fast_launch.py).
 
 The GPU's arch comes from CUDA (CuPy's import and cuInit: a few tenths of a second, which
 a first call pays too before it can build). Where the driver's /proc listing names only
