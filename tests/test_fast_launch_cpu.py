@@ -226,3 +226,24 @@ def test_the_switch_turns_the_path_off(fresh_state, monkeypatch):
     monkeypatch.setenv("KDSL_FAST_LAUNCH", "0")
     fast_launch.start()
     assert fast_launch._thread is None and fast_launch.wait() is False and fast_launch.module() is None
+
+
+def test_entries_added_during_a_call_leave_it_whole(ext):
+    """A Python callback inside a call (here the encoder) lets another thread run, which may
+    adopt plans: entries added then must not move the one being launched."""
+    plan, launched = FakePlan(), []
+    a, sa, b, sb, _, out = tensors = operands()
+    fast, _ = fast_with(ext, plan, tensors, launched)
+    others = []
+    encode = plan.maps[0].encode
+
+    def encode_and_adopt(*args):
+        for _ in range(40):  # enough to reallocate a vector of entries several times
+            other = FakePlan()
+            others.append(other)
+            fast_launch.register(fast, ext, other, None, tensors, out_given=True)
+        return encode(*args)
+    plan.maps[0].encode = encode_and_adopt
+    assert fast(a, sa, b, sb, None, out) is out and len(fast) == 41
+    assert [plan.param(i) for i in range(4, 7)] == [sa.data_ptr(), sb.data_ptr(), out.data_ptr()]
+    assert launched[0][:3] == (plan._launch._address, 0x5678, plan.pack.params_address)

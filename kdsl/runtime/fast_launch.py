@@ -132,12 +132,13 @@ def register(fast, ext, plan, extra_name: str | None, tensors, out_given: bool) 
     a, a_scale, b, b_scale, extra, out = tensors
     laid_out = [a, a_scale, b, b_scale] + ([extra] if extra is not None else []) + [out]
     layouts = [(list(t.shape), list(t.stride()), ext.scalar_type(t)) for t in laid_out]
-    entry = fast.add(layouts, plan.device, extra is not None, CALL_POINTERS.index(extra_name or "group"), out_given,
-                     plan.sa_align, plan.out_align, ctypes.addressof(plan.pack.pointers), plan._launch._address,
-                     _LaunchConfig.stream.offset, plan.loaded.fn_ptr, plan.pack.params_address, plan.pack.lock,
-                     plan.current_stream, plan)
-    for i, (m, source) in enumerate(zip(plan.maps, plan.map_sources)):
-        fast.add_map(entry, source, ctypes.addressof(plan.pack.params) + 8 * m.index, m.encoding)
+    maps = [(source, ctypes.addressof(plan.pack.params) + 8 * m.index, m.encoding)
+            for m, source in zip(plan.maps, plan.map_sources)]
+    entry = fast.add(layouts, maps, plan.device, extra is not None, CALL_POINTERS.index(extra_name or "group"),
+                     out_given, plan.sa_align, plan.out_align, ctypes.addressof(plan.pack.pointers),
+                     plan._launch._address, _LaunchConfig.stream.offset, plan.loaded.fn_ptr, plan.pack.params_address,
+                     plan.pack.lock, plan.current_stream, plan)
+    for i, m in enumerate(plan.maps):
         m.on_drop.append(functools.partial(fast.forget, entry, i))
     plan._bind_maps = functools.partial(fast.bind, entry)
     return entry

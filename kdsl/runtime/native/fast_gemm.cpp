@@ -18,6 +18,7 @@
 #include <torch/extension.h>
 
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -74,15 +75,20 @@ class FastGemm {
  public:
   explicit FastGemm(uint64_t launch, py::object fail) : launch_((LaunchEx)launch), fail_(std::move(fail)) {}
 
-  // layouts: (sizes, strides, dtype) of a, a_scale, b, b_scale[, extra], out.
+  // layouts: (sizes, strides, dtype) of a, a_scale, b, b_scale[, extra], out; maps: (source,
+  // parameter slot address, encode) of each tensor map. An entry is whole when it is added:
+  // a call on another thread (the GIL changes hands inside Python callbacks) never sees part
+  // of one, and entries never move (they are referred to while a callback runs).
   int64_t add(const std::vector<std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t>>& layouts,
-              int64_t device, bool has_extra, int64_t extra_source, bool out_given, uint64_t sa_align,
-              uint64_t out_align, uint64_t pointer_slots, uint64_t config, int64_t stream_offset, uint64_t fn,
-              uint64_t params, py::object lock, py::object stream, py::object owner) {
+              const std::vector<std::tuple<int64_t, uint64_t, py::object>>& maps, int64_t device, bool has_extra,
+              int64_t extra_source, bool out_given, uint64_t sa_align, uint64_t out_align, uint64_t pointer_slots,
+              uint64_t config, int64_t stream_offset, uint64_t fn, uint64_t params, py::object lock,
+              py::object stream, py::object owner) {
     const size_t inputs = has_extra ? 5 : 4;
     TORCH_CHECK(layouts.size() == inputs + 1, "FastGemm.add: the inputs' and out's layouts");
     TORCH_CHECK(extra_source == kGroup || extra_source == kCount, "FastGemm.add: extra_source");
-    Entry e;
+    auto entry = std::make_unique<Entry>();
+    Entry& e = *entry;
     for (size_t i = 0; i <= inputs; ++i) {
       Layout l{std::get<0>(layouts[i]), std::get<1>(layouts[i]), std::get<2>(layouts[i]), device};
       if (i < inputs)
@@ -96,19 +102,18 @@ class FastGemm {
     e.config = config, e.stream_offset = stream_offset, e.fn = fn, e.params = params;
     e.acquire = lock.attr("acquire"), e.release = lock.attr("release");
     e.stream = std::move(stream), e.owner = std::move(owner);
-    entries_.push_back(std::move(e));
+    for (const auto& [source, param_slot, encode] : maps) {
+      TORCH_CHECK(source >= 0 && source < kPointers, "FastGemm.add: a map's source");
+      MapSlot m;
+      m.source = source, m.param = reinterpret_cast<uint64_t*>(param_slot), m.encode = encode;
+      e.maps.push_back(std::move(m));
+    }
+    entries_.push_back(std::move(entry));
     return (int64_t)entries_.size() - 1;
   }
 
-  void add_map(int64_t entry, int64_t source, uint64_t param_slot, py::object encode) {
-    TORCH_CHECK(source >= 0 && source < kPointers, "FastGemm.add_map: source");
-    MapSlot m;
-    m.source = source, m.param = reinterpret_cast<uint64_t*>(param_slot), m.encode = std::move(encode);
-    entries_.at(entry).maps.push_back(std::move(m));
-  }
-
   void forget(int64_t entry, int64_t map, uint64_t ptr) {
-    MapSlot& m = entries_.at(entry).maps.at(map);
+    MapSlot& m = entries_.at(entry)->maps.at(map);
     m.encoded.erase(ptr);
     if (m.bound == ptr) m.bound = m.bound_address = 0;
   }
@@ -118,7 +123,7 @@ class FastGemm {
   // The Python path's binding of an adopted plan's maps (run under the pack lock it holds):
   // `pointers` in CALL_POINTERS order.
   void bind(int64_t entry, const std::vector<uint64_t>& pointers) {
-    Entry& e = entries_.at(entry);
+    Entry& e = *entries_.at(entry);
     uint64_t p[kPointers] = {0};
     for (size_t i = 0; i < pointers.size() && i < kPointers; ++i) p[i] = pointers[i];
     bind_maps(e, p);
@@ -133,7 +138,8 @@ class FastGemm {
     const at::Tensor& tsa = THPVariable_Unpack(sa.ptr());
     const at::Tensor& tb = THPVariable_Unpack(b.ptr());
     const at::Tensor& tsb = THPVariable_Unpack(sb.ptr());
-    for (Entry& e : entries_) {
+    for (const auto& entry : entries_) {
+      Entry& e = *entry;
       if (e.has_extra != has_extra || e.out_given != has_out) continue;
       if (!e.inputs[0].same(ta) || !e.inputs[1].same(tsa) || !e.inputs[2].same(tb) || !e.inputs[3].same(tsb)) continue;
       if (has_extra && !e.inputs[4].same(THPVariable_Unpack(extra.ptr()))) continue;
@@ -196,7 +202,7 @@ class FastGemm {
 
   LaunchEx launch_;
   py::object fail_;
-  std::vector<Entry> entries_;
+  std::vector<std::unique_ptr<Entry>> entries_;
 };
 
 }  // namespace
@@ -206,7 +212,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<FastGemm>(m, "FastGemm")
       .def(py::init<uint64_t, py::object>(), py::arg("launch"), py::arg("fail"))
       .def("add", &FastGemm::add)
-      .def("add_map", &FastGemm::add_map)
       .def("forget", &FastGemm::forget)
       .def("bind", &FastGemm::bind)
       .def("__len__", &FastGemm::size)
