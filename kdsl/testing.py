@@ -27,7 +27,7 @@ from .runtime.bounds import check_capture_indices
 
 __all__ = ["cases", "attention_cases", "gemm_cases", "assert_matches_reference", "find_failure", "search_module",
            "AttentionCase", "GemmCase", "attention_inputs", "gemm_inputs", "rel_frobenius", "fp8_difference",
-           "ATTENTION_TOL", "FP8_TOL"]
+           "ATTENTION_TOL", "FP8_TOL", "assert_masked_groups_right"]
 
 
 def _hypothesis():
@@ -196,3 +196,14 @@ def attention_inputs(kernel: ir.Kernel, B, H, Hkv, M, N, D, device="cuda", gener
         torch = need("torch", "torch", "attention_inputs with a torch generator")
         seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
     return _case_inputs(kernel, AttentionCase(B, H, Hkv, M, N, D, seed, Dv=Dv), Torch(device))
+
+
+def assert_masked_groups_right(out, ref, count) -> None:
+    """A masked grouped FP8 GEMM's out (NaN-filled before the call) against its reference:
+    rows past each group's count left untouched, the rest within FP8_TOL."""
+    import torch
+    for g, c in enumerate(count.tolist()):
+        assert torch.isnan(out[g, c:].float()).all(), f"group {g}: rows past its count {c} were written"
+        if c:
+            assert fp8_difference(out[g, :c], ref[g, :c]) < FP8_TOL, f"group {g}"
+

@@ -3,6 +3,7 @@ test for a one-element case whose 128 terms cancel. On the H100 (`kdsl check
 samples/fp8_gemm_accumulate.kd`, M=N=1, K=128) the kernel's error was what its FP8 tensor-core
 accumulation leaves, yet calc_diff read 1.2e-3 > 1e-3 because the sum was small."""
 import numpy as np
+import pytest
 
 from kdsl import fp8, reference
 from kdsl.check import FP8_TOL, fp8_difference
@@ -54,3 +55,22 @@ def test_the_floor_does_not_bind_on_a_large_random_output():
     mag = reference.fp8_gemm_magnitude(a, sa, b, sb)
     out = ref * (1 + 1e-2 * rng.standard_normal(ref.shape))
     assert fp8_difference(out, ref, mag) == fp8_difference(out, ref)
+
+
+def test_masked_groups_check_catches_written_padding_and_wrong_rows():
+    torch = pytest.importorskip("torch")
+    from kdsl.testing import assert_masked_groups_right
+    count = torch.tensor([0, 2, 4])
+    ref = torch.randn(3, 4, 8, dtype=torch.float64)
+    out = torch.full((3, 4, 8), float("nan"))
+    for g, c in enumerate(count.tolist()):
+        out[g, :c] = ref[g, :c].float()
+    assert_masked_groups_right(out, ref, count)
+    written = out.clone()
+    written[0, 0] = 0.0  # group 0 has no rows
+    with pytest.raises(AssertionError, match="group 0: rows past its count 0 were written"):
+        assert_masked_groups_right(written, ref, count)
+    wrong = out.clone()
+    wrong[2, 3] += 1.0
+    with pytest.raises(AssertionError, match="group 2"):
+        assert_masked_groups_right(wrong, ref, count)

@@ -12,7 +12,7 @@ from kdsl.cases import GemmCase
 from kdsl.check import gemm_case
 from kdsl.errors import KdslError, LaunchError
 from kdsl.passes import gemm_tiles
-from kdsl.testing import FP8_TOL, fp8_difference
+from kdsl.testing import FP8_TOL, assert_masked_groups_right, fp8_difference
 
 from conftest import ROOT
 
@@ -122,11 +122,7 @@ def test_grouped_masked(cfg):
     b, sb = fp8.quantize_128x128(torch.randn(G, N, K, device="cuda"))
     out = torch.full((G, Mmax, N), float("nan"), device="cuda", dtype=torch.bfloat16)
     fn(a, sa, b, sb, count, out=out)
-    ref = reference.fp8_gemm(a, sa, b, sb, count=count)
-    for g, c in enumerate(count.tolist()):
-        assert torch.isnan(out[g, c:].float()).all()
-        if c:
-            assert fp8_difference(out[g, :c], ref[g, :c]) < FP8_TOL
+    assert_masked_groups_right(out, reference.fp8_gemm(a, sa, b, sb, count=count), count)
 
 
 @pytest.mark.parametrize("name", ["fp8_gemm", "fp8_gemm_accumulate", "fp8_grouped_contiguous", "fp8_grouped_masked"])
