@@ -111,11 +111,12 @@ def adopt(kernel, plan, tensors, out_given: bool) -> None:
     with plan.pack.lock:
         if plan.fast is not None:  # another thread adopted it meanwhile
             return
-        fast = kernel.fast_gemm
-        if fast is None:
-            from .driver import _check, _libcuda
-            launch = ctypes.cast(_libcuda().cuLaunchKernelEx, ctypes.c_void_p).value
-            fast = kernel.fast_gemm = ext.FastGemm(launch, _check)
+        with _lock:  # one FastGemm a kernel, though threads adopt its plans side by side
+            if kernel.fast_gemm is None:
+                from .driver import _check, _libcuda
+                launch = ctypes.cast(_libcuda().cuLaunchKernelEx, ctypes.c_void_p).value
+                kernel.fast_gemm = ext.FastGemm(launch, _check)
+            fast = kernel.fast_gemm
         if len(fast) >= MAX_ENTRIES:
             plan.fast = False
             return
