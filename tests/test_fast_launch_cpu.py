@@ -5,7 +5,9 @@ test_fast_launch.py covers that). Skipped where torch's C++ toolchain is missing
 build takes ~50 s on two cores."""
 import ctypes
 import shutil
+import sysconfig
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -20,8 +22,9 @@ LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes
 
 @pytest.fixture(scope="module")
 def ext():
-    if shutil.which("ninja") is None or shutil.which("c++") is None:
-        pytest.skip("no C++ toolchain for torch extensions")
+    python_h = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if shutil.which("ninja") is None or shutil.which("c++") is None or not python_h.exists():
+        pytest.skip("no C++ toolchain for torch extensions (ninja, c++ and Python's headers)")
     fast_launch.start()
     assert fast_launch.wait(), "the compiled launch path did not build (see the warning)"
     return fast_launch.module()
