@@ -104,18 +104,6 @@
 #define KDSL_FP8_TURNS_192 1
 #endif
 
-// Experiment (0, the kernel: off): bytes of each of the tile's B rows the producer prefetches
-// into L2 at a time (512 or 1024), KDSL_FP8_B_PREFETCH_AHEAD such chunks ahead of its loads, so
-// that HBM sees B in row bursts rather than the ring's 128 bytes a row. Dense and masked only,
-// and only from tools/dev/b_prefetch_probe.py, which passes B's address in `group` (unused by
-// those kinds): the launch path does not.
-#ifndef KDSL_FP8_B_ROW_PREFETCH
-#define KDSL_FP8_B_ROW_PREFETCH 0
-#endif
-#ifndef KDSL_FP8_B_PREFETCH_AHEAD
-#define KDSL_FP8_B_PREFETCH_AHEAD 1
-#endif
-
 namespace kdsl {
 
 template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
@@ -274,15 +262,6 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
     for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
       const u32 full = sm.full(s);
-      if (KDSL_FP8_B_ROW_PREFETCH && C::KIND != 1) {
-        constexpr int kChunk = KDSL_FP8_B_ROW_PREFETCH / C::kBK;  // K blocks a prefetch covers
-        const int kbp = kb + kChunk * KDSL_FP8_B_PREFETCH_AHEAD;
-        if ((kb - kb_begin) % kChunk == 0 && kbp < kb_end) {
-          const u8* rows = reinterpret_cast<const u8*>(p.group) + (size_t)u.g * p.N * p.K + (size_t)kbp * C::kBK;
-          const u32 bytes = (u32)min(kChunk, kb_end - kbp) * C::kBK;
-          for (int r = lane; r < BN && u.n0 + r < p.N; r += 32) prefetch_l2_bulk(rows + (size_t)(u.n0 + r) * p.K, bytes);
-        }
-      }
       mbar_wait(sm.empty(s), pos.phase ^ 1u);
       // A's scales: one box among the leader's TMA loads below (SA_TMA), or BM / 32 rows
       // copied by each lane, zeros past M; B's two: the leader. Each lane's arrival below is

@@ -52,10 +52,6 @@ KDSL_DEVICE void mbar_wait(u32 bar, u32 parity) {
 KDSL_DEVICE void tma_prefetch_desc(const TmaDesc* desc) {
   asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<u64>(desc)) : "memory");
 }
-// `bytes` (a multiple of 16) from global memory at `src` into L2, with no completion to wait for.
-KDSL_DEVICE void prefetch_l2_bulk(const void* src, u32 bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(reinterpret_cast<u64>(src)), "r"(bytes) : "memory");
-}
 // Box at coordinates (c0 innermost, c1, c2) of a 3-D tensor map into shared memory at dst;
 // completion is counted on `bar` in bytes (the whole box, out-of-bounds parts zero-filled).
 KDSL_DEVICE void tma_load_3d(u32 dst, const TmaDesc* desc, u32 bar, int c0, int c1, int c2) {
