@@ -1,46 +1,18 @@
 """Host time per eager launch (Python call -> kernel queued), at decode-sized shapes where
-the launch path, not the GPU, is the cost. The GPU is kept busy with a long sleep kernel
-first so the loop measures host time only; the calls are sampled in turns."""
+the launch path, not the GPU, is the cost, measured as kdsl.hosttime does (`kdsl bench`
+reports the FP8 GEMM's rows of this in its suite); here also attention decode, the Python
+launch path beside the compiled one, and torch's SDPA."""
 import itertools
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
 import kdsl
 from kdsl import fp8
+from kdsl.hosttime import host_us_in_turns
 from kdsl.runtime import fast_launch, prebuild
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def host_us(fn, n=2000, per=200):
-    """Median host microseconds per call of fn over n calls, in samples of `per` calls."""
-    return host_us_in_turns({"fn": fn}, n, per)["fn"]
-
-
-def host_us_in_turns(fns: dict, n=2000, per=200) -> dict:
-    """host_us of each fn, their samples taken in turns (one sample of each per round), so that
-    the host's drift over the run (seen: torch._scaled_mm 22-42 us across runs) hits every call
-    alike and their ratios compare like with like."""
-    samples = {name: [] for name in fns}
-    for fn in fns.values():
-        fn()
-    torch.cuda.synchronize()
-    # ~0.1 s of GPU work queued ahead, so launches never wait for the GPU; and at most 200
-    # calls per sample, so their launches (up to three each) stay within the driver's queue of
-    # pending launches: past it a launch blocks until the GPU drains (seen: a 3-launch call
-    # read 258 us at 400 calls per sample)
-    for _ in range(max(1, n // per)):
-        for name, fn in fns.items():
-            torch.cuda._sleep(200_000_000)
-            t = time.perf_counter()
-            for _ in range(per):
-                fn()
-            samples[name].append((time.perf_counter() - t) / per * 1e6)
-            torch.cuda.synchronize()
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def main():

@@ -5,7 +5,8 @@ L2 flushed (a 256 MB write) before each repetition so inputs come from HBM. Comp
 excluded from the timings and reported separately: a cold build of each kernel, per step,
 in a fresh process with every cache empty or off (kdsl.runtime.coldbuild).
 Attention TFLOPS count only the (q, kv) pairs the mask keeps: 2 * (D + Dv) * pairs (4 * D when v has q's head dim); FP8 GEMM
-TFLOPS count 2 * rows * N * K over the valid rows.
+TFLOPS count 2 * rows * N * K over the valid rows. Where a dense FP8 case runs, the suite also
+measures host time per eager launch against torch's _scaled_mm (kdsl.hosttime).
 """
 from __future__ import annotations
 
@@ -377,6 +378,17 @@ def run(cases: list[Case], modules: dict, reps: int, peers: set, progress=True) 
     return rows
 
 
+def host_time(cases: list[Case], modules: dict) -> list:
+    """The dense FP8 GEMM's host time per eager launch against torch._scaled_mm, called alike
+    (kdsl.hosttime), when the run has a dense FP8 case: the kernel of the first one."""
+    for case in cases:
+        if case.kind == "gemm" and modules[case.file].ir[case.kernel].attr("grouping") == "dense" and \
+                not modules[case.file].ir[case.kernel].attr("accumulate"):
+            from .hosttime import fp8_gemm_host
+            return fp8_gemm_host(getattr(modules[case.file], case.kernel))
+    return []
+
+
 def _progress(items, enabled):
     if not enabled:
         return items
@@ -391,7 +403,7 @@ PEER_NAMES = {"flex": "FlexAttention (compiled)", "cudnn": "cuDNN SDPA", "scaled
               "cublas_bf16": "cuBLAS bf16 matmul", "read_b": "reading b once (a floor)"}
 
 
-def markdown(rows: list[Row], device: str) -> str:
+def markdown(rows: list[Row], device: str, host: list = ()) -> str:
     lines = [f"# kdsl bench on {device}", "",
              "TFLOPS count only the work the mask leaves (2·(D + Dv) per kept (q, kv) pair; FP8: 2·rows·N·K over valid rows).",
              "Times: median of CUDA-event-timed launches, L2 flushed before each, kdsl and its peers timed in "
@@ -421,7 +433,22 @@ def markdown(rows: list[Row], device: str) -> str:
             gb = f"{r.gbps:.0f}" if r.gbps == r.gbps else ""
             lines.append(f"| {r.kernel} | {r.shape} | {r.error:.1e} | {r.ms * 1e3:.1f} | {r.tflops:.1f} | {gb} | {peer} | "
                          f"{pus} | {pt} | {ratio} | {_seconds(r.compile.get('cold_build_s'))} |")
-    return "\n".join(lines + fp8_summary(rows)) + "\n"
+    return "\n".join(lines + fp8_summary(rows) + host_table(host)) + "\n"
+
+
+def host_table(host: list) -> list[str]:
+    """kdsl.hosttime's rows: host microseconds per eager launch, kdsl's and torch._scaled_mm's
+    called alike, sampled in turns in this run."""
+    if not host:
+        return []
+    from .hosttime import FP8_HOST_SHAPE
+    m, n, k = FP8_HOST_SHAPE
+    lines = ["", f"Host time per eager launch, fp8_gemm M={m} N={n} K={k} (µs; a sleep kernel queued ahead, "
+                 f"the calls sampled in turns):", "",
+             f"| call | kdsl µs | {PEER_NAMES['scaled_mm']} µs | kdsl / peer |", "|---|---|---|---|"]
+    for h in host:
+        lines.append(f"| {h.call} | {h.kdsl_us:.1f} | {h.peer_us:.1f} | {h.ratio:.2f} |")
+    return lines
 
 
 def fp8_summary(rows: list[Row]) -> list[str]:
@@ -447,12 +474,13 @@ def plot(rows: list[Row], path: Path, device: str) -> None:
     plt.close(fig)
 
 
-def write_results(rows: list[Row], out_dir: Path, device: str, stem: str) -> dict:
+def write_results(rows: list[Row], out_dir: Path, device: str, stem: str, host: list = ()) -> dict:
     import dataclasses
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md", "png": out_dir / f"{stem}.png"}
-    paths["json"].write_text(json.dumps({"device": device, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
-    paths["md"].write_text(markdown(rows, device))
+    paths["json"].write_text(json.dumps({"device": device, "rows": [dataclasses.asdict(r) for r in rows],
+                                         "host": [dataclasses.asdict(h) for h in host]}, indent=1))
+    paths["md"].write_text(markdown(rows, device, host))
     try:
         plot(rows, paths["png"], device)
     except ImportError:

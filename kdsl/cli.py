@@ -211,10 +211,11 @@ def _bench(args) -> int:
     import torch
     device = torch.cuda.get_device_name()
     rows = bench.run(cases, modules, args.reps, peers, progress=sys.stderr.isatty())
+    host = bench.host_time(cases, modules)
     stem = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") + "-" + datetime.date.today().isoformat()
     stem += "-" + (args.suite or "files") + ("-partial" if args.only else "")
-    paths = bench.write_results(rows, Path(args.out_dir), device, stem)
-    print(bench.markdown(rows, device))
+    paths = bench.write_results(rows, Path(args.out_dir), device, stem, host)
+    print(bench.markdown(rows, device, host))
     print("results: " + ", ".join(str(p) for p in paths.values()))
     return 0 if not any(r.failure for r in rows) else 1
 

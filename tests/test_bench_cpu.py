@@ -171,3 +171,29 @@ def test_timing_rounds_rotate_so_no_function_keeps_its_place():
     firsts = [timed[r * len(fns) * per] for r in range(3)]
     assert firsts == ["a", "b", "c"]
     assert all(len(b) == 3 and all(len(x) == 2 for x in b) for b in blocks.values())
+
+
+def test_markdown_and_json_carry_the_host_time_rows(tmp_path):
+    """`kdsl bench`'s host-time table (kdsl.hosttime): each call both ways, with the ratio,
+    and the rows in the JSON beside the kernel rows."""
+    import json
+    from kdsl.hosttime import HostRow
+    r = random.Random()
+    host = [HostRow(call, r.uniform(5, 20), r.uniform(20, 40)) for call in ("out= given", "allocating")]
+    md = bench.markdown(_rows(), "GPU", host)
+    assert "Host time per eager launch, fp8_gemm M=128 N=2112 K=7168" in md
+    for h in host:
+        assert f"| {h.call} | {h.kdsl_us:.1f} | {h.peer_us:.1f} | {h.kdsl_us / h.peer_us:.2f} |" in md
+    assert "Host time" not in bench.markdown(_rows(), "GPU")
+    paths = bench.write_results(_rows(), tmp_path, "GPU", "t", host)
+    saved = json.loads(paths["json"].read_text())["host"]
+    assert [(s["call"], s["kdsl_us"], s["peer_us"]) for s in saved] == [(h.call, h.kdsl_us, h.peer_us) for h in host]
+
+
+def test_host_time_is_measured_for_the_first_dense_fp8_case_only():
+    import kdsl
+    cases = [c for c in bench.standard_suite() if c.kind == "gemm"]
+    files = {c.file for c in cases}
+    modules = {f: kdsl.load(f, interpret=True) for f in files}
+    grouped = [c for c in cases if c.kernel != "fp8_gemm"]
+    assert bench.host_time(grouped, modules) == []  # no dense case: nothing measured (no GPU needed)

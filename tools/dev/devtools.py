@@ -1,9 +1,8 @@
 """Helpers the tools/dev scripts share: NVRTC defines for A/B builds of one kernel source,
-bench/launch_overhead.py's host timer, a decode call's inputs with cuDNN's call on them, and
+kdsl.hosttime's host timer, a decode call's inputs with cuDNN's call on them, and
 the warm-up-then-profile loop of the Nsight Compute drivers."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,11 +26,9 @@ class extra_options:
 
 
 def host_us(fn, n=2000, per=200) -> float:
-    """bench/launch_overhead.py's median host microseconds per call (needs torch and a GPU)."""
-    spec = importlib.util.spec_from_file_location("launch_overhead", ROOT / "bench" / "launch_overhead.py")
-    lo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lo)
-    return lo.host_us(fn, n, per)
+    """kdsl.hosttime's median host microseconds per call (needs torch and a GPU)."""
+    from kdsl.hosttime import host_us
+    return host_us(fn, n, per)
 
 
 def decode_case(B: int, H: int, Hkv: int, N: int, D: int = 128):

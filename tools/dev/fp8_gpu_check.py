@@ -201,14 +201,12 @@ def suite_tables(rows, configs, device: str) -> str:
 
 
 def launch_times() -> str:
-    """Host time per eager launch, with bench/launch_overhead.py's method."""
+    """Host time per eager launch (kdsl.hosttime)."""
     import torch
 
     import kdsl
     from kdsl import fp8
-    spec = importlib.util.spec_from_file_location("launch_overhead", ROOT / "bench" / "launch_overhead.py")
-    lo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lo)
+    from kdsl import hosttime as lo
     gemm = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").fp8_gemm
     a, sa = fp8.quantize_1x128(torch.randn(128, 7168, device="cuda"))
     b, sb = fp8.quantize_128x128(torch.randn(2112, 7168, device="cuda"))
