@@ -48,6 +48,7 @@ class HostRow:
     call: str        # how both sides are called: out= given, allocating, operand sets in turn
     kdsl_us: float
     peer_us: float   # torch._scaled_mm called alike (NaN if it could not run)
+    path: str = ""   # kdsl's launch path for these calls: compiled | python (runtime/fast_launch.py)
 
     @property
     def ratio(self) -> float:
@@ -90,5 +91,11 @@ def fp8_gemm_host(gemm, sets: int = 8) -> list[HostRow]:
         scaled_mm(a, sa, b, sb)
     except Exception:  # noqa: BLE001 - no blockwise _scaled_mm in this torch: kdsl's rows alone
         fns = {key: fn for key, fn in fns.items() if key[0] == "kdsl"}
+    gemm(a, sa, b, sb, out=out)  # plans for both kinds of call, adopted by the compiled path where it is built
+    gemm(a, sa, b, sb)
+    from .runtime import fast_launch
+    fast_launch.wait()
     times = host_us_in_turns(fns)
-    return [HostRow(call, times[("kdsl", call)], times.get(("peer", call), float("nan"))) for call in calls]
+    plans = [p for p in gemm._plans.values() if tuple(p.out_shape) == (m, n)]
+    path = "compiled" if plans and all(p.fast for p in plans) else "python"
+    return [HostRow(call, times[("kdsl", call)], times.get(("peer", call), float("nan")), path) for call in calls]

@@ -179,15 +179,17 @@ def test_markdown_and_json_carry_the_host_time_rows(tmp_path):
     import json
     from kdsl.hosttime import HostRow
     r = random.Random()
-    host = [HostRow(call, r.uniform(5, 20), r.uniform(20, 40)) for call in ("out= given", "allocating")]
+    host = [HostRow(call, r.uniform(5, 20), r.uniform(20, 40), path) for call, path in
+            (("out= given", "compiled"), ("allocating", "python"))]
     md = bench.markdown(_rows(), "GPU", host)
     assert "Host time per eager launch, fp8_gemm M=128 N=2112 K=7168" in md
     for h in host:
-        assert f"| {h.call} | {h.kdsl_us:.1f} | {h.peer_us:.1f} | {h.kdsl_us / h.peer_us:.2f} |" in md
+        assert f"| {h.call} | {h.path} | {h.kdsl_us:.1f} | {h.peer_us:.1f} | {h.kdsl_us / h.peer_us:.2f} |" in md
     assert "Host time" not in bench.markdown(_rows(), "GPU")
     paths = bench.write_results(_rows(), tmp_path, "GPU", "t", host)
     saved = json.loads(paths["json"].read_text())["host"]
-    assert [(s["call"], s["kdsl_us"], s["peer_us"]) for s in saved] == [(h.call, h.kdsl_us, h.peer_us) for h in host]
+    assert [(s["call"], s["kdsl_us"], s["peer_us"], s["path"]) for s in saved] == \
+        [(h.call, h.kdsl_us, h.peer_us, h.path) for h in host]
 
 
 def test_host_time_is_measured_for_the_first_dense_fp8_case_only():

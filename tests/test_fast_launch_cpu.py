@@ -250,3 +250,39 @@ def test_entries_added_during_a_call_leave_it_whole(ext):
     assert fast(a, sa, b, sb, None, out) is out and len(fast) == 41
     assert [plan.param(i) for i in range(4, 7)] == [sa.data_ptr(), sb.data_ptr(), out.data_ptr()]
     assert launched[0][:3] == (plan._launch._address, 0x5678, plan.pack.params_address)
+
+
+def test_builds_run_apart_and_a_damaged_library_is_built_again(tmp_path, monkeypatch):
+    """Each build has a directory of its own (a build killed mid-way, its lock left behind,
+    holds up no later one) and its library is renamed into the cache when complete; a library
+    that does not import is built again. torch's build and import are stood in for."""
+    import torch.utils.cpp_extension as cpp_extension
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    native = tmp_path / "native"
+    native.mkdir()
+    killed = native / "kdsl_fast_gemm_0123-killed"
+    killed.mkdir()
+    (killed / "lock").write_text("")  # what torch's build lock leaves when its process dies
+    builds = []
+
+    def build(name, sources, extra_cflags, build_directory, verbose):
+        builds.append(Path(build_directory))
+        (Path(build_directory) / "lock").write_text("")
+        (Path(build_directory) / f"{name}.so").write_bytes(b"library %d" % len(builds))
+        return f"module {len(builds)}"
+
+    def load_library(name, path):
+        if path.read_bytes() == b"damaged":
+            raise ImportError("invalid ELF header")
+        return f"imported {path.read_bytes().decode()}"
+    monkeypatch.setattr(cpp_extension, "load", build)
+    monkeypatch.setattr(fast_launch, "_import", load_library)
+    assert fast_launch._build() == "module 1"
+    (library,) = native.glob("kdsl_fast_gemm_*.so")
+    assert library.read_bytes() == b"library 1"
+    assert fast_launch._build() == "imported library 1"  # in the cache: no second build
+    library.write_bytes(b"damaged")
+    assert fast_launch._build() == "module 2" and library.read_bytes() == b"library 2"
+    assert len(builds) == 2 and builds[0] != builds[1] and all(b.parent == native for b in builds)
+    assert not any(b.exists() for b in builds), "build directories are removed"
+    assert (killed / "lock").exists()  # another process's: left alone

@@ -2,9 +2,9 @@
 torch tensors whose signature a plan was made for is launched from C++, in ~5-8 us of host
 time instead of the Python path's ~12-16 (docs/runtime.md).
 
-The extension is built with torch.utils.cpp_extension (a C++ compiler and ninja) into kdsl's
-cache directory, keyed by the source's hash and torch's and Python's versions, so an edit or
-an upgrade rebuilds it. The build never holds up a call: it runs in a background thread, from
+The extension is built with torch.utils.cpp_extension (a C++ compiler and ninja) and kept in
+kdsl's cache directory, keyed by the source's hash and torch's and Python's versions, so an
+edit or an upgrade rebuilds it. The build never holds up a call: it runs in a background thread, from
 kdsl.load (runtime/prebuild.py) or a first GEMM call, while the Python path serves; plans made
 before it finished are adopted on their next call. A build that fails warns once, and the
 Python path serves every call. KDSL_FAST_LAUNCH=0 turns the path off.
@@ -23,7 +23,9 @@ import ctypes
 import functools
 import hashlib
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -70,16 +72,41 @@ def module():
 
 
 def _build():
-    """Build and import the extension (tens of seconds the first time, then a ninja check);
-    once per process (`start`): a module is imported once. The build directory and module
-    name carry a hash of everything the binary depends on."""
+    """Import the built extension, building it first where it is not in the cache (tens of
+    seconds, then never again for this source, torch and Python). Once per process (`start`):
+    a module is imported once.
+
+    A build runs in a directory of its own and its library is renamed into the cache when
+    complete, so that processes building at once never wait on each other's lock (torch's
+    build directory lock is never cleared when its holder dies, and a process that exits
+    mid-build, this thread being a daemon, would leave every later one waiting for it) and
+    none ever imports half a library."""
     import torch
     from torch.utils.cpp_extension import load
     key = hashlib.sha256(SOURCE.read_bytes() + f"{torch.__version__} {sys.version}".encode()).hexdigest()[:16]
-    where = cache_dir() / "native" / key
-    where.mkdir(parents=True, exist_ok=True)
-    return load(f"kdsl_fast_gemm_{key}", sources=[str(SOURCE)], extra_cflags=["-O2"], build_directory=str(where),
-                verbose=False)
+    name = f"kdsl_fast_gemm_{key}"
+    built = cache_dir() / "native" / f"{name}.so"
+    if built.exists():
+        try:
+            return _import(name, built)
+        except ImportError:  # damaged: build it again
+            built.unlink(missing_ok=True)
+    built.parent.mkdir(parents=True, exist_ok=True)
+    where = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=built.parent))
+    try:
+        module = load(name, sources=[str(SOURCE)], extra_cflags=["-O2"], build_directory=str(where), verbose=False)
+        os.replace(where / f"{name}.so", built)  # the imported library stays mapped
+        return module
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _import(name: str, path: Path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _build_in_background() -> None:
