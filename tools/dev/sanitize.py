@@ -8,6 +8,8 @@ a 2-CTA cluster, row-by-row stores): a workload for compute-sanitizer.
     ... python3 tools/dev/sanitize.py --stream (variants whose score streams a captured table)
     ... python3 tools/dev/sanitize.py --offset-table (variants whose offset part comes from a table)
     ... python3 tools/dev/sanitize.py --head-dim 256 (every head dim of the shapes replaced)
+    ... python3 tools/dev/sanitize.py --fp8 --compiled-launch (each FP8 call made twice, the
+        second launched by the compiled launch path, runtime/fast_launch.py, once it is built)
 """
 import pathlib
 import sys
@@ -25,6 +27,11 @@ quick = "--quick" in sys.argv
 files = sorted((ROOT / "samples").glob("*.kd")) + ([] if quick else [ROOT / "bench" / "variants.kd"])
 if "--fp8" in sys.argv:
     files = sorted((ROOT / "samples").glob("fp8_*.kd"))
+compiled_launch, by_cpp = "--compiled-launch" in sys.argv, 0
+if compiled_launch:
+    from kdsl.runtime import fast_launch
+    fast_launch.start()
+    assert fast_launch.wait(), "the compiled launch path did not build"
 stream_only = "--stream" in sys.argv
 table_only = "--offset-table" in sys.argv  # variants whose score's offset part comes from a table
 if stream_only or table_only:
@@ -76,10 +83,16 @@ for f in files:
                     out_shape = (G, M, N) if g == "masked" else (M, N)
                     out = torch.zeros(out_shape, device="cuda") if kir.attr("accumulate") else None
                     try:
-                        fn.with_attrs(**cfg)(a, sa, b, sb, *extra, out=out)
+                        kernel = fn.with_attrs(**cfg)
+                        kernel(a, sa, b, sb, *extra, out=out)
                     except kdsl.KdslError:  # this configuration cannot pair the shape's tiles
                         continue
                     n += 1
+                    if compiled_launch:
+                        served = len(kernel.fast_gemm or ())
+                        kernel(a, sa, b, sb, *extra, out=out)
+                        n += 1
+                        by_cpp += served > 0
             if g == "dense":  # stream-K: more tiles than SMs (132), tiles split over CTAs
                 a, sa = fp8.quantize_1x128(torch.randn(2000, 384, device="cuda"))
                 b, sb = fp8.quantize_128x128(torch.randn(1500, 384, device="cuda"))
@@ -87,4 +100,4 @@ for f in files:
                 fn.with_attrs(stream_k=True, cluster=1, tile_m=128, tile_n=128)(a, sa, b, sb, out=out)
                 n += 1
 torch.cuda.synchronize()
-print(f"sanitize workload: {n} launches ok")
+print(f"sanitize workload: {n} launches ok" + (f", {by_cpp} of them by the compiled launch path" if compiled_launch else ""))
