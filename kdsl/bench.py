@@ -384,8 +384,8 @@ def host_time(cases: list[Case], modules: dict) -> list:
     """The dense FP8 GEMM's host time per eager launch against torch._scaled_mm, called alike
     (kdsl.hosttime), when the run has a dense FP8 case: the kernel of the first one."""
     for case in cases:
-        if case.kind == "gemm" and modules[case.file].ir[case.kernel].attr("grouping") == "dense" and \
-                not modules[case.file].ir[case.kernel].attr("accumulate"):
+        kir = modules[case.file].ir[case.kernel]
+        if case.kind == "gemm" and kir.attr("grouping") == "dense" and not kir.attr("accumulate"):
             from .hosttime import fp8_gemm_host
             return fp8_gemm_host(getattr(modules[case.file], case.kernel))
     return []
