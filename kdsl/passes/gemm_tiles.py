@@ -231,7 +231,11 @@ def mainloop_efficiency(bm: int, bn: int) -> float:
 # 0.82-0.93x of 128x160 on every shape where the model ranked it ahead. Both were seen with
 # two math warpgroups (BM >= 128); with one (BM = 64) 64x112 and 64x128 ran within 3 %. With
 # three (BM = 192), whose turns wait on each promotion, 192x112 and 192x96 ran 1.19-1.24x the
-# time of 192x128 per tile row of work (2026-11-27, three shapes).
+# time of 192x128 per tile row of work (2026-11-27, three shapes). Since the promotion switches
+# on where the boundary falls (fp8_gemm_wgmma.cuh, KDSL_FP8_SPLIT_SWITCH) straddling tiles run
+# 6-11 % faster at 4096x7168x7168 and 2-5 % at M = 256 (2026-11-27, s27-split-switch.log); the
+# costs below predate it and are not yet refitted: at 1.08 the picks would move on M = 256 and
+# 512 shapes that were not measured with the switch.
 STRADDLE_COST = {128: 1.15, 192: 1.2, 256: 1.15}
 FULL_REGISTERS_COST = 1.15
 

@@ -104,6 +104,14 @@
 #define KDSL_FP8_TURNS_192 1
 #endif
 
+// 1 (the kernel): a tile straddling two 128-column scale blocks of B promotes through a
+// switch on where the boundary falls, each case with the scales fixed per column at compile
+// time. 0: each 8-column fragment selects its scale in every K block, as before (ptxas
+// recomputes the 14 fragments' predicates each block: there are 7 predicate registers).
+#ifndef KDSL_FP8_SPLIT_SWITCH
+#define KDSL_FP8_SPLIT_SWITCH 1
+#endif
+
 namespace kdsl {
 
 template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
@@ -318,6 +326,53 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
   __syncwarp();
 }
 
+// One wave's promotion: total += acc * scale, fragment group j (the tile's columns 8j .. 8j + 7,
+// rows r and r + 8) scaled by its row's A scale times B's first block scale (lo) when j < J0,
+// else the second's (hi).
+template <int kFrag, int J0>
+KDSL_DEVICE void promote(const float (&acc)[kFrag], float (&total)[kFrag], float lo0, float lo1, float hi0,
+                         float hi1) {
+#pragma unroll
+  for (int j = 0; j < kFrag / 4; ++j) {
+    const float sc0 = j < J0 ? lo0 : hi0, sc1 = j < J0 ? lo1 : hi1;
+    total[4 * j + 0] = fmaf(acc[4 * j + 0], sc0, total[4 * j + 0]);
+    total[4 * j + 1] = fmaf(acc[4 * j + 1], sc0, total[4 * j + 1]);
+    total[4 * j + 2] = fmaf(acc[4 * j + 2], sc1, total[4 * j + 2]);
+    total[4 * j + 3] = fmaf(acc[4 * j + 3], sc1, total[4 * j + 3]);
+  }
+}
+
+// The same with the boundary j0 known only at run time (uniform over the tile). Tiles start at
+// multiples of 16 columns, so j0 is even: each even value up to 24 (BN 192) has its own
+// case, and values past the tile's fragments mean "all lo". Any other value takes the
+// per-fragment selection.
+template <int kFrag>
+KDSL_DEVICE void promote_split(int j0, const float (&acc)[kFrag], float (&total)[kFrag], float lo0, float lo1,
+                               float hi0, float hi1) {
+  constexpr int kGroups = kFrag / 4;
+#define KDSL_FP8_PROMOTE_CASE(J) \
+  case J:                        \
+    promote<kFrag, (J < kGroups ? J : kGroups)>(acc, total, lo0, lo1, hi0, hi1); \
+    return;
+  switch (j0) {
+    KDSL_FP8_PROMOTE_CASE(2) KDSL_FP8_PROMOTE_CASE(4) KDSL_FP8_PROMOTE_CASE(6) KDSL_FP8_PROMOTE_CASE(8)
+    KDSL_FP8_PROMOTE_CASE(10) KDSL_FP8_PROMOTE_CASE(12) KDSL_FP8_PROMOTE_CASE(14) KDSL_FP8_PROMOTE_CASE(16)
+    KDSL_FP8_PROMOTE_CASE(18) KDSL_FP8_PROMOTE_CASE(20) KDSL_FP8_PROMOTE_CASE(22) KDSL_FP8_PROMOTE_CASE(24)
+    default:
+      break;
+  }
+#undef KDSL_FP8_PROMOTE_CASE
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    const bool lo = j < j0;
+    const float sc0 = lo ? lo0 : hi0, sc1 = lo ? lo1 : hi1;
+    total[4 * j + 0] = fmaf(acc[4 * j + 0], sc0, total[4 * j + 0]);
+    total[4 * j + 1] = fmaf(acc[4 * j + 1], sc0, total[4 * j + 1]);
+    total[4 * j + 2] = fmaf(acc[4 * j + 2], sc1, total[4 * j + 2]);
+    total[4 * j + 3] = fmaf(acc[4 * j + 3], sc1, total[4 * j + 3]);
+  }
+}
+
 template <class C>
 KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem<C>& sm) {
   constexpr int BN = C::BN, kFrag = C::kFrag, kWaves = C::kWaves;
@@ -376,6 +431,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
 #pragma unroll
       for (int i = 0; i < kFrag; ++i) total[v][i] = 0.f;
     const int bnd = 128 - (u.n0 & 127);  // tile columns < bnd are in B's first scale block
+    const int j0 = (bnd < BN ? bnd : BN) / 8;  // fragment groups in it
     // A warpgroup none of whose rows exist (in a masked group's last tile) only hands the
     // stages back. A separate loop, not a branch around the wgmmas: ptxas
     // serialises every wgmma of the kernel when one sits in a divergent path (C7518), and
@@ -445,14 +501,20 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         if (v == kWaves - 1) release();
         const float lo0 = sa_now[v][0] * sb_lo, lo1 = sa_now[v][1] * sb_lo;
         const float hi0 = sa_now[v][0] * sb_hi, hi1 = sa_now[v][1] * sb_hi;
+        if (!C::kSplit) {
+          promote<kFrag, kFrag / 4>(acc, total[v], lo0, lo1, hi0, hi1);
+        } else if (KDSL_FP8_SPLIT_SWITCH) {
+          promote_split<kFrag>(j0, acc, total[v], lo0, lo1, hi0, hi1);
+        } else {
 #pragma unroll
-        for (int j = 0; j < kFrag / 4; ++j) {
-          const bool lo = !C::kSplit || 8 * j < bnd;
-          const float sc0 = lo ? lo0 : hi0, sc1 = lo ? lo1 : hi1;
-          total[v][4 * j + 0] = fmaf(acc[4 * j + 0], sc0, total[v][4 * j + 0]);
-          total[v][4 * j + 1] = fmaf(acc[4 * j + 1], sc0, total[v][4 * j + 1]);
-          total[v][4 * j + 2] = fmaf(acc[4 * j + 2], sc1, total[v][4 * j + 2]);
-          total[v][4 * j + 3] = fmaf(acc[4 * j + 3], sc1, total[v][4 * j + 3]);
+          for (int j = 0; j < kFrag / 4; ++j) {
+            const bool lo = 8 * j < bnd;
+            const float sc0 = lo ? lo0 : hi0, sc1 = lo ? lo1 : hi1;
+            total[v][4 * j + 0] = fmaf(acc[4 * j + 0], sc0, total[v][4 * j + 0]);
+            total[v][4 * j + 1] = fmaf(acc[4 * j + 1], sc0, total[v][4 * j + 1]);
+            total[v][4 * j + 2] = fmaf(acc[4 * j + 2], sc1, total[v][4 * j + 2]);
+            total[v][4 * j + 3] = fmaf(acc[4 * j + 3], sc1, total[v][4 * j + 3]);
+          }
         }
       }
     }
