@@ -31,8 +31,9 @@
 // m64 waves each): per K block four m64nBNk32 wgmmas, wait, hand the stage back (one arrival
 // per thread on "empty"), promote; with BM = 256, and the three warpgroups of BM = 192, the
 // warpgroups take turns issuing their waves.
-// Tiles wider than the 128-column scale blocks of B straddle two of them; each
-// 8-column fragment picks the scale of the block it sits in.
+// A tile whose width does not divide 128 can straddle two of B's 128-column scale blocks; each
+// 8-column fragment takes the scale of the block it sits in. Where the boundary falls is fixed
+// per tile, so each promotion branches on it to code with the scales placed at compile time.
 //
 // Clusters (CLUSTER = 2). The two CTAs work on tiles that share A (MCAST_A) or B (MCAST_B);
 // each loads half of that tile and multicasts it to both, and a stage is refilled only when
