@@ -233,9 +233,10 @@ def mainloop_efficiency(bm: int, bn: int) -> float:
 # three (BM = 192), whose turns wait on each promotion, 192x112 and 192x96 ran 1.19-1.24x the
 # time of 192x128 per tile row of work (2026-11-27, three shapes). Since the promotion switches
 # on where the boundary falls (fp8_gemm_wgmma.cuh, KDSL_FP8_SPLIT_SWITCH) straddling tiles run
-# 6-11 % faster at 4096x7168x7168 and 2-5 % at M = 256 (2026-11-27, s27-split-switch.log); the
-# costs below predate it and are not yet refitted: at 1.08 the picks would move on M = 256 and
-# 512 shapes that were not measured with the switch.
+# 6-11 % faster at 4096x7168x7168 and 2-5 % at M = 256 (2026-11-27, s27-split-switch.log). The
+# costs below still fit: with the switch, 128x112 and 192x112 beat the picks only at
+# 256x7168x4096 (+8 %), tied at three M = 256-768 shapes and lost 7-24 % at the other four
+# (M = 256-2048, s27-straddle-refit.log); at 1.08 the model would move those ties and one 7 % loss.
 STRADDLE_COST = {128: 1.15, 192: 1.2, 256: 1.15}
 FULL_REGISTERS_COST = 1.15
 
