@@ -328,14 +328,15 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
 }
 
 // One wave's promotion: total += acc * scale, fragment group j (the tile's columns 8j .. 8j + 7,
-// rows r and r + 8) scaled by its row's A scale times B's first block scale (lo) when j < J0,
-// else the second's (hi).
-template <int kFrag, int J0>
-KDSL_DEVICE void promote(const float (&acc)[kFrag], float (&total)[kFrag], float lo0, float lo1, float hi0,
+// rows r and r + 8) scaled by its row's A scale times B's first block scale (lo) when j < j0,
+// else the second's (hi). Given a constant j0 (inlined), each choice is made at compile time.
+template <int kFrag>
+KDSL_DEVICE void promote(int j0, const float (&acc)[kFrag], float (&total)[kFrag], float lo0, float lo1, float hi0,
                          float hi1) {
 #pragma unroll
   for (int j = 0; j < kFrag / 4; ++j) {
-    const float sc0 = j < J0 ? lo0 : hi0, sc1 = j < J0 ? lo1 : hi1;
+    const bool lo = j < j0;
+    const float sc0 = lo ? lo0 : hi0, sc1 = lo ? lo1 : hi1;
     total[4 * j + 0] = fmaf(acc[4 * j + 0], sc0, total[4 * j + 0]);
     total[4 * j + 1] = fmaf(acc[4 * j + 1], sc0, total[4 * j + 1]);
     total[4 * j + 2] = fmaf(acc[4 * j + 2], sc1, total[4 * j + 2]);
@@ -343,17 +344,15 @@ KDSL_DEVICE void promote(const float (&acc)[kFrag], float (&total)[kFrag], float
   }
 }
 
-// The same with the boundary j0 known only at run time (uniform over the tile). Tiles start at
-// multiples of 16 columns, so j0 is even: each even value up to 24 (BN 192) has its own
-// case, and values past the tile's fragments mean "all lo". Any other value takes the
-// per-fragment selection.
+// The same with j0 known only at run time (uniform over the tile): a case with a constant j0
+// for each even value up to 24 (BN 192; tiles start at multiples of 16 columns, so j0 is
+// even). Any other value selects per fragment.
 template <int kFrag>
 KDSL_DEVICE void promote_split(int j0, const float (&acc)[kFrag], float (&total)[kFrag], float lo0, float lo1,
                                float hi0, float hi1) {
-  constexpr int kGroups = kFrag / 4;
-#define KDSL_FP8_PROMOTE_CASE(J) \
-  case J:                        \
-    promote<kFrag, (J < kGroups ? J : kGroups)>(acc, total, lo0, lo1, hi0, hi1); \
+#define KDSL_FP8_PROMOTE_CASE(J)                      \
+  case J:                                             \
+    promote<kFrag>(J, acc, total, lo0, lo1, hi0, hi1); \
     return;
   switch (j0) {
     KDSL_FP8_PROMOTE_CASE(2) KDSL_FP8_PROMOTE_CASE(4) KDSL_FP8_PROMOTE_CASE(6) KDSL_FP8_PROMOTE_CASE(8)
@@ -363,15 +362,7 @@ KDSL_DEVICE void promote_split(int j0, const float (&acc)[kFrag], float (&total)
       break;
   }
 #undef KDSL_FP8_PROMOTE_CASE
-#pragma unroll
-  for (int j = 0; j < kGroups; ++j) {
-    const bool lo = j < j0;
-    const float sc0 = lo ? lo0 : hi0, sc1 = lo ? lo1 : hi1;
-    total[4 * j + 0] = fmaf(acc[4 * j + 0], sc0, total[4 * j + 0]);
-    total[4 * j + 1] = fmaf(acc[4 * j + 1], sc0, total[4 * j + 1]);
-    total[4 * j + 2] = fmaf(acc[4 * j + 2], sc1, total[4 * j + 2]);
-    total[4 * j + 3] = fmaf(acc[4 * j + 3], sc1, total[4 * j + 3]);
-  }
+  promote<kFrag>(j0, acc, total, lo0, lo1, hi0, hi1);
 }
 
 template <class C>
@@ -503,19 +494,11 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         const float lo0 = sa_now[v][0] * sb_lo, lo1 = sa_now[v][1] * sb_lo;
         const float hi0 = sa_now[v][0] * sb_hi, hi1 = sa_now[v][1] * sb_hi;
         if (!C::kSplit) {
-          promote<kFrag, kFrag / 4>(acc, total[v], lo0, lo1, hi0, hi1);
+          promote<kFrag>(kFrag / 4, acc, total[v], lo0, lo1, hi0, hi1);
         } else if (KDSL_FP8_SPLIT_SWITCH) {
           promote_split<kFrag>(j0, acc, total[v], lo0, lo1, hi0, hi1);
         } else {
-#pragma unroll
-          for (int j = 0; j < kFrag / 4; ++j) {
-            const bool lo = 8 * j < bnd;
-            const float sc0 = lo ? lo0 : hi0, sc1 = lo ? lo1 : hi1;
-            total[v][4 * j + 0] = fmaf(acc[4 * j + 0], sc0, total[v][4 * j + 0]);
-            total[v][4 * j + 1] = fmaf(acc[4 * j + 1], sc0, total[v][4 * j + 1]);
-            total[v][4 * j + 2] = fmaf(acc[4 * j + 2], sc1, total[v][4 * j + 2]);
-            total[v][4 * j + 3] = fmaf(acc[4 * j + 3], sc1, total[v][4 * j + 3]);
-          }
+          promote<kFrag>(j0, acc, total[v], lo0, lo1, hi0, hi1);
         }
       }
     }
