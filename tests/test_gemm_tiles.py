@@ -125,6 +125,15 @@ def test_dense_256_row_tiles_pair_on_a_from_k_2048():
     assert pick(4096, 2112, 7168, 1, "dense")["cluster"] == 1  # 17 N tiles: no pairs (and 192 rows)
 
 
+def test_no_straddling_tile_where_one_measured_slower():
+    """H100, 2026-11-27 (h100-2026-11-27-s27-straddle-refit.log), with straddling tiles promoted
+    through the boundary switch: 128x112 and 192x112 lost 7-24 % to the picks on these shapes,
+    so a refit of STRADDLE_COST must not move them onto a tile whose width does not divide 128."""
+    for m, n, k in ((512, 7168, 16384), (256, 16384, 4096), (1024, 7168, 7168), (2048, 7168, 7168)):
+        c = choose(Problem(m, n, k, 1, "dense", 2), 132, SMEM)
+        assert 128 % c["tile_n"] == 0 or c["tile_n"] % 128 == 0, (m, n, k, c)
+
+
 def test_contiguous_groups_get_tall_tiles_only_when_few_and_long():
     """A contiguous tile is computed once per group among its rows: taller tiles pay only
     where groups are few and long (4 x 8192 rows: 1.4 % more passes at 256 rows), not for
