@@ -114,7 +114,33 @@
 #define KDSL_FP8_SPLIT_SWITCH 1
 #endif
 
+// KDSL_FP8_TRACE=1 (tools/dev/fp8_trace.py only): in each CTA the producer's leader and the
+// first thread of each math warpgroup record (%globaltimer, clock64(), event) at the points of
+// a unit's life (kFp8Trace*), into kdsl_fp8_trace: 512 records per (CTA, role) for 256 CTAs
+// and 4 roles, the role 0 for the producer.
+#ifndef KDSL_FP8_TRACE
+#define KDSL_FP8_TRACE 0
+#endif
+#if KDSL_FP8_TRACE
+__device__ unsigned long long kdsl_fp8_trace[256 * 4 * 512 * 3];
+#endif
+
 namespace kdsl {
+
+enum { kFp8TraceStart, kFp8TraceIssue, kFp8TraceReady, kFp8TraceBlock, kFp8TraceEpilogue, kFp8TraceStored,
+       kFp8TraceEnd, kFp8TraceMark };
+KDSL_DEVICE void fp8_trace(int role, int& n, int event, int arg) {
+#if KDSL_FP8_TRACE
+  if (blockIdx.x < 256 && n < 512) {
+    unsigned long long* slot = kdsl_fp8_trace + 3 * ((blockIdx.x * 4 + role) * 512 + n++);
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    slot[0] = t;
+    slot[1] = clock64();
+    slot[2] = ((unsigned long long)(unsigned)arg << 8) | (unsigned)event;
+  }
+#endif
+}
 
 template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
           bool TMA_STORE_, bool STREAM_K_ = false, bool SA_TMA_ = false>
@@ -247,10 +273,13 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
   constexpr int BM = C::BM, BN = C::BN;
   const int lane = threadIdx.x & 31;
   const bool leader = lane == 0;
+  int tn = 0;  // KDSL_FP8_TRACE: records made
+  if (leader) fp8_trace(0, tn, kFp8TraceStart, 0);
   if (leader) {
     tma_prefetch_desc(ta);
     tma_prefetch_desc(tb);
     if (C::SA_TMA) tma_prefetch_desc(tsa);
+    fp8_trace(0, tn, kFp8TraceMark, 1);
   }
   const int nk = p.K / C::kBK, n_sblk = (p.N + 127) / 128;
   const int rank = C::CLUSTER > 1 ? (int)cluster_ctarank() : 0;
@@ -262,6 +291,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
   // (the leader's loop in a divergent branch) made ptxas spill in the math warpgroups of the
   // grouped 192- and 256-row tiles.
   while (sched.next(u)) {
+    if (leader) fp8_trace(0, tn, kFp8TraceMark, 2);
     const int ag = C::KIND == 2 ? u.g : 0;  // group of A (and of sa)
     // Element offsets (int: launch.py bounds the scale counts by 2**31): B's scale blocks of
     // this tile's columns, the second one only if the tile reaches it; sa[ag][kb = 0][m0].
@@ -273,6 +303,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       const int s = pos.s;
       const u32 full = sm.full(s);
       mbar_wait(sm.empty(s), pos.phase ^ 1u);
+      if (leader && kb == kb_begin) fp8_trace(0, tn, kFp8TraceMark, 3);
       // A's scales: one box among the leader's TMA loads below (SA_TMA), or BM / 32 rows
       // copied by each lane, zeros past M; B's two: the leader. Each lane's arrival below is
       // made when its copies (if any) have landed, and is one of the phase's expected
@@ -290,6 +321,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       __syncwarp();
       if (leader) {
         if (kb == kb_begin) sm.publish(s, u);  // published by the release arrival below
+        fp8_trace(0, tn, kFp8TraceIssue, kb);
         if (C::kScaleCompletion == 1) {  // the earlier form, kept as it was for the probe
           cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
           cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
@@ -374,6 +406,9 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
   const Fp8Epilogue<C> epilogue{p, td, sm.d(), wg, warp, lane};
   const int nk = p.K / C::kBK;
   RingPos<C::STAGES> pos;
+  int tn = 0;  // KDSL_FP8_TRACE: records made (by the warpgroup's first thread)
+  const bool tracer = (tid & 127) == 0;
+  if (tracer) fp8_trace(1 + wg, tn, kFp8TraceStart, 0);
 
   // Every math thread hands a stage back to its own producer once it is done reading the
   // stage's scales, so each read is ordered before the refill by its own arrival. One arrival
@@ -413,6 +448,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
   for (;;) {
     mbar_wait(sm.full(pos.s), pos.phase);
     const Fp8Unit u = *sm.unit(pos.s);
+    if (tracer) fp8_trace(1 + wg, tn, kFp8TraceReady, u.m0);
     if (u.m0 < 0) {
       release();
       pos.advance();
@@ -502,6 +538,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
           promote<kFrag>(j0, acc, total[v], lo0, lo1, hi0, hi1);
         }
       }
+      if (tracer) fp8_trace(1 + wg, tn, kFp8TraceBlock, kb);
     }
     if (C::STREAM_K && u.part != kWhole) {
       if (u.part == kPartial) {
@@ -511,7 +548,9 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
       epilogue.add_partials(u, total);
     }
     if (epilogue.kDeferStores) flush_boxes();  // before the staging tile is rewritten
+    if (tracer) fp8_trace(1 + wg, tn, kFp8TraceEpilogue, u.n0);
     epilogue.store(u, total);
+    if (tracer) fp8_trace(1 + wg, tn, kFp8TraceStored, u.n0);
     if (epilogue.kDeferStores && u.full) {  // staged: its boxes go out during the next unit
       staged = u;
       boxes_left = epilogue.kBoxes;
@@ -519,6 +558,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
   }
   if (epilogue.kDeferStores) flush_boxes();
   epilogue.finish();
+  if (tracer) fp8_trace(1 + wg, tn, kFp8TraceEnd, 0);
 }
 
 template <class C>
