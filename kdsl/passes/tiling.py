@@ -194,7 +194,10 @@ def wgmma_tile_choices(d: int, dv: int, smem_per_block: int, tall: bool = False,
     D=96 spilled and lost 23 %). wide: WGMMA_WIDE_TILES applies. trial: False keeps to tiles
     within ACCUMULATOR_REGS."""
     if wide and d == dv and d in WGMMA_WIDE_TILES:
-        return [WGMMA_WIDE_TILES[d]]
+        # a trial too: ptxas spilled the wide tile of a generated index-only score (nested
+        # int / float conversions, D=128; 2026-11-27), and the narrower tile then built clean
+        narrow = wgmma_tile_choices(d, dv, smem_per_block, trial=False)[0]
+        return [WGMMA_WIDE_TILES[d]] + ([narrow] if trial else [])
     if d == dv and d in WGMMA_ATTENTION_TILES:
         bn, consumers, stages = WGMMA_ATTENTION_TILES[d]
         if tall and _accumulator_regs(d, dv, bn) <= THREE_WARPGROUP_REGS:

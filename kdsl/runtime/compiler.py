@@ -15,7 +15,7 @@ from .. import __version__, ir
 from ..cachefiles import make_key
 from ..errors import KdslError
 from ..codegen import emit
-from ..passes import pipeline
+from ..passes import pipeline, tiling
 from ..passes.target import get_target
 from . import cache, cubin_info, nvrtc, workers
 from .programs import DEFAULT, Program
@@ -67,16 +67,21 @@ def spilled(built: Built) -> bool:
 def _without_spilled_trial(k: ir.Kernel, lowered: ir.Kernel, program: Program) -> ir.Kernel | None:
     """k with the first trial of `lowered` (a build that spilled) fixed to its fallback (attrs, so that tiling
     takes them as given, and the trial's mark cleared: an IR file may carry it), or None when
-    it had none left. Each kind is dropped at most once, so build()'s loop ends."""
-    same_tile = dict(tile_n=lowered.attr("tile_n"), consumers=lowered.attr("consumers"),
-                     stages=lowered.attr("stages"), stream_capture=lowered.attr("stream_capture"), spill_fallback=None)
-    if lowered.attr("spill_fallback"):
-        # a trial tile (tiling.SPILL_TRIAL_REGS): the next tile, and the streamed capture as
-        # decided for the trial tile (launch.py decided its arguments on it)
+    it had none left. Each kind is dropped at most once, so build()'s loop ends. A wide kv tile
+    (tiling.WGMMA_WIDE_TILES: +3-15 % on the kernels that take it) is dropped last, after the
+    row sums by P V and the slope step, which measured within 1 % where they spilled."""
+    tile = (lowered.attr("tile_n"), lowered.attr("consumers"), lowered.attr("stages"))
+    tile_last = tile in tiling.WGMMA_WIDE_TILES.values()
+    same_tile = dict(tile_n=tile[0], consumers=tile[1], stages=tile[2], stream_capture=lowered.attr("stream_capture"),
+                     spill_fallback=lowered.attr("spill_fallback") if tile_last else None)
+    row_sum = lowered.attr("row_sum_trial") and not program.split_kv  # (the split-KV program has no row sums to drop)
+    if lowered.attr("spill_fallback") and not (tile_last and (row_sum or lowered.attr("slope_trial"))):
+        # a trial tile (tiling.SPILL_TRIAL_REGS, or a wide one): the next tile, and the streamed
+        # capture as decided for the trial tile (launch.py decided its arguments on it)
         tile_n, consumers, _ = lowered.attr("spill_fallback")
         return k.with_attrs(tile_n=tile_n, consumers=consumers, stream_capture=lowered.attr("stream_capture"),
                             spill_fallback=None)
-    if lowered.attr("row_sum_trial") and not program.split_kv:
+    if row_sum:
         # the row sums by P V (tiling.TENSOR_ROW_SUM) hold four more accumulator registers: the
         # same tile with the softmax's FADDs (the split-KV program has those anyway)
         return k.with_attrs(**same_tile, tensor_row_sum=0, row_sum_trial=None)
