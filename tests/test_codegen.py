@@ -419,17 +419,23 @@ def test_row_sums_by_p_v_are_a_trial_dropped_where_ptxas_spills():
 def test_the_slope_step_is_a_trial_dropped_where_ptxas_spills():
     """tiling.SLOPE_STEP by default is a trial like the row sums: relpos' split-KV program at
     D=128 spilled inside the kv loop with it (STL / LDL each tile), so compiler.build takes
-    the same tile without it; the every-call program keeps it, and a step asked for is kept."""
+    the same tile without it (here the wide tile, fixed); the every-call program keeps it, and a
+    step asked for is kept. Left to itself, the split-KV program still spilled at 176 keys
+    without the step, so it drops the wide tile next and builds 128 keys with the step, clean."""
     relpos = next(k for k in kernels(ROOT / "samples" / "relpos.kd") if k.name == "relpos")
     every_call = build(relpos, "sm_90a", 128)
     assert every_call.kernel.attr("slope_step") == 1 and every_call.kernel.attr("slope_trial") == 1
-    split = build(relpos, "sm_90a", 128, program=Program(split_kv=True))
-    asked = build(relpos.with_attrs(slope_step=1), "sm_90a", 128, program=Program(split_kv=True))
+    wide = relpos.with_attrs(tile_n=176)
+    split = build(wide, "sm_90a", 128, program=Program(split_kv=True))
+    asked = build(wide.with_attrs(slope_step=1), "sm_90a", 128, program=Program(split_kv=True))
     assert split.kernel.attr("slope_step") == 0 and asked.kernel.attr("slope_step") == 1
     assert (split.kernel.attr("tile_n"), split.kernel.attr("stages")) == (asked.kernel.attr("tile_n"),
                                                                            asked.kernel.attr("stages"))
     spills = [inspect(b.compiled.cubin, b.generated.entry).spill_ops for b in (split, asked)]
     assert spills[0] < spills[1], spills
+    chosen = build(relpos, "sm_90a", 128, program=Program(split_kv=True))
+    assert (chosen.kernel.attr("tile_n"), chosen.kernel.attr("slope_step")) == (128, 1)
+    assert inspect(chosen.compiled.cubin, chosen.generated.entry).spill_ops == 0
 
 
 def test_an_ir_file_with_trial_marks_drops_each_spilled_trial_once():
