@@ -5,6 +5,7 @@ import pytest
 
 import kdsl
 from kdsl import reference
+from kdsl.runtime import compiler
 from kdsl.testing import ATTENTION_TOL, attention_inputs, rel_frobenius
 
 from conftest import ROOT
@@ -159,11 +160,12 @@ def test_split_kv_samples(name):
     assert rel_frobenius(out, ref) <= ATTENTION_TOL
 
 
-def test_chunked_prefill_runs_the_split_program_without_the_spilled_slope_step():
+def test_chunked_prefill_runs_the_split_program_without_a_spill():
     """relpos at D=128 with few q tiles and many keys: two consumer warpgroups, keys split over
-    CTAs. That program spilled in its kv loop with the slope step, so compiler.build drops the
-    step there (tests/test_codegen.py); the every-call program keeps it. Both match the
-    reference."""
+    CTAs. That program spilled in its kv loop at the wide 176-key tile, with the slope step and
+    without it, so compiler.build drops the step and then the wide tile, and builds 128 keys with
+    the step (tests/test_codegen.py); the every-call program keeps 176 keys and the step. Both
+    match the reference."""
     torch = pytest.importorskip("torch")
     mod = kdsl.load(ROOT / "samples" / "relpos.kd")
     kern, kir = mod.relpos, mod.ir["relpos"]
@@ -174,8 +176,9 @@ def test_chunked_prefill_runs_the_split_program_without_the_spilled_slope_step()
         ref, _ = reference.attention(kir, q, k, v, caps)
         assert rel_frobenius(out, ref) <= ATTENTION_TOL, (B, H, M, N)
     if torch.cuda.get_device_capability()[0] == 9:
-        steps = {key[4].split_kv: built.kernel.attr("slope_step") for key, (built, _) in kern._loaded.items()}
-        assert steps == {True: 0, False: 1}, steps
+        tiles = {key[4].split_kv: (built.kernel.attr("tile_n"), built.kernel.attr("slope_step"),
+                                   compiler.spilled(built)) for key, (built, _) in kern._loaded.items()}
+        assert tiles == {True: (128, 1, False), False: (176, 1, False)}, tiles
 
 
 def test_split_kv_is_captured_in_a_cuda_graph():
