@@ -16,6 +16,10 @@ medians (and maxima) over the CTAs:
 
     python3 tools/dev/fp8_trace.py [--no-flush] 512x4096x7168 256x7168x4096:tile_m=128,tile_n=112 [...]
 
+Each recorder keeps its first 512 records (PER_ROLE): on calls where a CTA walks more than
+~8 units of 56 K blocks, the later ones go unrecorded, and the span and end skew then cover
+the recorded part only (a line says so).
+
 --no-flush leaves L2 as the previous call left it (the operands partly cached, no dirty lines
 from the flush's writes to drain during the call).
 """
@@ -93,6 +97,9 @@ def analyse(words) -> None:
                     last_block = clk
                 elif e == STORED and last_block is not None:
                     tails.append(clk - last_block)
+    full = sum(1 for cta in range(CTAS) for role in range(ROLES) if words[3 * ((cta * ROLES + role) * PER_ROLE + PER_ROLE - 1)])
+    if full:
+        print(f"  ({full} recorders filled all {PER_ROLE} records: span and end skew cover the recorded units only)")
     t0 = min(starts)
     span = max(ends) - t0
     print(f"  span {span / 1e3:.1f} us over {len(starts)} CTAs; SM clock {statistics.median(clocks):.2f} GHz")
