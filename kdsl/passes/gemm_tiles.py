@@ -2,9 +2,11 @@
 multicast, L2 rasterisation and the store path, chosen from (M, N, K, G) and the GPU's SM
 count so that the waves of persistent CTAs fill the machine.
 
-The model is DeepGEMM's (csrc/jit_kernels/heuristics/sm90.hpp): a configuration's time is
-the larger of its L2 and shared-memory traffic cycles divided by the last wave's
-efficiency; the tensor-core work is the same for all of them. Every candidate must fit the
+A configuration's time is the largest of three estimates: its L2 and shared-memory traffic
+cycles divided by the last wave's efficiency (DeepGEMM's model, csrc/jit_kernels/heuristics/
+sm90.hpp), and its waves of tiles times what one tile costs the main loop, from per-tile
+tables measured on an H100 (block period and epilogue, BLOCK_PERIOD and TILE_OVERHEAD;
+tools/dev/tile_model_eval.py scores the picks against timed logs). Every candidate must fit the
 kernel's limits (fp8_gemm_wgmma.cuh static_asserts the same ones): registers (accumulators
 and totals), shared memory (>= 3 stages, >= 4 for tiles under 128 x 192), a tile straddling
 at most two 128-column scale blocks of B, and a cluster only where every CTA pair shares
@@ -190,66 +192,58 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
     l2 = (l2_ab + cd) * blocks / l2_bw
     l1 = (l1_ab + l1_tc + cd) * blocks / l1_bw
     efficiency = blocks / (waves * sms)
-    # The tensor cores: every wave takes as long as one tile's products, at the rate the main
-    # loop sustains. Without this term the model ranked 256x96 (2.67 waves) ahead of 256x64
-    # (4 full waves) for 4096x2112x7168, which measured 9 % slower on the H100 (2026-11-24).
-    tc = waves * bm * bn * k / (MMA_PER_CYCLE * mainloop_efficiency(bm, bn))
+    # The main loop: every wave takes as long as one tile. Without this term the model ranked
+    # 256x96 (2.67 waves) ahead of 256x64 (4 full waves) for 4096x2112x7168, which measured 9 %
+    # slower on the H100 (2026-11-24).
+    tc = waves * tile_cycles(bm, bn, k)
     if multicast != "none" and waves <= 1:
         return math.inf  # one wave: pairing CTAs only constrains the schedule
     cluster_gain = CLUSTER_GAIN.get((p.grouping, bm, bn, multicast), 1.0)
-    return max(max(l1, l2) / efficiency, tc) * tile_cost_factor(bm, bn) * cluster_gain
+    return max(max(l1, l2) / efficiency, tc) * cluster_gain
 
 
-# FP8 multiply-adds per cycle and SM (H100 dense e4m3: 1979 TFLOPS at 1.83 GHz on 132 SMs),
-# and the share of it the main loop sustains, fitted to in-turns timings on an H100
-# (tools/dev/fp8_forms.py, same process): 256x128 (two waves a warpgroup, in ping-pong) ran at
-# 0.66 of it over 4096x4096x7168 and 4096x7168x16384 (2026-11-24), and 256x64 at 0.81 of
-# 256x128's rate. On 2026-11-27 (h100-2026-11-27-s20-fp8-forms-192.log), against 256x128 on the same
-# shapes: 192x128 (three warpgroups of one wave, in turns) at 0.66-0.69 on all seven
-# M = 4096 shapes (0.68 median), 128x128 (with the scale prefetch) at 0.65-0.67. 64-row tiles
-# were not measured apart: their single math warpgroup has no partner whose wgmmas cover its
-# promotion, so they are put lower (an estimate; at the small M they are chosen for, traffic,
-# not this term, decides). With A's scales by TMA (2026-11-27, h100-2026-11-27-s23-scale-tma-forms.log)
-# 192x128 ran 4 % faster and 256x128 within 1 % of before: 192 -> 0.71, which picked within
-# 1.2 % of the fastest of 256x128, 192x128 and 128x128 on eleven M >= 2048 shapes, nine of them
-# outside the suite (0.68: up to 7.5 % off; 0.72 chose 192x128 with stream-K at 4096^3, 6.9 %
-# off; h100-2026-11-27-s23-tile-model-check.log).
-MMA_PER_CYCLE = 4096
-MAINLOOP_EFFICIENCY = {256: 0.66, 192: 0.71, 128: 0.65, 64: 0.45}
-NARROW_TILE_EFFICIENCY = 0.81  # 256-row tiles under 128 columns
+# What a tile costs the main loop, in SM cycles, measured with tools/dev/fp8_trace.py with every
+# CTA busy (4096x7168x7168 on an H100, 2026-11-28, bench/results/h100-2026-11-28-s29-trace-
+# periods.log; six tiles again at 8192x4096x4096 came within 1-5 %): per K block, the median
+# period from one block's promotion to the next; per tile, what its epilogue and its first
+# block add (the tail after its last block, and its first block's excess over the period), while
+# the tensor cores wait. What the tables hold that a work-proportional time did not:
+# - below ~128 columns the period hardly shrinks with the width (a fixed cost a block: the
+#   waits, the scale reads, the wgmma round trip), so narrow tiles cost more per column;
+# - a tile that straddles two 128-column scale blocks of B (48, 80, 96, 112, 144, 160, 192
+#   wide) pays 50-150 cycles a block over the line through its neighbours, and its epilogue
+#   more (two scale blocks);
+# - 128-row tiles take 1.3-1.5 more cycles per column from 128 to 192 columns than 256-row
+#   tiles' share of theirs, so 128x160 and 128x192 are cheaper than a straddle or register
+#   factor put them (the picks they replaced ran 6-8 % slower at 640x4096x11008,
+#   640x13824x5120, 1200x4096x4096 and 2560x5120x13824).
+BLOCK_PERIOD = {
+    64: {16: 469, 32: 411, 48: 519, 64: 501, 80: 572, 96: 575, 112: 619, 128: 589, 144: 720, 160: 794, 192: 868},
+    128: {16: 490, 32: 524, 48: 637, 64: 607, 80: 709, 96: 740, 112: 825, 128: 778, 144: 966, 160: 1021,
+          192: 1133},
+    192: {16: 639, 32: 668, 48: 795, 64: 770, 80: 932, 96: 996, 112: 1119, 128: 1096},
+    256: {16: 711, 32: 760, 48: 1035, 64: 966, 80: 1278, 96: 1377, 112: 1499, 128: 1456},
+}
+TILE_OVERHEAD = {
+    64: {16: 652, 32: 712, 48: 1007, 64: 708, 80: 1092, 96: 1026, 112: 1294, 128: 953, 144: 1397, 160: 1370,
+         192: 1308},
+    128: {16: 710, 32: 790, 48: 1073, 64: 972, 80: 1265, 96: 1190, 112: 1385, 128: 1161, 144: 1546, 160: 1368,
+          192: 1420},
+    192: {16: 833, 32: 862, 48: 1139, 64: 1126, 80: 1504, 96: 1282, 112: 1766, 128: 1258},
+    256: {16: 682, 32: 794, 48: 846, 64: 1049, 80: 1148, 96: 1093, 112: 1199, 128: 1197},
+}
+# What the trace does not see between row counts, from timed calls: the main-loop rates fitted
+# to in-turns timings (tools/dev/fp8_forms.py, 2026-11-24 to 27: 128-column tiles at 0.66 of the
+# tensor peak for 256 rows, 0.71 for 192, 0.65 for 128 and 0.45 for 64) against the periods
+# above. Without it, 256x128 with A multicast took 192x128's place at M >= 4096 and lost 2-7 %
+# there; with it, over the 74 shapes of tools/dev/tile_model_eval.py's logs (s27-s29), the pick
+# ran at 0.995 of the fastest tile timed (geometric mean; 0.991 before the tables).
+ROW_FACTOR = {256: 1.065, 192: 0.987, 128: 1.013, 64: 0.966}
 
 
-def mainloop_efficiency(bm: int, bn: int) -> float:
-    return MAINLOOP_EFFICIENCY[bm] * (NARROW_TILE_EFFICIENCY if bn < 128 and bm == 256 else 1.0)
-
-
-# Per-tile slowdowns the traffic model does not see, measured on an H100 (2026-11-22: the
-# dense sweep in bench/results/h100-2026-11-22-fp8-sweep.md, tools/dev/fp8_grouped_sweep.py):
-# a tile that straddles two 128-column scale blocks of B promotes each K block with two
-# scales (128x160 ran 0.79x, 256x112 0.77x of 128x128 / 256x128 at 4096x4096x7168), and a
-# tile whose accumulators and totals take the whole math register budget (128x192) ran
-# 0.82-0.93x of 128x160 on every shape where the model ranked it ahead. Both were seen with
-# two math warpgroups (BM >= 128); with one (BM = 64) 64x112 and 64x128 ran within 3 %. With
-# three (BM = 192), whose turns wait on each promotion, 192x112 and 192x96 ran 1.19-1.24x the
-# time of 192x128 per tile row of work (2026-11-27, three shapes). Since the promotion switches
-# on where the boundary falls (fp8_gemm_wgmma.cuh, KDSL_FP8_SPLIT_SWITCH) straddling tiles run
-# 6-11 % faster at 4096x7168x7168 and 2-5 % at M = 256 (2026-11-27, s27-split-switch.log). The
-# costs below still fit: with the switch, 128x112 and 192x112 beat the picks only at
-# 256x7168x4096 (+8 %), tied at three M = 256-768 shapes and lost 7-24 % at the other four
-# (M = 256-2048, s27-straddle-refit.log); at 1.08 the model would move those ties and one 7 % loss.
-STRADDLE_COST = {128: 1.15, 192: 1.2, 256: 1.15}
-FULL_REGISTERS_COST = 1.15
-
-
-def tile_cost_factor(bm: int, bn: int) -> float:
-    f = 1.0
-    if bm < 128:
-        return f
-    if 128 % bn and bn % 128:
-        f *= STRADDLE_COST[bm]
-    if bm == 128 and bn // 2 * (waves_of(bm) + 1) >= 192:  # seen on 128-row tiles only: 256x128,
-        f *= FULL_REGISTERS_COST                           # as full, is the fastest measured tile
-    return f
+def tile_cycles(bm: int, bn: int, k: int) -> float:
+    """Cycles one CTA spends on a bm x bn tile over K (every legal tile is in the tables)."""
+    return (k / 128 * BLOCK_PERIOD[bm][bn] * ROW_FACTOR[bm]) + TILE_OVERHEAD[bm][bn]
 
 
 def model_clusters(p: Problem, bm: int, bn: int, multicast: str) -> bool:

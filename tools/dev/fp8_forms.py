@@ -51,6 +51,13 @@ def parse_shapes(spec: str):
     return out
 
 
+def parse_variant(spec: str):
+    """'k=v,k=v' (the kernel as it is) or 'FORM:k=v,...' (compiled under --form FORM)."""
+    form, _, spec = spec.rpartition(":")
+    return (form or "now", {k: int(v) if v.isdigit() else {"true": True, "false": False}.get(v, v)
+                            for k, v in (kv.split("=") for kv in spec.split(","))})
+
+
 def cases(only: str):
     if only.startswith("shapes:"):
         return parse_shapes(only[len("shapes:"):])
@@ -87,7 +94,7 @@ def compile_only(only: str, digest: bool = False) -> None:
     from kdsl.runtime.compiler import build
     for name, (m, n, k, g) in cases(only):
         kir = kdsl.load(ROOT / "samples" / f"{name}.kd").ir[name]
-        for form, attrs in VARIANTS:
+        for form, attrs in VARIANTS + PER_SHAPE.get((name, m, n, k, g), []):
             try:
                 with with_form(form):
                     b = build(kir.with_attrs(shape=[m, n, k, g], sms=132, **attrs), "sm_90a", 0)
@@ -170,6 +177,8 @@ def main() -> None:
                                                     "FORM:k=v,... compiles one under a --form")
     ap.add_argument("--form", action="append", default=[],
                     help="NAME=-DA=1,-DB=0: a form timed beside 'now' with the tile the model picks (repeatable)")
+    ap.add_argument("--per-shape", default="", help="a JSON file {case: [attrs, ...]}, each case as --shapes writes "
+                                                    "it and each attrs as --variants does: variants of that case only")
     ap.add_argument("--shapes", default="", help="';'-separated cases timed instead of --only's: MxNxK (dense), "
                                                  "contiguous:MxNxKxG, masked:MxNxKxG")
     args = ap.parse_args()
@@ -179,9 +188,12 @@ def main() -> None:
         FORMS[name] = [d for d in defines.split(",") if d]
         VARIANTS.append((name, {}))
     for spec in filter(None, args.variants.split(";")):
-        form, _, spec = spec.rpartition(":")  # "FORM:k=v,..." compiles the variant under --form FORM
-        VARIANTS.append((form or "now", {k: int(v) if v.isdigit() else {"true": True, "false": False}.get(v, v)
-                                         for k, v in (kv.split("=") for kv in spec.split(","))}))
+        VARIANTS.append(parse_variant(spec))
+    if args.per_shape:
+        import json
+        for case, specs in json.loads(Path(args.per_shape).read_text()).items():
+            (name, (m, n, k, g)), = parse_shapes(case)
+            PER_SHAPE.setdefault((name, m, n, k, g), []).extend(parse_variant(s) for s in specs)
     if args.compile_only:
         compile_only(only, args.digest)
     else:
