@@ -236,8 +236,9 @@ TILE_OVERHEAD = {
 # to in-turns timings (tools/dev/fp8_forms.py, 2026-11-24 to 27: 128-column tiles at 0.66 of the
 # tensor peak for 256 rows, 0.71 for 192, 0.65 for 128 and 0.45 for 64) against the periods
 # above. Without it, 256x128 with A multicast took 192x128's place at M >= 4096 and lost 2-7 %
-# there; with it, over the 74 shapes of tools/dev/tile_model_eval.py's logs (s27-s29), the pick
-# ran at 0.995 of the fastest tile timed (geometric mean; 0.991 before the tables).
+# there; with it, over the 93 dense and grouped shapes of tools/dev/tile_model_eval.py's logs
+# (s27-s29), the pick ran at 0.994 of the fastest tile timed (geometric mean; 0.987 before the
+# tables).
 ROW_FACTOR = {256: 1.065, 192: 0.987, 128: 1.013, 64: 0.966}
 
 
