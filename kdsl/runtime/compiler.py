@@ -64,33 +64,44 @@ def spilled(built: Built) -> bool:
     return cubin_info.frame_bytes(built.compiled.cubin, built.generated.entry) > 0
 
 
+def _trials(lowered: ir.Kernel, program: Program) -> list[str]:
+    """The trials of a lowered kernel that a spill can drop, in the order build() drops them:
+    "tile" (a trial kv tile with attr spill_fallback behind it), "row_sum" (the row sums by
+    P V, tiling.TENSOR_ROW_SUM; the split-KV program has none to drop), "slope" (the slope
+    step, tiling.SLOPE_STEP). The row sums and the slope step measured within 1 % where they
+    spilled, so they go before a wide kv tile (tiling.WGMMA_WIDE_TILES: +3-15 % on the kernels
+    that take it); any other trial tile goes first (one spilling tile decides the rest)."""
+    others = [kind for kind, on in (("row_sum", lowered.attr("row_sum_trial") and not program.split_kv),
+                                    ("slope", lowered.attr("slope_trial"))) if on]
+    if not lowered.attr("spill_fallback"):
+        return others
+    wide = (lowered.attr("tile_n"), lowered.attr("consumers"), lowered.attr("stages")) in tiling.WGMMA_WIDE_TILES.values()
+    return others + ["tile"] if wide else ["tile"] + others
+
+
 def _without_spilled_trial(k: ir.Kernel, lowered: ir.Kernel, program: Program) -> ir.Kernel | None:
-    """k with the first trial of `lowered` (a build that spilled) fixed to its fallback (attrs, so that tiling
-    takes them as given, and the trial's mark cleared: an IR file may carry it), or None when
-    it had none left. Each kind is dropped at most once, so build()'s loop ends. A wide kv tile
-    (tiling.WGMMA_WIDE_TILES: +3-15 % on the kernels that take it) is dropped last, after the
-    row sums by P V and the slope step, which measured within 1 % where they spilled."""
-    tile = (lowered.attr("tile_n"), lowered.attr("consumers"), lowered.attr("stages"))
-    tile_last = tile in tiling.WGMMA_WIDE_TILES.values()
-    same_tile = dict(tile_n=tile[0], consumers=tile[1], stages=tile[2], stream_capture=lowered.attr("stream_capture"),
-                     spill_fallback=lowered.attr("spill_fallback") if tile_last else None)
-    row_sum = lowered.attr("row_sum_trial") and not program.split_kv  # (the split-KV program has no row sums to drop)
-    if lowered.attr("spill_fallback") and not (tile_last and (row_sum or lowered.attr("slope_trial"))):
-        # a trial tile (tiling.SPILL_TRIAL_REGS, or a wide one): the next tile, and the streamed
-        # capture as decided for the trial tile (launch.py decided its arguments on it)
+    """k with the first of _trials(lowered) (a build that spilled) fixed to its fallback (attrs,
+    so that tiling takes them as given, and the trial's mark cleared: an IR file may carry it),
+    or None when it had none left. Each kind is dropped at most once, so build()'s loop ends."""
+    trials = _trials(lowered, program)
+    if not trials:
+        return None
+    if trials[0] == "tile":
+        # the next tile, and the streamed capture as decided for the trial tile (launch.py
+        # decided its arguments on it)
         tile_n, consumers, _ = lowered.attr("spill_fallback")
         return k.with_attrs(tile_n=tile_n, consumers=consumers, stream_capture=lowered.attr("stream_capture"),
                             spill_fallback=None)
-    if row_sum:
-        # the row sums by P V (tiling.TENSOR_ROW_SUM) hold four more accumulator registers: the
-        # same tile with the softmax's FADDs (the split-KV program has those anyway)
+    # the same tile (and the wide tile's fallback, still to come), without the trial
+    same_tile = dict(tile_n=lowered.attr("tile_n"), consumers=lowered.attr("consumers"),
+                     stages=lowered.attr("stages"), stream_capture=lowered.attr("stream_capture"),
+                     spill_fallback=lowered.attr("spill_fallback"))
+    if trials[0] == "row_sum":
+        # four more accumulator registers: the softmax's FADDs instead
         return k.with_attrs(**same_tile, tensor_row_sum=0, row_sum_trial=None)
-    if lowered.attr("slope_trial"):
-        # the slope step (tiling.SLOPE_STEP; relpos' split-KV program at D=128 spilled in its
-        # kv loop): the same tile with the FFMA per element
-        return k.with_attrs(**same_tile, tensor_row_sum=lowered.attr("tensor_row_sum"), row_sum_trial=None,
-                            slope_step=0, slope_trial=None)
-    return None
+    # the slope step (relpos' split-KV program at D=128 spilled in its kv loop): the FFMA per element
+    return k.with_attrs(**same_tile, tensor_row_sum=lowered.attr("tensor_row_sum"), row_sum_trial=None,
+                        slope_step=0, slope_trial=None)
 
 
 def _build(k: ir.Kernel, arch: str, head_dim: int, want_cubin: bool, trace: bool, value_dim: int,
