@@ -169,18 +169,27 @@ def test_the_choice_follows_the_sm_count():
     assert any(choose(p, 132, SMEM, whole) != choose(p, sms, SMEM, whole) for sms in (114, 78, 66))
 
 
-def test_stream_k_only_where_the_last_wave_is_partial():
-    """Dense, no cluster, more tiles than SMs and a partial last wave; the tiles it shares out
-    leave the rest a whole number of waves and give every CTA at least one K block."""
+def test_stream_k_only_when_asked_and_where_the_last_wave_is_partial():
+    """The model takes stream-K only when an attr asks (it lost on all 18 shapes where the
+    model had chosen it, s29-stream-k-check.log). Asked, it applies to dense GEMMs without a
+    cluster, with more tiles than SMs and a partial last wave; the tiles it shares out leave
+    the rest a whole number of waves and give every CTA at least one K block."""
+    shared = 0
     for sms in (132, 114, 78):
-        for m, n, k in SUITE:
+        for m, n, k in SUITE + [(1792, 2560, 7168), (8192, 4096, 3072), (5120, 7168, 4096)]:
             p = Problem(m, n, k, 1, "dense", 2)
-            c = choose(p, sms, SMEM)
+            assert not choose(p, sms, SMEM)["stream_k"], (m, n, k, sms)
+            try:
+                c = choose(p, sms, SMEM, {"stream_k": True})
+            except KdslError as e:
+                assert "stream_k needs a dense GEMM" in str(e)
+                continue
             blocks = tiles_of(p, c["tile_m"], c["tile_n"])[2]
-            if c["stream_k"]:
-                sk = gemm_tiles.sk_tiles(blocks, sms)
-                assert c["cluster"] == 1 and blocks > sms and blocks % sms
-                assert sk >= sms and (blocks - sk) % sms == 0, (m, n, k, c)
+            sk = gemm_tiles.sk_tiles(blocks, sms)
+            assert c["stream_k"] and c["cluster"] == 1 and blocks > sms and blocks % sms
+            assert sk >= sms and (blocks - sk) % sms == 0, (m, n, k, c)
+            shared += 1
+    assert shared > 0
     for p in (Problem(32768, 4096, 7168, 4, "contiguous", 2), Problem(256, 4096, 7168, 4, "masked", 2),
               Problem(4096, 4224, 7168, 1, "dense", 2)):  # 4224 / 128 = 33 N tiles: 16 x 33 = 528 = 4 waves
         assert not choose(p, 132, SMEM)["stream_k"], p

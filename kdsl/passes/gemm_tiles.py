@@ -138,7 +138,10 @@ def passes_of(p: Problem, bm: int, bn: int) -> float:
 # 4096x2112x7168, 1.6x at 4096x24576x1536, 2.9x at 4096x32768x512, 1.9x at 4096x7168x16384
 # (176 MB of operands). Only 4096x2112x7168 gained: 256x128 in 2.06 waves ran at 0.960 of
 # _scaled_mm against 256x64's four full waves at 0.933 (the final kernels); the others lost
-# 3-17 % and keep whole waves.
+# 3-17 % and keep whole waves. The model no longer takes stream-K unasked (attr stream_k = true
+# still does, costed as here): on 18 shapes where it chose it (2026-11-28, s29-stream-k-check.log,
+# M 1536-8192, in turns), the same model without stream-K picked a configuration that ran as fast
+# or faster on every one, by a median 4 % and up to 17 % (1792x2560x7168: 62.2 us against 73.0).
 SK_PIECE_COST = 1.2
 SK_SMALL_K_COST = 0.6 * 1024  # / K
 SK_L2_MISS_COST = 0.7
@@ -274,7 +277,7 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
                     stages = fixed.get("stages") or min(MAX_STAGES, (smem_limit - smem_bytes(bm, bn, 0, p.out_bytes, tma))
                                                          // (smem_bytes(bm, bn, 1, p.out_bytes, tma) -
                                                              smem_bytes(bm, bn, 0, p.out_bytes, tma)))
-                    for stream_k in (False, True):
+                    for stream_k in (False, True) if "stream_k" in fixed else (False,):  # (SK_PIECE_COST)
                         cfg = {"tile_m": bm, "tile_n": bn, "stages": stages, "cluster": cluster,
                                "multicast": multicast, "raster": fixed.get("raster") or raster_for(bm, bn, multicast, sms),
                                "store": "tma" if tma else "rows", "stream_k": stream_k, "scale_load": scale_load}
