@@ -14,7 +14,7 @@ medians (and maxima) over the CTAs:
   tail            last K block promoted -> the epilogue's stores issued and waited for, cycles
   end skew        a CTA's last record before the latest CTA's, ns
 
-    python3 tools/dev/fp8_trace.py [--no-flush] 512x4096x7168 256x7168x4096:tile_m=128,tile_n=112 [...]
+    python3 tools/dev/fp8_trace.py [--no-flush] [-DNAME=VALUE ...] 512x4096x7168 256x7168x4096:tile_m=128,tile_n=112 [...]
 
 Each recorder keeps its first 512 records (PER_ROLE): on calls where a CTA walks more than
 ~8 units of 56 K blocks, the later ones go unrecorded, and the span and end skew then cover
@@ -124,14 +124,16 @@ def main() -> None:
     print(torch.cuda.get_device_name(), flush=True)
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     gemm = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").fp8_gemm
-    specs = [a for a in sys.argv[1:] if a != "--no-flush"]
-    flushing = len(specs) == len(sys.argv) - 1
+    args = sys.argv[1:]
+    flushing = "--no-flush" not in args
+    defines = [a for a in args if a.startswith("-D")]  # more NVRTC defines, e.g. -DKDSL_FP8_DEV_SKIP_PROMOTE=1
+    specs = [a for a in args if a != "--no-flush" and not a.startswith("-D")]
     for spec in specs:
         (m, n, k), attrs = parse(spec)
         a, sa = fp8.quantize_1x128(torch.randn(m, k, device="cuda"))
         b, sb = fp8.quantize_128x128(torch.randn(n, k, device="cuda"))
         fn = gemm.with_attrs(**attrs)
-        with extra_options(["-DKDSL_FP8_TRACE=1"]):
+        with extra_options(["-DKDSL_FP8_TRACE=1", *defines]):
             fn(a, sa, b, sb)
         built, loaded = next(iter(fn._loaded.values()))
         lk = built.kernel
