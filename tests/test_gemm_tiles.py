@@ -132,7 +132,8 @@ def test_dense_256_row_tiles_pair_on_a_from_k_2048():
 def test_no_straddling_tile_where_one_measured_slower():
     """H100, 2026-11-27 (h100-2026-11-27-s27-straddle-refit.log), with straddling tiles promoted
     through the boundary switch: 128x112 and 192x112 lost 7-24 % to the picks on these shapes,
-    so a refit of STRADDLE_COST must not move them onto a tile whose width does not divide 128."""
+    so the measured per-tile costs (BLOCK_PERIOD) must not move them onto a tile whose width does not
+    divide 128."""
     for m, n, k in ((512, 7168, 16384), (256, 16384, 4096), (1024, 7168, 7168), (2048, 7168, 7168)):
         c = choose(Problem(m, n, k, 1, "dense", 2), 132, SMEM)
         assert 128 % c["tile_n"] == 0 or c["tile_n"] % 128 == 0, (m, n, k, c)

@@ -216,9 +216,8 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
 # - a tile that straddles two 128-column scale blocks of B (48, 80, 96, 112, 144, 160, 192
 #   wide) pays 50-150 cycles a block over the line through its neighbours, and its epilogue
 #   more (two scale blocks);
-# - 128-row tiles take 1.3-1.5 more cycles per column from 128 to 192 columns than 256-row
-#   tiles' share of theirs, so 128x160 and 128x192 are cheaper than a straddle or register
-#   factor put them (the picks they replaced ran 6-8 % slower at 640x4096x11008,
+# - 128x160 and 128x192 cost less per column than the straddle and full-register factors of
+#   the model before put them (the picks they replaced ran 4-9 % slower at 640x4096x11008,
 #   640x13824x5120, 1200x4096x4096 and 2560x5120x13824).
 BLOCK_PERIOD = {
     64: {16: 469, 32: 411, 48: 519, 64: 501, 80: 572, 96: 575, 112: 619, 128: 589, 144: 720, 160: 794, 192: 868},
