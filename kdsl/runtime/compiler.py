@@ -70,7 +70,8 @@ def _trials(lowered: ir.Kernel, program: Program) -> list[str]:
     P V, tiling.TENSOR_ROW_SUM; the split-KV program has none to drop), "slope" (the slope
     step, tiling.SLOPE_STEP). The row sums and the slope step measured within 1 % where they
     spilled, so they go before a wide kv tile (tiling.WGMMA_WIDE_TILES: +3-15 % on the kernels
-    that take it); any other trial tile goes first (one spilling tile decides the rest)."""
+    that take it); any other trial tile goes first (tiling decides the row sums and the slope
+    step again for the tile behind it)."""
     others = [kind for kind, on in (("row_sum", lowered.attr("row_sum_trial") and not program.split_kv),
                                     ("slope", lowered.attr("slope_trial"))) if on]
     if not lowered.attr("spill_fallback"):
