@@ -2,7 +2,8 @@
 """How good the FP8 tile model's picks are on shapes already timed: reads tools/dev/fp8_forms.py
 logs (each shape timed with several forced tiles beside the model's pick, in turns), asks
 kdsl/passes/gemm_tiles.py for its pick now, and prints each shape's pick, the time measured for
-that tile, the fastest tile timed and the pick's shortfall. Run it before and after a change to
+that tile, the fastest tile timed and the pick's shortfall (and, where the log timed `_scaled_mm`
+beside them, the pick's speed against it). Run it before and after a change to
 the model to see which picks moved and what the logs say they cost, with no GPU.
 
     python3 tools/dev/tile_model_eval.py bench/results/h100-*-midm-tiles-*.log [...] [--sms 132]
@@ -27,20 +28,27 @@ ROW = re.compile(r"^\s+(.+?)\s+([\d.]+) us\s+[\d.]+ TFLOPS\s+x[\d.]+\s+(\d+)x(\d
 GROUPING = {"fp8_gemm": "dense", "fp8_grouped_contiguous": "contiguous", "fp8_grouped_masked": "masked"}
 
 
+PEER = re.compile(r"^\s+scaled_mm\s+([\d.]+) us")
+
+
 def read_logs(paths):
-    """{(kernel, M, N, K, G): {(bm, bn, cluster, multicast initial): us}}; a later log's shape replaces an earlier's."""
-    shapes = {}
+    """({(kernel, M, N, K, G): {(bm, bn, cluster, multicast initial): us}}, {same key: _scaled_mm's us});
+    a later log's shape replaces an earlier's."""
+    shapes, peers = {}, {}
     for path in paths:
         key = None
         for line in Path(path).read_text().splitlines():
             if m := HEAD.match(line):
                 key = (m.group(1), *map(int, m.group(2, 3, 4, 5)))
                 shapes[key] = {}
+                peers.pop(key, None)
             elif key and (m := ROW.match(line)):
                 tile = (int(m.group(3)), int(m.group(4)), int(m.group(5)), m.group(6))
                 t = float(m.group(2))
                 shapes[key][tile] = min(t, shapes[key].get(tile, t))
-    return shapes
+            elif key and (m := PEER.match(line)):
+                peers[key] = float(m.group(1))
+    return shapes, peers
 
 
 def pick(kernel, m, n, k, g, sms):
@@ -55,8 +63,9 @@ def main() -> None:
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--sms", type=int, default=132)
     args = ap.parse_args()
-    shortfalls, untimed = [], 0
-    for (kernel, m, n, k, g), rows in read_logs(args.logs).items():
+    shortfalls, untimed, against_peer = [], 0, []
+    shapes, peers = read_logs(args.logs)
+    for (kernel, m, n, k, g), rows in shapes.items():
         mine = pick(kernel, m, n, k, g, args.sms)
         best = min(rows, key=rows.get)
         name = f"{kernel} {m}x{n}x{k}" + (f"x{g}" if g > 1 else "")
@@ -67,12 +76,17 @@ def main() -> None:
             continue
         s = rows[best] / rows[mine]
         shortfalls.append(s)
+        if (kernel, m, n, k, g) in peers:
+            against_peer.append(peers[kernel, m, n, k, g] / rows[mine])
         print(f"{name:34s} pick {tile:14s} {rows[mine]:8.1f} us  best {best[0]}x{best[1]} c{best[2]}{best[3]} "
               f"{rows[best]:8.1f} us  x{s:.3f}")
     if shortfalls:
         gm = statistics.geometric_mean(shortfalls)
         print(f"\n{len(shortfalls)} shapes: pick / best geometric mean x{gm:.4f}, worst x{min(shortfalls):.3f}, "
               f"within 2 %: {sum(s >= 0.98 for s in shortfalls)}; untimed picks: {untimed}")
+    if against_peer:
+        print(f"{len(against_peer)} of them timed beside _scaled_mm: the pick at median x{statistics.median(against_peer):.3f} "
+              f"of its speed, lowest x{min(against_peer):.3f}, {sum(r < 1 for r in against_peer)} below 1")
 
 
 if __name__ == "__main__":
