@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Does a promotion's FFMA stream slow another warpgroup's wgmmas on the same SM? A one-CTA-per-SM
+microbenchmark of the FP8 GEMM's inner pattern, outside the kernel: warpgroup 0 runs waves of
+four m64n128k32 e4m3 wgmmas from shared memory (wait for each wave, as fp8_gemm_wgmma.cuh does),
+and the other warpgroups do one of:
+
+  alone     nothing (warpgroup 0's wave rate by itself)
+  ffma      a stream of FFMAs over 128 registers (a promotion that never stops)
+  wgmma     the same waves (two warpgroups share the tensor cores: each wave should take 2x)
+  promote   warpgroup 0 promotes each wave itself (64 FFMAs), the other warpgroups idle
+  both      two warpgroups each wave + promote, in step (the kernel without turns)
+
+It prints SM cycles per wave of warpgroup 0 (clock64, median over the CTAs) and, where the other
+warpgroup works, its FFMAs per cycle. Timing only: the operands are arbitrary bytes.
+
+    python3 tools/dev/wgmma_contention.py [--waves 4000]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+MODES = ("alone", "ffma", "wgmma", "promote", "both")
+
+SOURCE = r"""
+#include "kdsl/hopper.cuh"
+#include "kdsl/wgmma_fp8_ops.cuh"
+using namespace kdsl;
+
+// mode: 0 alone, 1 ffma, 2 wgmma, 3 promote, 4 both
+extern "C" __global__ void __launch_bounds__(256, 1)
+kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
+  extern __shared__ __align__(1024) u8 raw[];
+  const u32 raw_addr = smem_addr(raw);
+  const u32 base = (raw_addr + 1023u) & ~1023u;
+  u8* tile = raw + (base - raw_addr);
+  // A: 64 x 128 bytes, B: 128 x 128 bytes, e4m3 values of magnitude < 2 (exponent bits kept low)
+  for (int i = threadIdx.x; i < 192 * 128; i += blockDim.x) tile[i] = (u8)((i * 2654435761u) >> 24) & 0xB7;
+  fence_proxy_async();
+  __syncthreads();
+  const int wg = threadIdx.x >> 7;
+  const u64 da = desc_kmajor_sw128(base), db = desc_kmajor_sw128(base + 64 * 128);
+  const bool mma = wg == 0 || mode == 2 || mode == 4;
+  const bool promote = (wg == 0 && mode == 3) || mode == 4;
+  float acc[64], total[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) total[i] = 0.f;
+  const float s = 1.0f + threadIdx.x * 1e-7f;
+  long long t0 = clock64();
+  if (mma) {
+    for (int w = 0; w < waves; ++w) {
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k) WgmmaFp8<128>::run(acc, da + 2 * k, db + 2 * k, k);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_pin(acc);
+      if (promote) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) total[i] = fmaf(acc[i], s, total[i]);
+      }
+    }
+  } else if (mode == 1) {
+    float x[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) x[i] = threadIdx.x + i;
+    for (int w = 0; w < 4 * waves; ++w) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) total[i] = fmaf(x[i], s, total[i]);
+    }
+  }
+  long long t1 = clock64();
+  if ((threadIdx.x & 127) == 0) cycles[blockIdx.x * 2 + wg] = t1 - t0;
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) sum += total[i] + (mma ? acc[i] : 0.f);
+  if (sum == 1234.5f) sink[0] = sum;  // keeps the work live
+}
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--waves", type=int, default=4000)
+    args = ap.parse_args()
+    import cupy
+    from kdsl.codegen import emit
+    from kdsl.runtime import nvrtc
+    include = Path(emit.__file__).resolve().parent / "include"
+    compiled = nvrtc.compile_cuda(SOURCE, "wgmma_contention.cu", nvrtc.default_options("sm_90a", include))
+    path = Path("/tmp/kdsl_wgmma_contention.cubin")
+    path.write_bytes(compiled.cubin)
+    module = cupy.RawModule(path=str(path))
+    fn = module.get_function("kdsl_wgmma_contention")
+    smem = 192 * 128 + 1024
+    sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
+    cycles = cupy.zeros(sms * 2, dtype=cupy.int64)
+    sink = cupy.zeros(1, dtype=cupy.float32)
+    print(cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), f"{sms} CTAs, {args.waves} waves", flush=True)
+    for trial in range(2):  # the first round warms the clocks up and is not printed
+        for mode, name in enumerate(MODES):
+            fn((sms,), (256,), (cupy.int32(args.waves), cupy.int32(mode), cycles, sink), shared_mem=smem)
+            cupy.cuda.runtime.deviceSynchronize()
+            c = cycles.get().reshape(sms, 2)
+            line = f"  {name:8s} warpgroup 0: {statistics.median(c[:, 0]) / args.waves:7.1f} cycles a wave"
+            if name == "ffma":
+                lanes = 128 * 64 * 4 * args.waves / statistics.median(c[:, 1])
+                line += f"; warpgroup 1: {lanes:6.1f} FFMA lanes a cycle (at most 128)"
+            if name in ("wgmma", "both"):
+                line += f"; warpgroup 1: {statistics.median(c[:, 1]) / args.waves:7.1f}"
+            if trial:
+                print(line, flush=True)
+
+if __name__ == "__main__":
+    main()
