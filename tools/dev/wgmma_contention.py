@@ -9,6 +9,8 @@ and the other warpgroups do one of:
   wgmma     the same waves (two warpgroups share the tensor cores: each wave should take 2x)
   promote   warpgroup 0 promotes each wave itself (64 FFMAs), the other warpgroups idle
   both      two warpgroups each wave + promote, in step (the kernel without turns)
+  stores    as both, while a third warpgroup writes 16-byte stores into another 32 KB of shared
+            memory as fast as it can (shared-memory writes, as TMA's refills of the ring make)
 
 It prints SM cycles per wave of warpgroup 0 (clock64, median over the CTAs) and, where the other
 warpgroup works, its FFMAs per cycle. Timing only: the operands are arbitrary bytes.
@@ -25,15 +27,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-MODES = ("alone", "ffma", "wgmma", "promote", "both")
+MODES = ("alone", "ffma", "wgmma", "promote", "both", "stores")
 
 SOURCE = r"""
 #include "kdsl/hopper.cuh"
 #include "kdsl/wgmma_fp8_ops.cuh"
 using namespace kdsl;
 
-// mode: 0 alone, 1 ffma, 2 wgmma, 3 promote, 4 both
-extern "C" __global__ void __launch_bounds__(256, 1)
+// mode: 0 alone, 1 ffma, 2 wgmma, 3 promote, 4 both, 5 stores (both + warpgroup 2 storing)
+extern "C" __global__ void __launch_bounds__(384, 1)
 kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
   extern __shared__ __align__(1024) u8 raw[];
   const u32 raw_addr = smem_addr(raw);
@@ -41,12 +43,13 @@ kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
   u8* tile = raw + (base - raw_addr);
   // A: 64 x 128 bytes, B: 128 x 128 bytes, e4m3 values of magnitude < 2 (exponent bits kept low)
   for (int i = threadIdx.x; i < 192 * 128; i += blockDim.x) tile[i] = (u8)((i * 2654435761u) >> 24) & 0xB7;
+  if (threadIdx.x == 0) *reinterpret_cast<volatile int*>(tile + 192 * 128 + 32768) = 0;
   fence_proxy_async();
   __syncthreads();
   const int wg = threadIdx.x >> 7;
   const u64 da = desc_kmajor_sw128(base), db = desc_kmajor_sw128(base + 64 * 128);
-  const bool mma = wg == 0 || mode == 2 || mode == 4;
-  const bool promote = (wg == 0 && mode == 3) || mode == 4;
+  const bool mma = wg == 0 || ((mode == 2 || mode >= 4) && wg == 1);
+  const bool promote = (wg == 0 && mode == 3) || (mode >= 4 && wg < 2);
   float acc[64], total[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) total[i] = 0.f;
@@ -65,7 +68,19 @@ kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
         for (int i = 0; i < 64; ++i) total[i] = fmaf(acc[i], s, total[i]);
       }
     }
-  } else if (mode == 1) {
+  } else if (mode == 5 && wg == 2) {
+    // 32 KB past the operands, 16 bytes a thread a store, until warpgroup 0 is done (a flag it sets)
+    uint4* dst = reinterpret_cast<uint4*>(tile + 192 * 128);
+    const uint4 v = make_uint4(threadIdx.x, 1, 2, 3);
+    volatile int* done = reinterpret_cast<volatile int*>(tile + 192 * 128 + 32768);
+    long long n = 0;
+    while (!*done) {
+#pragma unroll
+      for (int r = 0; r < 16; ++r) dst[(threadIdx.x & 127) + 128 * r] = v;
+      n += 16;
+    }
+    total[0] = (float)n;
+  } else if (mode == 1 && wg == 1) {
     float x[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) x[i] = threadIdx.x + i;
@@ -75,7 +90,9 @@ kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
     }
   }
   long long t1 = clock64();
-  if ((threadIdx.x & 127) == 0) cycles[blockIdx.x * 2 + wg] = t1 - t0;
+  if (mode == 5 && threadIdx.x == 0) *reinterpret_cast<volatile int*>(tile + 192 * 128 + 32768) = 1;
+  if ((threadIdx.x & 127) == 0) cycles[blockIdx.x * 3 + wg] = t1 - t0;
+  if (mode == 5 && threadIdx.x == 256) sink[1 + blockIdx.x] = total[0];  // stores made, in 2 KB rounds
   float sum = 0.f;
 #pragma unroll
   for (int i = 0; i < 64; ++i) sum += total[i] + (mma ? acc[i] : 0.f);
@@ -97,22 +114,26 @@ def main() -> None:
     path.write_bytes(compiled.cubin)
     module = cupy.RawModule(path=str(path))
     fn = module.get_function("kdsl_wgmma_contention")
-    smem = 192 * 128 + 1024
+    smem = 192 * 128 + 32768 + 16 + 1024
     sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
-    cycles = cupy.zeros(sms * 2, dtype=cupy.int64)
-    sink = cupy.zeros(1, dtype=cupy.float32)
+    cycles = cupy.zeros(sms * 3, dtype=cupy.int64)
+    sink = cupy.zeros(1 + sms, dtype=cupy.float32)
+    fn.max_dynamic_shared_size_bytes = smem
     print(cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), f"{sms} CTAs, {args.waves} waves", flush=True)
     for trial in range(2):  # the first round warms the clocks up and is not printed
         for mode, name in enumerate(MODES):
-            fn((sms,), (256,), (cupy.int32(args.waves), cupy.int32(mode), cycles, sink), shared_mem=smem)
+            fn((sms,), (384,), (cupy.int32(args.waves), cupy.int32(mode), cycles, sink), shared_mem=smem)
             cupy.cuda.runtime.deviceSynchronize()
-            c = cycles.get().reshape(sms, 2)
+            c = cycles.get().reshape(sms, 3)
             line = f"  {name:8s} warpgroup 0: {statistics.median(c[:, 0]) / args.waves:7.1f} cycles a wave"
             if name == "ffma":
                 lanes = 128 * 64 * 4 * args.waves / statistics.median(c[:, 1])
                 line += f"; warpgroup 1: {lanes:6.1f} FFMA lanes a cycle (at most 128)"
-            if name in ("wgmma", "both"):
+            if name in ("wgmma", "both", "stores"):
                 line += f"; warpgroup 1: {statistics.median(c[:, 1]) / args.waves:7.1f}"
+            if name == "stores":
+                rounds = statistics.median(sink.get()[1:].tolist())
+                line += f"; stores {rounds * 2048 / statistics.median(c[:, 0]):5.1f} bytes a cycle"
             if trial:
                 print(line, flush=True)
 
