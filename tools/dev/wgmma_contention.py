@@ -11,6 +11,9 @@ and the other warpgroups do one of:
   both      two warpgroups each wave + promote, in step (the kernel without turns)
   stores    as both, while a third warpgroup writes 16-byte stores into another 32 KB of shared
             memory as fast as it can (shared-memory writes, as TMA's refills of the ring make)
+  arrive    as both, and every thread arrives on an mbarrier after each wave (the kernel's
+            release of a stage: one arrival per math thread)
+  arrive1   the same with one arrival per warp
 
 It prints SM cycles per wave of warpgroup 0 (clock64, median over the CTAs) and, where the other
 warpgroup works, its FFMAs per cycle. Timing only: the operands are arbitrary bytes.
@@ -27,14 +30,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-MODES = ("alone", "ffma", "wgmma", "promote", "both", "stores")
+MODES = ("alone", "ffma", "wgmma", "promote", "both", "stores", "arrive", "arrive1")
 
 SOURCE = r"""
 #include "kdsl/hopper.cuh"
 #include "kdsl/wgmma_fp8_ops.cuh"
 using namespace kdsl;
 
-// mode: 0 alone, 1 ffma, 2 wgmma, 3 promote, 4 both, 5 stores (both + warpgroup 2 storing)
+// mode: 0 alone, 1 ffma, 2 wgmma, 3 promote, 4 both, 5 stores (both + warpgroup 2 storing),
+// 6 arrive (both + an mbarrier arrival a thread a wave), 7 arrive1 (one a warp)
 extern "C" __global__ void __launch_bounds__(384, 1)
 kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
   extern __shared__ __align__(1024) u8 raw[];
@@ -43,7 +47,12 @@ kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
   u8* tile = raw + (base - raw_addr);
   // A: 64 x 128 bytes, B: 128 x 128 bytes, e4m3 values of magnitude < 2 (exponent bits kept low)
   for (int i = threadIdx.x; i < 192 * 128; i += blockDim.x) tile[i] = (u8)((i * 2654435761u) >> 24) & 0xB7;
-  if (threadIdx.x == 0) *reinterpret_cast<volatile int*>(tile + 192 * 128 + 32768) = 0;
+  const u32 bar = base + 192 * 128 + 32768 + 8;
+  if (threadIdx.x == 0) {
+    *reinterpret_cast<volatile int*>(tile + 192 * 128 + 32768) = 0;
+    mbar_init(bar, mode == 7 ? 8 : 256);
+    mbar_init_fence();
+  }
   fence_proxy_async();
   __syncthreads();
   const int wg = threadIdx.x >> 7;
@@ -63,6 +72,7 @@ kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_pin(acc);
+      if (mode == 6 || (mode == 7 && (threadIdx.x & 31) == 0)) mbar_arrive(bar);
       if (promote) {
 #pragma unroll
         for (int i = 0; i < 64; ++i) total[i] = fmaf(acc[i], s, total[i]);
@@ -114,7 +124,7 @@ def main() -> None:
     path.write_bytes(compiled.cubin)
     module = cupy.RawModule(path=str(path))
     fn = module.get_function("kdsl_wgmma_contention")
-    smem = 192 * 128 + 32768 + 16 + 1024
+    smem = 192 * 128 + 32768 + 16 + 1024  # operands, stores, flag and barrier, alignment
     sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     cycles = cupy.zeros(sms * 3, dtype=cupy.int64)
     sink = cupy.zeros(1 + sms, dtype=cupy.float32)
@@ -129,7 +139,7 @@ def main() -> None:
             if name == "ffma":
                 lanes = 128 * 64 * 4 * args.waves / statistics.median(c[:, 1])
                 line += f"; warpgroup 1: {lanes:6.1f} FFMA lanes a cycle (at most 128)"
-            if name in ("wgmma", "both", "stores"):
+            if name in ("wgmma", "both", "stores", "arrive", "arrive1"):
                 line += f"; warpgroup 1: {statistics.median(c[:, 1]) / args.waves:7.1f}"
             if name == "stores":
                 rounds = statistics.median(sink.get()[1:].tolist())
