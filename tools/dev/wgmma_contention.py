@@ -14,6 +14,9 @@ and the other warpgroups do one of:
   arrive    as both, and every thread arrives on an mbarrier after each wave (the kernel's
             release of a stage: one arrival per math thread)
   arrive1   the same with one arrival per warp
+  tma, tma_slow
+            as both, while a thread of a third warpgroup refills a two-slot ring of 16 KB tiles
+            by TMA from an L2-resident buffer, both slots in flight (tma_slow: one at a time)
 
 It prints SM cycles per wave of warpgroup 0 (clock64, median over the CTAs) and, where the other
 warpgroup works, its FFMAs per cycle. Timing only: the operands are arbitrary bytes.
@@ -30,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-MODES = ("alone", "ffma", "wgmma", "promote", "both", "stores", "arrive", "arrive1")
+MODES = ("alone", "ffma", "wgmma", "promote", "both", "stores", "arrive", "arrive1", "tma", "tma_slow")
 
 SOURCE = r"""
 #include "kdsl/hopper.cuh"
@@ -38,9 +41,10 @@ SOURCE = r"""
 using namespace kdsl;
 
 // mode: 0 alone, 1 ffma, 2 wgmma, 3 promote, 4 both, 5 stores (both + warpgroup 2 storing),
-// 6 arrive (both + an mbarrier arrival a thread a wave), 7 arrive1 (one a warp)
+// 6 arrive (both + an mbarrier arrival a thread a wave), 7 arrive1 (one a warp), 8 tma, 9 tma_slow
+// (both + thread 256 refilling a ring by TMA; tmap: a map over a [1024, 128] u8 buffer in global memory)
 extern "C" __global__ void __launch_bounds__(384, 1)
-kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
+kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink, const TmaDesc* tmap) {
   extern __shared__ __align__(1024) u8 raw[];
   const u32 raw_addr = smem_addr(raw);
   const u32 base = (raw_addr + 1023u) & ~1023u;
@@ -51,6 +55,8 @@ kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
   if (threadIdx.x == 0) {
     *reinterpret_cast<volatile int*>(tile + 192 * 128 + 32768) = 0;
     mbar_init(bar, mode == 7 ? 8 : 256);
+    mbar_init(bar + 8, 1);
+    mbar_init(bar + 16, 1);
     mbar_init_fence();
   }
   fence_proxy_async();
@@ -78,6 +84,26 @@ kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
         for (int i = 0; i < 64; ++i) total[i] = fmaf(acc[i], s, total[i]);
       }
     }
+  } else if (mode >= 8 && threadIdx.x == 256) {
+    volatile int* done = reinterpret_cast<volatile int*>(tile + 192 * 128 + 32768);
+    long long n = 0;
+    // tma: both slots in flight, each refilled as soon as it lands; tma_slow: one load at a time
+    const int depth = mode == 8 ? 2 : 1;
+    u32 parity = 0u;  // bit s: the phase slot s waits for next
+    for (int slot = 0; slot < depth; ++slot) {
+      mbar_arrive_expect_tx(bar + 8 + 8 * slot, 16384);
+      tma_load_2d(base + 192 * 128 + 16384 * slot, tmap, bar + 8 + 8 * slot, 0, 128 * slot);
+    }
+    for (int i = 0; !*done; ++i) {
+      const int slot = i % depth;
+      mbar_wait(bar + 8 + 8 * slot, (parity >> slot) & 1u);
+      parity ^= 1u << slot;
+      ++n;
+      mbar_arrive_expect_tx(bar + 8 + 8 * slot, 16384);
+      tma_load_2d(base + 192 * 128 + 16384 * slot, tmap, bar + 8 + 8 * slot, 0, 128 * (i & 7));
+    }
+    for (int slot = 0; slot < depth; ++slot) mbar_wait(bar + 8 + 8 * slot, (parity >> slot) & 1u);  // in flight
+    total[0] = (float)(n * 8);  // in 2 KB units, as the stores count
   } else if (mode == 5 && wg == 2) {
     // 32 KB past the operands, 16 bytes a thread a store, until warpgroup 0 is done (a flag it sets)
     uint4* dst = reinterpret_cast<uint4*>(tile + 192 * 128);
@@ -100,9 +126,9 @@ kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
     }
   }
   long long t1 = clock64();
-  if (mode == 5 && threadIdx.x == 0) *reinterpret_cast<volatile int*>(tile + 192 * 128 + 32768) = 1;
+  if (mode >= 5 && threadIdx.x == 0) *reinterpret_cast<volatile int*>(tile + 192 * 128 + 32768) = 1;
   if ((threadIdx.x & 127) == 0) cycles[blockIdx.x * 3 + wg] = t1 - t0;
-  if (mode == 5 && threadIdx.x == 256) sink[1 + blockIdx.x] = total[0];  // stores made, in 2 KB rounds
+  if ((mode == 5 || mode >= 8) && threadIdx.x == 256) sink[1 + blockIdx.x] = total[0];  // bytes written / 2 KB
   float sum = 0.f;
 #pragma unroll
   for (int i = 0; i < 64; ++i) sum += total[i] + (mma ? acc[i] : 0.f);
@@ -111,11 +137,25 @@ kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink) {
 """
 
 
+def _tensor_map(ptr: int) -> bytes:
+    """A 2-D map over a [1024, 128] u8 buffer, boxes of 128 x 128 in the 128-byte swizzle."""
+    import ctypes
+    from kdsl.runtime import tma
+    buf = tma.TensorMapBuffer()
+    dims, strides = (ctypes.c_uint64 * 2)(128, 1024), (ctypes.c_uint64 * 1)(128)
+    box, elem = (ctypes.c_uint32 * 2)(128, 128), (ctypes.c_uint32 * 2)(1, 1)
+    status = tma._encoder()(ctypes.addressof(buf), tma._DTYPE["u8"], 2, ptr, dims, strides, box, elem, 0,
+                            tma._SWIZZLE[128], tma._L2_PROMOTION[256], 0)
+    assert status == 0, status
+    return bytes(buf)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--waves", type=int, default=4000)
     args = ap.parse_args()
     import cupy
+    import numpy
     from kdsl.codegen import emit
     from kdsl.runtime import nvrtc
     include = Path(emit.__file__).resolve().parent / "include"
@@ -124,15 +164,17 @@ def main() -> None:
     path.write_bytes(compiled.cubin)
     module = cupy.RawModule(path=str(path))
     fn = module.get_function("kdsl_wgmma_contention")
-    smem = 192 * 128 + 32768 + 16 + 1024  # operands, stores, flag and barrier, alignment
+    smem = 192 * 128 + 32768 + 32 + 1024  # operands, stores or TMA ring, flag and barriers, alignment
     sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     cycles = cupy.zeros(sms * 3, dtype=cupy.int64)
     sink = cupy.zeros(1 + sms, dtype=cupy.float32)
     fn.max_dynamic_shared_size_bytes = smem
+    src = cupy.asarray(numpy.random.default_rng(0).integers(0, 256, (1024, 128), dtype=numpy.uint8))
+    tmap = cupy.asarray(numpy.frombuffer(_tensor_map(int(src.data.ptr)), dtype=numpy.uint8))
     print(cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), f"{sms} CTAs, {args.waves} waves", flush=True)
     for trial in range(2):  # the first round warms the clocks up and is not printed
         for mode, name in enumerate(MODES):
-            fn((sms,), (384,), (cupy.int32(args.waves), cupy.int32(mode), cycles, sink), shared_mem=smem)
+            fn((sms,), (384,), (cupy.int32(args.waves), cupy.int32(mode), cycles, sink, tmap), shared_mem=smem)
             cupy.cuda.runtime.deviceSynchronize()
             c = cycles.get().reshape(sms, 3)
             line = f"  {name:8s} warpgroup 0: {statistics.median(c[:, 0]) / args.waves:7.1f} cycles a wave"
@@ -141,7 +183,7 @@ def main() -> None:
                 line += f"; warpgroup 1: {lanes:6.1f} FFMA lanes a cycle (at most 128)"
             if name in ("wgmma", "both", "stores", "arrive", "arrive1"):
                 line += f"; warpgroup 1: {statistics.median(c[:, 1]) / args.waves:7.1f}"
-            if name == "stores":
+            if name in ("stores", "tma", "tma_slow"):
                 rounds = statistics.median(sink.get()[1:].tolist())
                 line += f"; stores {rounds * 2048 / statistics.median(c[:, 0]):5.1f} bytes a cycle"
             if trial:
