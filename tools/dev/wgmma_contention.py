@@ -18,6 +18,17 @@ and the other warpgroups do one of:
             as both, while a thread of a third warpgroup refills a two-slot ring of 16 KB tiles
             by TMA from an L2-resident buffer, both slots in flight (tma_slow: one at a time)
 
+Then the 128x128 tile's loop in miniature (kdsl_wgmma_ring): a 3-stage ring refilled by TMA by a
+producer warp through full / empty mbarriers, two math warpgroups of one wave each a block,
+printed as cycles a K block (the tensor peak is 512; the kernel's block period is ~780):
+
+  ring_bare    no promotion
+  ring         promotion by a constant
+  ring_scales  promotion by the scales the producer wrote into the stage
+
+(The ring modes were written at the end of the twenty-ninth session, when its device time was spent:
+they compile, but have not run yet. A hang there is the ring's barrier protocol, not the GPU.)
+
 It prints SM cycles per wave of warpgroup 0 (clock64, median over the CTAs) and, where the other
 warpgroup works, its FFMAs per cycle. Timing only: the operands are arbitrary bytes.
 
@@ -34,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 MODES = ("alone", "ffma", "wgmma", "promote", "both", "stores", "arrive", "arrive1", "tma", "tma_slow")
+RING_MODES = ("ring_bare", "ring", "ring_scales")
 
 SOURCE = r"""
 #include "kdsl/hopper.cuh"
@@ -134,6 +146,84 @@ kdsl_wgmma_contention(int waves, int mode, long long* cycles, float* sink, const
   for (int i = 0; i < 64; ++i) sum += total[i] + (mma ? acc[i] : 0.f);
   if (sum == 1234.5f) sink[0] = sum;  // keeps the work live
 }
+
+// The kernel's loop in miniature (fp8_gemm_wgmma.cuh's 128x128 tile): a 3-stage ring of 128 x 128
+// A and B tiles (32 KB a stage) refilled by TMA from an L2-resident buffer by warp 8, whose lanes also
+// write the stage's scales (128 of A's rows, one of B's) before its lane 0 arrives with the bytes
+// expected; two math warpgroups of one wave each (A rows 64 wg ..) wait on the stage's full barrier,
+// run their wave, arrive on its empty barrier (every thread) and promote. mode: 0 no promotion,
+// 1 promotion by a constant, 2 promotion by the stage's scales.
+extern "C" __global__ void __launch_bounds__(384, 1)
+kdsl_wgmma_ring(int blocks, int mode, long long* cycles, float* sink, const TmaDesc* tmap) {
+  constexpr int STAGES = 3, STAGE = 32768, SCALES = 132;  // floats a stage: A's 128, B's, padding
+  extern __shared__ __align__(1024) u8 raw[];
+  const u32 raw_addr = smem_addr(raw);
+  const u32 base = (raw_addr + 1023u) & ~1023u;
+  float* scales = reinterpret_cast<float*>(raw + (base - raw_addr) + STAGES * STAGE);
+  const u32 bars = base + STAGES * STAGE + STAGES * SCALES * 4;  // full[s]: bars + 8 s; empty[s]: + 64
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < STAGES; ++st) {
+      mbar_init(bars + 8 * st, 32);        // warp 8's lanes: 31 arrivals after their scale stores, lane 0's with the bytes
+      mbar_init(bars + 64 + 8 * st, 256);  // every math thread
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  float acc[64], total[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) total[i] = 0.f;
+  const float c = 1.0f + threadIdx.x * 1e-7f;
+  long long t0 = clock64();
+  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // the producer warp
+    for (int b = 0; b < blocks; ++b) {
+      const int st = b % STAGES;
+      const u32 parity = ((b / STAGES) & 1) ^ 1u;  // a fresh barrier's phase 0 counts as "empty"
+      mbar_wait(bars + 64 + 8 * st, parity);
+      float* sc = scales + st * SCALES;
+      for (int r = lane; r < 129; r += 32) sc[r] = 1.0f + (b * 131 + r) * 1e-7f;
+      if (lane == 0) {
+        mbar_arrive_expect_tx(bars + 8 * st, STAGE);
+        tma_load_2d(base + st * STAGE, tmap, bars + 8 * st, 0, 128 * (b & 7));
+        tma_load_2d(base + st * STAGE + 16384, tmap, bars + 8 * st, 0, 128 * ((b + 3) & 7));
+      } else {
+        mbar_arrive(bars + 8 * st);
+      }
+    }
+  } else if (wg < 2) {
+    const int r = wg * 64 + warp * 16 + (lane >> 2);  // this thread's accumulator rows: r and r + 8
+    for (int b = 0; b < blocks; ++b) {
+      const int st = b % STAGES;
+      mbar_wait(bars + 8 * st, (b / STAGES) & 1);
+      const float* sc = scales + st * SCALES;
+      const float s0 = mode == 2 ? sc[r] * sc[128] : c, s1 = mode == 2 ? sc[r + 8] * sc[128] : c;
+      const u64 da = desc_kmajor_sw128(base + st * STAGE + wg * 64 * 128);
+      const u64 db = desc_kmajor_sw128(base + st * STAGE + 16384);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k) WgmmaFp8<128>::run(acc, da + 2 * k, db + 2 * k, k);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_pin(acc);
+      mbar_arrive(bars + 64 + 8 * st);
+      if (mode >= 1) {
+#pragma unroll
+        for (int i = 0; i < 64; i += 4) {
+          total[i] = fmaf(acc[i], s0, total[i]);
+          total[i + 1] = fmaf(acc[i + 1], s0, total[i + 1]);
+          total[i + 2] = fmaf(acc[i + 2], s1, total[i + 2]);
+          total[i + 3] = fmaf(acc[i + 3], s1, total[i + 3]);
+        }
+      }
+    }
+  }
+  long long t1 = clock64();
+  if ((threadIdx.x & 127) == 0) cycles[blockIdx.x * 3 + wg] = t1 - t0;
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) sum += total[i] + (wg < 2 ? acc[i] : 0.f);
+  if (sum == 1234.5f) sink[0] = sum;
+}
 """
 
 
@@ -188,6 +278,17 @@ def main() -> None:
                 line += f"; stores {rounds * 2048 / statistics.median(c[:, 0]):5.1f} bytes a cycle"
             if trial:
                 print(line, flush=True)
+    ring = module.get_function("kdsl_wgmma_ring")
+    ring_smem = 3 * 32768 + 3 * 132 * 4 + 128 + 1024
+    ring.max_dynamic_shared_size_bytes = ring_smem
+    for trial in range(2):
+        for mode, name in enumerate(RING_MODES):
+            ring((sms,), (384,), (cupy.int32(args.waves), cupy.int32(mode), cycles, sink, tmap), shared_mem=ring_smem)
+            cupy.cuda.runtime.deviceSynchronize()
+            c = cycles.get().reshape(sms, 3)
+            if trial:
+                print(f"  {name:11s} {statistics.median(c[:, 0]) / args.waves:7.1f} cycles a K block "
+                      f"(warpgroup 1: {statistics.median(c[:, 1]) / args.waves:7.1f})", flush=True)
 
 if __name__ == "__main__":
     main()
