@@ -114,11 +114,6 @@
 #define KDSL_FP8_SPLIT_SWITCH 1
 #endif
 
-// KDSL_FP8_TRACE=1 (tools/dev/fp8_trace.py only): in each CTA the producer's leader and the
-// first thread of each math warpgroup record (%globaltimer, clock64(), event) at the points of
-// a unit's life (kFp8Trace*), into kdsl_fp8_trace: 512 records per (CTA, role) for 256 CTAs
-// and 4 roles, the role 0 for the producer. The producer's marks split its way to the first
-// load: 1 descriptors prefetched, 2 a unit taken, 3 its first stage free.
 // KDSL_FP8_DEV_SKIP_PROMOTE=1 (timing probes only: the result is wrong): the math warpgroups
 // wait for each wave's wgmmas but skip its promotion, so a block's period is what the loads and
 // the tensor cores alone allow (bench/NOTES.md, twenty-ninth session).
@@ -126,6 +121,11 @@
 #define KDSL_FP8_DEV_SKIP_PROMOTE 0
 #endif
 
+// KDSL_FP8_TRACE=1 (tools/dev/fp8_trace.py only): in each CTA the producer's leader and the
+// first thread of each math warpgroup record (%globaltimer, clock64(), event) at the points of
+// a unit's life (kFp8Trace*), into kdsl_fp8_trace: 512 records per (CTA, role) for 256 CTAs
+// and 4 roles, the role 0 for the producer. The producer's marks split its way to the first
+// load: 1 descriptors prefetched, 2 a unit taken, 3 its first stage free.
 #ifndef KDSL_FP8_TRACE
 #define KDSL_FP8_TRACE 0
 #endif
@@ -538,7 +538,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         if (v == kWaves - 1) release();
         const float lo0 = sa_now[v][0] * sb_lo, lo1 = sa_now[v][1] * sb_lo;
         const float hi0 = sa_now[v][0] * sb_hi, hi1 = sa_now[v][1] * sb_hi;
-        if (KDSL_FP8_DEV_SKIP_PROMOTE) {
+        if (KDSL_FP8_DEV_SKIP_PROMOTE) {  // (a timing probe: the wave is left unpromoted)
         } else if (!C::kSplit) {
           promote<kFrag>(kFrag / 4, acc, total[v], lo0, lo1, hi0, hi1);
         } else if (KDSL_FP8_SPLIT_SWITCH) {
