@@ -41,6 +41,10 @@ CASES = {
                    {"tile_m": 128, "tile_n": 64, "cluster": 2, "multicast": "a"}, "random"),
     "dense-reuse": ("fp8_gemm", (129, 256, 2048, 1), {}, None),
     "masked-reuse": ("fp8_grouped_masked", (200, 256, 1536, 3), {}, None),
+    # 256-row tiles (their K loop is unrolled by KDSL_FP8_UNROLL_KB_256), clustered and with turns
+    "dense-256-cluster": ("fp8_gemm", (600, 512, 1024, 1),
+                          {"tile_m": 256, "tile_n": 128, "cluster": 2, "multicast": "a"}, None),
+    "masked-256": ("fp8_grouped_masked", (300, 256, 1536, 3), {"tile_m": 256, "tile_n": 128, "cluster": 1}, None),
 }
 MARK = "@@probe"
 

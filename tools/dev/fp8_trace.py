@@ -14,6 +14,13 @@ medians (and maxima) over the CTAs:
   tail            last K block promoted -> the epilogue's stores issued and waited for, cycles
   end skew        a CTA's last record before the latest CTA's, ns
 
+and, over every K block after a CTA's first (percentiles 10 / 50 / 90 over all CTAs' blocks):
+
+  lead            the producer's issue of block i's loads -> math warpgroup 0's end of block i - 1
+                  (when it turns to block i), cycles: a lead shorter than the load latency stalls it
+  response        math warpgroup 0's end of block i - STAGES (its stage was released just before
+                  that block's promotion) -> the producer's issue of block i, cycles
+
     python3 tools/dev/fp8_trace.py [--no-flush] [-DNAME=VALUE ...] 512x4096x7168 256x7168x4096:tile_m=128,tile_n=112 [...]
 
 Each recorder keeps its first 512 records (PER_ROLE): on calls where a CTA walks more than
@@ -116,6 +123,23 @@ def analyse(words) -> None:
     print(f"  end skew      {med_max([max(ends) - e for e in ends], 'ns')}")
 
 
+def pipeline(words, stages: int) -> None:
+    """Lead and response (the module docstring) over every K block after a CTA's first."""
+    leads, responses = [], []
+    for cta in range(CTAS):
+        issues = [r[1] for r in records(words, cta, 0) if r[2] == ISSUE]
+        ends = [r[1] for r in records(words, cta, 1) if r[2] == BLOCK]
+        n = min(len(issues), len(ends))  # (the i-th issue and the i-th block are the same stage use)
+        leads += [ends[i - 1] - issues[i] for i in range(1, n)]
+        responses += [issues[i] - ends[i - stages] for i in range(stages, n)]
+
+    def pct(vals) -> str:
+        v = sorted(vals)
+        return " / ".join(f"{v[int(q * (len(v) - 1))]:6d}" for q in (0.1, 0.5, 0.9)) if v else "(none)"
+    print(f"  lead          {pct(leads)} cycles (p10 / p50 / p90, {len(leads)} blocks)")
+    print(f"  response      {pct(responses)} cycles")
+
+
 def main() -> None:
     import cupy
     import torch
@@ -164,6 +188,7 @@ def main() -> None:
               f"cluster {lk.attr('cluster')}, {tiles} tiles, {k // 128} K blocks; traced call "
               f"{statistics.median(times):.1f} us (events)", flush=True)
         analyse(host)
+        pipeline(host, lk.attr("stages"))
 
 
 if __name__ == "__main__":

@@ -121,6 +121,21 @@
 #define KDSL_FP8_DEV_SKIP_PROMOTE 0
 #endif
 
+// How many K blocks the math loop of 256-row tiles (two waves a warpgroup) is unrolled by; other
+// tiles keep it rolled. H100, in turns (bench/NOTES.md, thirtieth session): 256x128 with A
+// multicast x1.028-1.055 unrolled by 4 (x1.020-1.042 by 2); 128x128 0.96-0.98 and 192x128 0.95
+// unrolled by 2 or 4, 64x128 unchanged.
+#ifndef KDSL_FP8_UNROLL_KB_256
+#define KDSL_FP8_UNROLL_KB_256 4
+#endif
+
+// KDSL_FP8_DEV_SCALES (timing probes only: the result is wrong with 1 or 2): 1, the producer
+// copies no B scales (the math warpgroups read whatever the stage holds); 2, the math warpgroups
+// read no scales either (each is 1). 0: the kernel.
+#ifndef KDSL_FP8_DEV_SCALES
+#define KDSL_FP8_DEV_SCALES 0
+#endif
+
 // KDSL_FP8_TRACE=1 (tools/dev/fp8_trace.py only): in each CTA the producer's leader and the
 // first thread of each math warpgroup record (%globaltimer, clock64(), event) at the points of
 // a unit's life (kFp8Trace*), into kdsl_fp8_trace: 512 records per (CTA, role) for 256 CTAs
@@ -321,7 +336,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
 #pragma unroll
         for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
       }
-      if (leader && C::kScaleCompletion != 1) {
+      if (leader && C::kScaleCompletion != 1 && !KDSL_FP8_DEV_SCALES) {
         cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
         cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
       }
@@ -488,6 +503,12 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     // A stage's scales, read before the stage is handed back.
     float s_a[kWaves][2], s_b_lo, s_b_hi;
     auto read_scales = [&](int s) {
+      if (KDSL_FP8_DEV_SCALES == 2) {  // (a timing probe)
+#pragma unroll
+        for (int v = 0; v < kWaves; ++v) s_a[v][0] = s_a[v][1] = 1.f;
+        s_b_lo = s_b_hi = 1.f;
+        return;
+      }
       const float* sa = sm.sa_ptr(s);
 #pragma unroll
       for (int v = 0; v < kWaves; ++v) {
@@ -500,6 +521,8 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     };
     constexpr bool kPrefetch = kWaves == 1 && KDSL_FP8_PREFETCH_SCALES;
     if (kPrefetch) read_scales(pos.s);  // the unit's first block (its "full" wait was the unit's)
+    constexpr int kUnrollKb = kWaves == 2 ? KDSL_FP8_UNROLL_KB_256 : 1;
+#pragma unroll kUnrollKb
     for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
       if (!kPrefetch) {
