@@ -121,10 +121,11 @@
 #define KDSL_FP8_DEV_SKIP_PROMOTE 0
 #endif
 
-// How many K blocks the math loop of 256-row tiles (two waves a warpgroup) is unrolled by; other
-// tiles keep it rolled. H100, in turns (bench/NOTES.md, thirtieth session): 256x128 with A
-// multicast x1.028-1.055 unrolled by 4 (x1.020-1.042 by 2); 128x128 0.96-0.98 and 192x128 0.95
-// unrolled by 2 or 4, 64x128 unchanged.
+// How many K blocks the math loop of clustered 256-row tiles (two waves a warpgroup) is unrolled
+// by; other tiles keep it rolled. H100, in turns (bench/NOTES.md, thirtieth session): 256x128
+// with A multicast x1.022-1.055 unrolled by 4 (x1.020-1.042 by 2); unclustered 256x128 x0.98-0.99
+// (M = 4096 K = 512; masked), 128x128 x0.96-0.98 and 192x128 x0.95 unrolled by 2 or 4, 64x128
+// unchanged.
 #ifndef KDSL_FP8_UNROLL_KB_256
 #define KDSL_FP8_UNROLL_KB_256 4
 #endif
@@ -521,7 +522,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     };
     constexpr bool kPrefetch = kWaves == 1 && KDSL_FP8_PREFETCH_SCALES;
     if (kPrefetch) read_scales(pos.s);  // the unit's first block (its "full" wait was the unit's)
-    constexpr int kUnrollKb = kWaves == 2 ? KDSL_FP8_UNROLL_KB_256 : 1;
+    constexpr int kUnrollKb = kWaves == 2 && C::CLUSTER > 1 ? KDSL_FP8_UNROLL_KB_256 : 1;
 #pragma unroll kUnrollKb
     for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
