@@ -34,6 +34,25 @@ def _encoder():
     return fn
 
 
+def _failed(status: int, dims, box) -> KdslError:
+    return KdslError(f"cuTensorMapEncodeTiled failed with CUDA error {status} (dims {list(dims)}, box {list(box)})")
+
+
+def encode_tiled(ptr: int, dtype: str, dims, strides, box, swizzle: int = 128, l2_promotion: int = 256) -> bytes:
+    """One tiled map's 128 bytes, for a tensor at `ptr` (arguments as TensorMap's): for tools
+    and tests that pass a map by pointer. Kernel launches use TensorMap, which keeps its
+    encodings by pointer."""
+    rank = len(dims)
+    buf = TensorMapBuffer()
+    status = _encoder()(ctypes.addressof(buf), _DTYPE[dtype], rank, ptr, (ctypes.c_uint64 * rank)(*dims),
+                        (ctypes.c_uint64 * max(rank - 1, 1))(*(strides or (0,))), (ctypes.c_uint32 * rank)(*box),
+                        (ctypes.c_uint32 * rank)(*([1] * rank)), 0, _SWIZZLE[swizzle], _L2_PROMOTION[l2_promotion],
+                        _OOB_FILL_ZEROS)
+    if status:
+        raise _failed(status, dims, box)
+    return bytes(buf)
+
+
 class TensorMap:
     """A tiled tensor map passed as kernel parameter `index` of `pack` (driver.ArgPack):
     `dims` innermost first, byte `strides` of dims[1:], `box` elements per dim, `swizzle`
@@ -77,8 +96,7 @@ class TensorMap:
         status = self.encode(ctypes.addressof(buf), self.dtype, self.rank, ptr, self.dims, self.strides, self.box,
                              self.elem_strides, 0, self.swizzle, self.l2_promotion, _OOB_FILL_ZEROS)
         if status:
-            raise KdslError(f"cuTensorMapEncodeTiled failed with CUDA error {status} (dims {list(self.dims)}, "
-                            f"box {list(self.box)})")
+            raise _failed(status, self.dims, self.box)
         if len(self.encoded) >= self.ENCODINGS_KEPT:
             oldest = next(iter(self.encoded))
             for drop in self.on_drop:
