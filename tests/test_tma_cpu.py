@@ -85,3 +85,24 @@ def test_a_failed_encode_names_the_error_and_is_not_kept(fake):
     fake.status = 0
     m.bind(0x1000)
     assert m.ptr == 0x1000 and param(m)[-32:] == (0x1000).to_bytes(32, "little")
+
+
+def test_a_one_off_encoding_passes_its_layout_and_returns_the_map(monkeypatch):
+    seen = {}
+
+    def encoder(addr, dtype, rank, ptr, dims, strides, box, elem_strides, interleave, swizzle, l2, oob):
+        seen.update(dtype=dtype, rank=rank, dims=list(dims[:rank]), strides=list(strides[:rank - 1]),
+                    box=list(box[:rank]), elem=list(elem_strides[:rank]), swizzle=swizzle, l2=l2, oob=oob)
+        ctypes.memmove(addr, ptr.to_bytes(8, "little") * 16, 128)
+        return 0
+    monkeypatch.setattr(tma, "_encoder", lambda: encoder)
+    enc = tma.encode_tiled(0x1234, "u8", (128, 4096), (128,), (128, 128), swizzle=64, l2_promotion=128)
+    assert enc == (0x1234).to_bytes(8, "little") * 16
+    assert seen == dict(dtype=tma._DTYPE["u8"], rank=2, dims=[128, 4096], strides=[128], box=[128, 128], elem=[1, 1],
+                        swizzle=tma._SWIZZLE[64], l2=tma._L2_PROMOTION[128], oob=tma._OOB_FILL_ZEROS)
+
+
+def test_a_one_off_encoding_the_driver_refuses_names_its_layout(fake):
+    fake.status = 1
+    with pytest.raises(KdslError, match=r"CUDA error 1 \(dims \[128, 4096\], box \[128, 256\]\)"):
+        tma.encode_tiled(0x1234, "u8", (128, 4096), (128,), (128, 256))
