@@ -33,7 +33,9 @@ BLOCK_M = (64, 128, 192, 256)
 # slower clustered, and masked (-1.5 to -2.8 %) and contiguous (-4 %) 256x128 too. At K = 512
 # the cluster lost 6-11 % on two of four shapes (h100-2026-11-27-s23-cluster-model-check.log),
 # so the model takes it from K >= 2048 only. (Until 2026-11-24 clusters ran 2x slower: a
-# cluster-scope release put a MEMBAR.ALL.GPU before every arrival.)
+# cluster-scope release put a MEMBAR.ALL.GPU before every arrival.) Since 2026-11-28 that tile's
+# K loop is unrolled (2-5 % faster, fp8_gemm_wgmma.cuh); 0.98 predates it and has not been
+# refitted (bench/NOTES.md, thirtieth session, leads).
 CLUSTER_GAIN = {("dense", 256, 128, "a"): 0.98}  # (grouping, tile_m, tile_n, multicast): time factor
 CLUSTER_MIN_K = 2048
 # Multiples of 16 whose tiles straddle at most two scale blocks of B (BN - gcd(BN, 128) <= 128).

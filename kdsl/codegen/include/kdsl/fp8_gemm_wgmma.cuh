@@ -123,7 +123,7 @@
 
 // How many K blocks the math loop of clustered 256-row tiles (two waves a warpgroup) is unrolled
 // by; other tiles keep it rolled. H100, in turns (bench/NOTES.md, thirtieth session): 256x128
-// with A multicast x1.022-1.055 unrolled by 4 (x1.020-1.042 by 2); unclustered 256x128 x0.98-0.99
+// with A multicast x1.022-1.055 unrolled by 4 (x1.021-1.042 by 2); unclustered 256x128 x0.98-0.99
 // (M = 4096 K = 512; masked), 128x128 x0.95-0.98 and 192x128 x0.95 unrolled by 2 or 4, 64x128
 // unchanged.
 #ifndef KDSL_FP8_UNROLL_KB_256
