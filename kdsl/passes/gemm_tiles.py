@@ -7,7 +7,7 @@ cycles divided by the last wave's efficiency (DeepGEMM's model, csrc/jit_kernels
 sm90.hpp), and its waves of tiles times what one tile costs the main loop, from per-tile
 tables measured on an H100 (block period and epilogue, BLOCK_PERIOD and TILE_OVERHEAD;
 tools/dev/tile_model_eval.py scores the picks against timed logs). Every candidate must fit the
-kernel's limits (fp8_gemm_wgmma.cuh static_asserts the same ones): registers (accumulators
+kernel's limits (fp8_gemm_config.cuh static_asserts the same ones): registers (accumulators
 and totals), shared memory (>= 3 stages, >= 4 for tiles under 128 x 192), a tile straddling
 at most two 128-column scale blocks of B, and a cluster only where every CTA pair shares
 its multicast tile. Attributes already on the kernel (`attr tile_n = 112`, ...) are kept:
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import KdslError
 
-# 192 rows: three math warpgroups of one m64 wave each, in turns (fp8_gemm_wgmma.cuh).
+# 192 rows: three math warpgroups of one m64 wave each, in turns (fp8_gemm_math.cuh).
 BLOCK_M = (64, 128, 192, 256)
 # 2-CTA clusters the model may choose unasked (an attr may ask for any), each with its
 # measured time factor against the same tile unclustered. On the H100 (2026-11-24, tools/dev/
@@ -34,7 +34,7 @@ BLOCK_M = (64, 128, 192, 256)
 # the cluster lost 6-11 % on two of four shapes (h100-2026-11-27-s23-cluster-model-check.log),
 # so the model takes it from K >= 2048 only. (Until 2026-11-24 clusters ran 2x slower: a
 # cluster-scope release put a MEMBAR.ALL.GPU before every arrival.) Since 2026-11-28 that tile's
-# K loop is unrolled (2-5 % faster, fp8_gemm_wgmma.cuh); 0.98 predates it and has not been
+# K loop is unrolled (2-5 % faster, fp8_gemm_math.cuh); 0.98 predates it and has not been
 # refitted (bench/NOTES.md, thirtieth session, leads).
 CLUSTER_GAIN = {("dense", 256, 128, "a"): 0.98}  # (grouping, tile_m, tile_n, multicast): time factor
 CLUSTER_MIN_K = 2048
@@ -76,7 +76,7 @@ def math_warpgroups(bm: int) -> int:
 
 
 # setmaxnreg split per math warpgroup count: (producer, math) registers a thread, and the
-# accumulator + total floats a math thread holds at most (fp8_gemm_wgmma.cuh's Fp8Config
+# accumulator + total floats a math thread holds at most (fp8_gemm_config.cuh's Fp8Config
 # static_asserts the same numbers; warp_map.py writes the split into the kernel's attrs).
 REGISTER_SPLIT = {1: (40, 240), 2: (40, 232), 3: (32, 160)}
 ACCUMULATOR_FLOATS = {1: 192, 2: 192, 3: 128}
@@ -87,7 +87,7 @@ def threads(bm: int) -> int:
 
 
 def smem_bytes(bm: int, bn: int, stages: int, out_bytes: int, tma_store: bool) -> int:
-    """fp8_gemm_wgmma.cuh's Fp8Config::kSmemBytes: per stage the A and B tiles, A's scales,
+    """fp8_gemm_config.cuh's Fp8Config::kSmemBytes: per stage the A and B tiles, A's scales,
     16 bytes of B's scales, 32 of the published unit, two mbarriers; once the staging tile of
     the TMA store; + 1024 to realign to the 128-byte swizzle's 1024-byte period."""
     per_stage = (bm + bn) * 128 + bm * 4 + 16 + 32 + 16

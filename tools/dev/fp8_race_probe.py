@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """compute-sanitizer racecheck on the FP8 GEMM where a CTA refills pipeline stages, once per
-form of the scale copies' completion (KDSL_FP8_SCALE_COMPLETION in fp8_gemm_wgmma.cuh):
+form of the scale copies' completion (KDSL_FP8_SCALE_COMPLETION in fp8_gemm_config.cuh):
 
     0  cp.async.mbarrier.arrive.noinc, one counted arrival per producer lane (the kernel)
     1  cp.async.mbarrier.arrive without .noinc, only the leader's arrival counted (before)

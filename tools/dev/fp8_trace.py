@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where a short FP8 GEMM call's time goes: the kernel built with -DKDSL_FP8_TRACE=1 records
-(%globaltimer, clock64, event) at the points of each unit's life (fp8_gemm_wgmma.cuh,
+(%globaltimer, clock64, event) at the points of each unit's life (fp8_gemm_config.cuh,
 kFp8Trace*) for the producer's leader and the first thread of each math warpgroup of every
 CTA. For one call, after an L2 flush, this prints the call's span on the global timer and, as
 medians (and maxima) over the CTAs:
@@ -79,7 +79,7 @@ def analyse(words) -> None:
         if issues:
             first_issue.append(issues[0][1] - prod[0][1])
         seen = set()
-        for r in prod:  # the producer's first marks (fp8_gemm_wgmma.cuh): cycles after its start
+        for r in prod:  # the producer's first marks (fp8_gemm_producer.cuh): cycles after its start
             if r[2] == MARK and r[3] not in seen:
                 seen.add(r[3])
                 marks.setdefault(r[3], []).append(r[1] - prod[0][1])
