@@ -90,5 +90,4 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   if (C::CLUSTER > 1) cluster_sync();  // no CTA leaves while its peer may still reach it
 }
 
-
 }  // namespace kdsl
