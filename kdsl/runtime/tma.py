@@ -34,23 +34,18 @@ def _encoder():
     return fn
 
 
-def _failed(status: int, dims, box) -> KdslError:
-    return KdslError(f"cuTensorMapEncodeTiled failed with CUDA error {status} (dims {list(dims)}, box {list(box)})")
-
-
 def encode_tiled(ptr: int, dtype: str, dims, strides, box, swizzle: int = 128, l2_promotion: int = 256) -> bytes:
     """One tiled map's 128 bytes, for a tensor at `ptr` (arguments as TensorMap's): for tools
-    and tests that pass a map by pointer. Kernel launches use TensorMap, which keeps its
-    encodings by pointer."""
-    rank = len(dims)
-    buf = TensorMapBuffer()
-    status = _encoder()(ctypes.addressof(buf), _DTYPE[dtype], rank, ptr, (ctypes.c_uint64 * rank)(*dims),
-                        (ctypes.c_uint64 * max(rank - 1, 1))(*(strides or (0,))), (ctypes.c_uint32 * rank)(*box),
-                        (ctypes.c_uint32 * rank)(*([1] * rank)), 0, _SWIZZLE[swizzle], _L2_PROMOTION[l2_promotion],
-                        _OOB_FILL_ZEROS)
-    if status:
-        raise _failed(status, dims, box)
-    return bytes(buf)
+    and tests that pass a map by pointer. Kernel launches bind TensorMaps to their parameters."""
+    m = TensorMap(_OneParam(), 0, dtype, dims, strides, box, swizzle, l2_promotion)
+    return ctypes.string_at(m.encoding(ptr), 128)
+
+
+class _OneParam:
+    """The one parameter slot a TensorMap outside a launch needs (driver.ArgPack's `params`)."""
+
+    def __init__(self):
+        self.params = [None]
 
 
 class TensorMap:
@@ -96,7 +91,8 @@ class TensorMap:
         status = self.encode(ctypes.addressof(buf), self.dtype, self.rank, ptr, self.dims, self.strides, self.box,
                              self.elem_strides, 0, self.swizzle, self.l2_promotion, _OOB_FILL_ZEROS)
         if status:
-            raise _failed(status, self.dims, self.box)
+            raise KdslError(f"cuTensorMapEncodeTiled failed with CUDA error {status} (dims {list(self.dims)}, "
+                            f"box {list(self.box)})")
         if len(self.encoded) >= self.ENCODINGS_KEPT:
             oldest = next(iter(self.encoded))
             for drop in self.on_drop:
