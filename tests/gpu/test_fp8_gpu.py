@@ -125,6 +125,26 @@ def test_grouped_masked(cfg):
     assert_masked_groups_right(out, reference.fp8_gemm(a, sa, b, sb, count=count), count)
 
 
+@pytest.mark.parametrize("cfg", [{}, {"tile_m": 64, "cluster": 1}, {"tile_m": 128, "tile_n": 128, "cluster": 2}],
+                         ids=["picked", "bm64", "cluster2"])
+def test_grouped_masked_many_groups(cfg):
+    """Many groups, each CTA's units spread over several of them (the scheduler walks the
+    groups' counts, fp8_gemm_sched.cuh): empty groups, counts past M and a negative one (none
+    of the group's rows) among them."""
+    torch = pytest.importorskip("torch")
+    G, Mmax, N, K = 70, 128, 256, 256
+    count = torch.randint(0, Mmax + 1, (G,), dtype=torch.int32, device="cuda")
+    count[torch.randperm(G, device="cuda")[:12]] = 0
+    count[[31, 32, 63, 64]] = torch.tensor([Mmax + 5, -3, 1, Mmax], dtype=torch.int32, device="cuda")
+    fn = _mod("fp8_grouped_masked").fp8_grouped_masked.with_attrs(**cfg)
+    a, sa = fp8.quantize_1x128(torch.randn(G, Mmax, K, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(G, N, K, device="cuda"))
+    out = torch.full((G, Mmax, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    fn(a, sa, b, sb, count, out=out)
+    # counts are clamped to [0, M], as interp.py does
+    assert_masked_groups_right(out, reference.fp8_gemm(a, sa, b, sb, count=count), count.clamp(0, Mmax))
+
+
 @pytest.mark.parametrize("name", ["fp8_gemm", "fp8_gemm_accumulate", "fp8_grouped_contiguous", "fp8_grouped_masked"])
 def test_judge_on_random_cases(name):
     """kdsl check's shapes (block boundaries, 1 row, long K) with random groups and counts."""

@@ -21,7 +21,8 @@ and, over every K block after a CTA's first (percentiles 10 / 50 / 90 over all C
   response        math warpgroup 0's end of block i - STAGES (its stage was released just before
                   that block's promotion) -> the producer's issue of block i, cycles
 
-    python3 tools/dev/fp8_trace.py [--no-flush] [-DNAME=VALUE ...] 512x4096x7168 256x7168x4096:tile_m=128,tile_n=112 [...]
+    python3 tools/dev/fp8_trace.py [--no-flush] [-DNAME=VALUE ...] 512x4096x7168 256x7168x4096:tile_m=128,tile_n=112 \
+        masked:256x4096x7168x4 [...]
 
 Each recorder keeps its first 512 records (PER_ROLE): on calls where a CTA walks more than
 ~8 units of 56 K blocks, the later ones go unrecorded, and the span and end skew then cover
@@ -45,10 +46,12 @@ CTAS, ROLES, PER_ROLE = 256, 4, 512
 
 
 def parse(spec: str):
-    shape, _, attrs = spec.partition(":")
-    m, n, k = map(int, shape.split("x"))
+    """'MxNxK[:attrs]' (dense) or 'masked:MxNxKxG[:attrs]' (G groups of at most M rows)."""
+    grouping, shape = ("masked", spec[len("masked:"):]) if spec.startswith("masked:") else ("dense", spec)
+    shape, _, attrs = shape.partition(":")
+    m, n, k, *g = map(int, shape.split("x"))
     kv = dict(item.split("=") for item in attrs.split(",") if item)
-    return (m, n, k), {key: int(v) if v.isdigit() else v for key, v in kv.items()}
+    return grouping, (m, n, k, g[0] if g else 1), {key: int(v) if v.isdigit() else v for key, v in kv.items()}
 
 
 def records(words, cta: int, role: int):
@@ -147,18 +150,22 @@ def main() -> None:
     from kdsl import fp8
     print(torch.cuda.get_device_name(), flush=True)
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    gemm = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").fp8_gemm
+    gemms = {"dense": kdsl.load(ROOT / "samples" / "fp8_gemm.kd").fp8_gemm,
+             "masked": kdsl.load(ROOT / "samples" / "fp8_grouped_masked.kd").fp8_grouped_masked}
     args = sys.argv[1:]
     flushing = "--no-flush" not in args
     defines = [a for a in args if a.startswith("-D")]  # more NVRTC defines, e.g. -DKDSL_FP8_DEV_SKIP_PROMOTE=1
     specs = [a for a in args if a != "--no-flush" and not a.startswith("-D")]
     for spec in specs:
-        (m, n, k), attrs = parse(spec)
-        a, sa = fp8.quantize_1x128(torch.randn(m, k, device="cuda"))
-        b, sb = fp8.quantize_128x128(torch.randn(n, k, device="cuda"))
-        fn = gemm.with_attrs(**attrs)
+        grouping, (m, n, k, g), attrs = parse(spec)
+        masked = grouping == "masked"
+        a, sa = fp8.quantize_1x128(torch.randn((g, m, k) if masked else (m, k), device="cuda"))
+        b, sb = fp8.quantize_128x128(torch.randn((g, n, k) if masked else (n, k), device="cuda"))
+        # the suite's draw: each group holds between M / 2 and M rows
+        extra = (torch.randint(m // 2, m + 1, (g,), device="cuda", dtype=torch.int32),) if masked else ()
+        fn = gemms[grouping].with_attrs(**attrs)
         with extra_options(["-DKDSL_FP8_TRACE=1", *defines]):
-            fn(a, sa, b, sb)
+            fn(a, sa, b, sb, *extra)
         built, loaded = next(iter(fn._loaded.values()))
         lk = built.kernel
         ptr = int(loaded.module.get_global_var("kdsl_fp8_trace"))
@@ -170,21 +177,22 @@ def main() -> None:
             if flushing:
                 flush.zero_()
             torch.cuda.synchronize()
-            fn(a, sa, b, sb)
+            fn(a, sa, b, sb, *extra)
             torch.cuda.synchronize()
         host = words.get()
-        tiles = -(-m // lk.attr("tile_m")) * -(-n // lk.attr("tile_n"))
+        tiles = g * -(-m // lk.attr("tile_m")) * -(-n // lk.attr("tile_n"))
         times = []
         for _ in range(10):  # the traced kernel's own time, for scale
             if flushing:
                 flush.zero_()
             t = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
             t[0].record()
-            fn(a, sa, b, sb)
+            fn(a, sa, b, sb, *extra)
             t[1].record()
             torch.cuda.synchronize()
             times.append(t[0].elapsed_time(t[1]) * 1e3)
-        print(f"\n== {m}x{n}x{k} {attrs or ''}: tile {lk.attr('tile_m')}x{lk.attr('tile_n')}x{lk.attr('stages')} "
+        counts = f" counts {extra[0].tolist()}" if masked else ""
+        print(f"\n== {'masked:' if masked else ''}{m}x{n}x{k}{'x' + str(g) if masked else ''}{counts} {attrs or ''}: tile {lk.attr('tile_m')}x{lk.attr('tile_n')}x{lk.attr('stages')} "
               f"cluster {lk.attr('cluster')}, {tiles} tiles, {k // 128} K blocks; traced call "
               f"{statistics.median(times):.1f} us (events)", flush=True)
         analyse(host)
