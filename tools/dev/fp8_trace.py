@@ -65,16 +65,21 @@ def records(words, cta: int, role: int):
     return out
 
 
+def all_records(words):
+    """Every recorder's records, parsed once: [cta][role] -> [(globaltimer, clock, event, arg)]."""
+    return [[records(words, cta, role) for role in range(ROLES)] for cta in range(CTAS)]
+
+
 def med_max(vals, unit: str) -> str:
     return f"median {statistics.median(vals):8.0f} {unit}  max {max(vals):8.0f}" if vals else "(none)"
 
 
-def analyse(words) -> None:
+def analyse(words, recs) -> None:
     starts, ends, first_ready, first_block, periods, tails, clocks = [], [], [], [], [], [], []
     first_issue, latency = [], []
     marks = {}
     for cta in range(CTAS):
-        prod = records(words, cta, 0)
+        prod = recs[cta][0]
         if not prod:
             continue
         starts.append(prod[0][0])
@@ -87,7 +92,7 @@ def analyse(words) -> None:
                 seen.add(r[3])
                 marks.setdefault(r[3], []).append(r[1] - prod[0][1])
         for role in range(1, ROLES):
-            ev = records(words, cta, role)
+            ev = recs[cta][role]
             if not ev:
                 continue
             ends.append(ev[-1][0])
@@ -126,12 +131,12 @@ def analyse(words) -> None:
     print(f"  end skew      {med_max([max(ends) - e for e in ends], 'ns')}")
 
 
-def pipeline(words, stages: int) -> None:
+def pipeline(recs, stages: int) -> None:
     """Lead and response (the module docstring) over every K block after a CTA's first."""
     leads, responses = [], []
     for cta in range(CTAS):
-        issues = [r[1] for r in records(words, cta, 0) if r[2] == ISSUE]
-        ends = [r[1] for r in records(words, cta, 1) if r[2] == BLOCK]
+        issues = [r[1] for r in recs[cta][0] if r[2] == ISSUE]
+        ends = [r[1] for r in recs[cta][1] if r[2] == BLOCK]
         n = min(len(issues), len(ends))  # (the i-th issue and the i-th block are the same stage use)
         leads += [ends[i - 1] - issues[i] for i in range(1, n)]
         responses += [issues[i] - ends[i - stages] for i in range(stages, n)]
@@ -195,8 +200,9 @@ def main() -> None:
         print(f"\n== {'masked:' if masked else ''}{m}x{n}x{k}{'x' + str(g) if masked else ''}{counts} {attrs or ''}: tile {lk.attr('tile_m')}x{lk.attr('tile_n')}x{lk.attr('stages')} "
               f"cluster {lk.attr('cluster')}, {tiles} tiles, {k // 128} K blocks; traced call "
               f"{statistics.median(times):.1f} us (events)", flush=True)
-        analyse(host)
-        pipeline(host, lk.attr("stages"))
+        recs = all_records(host)
+        analyse(host, recs)
+        pipeline(recs, lk.attr("stages"))
 
 
 if __name__ == "__main__":
