@@ -32,16 +32,14 @@ BLOCK_M = (64, 128, 192, 256)
 # (three runs, nine shapes, six outside the suite), while 128- and 192-row tiles stayed 4-17 %
 # slower clustered, and masked (-1.5 to -2.8 %) and contiguous (-4 %) 256x128 too. At K = 512
 # the cluster lost 6-11 % on two of four shapes (h100-2026-11-27-s23-cluster-model-check.log),
-# so the model took it from K >= 2048 only; at K = 1024 and 1536 it then ran as fast as or
-# faster than the unclustered picks on seven of nine shapes (up to 6 %; h100-2026-11-28-s31-
-# cluster-small-k.log), so from K >= 1024 since. (Until 2026-11-24 clusters ran 2x slower: a
+# so the model takes it from K >= 2048 only. (Until 2026-11-24 clusters ran 2x slower: a
 # cluster-scope release put a MEMBAR.ALL.GPU before every arrival.) Since 2026-11-28 that tile's
 # K loop is unrolled (2-5 % faster, fp8_gemm_math.cuh). Refitted then on the 16 dense shapes of
 # tools/dev/c2a_border_shapes.json, where the pick was within -4/+5 % of the best unclustered
 # tile (h100-2026-11-28-s31-border.log): 0.97 picks the fastest tile timed, or one within 0.5 %,
 # on 15 of them (0.98: 13; 0.95 took the cluster at 8192x1536x2048, which ran 6 % slower).
 CLUSTER_GAIN = {("dense", 256, 128, "a"): 0.97}  # (grouping, tile_m, tile_n, multicast): time factor
-CLUSTER_MIN_K = 1024
+CLUSTER_MIN_K = 2048
 # Multiples of 16 whose tiles straddle at most two scale blocks of B (BN - gcd(BN, 128) <= 128).
 BLOCK_N = tuple(n for n in range(16, 193, 16) if n - math.gcd(n, 128) <= 128)
 MAX_STAGES = 8
