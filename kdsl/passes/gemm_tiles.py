@@ -32,7 +32,10 @@ BLOCK_M = (64, 128, 192, 256)
 # (three runs, nine shapes, six outside the suite), while 128- and 192-row tiles stayed 4-17 %
 # slower clustered, and masked (-1.5 to -2.8 %) and contiguous (-4 %) 256x128 too. At K = 512
 # the cluster lost 6-11 % on two of four shapes (h100-2026-11-27-s23-cluster-model-check.log),
-# so the model takes it from K >= 2048 only. (Until 2026-11-24 clusters ran 2x slower: a
+# so the model takes it from K >= 2048 only. At K = 1024-1792 (2026-11-28, h100-2026-11-28-s31-
+# cluster-small-k.log, -heldout.log) it gained 0.5-6 % on big problems (4-62 waves) and lost 1-13 %
+# on small ones (1.7-3.9 waves: 6144x2048x1024 31.0 us against 27.4): a per-tile cost of the
+# cluster that a flat factor cannot carry, so K >= 2048 stays. (Until 2026-11-24 clusters ran 2x slower: a
 # cluster-scope release put a MEMBAR.ALL.GPU before every arrival.) Since 2026-11-28 that tile's
 # K loop is unrolled (2-5 % faster, fp8_gemm_math.cuh). Refitted then on the 16 dense shapes of
 # tools/dev/c2a_border_shapes.json, where the pick was within -4/+5 % of the best unclustered
