@@ -29,6 +29,8 @@ GROUPED = [("fp8_grouped_contiguous", (32768, 4096, 7168, 4)), ("fp8_grouped_mas
 # behind a macro); "now" is the kernel as it is.
 FORMS = {"now": []}
 VARIANTS = [("now", {})]
+# How a contiguous case's rows are split among its groups (--contiguous-layout).
+CONTIGUOUS_LAYOUT = ["equal"]
 # Extra (form, attrs) variants of one case.
 PER_SHAPE = {("fp8_gemm", 4096, 4096, 7168, 1): [("now", {"tile_m": 128, "tile_n": 128})]}
 
@@ -69,6 +71,21 @@ def cases(only: str):
     if only in ("all", "grouped"):
         out += GROUPED
     return out
+
+
+def contiguous_groups(m: int, g: int, layout: str):
+    """Expert per row of a contiguous call: `equal` segments of m / g rows, or `random` ones
+    whose starts are distinct multiples of 128 drawn with a seed of the shape (as a router's
+    counts padded to 128 rows, DeepGEMM's layout); returns (ids, segment sizes)."""
+    import random
+    import torch
+    if layout == "equal":
+        sizes = [m // g] * g
+    else:
+        starts = sorted(random.Random(m * 1000 + g).sample(range(128, m, 128), g - 1))
+        sizes = [b - a for a, b in zip([0] + starts, starts + [m])]
+    ids = torch.repeat_interleave(torch.arange(g, dtype=torch.int32), torch.tensor(sizes))
+    return ids.to("cuda"), sizes
 
 
 def sass_digest(cubin: bytes) -> str:
@@ -126,8 +143,11 @@ def timed(only: str, reps: int) -> None:
         a, sa = fp8.quantize_1x128(torch.randn((g, m, k) if grouping == "masked" else (m, k), device="cuda"))
         b, sb = fp8.quantize_128x128(torch.randn((n, k) if grouping == "dense" else (g, n, k), device="cuda"))
         extra, rows = (), m * g if grouping == "masked" else m
+        layout = ""
         if grouping == "contiguous":
-            extra = (torch.arange(m, device="cuda", dtype=torch.int32) // (m // g),)
+            ids, sizes = contiguous_groups(m, g, CONTIGUOUS_LAYOUT[0])
+            extra = (ids,)
+            layout = f" groups {sizes}" if CONTIGUOUS_LAYOUT[0] != "equal" else ""
         elif grouping == "masked":
             count = torch.randint(m // 2, m + 1, (g,), device="cuda", dtype=torch.int32)
             extra, rows = (count,), int(count.sum())
@@ -156,7 +176,7 @@ def timed(only: str, reps: int) -> None:
             fns["scaled_mm"] = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
         times = timer.in_turns(fns)
         base = times.get("scaled_mm") or times.get("now")
-        print(f"\n{name} M={m} N={n} K={k} G={g}", flush=True)
+        print(f"\n{name} M={m} N={n} K={k} G={g}{layout}", flush=True)
         for lab, t in times.items():
             print(f"  {lab:42s} {t * 1e3:9.1f} us {2 * rows * n * k / t / 1e9:7.1f} TFLOPS  x{base / t:5.3f}  "
                   f"{notes.get(lab, '')}", flush=True)
@@ -181,7 +201,10 @@ def main() -> None:
                                                     "it and each attrs as --variants does: variants of that case only")
     ap.add_argument("--shapes", default="", help="';'-separated cases timed instead of --only's: MxNxK (dense), "
                                                  "contiguous:MxNxKxG, masked:MxNxKxG")
+    ap.add_argument("--contiguous-layout", default="equal", choices=("equal", "random"),
+                    help="contiguous cases: equal groups, or random 128-aligned ones (seeded by the shape)")
     args = ap.parse_args()
+    CONTIGUOUS_LAYOUT[0] = args.contiguous_layout
     only = f"shapes:{args.shapes}" if args.shapes else args.only
     for spec in args.form:
         name, _, defines = spec.partition("=")
