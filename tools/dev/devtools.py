@@ -1,8 +1,10 @@
 """Helpers the tools/dev scripts share: NVRTC defines for A/B builds of one kernel source,
-kdsl.hosttime's host timer, a decode call's inputs with cuDNN's call on them, and
+a cubin's disassembly, kdsl.hosttime's host timer, a decode call's inputs with cuDNN's call on them, and
 the warm-up-then-profile loop of the Nsight Compute drivers."""
 from __future__ import annotations
 
+import subprocess
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +25,16 @@ class extra_options:
     def __exit__(self, *exc):
         from kdsl.runtime import nvrtc
         nvrtc.default_options = self.base
+
+
+def sass_text(cubin: bytes) -> str:
+    """cuobjdump -sass of a cubin (kdsl.sass finds the tool)."""
+    from kdsl.sass import find_cuobjdump
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([find_cuobjdump(), "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
 
 
 def host_us(fn, n=2000, per=200) -> float:

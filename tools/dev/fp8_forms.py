@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from devtools import extra_options  # noqa: E402
+from devtools import extra_options, sass_text  # noqa: E402
 
 DENSE = [(4096, 2112, 7168), (4096, 24576, 1536), (4096, 32768, 512), (4096, 7168, 16384),
          (4096, 4096, 7168), (4096, 7168, 2048)]
@@ -93,13 +93,7 @@ def sass_digest(cubin: bytes) -> str:
     digests mean the same kernel, whatever else the ELF carries."""
     import hashlib
     import re
-    import subprocess
-    import tempfile
-    from kdsl import sass
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([sass.find_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    text = sass_text(cubin)
     insns = [re.sub(r"/\* 0x[0-9a-f]+ \*/", "", line).strip() for line in text.splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/", line)]
     return hashlib.sha256("\n".join(insns).encode()).hexdigest()[:12]
 

@@ -21,6 +21,7 @@ word bit 45 and the reuse flags 58-61 (slot a, b, c).
 from __future__ import annotations
 
 import dataclasses
+import io
 import struct
 import sys
 from pathlib import Path
@@ -36,21 +37,11 @@ DEFINE = "-DKDSL_DEV_REUSE=1"
 
 
 def text_sections(cubin: bytes):
-    """(offset, size) of every .text.* section of a 64-bit little-endian ELF."""
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-
-    def header(i):
-        base = shoff + i * shentsize
-        name, = struct.unpack_from("<I", cubin, base)
-        offset, size = struct.unpack_from("<QQ", cubin, base + 0x18)
-        return name, offset, size
-
-    _, str_off, _ = header(shstrndx)
-    for i in range(shnum):
-        name, offset, size = header(i)
-        if cubin[str_off + name:cubin.index(b"\0", str_off + name)].startswith(b".text."):
-            yield offset, size
+    """(offset, size) of every .text.* section (the cubin's functions)."""
+    from elftools.elf.elffile import ELFFile
+    for section in ELFFile(io.BytesIO(cubin)).iter_sections():
+        if section.name.startswith(".text."):
+            yield section["sh_offset"], section["sh_size"]
 
 
 def promotion_ffmas(words) -> set[int]:
@@ -106,20 +97,14 @@ def install() -> None:
 
 def check() -> None:
     import re
-    import subprocess
-    import tempfile
     import kdsl
-    from kdsl import sass
+    from devtools import sass_text
     from kdsl.runtime.compiler import build
     kir = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
     cubin = build(kir.with_attrs(shape=[4096, 7168, 16384, 1], sms=132), "sm_90a", 0).compiled.cubin
 
     def ffmas(c):
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(c)
-            f.flush()
-            text = subprocess.run([sass.find_cuobjdump(), "-sass", f.name], capture_output=True, text=True).stdout
-        return [line.strip() for line in text.splitlines() if "FFMA" in line and re.match(r"\s+/\*", line)]
+        return [line.strip() for line in sass_text(c).splitlines() if "FFMA" in line and re.match(r"\s+/\*", line)]
     before = ffmas(cubin)
     patched, n = patch(cubin)
     after = ffmas(patched)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import heapq
 import json
 import re
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
+
+from devtools import sass_text
 
 OPS = ("HGMMA", "MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "FSEL", "F2FP")
 _INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z0-9_]+)([.\w]*)\s*([^;]*);")
@@ -36,12 +36,8 @@ def build(sample: str, kernel: str, head_dim: int, split_kv: bool = False):
 
 def sass_of(cubin: bytes, entry: str) -> list[tuple[int, bool, str, str]]:
     """(address, predicated, opcode with modifiers, operands) of each instruction of entry."""
-    from kdsl.sass import _section, find_cuobjdump
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([find_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
-    code = _section(text, rf"Function : {re.escape(entry)}\s")
+    from kdsl.sass import _section
+    code = _section(sass_text(cubin), rf"Function : {re.escape(entry)}\s")
     return [(int(m.group(1), 16), bool(m.group(2)), m.group(3) + m.group(4), m.group(5).strip())
             for m in _INSN.finditer(code)]
 

@@ -18,24 +18,16 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from devtools import sass_text
 
 # (one_warpgroup, split_kv): the programs launch.py's _load can ask for
 _OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z0-9_.]+)")
 PROGRAMS = {"every-call": (False, False), "split": (False, True),
             "one-wg": (True, False), "one-wg-split": (True, True)}
-
-
-def sass_text(cubin: bytes) -> str:
-    from kdsl.sass import find_cuobjdump
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        return subprocess.run([find_cuobjdump(), "-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
 
 
 def digest(text: str) -> str:
