@@ -22,25 +22,17 @@ from ..errors import KdslError
 
 # 192 rows: three math warpgroups of one m64 wave each, in turns (fp8_gemm_math.cuh).
 BLOCK_M = (64, 128, 192, 256)
-# 2-CTA clusters the model may choose unasked (an attr may ask for any), each with its
-# measured time factor against the same tile unclustered. On the H100 (2026-11-24, tools/dev/
-# fp8_forms.py) 2-CTA configurations ran 1-5 % slower than the same tiles unclustered; on
-# 2026-11-27 (h100-2026-11-27-s20-fp8-dense-variants.log) 256x128 and 128x128 with B multicast
-# ran 4-21 % behind the model's tiles on all six M = 4096 shapes, and masked groupings with A
-# multicast 8-9 % behind. Once A's scales came by TMA (the same day, s23 logs) dense 256x128
-# with A multicast ran 1.3-5.5 % faster than unclustered on every K >= 2048 shape measured
-# (three runs, nine shapes, six outside the suite), while 128- and 192-row tiles stayed 4-17 %
-# slower clustered, and masked (-1.5 to -2.8 %) and contiguous (-4 %) 256x128 too. At K = 512
-# the cluster lost 6-11 % on two of four shapes (h100-2026-11-27-s23-cluster-model-check.log),
-# so the model takes it from K >= 2048 only. At K = 1024-1792 (2026-11-28, h100-2026-11-28-s31-
-# cluster-small-k.log, -heldout.log) it gained 0.5-6 % on big problems (4-62 waves) and lost 1-13 %
-# on small ones (1.7-3.9 waves: 6144x2048x1024 31.0 us against 27.4): a per-tile cost of the
-# cluster that a flat factor cannot carry, so K >= 2048 stays. (Until 2026-11-24 clusters ran 2x slower: a
-# cluster-scope release put a MEMBAR.ALL.GPU before every arrival.) Since 2026-11-28 that tile's
-# K loop is unrolled (2-5 % faster, fp8_gemm_math.cuh). Refitted then on the 16 dense shapes of
-# tools/dev/c2a_border_shapes.json, where the pick was within -4/+5 % of the best unclustered
-# tile (h100-2026-11-28-s31-border.log): 0.97 picks the fastest tile timed, or one within 0.5 %,
-# on 15 of them (0.98: 13; 0.95 took the cluster at 8192x1536x2048, which ran 6 % slower).
+# 2-CTA clusters the model may choose unasked (an attr may ask for any), each with its time
+# factor against the same tile unclustered, measured on the H100 (history: bench/NOTES.md,
+# twentieth to thirty-first sessions):
+# - dense 256x128 with A multicast is the only one that pays: 0.97, fitted after its K loop was
+#   unrolled on 16 shapes near the border (h100-2026-11-28-s31-border.log; the pick is then the
+#   fastest tile or within 0.5 % on 15; 0.95 took the cluster where it ran 6 % slower);
+# - from K >= 2048 only: at K = 512 it lost 6-11 % on two of four shapes, and at K = 1024-1792
+#   it lost 1-13 % on problems of under four waves (s31-cluster-small-k-heldout.log), a per-tile
+#   cost a flat factor cannot carry;
+# - 128- and 192-row tiles ran 4-17 % slower clustered, as did masked (-3 %) and contiguous
+#   (-4 %) 256x128 before the unroll.
 CLUSTER_GAIN = {("dense", 256, 128, "a"): 0.97}  # (grouping, tile_m, tile_n, multicast): time factor
 CLUSTER_MIN_K = 2048
 # Multiples of 16 whose tiles straddle at most two scale blocks of B (BN - gcd(BN, 128) <= 128).
