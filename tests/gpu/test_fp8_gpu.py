@@ -38,6 +38,7 @@ CONFIGS = [
     {"tile_m": 128, "tile_n": 160, "cluster": 1},
     {"tile_m": 128, "tile_n": 192, "cluster": 1},
     {"tile_m": 256, "tile_n": 128, "cluster": 2, "multicast": "a"},
+    {"tile_m": 256, "tile_n": 96, "cluster": 2, "multicast": "a"},  # B's scales read by the math, two blocks a tile
     {"tile_m": 256, "tile_n": 96, "cluster": 1, "stages": 2},
     {"tile_m": 128, "tile_n": 128, "cluster": 1, "store": "rows"},
     {"tile_m": 192, "tile_n": 128, "cluster": 1},  # three math warpgroups in turns
@@ -77,6 +78,7 @@ DENSE_SHAPES = [(1, 2112, 7168), (127, 129, 128), (128, 256, 256), (129, 2112, 5
 GROUPED_CFGS = {"picked": {}, "bm64": {"tile_m": 64, "cluster": 1}, "cluster2": {"tile_m": 128, "tile_n": 128, "cluster": 2},
                 "bm128": {"tile_m": 128, "tile_n": 128, "cluster": 1},  # a warpgroup with no rows skips its unit
                 "bm256": {"tile_m": 256, "tile_n": 64, "cluster": 1},  # ping-pong, two waves a warpgroup
+                "bm256c2": {"tile_m": 256, "tile_n": 128, "cluster": 2, "multicast": "a"},
                 "bm192": {"tile_m": 192, "tile_n": 96, "cluster": 1},  # three warpgroups in turns
                 "rows": {"tile_m": 128, "tile_n": 112, "store": "rows", "cluster": 1}}
 ACCUMULATE_CFGS = [{}, {"store": "rows"}, {"tile_m": 64, "cluster": 1}]

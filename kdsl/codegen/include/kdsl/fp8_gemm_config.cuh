@@ -21,6 +21,19 @@
 #define KDSL_FP8_SA_TMA 1
 #endif
 
+// Who reads B's two scales of each K block. 1 (the kernel): on clustered 256-row tiles of dense
+// and contiguous GEMMs the math warpgroups, by a warp-uniform global load (L1 hits after a
+// unit's first: a unit's B scales are 4 * K / 128 contiguous bytes per scale block) issued
+// before the wave whose promotion uses them; elsewhere the producer's leader copies them into
+// the stage (cp.async). 2: the math warpgroups on every tile; 0: the producer on every tile.
+// H100, in turns (2026-11-28, bench/NOTES.md thirty-second session): clustered 256x128
+// x1.010-1.023 on 13 dense shapes, contiguous x1.024; masked x0.98; every unclustered tile
+// lost 1-8 % (192x128 x0.94, the one-wave 64-row tiles x0.94-0.98), whose warpgroups take
+// turns or fetch the next block's scales during the wave.
+#ifndef KDSL_FP8_SB_GLOBAL
+#define KDSL_FP8_SB_GLOBAL 1
+#endif
+
 // KDSL_FP8_DEV_SCALES (timing probes only: the result is wrong with 1 or 2): 1, the producer
 // copies no B scales (the math warpgroups read whatever the stage holds); 2, the math warpgroups
 // read no scales either (each is 1). 0: the kernel.
@@ -68,6 +81,9 @@ struct Fp8Config {
   // A's scales by TMA (the host's choice where M % 4 == 0; KDSL_FP8_SA_TMA=0 turns it off
   // for an A/B).
   static constexpr bool SA_TMA = SA_TMA_ && KDSL_FP8_SA_TMA;
+  // B's scales read by the math warpgroups (KDSL_FP8_SB_GLOBAL)
+  static constexpr bool kSbGlobal =
+      KDSL_FP8_SB_GLOBAL == 2 || (KDSL_FP8_SB_GLOBAL == 1 && BM == 256 && CLUSTER > 1 && KIND != 2);
   static constexpr int kBK = 128;                      // K per scale block == bytes per tile row
   // Math warpgroups: one per 64 rows, but two for 256 rows (two m64 waves each). BM = 192
   // gives three, one wave each, whose promotions hide behind the other two's waves.
@@ -122,6 +138,15 @@ struct Fp8Config {
   static_assert(kProducerRegs * 128 + kMathRegs * 128 * kMathWG <= (65536 / kThreads) / 8 * 8 * kThreads,
                 "register split larger than the launch allocation");
 };
+
+// Element offsets into p.sb of B's scales at K block 0 for a unit's columns: the scale block
+// holding column n0 (lo), and the next one if there is one, else lo again (hi). int: launch.py
+// bounds the scale counts by 2**31.
+KDSL_DEVICE void b_scale_offsets(const Fp8GemmArgs& p, const Fp8Unit& u, int nk, int& lo, int& hi) {
+  const int n_sblk = (p.N + 127) / 128;
+  lo = (u.g * n_sblk + (u.n0 >> 7)) * nk;
+  hi = (u.n0 >> 7) + 1 < n_sblk ? lo + nk : lo;
+}
 
 // Addresses in the shared-memory layout of Fp8Config.
 template <class C>

@@ -181,9 +181,14 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
       continue;  // nothing of this warpgroup's to store
     }
     const int kb_begin = C::STREAM_K ? u.kb0 : 0, kb_end = C::STREAM_K ? u.kb1 : nk;
-    // A stage's scales, read before the stage is handed back.
+    // A stage's scales, read before the stage is handed back; B's from global memory where
+    // C::kSbGlobal (block kb of the unit's one or two scale rows).
     float s_a[kWaves][2], s_b_lo, s_b_hi;
-    auto read_scales = [&](int s) {
+    int sb_lo, sb_hi;
+    b_scale_offsets(p, u, nk, sb_lo, sb_hi);
+    const float* const sb_lo_row = p.sb + sb_lo;
+    const float* const sb_hi_row = p.sb + (C::kSplit ? sb_hi : sb_lo);
+    auto read_scales = [&](int s, int kb) {
       if (KDSL_FP8_DEV_SCALES == 2) {  // (a timing probe)
 #pragma unroll
         for (int v = 0; v < kWaves; ++v) s_a[v][0] = s_a[v][1] = 1.f;
@@ -197,18 +202,23 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         s_a[v][0] = sa[r];
         s_a[v][1] = sa[r + 8];
       }
-      s_b_lo = sm.sb_ptr(s)[0];
-      s_b_hi = sm.sb_ptr(s)[1];
+      if (C::kSbGlobal) {
+        s_b_lo = __ldg(sb_lo_row + kb);
+        s_b_hi = C::kSplit ? __ldg(sb_hi_row + kb) : s_b_lo;
+      } else {
+        s_b_lo = sm.sb_ptr(s)[0];
+        s_b_hi = sm.sb_ptr(s)[1];
+      }
     };
     constexpr bool kPrefetch = kWaves == 1 && KDSL_FP8_PREFETCH_SCALES;
-    if (kPrefetch) read_scales(pos.s);  // the unit's first block (its "full" wait was the unit's)
+    if (kPrefetch) read_scales(pos.s, kb_begin);  // the unit's first block (its "full" wait was the unit's)
     constexpr int kUnrollKb = kWaves == 2 && C::CLUSTER > 1 ? KDSL_FP8_UNROLL_KB_256 : 1;
 #pragma unroll kUnrollKb
     for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
       if (!kPrefetch) {
         if (kb > kb_begin) mbar_wait(sm.full(s), pos.phase);
-        read_scales(s);
+        read_scales(s, kb);
       }
       float sa_now[kWaves][2];
 #pragma unroll
@@ -235,7 +245,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
           RingPos<C::STAGES> next = pos;
           next.advance();
           mbar_wait(sm.full(next.s), next.phase);
-          read_scales(next.s);
+          read_scales(next.s, kb + 1);
         }
         wgmma_wait<0>();
         wgmma_pin(acc);

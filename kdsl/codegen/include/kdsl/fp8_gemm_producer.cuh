@@ -45,8 +45,10 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
   while (sched.next(u)) {
     if (leader) fp8_trace(0, tn, kFp8TraceMark, 2);
     const int ag = C::KIND == 2 ? u.g : 0;  // group of A (and of sa)
-    // Element offsets (int: launch.py bounds the scale counts by 2**31): B's scale blocks of
-    // this tile's columns, the second one only if the tile reaches it; sa[ag][kb = 0][m0].
+    // Element offsets (int: launch.py bounds the scale counts by 2**31): B's two scale blocks
+    // (copied only without C::kSbGlobal); sa[ag][kb = 0][m0].
+    // (b_scale_offsets, as the math warpgroups get them: through that call ptxas scheduled
+    // every kernel's producer differently, a change not timed.)
     const int sb_lo = (u.g * n_sblk + (u.n0 >> 7)) * nk;
     const int sb_hi = (u.n0 >> 7) + 1 < n_sblk ? sb_lo + nk : sb_lo;
     const int sa_unit = ag * nk * p.M + u.m0, rows_left = p.M - u.m0;
@@ -57,15 +59,16 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       mbar_wait(sm.empty(s), pos.phase ^ 1u);
       if (leader && kb == kb_begin) fp8_trace(0, tn, kFp8TraceMark, 3);
       // A's scales: one box among the leader's TMA loads below (SA_TMA), or BM / 32 rows
-      // copied by each lane, zeros past M; B's two: the leader. Each lane's arrival below is
-      // made when its copies (if any) have landed, and is one of the phase's expected
-      // arrivals, so the phase cannot complete before every copy is in.
+      // copied by each lane, zeros past M; B's two: the leader, unless the math warpgroups
+      // read them (C::kSbGlobal). Each lane's arrival below is made when its copies (if any)
+      // have landed, and is one of the phase's expected arrivals, so the phase cannot
+      // complete before every copy is in.
       if (!C::SA_TMA) {
         const float* sa_kb = p.sa + (sa_unit + kb * p.M);
 #pragma unroll
         for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
       }
-      if (leader && C::kScaleCompletion != 1 && !KDSL_FP8_DEV_SCALES) {
+      if (leader && C::kScaleCompletion != 1 && !C::kSbGlobal && !KDSL_FP8_DEV_SCALES) {
         cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
         cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
       }
@@ -75,8 +78,10 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
         if (kb == kb_begin) sm.publish(s, u);  // published by the release arrival below
         fp8_trace(0, tn, kFp8TraceIssue, kb);
         if (C::kScaleCompletion == 1) {  // the earlier form, kept as it was for the probe
-          cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
-          cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
+          if (!C::kSbGlobal) {
+            cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
+            cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
+          }
           cp_async_mbar_arrive(full);
         }
         mbar_arrive_expect_tx(full, C::kStageTx);
