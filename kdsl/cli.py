@@ -271,6 +271,7 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
         m, n, kk, g = lowered.attr("shape")
         tile += (f", {lowered.attr('stages')} stages, cluster {lowered.attr('cluster')} (multicast "
                  f"{lowered.attr('multicast')}), {lowered.attr('store')} store, a_scale by {lowered.attr('scale_load')}, "
+                 f"b_scale by {lowered.attr('b_scale_load')}, "
                  f"for M={m} N={n} K={kk} G={g} on "
                  f"{lowered.attr('sms')} SMs")
     if args.emit in ("ir", "cuda"):

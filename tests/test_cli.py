@@ -110,7 +110,7 @@ def test_emit_ir_shows_the_fp8_tiles_for_a_shape_and_takes_overrides(tmp_path):
     r = run("compile", sample, "--emit", "ir", "--attr", "tile_n=112", "--attr", "multicast=none", "-o", str(tmp_path))
     assert r.returncode == 0 and "attr tile_n = 112" in r.stdout and 'attr multicast = "none"' in r.stdout, r.stderr
     for args, needle in ((["--shape", "M=1,N=2"], "--shape: expected M=..,N=..,K=..[,G=..]"),
-                         (["--attr", "tiles=3"], "--attr: expected NAME=VALUE with NAME one of cluster, consumers"),
+                         (["--attr", "tiles=3"], "--attr: expected NAME=VALUE with NAME one of b_scale_load, cluster, consumers"),
                          (["--attr", "tile_n=176"], "tile_n = 176 is not supported"),
                          (["--shape", "M=100,N=300,K=256", "--attr", "store=tma"], "multiple of 16 bytes (N = 300)")):
         r = run("compile", sample, "--emit", "ir", *args, "-o", str(tmp_path))

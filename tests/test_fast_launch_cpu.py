@@ -17,6 +17,7 @@ from kdsl.errors import KdslError  # noqa: E402
 from kdsl.runtime import driver, fast_launch, gemm_launch, tma  # noqa: E402
 
 M, N, K = 64, 96, 256
+POINTER_PARAMS = range(5, 10)  # sa sb out group count, after the five tensor maps (gemm_launch._arg_pack)
 LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
@@ -38,11 +39,11 @@ class FakePlan:
         self.pack = gemm_launch._arg_pack(M, N, K, 1, 8, sk)
         self._launch = driver.Launcher(0x1234, (132, 1, 1), (384, 1, 1), 1000)
         self.loaded = type("Loaded", (), {"fn_ptr": 0x5678})()
-        self.device, self.sa_align, self.out_align = -1, 16, 16
+        self.device, self.sa_align, self.sb_align, self.out_align = -1, 16, 16, 16
         self.stream = stream
         self.current_stream = lambda: self.stream
         self.encodes = []
-        operands = ("a", "b", "out", "a_scale")
+        operands = ("a", "b", "out", "a_scale", "b_scale")
         self.maps = [FakeMap(self, gemm_launch.map_slot(n)) for n in operands]
         self.map_sources = gemm_launch.map_sources(operands)
 
@@ -91,14 +92,14 @@ def test_a_registered_call_launches_with_its_pointers_stream_and_maps(ext):
     assert fast(a, sa, b, sb, None, out) is out
     plan.stream = 78
     assert fast(a, sa, b, sb, None, out) is out
-    assert len(plan.encodes) == 4, "maps already bound: a second call encodes nothing"
+    assert len(plan.encodes) == 5, "maps already bound: a second call encodes nothing"
     assert [(cfg, fn, params, locked) for cfg, fn, params, locked in launched] == \
         [(plan._launch._address, 0x5678, plan.pack.params_address, True)] * 2
     assert plan._launch.config.stream == 78
-    assert [plan.param(i) for i in range(4, 9)] == [sa.data_ptr(), sb.data_ptr(), out.data_ptr(), 0, 0]
-    ptr = {"a": a.data_ptr(), "b": b.data_ptr(), "out": out.data_ptr(), "a_scale": sa.data_ptr()}
+    assert [plan.param(i) for i in POINTER_PARAMS] == [sa.data_ptr(), sb.data_ptr(), out.data_ptr(), 0, 0]
+    ptr = {"a": a.data_ptr(), "b": b.data_ptr(), "out": out.data_ptr(), "a_scale": sa.data_ptr(), "b_scale": sb.data_ptr()}
     assert sorted(plan.encodes) == sorted((gemm_launch.map_slot(n), p) for n, p in ptr.items())
-    for m, name in zip(plan.maps, ("a", "b", "out", "a_scale")):
+    for m, name in zip(plan.maps, ("a", "b", "out", "a_scale", "b_scale")):
         assert plan.pack.params[m.index] == m.encoded[ptr[name]][1]
 
 
@@ -115,6 +116,7 @@ def test_other_calls_are_declined_and_nothing_launches(ext):
         (a, sa, b, sb, object(), out),                                                  # extra by a wrong name
         (a, sa, b, sb, None, torch.empty(M * N + 4, dtype=torch.bfloat16)[4:].view(M, N)),  # out 8 B off
         (a, torch.rand(K // 128 * M + 1)[1:].view(K // 128, M).t(), b, sb, None, out),  # a_scale misaligned
+        (a, sa, b, torch.rand(sb.numel() + 1)[1:].view(sb.shape), None, out),           # b_scale misaligned
     ]
     for call in declined:
         assert fast(*call) is None
@@ -136,7 +138,7 @@ def test_the_grouped_kinds_extra_pointer_reaches_its_slot(ext):
     fast, _ = fast_with(ext, plan, tensors, launched, extra_name="group")
     assert fast(a, sa, b, sb, None, out) is None  # the entry wants its group
     assert fast(a, sa, b, sb, group, out) is out
-    assert [plan.param(i) for i in range(4, 9)] == [sa.data_ptr(), sb.data_ptr(), out.data_ptr(), group.data_ptr(), 0]
+    assert [plan.param(i) for i in POINTER_PARAMS] == [sa.data_ptr(), sb.data_ptr(), out.data_ptr(), group.data_ptr(), 0]
 
 
 def test_python_and_cpp_bind_through_one_record(ext):
@@ -148,9 +150,9 @@ def test_python_and_cpp_bind_through_one_record(ext):
     fast, _ = fast_with(ext, plan, tensors, launched)
     other = torch.empty_like(out)
     plan._bind_maps([a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr(), other.data_ptr(), 0, 0])
-    assert len(plan.encodes) == 4
+    assert len(plan.encodes) == 5
     assert fast(a, sa, b, sb, None, other) is other
-    assert len(plan.encodes) == 4
+    assert len(plan.encodes) == 5
     out_map = plan.maps[2]
     plan.pack.params[out_map.index] = 0  # written elsewhere: C++ notices and binds again
     assert fast(a, sa, b, sb, None, other) is other
@@ -248,7 +250,7 @@ def test_entries_added_during_a_call_leave_it_whole(ext):
         return encode(*args)
     plan.maps[0].encode = encode_and_adopt
     assert fast(a, sa, b, sb, None, out) is out and len(fast) == 41
-    assert [plan.param(i) for i in range(4, 7)] == [sa.data_ptr(), sb.data_ptr(), out.data_ptr()]
+    assert [plan.param(i) for i in POINTER_PARAMS[:3]] == [sa.data_ptr(), sb.data_ptr(), out.data_ptr()]
     assert launched[0][:3] == (plan._launch._address, 0x5678, plan.pack.params_address)
 
 

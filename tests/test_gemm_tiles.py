@@ -236,6 +236,30 @@ def test_a_scale_comes_by_tma_only_where_its_rows_are_16_byte_units():
         choose(Problem(128, 512, 1024, 1, "dense", 2), 132, SMEM, {"scale_load": "dma"})
 
 
+def test_b_scale_load_follows_the_tile_unless_fixed():
+    """'math' on clustered 256-row tiles (not masked), 'tma' on unclustered 256-row ones where
+    b_scale's rows are 16-byte units (K % 512 == 0), 'copy' elsewhere; the 128-byte slot a stage
+    that a TMA box lands in counts in the tiling's shared memory."""
+    c2a = {"tile_m": 256, "tile_n": 128, "cluster": 2, "multicast": "a"}
+    cases = [("dense", 1, 7168, c2a, "math"), ("contiguous", 4, 1280, c2a, "math"), ("masked", 3, 7168, c2a, "copy"),
+             ("dense", 1, 512, {"tile_m": 256, "cluster": 1}, "tma"), ("masked", 3, 1536, {"tile_m": 256, "cluster": 1}, "tma"),
+             ("dense", 1, 1280, {"tile_m": 256, "cluster": 1}, "copy"), ("dense", 1, 7168, {"tile_m": 192}, "copy"),
+             ("contiguous", 4, 7168, {"tile_m": 128, "tile_n": 128, "cluster": 1}, "copy"),
+             ("dense", 1, 7168, {"tile_m": 64}, "copy")]
+    for grouping, g, k, fixed, want in cases:
+        p = Problem(4096, 1024, k, g, grouping, 2)
+        cfg = choose(p, 132, SMEM, fixed)
+        assert cfg["b_scale_load"] == want, (grouping, k, fixed)
+        assert smem_bytes(cfg["tile_m"], cfg["tile_n"], cfg["stages"], 2, True, want == "tma") <= SMEM
+    assert smem_bytes(128, 128, 4, 2, True, True) - smem_bytes(128, 128, 4, 2, True, False) == 4 * 112
+    for load in ("copy", "tma", "math"):
+        assert choose(Problem(4096, 512, 1024, 1, "dense", 2), 132, SMEM, {"b_scale_load": load})["b_scale_load"] == load
+    with pytest.raises(KdslError, match="needs K to be a multiple of 512 .* K = 1280"):
+        choose(Problem(256, 512, 1280, 1, "dense", 2), 132, SMEM, {"b_scale_load": "tma"})
+    with pytest.raises(KdslError, match="b_scale_load = 'dma' is not supported"):
+        choose(Problem(256, 512, 1024, 1, "dense", 2), 132, SMEM, {"b_scale_load": "dma"})
+
+
 def test_lowered_ir_shows_the_choice_and_round_trips():
     k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
     for shape, sms in (([128, 2112, 7168, 1], 132), ([4096, 7168, 16384, 1], 114), (None, None)):

@@ -150,7 +150,10 @@ def test_fp8_tensor_maps_meet_the_driver_rules_and_the_kernel_contract():
         cfg = gemm_tiles.choose(gemm_tiles.Problem(M, N, K, G, grouping, out_bytes), rng.choice([132, 114]), 232448)
         maps = geometry.gemm_tensor_maps(M, N, K, G, grouping, out_bytes, cfg)
         assert cfg["scale_load"] == ("tma" if M % 4 == 0 else "copy")
-        want = ["a", "b"] + ["out"] * (cfg["store"] == "tma") + ["a_scale"] * (cfg["scale_load"] == "tma")
+        assert cfg["b_scale_load"] == gemm_tiles.b_scale_load_for(gemm_tiles.Problem(M, N, K, G, grouping, out_bytes),
+                                                                  cfg["tile_m"], cfg["cluster"])
+        want = ["a", "b"] + ["out"] * (cfg["store"] == "tma") + ["a_scale"] * (cfg["scale_load"] == "tma") + \
+            ["b_scale"] * (cfg["b_scale_load"] == "tma")
         assert list(maps) == want and all(name in geometry.GEMM_MAP_OPERANDS for name in maps)
         for dtype, dims, strides, box, swizzle, promotion in maps.values():
             assert 1 <= len(dims) <= 5 and len(strides) == len(dims) - 1 and len(box) == len(dims)
@@ -165,7 +168,11 @@ def test_fp8_tensor_maps_meet_the_driver_rules_and_the_kernel_contract():
             dtype, dims, strides, box, swizzle, _ = maps["a_scale"]
             assert dtype == "f32" and box == (bm, 1, 1) and swizzle == 0 and M * 4 % 16 == 0 and bm * 4 % 16 == 0
             assert dims == (M, K // 128, G if grouping == "masked" else 1)
-        assert landed == (bm + bn) * 128  # Fp8Config::kStageTx, with kSABytes for the a_scale box
+        if cfg["b_scale_load"] == "tma":  # 4 K blocks of the tile's two scale rows (its block's at floats 0 and 4)
+            dtype, dims, strides, box, swizzle, _ = maps["b_scale"]
+            assert dtype == "f32" and box == (4, 2, 1) and swizzle == 0 and K // 128 * 4 % 16 == 0
+            assert dims == (K // 128, -(-N // 128), 1 if grouping == "dense" else G)
+        assert landed == (bm + bn) * 128  # Fp8Config::kStageTx, with kSABytes and 32 for the scale boxes
         if cfg["store"] == "tma":
             dtype, dims, _, box, swizzle, _ = maps["out"]
             assert box[1] == 64 and box[0] * out_bytes == swizzle and bn * out_bytes % swizzle == 0
@@ -213,7 +220,8 @@ def test_hopper_attention_refuses_2_to_the_31_query_rows():
         geometry.attention_row_limit(2, 16, 2**26, "k")
 
 
-@pytest.mark.parametrize("operands", [("a", "b"), ("a", "b", "out"), ("a", "b", "a_scale"), ("a", "b", "out", "a_scale")])
+@pytest.mark.parametrize("operands", [("a", "b"), ("a", "b", "out"), ("a", "b", "a_scale"), ("a", "b", "out", "a_scale"),
+                                      ("a", "b", "b_scale"), ("a", "b", "out", "a_scale", "b_scale")])
 @pytest.mark.parametrize("stream_k", [0, 5])
 def test_fp8_call_pointers_reach_their_maps_and_parameter_slots(operands, stream_k):
     """The FP8 GEMM call hands its plan one pointer list (gemm_launch.CALL_POINTERS, then
@@ -240,7 +248,7 @@ def test_fp8_call_pointers_reach_their_maps_and_parameter_slots(operands, stream
     plan._bind_maps(pointers)  # what Plan.launch does under the pack's lock
     pack.pointers[:] = pointers[plan.map_only:]
     assert {name: m.bound for name, m in zip(operands, maps)} == {name: given[name] for name in operands}
-    assert [m.slot for m in maps] == [("a", "b", "out", "a_scale").index(name) for name in operands]
+    assert [m.slot for m in maps] == [("a", "b", "out", "a_scale", "b_scale").index(name) for name in operands]
     slot = lambda i: ctypes.c_uint64.from_address(pack.params[i]).value
     want = [given[n] for n in ("a_scale", "b_scale", "out", "group", "count")] + ([0x9000, 0xA000] if stream_k else [])
-    assert [slot(i) for i in [4, 5, 6, 7, 8] + ([15, 16] if stream_k else [])] == want
+    assert [slot(i) for i in [5, 6, 7, 8, 9] + ([16, 17] if stream_k else [])] == want

@@ -12,7 +12,7 @@ import jinja2
 
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
-from ..passes import exp2_fold, mask_analysis, streaming, tiling
+from ..passes import exp2_fold, gemm_tiles, mask_analysis, streaming, tiling
 from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
 
 HERE = Path(__file__).parent
@@ -210,6 +210,7 @@ def _gemm(k: ir.Kernel) -> Generated:
         kind=GEMM_KINDS[k.attr("grouping")], accumulate="true" if k.attr("accumulate") else "false",
         tma_store="true" if k.attr("store") == "tma" else "false", stream_k="true" if k.attr("stream_k") else "false",
         sa_tma="true" if k.attr("scale_load") == "tma" else "false",
+        sb_load=gemm_tiles.B_SCALE_LOADS.index(k.attr("b_scale_load")),
         smem=k.attr("smem_bytes"),
         threads=k.attr("threads"), producer_regs=k.attr("producer_regs"), consumer_regs=k.attr("consumer_regs"),
         cluster_dims=f"__cluster_dims__({cluster}, 1, 1)" if cluster > 1 else "", entry=entry_name(k))

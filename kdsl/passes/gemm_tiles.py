@@ -42,10 +42,22 @@ MULTICAST = ("none", "a", "b")
 STORES = ("tma", "rows")
 # How A's scales reach shared memory: by TMA (a 2-D map over a_scale, whose rows of M floats
 # must be whole 16-byte units: M % 4 == 0), or by the producer warp's 4-byte cp.asyncs.
+# B's (b_scale_load; the kernel's SB_LOAD, in this order): two cp.asyncs of the producer's leader;
+# by TMA (a box of 4 K blocks of the tile's two scale rows, whose rows of K / 128 floats must be
+# whole 16-byte units: K % 512 == 0); or read by the math warpgroups from global memory.
+# Measured on the H100 in turns, each against "copy" (bench/NOTES.md, thirty-second session):
+# - "math" on clustered 256x128 tiles x1.010-1.023 (13 dense shapes), contiguous x1.024, masked
+#   x0.98; on every unclustered tile 1-8 % slower (192x128 x0.94);
+# - "tma" on unclustered 256x128 x1.034 (4096x32768x512; masked x1.00), 192x128 x0.96-0.98
+#   (contiguous x0.964), 64- and 128-row tiles within the noise (A/A pairs up to 2.6 % apart).
+# So the model takes "math" for clustered 256-row tiles (not masked), "tma" for unclustered
+# 256-row tiles where K allows, and "copy" elsewhere.
+B_SCALE_LOADS = ("copy", "tma", "math")
 # Nsight Compute (H100, 2026-11-27): those copies were most of the ~110 instructions the
 # producer issued a K block, more than a 128-row tile's K block lasts.
 SCALE_LOADS = ("tma", "copy")
-CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", "store", "stream_k", "scale_load")
+CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", "store", "stream_k", "scale_load",
+                "b_scale_load")
 # The problem a kernel's tiles are chosen for when no call has said (kdsl compile, prebuilds):
 # the shapes `kdsl bench FILE.kd` times. (M, N, K, G).
 DEFAULT_SHAPES = {"dense": (4096, 7168, 16384, 1), "contiguous": (32768, 4096, 7168, 4),
@@ -83,11 +95,12 @@ def threads(bm: int) -> int:
     return 128 * math_warpgroups(bm) + 128
 
 
-def smem_bytes(bm: int, bn: int, stages: int, out_bytes: int, tma_store: bool) -> int:
+def smem_bytes(bm: int, bn: int, stages: int, out_bytes: int, tma_store: bool, b_scale_tma: bool = False) -> int:
     """fp8_gemm_config.cuh's Fp8Config::kSmemBytes: per stage the A and B tiles, A's scales,
-    16 bytes of B's scales, 32 of the published unit, two mbarriers; once the staging tile of
-    the TMA store; + 1024 to realign to the 128-byte swizzle's 1024-byte period."""
-    per_stage = (bm + bn) * 128 + bm * 4 + 16 + 32 + 16
+    B's scales (16 bytes copied, or a 128-byte aligned slot for their TMA box), 32 of the
+    published unit, two mbarriers; once the staging tile of the TMA store; + 1024 to realign
+    to the 128-byte swizzle's 1024-byte period."""
+    per_stage = (bm + bn) * 128 + bm * 4 + (128 if b_scale_tma else 16) + 32 + 16
     return 1024 + stages * per_stage + (bm * bn * out_bytes if tma_store else 0)
 
 
@@ -99,6 +112,18 @@ def store_fits(p: Problem) -> bool:
 def scale_tma_fits(p: Problem) -> bool:
     """A TMA map over a_scale needs its rows (M floats, one per row of a) to be a multiple of 16 bytes."""
     return p.M % 4 == 0
+
+
+def b_scale_tma_fits(p: Problem) -> bool:
+    """A TMA map over b_scale needs its rows (K / 128 floats, one per K block) to be a multiple of 16 bytes."""
+    return p.K % 512 == 0
+
+
+def b_scale_load_for(p: Problem, bm: int, cluster: int) -> str:
+    """How B's scales reach a tile's math warpgroups unless an attr says (B_SCALE_LOADS)."""
+    if bm == 256 and cluster == 2 and p.grouping != "masked":
+        return "math"
+    return "tma" if bm == 256 and cluster == 1 and b_scale_tma_fits(p) else "copy"
 
 
 def tiles_of(p: Problem, bm: int, bn: int) -> tuple[int, int, int]:
@@ -272,13 +297,16 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
                     if cluster == 2 and "cluster" not in fixed and not model_clusters(p, bm, bn, multicast):
                         continue  # a cluster the model does not choose unasked
                     num_m, num_n, blocks = tiles_of(p, bm, bn)
-                    stages = fixed.get("stages") or min(MAX_STAGES, (smem_limit - smem_bytes(bm, bn, 0, p.out_bytes, tma))
-                                                         // (smem_bytes(bm, bn, 1, p.out_bytes, tma) -
-                                                             smem_bytes(bm, bn, 0, p.out_bytes, tma)))
+                    b_scale_load = fixed.get("b_scale_load") or b_scale_load_for(p, bm, cluster)
+                    sb_tma = b_scale_load == "tma"
+                    base = smem_bytes(bm, bn, 0, p.out_bytes, tma, sb_tma)
+                    per_stage = smem_bytes(bm, bn, 1, p.out_bytes, tma, sb_tma) - base
+                    stages = fixed.get("stages") or min(MAX_STAGES, (smem_limit - base) // per_stage)
                     for stream_k in (False, True) if "stream_k" in fixed else (False,):  # (SK_PIECE_COST)
                         cfg = {"tile_m": bm, "tile_n": bn, "stages": stages, "cluster": cluster,
                                "multicast": multicast, "raster": fixed.get("raster") or raster_for(bm, bn, multicast, sms),
-                               "store": "tma" if tma else "rows", "stream_k": stream_k, "scale_load": scale_load}
+                               "store": "tma" if tma else "rows", "stream_k": stream_k, "scale_load": scale_load,
+                               "b_scale_load": b_scale_load}
                         if any(cfg[a] != v for a, v in fixed.items()):
                             continue
                         reason = _illegal(p, cfg, num_m, num_n, sms, smem_limit, explicit="stages" in fixed)
@@ -298,11 +326,14 @@ def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: 
         return f"store = \"tma\" needs out's rows to be a multiple of 16 bytes (N = {p.N})"
     if c["scale_load"] == "tma" and not scale_tma_fits(p):
         return f"scale_load = \"tma\" needs M to be a multiple of 4 (a_scale's rows of M floats in 16-byte units; M = {p.M})"
+    if c["b_scale_load"] == "tma" and not b_scale_tma_fits(p):
+        return (f"b_scale_load = \"tma\" needs K to be a multiple of 512 (b_scale's rows of K / 128 floats in 16-byte "
+                f"units; K = {p.K})")
     if c["cluster"] == 2 and sms % 2:
         return f"a cluster of 2 needs an even SM count, not {sms}"
     if bn // 2 * (waves_of(bm) + 1) > ACCUMULATOR_FLOATS[math_warpgroups(bm)]:
         return f"tile {bm}x{bn} needs more accumulator registers than the math warpgroups have"
-    if smem_bytes(bm, bn, st, p.out_bytes, c["store"] == "tma") > smem_limit:
+    if smem_bytes(bm, bn, st, p.out_bytes, c["store"] == "tma", c["b_scale_load"] == "tma") > smem_limit:
         return f"tile {bm}x{bn} with {st} stages needs more than {smem_limit} bytes of shared memory"
     if st < 2 or (not explicit and (st < 3 or (bm * bn < 128 * 192 and st < 4))):
         return f"tile {bm}x{bn} leaves room for {st} stages only"
@@ -335,7 +366,7 @@ def choose(p: Problem, sms: int, smem_limit: int, fixed: dict | None = None) -> 
 
 def _validate_fixed(fixed: dict) -> None:
     allowed = {"tile_m": BLOCK_M, "tile_n": BLOCK_N, "cluster": (1, 2), "multicast": MULTICAST, "store": STORES,
-               "stream_k": (False, True), "scale_load": SCALE_LOADS}
+               "stream_k": (False, True), "scale_load": SCALE_LOADS, "b_scale_load": B_SCALE_LOADS}
     for a, v in fixed.items():
         if a in allowed and v not in allowed[a]:
             raise KdslError(f"FP8 GEMM attr {a} = {v!r} is not supported; choose one of "

@@ -468,6 +468,7 @@ def _gemm(k: ir.Kernel, target: Target) -> ir.Kernel:
     problem = gemm_problem(k)
     sms = k.attr("sms") or target.sms
     cfg = gemm_tiles.choose(problem, sms, target.smem_per_block, dict(k.attrs))
-    smem = gemm_tiles.smem_bytes(cfg["tile_m"], cfg["tile_n"], cfg["stages"], problem.out_bytes, cfg["store"] == "tma")
+    smem = gemm_tiles.smem_bytes(cfg["tile_m"], cfg["tile_n"], cfg["stages"], problem.out_bytes, cfg["store"] == "tma",
+                                 cfg["b_scale_load"] == "tma")
     shape = [problem.M, problem.N, problem.K, problem.G]
     return k.with_attrs(shape=shape, sms=sms, **cfg, tile_k=128, smem_bytes=smem)

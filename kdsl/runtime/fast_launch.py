@@ -163,7 +163,7 @@ def register(fast, ext, plan, extra_name: str | None, tensors, out_given: bool) 
     maps = [(source, ctypes.addressof(plan.pack.params) + 8 * m.index, m.encoding)
             for m, source in zip(plan.maps, plan.map_sources)]
     entry = fast.add(layouts, maps, plan.device, extra is not None, CALL_POINTERS.index(extra_name or "group"),
-                     out_given, plan.sa_align, plan.out_align, ctypes.addressof(plan.pack.pointers),
+                     out_given, plan.sa_align, plan.sb_align, plan.out_align, ctypes.addressof(plan.pack.pointers),
                      plan._launch._address, _LaunchConfig.stream.offset, plan.loaded.fn_ptr, plan.pack.params_address,
                      plan.pack.lock, plan.current_stream, plan)
     for i, m in enumerate(plan.maps):

@@ -47,7 +47,8 @@ class GemmKernel(KernelBase):
 
     def with_attrs(self, **attrs) -> "GemmKernel":
         """The same kernel with schedule attrs fixed (tiling.SCHEDULE_ATTRS["gemm"]: tile_m, tile_n,
-        stages, cluster, multicast, raster, store, stream_k; see passes/gemm_tiles.py): the tiling pass then
+        stages, cluster, multicast, raster, store, stream_k, scale_load, b_scale_load; see
+        passes/gemm_tiles.py): the tiling pass then
         chooses only among configurations that agree with them, and refuses a call where none does."""
         from ..passes import tiling
         legal = tiling.SCHEDULE_ATTRS["gemm"]
@@ -81,7 +82,7 @@ class GemmKernel(KernelBase):
             pa, psa, pb, psb, pout = a.data_ptr(), a_scale.data_ptr(), b.data_ptr(), b_scale.data_ptr(), out.data_ptr()
         else:
             pa, psa, pb, psb, pout = _ptr(a), _ptr(a_scale), _ptr(b), _ptr(b_scale), _ptr(out)
-        if (pa | pb) & 15 or psa % plan.sa_align or psb & 3 or pout % plan.out_align:
+        if (pa | pb) & 15 or psa % plan.sa_align or psb % plan.sb_align or pout % plan.out_align:
             for ptr, n, al in ((pa, "a", 16), (psa, "a_scale", 4), (pb, "b", 16), (psb, "b_scale", 4),
                                (pout, "out", plan.out_align)):
                 if ptr % al:
@@ -96,12 +97,14 @@ class GemmKernel(KernelBase):
         return out
 
     def _copied_scales_plan(self, key, plan, a, a_scale, b, b_scale, extra, out):
-        """The plan for an a_scale that is 4- but not 16-byte aligned where the call's plan loads
-        it by TMA: the same tiles with A's scales copied by the producer (compiled once, and
-        kept on the call's plan for its next such call)."""
-        if self.ir.attr("scale_load") == "tma":
-            _align(_ptr(a_scale), "a_scale", self.name + " (attr scale_load = \"tma\")", 16)
-        plan.scales_copied = self._plan(a, a_scale, b, b_scale, extra, out, scale_load="copy")
+        """The plan for an a_scale or b_scale that is 4- but not 16-byte aligned where the call's
+        plan loads it by TMA: the same tiles with those scales copied by the producer (compiled
+        once, and kept on the call's plan for its next such call)."""
+        for name, attr, t in (("a_scale", "scale_load", a_scale), ("b_scale", "b_scale_load", b_scale)):
+            if self.ir.attr(attr) == "tma":
+                _align(_ptr(t), name, self.name + f" (attr {attr} = \"tma\")", 16)
+        copied = {"scale_load": "copy"} | ({"b_scale_load": "copy"} if plan.sb_align == 16 else {})
+        plan.scales_copied = self._plan(a, a_scale, b, b_scale, extra, out, copied)
         return plan.scales_copied
 
     def _extra(self, rest, named):
@@ -167,7 +170,7 @@ class GemmKernel(KernelBase):
             infos.append(io)
         return infos, (G, M, N, K), out_shape
 
-    def _plan(self, a, a_scale, b, b_scale, extra, out, scale_load=None):
+    def _plan(self, a, a_scale, b, b_scale, extra, out, fixed=None):
         infos, (G, M, N, K), out_shape = self.validate(a, a_scale, b, b_scale, extra, out)
         masked, out_dtype, ia = self.grouping == "masked", self.ir.tensor("out").dtype, infos[0]
         device = self._device(infos)
@@ -175,7 +178,7 @@ class GemmKernel(KernelBase):
             return Plan(None, (), (), None, ia.framework, device, out_shape, out_dtype, "empty")
         sms = _sm_count(device)
         kernel = self.ir.with_attrs(shape=[M, N, K, G], sms=sms)
-        built, loaded = self._load_shape(kernel.with_attrs(scale_load=scale_load) if scale_load else kernel, device)
+        built, loaded = self._load_shape(kernel.with_attrs(**fixed) if fixed else kernel, device)
         lk = built.kernel
         bm, bn, mcast, cluster = lk.attr("tile_m"), lk.attr("tile_n"), lk.attr("multicast"), lk.attr("cluster")
         geometry.gemm_index_limits(M, N, K, G, bm, bn, masked, self.name)
@@ -187,7 +190,7 @@ class GemmKernel(KernelBase):
         from .tma import TensorMap
         specs = geometry.gemm_tensor_maps(M, N, K, G, self.grouping, arrays.itemsize(out_dtype),
                                           {a: lk.attr(a) for a in ("tile_m", "tile_n", "multicast", "store",
-                                                                   "scale_load")})
+                                                                   "scale_load", "b_scale_load")})
         maps = [TensorMap(pack, map_slot(name), *spec) for name, spec in specs.items()]
         block = (lk.attr("threads"), 1, 1)
         if cluster > 1:  # never more CTAs than can be resident: the rest would be a second wave
@@ -196,7 +199,7 @@ class GemmKernel(KernelBase):
         return Plan(loaded, grid, block, pack, ia.framework,
                     device, out_shape, out_dtype, maps=tuple(maps),
                     map_sources=map_sources(specs), map_only=2,
-                    sa_align=16 if "a_scale" in specs else 4,
+                    sa_align=16 if "a_scale" in specs else 4, sb_align=16 if "b_scale" in specs else 4,
                     out_align=16 if "out" in specs else (8 if out_dtype == "f32" else 4),
                     sk_tiles=sk, sk_bytes=grid[0] * bm * bn * 4)
 
@@ -252,17 +255,18 @@ def _allocate_sk(device: int, nbytes: int):
 
 
 def _arg_pack(M: int, N: int, K: int, G: int, raster: int, sk: int) -> ArgPack:
-    """The kernel's parameters: ta tb td tsa (tensor maps; td and tsa left blank when unused),
-    sa sb out group count (pointers, per call), M N K G raster sk_tiles, sk_partials sk_flags
-    (pointers, per call where stream-K runs: the stream's workspace, or null while a CUDA graph
-    is captured). The per-call pointers are CALL_POINTERS from a_scale on."""
-    return ArgPack(["tmap"] * 4 + ["ptr"] * 5 + ["i32"] * 6 + ["ptr"] * 2,
-                   [None] * 9 + [M, N, K, G, raster, sk, None, None],
-                   [4, 5, 6, 7, 8] + ([15, 16] if sk else []))
+    """The kernel's parameters: ta tb td tsa tsb (tensor maps; td, tsa and tsb left blank when
+    unused), sa sb out group count (pointers, per call), M N K G raster sk_tiles, sk_partials
+    sk_flags (pointers, per call where stream-K runs: the stream's workspace, or null while a
+    CUDA graph is captured). The per-call pointers are CALL_POINTERS from a_scale on."""
+    maps = len(geometry.GEMM_MAP_OPERANDS)
+    return ArgPack(["tmap"] * maps + ["ptr"] * 5 + ["i32"] * 6 + ["ptr"] * 2,
+                   [None] * (maps + 5) + [M, N, K, G, raster, sk, None, None],
+                   list(range(maps, maps + 5)) + ([maps + 11, maps + 12] if sk else []))
 
 
 def map_slot(operand: str) -> int:
-    """The parameter slot of an operand's tensor map (ta tb td tsa)."""
+    """The parameter slot of an operand's tensor map (ta tb td tsa tsb)."""
     return geometry.GEMM_MAP_OPERANDS.index(operand)
 
 

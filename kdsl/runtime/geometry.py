@@ -61,8 +61,8 @@ def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, 
                           f"tiles, {scales} scales of a; at most 2**31 - 1 each); split the call along M")
 
 
-# The FP8 GEMM's tensor-map parameters, in the kernel's order (fp8_gemm_wgmma.cuh: ta tb td tsa).
-GEMM_MAP_OPERANDS = ("a", "b", "out", "a_scale")
+# The FP8 GEMM's tensor-map parameters, in the kernel's order (fp8_gemm_wgmma.cuh: ta tb td tsa tsb).
+GEMM_MAP_OPERANDS = ("a", "b", "out", "a_scale", "b_scale")
 # Bytes fetched into L2 around each TMA miss of the FP8 GEMM's maps (as attention's). None and
 # 256 tie on the H100 once the timer's rounds rotate (2026-11-27, tools/dev/fp8_l2_promotion.py;
 # none's x1.03-1.05 before that was its place in the round).
@@ -73,10 +73,11 @@ def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: i
     """The FP8 GEMM's TMA tensor maps, as fp8_gemm_wgmma.cuh's launch contract describes them,
     by operand (GEMM_MAP_OPERANDS order): (element type, dims innermost first, byte strides of
     dims[1:], box, swizzle bytes, L2 promotion bytes) for a, b, out when stores go through
-    TMA, and a_scale when its scales come by TMA (scale_load: M % 4 == 0, so that each box
-    starts 16-byte aligned; a 1-D map over it faulted wherever M % 4 != 0). Masked: a, a_scale
-    and out have a group dimension; grouped: b has one. An operand left out gets no map (its
-    parameter stays blank)."""
+    TMA, a_scale when its scales come by TMA (scale_load: M % 4 == 0, so that each box
+    starts 16-byte aligned; a 1-D map over it faulted wherever M % 4 != 0), and b_scale when
+    B's do (b_scale_load: K % 512 == 0, rows of whole 16-byte units). Masked: a, a_scale and
+    out have a group dimension; grouped: b and b_scale have one. An operand left out gets no
+    map (its parameter stays blank)."""
     masked = grouping == "masked"
     ga, gb = (G if masked else 1), (1 if grouping == "dense" else G)
     bm, bn, mcast = cfg["tile_m"], cfg["tile_n"], cfg["multicast"]
@@ -88,6 +89,9 @@ def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: i
                        (sw // out_bytes, 64, 1), sw)
     if cfg["scale_load"] == "tma":  # [groups][K / 128][M] floats, one K block of BM rows a box
         maps["a_scale"] = ("f32", (M, K // 128, ga), (M * 4, K // 128 * M * 4), (bm, 1, 1), 0)
+    if cfg["b_scale_load"] == "tma":  # [groups][ceil(N / 128)][K / 128] floats: 4 K blocks of two scale rows a box
+        nk, n_blocks = K // 128, -(-N // 128)
+        maps["b_scale"] = ("f32", (nk, n_blocks, gb), (nk * 4, n_blocks * nk * 4), (4, 2, 1), 0)
     return {name: spec + (GEMM_L2_PROMOTION,) for name, spec in maps.items()}
 
 

@@ -110,7 +110,8 @@ class Plan:
     map_sources: tuple | None = None
     map_only: int | None = None
     sa_align: int = 4   # bytes; the FP8 GEMM's a_scale by TMA needs 16
-    scales_copied: "Plan | None" = None  # FP8 GEMM: this call's plan for an a_scale short of sa_align
+    sb_align: int = 4   # bytes; its b_scale by TMA needs 16
+    scales_copied: "Plan | None" = None  # FP8 GEMM: this call's plan for scales short of sa_align / sb_align
     stream_arg: int | None = None  # the streamed capture (passes/streaming.py): its pointer must be
                                    # 16-byte aligned for its tensor map
     summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one

@@ -69,7 +69,7 @@ def offered(k: ir.Kernel, target) -> tuple[tuple[str, ...], dict]:
              "consumers": (1, 2, 3), "warps": (1, 2, 4, 8, 16),
              "stages": tuple(range(2, (gemm_tiles.MAX_STAGES if gemm else tiling.MAX_STAGES) + 1)),
              "cluster": (1, 2), "multicast": gemm_tiles.MULTICAST, "store": gemm_tiles.STORES, "stream_k": (False, True),
-             "scale_load": gemm_tiles.SCALE_LOADS,
+             "scale_load": gemm_tiles.SCALE_LOADS, "b_scale_load": gemm_tiles.B_SCALE_LOADS,
              "raster": "tiles per rasterisation group: a positive integer, even with cluster = 2",
              "schedule": tiling.SCHEDULES, "poly_exp2": tiling.POLY_EXP2, "lazy_rescale": tiling.LAZY_RESCALE,
              "slope_step": tiling.SLOPE_STEP, "tensor_row_sum": tiling.TENSOR_ROW_SUM, "offset_table": tiling.OFFSET_TABLE,

@@ -69,7 +69,7 @@ def test_configurations_at_tile_edges(cfg):
     shapes = _edges(cfg)
     assert len(shapes) >= 8
     for i, (m, n) in enumerate(shapes):
-        _judge(fn, GemmCase(m, n, 128 * (1 + i % 3), seed=i))
+        _judge(fn, GemmCase(m, n, (128, 512, 384)[i % 3], seed=i))  # B's scales copied, by TMA, copied
 
 
 DENSE_SHAPES = [(1, 2112, 7168), (127, 129, 128), (128, 256, 256), (129, 2112, 512), (300, 7168, 1024),
@@ -334,3 +334,50 @@ def test_a_scale_comes_by_tma_where_aligned_and_by_copies_elsewhere():
         fn.with_attrs(scale_load="tma")(a1, sa1, b, sb)
     for cfg in ({}, {"tile_m": 128, "tile_n": 128, "cluster": 1}):  # masked groups of 258 rows
         _judge(_mod("fp8_grouped_masked").fp8_grouped_masked.with_attrs(**cfg), GemmCase(258, 256, 384, 3, seed=7))
+
+
+def test_b_scale_comes_by_tma_where_aligned_and_by_copies_elsewhere():
+    """b_scale_load "tma": B's scales by TMA where K % 512 == 0 and b_scale is 16-byte aligned;
+    copied where b_scale is only 4-byte aligned (a second plan); refused where K % 512 != 0 or
+    the kernel insists on TMA with a misaligned b_scale. Grouped b_scale too, N of one scale
+    block (the box's second row outside the tensor), and tiles straddling two scale blocks."""
+    torch = pytest.importorskip("torch")
+    fn = _mod("fp8_gemm").fp8_gemm
+    tma = {"b_scale_load": "tma"}
+    for M, N, K, cfg in ((260, 384, 512, {"tile_m": 256, "cluster": 1}),
+                         (200, 96, 1024, {"tile_m": 128, "tile_n": 96, "cluster": 1, **tma}),
+                         (256, 272, 512, {"tile_m": 64, "tile_n": 112, "cluster": 1, **tma})):
+        f = fn.with_attrs(**cfg)
+        a, sa = fp8.quantize_1x128(torch.randn(M, K, device="cuda"))
+        b, sb = fp8.quantize_128x128(torch.randn(N, K, device="cuda"))
+        ref = reference.fp8_gemm(a, sa, b, sb)
+        assert fp8_difference(f(a, sa, b, sb), ref) < FP8_TOL
+        (plan,) = f._plans.values()
+        assert plan.sb_align == 16
+        buf = torch.randn(sb.numel() + 1, device="cuda")
+        shifted = buf[1:].view(sb.shape)
+        shifted.copy_(sb)
+        assert shifted.data_ptr() % 16 == 4
+        assert fp8_difference(f(a, sa, b, shifted), ref) < FP8_TOL
+        assert plan.scales_copied.sb_align == 4
+    with pytest.raises(LaunchError, match="'b_scale' must be 16-byte aligned"):
+        fn.with_attrs(b_scale_load="tma")(a, sa, b, shifted)
+    a1, sa1 = fp8.quantize_1x128(torch.randn(128, 640, device="cuda"))
+    b1, sb1 = fp8.quantize_128x128(torch.randn(256, 640, device="cuda"))
+    with pytest.raises(KdslError, match="b_scale_load = \"tma\" needs K to be a multiple of 512"):
+        fn.with_attrs(b_scale_load="tma")(a1, sa1, b1, sb1)
+    assert fp8_difference(fn(a1, sa1, b1, sb1), reference.fp8_gemm(a1, sa1, b1, sb1)) < FP8_TOL
+    for name in ("fp8_grouped_contiguous", "fp8_grouped_masked"):
+        for cfg in (tma, {"tile_m": 128, "tile_n": 112, "cluster": 1, **tma}):
+            _judge(getattr(_mod(name), name).with_attrs(**cfg), GemmCase(300, 400, 1024, 3, seed=11))
+
+
+@pytest.mark.parametrize("cfg", [{"tile_m": 128, "tile_n": 96, "cluster": 1}, {"tile_m": 192, "tile_n": 128},
+                                 {"tile_m": 64, "tile_n": 144, "cluster": 1}], ids=["128x96", "192x128", "64x144"])
+def test_b_scale_read_by_the_math_warpgroups_on_any_tile(cfg):
+    """b_scale_load "math" (the model's choice on clustered 256-row tiles only) on other tiles,
+    straddling ones included, dense and grouped, K of 1 to 5 blocks."""
+    for name in ("fp8_gemm", "fp8_grouped_contiguous", "fp8_grouped_masked"):
+        fn = getattr(_mod(name), name).with_attrs(b_scale_load="math", **cfg)
+        for i, k in enumerate((128, 640)):
+            _judge(fn, GemmCase(130 + 70 * i, 300 - 44 * i, k, 1 if name == "fp8_gemm" else 3, seed=i))

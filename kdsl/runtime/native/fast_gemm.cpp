@@ -54,7 +54,7 @@ struct Entry {
   Layout out;                  // the given out's layout (out_given), else what to allocate
   bool has_extra = false, out_given = false;
   int64_t extra_source = kGroup;  // kGroup (contiguous) or kCount (masked)
-  uint64_t sa_align = 16, out_align = 16;
+  uint64_t sa_align = 16, sb_align = 16, out_align = 16;
   std::vector<MapSlot> maps;
   uint64_t* pointer_slots = nullptr;  // sa sb out group count
   uint64_t config = 0, fn = 0, params = 0;
@@ -81,7 +81,8 @@ class FastGemm {
   // of one, and entries never move (they are referred to while a callback runs).
   int64_t add(const std::vector<std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t>>& layouts,
               const std::vector<std::tuple<int64_t, uint64_t, py::object>>& maps, int64_t device, bool has_extra,
-              int64_t extra_source, bool out_given, uint64_t sa_align, uint64_t out_align, uint64_t pointer_slots,
+              int64_t extra_source, bool out_given, uint64_t sa_align, uint64_t sb_align, uint64_t out_align,
+              uint64_t pointer_slots,
               uint64_t config, int64_t stream_offset, uint64_t fn, uint64_t params, py::object lock,
               py::object stream, py::object owner) {
     const size_t inputs = has_extra ? 5 : 4;
@@ -97,7 +98,7 @@ class FastGemm {
         e.out = l;
     }
     e.has_extra = has_extra, e.extra_source = extra_source, e.out_given = out_given;
-    e.sa_align = sa_align, e.out_align = out_align;
+    e.sa_align = sa_align, e.sb_align = sb_align, e.out_align = out_align;
     e.pointer_slots = reinterpret_cast<uint64_t*>(pointer_slots);
     e.config = config, e.stream_offset = stream_offset, e.fn = fn, e.params = params;
     e.acquire = lock.attr("acquire"), e.release = lock.attr("release");
@@ -172,7 +173,8 @@ class FastGemm {
                     py::handle extra, py::handle out) {
     uint64_t p[kPointers] = {(uint64_t)a.data_ptr(), (uint64_t)b.data_ptr(), (uint64_t)sa.data_ptr(),
                              (uint64_t)sb.data_ptr(), 0, 0, 0};
-    if ((p[kA] | p[kB]) & 15 || p[kAScale] % e.sa_align || p[kBScale] & 3) return py::none();  // Python says why
+    if ((p[kA] | p[kB]) & 15 || p[kAScale] % e.sa_align || p[kBScale] % e.sb_align)
+      return py::none();  // Python says why, or takes its plan with the scales copied
     py::object result;
     if (!out.is_none()) {
       p[kOut] = (uint64_t)THPVariable_Unpack(out.ptr()).data_ptr();

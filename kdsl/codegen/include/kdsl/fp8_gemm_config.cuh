@@ -21,21 +21,8 @@
 #define KDSL_FP8_SA_TMA 1
 #endif
 
-// Who reads B's two scales of each K block. 1 (the kernel): on clustered 256-row tiles of dense
-// and contiguous GEMMs the math warpgroups, by a warp-uniform global load (L1 hits after a
-// unit's first: a unit's B scales are 4 * K / 128 contiguous bytes per scale block) issued
-// before the wave whose promotion uses them; elsewhere the producer's leader copies them into
-// the stage (cp.async). 2: the math warpgroups on every tile; 0: the producer on every tile.
-// H100, in turns (2026-11-28, bench/NOTES.md thirty-second session): clustered 256x128
-// x1.010-1.023 on 13 dense shapes, contiguous x1.024; masked x0.98; every unclustered tile
-// lost 1-8 % (192x128 x0.94, the one-wave 64-row tiles x0.94-0.98), whose warpgroups take
-// turns or fetch the next block's scales during the wave.
-#ifndef KDSL_FP8_SB_GLOBAL
-#define KDSL_FP8_SB_GLOBAL 1
-#endif
-
 // KDSL_FP8_DEV_SCALES (timing probes only: the result is wrong with 1 or 2): 1, the producer
-// copies no B scales (the math warpgroups read whatever the stage holds); 2, the math warpgroups
+// copies no B scales (b_scale_load "copy": the math warpgroups read whatever the stage holds); 2, the math warpgroups
 // read no scales either (each is 1). 0: the kernel.
 #ifndef KDSL_FP8_DEV_SCALES
 #define KDSL_FP8_DEV_SCALES 0
@@ -71,7 +58,7 @@ KDSL_DEVICE void fp8_trace(int role, int& n, int event, int arg) {
 }
 
 template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
-          bool TMA_STORE_, bool STREAM_K_ = false, bool SA_TMA_ = false>
+          bool TMA_STORE_, bool STREAM_K_ = false, bool SA_TMA_ = false, int SB_LOAD_ = 0>
 struct Fp8Config {
   static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, CLUSTER = CLUSTER_, MCAST = MCAST_, KIND = KIND_;
   static constexpr bool OUT_F32 = OUT_F32_, ACCUM = ACCUM_, TMA_STORE = TMA_STORE_;
@@ -81,9 +68,16 @@ struct Fp8Config {
   // A's scales by TMA (the host's choice where M % 4 == 0; KDSL_FP8_SA_TMA=0 turns it off
   // for an A/B).
   static constexpr bool SA_TMA = SA_TMA_ && KDSL_FP8_SA_TMA;
-  // B's scales read by the math warpgroups (KDSL_FP8_SB_GLOBAL)
-  static constexpr bool kSbGlobal =
-      KDSL_FP8_SB_GLOBAL == 2 || (KDSL_FP8_SB_GLOBAL == 1 && BM == 256 && CLUSTER > 1 && KIND != 2);
+  // How B's two scales of a K block reach the math warpgroups (attr b_scale_load, chosen by the
+  // host): 0 ("copy") two cp.asyncs of the producer's leader into the stage, at floats 0 and 1 of
+  // a 16-byte slot; 1 ("tma", K % 512 == 0) a TMA box of the 4 K blocks holding the stage's by
+  // the tile's two scale rows, into a 128-byte slot, block kb's at floats kb % 4 and 4 + kb % 4;
+  // 2 ("math") the math warpgroups' own warp-uniform global loads, issued before the wave whose
+  // promotion uses them (L1 hits after a unit's first: a unit's scales of one block row are
+  // 4 * K / 128 contiguous bytes).
+  static constexpr int SB_LOAD = SB_LOAD_;
+  static constexpr bool kSbTma = SB_LOAD == 1, kSbGlobal = SB_LOAD == 2;
+  static constexpr int kSBSlot = kSbTma ? 128 : 16, kSbHi = kSbTma ? 4 : 1;
   static constexpr int kBK = 128;                      // K per scale block == bytes per tile row
   // Math warpgroups: one per 64 rows, but two for 256 rows (two m64 waves each). BM = 192
   // gives three, one wave each, whose promotions hide behind the other two's waves.
@@ -95,16 +89,16 @@ struct Fp8Config {
   static constexpr int kOutBytes = OUT_F32 ? 4 : 2;
   static constexpr int kSwD = (BN * kOutBytes) % 128 == 0 ? 128 : ((BN * kOutBytes) % 64 == 0 ? 64 : 32);
   // Shared memory, from a 1024-byte aligned base: A ring, B ring, staging tile, A scales,
-  // B scales (16 bytes a stage), published units (32 bytes a stage), full and empty barriers.
+  // B scales (kSBSlot bytes a stage), published units (32 bytes a stage), full and empty barriers.
   static constexpr int kABytes = BM * kBK, kBBytes = BN * kBK, kSABytes = BM * 4;
   static constexpr int kOffB = STAGES * kABytes;
   static constexpr int kOffD = kOffB + STAGES * kBBytes;
   static constexpr int kOffSA = kOffD + (TMA_STORE ? BM * BN * kOutBytes : 0);
   static constexpr int kOffSB = kOffSA + STAGES * kSABytes;
-  static constexpr int kOffUnit = kOffSB + STAGES * 16;
+  static constexpr int kOffUnit = kOffSB + STAGES * kSBSlot;
   static constexpr int kOffBar = kOffUnit + STAGES * 32;
   static constexpr int kSmemBytes = 1024 + kOffBar + 2 * STAGES * 8;  // + 1024: realignment slack
-  static constexpr u32 kStageTx = kABytes + kBBytes + (SA_TMA ? kSABytes : 0);  // TMA bytes per stage
+  static constexpr u32 kStageTx = kABytes + kBBytes + (SA_TMA ? kSABytes : 0) + (kSbTma ? 32 : 0);  // TMA bytes
   // setmaxnreg split of the 64K registers between the producer and the math warpgroups.
   static constexpr int kProducerRegs = kMathWG == 3 ? 32 : 40;
   static constexpr int kMathRegs = kMathWG == 1 ? 240 : (kMathWG == 2 ? 232 : 160);
@@ -132,6 +126,7 @@ struct Fp8Config {
   static_assert(!ACCUM || OUT_F32, "accumulation is into an f32 out");
   static_assert(!STREAM_K || (KIND == 0 && CLUSTER == 1), "stream-K: dense GEMMs without a cluster");
   static_assert(KIND >= 0 && KIND <= 2, "KIND: 0 dense, 1 grouped contiguous, 2 grouped masked");
+  static_assert(SB_LOAD >= 0 && SB_LOAD <= 2, "SB_LOAD: 0 copy, 1 tma, 2 math");
   static_assert(kSmemBytes <= 227 * 1024, "too many stages for shared memory");
   // setmaxnreg only moves registers the CTA got at launch (at most 65536 / threads a thread,
   // in steps of 8): asking for more spins forever (producer 48 + math 232 hung on the H100).
@@ -166,8 +161,10 @@ struct Fp8Smem {
   KDSL_DEVICE const float* sa_ptr(int s) const {
     return reinterpret_cast<const float*>(generic + C::kOffSA + s * C::kSABytes);
   }
-  KDSL_DEVICE u32 sb(int s) const { return base + C::kOffSB + s * 16; }
-  KDSL_DEVICE const float* sb_ptr(int s) const { return reinterpret_cast<const float*>(generic + C::kOffSB + s * 16); }
+  KDSL_DEVICE u32 sb(int s) const { return base + C::kOffSB + s * C::kSBSlot; }
+  KDSL_DEVICE const float* sb_ptr(int s) const {
+    return reinterpret_cast<const float*>(generic + C::kOffSB + s * C::kSBSlot);
+  }
   KDSL_DEVICE Fp8Unit* unit(int s) const { return reinterpret_cast<Fp8Unit*>(generic + C::kOffUnit + s * 32); }
   // The producer writes a unit by its shared address: a generic pointer would keep 64 bits
   // live in its few registers (the clustered 128-row contiguous kernel spilled for them).

@@ -182,7 +182,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     }
     const int kb_begin = C::STREAM_K ? u.kb0 : 0, kb_end = C::STREAM_K ? u.kb1 : nk;
     // A stage's scales, read before the stage is handed back; B's from global memory where
-    // C::kSbGlobal (block kb of the unit's one or two scale rows).
+    // C::kSbGlobal (block kb of the unit's one or two scale rows; Fp8Config::SB_LOAD).
     float s_a[kWaves][2], s_b_lo, s_b_hi;
     int sb_lo, sb_hi;
     b_scale_offsets(p, u, nk, sb_lo, sb_hi);
@@ -206,8 +206,9 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         s_b_lo = __ldg(sb_lo_row + kb);
         s_b_hi = C::kSplit ? __ldg(sb_hi_row + kb) : s_b_lo;
       } else {
-        s_b_lo = sm.sb_ptr(s)[0];
-        s_b_hi = sm.sb_ptr(s)[1];
+        const int j = C::kSbTma ? kb & 3 : 0;  // block kb's place in its box of 4 (B's scales by TMA)
+        s_b_lo = sm.sb_ptr(s)[j];
+        s_b_hi = sm.sb_ptr(s)[C::kSbHi + j];
       }
     };
     constexpr bool kPrefetch = kWaves == 1 && KDSL_FP8_PREFETCH_SCALES;

@@ -1,6 +1,6 @@
 // kdsl/fp8_gemm_producer.cuh — the FP8 GEMM's producer warp: walks the CTA's units and, per K
-// block, waits for a free stage and loads it (TMA for A, B and, where chosen, A's scales;
-// cp.async for B's and otherwise A's scales). fp8_gemm_wgmma.cuh describes the kernel.
+// block, waits for a free stage and loads it (TMA for A, B and, where chosen, the scales;
+// cp.async for the others). fp8_gemm_wgmma.cuh describes the kernel.
 #pragma once
 #include "kdsl/fp8_gemm_config.cuh"
 
@@ -21,7 +21,7 @@ KDSL_DEVICE void scale_copies_arrive(u32 full) {
 
 template <class C>
 KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* tsa,
-                              const Fp8Smem<C>& sm) {
+                              const TmaDesc* tsb, const Fp8Smem<C>& sm) {
   constexpr int BM = C::BM, BN = C::BN;
   const int lane = threadIdx.x & 31;
   const bool leader = lane == 0;
@@ -31,6 +31,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
     tma_prefetch_desc(ta);
     tma_prefetch_desc(tb);
     if (C::SA_TMA) tma_prefetch_desc(tsa);
+    if (C::kSbTma) tma_prefetch_desc(tsb);
     fp8_trace(0, tn, kFp8TraceMark, 1);
   }
   const int nk = p.K / C::kBK, n_sblk = (p.N + 127) / 128;
@@ -46,7 +47,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
     if (leader) fp8_trace(0, tn, kFp8TraceMark, 2);
     const int ag = C::KIND == 2 ? u.g : 0;  // group of A (and of sa)
     // Element offsets (int: launch.py bounds the scale counts by 2**31): B's two scale blocks
-    // (copied only without C::kSbGlobal); sa[ag][kb = 0][m0].
+    // (copied where C::SB_LOAD is 0); sa[ag][kb = 0][m0].
     // (b_scale_offsets, as the math warpgroups get them: through that call ptxas scheduled
     // every kernel's producer differently, a change not timed.)
     const int sb_lo = (u.g * n_sblk + (u.n0 >> 7)) * nk;
@@ -59,16 +60,16 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       mbar_wait(sm.empty(s), pos.phase ^ 1u);
       if (leader && kb == kb_begin) fp8_trace(0, tn, kFp8TraceMark, 3);
       // A's scales: one box among the leader's TMA loads below (SA_TMA), or BM / 32 rows
-      // copied by each lane, zeros past M; B's two: the leader, unless the math warpgroups
-      // read them (C::kSbGlobal). Each lane's arrival below is made when its copies (if any)
-      // have landed, and is one of the phase's expected arrivals, so the phase cannot
-      // complete before every copy is in.
+      // copied by each lane, zeros past M; B's two: the leader's copies or TMA box, unless the
+      // math warpgroups read them (C::SB_LOAD). Each lane's arrival below is made when its
+      // copies (if any) have landed, and is one of the phase's expected arrivals, so the phase
+      // cannot complete before every copy is in.
       if (!C::SA_TMA) {
         const float* sa_kb = p.sa + (sa_unit + kb * p.M);
 #pragma unroll
         for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
       }
-      if (leader && C::kScaleCompletion != 1 && !C::kSbGlobal && !KDSL_FP8_DEV_SCALES) {
+      if (leader && C::kScaleCompletion != 1 && !C::kSbGlobal && !C::kSbTma && !KDSL_FP8_DEV_SCALES) {
         cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
         cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
       }
@@ -78,7 +79,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
         if (kb == kb_begin) sm.publish(s, u);  // published by the release arrival below
         fp8_trace(0, tn, kFp8TraceIssue, kb);
         if (C::kScaleCompletion == 1) {  // the earlier form, kept as it was for the probe
-          if (!C::kSbGlobal) {
+          if (!C::kSbGlobal && !C::kSbTma) {
             cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
             cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
           }
@@ -99,6 +100,9 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
           tma_load_3d(sm.b(s), tb, full, k0, u.n0, u.g);
         }
         if (C::SA_TMA) tma_load_3d(sm.sa(s), tsa, full, u.m0, kb, ag);  // each CTA its own: BM floats
+        // B's scales: the 4 K blocks holding kb of the tile's two scale rows (a box starting at a K
+        // block not a multiple of 4, off 16 bytes in global memory, raised "illegal instruction")
+        if (C::kSbTma) tma_load_3d(sm.sb(s), tsb, full, kb & ~3, u.n0 >> 7, u.g);
       }
       __syncwarp();
     }

@@ -18,8 +18,9 @@
 //
 // Roles. Warpgroup 0 is the producer: setmaxnreg lowers its registers, warp 0 walks the
 // CTA's units (fp8_gemm_sched.cuh): per K block one lane issues TMA loads of the A and B
-// tiles (128-byte swizzle, K-major: what the wgmma descriptors describe) and two 4-byte
-// cp.asyncs of B's scales, all completing on the stage's "full" mbarrier, into a
+// tiles (128-byte swizzle, K-major: what the wgmma descriptors describe) and B's scales of the
+// block (by two 4-byte cp.asyncs or a TMA box, unless the math warpgroups read them: SB_LOAD),
+// all completing on the stage's "full" mbarrier, into a
 // STAGES-deep ring. A's BM scales of the block come by TMA too where M % 4 == 0 (SA_TMA: a
 // map over sa, whose rows of M floats must be whole 16-byte units; zeros past M), else
 // by the 32 lanes' 4-byte cp.asyncs (zeros past M), each lane's copies counted on "full" by
@@ -50,7 +51,9 @@
 //   td: 3-D map over out (N, rows, groups), box
 //       (kSwD / element bytes, 64, 1), kSwD-byte swizzle (unused unless TMA_STORE);
 //   tsa: 3-D map over sa (M, K / 128, groups of a), f32, box (BM, 1, 1), no swizzle
-//       (unused unless SA_TMA; M % 4 == 0).
+//       (unused unless SA_TMA; M % 4 == 0);
+//   tsb: 3-D map over sb (K / 128, ceil(N / 128), groups of b), f32, box (4, 2, 1), no swizzle,
+//       boxes at K blocks that are multiples of 4 (unused unless SB_LOAD is 1, "tma"; K % 512 == 0).
 //   Out-of-bounds elements load as zeros. kdsl/runtime/tma.py builds the maps.
 //
 // Files: fp8_gemm_config.cuh (Fp8Config, the shared-memory layout, the defines it reads),
@@ -65,7 +68,7 @@ namespace kdsl {
 
 template <class C>
 KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* td,
-                          const TmaDesc* tsa) {
+                          const TmaDesc* tsa, const TmaDesc* tsb) {
   extern __shared__ __align__(1024) u8 kdsl_fp8_smem[];
   const Fp8Smem<C> sm(kdsl_fp8_smem);
   if (threadIdx.x == 0) {
@@ -82,7 +85,7 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   }
   if (threadIdx.x < 128) {
     regs_release<C::kProducerRegs>();
-    if (threadIdx.x < 32) fp8_producer<C>(p, ta, tb, tsa, sm);
+    if (threadIdx.x < 32) fp8_producer<C>(p, ta, tb, tsa, tsb, sm);
   } else {
     regs_claim<C::kMathRegs>();
     fp8_math<C>(p, td, Fp8Smem<C>(kdsl_fp8_smem));
