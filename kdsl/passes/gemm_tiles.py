@@ -42,6 +42,9 @@ MULTICAST = ("none", "a", "b")
 STORES = ("tma", "rows")
 # How A's scales reach shared memory: by TMA (a 2-D map over a_scale, whose rows of M floats
 # must be whole 16-byte units: M % 4 == 0), or by the producer warp's 4-byte cp.asyncs.
+# Nsight Compute (H100, 2026-11-27): those copies were most of the ~110 instructions the
+# producer issued a K block, more than a 128-row tile's K block lasts.
+SCALE_LOADS = ("tma", "copy")
 # B's (b_scale_load; the kernel's SB_LOAD, in this order): two cp.asyncs of the producer's leader;
 # by TMA (a box of 4 K blocks of the tile's two scale rows, whose rows of K / 128 floats must be
 # whole 16-byte units: K % 512 == 0); or read by the math warpgroups from global memory.
@@ -53,9 +56,10 @@ STORES = ("tma", "rows")
 # So the model takes "math" for clustered 256-row tiles (not masked), "tma" for unclustered
 # 256-row tiles where K allows, and "copy" elsewhere.
 B_SCALE_LOADS = ("copy", "tma", "math")
-# Nsight Compute (H100, 2026-11-27): those copies were most of the ~110 instructions the
-# producer issued a K block, more than a 128-row tile's K block lasts.
-SCALE_LOADS = ("tma", "copy")
+# Time factor of each against "copy", where the model takes it (the tables below were measured
+# with copies): "tma" on unclustered 256x128 x1.021-1.037 on ten shapes, "math" on clustered
+# 256x128 x1.010-1.023 on thirteen (h100-2026-11-28-s32-sb-*.log, -tma256-vs-192.log).
+B_SCALE_GAIN = {"copy": 1.0, "tma": 0.97, "math": 0.983}
 CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", "store", "stream_k", "scale_load",
                 "b_scale_load")
 # The problem a kernel's tiles are chosen for when no call has said (kdsl compile, prebuilds):
@@ -195,7 +199,8 @@ def sk_tiles(blocks: int, ctas: int) -> int:
     return blocks - (blocks // ctas - 1) * ctas
 
 
-def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: bool = False) -> float:
+def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: bool = False,
+           b_scale_load: str = "copy") -> float:
     blocks = passes_of(p, bm, bn)
     if stream_k:
         sk = sk_tiles(blocks, sms)
@@ -226,7 +231,7 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
     if multicast != "none" and waves <= 1:
         return math.inf  # one wave: pairing CTAs only constrains the schedule
     cluster_gain = CLUSTER_GAIN.get((p.grouping, bm, bn, multicast), 1.0)
-    return max(max(l1, l2) / efficiency, tc) * cluster_gain
+    return max(max(l1, l2) / efficiency, tc) * cluster_gain * B_SCALE_GAIN[b_scale_load]
 
 
 # What a tile costs the main loop, in SM cycles, measured with tools/dev/fp8_trace.py with every
@@ -327,8 +332,8 @@ def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: 
     if c["scale_load"] == "tma" and not scale_tma_fits(p):
         return f"scale_load = \"tma\" needs M to be a multiple of 4 (a_scale's rows of M floats in 16-byte units; M = {p.M})"
     if c["b_scale_load"] == "tma" and not b_scale_tma_fits(p):
-        return (f"b_scale_load = \"tma\" needs K to be a multiple of 512 (b_scale's rows of K / 128 floats in 16-byte "
-                f"units; K = {p.K})")
+        return (f"b_scale_load = \"tma\" needs K to be a multiple of 512 (b_scale's rows of K / 128 floats in "
+                f"16-byte units; K = {p.K})")
     if c["cluster"] == 2 and sms % 2:
         return f"a cluster of 2 needs an even SM count, not {sms}"
     if bn // 2 * (waves_of(bm) + 1) > ACCUMULATOR_FLOATS[math_warpgroups(bm)]:
@@ -361,7 +366,8 @@ def choose(p: Problem, sms: int, smem_limit: int, fixed: dict | None = None) -> 
         given = ", ".join(f"{a} = {v!r}" for a, v in fixed.items())
         raise KdslError(f"no FP8 GEMM tiling agrees with {given or 'the kernel'} for M={p.M} N={p.N} K={p.K} "
                         f"G={p.G}: {why}")
-    return min(found, key=lambda c: cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms, c["stream_k"]))
+    return min(found, key=lambda c: cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms, c["stream_k"],
+                                           c["b_scale_load"]))
 
 
 def _validate_fixed(fixed: dict) -> None:

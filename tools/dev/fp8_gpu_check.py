@@ -236,7 +236,7 @@ def sweep(reps: int, sms: int, budget: float, per_shape: int = 5) -> str:
         for n, k in bench.GEMM_NK:
             p = gemm_tiles.Problem(m, n, k, 1, "dense", 2)
             found, _ = gemm_tiles.candidates(p, sms, 227 * 1024, {})
-            found.sort(key=lambda c: gemm_tiles.cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms))
+            found.sort(key=lambda c: gemm_tiles.cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms, b_scale_load=c["b_scale_load"]))
             picks = found[:per_shape] + [c for c in found if c["cluster"] == 1][:1]
             picks = [dict(t) for t in dict.fromkeys(tuple(sorted(c.items())) for c in picks)]
             plans.append(((m, n, k), picks))
@@ -263,7 +263,7 @@ def sweep(reps: int, sms: int, budget: float, per_shape: int = 5) -> str:
                 lines.append(f"| {m}x{n}x{k} | {label(c)} | | FAILED: {type(e).__name__}: {str(e)[:80]} | | |")
                 continue
             base = base or t
-            cyc = gemm_tiles.cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms)
+            cyc = gemm_tiles.cycles(p, c["tile_m"], c["tile_n"], c["multicast"], sms, b_scale_load=c["b_scale_load"])
             lines.append(f"| {m}x{n}x{k} | {label(c)} | {cyc:.3g} | {t * 1e3:.1f} | {2 * m * n * k / t / 1e9:.0f} | "
                          f"{base / t:.2f} |")
     return "\n".join(lines) + "\n"

@@ -22,8 +22,8 @@
 #endif
 
 // KDSL_FP8_DEV_SCALES (timing probes only: the result is wrong with 1 or 2): 1, the producer
-// copies no B scales (b_scale_load "copy": the math warpgroups read whatever the stage holds); 2, the math warpgroups
-// read no scales either (each is 1). 0: the kernel.
+// copies no B scales (b_scale_load "copy": the math warpgroups read whatever the stage holds);
+// 2, the math warpgroups read no scales either (each is 1). 0: the kernel.
 #ifndef KDSL_FP8_DEV_SCALES
 #define KDSL_FP8_DEV_SCALES 0
 #endif
@@ -98,7 +98,8 @@ struct Fp8Config {
   static constexpr int kOffUnit = kOffSB + STAGES * kSBSlot;
   static constexpr int kOffBar = kOffUnit + STAGES * 32;
   static constexpr int kSmemBytes = 1024 + kOffBar + 2 * STAGES * 8;  // + 1024: realignment slack
-  static constexpr u32 kStageTx = kABytes + kBBytes + (SA_TMA ? kSABytes : 0) + (kSbTma ? 32 : 0);  // TMA bytes
+  // TMA bytes per stage: the tiles, and A's scales and B's box where they come by TMA
+  static constexpr u32 kStageTx = kABytes + kBBytes + (SA_TMA ? kSABytes : 0) + (kSbTma ? 32 : 0);
   // setmaxnreg split of the 64K registers between the producer and the math warpgroups.
   static constexpr int kProducerRegs = kMathWG == 3 ? 32 : 40;
   static constexpr int kMathRegs = kMathWG == 1 ? 240 : (kMathWG == 2 ? 232 : 160);
