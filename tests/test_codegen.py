@@ -176,6 +176,10 @@ FP8_BUILDS = [
     ("fp8_gemm", [300, 200, 384, 1], {"tile_m": 192, "tile_n": 64, "cluster": 1, "store": "rows"}),
     ("fp8_grouped_contiguous", [32768, 4096, 7168, 4], {"tile_m": 192, "tile_n": 112}),
     ("fp8_grouped_masked", [256, 4096, 7168, 4], {"tile_m": 192, "tile_n": 128, "cluster": 1}),
+    # B's scales by TMA (the model's choice for unclustered 256-row tiles where K % 512 == 0), and read
+    # by the math warpgroups on a tile straddling two scale blocks (asked for)
+    ("fp8_gemm", [4096, 32768, 512, 1], {"tile_m": 256, "tile_n": 128, "cluster": 1}),
+    ("fp8_gemm", [300, 200, 640, 1], {"tile_m": 128, "tile_n": 96, "cluster": 1, "b_scale_load": "math"}),
 ]
 
 
@@ -194,6 +198,11 @@ def test_fp8_configurations_use_tma_and_qgmma_without_spills(name, shape, attrs)
     # way as hazards (bench/results/h100-2026-11-22-racecheck.log, fp8_gemm_dev_notes.md).
     assert "cp.async.mbarrier.arrive.noinc" in built.compiled.ptx
     assert "cp.async.mbarrier.arrive.shared" not in built.compiled.ptx
+    # b_scale_load reaches the kernel: B's two 4-byte copies a stage only where "copy" (A's
+    # zero-filling copies carry a source size), the math warpgroups' own loads only where "math"
+    load = low.attr("b_scale_load")
+    b_copies = re.search(r"cp\.async\.ca\.shared\.global \[[^\]]+\], \[[^\]]+\], 4;", built.compiled.ptx)
+    assert bool(b_copies) == (load == "copy") and ("ld.global.nc.f32" in built.compiled.ptx) == (load == "math"), load
     if low.attr("store") == "tma":
         store = "UTMAREDG" if low.attr("accumulate") else "UTMASTG"
         assert rep.other_ops.get(store, 0) > 0, rep
