@@ -56,9 +56,11 @@ SCALE_LOADS = ("tma", "copy")
 # So the model takes "math" for clustered 256-row tiles (not masked), "tma" for unclustered
 # 256-row tiles where K allows, and "copy" elsewhere.
 B_SCALE_LOADS = ("copy", "tma", "math")
-# Time factor of each against "copy", where the model takes it (the tables below were measured
-# with copies): "tma" on unclustered 256x128 x1.021-1.037 on ten shapes, "math" on clustered
-# 256x128 x1.010-1.023 on thirteen (h100-2026-11-28-s32-sb-*.log, -tma256-vs-192.log).
+# Time factor of each against "copy" for dense GEMMs, where the model takes it (the tables below
+# were measured with copies): "tma" on unclustered 256x128 x1.021-1.037 on ten shapes, "math" on
+# clustered 256x128 x1.010-1.023 on thirteen (h100-2026-11-28-s32-sb-*.log, -tma256-vs-192.log).
+# Not for grouped kinds: masked ran "tma" at x1.00, and the picks the factor moved there lost up
+# to 6.5 %; contiguous ones split 3 / 1 under random layouts (s32-grouped-flips*.log).
 B_SCALE_GAIN = {"copy": 1.0, "tma": 0.97, "math": 0.983}
 CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", "store", "stream_k", "scale_load",
                 "b_scale_load")
@@ -231,7 +233,8 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
     if multicast != "none" and waves <= 1:
         return math.inf  # one wave: pairing CTAs only constrains the schedule
     cluster_gain = CLUSTER_GAIN.get((p.grouping, bm, bn, multicast), 1.0)
-    return max(max(l1, l2) / efficiency, tc) * cluster_gain * B_SCALE_GAIN[b_scale_load]
+    scale_gain = B_SCALE_GAIN[b_scale_load] if p.grouping == "dense" else 1.0
+    return max(max(l1, l2) / efficiency, tc) * cluster_gain * scale_gain
 
 
 # What a tile costs the main loop, in SM cycles, measured with tools/dev/fp8_trace.py with every
