@@ -49,7 +49,7 @@ SCALE_LOADS = ("tma", "copy")
 # by TMA (a box of 4 K blocks of the tile's two scale rows, whose rows of K / 128 floats must be
 # whole 16-byte units: K % 512 == 0); or read by the math warpgroups from global memory.
 # Measured on the H100 in turns, each against "copy" (bench/NOTES.md, thirty-second session):
-# - "math" on clustered 256x128 tiles x1.010-1.023 (13 dense shapes), contiguous x1.024, masked
+# - "math" on clustered 256x128 tiles x1.011-1.023 (11 dense shapes), contiguous x1.024, masked
 #   x0.98; on every unclustered tile 1-8 % slower (192x128 x0.94);
 # - "tma" on unclustered 256x128 x1.034 (4096x32768x512; masked x1.00), 192x128 x0.96-0.98
 #   (contiguous x0.964), 64- and 128-row tiles within the noise (A/A pairs up to 2.6 % apart).
@@ -57,8 +57,8 @@ SCALE_LOADS = ("tma", "copy")
 # 256-row tiles where K allows, and "copy" elsewhere.
 B_SCALE_LOADS = ("copy", "tma", "math")
 # Time factor of each against "copy" for dense GEMMs, where the model takes it (the tables below
-# were measured with copies): "tma" on unclustered 256x128 x1.021-1.037 on ten shapes, "math" on
-# clustered 256x128 x1.010-1.023 on thirteen (h100-2026-11-28-s32-sb-*.log, -tma256-vs-192.log).
+# were measured with copies): "tma" on unclustered 256x128 x1.021-1.036 on ten shapes, "math" on
+# clustered 256x128 x1.011-1.023 on eleven (h100-2026-11-28-s32-sb-*.log, -tma256-vs-192.log).
 # Not for grouped kinds: masked ran "tma" at x1.00, and the picks the factor moved there lost up
 # to 6.5 %; contiguous ones split 3 / 1 under random layouts (s32-grouped-flips*.log).
 B_SCALE_GAIN = {"copy": 1.0, "tma": 0.97, "math": 0.983}
