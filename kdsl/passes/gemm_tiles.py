@@ -50,7 +50,7 @@ SCALE_LOADS = ("tma", "copy")
 # whole 16-byte units: K % 512 == 0); or read by the math warpgroups from global memory.
 # Measured on the H100 in turns, each against "copy" (bench/NOTES.md, thirty-second session):
 # - "math" on clustered 256x128 tiles x1.011-1.023 (11 dense shapes), contiguous x1.024, masked
-#   x0.98; on every unclustered tile 1-8 % slower (192x128 x0.94);
+#   x0.98; on the unclustered tiles 1-8 % slower (192x128 x0.94) but 64x32 (x1.06, one shape);
 # - "tma" on unclustered 256x128 x1.034 (4096x32768x512; masked x1.00), 192x128 x0.96-0.98
 #   (contiguous x0.964), 64- and 128-row tiles within the noise (A/A pairs up to 2.6 % apart).
 # So the model takes "math" for clustered 256-row tiles (not masked), "tma" for unclustered
