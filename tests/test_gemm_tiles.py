@@ -246,6 +246,10 @@ def test_b_scale_load_follows_the_tile_unless_fixed():
              ("dense", 1, 1280, {"tile_m": 256, "cluster": 1}, "copy"), ("dense", 1, 7168, {"tile_m": 192}, "copy"),
              ("contiguous", 4, 7168, {"tile_m": 128, "tile_n": 128, "cluster": 1}, "copy"),
              ("dense", 1, 7168, {"tile_m": 64}, "copy")]
+    # 64x32 tiles of a call with at most half as many tiles as SMs: "math"; more tiles, or grouped: "copy"
+    assert choose(Problem(64, 1024, 4096, 1, "dense", 2), 132, SMEM, {"tile_m": 64, "tile_n": 32})["b_scale_load"] == "math"
+    assert choose(Problem(64, 4096, 4096, 1, "dense", 2), 132, SMEM, {"tile_m": 64, "tile_n": 32})["b_scale_load"] == "copy"
+    assert choose(Problem(64, 1024, 4096, 2, "masked", 2), 132, SMEM, {"tile_m": 64, "tile_n": 32})["b_scale_load"] == "copy"
     for grouping, g, k, fixed, want in cases:
         p = Problem(4096, 1024, k, g, grouping, 2)
         cfg = choose(p, 132, SMEM, fixed)
