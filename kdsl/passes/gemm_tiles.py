@@ -57,8 +57,8 @@ SCALE_LOADS = ("tma", "copy")
 # 256-row tiles where K allows, and "copy" elsewhere.
 B_SCALE_LOADS = ("copy", "tma", "math")
 # SMALL_GRID_MATH: "math" also on dense 64x32 (and narrower) tiles of calls with at most half as many tiles
-# as SMs, whose CTAs each walk a long K loop alone: fitted on eight shapes (x1.016-1.11 at 18-132
-# tiles, x0.96 at 128 tiles of 64x4096x7168), then six held out at 24-64 tiles gained 1.8-8.8 %
+# as SMs, whose CTAs each walk a long K loop alone: fitted on seven 64x32 shapes (x1.016-1.11 at 18-132
+# tiles, x0.96 at the 128 tiles of 64x4096x7168), then six held out at 24-64 tiles gained 1.8-8.8 %
 # but one (x0.99 at 128x1024x2048), s32-small-n-*.log.
 # Time factor of each against "copy" for dense GEMMs, where the model takes it (the tables below
 # were measured with copies): "tma" on unclustered 256x128 x1.021-1.036 on ten shapes, "math" on
