@@ -152,7 +152,7 @@ def test_fp8_tensor_maps_meet_the_driver_rules_and_the_kernel_contract():
         maps = geometry.gemm_tensor_maps(M, N, K, G, grouping, out_bytes, cfg)
         assert cfg["scale_load"] == ("tma" if M % 4 == 0 else "copy")
         assert cfg["b_scale_load"] == gemm_tiles.b_scale_load_for(gemm_tiles.Problem(M, N, K, G, grouping, out_bytes),
-                                                                  cfg["tile_m"], cfg["cluster"], cfg["tile_n"], sms)
+                                                                  cfg["tile_m"], cfg["tile_n"], cfg["cluster"], sms)
         want = ["a", "b"] + ["out"] * (cfg["store"] == "tma") + ["a_scale"] * (cfg["scale_load"] == "tma") + \
             ["b_scale"] * (cfg["b_scale_load"] == "tma")
         assert list(maps) == want and all(name in geometry.GEMM_MAP_OPERANDS for name in maps)

@@ -50,16 +50,15 @@ SCALE_LOADS = ("tma", "copy")
 # whole 16-byte units: K % 512 == 0); or read by the math warpgroups from global memory.
 # Measured on the H100 in turns, each against "copy" (bench/NOTES.md, thirty-second session):
 # - "math" on clustered 256x128 tiles x1.011-1.023 (11 dense shapes), contiguous x1.024, masked
-#   x0.98; on the unclustered tiles 1-8 % slower (192x128 x0.94) but 64x32 (x1.06, one shape);
+#   x0.98; on the other unclustered tiles 1-8 % slower (192x128 x0.94), but see 64x32 below;
 # - "tma" on unclustered 256x128 x1.034 (4096x32768x512; masked x1.00), 192x128 x0.96-0.98
-#   (contiguous x0.964), 64- and 128-row tiles within the noise (A/A pairs up to 2.6 % apart).
-# So the model takes "math" for clustered 256-row tiles (not masked), "tma" for unclustered
-# 256-row tiles where K allows, and "copy" elsewhere.
+#   (contiguous x0.964), 64- and 128-row tiles within the noise (A/A pairs up to 2.6 % apart);
+# - "math" on dense 64x32 tiles of calls with at most half as many tiles as SMs, whose CTAs each
+#   walk a long K loop alone: fitted on seven shapes (x1.016-1.11 at 18-132 tiles, x0.96 at the
+#   128 tiles of 64x4096x7168); six held out at 24-64 tiles: five 1.8-8.8 % faster, one x0.99.
+# So the model takes "math" for clustered 256-row tiles (not masked) and for 64x32 tiles of small
+# dense grids, "tma" for unclustered 256-row tiles where K allows, and "copy" elsewhere.
 B_SCALE_LOADS = ("copy", "tma", "math")
-# SMALL_GRID_MATH: "math" also on dense 64x32 (and narrower) tiles of calls with at most half as many tiles
-# as SMs, whose CTAs each walk a long K loop alone: fitted on seven 64x32 shapes (x1.016-1.11 at 18-132
-# tiles, x0.96 at the 128 tiles of 64x4096x7168), then six held out at 24-64 tiles gained 1.8-8.8 %
-# but one (x0.99 at 128x1024x2048), s32-small-n-*.log.
 # Time factor of each against "copy" for dense GEMMs, where the model takes it (the tables below
 # were measured with copies): "tma" on unclustered 256x128 x1.021-1.036 on ten shapes, "math" on
 # clustered 256x128 x1.011-1.023 on eleven (h100-2026-11-28-s32-sb-*.log, -tma256-vs-192.log).
@@ -129,12 +128,12 @@ def b_scale_tma_fits(p: Problem) -> bool:
     return p.K % 512 == 0
 
 
-def b_scale_load_for(p: Problem, bm: int, cluster: int, bn: int = 128, sms: int = 132) -> str:
+def b_scale_load_for(p: Problem, bm: int, bn: int, cluster: int, sms: int) -> str:
     """How B's scales reach a tile's math warpgroups unless an attr says (B_SCALE_LOADS)."""
     if bm == 256 and cluster == 2 and p.grouping != "masked":
         return "math"
     if p.grouping == "dense" and bm == 64 and bn <= 32 and tiles_of(p, bm, bn)[2] <= sms // 2:
-        return "math"  # (SMALL_GRID_MATH)
+        return "math"
     return "tma" if bm == 256 and cluster == 1 and b_scale_tma_fits(p) else "copy"
 
 
@@ -311,7 +310,7 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
                     if cluster == 2 and "cluster" not in fixed and not model_clusters(p, bm, bn, multicast):
                         continue  # a cluster the model does not choose unasked
                     num_m, num_n, blocks = tiles_of(p, bm, bn)
-                    b_scale_load = fixed.get("b_scale_load") or b_scale_load_for(p, bm, cluster, bn, sms)
+                    b_scale_load = fixed.get("b_scale_load") or b_scale_load_for(p, bm, bn, cluster, sms)
                     sb_tma = b_scale_load == "tma"
                     base = smem_bytes(bm, bn, 0, p.out_bytes, tma, sb_tma)
                     per_stage = smem_bytes(bm, bn, 1, p.out_bytes, tma, sb_tma) - base
