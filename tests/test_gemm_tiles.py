@@ -273,6 +273,19 @@ def test_the_scale_paths_time_factor_is_for_dense_gemms_only():
         assert ratio == pytest.approx(want), grouping
 
 
+def test_the_scale_paths_time_factor_only_where_the_rule_takes_that_load():
+    """A b_scale_load fixed by an attr is credited only on the tiles where it was measured to
+    gain ("tma" on unclustered 256-row tiles; "math" on the clustered ones): "tma" ran x0.98 on
+    192x128, so there it must not tip the pick."""
+    from kdsl.passes.gemm_tiles import B_SCALE_GAIN, cycles
+    p = Problem(4096, 7168, 4096, 1, "dense", 2)
+    for bm, multicast, load, want in ((256, "none", "tma", B_SCALE_GAIN["tma"]), (192, "none", "tma", 1.0),
+                                      (128, "none", "math", 1.0), (256, "a", "math", B_SCALE_GAIN["math"]),
+                                      (256, "a", "tma", 1.0)):
+        ratio = cycles(p, bm, 128, multicast, 132, b_scale_load=load) / cycles(p, bm, 128, multicast, 132)
+        assert ratio == pytest.approx(want), (bm, multicast, load)
+
+
 def test_lowered_ir_shows_the_choice_and_round_trips():
     k = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").ir["fp8_gemm"]
     for shape, sms in (([128, 2112, 7168, 1], 132), ([4096, 7168, 16384, 1], 114), (None, None)):

@@ -62,6 +62,8 @@ B_SCALE_LOADS = ("copy", "tma", "math")
 # Time factor of each against "copy" for dense GEMMs, where the model takes it (the tables below
 # were measured with copies): "tma" on unclustered 256x128 x1.021-1.036 on ten shapes, "math" on
 # clustered 256x128 x1.011-1.023 on eleven (h100-2026-11-28-s32-sb-*.log, -tma256-vs-192.log).
+# Only on the tiles b_scale_load_for gives that load (b_scale_gain): elsewhere it was not a gain
+# ("tma" x0.98 on 192x128), so a load an attr fixes is not credited there.
 # Not for grouped kinds: masked ran "tma" at x1.00, and the picks the factor moved there lost up
 # to 6.5 %; contiguous ones split 3 / 1 under random layouts (s32-grouped-flips*.log).
 B_SCALE_GAIN = {"copy": 1.0, "tma": 0.97, "math": 0.983}
@@ -135,6 +137,15 @@ def b_scale_load_for(p: Problem, bm: int, bn: int, cluster: int, sms: int) -> st
     if p.grouping == "dense" and bm == 64 and bn <= 32 and tiles_of(p, bm, bn)[2] <= sms // 2:
         return "math"
     return "tma" if bm == 256 and cluster == 1 and b_scale_tma_fits(p) else "copy"
+
+
+def b_scale_gain(p: Problem, bm: int, bn: int, multicast: str, sms: int, b_scale_load: str) -> float:
+    """B_SCALE_GAIN's factor where it was measured: a dense GEMM, on a tile b_scale_load_for
+    gives this load; 1.0 elsewhere."""
+    cluster = 1 if multicast == "none" else 2
+    if p.grouping != "dense" or b_scale_load != b_scale_load_for(p, bm, bn, cluster, sms):
+        return 1.0
+    return B_SCALE_GAIN[b_scale_load]
 
 
 def tiles_of(p: Problem, bm: int, bn: int) -> tuple[int, int, int]:
@@ -238,7 +249,7 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
     if multicast != "none" and waves <= 1:
         return math.inf  # one wave: pairing CTAs only constrains the schedule
     cluster_gain = CLUSTER_GAIN.get((p.grouping, bm, bn, multicast), 1.0)
-    scale_gain = B_SCALE_GAIN[b_scale_load] if p.grouping == "dense" else 1.0
+    scale_gain = b_scale_gain(p, bm, bn, multicast, sms, b_scale_load)
     return max(max(l1, l2) / efficiency, tc) * cluster_gain * scale_gain
 
 
