@@ -15,9 +15,10 @@ torch = pytest.importorskip("torch")
 
 from kdsl.errors import KdslError  # noqa: E402
 from kdsl.runtime import driver, fast_launch, gemm_launch, tma  # noqa: E402
+from fp8_signature import fp8_slots  # noqa: E402
 
 M, N, K = 64, 96, 256
-POINTER_PARAMS = range(5, 10)  # sa sb out group count, after the five tensor maps (gemm_launch._arg_pack)
+POINTER_PARAMS = fp8_slots("sa", "sb", "out", "group", "count")  # the kernel's per-call pointers
 LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 

@@ -221,6 +221,29 @@ def test_hopper_attention_refuses_2_to_the_31_query_rows():
         geometry.attention_row_limit(2, 16, 2**26, "k")
 
 
+@pytest.mark.parametrize("stream_k", [0, 5])
+def test_fp8_arg_pack_matches_the_kernel_signature(stream_k):
+    """gemm_launch._arg_pack lays out what the kernel template declares: a tensor map for each of
+    geometry.GEMM_MAP_OPERANDS first, then each parameter's kind in order, with the per-call
+    pointers (and stream-K's workspace) in the slots of those names."""
+    import ctypes
+    from kdsl.runtime import gemm_launch
+    from fp8_signature import fp8_kernel_params, fp8_slots
+    params = fp8_kernel_params()
+    pack = gemm_launch._arg_pack(256, 512, 1024, 1, 8, stream_k)
+    kinds = [("tmap" if isinstance(s, ctypes.Array) else "i32" if isinstance(s, ctypes.c_int32) else "ptr")
+             for s in pack.slots]
+    assert kinds == [kind for _, kind in params]
+    assert [name for name, kind in params if kind == "tmap"] == ["t" + {"a": "a", "b": "b", "out": "d",
+                                                                      "a_scale": "sa", "b_scale": "sb"}[o]
+                                                                 for o in geometry.GEMM_MAP_OPERANDS]
+    per_call = fp8_slots("sa", "sb", "out", "group", "count") + (fp8_slots("sk_partials", "sk_flags") if stream_k else [])
+    for n, i in enumerate(per_call):  # the pointer written n-th each call lands in slot i
+        pack.pointers[n] = 0x1000 * (n + 1)
+        assert ctypes.c_uint64.from_address(pack.params[i]).value == 0x1000 * (n + 1)
+    assert len(per_call) == len(pack.pointers)
+
+
 @pytest.mark.parametrize("operands", [("a", "b"), ("a", "b", "out"), ("a", "b", "a_scale"), ("a", "b", "out", "a_scale"),
                                       ("a", "b", "b_scale"), ("a", "b", "out", "a_scale", "b_scale")])
 @pytest.mark.parametrize("stream_k", [0, 5])
@@ -232,6 +255,7 @@ def test_fp8_call_pointers_reach_their_maps_and_parameter_slots(operands, stream
     import ctypes
     from kdsl.runtime import gemm_launch
     from kdsl.runtime.launch import Plan
+    from fp8_signature import fp8_slots
 
     class Map:
         def __init__(self, pack, slot):
@@ -252,4 +276,5 @@ def test_fp8_call_pointers_reach_their_maps_and_parameter_slots(operands, stream
     assert [m.slot for m in maps] == [("a", "b", "out", "a_scale", "b_scale").index(name) for name in operands]
     slot = lambda i: ctypes.c_uint64.from_address(pack.params[i]).value
     want = [given[n] for n in ("a_scale", "b_scale", "out", "group", "count")] + ([0x9000, 0xA000] if stream_k else [])
-    assert [slot(i) for i in [5, 6, 7, 8, 9] + ([16, 17] if stream_k else [])] == want
+    slots = fp8_slots("sa", "sb", "out", "group", "count") + (fp8_slots("sk_partials", "sk_flags") if stream_k else [])
+    assert [slot(i) for i in slots] == want
