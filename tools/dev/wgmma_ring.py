@@ -21,6 +21,13 @@ promote. Shapes (--shapes WAVESxSTAGES) 1x3, 1x6, 2x3, 2x4. Modes, each a set of
   ring_defer, ring_defer_lean
                     deferred promotion (1x): two accumulators, each block's wave issued before
                     the block before it is waited for (wgmma wait 1) and promoted
+  ring_none_scales  promotion by the stage's scales (as the producer leaves them), no ring
+  ring_const        the ring, promotion by a constant (no scale reads)
+  ring_nosync       as ring_noload, with no "empty" (the math warpgroups do not arrive, the
+                    producer does not wait) and no "full" wait: the barriers' whole cost. (Without
+                    "empty" but with "full" waits the producer runs phases ahead and the waits
+                    hang: parity tells only one phase from the next; so do the producer's "empty" waits when the
+                    math warpgroups skip only the "full" waits.)
   ring_hint, ring_lean_hint, ring_sleep, ring_lean_sleep
                     the producer's "empty" waits sleep in the hardware (try_wait with a
                     suspend-time hint) or back off with __nanosleep instead of polling
@@ -51,8 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wgmma_contention import FILLS, compile_module, fill_bytes, tensor_map  # noqa: E402
 
 (RING_PROMOTE, RING_SCALES, RING_NO_LOAD, RING_TURNS, RING_PREFETCH, RING_NONE, RING_TRACE, RING_WARP_ARRIVE, RING_LEAN,
- RING_ONE_ARRIVAL, RING_NO_STORES, RING_DEFER, RING_HINT, RING_SLEEP) = (
-    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+ RING_ONE_ARRIVAL, RING_NO_STORES, RING_DEFER, RING_HINT, RING_SLEEP, RING_NO_FULL, RING_NO_EMPTY) = (
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 RING_SHAPES = ((1, 3), (1, 6), (2, 3), (2, 4))  # (waves a warpgroup, stages)
 RING_MODES = {  # name: kRing* flags of kdsl_wgmma_ring
     "ring_bare": 0,
@@ -73,6 +80,9 @@ RING_MODES = {  # name: kRing* flags of kdsl_wgmma_ring
     "ring_lean_hint": RING_PROMOTE | RING_SCALES | RING_LEAN | RING_HINT,
     "ring_sleep": RING_PROMOTE | RING_SCALES | RING_SLEEP,
     "ring_lean_sleep": RING_PROMOTE | RING_SCALES | RING_LEAN | RING_SLEEP,
+    "ring_none_scales": RING_NONE | RING_PROMOTE | RING_SCALES,
+    "ring_const": RING_PROMOTE,
+    "ring_nosync": RING_PROMOTE | RING_SCALES | RING_NO_LOAD | RING_NO_EMPTY | RING_NO_FULL,
 }
 
 SOURCE = r"""
@@ -116,7 +126,7 @@ KDSL_DEVICE bool mbar_try_wait_hint(u32 bar, u32 parity) {
 
 enum { kRingPromote = 1, kRingScales = 2, kRingNoLoad = 4, kRingTurns = 8, kRingPrefetch = 16, kRingNone = 32,
        kRingTrace = 64, kRingWarpArrive = 128, kRingLean = 256, kRingOneArrival = 512, kRingNoStores = 1024,
-       kRingDefer = 2048, kRingHint = 4096, kRingSleep = 8192 };
+       kRingDefer = 2048, kRingHint = 4096, kRingSleep = 8192, kRingNoFull = 16384, kRingNoEmpty = 32768 };
 template <int WAVES, int STAGES, int FLAGS>
 KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, const TmaDesc* tmap, int tiles) {
   constexpr int A_BYTES = WAVES * 128 * 128, STAGE = A_BYTES + 16384;
@@ -133,10 +143,11 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
     }
     mbar_init_fence();
   }
+  for (int i = threadIdx.x; i < STAGES * SCALES; i += blockDim.x) scales[i] = 1.0f + i * 1e-7f;  // (modes without a producer)
   __syncthreads();
   const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
   // (flags at compile time, so that the loop has no branches the kernel's has not)
-  constexpr bool turns = FLAGS & kRingTurns, ring = !(FLAGS & kRingNone), full_wait = ring;
+  constexpr bool turns = FLAGS & kRingTurns, ring = !(FLAGS & kRingNone), full_wait = ring && !(FLAGS & kRingNoFull);
   constexpr bool promote_on = FLAGS & kRingPromote, by_scales = FLAGS & kRingScales, trace = FLAGS & kRingTrace;
   constexpr bool prefetch = (FLAGS & kRingPrefetch) && ring, warp_arrive = FLAGS & kRingWarpArrive;
   static_assert(!prefetch || WAVES == 1, "prefetch: one wave a warpgroup");
@@ -149,7 +160,8 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
       for (int b = 0; b < blocks; ++b) {
         const int st = b % STAGES;
         const u32 parity = ((b / STAGES) & 1) ^ 1u;  // a fresh barrier's phase 0 counts as "empty"
-        if (FLAGS & kRingHint) {
+        if (FLAGS & kRingNoEmpty) {
+        } else if (FLAGS & kRingHint) {
           while (!mbar_try_wait_hint(bars + 64 + 8 * st, parity)) {}
         } else if (FLAGS & kRingSleep) {
           while (!mbar_try_wait(bars + 64 + 8 * st, parity)) __nanosleep(128);
@@ -264,7 +276,7 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
         wgmma_wait<0>();
         wgmma_pin(acc);
         if (mark && v == 0) tl[(b - 64) * 3 + 1] = clock64();
-        if (v == WAVES - 1 && ring) {
+        if (v == WAVES - 1 && ring && !(FLAGS & kRingNoEmpty)) {
           if (warp_arrive) __syncwarp();
           if (!warp_arrive || lane == 0) mbar_arrive(bars + 64 + 8 * st);
         }
