@@ -210,7 +210,7 @@ def cold_build(file: str, kernel: str, head_dim: int, arch: str) -> dict:
 def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     import torch
     from . import flex, reference
-    from .runtime.launch import eval_scalar
+    from .semantics import eval_scalar
     from .testing import attention_inputs, rel_frobenius
     kir = mod.ir[case.kernel]
     s = case.shape

@@ -23,7 +23,7 @@ _FIELDS = {"q": ("B", "H", "M", "D"), "k": ("B", "Hkv", "N", "D"), "v": ("B", "H
 CHECK_HEAD_DIMS = (64, 128, 32, 96, 192, 256)
 # Call-time softmax scales the checks also pass, besides the kernel's own: 0 (every q.k term
 # vanishes) and a negative one; the kernel's fast paths (a max on raw q.k, the affine form)
-# need a positive factor, and the runtime must arrange it (runtime/launch.py).
+# need a positive factor, and the runtime must arrange it (runtime/attention_launch.py).
 CHECK_SCALES = (0.0, -0.3)
 
 

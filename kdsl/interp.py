@@ -38,7 +38,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
     dims = {n: {"q": q, "k": k, "v": v, **captures}[t].shape[axis] for n, (t, axis) in kernel.dims.items()}
     scale = float(eval_scalar(kernel.func("scale"), dims)) if scale is None else scale
     if H > Hkv and low.attr("kernel") == "wgmma" and pipeline.heads_fold_into_rows(low):
-        # as the Hopper kernel runs grouped-query heads (runtime/launch.py): the H / Hkv query
+        # as the Hopper kernel runs grouped-query heads (runtime/attention_launch.py): the H / Hkv query
         # heads of a k/v head as rows of one problem, in the same memory
         out, lse = attention(kernel, q.reshape(B, Hkv, H // Hkv * M, D), k, v, captures, scale, arch)
         return out.reshape(B, H, M, Dv), lse.reshape(B, H, M)
@@ -108,7 +108,7 @@ def _score(low: ir.Kernel, score: ir.Expr, env: dict, captures: dict, k0: int) -
     """score_log2 of a tile's elements as the Hopper kernel computes it: as written, or for an
     affine score F * (qk + slope * col) + base, the base taken at the tile's first column and col
     the offset from it (the kernel takes each thread's first column; the sum is the same). A
-    scale <= 0 runs the program that computes the score as written (runtime/launch.py)."""
+    scale <= 0 runs the program that computes the score as written (runtime/attention_launch.py)."""
     qk = env["qk"]
     if not (affine_score.needs_positive_scale(low) and env["scale_log2"] > 0):  # else as the runtime does
         return np.broadcast_to(eval_numpy(score, env, captures, np.float32), qk.shape)

@@ -19,7 +19,7 @@ from .backends import round_float32
 from .errors import LaunchError
 from .runtime import torch_ops
 from .runtime.gemm_launch import GemmKernel
-from .runtime.launch import AttentionKernel
+from .runtime.attention_launch import AttentionKernel
 
 
 class Interpreted:

@@ -15,7 +15,7 @@ from kdsl.grammar import parse
 from kdsl.grammar.parser import MAX_DEPTH, MAX_NAME
 from kdsl.passes import exp2_fold, pipeline
 from kdsl.passes.target import get_target
-from kdsl.runtime.launch import eval_scalar
+from kdsl.semantics import eval_scalar
 from kdsl.semantics import eval_numpy
 
 

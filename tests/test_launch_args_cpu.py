@@ -198,7 +198,8 @@ def test_captured_persistent_launches_take_no_shared_work_counter():
     graph keeps the counters of its capture stream, and graphs captured on one stream may be
     replayed at once on different streams. When the framework cannot say, the same."""
     from types import MethodType, SimpleNamespace
-    from kdsl.runtime.launch import AttentionKernel, Plan
+    from kdsl.runtime.attention_launch import AttentionKernel
+    from kdsl.runtime.launch import Plan
 
     def plan(dynamic, capturing):
         loaded = SimpleNamespace(work_counter=lambda stream: 4096 + stream)

@@ -8,7 +8,7 @@ from kdsl import ir
 from kdsl.grammar import parse
 from kdsl.passes import exp2_fold, mask_analysis, pipeline
 from kdsl.passes.target import get_target
-from kdsl.runtime.launch import eval_scalar
+from kdsl.semantics import eval_scalar
 
 from conftest import ROOT, SAMPLES
 from exprgen import bool_expr, float_expr, program

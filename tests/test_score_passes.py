@@ -13,7 +13,7 @@ from kdsl.grammar import parse
 from kdsl.passes import exp2_fold, index_floats, invariant_factors, mask_facts, pipeline
 from kdsl.passes.target import get_target
 from kdsl.semantics import eval_numpy
-from kdsl.runtime.launch import eval_scalar
+from kdsl.semantics import eval_scalar
 
 from exprgen import float_expr, program
 

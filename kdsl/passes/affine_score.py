@@ -54,7 +54,7 @@ def needs_positive_scale(k: ir.Kernel) -> bool:
     """Whether lowered kernel k computes its score in the affine form, whose factor
     F = scale_log2 * c (c > 0) must be positive: the row max is taken on qk + slope * col and
     the slope is divided by F. A call with scale <= 0 runs the program that computes the score
-    as written (runtime/launch.py; the kernel's KDSL_AFFINE_SCORE=0)."""
+    as written (runtime/attention_launch.py; the kernel's KDSL_AFFINE_SCORE=0)."""
     return k.func("score_slope") is not None
 
 

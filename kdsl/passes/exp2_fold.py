@@ -81,7 +81,7 @@ def score_is_scaled_dot(k: ir.Kernel) -> bool:
     """Whether score_log2 is exactly qk * scale_log2 (no score of the user's: plain attention
     and every mask-only variant). The Hopper kernel then takes the row max on the raw dot
     products and folds the scale into the exponent's FFMA, one instruction less an element;
-    that needs scale_log2 > 0, which the runtime arranges (runtime/launch.py)."""
+    that needs scale_log2 > 0, which the runtime arranges (runtime/attention_launch.py)."""
     e = k.func("score_log2")
     return isinstance(e, ir.Op) and e.op == "mul" and \
         {a.name for a in e.args if isinstance(a, ir.Var)} == {"qk", "scale_log2"}

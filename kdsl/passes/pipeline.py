@@ -44,7 +44,7 @@ def head_dims(k: ir.Kernel) -> tuple[int, ...]:
 def heads_fold_into_rows(lowered: ir.Kernel) -> bool:
     """Whether the Hopper kernel may run the H / Hkv query heads that share a k/v head as rows
     of one problem (q[b, hkv * G + g, m] is row g * M + m of head hkv, in the same memory;
-    runtime/launch.py, interp.py): every function the lowered kernel evaluates is blind to the
+    runtime/attention_launch.py, interp.py): every function the lowered kernel evaluates is blind to the
     query row and head, and to M and H, which folding changes."""
     return not any(ir.uses(e, v) for _, e in lowered.funcs for v in ("q", "h", "qf", "dqkf", "M", "H"))
 

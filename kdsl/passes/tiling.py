@@ -292,7 +292,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                "mma": lambda: dict(zip(("tile_m", "tile_n", "warps"), ATTENTION_TILES[d]))}[fam]()
     given = {n: attrs[n] for n in SCHEDULE_ATTRS[fam] if n in attrs}
     # the tile compiler.build takes when ptxas spills the default one (a trial tile)
-    # (the same consumers, so the same tile_m: launch.py counts work items before the build).
+    # (the same consumers, so the same tile_m: attention_launch.py counts work items before the build).
     # An IR file written by --emit ir carries the tile as attrs and the fallback beside it.
     fallback = list(choices[1]) if len(choices) > 1 and not {"tile_n", "consumers", "stages"} & set(given) \
         and choices[1][1] == choices[0][1] else None

@@ -49,8 +49,8 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
         if retry is None or not spilled(built):
             break
         trial, built = built, _build(retry, arch, head_dim, want_cubin, trace, value_dim, program)
-        # launch.py counts work items by the tile_m it lowered before the build: a fallback
-        # may narrow the kv tile only (launch.py recounts its split-KV key ranges in the tiles
+        # attention_launch.py counts work items by the tile_m it lowered before the build: a
+        # fallback may narrow the kv tile only (it recounts its split-KV key ranges in the tiles
         # of the kernel built here)
         if built.kernel.attr("tile_m") != trial.kernel.attr("tile_m"):
             raise KdslError(f"{k.name}: internal error: a spill fallback changed tile_m "
@@ -88,8 +88,8 @@ def _without_spilled_trial(k: ir.Kernel, lowered: ir.Kernel, program: Program) -
     if not trials:
         return None
     if trials[0] == "tile":
-        # the next tile, and the streamed capture as decided for the trial tile (launch.py
-        # decided its arguments on it)
+        # the next tile, and the streamed capture as decided for the trial tile
+        # (attention_launch.py decided its arguments on it)
         tile_n, consumers, _ = lowered.attr("spill_fallback")
         return k.with_attrs(tile_n=tile_n, consumers=consumers, stream_capture=lowered.attr("stream_capture"),
                             spill_fallback=None)

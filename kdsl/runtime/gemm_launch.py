@@ -180,7 +180,7 @@ class GemmKernel(KernelBase):
         kernel = self.ir.with_attrs(shape=[M, N, K, G], sms=sms)
         built, loaded = self._load_shape(kernel.with_attrs(**fixed) if fixed else kernel, device)
         lk = built.kernel
-        bm, bn, mcast, cluster = lk.attr("tile_m"), lk.attr("tile_n"), lk.attr("multicast"), lk.attr("cluster")
+        bm, bn, cluster = lk.attr("tile_m"), lk.attr("tile_n"), lk.attr("cluster")
         geometry.gemm_index_limits(M, N, K, G, bm, bn, masked, self.name)
         tiles = -(-M // bm) * -(-N // bn) * (G if masked else 1)
         grid = geometry.gemm_grid(tiles, sms, cluster)

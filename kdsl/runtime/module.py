@@ -12,7 +12,7 @@ from ..interpreted import Interpreted
 from ..passes import pipeline
 from . import prebuild, torch_ops
 from .gemm_launch import GemmKernel
-from .launch import AttentionKernel
+from .attention_launch import AttentionKernel
 
 
 class Module:

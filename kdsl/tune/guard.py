@@ -142,7 +142,7 @@ def _callable(candidate: ir.Kernel, arch: str, interpret: bool):
         from ..interpreted import Interpreted
         return Interpreted(candidate, arch)
     from ..runtime.gemm_launch import GemmKernel
-    from ..runtime.launch import AttentionKernel
+    from ..runtime.attention_launch import AttentionKernel
     return (AttentionKernel if candidate.kind == "attention" else GemmKernel)(candidate, arch)
 
 

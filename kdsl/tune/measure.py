@@ -36,7 +36,7 @@ class Bench:
 
     def _callable(self, k: ir.Kernel):
         from ..runtime.gemm_launch import GemmKernel
-        from ..runtime.launch import AttentionKernel
+        from ..runtime.attention_launch import AttentionKernel
         return (AttentionKernel if k.kind == "attention" else GemmKernel)(k, self.arch)
 
     def _round(self, fn) -> float:

@@ -256,7 +256,7 @@ def test_fixed_consumers_are_kept_for_decode():
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Hopper kernel's warpgroups")
     plain = kdsl.load(ROOT / "samples" / "plain.kd").plain
-    from kdsl.runtime.launch import AttentionKernel
+    from kdsl.runtime.attention_launch import AttentionKernel
     fixed = AttentionKernel(plain.ir.with_attrs(consumers=2))
     q, k, v, caps = attention_inputs(plain.ir, 1, 8, 8, 1, 2048, 128)
     out = fixed(q, k, v)

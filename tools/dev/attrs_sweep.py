@@ -54,7 +54,7 @@ def main() -> None:
     import torch
     import kdsl
     from kdsl.bench import Timer, kept_pairs
-    from kdsl.runtime.launch import AttentionKernel
+    from kdsl.runtime.attention_launch import AttentionKernel
     from kdsl.testing import attention_inputs, rel_frobenius
     timer = Timer(args.reps)
     print(torch.cuda.get_device_name(), flush=True)

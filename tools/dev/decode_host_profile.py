@@ -28,7 +28,7 @@ calls = {"relpos decode (split-KV)": lambda: rel(q, k, k, out=out),
 for name, fn in calls.items():
     print(name, " ".join(f"{per}/sample: {host_us(fn, 1000, per):.1f} us" for per in (25, 50, 200)), flush=True)
 # The hot path's pieces, each alone (host_us: a sleep kernel queued ahead of the launches).
-from kdsl.runtime import launch as L, torch_ops  # noqa: E402
+from kdsl.runtime import torch_ops  # noqa: E402
 rel(qp, k, k, out=outp)
 plan = rel._plan_for(qp, k, k, (), outp, None, None)
 pieces = {

@@ -43,13 +43,13 @@ def main() -> None:
     import torch
     import kdsl
     from kdsl.bench import Timer
-    from kdsl.runtime import launch, splitkv
+    from kdsl.runtime import attention_launch, splitkv
     timer = Timer(args.reps)
     plain = kdsl.load(ROOT / "samples" / "plain.kd").plain
     others = {}
     for spec in filter(None, args.attrs.split(";")):
         attrs = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(","))}
-        others[spec] = launch.AttentionKernel(plain.ir.with_attrs(**attrs))
+        others[spec] = attention_launch.AttentionKernel(plain.ir.with_attrs(**attrs))
     own = splitkv.kv_splits
     print(torch.cuda.get_device_name(), flush=True)
     for B, H, Hkv, N in SHAPES:

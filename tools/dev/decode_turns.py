@@ -40,7 +40,7 @@ def main() -> None:
     import torch
     import kdsl
     from kdsl.bench import Timer
-    from kdsl.runtime import launch, splitkv
+    from kdsl.runtime import attention_launch, splitkv
     timer = Timer(args.reps)
     base = kdsl.load(ROOT / "samples" / "plain.kd").plain
     own = splitkv.kv_splits
@@ -53,7 +53,7 @@ def main() -> None:
                    [(spec, None, {kv.split("=")[0]: int(kv.split("=")[1]) for kv in spec.split(",")})
                     for spec in filter(None, args.attrs.split(";"))]
         for label, splits, attrs in variants:
-            kern = launch.AttentionKernel(base.ir.with_attrs(**attrs) if attrs else base.ir)
+            kern = attention_launch.AttentionKernel(base.ir.with_attrs(**attrs) if attrs else base.ir)
             splitkv.kv_splits = own if splits is None else (lambda items, tiles, sms, s=splits: non_empty(s, tiles))
             try:
                 out = kern(q, k, v)

@@ -89,7 +89,7 @@ def main() -> None:
     import cupy
     import torch
     import kdsl
-    from kdsl.runtime.launch import AttentionKernel
+    from kdsl.runtime.attention_launch import AttentionKernel
     from kdsl.testing import attention_inputs
     print(torch.cuda.get_device_name(), flush=True)
     for case in sys.argv[1:]:

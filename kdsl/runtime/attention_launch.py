@@ -1,0 +1,379 @@
+"""Attention kernels as callables (mod.NAME(q, k, v, ...)): each call's arguments checked once
+per signature, then the plan (grid, persistent items, split-KV combine, tile summary) launched
+on the caller's current stream. launch.py holds what this shares with the FP8 GEMM."""
+from __future__ import annotations
+
+import math
+
+from .. import ir
+from ..errors import KdslError, LaunchError
+from ..passes import affine_score, exp2_fold, index_floats, pipeline, tiling
+from ..passes.exp2_fold import LOG2E
+from ..semantics import eval_scalar
+from . import arrays, geometry, splitkv, summary, torch_ops
+from .bounds import check_capture_indices
+from .programs import Program
+from .driver import ArgPack
+from .summary import TileSummary
+from .launch import KernelBase, Plan, _align, _driver, _key, _ptr, _signature, _sm_count
+
+
+class AttentionKernel(KernelBase):
+    """mod.NAME(q, k, v, *captures, out=None, scale=None, **captures) -> out (or (out, lse))."""
+
+    def __init__(self, kernel, arch=None):
+        super().__init__(kernel, arch)
+        self.captures = [t for t in kernel.tensors if t.role == "capture"]
+        self.has_lse = kernel.tensor("lse") is not None
+        # float(q - kv) computed as qf - kvf is exact only up to a length (passes/index_floats)
+        self.index_floats = index_floats.uses_index_floats(index_floats.run(exp2_fold.run(kernel)))
+
+    def with_attrs(self, **attrs) -> "AttentionKernel":
+        """The same kernel under a fixed schedule: on Hopper tile_n, consumers, stages,
+        schedule; on sm_80/sm_89 tile_m, tile_n, warps; math ("fast" / "exact") on both
+        (passes/tiling.py). The tiling pass refuses an illegal value when the kernel is built."""
+        from ..passes import tiling
+        legal = {n for fam in ("wgmma", "mma") for n in tiling.SCHEDULE_ATTRS[fam]} | {"math"}
+        unknown = set(attrs) - legal
+        if unknown:
+            raise KdslError(f"{self.name}: unknown attention attr(s) {sorted(unknown)}; choose from "
+                            f"{', '.join(sorted(legal))}")
+        return AttentionKernel(self.ir.with_attrs(**attrs), self.arch)
+
+    def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
+        if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
+            return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
+        caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
+        plan = self._plan_for(q, k, v, caps, out, lse, scale)
+        if plan.stream_arg is not None and _ptr(caps[plan.stream_arg]) & 15:
+            plan = self._plan_for(q, k, v, caps, out, lse, scale, stream=False)  # TMA needs 16-byte alignment
+        torch_like = plan.framework == "torch"
+        if out is None:
+            out = plan.new_out()
+        if self.has_lse and lse is None:
+            lse = plan.new_lse()
+        if plan.loaded is None:
+            return self._without_launch(plan, out, lse)
+        if plan.q_sign != 1:
+            q = -q if plan.q_sign < 0 else q * 0
+        ptrs = [x.data_ptr() for x in (q, k, v, out)] if torch_like else [x.data.ptr for x in (q, k, v, out)]
+        if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15:
+            for p, n in zip(ptrs, ("q", "k", "v", "out")):
+                _align(p, n, self.name)
+        ptrs.append(_ptr(lse) if lse is not None else 0)
+        if caps:
+            ptrs += [_ptr(c) for c in caps]
+        plan.keep_alive = (q,) if plan.q_sign != 1 else ()
+        ptrs.append(self._summary_pointer(plan, ptrs[5:], tile_summary))
+        part_ptrs, done = (0, 0), 0  # the Hopper kernel's split-KV pointers are null unless it splits
+        if plan.combine is not None:  # split-KV: the splits' results, merged into out
+            parts = plan.combine.new_parts()
+            plan.keep_alive += (parts,)
+            part_ptrs = plan.combine.part_pointers(_ptr(parts))
+            done = self._split_counters(plan)  # 0: by the combine kernel, else by the items
+        if plan.maps:  # then its work counter and split counts
+            ptrs += (*part_ptrs, self._work_counter(plan), done)
+        plan.launch(ptrs)
+        if plan.combine is not None and not done:
+            plan.combine.run(plan.current_stream(), *part_ptrs, ptrs[3], ptrs[4])
+        if torch_like:
+            # torch's caching allocator hands a freed block out again only for work ordered after
+            # it on the stream it came from, the stream these kernels run on: nothing need stay
+            # alive. (And torch.compile's CUDA-graph trees refuse live allocations of a captured
+            # call that are not its outputs: split-KV's partials kept here failed there.)
+            plan.keep_alive = ()
+        return (out, lse) if self.has_lse else out
+
+    def tile_summary(self, q, k, v, *captures, scale=None, **named) -> TileSummary:
+        """The runtime tile summary of a mask that reads data (e.g. document ids), computed
+        now for calls with these shapes and these captured values, to pass as
+        `tile_summary=` to each of them instead of recomputing it per call."""
+        if torch_ops.compiling():  # no torch op makes one (yet): a compiled call computes its own
+            raise LaunchError(f"{self.name}: tile_summary() cannot run inside torch.compile; call it before the "
+                              f"compiled code and pass its result in, or leave tile_summary= out (each call then "
+                              f"computes its summary)")
+        caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
+        plan = self._plan_for(q, k, v, caps, None, None, scale)
+        if plan.loaded is not None and plan.summary is None:
+            raise LaunchError(f"{self.name}: its mask reads no captured data per query or key, so it has no tile "
+                              f"summary (attr mask_tiles in `kdsl compile --emit ir` says which masks do)")
+        if plan.summary is None:  # nothing will be launched for these shapes
+            return TileSummary(self.name, None, None)
+        buf = plan.summary.new_buffer()
+        plan.summary.run(plan.current_stream(), [_ptr(c) for c in caps], _ptr(buf))
+        return TileSummary(self.name, plan.summary.layout, buf)
+
+    def _plan_for(self, q, k, v, caps, out, lse, scale, stream: bool = True) -> Plan:
+        key = _attention_key(q, k, v, caps, out, lse, scale)
+        if not stream:
+            key += ("no stream",)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(q, k, v, caps, out, lse, scale, stream)
+        return plan
+
+    @staticmethod
+    def _work_counter(plan: Plan) -> int:
+        """The persistent Hopper kernel's work counters for this launch, or 0: CTAs then walk
+        their items by a fixed stride (correct, less evenly balanced). 0 as well while the
+        stream is being captured into a CUDA graph (Plan.own_stream): shared counters would hand
+        items out twice to graphs replayed at once."""
+        stream = plan.own_stream() if plan.dynamic else None
+        return 0 if stream is None else plan.loaded.work_counter(stream)
+
+    @staticmethod
+    def _split_counters(plan: Plan) -> int:
+        """The split counts that let a split-KV launch's items merge themselves, or 0 (the combine
+        kernel merges): 0 too while the stream is captured into a CUDA graph, for the work
+        counters' reason (_work_counter)."""
+        stream = plan.own_stream() if plan.self_merge else None
+        return 0 if stream is None else plan.loaded.split_counters(stream)
+
+    def _summary_pointer(self, plan: Plan, cap_ptrs, given) -> int:
+        """The tile summary the kernel reads: computed now on the caller's stream, or the
+        precomputed one passed as tile_summary=; 0 when the mask needs none."""
+        if given is not None:
+            layout = plan.summary.layout if plan.summary is not None else None
+            TileSummary.expect(self.name, given).check(self.name, layout)
+            return _ptr(given.buffer)
+        if plan.summary is None:
+            return 0
+        buf = plan.summary.new_buffer()
+        plan.summary.run(plan.current_stream(), cap_ptrs, _ptr(buf))
+        plan.keep_alive += (buf,)
+        return _ptr(buf)
+
+    def _without_launch(self, plan, out, lse):
+        """Empty output, or no keys at all: what the kernel would write, without a launch."""
+        if plan.work == "no_keys":
+            arrays.fill(out, 0.0)
+            if lse is not None:
+                arrays.fill(lse, -math.inf)
+        return (out, lse) if self.has_lse else out
+
+    def _collect_captures(self, positional, named):
+        names = [t.name for t in self.captures]
+        if len(positional) > len(names):
+            raise LaunchError(f"{self.name}: takes q, k, v and {len(names)} captured tensor(s) {names}, "
+                              f"got {3 + len(positional)} positional arguments")
+        given = dict(zip(names, positional))
+        for n, x in named.items():
+            if n not in names:
+                raise LaunchError(f"{self.name}: unexpected argument '{n}'; captured tensors are {names}")
+            if n in given:
+                raise LaunchError(f"{self.name}: captured tensor '{n}' given twice")
+            given[n] = x
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise LaunchError(f"{self.name}: missing captured tensor(s) {missing} (declared in the kernel)")
+        return [given[n] for n in names]
+
+    def validate(self, q, k, v, caps, out, lse, scale):
+        """Every check that does not depend on the device: (array infos, dims, scale)."""
+        kern = self.ir
+        elem = kern.tensor("q").dtype
+        infos = [self._info(x, n, elem, 4) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+        for t, x in zip(self.captures, caps):
+            infos.append(self._info(x, t.name, t.dtype, len(t.shape)))
+        for a, n in zip(infos, ["q", "k", "v"] + [t.name for t in self.captures]):
+            self._contiguous(a, n)
+        dims: dict = {}
+        for t, a in zip([kern.tensor(n) for n in ("q", "k", "v")] + self.captures, infos):
+            self._bind(t, a.shape, dims)
+        B, H, M, D = infos[0].shape
+        Hkv, N = infos[1].shape[1], infos[1].shape[2]
+        if (H % Hkv if Hkv else H):
+            raise LaunchError(f"{self.name}: q has {H} heads, not a multiple of k/v's {Hkv} heads")
+        if self.index_floats and max(M, N) > index_floats.MAX_LENGTH:
+            raise LaunchError(f"{self.name}: sequence length {max(M, N)} exceeds {index_floats.MAX_LENGTH}, the longest "
+                              f"for which this kernel's score converts positions to float exactly")
+        Dv = infos[2].shape[3]
+        for name, x in (("q and k", D), ("v", Dv)):
+            if tiling.head_dim_problem(x):
+                raise LaunchError(f"{self.name}: head dimension {x} of {name} is not supported: it "
+                                  f"{tiling.head_dim_problem(x)}")
+        if out is not None:
+            o = self._info(out, "out", elem, 4)
+            if o.shape != (B, H, M, Dv):
+                raise LaunchError(f"{self.name}: out must have shape {[B, H, M, Dv]} (q's batch, heads and length, "
+                                  f"v's head dim), got {list(o.shape)}")
+            self._contiguous(o, "out")
+            infos.append(o)
+        if lse is not None:
+            if not self.has_lse:
+                raise LaunchError(f"{self.name}: lse= given but the kernel declares no 'lse' output")
+            ls = self._info(lse, "lse", "f32", 3)
+            if ls.shape != (B, H, M):
+                raise LaunchError(f"{self.name}: lse must have shape {[B, H, M]}, got {list(ls.shape)}")
+            self._contiguous(ls, "lse")
+            infos.append(ls)
+        work = geometry.attention_work(B, H, M, N)
+        # The scale is checked even when nothing is launched: a bad one is refused all the same.
+        s = geometry.softmax_scale(scale, lambda: eval_scalar(kern.func("scale"), dims), self.name)
+        if work == "launch":
+            check_capture_indices(kern, dims, self.name)
+        return infos, dims, s
+
+    def _few_rows(self, H: int, Hkv: int, M: int, D: int, Dv: int) -> bool:
+        """Whether a call's work items hold at most 64 query rows (decode: M, times the query
+        heads of a k/v head when they fold into rows), so that the Hopper kernel runs with one
+        consumer warpgroup: a second would only multiply rows that do not exist (B=1 H=16
+        M=1 N=4096 D=128 on an H100: 27.3 -> 25.5 us, bench/NOTES.md). Not when the user
+        fixed the warpgroups, and not on the sm_80 kernel."""
+        if M > 64 or self.ir.attr("consumers") is not None:
+            return False
+        lowered = self._lowered(D, Dv)
+        if lowered.attr("kernel") != "wgmma" or lowered.attr("consumers") == 1:
+            return False
+        return M * (H // Hkv if H > Hkv and pipeline.heads_fold_into_rows(lowered) else 1) <= 64
+
+    def _plan(self, q, k, v, caps, out, lse, scale, stream: bool = True):
+        infos, dims, s = self.validate(q, k, v, caps, out, lse, scale)
+        elem = self.ir.tensor("q").dtype
+        B, H, M, D = infos[0].shape
+        Hkv, N, Dv = infos[1].shape[1], infos[1].shape[2], infos[2].shape[3]
+        out_shape = (B, H, M, Dv)
+        device = self._device(infos)
+        work = geometry.attention_work(B, H, M, N)
+        if work != "launch":
+            return Plan(None, (), (), None, infos[0].framework, device, out_shape, elem, work)
+        one_warpgroup = self._few_rows(H, Hkv, M, D, Dv)
+        lk = self._lowered(D, Dv, one_warpgroup)  # which program the call needs: decided before building
+        tma = lk.attr("kernel") == "wgmma"
+        if tma and H > Hkv and pipeline.heads_fold_into_rows(lk):
+            # GQA whose score and mask never look at the query row or head: the H / Hkv query
+            # heads of a k/v head are rows of one problem (q[b, hkv * G + g, m] is row g * M + m
+            # of head hkv in the same memory, and so are out and lse), so each K/V tile is loaded
+            # once for all of them, and decode (M = 1) fills a q tile with G rows instead of one.
+            H, M = Hkv, M * (H // Hkv)
+        split_kv = False
+        if tma:
+            geometry.attention_row_limit(B, H, M, self.name)
+            # One CTA per (b, h, q tile[, key range]) item on grid.x (no grid.z batch limit), or
+            # one per SM walking several when the schedule is persistent.
+            items = (M + lk.attr("tile_m") - 1) // lk.attr("tile_m") * H * B
+            # Whether the keys are split is decided on the lowered tile (it picks the program);
+            # how many ranges, below on the built one.
+            split_kv = splitkv.kv_splits(items, -(-N // lk.attr("tile_n")), _sm_count(device)) > 1
+        # The streamed capture (passes/streaming.py) goes by TMA when its rows are whole 16-byte
+        # units (and, checked per call, its pointer is 16-byte aligned); else the program that
+        # loads it per element runs.
+        stream_name = lk.attr("stream_capture") if tma else None
+        stream_arg = None
+        if stream_name:
+            t = next(i for i, c in enumerate(self.captures) if c.name == stream_name)
+            row_bytes = infos[3 + t].shape[-1] * arrays.itemsize(self.captures[t].dtype)
+            stream_arg = t if stream and row_bytes % 16 == 0 else None
+        # A score affine in the key position takes its row max on qk + slope * col, which needs
+        # a positive factor scale_log2 * F (passes/affine_score.py): another scale runs the
+        # program that computes the score as written.
+        affine = not (tma and affine_score.needs_positive_scale(lk) and s <= 0)
+        program = Program(split_kv=split_kv, stream=stream_arg is not None or not stream_name, affine=affine)
+        built, loaded = self._load(D, device, Dv, one_warpgroup, program)
+        lk = built.kernel
+        splits = 1
+        if split_kv:
+            # Counted in the kv tiles the built kernel walks: a trial tile that spilled falls back
+            # to a narrower one (more tiles, so still split), and ranges counted in the trial
+            # tile's could leave the kernel's last range empty, never merged by the items that
+            # merge themselves (wrong outputs, seen at head dim 256). kv_splits leaves none empty.
+            splits = splitkv.kv_splits(items, -(-N // lk.attr("tile_n")), _sm_count(device))
+            items *= splits
+        persistent = tma and lk.attr("schedule") == "persistent"
+        if tma:
+            grid = (min(items, _sm_count(device)) if persistent else items, 1, 1)
+            chunks = [(0, B)]
+        else:
+            uses_b = any(ir.uses(e, "b") for _, e in self.ir.funcs)
+            chunks = geometry.attention_batch_chunks(B, H, uses_b, self.name)
+            grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, chunks[0][1])
+        ncap, extra_dims = len(self.captures), built.generated.capture_dims
+        # Parameter order of the generated entry: q k v [the streamed capture's map] out lse,
+        # B H Hkv M N, scale_log2 scale, capture pointers, capture-only dims, the tile summary.
+        # Pointers are written per call. The wgmma kernel takes q, k and v (and the streamed
+        # capture) as TMA tensor maps, re-encoded when their pointers change. The summary
+        # kernel takes the parameters from B on.
+        head = ["tmap"] * (4 if stream_name else 3) if tma else ["ptr"] * 3
+        first = len(head) + 2  # B's slot
+        kinds = head + ["ptr"] * 2 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra_dims) + ["ptr"]
+        # A kernel whose score is the scaled dot product itself takes its max on raw q.k, which
+        # needs scale > 0 (attention_wgmma.cuh, kScaledDot): a negative scale runs on -q with
+        # |scale|, a zero one on 0 * q with scale 1 (every score 0 either way).
+        q_sign = 1
+        if tma and exp2_fold.score_is_scaled_dot(lk) and s <= 0:
+            q_sign, s_kernel = (-1, -s) if s < 0 else (0, 1.0)
+        else:
+            s_kernel = s
+        values = [None] * first + [B, H, Hkv, M, N, s_kernel * LOG2E, s] + [None] * ncap + \
+            [dims[n] for n in extra_dims] + [None]
+        # slots the per-call pointers go to
+        order = list(range(len(head) if tma else 0, first)) + list(range(first + 7, first + 7 + ncap)) + \
+            [len(kinds) - 1]
+        layout = summary.Layout.of(lk, B, H, M, N)
+        tiles = None
+        if layout is not None:
+            tiles = summary.SummaryLaunch(loaded, built.generated.entry + "_summary", layout,
+                                          ArgPack(kinds[first:], values[first:], [o - first for o in order[-1 - ncap:]]),
+                                          infos[0].framework, device)
+        combine = None
+        if tma:  # then splits, the split results' two pointers, the work counter (per call), the head
+            # group, the split counts (per call)
+            order += [len(kinds) + 1, len(kinds) + 2, len(kinds) + 3, len(kinds) + 5]
+            # Head groups balance items of unequal length (a mask's); without a mask every item
+            # is as long as the next, and head by head kept plain at 2k 2.7 % faster (H100).
+            group = 1 if lk.func("mask") is None else geometry.attention_head_group(
+                B * H, -(-M // lk.attr("tile_m")), _sm_count(device),
+                N * (D + Dv) * arrays.itemsize(elem), _l2_bytes(device))
+            kinds += ["i32", "ptr", "ptr", "ptr", "i32", "ptr"]
+            values += [splits, None, None, None, group, None]
+            if splits > 1:
+                combine = splitkv.CombineLaunch(loaded, built.generated.entry + "_combine", splits, B * H * M, Dv,
+                                                infos[0].framework, device)
+        pack = ArgPack(kinds, values, order)
+        maps, sources, map_only = (), None, None
+        if tma:
+            from .tma import RowTiles, StreamTiles
+            bm, bn = lk.attr("tile_m"), lk.attr("tile_n")
+            maps = (RowTiles(pack, 0, elem, B * H, M, D, bm), RowTiles(pack, 1, elem, B * Hkv, N, D, bn),
+                    RowTiles(pack, 2, elem, B * Hkv, N, Dv, bn))
+            if stream_arg is not None:
+                t = self.captures[stream_arg]
+                maps += (StreamTiles(pack, 3, t.dtype, infos[3 + stream_arg].shape, bm),)
+                # q, k, v feed maps only; the capture's pointer is a parameter too
+                sources, map_only = (0, 1, 2, 5 + stream_arg), 3
+        return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, out_shape, elem,
+                    chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap) if len(chunks) > 1 else (),
+                    maps=maps, map_sources=sources, map_only=map_only, stream_arg=stream_arg,
+                    summary=tiles, combine=combine, q_sign=q_sign,
+                    dynamic=persistent,
+                    # items merge themselves where no item can be all masked (no mask) and the
+                    # counts fit a stream's slot (attention_wgmma.cuh, merge_if_last)
+                    self_merge=combine is not None and lk.func("mask") is None
+                    and items // splits * lk.attr("consumers") <= tiling.SPLIT_SLOT)
+
+
+def _batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap):
+    """(grid z, byte offsets of q k v out lse and the captures) for each batch chunk."""
+    e = arrays.itemsize(elem)
+    return tuple((n, (b0 * H * M * D * e, b0 * Hkv * N * D * e, b0 * Hkv * N * Dv * e, b0 * H * M * Dv * e,
+                      b0 * H * M * 4) + (0,) * (ncap + 1)) for b0, n in chunks)
+
+
+def _l2_bytes(device: int) -> int:
+    cupy, _, _ = _driver()
+    return int(cupy.cuda.Device(device).attributes["L2CacheSize"])
+
+
+def _attention_key(q, k, v, caps, out, lse, scale):
+    """_signature's contents for an attention call, built flat for torch tensors (the hot path:
+    ~3 us of the ~7 the generic one took on the H100 host); anything else takes the generic
+    one, whose keys never equal these."""
+    try:
+        key = (q.dtype, q.shape, q.stride(), q.get_device(), k.dtype, k.shape, k.stride(), k.get_device(),
+               v.dtype, v.shape, v.stride(), v.get_device(),
+               None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()),
+               None if lse is None else (lse.dtype, lse.shape, lse.stride(), lse.get_device()),
+               scale if scale is None or type(scale) in (int, float) else _key(scale))
+        return key + tuple([(c.dtype, c.shape, c.stride(), c.get_device()) for c in caps]) if caps else key
+    except (AttributeError, TypeError):
+        return _signature((q, k, v, *caps), (out, lse, scale))
