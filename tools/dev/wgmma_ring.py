@@ -28,6 +28,12 @@ promote. Shapes (--shapes WAVESxSTAGES) 1x3, 1x6, 2x3, 2x4. Modes, each a set of
                     "empty" but with "full" waits the producer runs phases ahead and the waits
                     hang: parity tells only one phase from the next; so do the producer's "empty" waits when the
                     math warpgroups skip only the "full" waits.)
+  ring_wg_release, ring_lean_wg_release
+                    as ring_scales (ring_lean), each math warpgroup handing the stage back with
+                    one arrival after a named barrier over its 128 threads
+  ring_pair, ring_lean_pair
+                    as ring_scales (ring_lean), each stage holding two K blocks: one "full" wait
+                    and one "empty" arrival per two blocks, half the stages
   ring_hint, ring_lean_hint, ring_sleep, ring_lean_sleep
                     the producer's "empty" waits sleep in the hardware (try_wait with a
                     suspend-time hint) or back off with __nanosleep instead of polling
@@ -58,8 +64,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wgmma_contention import FILLS, compile_module, fill_bytes, tensor_map  # noqa: E402
 
 (RING_PROMOTE, RING_SCALES, RING_NO_LOAD, RING_TURNS, RING_PREFETCH, RING_NONE, RING_TRACE, RING_WARP_ARRIVE, RING_LEAN,
- RING_ONE_ARRIVAL, RING_NO_STORES, RING_DEFER, RING_HINT, RING_SLEEP, RING_NO_FULL, RING_NO_EMPTY) = (
-    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+ RING_ONE_ARRIVAL, RING_NO_STORES, RING_DEFER, RING_HINT, RING_SLEEP, RING_NO_FULL, RING_NO_EMPTY, RING_WG_RELEASE,
+ RING_PAIR) = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 RING_SHAPES = ((1, 3), (1, 6), (2, 3), (2, 4))  # (waves a warpgroup, stages)
 RING_MODES = {  # name: kRing* flags of kdsl_wgmma_ring
     "ring_bare": 0,
@@ -83,6 +89,10 @@ RING_MODES = {  # name: kRing* flags of kdsl_wgmma_ring
     "ring_none_scales": RING_NONE | RING_PROMOTE | RING_SCALES,
     "ring_const": RING_PROMOTE,
     "ring_nosync": RING_PROMOTE | RING_SCALES | RING_NO_LOAD | RING_NO_EMPTY | RING_NO_FULL,
+    "ring_wg_release": RING_PROMOTE | RING_SCALES | RING_WG_RELEASE,
+    "ring_lean_wg_release": RING_PROMOTE | RING_SCALES | RING_LEAN | RING_WG_RELEASE,
+    "ring_pair": RING_PROMOTE | RING_SCALES | RING_PAIR,
+    "ring_lean_pair": RING_PROMOTE | RING_SCALES | RING_LEAN | RING_PAIR,
 }
 
 SOURCE = r"""
@@ -126,20 +136,22 @@ KDSL_DEVICE bool mbar_try_wait_hint(u32 bar, u32 parity) {
 
 enum { kRingPromote = 1, kRingScales = 2, kRingNoLoad = 4, kRingTurns = 8, kRingPrefetch = 16, kRingNone = 32,
        kRingTrace = 64, kRingWarpArrive = 128, kRingLean = 256, kRingOneArrival = 512, kRingNoStores = 1024,
-       kRingDefer = 2048, kRingHint = 4096, kRingSleep = 8192, kRingNoFull = 16384, kRingNoEmpty = 32768 };
+       kRingDefer = 2048, kRingHint = 4096, kRingSleep = 8192, kRingNoFull = 16384, kRingNoEmpty = 32768,
+       kRingWgRelease = 65536, kRingPair = 131072 };
 template <int WAVES, int STAGES, int FLAGS>
 KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, const TmaDesc* tmap, int tiles) {
-  constexpr int A_BYTES = WAVES * 128 * 128, STAGE = A_BYTES + 16384;
+  // STAGE: one K block's A and B; a ring stage holds KPS of them (kRingPair: two)
+  constexpr int A_BYTES = WAVES * 128 * 128, STAGE = A_BYTES + 16384, KPS = FLAGS & kRingPair ? 2 : 1;
   constexpr int SCALES = WAVES * 128 + 4;  // floats a stage: A's rows, B's, padding
   extern __shared__ __align__(1024) u8 ring_raw[];
   const u32 raw_addr = smem_addr(ring_raw);
   const u32 base = (raw_addr + 1023u) & ~1023u;
-  float* scales = reinterpret_cast<float*>(ring_raw + (base - raw_addr) + STAGES * STAGE);
-  const u32 bars = base + STAGES * STAGE + STAGES * SCALES * 4;  // full[s]: bars + 8 s; empty[s]: + 64
+  float* scales = reinterpret_cast<float*>(ring_raw + (base - raw_addr) + STAGES * KPS * STAGE);
+  const u32 bars = base + STAGES * KPS * STAGE + STAGES * SCALES * 4;  // full[s]: bars + 8 s; empty[s]: + 64
   if (threadIdx.x == 0) {
     for (int st = 0; st < STAGES; ++st) {
       mbar_init(bars + 8 * st, FLAGS & (kRingLean | kRingOneArrival) ? 1 : 32);  // warp 8's lanes (31 after their scale stores), lane 0 with the bytes
-      mbar_init(bars + 64 + 8 * st, FLAGS & kRingWarpArrive ? 8 : 256);  // every math thread (warp)
+      mbar_init(bars + 64 + 8 * st, FLAGS & kRingWgRelease ? 2 : FLAGS & kRingWarpArrive ? 8 : 256);  // every math thread (warp, warpgroup)
     }
     mbar_init_fence();
   }
@@ -151,13 +163,14 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
   constexpr bool promote_on = FLAGS & kRingPromote, by_scales = FLAGS & kRingScales, trace = FLAGS & kRingTrace;
   constexpr bool prefetch = (FLAGS & kRingPrefetch) && ring, warp_arrive = FLAGS & kRingWarpArrive;
   static_assert(!prefetch || WAVES == 1, "prefetch: one wave a warpgroup");
+  static_assert(!(prefetch && KPS > 1), "prefetch: one K block a stage");
   // Each role keeps its registers to its own branch: values live across the branches would have
   // to fit the producer's 40 registers (ptxas spilled the totals so).
   if (wg == 2) {
     regs_release<40>();
     const long long t0 = clock64();
     if (threadIdx.x < ((FLAGS & kRingLean) ? 257 : 288) && ring) {  // the producer warp (its lane 0)
-      for (int b = 0; b < blocks; ++b) {
+      for (int b = 0; b < blocks / KPS; ++b) {  // b: the stage's fill (KPS K blocks)
         const int st = b % STAGES;
         const u32 parity = ((b / STAGES) & 1) ^ 1u;  // a fresh barrier's phase 0 counts as "empty"
         if (FLAGS & kRingNoEmpty) {
@@ -172,9 +185,9 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
         if (!(FLAGS & (kRingLean | kRingNoStores)))
           for (int r = lane; r <= WAVES * 128; r += 32) sc[r] = 1.0f + (b * 131 + r) * 1e-7f;
         if (lane == 0 && !(FLAGS & kRingNoLoad)) {
-          mbar_arrive_expect_tx(bars + 8 * st, STAGE);
-          for (int h = 0; h < STAGE / 16384; ++h)
-            tma_load_2d(base + st * STAGE + 16384 * h, tmap, bars + 8 * st, 0,
+          mbar_arrive_expect_tx(bars + 8 * st, KPS * STAGE);
+          for (int h = 0; h < KPS * STAGE / 16384; ++h)
+            tma_load_2d(base + st * KPS * STAGE + 16384 * h, tmap, bars + 8 * st, 0,
                         128 * (((blockIdx.x * 977 + b) * 3 + h) & (tiles - 1)));  // (tiles: a power of two)
         } else if (lane == 0 || !(FLAGS & kRingOneArrival)) {
           mbar_arrive(bars + 8 * st);
@@ -247,20 +260,24 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
     if (turns && wg == 1) named_barrier_arrive(5, 256);
     const int row0 = wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows in wave 0: row0, row0 + 8
     float n0 = c, n1 = c;  // prefetch: the scale products of the block about to run
-    for (int b = 0; b < blocks; ++b) {
-      const int st = b % STAGES;
-      if (full_wait && !(prefetch && b > 0)) mbar_wait(bars + 8 * st, (b / STAGES) & 1);
+    for (int b0 = 0; b0 < blocks; b0 += KPS) {  // a stage's K blocks b0 .. b0 + KPS - 1
+    const int st = b0 / KPS % STAGES;
+    if (full_wait && !(prefetch && b0 > 0)) mbar_wait(bars + 8 * st, (b0 / KPS / STAGES) & 1);
+#pragma unroll
+    for (int kb = 0; kb < KPS; ++kb) {
+      const int b = b0 + kb;
+      const u32 blk = base + st * KPS * STAGE + kb * STAGE;  // this K block's A, then B
       if (prefetch && b == 0) n0 = scales[row0] * scales[128], n1 = scales[row0 + 8] * scales[128];
       const bool mark = tracer && b >= 64 && b < 96;
       if (mark) tl[(b - 64) * 3] = clock64();
       const float* sc = scales + st * SCALES;
-      const u64 db = desc_kmajor_sw128(base + st * STAGE + A_BYTES);
+      const u64 db = desc_kmajor_sw128(blk + A_BYTES);
 #pragma unroll
       for (int v = 0; v < WAVES; ++v) {
         const int r = v * 128 + row0;  // this thread's rows: r and r + 8
         float s0 = by_scales ? sc[r] * sc[WAVES * 128] : c, s1 = by_scales ? sc[r + 8] * sc[WAVES * 128] : c;
         if (prefetch) s0 = n0, s1 = n1;
-        const u64 da = desc_kmajor_sw128(base + st * STAGE + (v * 128 + wg * 64) * 128);
+        const u64 da = desc_kmajor_sw128(blk + (v * 128 + wg * 64) * 128);
         if (turns) named_barrier(5 + wg, 256);
         wgmma_fence();
 #pragma unroll
@@ -276,9 +293,14 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
         wgmma_wait<0>();
         wgmma_pin(acc);
         if (mark && v == 0) tl[(b - 64) * 3 + 1] = clock64();
-        if (v == WAVES - 1 && ring && !(FLAGS & kRingNoEmpty)) {
-          if (warp_arrive) __syncwarp();
-          if (!warp_arrive || lane == 0) mbar_arrive(bars + 64 + 8 * st);
+        if (v == WAVES - 1 && kb == KPS - 1 && ring && !(FLAGS & kRingNoEmpty)) {
+          if (FLAGS & kRingWgRelease) {
+            named_barrier(1 + wg, 128);
+            if ((threadIdx.x & 127) == 0) mbar_arrive(bars + 64 + 8 * st);
+          } else {
+            if (warp_arrive) __syncwarp();
+            if (!warp_arrive || lane == 0) mbar_arrive(bars + 64 + 8 * st);
+          }
         }
         if (promote_on) {
 #pragma unroll
@@ -293,6 +315,7 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
         }
       }
       if (mark) tl[(b - 64) * 3 + 2] = clock64();
+    }
     }
     if (turns && wg == 0) named_barrier(5, 256);  // the turn warpgroup 1 passed after its last wave
     }
@@ -315,6 +338,16 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
     wgmma_ring<WAVES, STAGES, FLAGS>(blocks, cycles, timeline, tmap, tiles);                          \
   }
 """
+
+
+SMEM_LIMIT = 227 * 1024  # an H100 block's dynamic shared memory at most
+
+
+def smem_bytes(waves: int, stages: int, flags: int) -> int:
+    """The ring's stages (A and B of one K block each, two with RING_PAIR), their scales, the
+    barriers and the 1024-byte alignment slack."""
+    kps = 2 if flags & RING_PAIR else 1
+    return stages * kps * (waves * 16384 + 16384) + stages * (waves * 128 + 4) * 4 + 128 + 1024
 
 
 def _print_timeline(t) -> None:
@@ -344,6 +377,7 @@ def main() -> None:
     shapes = [tuple(int(x) for x in sh.split("x")) for sh in args.shapes]
     one_wave = RING_PREFETCH | RING_DEFER
     rings = [(w, st, RING_MODES[m]) for w, st in shapes for m in args.modes if w == 1 or not RING_MODES[m] & one_wave]
+    rings = [r for r in rings if smem_bytes(*r) <= SMEM_LIMIT]  # (two K blocks a stage: half the stages fit)
     rings += [(w, st, RING_MODES[m] | RING_TRACE) for w, st in shapes for m in args.timeline
               if m in args.modes and (w == 1 or not RING_MODES[m] & one_wave)]
     module = compile_module(SOURCE + "".join(f"KDSL_RING_KERNEL({w}, {st}, {f})\n" for w, st, f in rings), "wgmma_ring")
@@ -368,7 +402,7 @@ def main() -> None:
         for trial in range(2):  # the first round warms the clocks up and is not kept
             for w, st, flags in rings:
                 ring = module.get_function(f"kdsl_wgmma_ring{w}_s{st}_f{flags}")
-                ring_smem = st * (w * 16384 + 16384) + st * (w * 128 + 4) * 4 + 128 + 1024
+                ring_smem = smem_bytes(w, st, flags)
                 ring.max_dynamic_shared_size_bytes = ring_smem
                 start.record()
                 ring((sms,), (384,), (cupy.int32(args.waves), cycles, timeline, tmap, cupy.int32(src_rows // 128)),
