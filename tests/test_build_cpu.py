@@ -1,6 +1,7 @@
 """Building kernels without a GPU: NVRTC's phase times, the cold-build measurement that no
 cache can flatter, and the pool of compiler processes behind prebuild() (issue #6 point 3)."""
 import random
+import re
 import time
 
 import pytest
@@ -192,6 +193,21 @@ def test_minimal_builtin_header_only_where_nvrtc_knows_the_option(monkeypatch):
     for ver, expected in (("12.3", False), ("12.4", True), ("13.0", True)):
         monkeypatch.setattr(nvrtc, "version", lambda v=ver: v)
         assert ("--minimal" in nvrtc.default_options("sm_90a", emit.INCLUDE_DIR)) == expected, ver
+
+
+def test_env_defines_reach_every_build_and_its_key(monkeypatch):
+    """KDSL_DEFINES adds a device header's trial switch to every build (a whole test suite or
+    benchmark under it), as part of the cache key; anything but KDSL_ names is refused, named."""
+    mod = kdsl.load(ROOT / "samples" / "fp8_gemm.kd")
+    monkeypatch.delenv("KDSL_DEFINES", raising=False)
+    plain = compiler._generate(mod.ir["fp8_gemm"], "sm_90a", 0)
+    monkeypatch.setenv("KDSL_DEFINES", "KDSL_FP8_PAIR_STAGES=1  KDSL_FP8_UNROLL_KB_256=2")
+    _, _, options, key = compiler._generate(mod.ir["fp8_gemm"], "sm_90a", 0)
+    assert options[-2:] == ["-DKDSL_FP8_PAIR_STAGES=1", "-DKDSL_FP8_UNROLL_KB_256=2"] and key != plain[3]
+    for bad in ("FP8_PAIR=1", "KDSL_X=1;rm", "-DKDSL_X"):
+        monkeypatch.setenv("KDSL_DEFINES", bad)
+        with pytest.raises(KdslError, match=f"KDSL_DEFINES: {re.escape(repr(bad))} is not NAME or NAME=VALUE"):
+            nvrtc.default_options("sm_90a", emit.INCLUDE_DIR)
 
 
 @pytest.mark.parametrize("models, hopper", [(["NVIDIA H100 80GB HBM3"], True), (["NVIDIA H200", "NVIDIA H100 PCIe"], True),

@@ -11,6 +11,7 @@ import functools
 import glob
 import json
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -135,4 +136,20 @@ def default_options(arch: str, include_dir: Path) -> list[str]:
     # byte-identical cubins for every sample, head dim, arch and math mode (bench/NOTES.md).
     if tuple(map(int, version().split("."))) >= (12, 4):
         options.append("--minimal")
-    return options
+    return options + env_defines()
+
+
+_DEFINE = re.compile(r"KDSL_[A-Z0-9_]+(=-?[A-Za-z0-9_]+)?")
+
+
+def env_defines() -> list[str]:
+    """KDSL_DEFINES="KDSL_FP8_PAIR_STAGES=1 ...": defines added to every build, so that a device
+    header's trial switch can run a whole test suite or benchmark; they are options, so they are
+    part of every cache key."""
+    out = []
+    for item in os.environ.get("KDSL_DEFINES", "").split():
+        if not _DEFINE.fullmatch(item):
+            raise KdslError(f"KDSL_DEFINES: {item!r} is not NAME or NAME=VALUE with a NAME starting KDSL_ "
+                            "(e.g. KDSL_DEFINES=\"KDSL_FP8_PAIR_STAGES=1\")")
+        out.append("-D" + item)
+    return out
