@@ -49,6 +49,8 @@ CASES = {
     # count (K = 1920) leaves pairs half used; the masked one has warpgroups with no rows
     "dense-pairs": ("fp8_gemm", (300, 384, 1920, 1), {"tile_m": 128, "tile_n": 128, "stages": 4}, None),
     "masked-pairs": ("fp8_grouped_masked", (200, 256, 1920, 3), {"tile_m": 128, "tile_n": 128, "stages": 4}, None),
+    "cluster-pairs": ("fp8_gemm", (600, 512, 1920, 1), {"tile_m": 256, "tile_n": 128, "cluster": 2, "multicast": "a",
+                                                         "store": "rows", "stages": 4}, None),
 }
 MARK = "@@probe"
 

@@ -32,7 +32,7 @@
 // "full" and one "empty" barrier (those of slot 2i), so the math warpgroups wait and hand back
 // once per two K blocks (tools/dev/wgmma_ring.py's ring_pair: 4-18 % off the block there). A
 // unit starts at an even slot; one of odd length leaves its last pair's second slot unused.
-// Only where STAGES is even, without a cluster or stream-K (Fp8Config::kPair). 0: the kernel.
+// Only where STAGES is even and >= 4, without stream-K (Fp8Config::kPair). 0: the kernel.
 #ifndef KDSL_FP8_PAIR_STAGES
 #define KDSL_FP8_PAIR_STAGES 0
 #endif
@@ -89,8 +89,8 @@ struct Fp8Config {
   static constexpr int kSBSlot = kSbTma ? 128 : 16, kSbHi = kSbTma ? 4 : 1;
   static constexpr int kBK = 128;                      // K per scale block == bytes per tile row
   // (At least two pairs: one-wave tiles wait for the next block's "full" before handing theirs back.)
-  static constexpr bool kPair = KDSL_FP8_PAIR_STAGES && STAGES % 2 == 0 && STAGES >= 4 && CLUSTER == 1 &&
-                                !STREAM_K && KDSL_FP8_SCALE_COMPLETION == 0;
+  static constexpr bool kPair = KDSL_FP8_PAIR_STAGES && STAGES % 2 == 0 && STAGES >= 4 && !STREAM_K &&
+                                KDSL_FP8_SCALE_COMPLETION == 0;
   // Math warpgroups: one per 64 rows, but two for 256 rows (two m64 waves each). BM = 192
   // gives three, one wave each, whose promotions hide behind the other two's waves.
   static constexpr int kMathWG = BM == 256 ? 2 : BM / 64;
