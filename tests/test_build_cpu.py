@@ -201,9 +201,9 @@ def test_env_defines_reach_every_build_and_its_key(monkeypatch):
     mod = kdsl.load(ROOT / "samples" / "fp8_gemm.kd")
     monkeypatch.delenv("KDSL_DEFINES", raising=False)
     plain = compiler._generate(mod.ir["fp8_gemm"], "sm_90a", 0)
-    monkeypatch.setenv("KDSL_DEFINES", "KDSL_FP8_PAIR_STAGES=1  KDSL_FP8_UNROLL_KB_256=2")
+    monkeypatch.setenv("KDSL_DEFINES", "KDSL_FP8_AA_CONTROL=1  KDSL_FP8_UNROLL_KB_256=2")
     _, _, options, key = compiler._generate(mod.ir["fp8_gemm"], "sm_90a", 0)
-    assert options[-2:] == ["-DKDSL_FP8_PAIR_STAGES=1", "-DKDSL_FP8_UNROLL_KB_256=2"] and key != plain[3]
+    assert options[-2:] == ["-DKDSL_FP8_AA_CONTROL=1", "-DKDSL_FP8_UNROLL_KB_256=2"] and key != plain[3]
     for bad in ("FP8_PAIR=1", "KDSL_X=1;rm", "-DKDSL_X"):
         monkeypatch.setenv("KDSL_DEFINES", bad)
         with pytest.raises(KdslError, match=f"KDSL_DEFINES: {re.escape(repr(bad))} is not NAME or NAME=VALUE"):

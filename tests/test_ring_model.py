@@ -21,7 +21,7 @@ def _units(rng):
 @pytest.mark.parametrize("seed", range(40))
 def test_the_kernels_rings_finish_without_overwrites(seed):
     """Every stage count the tile model gives, one-wave tiles (prefetch) and two-wave ones, and the
-    paired form (KDSL_FP8_PAIR_STAGES) where Fp8Config::kPair allows it (even STAGES >= 4)."""
+    paired form (a trial not kept, which ran correct on the device) on even STAGES >= 4."""
     rng = random.Random(seed)
     units = _units(rng)
     for stages in range(2, 9):
@@ -34,7 +34,7 @@ def test_the_kernels_rings_finish_without_overwrites(seed):
 def test_the_forms_that_hung_are_deadlocks():
     """A producer waiting for a whole ring of free slots while one-wave tiles hold a slot until
     the next is full (KDSL_FP8_ISSUE_GROUP = STAGES: a device call hung, bench/NOTES.md
-    thirty-third session); pairs over a ring of one pair, which is why kPair needs four stages."""
+    thirty-third session); pairs over a ring of one pair, which is why the pair trial needed four stages."""
     assert ring_model.run(8, [16, 16], group=8, prefetch=True) == "deadlock"
     assert ring_model.run(8, [16, 16], group=7, prefetch=True) == "ok"
     assert ring_model.run(3, [16], group=2, prefetch=True) == "ok"

@@ -143,13 +143,13 @@ _DEFINE = re.compile(r"KDSL_[A-Z0-9_]+(=-?[A-Za-z0-9_]+)?")
 
 
 def env_defines() -> list[str]:
-    """KDSL_DEFINES="KDSL_FP8_PAIR_STAGES=1 ...": defines added to every build, so that a device
+    """KDSL_DEFINES="KDSL_FP8_UNROLL_KB_256=2 ...": defines added to every build, so that a device
     header's trial switch can run a whole test suite or benchmark; they are options, so they are
     part of every cache key."""
     out = []
     for item in os.environ.get("KDSL_DEFINES", "").split():
         if not _DEFINE.fullmatch(item):
             raise KdslError(f"KDSL_DEFINES: {item!r} is not NAME or NAME=VALUE with a NAME starting KDSL_ "
-                            "(e.g. KDSL_DEFINES=\"KDSL_FP8_PAIR_STAGES=1\")")
+                            "(e.g. KDSL_DEFINES=\"KDSL_FP8_UNROLL_KB_256=2\")")
         out.append("-D" + item)
     return out

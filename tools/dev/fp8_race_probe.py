@@ -45,8 +45,8 @@ CASES = {
     "dense-256-cluster": ("fp8_gemm", (600, 512, 1024, 1),
                           {"tile_m": 256, "tile_n": 128, "cluster": 2, "multicast": "a"}, None),
     "masked-256": ("fp8_grouped_masked", (300, 256, 1536, 3), {"tile_m": 256, "tile_n": 128, "cluster": 1}, None),
-    # even stage counts, for the paired ring (KDSL_DEFINES="KDSL_FP8_PAIR_STAGES=1"): an odd block
-    # count (K = 1920) leaves pairs half used; the masked one has warpgroups with no rows
+    # even stage counts with an odd block count (K = 1920; written for the paired-ring trial, which
+    # left pairs half used there); the masked one has warpgroups with no rows
     "dense-pairs": ("fp8_gemm", (300, 384, 1920, 1), {"tile_m": 128, "tile_n": 128, "stages": 4}, None),
     "masked-pairs": ("fp8_grouped_masked", (200, 256, 1920, 3), {"tile_m": 128, "tile_n": 128, "stages": 4}, None),
     "cluster-pairs": ("fp8_gemm", (600, 512, 1920, 1), {"tile_m": 256, "tile_n": 128, "cluster": 2, "multicast": "a",

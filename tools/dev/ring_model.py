@@ -13,8 +13,8 @@ passes wrongly; the model reports the overwrite or the wrong block read that fol
 Forms (the kernel's and its trials):
 - prefetch (one-wave tiles, the kernel): the math warpgroups wait for block kb + 1's "full"
   before handing block kb's slot back;
-- pair (the trial KDSL_FP8_PAIR_STAGES): slots 2i and 2i + 1 share slot 2i's barriers, and a
-  unit starts a pair;
+- pair (a trial not kept: correct, but x0.72-0.97 on the H200, bench/NOTES.md thirty-fourth
+  session): slots 2i and 2i + 1 share slot 2i's barriers, and a unit starts a pair;
 - group G (a trial not kept): the producer waits until the G-th slot ahead is free before
   loading the first of a group.
 

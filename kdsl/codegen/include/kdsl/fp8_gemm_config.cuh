@@ -28,15 +28,6 @@
 #define KDSL_FP8_DEV_SCALES 0
 #endif
 
-// KDSL_FP8_PAIR_STAGES=1 (trial, tools/dev/fp8_forms.py): ring slots 2i and 2i + 1 share one
-// "full" and one "empty" barrier (those of slot 2i), so the math warpgroups wait and hand back
-// once per two K blocks (tools/dev/wgmma_ring.py's ring_pair: 4-18 % off the block there). A
-// unit starts at an even slot; one of odd length leaves its last pair's second slot unused.
-// Only where STAGES is even and >= 4, without stream-K (Fp8Config::kPair). 0: the kernel.
-#ifndef KDSL_FP8_PAIR_STAGES
-#define KDSL_FP8_PAIR_STAGES 0
-#endif
-
 // KDSL_FP8_TRACE=1 (tools/dev/fp8_trace.py only): in each CTA the producer's leader and the
 // first thread of each math warpgroup record (%globaltimer, clock64(), event) at the points of
 // a unit's life (kFp8Trace*), into kdsl_fp8_trace: 512 records per (CTA, role) for 256 CTAs
@@ -88,9 +79,6 @@ struct Fp8Config {
   static constexpr bool kSbTma = SB_LOAD == 1, kSbGlobal = SB_LOAD == 2;
   static constexpr int kSBSlot = kSbTma ? 128 : 16, kSbHi = kSbTma ? 4 : 1;
   static constexpr int kBK = 128;                      // K per scale block == bytes per tile row
-  // (At least two pairs: one-wave tiles wait for the next block's "full" before handing theirs back.)
-  static constexpr bool kPair = KDSL_FP8_PAIR_STAGES && STAGES % 2 == 0 && STAGES >= 4 && !STREAM_K &&
-                                KDSL_FP8_SCALE_COMPLETION == 0;
   // Math warpgroups: one per 64 rows, but two for 256 rows (two m64 waves each). BM = 192
   // gives three, one wave each, whose promotions hide behind the other two's waves.
   static constexpr int kMathWG = BM == 256 ? 2 : BM / 64;
@@ -187,19 +175,8 @@ struct Fp8Smem {
                  :: "r"(base + C::kOffUnit + s * 32), "r"(u.m0), "r"(u.n0), "r"(u.g), "r"(u.full), "r"(u.kb0),
                  "r"(u.kb1), "r"(u.part), "r"(u.peers) : "memory");
   }
-  // Slot s's barriers: its own, or with C::kPair those of its pair's first slot.
-  KDSL_DEVICE u32 full(int s) const {
-    if constexpr (C::kPair) s &= ~1;
-    return base + C::kOffBar + s * 8;
-  }
-  KDSL_DEVICE u32 empty(int s) const {
-    if constexpr (C::kPair) s &= ~1;
-    return base + C::kOffBar + (C::STAGES + s) * 8;
-  }
-  // With C::kPair: whether slot s opens its pair (waits, expected bytes), and whether block kb of
-  // a unit ending at kb_end closes it (arrivals, hand-back). Without, every slot does both.
-  static KDSL_DEVICE bool opens(int s) { return !C::kPair || (s & 1) == 0; }
-  static KDSL_DEVICE bool closes(int s, int kb, int kb_end) { return !C::kPair || (s & 1) == 1 || kb + 1 == kb_end; }
+  KDSL_DEVICE u32 full(int s) const { return base + C::kOffBar + s * 8; }
+  KDSL_DEVICE u32 empty(int s) const { return base + C::kOffBar + (C::STAGES + s) * 8; }
 };
 
 // Ring position: stage and the parity of its current use.

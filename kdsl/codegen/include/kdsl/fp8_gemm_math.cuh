@@ -171,14 +171,13 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     // even a uniform branch there cost 7-12 % on 256-row tiles (2026-11-25).
     if (KDSL_FP8_SKIP_EMPTY_WAVES && C::KIND == 2 && fp8_detail::masked_rows(p, u.g) - u.m0 <= epilogue.wave_row(0)) {
       for (int kb = 0; kb < nk; ++kb, pos.advance()) {
-        if (kb > 0 && sm.opens(pos.s)) mbar_wait(sm.full(pos.s), pos.phase);
+        if (kb > 0) mbar_wait(sm.full(pos.s), pos.phase);
         for (int v = 0; v < kWaves; ++v) {
           my_turn();
           your_turn();
         }
-        if (sm.closes(pos.s, kb, nk)) release();
+        release();
       }
-      if (C::kPair && (pos.s & 1)) pos.advance();  // the next unit starts a pair
       continue;  // nothing of this warpgroup's to store
     }
     const int kb_begin = C::STREAM_K ? u.kb0 : 0, kb_end = C::STREAM_K ? u.kb1 : nk;
@@ -219,7 +218,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
       if (!kPrefetch) {
-        if (kb > kb_begin && sm.opens(s)) mbar_wait(sm.full(s), pos.phase);
+        if (kb > kb_begin) mbar_wait(sm.full(s), pos.phase);
         read_scales(s, kb);
       }
       float sa_now[kWaves][2];
@@ -246,12 +245,12 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
           // then wait for the next unit's first loads (masked groupings lost 4 % so).
           RingPos<C::STAGES> next = pos;
           next.advance();
-          if (sm.opens(next.s)) mbar_wait(sm.full(next.s), next.phase);
+          mbar_wait(sm.full(next.s), next.phase);
           read_scales(next.s, kb + 1);
         }
         wgmma_wait<0>();
         wgmma_pin(acc);
-        if (v == kWaves - 1 && sm.closes(s, kb, kb_end)) release();
+        if (v == kWaves - 1) release();
         const float lo0 = sa_now[v][0] * sb_lo, lo1 = sa_now[v][1] * sb_lo;
         const float hi0 = sa_now[v][0] * sb_hi, hi1 = sa_now[v][1] * sb_hi;
         if (KDSL_FP8_DEV_SKIP_PROMOTE) {  // (a timing probe: the wave is left unpromoted)
@@ -265,7 +264,6 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
       }
       if (tracer) fp8_trace(1 + wg, tn, kFp8TraceBlock, kb);
     }
-    if (C::kPair && (pos.s & 1)) pos.advance();  // the next unit starts a pair
     if (C::STREAM_K && u.part != kWhole) {
       if (u.part == kPartial) {
         epilogue.leave_partial(total);

@@ -57,8 +57,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
     for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
       const u32 full = sm.full(s);
-      const bool opens = sm.opens(s), closes = sm.closes(s, kb, kb_end);
-      if (opens) mbar_wait(sm.empty(s), pos.phase ^ 1u);
+      mbar_wait(sm.empty(s), pos.phase ^ 1u);
       if (leader && kb == kb_begin) fp8_trace(0, tn, kFp8TraceMark, 3);
       // A's scales: one box among the leader's TMA loads below (SA_TMA), or BM / 32 rows
       // copied by each lane, zeros past M; B's two: the leader's copies or TMA box, unless the
@@ -74,7 +73,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
         cp_async4(sm.sb(s), p.sb + (sb_lo + kb));
         cp_async4(sm.sb(s) + 4, p.sb + (sb_hi + kb));
       }
-      if (closes) scale_copies_arrive<C>(full);
+      scale_copies_arrive<C>(full);
       __syncwarp();
       if (leader) {
         if (kb == kb_begin) sm.publish(s, u);  // published by the release arrival below
@@ -86,8 +85,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
           }
           cp_async_mbar_arrive(full);
         }
-        // (a pair's two blocks on its first slot's arrival; one where the unit ends there)
-        if (opens) mbar_arrive_expect_tx(full, C::kPair && kb + 1 < kb_end ? 2 * C::kStageTx : C::kStageTx);
+        mbar_arrive_expect_tx(full, C::kStageTx);
         const int k0 = kb * C::kBK;
         if (C::MCAST == kMcastA) {
           const int half = rank * (BM / 2);
@@ -108,7 +106,6 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       }
       __syncwarp();
     }
-    if (C::kPair && (pos.s & 1)) pos.advance();  // the next unit starts a pair
   }
   if (leader) {
     // End of work: a unit with m0 < 0, with no loads.

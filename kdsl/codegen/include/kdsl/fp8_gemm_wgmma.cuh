@@ -72,7 +72,7 @@ KDSL_DEVICE void fp8_gemm(const Fp8GemmArgs& p, const TmaDesc* ta, const TmaDesc
   extern __shared__ __align__(1024) u8 kdsl_fp8_smem[];
   const Fp8Smem<C> sm(kdsl_fp8_smem);
   if (threadIdx.x == 0) {
-    for (int s = 0; s < C::STAGES; s += C::kPair ? 2 : 1) {  // (a pair's slots share its first's)
+    for (int s = 0; s < C::STAGES; ++s) {
       mbar_init(sm.full(s), C::kFullArrivals);           // the producer warp's (+ TMA bytes)
       mbar_init(sm.empty(s), C::kEmptyArrivals);
     }
