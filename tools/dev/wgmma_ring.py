@@ -34,6 +34,14 @@ promote. Shapes (--shapes WAVESxSTAGES) 1x3, 1x6, 2x3, 2x4. Modes, each a set of
   ring_pair, ring_lean_pair
                     as ring_scales (ring_lean), each stage holding two K blocks: one "full" wait
                     and one "empty" arrival per two blocks, half the stages
+  ring_rescale, ring_lean_rescale
+                    as ring_scales (ring_lean) on two-wave rings, each wave accumulating in place:
+                    its accumulator is multiplied by the ratio of the last block's scale products
+                    to this block's (an FMUL, not the promotion's FFMA) and the wave's wgmmas add
+                    into it, so no second set of 64 registers a wave; both waves stay in flight,
+                    one rescaled while the other runs (wgmma wait 1), two K blocks an iteration
+                    (ring_rescale4: four) ending with none in flight. The products' final multiply
+                    is left out. (Exact only for non-zero scales: a kernel would need a fallback.)
   ring_hint, ring_lean_hint, ring_sleep, ring_lean_sleep
                     the producer's "empty" waits sleep in the hardware (try_wait with a
                     suspend-time hint) or back off with __nanosleep instead of polling
@@ -65,7 +73,8 @@ from wgmma_contention import FILLS, compile_module, fill_bytes, tensor_map  # no
 
 (RING_PROMOTE, RING_SCALES, RING_NO_LOAD, RING_TURNS, RING_PREFETCH, RING_NONE, RING_TRACE, RING_WARP_ARRIVE, RING_LEAN,
  RING_ONE_ARRIVAL, RING_NO_STORES, RING_DEFER, RING_HINT, RING_SLEEP, RING_NO_FULL, RING_NO_EMPTY, RING_WG_RELEASE,
- RING_PAIR) = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+ RING_PAIR, RING_RESCALE, RING_RESCALE4) = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+                                            32768, 65536, 131072, 262144, 524288)
 RING_SHAPES = ((1, 3), (1, 6), (2, 3), (2, 4))  # (waves a warpgroup, stages)
 RING_MODES = {  # name: kRing* flags of kdsl_wgmma_ring
     "ring_bare": 0,
@@ -93,6 +102,9 @@ RING_MODES = {  # name: kRing* flags of kdsl_wgmma_ring
     "ring_lean_wg_release": RING_PROMOTE | RING_SCALES | RING_LEAN | RING_WG_RELEASE,
     "ring_pair": RING_PROMOTE | RING_SCALES | RING_PAIR,
     "ring_lean_pair": RING_PROMOTE | RING_SCALES | RING_LEAN | RING_PAIR,
+    "ring_rescale": RING_PROMOTE | RING_SCALES | RING_RESCALE,  # two-wave rings only
+    "ring_lean_rescale": RING_PROMOTE | RING_SCALES | RING_LEAN | RING_RESCALE,  # two-wave rings only
+    "ring_rescale4": RING_PROMOTE | RING_SCALES | RING_RESCALE | RING_RESCALE4,  # two-wave rings only
 }
 
 SOURCE = r"""
@@ -137,7 +149,7 @@ KDSL_DEVICE bool mbar_try_wait_hint(u32 bar, u32 parity) {
 enum { kRingPromote = 1, kRingScales = 2, kRingNoLoad = 4, kRingTurns = 8, kRingPrefetch = 16, kRingNone = 32,
        kRingTrace = 64, kRingWarpArrive = 128, kRingLean = 256, kRingOneArrival = 512, kRingNoStores = 1024,
        kRingDefer = 2048, kRingHint = 4096, kRingSleep = 8192, kRingNoFull = 16384, kRingNoEmpty = 32768,
-       kRingWgRelease = 65536, kRingPair = 131072 };
+       kRingWgRelease = 65536, kRingPair = 131072, kRingRescale = 262144, kRingRescale4 = 524288 };
 template <int WAVES, int STAGES, int FLAGS>
 KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, const TmaDesc* tmap, int tiles) {
   // STAGE: one K block's A and B; a ring stage holds KPS of them (kRingPair: two)
@@ -256,6 +268,76 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
         wgmma_wait<0>();
         promote_prev(acc, b);
       }
+    } else if constexpr ((FLAGS & kRingRescale) != 0) {
+      static_assert(WAVES == 2 && !turns && !trace && !prefetch && KPS == 1, "rescale: two waves, plain ring");
+      const int row0 = wg * 64 + warp * 16 + (lane >> 2);
+      float f[2][2] = {{1.f, 1.f}, {1.f, 1.f}};  // each wave's two rows' scale products, the last block's
+      // Wave v of block b: its products, the accumulator rescaled by old / new, its wgmmas added in.
+      auto issue = [&](int v, int b) {
+        const int st = b % STAGES;
+        const float* sc = scales + st * SCALES;
+        const int r = v * 128 + row0;
+        const float n0 = sc[r] * sc[256], n1 = sc[r + 8] * sc[256];
+        // (unconditional: the accumulators start at zero, so the first block's factor is
+        // harmless; a branch on b > 0 here made ptxas wait for wave 0 before wave 1's multiplies)
+        const float q0 = __fdividef(f[v][0], n0), q1 = __fdividef(f[v][1], n1);
+#pragma unroll
+        for (int i = 0; i < 64; i += 4) {
+          total[v][i] *= q0;
+          total[v][i + 1] *= q0;
+          total[v][i + 2] *= q1;
+          total[v][i + 3] *= q1;
+        }
+        wgmma_pin(total[v]);  // the multiplies before the fence (moved after it: C7514)
+        f[v][0] = n0, f[v][1] = n1;
+        const u64 da = desc_kmajor_sw128(base + st * STAGE + (v * 128 + wg * 64) * 128);
+        const u64 db = desc_kmajor_sw128(base + st * STAGE + A_BYTES);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < 4; ++k) WgmmaFp8<128>::run(total[v], da + 2 * k, db + 2 * k, 1);
+        wgmma_commit();
+      };
+      // (both zeroed accumulators materialised before the first wgmma: a zero register copied
+      // into the second while the first's wgmmas ran serialised every wgmma, C7514)
+      wgmma_pin(total[0]);
+      wgmma_pin(total[1]);
+      // U K blocks an iteration, straight-line: each wave's wgmmas are issued while the other
+      // wave's run, and the iteration ends with nothing in flight (wgmma wait 0). ptxas keeps the
+      // wgmmas asynchronous only so: an accumulator written after a wait that retires a group
+      // committed in the previous iteration serialised every wgmma (C7514), whichever group was
+      // left in flight across the back edge.
+      constexpr int U = FLAGS & kRingRescale4 ? 4 : 2;
+      for (int b0 = 0; b0 < blocks; b0 += U) {
+        // The wait for the last iteration's last wave at the top, where the back edge joins: ptxas
+        // keeps track of what a wait retired only below it on the same path (with the wait at
+        // the iteration's end it waited again, for wave 0 too, before wave 1's multiplies, C7517).
+        wgmma_wait<0>();
+        wgmma_pin(total[0]);
+        wgmma_pin(total[1]);
+        if (b0 > 0) mbar_arrive(bars + 64 + 8 * ((b0 - 1) % STAGES));
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int b = b0 + u;
+          mbar_wait(bars + 8 * (b % STAGES), (b / STAGES) & 1);
+          if (u > 0) {
+            wgmma_wait<1>();  // wave 0 of block b - 1
+            wgmma_pin(total[0]);
+          }
+          issue(0, b);
+          if (u > 0) {
+            wgmma_wait<1>();  // wave 1 of block b - 1: its stage is read
+            wgmma_pin(total[1]);
+            mbar_arrive(bars + 64 + 8 * ((b - 1) % STAGES));
+          }
+          issue(1, b);
+        }
+      }
+      wgmma_wait<0>();
+      wgmma_pin(total[0]);
+      wgmma_pin(total[1]);
+      mbar_arrive(bars + 64 + 8 * ((blocks - 1) % STAGES));
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
     } else {
     if (turns && wg == 1) named_barrier_arrive(5, 256);
     const int row0 = wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows in wave 0: row0, row0 + 8
@@ -375,11 +457,14 @@ def main() -> None:
     import cupy
     import numpy
     shapes = [tuple(int(x) for x in sh.split("x")) for sh in args.shapes]
-    one_wave = RING_PREFETCH | RING_DEFER
-    rings = [(w, st, RING_MODES[m]) for w, st in shapes for m in args.modes if w == 1 or not RING_MODES[m] & one_wave]
+    one_wave, two_waves = RING_PREFETCH | RING_DEFER, RING_RESCALE
+
+    def fits(w: int, flags: int) -> bool:
+        return (w == 1 or not flags & one_wave) and (w == 2 or not flags & two_waves)
+    rings = [(w, st, RING_MODES[m]) for w, st in shapes for m in args.modes if fits(w, RING_MODES[m])]
     rings = [r for r in rings if smem_bytes(*r) <= SMEM_LIMIT]  # (two K blocks a stage: half the stages fit)
     rings += [(w, st, RING_MODES[m] | RING_TRACE) for w, st in shapes for m in args.timeline
-              if m in args.modes and (w == 1 or not RING_MODES[m] & one_wave)]
+              if m in args.modes and fits(w, RING_MODES[m])]
     module = compile_module(SOURCE + "".join(f"KDSL_RING_KERNEL({w}, {st}, {f})\n" for w, st, f in rings), "wgmma_ring")
     sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     cycles = cupy.zeros(sms * 3, dtype=cupy.int64)
