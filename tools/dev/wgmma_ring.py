@@ -42,6 +42,11 @@ promote. Shapes (--shapes WAVESxSTAGES) 1x3, 1x6, 2x3, 2x4. Modes, each a set of
                     one rescaled while the other runs (wgmma wait 1), two K blocks an iteration
                     (ring_rescale4: four) ending with none in flight. The products' final multiply
                     is left out. (Exact only for non-zero scales: a kernel would need a fallback.)
+  ring_n256, ring_lean_n256
+                    the 128x256 tile in the 256x128 ring's stages (A 128 rows, B 256; the same bytes and
+                    work a block): each math warpgroup one m64n256k32 wave a block, accumulating in place
+                    as ring_rescale does (128 registers: the promotion's second set would not fit), its
+                    four factors (two rows, two 128-column halves of B's scales) old / new
   ring_hint, ring_lean_hint, ring_sleep, ring_lean_sleep
                     the producer's "empty" waits sleep in the hardware (try_wait with a
                     suspend-time hint) or back off with __nanosleep instead of polling
@@ -73,8 +78,8 @@ from wgmma_contention import FILLS, compile_module, fill_bytes, tensor_map  # no
 
 (RING_PROMOTE, RING_SCALES, RING_NO_LOAD, RING_TURNS, RING_PREFETCH, RING_NONE, RING_TRACE, RING_WARP_ARRIVE, RING_LEAN,
  RING_ONE_ARRIVAL, RING_NO_STORES, RING_DEFER, RING_HINT, RING_SLEEP, RING_NO_FULL, RING_NO_EMPTY, RING_WG_RELEASE,
- RING_PAIR, RING_RESCALE, RING_RESCALE4) = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
-                                            32768, 65536, 131072, 262144, 524288)
+ RING_PAIR, RING_RESCALE, RING_RESCALE4, RING_N256) = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192,
+                                                       16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 RING_SHAPES = ((1, 3), (1, 6), (2, 3), (2, 4))  # (waves a warpgroup, stages)
 RING_MODES = {  # name: kRing* flags of kdsl_wgmma_ring
     "ring_bare": 0,
@@ -105,6 +110,8 @@ RING_MODES = {  # name: kRing* flags of kdsl_wgmma_ring
     "ring_rescale": RING_PROMOTE | RING_SCALES | RING_RESCALE,  # two-wave rings only
     "ring_lean_rescale": RING_PROMOTE | RING_SCALES | RING_LEAN | RING_RESCALE,  # two-wave rings only
     "ring_rescale4": RING_PROMOTE | RING_SCALES | RING_RESCALE | RING_RESCALE4,  # two-wave rings only
+    "ring_n256": RING_PROMOTE | RING_SCALES | RING_N256,  # two-wave rings only (the 128x256 tile)
+    "ring_lean_n256": RING_PROMOTE | RING_SCALES | RING_LEAN | RING_N256,  # two-wave rings only
 }
 
 SOURCE = r"""
@@ -149,7 +156,8 @@ KDSL_DEVICE bool mbar_try_wait_hint(u32 bar, u32 parity) {
 enum { kRingPromote = 1, kRingScales = 2, kRingNoLoad = 4, kRingTurns = 8, kRingPrefetch = 16, kRingNone = 32,
        kRingTrace = 64, kRingWarpArrive = 128, kRingLean = 256, kRingOneArrival = 512, kRingNoStores = 1024,
        kRingDefer = 2048, kRingHint = 4096, kRingSleep = 8192, kRingNoFull = 16384, kRingNoEmpty = 32768,
-       kRingWgRelease = 65536, kRingPair = 131072, kRingRescale = 262144, kRingRescale4 = 524288 };
+       kRingWgRelease = 65536, kRingPair = 131072, kRingRescale = 262144, kRingRescale4 = 524288,
+       kRingN256 = 1048576 };
 template <int WAVES, int STAGES, int FLAGS>
 KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, const TmaDesc* tmap, int tiles) {
   // STAGE: one K block's A and B; a ring stage holds KPS of them (kRingPair: two)
@@ -268,6 +276,43 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
         wgmma_wait<0>();
         promote_prev(acc, b);
       }
+    } else if constexpr ((FLAGS & kRingN256) != 0) {
+      static_assert(WAVES == 2 && !turns && !trace && !prefetch && KPS == 1, "n256: the 256x128 ring's stages");
+      // A: rows 0..127 of the stage (this warpgroup's 64 at wg * 64), B: its 256 rows after them.
+      float (&d)[128] = reinterpret_cast<float (&)[128]>(total);
+      const int row0 = wg * 64 + warp * 16 + (lane >> 2);
+      float f[2][2] = {{1.f, 1.f}, {1.f, 1.f}};  // [row half][column half]: the last block's products
+      constexpr int A128 = 128 * 128;
+      for (int b = 0; b < blocks; ++b) {
+        const int st = b % STAGES;
+        mbar_wait(bars + 8 * st, (b / STAGES) & 1);
+        const float* sc = scales + st * SCALES;
+        const float a0 = sc[row0], a1 = sc[row0 + 8], blo = sc[256], bhi = sc[257];
+        const float n[2][2] = {{a0 * blo, a0 * bhi}, {a1 * blo, a1 * bhi}};
+        float q[2][2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) q[h][c] = __fdividef(f[h][c], n[h][c]), f[h][c] = n[h][c];
+        // (at the top, where the back edge joins: see ring_rescale)
+        wgmma_wait<0>();
+        wgmma_pin(d);
+        if (b > 0) mbar_arrive(bars + 64 + 8 * ((b - 1) % STAGES));
+#pragma unroll
+        for (int i = 0; i < 128; ++i) d[i] *= q[(i >> 1) & 1][i >> 6];
+        wgmma_pin(d);
+        const u64 da = desc_kmajor_sw128(base + st * STAGE + wg * 64 * 128);
+        const u64 db = desc_kmajor_sw128(base + st * STAGE + A128);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < 4; ++k) WgmmaFp8<256>::run(d, da + 2 * k, db + 2 * k, 1);
+        wgmma_commit();
+      }
+      wgmma_wait<0>();
+      wgmma_pin(d);
+      mbar_arrive(bars + 64 + 8 * ((blocks - 1) % STAGES));
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
     } else if constexpr ((FLAGS & kRingRescale) != 0) {
       static_assert(WAVES == 2 && !turns && !trace && !prefetch && KPS == 1, "rescale: two waves, plain ring");
       const int row0 = wg * 64 + warp * 16 + (lane >> 2);
@@ -457,7 +502,7 @@ def main() -> None:
     import cupy
     import numpy
     shapes = [tuple(int(x) for x in sh.split("x")) for sh in args.shapes]
-    one_wave, two_waves = RING_PREFETCH | RING_DEFER, RING_RESCALE
+    one_wave, two_waves = RING_PREFETCH | RING_DEFER, RING_RESCALE | RING_N256
 
     def fits(w: int, flags: int) -> bool:
         return (w == 1 or not flags & one_wave) and (w == 2 or not flags & two_waves)
