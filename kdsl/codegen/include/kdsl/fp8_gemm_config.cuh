@@ -129,8 +129,8 @@ struct Fp8Config {
   static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN must be a multiple of 16 in [16, 256]");
   static_assert(BN - ((BN & -BN) < 128 ? (BN & -BN) : 128) <= 128,  // BN - gcd(BN, 128)
                 "a tile may straddle at most two 128-column scale blocks of B");
-  // KDSL_FP8_INPLACE (trial): one set of accumulators, no totals beside them (not with the turns of
-  // 192-row tiles, nor stream-K's partial totals)
+  // KDSL_FP8_INPLACE (trial): one set of accumulators, no totals beside them (not on 192-row tiles,
+  // nor with stream-K's partial totals)
   static constexpr bool kInPlace = KDSL_FP8_INPLACE && kWaves == 1 && kMathWG != 3 && !STREAM_K;
   static_assert(kFrag * (kWaves + (kInPlace ? 0 : 1)) <= (kMathWG == 3 ? 128 : 192),
                 "accumulators and totals must fit in the math registers");

@@ -227,7 +227,6 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
       }
     };
     constexpr bool kInPlace = C::kInPlace;
-    static_assert(!kInPlace || !kPingPong, "in-place accumulation: no turns");
     if constexpr (kInPlace) {
       float(&d)[kFrag] = total[0];
       // The last block's scale products [row r, r + 8][B's lo, hi]; the first block's factors
@@ -258,11 +257,13 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         wgmma_pin(d);
         const u64 db = desc_kmajor_sw128(sm.b(s));
         const u64 da = desc_kmajor_sw128(sm.a(s) + epilogue.wave_row(0) * C::kBK);
+        my_turn();
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < C::kBK / 32; ++k)
           WgmmaFp8<BN>::run(d, da + 2 * k, db + 2 * k, k > 0 || kb > kb_begin);
         wgmma_commit();
+        your_turn();
         if (epilogue.kDeferStores && boxes_left > 0) {  // one box of the last unit a K block
           epilogue.store_box(staged, epilogue.kBoxes - boxes_left);
           --boxes_left;
