@@ -180,30 +180,6 @@ def timed(only: str, reps: int) -> None:
         del ref
 
 
-def allow_wide_tiles() -> None:
-    """Let an attr fix tile_n = 256 (128- and 64-row tiles), which the kernel builds only under
-    KDSL_FP8_INPLACE=1 (one set of accumulators: the model's register rule would refuse it). The
-    model's own picks keep BLOCK_N as it is."""
-    from kdsl.passes import gemm_tiles
-    choose = gemm_tiles.choose
-
-    def wide_choose(p, sms, smem_limit, fixed=None):
-        if (fixed or {}).get("tile_n") != 256:
-            return choose(p, sms, smem_limit, fixed)
-        block_n, floats = gemm_tiles.BLOCK_N, dict(gemm_tiles.ACCUMULATOR_FLOATS)
-        gemm_tiles.BLOCK_N = block_n + (256,)
-        gemm_tiles.ACCUMULATOR_FLOATS.update({1: 256, 2: 256})
-        for table in (gemm_tiles.BLOCK_PERIOD, gemm_tiles.TILE_OVERHEAD):  # (costs: 192's, scaled)
-            for row in table.values():
-                row.setdefault(256, row[max(row)] * 256 / max(row))
-        try:
-            return choose(p, sms, smem_limit, fixed)
-        finally:
-            gemm_tiles.BLOCK_N = block_n
-            gemm_tiles.ACCUMULATOR_FLOATS.update(floats)
-    gemm_tiles.choose = wide_choose
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=40)
@@ -221,11 +197,7 @@ def main() -> None:
                                                  "contiguous:MxNxKxG, masked:MxNxKxG")
     ap.add_argument("--contiguous-layout", default="equal", choices=("equal", "random"),
                     help="contiguous cases: equal groups, or random 128-aligned ones (seeded by the shape)")
-    ap.add_argument("--wide-tiles", action="store_true",
-                    help="variants may fix tile_n = 256 (built only under -DKDSL_FP8_INPLACE=1)")
     args = ap.parse_args()
-    if args.wide_tiles:
-        allow_wide_tiles()
     CONTIGUOUS_LAYOUT[0] = args.contiguous_layout
     only = f"shapes:{args.shapes}" if args.shapes else args.only
     for spec in args.form:

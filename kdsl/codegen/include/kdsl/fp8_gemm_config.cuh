@@ -28,17 +28,6 @@
 #define KDSL_FP8_DEV_SCALES 0
 #endif
 
-// KDSL_FP8_INPLACE=1 (a trial for tools/dev/fp8_forms.py; 0: the kernel): tiles of one wave a
-// math warpgroup, without turns or stream-K (Fp8Config::kInPlace), accumulate in place: the totals are kept divided by
-// the last block's scale products, multiplied by old / new products before each block's wgmmas
-// add into them, and by the last products at the end. No second set of kFrag registers, so
-// 128x256 tiles (m64n256 waves) fit. Exact only while every scale product is finite and non-zero
-// (a trial: no fallback yet). tools/dev/wgmma_ring.py's ring_lean_n256 (bench/NOTES.md,
-// thirty-fourth session).
-#ifndef KDSL_FP8_INPLACE
-#define KDSL_FP8_INPLACE 0
-#endif
-
 // KDSL_FP8_TRACE=1 (tools/dev/fp8_trace.py only): in each CTA the producer's leader and the
 // first thread of each math warpgroup record (%globaltimer, clock64(), event) at the points of
 // a unit's life (kFp8Trace*), into kdsl_fp8_trace: 512 records per (CTA, role) for 256 CTAs
@@ -129,11 +118,7 @@ struct Fp8Config {
   static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN must be a multiple of 16 in [16, 256]");
   static_assert(BN - ((BN & -BN) < 128 ? (BN & -BN) : 128) <= 128,  // BN - gcd(BN, 128)
                 "a tile may straddle at most two 128-column scale blocks of B");
-  // KDSL_FP8_INPLACE (trial): one set of accumulators, no totals beside them (not on 192-row tiles,
-  // nor with stream-K's partial totals)
-  static constexpr bool kInPlace = KDSL_FP8_INPLACE && kWaves == 1 && kMathWG != 3 && !STREAM_K;
-  static_assert(kFrag * (kWaves + (kInPlace ? 0 : 1)) <= (kMathWG == 3 ? 128 : 192),
-                "accumulators and totals must fit in the math registers");
+  static_assert(kFrag * (kWaves + 1) <= (kMathWG == 3 ? 128 : 192), "accumulators and totals must fit in the math registers");
   static_assert(STAGES >= 2, "need at least two pipeline stages");
   static_assert(kScaleCompletion >= 0 && kScaleCompletion <= 2, "KDSL_FP8_SCALE_COMPLETION: 0, 1 or 2");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");

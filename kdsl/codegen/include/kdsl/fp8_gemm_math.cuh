@@ -64,21 +64,6 @@
 
 namespace kdsl {
 
-// In-place accumulation (KDSL_FP8_INPLACE): d *= the factor of its row (r or r + 8) and its
-// column's scale block of B (lo for fragment groups j < j0).
-template <int kFrag>
-KDSL_DEVICE void rescale(int j0, float (&d)[kFrag], float lo0, float lo1, float hi0, float hi1) {
-#pragma unroll
-  for (int j = 0; j < kFrag / 4; ++j) {
-    const bool lo = j < j0;
-    const float f0 = lo ? lo0 : hi0, f1 = lo ? lo1 : hi1;
-    d[4 * j + 0] *= f0;
-    d[4 * j + 1] *= f0;
-    d[4 * j + 2] *= f1;
-    d[4 * j + 3] *= f1;
-  }
-}
-
 // One wave's promotion: total += acc * scale, fragment group j (the tile's columns 8j .. 8j + 7,
 // rows r and r + 8) scaled by its row's A scale times B's first block scale (lo) when j < j0,
 // else the second's (hi). Given a constant j0 (inlined), each choice is made at compile time.
@@ -226,64 +211,11 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         s_b_hi = sm.sb_ptr(s)[C::kSbHi + j];
       }
     };
-    constexpr bool kInPlace = C::kInPlace;
-    if constexpr (kInPlace) {
-      float(&d)[kFrag] = total[0];
-      // The last block's scale products [row r, r + 8][B's lo, hi]; the first block's factors
-      // multiply what its wgmmas then overwrite (scale-d = 0), so any finite start will do.
-      float f[2][2] = {{1.f, 1.f}, {1.f, 1.f}};
-      const int jj = C::kSplit ? j0 : kFrag / 4;
-      for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
-        const int s = pos.s;
-        if (kb > kb_begin) mbar_wait(sm.full(s), pos.phase);  // (the unit's first: waited above)
-        read_scales(s, kb);
-        const float n[2][2] = {{s_a[0][0] * s_b_lo, s_a[0][0] * s_b_hi}, {s_a[0][1] * s_b_lo, s_a[0][1] * s_b_hi}};
-        float q[2][2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) q[h][c] = __fdividef(f[h][c], n[h][c]), f[h][c] = n[h][c];
-        // The last block's wave retired and its stage handed back here, at the top, where the
-        // back edge joins (tools/dev/wgmma_ring.py: a wait at the bottom is not seen here).
-        wgmma_wait<0>();
-        wgmma_pin(d);
-        if (kb > kb_begin) {
-          RingPos<C::STAGES> prev = pos;
-          prev.s = (pos.s + C::STAGES - 1) % C::STAGES;
-          mbar_arrive(sm.empty(prev.s));
-          if (C::CLUSTER > 1 && (tid & 127) == 0) mbar_arrive_cluster(sm.empty(prev.s), cluster_ctarank() ^ 1u);
-        }
-        rescale<kFrag>(jj, d, q[0][0], q[1][0], q[0][1], q[1][1]);
-        wgmma_pin(d);
-        const u64 db = desc_kmajor_sw128(sm.b(s));
-        const u64 da = desc_kmajor_sw128(sm.a(s) + epilogue.wave_row(0) * C::kBK);
-        my_turn();
-        wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < C::kBK / 32; ++k)
-          WgmmaFp8<BN>::run(d, da + 2 * k, db + 2 * k, k > 0 || kb > kb_begin);
-        wgmma_commit();
-        your_turn();
-        if (epilogue.kDeferStores && boxes_left > 0) {  // one box of the last unit a K block
-          epilogue.store_box(staged, epilogue.kBoxes - boxes_left);
-          --boxes_left;
-        }
-      }
-      wgmma_wait<0>();
-      wgmma_pin(d);
-      {
-        RingPos<C::STAGES> prev = pos;
-        prev.s = (pos.s + C::STAGES - 1) % C::STAGES;
-        mbar_arrive(sm.empty(prev.s));
-        if (C::CLUSTER > 1 && (tid & 127) == 0) mbar_arrive_cluster(sm.empty(prev.s), cluster_ctarank() ^ 1u);
-      }
-      rescale<kFrag>(jj, d, f[0][0], f[1][0], f[0][1], f[1][1]);
-    }
     constexpr bool kPrefetch = kWaves == 1 && KDSL_FP8_PREFETCH_SCALES;
-    if (kPrefetch && !kInPlace) read_scales(pos.s, kb_begin);  // the unit's first block (its "full" wait was the unit's)
+    if (kPrefetch) read_scales(pos.s, kb_begin);  // the unit's first block (its "full" wait was the unit's)
     constexpr int kUnrollKb = kWaves == 2 && C::CLUSTER > 1 ? KDSL_FP8_UNROLL_KB_256 : 1;
 #pragma unroll kUnrollKb
-    for (int kb = kInPlace ? kb_end : kb_begin; kb < kb_end; ++kb, pos.advance()) {
+    for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
       if (!kPrefetch) {
         if (kb > kb_begin) mbar_wait(sm.full(s), pos.phase);
