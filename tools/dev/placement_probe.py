@@ -53,7 +53,6 @@ def main() -> None:
             err = fp8_difference(o, ref)
             print(f"  {name:22s} {t * 1e3:8.1f} us  x{base / t:5.3f}  out at {o.data_ptr():#x} "
                   f"(mod 2 MB {o.data_ptr() % (2 << 20):#x})  err {err:.1e}", flush=True)
-        del outs, spacers, ref
 
 
 if __name__ == "__main__":
