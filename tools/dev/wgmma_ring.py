@@ -342,10 +342,6 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
         for (int k = 0; k < 4; ++k) WgmmaFp8<128>::run(total[v], da + 2 * k, db + 2 * k, 1);
         wgmma_commit();
       };
-      // (both zeroed accumulators materialised before the first wgmma: a zero register copied
-      // into the second while the first's wgmmas ran serialised every wgmma, C7514)
-      wgmma_pin(total[0]);
-      wgmma_pin(total[1]);
       // U K blocks an iteration, straight-line: each wave's wgmmas are issued while the other
       // wave's run, and the iteration ends with nothing in flight (wgmma wait 0). ptxas keeps the
       // wgmmas asynchronous only so: an accumulator written after a wait that retires a group
