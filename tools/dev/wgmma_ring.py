@@ -324,7 +324,8 @@ KDSL_DEVICE void wgmma_ring(int blocks, long long* cycles, long long* timeline, 
         const int r = v * 128 + row0;
         const float n0 = sc[r] * sc[256], n1 = sc[r + 8] * sc[256];
         // (unconditional: the accumulators start at zero, so the first block's factor is
-        // harmless; a branch on b > 0 here made ptxas wait for wave 0 before wave 1's multiplies)
+        // harmless. A branch on b > 0 here made ptxas wait for wave 0 before wave 1's multiplies
+        // while the loop's wait was at the iteration's end; with it at the top, it does not.)
         const float q0 = __fdividef(f[v][0], n0), q1 = __fdividef(f[v][1], n1);
 #pragma unroll
         for (int i = 0; i < 64; i += 4) {
