@@ -11,7 +11,7 @@ from kdsl import ir
 from kdsl.errors import KdslError
 from kdsl.codegen import emit
 from kdsl.grammar import parse
-from kdsl.passes import pipeline
+from kdsl.passes import gemm_tiles, pipeline
 from kdsl.passes.target import get_target
 from kdsl.runtime import cache
 from kdsl.runtime.compiler import build
@@ -240,6 +240,23 @@ def test_fp8_configurations_use_tma_and_qgmma_without_spills(name, shape, attrs)
     # ptxas only reports these as info: C7514/C7515 (every wgmma serialised), C7508 (setmaxnreg
     # ignored), each a "Potential Performance Loss".
     assert "Performance Loss" not in built.compiled.log and "warning" not in built.compiled.log, built.compiled.log
+
+
+@pytest.mark.parametrize("name,attrs,counted", [
+    ("fp8_grouped_contiguous", {"tile_m": 192, "tile_n": 128}, True),
+    ("fp8_grouped_contiguous", {"tile_m": 128, "tile_n": 128, "cluster": 1}, False),
+    ("fp8_grouped_contiguous", {"tile_m": 256, "tile_n": 128, "cluster": 1}, False),
+    ("fp8_gemm", {"tile_m": 192, "tile_n": 128, "cluster": 1}, False),
+    ("fp8_grouped_masked", {"tile_m": 192, "tile_n": 128, "cluster": 1}, False)])
+def test_only_contiguous_192_row_tiles_take_tiles_from_a_counter(name, attrs, counted):
+    """The host's rule (gemm_tiles.tile_counter) reaches the kernel's Config, whose last argument
+    compiles the counter in; the launch passes a counter exactly where it does (Plan.dynamic)."""
+    k = kernels(SAMPLES[0].parent / f"{name}.kd")[0].with_attrs(shape=[4096, 4096, 1024, 4], **attrs)
+    low = pipeline.lower(k, get_target("sm_90a"))
+    src = emit.generate(low).source
+    assert re.search(r", (true|false)> Config;", src).group(1) == ("true" if counted else "false")
+    assert gemm_tiles.tile_counter(low.attr("grouping"), low.attr("tile_m"), low.attr("cluster")) is counted
+    assert "__device__ int kdsl_work_counters[" in src
 
 
 def test_ptxas_performance_warnings_reach_the_log():

@@ -38,6 +38,7 @@ class FakePlan:
 
     def __init__(self, stream=77, sk=0):
         self.pack = gemm_launch._arg_pack(M, N, K, 1, 8, sk)
+        self.sk_tiles, self.dynamic = sk, False
         self._launch = driver.Launcher(0x1234, (132, 1, 1), (384, 1, 1), 1000)
         self.loaded = type("Loaded", (), {"fn_ptr": 0x5678})()
         self.device, self.sa_align, self.sb_align, self.out_align = -1, 16, 16, 16
@@ -226,6 +227,18 @@ def test_while_building_a_plan_waits_to_be_adopted(fresh_state, monkeypatch):
     assert plan.fast is None and fast_launch._thread.is_alive()
     release.set()
     fast_launch.wait()
+
+
+@pytest.mark.parametrize("per_stream", ["stream-K", "tile counter"])
+def test_plans_with_per_stream_state_stay_on_the_python_path(fresh_state, monkeypatch, per_stream):
+    """Stream-K's workspace and a contiguous GEMM's tile counters are per stream and off while a
+    graph is captured, which Python decides per call: such plans are never adopted."""
+    monkeypatch.setattr(fast_launch, "_module", object())  # a built extension that must not be reached
+    plan = FakePlan(sk=5 if per_stream == "stream-K" else 0)
+    plan.framework, plan.fast, plan.dynamic = "torch", None, per_stream == "tile counter"
+    kernel = type("Kernel", (), {"launch_path": "compiled", "fast_gemm": None, "extra": None})()
+    fast_launch.adopt(kernel, plan, operands(), True)
+    assert plan.fast is False and kernel.fast_gemm is None
 
 
 def test_the_switch_turns_the_path_off(fresh_state, monkeypatch):

@@ -193,13 +193,16 @@ def test_gqa_heads_fold_into_rows_only_for_scores_and_masks_blind_to_row_and_hea
         assert pipeline.heads_fold_into_rows(pipeline.lower(k, get_target("sm_90a"), 128)) == foldable, body
 
 
-def test_captured_persistent_launches_take_no_shared_work_counter():
+@pytest.mark.parametrize("kernel_class", ["attention", "gemm"])
+def test_captured_persistent_launches_take_no_shared_work_counter(kernel_class):
     """A launch captured into a CUDA graph walks its items by a fixed stride (counter 0): a
     graph keeps the counters of its capture stream, and graphs captured on one stream may be
     replayed at once on different streams. When the framework cannot say, the same."""
     from types import MethodType, SimpleNamespace
     from kdsl.runtime.attention_launch import AttentionKernel
+    from kdsl.runtime.gemm_launch import GemmKernel
     from kdsl.runtime.launch import Plan
+    kernel = AttentionKernel if kernel_class == "attention" else GemmKernel
 
     def plan(dynamic, capturing):
         loaded = SimpleNamespace(work_counter=lambda stream: 4096 + stream)
@@ -209,10 +212,10 @@ def test_captured_persistent_launches_take_no_shared_work_counter():
 
     def fails():
         raise RuntimeError("no answer")
-    assert AttentionKernel._work_counter(plan(True, lambda: False)) == 4103
-    assert AttentionKernel._work_counter(plan(True, lambda: True)) == 0
-    assert AttentionKernel._work_counter(plan(True, fails)) == 0
-    assert AttentionKernel._work_counter(plan(False, lambda: False)) == 0
+    assert kernel._work_counter(plan(True, lambda: False)) == 4103
+    assert kernel._work_counter(plan(True, lambda: True)) == 0
+    assert kernel._work_counter(plan(True, fails)) == 0
+    assert kernel._work_counter(plan(False, lambda: False)) == 0
 
 
 def test_hopper_attention_refuses_2_to_the_31_query_rows():
@@ -222,23 +225,24 @@ def test_hopper_attention_refuses_2_to_the_31_query_rows():
         geometry.attention_row_limit(2, 16, 2**26, "k")
 
 
-@pytest.mark.parametrize("stream_k", [0, 5])
-def test_fp8_arg_pack_matches_the_kernel_signature(stream_k):
+@pytest.mark.parametrize("stream_k,counter", [(0, False), (5, False), (0, True)])
+def test_fp8_arg_pack_matches_the_kernel_signature(stream_k, counter):
     """gemm_launch._arg_pack lays out what the kernel template declares: a tensor map for each of
     geometry.GEMM_MAP_OPERANDS first, then each parameter's kind in order, with the per-call
-    pointers (and stream-K's workspace) in the slots of those names."""
+    pointers (and stream-K's workspace, or the tile counters) in the slots of those names."""
     import ctypes
     from kdsl.runtime import gemm_launch
     from fp8_signature import fp8_kernel_params, fp8_slots
     params = fp8_kernel_params()
-    pack = gemm_launch._arg_pack(256, 512, 1024, 1, 8, stream_k)
+    pack = gemm_launch._arg_pack(256, 512, 1024, 1, 8, stream_k, counter)
     kinds = [("tmap" if isinstance(s, ctypes.Array) else "i32" if isinstance(s, ctypes.c_int32) else "ptr")
              for s in pack.slots]
     assert kinds == [kind for _, kind in params]
     assert [name for name, kind in params if kind == "tmap"] == ["t" + {"a": "a", "b": "b", "out": "d",
                                                                       "a_scale": "sa", "b_scale": "sb"}[o]
                                                                  for o in geometry.GEMM_MAP_OPERANDS]
-    per_call = fp8_slots("sa", "sb", "out", "group", "count") + (fp8_slots("sk_partials", "sk_flags") if stream_k else [])
+    per_call = (fp8_slots("sa", "sb", "out", "group", "count") + (fp8_slots("sk_partials", "sk_flags") if stream_k else [])
+                + (fp8_slots("work") if counter else []))
     for n, i in enumerate(per_call):  # the pointer written n-th each call lands in slot i
         pack.pointers[n] = 0x1000 * (n + 1)
         assert ctypes.c_uint64.from_address(pack.params[i]).value == 0x1000 * (n + 1)

@@ -211,6 +211,8 @@ def _gemm(k: ir.Kernel) -> Generated:
         tma_store="true" if k.attr("store") == "tma" else "false", stream_k="true" if k.attr("stream_k") else "false",
         sa_tma="true" if k.attr("scale_load") == "tma" else "false",
         sb_load=gemm_tiles.B_SCALE_LOADS.index(k.attr("b_scale_load")),
+        tile_counter="true" if gemm_tiles.tile_counter(k.attr("grouping"), k.attr("tile_m"), cluster) else "false",
+        work_slots=tiling.WORK_SLOTS,
         smem=k.attr("smem_bytes"),
         threads=k.attr("threads"), producer_regs=k.attr("producer_regs"), consumer_regs=k.attr("consumer_regs"),
         cluster_dims=f"__cluster_dims__({cluster}, 1, 1)" if cluster > 1 else "", entry=entry_name(k))

@@ -148,6 +148,19 @@ def b_scale_gain(p: Problem, bm: int, bn: int, multicast: str, sms: int, b_scale
     return B_SCALE_GAIN[b_scale_load]
 
 
+def tile_counter(grouping: str, bm: int, cluster: int) -> bool:
+    """Whether a launch's CTAs take their tiles from a shared counter (fp8_gemm_sched.cuh) rather
+    than by a fixed stride: grouped contiguous 192-row tiles without a cluster. A group boundary
+    falls inside such a tile at 2/3 of 128-row steps and costs its CTA a second pass; by the
+    stride those passes pile up on a few CTAs (at 8192x4096x7168 one boundary a row of tiles
+    took +12 %, thirty-first session). Measured in turns against the stride (H200, 2026-11-28,
+    bench/NOTES.md, thirty-fifth session): 192-row tiles +5 to +13 % where groups of 896-3584 rows
+    leave boundaries inside tiles, within -1.3..+0.6 % at the suite's shape; 128-row tiles (no
+    boundary inside at 128-aligned groups: nothing to even out) lost 1-3 %, and 256-row tiles
+    lost 9-15 % on two random layouts of four, so they keep the stride."""
+    return grouping == "contiguous" and bm == 192 and cluster == 1
+
+
 def tiles_of(p: Problem, bm: int, bn: int) -> tuple[int, int, int]:
     """(M tiles per group, N tiles, tiles in all)."""
     num_m, num_n = -(-p.M // bm), -(-p.N // bn)

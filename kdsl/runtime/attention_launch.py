@@ -113,15 +113,6 @@ class AttentionKernel(KernelBase):
         return plan
 
     @staticmethod
-    def _work_counter(plan: Plan) -> int:
-        """The persistent Hopper kernel's work counters for this launch, or 0: CTAs then walk
-        their items by a fixed stride (correct, less evenly balanced). 0 as well while the
-        stream is being captured into a CUDA graph (Plan.own_stream): shared counters would hand
-        items out twice to graphs replayed at once."""
-        stream = plan.own_stream() if plan.dynamic else None
-        return 0 if stream is None else plan.loaded.work_counter(stream)
-
-    @staticmethod
     def _split_counters(plan: Plan) -> int:
         """The split counts that let a split-KV launch's items merge themselves, or 0 (the combine
         kernel merges): 0 too while the stream is captured into a CUDA graph, for the work

@@ -12,9 +12,9 @@ Python path serves every call. KDSL_FAST_LAUNCH=0 turns the path off.
 How a plan is adopted (`adopt`): its signature, the addresses of its parameter block, launch
 configuration and tensor-map slots, its pack lock and stream getter go to the kernel's
 FastGemm; the plan's map binding becomes the FastGemm's (both paths then share one record of
-what each map slot holds); tma.py tells it of every encoding it drops. Stream-K plans are not
-adopted (their workspace is per stream, and off while a CUDA graph is captured: Python's
-decision), nor the plan that copies a misaligned a_scale (it shares its signature with the
+what each map slot holds); tma.py tells it of every encoding it drops. Stream-K plans and
+those whose tiles come from a counter are not adopted (their workspace and counters are per
+stream, and off while a CUDA graph is captured: Python's decision), nor the plan that copies a misaligned a_scale (it shares its signature with the
 call's own).
 """
 from __future__ import annotations
@@ -128,7 +128,8 @@ def adopt(kernel, plan, tensors, out_given: bool) -> None:
     None for dense kernels; out the given or the allocated one), to the kernel's FastGemm, or
     decide it never will be (plan.fast False). Leaves plan.fast None while the extension is
     still building."""
-    if _failed or kernel.launch_path != "compiled" or plan.framework != "torch" or plan.loaded is None or plan.sk_tiles:
+    if (_failed or kernel.launch_path != "compiled" or plan.framework != "torch" or plan.loaded is None
+            or plan.sk_tiles or plan.dynamic):
         plan.fast = False
         return
     ext = _module

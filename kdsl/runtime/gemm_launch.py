@@ -92,6 +92,8 @@ class GemmKernel(KernelBase):
         grouped = (ex, 0) if self.grouping == "contiguous" else (0, ex)
         if plan.sk_tiles:  # in CALL_POINTERS order
             plan.launch([pa, pb, psa, psb, pout, *grouped, *_sk_workspace(plan)])
+        elif plan.dynamic:
+            plan.launch([pa, pb, psa, psb, pout, *grouped, self._work_counter(plan)])
         else:
             plan.launch([pa, pb, psa, psb, pout, *grouped])
         return out
@@ -186,7 +188,8 @@ class GemmKernel(KernelBase):
         grid = geometry.gemm_grid(tiles, sms, cluster)
         # stream-K's flags are sized for 1024 CTAs (_SK_FLAG_BYTES)
         sk = gemm_tiles.sk_tiles(tiles, grid[0]) if lk.attr("stream_k") and grid[0] <= 1024 else 0
-        pack = _arg_pack(M, N, K, G, lk.attr("raster"), sk)
+        counter = gemm_tiles.tile_counter(self.grouping, bm, cluster)
+        pack = _arg_pack(M, N, K, G, lk.attr("raster"), sk, counter)
         from .tma import TensorMap
         specs = geometry.gemm_tensor_maps(M, N, K, G, self.grouping, arrays.itemsize(out_dtype),
                                           {a: lk.attr(a) for a in ("tile_m", "tile_n", "multicast", "store",
@@ -201,7 +204,7 @@ class GemmKernel(KernelBase):
                     map_sources=map_sources(specs), map_only=2,
                     sa_align=16 if "a_scale" in specs else 4, sb_align=16 if "b_scale" in specs else 4,
                     out_align=16 if "out" in specs else (8 if out_dtype == "f32" else 4),
-                    sk_tiles=sk, sk_bytes=grid[0] * bm * bn * 4)
+                    sk_tiles=sk, sk_bytes=grid[0] * bm * bn * 4, dynamic=counter)
 
     def _load_shape(self, kernel: ir.Kernel, device: int):
         """The build for this kernel's tile configuration, loaded once per configuration."""
@@ -254,15 +257,17 @@ def _allocate_sk(device: int, nbytes: int):
     return mem.ptr, flags, nbytes, mem
 
 
-def _arg_pack(M: int, N: int, K: int, G: int, raster: int, sk: int) -> ArgPack:
+def _arg_pack(M: int, N: int, K: int, G: int, raster: int, sk: int, counter: bool = False) -> ArgPack:
     """The kernel's parameters: ta tb td tsa tsb (tensor maps; td, tsa and tsb left blank when
     unused), sa sb out group count (pointers, per call), M N K G raster sk_tiles, sk_partials
     sk_flags (pointers, per call where stream-K runs: the stream's workspace, or null while a
-    CUDA graph is captured). The per-call pointers are CALL_POINTERS from a_scale on."""
+    CUDA graph is captured), work (a pointer, per call where the tiles come from a counter: the
+    stream's, or null likewise). The per-call pointers are CALL_POINTERS from a_scale on."""
     maps = len(geometry.GEMM_MAP_OPERANDS)
-    return ArgPack(["tmap"] * maps + ["ptr"] * 5 + ["i32"] * 6 + ["ptr"] * 2,
-                   [None] * (maps + 5) + [M, N, K, G, raster, sk, None, None],
-                   list(range(maps, maps + 5)) + ([maps + 11, maps + 12] if sk else []))
+    return ArgPack(["tmap"] * maps + ["ptr"] * 5 + ["i32"] * 6 + ["ptr"] * 3,
+                   [None] * (maps + 5) + [M, N, K, G, raster, sk, None, None, None],
+                   list(range(maps, maps + 5)) + ([maps + 11, maps + 12] if sk else [])
+                   + ([maps + 13] if counter else []))
 
 
 def map_slot(operand: str) -> int:

@@ -50,12 +50,13 @@ class Loaded:
         self._work_lock = threading.Lock()
 
     def work_counter(self, stream: int) -> int:
-        """The persistent Hopper attention kernel's work counters for a launch on `stream`: a
-        slot of the module's kdsl_work_counters (tiling.WORK_SLOTS of them, two words each), one
-        per stream, so that launches on concurrent streams never share one. They start at zero
-        and the kernel's last CTA zeroes them again (attention_wgmma.cuh), so a launch needs no
-        memset of its own: one stream operation less a call. 0 (CTAs then walk items by a fixed
-        stride) once every slot belongs to another stream."""
+        """The work counters of a persistent launch on `stream` (the Hopper attention kernel's, or
+        an FP8 GEMM's whose tiles come from a counter): a slot of the module's kdsl_work_counters
+        (tiling.WORK_SLOTS of them, two words each), one per stream, so that launches on
+        concurrent streams never share one. They start at zero and the kernel's last CTA zeroes
+        them again (attention_wgmma.cuh, fp8_gemm_sched.cuh), so a launch needs no memset of its
+        own: one stream operation less a call. 0 (CTAs then walk their work by a fixed stride)
+        once every slot belongs to another stream."""
         slot = self._slot(stream)
         return 0 if slot is None else self._work_base + 8 * slot
 
@@ -119,7 +120,8 @@ class Plan:
                             # call replaces them, after the kernels that read them in stream order
     out_align: int = 4  # bytes; the FP8 GEMM's TMA store needs 16
     q_sign: int = 1     # -1 / 0: the kernel reads -q / 0 * q (a scaled-dot score with scale <= 0)
-    dynamic: bool = False  # a persistent Hopper attention launch: CTAs take items from a work counter
+    dynamic: bool = False  # a persistent Hopper attention launch, or an FP8 GEMM's (gemm_tiles.tile_counter):
+                           # CTAs take their work from a counter of the stream (Loaded.work_counter)
     self_merge: bool = False  # split-KV whose items merge themselves where the launch gets counters
     fast: bool | None = None  # FP8 GEMM: served by the compiled launch path (fast_launch.adopt); None: not decided
 
@@ -182,6 +184,15 @@ class KernelBase:
     # The CPU interpreter (kdsl.interpreted) validates with the same methods, on host arrays.
     on_host = False
     torch_ops = None  # (op, out= op) once registered with torch (runtime/torch_ops.py)
+
+    @staticmethod
+    def _work_counter(plan: Plan) -> int:
+        """A persistent launch's work counters (Plan.dynamic: the Hopper attention kernel's items,
+        an FP8 GEMM's tiles), or 0: CTAs then walk their work by a fixed stride (correct, less
+        evenly balanced). 0 as well while the stream is being captured into a CUDA graph
+        (Plan.own_stream): shared counters would hand work out twice to graphs replayed at once."""
+        stream = plan.own_stream() if plan.dynamic else None
+        return 0 if stream is None else plan.loaded.work_counter(stream)
 
     def __init__(self, kernel: ir.Kernel, arch: str | None):
         self.ir = kernel

@@ -114,6 +114,65 @@ def test_grouped_contiguous(cfg, aligned):
     assert fp8_difference(out[valid], ref[valid]) < FP8_TOL
 
 
+def _contiguous_layout(torch, sizes, pad_every=0):
+    """Group ids per row: segments of the given sizes (group g gets sizes[g] rows), and, with
+    pad_every, the last 40 rows of every pad_every-th segment made padding (-1)."""
+    group = torch.cat([torch.full((s,), g, dtype=torch.int32) for g, s in enumerate(sizes)])
+    if pad_every:
+        ends = torch.tensor(sizes).cumsum(0)
+        for g in range(0, len(sizes), pad_every):
+            group[max(int(ends[g]) - 40, 0):int(ends[g])] = -1
+    return group.cuda()
+
+
+def test_contiguous_tiles_from_a_counter():
+    """192-row contiguous tiles come from the stream's counter (gemm_tiles.tile_counter) when a
+    launch has more tiles than CTAs: every call right and bitwise equal to the first (the last
+    CTA zeroed the counters for the next launch; left raised, later launches would skip tiles
+    and leave out's NaNs), on two streams at once (each its own counters), and in a CUDA graph
+    (no counter: the fixed stride)."""
+    torch = pytest.importorskip("torch")
+    G, N, K = 8, 1024, 256
+    sizes = [1280, 896, 1920, 1536, 128, 2176, 768, 640]  # 128-aligned: boundaries inside 192-row tiles
+    group = _contiguous_layout(torch, sizes, pad_every=3)
+    M = group.numel()
+    fn = _mod("fp8_grouped_contiguous").fp8_grouped_contiguous.with_attrs(tile_m=192, tile_n=96, cluster=1)
+    a, sa = fp8.quantize_1x128(torch.randn(M, K, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(G, N, K, device="cuda"))
+    valid = (group >= 0) & (group < G)
+    ref = reference.fp8_gemm(a, sa, b, sb, group=group)
+    first = fn(a, sa, b, sb, group)
+    (plan,) = fn._plans.values()
+    assert plan.dynamic and plan.fast is False and plan.grid[0] < -(-M // 192) * -(-N // 96)
+    assert fp8_difference(first[valid], ref[valid]) < FP8_TOL
+    for _ in range(5):
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        fn(a, sa, b, sb, group, out=out)
+        assert torch.equal(out[valid], first[valid]) and torch.isnan(out[~valid].float()).all()
+
+    a2, sa2 = fp8.quantize_1x128(torch.randn(M, K, device="cuda"))
+    outs = [torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    for s_ in streams:
+        s_.wait_stream(torch.cuda.current_stream())
+    for _ in range(3):  # launches of the two streams overlap on the GPU
+        for s_, x, xs, o in zip(streams, (a, a2), (sa, sa2), outs):
+            with torch.cuda.stream(s_):
+                fn(x, xs, b, sb, group, out=o)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0][valid], first[valid])
+    assert fp8_difference(outs[1][valid], reference.fp8_gemm(a2, sa2, b, sb, group=group)[valid]) < FP8_TOL
+
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn(a, sa, b, sb, group, out=out)
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out[valid], first[valid])
+
+
 @pytest.mark.parametrize("cfg", GROUPED_CFGS.values(), ids=GROUPED_CFGS.keys())
 def test_grouped_masked(cfg):
     torch = pytest.importorskip("torch")

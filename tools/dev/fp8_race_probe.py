@@ -39,6 +39,9 @@ CASES = {
     "gc-128x64": ("fp8_grouped_contiguous", (333, 256, 1024, 3), {"tile_m": 128, "tile_n": 64, "cluster": 1}, "ragged"),
     "gc-cluster": ("fp8_grouped_contiguous", (300, 256, 768, 3),
                    {"tile_m": 128, "tile_n": 64, "cluster": 2, "multicast": "a"}, "random"),
+    # 192-row tiles taken from the stream's counter (176 tiles: more than the SMs)
+    "gc-192-counter": ("fp8_grouped_contiguous", (3000, 1024, 384, 3), {"tile_m": 192, "tile_n": 96, "cluster": 1},
+                       "ragged"),
     "dense-reuse": ("fp8_gemm", (129, 256, 2048, 1), {}, None),
     "masked-reuse": ("fp8_grouped_masked", (200, 256, 1536, 3), {}, None),
     # 256-row tiles (their K loop is unrolled by KDSL_FP8_UNROLL_KB_256), clustered and with turns

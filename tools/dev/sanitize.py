@@ -99,5 +99,13 @@ for f in files:
                 out = torch.zeros(2000, 1500, device="cuda") if kir.attr("accumulate") else None
                 fn.with_attrs(stream_k=True, cluster=1, tile_m=128, tile_n=128)(a, sa, b, sb, out=out)
                 n += 1
+            if g == "contiguous":  # 192-row tiles from the stream's counter: more tiles than SMs, twice
+                ids = torch.randint(-1, 3, (3000,), device="cuda", dtype=torch.int32).sort().values
+                a, sa = fp8.quantize_1x128(torch.randn(3000, 384, device="cuda"))
+                b, sb = fp8.quantize_128x128(torch.randn(3, 1024, 384, device="cuda"))
+                counted = fn.with_attrs(tile_m=192, tile_n=96, cluster=1)
+                for _ in range(2):
+                    counted(a, sa, b, sb, ids)
+                    n += 1
 torch.cuda.synchronize()
 print(f"sanitize workload: {n} launches ok" + (f", {by_cpp} of them by the compiled launch path" if compiled_launch else ""))

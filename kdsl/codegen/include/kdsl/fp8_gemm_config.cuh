@@ -58,13 +58,16 @@ KDSL_DEVICE void fp8_trace(int role, int& n, int event, int arg) {
 }
 
 template <int BM_, int BN_, int STAGES_, int CLUSTER_, int MCAST_, bool OUT_F32_, int KIND_, bool ACCUM_,
-          bool TMA_STORE_, bool STREAM_K_ = false, bool SA_TMA_ = false, int SB_LOAD_ = 0>
+          bool TMA_STORE_, bool STREAM_K_ = false, bool SA_TMA_ = false, int SB_LOAD_ = 0, bool TILE_COUNTER_ = false>
 struct Fp8Config {
   static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, CLUSTER = CLUSTER_, MCAST = MCAST_, KIND = KIND_;
   static constexpr bool OUT_F32 = OUT_F32_, ACCUM = ACCUM_, TMA_STORE = TMA_STORE_;
   // Stream-K compiled in (fp8_gemm_sched.cuh; only KIND 0 without a cluster): kernels without
   // it keep the K loops' constant bounds and the epilogue they had before it.
   static constexpr bool STREAM_K = STREAM_K_;
+  // Contiguous tiles taken from a shared counter where the host passes one (fp8_gemm_sched.cuh;
+  // the host's choice: passes/gemm_tiles.py, tile_counter).
+  static constexpr bool TILE_COUNTER = TILE_COUNTER_;
   // A's scales by TMA (the host's choice where M % 4 == 0; KDSL_FP8_SA_TMA=0 turns it off
   // for an A/B).
   static constexpr bool SA_TMA = SA_TMA_ && KDSL_FP8_SA_TMA;
@@ -126,6 +129,8 @@ struct Fp8Config {
   static_assert(MCAST != kMcastB || KIND == 0, "grouped kinds pair CTAs on one M tile (MCAST_A)");
   static_assert(!ACCUM || OUT_F32, "accumulation is into an f32 out");
   static_assert(!STREAM_K || (KIND == 0 && CLUSTER == 1), "stream-K: dense GEMMs without a cluster");
+  static_assert(!TILE_COUNTER || (KIND == 1 && CLUSTER == 1),  // a pair must see the same units
+                "a tile counter: grouped contiguous GEMMs without a cluster");
   static_assert(KIND >= 0 && KIND <= 2, "KIND: 0 dense, 1 grouped contiguous, 2 grouped masked");
   static_assert(SB_LOAD >= 0 && SB_LOAD <= 2, "SB_LOAD: 0 copy, 1 tma, 2 math");
   static_assert(kSmemBytes <= 227 * 1024, "too many stages for shared memory");
