@@ -21,6 +21,18 @@
 #define KDSL_FP8_SA_TMA 1
 #endif
 
+// KDSL_FP8_TILE_AHEAD: where tiles come from a counter (Fp8Config::TILE_COUNTER), the
+// producer opens the next tile (claims it, reads its rows' group ids) during a tile's last
+// pass, after issuing the loads of the K block this many blocks before the pass's last, so
+// that the two round trips do not lie between a tile's last loads and the next tile's first.
+// H200, in turns (2026-11-28, bench/NOTES.md): against opening it when the next unit is asked
+// for (-1), 4 ran x1.065-1.090 at K = 1024, x1.013-1.030 at K = 2048, x1.000-1.012 at K = 7168
+// (2 about as well, x1.032-1.060 at K = 1024). On the fixed stride (128-row tiles) reading the
+// ids ahead ran 1-3 % slower, so the stride keeps the form before.
+#ifndef KDSL_FP8_TILE_AHEAD
+#define KDSL_FP8_TILE_AHEAD 4
+#endif
+
 // KDSL_FP8_DEV_SCALES (timing probes only: the result is wrong with 1 or 2): 1, the producer
 // copies no B scales (b_scale_load "copy": the math warpgroups read whatever the stage holds);
 // 2, the math warpgroups read no scales either (each is 1). 0: the kernel.

@@ -105,6 +105,9 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
         if (C::kSbTma) tma_load_3d(sm.sb(s), tsb, full, kb & ~3, u.n0 >> 7, u.g);
       }
       __syncwarp();
+      if (C::TILE_COUNTER && KDSL_FP8_TILE_AHEAD >= 0 && sched.last_pass &&
+          kb == (kb_end - 1 - KDSL_FP8_TILE_AHEAD > kb_begin ? kb_end - 1 - KDSL_FP8_TILE_AHEAD : kb_begin))
+        sched.fetch_ahead();
     }
   }
   if (leader) {

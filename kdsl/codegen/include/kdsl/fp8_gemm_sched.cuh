@@ -85,9 +85,12 @@ struct Fp8Scheduler {
   const Fp8GemmArgs& p;
   int num_m, num_n;  // tiles (KIND 2: num_m is per group, at rows_g)
   int t;             // this CTA's next linear tile
-  // KIND 1: the tile whose group passes are under way (pass_m0 < 0: none), its rows' ids
-  int pass_m0, pass_n0, pass_g;
+  // KIND 1: the tile whose group passes are under way (pass_m0 < 0: none), the tile fetch_ahead
+  // opened (next_m0 < 0: none left), and the ids of the rows of the later of the two
+  int pass_m0, pass_n0, pass_g, next_m0 = 0, next_n0 = 0;
   int ids[kIdsPerLane > 0 ? kIdsPerLane : 1];
+  bool last_pass = false;  // KIND 1 with C::TILE_COUNTER: the unit handed out last is its tile's last pass
+  bool ahead = false;      // KIND 1: the next tile was opened during the last pass (fetch_ahead)
   // KIND 2: the group holding linear tile t, its first linear tile and its rows
   int grp, grp_first, grp_rows;
   i64 sk_it = -1, sk_end = 0;  // stream-K: this CTA's next iteration and its range's end
@@ -193,32 +196,20 @@ struct Fp8Scheduler {
     using fp8_detail::kIntMax;
     const int lane = threadIdx.x & 31;
     for (;;) {
-      if (pass_m0 < 0) {  // the next tile: read its rows' group ids once
-        const bool counted = C::TILE_COUNTER && p.work != nullptr;
-        if (counted && taken) t = take_tile();
-        taken = true;
-        if (t >= num_m * num_n) {
-          if (counted) tiles_done();
+      if (pass_m0 < 0 || (C::TILE_COUNTER && last_pass)) {  // the next tile, unless fetch_ahead() opened it
+        if (C::TILE_COUNTER && ahead) {
+          pass_m0 = next_m0;
+          pass_n0 = next_n0;
+          ahead = false;
+        } else if (!open_tile(pass_m0, pass_n0)) {
           return false;
         }
-        int mt, nt;
-        raster(t, num_m, mt, nt);
-        if (!counted) t += gridDim.x;
-        pass_m0 = mt * BM;
-        pass_n0 = nt * BN;
+        last_pass = false;
+        if (pass_m0 < 0) return false;  // (fetch_ahead found no tile left)
         pass_g = -1;
-#pragma unroll
-        for (int i = 0; i < kIdsPerLane; ++i) {
-          const int m = pass_m0 + lane + 32 * i;
-          ids[i] = m < p.M ? __ldg(p.group + m) : -1;  // past M: like padding
-        }
       }
       // The smallest group id above the last pass's; ids outside [0, G) are padding.
-      int cand = kIntMax;
-#pragma unroll
-      for (int i = 0; i < kIdsPerLane; ++i)
-        if (ids[i] > pass_g && ids[i] < p.G && ids[i] < cand) cand = ids[i];  // pass_g >= -1
-      const int g = warp_min(cand);
+      const int g = warp_min(smallest_id_above(pass_g));
       if (g == kIntMax) {  // no group left in this tile
         pass_m0 = -1;
         continue;
@@ -227,15 +218,61 @@ struct Fp8Scheduler {
 #pragma unroll
       for (int i = 0; i < kIdsPerLane; ++i) mine = mine && (ids[i] == g || pass_m0 + lane + 32 * i >= p.M);
       pass_g = g;
+      if (C::TILE_COUNTER) last_pass = warp_min(smallest_id_above(g)) == kIntMax;
       u = Fp8Unit{pass_m0, pass_n0, g, __all_sync(0xffffffffu, mine) ? 1 : 0, 0, p.K / 128, kWhole, 0};
       return true;
     }
   }
 
-  // The next unclaimed tile of the counter (lane 0 takes it, the warp follows). A CTA asks when
-  // its producer has issued the last loads of its tile before: greedy, and the claim's round trip
-  // hides behind the stages still in the ring. (Claiming the next tile as the current one
-  // started ran 0.4-13 % slower on 192-row tiles: H200, 2026-11-28.)
+  // KIND 1, called by the producer's lanes during a tile's last pass (last_pass), a few K blocks
+  // before its end: open the next tile now (claim it, and read its rows' ids into ids[], which
+  // the last pass no longer needs), so that neither round trip lies between the tile's last
+  // loads and the next tile's first.
+  KDSL_DEVICE void fetch_ahead() {
+    if (!ahead) open_tile(next_m0, next_n0);  // (none left: next_m0 = -1)
+    ahead = true;
+  }
+
+ private:
+  KDSL_DEVICE int smallest_id_above(int g) const {
+    int cand = fp8_detail::kIntMax;
+#pragma unroll
+    for (int i = 0; i < kIdsPerLane; ++i)
+      if (ids[i] > g && ids[i] < p.G && ids[i] < cand) cand = ids[i];  // g >= -1
+    return cand;
+  }
+
+  // Tile t (the counter's next, or t by the stride) as (m0, n0), its rows' group ids in ids[];
+  // false (m0 = -1) when no tile is left.
+  KDSL_DEVICE bool open_tile(int& m0, int& n0) {
+    const bool counted = C::TILE_COUNTER && p.work != nullptr;
+    if (counted && taken) t = take_tile();
+    taken = true;
+    if (t >= num_m * num_n) {
+      if (counted) tiles_done();
+      m0 = -1;
+      return false;
+    }
+    int mt, nt;
+    raster(t, num_m, mt, nt);
+    if (!counted) t += gridDim.x;
+    m0 = mt * BM;
+    n0 = nt * BN;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < kIdsPerLane; ++i) {
+      const int m = m0 + lane + 32 * i;
+      ids[i] = m < p.M ? __ldg(p.group + m) : -1;  // past M: like padding
+    }
+    return true;
+  }
+
+  // The next unclaimed tile of the counter (lane 0 takes it, the warp follows). A CTA asks during
+  // its tile's last pass, KDSL_FP8_TILE_AHEAD K blocks before the pass's last loads: late enough
+  // that the tiles still go to whichever CTA is free first, early enough that the claim's and
+  // the ids' round trips hide behind the loads still to issue and the stages in the ring.
+  // (Claiming the next tile as the current one started ran 0.4-13 % slower on 192-row tiles:
+  // H200, 2026-11-28.)
   KDSL_DEVICE int take_tile() {
     int got = 0;
     if ((threadIdx.x & 31) == 0) got = (int)gridDim.x + atomicAdd(p.work, 1);
