@@ -155,7 +155,7 @@ def tile_counter(grouping: str, bm: int, cluster: int) -> bool:
     stride those passes pile up on a few CTAs (at 8192x4096x7168 one boundary a row of tiles
     took +12 %, thirty-first session). Measured in turns against the stride (H200, 2026-11-28,
     bench/NOTES.md, thirty-fifth session): 192-row tiles +5 to +13 % where groups of 896-3584 rows
-    leave boundaries inside tiles, within -1.3..+0.6 % at the suite's shape; 128-row tiles (no
+    leave boundaries inside tiles, -1.1 to +1.4 % at the suite's shape; 128-row tiles (no
     boundary inside at 128-aligned groups: nothing to even out) lost 1-3 %, and 256-row tiles
     lost 9-15 % on two random layouts of four, so they keep the stride."""
     return grouping == "contiguous" and bm == 192 and cluster == 1

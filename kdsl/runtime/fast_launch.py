@@ -14,8 +14,8 @@ configuration and tensor-map slots, its pack lock and stream getter go to the ke
 FastGemm; the plan's map binding becomes the FastGemm's (both paths then share one record of
 what each map slot holds); tma.py tells it of every encoding it drops. Stream-K plans and
 those whose tiles come from a counter are not adopted (their workspace and counters are per
-stream, and off while a CUDA graph is captured: Python's decision), nor the plan that copies a misaligned a_scale (it shares its signature with the
-call's own).
+stream, and off while a CUDA graph is captured: Python's decision), nor the plan that copies a
+misaligned a_scale (it shares its signature with the call's own).
 """
 from __future__ import annotations
 

@@ -105,6 +105,9 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
         if (C::kSbTma) tma_load_3d(sm.sb(s), tsb, full, kb & ~3, u.n0 >> 7, u.g);
       }
       __syncwarp();
+      // Where tiles come from a counter, a tile's last pass opens the next tile after the loads of
+      // the block KDSL_FP8_TILE_AHEAD before its last (its first, if it has fewer). (Written out
+      // here: the same test in a helper, or hoisted out of the loop, changed the SASS.)
       if (C::TILE_COUNTER && KDSL_FP8_TILE_AHEAD >= 0 && sched.last_pass &&
           kb == (kb_end - 1 - KDSL_FP8_TILE_AHEAD > kb_begin ? kb_end - 1 - KDSL_FP8_TILE_AHEAD : kb_begin))
         sched.fetch_ahead();

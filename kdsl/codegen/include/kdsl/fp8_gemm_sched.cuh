@@ -27,10 +27,10 @@
 // Kinds: 0 dense: the num_m x num_n tiles. 1 grouped contiguous: the same tiles; each makes
 // one pass per group id present among its rows (ids outside [0, G) are padding), in
 // increasing order. A tile holding a group boundary costs its CTA a second pass, so with
-// C::TILE_COUNTER (and a counter from the host, p.work) a CTA that has finished a tile's
-// passes takes the next tile from a shared counter instead of its fixed stride: the
-// boundaries' passes no longer pile up on the CTAs that the stride gave them to. 2 grouped masked: the tiles of group 0 (ceil(rows_0 / BM) x num_n, rows_g
-// = min(count[g], M)), then group 1's, ...
+// C::TILE_COUNTER (and a counter from the host, p.work) a CTA near the end of a tile's passes
+// takes the next tile from a shared counter instead of its fixed stride: the boundaries'
+// passes no longer pile up on the CTAs that the stride gave them to. 2 grouped masked: the
+// tiles of group 0 (ceil(rows_0 / BM) x num_n, rows_g = min(count[g], M)), then group 1's, ...
 #pragma once
 #include "kdsl/hopper.cuh"
 
