@@ -4,7 +4,8 @@ runs its producer warp as 32 threads in step): over random problems, every CTA's
 together cover each output tile (grouped contiguous: each (tile, group present) pair;
 masked: each tile of each group's count) exactly once, flag exactly the tiles whose rows may
 all be written, and the two CTAs of a cluster get units sharing their multicast tile, in
-step."""
+step. Grouped contiguous runs both by the fixed stride and with tiles from a counter (with and
+without the next tile opened during a tile's last pass), after which the counters must be zero."""
 import random
 import shutil
 import subprocess
@@ -27,9 +28,12 @@ def scheduler(tmp_path_factory):
                     str(HERE / "host.cpp"), "-o", str(exe)], check=True, capture_output=True)
 
     def run(cases):
-        """cases: (kind, bm, bn, mcast, M, N, G, raster, grid, ids[, sk_tiles, nk]) -> per case,
-        per CTA, units (m0, n0, g, full, kb0, kb1, part, peers)."""
-        lines = [" ".join(map(str, (*c[:9], *(c[10:12] if len(c) > 10 else (0, 1)), *c[9]))) for c in cases]
+        """cases: (kind, bm, bn, mcast, M, N, G, raster, grid, ids[, sk_tiles, nk[, counter]]) ->
+        per case, per CTA, units (m0, n0, g, full, kb0, kb1, part, peers). counter (contiguous
+        without multicast): 0 the fixed stride, 1 a tile counter, 2 a counter with each tile's
+        successor opened during its last pass."""
+        lines = [" ".join(map(str, (*c[:9], *(c[10:12] if len(c) > 10 else (0, 1)), c[12] if len(c) > 12 else 0,
+                                    *c[9]))) for c in cases]
         out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
         rows = out.stdout.split("\n")
         result, i = [], 0
@@ -87,15 +91,17 @@ def _random_case(rng, kind, cluster):
         ids = []
     raster = rng.choice([2, 8, 16]) if cluster == 2 else rng.choice([1, 3, 8, 16])
     grid = rng.choice([1, 2, 4, 7, 16]) * cluster
-    return (kind, bm, bn, MCAST[mcast], M, N, G, raster, grid, ids)
+    counter = rng.choice([0, 1, 2]) if kind == 1 and cluster == 1 else 0
+    return (kind, bm, bn, MCAST[mcast], M, N, G, raster, grid, ids, 0, 1, counter)
 
 
 @pytest.mark.parametrize("kind", [0, 1, 2], ids=["dense", "contiguous", "masked"])
 def test_units_cover_every_tile_once_and_cluster_pairs_share_their_tile(scheduler, kind):
     rng = random.Random(20261122 + kind)
     cases = [_random_case(rng, kind, cluster) for cluster in (1, 2) for _ in range(60)]
+    assert kind != 1 or {c[12] for c in cases} == {0, 1, 2}
     for case, ctas in zip(cases, scheduler(cases)):
-        kind_, bm, bn, mcast, M, N, G, raster, grid, ids = case
+        kind_, bm, bn, mcast, M, N, G, raster, grid, ids = case[:10]
         units = [u for cta in ctas for u in cta]
         got = Counter(u[:3] for u in units)
         want = _expected(kind, bm, bn, M, N, G, ids)

@@ -1,8 +1,10 @@
 // Host stand-in for kdsl/hopper.cuh, for tests/test_fp8_schedule.py: compiles the FP8 GEMM's
 // tile scheduler (kdsl/fp8_gemm_sched.cuh) with g++ and runs its producer warp as 32 threads
 // in step, so that every CTA's unit sequence can be checked without a GPU. Only what the
-// scheduler uses is emulated: the index registers, __ldg, and the warp collectives.
+// scheduler uses is emulated: the index registers, __ldg, the warp collectives, and the
+// atomics of the tile counter (CTAs run one after another, so a fence has nothing to order).
 #pragma once
+#include <atomic>
 #include <barrier>
 
 struct HostDim3 { unsigned x = 0, y = 0, z = 0; };
@@ -27,6 +29,19 @@ template <class F> int reduce(int v, F f) {
 inline int __all_sync(unsigned, int pred) {
   return host_warp::reduce(pred ? 1 : 0, [](int a, int b) { return a & b; });
 }
+
+inline int __shfl_sync(unsigned, int v, int src) {
+  host_warp::values[threadIdx.x & 31] = v;
+  host_warp::sync->arrive_and_wait();
+  const int r = host_warp::values[src];
+  host_warp::sync->arrive_and_wait();
+  return r;
+}
+
+inline void __syncwarp() { host_warp::sync->arrive_and_wait(); }
+inline void __threadfence() {}
+inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
+inline int atomicExch(int* p, int v) { return std::atomic_ref<int>(*p).exchange(v); }
 
 namespace kdsl {
 typedef unsigned char u8;
