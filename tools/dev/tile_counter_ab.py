@@ -2,7 +2,8 @@
 """Grouped contiguous GEMMs with and without the tile counter (gemm_tiles.tile_counter), timed
 in turns in one process: the same build launched with the stream's counters, and with none
 (the fixed stride, as a captured launch runs). Equal groups and random 128-aligned ones
-(fp8_forms.contiguous_groups); calc_diff per row.
+(fp8_forms.contiguous_groups); calc_diff per row. With one group (G = 1) the dense kernel of the
+same tile runs in the same turns.
 
     python3 tools/dev/tile_counter_ab.py [--reps 12] [--shapes "16384x7168x2048x8;..."]
 """
@@ -51,8 +52,18 @@ def main() -> None:
                 lk = next(iter(fn._loaded.values()))[0].kernel
                 notes[name] = (f"{lk.attr('tile_m')}x{lk.attr('tile_n')}x{lk.attr('stages')} dynamic {plan.dynamic} "
                                f"err {fp8_difference(outs[name], ref):.1e}")
-            times = timer.in_turns({name: (lambda f=fn, o=outs[name]: f(a, sa, b, sb, ids, out=o))
-                                    for name, fn in (("counter", counted), ("stride", stride))})
+            fns = {name: (lambda f=fn, o=outs[name]: f(a, sa, b, sb, ids, out=o))
+                   for name, fn in (("counter", counted), ("stride", stride))}
+            if g == 1:  # one group: the dense kernel on the same operands, same tile, in the same turns
+                dense = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").fp8_gemm.with_attrs(
+                    **{a_: v for a_, v in dict(next(iter(counted._loaded.values()))[0].kernel.attrs).items()
+                       if a_ in ("tile_m", "tile_n", "cluster", "stages", "b_scale_load")})
+                d_out = dense(a, sa, b[0], sb[0])
+                lk = next(iter(dense._loaded.values()))[0].kernel
+                notes["dense"] = (f"{lk.attr('tile_m')}x{lk.attr('tile_n')}x{lk.attr('stages')} "
+                                  f"err {fp8_difference(d_out, ref):.1e}")
+                fns["dense"] = lambda: dense(a, sa, b[0], sb[0], out=d_out)
+            times = timer.in_turns(fns)
             print(f"\ncontiguous M={m} N={n} K={k} G={g} {layout} {sizes if layout == 'random' else ''}", flush=True)
             for name, t in times.items():
                 print(f"  {name:8s} {t * 1e3:9.1f} us {2 * m * n * k / t / 1e9:7.1f} TFLOPS  "
