@@ -20,6 +20,11 @@ sys.path.insert(0, str(ROOT / "tools" / "dev"))
 SHAPES = "16384x7168x2048x8;8192x4096x7168x4;32768x4096x7168x4;32768x4096x7168x16;12800x4096x7168x4"
 
 
+def built(fn):
+    """The lowered kernel (its tile attrs) of the one configuration fn has built."""
+    return next(iter(fn._loaded.values()))[0].kernel
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=12)
@@ -49,17 +54,16 @@ def main() -> None:
             for name, fn in (("counter", counted), ("stride", stride)):
                 outs[name] = fn(a, sa, b, sb, ids)
                 (plan,) = fn._plans.values()
-                lk = next(iter(fn._loaded.values()))[0].kernel
+                lk = built(fn)
                 notes[name] = (f"{lk.attr('tile_m')}x{lk.attr('tile_n')}x{lk.attr('stages')} dynamic {plan.dynamic} "
                                f"err {fp8_difference(outs[name], ref):.1e}")
             fns = {name: (lambda f=fn, o=outs[name]: f(a, sa, b, sb, ids, out=o))
                    for name, fn in (("counter", counted), ("stride", stride))}
             if g == 1:  # one group: the dense kernel on the same operands, same tile, in the same turns
                 dense = kdsl.load(ROOT / "samples" / "fp8_gemm.kd").fp8_gemm.with_attrs(
-                    **{a_: v for a_, v in dict(next(iter(counted._loaded.values()))[0].kernel.attrs).items()
-                       if a_ in ("tile_m", "tile_n", "cluster", "stages", "b_scale_load")})
+                    **{a_: built(counted).attr(a_) for a_ in ("tile_m", "tile_n", "cluster", "stages", "b_scale_load")})
                 d_out = dense(a, sa, b[0], sb[0])
-                lk = next(iter(dense._loaded.values()))[0].kernel
+                lk = built(dense)
                 notes["dense"] = (f"{lk.attr('tile_m')}x{lk.attr('tile_n')}x{lk.attr('stages')} "
                                   f"err {fp8_difference(d_out, ref):.1e}")
                 fns["dense"] = lambda: dense(a, sa, b[0], sb[0], out=d_out)
