@@ -46,6 +46,7 @@
 #include "kdsl/attention_wgmma_parts.cuh"
 #include "kdsl/hopper.cuh"
 #include "kdsl/wgmma_ops.cuh"
+#include "kdsl/work_counter.cuh"
 
 namespace kdsl {
 
@@ -222,7 +223,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       }
       int next = 0;
       if (issuer) trace(0, tn, kTraceLastIssued, w);
-      if (issuer) next = a.work != nullptr ? (int)gridDim.x + atomicAdd(a.work, 1) : w + (int)gridDim.x;
+      if (issuer) next = a.work != nullptr ? work_counter_take(a.work) : w + (int)gridDim.x;
       w = V::kHasMask ? __shfl_sync(0xffffffffu, next, 0) : next;  // the walking warp follows lane 0
     }
     // No item follows: a stage with no tile says so (published by the arrive).
@@ -231,16 +232,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       mbar_wait(empty_k(s), ((it / STAGES) & 1) ^ 1);
       st_shared_u32(item_kv(s), kNoMoreItems);
       mbar_arrive(full_k(s));
-      // This CTA takes no more items. The last CTA to get here zeroes the counters for the next
-      // launch on the stream (ordered before it by the kernel boundary); the fence orders this
-      // CTA's last take before its count.
-      if (a.work != nullptr) {
-        __threadfence();
-        if (atomicAdd(a.work + 1, 1) == (int)gridDim.x - 1) {
-          atomicExch(a.work, 0);
-          atomicExch(a.work + 1, 0);
-        }
-      }
+      // This CTA takes no more items (the last CTA to get here zeroes the counters).
+      if (a.work != nullptr) work_counter_done(a.work);
     }
     return;
   }

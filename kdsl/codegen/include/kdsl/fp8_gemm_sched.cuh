@@ -33,6 +33,7 @@
 // tiles of group 0 (ceil(rows_0 / BM) x num_n, rows_g = min(count[g], M)), then group 1's, ...
 #pragma once
 #include "kdsl/hopper.cuh"
+#include "kdsl/work_counter.cuh"
 
 namespace kdsl {
 
@@ -275,22 +276,14 @@ struct Fp8Scheduler {
   // H200, 2026-11-28.)
   KDSL_DEVICE int take_tile() {
     int got = 0;
-    if ((threadIdx.x & 31) == 0) got = (int)gridDim.x + atomicAdd(p.work, 1);
+    if ((threadIdx.x & 31) == 0) got = work_counter_take(p.work);
     return __shfl_sync(0xffffffffu, got, 0);
   }
 
-  // This CTA takes no more tiles: the last CTA to get here zeroes the counters for the next
-  // launch on the stream (ordered before it by the kernel boundary); the fence orders this CTA's
-  // last claim before its count. Every CTA gets here once (its producer's next() then returns
-  // false and is not called again).
+  // This CTA takes no more tiles (kdsl/work_counter.cuh). Every CTA gets here once (its
+  // producer's next() then returns false and is not called again).
   KDSL_DEVICE void tiles_done() {
-    if ((threadIdx.x & 31) == 0) {
-      __threadfence();
-      if (atomicAdd(p.work + 1, 1) == (int)gridDim.x - 1) {
-        atomicExch(p.work, 0);
-        atomicExch(p.work + 1, 0);
-      }
-    }
+    if ((threadIdx.x & 31) == 0) work_counter_done(p.work);
     __syncwarp();
   }
 };
