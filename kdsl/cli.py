@@ -115,15 +115,17 @@ def _compile(args) -> int:
 
 def _with_options(k, target, gemm_attrs: dict, attrs: dict):
     """k with --shape / --sms (FP8 GEMMs) and the --attr values its kernel family takes."""
+    from .passes.gemm_tiles import HINT_ATTRS
     from .passes.tiling import SCHEDULE_ATTRS, family
-    legal = SCHEDULE_ATTRS[family(k, target)]
+    legal = SCHEDULE_ATTRS[family(k, target)] + (HINT_ATTRS if k.kind == "gemm" else ())
     return k.with_attrs(**(gemm_attrs if k.kind == "gemm" else {}), **{n: v for n, v in attrs.items() if n in legal})
 
 
 def _attr_options(args) -> dict:
     """--attr NAME=VALUE pairs; NAME must be some kernel family's schedule attr."""
+    from .passes.gemm_tiles import HINT_ATTRS
     from .passes.tiling import SCHEDULE_ATTRS
-    names = sorted({n for names in SCHEDULE_ATTRS.values() for n in names})
+    names = sorted({n for names in (*SCHEDULE_ATTRS.values(), HINT_ATTRS) for n in names})
     attrs: dict = {}
     for item in args.attr:
         name, eq, value = item.partition("=")

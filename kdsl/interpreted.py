@@ -59,6 +59,8 @@ class Interpreted:
         return out
 
     def _gemm(self, a, a_scale, b, b_scale, *rest, out=None, **named):
+        if named and "expected_rows" in named:  # a tile choice hint: checked, nothing to choose here
+            self._args._check_expected_rows(named.pop("expected_rows"))
         if torch_ops.compiling():
             return torch_ops.gemm(self, a, a_scale, b, b_scale, rest, named, out)
         spec = self._args

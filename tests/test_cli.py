@@ -109,6 +109,12 @@ def test_emit_ir_shows_the_fp8_tiles_for_a_shape_and_takes_overrides(tmp_path):
     assert f"tile {want['tile_m']}x{want['tile_n']}" in r.stdout and "for M=128 N=2112 K=7168 G=1 on 114 SMs" in r.stdout
     r = run("compile", sample, "--emit", "ir", "--attr", "tile_n=112", "--attr", "multicast=none", "-o", str(tmp_path))
     assert r.returncode == 0 and "attr tile_n = 112" in r.stdout and 'attr multicast = "none"' in r.stdout, r.stderr
+    masked = str(ROOT / "samples" / "fp8_grouped_masked.kd")
+    r = run("compile", masked, "--emit", "ir", "--shape", "M=4096,N=4096,K=4096,G=32", "--attr", "expected_rows=20",
+            "-o", str(tmp_path))
+    assert r.returncode == 0 and "attr tile_m = 64" in r.stdout and "attr expected_rows = 20" in r.stdout, r.stderr
+    r = run("compile", sample, "--emit", "ir", "--attr", "expected_rows=20", "-o", str(tmp_path))
+    assert r.returncode == 1 and "masked groupings only" in r.stderr and "Traceback" not in r.stderr, r.stderr
     for args, needle in ((["--shape", "M=1,N=2"], "--shape: expected M=..,N=..,K=..[,G=..]"),
                          (["--attr", "tiles=3"], "--attr: expected NAME=VALUE with NAME one of b_scale_load, cluster, consumers"),
                          (["--attr", "tile_n=176"], "tile_n = 176 is not supported"),

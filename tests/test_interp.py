@@ -322,3 +322,18 @@ def test_accumulating_kernels_add_into_out_and_leave_padding_alone():
     from kdsl.errors import LaunchError
     with pytest.raises(LaunchError, match="out is declared 'accumulate'.*pass the f32 array to add into as out="):
         dense(a, sa, b2, sb2)
+
+
+def test_expected_rows_is_taken_and_checked_by_the_interpreter():
+    """A call's expected_rows= only steers the GPU's tiles; the interpreter checks it and computes
+    the same result (the runtime's call convention, one code path for both backends)."""
+    from kdsl import fp8
+    from kdsl.errors import KdslError
+    g = kdsl.load(ROOT / "samples" / "fp8_grouped_masked.kd", interpret=True).fp8_grouped_masked
+    a, sa = fp8.quantize_1x128(torch.randn(2, 64, 256))
+    b, sb = fp8.quantize_128x128(torch.randn(2, 130, 256))
+    count = torch.tensor([10, 64], dtype=torch.int32)
+    plain, hinted = g(a, sa, b, sb, count), g(a, sa, b, sb, count, expected_rows=16)
+    assert torch.equal(plain.float().nan_to_num(7.0), hinted.float().nan_to_num(7.0))
+    with pytest.raises(KdslError, match="expected_rows must be a positive integer"):
+        g(a, sa, b, sb, count, expected_rows=-1)

@@ -331,3 +331,25 @@ def test_making_a_tile_summary_inside_a_compiled_region_is_refused_with_the_way_
     with pytest.raises(Exception, match=r"document_mask: tile_summary\(\) cannot run inside torch.compile; call it "
                                         r"before the compiled code and pass its result in"):
         inside(q)
+
+
+def test_kernels_made_with_attrs_are_ops_as_their_parents():
+    """Regression: with_attrs made kernels that torch.compile refused ("loaded before torch was
+    imported"); a masked call's expected_rows= goes through one such kernel, made once per value."""
+    attention = kdsl.load(ROOT / "samples" / "causal.kd").causal
+    masked = kdsl.load(ROOT / "samples" / "fp8_grouped_masked.kd").fp8_grouped_masked
+    for parent, child in ((attention, attention.with_attrs(stages=2)), (masked, masked.with_attrs(tile_m=128)),
+                          (masked, masked._hinted(32))):
+        assert child.torch_ops is not None and child.torch_ops[0] != parent.torch_ops[0]
+    assert masked._hinted(32) is masked._hinted(32)
+
+
+def test_expected_rows_under_compile_equals_eager():
+    mod = kdsl.load(ROOT / "samples" / "fp8_grouped_masked.kd", interpret=True)
+    kernel = mod.fp8_grouped_masked
+    case = GemmCase(random.randint(1, 140), random.randint(1, 140), 128, 2, random.randrange(2**31))
+    a, sa, b, sb, extra = gemm_inputs(mod.ir["fp8_grouped_masked"], case, Torch("cpu"))
+    compiled = torch.compile(lambda: kernel(a, sa, b, sb, *extra, expected_rows=8), fullgraph=True,
+                             backend="aot_eager")
+    eager = kernel(a, sa, b, sb, *extra)
+    assert torch.equal(compiled().nan_to_num(3.0), eager.nan_to_num(3.0))

@@ -69,6 +69,11 @@ B_SCALE_LOADS = ("copy", "tma", "math")
 B_SCALE_GAIN = {"copy": 1.0, "tma": 0.97, "math": 0.983}
 CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", "store", "stream_k", "scale_load",
                 "b_scale_load")
+# What a caller may tell the model about the data beyond the shape (not a schedule choice):
+# expected_rows, the rows a masked grouping's groups are expected to hold (their counts are
+# data on the device; the shape gives only M, the most a group may hold). DeepGEMM's masked
+# GEMM takes the same hint (expected_m) for the same reason.
+HINT_ATTRS = ("expected_rows",)
 # The problem a kernel's tiles are chosen for when no call has said (kdsl compile, prebuilds):
 # the shapes `kdsl bench FILE.kd` times. (M, N, K, G).
 DEFAULT_SHAPES = {"dense": (4096, 7168, 16384, 1), "contiguous": (32768, 4096, 7168, 4),
@@ -84,6 +89,12 @@ class Problem:
     grouping: str   # dense | contiguous | masked
     out_bytes: int  # 2 (bf16) or 4 (f32)
     accumulate: bool = False
+    expected_rows: int | None = None  # masked: rows a group is expected to hold (HINT_ATTRS); None: M
+
+    @property
+    def rows(self) -> int:
+        """Rows of a group the model costs: M, or a masked grouping's expected rows (at most M)."""
+        return min(self.expected_rows, self.M) if self.expected_rows else self.M
 
 
 def waves_of(bm: int) -> int:
@@ -161,10 +172,61 @@ def tile_counter(grouping: str, bm: int, cluster: int) -> bool:
     return grouping == "contiguous" and bm == 192 and cluster == 1
 
 
-def tiles_of(p: Problem, bm: int, bn: int) -> tuple[int, int, int]:
-    """(M tiles per group, N tiles, tiles in all)."""
-    num_m, num_n = -(-p.M // bm), -(-p.N // bn)
+def tiles_of(p: Problem, bm: int, bn: int) -> tuple[float, int, float]:
+    """(M tiles per group, N tiles, tiles in all); a masked grouping told its expected rows
+    (expected_rows) at the mean of its groups' tiles over their spread (masked_spread)."""
+    num_n = -(-p.N // bn)
+    num_m = masked_spread(p, bm)[0] if p.grouping == "masked" and p.expected_rows else -(-p.rows // bm)
     return num_m, num_n, num_m * num_n * (p.G if p.grouping == "masked" else 1)
+
+
+# How far a masked group's count may stray from expected_rows: the model takes counts spread
+# evenly over [1 - s, 1 + s] times it, as DeepGEMM's tests draw them (s = 0.3). Rounding the
+# expectation instead put 1024 rows in four 256-row tiles (one wave on 132 SMs) where a count of
+# 1093 made five (two waves), and 128-row tiles ran 31 % faster (H200, bench/NOTES.md,
+# thirty-sixth session); a spread within one tile costs nothing (192 rows fill one 256-row tile
+# at every count in [134, 249]).
+EXPECTED_SPREAD = 0.3
+
+
+def masked_spread(p: Problem, bm: int) -> tuple[float, float]:
+    """(mean, variance) of a masked group's M tiles, its count spread as EXPECTED_SPREAD says
+    (at least one row, at most M; 64 counts evenly over the range)."""
+    lo = max(1, math.floor(p.rows * (1 - EXPECTED_SPREAD)))
+    hi = max(lo, min(p.M, math.ceil(p.rows * (1 + EXPECTED_SPREAD))))
+    counts = [lo + (hi - lo) * i / 63 for i in range(64)]
+    tiles = [math.ceil(c / bm) for c in counts]
+    mean = sum(tiles) / len(tiles)
+    return mean, sum((t - mean) ** 2 for t in tiles) / len(tiles)
+
+
+# Time factor of a masked grouping's tile against the tables (measured on dense GEMMs): 128x192
+# ran 4-16 % behind 128x128 at groups of 300-1500 rows where the tables made them even. Fitted on
+# 30 DeepGEMM-layout cases (H200, expected_rows given; picks at 0.985 of the fastest tile timed,
+# geometric mean, without it and 0.996 with it) and checked on 10 held out (0.972 -> 0.994; the
+# worst 0.923 -> 0.973) (bench/NOTES.md, thirty-sixth session). Dense 128x192 tiles too ran 4-8 %
+# further behind 128x128 on that H200 than the tables say, so this may be the GPU's, not the
+# grouping's; at 2 % it moves only picks that the tables put within 2 % of each other.
+MASKED_TILE_FACTOR = {(128, 192): 1.02}
+
+
+# Standard-normal points and weights (Gauss-Hermite, 5 points; the weights sum to 1): the
+# expected wave count of a masked call whose tile total is uncertain.
+_R10 = math.sqrt(10)
+_NORMAL_POINTS = ((0.0, 8 / 15),
+                  *((s * math.sqrt(5 - _R10), (7 + 2 * _R10) / 60) for s in (-1, 1)),
+                  *((s * math.sqrt(5 + _R10), (7 - 2 * _R10) / 60) for s in (-1, 1)))
+
+
+def wave_count(p: Problem, bm: int, bn: int, sms: int, blocks: float) -> float:
+    """Waves of tiles the persistent CTAs make: ceil(blocks / sms); for a masked grouping told
+    its expected rows, the expectation of that over the tile total's spread (groups' counts
+    independent), so that a wave boundary near the mean costs what it costs on average."""
+    if p.grouping != "masked" or not p.expected_rows:
+        return -(-blocks // sms)
+    num_n = -(-p.N // bn)
+    sd = math.sqrt(p.G * masked_spread(p, bm)[1]) * num_n
+    return sum(w * max(1, math.ceil((blocks + z * sd) / sms - 1e-9)) for z, w in _NORMAL_POINTS)
 
 
 def raster_for(bm: int, bn: int, multicast: str, sms: int) -> int:
@@ -235,14 +297,14 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
     blocks = passes_of(p, bm, bn)
     if stream_k:
         sk = sk_tiles(blocks, sms)
-        waves = (blocks - sk) / sms + sk / sms * sk_piece_cost(p)
+        n_waves = (blocks - sk) / sms + sk / sms * sk_piece_cost(p)
     else:
         # (A contiguous grouping's extra passes do not fill the last wave's idle SMs: each runs
         # on the CTA that owns its tile, so one boundary inside a row of tiles adds a pass to
         # num_n CTAs, some of them the busiest: at 8192x4096x7168, two groups ran 12 % longer
         # than one with 192x128 tiles, 2.3 % more passes and the same wave count. H100,
         # 2026-11-27, h100-2026-11-27-s23-contiguous-boundaries-forms.log.)
-        waves = -(-blocks // sms)
+        n_waves = wave_count(p, bm, bn, sms, blocks)
     l2_bw = min(64.0 * sms, 8e6 / 1.3e3)  # bytes per cycle
     l1_bw = 128.0 * sms
     k = p.K
@@ -254,16 +316,17 @@ def cycles(p: Problem, bm: int, bn: int, multicast: str, sms: int, stream_k: boo
     cd = bm * bn * p.out_bytes * (2 if p.accumulate else 1)
     l2 = (l2_ab + cd) * blocks / l2_bw
     l1 = (l1_ab + l1_tc + cd) * blocks / l1_bw
-    efficiency = blocks / (waves * sms)
+    efficiency = blocks / (n_waves * sms)
     # The main loop: every wave takes as long as one tile. Without this term the model ranked
     # 256x96 (2.67 waves) ahead of 256x64 (4 full waves) for 4096x2112x7168, which measured 9 %
     # slower on the H100 (2026-11-24).
-    tc = waves * tile_cycles(bm, bn, k)
-    if multicast != "none" and waves <= 1:
+    tc = n_waves * tile_cycles(bm, bn, k)
+    if multicast != "none" and n_waves <= 1:
         return math.inf  # one wave: pairing CTAs only constrains the schedule
     cluster_gain = CLUSTER_GAIN.get((p.grouping, bm, bn, multicast), 1.0)
     scale_gain = b_scale_gain(p, bm, bn, multicast, sms, b_scale_load)
-    return max(max(l1, l2) / efficiency, tc) * cluster_gain * scale_gain
+    masked = MASKED_TILE_FACTOR.get((bm, bn), 1.0) if p.grouping == "masked" else 1.0
+    return max(max(l1, l2) / efficiency, tc) * cluster_gain * scale_gain * masked
 
 
 # What a tile costs the main loop, in SM cycles, measured with tools/dev/fp8_trace.py with every

@@ -461,7 +461,14 @@ def gemm_problem(k: ir.Kernel) -> gemm_tiles.Problem:
     if K % 128:
         raise KdslError(f"kernel '{k.name}': K must be a multiple of 128, got {K}")
     out_bytes = 4 if k.tensor("out").dtype == "f32" else 2
-    return gemm_tiles.Problem(M, N, K, G, grouping, out_bytes, bool(k.attr("accumulate")))
+    expected = k.attr("expected_rows")
+    if expected is not None:
+        if grouping != "masked":
+            raise KdslError(f"kernel '{k.name}': attr expected_rows applies to masked groupings only (rows a group is "
+                            f"expected to hold); this kernel's grouping is {grouping}")
+        if not isinstance(expected, int) or isinstance(expected, bool) or expected < 1:
+            raise KdslError(f"kernel '{k.name}': attr expected_rows must be a positive integer, got {expected!r}")
+    return gemm_tiles.Problem(M, N, K, G, grouping, out_bytes, bool(k.attr("accumulate")), expected)
 
 
 def _gemm(k: ir.Kernel, target: Target) -> ir.Kernel:

@@ -38,7 +38,7 @@ class AttentionKernel(KernelBase):
         if unknown:
             raise KdslError(f"{self.name}: unknown attention attr(s) {sorted(unknown)}; choose from "
                             f"{', '.join(sorted(legal))}")
-        return AttentionKernel(self.ir.with_attrs(**attrs), self.arch)
+        return self._derived(AttentionKernel(self.ir.with_attrs(**attrs), self.arch))
 
     def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
         if torch_ops.compiling():  # torch.compile traces the call: it records the torch op

@@ -22,7 +22,7 @@ _NOT_A_TENSOR = object()  # an extra argument by a name the kernel does not take
 
 
 class GemmKernel(KernelBase):
-    """mod.NAME(a, a_scale, b, b_scale[, group | count], out=None) -> out.
+    """mod.NAME(a, a_scale, b, b_scale[, group | count], out=None[, expected_rows=R]) -> out.
 
     Scales are in the layouts kdsl.fp8.quantize_1x128 / quantize_128x128 return: a_scale is
     logically [M, K/128] stored M-major (strides (1, M)); b_scale is contiguous
@@ -35,6 +35,11 @@ class GemmKernel(KernelBase):
     Once a plan exists, calls on torch tensors that match it are launched by the compiled
     launch path (runtime/fast_launch.py) where it is built; `launch_path = "python"` keeps
     this kernel's calls on the Python path.
+
+    A masked grouping's counts are data on the device, so its tiles are chosen for groups of M
+    rows (the most a group may hold) unless the call says how many to expect: expected_rows=R
+    (or with_attrs(expected_rows=R)), as DeepGEMM's expected_m. The result is the same either
+    way; only the tiles change.
     """
 
     def __init__(self, kernel, arch=None):
@@ -44,20 +49,41 @@ class GemmKernel(KernelBase):
         self.accumulate = bool(kernel.attr("accumulate"))
         self.fast_gemm = None  # the compiled launch path's FastGemm (runtime/fast_launch.py), once it serves
         self.launch_path = "compiled"  # or "python": every call takes the Python path (for comparisons)
+        self._by_expected_rows: dict = {}  # masked: expected_rows -> this kernel with that hint (_hinted)
 
     def with_attrs(self, **attrs) -> "GemmKernel":
         """The same kernel with schedule attrs fixed (tiling.SCHEDULE_ATTRS["gemm"]: tile_m, tile_n,
         stages, cluster, multicast, raster, store, stream_k, scale_load, b_scale_load; see
         passes/gemm_tiles.py): the tiling pass then
-        chooses only among configurations that agree with them, and refuses a call where none does."""
+        chooses only among configurations that agree with them, and refuses a call where none does.
+        A masked grouping also takes expected_rows (gemm_tiles.HINT_ATTRS): the tiles are then
+        chosen for groups of about that many rows instead of M, the most a group may hold."""
         from ..passes import tiling
-        legal = tiling.SCHEDULE_ATTRS["gemm"]
+        legal = tiling.SCHEDULE_ATTRS["gemm"] + gemm_tiles.HINT_ATTRS
         unknown = set(attrs) - set(legal)
         if unknown:
             raise KdslError(f"{self.name}: unknown FP8 GEMM attr(s) {sorted(unknown)}; choose from {', '.join(legal)}")
-        return GemmKernel(self.ir.with_attrs(**attrs), self.arch)
+        if "expected_rows" in attrs:
+            self._check_expected_rows(attrs["expected_rows"])
+        return self._derived(GemmKernel(self.ir.with_attrs(**attrs), self.arch))
+
+    def _check_expected_rows(self, rows) -> None:
+        if self.grouping != "masked":
+            raise KdslError(f"{self.name}: expected_rows applies to masked groupings only (rows a group is expected "
+                            f"to hold); this kernel's grouping is {self.grouping}")
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
+            raise KdslError(f"{self.name}: expected_rows must be a positive integer, got {rows!r}")
+
+    def _hinted(self, rows) -> "GemmKernel":
+        """This kernel with expected_rows = rows, made once per value (a call's expected_rows=)."""
+        kernel = self._by_expected_rows.get(rows)
+        if kernel is None:
+            kernel = self._by_expected_rows[rows] = self.with_attrs(expected_rows=rows)
+        return kernel
 
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
+        if named and "expected_rows" in named:  # a masked grouping's hint: its kernel for that many rows
+            return self._hinted(named.pop("expected_rows"))(a, a_scale, b, b_scale, *rest, out=out, **named)
         if torch_ops.compiling():
             return torch_ops.gemm(self, a, a_scale, b, b_scale, rest, named, out)
         fast = self.fast_gemm

@@ -202,6 +202,14 @@ class KernelBase:
         self._loaded: dict = {}
         self._lowered_ir: dict = {}
 
+    def _derived(self, kernel):
+        """A kernel made from this one (with_attrs): a torch op as well where this one is, so that
+        it too can be called under torch.compile."""
+        if self.torch_ops is not None:
+            from . import torch_ops
+            torch_ops.register(kernel, "cuda", self.arch)
+        return kernel
+
     def _arch(self) -> str:
         if self.arch:
             return self.arch

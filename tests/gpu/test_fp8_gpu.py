@@ -206,6 +206,36 @@ def test_grouped_masked_many_groups(cfg):
     assert_masked_groups_right(out, reference.fp8_gemm(a, sa, b, sb, count=count), count.clamp(0, Mmax))
 
 
+def test_masked_tiles_for_the_expected_rows():
+    """expected_rows (a call keyword, or with_attrs) picks the tiles for groups of that many rows
+    rather than M, the most a group may hold, as DeepGEMM's expected_m: other tiles, the same
+    results; counts on both sides of the hint, and one group past it up to M."""
+    torch = pytest.importorskip("torch")
+    G, Mmax, N, K = 6, 1024, 768, 512
+    count = torch.tensor([20, 0, 31, 17, 1024, 45], dtype=torch.int32, device="cuda")
+    kern = _mod("fp8_grouped_masked").fp8_grouped_masked
+    a, sa = fp8.quantize_1x128(torch.randn(G, Mmax, K, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(G, N, K, device="cuda"))
+    ref = reference.fp8_gemm(a, sa, b, sb, count=count)
+
+    def tile_m(k):
+        return next(iter(k._loaded.values()))[0].kernel.attr("tile_m")
+
+    out = torch.full((G, Mmax, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern(a, sa, b, sb, count, out=out)
+    assert_masked_groups_right(out, ref, count)
+    for call in (lambda o: kern(a, sa, b, sb, count, out=o, expected_rows=24),
+                 lambda o: kern.with_attrs(expected_rows=24)(a, sa, b, sb, count=count, out=o)):
+        hinted = torch.full_like(out, float("nan"))
+        call(hinted)
+        assert_masked_groups_right(hinted, ref, count)
+    assert tile_m(kern._hinted(24)) == 64 < tile_m(kern)  # (the model's picks: CPU tests check them)
+    with pytest.raises(KdslError, match="expected_rows must be a positive integer"):
+        kern(a, sa, b, sb, count, expected_rows=0)
+    with pytest.raises(KdslError, match="masked groupings only"):
+        _mod("fp8_gemm").fp8_gemm(a[0], sa[0], b[0], sb[0], expected_rows=24)
+
+
 @pytest.mark.parametrize("name", ["fp8_gemm", "fp8_gemm_accumulate", "fp8_grouped_contiguous", "fp8_grouped_masked"])
 def test_judge_on_random_cases(name):
     """kdsl check's shapes (block boundaries, 1 row, long K) with random groups and counts."""

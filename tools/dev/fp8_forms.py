@@ -43,14 +43,32 @@ def label(form: str, attrs: dict) -> str:
     return form + ("" if not attrs else " " + ",".join(f"{k}={v}" for k, v in attrs.items()))
 
 
+# masked cases given as masked:MxNxKxG@E: counts drawn as DeepGEMM's tests draw them, E times
+# uniform(0.7, 1.3) (at most M); a variant attr written expected_rows=E takes the case's E.
+# A case is (name, (M, N, K, G)) or, with E, (name, (M, N, K, G), E).
+
+
 def parse_shapes(spec: str):
-    """'MxNxK' (dense) or 'contiguous:MxNxKxG' / 'masked:MxNxKxG', ';'-separated."""
+    """'MxNxK' (dense) or 'contiguous:MxNxKxG' / 'masked:MxNxKxG[@E]', ';'-separated."""
     out = []
     for item in filter(None, spec.split(";")):
         grouping, _, dims = item.rpartition(":")
+        dims, _, expected = dims.partition("@")
         m, n, k, *g = (int(d) for d in dims.split("x"))
-        out.append((f"fp8_grouped_{grouping}" if grouping else "fp8_gemm", (m, n, k, g[0] if g else 1)))
+        case = (f"fp8_grouped_{grouping}" if grouping else "fp8_gemm", (m, n, k, g[0] if g else 1))
+        out.append(case + ((int(expected),) if expected else ()))
     return out
+
+
+def masked_counts(m: int, g: int, expected: int | None):
+    """Valid rows per group: in [m / 2, m], or (expected given) expected * uniform(0.7, 1.3)
+    clamped to m, from a generator seeded by the case."""
+    import torch
+    gen = torch.Generator().manual_seed(m * 7919 + g * 31 + (expected or 0))
+    if expected is None:
+        return torch.randint(m // 2, m + 1, (g,), generator=gen, dtype=torch.int32).to("cuda")
+    u = 0.7 + 0.6 * torch.rand((g,), generator=gen)
+    return (u * expected).to(torch.int32).clamp(max=m).to("cuda")
 
 
 def parse_variant(spec: str):
@@ -103,9 +121,13 @@ def compile_only(only: str, digest: bool = False) -> None:
     from kdsl import sass
     from kdsl.errors import KdslError
     from kdsl.runtime.compiler import build
-    for name, (m, n, k, g) in cases(only):
+    for name, (m, n, k, g), *expected in cases(only):
         kir = kdsl.load(ROOT / "samples" / f"{name}.kd").ir[name]
         for form, attrs in VARIANTS + PER_SHAPE.get((name, m, n, k, g), []):
+            if attrs.get("expected_rows") == "E":
+                if not expected:
+                    continue
+                attrs = {**attrs, "expected_rows": expected[0]}
             try:
                 with with_form(form):
                     b = build(kir.with_attrs(shape=[m, n, k, g], sms=132, **attrs), "sm_90a", 0)
@@ -131,7 +153,7 @@ def timed(only: str, reps: int) -> None:
     from kdsl import reference
     timer = bench.Timer(reps)
     print(torch.cuda.get_device_name(), flush=True)
-    for name, (m, n, k, g) in cases(only):
+    for name, (m, n, k, g), *expected in cases(only):
         mod = kdsl.load(ROOT / "samples" / f"{name}.kd")
         grouping = mod.ir[name].attr("grouping")
         a, sa = fp8.quantize_1x128(torch.randn((g, m, k) if grouping == "masked" else (m, k), device="cuda"))
@@ -143,12 +165,17 @@ def timed(only: str, reps: int) -> None:
             extra = (ids,)
             layout = f" groups {sizes}" if CONTIGUOUS_LAYOUT[0] != "equal" else ""
         elif grouping == "masked":
-            count = torch.randint(m // 2, m + 1, (g,), device="cuda", dtype=torch.int32)
+            count = masked_counts(m, g, expected[0] if expected else None)
             extra, rows = (count,), int(count.sum())
+            layout = f" counts {count.tolist()}"
         ref = reference.fp8_gemm(a, sa, b, sb, *((extra[0], None) if grouping == "contiguous" else
                                                  (None, extra[0]) if grouping == "masked" else ()))
         fns, notes = {}, {}
         for form, attrs in VARIANTS + PER_SHAPE.get((name, m, n, k, g), []):
+            if attrs.get("expected_rows") == "E":
+                if not expected:
+                    continue
+                attrs = {**attrs, "expected_rows": expected[0]}
             fn = getattr(mod, name).with_attrs(**attrs) if attrs else getattr(mod, name).with_attrs()
             try:
                 with with_form(form):
@@ -175,7 +202,7 @@ def timed(only: str, reps: int) -> None:
                 notes["scaled_mm"] = f"refused: {str(e)[:100]}"
         times = timer.in_turns(fns)
         base = times.get("scaled_mm") or times.get("now")
-        print(f"\n{name} M={m} N={n} K={k} G={g}{layout}", flush=True)
+        print(f"\n{name} M={m} N={n} K={k} G={g}{f' E={expected[0]}' if expected else ''}{layout}", flush=True)
         for lab, t in times.items():
             print(f"  {lab:42s} {t * 1e3:9.1f} us {2 * rows * n * k / t / 1e9:7.1f} TFLOPS  x{base / t:5.3f}  "
                   f"{notes.get(lab, '')}", flush=True)
