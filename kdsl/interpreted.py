@@ -17,6 +17,7 @@ import numpy as np
 from . import interp, ir
 from .backends import round_float32
 from .errors import LaunchError
+from .passes import gemm_tiles
 from .runtime import torch_ops
 from .runtime.gemm_launch import GemmKernel
 from .runtime.attention_launch import AttentionKernel
@@ -60,7 +61,7 @@ class Interpreted:
 
     def _gemm(self, a, a_scale, b, b_scale, *rest, out=None, **named):
         if named and "expected_rows" in named:  # a tile choice hint: checked, nothing to choose here
-            self._args._check_expected_rows(named.pop("expected_rows"))
+            gemm_tiles.check_expected_rows(self.name, self._args.grouping, named.pop("expected_rows"))
         if torch_ops.compiling():
             return torch_ops.gemm(self, a, a_scale, b, b_scale, rest, named, out)
         spec = self._args

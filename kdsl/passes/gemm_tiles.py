@@ -74,6 +74,15 @@ CONFIG_ATTRS = ("tile_m", "tile_n", "stages", "cluster", "multicast", "raster", 
 # data on the device; the shape gives only M, the most a group may hold). DeepGEMM's masked
 # GEMM takes the same hint (expected_m) for the same reason.
 HINT_ATTRS = ("expected_rows",)
+
+
+def check_expected_rows(who: str, grouping: str, rows) -> None:
+    """A user's expected_rows: a positive integer, on a masked grouping (KdslError otherwise)."""
+    if grouping != "masked":
+        raise KdslError(f"{who}: expected_rows applies to masked groupings only (rows a group is expected to hold); "
+                        f"this kernel's grouping is {grouping}")
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
+        raise KdslError(f"{who}: expected_rows must be a positive integer, got {rows!r}")
 # The problem a kernel's tiles are chosen for when no call has said (kdsl compile, prebuilds):
 # the shapes `kdsl bench FILE.kd` times. (M, N, K, G).
 DEFAULT_SHAPES = {"dense": (4096, 7168, 16384, 1), "contiguous": (32768, 4096, 7168, 4),

@@ -463,11 +463,7 @@ def gemm_problem(k: ir.Kernel) -> gemm_tiles.Problem:
     out_bytes = 4 if k.tensor("out").dtype == "f32" else 2
     expected = k.attr("expected_rows")
     if expected is not None:
-        if grouping != "masked":
-            raise KdslError(f"kernel '{k.name}': attr expected_rows applies to masked groupings only (rows a group is "
-                            f"expected to hold); this kernel's grouping is {grouping}")
-        if not isinstance(expected, int) or isinstance(expected, bool) or expected < 1:
-            raise KdslError(f"kernel '{k.name}': attr expected_rows must be a positive integer, got {expected!r}")
+        gemm_tiles.check_expected_rows(f"kernel '{k.name}': attr", grouping, expected)
     return gemm_tiles.Problem(M, N, K, G, grouping, out_bytes, bool(k.attr("accumulate")), expected)
 
 

@@ -64,19 +64,12 @@ class GemmKernel(KernelBase):
         if unknown:
             raise KdslError(f"{self.name}: unknown FP8 GEMM attr(s) {sorted(unknown)}; choose from {', '.join(legal)}")
         if "expected_rows" in attrs:
-            self._check_expected_rows(attrs["expected_rows"])
+            gemm_tiles.check_expected_rows(self.name, self.grouping, attrs["expected_rows"])
         return self._derived(GemmKernel(self.ir.with_attrs(**attrs), self.arch))
-
-    def _check_expected_rows(self, rows) -> None:
-        if self.grouping != "masked":
-            raise KdslError(f"{self.name}: expected_rows applies to masked groupings only (rows a group is expected "
-                            f"to hold); this kernel's grouping is {self.grouping}")
-        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
-            raise KdslError(f"{self.name}: expected_rows must be a positive integer, got {rows!r}")
 
     def _hinted(self, rows) -> "GemmKernel":
         """This kernel with expected_rows = rows, made once per value (a call's expected_rows=)."""
-        kernel = self._by_expected_rows.get(rows)
+        kernel = self._by_expected_rows.get(rows) if type(rows) is int else None  # (others: with_attrs refuses)
         if kernel is None:
             kernel = self._by_expected_rows[rows] = self.with_attrs(expected_rows=rows)
         return kernel
