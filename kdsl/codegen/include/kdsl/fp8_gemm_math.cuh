@@ -46,6 +46,13 @@
 #define KDSL_FP8_SPLIT_SWITCH 1
 #endif
 
+// 1: on 256-row tiles of a masked grouping, a warpgroup whose second wave holds no row (the
+// group's count ends within the tile's first 128 + 64 * wg rows) issues and promotes its first
+// wave only, taking the second wave's turn empty. 0 (the kernel): it computes both.
+#ifndef KDSL_FP8_MASKED_HALF_TILES
+#define KDSL_FP8_MASKED_HALF_TILES 0
+#endif
+
 // KDSL_FP8_DEV_SKIP_PROMOTE=1 (timing probes only: the result is wrong): the math warpgroups
 // wait for each wave's wgmmas but skip its promotion, so a block's period is what the loads and
 // the tensor cores alone allow (bench/NOTES.md, twenty-ninth session).
@@ -211,6 +218,47 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         s_b_hi = sm.sb_ptr(s)[C::kSbHi + j];
       }
     };
+    // Wave v's promotion of acc into total[v], with its row's A scales and the block's B scales.
+    auto promote_wave = [&](int v, float sa0, float sa1, float sb_lo, float sb_hi) {
+      const float lo0 = sa0 * sb_lo, lo1 = sa1 * sb_lo, hi0 = sa0 * sb_hi, hi1 = sa1 * sb_hi;
+      if (KDSL_FP8_DEV_SKIP_PROMOTE) {  // (a timing probe: the wave is left unpromoted)
+      } else if (!C::kSplit) {
+        promote<kFrag>(kFrag / 4, acc, total[v], lo0, lo1, hi0, hi1);
+      } else if (KDSL_FP8_SPLIT_SWITCH) {
+        promote_split<kFrag>(j0, acc, total[v], lo0, lo1, hi0, hi1);
+      } else {
+        promote<kFrag>(j0, acc, total[v], lo0, lo1, hi0, hi1);
+      }
+    };
+    if (KDSL_FP8_MASKED_HALF_TILES && C::KIND == 2 && kWaves == 2 &&
+        fp8_detail::masked_rows(p, u.g) - u.m0 <= epilogue.wave_row(1)) {
+      // The first wave alone (a separate loop, as the empty warpgroup's above), the second
+      // wave's turn kept so that the other warpgroup's turns go on as they would.
+      for (int kb = 0; kb < nk; ++kb, pos.advance()) {
+        const int s = pos.s;
+        if (kb > 0) mbar_wait(sm.full(s), pos.phase);
+        read_scales(s, kb);
+        const float sa0 = s_a[0][0], sa1 = s_a[0][1], sb_lo = s_b_lo, sb_hi = s_b_hi;
+        const u64 db = desc_kmajor_sw128(sm.b(s));
+        const u64 da = desc_kmajor_sw128(sm.a(s) + epilogue.wave_row(0) * C::kBK);
+        my_turn();
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < C::kBK / 32; ++k) WgmmaFp8<BN>::run(acc, da + 2 * k, db + 2 * k, k);
+        wgmma_commit();
+        your_turn();
+        if (epilogue.kDeferStores && boxes_left > 0) {  // one box of the last unit a K block
+          epilogue.store_box(staged, epilogue.kBoxes - boxes_left);
+          --boxes_left;
+        }
+        my_turn();  // the second wave's turn: nothing to issue
+        your_turn();
+        wgmma_wait<0>();
+        wgmma_pin(acc);
+        release();
+        promote_wave(0, sa0, sa1, sb_lo, sb_hi);
+      }
+    } else {
     constexpr bool kPrefetch = kWaves == 1 && KDSL_FP8_PREFETCH_SCALES;
     if (kPrefetch) read_scales(pos.s, kb_begin);  // the unit's first block (its "full" wait was the unit's)
     constexpr int kUnrollKb = kWaves == 2 && C::CLUSTER > 1 ? KDSL_FP8_UNROLL_KB_256 : 1;
@@ -251,18 +299,10 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         wgmma_wait<0>();
         wgmma_pin(acc);
         if (v == kWaves - 1) release();
-        const float lo0 = sa_now[v][0] * sb_lo, lo1 = sa_now[v][1] * sb_lo;
-        const float hi0 = sa_now[v][0] * sb_hi, hi1 = sa_now[v][1] * sb_hi;
-        if (KDSL_FP8_DEV_SKIP_PROMOTE) {  // (a timing probe: the wave is left unpromoted)
-        } else if (!C::kSplit) {
-          promote<kFrag>(kFrag / 4, acc, total[v], lo0, lo1, hi0, hi1);
-        } else if (KDSL_FP8_SPLIT_SWITCH) {
-          promote_split<kFrag>(j0, acc, total[v], lo0, lo1, hi0, hi1);
-        } else {
-          promote<kFrag>(j0, acc, total[v], lo0, lo1, hi0, hi1);
-        }
+        promote_wave(v, sa_now[v][0], sa_now[v][1], sb_lo, sb_hi);
       }
       if (tracer) fp8_trace(1 + wg, tn, kFp8TraceBlock, kb);
+    }
     }
     if (C::STREAM_K && u.part != kWhole) {
       if (u.part == kPartial) {
