@@ -233,10 +233,14 @@ def test_fp8_configurations_use_tma_and_qgmma_without_spills(name, shape, attrs)
     # tiles ran 1-5 % slower unrolled, bench/NOTES.md): four m64 x 32-deep wgmmas a wave, the
     # wave's code once per unrolled K block.
     waves = 2 if low.attr("tile_m") == 256 else 1
+    # Masked unclustered 256-row tiles (B's scales through the ring) also have a one-wave loop for
+    # warpgroups whose second wave holds no row (KDSL_FP8_MASKED_HALF_TILES).
+    half = (low.attr("grouping") == "masked" and low.attr("tile_m") == 256 and low.attr("cluster") == 1
+            and low.attr("b_scale_load") != "math")
     if low.attr("tile_m") == 256 and low.attr("cluster") == 2:
         assert rep.tensor_ops["QGMMA"] >= 4 * 4 * waves, rep
     else:
-        assert rep.tensor_ops["QGMMA"] == 4 * waves, rep
+        assert rep.tensor_ops["QGMMA"] == 4 * waves + (4 if half else 0), rep
     # ptxas only reports these as info: C7514/C7515 (every wgmma serialised), C7508 (setmaxnreg
     # ignored), each a "Potential Performance Loss".
     assert "Performance Loss" not in built.compiled.log and "warning" not in built.compiled.log, built.compiled.log

@@ -46,11 +46,14 @@
 #define KDSL_FP8_SPLIT_SWITCH 1
 #endif
 
-// 1: on 256-row tiles of a masked grouping, a warpgroup whose second wave holds no row (the
-// group's count ends within the tile's first 128 + 64 * wg rows) issues and promotes its first
-// wave only, taking the second wave's turn empty. 0 (the kernel): it computes both.
+// 1 (the kernel): on 256-row tiles of a masked grouping, a warpgroup whose second wave holds no
+// row (the group's count ends within the tile's first 128 + 64 * wg rows) issues and promotes
+// its first wave only, taking the second wave's turn empty. H200, in turns against the kernel
+// without it and an A/A build (bench/NOTES.md, thirty-sixth session): x1.10-1.24 where groups of
+// 20-128 rows sit in 256-row tiles (M = 4096, no expected_rows), x0.995-1.014 elsewhere (A/A
+// within 0.8 %). 0: it computes both.
 #ifndef KDSL_FP8_MASKED_HALF_TILES
-#define KDSL_FP8_MASKED_HALF_TILES 0
+#define KDSL_FP8_MASKED_HALF_TILES 1
 #endif
 
 // KDSL_FP8_DEV_SKIP_PROMOTE=1 (timing probes only: the result is wrong): the math warpgroups
@@ -148,6 +151,10 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
   };
   if (kPingPong && wg == C::kMathWG - 1) named_barrier_arrive(5, 256);
 
+  // KDSL_FP8_MASKED_HALF_TILES's one-wave path: masked 256-row tiles without a cluster whose B
+  // scales come through the ring (with a cluster, or read from global memory, the tile spilled).
+  constexpr bool kHalfTiles = KDSL_FP8_MASKED_HALF_TILES && C::KIND == 2 && kWaves == 2 && C::CLUSTER == 1 &&
+                              !C::kSbGlobal;
   float acc[kFrag];  // no init: each K block's first wgmma runs with scale-d = 0
   float total[kWaves][kFrag];
   // Deferred stores (Fp8Epilogue::kDeferStores): the staged unit and its boxes not yet issued.
@@ -195,6 +202,16 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     b_scale_offsets(p, u, nk, sb_lo, sb_hi);
     const float* const sb_lo_row = p.sb + sb_lo;
     const float* const sb_hi_row = p.sb + (C::kSplit ? sb_hi : sb_lo);
+    auto read_b_scales = [&](int s, int kb, float& lo, float& hi) {
+      if (C::kSbGlobal) {
+        lo = __ldg(sb_lo_row + kb);
+        hi = C::kSplit ? __ldg(sb_hi_row + kb) : lo;
+      } else {
+        const int j = C::kSbTma ? kb & 3 : 0;  // block kb's place in its box of 4 (B's scales by TMA)
+        lo = sm.sb_ptr(s)[j];
+        hi = sm.sb_ptr(s)[C::kSbHi + j];
+      }
+    };
     auto read_scales = [&](int s, int kb) {
       if (KDSL_FP8_DEV_SCALES == 2) {  // (a timing probe)
 #pragma unroll
@@ -209,14 +226,7 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         s_a[v][0] = sa[r];
         s_a[v][1] = sa[r + 8];
       }
-      if (C::kSbGlobal) {
-        s_b_lo = __ldg(sb_lo_row + kb);
-        s_b_hi = C::kSplit ? __ldg(sb_hi_row + kb) : s_b_lo;
-      } else {
-        const int j = C::kSbTma ? kb & 3 : 0;  // block kb's place in its box of 4 (B's scales by TMA)
-        s_b_lo = sm.sb_ptr(s)[j];
-        s_b_hi = sm.sb_ptr(s)[C::kSbHi + j];
-      }
+      read_b_scales(s, kb, s_b_lo, s_b_hi);
     };
     // Wave v's promotion of acc into total[v], with its row's A scales and the block's B scales.
     auto promote_wave = [&](int v, float sa0, float sa1, float sb_lo, float sb_hi) {
@@ -230,15 +240,16 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         promote<kFrag>(j0, acc, total[v], lo0, lo1, hi0, hi1);
       }
     };
-    if (KDSL_FP8_MASKED_HALF_TILES && C::KIND == 2 && kWaves == 2 &&
-        fp8_detail::masked_rows(p, u.g) - u.m0 <= epilogue.wave_row(1)) {
+    if (kHalfTiles && fp8_detail::masked_rows(p, u.g) - u.m0 <= epilogue.wave_row(1)) {
       // The first wave alone (a separate loop, as the empty warpgroup's above), the second
       // wave's turn kept so that the other warpgroup's turns go on as they would.
       for (int kb = 0; kb < nk; ++kb, pos.advance()) {
         const int s = pos.s;
         if (kb > 0) mbar_wait(sm.full(s), pos.phase);
-        read_scales(s, kb);
-        const float sa0 = s_a[0][0], sa1 = s_a[0][1], sb_lo = s_b_lo, sb_hi = s_b_hi;
+        const int r = epilogue.wave_row(0) + warp * 16 + (lane >> 2);  // (the first wave's rows only)
+        const float sa0 = sm.sa_ptr(s)[r], sa1 = sm.sa_ptr(s)[r + 8];
+        float sb_lo, sb_hi;
+        read_b_scales(s, kb, sb_lo, sb_hi);
         const u64 db = desc_kmajor_sw128(sm.b(s));
         const u64 da = desc_kmajor_sw128(sm.a(s) + epilogue.wave_row(0) * C::kBK);
         my_turn();
@@ -247,10 +258,6 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         for (int k = 0; k < C::kBK / 32; ++k) WgmmaFp8<BN>::run(acc, da + 2 * k, db + 2 * k, k);
         wgmma_commit();
         your_turn();
-        if (epilogue.kDeferStores && boxes_left > 0) {  // one box of the last unit a K block
-          epilogue.store_box(staged, epilogue.kBoxes - boxes_left);
-          --boxes_left;
-        }
         my_turn();  // the second wave's turn: nothing to issue
         your_turn();
         wgmma_wait<0>();
@@ -259,50 +266,50 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
         promote_wave(0, sa0, sa1, sb_lo, sb_hi);
       }
     } else {
-    constexpr bool kPrefetch = kWaves == 1 && KDSL_FP8_PREFETCH_SCALES;
-    if (kPrefetch) read_scales(pos.s, kb_begin);  // the unit's first block (its "full" wait was the unit's)
-    constexpr int kUnrollKb = kWaves == 2 && C::CLUSTER > 1 ? KDSL_FP8_UNROLL_KB_256 : 1;
+      constexpr bool kPrefetch = kWaves == 1 && KDSL_FP8_PREFETCH_SCALES;
+      if (kPrefetch) read_scales(pos.s, kb_begin);  // the unit's first block (its "full" wait was the unit's)
+      constexpr int kUnrollKb = kWaves == 2 && C::CLUSTER > 1 ? KDSL_FP8_UNROLL_KB_256 : 1;
 #pragma unroll kUnrollKb
-    for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
-      const int s = pos.s;
-      if (!kPrefetch) {
-        if (kb > kb_begin) mbar_wait(sm.full(s), pos.phase);
-        read_scales(s, kb);
-      }
-      float sa_now[kWaves][2];
-#pragma unroll
-      for (int v = 0; v < kWaves; ++v) sa_now[v][0] = s_a[v][0], sa_now[v][1] = s_a[v][1];
-      const float sb_lo = s_b_lo, sb_hi = s_b_hi;
-      const u64 db = desc_kmajor_sw128(sm.b(s));
-#pragma unroll
-      for (int v = 0; v < kWaves; ++v) {
-        const u64 da = desc_kmajor_sw128(sm.a(s) + epilogue.wave_row(v) * C::kBK);
-        my_turn();
-        wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < C::kBK / 32; ++k)  // +32 bytes along K == +2 in the descriptor's address
-          WgmmaFp8<BN>::run(acc, da + 2 * k, db + 2 * k, k);  // k == 0 starts a fresh accumulator
-        wgmma_commit();
-        your_turn();
-        if (epilogue.kDeferStores && v == 0 && boxes_left > 0) {  // one box of the last unit a K block
-          epilogue.store_box(staged, epilogue.kBoxes - boxes_left);
-          --boxes_left;
+      for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
+        const int s = pos.s;
+        if (!kPrefetch) {
+          if (kb > kb_begin) mbar_wait(sm.full(s), pos.phase);
+          read_scales(s, kb);
         }
-        if (kPrefetch && kb + 1 < kb_end) {
-          // The next stage's scales; not past the unit's last block, whose epilogue would
-          // then wait for the next unit's first loads (masked groupings lost 4 % so).
-          RingPos<C::STAGES> next = pos;
-          next.advance();
-          mbar_wait(sm.full(next.s), next.phase);
-          read_scales(next.s, kb + 1);
+        float sa_now[kWaves][2];
+#pragma unroll
+        for (int v = 0; v < kWaves; ++v) sa_now[v][0] = s_a[v][0], sa_now[v][1] = s_a[v][1];
+        const float sb_lo = s_b_lo, sb_hi = s_b_hi;
+        const u64 db = desc_kmajor_sw128(sm.b(s));
+#pragma unroll
+        for (int v = 0; v < kWaves; ++v) {
+          const u64 da = desc_kmajor_sw128(sm.a(s) + epilogue.wave_row(v) * C::kBK);
+          my_turn();
+          wgmma_fence();
+#pragma unroll
+          for (int k = 0; k < C::kBK / 32; ++k)  // +32 bytes along K == +2 in the descriptor's address
+            WgmmaFp8<BN>::run(acc, da + 2 * k, db + 2 * k, k);  // k == 0 starts a fresh accumulator
+          wgmma_commit();
+          your_turn();
+          if (epilogue.kDeferStores && v == 0 && boxes_left > 0) {  // one box of the last unit a K block
+            epilogue.store_box(staged, epilogue.kBoxes - boxes_left);
+            --boxes_left;
+          }
+          if (kPrefetch && kb + 1 < kb_end) {
+            // The next stage's scales; not past the unit's last block, whose epilogue would
+            // then wait for the next unit's first loads (masked groupings lost 4 % so).
+            RingPos<C::STAGES> next = pos;
+            next.advance();
+            mbar_wait(sm.full(next.s), next.phase);
+            read_scales(next.s, kb + 1);
+          }
+          wgmma_wait<0>();
+          wgmma_pin(acc);
+          if (v == kWaves - 1) release();
+          promote_wave(v, sa_now[v][0], sa_now[v][1], sb_lo, sb_hi);
         }
-        wgmma_wait<0>();
-        wgmma_pin(acc);
-        if (v == kWaves - 1) release();
-        promote_wave(v, sa_now[v][0], sa_now[v][1], sb_lo, sb_hi);
+        if (tracer) fp8_trace(1 + wg, tn, kFp8TraceBlock, kb);
       }
-      if (tracer) fp8_trace(1 + wg, tn, kFp8TraceBlock, kb);
-    }
     }
     if (C::STREAM_K && u.part != kWhole) {
       if (u.part == kPartial) {
@@ -313,10 +320,14 @@ KDSL_DEVICE void fp8_math(const Fp8GemmArgs& p, const TmaDesc* td, const Fp8Smem
     }
     if (epilogue.kDeferStores) flush_boxes();  // before the staging tile is rewritten
     if (tracer) fp8_trace(1 + wg, tn, kFp8TraceEpilogue, u.n0);
-    epilogue.store(u, total);
+    Fp8Unit done = u;
+    // (With the one-wave path, whether a masked tile is full is read again rather than kept
+    // through the K loop: one register fewer there, which the 256-row tile needed not to spill.)
+    if (kHalfTiles) done.full = u.m0 + C::BM <= fp8_detail::masked_rows(p, u.g);
+    epilogue.store(done, total);
     if (tracer) fp8_trace(1 + wg, tn, kFp8TraceStored, u.n0);
-    if (epilogue.kDeferStores && u.full) {  // staged: its boxes go out during the next unit
-      staged = u;
+    if (epilogue.kDeferStores && done.full) {  // staged: its boxes go out during the next unit
+      staged = done;
       boxes_left = epilogue.kBoxes;
     }
   }
