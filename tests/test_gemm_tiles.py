@@ -385,8 +385,11 @@ def test_expected_rows_is_refused_where_it_means_nothing():
         with pytest.raises(KdslError, match=needle):
             pipeline.lower(k.with_attrs(expected_rows=value), get_target("sm_90a"))
     call = kdsl.load(ROOT / "samples" / "fp8_grouped_masked.kd").fp8_grouped_masked
-    for value in ([64], True, 2.5):  # a call's expected_rows= (an unhashable one was a TypeError)
+    call._hinted(1)
+    for value in ([64], True, 2.5):  # a call's expected_rows= (an unhashable one was a TypeError; True, 1's kernel)
         with pytest.raises(KdslError, match="positive integer"):
             call._hinted(value)
+    import numpy as np  # a numpy integer is an integer: one kernel for it and for the int
+    assert call._hinted(np.int64(48)) is call._hinted(48) and call._hinted(48).ir.attr("expected_rows") == 48
     lowered = pipeline.lower(masked.with_attrs(shape=[4096, 4096, 4096, 32], expected_rows=20), get_target("sm_90a"))
     assert lowered.attr("tile_m") == 64 and lowered.attr("expected_rows") == 20

@@ -16,6 +16,7 @@ the choice is made among the candidates that agree with them, or refused with th
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from ..errors import KdslError
@@ -81,7 +82,7 @@ def check_expected_rows(who: str, grouping: str, rows) -> None:
     if grouping != "masked":
         raise KdslError(f"{who}: expected_rows applies to masked groupings only (rows a group is expected to hold); "
                         f"this kernel's grouping is {grouping}")
-    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
+    if not isinstance(rows, numbers.Integral) or isinstance(rows, bool) or rows < 1:
         raise KdslError(f"{who}: expected_rows must be a positive integer, got {rows!r}")
 # The problem a kernel's tiles are chosen for when no call has said (kdsl compile, prebuilds):
 # the shapes `kdsl bench FILE.kd` times. (M, N, K, G).

@@ -4,6 +4,7 @@ what it shares with attention: KernelBase, Loaded, Plan)."""
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 
 from .. import ir
@@ -65,13 +66,15 @@ class GemmKernel(KernelBase):
             raise KdslError(f"{self.name}: unknown FP8 GEMM attr(s) {sorted(unknown)}; choose from {', '.join(legal)}")
         if "expected_rows" in attrs:
             gemm_tiles.check_expected_rows(self.name, self.grouping, attrs["expected_rows"])
+            attrs["expected_rows"] = int(attrs["expected_rows"])  # (a numpy integer, say)
         return self._derived(GemmKernel(self.ir.with_attrs(**attrs), self.arch))
 
     def _hinted(self, rows) -> "GemmKernel":
         """This kernel with expected_rows = rows, made once per value (a call's expected_rows=)."""
-        kernel = self._by_expected_rows.get(rows) if type(rows) is int else None  # (others: with_attrs refuses)
-        if kernel is None:
-            kernel = self._by_expected_rows[rows] = self.with_attrs(expected_rows=rows)
+        usable = isinstance(rows, numbers.Integral) and not isinstance(rows, bool)
+        kernel = self._by_expected_rows.get(rows) if usable else None
+        if kernel is None:  # (with_attrs refuses what is not a positive integer)
+            kernel = self._by_expected_rows[int(rows)] = self.with_attrs(expected_rows=rows)
         return kernel
 
     def __call__(self, a, a_scale, b, b_scale, *rest, out=None, **named):
