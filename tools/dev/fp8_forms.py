@@ -5,7 +5,11 @@ launch). A form is a set of NVRTC defines (e.g. -DKDSL_FP8_SCALES_IN_RING=1); ea
 is a (form, attrs) pair compiled for the shape it is timed on.
 
     python3 tools/dev/fp8_forms.py [--reps 40] [--compile-only [--digest]] [--only dense|grouped|small]
-                                   [--shapes "8192x8192x8192;masked:256x4096x7168x4"]
+                                   [--shapes "8192x8192x8192;masked:256x4096x7168x4;masked:4096x7168x2048x16@64"]
+                                   [--variants "tile_m=128;expected_rows=E"]
+
+A masked case written ...@E draws its counts as DeepGEMM's tests do (E x uniform(0.7, 1.3)), and
+a variant's expected_rows=E takes that E.
 
 --compile-only builds every variant for 132 SMs without a GPU and prints its resources
 (registers, spills), so that a device call only times what compiles cleanly.
