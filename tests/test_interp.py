@@ -337,3 +337,18 @@ def test_expected_rows_is_taken_and_checked_by_the_interpreter():
     assert torch.equal(plain.float().nan_to_num(7.0), hinted.float().nan_to_num(7.0))
     with pytest.raises(KdslError, match="expected_rows must be a positive integer"):
         g(a, sa, b, sb, count, expected_rows=-1)
+
+
+def test_padded_a_scale_rows_are_refused_with_the_fix():
+    """DeepGEMM's TMA-aligned a_scale pads its rows of M floats to a multiple of 4: refused with
+    the copy that makes it kdsl's layout (the same checks run on the GPU path)."""
+    from kdsl import LaunchError, fp8
+    g = kdsl.load(ROOT / "samples" / "fp8_gemm.kd", interpret=True).fp8_gemm
+    a, sa = fp8.quantize_1x128(torch.randn(3, 256))
+    b, sb = fp8.quantize_128x128(torch.randn(130, 256))
+    rows = torch.zeros(2, 4)
+    rows[:, :3] = sa.t()
+    padded = rows[:, :3].t()  # shape [3, 2], strides [1, 4]
+    with pytest.raises(LaunchError, match=r"padded .* pass a_scale\.t\(\)\.contiguous\(\)\.t\(\)"):
+        g(a, padded, b, sb)
+    assert torch.equal(g(a, padded.t().contiguous().t(), b, sb), g(a, sa, b, sb))

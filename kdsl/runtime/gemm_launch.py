@@ -164,9 +164,13 @@ class GemmKernel(KernelBase):
         isa = self._info(a_scale, "a_scale", "f32", 3 if masked else 2)
         want_sa = ((G, M, kb), (kb * M, 1, M)) if masked else ((M, kb), (1, M))
         if (isa.shape, isa.strides) != want_sa and not (isa.shape == want_sa[0] and _trivially_same(isa, want_sa)):
+            padded = isa.shape == want_sa[0] and isa.strides[-2] == 1 and isa.strides[-1] > M
+            hint = ("; its rows are padded (as DeepGEMM's TMA-aligned layout pads them), which kdsl does not take: "
+                    f"pass a_scale{'.transpose(1, 2).contiguous().transpose(1, 2)' if masked else '.t().contiguous().t()'}"
+                    if padded else "")
             raise LaunchError(f"{self.name}: a_scale must have shape {list(want_sa[0])} with strides {list(want_sa[1])} "
                               f"(one fp32 scale per 1x128 block, M-major as kdsl.fp8.quantize_1x128 returns), got "
-                              f"shape {list(isa.shape)} strides {list(isa.strides)}")
+                              f"shape {list(isa.shape)} strides {list(isa.strides)}{hint}")
         isb = self._info(b_scale, "b_scale", "f32", len(ib.shape))
         want_sb = (G, nb, kb) if self.grouping != "dense" else (nb, kb)
         if isb.shape != want_sb:
