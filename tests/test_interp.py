@@ -339,16 +339,23 @@ def test_expected_rows_is_taken_and_checked_by_the_interpreter():
         g(a, sa, b, sb, count, expected_rows=-1)
 
 
-def test_padded_a_scale_rows_are_refused_with_the_fix():
-    """DeepGEMM's TMA-aligned a_scale pads its rows of M floats to a multiple of 4: refused with
-    the copy that makes it kdsl's layout (the same checks run on the GPU path)."""
+def test_a_scale_with_padded_rows_is_taken():
+    """DeepGEMM's TMA-aligned a_scale pads its rows of M floats to a multiple of 4: taken (the
+    GPU path checks the same way, runtime/gemm_launch.sa_pitch); other layouts are refused."""
     from kdsl import LaunchError, fp8
+    from kdsl.runtime.arrays import info
+    from kdsl.runtime.gemm_launch import sa_pitch
     g = kdsl.load(ROOT / "samples" / "fp8_gemm.kd", interpret=True).fp8_gemm
     a, sa = fp8.quantize_1x128(torch.randn(3, 256))
     b, sb = fp8.quantize_128x128(torch.randn(130, 256))
     rows = torch.zeros(2, 4)
     rows[:, :3] = sa.t()
     padded = rows[:, :3].t()  # shape [3, 2], strides [1, 4]
-    with pytest.raises(LaunchError, match=r"padded .* pass a_scale\.t\(\)\.contiguous\(\)\.t\(\)"):
-        g(a, padded, b, sb)
-    assert torch.equal(g(a, padded.t().contiguous().t(), b, sb), g(a, sa, b, sb))
+    assert torch.equal(g(a, padded, b, sb), g(a, sa, b, sb))
+    with pytest.raises(LaunchError, match=r"or \[1, P\] with a pitch P >= M"):
+        g(a, sa.contiguous(), b, sb)
+    masked = torch.zeros(5, 2, 8)  # [G, K/128, P]: pitch 8 for M = 6
+    view = masked[:, :, :6].transpose(1, 2)
+    assert sa_pitch(info(view, "a_scale"), 5, 6, 2, True) == 8
+    assert sa_pitch(info(masked[:, :, :6].transpose(1, 2)[:, :, :1], "a_scale"), 5, 6, 1, True) == 16  # one K block: by G
+    assert sa_pitch(info(torch.zeros(2, 5).t(), "a_scale"), 1, 6, 2, False) is None  # a pitch under M

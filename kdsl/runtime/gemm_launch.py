@@ -163,14 +163,12 @@ class GemmKernel(KernelBase):
         kb, nb = K // 128, -(-N // 128)
         isa = self._info(a_scale, "a_scale", "f32", 3 if masked else 2)
         want_sa = ((G, M, kb), (kb * M, 1, M)) if masked else ((M, kb), (1, M))
-        if (isa.shape, isa.strides) != want_sa and not (isa.shape == want_sa[0] and _trivially_same(isa, want_sa)):
-            padded = isa.shape == want_sa[0] and isa.strides[-2] == 1 and isa.strides[-1] > M
-            hint = ("; its rows are padded (as DeepGEMM's TMA-aligned layout pads them), which kdsl does not take: "
-                    f"pass a_scale{'.transpose(1, 2).contiguous().transpose(1, 2)' if masked else '.t().contiguous().t()'}"
-                    if padded else "")
+        if sa_pitch(isa, G, M, kb, masked) is None:
+            padded = f"[{kb}P, 1, P]" if masked else "[1, P]"
             raise LaunchError(f"{self.name}: a_scale must have shape {list(want_sa[0])} with strides {list(want_sa[1])} "
-                              f"(one fp32 scale per 1x128 block, M-major as kdsl.fp8.quantize_1x128 returns), got "
-                              f"shape {list(isa.shape)} strides {list(isa.strides)}{hint}")
+                              f"(one fp32 scale per 1x128 block, M-major as kdsl.fp8.quantize_1x128 returns), or "
+                              f"{padded} with a pitch P >= M (rows padded, as DeepGEMM's TMA-aligned layout), got "
+                              f"shape {list(isa.shape)} strides {list(isa.strides)}")
         isb = self._info(b_scale, "b_scale", "f32", len(ib.shape))
         want_sb = (G, nb, kb) if self.grouping != "dense" else (nb, kb)
         if isb.shape != want_sb:
@@ -201,6 +199,12 @@ class GemmKernel(KernelBase):
     def _plan(self, a, a_scale, b, b_scale, extra, out, fixed=None):
         infos, (G, M, N, K), out_shape = self.validate(a, a_scale, b, b_scale, extra, out)
         masked, out_dtype, ia = self.grouping == "masked", self.ir.tensor("out").dtype, infos[0]
+        pitch = sa_pitch(infos[2], G, M, K // 128, masked)
+        if pitch % 4 and M % 4 == 0:  # padded rows a TMA map cannot step over: A's scales by copies
+            if self.ir.attr("scale_load") == "tma":
+                raise LaunchError(f"{self.name} (attr scale_load = \"tma\"): a_scale's rows are {pitch} floats apart; "
+                                  f"a TMA map needs a multiple of 4")
+            fixed = {**(fixed or {}), "scale_load": "copy"}
         device = self._device(infos)
         if math.prod(out_shape) == 0:  # empty in, empty out (as torch): nothing to launch
             return Plan(None, (), (), None, ia.framework, device, out_shape, out_dtype, "empty")
@@ -209,17 +213,17 @@ class GemmKernel(KernelBase):
         built, loaded = self._load_shape(kernel.with_attrs(**fixed) if fixed else kernel, device)
         lk = built.kernel
         bm, bn, cluster = lk.attr("tile_m"), lk.attr("tile_n"), lk.attr("cluster")
-        geometry.gemm_index_limits(M, N, K, G, bm, bn, masked, self.name)
+        geometry.gemm_index_limits(M, N, K, G, bm, bn, masked, self.name, pitch)
         tiles = -(-M // bm) * -(-N // bn) * (G if masked else 1)
         grid = geometry.gemm_grid(tiles, sms, cluster)
         # stream-K's flags are sized for 1024 CTAs (_SK_FLAG_BYTES)
         sk = gemm_tiles.sk_tiles(tiles, grid[0]) if lk.attr("stream_k") and grid[0] <= 1024 else 0
         counter = gemm_tiles.tile_counter(self.grouping, bm, cluster)
-        pack = _arg_pack(M, N, K, G, lk.attr("raster"), sk, counter)
+        pack = _arg_pack(M, N, K, G, lk.attr("raster"), sk, counter, pitch)
         from .tma import TensorMap
         specs = geometry.gemm_tensor_maps(M, N, K, G, self.grouping, arrays.itemsize(out_dtype),
                                           {a: lk.attr(a) for a in ("tile_m", "tile_n", "multicast", "store",
-                                                                   "scale_load", "b_scale_load")})
+                                                                   "scale_load", "b_scale_load")}, pitch)
         maps = [TensorMap(pack, map_slot(name), *spec) for name, spec in specs.items()]
         block = (lk.attr("threads"), 1, 1)
         if cluster > 1:  # never more CTAs than can be resident: the rest would be a second wave
@@ -283,15 +287,17 @@ def _allocate_sk(device: int, nbytes: int):
     return mem.ptr, flags, nbytes, mem
 
 
-def _arg_pack(M: int, N: int, K: int, G: int, raster: int, sk: int, counter: bool = False) -> ArgPack:
+def _arg_pack(M: int, N: int, K: int, G: int, raster: int, sk: int, counter: bool = False,
+              sa_pitch: int = 0) -> ArgPack:
     """The kernel's parameters: ta tb td tsa tsb (tensor maps; td, tsa and tsb left blank when
     unused), sa sb out group count (pointers, per call), M N K G raster sk_tiles, sk_partials
     sk_flags (pointers, per call where stream-K runs: the stream's workspace, or null while a
     CUDA graph is captured), work (a pointer, per call where the tiles come from a counter: the
-    stream's, or null likewise). The per-call pointers are CALL_POINTERS from a_scale on."""
+    stream's, or null likewise), sa_pitch (a_scale's row pitch in floats: M unless padded). The
+    per-call pointers are CALL_POINTERS from a_scale on."""
     maps = len(geometry.GEMM_MAP_OPERANDS)
-    return ArgPack(["tmap"] * maps + ["ptr"] * 5 + ["i32"] * 6 + ["ptr"] * 3,
-                   [None] * (maps + 5) + [M, N, K, G, raster, sk, None, None, None],
+    return ArgPack(["tmap"] * maps + ["ptr"] * 5 + ["i32"] * 6 + ["ptr"] * 3 + ["i32"],
+                   [None] * (maps + 5) + [M, N, K, G, raster, sk, None, None, None, max(M, sa_pitch)],
                    list(range(maps, maps + 5)) + ([maps + 11, maps + 12] if sk else [])
                    + ([maps + 13] if counter else []))
 
@@ -319,8 +325,21 @@ def _call_key(a, sa, b, sb, extra, out):
         return _signature((a, sa, b, sb, extra), (out,))
 
 
-def _trivially_same(a, want) -> bool:
-    """Strides may differ on axes of size 1, and arbitrarily on an empty array, without
-    changing the layout."""
-    shape, strides = want
-    return 0 in shape or all(s == 1 or x == y for s, x, y in zip(shape, a.strides, strides))
+def sa_pitch(isa, G: int, M: int, kb: int, masked: bool) -> int | None:
+    """Floats from one K block's A scales to the next's: M in kdsl's layout ([G,] M, K/128 with
+    strides [kb M,] 1, M), P where the rows are padded to P >= M (DeepGEMM rounds them up to 4);
+    None for any other layout. Strides of axes of size 1 do not count, nor any of an empty array."""
+    if isa.shape != ((G, M, kb) if masked else (M, kb)):
+        return None
+    if 0 in isa.shape:
+        return M
+    strides = isa.strides
+    if kb > 1:
+        pitch = strides[-1]
+    elif masked and G > 1:
+        pitch = strides[0]  # (one K block: the groups' stride tells the pitch)
+    else:
+        pitch = M
+    if pitch < M or (M > 1 and strides[-2] != 1) or (masked and G > 1 and strides[0] != kb * pitch):
+        return None
+    return pitch

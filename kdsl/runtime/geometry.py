@@ -52,10 +52,12 @@ def gemm_grid(tiles: int, sms: int, cluster: int) -> tuple[int, int, int]:
     return (max(cluster, min(tiles, sms) // cluster * cluster), 1, 1)
 
 
-def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, masked: bool, kname: str) -> None:
-    """The kernel indexes tiles, and a_scale's rows, with 32-bit integers."""
+def gemm_index_limits(M: int, N: int, K: int, G: int, tile_m: int, tile_n: int, masked: bool, kname: str,
+                      sa_pitch: int = 0) -> None:
+    """The kernel indexes tiles, and a_scale's rows (sa_pitch floats apart: M unless padded), with
+    32-bit integers."""
     tiles = -(-M // tile_m) * -(-N // tile_n) * (G if masked else 1)
-    scales = (G if masked else 1) * (K // 128) * M
+    scales = (G if masked else 1) * (K // 128) * max(M, sa_pitch)
     if max(tiles, scales) >= 2**31:
         raise LaunchError(f"{kname}: M = {M}, N = {N}, K = {K}, G = {G} is too large for one call ({tiles} output "
                           f"tiles, {scales} scales of a; at most 2**31 - 1 each); split the call along M")
@@ -69,15 +71,16 @@ GEMM_MAP_OPERANDS = ("a", "b", "out", "a_scale", "b_scale")
 GEMM_L2_PROMOTION = 256
 
 
-def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: int, cfg: dict) -> dict:
+def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: int, cfg: dict,
+                     sa_pitch: int = 0) -> dict:
     """The FP8 GEMM's TMA tensor maps, as fp8_gemm_wgmma.cuh's launch contract describes them,
     by operand (GEMM_MAP_OPERANDS order): (element type, dims innermost first, byte strides of
     dims[1:], box, swizzle bytes, L2 promotion bytes) for a, b, out when stores go through
     TMA, a_scale when its scales come by TMA (scale_load: M % 4 == 0, so that each box
     starts 16-byte aligned; a 1-D map over it faulted wherever M % 4 != 0), and b_scale when
     B's do (b_scale_load: K % 512 == 0, rows of whole 16-byte units). Masked: a, a_scale and
-    out have a group dimension; grouped: b and b_scale have one. An operand left out gets no
-    map (its parameter stays blank)."""
+    out have a group dimension; grouped: b and b_scale have one. a_scale's rows lie sa_pitch
+    floats apart (M unless padded). An operand left out gets no map (its parameter stays blank)."""
     masked = grouping == "masked"
     ga, gb = (G if masked else 1), (1 if grouping == "dense" else G)
     bm, bn, mcast = cfg["tile_m"], cfg["tile_n"], cfg["multicast"]
@@ -88,7 +91,8 @@ def gemm_tensor_maps(M: int, N: int, K: int, G: int, grouping: str, out_bytes: i
         maps["out"] = ("f32" if out_bytes == 4 else "bf16", (N, M, ga), (N * out_bytes, M * N * out_bytes),
                        (sw // out_bytes, 64, 1), sw)
     if cfg["scale_load"] == "tma":  # [groups][K / 128][M] floats, one K block of BM rows a box
-        maps["a_scale"] = ("f32", (M, K // 128, ga), (M * 4, K // 128 * M * 4), (bm, 1, 1), 0)
+        pitch = max(M, sa_pitch)
+        maps["a_scale"] = ("f32", (M, K // 128, ga), (pitch * 4, K // 128 * pitch * 4), (bm, 1, 1), 0)
     if cfg["b_scale_load"] == "tma":  # [groups][ceil(N / 128)][K / 128] floats: 4 K blocks of two scale rows a box
         nk, n_blocks = K // 128, -(-N // 128)
         maps["b_scale"] = ("f32", (nk, n_blocks, gb), (nk * 4, n_blocks * nk * 4), (4, 2, 1), 0)

@@ -206,6 +206,44 @@ def test_grouped_masked_many_groups(cfg):
     assert_masked_groups_right(out, reference.fp8_gemm(a, sa, b, sb, count=count), count.clamp(0, Mmax))
 
 
+def _padded_rows(sa, pitch):
+    """a_scale laid out as DeepGEMM's TMA-aligned tensors are: each K block's M floats in a row of
+    `pitch` ([G,] K/128, pitch buffer), viewed as kdsl's [G,] M, K/128."""
+    torch = pytest.importorskip("torch")
+    m = sa.shape[-2]
+    buf = torch.full((*sa.shape[:-2], sa.shape[-1], pitch), float("nan"), device=sa.device)
+    buf[..., :m] = sa.transpose(-1, -2)
+    return buf[..., :m].transpose(-1, -2)
+
+
+@pytest.mark.parametrize("m,pitch", [(3, 4), (129, 132), (128, 129), (256, 260)])
+def test_a_scale_with_padded_rows(m, pitch):
+    """DeepGEMM's TMA-aligned a_scale (rows padded to 4 floats) gives kdsl's own layout's result,
+    bitwise, on the first call and on the compiled launch path's: copies where M % 4 != 0, copies
+    forced where the pitch is not a multiple of 4, TMA where both are; the padding (NaN) is never
+    read. Masked too, groups apart by K/128 padded rows."""
+    torch = pytest.importorskip("torch")
+    kern = _mod("fp8_gemm").fp8_gemm
+    a, sa = fp8.quantize_1x128(torch.randn(m, 512, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(384, 512, device="cuda"))
+    padded, want = _padded_rows(sa, pitch), kern(a, sa, b, sb)
+    assert padded.stride() == (1, pitch)
+    for _ in range(3):
+        assert torch.equal(kern(a, padded, b, sb), want)
+    G = 3
+    masked = _mod("fp8_grouped_masked").fp8_grouped_masked
+    a, sa = fp8.quantize_1x128(torch.randn(G, m, 512, device="cuda"))
+    b, sb = fp8.quantize_128x128(torch.randn(G, 384, 512, device="cuda"))
+    count = torch.tensor([m, m // 2, 1], dtype=torch.int32, device="cuda")
+    padded, want = _padded_rows(sa, pitch), masked(a, sa, b, sb, count)
+    assert padded.stride() == (4 * pitch, 1, pitch)
+    valid = (torch.arange(m, device="cuda").view(1, m, 1) < count.view(G, 1, 1)).expand(want.shape)
+    for _ in range(3):
+        assert torch.equal(masked(a, padded, b, sb, count)[valid], want[valid])
+    with pytest.raises(LaunchError, match="pitch P >= M"):
+        kern(a[0], sa[0].contiguous(), b[0], sb[0])
+
+
 def test_masked_tiles_for_the_expected_rows():
     """expected_rows (a call keyword, or with_attrs) picks the tiles for groups of that many rows
     rather than M, the most a group may hold, as DeepGEMM's expected_m: other tiles, the same

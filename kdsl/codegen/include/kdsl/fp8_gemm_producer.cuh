@@ -52,7 +52,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
     // every kernel's producer differently, a change not timed.)
     const int sb_lo = (u.g * n_sblk + (u.n0 >> 7)) * nk;
     const int sb_hi = (u.n0 >> 7) + 1 < n_sblk ? sb_lo + nk : sb_lo;
-    const int sa_unit = ag * nk * p.M + u.m0, rows_left = p.M - u.m0;
+    const int sa_unit = ag * nk * p.sa_pitch + u.m0, rows_left = p.M - u.m0;
     const int kb_begin = C::STREAM_K ? u.kb0 : 0, kb_end = C::STREAM_K ? u.kb1 : nk;
     for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
@@ -65,7 +65,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       // copies (if any) have landed, and is one of the phase's expected arrivals, so the phase
       // cannot complete before every copy is in.
       if (!C::SA_TMA) {
-        const float* sa_kb = p.sa + (sa_unit + kb * p.M);
+        const float* sa_kb = p.sa + (sa_unit + kb * p.sa_pitch);
 #pragma unroll
         for (int r = lane; r < BM; r += 32) cp_async4_or_zero(sm.sa(s) + 4 * r, sa_kb + r, r < rows_left);
       }

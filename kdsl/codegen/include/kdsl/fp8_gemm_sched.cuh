@@ -38,7 +38,7 @@
 namespace kdsl {
 
 struct Fp8GemmArgs {
-  const float* sa;     // A scales, [G,] K/128, M contiguous (M-major)
+  const float* sa;     // A scales, [G,] K/128, M (M-major; each K block's M floats sa_pitch apart)
   const float* sb;     // B scales, [G,] ceil(N/128), K/128 contiguous
   void* out;           // for row-by-row stores (TMA stores use the tensor map)
   const int* group;    // KIND 1: group per row of a, else nullptr
@@ -49,6 +49,7 @@ struct Fp8GemmArgs {
   float* sk_partials;  // stream-K: per CTA a slot of BM x BN fp32 partial totals
   int* sk_flags;       // stream-K: per CTA and math warpgroup, 1 while its slot holds a partial
   int* work;           // C::TILE_COUNTER: {next tile - gridDim.x, CTAs done}, zero at launch; or nullptr
+  int sa_pitch;        // floats from one K block's A scales to the next's: M, or more where rows are padded
 };
 
 // What a piece of a tile's K range does at its end.

@@ -13,8 +13,9 @@
 // Kinds (C::KIND): 0 dense; 1 grouped contiguous, B [G, N, K], row m uses B[group[m]], ids
 // outside [0, G) mark padding rows that are left untouched; 2 grouped masked, A [G, M, K],
 // B [G, N, K], out [G, M, N], only rows < count[g] are computed or written. Scales (fp32,
-// "dequantise" direction): sa [M, K/128] stored M-major (a contiguous [K/128, M] buffer;
-// KIND 2: [G, K/128, M]); sb contiguous [ceil(N/128), K/128] (KIND 1, 2: [G, ...]).
+// "dequantise" direction): sa [M, K/128] stored M-major (a [K/128, sa_pitch] buffer whose rows
+// hold M floats each, sa_pitch >= M: DeepGEMM pads them to 4; KIND 2: [G, K/128, sa_pitch]);
+// sb contiguous [ceil(N/128), K/128] (KIND 1, 2: [G, ...]).
 //
 // Roles. Warpgroup 0 is the producer: setmaxnreg lowers its registers, warp 0 walks the
 // CTA's units (fp8_gemm_sched.cuh): per K block one lane issues TMA loads of the A and B
@@ -50,8 +51,8 @@
 //       swizzle; tb: over b (K, N, groups), box (128, BN / (MCAST_B ? 2 : 1), 1), same;
 //   td: 3-D map over out (N, rows, groups), box
 //       (kSwD / element bytes, 64, 1), kSwD-byte swizzle (unused unless TMA_STORE);
-//   tsa: 3-D map over sa (M, K / 128, groups of a), f32, box (BM, 1, 1), no swizzle
-//       (unused unless SA_TMA; M % 4 == 0);
+//   tsa: 3-D map over sa (M, K / 128, groups of a; rows sa_pitch floats apart), f32, box
+//       (BM, 1, 1), no swizzle (unused unless SA_TMA; M % 4 == 0 and sa_pitch % 4 == 0);
 //   tsb: 3-D map over sb (K / 128, ceil(N / 128), groups of b), f32, box (4, 2, 1), no swizzle,
 //       boxes at K blocks that are multiples of 4 (unused unless SB_LOAD is 1, "tma"; K % 512 == 0).
 //   Out-of-bounds elements load as zeros. kdsl/runtime/tma.py builds the maps.
