@@ -274,7 +274,7 @@ def test_gpu_kernels_fake_implementations_on_fake_cuda_tensors():
         got = gemms["fp8_grouped_masked"].fp8_grouped_masked.torch_ops[0](ag, sag, bg, sbg, count)
         assert (got.shape, got.dtype) == ((G, M, N), torch.bfloat16)
         with pytest.raises(kdsl.LaunchError, match="a_scale must have shape"):
-            gemms["fp8_gemm"].fp8_gemm.torch_ops[0](a, empty(M, K // 128), b, sb, None)
+            gemms["fp8_gemm"].fp8_gemm.torch_ops[0](a, empty(K // 128, M + 1).t(), b, sb, None)  # M + 1 rows
 
 
 def test_dynamic_shapes_compile_once_and_check_each_call_when_it_runs():
