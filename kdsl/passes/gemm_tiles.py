@@ -15,6 +15,7 @@ the choice is made among the candidates that agree with them, or refused with th
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -199,6 +200,7 @@ def tiles_of(p: Problem, bm: int, bn: int) -> tuple[float, int, float]:
 EXPECTED_SPREAD = 0.3
 
 
+@functools.lru_cache(maxsize=1024)  # (each candidate asks twice: its tiles and its waves)
 def masked_spread(p: Problem, bm: int) -> tuple[float, float]:
     """(mean, variance) of a masked group's M tiles, its count spread as EXPECTED_SPREAD says
     (at least one row, at most M; 64 counts evenly over the range)."""

@@ -64,6 +64,13 @@ def parse_shapes(spec: str):
     return out
 
 
+def with_expected(attrs: dict, expected: list) -> dict | None:
+    """A variant's attrs with expected_rows=E replaced by the case's E; None where the case has none."""
+    if attrs.get("expected_rows") != "E":
+        return attrs
+    return {**attrs, "expected_rows": expected[0]} if expected else None
+
+
 def masked_counts(m: int, g: int, expected: int | None):
     """Valid rows per group: in [m / 2, m], or (expected given) expected * uniform(0.7, 1.3)
     clamped to m, from a generator seeded by the case."""
@@ -128,10 +135,9 @@ def compile_only(only: str, digest: bool = False) -> None:
     for name, (m, n, k, g), *expected in cases(only):
         kir = kdsl.load(ROOT / "samples" / f"{name}.kd").ir[name]
         for form, attrs in VARIANTS + PER_SHAPE.get((name, m, n, k, g), []):
-            if attrs.get("expected_rows") == "E":
-                if not expected:
-                    continue
-                attrs = {**attrs, "expected_rows": expected[0]}
+            attrs = with_expected(attrs, expected)
+            if attrs is None:
+                continue
             try:
                 with with_form(form):
                     b = build(kir.with_attrs(shape=[m, n, k, g], sms=132, **attrs), "sm_90a", 0)
@@ -176,10 +182,9 @@ def timed(only: str, reps: int) -> None:
                                                  (None, extra[0]) if grouping == "masked" else ()))
         fns, notes = {}, {}
         for form, attrs in VARIANTS + PER_SHAPE.get((name, m, n, k, g), []):
-            if attrs.get("expected_rows") == "E":
-                if not expected:
-                    continue
-                attrs = {**attrs, "expected_rows": expected[0]}
+            attrs = with_expected(attrs, expected)
+            if attrs is None:
+                continue
             fn = getattr(mod, name).with_attrs(**attrs) if attrs else getattr(mod, name).with_attrs()
             try:
                 with with_form(form):
