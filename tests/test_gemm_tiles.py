@@ -393,3 +393,39 @@ def test_expected_rows_is_refused_where_it_means_nothing():
     assert call._hinted(np.int64(48)) is call._hinted(48) and call._hinted(48).ir.attr("expected_rows") == 48
     lowered = pipeline.lower(masked.with_attrs(shape=[4096, 4096, 4096, 32], expected_rows=20), get_target("sm_90a"))
     assert lowered.attr("tile_m") == 64 and lowered.attr("expected_rows") == 20
+
+
+def test_multicast_asked_alone_gets_its_cluster_and_contradictions_are_refused():
+    """multicast = "a" / "b" needs a 2-CTA cluster: asked alone it gets one (it was refused,
+    with an empty reason, unless cluster = 2 was written too); with cluster = 1, or cluster = 2
+    with multicast = "none", the refusal says which attrs disagree (GPU config fuzz, s37)."""
+    p = Problem(512, 4096, 7168, 1, "dense", 2)
+    for m in ("a", "b"):
+        c = choose(p, 132, SMEM, {"multicast": m})
+        assert (c["cluster"], c["multicast"]) == (2, m)
+        with pytest.raises(KdslError, match=f"multicast = '{m}' shares an operand .* needs cluster = 2"):
+            choose(p, 132, SMEM, {"multicast": m, "cluster": 1})
+    assert choose(Problem(4096, 4096, 7168, 4, "contiguous", 2), 132, SMEM, {"multicast": "a"})["cluster"] == 2
+    with pytest.raises(KdslError, match="cluster = 2 pairs CTAs to multicast an operand"):
+        choose(p, 132, SMEM, {"cluster": 2, "multicast": "none"})
+
+
+def test_every_refusal_says_why():
+    """Random attrs on random problems: each is chosen around, or refused with a reason after
+    the call it names (the message never ends at "...G=1: ")."""
+    rng = random.Random(3707)
+    values = {"tile_m": gemm_tiles.BLOCK_M, "tile_n": BLOCK_N, "stages": range(1, 10), "cluster": (1, 2),
+              "multicast": gemm_tiles.MULTICAST, "store": gemm_tiles.STORES, "stream_k": (False, True),
+              "scale_load": gemm_tiles.SCALE_LOADS, "b_scale_load": gemm_tiles.B_SCALE_LOADS, "raster": range(1, 17)}
+    refused = 0
+    for _ in range(3000):
+        grouping = rng.choice(("dense", "contiguous", "masked"))
+        p = Problem(rng.randint(1, 5000), rng.randint(1, 5000), 128 * rng.randint(1, 60),
+                    1 if grouping == "dense" else rng.randint(1, 8), grouping, rng.choice((2, 4)))
+        fixed = {a: rng.choice(list(v)) for a, v in values.items() if rng.random() < 0.25}
+        try:
+            choose(p, 132, SMEM, fixed)
+        except KdslError as e:
+            refused += 1
+            assert str(e).rsplit(": ", 1)[-1].strip(), (p, fixed, str(e))
+    assert refused > 300

@@ -402,11 +402,12 @@ def candidates(p: Problem, sms: int, smem_limit: int, fixed: dict):
     # same day); the model weighs it by its M, the most rows a group may hold.
     ms = (fixed["tile_m"],) if "tile_m" in fixed else BLOCK_M if p.grouping != "masked" else (64, 128, 256)
     out, why = [], []
+    asked_cluster = "cluster" in fixed or fixed.get("multicast", "none") != "none"  # (a multicast needs a pair)
     for cluster in (1, 2):
         for multicast in (("none",) if cluster == 1 else ("a", "b")):
             for bm in ms:
                 for bn in BLOCK_N:
-                    if cluster == 2 and "cluster" not in fixed and not model_clusters(p, bm, bn, multicast):
+                    if cluster == 2 and not asked_cluster and not model_clusters(p, bm, bn, multicast):
                         continue  # a cluster the model does not choose unasked
                     num_m, num_n, blocks = tiles_of(p, bm, bn)
                     b_scale_load = fixed.get("b_scale_load") or b_scale_load_for(p, bm, bn, cluster, sms)
@@ -486,3 +487,10 @@ def _validate_fixed(fixed: dict) -> None:
                             f"{', '.join(repr(x) for x in allowed[a])}")
         if a in ("stages", "raster") and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise KdslError(f"FP8 GEMM attr {a} must be a positive integer, got {v!r}")
+    cluster, multicast = fixed.get("cluster"), fixed.get("multicast")
+    if cluster == 1 and multicast in ("a", "b"):
+        raise KdslError(f"FP8 GEMM attr multicast = {multicast!r} shares an operand between the two CTAs of a "
+                        "cluster and needs cluster = 2, not 1")
+    if cluster == 2 and multicast == "none":
+        raise KdslError("FP8 GEMM attr cluster = 2 pairs CTAs to multicast an operand; multicast = 'none' leaves "
+                        "them nothing to share (choose multicast = 'a' or 'b', or cluster = 1)")
