@@ -61,6 +61,9 @@ def test_without_given_attrs_lowering_is_unchanged():
     ("relpos", "sm_90a", dict(consumers=4), "consumers must be 1, 2 or 3"),
     ("relpos", "sm_90a", dict(stages=1), "stages must be in"),
     ("relpos", "sm_90a", dict(tile_n=256, stages=4), "shared memory"),
+    # ptxas could not build it (C7602: 128 registers a thread in a CTA of four warpgroups; s37 GPU fuzz)
+    ("plain", "sm_90a", dict(tile_n=256, consumers=3, stages=2),
+     "tile_n = 256 with 3 consumers: one m64n256 wgmma holds 128 accumulator registers"),
     ("relpos", "sm_90a", dict(schedule="fastest"), "schedule must be one of"),
     ("relpos", "sm_90a", dict(tile_m=192), "tile_m = 192 disagrees with consumers = 2"),
     ("relpos", "sm_90a", dict(math="approx"), "attr math = 'approx'"),
@@ -69,6 +72,7 @@ def test_without_given_attrs_lowering_is_unchanged():
     ("relpos", "sm_80", dict(warps=3), "rows per warp"),
     ("fp8_gemm", "sm_90a", dict(tile_m=512), "tile_m = 512 is not supported"),
     ("fp8_gemm", "sm_90a", dict(stages=1), "no FP8 GEMM tiling agrees with stages = 1"),
+    ("fp8_gemm", "sm_90a", dict(multicast="a", cluster=1), "multicast = 'a' shares an operand"),
     ("fp8_grouped_contiguous", "sm_90a", dict(tile_m=256, tile_n=176), "tile_n = 176 is not supported"),
 ])
 def test_illegal_schedules_are_refused_naming_the_attribute(sample, arch, attrs, message):
