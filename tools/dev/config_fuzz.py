@@ -8,7 +8,10 @@ another exception, a build that fails (a CompileError: attrs the tiling pass let
 NVRTC or ptxas cannot build), a wrong or irreproducible result, or a CUDA fault (the process
 dies; the last "trial" line printed names the call).
 
-    python3 tools/dev/config_fuzz.py [--kinds fp8,attention] [--seed 1] [--seconds 400]
+    python3 tools/dev/config_fuzz.py [--kinds fp8,attention] [--seed 1] [--seconds 400] [--build-only]
+
+--build-only needs no GPU: each call's kernel is lowered and built for sm_90a (NVRTC), and a
+build that fails is the finding (what a call would have met first).
 
 Sizes straddle tile edges (1, 63-65, 127-129, ...) or are drawn at random; each attr is given
 with probability 0.2, from its legal values and beyond them (stages 1-9, tile widths no
@@ -91,22 +94,44 @@ def draw_attention(rng: random.Random, mods: dict):
     return kernel, attrs, case, attention_case
 
 
+class Built:
+    """build_only's verdict, in the judges' terms."""
+    passed, error, problems = True, 0.0, ()
+
+
+def build_only(fn, case) -> Built:
+    """The kernel a call of this case would build first (raises what the build raises)."""
+    from kdsl.runtime.compiler import build
+    if fn.ir.kind == "attention":
+        build(fn.ir, "sm_90a", case.D, value_dim=case.Dv)
+    else:
+        build(fn.ir.with_attrs(shape=[case.M, case.N, case.K, case.G], sms=132), "sm_90a", 0)
+    return Built()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kinds", default="fp8,attention")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=400)
     ap.add_argument("--trials", type=int, default=100000)
+    ap.add_argument("--build-only", action="store_true", help="no GPU: build each call's kernel, no more")
     args = ap.parse_args()
-    import torch
     import kdsl
-    from kdsl.backends import Torch
     from kdsl.errors import CompileError, KdslError
-    print(torch.cuda.get_device_name(), flush=True)
     draws = {"fp8": (draw_gemm, {n: kdsl.load(ROOT / "samples" / f"{n}.kd") for n in FP8_NAMES}),
              "attention": (draw_attention, {p: kdsl.load(p) for p in ATTENTION_FILES})}
     kinds = [draws[k] for k in args.kinds.split(",")]
-    be = Torch("cuda")
+    if args.build_only:
+        judge_of = None
+    else:
+        import torch
+        from kdsl.backends import Torch
+        print(torch.cuda.get_device_name(), flush=True)
+        be = Torch("cuda")
+
+        def judge_of(judge):
+            return lambda fn, case: judge(be, fn.ir, fn, case)
     rng = random.Random(args.seed)
     tally, refusals, findings = collections.Counter(), collections.Counter(), []
     start = time.time()
@@ -119,7 +144,7 @@ def main() -> None:
         print(f"trial {i}: {label}", flush=True)
         try:
             fn = base.with_attrs(**attrs)
-            res = judge(be, fn.ir, fn, case)
+            res = (judge_of(judge) if judge_of else build_only)(fn, case)
         except CompileError as e:  # the tiling pass let through what NVRTC or ptxas cannot build
             tally["did not build"] += 1
             findings.append((i, label, str(e)[-600:]))
@@ -146,7 +171,8 @@ def main() -> None:
             tally["failed"] += 1
             findings.append((i, label, f"error {res.error} problems {res.problems}"))
             print(f"  FAILED {findings[-1][-1]}", flush=True)
-        torch.cuda.empty_cache()
+        if judge_of:
+            torch.cuda.empty_cache()
     print(f"\n{sum(tally.values())} calls in {time.time() - start:.0f} s: {dict(tally)}")
     print("refusals (their reasons):")
     for why, count in refusals.most_common():
