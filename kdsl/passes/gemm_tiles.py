@@ -448,8 +448,10 @@ def _illegal(p: Problem, c: dict, num_m: int, num_n: int, sms: int, smem_limit: 
         return f"tile {bm}x{bn} needs more accumulator registers than the math warpgroups have"
     if smem_bytes(bm, bn, st, p.out_bytes, c["store"] == "tma", c["b_scale_load"] == "tma") > smem_limit:
         return f"tile {bm}x{bn} with {st} stages needs more than {smem_limit} bytes of shared memory"
+    if explicit and st < 2:
+        return f"stages = {st} is too few: the ring needs 2 or more, one loading while the math reads another"
     if st < 2 or (not explicit and (st < 3 or (bm * bn < 128 * 192 and st < 4))):
-        return f"tile {bm}x{bn} leaves room for {st} stages only"
+        return f"tile {bm}x{bn} leaves room for {st} stage{'s' if st != 1 else ''} only"
     if c["stream_k"] and not stream_k_fits(p, bm, bn, c["cluster"], sms):
         return ("stream_k needs a dense GEMM without a cluster whose tiles make more than one wave, the last "
                 f"not full (here {tiles_of(p, bm, bn)[2]} tiles on {sms} SMs)")
