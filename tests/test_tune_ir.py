@@ -81,6 +81,31 @@ def test_illegal_schedules_are_refused_naming_the_attribute(sample, arch, attrs,
         pipeline.lower(k, get_target(arch), 128 if k.kind == "attention" else 0)
 
 
+
+def test_every_attention_schedule_refusal_says_why():
+    """Random schedule attrs (legal values and others) on every attention sample at random head
+    dims: each lowers, or is refused with a reason after the call it names (the FP8 tiling
+    once ended such messages at "...: "; tools/dev/config_fuzz.py, s37)."""
+    import random
+    rng = random.Random(3708)
+    kernels = [k for path in sorted((ROOT / "samples").glob("*.kd"))
+               for k in kdsl.load(path, interpret=True).ir.values() if k.kind == "attention"]
+    values = {"tile_n": tiling.WGMMA_WIDTHS + (48, 100), "consumers": (1, 2, 3, 4), "stages": range(1, 6),
+              "schedule": tiling.SCHEDULES + ("dynamic",), "poly_exp2": tiling.POLY_EXP2 + (5,),
+              "lazy_rescale": tiling.LAZY_RESCALE + (3,), "slope_step": (0, 1), "tensor_row_sum": (0, 1),
+              "offset_table": (0, 1)}
+    refused = lowered = 0
+    for _ in range(400):
+        k = rng.choice(kernels).with_attrs(**{a: rng.choice(list(v)) for a, v in values.items() if rng.random() < 0.25})
+        d = rng.choice((32, 64, 96, 128, 192, 256))
+        try:
+            pipeline.lower(k, H100, d)
+            lowered += 1
+        except KdslError as e:
+            refused += 1
+            assert str(e).rsplit(": ", 1)[-1].strip(), str(e)
+    assert refused > 50 and lowered > 50
+
 TUNED = """# written by hand, as kdsl tune would
 attention causal {
   input q: bf16[B, H, M, D]
