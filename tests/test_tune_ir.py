@@ -63,7 +63,7 @@ def test_without_given_attrs_lowering_is_unchanged():
     ("relpos", "sm_90a", dict(tile_n=256, stages=4), "shared memory"),
     # ptxas could not build it (C7602: 128 registers a thread in a CTA of four warpgroups; s37 GPU fuzz)
     ("plain", "sm_90a", dict(tile_n=256, consumers=3, stages=2),
-     "tile_n = 256 with 3 consumers: one m64n256 wgmma holds 128 accumulator registers"),
+     "3 consumers with tile_n 256: one m64n256 wgmma of Q K"),
     ("relpos", "sm_90a", dict(schedule="fastest"), "schedule must be one of"),
     ("relpos", "sm_90a", dict(tile_m=192), "tile_m = 192 disagrees with consumers = 2"),
     ("relpos", "sm_90a", dict(math="approx"), "attr math = 'approx'"),
@@ -81,6 +81,18 @@ def test_illegal_schedules_are_refused_naming_the_attribute(sample, arch, attrs,
         pipeline.lower(k, get_target(arch), 128 if k.kind == "attention" else 0)
 
 
+
+def test_three_consumers_refused_where_ptxas_cannot_build_the_p_v_wgmma():
+    """Value head dims 208-256 under three consumer warpgroups: ptxas could not build their
+    m64nDV wgmma of P V in 128 registers a thread (C7602, tools/dev/config_fuzz.py --build-only,
+    s37); 192 builds. Refused by the tiling pass, naming what to change."""
+    k = _ir("plain").with_attrs(tile_n=64, consumers=3, stages=2)
+    for d in (208, 256):
+        with pytest.raises(KdslError, match=f"3 consumers with value head dim {d}: one m64n{d} wgmma of P V holds "
+                                            f"{d // 2} accumulator registers a thread, {d // 2 + 30} with"):
+            pipeline.lower(k, H100, d)
+    assert pipeline.lower(k, H100, 192).attr("consumers") == 3
+    assert pipeline.lower(k.with_attrs(consumers=2), H100, 256).attr("consumers") == 2
 
 def test_every_attention_schedule_refusal_says_why():
     """Random schedule attrs (legal values and others) on every attention sample at random head

@@ -50,10 +50,12 @@ THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
 # x1.07 against 64 (H100, 2026-11-24) and built without spills for most kernels, but relpos,
 # document masks and per-element bias loads spilled there.
 SPILL_TRIAL_REGS = 12
-# Registers one m64nNk16 wgmma of Q K^T needs beside its N/2 accumulators: ptxas asked for 154
-# to compile an m64n256 one (C7602) in a CTA of four warpgroups, whose threads it compiles for
-# 128 registers (tools/dev/config_fuzz.py, 2026-11-28); 192 keys (96 + 26) builds there.
-WGMMA_OPERAND_REGS = 26
+# Registers one wgmma needs beside its N/2 accumulators a thread, as ptxas asked for them (C7602)
+# in a CTA of four warpgroups, whose threads it compiles for 128 registers: an m64n256 of Q K^T
+# (its operands in shared memory) 154; an m64nDV of P V (P in registers) 134-158 at DV = 208-256
+# (tools/dev/config_fuzz.py, 2026-11-28). 192 keys and DV = 192 build there (with spills).
+WGMMA_QK_OPERAND_REGS = 26
+WGMMA_PV_OPERAND_REGS = 30
 
 # Schedule attributes a kernel may carry, per kernel family, and their legal values.
 # One consumer warpgroup (decode: a work item of at most 64 query rows) streams K and V and
@@ -418,11 +420,13 @@ def _wgmma_problem(k, s, dims, target) -> str:
     if s["consumers"] not in (1, 2, 3):
         return "consumers must be 1, 2 or 3 (warpgroups of 64 query rows)"
     launch_regs = min(255, 65536 // (128 * (s["consumers"] + 1))) // 8 * 8
-    if s["tile_n"] // 2 + WGMMA_OPERAND_REGS > launch_regs:
-        return (f"tile_n = {s['tile_n']} with {s['consumers']} consumers: one m64n{s['tile_n']} wgmma holds "
-                f"{s['tile_n'] // 2} accumulator registers a thread, and with its operands more than the "
-                f"{launch_regs} a thread of {s['consumers'] + 1} warpgroups is compiled for; take tile_n <= "
-                f"{(launch_regs - WGMMA_OPERAND_REGS) * 2 // 16 * 16} or fewer consumers")
+    for what, n, extra, fix in (("Q K^T", s["tile_n"], WGMMA_QK_OPERAND_REGS, "a narrower tile_n or fewer consumers"),
+                                ("P V", dims[1], WGMMA_PV_OPERAND_REGS, "fewer consumers")):
+        if n // 2 + extra > launch_regs:
+            return (f"{s['consumers']} consumers with {'tile_n' if what == 'Q K^T' else 'value head dim'} {n}: one "
+                    f"m64n{n} wgmma of {what} holds {n // 2} accumulator registers a thread, {n // 2 + extra} with "
+                    f"its operands, more than the {launch_regs} a thread of {s['consumers'] + 1} warpgroups is "
+                    f"compiled for; take {fix}")
     # One stage would serialise every load with the math; the kernel is measured from 2 up.
     if not 2 <= s["stages"] <= MAX_STAGES:
         return f"stages must be in [2, {MAX_STAGES}]"
