@@ -95,7 +95,7 @@ def draw_attention(rng: random.Random, mods: dict):
 
 
 class Built:
-    """build_only's verdict, in the judges' terms."""
+    """build_only's verdict, in the judges' terms (a build that fails raises)."""
     passed, error, problems = True, 0.0, ()
 
 
@@ -123,15 +123,17 @@ def main() -> None:
              "attention": (draw_attention, {p: kdsl.load(p) for p in ATTENTION_FILES})}
     kinds = [draws[k] for k in args.kinds.split(",")]
     if args.build_only:
-        judge_of = None
+        def run(fn, case, judge):
+            return build_only(fn, case)
     else:
         import torch
         from kdsl.backends import Torch
         print(torch.cuda.get_device_name(), flush=True)
         be = Torch("cuda")
 
-        def judge_of(judge):
-            return lambda fn, case: judge(be, fn.ir, fn, case)
+        def run(fn, case, judge):
+            return judge(be, fn.ir, fn, case)
+    verdict = "built" if args.build_only else "passed"
     rng = random.Random(args.seed)
     tally, refusals, findings = collections.Counter(), collections.Counter(), []
     start = time.time()
@@ -144,7 +146,7 @@ def main() -> None:
         print(f"trial {i}: {label}", flush=True)
         try:
             fn = base.with_attrs(**attrs)
-            res = (judge_of(judge) if judge_of else build_only)(fn, case)
+            res = run(fn, case, judge)
         except CompileError as e:  # the tiling pass let through what NVRTC or ptxas cannot build
             tally["did not build"] += 1
             findings.append((i, label, str(e)[-600:]))
@@ -165,13 +167,13 @@ def main() -> None:
             print("  ERROR\n" + findings[-1][-1], flush=True)
             continue
         if res.passed:
-            tally["passed"] += 1
-            print(f"  passed {res.error:.1e}", flush=True)
+            tally[verdict] += 1
+            print(f"  {verdict} {res.error:.1e}", flush=True)
         else:
             tally["failed"] += 1
             findings.append((i, label, f"error {res.error} problems {res.problems}"))
             print(f"  FAILED {findings[-1][-1]}", flush=True)
-        if judge_of:
+        if not args.build_only:
             torch.cuda.empty_cache()
     print(f"\n{sum(tally.values())} calls in {time.time() - start:.0f} s: {dict(tally)}")
     print("refusals (their reasons):")
