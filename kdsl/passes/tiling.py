@@ -410,7 +410,8 @@ def _quote(given: dict) -> str:
 
 def _fits(smem: int, target: Target) -> str:
     return "" if smem <= target.smem_per_block else \
-        f"needs {smem} bytes of shared memory, more than the {target.smem_per_block} a block can have"
+        f"needs {smem} bytes of shared memory, more than the {target.smem_per_block} a block can have " \
+        "(fewer stages or a narrower tile need less)"
 
 
 def _wgmma_problem(k, s, dims, target) -> str:
