@@ -413,10 +413,11 @@ def test_multicast_asked_alone_gets_its_cluster_and_contradictions_are_refused()
 def test_every_refusal_says_why():
     """Random attrs on random problems: each is chosen around, or refused with a reason after
     the call it names (the message never ends at "...G=1: ")."""
+    from kdsl.tune.protocol import offered
     rng = random.Random(3707)
-    values = {"tile_m": gemm_tiles.BLOCK_M, "tile_n": BLOCK_N, "stages": range(1, 10), "cluster": (1, 2),
-              "multicast": gemm_tiles.MULTICAST, "store": gemm_tiles.STORES, "stream_k": (False, True),
-              "scale_load": gemm_tiles.SCALE_LOADS, "b_scale_load": gemm_tiles.B_SCALE_LOADS, "raster": range(1, 17)}
+    gemm = kdsl.load(ROOT / "samples" / "fp8_gemm.kd", interpret=True).ir["fp8_gemm"]
+    values = {**offered(gemm, get_target("sm_90a"))[1], "raster": range(1, 17)}  # (tune describes raster)
+    values["stages"] = (1, *values["stages"], 9)
     refused = 0
     for _ in range(3000):
         grouping = rng.choice(("dense", "contiguous", "masked"))

@@ -421,13 +421,13 @@ def _wgmma_problem(k, s, dims, target) -> str:
     if s["consumers"] not in (1, 2, 3):
         return "consumers must be 1, 2 or 3 (warpgroups of 64 query rows)"
     launch_regs = min(255, 65536 // (128 * (s["consumers"] + 1))) // 8 * 8
-    for what, n, extra, fix in (("Q K^T", s["tile_n"], WGMMA_QK_OPERAND_REGS, "a narrower tile_n or fewer consumers"),
-                                ("P V", dims[1], WGMMA_PV_OPERAND_REGS, "fewer consumers")):
+    for product, size, n, extra, fix in (
+            ("Q K^T", "tile_n", s["tile_n"], WGMMA_QK_OPERAND_REGS, "a narrower tile_n or fewer consumers"),
+            ("P V", "value head dim", dims[1], WGMMA_PV_OPERAND_REGS, "fewer consumers")):
         if n // 2 + extra > launch_regs:
-            return (f"{s['consumers']} consumers with {'tile_n' if what == 'Q K^T' else 'value head dim'} {n}: one "
-                    f"m64n{n} wgmma of {what} holds {n // 2} accumulator registers a thread, {n // 2 + extra} with "
-                    f"its operands, more than the {launch_regs} a thread of {s['consumers'] + 1} warpgroups is "
-                    f"compiled for; take {fix}")
+            return (f"{s['consumers']} consumers with {size} {n}: one m64n{n} wgmma of {product} holds {n // 2} "
+                    f"accumulator registers a thread, {n // 2 + extra} with its operands, more than the {launch_regs} "
+                    f"a thread of {s['consumers'] + 1} warpgroups is compiled for; take {fix}")
     # One stage would serialise every load with the math; the kernel is measured from 2 up.
     if not 2 <= s["stages"] <= MAX_STAGES:
         return f"stages must be in [2, {MAX_STAGES}]"

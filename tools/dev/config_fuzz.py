@@ -36,6 +36,9 @@ ATTENTION_FILES = sorted((ROOT / "samples").glob("*.kd")) + [ROOT / "bench" / "v
 EDGES = (1, 2, 3, 8, 16, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 383, 384, 385)
 GEMM_WORK_CAP = 1.5e11       # M x N x K x G: keeps the float64 reference quick
 ATTENTION_WORK_CAP = 3e10    # B x H x M x N x (D + Dv)
+# Values beyond the legal ones (and raster, which tune describes rather than lists)
+BEYOND = {"stages": (1, 9), "tile_n": (100,), "consumers": (4,), "schedule": ("dynamic",), "poly_exp2": (5,),
+          "lazy_rescale": (3,), "raster": tuple(range(1, 17))}
 
 
 def draw_dim(rng: random.Random, most: int) -> int:
@@ -47,15 +50,23 @@ def draw_dim(rng: random.Random, most: int) -> int:
     return rng.randint(1, 40) * 128 + rng.choice((-1, 0, 1, 8))
 
 
+def attr_values(kernel) -> dict:
+    """The values a call may fix each schedule attr to: those kdsl tune offers for the kernel
+    (kdsl.tune.protocol.offered) and some beyond them (BEYOND)."""
+    from kdsl.passes.target import get_target
+    from kdsl.tune.protocol import offered
+    legal = offered(kernel, get_target("sm_90a"))[1]
+    return {a: (() if isinstance(v, str) else tuple(v)) + BEYOND.get(a, ()) for a, v in legal.items()}
+
+
 def some(rng: random.Random, choices: dict) -> dict:
-    return {a: rng.choice(list(v)) for a, v in choices.items() if rng.random() < 0.2}
+    return {a: rng.choice(v) for a, v in choices.items() if v and rng.random() < 0.2}
 
 
 def draw_gemm(rng: random.Random, mods: dict):
-    """(kernel callable, case, judge, label)."""
+    """(kernel callable, attrs, case, judge)."""
     from kdsl.cases import GemmCase
     from kdsl.check import gemm_case
-    from kdsl.passes import gemm_tiles as t
     name = rng.choice(FP8_NAMES)
     grouping = {"fp8_grouped_contiguous": "contiguous", "fp8_grouped_masked": "masked"}.get(name, "dense")
     while True:
@@ -63,9 +74,7 @@ def draw_gemm(rng: random.Random, mods: dict):
         g = 1 if grouping == "dense" else rng.randint(1, 8)
         if m * n * k * g <= GEMM_WORK_CAP:
             break
-    attrs = some(rng, {"tile_m": t.BLOCK_M, "tile_n": t.BLOCK_N, "stages": range(1, 10), "cluster": (1, 2),
-                       "multicast": t.MULTICAST, "store": t.STORES, "stream_k": (False, True),
-                       "scale_load": t.SCALE_LOADS, "b_scale_load": t.B_SCALE_LOADS, "raster": range(1, 17)})
+    attrs = some(rng, attr_values(mods[name].ir[name]))
     if grouping == "masked" and rng.random() < 0.3:
         attrs["expected_rows"] = rng.randint(1, 2 * m)
     case = GemmCase(m, n, k, g, seed=rng.randrange(2**31))
@@ -73,9 +82,9 @@ def draw_gemm(rng: random.Random, mods: dict):
 
 
 def draw_attention(rng: random.Random, mods: dict):
+    """(kernel callable, attrs, case, judge)."""
     from kdsl.cases import AttentionCase, conform
     from kdsl.check import attention_case
-    from kdsl.passes import tiling
     path, name = rng.choice([(p, n) for p, mod in mods.items() for n, k in mod.ir.items() if k.kind == "attention"])
     kernel = getattr(mods[path], name)
     while True:
@@ -87,10 +96,7 @@ def draw_attention(rng: random.Random, mods: dict):
                                                 scale=rng.choice((None, None, 0.3))))
         if case.B * case.H * case.M * case.N * (case.D + case.Dv) <= ATTENTION_WORK_CAP:
             break
-    attrs = some(rng, {"tile_n": tiling.WGMMA_WIDTHS + (48, 100), "consumers": (1, 2, 3, 4), "stages": range(1, 6),
-                       "schedule": tiling.SCHEDULES + ("dynamic",), "poly_exp2": tiling.POLY_EXP2 + (5,),
-                       "lazy_rescale": tiling.LAZY_RESCALE + (3,), "slope_step": (0, 1), "tensor_row_sum": (0, 1),
-                       "offset_table": (0, 1)})
+    attrs = some(rng, attr_values(kernel.ir))
     return kernel, attrs, case, attention_case
 
 
