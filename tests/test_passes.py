@@ -255,6 +255,43 @@ def test_default_hopper_tiles_follow_the_program():
     assert pipeline.lower(natten, h100, 256).attr("tile_n") == 64  # `//` and `%`: power-of-two tiles
 
 
+def _window(mask, decls="q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]"):
+    return pipeline.check(parse(f"attention w {{ {decls}\nmask(b, h, i, j) = {mask} }}", "w.kd"))[0]
+
+
+@pytest.mark.parametrize("mask, visited", [
+    ("j <= i and i - j < 256", 3), ("j <= i and i - j < 512", 5), ("j <= i and i - j < 1024", 9),
+    ("abs(i - j) <= 255", 5), ("j <= i", 32.5), ("h % 2 == 1 or j <= i", 64), ("j <= i or j < 4", 32.5)])
+def test_visited_tiles_counts_the_kv_tiles_of_a_row_tile(mask, visited):
+    """mask_analysis.visited_tiles: the median kv tiles a 128-row tile visits at length 8192,
+    over four heads; a window of W keys visits W / 128 + 1, causal half of the 64 on average."""
+    k = mask_analysis.run(_window(mask))
+    assert mask_analysis.visited_tiles(k) == visited
+
+
+def test_visited_tiles_unknown_where_the_mask_reads_data_or_other_dims():
+    data = mask_analysis.run(pipeline.check(parse(
+        "attention w { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]; n: i32[B]\n"
+        "mask(b, h, i, j) = j < n[b] }", "w.kd"))[0])
+    assert mask_analysis.visited_tiles(data) is None
+    # the lengths under the user's own names; another dim (D) is not the length
+    assert mask_analysis.visited_tiles(mask_analysis.run(_window(
+        "j <= i and i - j < 512", "q: bf16[Bt, Hd, S, E]; k: bf16[Bt, Hd, T, E]; v: bf16[Bt, Hd, T, E]"))) == 5
+    assert mask_analysis.visited_tiles(mask_analysis.run(_window("j <= i and i - j < D"))) is None
+
+
+def test_narrow_windows_keep_128_query_rows():
+    """tiling.NARROW_BAND_TILES: a window whose row tile visits at most 8 kv tiles keeps two
+    consumer warpgroups at head dims up to 64 (192 rows span one more tile of the band); a window
+    of 1024 keys (9 tiles, samples/sliding_window.kd) and causal keep three."""
+    h100 = get_target("sm_90a")
+    consumers = lambda mask, d=64: pipeline.lower(_window(mask), h100, d).attr("consumers")  # noqa: E731
+    assert consumers("j <= i and i - j < 256") == consumers("j <= i and i - j < 1024 - 128") == 2
+    assert consumers("abs(i - j) <= 255") == consumers("abs(i - j) <= 255", 32) == 2
+    assert consumers("j <= i and i - j < 1024") == consumers("j <= i") == consumers("j <= i", 32) == 3
+    assert consumers("j <= i and i - j < 2048") == 3
+
+
 def test_lazy_rescale_by_default_with_three_consumer_warpgroups_only():
     """tiling.LAZY_RESCALE: on for the issue-bound 192-row tiles, off elsewhere (it cost plain
     D=128 5 %), and an override is kept or refused like any schedule attr."""

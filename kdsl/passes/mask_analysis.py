@@ -75,6 +75,31 @@ _MAX_NODES = 512
 _MAX_DEPTH = 64
 
 
+def visited_tiles(k: ir.Kernel, length: int = 8192, tile: int = 128, heads: int = 4) -> float | None:
+    """How many kv tiles a row tile visits (those tile_empty does not rule out), the median
+    over the row tiles of a length x length problem's first `heads` heads: about W / tile + 1
+    for a window of W keys, length / (2 tile) for a causal mask, every tile without a mask.
+    None where the predicate reads captured data or a dim other than the lengths and heads."""
+    e = k.func("tile_empty")
+    if e is None:
+        return float(-(-length // tile))
+    q, kv = k.tensor("q").shape, k.tensor("k").shape
+    dims = {d.name: n for d, n in ((q[0], 1), (q[1], heads), (kv[1], heads), (q[2], length), (kv[2], length))
+            if isinstance(d, ir.Var)}
+    names = {n.name for n in ir.walk(e) if isinstance(n, ir.Var)}
+    if any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(e)) \
+            or not names <= {"q0", "q1", "k0", "k1", "b", "h", *dims}:
+        return None
+    import numpy as np
+    from ..semantics import eval_numpy
+    start = np.arange(0, length, tile)
+    h, q0, k0 = np.meshgrid(np.arange(heads), start, start, indexing="ij")
+    env = {**dims, "b": 0, "h": h, "q0": q0, "q1": np.minimum(q0 + tile, length) - 1, "k0": k0,
+           "k1": np.minimum(k0 + tile, length) - 1}
+    empty = np.broadcast_to(eval_numpy(e, env, {}), h.shape)
+    return float(np.median((~empty).sum(axis=2)))
+
+
 def interval(e: ir.Expr) -> Interval:
     """Bounds of an i32 expression over the block."""
     return _Analysis().interval(e)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..errors import KdslError
-from . import affine_score, gemm_tiles, offset_score, streaming
+from . import affine_score, gemm_tiles, mask_analysis, offset_score, streaming
 from .target import Target
 
 # Head dims: the Hopper kernel takes any multiple of 16 up to 256 for q/k (head_dim) and for
@@ -44,6 +44,13 @@ WGMMA_WIDE_TILES = {96: (176, 2, 2), 128: (176, 2, 2)}
 # consumer warpgroups (232 registers each after setmaxnreg); three get 160 each.
 ACCUMULATOR_REGS = 208
 THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
+# A row tile that visits this many kv tiles or fewer (mask_analysis.visited_tiles: a window of
+# up to ~1000 keys) keeps 128 rows: three warpgroups' 192 rows span one more kv tile of the band
+# and a work item's fixed cost is spread over fewer tiles. H200, D=64, two warpgroups against
+# three on windows of W keys (visited tiles): 256 (3) x1.19, 512 (5) x1.06-1.10, 640 (6) x1.05,
+# 768 (7) x1.03, 896 (8) x1.02, 1024 (9) x0.98-1.01, 2048 (17) x0.95; a two-sided window of 511
+# keys (5) x1.06-1.08; D=32 gains more (512: x1.11, 1024: x1.05). bench/NOTES.md, 38th session.
+NARROW_BAND_TILES = 8
 # A tile the model counts up to this many registers over ACCUMULATOR_REGS is a trial: it is
 # built first and kept only where ptxas does not spill; where it does, compiler.build builds the
 # next tile (attr spill_fallback). At head dim 256, 80 keys (220) ran plain x1.10 and causal
@@ -245,7 +252,8 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     (document masks spilled 41 instructions there) or, streamed, a tile that grows with the
     q tile (bias[q, kv] would lose a stage); 192 rows straddle the power-of-two blocks of a
     `//` or `%` mask (chunked causal -9 %, a dilated window -3.3 %; natten2d +12 % was the
-    exception); a tanh under a window mask lost 5.5 % (Gemma-2's local layers).
+    exception); a tanh under a window mask lost 5.5 % (Gemma-2's local layers); and a narrow
+    band (NARROW_BAND_TILES) keeps 128 rows.
     wide: no mask and a score of arithmetic on indices only: the wider kv tile amortises
     per-tile costs (the O rescale, the row max, the turns). A tanh or exp per element keeps the
     softmax on the MUFU unit, where it does not pay, and loads of captured data per element
@@ -259,7 +267,9 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     loads = any(isinstance(n, ir.Load) for n in nodes)
     transcendental = any(isinstance(n, ir.Op) and n.op in ir.FLOAT_FUNCS for n in nodes)
     per_element = any(ir.loads_at(e, streaming.PER_ELEMENT) for e in (score, mask) if e is not None)
-    tall = not per_element and not blocky and not (mask is not None and transcendental)
+    visited = mask_analysis.visited_tiles(k) if mask is not None else None
+    narrow = visited is not None and visited <= NARROW_BAND_TILES
+    tall = not per_element and not blocky and not (mask is not None and transcendental) and not narrow
     return {"tall": tall, "wide": mask is None and not (loads or transcendental), "trial": not blocky}
 
 

@@ -5,6 +5,10 @@ heads under masks, fp16, head dims 64, 80 and 256. Same harness as `kdsl bench` 
 timed in turns, L2 flushed); prints kernel, shape, kdsl TFLOPS and the ratio to each peer.
 
     python3 tools/dev/shape_sweep.py [--reps 50] [--only causal_gqa,plain]
+    python3 tools/dev/shape_sweep.py --file my_variants.kd [--shapes "B=2,H=16,M=4096,N=4096,D=128;..."]
+
+--file times every attention kernel of a file at each of --shapes; a kernel whose k has its own
+head count gets Hkv = H / 4, one whose v has its own head dim gets Dv = 2 D (at most 256).
 """
 from __future__ import annotations
 
@@ -46,16 +50,40 @@ def cases():
     ]
 
 
+FILE_SHAPES = "B=2,H=16,M=4096,N=4096,D=128;B=4,H=16,M=2048,N=2048,D=64"
+
+
+def file_cases(path: str, shapes: str):
+    """Every attention kernel of `path` at each shape ("B=..,H=..,M=..,N=..,D=..;...")."""
+    import kdsl
+    from kdsl.bench import Case
+    out = []
+    for name, kir in kdsl.load(path).ir.items():
+        if kir.kind != "attention":
+            continue
+        q, k, v = (kir.tensor(t).shape for t in "qkv")
+        for text in filter(None, shapes.split(";")):
+            shape = {key: int(val) for key, val in (item.split("=") for item in text.split(","))}
+            if k[1] != q[1]:
+                shape.setdefault("Hkv", max(1, shape["H"] // 4))
+            if v[3] != q[3]:
+                shape.setdefault("Dv", min(256, 2 * shape["D"]))
+            out.append(Case(path, name, shape))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--only", default="")
+    ap.add_argument("--file", help="time every attention kernel of this .kd file instead")
+    ap.add_argument("--shapes", default=FILE_SHAPES, help="with --file: shapes separated by ';'")
     args = ap.parse_args()
     import torch
     import kdsl
     from kdsl import bench
     only = set(filter(None, args.only.split(",")))
-    todo = [c for c in cases() if not only or c.kernel in only]
+    todo = [c for c in (file_cases(args.file, args.shapes) if args.file else cases()) if not only or c.kernel in only]
     modules = {f: kdsl.load(f) for f in {c.file for c in todo}}
     print(torch.cuda.get_device_name(), flush=True)
     for row in bench.run(todo, modules, args.reps, {"flex", "cudnn"}, progress=False):
