@@ -88,16 +88,51 @@ def standard_suite() -> list[Case]:
     return cases
 
 
-def file_cases(path: str, mod) -> list[Case]:
+DEFAULT_SHAPES = {"attention": dict(B=2, H=16, M=8192, N=8192, D=128), "dense": dict(M=4096, N=7168, K=16384),
+                  "contiguous": dict(G=4, M=4 * 8192, N=4096, K=7168), "masked": dict(G=4, M=256, N=4096, K=7168)}
+
+
+def shape_kind(text: str) -> str:
+    """'attention' or 'gemm': a GEMM shape names K."""
+    return "gemm" if "K" in {part.partition("=")[0].strip() for part in text.split(",")} else "attention"
+
+
+def parse_shape(text: str, kind: str) -> dict:
+    """'B=2,H=16,M=8192,N=8192,D=128' (attention; Hkv and Dv optional) or 'M=4096,N=7168,K=16384'
+    (GEMM; G for grouped) -> dict; ValueError naming what is wrong."""
+    need = ("B", "H", "M", "N", "D") if kind == "attention" else ("M", "N", "K")
+    allowed = set(need) | ({"Hkv", "Dv"} if kind == "attention" else {"G"})
+    shape = {}
+    for part in filter(None, text.split(",")):
+        name, eq, value = part.partition("=")
+        name = name.strip()
+        if not eq or name not in allowed or not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"shape '{text}': expected NAME=POSITIVE_INT with NAME in {', '.join(sorted(allowed))}")
+        shape[name] = int(value)
+    missing = [n for n in need if n not in shape]
+    if missing:
+        raise ValueError(f"shape '{text}' lacks {', '.join(missing)}")
+    return shape
+
+
+def file_cases(path: str, mod, shapes: tuple = ()) -> list[Case]:
+    """Each kernel of a file at each of `shapes` (parse_shape's dicts) of its kind, or at
+    DEFAULT_SHAPES; an attention shape takes the sizes the program's declarations fix (a
+    literal head dim, k with q's head count) as declared."""
+    from .cases import AttentionCase, conform
     cases = []
     for name, k in mod.ir.items():
+        kind = "gemm" if k.kind == "gemm" else "attention"
+        mine = [s for s in shapes if ("K" in s) == (kind == "gemm")]
         if k.kind == "attention":
-            cases.append(Case(path, name, dict(B=2, H=16, M=8192, N=8192, D=128)))
+            for s in mine or [DEFAULT_SHAPES["attention"]]:
+                c = conform(k, AttentionCase(s["B"], s["H"], s.get("Hkv", s["H"]), s["M"], s["N"], s["D"],
+                                             Dv=s.get("Dv", 0)))
+                shape = dict(B=c.B, H=c.H, M=c.M, N=c.N, D=c.D)
+                shape.update({"Hkv": c.Hkv} if c.Hkv != c.H else {}, **({"Dv": c.Dv} if c.Dv not in (0, c.D) else {}))
+                cases.append(Case(path, name, shape))
         else:
-            g = k.attr("grouping")
-            shape = {"dense": dict(M=4096, N=7168, K=16384), "contiguous": dict(G=4, M=4 * 8192, N=4096, K=7168),
-                     "masked": dict(G=4, M=256, N=4096, K=7168)}[g]
-            cases.append(Case(path, name, shape, "gemm"))
+            cases += [Case(path, name, s, "gemm") for s in mine or [DEFAULT_SHAPES[k.attr("grouping")]]]
     return cases
 
 

@@ -57,6 +57,10 @@ def main(argv=None) -> int:
     bn.add_argument("--vs", default="flex,cudnn,scaled_mm,cublas_bf16,read_b", metavar="PEERS",
                     help="comma-separated peers: flex, cudnn, scaled_mm, cublas_bf16, read_b (default: all)")
     bn.add_argument("--only", metavar="KERNELS", help="comma-separated kernel names: time only these cases")
+    bn.add_argument("--shapes", nargs="+", metavar="SHAPE", default=[],
+                    help="FILE's kernels at these shapes, e.g. B=2,H=16,M=4096,N=4096,D=128[,Hkv=4,Dv=64] (attention) "
+                    "or M=4096,N=7168,K=16384[,G=4] (GEMM); a kernel with no shape of its kind is timed at the "
+                    "default one (attention B=2,H=16,M=N=8192,D=128)")
     bn.add_argument("--reps", type=int, default=100, help="timed repetitions per measurement (default 100)")
     bn.add_argument("-o", "--out-dir", default="bench/results", metavar="OUT_DIR")
     _tune_parser(sub)
@@ -197,11 +201,17 @@ def _bench(args) -> int:
     unknown = peers - set(bench.PEER_NAMES)
     if unknown:
         raise KdslError(f"unknown peer(s) {sorted(unknown)}; choose from {', '.join(bench.PEER_NAMES)}")
+    if args.shapes and not args.files:
+        raise KdslError("--shapes applies to the kernels of .kd files; the standard suite's shapes are fixed")
+    try:
+        shapes = [bench.parse_shape(text, bench.shape_kind(text)) for text in args.shapes]
+    except ValueError as e:
+        raise KdslError(f"--shapes: {e}") from None
     cases = bench.standard_suite() if args.suite else []
     files = sorted({c.file for c in cases} | set(args.files))
     modules = {f: load(f) for f in files}
     for f in args.files:
-        cases += bench.file_cases(f, modules[f])
+        cases += bench.file_cases(f, modules[f], shapes)
     if args.only:
         wanted = {n.strip() for n in args.only.split(",") if n.strip()}
         missing = wanted - {c.kernel for c in cases}

@@ -199,3 +199,40 @@ def test_host_time_is_measured_for_the_first_dense_fp8_case_only():
     modules = {f: kdsl.load(f, interpret=True) for f in files}
     grouped = [c for c in cases if c.kernel != "fp8_gemm"]
     assert bench.host_time(grouped, modules) == []  # no dense case: nothing measured (no GPU needed)
+
+
+def test_file_cases_take_the_given_shapes_of_each_kernels_kind():
+    """`kdsl bench FILE --shapes ...`: each attention kernel at every attention shape, each GEMM at
+    every GEMM shape, the default where none of its kind is given; sizes the declarations fix are
+    taken as declared (MLA's literal head dims 192 / 128; k with q's head count: no Hkv)."""
+    import kdsl
+    shapes = [bench.parse_shape(s, bench.shape_kind(s)) for s in
+              ("B=1,H=8,M=1000,N=1000,D=64,Hkv=2", "B=2,H=4,M=17,N=300,D=32,Dv=64", "M=512,N=4096,K=7168,G=8")]
+    mla = kdsl.load(bench.ROOT / "samples" / "mla.kd", interpret=True)
+    assert [c.shape for c in bench.file_cases("mla.kd", mla, shapes)] == [
+        dict(B=1, H=8, M=1000, N=1000, D=192, Dv=128), dict(B=2, H=4, M=17, N=300, D=192, Dv=128)]
+    assert [c.shape for c in bench.file_cases("mla.kd", mla)] == [dict(B=2, H=16, M=8192, N=8192, D=192, Dv=128)]
+    gqa = kdsl.compile("attention g { q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, Dv] }\n"
+                       "attention p { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D] }\n"
+                       "gemm f { a: e4m3[M, K] block(1, 128); b: e4m3[N, K] block(128, 128); out: bf16[M, N] }",
+                       "g.kd", interpret=True)
+    got = [(c.kernel, c.kind, c.shape) for c in bench.file_cases("g.kd", gqa, shapes)]
+    assert got == [("g", "attention", dict(B=1, H=8, M=1000, N=1000, D=64, Hkv=2)),
+                   ("g", "attention", dict(B=2, H=4, M=17, N=300, D=32, Dv=64)),
+                   ("p", "attention", dict(B=1, H=8, M=1000, N=1000, D=64)),
+                   ("p", "attention", dict(B=2, H=4, M=17, N=300, D=32)),
+                   ("f", "gemm", dict(M=512, N=4096, K=7168, G=8))]
+    assert [c.shape for c in bench.file_cases("g.kd", gqa, shapes[2:]) if c.kernel == "p"] == [bench.DEFAULT_SHAPES["attention"]]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["samples/plain.kd", "--shapes", "B=1,H=2"], "lacks M, N, D"),
+    (["samples/plain.kd", "--shapes", "B=1,H=2,M=3,N=4,D=64,X=3"], "expected NAME=POSITIVE_INT"),
+    (["samples/fp8_gemm.kd", "--shapes", "M=128,N=256,K=0"], "expected NAME=POSITIVE_INT"),
+    (["--suite", "standard", "--shapes", "M=128,N=256,K=128"], "the standard suite's shapes are fixed")])
+def test_bench_shapes_are_refused_with_the_reason(args, needle):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "kdsl.cli", "bench", *args], capture_output=True, text=True,
+                       cwd=bench.ROOT)
+    assert r.returncode == 1 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -159,7 +159,7 @@ def test_gpu_path_records_registers_and_spills_from_the_cubin(monkeypatch):
 def test_shapes_and_budget_parse_or_say_why():
     from kdsl.errors import KdslError
     from kdsl.tune.command import parse_budget
-    from kdsl.tune.measure import parse_shape
+    from kdsl.bench import parse_shape
     assert parse_shape("B=2,H=16,M=8192,N=8192,D=128", "attention") == dict(B=2, H=16, M=8192, N=8192, D=128)
     assert parse_shape("M=128,N=7168,K=512,G=4", "gemm") == dict(M=128, N=7168, K=512, G=4)
     for bad in ("B=2,H=16,M=8192,N=8192", "B=2,H=16,M=0,N=1,D=64", "B=2,X=1", "B=two"):

@@ -94,8 +94,8 @@ def _rewriter(args):
 
 
 def _bench(k, args, target):
-    from ..bench import file_cases
-    from .measure import Bench, parse_shape
+    from ..bench import file_cases, parse_shape
+    from .measure import Bench
     if args.shapes:
         try:
             shapes = [parse_shape(s, k.kind) for s in args.shapes]

@@ -32,7 +32,7 @@ class Options:
     budget_s: float = 900.0
     verify_only: bool = False
     interpret: bool = False
-    shapes: list = field(default_factory=list)  # per kernel kind: list of shape dicts (measure.parse_shape)
+    shapes: list = field(default_factory=list)  # per kernel kind: list of shape dicts (bench.parse_shape)
     seed: int = 0
     progress: bool = False
 

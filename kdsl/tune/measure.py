@@ -27,7 +27,7 @@ class Bench:
         for i, s in enumerate(shapes):
             if original.kind == "attention":
                 case = conform(original, AttentionCase(s["B"], s["H"], s.get("Hkv", s["H"]), s["M"], s["N"], s["D"],
-                                                       seed=i))
+                                                       seed=i, Dv=s.get("Dv", 0)))
                 q, k, v, caps = attention_inputs(original, case, be)
                 self.inputs.append(((q, k, v), caps))
             else:
@@ -55,21 +55,3 @@ class Bench:
             tc.append(self._round(fc))
         return max(tc) < min(tb), {"best": statistics.median(tb), "candidate": statistics.median(tc),
                                    "best_interval": [min(tb), max(tb)], "candidate_interval": [min(tc), max(tc)]}
-
-
-def parse_shape(text: str, kind: str) -> dict:
-    """'B=2,H=16,M=8192,N=8192,D=128' (attention; Hkv optional) or 'M=4096,N=7168,K=16384'
-    (GEMM; G for grouped) -> dict; ValueError naming what is wrong."""
-    need = ("B", "H", "M", "N", "D") if kind == "attention" else ("M", "N", "K")
-    allowed = set(need) | ({"Hkv"} if kind == "attention" else {"G"})
-    shape = {}
-    for part in filter(None, text.split(",")):
-        name, eq, value = part.partition("=")
-        name = name.strip()
-        if not eq or name not in allowed or not value.strip().isdigit() or int(value) < 1:
-            raise ValueError(f"shape '{text}': expected NAME=POSITIVE_INT with NAME in {', '.join(sorted(allowed))}")
-        shape[name] = int(value)
-    missing = [n for n in need if n not in shape]
-    if missing:
-        raise ValueError(f"shape '{text}' lacks {', '.join(missing)}")
-    return shape

@@ -54,21 +54,17 @@ FILE_SHAPES = "B=2,H=16,M=4096,N=4096,D=128;B=4,H=16,M=2048,N=2048,D=64"
 
 
 def file_cases(path: str, shapes: str):
-    """Every attention kernel of `path` at each shape ("B=..,H=..,M=..,N=..,D=..;...")."""
+    """Every attention kernel of `path` at each shape ("B=..,H=..,M=..,N=..,D=..;..."), with
+    Hkv = H / 4 and Dv = 2 D (at most 256) where the program leaves them free."""
     import kdsl
-    from kdsl.bench import Case
+    from kdsl import bench
+    mod = kdsl.load(path)
     out = []
-    for name, kir in kdsl.load(path).ir.items():
-        if kir.kind != "attention":
-            continue
-        q, k, v = (kir.tensor(t).shape for t in "qkv")
-        for text in filter(None, shapes.split(";")):
-            shape = {key: int(val) for key, val in (item.split("=") for item in text.split(","))}
-            if k[1] != q[1]:
-                shape.setdefault("Hkv", max(1, shape["H"] // 4))
-            if v[3] != q[3]:
-                shape.setdefault("Dv", min(256, 2 * shape["D"]))
-            out.append(Case(path, name, shape))
+    for text in filter(None, shapes.split(";")):
+        shape = bench.parse_shape(text, "attention")
+        shape.setdefault("Hkv", max(1, shape["H"] // 4))
+        shape.setdefault("Dv", min(256, 2 * shape["D"]))
+        out += [c for c in bench.file_cases(path, mod, [shape]) if c.kind == "attention"]
     return out
 
 
