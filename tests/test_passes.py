@@ -280,6 +280,18 @@ def test_visited_tiles_unknown_where_the_mask_reads_data_or_other_dims():
     assert mask_analysis.visited_tiles(mask_analysis.run(_window("j <= i and i - j < D"))) is None
 
 
+def test_visited_tiles_of_a_predicate_dividing_by_the_head_index_warns_nothing():
+    """The heads counted include h = 0; a tile predicate (an IR file may give its own) that divides
+    by h still counts, with no numpy warning reaching the user."""
+    import warnings
+    v = lambda name: ir.Var("i32", name)  # noqa: E731
+    k = mask_analysis.run(_window("j <= i")).with_func(
+        "tile_empty", ir.Op("bool", "gt", (ir.Op("i32", "floordiv", (v("k0"), v("h"))), v("q1"))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert mask_analysis.visited_tiles(k) is not None
+
+
 def test_narrow_windows_keep_128_query_rows():
     """tiling.NARROW_BAND_TILES: a window whose row tile visits at most 8 kv tiles keeps two
     consumer warpgroups at head dims up to 64 (192 rows span one more tile of the band); a window

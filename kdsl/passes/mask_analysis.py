@@ -96,8 +96,12 @@ def visited_tiles(k: ir.Kernel, length: int = 8192, tile: int = 128, heads: int 
     h, q0, k0 = np.meshgrid(np.arange(heads), start, start, indexing="ij")
     env = {**dims, "b": 0, "h": h, "q0": q0, "q1": np.minimum(q0 + tile, length) - 1, "k0": k0,
            "k1": np.minimum(k0 + tile, length) - 1}
-    empty = np.broadcast_to(eval_numpy(e, env, {}), h.shape)
-    return float(np.median((~empty).sum(axis=2)))
+    try:
+        with np.errstate(all="ignore"):  # a predicate's division by a head index of 0: not a window
+            empty = np.broadcast_to(eval_numpy(e, env, {}), h.shape)
+    except (ArithmeticError, ValueError):
+        return None
+    return float(np.median((~empty.astype(bool)).sum(axis=2)))
 
 
 def interval(e: ir.Expr) -> Interval:
