@@ -122,14 +122,16 @@ def file_cases(path: str, mod, shapes: tuple = ()) -> list[Case]:
     from .cases import AttentionCase, conform
     cases = []
     for name, k in mod.ir.items():
-        kind = "gemm" if k.kind == "gemm" else "attention"
-        mine = [s for s in shapes if ("K" in s) == (kind == "gemm")]
+        mine = [s for s in shapes if ("K" in s) == (k.kind == "gemm")]
         if k.kind == "attention":
             for s in mine or [DEFAULT_SHAPES["attention"]]:
                 c = conform(k, AttentionCase(s["B"], s["H"], s.get("Hkv", s["H"]), s["M"], s["N"], s["D"],
                                              Dv=s.get("Dv", 0)))
                 shape = dict(B=c.B, H=c.H, M=c.M, N=c.N, D=c.D)
-                shape.update({"Hkv": c.Hkv} if c.Hkv != c.H else {}, **({"Dv": c.Dv} if c.Dv not in (0, c.D) else {}))
+                if c.Hkv != c.H:
+                    shape["Hkv"] = c.Hkv
+                if c.Dv not in (0, c.D):
+                    shape["Dv"] = c.Dv
                 cases.append(Case(path, name, shape))
         else:
             cases += [Case(path, name, s, "gemm") for s in mine or [DEFAULT_SHAPES[k.attr("grouping")]]]

@@ -162,6 +162,7 @@ def test_shapes_and_budget_parse_or_say_why():
     from kdsl.bench import parse_shape
     assert parse_shape("B=2,H=16,M=8192,N=8192,D=128", "attention") == dict(B=2, H=16, M=8192, N=8192, D=128)
     assert parse_shape("M=128,N=7168,K=512,G=4", "gemm") == dict(M=128, N=7168, K=512, G=4)
+    assert parse_shape("B=1,H=8,M=5,N=9,D=64,Hkv=2,Dv=128", "attention") == dict(B=1, H=8, M=5, N=9, D=64, Hkv=2, Dv=128)
     for bad in ("B=2,H=16,M=8192,N=8192", "B=2,H=16,M=0,N=1,D=64", "B=2,X=1", "B=two"):
         with pytest.raises(ValueError):
             parse_shape(bad, "attention")

@@ -97,7 +97,7 @@ def visited_tiles(k: ir.Kernel, length: int = 8192, tile: int = 128, heads: int 
     env = {**dims, "b": 0, "h": h, "q0": q0, "q1": np.minimum(q0 + tile, length) - 1, "k0": k0,
            "k1": np.minimum(k0 + tile, length) - 1}
     try:
-        with np.errstate(all="ignore"):  # a predicate's division by a head index of 0: not a window
+        with np.errstate(all="ignore"):  # h = 0 is counted: a predicate dividing by h must not warn
             empty = np.broadcast_to(eval_numpy(e, env, {}), h.shape)
     except (ArithmeticError, ValueError):
         return None
