@@ -1,6 +1,5 @@
 """passes/offset_score.py: score_log2 == scale_log2 * c * qk + g(b, h, q - kv), the offset part
 the Hopper kernel evaluates into a table per tile (attr offset_table)."""
-import random
 
 import numpy as np
 import pytest

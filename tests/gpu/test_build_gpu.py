@@ -37,7 +37,7 @@ def test_cold_build_compiles_from_scratch_where_the_driver_cache_would_answer():
 
 def test_load_starts_every_head_dim_and_a_call_uses_its_own(monkeypatch):
     monkeypatch.delenv("KDSL_PREBUILD", raising=False)
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     cache.clear_memory()
     mod = _fresh_relpos()
     for t in threading.enumerate():

@@ -17,7 +17,7 @@ SHAPES = [(2, 4, 4, 256, 256, 64), (1, 2, 2, 1, 1, 64), (2, 2, 2, 129, 127, 64),
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", ["relpos", "causal", "alibi", "softcap", "document_mask", "prefix_lm"])
 def test_row_sums_from_the_tensor_cores_match_reference(name, shape):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     mod = kdsl.load(ROOT / "samples" / f"{name}.kd")
     kern = getattr(mod, name).with_attrs(tensor_row_sum=1)
     _check(mod, name, shape, seed=hash((name, shape)) % 2**31, kernel=kern)

@@ -4,7 +4,6 @@ process. Not the benchmark of record (that is `kdsl bench --suite standard`).
 
     python3 tools/dev/hopper_attn.py [--quick]
 """
-import sys
 import time
 
 import torch
