@@ -267,9 +267,10 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     loads = any(isinstance(n, ir.Load) for n in nodes)
     transcendental = any(isinstance(n, ir.Op) and n.op in ir.FLOAT_FUNCS for n in nodes)
     per_element = any(ir.loads_at(e, streaming.PER_ELEMENT) for e in (score, mask) if e is not None)
-    visited = mask_analysis.visited_tiles(k) if mask is not None else None
-    narrow = visited is not None and visited <= NARROW_BAND_TILES
-    tall = not per_element and not blocky and not (mask is not None and transcendental) and not narrow
+    tall = not per_element and not blocky and not (mask is not None and transcendental)
+    if tall and mask is not None:  # the band is counted only where it decides
+        visited = mask_analysis.visited_tiles(k)
+        tall = visited is None or visited > NARROW_BAND_TILES
     return {"tall": tall, "wide": mask is None and not (loads or transcendental), "trial": not blocky}
 
 
