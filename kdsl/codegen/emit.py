@@ -12,7 +12,7 @@ import jinja2
 
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
-from ..passes import exp2_fold, gemm_tiles, mask_analysis, streaming, tiling
+from ..passes import exp2_fold, gemm_tiles, mask_analysis, score_grad, streaming, tiling
 from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
 
 HERE = Path(__file__).parent
@@ -106,12 +106,13 @@ def _on(x) -> str:
     return "true" if x else "false"
 
 
-def _attention(k: ir.Kernel) -> Generated:
+def _attention_names(k: ir.Kernel):
+    """What the Variant's expressions call each IR variable and captured tensor, and the
+    Captures struct's fields (the captured tensors, then the dims only they bind)."""
     d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
     variables = {"qk": "qk", "scale_log2": "a.scale_log2", "scale": "c.scale", "b": "b", "h": "h", "q": "q",
                  "kv": "kv", "qf": "qf", "kvf": split_position("kvf"), "dqkf": split_position("dqkf"),
                  "q0": "q0", "q1": "q1", "k0": "k0", "k1": "k1"}
-    extra = attention_capture_dims(k)
     for name, (t, axis) in k.dims.items():
         fixed = {("q", 3): str(d), ("v", 3): str(dv)}  # head dims: compile-time constants
         variables[name] = fixed.get((t, axis)) or _ATTN_DIM_FIELDS.get((t, axis), f"c.{dim_ident(name)}")
@@ -121,7 +122,14 @@ def _attention(k: ir.Kernel) -> Generated:
         if t.role == "capture":
             captures[t.name] = Capture(f"c.{capture_ident(t.name)}", t.dtype, tuple(pre(s) for s in t.shape))
             fields.append({"ctype": _CAPTURE_CTYPE[t.dtype], "name": capture_ident(t.name)})
-    fields += [{"ctype": "int", "name": dim_ident(n)} for n in extra]
+    fields += [{"ctype": "int", "name": dim_ident(n)} for n in attention_capture_dims(k)]
+    return variables, captures, fields
+
+
+def _attention(k: ir.Kernel) -> Generated:
+    d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
+    extra = attention_capture_dims(k)
+    variables, captures, fields = _attention_names(k)
     template = "attention_wgmma.cu.j2" if k.attr("kernel") == "wgmma" else "attention.cu.j2"
     # The wgmma sequences of head dims other than the measured ones, and the one-instruction
     # wrappers of tiles other than the default ones: headers of their own, so that the
@@ -148,6 +156,37 @@ def _attention(k: ir.Kernel) -> Generated:
         threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
         v=_variant(k, variables, captures))
     return Generated(k.name, entry_name(k), src, extra)
+
+
+def backward_launch(d: int, dv: int) -> tuple[int, int]:
+    """(dynamic shared memory bytes, threads) of the backward kernel (attention_bwd.cuh's
+    BwdCfg; the generated source asserts that the two agree)."""
+    dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
+    bm = bn = 64
+    smem = 2 * (bm * dp + bm * dvp + bn * dp + bn * dvp + 2 * bm * bn) + 8 * bm
+    return smem, 32 * 4 * (2 if max(dp, dvp) > 64 else 1)
+
+
+def generate_backward(k: ir.Kernel) -> Generated:
+    """The backward kernel of a lowered attention kernel (attention_bwd.cuh): the forward's
+    Variant for its mask and tile classes, and the score with its derivative in s
+    (passes/score_grad.py) as the program wrote it, positions converted in place."""
+    d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
+    variables, captures, fields = _attention_names(k)
+    natural = CEmitter({**variables, "s": "s", "qf": "((float)q)", "kvf": "((float)kv)",
+                        "dqkf": "((float)(q - kv))"}, captures)
+    score = k.func("score") or ir.Var("f32", "s")
+    smem, threads = backward_launch(d, dv)
+    entry = entry_name(k) + "_bwd"
+    forward = "kdsl/attention_wgmma.cuh" if k.attr("kernel") == "wgmma" else "kdsl/attention_mma.cuh"
+    src = _env().get_template("attention_backward.cu.j2").render(
+        prelude="#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "", version=__version__,
+        source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, forward_header=forward,
+        elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), poly_exp2=0, lazy_rescale=0,
+        tensor_row_sum=_on(False), smem=smem, threads=threads, entry=entry, fields=fields,
+        v=_variant(k, variables, captures),
+        grad=dict(score=natural(score), dscore=natural(score_grad.score_grad(k))))
+    return Generated(k.name, entry, src, attention_capture_dims(k))
 
 
 def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:

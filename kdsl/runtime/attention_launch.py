@@ -10,7 +10,7 @@ from ..errors import KdslError, LaunchError
 from ..passes import affine_score, exp2_fold, index_floats, pipeline, tiling
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar
-from . import arrays, geometry, splitkv, summary, torch_ops
+from . import arrays, attention_backward, geometry, splitkv, summary, torch_ops
 from .bounds import check_capture_indices
 from .programs import Program
 from .driver import ArgPack
@@ -44,16 +44,24 @@ class AttentionKernel(KernelBase):
         if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
             return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
+        if (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
+                or getattr(v, "requires_grad", False)) and attention_backward.wants_grad(q, k, v):
+            return attention_backward.attention_with_grad(self, q, k, v, caps, out, lse, scale, tile_summary)
+        return self._run(q, k, v, caps, out, lse, scale, tile_summary)
+
+    def _run(self, q, k, v, caps, out, lse, scale, tile_summary, keep_lse: bool = False):
+        """The eager forward; keep_lse: return (out, lse) whether or not the kernel declares lse
+        (autograd keeps it for the backward)."""
         plan = self._plan_for(q, k, v, caps, out, lse, scale)
         if plan.stream_arg is not None and _ptr(caps[plan.stream_arg]) & 15:
             plan = self._plan_for(q, k, v, caps, out, lse, scale, stream=False)  # TMA needs 16-byte alignment
         torch_like = plan.framework == "torch"
         if out is None:
             out = plan.new_out()
-        if self.has_lse and lse is None:
+        if (self.has_lse or keep_lse) and lse is None:
             lse = plan.new_lse()
         if plan.loaded is None:
-            return self._without_launch(plan, out, lse)
+            return self._without_launch(plan, out, lse, keep_lse)
         if plan.q_sign != 1:
             q = -q if plan.q_sign < 0 else q * 0
         ptrs = [x.data_ptr() for x in (q, k, v, out)] if torch_like else [x.data.ptr for x in (q, k, v, out)]
@@ -82,7 +90,7 @@ class AttentionKernel(KernelBase):
             # alive. (And torch.compile's CUDA-graph trees refuse live allocations of a captured
             # call that are not its outputs: split-KV's partials kept here failed there.)
             plan.keep_alive = ()
-        return (out, lse) if self.has_lse else out
+        return (out, lse) if self.has_lse or keep_lse else out
 
     def tile_summary(self, q, k, v, *captures, scale=None, **named) -> TileSummary:
         """The runtime tile summary of a mask that reads data (e.g. document ids), computed
@@ -134,13 +142,13 @@ class AttentionKernel(KernelBase):
         plan.keep_alive += (buf,)
         return _ptr(buf)
 
-    def _without_launch(self, plan, out, lse):
+    def _without_launch(self, plan, out, lse, keep_lse: bool = False):
         """Empty output, or no keys at all: what the kernel would write, without a launch."""
         if plan.work == "no_keys":
             arrays.fill(out, 0.0)
             if lse is not None:
                 arrays.fill(lse, -math.inf)
-        return (out, lse) if self.has_lse else out
+        return (out, lse) if self.has_lse or keep_lse else out
 
     def _collect_captures(self, positional, named):
         names = [t.name for t in self.captures]

@@ -44,7 +44,7 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
     A schedule chosen as a trial (a tile, the row sums by P V, the slope step) that ptxas
     spills is dropped, one after the other, and the kernel built again without it."""
     built = _build(k, arch, head_dim, want_cubin, trace, value_dim, program)
-    while want_cubin:
+    while want_cubin and not program.backward:  # the backward kernel has no trials
         retry = _without_spilled_trial(k, built.kernel, program)
         if retry is None or not spilled(built):
             break
@@ -170,8 +170,8 @@ def _finished(key: str, job) -> None:
 
 def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, program: Program = DEFAULT):
     lowered = pipeline.lower(k, get_target(arch), head_dim, value_dim)
-    gen = emit.generate(lowered)
-    # the same source for every program: their defines are part of the key
+    gen = emit.generate_backward(lowered) if program.backward else emit.generate(lowered)
+    # the same source for every forward program: their defines are part of the key
     options = nvrtc.default_options(arch, emit.INCLUDE_DIR) + program.options(lowered, arch)
     key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)
     return lowered, gen, options, key

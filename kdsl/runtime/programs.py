@@ -25,10 +25,15 @@ class Program:
     stream: bool = True     # a streamed capture (passes/streaming.py) by TMA; False: loaded per element
     affine: bool = True     # a score affine in the key position in that form (passes/affine_score.py);
                             # False: as written, for a scale that makes the form's factor F <= 0
+    backward: bool = False  # the backward kernel (attention_bwd.cuh), a source of its own
 
     def options(self, lowered: ir.Kernel, arch: str) -> list[str]:
         """The NVRTC defines of this program of `lowered` (none where a flag does not apply)."""
         options = []
+        if self.backward:
+            if lowered.kind != "attention":
+                raise KdslError(f"{lowered.name}: only attention kernels have a backward kernel")
+            return options
         if self.split_kv:
             if lowered.kind != "attention" or lowered.attr("kernel") != "wgmma":
                 raise KdslError(f"{lowered.name}: split-KV is a Hopper attention kernel's (sm_90a), "

@@ -1,0 +1,267 @@
+// kdsl/attention_bwd.cuh — attention backward on mma.sync tensor cores (sm_80 .. sm_90a).
+//
+// FlashAttention-2's backward, for any kdsl score and mask: each CTA owns BN = 64 keys of
+// one (batch, k/v head), keeps their dK and dV in registers, and walks every query tile of
+// every query head that reads them (GQA: H / Hkv heads), recomputing
+//   S = Q K^T,  P = exp(g(scale S) - lse),  dP = dO V^T,
+//   dS = P (dP - delta) g'(scale S) scale,  delta = rowsum(dO * O)  (the host computes it),
+// then dV += P^T dO, dK += dS^T Q, and dQ += dS K by fp32 atomics into dq_acc [B, H, M, D],
+// which the host zeroes before and converts after. g is the program's score (Grad::score, in
+// natural units) and g' its derivative in s (passes/score_grad.py, Grad::dscore); lse is the
+// forward's natural-log logsumexp (-inf on rows that see no key: P = 0 there).
+// Tiles V::tile() calls empty are skipped; partial ones evaluate V::mask() per element (so do
+// all tiles of a mask whose tile class needs the runtime tile summary, which this kernel
+// does not build). Operands go through shared memory in 128-byte-swizzled rows, padded to a
+// multiple of 64 columns (zero-filled: padding adds nothing to any product).
+//
+// Launch contract (the generated extern "C" kernel forwards to attention_bwd):
+//   grid  = (ceil(N / 64), Hkv, B)    block = attention_bwd_threads<D, DV>()
+//   dynamic shared memory = attention_bwd_smem_bytes<D, DV>()
+// Warps: 4 row groups of 16 (query rows for S, dP and dQ; key rows for dK and dV) times 1 or
+// 2 column slices (2 once a padded head dim exceeds 64, halving each warp's accumulators).
+// Not yet Hopper-native (no wgmma, TMA or pipelining): correct first, fast later.
+#pragma once
+
+#include "kdsl/async_copy.cuh"
+#include "kdsl/attention_common.cuh"
+#include "kdsl/attention_mma.cuh"
+
+namespace kdsl {
+
+namespace attn_bwd_detail {
+
+template <int D, int DV>
+struct BwdCfg {
+  static constexpr int BM = 64, BN = 64;  // query rows per step, keys per CTA
+  static constexpr int DP = (D + 63) / 64 * 64, DVP = (DV + 63) / 64 * 64;  // padded head dims
+  static constexpr int CS = (DP > 64 || DVP > 64) ? 2 : 1;                    // column slices
+  static constexpr int kWarps = 4 * CS, kThreads = 32 * kWarps;
+  static constexpr int kQ = 0, kDO = kQ + BM * DP * 2, kK = kDO + BM * DVP * 2, kV = kK + BN * DP * 2;
+  static constexpr int kP = kV + BN * DVP * 2, kDS = kP + BM * BN * 2, kLse = kDS + BM * BN * 2;
+  static constexpr int kDelta = kLse + BM * 4, kSmemBytes = kDelta + BM * 4;
+  static_assert(D % 16 == 0 && DV % 16 == 0 && DP <= 256 && DVP <= 256, "head dims: multiples of 16 up to 256");
+};
+
+// Rows [0, ROWS) of a row-major [rows, COLS] global matrix into swizzled shared rows of WIDTH
+// columns: rows >= rows_valid and columns >= COLS land as zeros.
+template <class Elem, int COLS, int WIDTH, int ROWS, int THREADS>
+KDSL_DEVICE void load_rows(u32 dst, const Elem* src, int rows_valid, int tid) {
+  constexpr int kChunks = WIDTH / 8;
+#pragma unroll 4
+  for (int i = tid; i < ROWS * kChunks; i += THREADS) {
+    const int r = i / kChunks, ch = i % kChunks;
+    const bool ok = r < rows_valid && ch * 8 < COLS;
+    cp_async16(dst + attn_mma_detail::swz<WIDTH * 2>(r, ch), ok ? src + (i64)r * COLS + ch * 8 : src, ok ? 16u : 0u);
+  }
+}
+
+// ldmatrix addresses of one lane (row-major tiles of WIDTH columns, swizzled):
+// the A fragment of rows r0..r0+15, k columns 8 kc..8 kc+15
+template <int WIDTH>
+KDSL_DEVICE u32 a_frag_addr(u32 base, int r0, int kc, int lane) {
+  return base + attn_mma_detail::swz<WIDTH * 2>(r0 + (lane & 7) + 8 * ((lane >> 3) & 1), kc + (lane >> 4));
+}
+// B fragments of two n-tiles (rows n0..n0+15 of a [n][k] tile), k columns 8 kc..8 kc+15
+template <int WIDTH>
+KDSL_DEVICE u32 b_frag_addr(u32 base, int n0, int kc, int lane) {
+  return base + attn_mma_detail::swz<WIDTH * 2>(n0 + (lane & 7) + 8 * (lane >> 4), kc + ((lane >> 3) & 1));
+}
+// B fragments (transposed load) of two n-tiles, chunks nc and nc + 1, of a [k][n] tile's rows
+// k0..k0+15; the same address gives the A fragment of a transposed [k][m] tile, with m
+// chunks mc, mc + 1 in place of n, by b_t / a_t below
+template <int WIDTH>
+KDSL_DEVICE u32 bt_frag_addr(u32 base, int k0, int nc, int lane) {
+  return base + attn_mma_detail::swz<WIDTH * 2>(k0 + (lane & 7) + 8 * ((lane >> 3) & 1), nc + (lane >> 4));
+}
+template <int WIDTH>
+KDSL_DEVICE u32 at_frag_addr(u32 base, int k0, int mc, int lane) {
+  return base + attn_mma_detail::swz<WIDTH * 2>(k0 + (lane & 7) + 8 * (lane >> 4), mc + ((lane >> 3) & 1));
+}
+
+// acc[j] += A(rows r0.., k = 0..K) * B(n-tile j) over NT n-tiles from a [n][k] tile (n0 first)
+template <class Elem, int K, int WA, int WB, int NT>
+KDSL_DEVICE void mma_abt(float (&acc)[NT][4], u32 sa, int r0, u32 sb, int n0, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    u32 af[4];
+    attn_mma_detail::ldsm_x4(a_frag_addr<WA>(sa, r0, 2 * kk, lane), af[0], af[1], af[2], af[3]);
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) {
+      u32 b0, b1, b2, b3;
+      attn_mma_detail::ldsm_x4(b_frag_addr<WB>(sb, n0 + 8 * j, 2 * kk, lane), b0, b1, b2, b3);
+      attn_mma_detail::Mma<Elem>::run(acc[j], af, b0, b1);
+      attn_mma_detail::Mma<Elem>::run(acc[j + 1], af, b2, b3);
+    }
+  }
+}
+
+// acc[j] += A^T(rows m0.. of A^T, k = 0..K) * B(n-tile j), A stored [k][m] (width WA),
+// B stored [k][n] (width WB) from column c0
+template <class Elem, int K, int WA, int WB, int NT>
+KDSL_DEVICE void mma_atb(float (&acc)[NT][4], u32 sa, int m0, u32 sb, int c0, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    u32 af[4];
+    attn_mma_detail::ldsm_x4_t(at_frag_addr<WA>(sa, 16 * kk, m0 / 8, lane), af[0], af[1], af[2], af[3]);
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) {
+      u32 b0, b1, b2, b3;
+      attn_mma_detail::ldsm_x4_t(bt_frag_addr<WB>(sb, 16 * kk, c0 / 8 + j, lane), b0, b1, b2, b3);
+      attn_mma_detail::Mma<Elem>::run(acc[j], af, b0, b1);
+      attn_mma_detail::Mma<Elem>::run(acc[j + 1], af, b2, b3);
+    }
+  }
+}
+
+template <class Elem>
+KDSL_DEVICE void store_pair(Elem* p, float lo, float hi) {
+  *reinterpret_cast<u32*>(p) = attn_mma_detail::Mma<Elem>::pack(lo, hi);
+}
+
+}  // namespace attn_bwd_detail
+
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_smem_bytes() { return attn_bwd_detail::BwdCfg<D, DV>::kSmemBytes; }
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_threads() { return attn_bwd_detail::BwdCfg<D, DV>::kThreads; }
+
+template <class Elem, int D, int DV, class V, class G>
+KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c, const Elem* dout, const float* lse,
+                               const float* delta, float* dq_acc, Elem* dk, Elem* dv) {
+  using namespace attn_bwd_detail;
+  typedef BwdCfg<D, DV> C;
+  constexpr int BM = C::BM, BN = C::BN, DP = C::DP, DVP = C::DVP, CS = C::CS, T = C::kThreads;
+  constexpr int NT = BN / CS / 8;            // n-tiles of S and dP per warp
+  constexpr int KT = DP / CS / 8, VT = DVP / CS / 8;  // n-tiles of dK (and dQ), of dV per warp
+  static_assert(NT % 2 == 0 && KT % 2 == 0 && VT % 2 == 0, "fragments go in pairs of n-tiles");
+  extern __shared__ __align__(128) u8 kdsl_bwd_smem[];
+  const u32 base = smem_addr(kdsl_bwd_smem);
+  const u32 sQ = base + C::kQ, sDO = base + C::kDO, sK = base + C::kK, sV = base + C::kV;
+  const u32 sP = base + C::kP, sDS = base + C::kDS;
+  float* sLse = reinterpret_cast<float*>(kdsl_bwd_smem + C::kLse);
+  float* sDelta = reinterpret_cast<float*>(kdsl_bwd_smem + C::kDelta);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int rg = warp & 3, cs = warp >> 2;   // row group, column slice
+  const int n0 = blockIdx.x * BN, hkv = blockIdx.y, b = blockIdx.z;
+  const int M = a.M, N = a.N, group = a.H / a.Hkv;
+  const float scale = c.scale;
+
+  const i64 kv_head = (i64)b * a.Hkv + hkv;
+  load_rows<Elem, D, DP, BN, T>(sK, static_cast<const Elem*>(a.k) + (kv_head * N + n0) * D, N - n0, tid);
+  load_rows<Elem, DV, DVP, BN, T>(sV, static_cast<const Elem*>(a.v) + (kv_head * N + n0) * DV, N - n0, tid);
+  cp_async_commit();
+
+  float acc_dk[KT][4], acc_dv[VT][4];
+#pragma unroll
+  for (int j = 0; j < KT; ++j) acc_dk[j][0] = acc_dk[j][1] = acc_dk[j][2] = acc_dk[j][3] = 0.f;
+#pragma unroll
+  for (int j = 0; j < VT; ++j) acc_dv[j][0] = acc_dv[j][1] = acc_dv[j][2] = acc_dv[j][3] = 0.f;
+
+  for (int hg = 0; hg < group; ++hg) {
+    const int h = hkv * group + hg;
+    const i64 q_head = (i64)b * a.H + h;
+    for (int m0 = 0; m0 < M; m0 += BM) {
+      const int cls = V::kSummaries > 0 ? (int)kTilePartial : V::tile(a, c, b, h, m0, m0 + BM - 1, n0, n0 + BN - 1);
+      if (cls == kTileEmpty) continue;
+      __syncthreads();  // the last step's reads of sQ, sDO, sP, sDS are done
+      load_rows<Elem, D, DP, BM, T>(sQ, static_cast<const Elem*>(a.q) + (q_head * M + m0) * D, M - m0, tid);
+      load_rows<Elem, DV, DVP, BM, T>(sDO, dout + (q_head * M + m0) * DV, M - m0, tid);
+      cp_async_commit();
+      for (int i = tid; i < BM; i += T) {
+        const bool in = m0 + i < M;
+        sLse[i] = in ? lse[q_head * M + m0 + i] : neg_inf();
+        sDelta[i] = in ? delta[q_head * M + m0 + i] : 0.f;
+      }
+      cp_async_wait<0>();
+      __syncthreads();
+
+      // S = Q K^T and dP = dO V^T: query rows 16 rg.., keys BN / CS cs..
+      float s[NT][4], dp[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.f;
+      const int key0 = cs * (BN / CS);
+      mma_abt<Elem, DP, DP, DP, NT>(s, sQ, 16 * rg, sK, key0, lane);
+      mma_abt<Elem, DVP, DVP, DVP, NT>(dp, sDO, 16 * rg, sV, key0, lane);
+
+      // P and dS, elementwise; to shared memory as Elem for the products below
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int row = 16 * rg + g + 8 * hh, q = m0 + row;
+          float pv[2], dsv[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = key0 + 8 * j + 2 * t + e, kv = n0 + col;
+            bool keep = q < M && kv < N;
+            if (V::kHasMask && cls != kTileFull && keep) keep = V::mask(a, c, b, h, q, kv);
+            float p = 0.f, ds = 0.f;
+            const float row_lse = sLse[row];
+            if (keep && row_lse != neg_inf()) {
+              const float sn = s[j][2 * hh + e] * scale;
+              p = math_exp(G::score(a, c, sn, b, h, q, kv) - row_lse);
+              if (p != 0.f) ds = p * (dp[j][2 * hh + e] - sDelta[row]) * G::dscore(a, c, sn, b, h, q, kv) * scale;
+            }
+            pv[e] = p;
+            dsv[e] = ds;
+          }
+          const u32 off = attn_mma_detail::swz<BN * 2>(row, (key0 + 8 * j) / 8) + 4 * t;
+          attn_mma_detail::st_shared_u32(sP + off, attn_mma_detail::Mma<Elem>::pack(pv[0], pv[1]));
+          attn_mma_detail::st_shared_u32(sDS + off, attn_mma_detail::Mma<Elem>::pack(dsv[0], dsv[1]));
+        }
+      __syncthreads();
+
+      // dV += P^T dO and dK += dS^T Q: key rows 16 rg.., head-dim columns of slice cs
+      mma_atb<Elem, BM, BN, DVP, VT>(acc_dv, sP, 16 * rg, sDO, cs * (DVP / CS), lane);
+      mma_atb<Elem, BM, BN, DP, KT>(acc_dk, sDS, 16 * rg, sQ, cs * (DP / CS), lane);
+
+      // dQ += dS K: query rows 16 rg.., head-dim columns of slice cs, two n-tiles at a time
+#pragma unroll
+      for (int j = 0; j < KT; j += 2) {
+        float dq[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        const int c0 = cs * (DP / CS) + 8 * j;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+          u32 af[4], b0, b1, b2, b3;
+          attn_mma_detail::ldsm_x4(a_frag_addr<BN>(sDS, 16 * rg, 2 * kk, lane), af[0], af[1], af[2], af[3]);
+          attn_mma_detail::ldsm_x4_t(bt_frag_addr<DP>(sK, 16 * kk, c0 / 8, lane), b0, b1, b2, b3);
+          attn_mma_detail::Mma<Elem>::run(dq[0], af, b0, b1);
+          attn_mma_detail::Mma<Elem>::run(dq[1], af, b2, b3);
+        }
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int q = m0 + 16 * rg + g + 8 * hh, col = c0 + 8 * jj + 2 * t;
+            if (q < M && col < D) {
+              float* dst = dq_acc + (q_head * M + q) * D + col;
+              atomicAdd(dst, dq[jj][2 * hh]);
+              atomicAdd(dst + 1, dq[jj][2 * hh + 1]);
+            }
+          }
+      }
+    }
+  }
+
+  // dK and dV of this CTA's keys (every query head of the group added in)
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int kv = n0 + 16 * rg + g + 8 * hh;
+    if (kv >= N) continue;
+#pragma unroll
+    for (int j = 0; j < KT; ++j) {
+      const int col = cs * (DP / CS) + 8 * j + 2 * t;
+      if (col < D) store_pair(dk + (kv_head * N + kv) * D + col, acc_dk[j][2 * hh], acc_dk[j][2 * hh + 1]);
+    }
+#pragma unroll
+    for (int j = 0; j < VT; ++j) {
+      const int col = cs * (DVP / CS) + 8 * j + 2 * t;
+      if (col < DV) store_pair(dv + (kv_head * N + kv) * DV + col, acc_dv[j][2 * hh], acc_dv[j][2 * hh + 1]);
+    }
+  }
+}
+
+}  // namespace kdsl
