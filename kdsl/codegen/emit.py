@@ -163,8 +163,8 @@ def backward_launch(d: int, dv: int) -> tuple[int, int]:
     BwdCfg; the generated source asserts that the two agree)."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
     bm = bn = 64
-    smem = 2 * (bm * dp + bm * dvp + bn * dp + bn * dvp + 2 * bm * bn) + 8 * bm
-    return smem, 32 * 4 * (2 if max(dp, dvp) > 64 else 1)
+    smem = 2 * (2 * bm * dp + 2 * bm * dvp + bn * dp + bn * dvp + 2 * bm * bn) + 16 * bm
+    return smem, 32 * 4 * 2
 
 
 def generate_backward(k: ir.Kernel) -> Generated:

@@ -13,9 +13,8 @@ from conftest import ROOT, SAMPLES
 pytestmark = pytest.mark.gpu
 
 # q, k and v are bf16 and the kernel rounds P and dS to bf16 for its products (as
-# FlashAttention's backward does): relative Frobenius error of each gradient, measured against
-# at least FLOOR of its natural size (_natural_norm).
-GRAD_TOL, FLOOR = 2e-2, 1e-2
+# FlashAttention's backward does): relative Frobenius error of each gradient.
+GRAD_TOL = 2e-2
 
 # (B, H, Hkv, M, N, D, Dv)
 SHAPES = [(1, 2, 2, 1, 1, 64, 64), (2, 4, 2, 127, 129, 128, 128), (1, 4, 4, 200, 333, 64, 64),
@@ -68,22 +67,21 @@ def test_backward_matches_reference(case, shape):
     _, *want = grads(lambda q, k, v: reference.attention(kir, q, k, v, caps)[0], q, k, v, dout)
     for n, g, w, other in zip(("dq", "dk", "dv"), got, want, (k, q, None)):
         assert g.dtype == q.dtype and g.shape == w.shape
-        err = _grad_error(g, w, FLOOR * _natural_norm(g, dout, v, other, D, Dv))
-        assert err <= GRAD_TOL, f"{name} {shape}: {n} rel err {err:.3e}"
+        err = float((g.double() - w.double()).pow(2).sum().sqrt())
+        if N == 1 and other is not None:
+            # One key: its softmax is constant, so the true gradients of q and k are zeros; what
+            # a kernel leaves is the forward's bf16 rounding of P and O (2^-8 relative each)
+            bound = 2 ** -7 * _natural_norm(g, dout, v, other, D, Dv)
+            assert err <= bound, f"{name} {shape}: {n} = {err:.3e}, above the rounding bound {bound:.3e}"
+            continue
+        den = float(w.double().pow(2).sum().sqrt())
+        rel = err / den if den > 0 else err  # every key masked: the gradients are zeros
+        assert rel <= GRAD_TOL, f"{name} {shape}: {n} rel err {rel:.3e}"
 
 
 def _natural_norm(g, dout, v, other, D, Dv) -> float:
     """The norm a gradient of q or k has when each dS element is one unit of dP (rms(dO) rms(v)
-    sqrt(Dv)) times the scale and a row of the other operand: where a row sees a single key
-    the true gradients of q and k vanish (the softmax of one score is constant) and the bf16
-    rounding of the forward's P and O leaves a residue that no relative error can measure."""
-    if other is None:
-        return 0.0
+    sqrt(Dv)) times the scale and a row of the other operand."""
     scale = 1.0 / (D ** 0.5)
     rms = lambda x: float(x.double().pow(2).mean().sqrt())  # noqa: E731
     return scale * rms(dout) * rms(v) * Dv ** 0.5 * rms(other) * D ** 0.5 * g.numel() ** 0.5
-
-
-def _grad_error(g, w, floor: float) -> float:
-    err = float((g.double() - w.double()).pow(2).sum().sqrt())
-    return err / max(float(w.double().pow(2).sum().sqrt()), floor)

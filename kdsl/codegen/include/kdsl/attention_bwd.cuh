@@ -26,6 +26,10 @@
 #include "kdsl/attention_common.cuh"
 #include "kdsl/attention_mma.cuh"
 
+#ifndef KDSL_BWD_MIN_BLOCKS  // > 0: CTAs per SM to fit registers for instead of BwdCfg's choice (an A/B switch)
+#define KDSL_BWD_MIN_BLOCKS 0
+#endif
+
 namespace kdsl {
 
 namespace attn_bwd_detail {
@@ -34,11 +38,17 @@ template <int D, int DV>
 struct BwdCfg {
   static constexpr int BM = 64, BN = 64;  // query rows per step, keys per CTA
   static constexpr int DP = (D + 63) / 64 * 64, DVP = (DV + 63) / 64 * 64;  // padded head dims
-  static constexpr int CS = (DP > 64 || DVP > 64) ? 2 : 1;                    // column slices
+  static constexpr int CS = 2;                                                // column slices
   static constexpr int kWarps = 4 * CS, kThreads = 32 * kWarps;
-  static constexpr int kQ = 0, kDO = kQ + BM * DP * 2, kK = kDO + BM * DVP * 2, kV = kK + BN * DP * 2;
+  // CTAs an SM should hold (__launch_bounds__' second argument, so a register cap): two up to
+  // head dims 128, so that one CTA's loads overlap the other's math
+  static constexpr int kMinBlocks = KDSL_BWD_MIN_BLOCKS > 0 ? KDSL_BWD_MIN_BLOCKS : DP + DVP > 256 ? 1 : 2;
+  // Q, dO, lse and delta come in two buffers (one step's tiles land while the last one's
+  // are read); K, V, P and dS in one.
+  static constexpr int kQBuf = BM * DP * 2, kDOBuf = BM * DVP * 2;
+  static constexpr int kQ = 0, kDO = kQ + 2 * kQBuf, kK = kDO + 2 * kDOBuf, kV = kK + BN * DP * 2;
   static constexpr int kP = kV + BN * DVP * 2, kDS = kP + BM * BN * 2, kLse = kDS + BM * BN * 2;
-  static constexpr int kDelta = kLse + BM * 4, kSmemBytes = kDelta + BM * 4;
+  static constexpr int kDelta = kLse + 2 * BM * 4, kSmemBytes = kDelta + 2 * BM * 4;
   static_assert(D % 16 == 0 && DV % 16 == 0 && DP <= 256 && DVP <= 256, "head dims: multiples of 16 up to 256");
 };
 
@@ -53,6 +63,11 @@ KDSL_DEVICE void load_rows(u32 dst, const Elem* src, int rows_valid, int tid) {
     const bool ok = r < rows_valid && ch * 8 < COLS;
     cp_async16(dst + attn_mma_detail::swz<WIDTH * 2>(r, ch), ok ? src + (i64)r * COLS + ch * 8 : src, ok ? 16u : 0u);
   }
+}
+
+// 4-byte global -> shared copy; src_bytes = 0 zero-fills without reading
+KDSL_DEVICE void cp_async4(u32 dst, const void* src, u32 src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
 // ldmatrix addresses of one lane (row-major tiles of WIDTH columns, swizzled):
@@ -124,6 +139,8 @@ template <int D, int DV>
 __host__ __device__ constexpr int attention_bwd_smem_bytes() { return attn_bwd_detail::BwdCfg<D, DV>::kSmemBytes; }
 template <int D, int DV>
 __host__ __device__ constexpr int attention_bwd_threads() { return attn_bwd_detail::BwdCfg<D, DV>::kThreads; }
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_min_blocks() { return attn_bwd_detail::BwdCfg<D, DV>::kMinBlocks; }
 
 template <class Elem, int D, int DV, class V, class G>
 KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c, const Elem* dout, const float* lse,
@@ -158,24 +175,43 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
 #pragma unroll
   for (int j = 0; j < VT; ++j) acc_dv[j][0] = acc_dv[j][1] = acc_dv[j][2] = acc_dv[j][3] = 0.f;
 
-  for (int hg = 0; hg < group; ++hg) {
-    const int h = hkv * group + hg;
+  // Steps: the query tiles of each query head of the group, empty ones skipped. Step cur's
+  // tiles sit in buffer buf while the next step's land in the other.
+  const int m_tiles = (M + BM - 1) / BM, steps = group * m_tiles;
+  auto tile_class = [&](int it) -> int {
+    const int h = hkv * group + it / m_tiles, m0 = it % m_tiles * BM;
+    return V::kSummaries > 0 ? (int)kTilePartial : V::tile(a, c, b, h, m0, m0 + BM - 1, n0, n0 + BN - 1);
+  };
+  auto next_step = [&](int it) {
+    while (it < steps && tile_class(it) == kTileEmpty) ++it;
+    return it;
+  };
+  auto issue = [&](int it, int buf) {
+    const int m0 = it % m_tiles * BM;
+    const i64 row0 = ((i64)b * a.H + hkv * group + it / m_tiles) * M + m0;
+    load_rows<Elem, D, DP, BM, T>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
+    load_rows<Elem, DV, DVP, BM, T>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
+    for (int i = tid; i < BM; i += T) {  // rows past M: zeros, never read (their q >= M)
+      const bool in = m0 + i < M;
+      cp_async4(smem_addr(sLse + buf * BM + i), in ? lse + row0 + i : lse, in ? 4u : 0u);
+      cp_async4(smem_addr(sDelta + buf * BM + i), in ? delta + row0 + i : delta, in ? 4u : 0u);
+    }
+    cp_async_commit();
+  };
+  int cur = next_step(0), buf = 0;
+  if (cur < steps) issue(cur, 0);
+  for (; cur < steps; buf ^= 1) {
+    const int nxt = next_step(cur + 1);
+    cp_async_wait<0>();  // this step's tiles (and, the first time, K and V)
+    __syncthreads();     // ... for every thread; and the last step's reads of the other buffer, sP, sDS are done
+    if (nxt < steps) issue(nxt, buf ^ 1);
+    const int cls = tile_class(cur), h = hkv * group + cur / m_tiles, m0 = cur % m_tiles * BM;
     const i64 q_head = (i64)b * a.H + h;
-    for (int m0 = 0; m0 < M; m0 += BM) {
-      const int cls = V::kSummaries > 0 ? (int)kTilePartial : V::tile(a, c, b, h, m0, m0 + BM - 1, n0, n0 + BN - 1);
-      if (cls == kTileEmpty) continue;
-      __syncthreads();  // the last step's reads of sQ, sDO, sP, sDS are done
-      load_rows<Elem, D, DP, BM, T>(sQ, static_cast<const Elem*>(a.q) + (q_head * M + m0) * D, M - m0, tid);
-      load_rows<Elem, DV, DVP, BM, T>(sDO, dout + (q_head * M + m0) * DV, M - m0, tid);
-      cp_async_commit();
-      for (int i = tid; i < BM; i += T) {
-        const bool in = m0 + i < M;
-        sLse[i] = in ? lse[q_head * M + m0 + i] : neg_inf();
-        sDelta[i] = in ? delta[q_head * M + m0 + i] : 0.f;
-      }
-      cp_async_wait<0>();
-      __syncthreads();
-
+    const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
+    const float* sLseb = sLse + buf * BM;
+    const float* sDeltab = sDelta + buf * BM;
+    cur = nxt;
+    {
       // S = Q K^T and dP = dO V^T: query rows 16 rg.., keys BN / CS cs..
       float s[NT][4], dp[NT][4];
 #pragma unroll
@@ -183,8 +219,8 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.f;
       const int key0 = cs * (BN / CS);
-      mma_abt<Elem, DP, DP, DP, NT>(s, sQ, 16 * rg, sK, key0, lane);
-      mma_abt<Elem, DVP, DVP, DVP, NT>(dp, sDO, 16 * rg, sV, key0, lane);
+      mma_abt<Elem, DP, DP, DP, NT>(s, sQb, 16 * rg, sK, key0, lane);
+      mma_abt<Elem, DVP, DVP, DVP, NT>(dp, sDOb, 16 * rg, sV, key0, lane);
 
       // P and dS, elementwise; to shared memory as Elem for the products below
 #pragma unroll
@@ -199,11 +235,11 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
             bool keep = q < M && kv < N;
             if (V::kHasMask && cls != kTileFull && keep) keep = V::mask(a, c, b, h, q, kv);
             float p = 0.f, ds = 0.f;
-            const float row_lse = sLse[row];
+            const float row_lse = sLseb[row];
             if (keep && row_lse != neg_inf()) {
               const float sn = s[j][2 * hh + e] * scale;
               p = math_exp(G::score(a, c, sn, b, h, q, kv) - row_lse);
-              if (p != 0.f) ds = p * (dp[j][2 * hh + e] - sDelta[row]) * G::dscore(a, c, sn, b, h, q, kv) * scale;
+              if (p != 0.f) ds = p * (dp[j][2 * hh + e] - sDeltab[row]) * G::dscore(a, c, sn, b, h, q, kv) * scale;
             }
             pv[e] = p;
             dsv[e] = ds;
@@ -215,8 +251,8 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
       __syncthreads();
 
       // dV += P^T dO and dK += dS^T Q: key rows 16 rg.., head-dim columns of slice cs
-      mma_atb<Elem, BM, BN, DVP, VT>(acc_dv, sP, 16 * rg, sDO, cs * (DVP / CS), lane);
-      mma_atb<Elem, BM, BN, DP, KT>(acc_dk, sDS, 16 * rg, sQ, cs * (DP / CS), lane);
+      mma_atb<Elem, BM, BN, DVP, VT>(acc_dv, sP, 16 * rg, sDOb, cs * (DVP / CS), lane);
+      mma_atb<Elem, BM, BN, DP, KT>(acc_dk, sDS, 16 * rg, sQb, cs * (DP / CS), lane);
 
       // dQ += dS K: query rows 16 rg.., head-dim columns of slice cs, two n-tiles at a time
 #pragma unroll
@@ -245,6 +281,8 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
       }
     }
   }
+
+  cp_async_wait<0>();  // K and V's copies, when every step was empty
 
   // dK and dV of this CTA's keys (every query head of the group added in)
 #pragma unroll
