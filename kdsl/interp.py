@@ -198,3 +198,58 @@ def _gemm_tiles(a, sa, b, sb, bm, bn, rows=None):
                 total += block * sa[m0:m1, kb:kb + 1] * sb[np.arange(n0, n1) // 128, kb][None, :]
             out[m0:m1, n0:n1] = total
     return out
+
+
+BACKWARD_TILE = 64  # attention_bwd.cuh's BwdCfg::BM and BN
+
+
+def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=None, scale=None, arch="sm_90a"):
+    """(dq, dk, dv) float32 as the backward kernel (attention_bwd.cuh) computes them: 64 x 64
+    tiles classed by the tile predicates (every tile partial where they need the runtime tile
+    summary), the per-element mask on partial tiles only, P = exp(g(s) - lse) with the score
+    as written, dS = P (dP - delta) g'(s) scale (passes/score_grad.py), P and dS rounded to the
+    input type for their products, fp32 sums. lse and delta as the autograd function passes
+    them (the forward's lse; rowsum(dout * out) less the lse's own gradient)."""
+    from .passes import mask_analysis, score_grad
+    captures = captures or {}
+    B, H, M, D = q.shape
+    Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
+    low = pipeline.lower(kernel, get_target(arch), D, Dv)
+    dims = {n: {"q": q, "k": k, "v": v, **captures}[t].shape[axis] for n, (t, axis) in kernel.dims.items()}
+    scale = np.float32(eval_scalar(kernel.func("scale"), dims) if scale is None else scale)
+    elem, group = kernel.tensor("q").dtype, H // Hkv
+    kv_head = np.arange(H) // group
+    env = {**dims, "scale": scale, "b": np.arange(B).reshape(B, 1, 1, 1), "h": np.arange(H).reshape(1, H, 1, 1),
+           "q": np.arange(M).reshape(1, 1, M, 1), "kv": np.arange(N).reshape(1, 1, 1, N)}
+    env.update(qf=env["q"].astype(np.float32), kvf=env["kv"].astype(np.float32),
+               dqkf=(env["q"] - env["kv"]).astype(np.float32))
+    s = np.einsum("bhmd,bhnd->bhmn", q, k[:, kv_head], dtype=np.float32) * scale
+    env["s"] = s
+    score = low.func("score") or ir.Var("f32", "s")
+    g = np.broadcast_to(eval_numpy(score, env, captures, np.float32), s.shape)
+    dg = np.broadcast_to(eval_numpy(score_grad.score_grad(low), env, captures, np.float32), s.shape)
+    keep = np.ones(s.shape, bool)
+    mask = low.func("mask")
+    if mask is not None:
+        per_element = np.broadcast_to(eval_numpy(mask, env, captures), s.shape)
+        summarised = bool(mask_analysis.summary_slots(low))
+        t = BACKWARD_TILE
+        for q0 in range(0, M, t):
+            for k0 in range(0, N, t):
+                q1, k1 = min(q0 + t, M) - 1, min(k0 + t, N) - 1
+                cls = np.full((B, H), "partial") if summarised else \
+                    _classify(low.func("tile_empty"), low.func("tile_full"), dims, captures, B, H, q0, q1, k0, k1)
+                block = per_element[:, :, q0:q1 + 1, k0:k1 + 1]
+                keep[:, :, q0:q1 + 1, k0:k1 + 1] = np.where((cls == "full")[..., None, None], True, block) & \
+                    (cls != "empty")[..., None, None]
+    live = keep & np.isfinite(lse)[..., None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = np.where(live, np.exp(np.where(live, g - lse[..., None], 0.0)), 0.0).astype(np.float32)
+        dp = np.einsum("bhmd,bhnd->bhmn", dout, v[:, kv_head], dtype=np.float32)
+        ds = np.where(p != 0, p * (dp - delta[..., None]) * dg * scale, 0.0).astype(np.float32)
+    p, ds = round_float32(p, elem), round_float32(ds, elem)
+    dq = np.einsum("bhmn,bhnd->bhmd", ds, k[:, kv_head], dtype=np.float32)
+    # each k/v head sums the gradients of the query heads that read it
+    dk = np.einsum("bhmn,bhmd->bhnd", ds, q, dtype=np.float32).reshape(B, Hkv, group, N, D).sum(2)
+    dv = np.einsum("bhmn,bhmd->bhnd", p, dout, dtype=np.float32).reshape(B, Hkv, group, N, Dv).sum(2)
+    return dq, dk, dv

@@ -18,7 +18,7 @@ from . import interp, ir
 from .backends import round_float32
 from .errors import LaunchError
 from .passes import gemm_tiles
-from .runtime import torch_ops
+from .runtime import attention_backward, torch_ops
 from .runtime.gemm_launch import GemmKernel
 from .runtime.attention_launch import AttentionKernel
 
@@ -49,15 +49,33 @@ class Interpreted:
         # interpreter computes each tile's reductions itself (interp._reduce_tiles).
         spec = self._args
         caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
+        if (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
+                or getattr(v, "requires_grad", False)) and attention_backward.wants_grad(q, k, v):
+            return attention_backward.attention_with_grad(self, q, k, v, caps, out, lse, scale, tile_summary)
+        return self._run(q, k, v, caps, out, lse, scale, tile_summary)
+
+    def _run(self, q, k, v, caps, out, lse, scale, tile_summary, keep_lse: bool = False):
+        spec = self._args
         infos, _, s = spec.validate(q, k, v, caps, out, lse, scale)
         self._one_kind(infos)
         elem = self.ir.tensor("q").dtype
-        captured = {t.name: _host(c, t.dtype) for t, c in zip(spec.captures, caps)}
-        o, l = interp.attention(self.ir, _host(q, elem), _host(k, elem), _host(v, elem), captured, s, self.arch)
+        o, l = interp.attention(self.ir, _host(q, elem), _host(k, elem), _host(v, elem), self._captured(caps), s,
+                                self.arch)
         out = _deliver(o, out, q, elem)
-        if spec.has_lse:
+        if spec.has_lse or keep_lse:
             return out, _deliver(l, lse, q, "f32")
         return out
+
+    def _backward(self, q, k, v, dout, lse, delta, caps, scale):
+        """(dq, dk, dv) as the backward kernel computes them (interp.attention_backward)."""
+        _, _, s = self._args.validate(q, k, v, caps, None, None, scale)
+        elem = self.ir.tensor("q").dtype
+        grads = interp.attention_backward(self.ir, _host(q, elem), _host(k, elem), _host(v, elem), _host(dout, elem),
+                                          _host(lse, "f32"), _host(delta, "f32"), self._captured(caps), s, self.arch)
+        return tuple(_deliver(g, None, q, elem) for g in grads)
+
+    def _captured(self, caps) -> dict:
+        return {t.name: _host(c, t.dtype) for t, c in zip(self._args.captures, caps)}
 
     def _gemm(self, a, a_scale, b, b_scale, *rest, out=None, **named):
         if named and "expected_rows" in named:  # a tile choice hint: checked, nothing to choose here

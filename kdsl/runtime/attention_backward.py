@@ -32,8 +32,11 @@ def wants_grad(q, k, v) -> bool:
 
 
 def attention_with_grad(kernel, q, k, v, caps, out, lse, scale, tile_summary):
-    """The forward of `kernel` (an AttentionKernel) recorded for autograd: out, or (out, lse)."""
-    for t, x in zip(kernel.captures, caps):
+    """The forward of `kernel` recorded for autograd: out, or (out, lse). kernel: an
+    AttentionKernel, or the interpreter's (kdsl.interpreted), each with _run (the forward) and
+    _backward (dq, dk, dv)."""
+    spec = getattr(kernel, "_args", kernel)  # the interpreter's keeps its argument checks there
+    for t, x in zip(spec.captures, caps):
         if getattr(x, "requires_grad", False):
             raise LaunchError(f"{kernel.name}: captured tensor '{t.name}' requires grad, but kdsl computes gradients "
                               f"for q, k and v only; pass {t.name}.detach() if it is a constant")
@@ -41,7 +44,7 @@ def attention_with_grad(kernel, q, k, v, caps, out, lse, scale, tile_summary):
         raise LaunchError(f"{kernel.name}: out= and lse= cannot be given while q, k or v require grad (autograd "
                           f"records outputs of its own); leave them out, or call under torch.no_grad()")
     out, lse = _function().apply(kernel, scale, tile_summary, q, k, v, *caps)
-    return (out, lse) if kernel.has_lse else out
+    return (out, lse) if spec.has_lse else out
 
 
 @functools.cache
@@ -64,7 +67,7 @@ def _function():
             delta = (dout.float() * out.float()).sum(-1)
             if dlse is not None:
                 delta = delta - dlse.float()
-            dq, dk, dv = backward(ctx.kernel, q, k, v, dout, lse, delta.contiguous(), caps, ctx.scale)
+            dq, dk, dv = ctx.kernel._backward(q, k, v, dout, lse, delta.contiguous(), caps, ctx.scale)
             return (None, None, None, dq, dk, dv, *[None] * len(caps))
 
     return AttentionFunction

@@ -92,6 +92,10 @@ class AttentionKernel(KernelBase):
             plan.keep_alive = ()
         return (out, lse) if self.has_lse or keep_lse else out
 
+    def _backward(self, q, k, v, dout, lse, delta, caps, scale):
+        """(dq, dk, dv) from the forward's lse and delta = rowsum(dout * out) (runtime/attention_backward.py)."""
+        return attention_backward.backward(self, q, k, v, dout, lse, delta, caps, scale)
+
     def tile_summary(self, q, k, v, *captures, scale=None, **named) -> TileSummary:
         """The runtime tile summary of a mask that reads data (e.g. document ids), computed
         now for calls with these shapes and these captured values, to pass as

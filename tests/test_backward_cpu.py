@@ -1,0 +1,93 @@
+"""Attention gradients with no GPU: the interpreter's backward (interp.attention_backward, the
+backward kernel's schedule and rounding in numpy) under torch autograd against float64
+autograd of the reference, for every sample program and generated scores; the refusals; and
+the backward kernels' builds for sm_90a (NVRTC, no device)."""
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import kdsl
+from kdsl import sass
+from kdsl.errors import LaunchError
+from kdsl.grammar import parse
+from kdsl.passes import pipeline
+from kdsl.runtime.compiler import build
+from kdsl.runtime.programs import Program
+
+from conftest import SAMPLES
+from exprgen import bool_expr, float_expr, program
+from gradcheck import check_grads, fit
+
+torch = pytest.importorskip("torch")
+
+INTERPRETED = {p: kdsl.load(p, interpret=True) for p in SAMPLES}
+CASES = [(p, n) for p, mod in INTERPRETED.items() for n in mod.kernels if mod.ir[n].kind == "attention"]
+# (B, H, Hkv, M, N, D, Dv): GQA with tiles +- 1, and a single key
+SHAPES = [(1, 4, 2, 65, 129, 32, 32), (2, 2, 2, 1, 1, 16, 16)]
+
+
+def _inputs(kir, shape, seed=0):
+    from kdsl.testing import attention_inputs
+    B, H, Hkv, M, N, D, Dv = fit(kir, shape)
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, device="cpu", Dv=Dv)
+    dout = torch.randn((B, H, M, Dv), generator=torch.Generator().manual_seed(seed)).to(q.dtype)
+    return q, k, v, caps, dout
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].stem}.{c[1]}")
+def test_interpreter_gradients_match_reference(case, shape):
+    path, name = case
+    mod = INTERPRETED[path]
+    q, k, v, caps, dout = _inputs(mod.ir[name], shape)
+    check_grads(f"{name} {shape}", getattr(mod, name), mod.ir[name], q, k, v, caps, dout)
+
+
+@settings(max_examples=25, deadline=None)
+@given(float_expr(depth=3), st.one_of(st.none(), bool_expr(depth=2)), st.integers(0, 2**31))
+def test_generated_scores_and_masks(score, mask, seed):
+    mod = kdsl.compile(program(score, mask), interpret=True)
+    q, k, v, caps, dout = _inputs(mod.ir["gen"], (1, 2, 1, 70, 90, 16, 16), seed)
+    check_grads(f"{score} / {mask}", mod.gen, mod.ir["gen"], q, k, v, caps, dout)
+
+
+def test_gradient_of_a_declared_lse():
+    mod = kdsl.compile(program(None, "j <= i", decls=("lse: f32[B, H, M]",)), interpret=True)
+    q, k, v, caps, dout = _inputs(mod.ir["gen"], (1, 4, 2, 100, 100, 16, 16))
+    dlse = torch.randn(q.shape[:3])
+    check_grads("lse", mod.gen, mod.ir["gen"], q, k, v, caps, dout, dlse)
+
+
+def test_no_graph_without_grad_mode():
+    mod = INTERPRETED[SAMPLES[0]]
+    name = next(n for n in mod.kernels if mod.ir[n].kind == "attention")
+    q, k, v, caps, _ = _inputs(mod.ir[name], SHAPES[0])
+    q.requires_grad_()
+    with torch.no_grad():
+        out = getattr(mod, name)(q, k, v, **caps)
+    assert not (out[0] if isinstance(out, tuple) else out).requires_grad
+
+
+def test_refusals_name_the_problem():
+    mod = kdsl.compile("attention biased {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                       " bias: f32[H]\n score(s, b, h, i, j) = s + bias[h]\n}\n", interpret=True)
+    q, k, v = (torch.randn(1, 2, 8, 16).to(torch.bfloat16) for _ in range(3))
+    bias = torch.zeros(2, requires_grad=True)
+    with pytest.raises(LaunchError, match=r"captured tensor 'bias' requires grad.*bias.detach\(\)"):
+        mod.biased(q.requires_grad_(), k, v, bias)
+    with pytest.raises(LaunchError, match="out= and lse= cannot be given while q, k or v require grad"):
+        mod.biased(q, k, v, bias.detach(), out=torch.empty_like(q))
+    out = mod.biased(q, k, v, bias.detach())  # a constant bias: gradients for q
+    out.float().sum().backward()
+    assert q.grad is not None and q.grad.shape == q.shape
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
+    for k in pipeline.check(parse(path.read_text(), str(path))):
+        if k.kind != "attention":
+            continue
+        dims = pipeline.head_dims(k)
+        for d in dims if len(dims) == 1 else (dims[0], 256):
+            built = build(k, "sm_90a", d, program=Program(backward=True))
+            rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+            assert rep is None or rep.tensor_ops.get("HMMA"), (k.name, d)
