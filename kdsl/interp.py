@@ -14,7 +14,8 @@ kernel it takes an affine score as F * (qk + slope * col) + base from a per-tile
 for P V, and runs grouped-query heads as rows of one problem where the runtime does
 (pipeline.heads_fold_into_rows). One exception: a trial (a kv tile, tiling.SPILL_TRIAL_REGS,
 or the row sums by P V) that ptxas spills is dropped on the GPU (compiler.build), which only
-the build can tell; the interpreter walks the trial.
+the build can tell; the interpreter walks the trial. attention_backward is the backward
+kernel's twin (attention_bwd.cuh), for gradients with no GPU.
 """
 from __future__ import annotations
 

@@ -49,8 +49,7 @@ class Interpreted:
         # interpreter computes each tile's reductions itself (interp._reduce_tiles).
         spec = self._args
         caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
-        if (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
-                or getattr(v, "requires_grad", False)) and attention_backward.wants_grad(q, k, v):
+        if attention_backward.wants_grad(q, k, v):
             return attention_backward.attention_with_grad(self, q, k, v, caps, out, lse, scale, tile_summary)
         return self._run(q, k, v, caps, out, lse, scale, tile_summary)
 

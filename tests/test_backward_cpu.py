@@ -91,3 +91,13 @@ def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
             built = build(k, "sm_90a", d, program=Program(backward=True))
             rep = sass.inspect(built.compiled.cubin, built.generated.entry)
             assert rep is None or rep.tensor_ops.get("HMMA"), (k.name, d)
+
+
+def test_a_backward_over_the_targets_shared_memory_is_refused_before_building():
+    from kdsl.runtime import attention_backward
+    from kdsl.runtime.attention_launch import AttentionKernel
+    plain = next(p for p in SAMPLES if p.stem == "plain")
+    kern = AttentionKernel(INTERPRETED[plain].ir["plain"], arch="sm_89")
+    with pytest.raises(LaunchError, match=r"plain: the backward kernel at head dims 256 / 256 needs 209 KB of shared "
+                                          r"memory, more than sm_89's 99 KB a block"):
+        attention_backward._program(kern, 256, 256, 0)

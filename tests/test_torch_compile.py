@@ -210,7 +210,8 @@ def test_an_ops_implementation_runs_the_kernel_eagerly_even_while_torch_compiles
     q = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16)
     want = mod.causal(q, q, q)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert torch.equal(mod.causal.torch_ops[0](q, q, q, [], None, *NO_SUMMARY), want)
+    out, lse = mod.causal.torch_ops[0](q, q, q, [], None, *NO_SUMMARY)  # the op returns lse for the backward
+    assert torch.equal(out, want) and lse.shape == q.shape[:3]
 
 
 def test_a_kernel_made_without_torch_says_to_import_torch_first():
@@ -231,14 +232,14 @@ def test_ops_do_not_keep_a_dropped_module_alive():
     mod = kdsl.compile(source, "once.kd", interpret=True)
     kernel, (op, _) = weakref.ref(mod.t), mod.t.torch_ops
     q = torch.randn(1, 1, 4, 64, dtype=torch.bfloat16)
-    assert torch.equal(op(q, q, q, [], None, *NO_SUMMARY), mod.t(q, q, q))
+    assert torch.equal(op(q, q, q, [], None, *NO_SUMMARY)[0], mod.t(q, q, q))
     del mod
     gc.collect()
     assert kernel() is None
     with pytest.raises(kdsl.KdslError, match="keep the module alive"):
         op(q, q, q, [], None, *NO_SUMMARY)
     again = kdsl.compile(source, "again.kd", interpret=True)  # the same program: the op finds its kernel again
-    assert again.t.torch_ops[0] == op and torch.equal(op(q, q, q, [], None, *NO_SUMMARY), again.t(q, q, q))
+    assert again.t.torch_ops[0] == op and torch.equal(op(q, q, q, [], None, *NO_SUMMARY)[0], again.t(q, q, q))
 
 
 def test_gpu_kernels_fake_implementations_on_fake_cuda_tensors():
@@ -353,3 +354,48 @@ def test_expected_rows_under_compile_equals_eager():
                              backend="aot_eager")
     eager = kernel(a, sa, b, sb, *extra)
     assert torch.equal(compiled().nan_to_num(3.0), eager.nan_to_num(3.0))
+
+
+def test_gradients_under_compile_equal_eager(monkeypatch):
+    """A compiled module trains: the attention op's registered autograd formula runs the
+    backward (kdsl::NAME_HASH_backward, the kernel's _backward) and gives eager's gradients."""
+    methods = []
+    run_op = torch_ops._eager
+    monkeypatch.setattr(torch_ops, "_eager", lambda *a, **kw: methods.append(kw.get("method")) or run_op(*a, **kw))
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd", interpret=True)
+    model = Attention(mod.alibi)
+    x, slopes = _inputs(M=37)
+
+    def step(fn):
+        model.zero_grad()
+        xg = x.detach().requires_grad_()
+        fn(xg, slopes).float().square().sum().backward()
+        return [xg.grad] + [p.grad.clone() for p in model.parameters()]
+
+    eager = step(model)
+    assert methods == []  # eager calls record their own autograd function, not the op
+    compiled = step(torch.compile(model, fullgraph=True, backend="aot_eager"))
+    assert methods == ["_run", "_backward"]
+    for e, c in zip(eager, compiled):
+        torch.testing.assert_close(c, e, rtol=1e-2, atol=1e-3)
+
+
+def test_a_compiled_call_refuses_a_captured_tensor_that_requires_grad():
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd", interpret=True)
+    q = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16, requires_grad=True)
+    slopes = torch.rand(2, requires_grad=True)
+    with pytest.raises(Exception, match="captured tensor 'slopes' requires grad"):
+        torch.compile(lambda q, s: mod.alibi(q, q, q, s), fullgraph=True, backend="aot_eager")(q, slopes)
+
+
+def test_attention_op_with_gradients_passes_torchs_custom_op_checks():
+    """opcheck on inputs that require grad: the autograd registration too, and the backward op."""
+    mod = kdsl.compile(ALIBI_LSE, "alibi_lse.kd", interpret=True)
+    q, k, v, caps = attention_inputs(mod.ir["alibi_lse"], 1, 2, 2, random.randint(2, 40), random.randint(2, 40),
+                                     64, device="cpu")
+    op, _ = mod.alibi_lse.torch_ops
+    torch.library.opcheck(op, (q.requires_grad_(), k.requires_grad_(), v, [caps["slopes"]], 0.2, *NO_SUMMARY))
+    out, lse = op(q, k, v, [caps["slopes"]], 0.2, *NO_SUMMARY)
+    backward = getattr(torch.ops.kdsl, op.name().split("::")[1].split(".")[0] + "_backward").default
+    torch.library.opcheck(backward, (q.detach(), k.detach(), v, out.detach(), lse.detach(), torch.randn_like(out),
+                                     torch.randn_like(lse), [caps["slopes"]], 0.2))

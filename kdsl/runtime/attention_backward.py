@@ -26,9 +26,13 @@ KEYS_PER_CTA = 64  # attention_bwd.cuh BwdCfg::BN
 
 
 def wants_grad(q, k, v) -> bool:
-    """Whether an eager torch call must record the graph for a backward."""
+    """Whether an eager call must record the graph for a backward: q, k or v require grad
+    (CuPy and numpy arrays never do) and grad mode is on."""
+    if not (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
+            or getattr(v, "requires_grad", False)):
+        return False
     import torch
-    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    return torch.is_grad_enabled()
 
 
 def attention_with_grad(kernel, q, k, v, caps, out, lse, scale, tile_summary):
@@ -36,15 +40,20 @@ def attention_with_grad(kernel, q, k, v, caps, out, lse, scale, tile_summary):
     AttentionKernel, or the interpreter's (kdsl.interpreted), each with _run (the forward) and
     _backward (dq, dk, dv)."""
     spec = getattr(kernel, "_args", kernel)  # the interpreter's keeps its argument checks there
-    for t, x in zip(spec.captures, caps):
-        if getattr(x, "requires_grad", False):
-            raise LaunchError(f"{kernel.name}: captured tensor '{t.name}' requires grad, but kdsl computes gradients "
-                              f"for q, k and v only; pass {t.name}.detach() if it is a constant")
-    if out is not None or lse is not None:
-        raise LaunchError(f"{kernel.name}: out= and lse= cannot be given while q, k or v require grad (autograd "
-                          f"records outputs of its own); leave them out, or call under torch.no_grad()")
+    check_grad_call(spec, caps, out, lse)
     out, lse = _function().apply(kernel, scale, tile_summary, q, k, v, *caps)
     return (out, lse) if spec.has_lse else out
+
+
+def check_grad_call(spec, caps, out, lse) -> None:
+    """Refuse a call recorded for autograd that would leave a gradient out (eager or traced)."""
+    for t, x in zip(spec.captures, caps):
+        if getattr(x, "requires_grad", False):
+            raise LaunchError(f"{spec.name}: captured tensor '{t.name}' requires grad, but kdsl computes gradients "
+                              f"for q, k and v only; pass {t.name}.detach() if it is a constant")
+    if out is not None or lse is not None:
+        raise LaunchError(f"{spec.name}: out= and lse= cannot be given while q, k or v require grad (autograd "
+                          f"records outputs of its own); leave them out, or call under torch.no_grad()")
 
 
 @functools.cache
@@ -63,14 +72,16 @@ def _function():
         def backward(ctx, dout, dlse):
             q, k, v, out, lse, *caps = ctx.saved_tensors
             dout = torch.zeros_like(out) if dout is None else dout.contiguous()
-            # delta = rowsum(dO * O), less the lse's own gradient: dS = P (dP - delta) g'
-            delta = (dout.float() * out.float()).sum(-1)
-            if dlse is not None:
-                delta = delta - dlse.float()
-            dq, dk, dv = ctx.kernel._backward(q, k, v, dout, lse, delta.contiguous(), caps, ctx.scale)
+            dq, dk, dv = ctx.kernel._backward(q, k, v, dout, lse, delta(dout, out, dlse), caps, ctx.scale)
             return (None, None, None, dq, dk, dv, *[None] * len(caps))
 
     return AttentionFunction
+
+
+def delta(dout, out, dlse):
+    """rowsum(dout * out), less the lse's own gradient: dS = P (dP - delta) g'(s) scale."""
+    d = (dout.float() * out.float()).sum(-1)
+    return (d if dlse is None else d - dlse.float()).contiguous()
 
 
 def backward(kernel, q, k, v, dout, lse, delta, caps, scale):
@@ -103,9 +114,15 @@ def _program(kernel, d: int, dv: int, device: int):
     tensors bind (extra int parameters), built once per kernel and device."""
     key = ("backward", d, dv, device)
     if key not in kernel._loaded:
+        from ..passes.target import get_target
         from .compiler import build
-        built = build(kernel._kernel_ir(False), kernel._arch(), d, value_dim=dv, program=BACKWARD)
         smem, threads = emit.backward_launch(d, dv)
+        target = get_target(kernel._arch())
+        if smem > target.smem_per_block:
+            raise LaunchError(f"{kernel.name}: the backward kernel at head dims {d} / {dv} needs {smem // 1024} KB of "
+                              f"shared memory, more than {target.arch}'s {target.smem_per_block // 1024} KB a block; "
+                              f"smaller head dims fit")
+        built = build(kernel._kernel_ir(False), kernel._arch(), d, value_dim=dv, program=BACKWARD)
         kernel._loaded[key] = (Loaded(built.compiled.cubin, built.generated.entry, smem), threads,
                                built.generated.capture_dims)
     return kernel._loaded[key]

@@ -44,8 +44,7 @@ class AttentionKernel(KernelBase):
         if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
             return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
-        if (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
-                or getattr(v, "requires_grad", False)) and attention_backward.wants_grad(q, k, v):
+        if attention_backward.wants_grad(q, k, v):
             return attention_backward.attention_with_grad(self, q, k, v, caps, out, lse, scale, tile_summary)
         return self._run(q, k, v, caps, out, lse, scale, tile_summary)
 

@@ -10,9 +10,10 @@ of one name get ops of their own, and loading a program again reuses its ops. Th
 check the arguments with the eager path's own code, so a bad call is refused while tracing.
 
 Eager calls do not go through the dispatcher, which costs about 20 µs of host time per call:
-a kernel takes its op only while torch.compile traces it (`compiling()`). kdsl kernels compute
-no gradients: an eager call's outputs do not require grad, whatever its inputs, and the op is
-given detached inputs so that a compiled call's outputs do not either.
+a kernel takes its op only while torch.compile traces it (`compiling()`). Gradients: the
+functional op returns (out, lse) whatever the kernel declares (the caller gets what it
+declared), and its registered autograd formula calls a third op, `kdsl::NAME_HASH_backward`,
+which runs the backward kernel (runtime/attention_backward.py, as eager calls do).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import weakref
 
 from .. import ir
 from ..errors import KdslError, LaunchError
-from . import arrays, geometry
+from . import arrays, attention_backward, geometry
 from .summary import Layout, TileSummary
 
 _OPS: dict[str, tuple] = {}  # op name -> (op returning new outputs, op writing into out=)
@@ -76,12 +77,13 @@ def _kernel(name: str):
     return kernel
 
 
-def _eager(name: str, *args, **kw):
-    """The op's implementation: the kernel's eager call (never the op again)."""
+def _eager(name: str, *args, method: str = "__call__", **kw):
+    """The op's implementation: the kernel's eager call, or another eager method of it (never
+    the op again)."""
     global _running_op
     _running_op += 1
     try:
-        return _kernel(name)(*args, **kw)
+        return getattr(_kernel(name), method)(*args, **kw)
     finally:
         _running_op -= 1
 
@@ -105,10 +107,10 @@ def _attention_shapes(q, v):
 
 
 def _define_attention(torch, name: str, k: ir.Kernel):
-    has_lse = k.tensor("lse") is not None
-
     def run(q, k_, v, captures, scale, *summary):
-        return _eager(name, q, k_, v, *captures, scale=scale, tile_summary=_summary(*summary))
+        """(out, lse) whether or not the kernel declares lse: the backward reads it."""
+        return _eager(name, q, k_, v, list(captures), None, None, scale, tile_summary=_summary(*summary),
+                      keep_lse=True, method="_run")
 
     def run_into(q, k_, v, captures, scale, summary, summary_of, summary_layout, out, lse):
         _eager(name, q, k_, v, *captures, out=out, lse=lse, scale=scale,
@@ -120,11 +122,34 @@ def _define_attention(torch, name: str, k: ir.Kernel):
         if out is not None:
             return None
         out_shape, lse_shape = _attention_shapes(q, v)
-        new_out = q.new_empty(out_shape)
-        return (new_out, q.new_empty(lse_shape, dtype=torch.float32)) if has_lse else new_out
+        return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
-    returns = "(Tensor, Tensor)" if has_lse else "Tensor"
-    return (_define(torch, name, f"({_ATTENTION_ARGS}) -> {returns}", run, fake),
+    def run_backward(q, k_, v, out, lse, dout, dlse, captures, scale):
+        return _eager(name, q, k_, v, dout, lse, attention_backward.delta(dout, out, dlse), list(captures), scale,
+                      method="_backward")
+
+    def fake_backward(q, k_, v, out, lse, dout, dlse, captures, scale):
+        return torch.empty_like(q), torch.empty_like(k_), torch.empty_like(v)
+
+    forward = _define(torch, name, f"({_ATTENTION_ARGS}) -> (Tensor, Tensor)", run, fake)
+    backward = _define(torch, f"{name}_backward", "(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, "
+                       "Tensor? dlse, Tensor[] captures, float? scale) -> (Tensor, Tensor, Tensor)", run_backward,
+                       fake_backward)
+
+    def setup_context(ctx, inputs, output):
+        q, k_, v, captures, scale, _, _, layout = inputs
+        ctx.save_for_backward(q, k_, v, *output, *captures)
+        ctx.scale = scale
+        # the gradients' structure is the inputs': a list where a list came
+        ctx.no_grads = ([None] * len(captures), None, None, None, None if layout is None else [None] * len(layout))
+
+    def differentiate(ctx, dout, dlse):
+        q, k_, v, out, lse, *captures = ctx.saved_tensors
+        dout = torch.zeros_like(out) if dout is None else dout.contiguous()
+        return (*backward(q, k_, v, out, lse, dout, dlse, captures, ctx.scale), *ctx.no_grads)
+
+    torch.library.register_autograd(f"kdsl::{name}", differentiate, setup_context=setup_context)
+    return (forward,
             _define(torch, f"{name}_out", f"({_ATTENTION_ARGS}, Tensor(a!) out, Tensor(b!)? lse) -> ()", run_into,
                     fake, mutates=("out", "lse")))
 
@@ -136,14 +161,20 @@ def attention(kernel, q, k, v, captures, named, out, lse, scale, tile_summary):
     caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
     if scale is not None:  # the op's schema takes a float: refuse what eager refuses, with its message
         scale = geometry.softmax_scale(scale, None, kernel.name)
-    (q, k, v), caps = _detached(q, k, v), _detached(*caps)
+    if any(getattr(x, "requires_grad", False) for x in (q, k, v)):
+        # recorded for autograd (the op's backward is registered): as eager, refuse what would
+        # leave a gradient out
+        attention_backward.check_grad_call(spec, caps, out, lse)
+    caps = _detached(*caps)
     summary = (None, None, None)
     if tile_summary is not None:
         given = TileSummary.expect(kernel.name, tile_summary)
         layout = given.layout and [given.layout.tile_m, given.layout.tile_n, *given.layout.entries]
         summary = (given.buffer, given.kernel, layout)
     if out is None and lse is None:
-        return ops[0](q, k, v, caps, scale, *summary)
+        out, lse = ops[0](q, k, v, caps, scale, *summary)
+        return (out, lse) if spec.has_lse else out
+    q, k, v = _detached(q, k, v)
     out_shape, lse_shape = _attention_shapes(q, v)
     out = q.new_empty(out_shape) if out is None else out
     if spec.has_lse and lse is None:
