@@ -28,6 +28,9 @@ from .cases import (AttentionCase, GemmCase, attention_inputs, attention_shapes,
 GUARD = 4096       # elements of guard band on each side of an output buffer (keeps 16-byte alignment)
 GUARD_VALUE = 1232.0  # exact in bf16, f16 and f32, so the guard comparison is exact in every output type
 ATTENTION_TOL = 2e-2   # relative Frobenius error, bf16/fp16 attention
+# relative Frobenius error of each gradient (bf16 inputs; the backward rounds P and dS to bf16
+# for its products, as FlashAttention's does)
+GRAD_TOL = 2e-2
 FP8_TOL = 1e-3         # 1 - 2 sum(xy) / sum(x^2 + y^2), FP8 GEMM vs dequantised product
 
 
@@ -244,11 +247,82 @@ def gemm_case(be, kernel: ir.Kernel, fn, case: GemmCase) -> CaseResult:
     return res
 
 
+def gradient_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult:
+    """One case's gradients judged: dq, dk, dv of sum(out * dout) by torch autograd through fn
+    against float64 autograd of the reference, dout fresh from the case's seed. The error is the
+    worst gradient's relative Frobenius error; where the keys are one (N = 1) the true dq and dk
+    are zeros (the softmax of one score is constant), and theirs is measured against 2^-7 of
+    their natural size (the forward's bf16 rounding of P and O, 2^-8 each), scaled so that the
+    tolerance is that bound."""
+    torch = need("torch", "torch", "checking gradients (autograd)")
+    q, k, v, caps = attention_inputs(kernel, case, be)
+    gen = torch.Generator(device=q.device).manual_seed(case.seed % 2**63)
+    dout = torch.randn((*q.shape[:3], v.shape[3]), generator=gen, device=q.device).to(q.dtype)
+    kw = dict(caps) if case.scale is None else {**caps, "scale": case.scale}
+    got = autograd_grads(lambda q, k, v: fn(q, k, v, **kw), q, k, v, dout)
+    want = autograd_grads(lambda q, k, v: reference.attention(kernel, q, k, v, caps, scale=case.scale)[0],
+                          q, k, v, dout)
+    res = CaseResult(kernel.name, case.label() + " grad", "grad rel. error, worst of dq dk dv", 0.0, GRAD_TOL,
+                     case=case)
+    scale = abs(case.scale) if case.scale is not None else q.shape[3] ** -0.5
+    for name, g, w, other in zip(("dq", "dk", "dv"), got, want, (k, q, None)):
+        if not bool(torch.isfinite(g).all()):
+            res.problems.append(f"{name} not finite")
+            res.error = float("inf")
+            continue
+        floor = 0.0
+        if case.N == 1 and other is not None:
+            floor = 2 ** -7 * natural_norm(g, dout, v, other, scale) / GRAD_TOL
+        res.error = max(res.error, gradient_error(g, w, floor))
+    return res
+
+
+def autograd_grads(fn, q, k, v, dout, dlse=None):
+    """(dq, dk, dv) of sum(out * dout) [+ sum(lse * dlse)] by autograd through fn (which returns
+    out or (out, lse)); zeros for an input the loss does not depend on."""
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    res = fn(q, k, v)
+    out, lse = res if isinstance(res, tuple) else (res, None)
+    loss = (out.double() * dout.double()).sum()
+    if dlse is not None:
+        loss = loss + (lse.double().nan_to_num(neginf=0.0) * dlse.double()).sum()
+    loss.backward()
+    return tuple(x.grad if x.grad is not None else x.detach() * 0 for x in (q, k, v))
+
+
+def gradient_error(g, w, floor: float = 0.0) -> float:
+    """|g - w| / max(|w|, floor) in the Frobenius norm; |g - w| where both are 0 (every key
+    masked: the gradients are zeros)."""
+    err = float((g.double() - w.double()).pow(2).sum().sqrt())
+    den = max(float(w.double().pow(2).sum().sqrt()), floor)
+    return err / den if den > 0 else err
+
+
+def natural_norm(g, dout, v, other, scale: float) -> float:
+    """The norm a gradient of q or k has when each dS element is one unit of dP (rms(dO) rms(v)
+    sqrt(Dv)) times the scale and a row of the other operand."""
+    rms = lambda x: float(x.double().pow(2).mean().sqrt())  # noqa: E731
+    return scale * rms(dout) * rms(v) * v.shape[3] ** 0.5 * rms(other) * other.shape[3] ** 0.5 * g.numel() ** 0.5
+
+
+def check_gradients(kernel: ir.Kernel, fn, trials: int = 1, seed: int = 0, shapes=None,
+                    backend=None) -> list[CaseResult]:
+    """gradient_case over the awkward shapes (as check_attention's), on torch tensors."""
+    be = backend or Torch("cuda")
+    cases = [c if isinstance(c, AttentionCase) else conform(kernel, AttentionCase(*c))
+             for c in shapes or attention_shapes(kernel)]
+    rng = random.Random(seed ^ 0x9E3779B9)
+    trials_cases = [(t, c) for t in range(trials) for c in cases]
+    return [gradient_case(be, kernel, fn, replace(c, seed=rng.randrange(2**62)))
+            for _, c in _progress(trials_cases, kernel.name + " grad")]
+
+
 def check_module(mod, kernel: str | None = None, trials: int = 5, seed: int | None = None,
-                 interpret: bool = False):
+                 interpret: bool = False, grad: bool = False):
     """{kernel name: [CaseResult]} for every (or one) kernel of a loaded module; with
     interpret=True the candidate is the CPU interpreter of the tiled program, judged with
-    numpy (no torch needed)."""
+    numpy (no torch needed). grad=True: an attention kernel's gradients too (torch autograd:
+    on the GPU, or on CPU tensors with interpret=True)."""
     from .interpreted import Interpreted
     be = Numpy() if interpret else gpu_backend()
     seed = random.randrange(2**31) if seed is None else seed
@@ -259,6 +333,9 @@ def check_module(mod, kernel: str | None = None, trials: int = 5, seed: int | No
         fn = Interpreted(k) if interpret else getattr(mod, name)
         shapes = small_attention_shapes(k) if interpret and k.kind == "attention" else None
         out[name] = (check_attention if k.kind == "attention" else check_gemm)(k, fn, trials, seed, shapes, be)
+        if grad and k.kind == "attention":  # a table of its own
+            out[f"{name} (gradients)"] = check_gradients(k, fn, 1, seed, shapes,
+                                                         Torch("cpu") if interpret else be)
     return out, seed
 
 

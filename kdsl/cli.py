@@ -46,6 +46,9 @@ def main(argv=None) -> int:
     ck.add_argument("--seed", type=int, metavar="S", help="random seed (printed, for reproduction)")
     ck.add_argument("--interpret", action="store_true",
                     help="run the tiled program on the CPU with numpy instead of the GPU (small shapes)")
+    ck.add_argument("--grad", action="store_true",
+                    help="check attention kernels' gradients too (dq, dk, dv by torch autograd against float64 "
+                    "autograd of the reference; one trial per shape)")
     ck.add_argument("--hypothesis", type=int, metavar="N",
                     help="instead of the fixed shapes, search N Hypothesis cases per kernel and print the shrunk "
                     "failing case (needs kdsl[testing])")
@@ -162,6 +165,8 @@ def _check(args) -> int:
     modules = [load(f) for f in args.files]  # all diagnostics before any GPU work
     if args.kernel and not any(args.kernel in m.kernels for m in modules):
         raise KdslError(f"no kernel '{args.kernel}' in {', '.join(args.files)}")
+    if args.grad and args.hypothesis is not None:
+        raise KdslError("--grad checks gradients at the fixed shapes; it does not combine with --hypothesis")
     ok = True
     for path, module in zip(args.files, modules):
         if args.kernel and args.kernel not in module.kernels:
@@ -169,7 +174,7 @@ def _check(args) -> int:
         if args.hypothesis is not None:
             ok &= _search(path, module, args)
             continue
-        results, seed = check_module(module, args.kernel, args.trials, args.seed, args.interpret)
+        results, seed = check_module(module, args.kernel, args.trials, args.seed, args.interpret, args.grad)
         print(f"kdsl check {path}: seed {seed} (reproduce with --seed {seed})")
         for name, rs in results.items():
             print(format_table(name, rs))

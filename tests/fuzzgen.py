@@ -37,7 +37,8 @@ class InternalError(AssertionError):
 
 
 def compile_all(text: str) -> str | None:
-    """Parse, check, lower (every head dim) and generate CUDA for every kernel of `text`.
+    """Parse, check, lower (every head dim) and generate CUDA for every kernel of `text` (and
+    an attention kernel's backward at its first head dim).
     Returns None if it compiled, the diagnostic if it got a located one; raises anything else
     (any other exception, a diagnostic without a valid location, a broken IR round trip)."""
     try:
@@ -47,8 +48,10 @@ def compile_all(text: str) -> str | None:
                 lowered = pipeline.lower(k, _TARGET, d)
                 if n == 0 and ir.parse_ir(ir.print_ir(lowered)) != [lowered]:  # head dims differ in attrs only
                     raise InternalError(f"IR text does not round-trip:\n{ir.print_ir(lowered)}")
-                source = emit.generate(lowered).source
-                if "{{" in source or "{%" in source:
+                sources = [emit.generate(lowered).source]
+                if k.kind == "attention" and n == 0:  # the backward's too (the score's derivative)
+                    sources.append(emit.generate_backward(lowered).source)
+                if any("{{" in s or "{%" in s for s in sources):
                     raise InternalError("template syntax left in the generated source")
     except SourceError as e:
         _check_located(e)

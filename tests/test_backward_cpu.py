@@ -101,3 +101,32 @@ def test_a_backward_over_the_targets_shared_memory_is_refused_before_building():
     with pytest.raises(LaunchError, match=r"plain: the backward kernel at head dims 256 / 256 needs 209 KB of shared "
                                           r"memory, more than sm_89's 99 KB a block"):
         attention_backward._program(kern, 256, 256, 0)
+
+
+def test_check_grad_passes_the_interpreter_and_fails_a_lost_gradient():
+    """kdsl check's gradient cases (check.check_gradients) on the interpreter: every awkward
+    shape passes; a candidate that loses v's gradient fails wherever dv is not zero."""
+    from kdsl.backends import Torch
+    from kdsl.check import check_gradients, small_attention_shapes
+    mod = INTERPRETED[next(p for p in SAMPLES if p.stem == "causal")]
+    kir = mod.ir["causal"]
+    shapes = small_attention_shapes(kir)[:6]
+    good = check_gradients(kir, mod.causal, 1, 7, shapes, Torch("cpu"))
+    assert good and all(r.passed for r in good), [(r.shape, r.error) for r in good]
+
+    def lost_dv(q, k, v, **kw):
+        return mod.causal(q, k, v.detach(), **kw)
+
+    bad = check_gradients(kir, lost_dv, 1, 7, shapes, Torch("cpu"))
+    assert all(not r.passed for r in bad if r.case.M > 0 and r.case.N > 0), [(r.shape, r.error) for r in bad]
+
+
+def test_cli_check_grad_on_the_interpreter(capsys):
+    from kdsl.cli import main
+    path = next(p for p in SAMPLES if p.stem == "alibi")
+    assert main(["check", str(path), "--interpret", "--grad", "--trials", "1", "--seed", "5"]) == 0
+    printed = capsys.readouterr().out
+    assert "alibi (gradients):" in printed and "all kernels pass" in printed
+    assert main(["check", str(path), "--interpret", "--grad", "--hypothesis", "3"]) == 1
+    assert "--grad checks gradients at the fixed shapes; it does not combine with --hypothesis" in \
+        capsys.readouterr().err

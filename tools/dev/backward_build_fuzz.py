@@ -1,0 +1,78 @@
+"""Build the backward kernel (NVRTC, sm_90a, no GPU) of generated attention programs that
+compile (tests/fuzzgen.py), at a head dim drawn per program: every one must build. Counts
+outcomes and prints the first program of each failure.
+
+    python3 tools/dev/backward_build_fuzz.py --seconds 600 [--seed S]
+"""
+import argparse
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+
+import fuzzgen  # noqa: E402
+from kdsl.errors import SourceError  # noqa: E402
+from kdsl.grammar import parse  # noqa: E402
+from kdsl.passes import pipeline  # noqa: E402
+from kdsl.runtime import cubin_info  # noqa: E402
+from kdsl.runtime.compiler import build  # noqa: E402
+from kdsl.runtime.programs import Program  # noqa: E402
+
+
+class _Done(Exception):
+    """The time is up (Hypothesis would otherwise draw all its examples)."""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=600)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    counts = {"built": 0, "spilled": 0, "diagnostic": 0, "failed": 0}
+    failures = []
+    start = time.time()
+
+    @seed(args.seed)
+    @settings(max_examples=10**6, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(fuzzgen.programs())
+    def one(text):
+        if time.time() - start > args.seconds:
+            raise _Done
+        try:
+            kernels = [k for k in pipeline.check(parse(text, "fuzz.kd")) if k.kind == "attention"]
+        except SourceError:
+            counts["diagnostic"] += 1
+            return
+        for k in kernels:
+            dims = pipeline.head_dims(k)
+            d = dims[0] if len(dims) == 1 else rng.choice(range(16, 257, 16))
+            try:
+                b = build(k, "sm_90a", d, program=Program(backward=True))
+                counts["spilled" if cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry) else "built"] += 1
+            except SourceError:
+                counts["diagnostic"] += 1
+            except Exception as e:  # noqa: BLE001 - every other exception is a finding
+                counts["failed"] += 1
+                if len(failures) < 5:
+                    failures.append((d, text, "".join(traceback.format_exception_only(type(e), e))[:1500]))
+
+    try:
+        one()
+    except _Done:
+        pass
+    print(f"{sum(counts.values())} kernels in {time.time() - start:.0f} s (seed {args.seed}): {counts}")
+    for d, text, msg in failures:
+        print(f"\n--- head dim {d}\n{msg}\n{text[:2000]}")
+    return 1 if counts["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
