@@ -98,9 +98,22 @@ def test_a_backward_over_the_targets_shared_memory_is_refused_before_building():
     from kdsl.runtime.attention_launch import AttentionKernel
     plain = next(p for p in SAMPLES if p.stem == "plain")
     kern = AttentionKernel(INTERPRETED[plain].ir["plain"], arch="sm_89")
-    with pytest.raises(LaunchError, match=r"plain: the backward kernel at head dims 256 / 256 needs 209 KB of shared "
+    with pytest.raises(LaunchError, match=r"plain: the backward kernel at head dims 256 / 256 needs 144 KB of shared "
                                           r"memory, more than sm_89's 99 KB a block"):
         attention_backward._program(kern, 256, 256, 0)
+
+
+@pytest.mark.parametrize("arch, d, buffers", [("sm_90a", 256, 2), ("sm_80", 128, 2), ("sm_89", 64, 2),
+                                              ("sm_89", 128, 1)])
+def test_targets_short_of_shared_memory_take_one_buffer(arch, d, buffers):
+    """Two Q / dO buffers where the target's shared memory holds them, else one (the backward
+    source built with KDSL_BWD_BUFFERS=1, whose static_assert checks the runtime's size)."""
+    from kdsl.codegen import emit
+    from kdsl.passes.target import get_target
+    assert emit.backward_buffers(d, d, get_target(arch).smem_per_block) == buffers
+    plain = next(p for p in SAMPLES if p.stem == "plain")
+    built = build(INTERPRETED[plain].ir["plain"], arch, d, program=Program(backward=True))
+    assert ("-DKDSL_BWD_BUFFERS=1" in built.options) == (buffers == 1)
 
 
 def test_check_grad_passes_the_interpreter_and_fails_a_lost_gradient():

@@ -158,13 +158,19 @@ def _attention(k: ir.Kernel) -> Generated:
     return Generated(k.name, entry_name(k), src, extra)
 
 
-def backward_launch(d: int, dv: int) -> tuple[int, int]:
-    """(dynamic shared memory bytes, threads) of the backward kernel (attention_bwd.cuh's
-    BwdCfg; the generated source asserts that the two agree)."""
+def backward_launch(d: int, dv: int, buffers: int = 2) -> tuple[int, int]:
+    """(dynamic shared memory bytes, threads) of the backward kernel with Q / dO tiles in
+    `buffers` buffers (attention_bwd.cuh's BwdCfg; the generated source asserts they agree)."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
     bm = bn = 64
-    smem = 2 * (2 * bm * dp + 2 * bm * dvp + bn * dp + bn * dvp + 2 * bm * bn) + 16 * bm
+    smem = 2 * (buffers * bm * (dp + dvp) + bn * (dp + dvp) + 2 * bm * bn) + buffers * 8 * bm
     return smem, 32 * 4 * 2
+
+
+def backward_buffers(d: int, dv: int, smem_per_block: int) -> int:
+    """How many Q / dO buffers the backward takes on a target: two where they fit, else one;
+    0 where not even one does."""
+    return next((n for n in (2, 1) if backward_launch(d, dv, n)[0] <= smem_per_block), 0)
 
 
 def generate_backward(k: ir.Kernel) -> Generated:
@@ -178,12 +184,13 @@ def generate_backward(k: ir.Kernel) -> Generated:
     score = k.func("score") or ir.Var("f32", "s")
     smem, threads = backward_launch(d, dv)
     entry = entry_name(k) + "_bwd"
+    smem_single = backward_launch(d, dv, 1)[0]
     forward = "kdsl/attention_wgmma.cuh" if k.attr("kernel") == "wgmma" else "kdsl/attention_mma.cuh"
     src = _env().get_template("attention_backward.cu.j2").render(
         prelude="#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "", version=__version__,
         source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, forward_header=forward,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), poly_exp2=0, lazy_rescale=0,
-        tensor_row_sum=_on(False), smem=smem, threads=threads, entry=entry, fields=fields,
+        tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=threads, entry=entry, fields=fields,
         v=_variant(k, variables, captures),
         grad=dict(score=natural(score), dscore=natural(score_grad.score_grad(k))))
     return Generated(k.name, entry, src, attention_capture_dims(k))

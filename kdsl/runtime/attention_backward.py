@@ -116,9 +116,10 @@ def _program(kernel, d: int, dv: int, device: int):
     if key not in kernel._loaded:
         from ..passes.target import get_target
         from .compiler import build
-        smem, threads = emit.backward_launch(d, dv)
         target = get_target(kernel._arch())
-        if smem > target.smem_per_block:
+        buffers = emit.backward_buffers(d, dv, target.smem_per_block)
+        smem, threads = emit.backward_launch(d, dv, buffers or 1)
+        if not buffers:
             raise LaunchError(f"{kernel.name}: the backward kernel at head dims {d} / {dv} needs {smem // 1024} KB of "
                               f"shared memory, more than {target.arch}'s {target.smem_per_block // 1024} KB a block; "
                               f"smaller head dims fit")

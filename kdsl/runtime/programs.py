@@ -17,6 +17,7 @@ from ..passes import affine_score
 SPLIT_KV_OPTION = "-DKDSL_SPLIT_KV=1"  # templates/attention_wgmma.cu.j2
 NO_STREAM_OPTION = "-DKDSL_STREAM_CAPTURES=0"  # templates/attention_variant.cu.j2
 NO_AFFINE_OPTION = "-DKDSL_AFFINE_SCORE=0"  # templates/attention_variant.cu.j2
+SINGLE_BUFFER_OPTION = "-DKDSL_BWD_BUFFERS=1"  # attention_bwd.cuh, where two buffers do not fit
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,11 @@ class Program:
         if self.backward:
             if lowered.kind != "attention":
                 raise KdslError(f"{lowered.name}: only attention kernels have a backward kernel")
+            from ..codegen.emit import backward_buffers
+            from ..passes.target import get_target
+            d = lowered.attr("head_dim")
+            if backward_buffers(d, lowered.attr("value_dim") or d, get_target(arch).smem_per_block) == 1:
+                options.append(SINGLE_BUFFER_OPTION)
             return options
         if self.split_kv:
             if lowered.kind != "attention" or lowered.attr("kernel") != "wgmma":

@@ -26,6 +26,9 @@
 #include "kdsl/attention_common.cuh"
 #include "kdsl/attention_mma.cuh"
 
+#ifndef KDSL_BWD_BUFFERS  // 1: Q, dO, lse and delta single-buffered, for targets whose shared memory
+#define KDSL_BWD_BUFFERS 2  // cannot hold two (sm_89 from head dim 128, sm_80 at 256: emit.backward_buffers)
+#endif
 #ifndef KDSL_BWD_MIN_BLOCKS  // > 0: CTAs per SM to fit registers for instead of BwdCfg's choice (an A/B switch)
 #define KDSL_BWD_MIN_BLOCKS 0
 #endif
@@ -43,12 +46,14 @@ struct BwdCfg {
   // CTAs an SM should hold (__launch_bounds__' second argument, so a register cap): two up to
   // head dims 128, so that one CTA's loads overlap the other's math
   static constexpr int kMinBlocks = KDSL_BWD_MIN_BLOCKS > 0 ? KDSL_BWD_MIN_BLOCKS : DP + DVP > 256 ? 1 : 2;
-  // Q, dO, lse and delta come in two buffers (one step's tiles land while the last one's
+  // Q, dO, lse and delta come in NB buffers (two: one step's tiles land while the last one's
   // are read); K, V, P and dS in one.
+  static constexpr int NB = KDSL_BWD_BUFFERS;
   static constexpr int kQBuf = BM * DP * 2, kDOBuf = BM * DVP * 2;
-  static constexpr int kQ = 0, kDO = kQ + 2 * kQBuf, kK = kDO + 2 * kDOBuf, kV = kK + BN * DP * 2;
+  static constexpr int kQ = 0, kDO = kQ + NB * kQBuf, kK = kDO + NB * kDOBuf, kV = kK + BN * DP * 2;
   static constexpr int kP = kV + BN * DVP * 2, kDS = kP + BM * BN * 2, kLse = kDS + BM * BN * 2;
-  static constexpr int kDelta = kLse + 2 * BM * 4, kSmemBytes = kDelta + 2 * BM * 4;
+  static constexpr int kDelta = kLse + NB * BM * 4, kSmemBytes = kDelta + NB * BM * 4;
+  static_assert(NB == 1 || NB == 2, "KDSL_BWD_BUFFERS: 1 or 2");
   static_assert(D % 16 == 0 && DV % 16 == 0 && DP <= 256 && DVP <= 256, "head dims: multiples of 16 up to 256");
 };
 
@@ -176,7 +181,8 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
   for (int j = 0; j < VT; ++j) acc_dv[j][0] = acc_dv[j][1] = acc_dv[j][2] = acc_dv[j][3] = 0.f;
 
   // Steps: the query tiles of each query head of the group, empty ones skipped. Step cur's
-  // tiles sit in buffer buf while the next step's land in the other.
+  // tiles sit in buffer buf while the next step's land in the other (single-buffered: after
+  // this step's last read).
   const int m_tiles = (M + BM - 1) / BM, steps = group * m_tiles;
   auto tile_class = [&](int it) -> int {
     const int h = hkv * group + it / m_tiles, m0 = it % m_tiles * BM;
@@ -201,11 +207,11 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
   };
   int cur = next_step(0), buf = 0;
   if (cur < steps) issue(cur, 0);
-  for (; cur < steps; buf ^= 1) {
+  for (; cur < steps; buf = (buf + 1) % C::NB) {
     const int nxt = next_step(cur + 1);
     cp_async_wait<0>();  // this step's tiles (and, the first time, K and V)
     __syncthreads();     // ... for every thread; and the last step's reads of the other buffer, sP, sDS are done
-    if (nxt < steps) issue(nxt, buf ^ 1);
+    if (C::NB == 2 && nxt < steps) issue(nxt, buf ^ 1);
     const int cls = tile_class(cur), h = hkv * group + cur / m_tiles, m0 = cur % m_tiles * BM;
     const i64 q_head = (i64)b * a.H + h;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
@@ -280,6 +286,10 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
             }
           }
       }
+    }
+    if (C::NB == 1 && nxt < steps) {
+      __syncthreads();  // this step's reads of the one buffer are done
+      issue(nxt, 0);
     }
   }
 
