@@ -394,7 +394,8 @@ def _record(row: Row, blocks: dict, flops: int) -> None:
     row.peers = dict(sorted(row.peers.items(), key=lambda kv: list(PEER_NAMES).index(kv[0])))
 
 
-def run(cases: list[Case], modules: dict, reps: int, peers: set, progress=True) -> list[Row]:
+def run(cases: list[Case], modules: dict, reps: int, peers: set, progress=True, backward=False) -> list[Row]:
+    """backward: time attention cases' forward + backward (kdsl.bench_backward)."""
     import torch
     torch._dynamo.config.cache_size_limit = 1024
     if hasattr(torch._dynamo.config, "recompile_limit"):
@@ -403,13 +404,15 @@ def run(cases: list[Case], modules: dict, reps: int, peers: set, progress=True) 
     if any(c.kind == "gemm" for c in cases):
         fast_launch.start()  # the FP8 GEMM's compiled launch path, for the host-time rows
     prebuild.finish()  # kernels built at load(), in parallel; no compile competes with the timings
+    from .bench_backward import run_attention_backward
     timer = Timer(reps)
     rows = []
     bar = _progress(cases, progress)
     for case in bar:
         mod = modules[case.file]
+        runner = run_gemm if case.kind == "gemm" else run_attention_backward if backward else run_attention
         try:
-            row = (run_attention if case.kind == "attention" else run_gemm)(case, mod, timer, peers)
+            row = runner(case, mod, timer, peers)
         except Exception as e:
             row = Row(case.kernel, json.dumps(case.shape), failure=f"{type(e).__name__}: {e}"[:200])
         rows.append(row)
@@ -438,11 +441,14 @@ def _progress(items, enabled):
         return items
 
 
+BACKWARD_CONVENTION = ["Rows marked fwd+bwd: a forward and the gradients of q, k and v, TFLOPS at 3.5 times the forward's "
+                       "work (FlashAttention's convention); err: the worst of dq, dk and dv against float64 autograd."]
 PEER_NAMES = {"flex": "FlexAttention (compiled)", "cudnn": "cuDNN SDPA", "scaled_mm": "torch._scaled_mm blockwise",
               "cublas_bf16": "cuBLAS bf16 matmul", "read_b": "reading b once (a floor)"}
 
 
 def markdown(rows: list[Row], device: str, host: list = ()) -> str:
+    backward = BACKWARD_CONVENTION if any(r.family == "backward" for r in rows) else []
     lines = [f"# kdsl bench on {device}", "",
              "TFLOPS count only the work the mask leaves (2·(D + Dv) per kept (q, kv) pair; FP8: 2·rows·N·K over valid rows).",
              "Times: median of CUDA-event-timed launches, L2 flushed before each, kdsl and its peers timed in "
@@ -451,7 +457,7 @@ def markdown(rows: list[Row], device: str, host: list = ()) -> str:
              "straddles 1 is a tie).",
              "Cold build: what a first call waits for on a first run (parse, codegen, NVRTC), measured per kernel "
              "in a fresh process with kdsl's cache empty and the CUDA driver's compute cache off; per-step "
-             "times in the JSON.", "",
+             "times in the JSON.", *backward, "",
              "| kernel | shape | err | kdsl µs | kdsl TFLOPS | GB/s | peer | peer µs | peer TFLOPS | ratio | cold build s |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

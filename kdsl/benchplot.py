@@ -10,7 +10,8 @@ import math
 # Panels: (family, title, what is drawn per row, axis label). Decode rows are latency-bound:
 # µs, lower is better; the others are TFLOPS of the work the mask leaves.
 PANELS = [
-    ("prefill", "Prefill attention — TFLOPS (higher is better)", "tflops", "TFLOPS (work the mask leaves)"),
+    ("prefill", "Prefill attention — TFLOPS (higher is better; fwd+bwd rows at 3.5x the forward's work)", "tflops",
+     "TFLOPS (work the mask leaves)"),
     ("decode", "Decode attention (M = 1) — µs per call (lower is better)", "us", "µs per call"),
     ("fp8", "FP8 block-scaled GEMM — TFLOPS (higher is better)", "tflops", "TFLOPS"),
 ]
@@ -24,6 +25,8 @@ COLORS = {"kdsl": "#d62728", "flex": "#1f77b4", "cudnn": "#2ca02c", "scaled_mm":
 
 def family(row) -> str:
     """The row's panel; rows written before the field existed are recognised by shape."""
+    if row.family == "backward":  # forward + backward rows (kdsl.bench_backward), labelled fwd+bwd
+        return "prefill"
     if row.family:
         return row.family
     if "K=" in row.shape:

@@ -65,6 +65,9 @@ def main(argv=None) -> int:
                     "or M=4096,N=7168,K=16384[,G=4] (GEMM); a kernel with no shape of its kind is timed at the "
                     "default one (attention B=2,H=16,M=N=8192,D=128)")
     bn.add_argument("--reps", type=int, default=100, help="timed repetitions per measurement (default 100)")
+    bn.add_argument("--backward", action="store_true",
+                    help="time attention kernels' forward + backward (gradients of q, k, v) against the peers' "
+                    "(FP8 GEMM cases are left out)")
     bn.add_argument("-o", "--out-dir", default="bench/results", metavar="OUT_DIR")
     _tune_parser(sub)
     args = parser.parse_args(argv)
@@ -223,14 +226,18 @@ def _bench(args) -> int:
         if missing:
             raise KdslError(f"--only: no case for kernel(s) {sorted(missing)}")
         cases = [c for c in cases if c.kernel in wanted]
+    if args.backward:
+        cases = [c for c in cases if c.kind == "attention"]
+        if not cases:
+            raise KdslError("--backward times attention kernels, and these cases have none")
     from .runtime.launch import _driver
     _driver()  # NoGpuError with the reason, before any work
     import torch
     device = torch.cuda.get_device_name()
-    rows = bench.run(cases, modules, args.reps, peers, progress=sys.stderr.isatty())
+    rows = bench.run(cases, modules, args.reps, peers, progress=sys.stderr.isatty(), backward=args.backward)
     host = bench.host_time(cases, modules)
     stem = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") + "-" + datetime.date.today().isoformat()
-    stem += "-" + (args.suite or "files") + ("-partial" if args.only else "")
+    stem += "-" + (args.suite or "files") + ("-partial" if args.only else "") + ("-backward" if args.backward else "")
     paths = bench.write_results(rows, Path(args.out_dir), device, stem, host)
     print(bench.markdown(rows, device, host))
     print("results: " + ", ".join(str(p) for p in paths.values()))

@@ -236,3 +236,21 @@ def test_bench_shapes_are_refused_with_the_reason(args, needle):
     r = subprocess.run([sys.executable, "-m", "kdsl.cli", "bench", *args], capture_output=True, text=True,
                        cwd=bench.ROOT)
     assert r.returncode == 1 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_backward_rows_carry_their_convention_and_land_in_the_prefill_panel():
+    from kdsl import benchplot
+    row = bench.Row("causal", "B=2 H=16 M=4096 N=4096 D=128 fwd+bwd", "backward", ms=4.0, tflops=120.0, error=3e-3,
+                    peers={"flex": {"ms": 2.0, "tflops": 240.0}})
+    md = bench.markdown([row], "GPU")
+    assert "TFLOPS at 3.5 times the forward's work" in md and "| causal | B=2 H=16 M=4096 N=4096 D=128 fwd+bwd |" in md
+    assert "3.5 times" not in bench.markdown([bench.Row("causal", "B=2", ms=1.0, tflops=1.0, error=0.0)], "GPU")
+    assert benchplot.family(row) == "prefill"
+
+
+def test_bench_backward_of_fp8_cases_only_is_refused():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "kdsl.cli", "bench", "samples/fp8_gemm.kd", "--backward"],
+                       capture_output=True, text=True, cwd=bench.ROOT)
+    assert r.returncode == 1 and "--backward times attention kernels, and these cases have none" in r.stderr, r.stderr
