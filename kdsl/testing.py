@@ -19,15 +19,16 @@ from . import ir
 from .backends import Numpy, Torch, need
 from .cases import (CHECK_SCALES, AttentionCase, GemmCase, attention_dims, conform, free_dims, gemm_inputs,
                     head_dim_pairs, tiles, attention_inputs as _case_inputs)
-from .check import (ATTENTION_TOL, FP8_TOL, CaseResult, attention_case, fp8_difference, format_table, gemm_case,
-                    gpu_backend, rel_frobenius)
+from .check import (ATTENTION_TOL, FP8_TOL, GRAD_TOL, CaseResult, attention_case, fp8_difference, format_table,
+                    gemm_case, gpu_backend, gradient_case, rel_frobenius)
 from .errors import KdslError, LaunchError
 from .interpreted import Interpreted
 from .runtime.bounds import check_capture_indices
 
-__all__ = ["cases", "attention_cases", "gemm_cases", "assert_matches_reference", "find_failure", "search_module",
+__all__ = ["cases", "attention_cases", "gemm_cases", "assert_matches_reference", "assert_gradients_match",
+           "find_failure", "search_module",
            "AttentionCase", "GemmCase", "attention_inputs", "gemm_inputs", "rel_frobenius", "fp8_difference",
-           "ATTENTION_TOL", "FP8_TOL", "assert_masked_groups_right"]
+           "ATTENTION_TOL", "FP8_TOL", "GRAD_TOL", "assert_masked_groups_right"]
 
 
 def _hypothesis():
@@ -135,6 +136,22 @@ def assert_matches_reference(fn, case, *, kernel: ir.Kernel | None = None, backe
     res = _judge(backend or _backend_for_kernel(fn), k, fn, case)
     if not res.passed:
         raise AssertionError(f"{k.name} fails on {res.case!r}: {res.metric} {res.error:.3e} "
+                             f"(tolerance {res.tolerance:g}){'; ' if res.problems else ''}{'; '.join(res.problems)}")
+    return res
+
+
+def assert_gradients_match(fn, case, *, kernel: ir.Kernel | None = None, backend=None) -> CaseResult:
+    """Judge one case's gradients as `kdsl check --grad` does (dq, dk and dv of a random
+    sum(out * dout) by torch autograd through fn, against float64 autograd of the reference)
+    and raise AssertionError on failure. fn: an attention kernel (interpret=True: on CPU
+    tensors), or any callable with its calling convention together with kernel= and backend=."""
+    k = kernel or _ir(fn)
+    if k.kind != "attention":
+        raise KdslError(f"{k.name}: gradients are an attention kernel's; this is an FP8 GEMM")
+    res = gradient_case(backend or (Torch("cpu") if isinstance(fn, Interpreted) else gpu_backend()), k, fn,
+                        conform(k, case))
+    if not res.passed:
+        raise AssertionError(f"{k.name}'s gradients fail on {res.case!r}: {res.metric} {res.error:.3e} "
                              f"(tolerance {res.tolerance:g}){'; ' if res.problems else ''}{'; '.join(res.problems)}")
     return res
 

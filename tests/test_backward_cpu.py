@@ -143,3 +143,26 @@ def test_cli_check_grad_on_the_interpreter(capsys):
     assert main(["check", str(path), "--interpret", "--grad", "--hypothesis", "3"]) == 1
     assert "--grad checks gradients at the fixed shapes; it does not combine with --hypothesis" in \
         capsys.readouterr().err
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.data())
+def test_gradients_hold_over_hypothesis_cases(data):
+    """kdsl.testing.assert_gradients_match over the strategy users property-test with: lengths
+    at tile edges, GQA, every head dim, call-time scales (0 and negative ones included)."""
+    from kdsl.testing import assert_gradients_match, attention_cases
+    mod = INTERPRETED[next(p for p in SAMPLES if p.stem == "alibi")]
+    assert_gradients_match(mod.alibi, data.draw(attention_cases(mod.alibi, max_len=70)))
+
+
+def test_assert_gradients_match_names_the_failing_case():
+    from kdsl.testing import AttentionCase, assert_gradients_match
+    from kdsl.backends import Torch
+    mod = INTERPRETED[next(p for p in SAMPLES if p.stem == "causal")]
+
+    def lost_dq(q, k, v, **kw):
+        return mod.causal(q.detach(), k, v, **kw)
+
+    with pytest.raises(AssertionError, match=r"causal's gradients fail on AttentionCase\(B=1, H=2"):
+        assert_gradients_match(lost_dq, AttentionCase(B=1, H=2, Hkv=2, M=40, N=40, D=64, seed=3),
+                               kernel=mod.ir["causal"], backend=Torch("cpu"))
