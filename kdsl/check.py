@@ -249,19 +249,19 @@ def gemm_case(be, kernel: ir.Kernel, fn, case: GemmCase) -> CaseResult:
 
 def gradient_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult:
     """One case's gradients judged: dq, dk, dv of sum(out * dout) by torch autograd through fn
-    against float64 autograd of the reference, dout fresh from the case's seed. The error is the
-    worst gradient's relative Frobenius error; where the keys are one (N = 1) the true dq and dk
-    are zeros (the softmax of one score is constant), and theirs is measured against 2^-7 of
-    their natural size (the forward's bf16 rounding of P and O, 2^-8 each), scaled so that the
-    tolerance is that bound."""
+    against reference_grads, dout fresh from the case's seed. The error is the worst gradient's
+    relative Frobenius error; where the keys are one (N = 1) the true dq and dk are zeros (the
+    softmax of one score is constant), and theirs is measured against 2^-7 of their natural
+    size, scaled so that the tolerance is that bound."""
     torch = need("torch", "torch", "checking gradients (autograd)")
     q, k, v, caps = attention_inputs(kernel, case, be)
     gen = torch.Generator(device=q.device).manual_seed(case.seed % 2**63)
     dout = torch.randn((*q.shape[:3], v.shape[3]), generator=gen, device=q.device).to(q.dtype)
     kw = dict(caps) if case.scale is None else {**caps, "scale": case.scale}
     got = autograd_grads(lambda q, k, v: fn(q, k, v, **kw), q, k, v, dout)
-    want = autograd_grads(lambda q, k, v: reference.attention(kernel, q, k, v, caps, scale=case.scale)[0],
-                          q, k, v, dout)
+    with torch.no_grad():
+        out = fn(q, k, v, **kw)
+    want = reference_grads(kernel, q, k, v, caps, case.scale, out[0] if isinstance(out, tuple) else out, dout)
     res = CaseResult(kernel.name, case.label() + " grad", "grad rel. error, worst of dq dk dv", 0.0, GRAD_TOL,
                      case=case)
     scale = abs(case.scale) if case.scale is not None else q.shape[3] ** -0.5
@@ -275,6 +275,24 @@ def gradient_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult:
             floor = 2 ** -7 * natural_norm(g, dout, v, other, scale) / GRAD_TOL
         res.error = max(res.error, gradient_error(g, w, floor))
     return res
+
+
+def reference_grads(kernel: ir.Kernel, q, k, v, caps, scale, out, dout, dlse=None):
+    """float64 (dq, dk, dv) of sum(out * dout) [+ sum(lse * dlse)], by autograd of the reference,
+    as a backward computes them from its forward's output `out`: its softmax gradient is
+    P (dP - delta) with delta = rowsum(dout * out) taken from the bf16 out the forward wrote, not
+    from the exact one. Where a row's softmax is peaked, dP - delta is a small difference and
+    out's rounding (2^-9 relative) is as large as it: the exact gradient is then not what any
+    backward with a bf16 forward (FlashAttention's included) can compute. Autograd's own delta
+    uses the exact output, so the difference, rowsum(dout * (exact - out)), enters as a
+    gradient of the lse (d lse / d s = P, the same shift of delta)."""
+    def ref(q, k, v):
+        return reference.attention(kernel, q, k, v, caps, scale=scale)
+
+    with backend_for(q).xp.no_grad():
+        exact, _ = ref(q, k, v)
+    shift = (dout.double() * (exact - out.double())).sum(-1)
+    return autograd_grads(ref, q, k, v, dout, shift if dlse is None else shift + dlse.double())
 
 
 def autograd_grads(fn, q, k, v, dout, dlse=None):

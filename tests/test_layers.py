@@ -16,7 +16,7 @@ LAYERS = [
     ["kdsl.interp", "kdsl.reference", "kdsl.cases", "kdsl.codegen", "kdsl.sass", "kdsl.flex"],
     ["kdsl.runtime", "kdsl.interpreted"],
     ["kdsl.check"],
-    ["kdsl.testing", "kdsl.bench", "kdsl.benchplot", "kdsl.hosttime", "kdsl.tune"],
+    ["kdsl.testing", "kdsl.bench", "kdsl.bench_backward", "kdsl.benchplot", "kdsl.hosttime", "kdsl.tune"],
     ["kdsl.cli", "kdsl"],  # the package itself: kdsl.load / kdsl.compile reach into the runtime
 ]
 
