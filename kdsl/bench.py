@@ -246,7 +246,7 @@ def cold_build(file: str, kernel: str, head_dim: int, arch: str) -> dict:
 
 def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     import torch
-    from . import flex, reference
+    from . import reference
     from .semantics import eval_scalar
     from .testing import attention_inputs, rel_frobenius
     kir = mod.ir[case.kernel]
@@ -274,32 +274,45 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     timed = {"kdsl": lambda: fn(q, k, v, **caps)}  # then each peer that runs; timed in turns below
     if "flex" in peers:
         try:
-            from torch.nn.attention.flex_attention import create_block_mask
-            fa = flex.compiled_flex_attention()
-            sm, mm = flex.score_mod(kir, dims, caps, scale), flex.mask_mod(kir, dims, caps)
-            bm = create_block_mask(mm, B, H, M, N, device="cuda") if mm else None
-            gqa_kw = {"enable_gqa": True} if Hkv != H else {}
-            fo = fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale, **gqa_kw)
-            if rel_frobenius(fo, out) > 5e-2:
+            attend = flex_attend(kir, dims, caps, scale)
+            if rel_frobenius(attend(q, k, v), out) > 5e-2:
                 raise RuntimeError("FlexAttention disagrees with kdsl on the same inputs")
-            timed["flex"] = lambda: fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale, **gqa_kw)
+            timed["flex"] = lambda: attend(q, k, v)
         except Exception as e:
             row.peers["flex"] = {"error": f"{type(e).__name__}: {e}"[:160]}
     if "cudnn" in peers and case.kernel in ("plain", "causal"):
         try:
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-
-            def cudnn():
-                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case.kernel == "causal",
-                                                                            enable_gqa=Hkv != H)
-            cudnn()
-            timed["cudnn"] = cudnn
+            cudnn = cudnn_attend(case.kernel == "causal", Hkv != H)
+            cudnn(q, k, v)
+            timed["cudnn"] = lambda: cudnn(q, k, v)
         except Exception as e:
             row.peers["cudnn"] = {"error": f"{type(e).__name__}: {e}"[:160]}
     _record(row, timer.in_turns_by_block(timed), flops)
     row.gbps = (q.numel() + k.numel() + v.numel() + out.numel()) * 2 / row.ms / 1e6
     return row
+
+
+def flex_attend(kir, dims: dict, caps: dict, scale: float):
+    """attend(q, k, v): compiled FlexAttention running the program's score and mask (its block
+    mask built for these dims)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    from . import flex
+    fa = flex.compiled_flex_attention()
+    sm, mm = flex.score_mod(kir, dims, caps, scale), flex.mask_mod(kir, dims, caps)
+    bm = create_block_mask(mm, dims["B"], dims["H"], dims["M"], dims["N"], device="cuda") if mm else None
+    gqa_kw = {"enable_gqa": True} if dims["Hkv"] != dims["H"] else {}
+    return lambda q, k, v: fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale, **gqa_kw)
+
+
+def cudnn_attend(causal: bool, gqa: bool):
+    """attend(q, k, v): torch SDPA on its cuDNN backend (plain or causal)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def attend(q, k, v):
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+    return attend
 
 
 def kept_pairs(kir, dims, caps, B, H, M, N) -> int:
@@ -442,7 +455,8 @@ def _progress(items, enabled):
 
 
 BACKWARD_CONVENTION = ["Rows marked fwd+bwd: a forward and the gradients of q, k and v, TFLOPS at 3.5 times the forward's "
-                       "work (FlashAttention's convention); err: the worst of dq, dk and dv against float64 autograd."]
+                       "work (FlashAttention's convention); err: the worst of dq, dk and dv against float64 autograd "
+                       "of the reference, delta taken from kdsl's own output (kdsl.check.reference_grads)."]
 PEER_NAMES = {"flex": "FlexAttention (compiled)", "cudnn": "cuDNN SDPA", "scaled_mm": "torch._scaled_mm blockwise",
               "cublas_bf16": "cuBLAS bf16 matmul", "read_b": "reading b once (a floor)"}
 

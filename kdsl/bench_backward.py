@@ -5,20 +5,19 @@ One timed call is a forward and the gradients of q, k and v for a random dout
 (torch.autograd.grad: nothing accumulates between calls). TFLOPS count FlashAttention's
 convention: 3.5 times the forward's work (the backward's five products at 2.5 times the
 forward's two, recomputation not counted). The error is the worst relative error of dq, dk
-and dv against float64 autograd of the reference, on batch 0 and the query heads of the first
-k/v head (two heads without GQA), whose gradients that slice holds whole.
+and dv against the reference's (kdsl.check.reference_grads), on batch 0 and the query heads of
+the first k/v head (two heads without GQA), whose gradients that slice holds whole.
 """
 from __future__ import annotations
 
-from .bench import Case, Row, _record, kept_pairs
+from .bench import Case, Row, _record, cudnn_attend, flex_attend, kept_pairs
 
 FWD_BWD_FLOPS = 3.5  # times the forward's (FlashAttention's convention)
 
 
 def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
     import torch
-    from . import flex, reference
-    from .check import autograd_grads, gradient_error
+    from .check import gradient_error, reference_grads
     from .semantics import eval_scalar
     from .testing import attention_inputs
     kir = mod.ir[case.kernel]
@@ -47,8 +46,10 @@ def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
     qh = slice(0, H // Hkv) if Hkv != H else slice(0, min(H, 2))
     kvh = slice(0, 1) if Hkv != H else qh
     sub = {n: (c[:1] if c.dim() > 1 and c.shape[0] == B else c) for n, c in caps.items()}
-    want = autograd_grads(lambda q_, k_, v_: reference.attention(kir, q_, k_, v_, sub)[0], q[:1, qh], k[:1, kvh],
-                          v[:1, kvh], dout[:1, qh])
+    with torch.no_grad():
+        out = fn(q, k, v, **caps)
+    out = out[0] if isinstance(out, tuple) else out
+    want = reference_grads(kir, q[:1, qh], k[:1, kvh], v[:1, kvh], sub, None, out[:1, qh], dout[:1, qh])
     row.error = max(gradient_error(g[:1, sl], w) for g, w, sl in zip(got, want, (qh, kvh, kvh)))
     del want
     dims = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": D, "Dv": Dv}
@@ -56,25 +57,14 @@ def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
     flops = FWD_BWD_FLOPS * 2 * (D + Dv) * kept_pairs(kir, dims, caps, B, H, M, N)
     if "flex" in peers:
         try:
-            from torch.nn.attention.flex_attention import create_block_mask
-            fa = flex.compiled_flex_attention()
-            sm, mm = flex.score_mod(kir, dims, caps, scale), flex.mask_mod(kir, dims, caps)
-            bm = create_block_mask(mm, B, H, M, N, device="cuda") if mm else None
-            gqa_kw = {"enable_gqa": True} if Hkv != H else {}
-            timed["flex"] = fwd_bwd(lambda q, k, v: fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale, **gqa_kw))
+            timed["flex"] = fwd_bwd(flex_attend(kir, dims, caps, scale))
             timed["flex"]()
         except Exception as e:
             timed.pop("flex", None)
             row.peers["flex"] = {"error": f"{type(e).__name__}: {e}"[:160]}
     if "cudnn" in peers and case.kernel in ("plain", "causal"):
         try:
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-
-            def cudnn(q, k, v):
-                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case.kernel == "causal",
-                                                                            enable_gqa=Hkv != H)
-            timed["cudnn"] = fwd_bwd(cudnn)
+            timed["cudnn"] = fwd_bwd(cudnn_attend(case.kernel == "causal", Hkv != H))
             timed["cudnn"]()
         except Exception as e:
             timed.pop("cudnn", None)
