@@ -201,9 +201,6 @@ def _gemm_tiles(a, sa, b, sb, bm, bn, rows=None):
     return out
 
 
-BACKWARD_TILE = 64  # attention_bwd.cuh's BwdCfg::BM and BN
-
-
 def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=None, scale=None, arch="sm_90a"):
     """(dq, dk, dv) float32 as the backward kernel (attention_bwd.cuh) computes them: 64 x 64
     tiles classed by the tile predicates (every tile partial where they need the runtime tile
@@ -211,7 +208,7 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
     as written, dS = P (dP - delta) g'(s) scale (passes/score_grad.py), P and dS rounded to the
     input type for their products, fp32 sums. lse and delta as the autograd function passes
     them (the forward's lse; rowsum(dout * out) less the lse's own gradient)."""
-    from .passes import mask_analysis, score_grad
+    from .passes import mask_analysis, score_grad, tiling
     captures = captures or {}
     B, H, M, D = q.shape
     Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
@@ -227,14 +224,15 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
     s = np.einsum("bhmd,bhnd->bhmn", q, k[:, kv_head], dtype=np.float32) * scale
     env["s"] = s
     score = low.func("score") or ir.Var("f32", "s")
-    g = np.broadcast_to(eval_numpy(score, env, captures, np.float32), s.shape)
-    dg = np.broadcast_to(eval_numpy(score_grad.score_grad(low), env, captures, np.float32), s.shape)
+    with np.errstate(all="ignore"):  # masked elements may take a function outside its domain
+        g = np.broadcast_to(eval_numpy(score, env, captures, np.float32), s.shape)
+        dg = np.broadcast_to(eval_numpy(score_grad.score_grad(low), env, captures, np.float32), s.shape)
     keep = np.ones(s.shape, bool)
     mask = low.func("mask")
     if mask is not None:
         per_element = np.broadcast_to(eval_numpy(mask, env, captures), s.shape)
         summarised = bool(mask_analysis.summary_slots(low))
-        t = BACKWARD_TILE
+        t = tiling.BACKWARD_TILE
         for q0 in range(0, M, t):
             for k0 in range(0, N, t):
                 q1, k1 = min(q0 + t, M) - 1, min(k0 + t, N) - 1

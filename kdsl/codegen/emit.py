@@ -162,7 +162,7 @@ def backward_launch(d: int, dv: int, buffers: int = 2) -> tuple[int, int]:
     """(dynamic shared memory bytes, threads) of the backward kernel with Q / dO tiles in
     `buffers` buffers (attention_bwd.cuh's BwdCfg; the generated source asserts they agree)."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
-    bm = bn = 64
+    bm = bn = tiling.BACKWARD_TILE
     smem = 2 * (buffers * bm * (dp + dvp) + bn * (dp + dvp) + 2 * bm * bn) + buffers * 8 * bm
     return smem, 32 * 4 * 2
 

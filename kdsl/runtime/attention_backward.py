@@ -16,13 +16,13 @@ import functools
 
 from ..codegen import emit
 from ..errors import LaunchError
+from ..passes import tiling
 from ..passes.exp2_fold import LOG2E
 from .driver import ArgPack, Launcher
 from .launch import Loaded, _ptr, _stream_getter
 from .programs import Program
 
 BACKWARD = Program(backward=True)
-KEYS_PER_CTA = 64  # attention_bwd.cuh BwdCfg::BN
 
 
 def wants_grad(q, k, v) -> bool:
@@ -103,7 +103,7 @@ def backward(kernel, q, k, v, dout, lse, delta, caps, scale):
     kinds = ["ptr"] * 9 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra)
     values = [None] * 9 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra]
     pack = ArgPack(kinds, values, list(range(9)) + list(range(16, 16 + ncap)))
-    grid = (-(-N // KEYS_PER_CTA), Hkv, B)
+    grid = (-(-N // tiling.BACKWARD_TILE), Hkv, B)
     pointers = [_ptr(x) for x in (q, k, v, dout, lse, delta, dq_acc, dk, dv, *caps)]
     Launcher(loaded.fn_ptr, grid, (threads, 1, 1), loaded.smem)(_stream_getter("torch", device)(), pack, pointers)
     return dq_acc.to(q.dtype), dk, dv
