@@ -50,7 +50,7 @@ def compile_all(text: str) -> str | None:
                     raise InternalError(f"IR text does not round-trip:\n{ir.print_ir(lowered)}")
                 sources = [emit.generate(lowered).source]
                 if k.kind == "attention" and n == 0:  # the backward's too (the score's derivative)
-                    sources.append(emit.generate_backward(lowered).source)
+                    sources.append(emit.generate_backward(lowered, _TARGET).source)
                 if any("{{" in s or "{%" in s for s in sources):
                     raise InternalError("template syntax left in the generated source")
     except SourceError as e:

@@ -83,6 +83,8 @@ def test_refusals_name_the_problem():
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
+    """sm_90a's backward is the wgmma kernel (HGMMA, no local memory) up to head dim 128, the
+    mma.sync one (HMMA) beyond."""
     for k in pipeline.check(parse(path.read_text(), str(path))):
         if k.kind != "attention":
             continue
@@ -90,7 +92,13 @@ def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
         for d in dims if len(dims) == 1 else (dims[0], 256):
             built = build(k, "sm_90a", d, program=Program(backward=True))
             rep = sass.inspect(built.compiled.cubin, built.generated.entry)
-            assert rep is None or rep.tensor_ops.get("HMMA"), (k.name, d)
+            if rep is None:  # no cuobjdump here
+                continue
+            dv = built.kernel.attr("value_dim") or d
+            if max(d, dv) <= 128:
+                assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, (k.name, d, rep)
+            else:
+                assert rep.tensor_ops.get("HMMA"), (k.name, d)
 
 
 def test_a_backward_over_the_targets_shared_memory_is_refused_before_building():
@@ -110,7 +118,7 @@ def test_targets_short_of_shared_memory_take_one_buffer(arch, d, buffers):
     source built with KDSL_BWD_BUFFERS=1, whose static_assert checks the runtime's size)."""
     from kdsl.codegen import emit
     from kdsl.passes.target import get_target
-    assert emit.backward_buffers(d, d, get_target(arch).smem_per_block) == buffers
+    assert emit.backward_plan(d, d, get_target(arch)).buffers == buffers
     plain = next(p for p in SAMPLES if p.stem == "plain")
     built = build(INTERPRETED[plain].ir["plain"], arch, d, program=Program(backward=True))
     assert ("-DKDSL_BWD_BUFFERS=1" in built.options) == (buffers == 1)
@@ -166,3 +174,25 @@ def test_assert_gradients_match_names_the_failing_case():
     with pytest.raises(AssertionError, match=r"causal's gradients fail on AttentionCase\(B=1, H=2"):
         assert_gradients_match(lost_dq, AttentionCase(B=1, H=2, Hkv=2, M=40, N=40, D=64, seed=3),
                                kernel=mod.ir["causal"], backend=Torch("cpu"))
+
+
+@pytest.mark.parametrize("d", [32, 64, 96, 128])
+def test_dq_tiles_come_back_in_row_order(d):
+    """attention_bwd_wgmma.cuh stages each 64-row dQ tile in the order of its accumulator
+    fragments (the header's launch contract); dq_from_tiles puts every element back at its
+    (row, column), dropping the padding rows and columns."""
+    from kdsl.runtime.attention_backward import dq_from_tiles
+    B, H, M = 2, 3, 100
+    dp, tiles = -(-d // 64) * 64, -(-M // 64)
+    rows = torch.randn(B, H, tiles * 64, dp)
+    acc = torch.empty(B, H, tiles, 64 * dp)
+    for wg in range(2):
+        for w in range(4):
+            for j in range(dp // 16):
+                for lane in range(32):
+                    for hh in range(2):
+                        for e in range(2):
+                            r, c = 16 * w + 8 * hh + lane // 4, wg * dp // 2 + 8 * j + 2 * (lane % 4) + e
+                            i = (((wg * 4 + w) * (dp // 16) + j) * 32 + lane) * 4 + 2 * hh + e
+                            acc[:, :, :, i] = rows.view(B, H, tiles, 64, dp)[:, :, :, r, c]
+    assert torch.equal(dq_from_tiles(acc, M, d), rows[:, :, :M, :d])

@@ -356,6 +356,7 @@ def test_wgmma_ops_header_is_what_its_generator_writes():
     assert gen.OUT_STEPS.read_text() == gen.render_steps(), "wgmma_ops_steps.cuh is stale: run python3 tools/gen_wgmma.py"
     assert gen.OUT_MORE.read_text() == gen.render_more(), "wgmma_ops_more.cuh is stale: run python3 tools/gen_wgmma.py"
     assert gen.OUT_FP8.read_text() == gen.render_fp8(), "wgmma_fp8_ops.cuh is stale: run python3 tools/gen_wgmma.py"
+    assert gen.OUT_BWD.read_text() == gen.render_bwd(), "wgmma_ops_bwd.cuh is stale: run python3 tools/gen_wgmma.py"
 
 
 @pytest.fixture

@@ -158,23 +158,44 @@ def _attention(k: ir.Kernel) -> Generated:
     return Generated(k.name, entry_name(k), src, extra)
 
 
-def backward_launch(d: int, dv: int, buffers: int = 2) -> tuple[int, int]:
-    """(dynamic shared memory bytes, threads) of the backward kernel with Q / dO tiles in
-    `buffers` buffers (attention_bwd.cuh's BwdCfg; the generated source asserts they agree)."""
+@dataclass(frozen=True)
+class BackwardPlan:
+    """The backward kernel a target runs at given head dims, and its launch: the runtime's
+    grid and shared memory, and the generated source's body (whose static_assert checks them)."""
+    body: str      # the device function: attention_bwd_wgmma (sm_90a) or attention_bwd (mma.sync)
+    header: str    # the header that defines it
+    smem: int      # dynamic shared memory bytes
+    threads: int
+    keys: int      # keys a CTA owns: grid = (ceil(N / keys), Hkv, B)
+    buffers: int   # Q / dO buffers; attention_bwd.cuh takes one where two do not fit; 0: none fits
+    dq_tiles: bool = False  # dq_acc in 64-row tiles of fragment order (attention_bwd_wgmma.cuh), else [B, H, M, D]
+
+
+def backward_plan(d: int, dv: int, target, kind: str = "") -> BackwardPlan:
+    """The wgmma kernel (attention_bwd_wgmma.cuh) where the target has wgmma and both padded
+    head dims are at most 128 (its registers hold dK and dV for 64 keys a warpgroup); else the
+    mma.sync one (attention_bwd.cuh). kind ("wgmma" / "mma") forces one, for A/B timing."""
+    dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
+    if not kind:
+        kind = "wgmma" if target.has_wgmma and dp <= 128 and dvp <= 128 else "mma"
+    if kind == "wgmma":  # attention_bwd_wgmma.cuh's BwdWgCfg: 128 keys, two 64-row Q / dO buffers, dS^T,
+        bm, bn = 64, 128     # two fp32 dQ tiles
+        smem = 1024 + 2 * (bn * (dp + dvp) + 2 * bm * (dp + dvp) + bn * bm) + 2 * bm * dp * 4 + 2 * 2 * 4 * bm
+        return BackwardPlan("attention_bwd_wgmma", "kdsl/attention_bwd_wgmma.cuh", smem, 256, bn, 2, dq_tiles=True)
+    buffers = next((n for n in (2, 1) if _mma_backward_smem(d, dv, n) <= target.smem_per_block), 0)
+    return BackwardPlan("attention_bwd", "kdsl/attention_bwd.cuh", _mma_backward_smem(d, dv, buffers or 1), 256,
+                        tiling.BACKWARD_TILE, buffers)
+
+
+def _mma_backward_smem(d: int, dv: int, buffers: int) -> int:
+    """attention_bwd.cuh's BwdCfg::kSmemBytes with Q / dO tiles in `buffers` buffers."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
     bm = bn = tiling.BACKWARD_TILE
-    smem = 2 * (buffers * bm * (dp + dvp) + bn * (dp + dvp) + 2 * bm * bn) + buffers * 8 * bm
-    return smem, 32 * 4 * 2
+    return 2 * (buffers * bm * (dp + dvp) + bn * (dp + dvp) + 2 * bm * bn) + buffers * 8 * bm
 
 
-def backward_buffers(d: int, dv: int, smem_per_block: int) -> int:
-    """How many Q / dO buffers the backward takes on a target: two where they fit, else one;
-    0 where not even one does."""
-    return next((n for n in (2, 1) if backward_launch(d, dv, n)[0] <= smem_per_block), 0)
-
-
-def generate_backward(k: ir.Kernel) -> Generated:
-    """The backward kernel of a lowered attention kernel (attention_bwd.cuh): the forward's
+def generate_backward(k: ir.Kernel, target) -> Generated:
+    """The backward kernel of a lowered attention kernel (backward_plan's body): the forward's
     Variant for its mask and tile classes, and the score with its derivative in s
     (passes/score_grad.py) as the program wrote it, positions converted in place."""
     d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
@@ -182,16 +203,18 @@ def generate_backward(k: ir.Kernel) -> Generated:
     natural = CEmitter({**variables, "s": "s", "qf": "((float)q)", "kvf": "((float)kv)",
                         "dqkf": "((float)(q - kv))"}, captures)
     score = k.func("score") or ir.Var("f32", "s")
-    smem, threads = backward_launch(d, dv)
+    plan = backward_plan(d, dv, target)
+    # the mma kernel's one source serves both buffer counts (KDSL_BWD_BUFFERS, runtime/programs.py)
+    smem, smem_single = ((_mma_backward_smem(d, dv, 2), _mma_backward_smem(d, dv, 1)) if plan.body == "attention_bwd"
+                         else (plan.smem, plan.smem))
     entry = entry_name(k) + "_bwd"
-    smem_single = backward_launch(d, dv, 1)[0]
     forward = "kdsl/attention_wgmma.cuh" if k.attr("kernel") == "wgmma" else "kdsl/attention_mma.cuh"
     src = _env().get_template("attention_backward.cu.j2").render(
         prelude="#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "", version=__version__,
         source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, forward_header=forward,
+        body=plan.body, body_header=plan.header,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), poly_exp2=0, lazy_rescale=0,
-        tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=threads, entry=entry, fields=fields,
-        v=_variant(k, variables, captures),
+        tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=plan.threads, entry=entry, fields=fields, v=_variant(k, variables, captures),
         grad=dict(score=natural(score), dscore=natural(score_grad.score_grad(k))))
     return Generated(k.name, entry, src, attention_capture_dims(k))
 

@@ -16,7 +16,6 @@ import functools
 
 from ..codegen import emit
 from ..errors import LaunchError
-from ..passes import tiling
 from ..passes.exp2_fold import LOG2E
 from .driver import ArgPack, Launcher
 from .launch import Loaded, _ptr, _stream_getter
@@ -90,40 +89,54 @@ def backward(kernel, q, k, v, dout, lse, delta, caps, scale):
     infos, dims, s = kernel.validate(q, k, v, caps, None, None, scale)
     B, H, M, D = q.shape
     Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
-    dq_acc = torch.zeros((B, H, M, D), dtype=torch.float32, device=q.device)
     dk, dv = torch.zeros_like(k), torch.zeros_like(v)
     if 0 in (B, H, M, N):
-        return dq_acc.to(q.dtype), dk, dv
+        return torch.zeros_like(q), dk, dv
     if B > 65535 or Hkv > 65535:
         raise LaunchError(f"{kernel.name}: the backward kernel takes at most 65535 batches and k/v heads "
                           f"(grid y and z), got B={B}, Hkv={Hkv}")
     device = kernel._device(infos)
-    loaded, threads, extra = _program(kernel, D, Dv, device)
+    loaded, plan, extra = _program(kernel, D, Dv, device)
+    # dQ is summed over the key blocks in fp32: as 64-row tiles in fragment order, or rows
+    shape = (B, H, -(-M // 64), 64 * (-(-D // 64) * 64)) if plan.dq_tiles else (B, H, M, D)
+    dq_acc = torch.zeros(shape, dtype=torch.float32, device=q.device)
     ncap = len(caps)
     kinds = ["ptr"] * 9 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra)
     values = [None] * 9 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra]
     pack = ArgPack(kinds, values, list(range(9)) + list(range(16, 16 + ncap)))
-    grid = (-(-N // tiling.BACKWARD_TILE), Hkv, B)
+    grid = (-(-N // plan.keys), Hkv, B)
     pointers = [_ptr(x) for x in (q, k, v, dout, lse, delta, dq_acc, dk, dv, *caps)]
-    Launcher(loaded.fn_ptr, grid, (threads, 1, 1), loaded.smem)(_stream_getter("torch", device)(), pack, pointers)
-    return dq_acc.to(q.dtype), dk, dv
+    Launcher(loaded.fn_ptr, grid, (plan.threads, 1, 1), loaded.smem)(_stream_getter("torch", device)(), pack, pointers)
+    dq = dq_from_tiles(dq_acc, M, D) if plan.dq_tiles else dq_acc
+    return dq.to(q.dtype), dk, dv
+
+
+def dq_from_tiles(acc, M: int, D: int):
+    """attention_bwd_wgmma.cuh's dq_acc, [B, H, tiles, 64 * DP] with each 64-row tile in the
+    order its accumulator fragments were stored (warpgroup, warp, n-tile j, lane, row half,
+    column pair), as [B, H, M, D] rows (row 16 warp + 8 half + lane / 4, column
+    warpgroup * DP / 2 + 8 j + 2 (lane % 4) + pair)."""
+    B, H, tiles, n = acc.shape
+    dp = n // 64
+    t = acc.view(B, H, tiles, 2, 4, dp // 16, 8, 4, 2, 2)  # warpgroup, warp, j, lane / 4, lane % 4, half, pair
+    return t.permute(0, 1, 2, 4, 8, 6, 3, 5, 7, 9).reshape(B, H, tiles * 64, dp)[:, :, :M, :D]
 
 
 def _program(kernel, d: int, dv: int, device: int):
-    """The loaded backward kernel for these head dims, its threads, and the dims only captured
-    tensors bind (extra int parameters), built once per kernel and device."""
+    """The loaded backward kernel for these head dims, its plan (emit.backward_plan: launch and
+    dq_acc's layout), and the dims only captured tensors bind (extra int parameters), built once
+    per kernel and device."""
     key = ("backward", d, dv, device)
     if key not in kernel._loaded:
         from ..passes.target import get_target
         from .compiler import build
         target = get_target(kernel._arch())
-        buffers = emit.backward_buffers(d, dv, target.smem_per_block)
-        smem, threads = emit.backward_launch(d, dv, buffers or 1)
-        if not buffers:
-            raise LaunchError(f"{kernel.name}: the backward kernel at head dims {d} / {dv} needs {smem // 1024} KB of "
+        plan = emit.backward_plan(d, dv, target)
+        if not plan.buffers:
+            raise LaunchError(f"{kernel.name}: the backward kernel at head dims {d} / {dv} needs {plan.smem // 1024} KB of "
                               f"shared memory, more than {target.arch}'s {target.smem_per_block // 1024} KB a block; "
                               f"smaller head dims fit")
         built = build(kernel._kernel_ir(False), kernel._arch(), d, value_dim=dv, program=BACKWARD)
-        kernel._loaded[key] = (Loaded(built.compiled.cubin, built.generated.entry, smem), threads,
+        kernel._loaded[key] = (Loaded(built.compiled.cubin, built.generated.entry, plan.smem), plan,
                                built.generated.capture_dims)
     return kernel._loaded[key]

@@ -170,7 +170,7 @@ def _finished(key: str, job) -> None:
 
 def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, program: Program = DEFAULT):
     lowered = pipeline.lower(k, get_target(arch), head_dim, value_dim)
-    gen = emit.generate_backward(lowered) if program.backward else emit.generate(lowered)
+    gen = emit.generate_backward(lowered, get_target(arch)) if program.backward else emit.generate(lowered)
     # the same source for every forward program: their defines are part of the key
     options = nvrtc.default_options(arch, emit.INCLUDE_DIR) + program.options(lowered, arch)
     key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)

@@ -26,7 +26,7 @@ class Program:
     stream: bool = True     # a streamed capture (passes/streaming.py) by TMA; False: loaded per element
     affine: bool = True     # a score affine in the key position in that form (passes/affine_score.py);
                             # False: as written, for a scale that makes the form's factor F <= 0
-    backward: bool = False  # the backward kernel (attention_bwd.cuh), a source of its own
+    backward: bool = False  # the backward kernel (emit.backward_plan), a source of its own
 
     def options(self, lowered: ir.Kernel, arch: str) -> list[str]:
         """The NVRTC defines of this program of `lowered` (none where a flag does not apply)."""
@@ -34,10 +34,10 @@ class Program:
         if self.backward:
             if lowered.kind != "attention":
                 raise KdslError(f"{lowered.name}: only attention kernels have a backward kernel")
-            from ..codegen.emit import backward_buffers
+            from ..codegen.emit import backward_plan
             from ..passes.target import get_target
             d = lowered.attr("head_dim")
-            if backward_buffers(d, lowered.attr("value_dim") or d, get_target(arch).smem_per_block) == 1:
+            if backward_plan(d, lowered.attr("value_dim") or d, get_target(arch)).buffers == 1:
                 options.append(SINGLE_BUFFER_OPTION)
             return options
         if self.split_kv:

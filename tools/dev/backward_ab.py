@@ -15,6 +15,7 @@ import torch
 import kdsl
 from kdsl import sass
 from kdsl.codegen import emit
+from kdsl.passes.target import get_target
 from kdsl.runtime import attention_backward as ab, nvrtc
 from kdsl.runtime.driver import _libcuda
 from kdsl.runtime.launch import Loaded
@@ -27,13 +28,14 @@ def build(kern, D, Dv, dev, options):
     from kdsl.runtime.compiler import _generate
     lowered, gen, base, _ = _generate(kern._kernel_ir(False), kern._arch(), D, Dv, ab.BACKWARD)
     compiled = nvrtc.compile_cuda(gen.source, gen.entry, base + options)
-    smem, threads = emit.backward_launch(D, Dv)
+    plan = emit.backward_plan(D, Dv, get_target(kern._arch()))
+    smem, threads = plan.smem, plan.threads
     loaded = Loaded(compiled.cubin, gen.entry, smem)
     n = ctypes.c_int()
     _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), ctypes.c_void_p(loaded.fn_ptr),
                                                           threads, smem)
     rep = sass.inspect(compiled.cubin, gen.entry)
-    return (loaded, threads, gen.capture_dims), f"{rep.registers} regs, {rep.local_bytes} B local, {n.value} CTAs/SM"
+    return (loaded, plan, gen.capture_dims), f"{rep.registers} regs, {rep.local_bytes} B local, {n.value} CTAs/SM"
 
 
 def main():

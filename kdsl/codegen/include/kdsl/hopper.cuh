@@ -113,6 +113,13 @@ KDSL_DEVICE void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
                :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
+// global[0, bytes) += shared[0, bytes), element-wise in f32, each element's add atomic (CTAs
+// may add into the same global tile); bytes a multiple of 16, both addresses 16-byte aligned.
+// Joins the thread's current bulk group, like the stores above.
+KDSL_DEVICE void bulk_reduce_add_f32(float* dst, u32 src, u32 bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
 KDSL_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Until at most N of this thread's bulk groups still read their shared-memory source.
 template <int N>

@@ -1,0 +1,349 @@
+// kdsl/attention_bwd_wgmma.cuh — attention backward on Hopper warpgroup MMAs (sm_90a).
+//
+// The same computation as attention_bwd.cuh (FlashAttention-2's backward for any kdsl score
+// and mask; read that header's comment first), laid out for wgmma:
+//   - A CTA owns BN = 128 keys of one (batch, k/v head), 64 for each of its two warpgroups,
+//     and walks the 64-row query tiles of every query head that reads them (GQA).
+//   - Each warpgroup computes S^T = K Q^T and dP^T = V dO^T for its 64 keys, so that the
+//     elementwise P^T and dS^T it derives sit in registers exactly as the A operand of
+//     dV += P^T dO and dK += dS^T Q wants them: no shared-memory round trip for either.
+//   - dS^T also goes to shared memory ([key][q], 128-byte swizzled), where both warpgroups
+//     read it as dS for dQ = dS K, each computing half of dQ's columns. The step's dQ tile is
+//     staged in shared memory in the order of the accumulator fragments (conflict-free 16-byte
+//     stores) and added into dq_acc by one bulk reduction (cp.reduce.async.bulk), issued at the
+//     next step's start: dq_acc holds [B, H, ceil(M / 64)] such tiles, which the host puts back
+//     in row order (runtime/attention_backward.py, dq_from_tiles).
+//   - Q, dO, lse and delta are double-buffered: the next step's tiles land by cp.async while
+//     this one computes.
+// Operand tiles use the 128-byte-swizzled layout TMA writes (64-column blocks of rows of 128
+// bytes, 8-row atoms of 1024 bytes), so one copy of K serves as the K-major A of S^T and the
+// MN-major B of dQ, and one of Q (dO) as the K-major B of S^T (dP^T) and the MN-major B of
+// dK (dV). Head dims are padded to 64 or 128 with zeros; larger ones take attention_bwd.cuh.
+//
+// Launch contract (the generated extern "C" kernel forwards to attention_bwd_wgmma):
+//   grid  = (ceil(N / 128), Hkv, B)    block = 256 threads
+//   dynamic shared memory = attention_bwd_wgmma_smem_bytes<D, DV>() (1024 of it alignment slack)
+//   dq_acc: zeroed fp32 [B, H, ceil(M / 64), 64 * DP], in fragment order: element (row r, column c)
+//   of a tile at ((((wg * 4 + w) * DP / 16 + j) * 32 + lane) * 4 + 2 hh + e) for r = 16 w + 8 hh
+//   + lane / 4 and c = wg * DP / 2 + 8 j + 2 (lane % 4) + e
+#pragma once
+
+#include "kdsl/attention_common.cuh"
+#include "kdsl/hopper.cuh"
+#include "kdsl/wgmma_ops_bwd.cuh"
+
+#ifndef KDSL_BWD_BUFFERS  // attention_bwd.cuh's single-buffer switch; sm_90a always has room for two
+#define KDSL_BWD_BUFFERS 2
+#endif
+
+namespace kdsl {
+
+namespace attn_bwd_wg_detail {
+
+template <int D, int DV>
+struct BwdWgCfg {
+  static constexpr int BM = 64, BN = 128;  // query rows per step; keys per CTA, 64 a warpgroup
+  static constexpr int DP = (D + 63) / 64 * 64, DVP = (DV + 63) / 64 * 64;  // padded head dims
+  static constexpr int kThreads = 256, NB = 2;                              // NB: Q / dO buffers
+  static constexpr int kQBuf = BM * DP * 2, kDOBuf = BM * DVP * 2;
+  // tile offsets from a 1024-byte aligned base (each a multiple of 1024)
+  static constexpr int kK = 0, kV = kK + BN * DP * 2, kQ = kV + BN * DVP * 2, kDO = kQ + NB * kQBuf;
+  static constexpr int kDQBuf = BM * DP * 4;  // a step's dQ tile in fp32, two of them (one being added out)
+  static constexpr int kDS = kDO + NB * kDOBuf, kDQ = kDS + BN * BM * 2, kLse = kDQ + 2 * kDQBuf;
+  static constexpr int kDelta = kLse + NB * BM * 4, kSmemBytes = 1024 + kDelta + NB * BM * 4;
+  static_assert(D % 16 == 0 && DV % 16 == 0 && DP <= 128 && DVP <= 128, "head dims: multiples of 16 up to 128");
+  static_assert(KDSL_BWD_BUFFERS == 2, "the wgmma backward always double-buffers");
+};
+
+// Rows [0, ROWS) of a row-major [rows, COLS] global matrix into the swizzled layout at dst
+// (64-column blocks of ROWS rows x 128 bytes, the 16-byte chunk c of row r at c ^ (r % 8)):
+// rows >= rows_valid and columns >= COLS land as zeros. Consecutive threads copy consecutive
+// 16 bytes of a row (coalesced reads). A thread's chunk column, and so its swizzled offset
+// within a row, is the same on every pass: a pass costs a row test, two adds and the copy.
+template <class Elem, int COLS, int WIDTH, int ROWS, int THREADS>
+KDSL_DEVICE void load_tile(u32 dst, const Elem* src, int rows_valid, int tid) {
+  constexpr int kChunks = WIDTH / 8, kRowsPerPass = THREADS / kChunks;
+  static_assert(THREADS % kChunks == 0 && kRowsPerPass % 8 == 0 && ROWS % kRowsPerPass == 0, "whole passes");
+  const int r0 = tid / kChunks, cc = tid % kChunks;
+  const bool col_ok = cc * 8 < COLS;
+  const u32 d0 = dst + (cc / 8) * (ROWS * 128) + r0 * 128 + (((cc % 8) ^ (r0 % 8)) << 4);
+  const Elem* s0 = src + (i64)r0 * COLS + cc * 8;
+#pragma unroll
+  for (int pass = 0; pass < ROWS / kRowsPerPass; ++pass) {
+    const bool ok = col_ok && r0 + pass * kRowsPerPass < rows_valid;
+    cp_async16(d0 + pass * kRowsPerPass * 128, ok ? s0 + (i64)pass * kRowsPerPass * COLS : src, ok ? 16u : 0u);
+  }
+}
+
+template <class Elem> KDSL_DEVICE u32 pack(float lo, float hi);
+template <> KDSL_DEVICE u32 pack<bf16_t>(float lo, float hi) { return pack_bf16x2(lo, hi); }
+template <> KDSL_DEVICE u32 pack<f16_t>(float lo, float hi) { return pack_f16x2(lo, hi); }
+
+KDSL_DEVICE void st_shared(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory"); }
+KDSL_DEVICE void st_shared(u32 addr, float x, float y, float z, float w) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+
+template <bool B> struct Flag { static constexpr bool value = B; };
+
+// An m64nNk16 accumulator (rows = 64 keys, columns = 64 queries) packed as the A fragments
+// of four k16 steps over the queries: n-tiles 2 kp and 2 kp + 1 make step kp.
+template <class Elem>
+KDSL_DEVICE void to_a_fragments(const float (&d)[32], u32 (&a)[4][4]) {
+#pragma unroll
+  for (int kp = 0; kp < 4; ++kp)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) a[kp][e] = pack<Elem>(d[8 * kp + 2 * e], d[8 * kp + 2 * e + 1]);
+}
+
+// D = A B^T over K / 16 steps, both K-major in swizzled tiles of a_rows and b_rows rows
+// (64-column blocks a_rows * 128 / b_rows * 128 bytes apart); the first step overwrites D.
+template <class Elem, int N, int K>
+KDSL_DEVICE void mma_kmajor(float (&d)[N / 2], u32 sa, int a_rows, u32 sb, int b_rows) {
+  const u64 da0 = desc_kmajor_sw128(sa), db0 = desc_kmajor_sw128(sb);
+  u64 da[K / 16], db[K / 16];
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks) {
+    const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
+    da[ks] = desc_advance(da0, (ks / 4) * a_rows * 128 + off);
+    db[ks] = desc_advance(db0, (ks / 4) * b_rows * 128 + off);
+  }
+  WgmmaQK<Elem, N, K / 16>::run(d, da, db);
+}
+
+// D += A B with A from registers (four k16 steps) and B MN-major: rows k of 128 bytes, the
+// next 64 columns block_bytes further on.
+template <class Elem, int N>
+KDSL_DEVICE void mma_rs(float (&d)[N / 2], const u32 (&a)[4][4], u32 sb, int block_bytes) {
+  const u64 db0 = desc_mnmajor_sw128(sb, block_bytes);
+  u64 db[4];
+#pragma unroll
+  for (int kp = 0; kp < 4; ++kp) db[kp] = desc_advance(db0, kp * 16 * 128);
+  WgmmaPV<Elem, N, 4>::run(d, a, db);
+}
+
+}  // namespace attn_bwd_wg_detail
+
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_wgmma_smem_bytes() {
+  return attn_bwd_wg_detail::BwdWgCfg<D, DV>::kSmemBytes;
+}
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_wgmma_threads() { return attn_bwd_wg_detail::BwdWgCfg<D, DV>::kThreads; }
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_wgmma_min_blocks() { return 1; }
+
+template <class Elem, int D, int DV, class V, class G>
+KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captures& c, const Elem* dout,
+                                     const float* lse, const float* delta, float* dq_acc, Elem* dk, Elem* dv) {
+  using namespace attn_bwd_wg_detail;
+  typedef BwdWgCfg<D, DV> C;
+  constexpr int BM = C::BM, BN = C::BN, DP = C::DP, DVP = C::DVP, T = C::kThreads;
+  constexpr int DQN = DP / 2;  // dQ columns each warpgroup computes
+  extern __shared__ __align__(128) u8 kdsl_bwd_smem[];
+  const u32 raw = smem_addr(kdsl_bwd_smem), base = (raw + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
+  u8* const smem = kdsl_bwd_smem + (base - raw);
+  const u32 sK = base + C::kK, sV = base + C::kV, sQ = base + C::kQ, sDO = base + C::kDO, sDS = base + C::kDS;
+  const float* sLse = reinterpret_cast<const float*>(smem + C::kLse);
+  const float* sDelta = reinterpret_cast<const float*>(smem + C::kDelta);
+
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int n0 = blockIdx.x * BN, hkv = blockIdx.y, b = blockIdx.z;
+  const int M = a.M, N = a.N, group = a.H / a.Hkv;
+  const float scale = c.scale;
+
+  const i64 kv_head = (i64)b * a.Hkv + hkv;
+  load_tile<Elem, D, DP, BN, T>(sK, static_cast<const Elem*>(a.k) + (kv_head * N + n0) * D, N - n0, tid);
+  load_tile<Elem, DV, DVP, BN, T>(sV, static_cast<const Elem*>(a.v) + (kv_head * N + n0) * DV, N - n0, tid);
+  cp_async_commit();
+
+  float acc_dk[DP / 2], acc_dv[DVP / 2];
+#pragma unroll
+  for (int i = 0; i < DP / 2; ++i) acc_dk[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < DVP / 2; ++i) acc_dv[i] = 0.f;
+
+  // Steps: the query tiles mt of each query head hq of the group, empty ones skipped (as in
+  // attention_bwd.cuh), walked as a pair (no division a step). Step cur's tiles sit in buffer
+  // buf while the next step's land in the other.
+  struct Step { int hq, mt; };
+  const int m_tiles = (M + BM - 1) / BM;
+  auto tile_class = [&](Step st) -> int {
+    const int m0 = st.mt * BM;
+    return V::kSummaries > 0 ? (int)kTilePartial
+                             : V::tile(a, c, b, hkv * group + st.hq, m0, imin(m0 + BM, M) - 1, n0, imin(n0 + BN, N) - 1);
+  };
+  auto advance = [&](Step st) { return st.mt + 1 < m_tiles ? Step{st.hq, st.mt + 1} : Step{st.hq + 1, 0}; };
+  auto next_step = [&](Step st) {
+    while (st.hq < group && tile_class(st) == kTileEmpty) st = advance(st);
+    return st;
+  };
+  auto issue = [&](Step st, int buf) {
+    const int m0 = st.mt * BM;
+    const i64 row0 = ((i64)b * a.H + hkv * group + st.hq) * M + m0;
+    load_tile<Elem, D, DP, BM, T>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
+    load_tile<Elem, DV, DVP, BM, T>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
+    if (tid < BM) {  // rows past M: zeros, never read (their q >= M)
+      const bool in = m0 + tid < M;
+      cp_async4_or_zero(base + C::kLse + (buf * BM + tid) * 4, in ? lse + row0 + tid : lse, in);
+      cp_async4_or_zero(base + C::kDelta + (buf * BM + tid) * 4, in ? delta + row0 + tid : delta, in);
+    }
+    cp_async_commit();
+  };
+
+  // This warpgroup's 64 keys: rows 64 wg.. of every 64-column block of K and V.
+  const u32 sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128;
+  // dQ's B: columns DQN wg.. of K read MN-major (a 64-column block, or half of one at DP = 64;
+  // the swizzle applies to absolute addresses, so a descriptor may start mid-row)
+  const u32 sKq = sK + (wg * DQN / 64) * (BN * 128) + (wg * DQN % 64) * 2;
+
+  // The dQ tile staged last step, added out at this step's start (one thread's bulk reduction,
+  // after the barrier that makes every thread's stores visible to it)
+  float* dq_pending = nullptr;
+  int dq_buf = 0;
+  auto add_out_dq = [&]() {
+    if (tid == 0 && dq_pending != nullptr) {
+      bulk_reduce_add_f32(dq_pending, base + C::kDQ + (dq_buf ^ 1) * C::kDQBuf, C::kDQBuf);
+      bulk_commit();
+      bulk_wait_read<1>();  // the tile added two steps ago has been read: its buffer is free
+    }
+  };
+
+  Step cur = next_step(Step{0, 0});
+  int buf = 0;
+  if (cur.hq < group) issue(cur, 0);
+  for (; cur.hq < group; buf ^= 1) {
+    const Step nxt = next_step(advance(cur));
+    cp_async_wait<0>();   // this step's tiles (and, the first time, K and V)
+    fence_proxy_async();  // ... are read by wgmma, the async proxy
+    __syncthreads();      // ... for every thread; and the last step's reads of the other buffer are done
+    add_out_dq();
+    if (nxt.hq < group) issue(nxt, buf ^ 1);
+    const int cls = tile_class(cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
+    const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
+    const float* sLseb = sLse + buf * BM;
+    const float* sDeltab = sDelta + buf * BM;
+    cur = nxt;
+
+    // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x the step's 64 queries
+    float s[32], dp[32];
+    wgmma_fence();
+    mma_kmajor<Elem, 64, DP>(s, sKw, BN, sQb, BM);
+    mma_kmajor<Elem, 64, DVP>(dp, sVw, BN, sDOb, BM);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_pin(s);
+    wgmma_pin(dp);
+
+    // P^T and dS^T elementwise, in place: s[i] becomes P, dp[i] dS (rows are keys, columns
+    // queries). A full tile inside M and N keeps every element, and every row it holds sees a
+    // key (its lse is finite): that path evaluates no predicate. Otherwise an element is kept
+    // inside the bounds, where the mask keeps it and its row saw some key (lse > -inf).
+    const int key0 = n0 + 64 * wg + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
+    auto elementwise = [&](auto guarded) {
+      constexpr bool kGuard = decltype(guarded)::value;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int col = 8 * j + 2 * t;
+        const float2 lse2 = *reinterpret_cast<const float2*>(sLseb + col);
+        const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int i = 4 * j + 2 * hh + e, q = m0 + col + e, kv = key0 + 8 * hh;
+            const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
+            bool keep = true;
+            if constexpr (kGuard) {
+              keep = q < M && kv < N && row_lse != neg_inf();
+              if (V::kHasMask && cls != kTileFull && keep) keep = V::mask(a, c, b, h, q, kv);
+            }
+            float p = 0.f, ds = 0.f;
+            if (keep) {
+              const float sn = s[i] * scale;
+              p = math_exp(G::score(a, c, sn, b, h, q, kv) - row_lse);
+              const float d = p * (dp[i] - row_delta) * G::dscore(a, c, sn, b, h, q, kv) * scale;
+              ds = p != 0.f ? d : 0.f;  // a derivative undefined where P underflowed adds nothing
+            }
+            s[i] = p;
+            dp[i] = ds;
+          }
+      }
+    };
+    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Flag<false>{});
+    else elementwise(Flag<true>{});
+    u32 pa[4][4], dsa[4][4];
+    to_a_fragments<Elem>(s, pa);
+    to_a_fragments<Elem>(dp, dsa);
+    // dS^T to shared memory as [key][q] rows of 128 bytes, swizzled: fragment word e of step kp
+    // is n-tile 2 kp + e / 2, row half e % 2
+#pragma unroll
+    for (int kp = 0; kp < 4; ++kp)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 64 * wg + 16 * warp + g + 8 * (e % 2), chunk = 2 * kp + e / 2;
+        st_shared(sDS + row * 128 + ((chunk ^ (row % 8)) << 4) + 4 * t, dsa[kp][e]);
+      }
+
+    // dV += P^T dO and dK += dS^T Q (B: dO and Q read MN-major, the next 64 columns BM rows on)
+    wgmma_fence();
+    mma_rs<Elem, DVP>(acc_dv, pa, sDOb, BM * 128);
+    mma_rs<Elem, DP>(acc_dk, dsa, sQb, BM * 128);
+    wgmma_commit();
+
+    fence_proxy_async();  // dS^T's stores, read next by the wgmma of both warpgroups
+    named_barrier(1, T);  // ... and (add_out_dq's wait) the dQ buffer written below is free
+
+    // dQ = dS K: the step's 64 queries x this warpgroup's DQN columns, over all BN keys; A is
+    // dS^T read MN-major (one 64-query block), B K's rows read MN-major
+    float dq[DQN / 2];
+#pragma unroll
+    for (int i = 0; i < DQN / 2; ++i) dq[i] = 0.f;
+    wgmma_fence();
+    {
+      const u64 da0 = desc_mnmajor_sw128(sDS, BN * 128), db0 = desc_mnmajor_sw128(sKq, BN * 128);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+        WgmmaSSTT<Elem, DQN>::run(dq, desc_advance(da0, kk * 16 * 128), desc_advance(db0, kk * 16 * 128), 1);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_pin(dq);
+    // staged in fragment order (the launch contract's layout), added out next step
+    const u32 dq_stage = base + C::kDQ + dq_buf * C::kDQBuf + ((wg * 4 + warp) * (DQN / 8) * 32 + lane) * 16;
+#pragma unroll
+    for (int j = 0; j < DQN / 8; ++j)
+      st_shared(dq_stage + j * 32 * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+    fence_proxy_async();  // ... read by the bulk reduction, the async proxy
+    dq_pending = dq_acc + (((i64)b * a.H + h) * m_tiles + m0 / BM) * (BM * DP);  // BM: a shift
+    dq_buf ^= 1;
+  }
+  __syncthreads();  // the last dQ tile's stores
+  add_out_dq();
+  if (tid == 0) bulk_wait<0>();  // before the CTA's shared memory goes away
+
+  cp_async_wait<0>();  // K and V's copies, when every step was empty
+  wgmma_pin(acc_dk);
+  wgmma_pin(acc_dv);
+
+  // dK and dV of this warpgroup's keys (every query head of the group added in)
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int kv = n0 + 64 * wg + 16 * warp + g + 8 * hh;
+    if (kv >= N) continue;
+#pragma unroll
+    for (int j = 0; j < DP / 8; ++j) {
+      const int col = 8 * j + 2 * t;
+      if (col < D)
+        *reinterpret_cast<u32*>(dk + (kv_head * N + kv) * D + col) = pack<Elem>(acc_dk[4 * j + 2 * hh], acc_dk[4 * j + 2 * hh + 1]);
+    }
+#pragma unroll
+    for (int j = 0; j < DVP / 8; ++j) {
+      const int col = 8 * j + 2 * t;
+      if (col < DV)
+        *reinterpret_cast<u32*>(dv + (kv_head * N + kv) * DV + col) = pack<Elem>(acc_dv[4 * j + 2 * hh], acc_dv[4 * j + 2 * hh + 1]);
+    }
+  }
+}
+
+}  // namespace kdsl
