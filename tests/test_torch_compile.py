@@ -399,3 +399,23 @@ def test_attention_op_with_gradients_passes_torchs_custom_op_checks():
     backward = getattr(torch.ops.kdsl, op.name().split("::")[1].split(".")[0] + "_backward").default
     torch.library.opcheck(backward, (q.detach(), k.detach(), v, out.detach(), lse.detach(), torch.randn_like(out),
                                      torch.randn_like(lse), [caps["slopes"]], 0.2))
+
+
+def test_a_traced_call_finds_torch_without_reading_sys_modules(monkeypatch):
+    """Dynamo traces torch_ops.compiling(); reading sys.modules there made Dynamo copy that dict
+    while another thread imported (a GPU run's "dictionary changed size during iteration").
+    Once a kernel is registered, compiling() takes torch from its own global."""
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd", interpret=True)
+    assert torch_ops._torch is torch
+
+    class NoLookups(dict):
+        def get(self, *args):
+            raise AssertionError("compiling() read sys.modules")
+
+    import types
+    monkeypatch.setattr(torch_ops, "sys", types.SimpleNamespace(modules=NoLookups(torch_ops.sys.modules)))
+    kir = mod.ir["alibi"]
+    q, k, v, caps = attention_inputs(kir, 1, 2, 2, 8, 8, 64, device="cpu")
+    out = torch.compile(lambda q, k, v, s: mod.alibi(q, k, v, slopes=s), backend="aot_eager", fullgraph=True)(
+        q, k, v, caps["slopes"])
+    assert out.shape == q.shape

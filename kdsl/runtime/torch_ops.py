@@ -39,16 +39,28 @@ _ATTENTION_ARGS = "Tensor q, Tensor k, Tensor v, Tensor[] captures, float? scale
 _GEMM_ARGS = "Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor? extra"
 
 
+_torch = None  # the torch module, once register() or compiling() has seen it imported
+
+
 def compiling() -> bool:
-    """Whether torch.compile is tracing the caller; cheap when it is not (no torch import)."""
-    torch = sys.modules.get("torch")
+    """Whether torch.compile is tracing the caller; cheap when it is not (no torch import).
+    Dynamo traces this function: it reads torch from a global, not from sys.modules, which
+    Dynamo would copy item by item while other threads may import (an H200 run failed with
+    "dictionary changed size during iteration" there, 2026-11-29)."""
+    torch = _torch if _torch is not None else _imported_torch()
     return torch is not None and not _running_op and torch.compiler.is_compiling()
+
+
+def _imported_torch():
+    global _torch
+    _torch = sys.modules.get("torch")
+    return _torch
 
 
 def register(kernel, backend: str, arch: str | None) -> None:
     """Make `kernel` (a module's callable; backend 'cuda' or 'interpret') a pair of torch ops,
     when torch is imported: registering needs torch, and must happen outside tracing."""
-    torch = sys.modules.get("torch")
+    torch = _imported_torch()
     if torch is None:
         return
     k = kernel.ir
