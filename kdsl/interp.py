@@ -202,17 +202,20 @@ def _gemm_tiles(a, sa, b, sb, bm, bn, rows=None):
 
 
 def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=None, scale=None, arch="sm_90a"):
-    """(dq, dk, dv) float32 as the backward kernel (attention_bwd.cuh) computes them: 64 x 64
-    tiles classed by the tile predicates (every tile partial where they need the runtime tile
-    summary), the per-element mask on partial tiles only, P = exp(g(s) - lse) with the score
+    """(dq, dk, dv) float32 as the target's backward kernel (codegen/emit.py backward_plan)
+    computes them: tiles of 64 queries by its keys per CTA, classed by the tile predicates (every
+    tile partial where they need the runtime tile summary), the per-element mask on partial
+    tiles only, P = exp(g(s) - lse) with the score
     as written, dS = P (dP - delta) g'(s) scale (passes/score_grad.py), P and dS rounded to the
     input type for their products, fp32 sums. lse and delta as the autograd function passes
     them (the forward's lse; rowsum(dout * out) less the lse's own gradient)."""
+    from .codegen.emit import backward_plan
     from .passes import mask_analysis, score_grad, tiling
     captures = captures or {}
     B, H, M, D = q.shape
     Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
     low = pipeline.lower(kernel, get_target(arch), D, Dv)
+    tm, tn = tiling.BACKWARD_TILE, backward_plan(D, Dv, get_target(arch)).keys
     dims = {n: {"q": q, "k": k, "v": v, **captures}[t].shape[axis] for n, (t, axis) in kernel.dims.items()}
     scale = np.float32(eval_scalar(kernel.func("scale"), dims) if scale is None else scale)
     elem, group = kernel.tensor("q").dtype, H // Hkv
@@ -232,10 +235,9 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
     if mask is not None:
         per_element = np.broadcast_to(eval_numpy(mask, env, captures), s.shape)
         summarised = bool(mask_analysis.summary_slots(low))
-        t = tiling.BACKWARD_TILE
-        for q0 in range(0, M, t):
-            for k0 in range(0, N, t):
-                q1, k1 = min(q0 + t, M) - 1, min(k0 + t, N) - 1
+        for q0 in range(0, M, tm):
+            for k0 in range(0, N, tn):
+                q1, k1 = min(q0 + tm, M) - 1, min(k0 + tn, N) - 1
                 cls = np.full((B, H), "partial") if summarised else \
                     _classify(low.func("tile_empty"), low.func("tile_full"), dims, captures, B, H, q0, q1, k0, k1)
                 block = per_element[:, :, q0:q1 + 1, k0:k1 + 1]
