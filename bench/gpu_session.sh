@@ -11,9 +11,9 @@ case "${TESTS_PART:-}" in
   a) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_attention_gpu.py tests/gpu/test_variants_gpu.py tests/gpu/test_interpreter_parity_gpu.py tests/gpu/test_decode_gpu.py tests/gpu/test_build_gpu.py tests/gpu/test_head_dims_gpu.py"} ;;
   b) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_slope_step_gpu.py tests/gpu/test_checker_gpu.py tests/gpu/test_fp8_gpu.py tests/gpu/test_torch_compile_gpu.py tests/gpu/test_tile_summary_gpu.py tests/gpu/test_streaming_gpu.py tests/gpu/test_row_sum_gpu.py tests/gpu/test_launch_edges_gpu.py tests/gpu/test_offset_table_gpu.py tests/gpu/test_fast_launch_gpu.py"} ;;
   c) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_backward_gpu.py"}
-     PYTEST_K=${PYTEST_K:-"1x2x2x1x1x64x64 or 2x4x2x127x129x128x128 or 1x4x4x200x333x64x64"} ;;
+     PYTEST_K=${PYTEST_K:-"1x2x2x1x1x64x64 or 2x4x2x127x129x128x128 or 1x4x4x200x333x64x64 or 1x4x2x190x250x96x64"} ;;
   d) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_backward_gpu.py"}
-     PYTEST_K=${PYTEST_K:-"not (1x2x2x1x1x64x64 or 2x4x2x127x129x128x128 or 1x4x4x200x333x64x64)"} ;;
+     PYTEST_K=${PYTEST_K:-"not (1x2x2x1x1x64x64 or 2x4x2x127x129x128x128 or 1x4x4x200x333x64x64 or 1x4x2x190x250x96x64)"} ;;
 esac
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/pytest.log" | tail -25
@@ -26,6 +26,12 @@ if [ "${SKIP_CHECK:-0}" != 1 ]; then
     > "$OUT/memcheck.log" 2>&1; tail -2 "$OUT/memcheck.log"
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --quick \
     > "$OUT/racecheck.log" 2>&1; tail -2 "$OUT/racecheck.log"
+  if [ "${SANITIZE_BACKWARD:-0}" = 1 ]; then  # the backward kernels (each forward + its backward)
+    timeout 400 compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/dev/sanitize.py --backward --quick \
+      > "$OUT/memcheck-backward.log" 2>&1; tail -2 "$OUT/memcheck-backward.log"
+    timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --backward --quick \
+      > "$OUT/racecheck-backward.log" 2>&1; tail -2 "$OUT/racecheck-backward.log"
+  fi
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   python3 bench/launch_overhead.py 2>&1 | tee "$OUT/launch.log" | tail -8

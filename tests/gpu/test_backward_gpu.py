@@ -1,6 +1,7 @@
-"""The backward kernel (attention_bwd.cuh) under torch autograd against float64 autograd of
-the reference: every attention program of samples/ and bench/variants.kd over awkward shapes
-(length 1, tile +- 1, M != N, GQA, v's head dim other than q's), and the lse's gradient."""
+"""The backward kernels (attention_bwd_wgmma.cuh on sm_90a up to head dim 128,
+attention_bwd.cuh beyond) under torch autograd against float64 autograd of the reference: every
+attention program of samples/ and bench/variants.kd over awkward shapes (length 1, tile +- 1,
+M != N, GQA, head dims padded to 64 or 128, v's head dim other than q's), and the lse's gradient."""
 import pytest
 
 import kdsl
@@ -15,7 +16,8 @@ MODULES = {p: kdsl.load(p) for p in [*SAMPLES, ROOT / "bench" / "variants.kd"]}
 CASES = [(p, name) for p, mod in MODULES.items() for name in mod.kernels if mod.ir[name].kind == "attention"]
 # (B, H, Hkv, M, N, D, Dv)
 SHAPES = [(1, 2, 2, 1, 1, 64, 64), (2, 4, 2, 127, 129, 128, 128), (1, 4, 4, 200, 333, 64, 64),
-          (1, 2, 1, 700, 1000, 256, 256), (1, 4, 2, 257, 300, 192, 128), (2, 2, 2, 65, 64, 32, 32)]
+          (1, 2, 1, 700, 1000, 256, 256), (1, 4, 2, 257, 300, 192, 128), (2, 2, 2, 65, 64, 32, 32),
+          (1, 4, 2, 190, 250, 96, 64), (2, 2, 1, 64, 300, 64, 128)]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -40,3 +42,17 @@ def test_gradient_of_a_declared_lse():
     dout = torch.randn((2, 4, 300, 64), device="cuda").to(q.dtype)
     dlse = torch.randn((2, 4, 300), device="cuda")
     check_grads("lse", mod.lsecausal, kir, q, k, v, caps, dout, dlse)
+
+
+@pytest.mark.parametrize("d, dv", [(64, 128), (128, 64), (96, 32), (16, 80)])
+def test_value_head_dim_other_than_the_query_head_dim(d, dv):
+    """A program whose v has a head dim of its own: dK and dV of different widths, and head
+    dims padded to 64 or 128 (sm_90a: the wgmma backward at each pair here)."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile("attention vwide {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, Dv]\n"
+                       " mask(b, h, i, j) = j <= i + 40\n}\n")
+    kir = mod.ir["vwide"]
+    gen = torch.Generator(device="cuda").manual_seed(d * 1000 + dv)
+    q, k, v, caps = attention_inputs(kir, 2, 4, 2, 150, 260, d, generator=gen, Dv=dv)
+    dout = torch.randn((2, 4, 150, dv), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"vwide {d}/{dv}", mod.vwide, kir, q, k, v, caps, dout)

@@ -8,6 +8,8 @@ a 2-CTA cluster, row-by-row stores): a workload for compute-sanitizer.
     ... python3 tools/dev/sanitize.py --stream (variants whose score streams a captured table)
     ... python3 tools/dev/sanitize.py --offset-table (variants whose offset part comes from a table)
     ... python3 tools/dev/sanitize.py --head-dim 256 (every head dim of the shapes replaced)
+    ... python3 tools/dev/sanitize.py --backward (attention only: each call's forward and its
+        backward kernel, with q, k and v requiring grad; D 64 / 128 take the wgmma backward)
     ... python3 tools/dev/sanitize.py --fp8 --compiled-launch (each FP8 call made twice, the
         second launched by the compiled launch path, runtime/fast_launch.py, once it is built)
 """
@@ -27,6 +29,7 @@ quick = "--quick" in sys.argv
 files = sorted((ROOT / "samples").glob("*.kd")) + ([] if quick else [ROOT / "bench" / "variants.kd"])
 if "--fp8" in sys.argv:
     files = sorted((ROOT / "samples").glob("fp8_*.kd"))
+backward = "--backward" in sys.argv
 compiled_launch, by_cpp = "--compiled-launch" in sys.argv, 0
 if compiled_launch:
     from kdsl.runtime import fast_launch
@@ -57,6 +60,8 @@ for f in files:
             continue
         if table_only and (kir.kind != "attention" or not fn._lowered(128, 128).attr("offset_table")):
             continue
+        if backward and kir.kind != "attention":
+            continue
         if kir.kind == "attention":
             literal = {d: dv for d, dv in head_dim_pairs(kir)} if isinstance(kir.tensor("q").shape[3], ir.Const) \
                 else None  # a program that fixes its head dims (mla: 192 / 128) runs at those
@@ -65,8 +70,14 @@ for f in files:
                     Hkv = H
                 D, Dv = next(iter(literal.items())) if literal else (D, 0)
                 q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, Dv=Dv)
-                fn(q, k, v, **caps)
+                if backward:
+                    q, k, v = (t.requires_grad_() for t in (q, k, v))
+                out = fn(q, k, v, **caps)
                 n += 1
+                if backward:
+                    out = out[0] if isinstance(out, tuple) else out
+                    (out.float() * torch.randn_like(out, dtype=torch.float32)).sum().backward()
+                    n += 1
         else:
             g = kir.attr("grouping")
             for cfg in FP8_CONFIGS:
