@@ -248,8 +248,9 @@ def gemm_case(be, kernel: ir.Kernel, fn, case: GemmCase) -> CaseResult:
 
 
 def gradient_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult:
-    """One case's gradients judged: dq, dk, dv of sum(out * dout) by torch autograd through fn
-    against reference_grads, dout fresh from the case's seed. The error is the worst gradient's
+    """One case's gradients judged: dq, dk, dv (and, where fn computes them, captured float
+    tensors') of sum(out * dout) by torch autograd through fn against reference_grads, dout
+    fresh from the case's seed. The error is the worst gradient's
     relative Frobenius error; where the keys are one (N = 1) the true dq and dk are zeros (the
     softmax of one score is constant), and theirs is measured against 2^-7 of their natural
     size, scaled so that the tolerance is that bound."""
@@ -261,9 +262,14 @@ def gradient_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult:
     got = autograd_grads(lambda q, k, v: fn(q, k, v, **kw), q, k, v, dout)
     with torch.no_grad():
         out = fn(q, k, v, **kw)
-    want = reference_grads(kernel, q, k, v, caps, case.scale, out[0] if isinstance(out, tuple) else out, dout)
-    res = CaseResult(kernel.name, case.label() + " grad", "grad rel. error, worst of dq dk dv", 0.0, GRAD_TOL,
-                     case=case)
+    out = out[0] if isinstance(out, tuple) else out
+    want = reference_grads(kernel, q, k, v, caps, case.scale, out, dout)
+    # a backend that computes captured float tensors' gradients (the interpreter) is judged on
+    # them too, except at one key, where every score's gradient is zero and a kernel leaves
+    # rounding (judged for q and k above against their floor)
+    of_captures = getattr(fn, "computes_capture_grads", False) and any(c.is_floating_point() for c in caps.values())
+    metric = "grad rel. error, worst of dq dk dv" + (" and captured tensors" if of_captures else "")
+    res = CaseResult(kernel.name, case.label() + " grad", metric, 0.0, GRAD_TOL, case=case)
     scale = abs(case.scale) if case.scale is not None else q.shape[3] ** -0.5
     for name, g, w, other in zip(("dq", "dk", "dv"), got, want, (k, q, None)):
         if not bool(torch.isfinite(g).all()):
@@ -274,6 +280,12 @@ def gradient_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult:
         if case.N == 1 and other is not None:
             floor = 2 ** -7 * natural_norm(g, dout, v, other, scale) / GRAD_TOL
         res.error = max(res.error, gradient_error(g, w, floor))
+    if of_captures and case.N > 1:
+        got_c = capture_grads(lambda q, k, v, c: fn(q, k, v, **{**kw, **c}), q, k, v, caps, dout)
+        want_c = reference_capture_grads(kernel, q, k, v, caps, case.scale, out, dout)
+        for name, g in got_c.items():
+            res.error = max(res.error, gradient_error(g, want_c[name]) if bool(torch.isfinite(g).all()) else
+                            float("inf"))
     return res
 
 
@@ -306,6 +318,32 @@ def autograd_grads(fn, q, k, v, dout, dlse=None):
         loss = loss + (lse.double().nan_to_num(neginf=0.0) * dlse.double()).sum()
     loss.backward()
     return tuple(x.grad if x.grad is not None else x.detach() * 0 for x in (q, k, v))
+
+
+def reference_capture_grads(kernel: ir.Kernel, q, k, v, caps: dict, scale, out, dout, dlse=None) -> dict:
+    """float64 gradients of the float captured tensors, by autograd of the reference, with the
+    delta a backward takes from its forward's output (as reference_grads)."""
+    def ref(q, k, v, caps):
+        return reference.attention(kernel, q, k, v, caps, scale=scale)
+
+    with backend_for(q).xp.no_grad():
+        exact, _ = ref(q, k, v, caps)
+    shift = (dout.double() * (exact - out.double())).sum(-1)
+    return capture_grads(ref, q, k, v, caps, dout, shift if dlse is None else shift + dlse.double())
+
+
+def capture_grads(fn, q, k, v, caps: dict, dout, dlse=None) -> dict:
+    """{name: d loss / d caps[name]} for each float captured tensor, the loss autograd_grads',
+    by autograd through fn(q, k, v, caps); zeros for one the loss does not depend on."""
+    leaves = {n: c.detach().requires_grad_() if c.is_floating_point() else c for n, c in caps.items()}
+    res = fn(q.detach(), k.detach(), v.detach(), leaves)
+    out, lse = res if isinstance(res, tuple) else (res, None)
+    loss = (out.double() * dout.double()).sum()
+    if dlse is not None:
+        loss = loss + (lse.double().nan_to_num(neginf=0.0) * dlse.double()).sum()
+    if loss.requires_grad:  # not when every capture is read only where no gradient flows (a mask)
+        loss.backward()
+    return {n: c.grad if c.grad is not None else c.detach() * 0 for n, c in leaves.items() if c.requires_grad}
 
 
 def gradient_error(g, w, floor: float = 0.0) -> float:

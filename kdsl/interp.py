@@ -202,13 +202,16 @@ def _gemm_tiles(a, sa, b, sb, bm, bn, rows=None):
 
 
 def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=None, scale=None, arch="sm_90a"):
-    """(dq, dk, dv) float32 as the target's backward kernel (codegen/emit.py backward_plan)
+    """(dq, dk, dv, dcaps) float32 as the target's backward kernel (codegen/emit.py backward_plan)
     computes them: tiles of 64 queries by its keys per CTA, classed by the tile predicates (every
     tile partial where they need the runtime tile summary), the per-element mask on partial
     tiles only, P = exp(g(s) - lse) with the score
     as written, dS = P (dP - delta) g'(s) scale (passes/score_grad.py), P and dS rounded to the
     input type for their products, fp32 sums. lse and delta as the autograd function passes
-    them (the forward's lse; rowsum(dout * out) less the lse's own gradient)."""
+    them (the forward's lse; rowsum(dout * out) less the lse's own gradient).
+    dcaps: for each captured float tensor the score loads differentiably (passes/score_grad.py
+    capture_grads), its gradient: P (dP - delta) times the score's derivative in the loaded
+    value, summed in fp32 over the kept elements into the entry each one read."""
     from .codegen.emit import backward_plan
     from .passes import mask_analysis, score_grad, tiling
     captures = captures or {}
@@ -248,9 +251,28 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
         p = np.where(live, np.exp(np.where(live, g - lse[..., None], 0.0)), 0.0).astype(np.float32)
         dp = np.einsum("bhmd,bhnd->bhmn", dout, v[:, kv_head], dtype=np.float32)
         ds = np.where(p != 0, p * (dp - delta[..., None]) * dg * scale, 0.0).astype(np.float32)
+        dg_nat = np.where(p != 0, p * (dp - delta[..., None]), 0.0).astype(np.float32)  # d loss / d score
+    dcaps = _capture_grads(low, env, captures, dg_nat, live)
     p, ds = round_float32(p, elem), round_float32(ds, elem)
     dq = np.einsum("bhmn,bhnd->bhmd", ds, k[:, kv_head], dtype=np.float32)
     # each k/v head sums the gradients of the query heads that read it
     dk = np.einsum("bhmn,bhmd->bhnd", ds, q, dtype=np.float32).reshape(B, Hkv, group, N, D).sum(2)
     dv = np.einsum("bhmn,bhmd->bhnd", p, dout, dtype=np.float32).reshape(B, Hkv, group, N, Dv).sum(2)
-    return dq, dk, dv
+    return dq, dk, dv, dcaps
+
+
+def _capture_grads(low: ir.Kernel, env: dict, captures: dict, dg_nat, live) -> dict:
+    """{captured tensor: its gradient} from d loss / d score at every element (0 where not
+    kept): each differentiable load adds dg_nat times the score's derivative in it to the
+    entry it read, at the kept elements only (elsewhere its index need not be in range)."""
+    from .passes import score_grad
+    grads = {}
+    for load, d in score_grad.capture_grads(low):
+        with np.errstate(all="ignore"):
+            dload = np.broadcast_to(eval_numpy(d, env, captures, np.float32), dg_nat.shape)
+        values = (dg_nat * dload)[live]
+        index = tuple(np.broadcast_to(np.asarray(eval_numpy(i, env, captures)), dg_nat.shape)[live].astype(np.int64)
+                      for i in load.indices)
+        grad = grads.setdefault(load.tensor, np.zeros(captures[load.tensor].shape, np.float32))
+        np.add.at(grad, index, values.astype(np.float32))
+    return grads

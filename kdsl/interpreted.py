@@ -49,7 +49,7 @@ class Interpreted:
         # interpreter computes each tile's reductions itself (interp._reduce_tiles).
         spec = self._args
         caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
-        if attention_backward.wants_grad(q, k, v):
+        if attention_backward.wants_grad(q, k, v, caps):
             return attention_backward.attention_with_grad(self, q, k, v, caps, out, lse, scale, tile_summary)
         return self._run(q, k, v, caps, out, lse, scale, tile_summary)
 
@@ -66,12 +66,20 @@ class Interpreted:
         return out
 
     def _backward(self, q, k, v, dout, lse, delta, caps, scale):
-        """(dq, dk, dv) as the backward kernel computes them (interp.attention_backward)."""
+        """(dq, dk, dv, capture grads) as the backward kernel computes them
+        (interp.attention_backward); a capture's gradient None where the score reads no float
+        value of it."""
         _, _, s = self._args.validate(q, k, v, caps, None, None, scale)
         elem = self.ir.tensor("q").dtype
-        grads = interp.attention_backward(self.ir, _host(q, elem), _host(k, elem), _host(v, elem), _host(dout, elem),
-                                          _host(lse, "f32"), _host(delta, "f32"), self._captured(caps), s, self.arch)
-        return tuple(_deliver(g, None, q, elem) for g in grads)
+        *grads, dcaps = interp.attention_backward(self.ir, _host(q, elem), _host(k, elem), _host(v, elem),
+                                                  _host(dout, elem), _host(lse, "f32"), _host(delta, "f32"),
+                                                  self._captured(caps), s, self.arch)
+        cap_grads = [None if t.name not in dcaps else _deliver(dcaps[t.name], None, c, t.dtype)
+                     for t, c in zip(self._args.captures, caps)]
+        return (*(_deliver(g, None, q, elem) for g in grads), cap_grads)
+
+    # gradients of captured tensors (a learned bias) are computed here; the GPU kernels take q, k, v only
+    computes_capture_grads = True
 
     def _captured(self, caps) -> dict:
         return {t.name: _host(c, t.dtype) for t, c in zip(self._args.captures, caps)}

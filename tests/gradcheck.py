@@ -1,7 +1,8 @@
 """The backward tests' comparison (GPU kernel or interpreter against float64 autograd of the
 reference, kdsl/reference.py), with kdsl check's measures (kdsl/check.py)."""
 from kdsl import ir
-from kdsl.check import GRAD_TOL, autograd_grads, gradient_error, natural_norm, reference_grads
+from kdsl.check import (GRAD_TOL, autograd_grads, capture_grads, gradient_error, natural_norm,
+                        reference_capture_grads, reference_grads)
 
 
 def fit(kir: ir.Kernel, shape):
@@ -15,9 +16,10 @@ def fit(kir: ir.Kernel, shape):
     return B, H, Hkv, M, N, D, Dv
 
 
-def check_grads(label, kern, kir, q, k, v, caps, dout, dlse=None):
+def check_grads(label, kern, kir, q, k, v, caps, dout, dlse=None, of_captures=False):
     """Assert that kern's gradients match the reference's (with the lse's when dlse is given),
-    taken from kern's own output (kdsl.check.reference_grads)."""
+    taken from kern's own output (kdsl.check.reference_grads); of_captures: the float captured
+    tensors' too (a backend that computes them: the interpreter)."""
     import torch
     got = autograd_grads(lambda q, k, v: kern(q, k, v, **caps), q, k, v, dout, dlse)
     with torch.no_grad():
@@ -34,3 +36,12 @@ def check_grads(label, kern, kir, q, k, v, caps, dout, dlse=None):
             continue
         rel = gradient_error(g, w)
         assert rel <= GRAD_TOL, f"{label}: {n} rel err {rel:.3e}"
+    if of_captures:
+        out = out[0] if isinstance(out, tuple) else out
+        got = capture_grads(lambda q, k, v, c: kern(q, k, v, **c), q, k, v, caps, dout, dlse)
+        want = reference_capture_grads(kir, q, k, v, caps, None, out, dout, dlse)
+        assert got.keys() == want.keys()
+        for n in got:
+            assert got[n].dtype == caps[n].dtype and got[n].shape == caps[n].shape, f"{label}: d{n}"
+            rel = gradient_error(got[n], want[n])
+            assert rel <= GRAD_TOL, f"{label}: d{n} rel err {rel:.3e}"

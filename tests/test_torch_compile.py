@@ -419,3 +419,19 @@ def test_a_traced_call_finds_torch_without_reading_sys_modules(monkeypatch):
     out = torch.compile(lambda q, k, v, s: mod.alibi(q, k, v, slopes=s), backend="aot_eager", fullgraph=True)(
         q, k, v, caps["slopes"])
     assert out.shape == q.shape
+
+
+def test_a_traced_call_refuses_a_captured_tensor_that_requires_grad():
+    """The compiled op's backward computes q, k and v's gradients only: a learned table reaching
+    a traced call is refused (eagerly the interpreter computes its gradient)."""
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd", interpret=True)
+    kir = mod.ir["alibi"]
+    q, k, v, caps = attention_inputs(kir, 1, 2, 2, 8, 8, 64, device="cpu")
+    slopes = caps["slopes"].detach().requires_grad_()
+    q.requires_grad_()
+    with pytest.raises(Exception, match=r"captured tensor 'slopes' requires grad, but under torch.compile, kdsl "
+                                        r"computes gradients for q, k and v only"):
+        torch.compile(lambda q, k, v, s: mod.alibi(q, k, v, slopes=s), backend="aot_eager", fullgraph=True)(
+            q, k, v, slopes)
+    mod.alibi(q, k, v, slopes=slopes).float().sum().backward()  # eagerly: computed
+    assert slopes.grad is not None and bool(slopes.grad.abs().sum() > 0)

@@ -1,11 +1,15 @@
-"""The score's derivative in s, for the backward pass (kdsl/attention_bwd.cuh).
+"""The score's derivatives, for the backward pass (kdsl/attention_bwd.cuh).
 
 The forward's softmax reads g(s), the program's score of s = scale * q.k. Its gradient in s is
 dL/ds = P * (dP - rowsum(dO * O)) * g'(s); this pass writes g'(s) as an IR expression by the
 chain rule, over the same variables and captured tensors as g. Integer and boolean parts
-(positions, masks, loads, int()) do not depend on s: their derivative is 0, which makes
-where() and min/max pick the derivative of the branch they pick; int(x) is differentiated as
-its flat pieces, as torch does.
+(positions, masks, int()) do not depend on s: their derivative is 0, which makes where() and
+min/max pick the derivative of the branch they pick; int(x) is differentiated as its flat
+pieces, as torch does.
+
+The same rules give the score's derivative in each value it loads from a captured float
+tensor (capture_grads): a learned bias table's gradient is the sum, over the (q, kv) elements
+that read an entry, of dL/dg = P (dP - delta) times that derivative.
 """
 from __future__ import annotations
 
@@ -23,8 +27,20 @@ def score_grad(k: ir.Kernel) -> ir.Expr:
     return ONE if score is None else derivative(score, "s")
 
 
-def derivative(e: ir.Expr, var: str) -> ir.Expr:
-    """d e / d var for an f32 expression e and an f32 variable var."""
+def capture_grads(k: ir.Kernel) -> list[tuple[ir.Load, ir.Expr]]:
+    """(load, d score / d load) for each distinct load of a float captured tensor in the score,
+    in the order the score reads them; a load whose derivative is 0 everywhere is left out."""
+    score = k.func("score")
+    loads = [] if score is None else [n for n in ir.walk(score) if isinstance(n, ir.Load) and n.ty == "f32"]
+    pairs = [(load, derivative(score, load)) for load in dict.fromkeys(loads)]
+    return [(load, d) for load, d in pairs if d != ZERO]
+
+
+def derivative(e: ir.Expr, var: "str | ir.Load") -> ir.Expr:
+    """d e / d var for an f32 expression e and var an f32 variable (its name) or one load of a
+    captured tensor (each read of the same element counts)."""
+    if isinstance(e, ir.Load) and e == var:
+        return ONE
     if e.ty != "f32" or isinstance(e, (ir.Const, ir.Load)):
         return ZERO
     if isinstance(e, ir.Var):

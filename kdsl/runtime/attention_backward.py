@@ -7,8 +7,10 @@ dims), which recomputes the scores and differentiates the program's score formul
 (passes/score_grad.py). A gradient reaching the lse output (programs that declare it) is
 folded into the same kernel: d lse / d score is P, so it only shifts delta.
 
-Gradients flow to q, k and v. A captured tensor that requires grad is refused, not silently
-treated as a constant.
+Gradients flow to q, k and v, and on the interpreter (kdsl.interpreted) also to captured float
+tensors the score reads (a learned bias table: passes/score_grad.py capture_grads). Where a
+captured tensor requires grad and the backend cannot compute its gradient (the GPU kernels so
+far, and calls traced by torch.compile), the call is refused, not run as if it were a constant.
 """
 from __future__ import annotations
 
@@ -24,11 +26,10 @@ from .programs import Program
 BACKWARD = Program(backward=True)
 
 
-def wants_grad(q, k, v) -> bool:
-    """Whether an eager call must record the graph for a backward: q, k or v require grad
-    (CuPy and numpy arrays never do) and grad mode is on."""
-    if not (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
-            or getattr(v, "requires_grad", False)):
+def wants_grad(q, k, v, caps=()) -> bool:
+    """Whether an eager call must record the graph for a backward: q, k, v or a captured tensor
+    requires grad (CuPy and numpy arrays never do) and grad mode is on."""
+    if not any(getattr(x, "requires_grad", False) for x in (q, k, v, *caps)):
         return False
     import torch
     return torch.is_grad_enabled()
@@ -39,17 +40,21 @@ def attention_with_grad(kernel, q, k, v, caps, out, lse, scale, tile_summary):
     AttentionKernel, or the interpreter's (kdsl.interpreted), each with _run (the forward) and
     _backward (dq, dk, dv)."""
     spec = getattr(kernel, "_args", kernel)  # the interpreter's keeps its argument checks there
-    check_grad_call(spec, caps, out, lse)
+    check_grad_call(spec, caps, out, lse, getattr(kernel, "computes_capture_grads", False))
     out, lse = _function().apply(kernel, scale, tile_summary, q, k, v, *caps)
     return (out, lse) if spec.has_lse else out
 
 
-def check_grad_call(spec, caps, out, lse) -> None:
-    """Refuse a call recorded for autograd that would leave a gradient out (eager or traced)."""
+def check_grad_call(spec, caps, out, lse, capture_grads: bool = False, traced: bool = False) -> None:
+    """Refuse a call recorded for autograd that would leave a gradient out (eager or traced);
+    capture_grads: the backend computes captured tensors' gradients (the interpreter, eagerly)."""
     for t, x in zip(spec.captures, caps):
-        if getattr(x, "requires_grad", False):
-            raise LaunchError(f"{spec.name}: captured tensor '{t.name}' requires grad, but kdsl computes gradients "
-                              f"for q, k and v only; pass {t.name}.detach() if it is a constant")
+        if getattr(x, "requires_grad", False) and not capture_grads:
+            where = ("under torch.compile, kdsl computes gradients for q, k and v only" if traced else
+                     "the GPU backward kernel computes gradients for q, k and v only (kdsl.load(..., "
+                     "interpret=True) computes captured tensors' too, on the CPU)")
+            raise LaunchError(f"{spec.name}: captured tensor '{t.name}' requires grad, but {where}; pass "
+                              f"{t.name}.detach() if it is a constant")
     if out is not None or lse is not None:
         raise LaunchError(f"{spec.name}: out= and lse= cannot be given while q, k or v require grad (autograd "
                           f"records outputs of its own); leave them out, or call under torch.no_grad()")
@@ -71,8 +76,12 @@ def _function():
         def backward(ctx, dout, dlse):
             q, k, v, out, lse, *caps = ctx.saved_tensors
             dout = torch.zeros_like(out) if dout is None else dout.contiguous()
-            dq, dk, dv = ctx.kernel._backward(q, k, v, dout, lse, delta(dout, out, dlse), caps, ctx.scale)
-            return (None, None, None, dq, dk, dv, *[None] * len(caps))
+            dq, dk, dv, dcaps = ctx.kernel._backward(q, k, v, dout, lse, delta(dout, out, dlse), caps, ctx.scale)
+            # a captured tensor the score reads no float value of has gradient 0 (masks and
+            # indices are flat): zeros, as autograd gives an input the loss does not reach
+            dcaps = [None if not need else torch.zeros_like(c) if g is None else g
+                     for c, g, need in zip(caps, dcaps, ctx.needs_input_grad[6:])]
+            return (None, None, None, dq, dk, dv, *dcaps)
 
     return AttentionFunction
 
@@ -84,14 +93,15 @@ def delta(dout, out, dlse):
 
 
 def backward(kernel, q, k, v, dout, lse, delta, caps, scale):
-    """(dq, dk, dv) of an attention call from its dout, lse and delta (torch tensors)."""
+    """(dq, dk, dv, capture grads) of an attention call from its dout, lse and delta (torch
+    tensors); the GPU kernels compute no capture's gradient (each None)."""
     import torch
     infos, dims, s = kernel.validate(q, k, v, caps, None, None, scale)
     B, H, M, D = q.shape
     Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
     dk, dv = torch.zeros_like(k), torch.zeros_like(v)
     if 0 in (B, H, M, N):
-        return torch.zeros_like(q), dk, dv
+        return torch.zeros_like(q), dk, dv, [None] * len(caps)
     if B > 65535 or Hkv > 65535:
         raise LaunchError(f"{kernel.name}: the backward kernel takes at most 65535 batches and k/v heads "
                           f"(grid y and z), got B={B}, Hkv={Hkv}")
@@ -108,7 +118,7 @@ def backward(kernel, q, k, v, dout, lse, delta, caps, scale):
     pointers = [_ptr(x) for x in (q, k, v, dout, lse, delta, dq_acc, dk, dv, *caps)]
     Launcher(loaded.fn_ptr, grid, (plan.threads, 1, 1), loaded.smem)(_stream_getter("torch", device)(), pack, pointers)
     dq = dq_from_tiles(dq_acc, M, D) if plan.dq_tiles else dq_acc
-    return dq.to(q.dtype), dk, dv
+    return dq.to(q.dtype), dk, dv, [None] * len(caps)
 
 
 def dq_from_tiles(acc, M: int, D: int):

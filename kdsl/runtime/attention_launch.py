@@ -44,7 +44,7 @@ class AttentionKernel(KernelBase):
         if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
             return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
-        if attention_backward.wants_grad(q, k, v):
+        if attention_backward.wants_grad(q, k, v, caps):
             return attention_backward.attention_with_grad(self, q, k, v, caps, out, lse, scale, tile_summary)
         return self._run(q, k, v, caps, out, lse, scale, tile_summary)
 
@@ -92,7 +92,8 @@ class AttentionKernel(KernelBase):
         return (out, lse) if self.has_lse or keep_lse else out
 
     def _backward(self, q, k, v, dout, lse, delta, caps, scale):
-        """(dq, dk, dv) from the forward's lse and delta = rowsum(dout * out) (runtime/attention_backward.py)."""
+        """(dq, dk, dv, capture grads: None each) from the forward's lse and delta = rowsum(dout * out)
+        (runtime/attention_backward.py)."""
         return attention_backward.backward(self, q, k, v, dout, lse, delta, caps, scale)
 
     def tile_summary(self, q, k, v, *captures, scale=None, **named) -> TileSummary:

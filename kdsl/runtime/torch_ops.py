@@ -138,7 +138,7 @@ def _define_attention(torch, name: str, k: ir.Kernel):
 
     def run_backward(q, k_, v, out, lse, dout, dlse, captures, scale):
         return _eager(name, q, k_, v, dout, lse, attention_backward.delta(dout, out, dlse), list(captures), scale,
-                      method="_backward")
+                      method="_backward")[:3]  # a traced call's captures require no grad (check_grad_call)
 
     def fake_backward(q, k_, v, out, lse, dout, dlse, captures, scale):
         return torch.empty_like(q), torch.empty_like(k_), torch.empty_like(v)
@@ -173,10 +173,10 @@ def attention(kernel, q, k, v, captures, named, out, lse, scale, tile_summary):
     caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
     if scale is not None:  # the op's schema takes a float: refuse what eager refuses, with its message
         scale = geometry.softmax_scale(scale, None, kernel.name)
-    if any(getattr(x, "requires_grad", False) for x in (q, k, v)):
+    if any(getattr(x, "requires_grad", False) for x in (q, k, v, *caps)):
         # recorded for autograd (the op's backward is registered): as eager, refuse what would
         # leave a gradient out
-        attention_backward.check_grad_call(spec, caps, out, lse)
+        attention_backward.check_grad_call(spec, caps, out, lse, traced=True)
     caps = _detached(*caps)
     summary = (None, None, None)
     if tile_summary is not None:
