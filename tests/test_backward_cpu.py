@@ -14,7 +14,7 @@ from kdsl.runtime.compiler import build
 from kdsl.runtime.programs import Program
 
 from conftest import SAMPLES
-from exprgen import bool_expr, float_expr, program
+from exprgen import bool_expr, float_expr, int_expr, program
 from gradcheck import check_grads, fit
 
 torch = pytest.importorskip("torch")
@@ -231,3 +231,16 @@ def test_dq_tiles_come_back_in_row_order(d):
                             i = (((wg * 4 + w) * (dp // 16) + j) * 32 + lane) * 4 + 2 * hh + e
                             acc[:, :, :, i] = rows.view(B, H, tiles, 64, dp)[:, :, :, r, c]
     assert torch.equal(dq_from_tiles(acc, M, d), rows[:, :, :M, :d])
+
+
+@settings(max_examples=25, deadline=None)
+@given(float_expr(depth=2), float_expr(depth=2), int_expr(depth=2), st.one_of(st.none(), bool_expr(depth=2)),
+       st.integers(0, 2**31))
+def test_generated_scores_with_a_learned_table(outer, inner, index, mask, seed):
+    """The derivative in loaded values (score_grad.capture_grads) through generated expression
+    trees: a table read at two indices, under tanh and as a factor, on the interpreter."""
+    score = f"({outer}) + 0.5 * tanh(({inner}) + tab[h, ({index}) % 16]) * tab[h, 3]"
+    mod = kdsl.compile(program(score, mask, decls=("tab: f32[H, 16]",)), interpret=True)
+    q, k, v, caps, dout = _inputs(mod.ir["gen"], (1, 2, 1, 40, 70, 16, 16), seed)
+    caps = {n: c.detach().requires_grad_() for n, c in caps.items()}
+    check_grads(f"{score} / {mask}", mod.gen, mod.ir["gen"], q, k, v, caps, dout, of_captures=True)
