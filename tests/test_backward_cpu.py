@@ -244,3 +244,17 @@ def test_generated_scores_with_a_learned_table(outer, inner, index, mask, seed):
     q, k, v, caps, dout = _inputs(mod.ir["gen"], (1, 2, 1, 40, 70, 16, 16), seed)
     caps = {n: c.detach().requires_grad_() for n, c in caps.items()}
     check_grads(f"{score} / {mask}", mod.gen, mod.ir["gen"], q, k, v, caps, dout, of_captures=True)
+
+
+def test_assert_gradients_match_judges_captured_tensor_gradients(monkeypatch):
+    """An interpreted kernel is judged on its captured tensors' gradients too: halving them
+    (the slopes' here) fails the case."""
+    from kdsl import interp
+    from kdsl.testing import AttentionCase, assert_gradients_match
+    mod = INTERPRETED[next(p for p in SAMPLES if p.stem == "alibi")]
+    case = AttentionCase(B=1, H=2, Hkv=2, M=50, N=60, D=32, seed=5)
+    assert "captured tensors" in assert_gradients_match(mod.alibi, case).metric
+    right = interp._capture_grads
+    monkeypatch.setattr(interp, "_capture_grads", lambda *a: {n: g / 2 for n, g in right(*a).items()})
+    with pytest.raises(AssertionError, match=r"alibi's gradients fail on AttentionCase\(B=1, H=2"):
+        assert_gradients_match(mod.alibi, case)
