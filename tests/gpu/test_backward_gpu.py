@@ -56,3 +56,18 @@ def test_value_head_dim_other_than_the_query_head_dim(d, dv):
     q, k, v, caps = attention_inputs(kir, 2, 4, 2, 150, 260, d, generator=gen, Dv=dv)
     dout = torch.randn((2, 4, 150, dv), device="cuda", generator=gen).to(q.dtype)
     check_grads(f"vwide {d}/{dv}", mod.vwide, kir, q, k, v, caps, dout)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_half_precision_inputs(d):
+    """f16 q, k, v: the backward's products and its P / dS rounding in f16 (the wgmma kernel's
+    f16 forms at 64 and 128, mma.sync at 256)."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile("attention halfcausal {\n q: f16[B, H, M, D]; k: f16[B, Hkv, N, D]; v: f16[B, Hkv, N, D]\n"
+                       " score(s, b, h, i, j) = s - 0.01 * float(abs(i - j))\n mask(b, h, i, j) = j <= i\n}\n")
+    kir = mod.ir["halfcausal"]
+    gen = torch.Generator(device="cuda").manual_seed(d)
+    q, k, v, caps = attention_inputs(kir, 2, 4, 2, 200, 200, d, generator=gen)
+    assert q.dtype == torch.float16
+    dout = torch.randn((2, 4, 200, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"f16 d={d}", mod.halfcausal, kir, q, k, v, caps, dout)
