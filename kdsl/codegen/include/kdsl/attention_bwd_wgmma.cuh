@@ -75,10 +75,6 @@ KDSL_DEVICE void load_tile(u32 dst, const Elem* src, int rows_valid, int tid) {
   }
 }
 
-template <class Elem> KDSL_DEVICE u32 pack(float lo, float hi);
-template <> KDSL_DEVICE u32 pack<bf16_t>(float lo, float hi) { return pack_bf16x2(lo, hi); }
-template <> KDSL_DEVICE u32 pack<f16_t>(float lo, float hi) { return pack_f16x2(lo, hi); }
-
 KDSL_DEVICE void st_shared(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory"); }
 KDSL_DEVICE void st_shared(u32 addr, float x, float y, float z, float w) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
@@ -93,21 +89,15 @@ KDSL_DEVICE void to_a_fragments(const float (&d)[32], u32 (&a)[4][4]) {
 #pragma unroll
   for (int kp = 0; kp < 4; ++kp)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) a[kp][e] = pack<Elem>(d[8 * kp + 2 * e], d[8 * kp + 2 * e + 1]);
+    for (int e = 0; e < 4; ++e) a[kp][e] = pack2<Elem>(d[8 * kp + 2 * e], d[8 * kp + 2 * e + 1]);
 }
 
 // D = A B^T over K / 16 steps, both K-major in swizzled tiles of a_rows and b_rows rows
 // (64-column blocks a_rows * 128 / b_rows * 128 bytes apart); the first step overwrites D.
 template <class Elem, int N, int K>
 KDSL_DEVICE void mma_kmajor(float (&d)[N / 2], u32 sa, int a_rows, u32 sb, int b_rows) {
-  const u64 da0 = desc_kmajor_sw128(sa), db0 = desc_kmajor_sw128(sb);
   u64 da[K / 16], db[K / 16];
-#pragma unroll
-  for (int ks = 0; ks < K / 16; ++ks) {
-    const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
-    da[ks] = desc_advance(da0, (ks / 4) * a_rows * 128 + off);
-    db[ks] = desc_advance(db0, (ks / 4) * b_rows * 128 + off);
-  }
+  kmajor_steps(da, sa, a_rows, db, sb, b_rows);
   WgmmaQK<Elem, N, K / 16>::run(d, da, db);
 }
 
@@ -335,13 +325,13 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     for (int j = 0; j < DP / 8; ++j) {
       const int col = 8 * j + 2 * t;
       if (col < D)
-        *reinterpret_cast<u32*>(dk + (kv_head * N + kv) * D + col) = pack<Elem>(acc_dk[4 * j + 2 * hh], acc_dk[4 * j + 2 * hh + 1]);
+        *reinterpret_cast<u32*>(dk + (kv_head * N + kv) * D + col) = pack2<Elem>(acc_dk[4 * j + 2 * hh], acc_dk[4 * j + 2 * hh + 1]);
     }
 #pragma unroll
     for (int j = 0; j < DVP / 8; ++j) {
       const int col = 8 * j + 2 * t;
       if (col < DV)
-        *reinterpret_cast<u32*>(dv + (kv_head * N + kv) * DV + col) = pack<Elem>(acc_dv[4 * j + 2 * hh], acc_dv[4 * j + 2 * hh + 1]);
+        *reinterpret_cast<u32*>(dv + (kv_head * N + kv) * DV + col) = pack2<Elem>(acc_dv[4 * j + 2 * hh], acc_dv[4 * j + 2 * hh + 1]);
     }
   }
 }

@@ -56,7 +56,7 @@ KDSL_DEVICE void combine_split_row(const float* part_o, const float* part_lse, v
   u32* out = reinterpret_cast<u32*>(static_cast<Elem*>(o) + (i64)row * D + 2 * lane);
 #pragma unroll
   for (int c = 0; c < kBlocks; ++c)
-    if (in_row(c)) out[32 * c] = attn_wgmma_detail::pack2<Elem>(acc[2 * c] * inv, acc[2 * c + 1] * inv);
+    if (in_row(c)) out[32 * c] = pack2<Elem>(acc[2 * c] * inv, acc[2 * c + 1] * inv);
   if (lse != nullptr && lane == 0) lse[row] = wsum > 0.f ? m + lg2_approx(wsum) * 0.69314718055994531f : neg_inf();
 }
 

@@ -328,14 +328,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // Each k-step's descriptor is the tile's advanced by a constant (desc_advance): 40 fewer
   // instructions a tile than building each from its address.
   auto qk = [&](int s) {
-    const u64 q_desc = desc_kmajor_sw128(q_rows), k_desc = desc_kmajor_sw128(sK + s * C::kKBytes);
     u64 da[D / 16], db[D / 16];
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const u32 off = (ks % 4) * 32;  // 16 elements = 32 bytes along the swizzled row
-      da[ks] = desc_advance(q_desc, (ks / 4) * BM * 128 + off);
-      db[ks] = desc_advance(k_desc, (ks / 4) * BN * 128 + off);
-    }
+    kmajor_steps(da, q_rows, BM, db, sK + s * C::kKBytes, BN);
     WgmmaQK<Elem, BN, D / 16>::run(sc, da, db);
     if constexpr (kSlopeForm == kSlopeRegisters) {
       const u32 frag[4] = {slope_word, slope_word, slope_word, slope_word};

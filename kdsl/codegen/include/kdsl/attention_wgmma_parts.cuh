@@ -140,10 +140,6 @@ template <> KDSL_DEVICE float stream_elem<float>(const u8* p, int odd) {
   return reinterpret_cast<const float*>(p)[odd];
 }
 
-template <class Elem> KDSL_DEVICE u32 pack2(float lo, float hi);
-template <> KDSL_DEVICE u32 pack2<bf16_t>(float lo, float hi) { return pack_bf16x2(lo, hi); }
-template <> KDSL_DEVICE u32 pack2<f16_t>(float lo, float hi) { return pack_f16x2(lo, hi); }
-
 // The kv tiles a work item visits: from the first not-provably-empty tile to the last,
 // skipping empty ones in between. The producer walks them with a whole warp: the 32 lanes
 // classify 32 tiles at once, so a run of empty tiles (those before a document's start, or

@@ -62,6 +62,11 @@ KDSL_DEVICE u32 pack_f16x2(float lo, float hi) {
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
+// The same for the kernels' 16-bit element type (an accumulator pair as one register of an
+// MMA fragment, or one 4-byte store).
+template <class Elem> KDSL_DEVICE u32 pack2(float lo, float hi);
+template <> KDSL_DEVICE u32 pack2<bf16_t>(float lo, float hi) { return pack_bf16x2(lo, hi); }
+template <> KDSL_DEVICE u32 pack2<f16_t>(float lo, float hi) { return pack_f16x2(lo, hi); }
 KDSL_DEVICE float bf16_to_float(u16 x) { return __uint_as_float(((u32)x) << 16); }
 KDSL_DEVICE float f16_to_float(u16 x) {
   float f;

@@ -194,6 +194,20 @@ KDSL_DEVICE constexpr u64 desc_advance(u64 desc, u32 bytes) {
   return (desc & 0xFFFFFFFF00000000ull) | (u32)((u32)desc + (bytes >> 4));
 }
 
+// The descriptors of the k-steps (16 elements each) of two K-major 128-byte-swizzled tiles
+// (A and B of one product) of a_rows and b_rows rows: 32 bytes along the swizzled row a step,
+// the next 64-column block rows * 128 bytes on.
+template <int STEPS>
+KDSL_DEVICE void kmajor_steps(u64 (&da)[STEPS], u32 sa, int a_rows, u64 (&db)[STEPS], u32 sb, int b_rows) {
+  const u64 a0 = desc_kmajor_sw128(sa), b0 = desc_kmajor_sw128(sb);
+#pragma unroll
+  for (int ks = 0; ks < STEPS; ++ks) {
+    const u32 off = (ks % 4) * 32;
+    da[ks] = desc_advance(a0, (ks / 4) * a_rows * 128 + off);
+    db[ks] = desc_advance(b0, (ks / 4) * b_rows * 128 + off);
+  }
+}
+
 // ---- warpgroup roles ---------------------------------------------------------------------
 
 template <int REGS> KDSL_DEVICE void regs_release() {
