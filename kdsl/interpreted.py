@@ -65,7 +65,7 @@ class Interpreted:
             return out, _deliver(l, lse, q, "f32")
         return out
 
-    def _backward(self, q, k, v, dout, lse, delta, caps, scale):
+    def _backward(self, q, k, v, dout, lse, delta, caps, scale, want_caps=()):
         """(dq, dk, dv, capture grads) as the backward kernel computes them
         (interp.attention_backward); a capture's gradient None where the score reads no float
         value of it."""
@@ -78,7 +78,7 @@ class Interpreted:
                      for t, c in zip(self._args.captures, caps)]
         return (*(_deliver(g, None, q, elem) for g in grads), cap_grads)
 
-    # gradients of captured tensors (a learned bias) are computed here; the GPU kernels take q, k, v only
+    # gradients of captured tensors (a learned bias): every differentiable one, wanted or not
     computes_capture_grads = True
 
     def _captured(self, caps) -> dict:

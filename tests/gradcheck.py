@@ -5,6 +5,19 @@ from kdsl.check import (GRAD_TOL, autograd_grads, capture_grads, gradient_error,
                         reference_capture_grads, reference_grads)
 
 
+# Programs whose scores read captured float tensors that are learned: a relative-position
+# table read twice, a per-head gain on s, learned ALiBi slopes, a bf16 table, a bias only the
+# mask reads (its gradient is 0), a bias under a nonlinearity
+LEARNED = {
+    "table": ("bias: f32[H, 64]", "s + bias[h, (i - j) % 64] - 0.5 * bias[h, (j + 3 * i) % 64]", "j <= i + 9"),
+    "gain": ("gain: f32[H]", "s * gain[h]", None),
+    "slopes": ("slopes: f32[H]", "s - slopes[h] * float(abs(i - j))", "j <= i"),
+    "bf16_table": ("t: bf16[32]", "s + t[(i * 7 + j) % 32]", None),
+    "mask_only": ("w: f32[H]", "s", "float(j) <= float(i) + w[h] * 40.0"),
+    "softcap_bias": ("bias: f32[H, 16]", "30.0 * tanh((s + bias[h, (i - j) % 16]) / 30.0)", None),
+}
+
+
 def fit(kir: ir.Kernel, shape):
     """The shape (B, H, Hkv, M, N, D, Dv) as the program allows it: one head count where k/v
     share q's, head dims the program fixes as written, v's own head dim only where it has one."""

@@ -129,12 +129,18 @@ class CEmitter:
         return (f"kdsl::tile_summary<Variant, {slot}>(a, c.summary, {self.variables['b']}, {self.variables['h']}, "
                 f"{start}).{field}")
 
-    def _load(self, e: ir.Load) -> str:
+    def linear_index(self, e: ir.Load) -> str:
+        """The element offset a load reads (row-major over the captured tensor's shape), in i64."""
         cap = self.captures[e.tensor]
         idx = [self(i) for i in e.indices]
         linear = f"(kdsl::i64)({idx[0]})"
         for i, dim in zip(idx[1:], cap.shape[1:]):
             linear = f"({linear} * ({dim}) + ({i}))"
+        return linear
+
+    def _load(self, e: ir.Load) -> str:
+        cap = self.captures[e.tensor]
+        linear = self.linear_index(e)
         fn = "kdsl::load_i32" if cap.dtype == "i32" else "kdsl::load_f32"
         if e.tensor == self.streamed:
             return f"(kStreamLoads ? sv : {fn}({cap.field}, {linear}))"

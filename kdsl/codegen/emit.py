@@ -214,8 +214,14 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
         source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, forward_header=forward,
         body=plan.body, body_header=plan.header,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), poly_exp2=0, lazy_rescale=0,
-        tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=plan.threads, entry=entry, fields=fields, v=_variant(k, variables, captures),
-        grad=dict(score=natural(score), dscore=natural(score_grad.score_grad(k))))
+        tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=plan.threads, entry=entry,
+        fields=fields, v=_variant(k, variables, captures),
+        grad=dict(score=natural(score), dscore=natural(score_grad.score_grad(k)),
+                  # the captured tensors' gradients, added where KDSL_CAPTURE_GRADS builds ask for them
+                  tensors=[capture_ident(t) for t in score_grad.capture_grad_tensors(k)],
+                  args=", ".join(f"grad_{capture_ident(t)}" for t in score_grad.capture_grad_tensors(k)),
+                  adds=[f"atomicAdd(g.{capture_ident(load.tensor)} + {natural.linear_index(load)}, dg * ({natural(d)}));"
+                        for load, d in score_grad.capture_grads(k)]))
     return Generated(k.name, entry, src, attention_capture_dims(k))
 
 

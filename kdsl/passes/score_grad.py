@@ -36,6 +36,12 @@ def capture_grads(k: ir.Kernel) -> list[tuple[ir.Load, ir.Expr]]:
     return [(load, d) for load, d in pairs if d != ZERO]
 
 
+def capture_grad_tensors(k: ir.Kernel) -> list[str]:
+    """The captured tensors with a gradient (capture_grads' loads), in the order the score reads
+    them: the backward kernel's gradient buffers, in its parameter order."""
+    return list(dict.fromkeys(load.tensor for load, _ in capture_grads(k)))
+
+
 def derivative(e: ir.Expr, var: "str | ir.Load") -> ir.Expr:
     """d e / d var for an f32 expression e and var an f32 variable (its name) or one load of a
     captured tensor (each read of the same element counts)."""

@@ -7,10 +7,10 @@ dims), which recomputes the scores and differentiates the program's score formul
 (passes/score_grad.py). A gradient reaching the lse output (programs that declare it) is
 folded into the same kernel: d lse / d score is P, so it only shifts delta.
 
-Gradients flow to q, k and v, and on the interpreter (kdsl.interpreted) also to captured float
-tensors the score reads (a learned bias table: passes/score_grad.py capture_grads). Where a
-captured tensor requires grad and the backend cannot compute its gradient (the GPU kernels so
-far, and calls traced by torch.compile), the call is refused, not run as if it were a constant.
+Gradients flow to q, k and v, and to captured float tensors the score reads (a learned bias
+table: passes/score_grad.py capture_grads), which the backward kernel built with
+KDSL_CAPTURE_GRADS adds by fp32 atomics. A traced call (torch.compile) whose captured tensor
+requires grad is refused, not run as if it were a constant: its op computes q, k and v's only.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from .launch import Loaded, _ptr, _stream_getter
 from .programs import Program
 
 BACKWARD = Program(backward=True)
+BACKWARD_CAPTURE_GRADS = Program(backward=True, capture_grads=True)
 
 
 def wants_grad(q, k, v, caps=()) -> bool:
@@ -40,21 +41,19 @@ def attention_with_grad(kernel, q, k, v, caps, out, lse, scale, tile_summary):
     AttentionKernel, or the interpreter's (kdsl.interpreted), each with _run (the forward) and
     _backward (dq, dk, dv)."""
     spec = getattr(kernel, "_args", kernel)  # the interpreter's keeps its argument checks there
-    check_grad_call(spec, caps, out, lse, getattr(kernel, "computes_capture_grads", False))
+    check_grad_call(spec, caps, out, lse)
     out, lse = _function().apply(kernel, scale, tile_summary, q, k, v, *caps)
     return (out, lse) if spec.has_lse else out
 
 
-def check_grad_call(spec, caps, out, lse, capture_grads: bool = False, traced: bool = False) -> None:
-    """Refuse a call recorded for autograd that would leave a gradient out (eager or traced);
-    capture_grads: the backend computes captured tensors' gradients (the interpreter, eagerly)."""
+def check_grad_call(spec, caps, out, lse, capture_grads: bool = True) -> None:
+    """Refuse a call recorded for autograd that would leave a gradient out; capture_grads: the
+    captured tensors' gradients are computed (eager calls; a traced call's op has none)."""
     for t, x in zip(spec.captures, caps):
         if getattr(x, "requires_grad", False) and not capture_grads:
-            where = ("under torch.compile, kdsl computes gradients for q, k and v only" if traced else
-                     "the GPU backward kernel computes gradients for q, k and v only (kdsl.load(..., "
-                     "interpret=True) computes captured tensors' too, on the CPU)")
-            raise LaunchError(f"{spec.name}: captured tensor '{t.name}' requires grad, but {where}; pass "
-                              f"{t.name}.detach() if it is a constant")
+            raise LaunchError(f"{spec.name}: captured tensor '{t.name}' requires grad, but under torch.compile, kdsl "
+                              f"computes gradients for q, k and v only; pass {t.name}.detach() if it is a constant, "
+                              f"or call the kernel eagerly")
     if out is not None or lse is not None:
         raise LaunchError(f"{spec.name}: out= and lse= cannot be given while q, k or v require grad (autograd "
                           f"records outputs of its own); leave them out, or call under torch.no_grad()")
@@ -76,7 +75,8 @@ def _function():
         def backward(ctx, dout, dlse):
             q, k, v, out, lse, *caps = ctx.saved_tensors
             dout = torch.zeros_like(out) if dout is None else dout.contiguous()
-            dq, dk, dv, dcaps = ctx.kernel._backward(q, k, v, dout, lse, delta(dout, out, dlse), caps, ctx.scale)
+            dq, dk, dv, dcaps = ctx.kernel._backward(q, k, v, dout, lse, delta(dout, out, dlse), caps, ctx.scale,
+                                                     ctx.needs_input_grad[6:])
             # a captured tensor the score reads no float value of has gradient 0 (masks and
             # indices are flat): zeros, as autograd gives an input the loss does not reach
             dcaps = [None if not need else torch.zeros_like(c) if g is None else g
@@ -92,33 +92,47 @@ def delta(dout, out, dlse):
     return (d if dlse is None else d - dlse.float()).contiguous()
 
 
-def backward(kernel, q, k, v, dout, lse, delta, caps, scale):
+def backward(kernel, q, k, v, dout, lse, delta, caps, scale, want_caps=()):
     """(dq, dk, dv, capture grads) of an attention call from its dout, lse and delta (torch
-    tensors); the GPU kernels compute no capture's gradient (each None)."""
+    tensors). want_caps: per captured tensor, whether its gradient is wanted; those the score
+    reads differentiably come back (the backward built with KDSL_CAPTURE_GRADS), zeros for the
+    others wanted, None for the rest."""
     import torch
     infos, dims, s = kernel.validate(q, k, v, caps, None, None, scale)
     B, H, M, D = q.shape
     Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
     dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    want = [bool(w) for w in want_caps] + [False] * (len(caps) - len(want_caps))
+    cap_grads = {t.name: torch.zeros(c.shape, dtype=torch.float32, device=c.device)
+                 for t, c, w in zip(kernel.captures, caps, want) if w}
     if 0 in (B, H, M, N):
-        return torch.zeros_like(q), dk, dv, [None] * len(caps)
+        return torch.zeros_like(q), dk, dv, _delivered(kernel, caps, cap_grads)
     if B > 65535 or Hkv > 65535:
         raise LaunchError(f"{kernel.name}: the backward kernel takes at most 65535 batches and k/v heads "
                           f"(grid y and z), got B={B}, Hkv={Hkv}")
     device = kernel._device(infos)
-    loaded, plan, extra = _program(kernel, D, Dv, device)
+    loaded, plan, extra, graded = _program(kernel, D, Dv, device, bool(cap_grads))
     # dQ is summed over the key blocks in fp32: as 64-row tiles in fragment order, or rows
     shape = (B, H, -(-M // 64), 64 * (-(-D // 64) * 64)) if plan.dq_tiles else (B, H, M, D)
     dq_acc = torch.zeros(shape, dtype=torch.float32, device=q.device)
-    ncap = len(caps)
-    kinds = ["ptr"] * 9 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra)
+    ncap, ngrad = len(caps), len(graded)
+    kinds = ["ptr"] * 9 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra) + ["ptr"] * ngrad
     values = [None] * 9 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra]
-    pack = ArgPack(kinds, values, list(range(9)) + list(range(16, 16 + ncap)))
+    first_grad = 16 + ncap + len(extra)
+    pack = ArgPack(kinds, values, list(range(9)) + list(range(16, 16 + ncap)) +
+                   list(range(first_grad, first_grad + ngrad)))
     grid = (-(-N // plan.keys), Hkv, B)
-    pointers = [_ptr(x) for x in (q, k, v, dout, lse, delta, dq_acc, dk, dv, *caps)]
+    # a gradient buffer per tensor the kernel has one for: null where the build adds none
+    pointers = [_ptr(x) for x in (q, k, v, dout, lse, delta, dq_acc, dk, dv, *caps)] + \
+        [_ptr(cap_grads[n]) if n in cap_grads else 0 for n in graded]
     Launcher(loaded.fn_ptr, grid, (plan.threads, 1, 1), loaded.smem)(_stream_getter("torch", device)(), pack, pointers)
     dq = dq_from_tiles(dq_acc, M, D) if plan.dq_tiles else dq_acc
-    return dq.to(q.dtype), dk, dv, [None] * len(caps)
+    return dq.to(q.dtype), dk, dv, _delivered(kernel, caps, cap_grads)
+
+
+def _delivered(kernel, caps, cap_grads: dict) -> list:
+    """Each captured tensor's gradient in its own dtype, or None where it was not wanted."""
+    return [cap_grads[t.name].to(c.dtype) if t.name in cap_grads else None for t, c in zip(kernel.captures, caps)]
 
 
 def dq_from_tiles(acc, M: int, D: int):
@@ -132,12 +146,14 @@ def dq_from_tiles(acc, M: int, D: int):
     return t.permute(0, 1, 2, 4, 8, 6, 3, 5, 7, 9).reshape(B, H, tiles * 64, dp)[:, :, :M, :D]
 
 
-def _program(kernel, d: int, dv: int, device: int):
+def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False):
     """The loaded backward kernel for these head dims, its plan (emit.backward_plan: launch and
-    dq_acc's layout), and the dims only captured tensors bind (extra int parameters), built once
-    per kernel and device."""
-    key = ("backward", d, dv, device)
+    dq_acc's layout), the dims only captured tensors bind (extra int parameters) and the
+    captured tensors it has gradient buffers for (in parameter order), built once per kernel,
+    device and whether it adds those gradients."""
+    key = ("backward", d, dv, device, capture_grads)
     if key not in kernel._loaded:
+        from ..passes import score_grad
         from ..passes.target import get_target
         from .compiler import build
         target = get_target(kernel._arch())
@@ -146,7 +162,8 @@ def _program(kernel, d: int, dv: int, device: int):
             raise LaunchError(f"{kernel.name}: the backward kernel at head dims {d} / {dv} needs {plan.smem // 1024} KB of "
                               f"shared memory, more than {target.arch}'s {target.smem_per_block // 1024} KB a block; "
                               f"smaller head dims fit")
-        built = build(kernel._kernel_ir(False), kernel._arch(), d, value_dim=dv, program=BACKWARD)
+        built = build(kernel._kernel_ir(False), kernel._arch(), d, value_dim=dv,
+                      program=BACKWARD_CAPTURE_GRADS if capture_grads else BACKWARD)
         kernel._loaded[key] = (Loaded(built.compiled.cubin, built.generated.entry, plan.smem), plan,
-                               built.generated.capture_dims)
+                               built.generated.capture_dims, score_grad.capture_grad_tensors(built.kernel))
     return kernel._loaded[key]

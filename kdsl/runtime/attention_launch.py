@@ -91,10 +91,13 @@ class AttentionKernel(KernelBase):
             plan.keep_alive = ()
         return (out, lse) if self.has_lse or keep_lse else out
 
-    def _backward(self, q, k, v, dout, lse, delta, caps, scale):
-        """(dq, dk, dv, capture grads: None each) from the forward's lse and delta = rowsum(dout * out)
-        (runtime/attention_backward.py)."""
-        return attention_backward.backward(self, q, k, v, dout, lse, delta, caps, scale)
+    def _backward(self, q, k, v, dout, lse, delta, caps, scale, want_caps=()):
+        """(dq, dk, dv, capture grads) from the forward's lse and delta = rowsum(dout * out)
+        (runtime/attention_backward.py); a capture's gradient where want_caps asks for it."""
+        return attention_backward.backward(self, q, k, v, dout, lse, delta, caps, scale, want_caps)
+
+    # the backward kernel adds captured tensors' gradients when asked (KDSL_CAPTURE_GRADS)
+    computes_capture_grads = True
 
     def tile_summary(self, q, k, v, *captures, scale=None, **named) -> TileSummary:
         """The runtime tile summary of a mask that reads data (e.g. document ids), computed

@@ -18,6 +18,7 @@ SPLIT_KV_OPTION = "-DKDSL_SPLIT_KV=1"  # templates/attention_wgmma.cu.j2
 NO_STREAM_OPTION = "-DKDSL_STREAM_CAPTURES=0"  # templates/attention_variant.cu.j2
 NO_AFFINE_OPTION = "-DKDSL_AFFINE_SCORE=0"  # templates/attention_variant.cu.j2
 SINGLE_BUFFER_OPTION = "-DKDSL_BWD_BUFFERS=1"  # attention_bwd.cuh, where two buffers do not fit
+CAPTURE_GRADS_OPTION = "-DKDSL_CAPTURE_GRADS=1"  # templates/attention_backward.cu.j2
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Program:
     affine: bool = True     # a score affine in the key position in that form (passes/affine_score.py);
                             # False: as written, for a scale that makes the form's factor F <= 0
     backward: bool = False  # the backward kernel (emit.backward_plan), a source of its own
+    capture_grads: bool = False  # the backward also adds the captured tensors' gradients
 
     def options(self, lowered: ir.Kernel, arch: str) -> list[str]:
         """The NVRTC defines of this program of `lowered` (none where a flag does not apply)."""
@@ -39,6 +41,8 @@ class Program:
             d = lowered.attr("head_dim")
             if backward_plan(d, lowered.attr("value_dim") or d, get_target(arch)).buffers == 1:
                 options.append(SINGLE_BUFFER_OPTION)
+            if self.capture_grads:
+                options.append(CAPTURE_GRADS_OPTION)
             return options
         if self.split_kv:
             if lowered.kind != "attention" or lowered.attr("kernel") != "wgmma":

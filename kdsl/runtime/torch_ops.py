@@ -176,7 +176,7 @@ def attention(kernel, q, k, v, captures, named, out, lse, scale, tile_summary):
     if any(getattr(x, "requires_grad", False) for x in (q, k, v, *caps)):
         # recorded for autograd (the op's backward is registered): as eager, refuse what would
         # leave a gradient out
-        attention_backward.check_grad_call(spec, caps, out, lse, traced=True)
+        attention_backward.check_grad_call(spec, caps, out, lse, capture_grads=False)
     caps = _detached(*caps)
     summary = (None, None, None)
     if tile_summary is not None:

@@ -8,7 +8,8 @@ import kdsl
 from kdsl.testing import attention_inputs
 
 from conftest import ROOT, SAMPLES
-from gradcheck import check_grads, fit
+from exprgen import program
+from gradcheck import LEARNED, check_grads, fit
 
 pytestmark = pytest.mark.gpu
 
@@ -71,3 +72,19 @@ def test_half_precision_inputs(d):
     assert q.dtype == torch.float16
     dout = torch.randn((2, 4, 200, d), device="cuda", generator=gen).to(q.dtype)
     check_grads(f"f16 d={d}", mod.halfcausal, kir, q, k, v, caps, dout)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("name", LEARNED)
+def test_captured_tensor_gradients(name, d):
+    """Learned captured tensors (tests/gradcheck.py LEARNED): the backward built with
+    KDSL_CAPTURE_GRADS adds their gradients (the wgmma kernel at 64 and 128, mma.sync at 256)."""
+    torch = pytest.importorskip("torch")
+    decl, score, mask = LEARNED[name]
+    mod = kdsl.compile(program(score, mask, decls=(decl,)))
+    kir = mod.ir["gen"]
+    gen = torch.Generator(device="cuda").manual_seed(d)
+    q, k, v, caps = attention_inputs(kir, 2, 4, 2, 190, 300, d, generator=gen)
+    caps = {n: c.detach().requires_grad_() for n, c in caps.items()}
+    dout = torch.randn((2, 4, 190, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"{name} d={d}", mod.gen, kir, q, k, v, caps, dout, of_captures=True)

@@ -149,7 +149,8 @@ __host__ __device__ constexpr int attention_bwd_min_blocks() { return attn_bwd_d
 
 template <class Elem, int D, int DV, class V, class G>
 KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c, const Elem* dout, const float* lse,
-                               const float* delta, float* dq_acc, Elem* dk, Elem* dv) {
+                               const float* delta, float* dq_acc, Elem* dk, Elem* dv,
+                               const typename G::CaptureGrads& cg) {
   using namespace attn_bwd_detail;
   typedef BwdCfg<D, DV> C;
   constexpr int BM = C::BM, BN = C::BN, DP = C::DP, DVP = C::DVP, CS = C::CS, T = C::kThreads;
@@ -246,7 +247,11 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
             if (keep && row_lse != neg_inf()) {
               const float sn = s[j][2 * hh + e] * scale;
               p = math_exp(G::score(a, c, sn, b, h, q, kv) - row_lse);
-              if (p != 0.f) ds = p * (dp[j][2 * hh + e] - sDeltab[row]) * G::dscore(a, c, sn, b, h, q, kv) * scale;
+              if (p != 0.f) {
+                const float dg = p * (dp[j][2 * hh + e] - sDeltab[row]);  // d loss / d score
+                ds = dg * G::dscore(a, c, sn, b, h, q, kv) * scale;
+                if constexpr (G::kCaptureGrads) G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg);
+              }
             }
             pv[e] = p;
             dsv[e] = ds;

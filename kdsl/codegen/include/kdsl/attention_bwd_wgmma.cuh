@@ -125,7 +125,8 @@ __host__ __device__ constexpr int attention_bwd_wgmma_min_blocks() { return 1; }
 
 template <class Elem, int D, int DV, class V, class G>
 KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captures& c, const Elem* dout,
-                                     const float* lse, const float* delta, float* dq_acc, Elem* dk, Elem* dv) {
+                                     const float* lse, const float* delta, float* dq_acc, Elem* dk, Elem* dv,
+                                     const typename G::CaptureGrads& cg) {
   using namespace attn_bwd_wg_detail;
   typedef BwdWgCfg<D, DV> C;
   constexpr int BM = C::BM, BN = C::BN, DP = C::DP, DVP = C::DVP, T = C::kThreads;
@@ -252,8 +253,11 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
             if (keep) {
               const float sn = s[i] * scale;
               p = math_exp(G::score(a, c, sn, b, h, q, kv) - row_lse);
-              const float d = p * (dp[i] - row_delta) * G::dscore(a, c, sn, b, h, q, kv) * scale;
+              const float dg = p * (dp[i] - row_delta);  // d loss / d score
+              const float d = dg * G::dscore(a, c, sn, b, h, q, kv) * scale;
               ds = p != 0.f ? d : 0.f;  // a derivative undefined where P underflowed adds nothing
+              if constexpr (G::kCaptureGrads)
+                if (p != 0.f) G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg);
             }
             s[i] = p;
             dp[i] = ds;
