@@ -20,7 +20,9 @@ from ..codegen import emit
 from ..errors import LaunchError
 from ..passes.exp2_fold import LOG2E
 from .driver import ArgPack, Launcher
-from .launch import Loaded, _ptr, _stream_getter
+from . import geometry
+from .attention_launch import _l2_bytes
+from .launch import Loaded, _ptr, _sm_count, _stream_getter
 from .programs import Program
 
 BACKWARD = Program(backward=True)
@@ -107,27 +109,42 @@ def backward(kernel, q, k, v, dout, lse, delta, caps, scale, want_caps=()):
                  for t, c, w in zip(kernel.captures, caps, want) if w}
     if 0 in (B, H, M, N):
         return torch.zeros_like(q), dk, dv, _delivered(kernel, caps, cap_grads)
-    if B > 65535 or Hkv > 65535:
-        raise LaunchError(f"{kernel.name}: the backward kernel takes at most 65535 batches and k/v heads "
-                          f"(grid y and z), got B={B}, Hkv={Hkv}")
     device = kernel._device(infos)
     loaded, plan, extra, graded = _program(kernel, D, Dv, device, bool(cap_grads))
+    key_blocks = -(-N // plan.keys)
+    if key_blocks * Hkv * B >= 2 ** 31:
+        raise LaunchError(f"{kernel.name}: the backward kernel takes fewer than 2^31 CTAs (one per {plan.keys} keys "
+                          f"of each batch and k/v head), got {key_blocks} x Hkv={Hkv} x B={B}")
     # dQ is summed over the key blocks in fp32: as 64-row tiles in fragment order, or rows
     shape = (B, H, -(-M // 64), 64 * (-(-D // 64) * 64)) if plan.dq_tiles else (B, H, M, D)
     dq_acc = torch.zeros(shape, dtype=torch.float32, device=q.device)
     ncap, ngrad = len(caps), len(graded)
-    kinds = ["ptr"] * 9 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra) + ["ptr"] * ngrad
-    values = [None] * 9 + [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra]
-    first_grad = 16 + ncap + len(extra)
-    pack = ArgPack(kinds, values, list(range(9)) + list(range(16, 16 + ncap)) +
+    kinds = ["ptr"] * 9 + ["i32"] * 6 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra) + ["ptr"] * ngrad
+    values = [None] * 9 + [B, H, Hkv, M, N, _head_group(kernel, q, Hkv, Dv, key_blocks, device), s * LOG2E, s] + \
+        [None] * ncap + [dims[n] for n in extra]
+    first_grad = 17 + ncap + len(extra)
+    pack = ArgPack(kinds, values, list(range(9)) + list(range(17, 17 + ncap)) +
                    list(range(first_grad, first_grad + ngrad)))
-    grid = (-(-N // plan.keys), Hkv, B)
+    grid = (key_blocks * Hkv * B, 1, 1)
     # a gradient buffer per tensor the kernel has one for: null where the build adds none
     pointers = [_ptr(x) for x in (q, k, v, dout, lse, delta, dq_acc, dk, dv, *caps)] + \
         [_ptr(cap_grads[n]) if n in cap_grads else 0 for n in graded]
     Launcher(loaded.fn_ptr, grid, (plan.threads, 1, 1), loaded.smem)(_stream_getter("torch", device)(), pack, pointers)
     dq = dq_from_tiles(dq_acc, M, D) if plan.dq_tiles else dq_acc
     return dq.to(q.dtype), dk, dv, _delivered(kernel, caps, cap_grads)
+
+
+def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, device: int) -> int:
+    """How many (b, k/v head) pairs the backward orders together, key block by key block
+    (AttnArgs::head_group, attention_common.cuh backward_block): under a mask the key blocks
+    see unequal numbers of query tiles, and a group of two waves runs the long ones first. The
+    q, dO and dq_acc that a group's CTAs read should fit in half of L2. 1 without a mask: every
+    CTA is as long as the next, and head by head shares L2 best."""
+    if kernel.ir.func("mask") is None:
+        return 1
+    B, H, M, D = q.shape
+    per_pair = H // Hkv * M * ((D + Dv) * q.element_size() + D * 4)
+    return geometry.attention_head_group(B * Hkv, key_blocks, _sm_count(device), per_pair, _l2_bytes(device))
 
 
 def _delivered(kernel, caps, cap_grads: dict) -> list:

@@ -88,3 +88,21 @@ def test_captured_tensor_gradients(name, d):
     caps = {n: c.detach().requires_grad_() for n, c in caps.items()}
     dout = torch.randn((2, 4, 190, d), device="cuda", generator=gen).to(q.dtype)
     check_grads(f"{name} d={d}", mod.gen, kir, q, k, v, caps, dout, of_captures=True)
+
+
+@pytest.mark.parametrize("d", [64, 256])
+@pytest.mark.parametrize("group", [1, 4, 6, 9])
+def test_key_block_order_in_head_groups(group, d, monkeypatch):
+    """The backward's CTAs walk (b, k/v head) pairs in groups, key block by key block
+    (attention_common.cuh backward_block): every group size covers each (key block, pair) once,
+    the last group taking a remainder (6 pairs in groups of 4), or all pairs (9 > 6)."""
+    torch = pytest.importorskip("torch")
+    from kdsl.runtime import attention_backward
+    monkeypatch.setattr(attention_backward, "_head_group", lambda *args: group)
+    mod = kdsl.compile("attention grouped {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+                       " mask(b, h, i, j) = j <= i\n}\n")
+    kir = mod.ir["grouped"]
+    gen = torch.Generator(device="cuda").manual_seed(group * 1000 + d)
+    q, k, v, caps = attention_inputs(kir, 2, 6, 3, 300, 450, d, generator=gen)
+    dout = torch.randn((2, 6, 300, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"group {group} d={d}", mod.grouped, kir, q, k, v, caps, dout)

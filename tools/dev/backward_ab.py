@@ -35,7 +35,7 @@ def build(kern, D, Dv, dev, options):
     _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), ctypes.c_void_p(loaded.fn_ptr),
                                                           threads, smem)
     rep = sass.inspect(compiled.cubin, gen.entry)
-    return (loaded, plan, gen.capture_dims), f"{rep.registers} regs, {rep.local_bytes} B local, {n.value} CTAs/SM"
+    return loaded, f"{rep.registers} regs, {rep.local_bytes} B local, {n.value} CTAs/SM"
 
 
 def main():
@@ -56,7 +56,11 @@ def main():
         out, lse = kern._run(q, k, v, cap_list, None, None, None, None, keep_lse=True)
         dout = torch.randn_like(out)
         delta = (dout.float() * out.float()).sum(-1)
-        key = ("backward", D, D, q.device.index)
+        # a first call loads the default build; each variant then replaces its kernel under the
+        # runtime's own key (a key of our own making once went unread, and every variant ran the default)
+        ab.backward(kern, q, k, v, dout, lse, delta, cap_list, None)
+        (key,) = [kk for kk in kern._loaded if kk[0] == "backward"]
+        loaded_default = kern._loaded[key]
         builds = {}
         for var in variants:
             builds[var], info = build(kern, D, D, q.device.index, [] if var == "default" else var.split())
@@ -65,7 +69,7 @@ def main():
         results = {}
         for r in range(args.reps):
             for var in variants[r % len(variants):] + variants[:r % len(variants)]:
-                kern._loaded[key] = builds[var]
+                kern._loaded[key] = (builds[var],) + loaded_default[1:]
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 e0.record()
                 res = ab.backward(kern, q, k, v, dout, lse, delta, cap_list, None)[:3]
@@ -75,10 +79,12 @@ def main():
                 results[var] = res
         first = variants[0]
         for var in variants:
-            same = all(torch.equal(a, b) for a, b in zip(results[var], results[first]))
+            # dQ's fp32 sums over key blocks land in no fixed order: builds agree to rounding, not bits
+            diff = max(float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
+                       for a, b in zip(results[var], results[first]))
             t = statistics.median(times[var])
             print(f"| {name} | {var} | {t:.0f} | x{statistics.median(times[first]) / t:.3f} | "
-                  f"{'same grads' if same else 'grads differ'} |", flush=True)
+                  f"grads differ from the first by {diff:.1e} of their max |", flush=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@
 // multiple of 64 columns (zero-filled: padding adds nothing to any product).
 //
 // Launch contract (the generated extern "C" kernel forwards to attention_bwd):
-//   grid  = (ceil(N / 64), Hkv, B)    block = attention_bwd_threads<D, DV>()
+//   grid  = ceil(N / 64) * Hkv * B CTAs (attention_common.cuh, backward_block)
+//   block = attention_bwd_threads<D, DV>()
 //   dynamic shared memory = attention_bwd_smem_bytes<D, DV>()
 // Warps: 4 row groups of 16 (query rows for S, dP and dQ; key rows for dK and dV) times 1 or
 // 2 column slices (2 once a padded head dim exceeds 64, halving each warp's accumulators).
@@ -166,7 +167,8 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int rg = warp & 3, cs = warp >> 2;   // row group, column slice
-  const int n0 = blockIdx.x * BN, hkv = blockIdx.y, b = blockIdx.z;
+  const BackwardBlock blk = backward_block<BN>(a);
+  const int n0 = blk.n0, hkv = blk.hkv, b = blk.b;
   const int M = a.M, N = a.N, group = a.H / a.Hkv;
   const float scale = c.scale;
 

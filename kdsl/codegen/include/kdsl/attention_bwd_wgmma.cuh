@@ -21,7 +21,8 @@
 // dK (dV). Head dims are padded to 64 or 128 with zeros; larger ones take attention_bwd.cuh.
 //
 // Launch contract (the generated extern "C" kernel forwards to attention_bwd_wgmma):
-//   grid  = (ceil(N / 128), Hkv, B)    block = 256 threads
+//   grid  = ceil(N / 128) * Hkv * B CTAs (attention_common.cuh, backward_block)
+//   block = 256 threads
 //   dynamic shared memory = attention_bwd_wgmma_smem_bytes<D, DV>() (1024 of it alignment slack)
 //   dq_acc: zeroed fp32 [B, H, ceil(M / 64), 64 * DP], in fragment order: element (row r, column c)
 //   of a tile at ((((wg * 4 + w) * DP / 16 + j) * 32 + lane) * 4 + 2 hh + e) for r = 16 w + 8 hh
@@ -139,7 +140,8 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
   const float* sDelta = reinterpret_cast<const float*>(smem + C::kDelta);
 
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int n0 = blockIdx.x * BN, hkv = blockIdx.y, b = blockIdx.z;
+  const BackwardBlock blk = backward_block<BN>(a);
+  const int n0 = blk.n0, hkv = blk.hkv, b = blk.b;
   const int M = a.M, N = a.N, group = a.H / a.Hkv;
   const float scale = c.scale;
 

@@ -28,6 +28,30 @@ struct AttnArgs {
   int* split_done = nullptr;
 };
 
+// The backward's CTA for blockIdx.x (both backward kernels; grid = key_blocks * Hkv * B CTAs):
+// (b, k/v head) pairs in groups of a.head_group consecutive ones (the last takes the
+// remainder), and within a group key block 0 of every pair first, then key block 1, ...
+// Under causal-like masks the first key blocks see the most query tiles, so the long CTAs
+// start first and short ones fill the tail (head by head, the last head's key block 0
+// started near the end: 13 % of causal's time by a schedule simulation). The host sizes a
+// group to two waves of CTAs whose q and dO stay in L2 (geometry.attention_head_group).
+struct BackwardBlock { int n0, hkv, b; };
+template <int BN>
+KDSL_DEVICE BackwardBlock backward_block(const AttnArgs& a) {
+#ifdef KDSL_BWD_HEAD_GROUP  // an A/B switch for tools/dev/backward_ab.py (1: head by head)
+  const int group = KDSL_BWD_HEAD_GROUP;
+#else
+  const int group = a.head_group;
+#endif
+  const int key_blocks = (a.N + BN - 1) / BN, heads = a.B * a.Hkv;
+  const int span = group * key_blocks, w = blockIdx.x;
+  const int g = w / span, r = w - g * span;
+  const int size = imin(group, heads - g * group);
+  const int kb = r / size, bh = g * group + (r - kb * size);
+  const int b = bh / a.Hkv;
+  return {kb * BN, bh - b * a.Hkv, b};
+}
+
 KDSL_DEVICE float fmax2(float x, float y) {
   float r;
   asm("max.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
