@@ -15,14 +15,15 @@ requires grad is refused, not run as if it were a constant: its op computes q, k
 from __future__ import annotations
 
 import functools
+import operator
 
 from ..codegen import emit
 from ..errors import LaunchError
 from ..passes.exp2_fold import LOG2E
 from .driver import ArgPack, Launcher
 from . import geometry
-from .attention_launch import _l2_bytes
-from .launch import Loaded, _ptr, _sm_count, _stream_getter
+from .attention_launch import _attention_key, _l2_bytes
+from .launch import Loaded, _align, _ptr, _sm_count, _stream_getter
 from .programs import Program
 
 BACKWARD = Program(backward=True)
@@ -70,6 +71,7 @@ def _function():
         def forward(ctx, kernel, scale, tile_summary, q, k, v, *caps):
             out, lse = kernel._run(q, k, v, caps, None, None, scale, tile_summary, keep_lse=True)
             ctx.kernel, ctx.scale = kernel, scale
+            ctx.set_materialize_grads(False)  # an output the loss does not reach gets None, not zeros to add
             ctx.save_for_backward(q, k, v, out, lse, *caps)
             return out, lse
 
@@ -100,38 +102,60 @@ def backward(kernel, q, k, v, dout, lse, delta, caps, scale, want_caps=()):
     reads differentiably come back (the backward built with KDSL_CAPTURE_GRADS), zeros for the
     others wanted, None for the rest."""
     import torch
-    infos, dims, s = kernel.validate(q, k, v, caps, None, None, scale)
-    B, H, M, D = q.shape
-    Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
-    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
-    want = [bool(w) for w in want_caps] + [False] * (len(caps) - len(want_caps))
+    want = tuple(bool(w) for w in want_caps) + (False,) * (len(caps) - len(want_caps))
+    key = ("backward", want) + _attention_key(q, k, v, caps, None, None, scale)
+    launch = kernel._plans.get(key)
+    if launch is None:  # checks and choices that depend only on the call's signature: once
+        launch = kernel._plans[key] = _BackwardLaunch(kernel, q, k, v, caps, scale, want)
     cap_grads = {t.name: torch.zeros(c.shape, dtype=torch.float32, device=c.device)
                  for t, c, w in zip(kernel.captures, caps, want) if w}
-    if 0 in (B, H, M, N):
-        return torch.zeros_like(q), dk, dv, _delivered(kernel, caps, cap_grads)
-    device = kernel._device(infos)
-    loaded, plan, extra, graded = _program(kernel, D, Dv, device, bool(cap_grads))
-    key_blocks = -(-N // plan.keys)
-    if key_blocks * Hkv * B >= 2 ** 31:
-        raise LaunchError(f"{kernel.name}: the backward kernel takes fewer than 2^31 CTAs (one per {plan.keys} keys "
-                          f"of each batch and k/v head), got {key_blocks} x Hkv={Hkv} x B={B}")
-    # dQ is summed over the key blocks in fp32: as 64-row tiles in fragment order, or rows
-    shape = (B, H, -(-M // 64), 64 * (-(-D // 64) * 64)) if plan.dq_tiles else (B, H, M, D)
-    dq_acc = torch.zeros(shape, dtype=torch.float32, device=q.device)
-    ncap, ngrad = len(caps), len(graded)
-    kinds = ["ptr"] * 9 + ["i32"] * 6 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra) + ["ptr"] * ngrad
-    values = [None] * 9 + [B, H, Hkv, M, N, _head_group(kernel, q, Hkv, Dv, key_blocks, device), s * LOG2E, s] + \
-        [None] * ncap + [dims[n] for n in extra]
-    first_grad = 17 + ncap + len(extra)
-    pack = ArgPack(kinds, values, list(range(9)) + list(range(17, 17 + ncap)) +
-                   list(range(first_grad, first_grad + ngrad)))
-    grid = (key_blocks * Hkv * B, 1, 1)
+    if launch.loaded is None:  # nothing to launch (B, H, M or N is 0)
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), _delivered(kernel, caps, cap_grads)
+    # every dK and dV element is written (each key block's CTA stores all of its rows)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    dq_acc = torch.zeros(launch.dq_shape, dtype=torch.float32, device=q.device)
+    pointers = [_ptr(x) for x in (q, k, v, dout, lse, delta, dq_acc, dk, dv, *caps)]
+    if functools.reduce(operator.or_, pointers[:9]) & 15:  # cp.async reads 16 bytes at a time
+        for p, n in zip(pointers, ("q", "k", "v", "dout", "lse", "delta")):
+            _align(p, n, kernel.name)
     # a gradient buffer per tensor the kernel has one for: null where the build adds none
-    pointers = [_ptr(x) for x in (q, k, v, dout, lse, delta, dq_acc, dk, dv, *caps)] + \
-        [_ptr(cap_grads[n]) if n in cap_grads else 0 for n in graded]
-    Launcher(loaded.fn_ptr, grid, (plan.threads, 1, 1), loaded.smem)(_stream_getter("torch", device)(), pack, pointers)
-    dq = dq_from_tiles(dq_acc, M, D) if plan.dq_tiles else dq_acc
-    return dq.to(q.dtype), dk, dv, _delivered(kernel, caps, cap_grads)
+    pointers += [_ptr(cap_grads[n]) if n in cap_grads else 0 for n in launch.graded]
+    launch.launcher(_stream_getter("torch", launch.device)(), launch.pack, pointers)
+    M, D = q.shape[2], q.shape[3]
+    dq = dq_from_tiles(dq_acc, M, D, q.dtype) if launch.dq_tiles else dq_acc.to(q.dtype)
+    return dq, dk, dv, _delivered(kernel, caps, cap_grads)
+
+
+class _BackwardLaunch:
+    """A backward call's launch for one signature (shapes, dtypes, devices, scale, the captured
+    tensors whose gradients are wanted): the checked call, the loaded kernel, its grid and its
+    parameters but the pointers. Cached in the kernel's plans, as the forward's Plan is."""
+
+    def __init__(self, kernel, q, k, v, caps, scale, want):
+        infos, dims, s = kernel.validate(q, k, v, caps, None, None, scale)
+        B, H, M, D = q.shape
+        Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
+        self.loaded = None
+        if 0 in (B, H, M, N):
+            return
+        self.device = kernel._device(infos)
+        self.loaded, plan, extra, self.graded = _program(kernel, D, Dv, self.device, any(want))
+        key_blocks = -(-N // plan.keys)
+        if key_blocks * Hkv * B >= 2 ** 31:
+            raise LaunchError(f"{kernel.name}: the backward kernel takes fewer than 2^31 CTAs (one per {plan.keys} "
+                              f"keys of each batch and k/v head), got {key_blocks} x Hkv={Hkv} x B={B}")
+        # dQ is summed over the key blocks in fp32: as 64-row tiles in fragment order, or rows
+        self.dq_tiles = plan.dq_tiles
+        self.dq_shape = (B, H, -(-M // 64), 64 * (-(-D // 64) * 64)) if plan.dq_tiles else (B, H, M, D)
+        ncap, ngrad = len(caps), len(self.graded)
+        kinds = ["ptr"] * 9 + ["i32"] * 6 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra) + ["ptr"] * ngrad
+        values = [None] * 9 + [B, H, Hkv, M, N, _head_group(kernel, q, Hkv, Dv, key_blocks, self.device),
+                               s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra]
+        first_grad = 17 + ncap + len(extra)
+        self.pack = ArgPack(kinds, values, list(range(9)) + list(range(17, 17 + ncap)) +
+                            list(range(first_grad, first_grad + ngrad)))
+        self.launcher = Launcher(self.loaded.fn_ptr, (key_blocks * Hkv * B, 1, 1), (plan.threads, 1, 1),
+                                 self.loaded.smem)
 
 
 def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, device: int) -> int:
@@ -152,15 +176,20 @@ def _delivered(kernel, caps, cap_grads: dict) -> list:
     return [cap_grads[t.name].to(c.dtype) if t.name in cap_grads else None for t, c in zip(kernel.captures, caps)]
 
 
-def dq_from_tiles(acc, M: int, D: int):
+def dq_from_tiles(acc, M: int, D: int, dtype=None):
     """attention_bwd_wgmma.cuh's dq_acc, [B, H, tiles, 64 * DP] with each 64-row tile in the
     order its accumulator fragments were stored (warpgroup, warp, n-tile j, lane, row half,
     column pair), as [B, H, M, D] rows (row 16 warp + 8 half + lane / 4, column
-    warpgroup * DP / 2 + 8 j + 2 (lane % 4) + pair)."""
+    warpgroup * DP / 2 + 8 j + 2 (lane % 4) + pair) of `dtype` (acc's by default): one copy
+    that reorders and converts at once."""
+    import torch
     B, H, tiles, n = acc.shape
     dp = n // 64
     t = acc.view(B, H, tiles, 2, 4, dp // 16, 8, 4, 2, 2)  # warpgroup, warp, j, lane / 4, lane % 4, half, pair
-    return t.permute(0, 1, 2, 4, 8, 6, 3, 5, 7, 9).reshape(B, H, tiles * 64, dp)[:, :, :M, :D]
+    t = t.permute(0, 1, 2, 4, 8, 6, 3, 5, 7, 9)  # warp, half, lane / 4; warpgroup, j, lane % 4, pair
+    rows = torch.empty((B, H, tiles * 64, dp), dtype=dtype or acc.dtype, device=acc.device)
+    rows.view(t.shape).copy_(t)
+    return rows if (tiles * 64, dp) == (M, D) else rows[:, :, :M, :D].contiguous()
 
 
 def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False):
