@@ -329,7 +329,10 @@ def reference_capture_grads(kernel: ir.Kernel, q, k, v, caps: dict, scale, out, 
     with backend_for(q).xp.no_grad():
         exact, _ = ref(q, k, v, caps)
     shift = (dout.double() * (exact - out.double())).sum(-1)
-    return capture_grads(ref, q, k, v, caps, dout, shift if dlse is None else shift + dlse.double())
+    # float64 leaves (holding the same values): autograd sums a leaf's gradient in its own
+    # dtype, and a bf16 table's, summed over thousands of elements in bf16, was off by ~2 %
+    wide = {n: c.double() if c.is_floating_point() else c for n, c in caps.items()}
+    return capture_grads(ref, q, k, v, wide, dout, shift if dlse is None else shift + dlse.double())
 
 
 def capture_grads(fn, q, k, v, caps: dict, dout, dlse=None) -> dict:

@@ -97,6 +97,24 @@ def test_interpreter_computes_captured_tensor_gradients(name):
     assert bool((c.grad == 0).all()) == (name == "mask_only")
 
 
+def test_reference_sums_a_bf16_tables_gradient_in_float64():
+    """kdsl.check.reference_capture_grads of a bf16 table equals that of an f32 table holding
+    the same values: autograd sums a leaf's gradient in the leaf's dtype, and the reference once
+    summed a bf16 table's ~1,500 terms an entry in bf16 (2 % off: a flaky test of kdsl's own)."""
+    from kdsl import reference
+    from kdsl.check import reference_capture_grads
+    gen = torch.Generator().manual_seed(5)
+    table = torch.randn(32, generator=gen).to(torch.bfloat16)
+    q, k, v, dout = (torch.randn(2, 4, s, 16, generator=gen).to(torch.bfloat16) for s in (70, 90, 90, 70))
+    grads = []
+    for dtype, t in (("bf16", table), ("f32", table.float())):
+        kir = kdsl.compile(program("s + t[(i * 7 + j) % 32]", None, decls=(f"t: {dtype}[32]",)), interpret=True).ir["gen"]
+        out, _ = reference.attention(kir, q, k, v, {"t": t})
+        grads.append(reference_capture_grads(kir, q, k, v, {"t": t}, None, out, dout)["t"])
+    assert grads[0].dtype == grads[1].dtype == torch.float64
+    assert torch.allclose(grads[0], grads[1], rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
     """sm_90a's backward is the wgmma kernel (HGMMA, no local memory) up to head dim 128, the
