@@ -65,11 +65,12 @@ class Interpreted:
             return out, _deliver(l, lse, q, "f32")
         return out
 
-    def _backward(self, q, k, v, dout, lse, delta, caps, scale, want_caps=()):
+    def _backward(self, q, k, v, out, dout, lse, dlse, caps, scale, want_caps=()):
         """(dq, dk, dv, capture grads) as the backward kernel computes them
         (interp.attention_backward); a capture's gradient None where the score reads no float
         value of it."""
         _, _, s = self._args.validate(q, k, v, caps, None, None, scale)
+        delta = attention_backward.delta(dout, out, dlse)
         elem = self.ir.tensor("q").dtype
         *grads, dcaps = interp.attention_backward(self.ir, _host(q, elem), _host(k, elem), _host(v, elem),
                                                   _host(dout, elem), _host(lse, "f32"), _host(delta, "f32"),

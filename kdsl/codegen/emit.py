@@ -211,7 +211,8 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
     forward = "kdsl/attention_wgmma.cuh" if k.attr("kernel") == "wgmma" else "kdsl/attention_mma.cuh"
     src = _env().get_template("attention_backward.cu.j2").render(
         prelude="#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "", version=__version__,
-        source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, forward_header=forward,
+        source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, dp=-(-d // 64) * 64,
+        forward_header=forward,
         body=plan.body, body_header=plan.header,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), poly_exp2=0, lazy_rescale=0,
         tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=plan.threads, entry=entry,

@@ -20,7 +20,7 @@ import operator
 from ..codegen import emit
 from ..errors import LaunchError
 from ..passes.exp2_fold import LOG2E
-from .driver import ArgPack, Launcher
+from .driver import ArgPack, Launcher, WarpKernel
 from . import geometry
 from .attention_launch import _attention_key, _l2_bytes
 from .launch import Loaded, _align, _ptr, _sm_count, _stream_getter
@@ -79,7 +79,7 @@ def _function():
         def backward(ctx, dout, dlse):
             q, k, v, out, lse, *caps = ctx.saved_tensors
             dout = torch.zeros_like(out) if dout is None else dout.contiguous()
-            dq, dk, dv, dcaps = ctx.kernel._backward(q, k, v, dout, lse, delta(dout, out, dlse), caps, ctx.scale,
+            dq, dk, dv, dcaps = ctx.kernel._backward(q, k, v, out, dout, lse, dlse, caps, ctx.scale,
                                                      ctx.needs_input_grad[6:])
             # a captured tensor the score reads no float value of has gradient 0 (masks and
             # indices are flat): zeros, as autograd gives an input the loss does not reach
@@ -96,11 +96,11 @@ def delta(dout, out, dlse):
     return (d if dlse is None else d - dlse.float()).contiguous()
 
 
-def backward(kernel, q, k, v, dout, lse, delta, caps, scale, want_caps=()):
-    """(dq, dk, dv, capture grads) of an attention call from its dout, lse and delta (torch
-    tensors). want_caps: per captured tensor, whether its gradient is wanted; those the score
-    reads differentiably come back (the backward built with KDSL_CAPTURE_GRADS), zeros for the
-    others wanted, None for the rest."""
+def backward(kernel, q, k, v, out, dout, lse, dlse, caps, scale, want_caps=()):
+    """(dq, dk, dv, capture grads) of an attention call from its out and lse, and the
+    gradients reaching them (torch tensors; dlse may be None). want_caps: per captured tensor,
+    whether its gradient is wanted; those the score reads differentiably come back (the
+    backward built with KDSL_CAPTURE_GRADS), zeros for the others wanted, None for the rest."""
     import torch
     want = tuple(bool(w) for w in want_caps) + (False,) * (len(caps) - len(want_caps))
     key = ("backward", want) + _attention_key(q, k, v, caps, None, None, scale)
@@ -111,6 +111,14 @@ def backward(kernel, q, k, v, dout, lse, delta, caps, scale, want_caps=()):
                  for t, c, w in zip(kernel.captures, caps, want) if w}
     if launch.loaded is None:  # nothing to launch (B, H, M or N is 0)
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), _delivered(kernel, caps, cap_grads)
+    if out.shape != dout.shape or dout.dtype != out.dtype or (dlse is not None and dlse.shape != lse.shape):
+        raise LaunchError(f"{kernel.name}: the backward's dout must match out ({list(out.shape)}, {out.dtype}) and "
+                          f"dlse the lse; got {list(dout.shape)} {dout.dtype}")
+    dout, dlse = dout.contiguous(), None if dlse is None else dlse.float().contiguous()
+    stream = _stream_getter("torch", launch.device)()
+    # delta = rowsum(dout * out) - dlse in fp32, by the module's helper
+    delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
+    launch.delta.run(stream, [_ptr(dout), _ptr(out), _ptr(dlse) if dlse is not None else 0, _ptr(delta)])
     # every dK and dV element is written (each key block's CTA stores all of its rows)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     dq_acc = torch.zeros(launch.dq_shape, dtype=torch.float32, device=q.device)
@@ -120,16 +128,20 @@ def backward(kernel, q, k, v, dout, lse, delta, caps, scale, want_caps=()):
             _align(p, n, kernel.name)
     # a gradient buffer per tensor the kernel has one for: null where the build adds none
     pointers += [_ptr(cap_grads[n]) if n in cap_grads else 0 for n in launch.graded]
-    launch.launcher(_stream_getter("torch", launch.device)(), launch.pack, pointers)
-    M, D = q.shape[2], q.shape[3]
-    dq = dq_from_tiles(dq_acc, M, D, q.dtype) if launch.dq_tiles else dq_acc.to(q.dtype)
+    launch.launcher(stream, launch.pack, pointers)
+    if launch.dq_rows is None:
+        dq = dq_acc.to(q.dtype)
+    else:  # fragment-order tiles to rows of q's dtype, by the module's helper
+        dq = torch.empty_like(q)
+        launch.dq_rows.run(stream, [_ptr(dq_acc), _ptr(dq)])
     return dq, dk, dv, _delivered(kernel, caps, cap_grads)
 
 
 class _BackwardLaunch:
-    """A backward call's launch for one signature (shapes, dtypes, devices, scale, the captured
-    tensors whose gradients are wanted): the checked call, the loaded kernel, its grid and its
-    parameters but the pointers. Cached in the kernel's plans, as the forward's Plan is."""
+    """A backward call's launches for one signature (shapes, dtypes, devices, scale, the
+    captured tensors whose gradients are wanted): the checked call, the loaded kernel, its grid
+    and parameters but the pointers, and its helpers (delta before it, dQ's rows after).
+    Cached in the kernel's plans, as the forward's Plan is."""
 
     def __init__(self, kernel, q, k, v, caps, scale, want):
         infos, dims, s = kernel.validate(q, k, v, caps, None, None, scale)
@@ -141,12 +153,13 @@ class _BackwardLaunch:
         self.device = kernel._device(infos)
         self.loaded, plan, extra, self.graded = _program(kernel, D, Dv, self.device, any(want))
         key_blocks = -(-N // plan.keys)
-        if key_blocks * Hkv * B >= 2 ** 31:
+        if key_blocks * Hkv * B >= 2 ** 31 or B * H * M >= 2 ** 31:
             raise LaunchError(f"{kernel.name}: the backward kernel takes fewer than 2^31 CTAs (one per {plan.keys} "
-                              f"keys of each batch and k/v head), got {key_blocks} x Hkv={Hkv} x B={B}")
+                              f"keys of each batch and k/v head) and query rows; got {key_blocks} x Hkv={Hkv} x "
+                              f"B={B} and B x H x M = {B * H * M}")
         # dQ is summed over the key blocks in fp32: as 64-row tiles in fragment order, or rows
-        self.dq_tiles = plan.dq_tiles
-        self.dq_shape = (B, H, -(-M // 64), 64 * (-(-D // 64) * 64)) if plan.dq_tiles else (B, H, M, D)
+        tiles, dp = -(-M // 64), -(-D // 64) * 64
+        self.dq_shape = (B, H, tiles, 64 * dp) if plan.dq_tiles else (B, H, M, D)
         ncap, ngrad = len(caps), len(self.graded)
         kinds = ["ptr"] * 9 + ["i32"] * 6 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra) + ["ptr"] * ngrad
         values = [None] * 9 + [B, H, Hkv, M, N, _head_group(kernel, q, Hkv, Dv, key_blocks, self.device),
@@ -156,6 +169,14 @@ class _BackwardLaunch:
                             list(range(first_grad, first_grad + ngrad)))
         self.launcher = Launcher(self.loaded.fn_ptr, (key_blocks * Hkv * B, 1, 1), (plan.threads, 1, 1),
                                  self.loaded.smem)
+        entry = self.loaded.entry
+        self.delta = WarpKernel(self.loaded.module, entry + "_delta", B * H * M,
+                                ArgPack(["ptr"] * 4 + ["i32"], [None] * 4 + [B * H * M], [0, 1, 2, 3]))
+        # one warp per 128 floats of dq_acc (attention_bwd_rows.cuh dq_tiles_to_rows)
+        items = B * H * tiles * 64 * dp // 128
+        self.dq_rows = WarpKernel(self.loaded.module, entry + "_dq", items,
+                                  ArgPack(["ptr"] * 2 + ["i32"] * 2, [None, None, M, items], [0, 1])) \
+            if plan.dq_tiles else None
 
 
 def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, device: int) -> int:

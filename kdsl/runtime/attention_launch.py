@@ -91,10 +91,11 @@ class AttentionKernel(KernelBase):
             plan.keep_alive = ()
         return (out, lse) if self.has_lse or keep_lse else out
 
-    def _backward(self, q, k, v, dout, lse, delta, caps, scale, want_caps=()):
-        """(dq, dk, dv, capture grads) from the forward's lse and delta = rowsum(dout * out)
-        (runtime/attention_backward.py); a capture's gradient where want_caps asks for it."""
-        return attention_backward.backward(self, q, k, v, dout, lse, delta, caps, scale, want_caps)
+    def _backward(self, q, k, v, out, dout, lse, dlse, caps, scale, want_caps=()):
+        """(dq, dk, dv, capture grads) from the forward's out and lse, and the gradients reaching
+        them (dlse: None where the loss does not reach the lse; runtime/attention_backward.py);
+        a capture's gradient where want_caps asks for it."""
+        return attention_backward.backward(self, q, k, v, out, dout, lse, dlse, caps, scale, want_caps)
 
     # the backward kernel adds captured tensors' gradients when asked (KDSL_CAPTURE_GRADS)
     computes_capture_grads = True

@@ -39,6 +39,7 @@ class Loaded:
         cupy, driver, function = _driver()
         self.module = function.Module()  # keeps the module (and so the function) alive
         self.module.load(cubin)
+        self.entry = entry
         self.fn = self.module.get_function(entry)
         self.fn_ptr = int(self.fn.ptr)
         if smem > 48 * 1024:

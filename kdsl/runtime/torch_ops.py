@@ -137,7 +137,7 @@ def _define_attention(torch, name: str, k: ir.Kernel):
         return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
     def run_backward(q, k_, v, out, lse, dout, dlse, captures, scale):
-        return _eager(name, q, k_, v, dout, lse, attention_backward.delta(dout, out, dlse), list(captures), scale,
+        return _eager(name, q, k_, v, out, dout, lse, dlse, list(captures), scale,
                       method="_backward")[:3]  # a traced call's captures require no grad (check_grad_call)
 
     def fake_backward(q, k_, v, out, lse, dout, dlse, captures, scale):

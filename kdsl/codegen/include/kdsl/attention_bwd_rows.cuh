@@ -1,0 +1,65 @@
+// kdsl/attention_bwd_rows.cuh — the attention backward's two memory-bound helpers, around the
+// backward kernel, each a warp per work item (runtime/driver.py WarpKernel: 256 threads a
+// block). One pass over their data each, where torch ops took four (delta) or a strided
+// gather (dQ's reorder) at about a third of the bandwidth.
+//
+//   backward_delta: delta[r] = sum over c of dout[r][c] * out[r][c], in fp32, less dlse[r]
+//     where the lse's own gradient is given (nullptr: none), for r < rows = B * H * M.
+//   dq_tiles_to_rows: attention_bwd_wgmma.cuh's dq_acc (fp32 64-row tiles in the order of its
+//     accumulator fragments; that header's launch contract) as dq [B, H, M, D] rows of Elem.
+#pragma once
+
+#include "kdsl/common.cuh"
+
+namespace kdsl {
+
+KDSL_DEVICE float elem_lo(bf16_t, u32 w) { return __uint_as_float(w << 16); }
+KDSL_DEVICE float elem_hi(bf16_t, u32 w) { return __uint_as_float(w & 0xffff0000u); }
+KDSL_DEVICE float elem_lo(f16_t, u32 w) { return f16_to_float((u16)(w & 0xffffu)); }
+KDSL_DEVICE float elem_hi(f16_t, u32 w) { return f16_to_float((u16)(w >> 16)); }
+
+// One warp a row; each lane reads 16 bytes (8 elements) of both rows a step (DV is a
+// multiple of 16, so rows start 32-byte aligned).
+template <class Elem, int DV>
+KDSL_DEVICE void backward_delta(const Elem* dout, const Elem* out, const float* dlse, float* delta, i64 rows) {
+  const i64 r = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const uint4* a = reinterpret_cast<const uint4*>(dout + r * DV);
+  const uint4* b = reinterpret_cast<const uint4*>(out + r * DV);
+  float sum = 0.f;
+#pragma unroll
+  for (int c = lane; c < DV / 8; c += 32) {
+    const uint4 x = __ldg(a + c), y = __ldg(b + c);
+    const u32 xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      sum += elem_lo(Elem{}, xs[i]) * elem_lo(Elem{}, ys[i]) + elem_hi(Elem{}, xs[i]) * elem_hi(Elem{}, ys[i]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) delta[r] = dlse != nullptr ? sum - dlse[r] : sum;
+}
+
+// One warp per 128 consecutive floats of dq_acc: a 64-row tile's (warpgroup, warp, n-tile j)
+// block, lane l holding rows 16 warp + l / 4 and + 8, columns wg * DP / 2 + 8 j + 2 (l % 4)
+// and + 1 (attention_bwd_wgmma.cuh). Rows past M and columns past D are padding.
+template <class Elem, int D, int DP>
+KDSL_DEVICE void dq_tiles_to_rows(const float* acc, Elem* dq, int M, i64 items) {
+  const i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= items) return;
+  constexpr int J = DP / 16, PER_TILE = 2 * 4 * J;  // warp blocks a tile
+  const i64 tile = w / PER_TILE;                     // over [B, H, tiles]
+  const int k = (int)(w - tile * PER_TILE), wg = k / (4 * J), warp = k / J % 4, j = k % J;
+  const int tiles = (M + 63) / 64;
+  const i64 bh = tile / tiles;
+  const int row0 = (int)(tile - bh * tiles) * 64 + 16 * warp + lane / 4;
+  const int col = wg * DP / 2 + 8 * j + 2 * (lane % 4);
+  const float4 v = __ldg(reinterpret_cast<const float4*>(acc) + w * 32 + lane);
+  if (col >= D) return;
+  if (row0 < M) *reinterpret_cast<u32*>(dq + (bh * M + row0) * D + col) = pack2<Elem>(v.x, v.y);
+  if (row0 + 8 < M) *reinterpret_cast<u32*>(dq + (bh * M + row0 + 8) * D + col) = pack2<Elem>(v.z, v.w);
+}
+
+}  // namespace kdsl
