@@ -222,6 +222,7 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     float s[32], dp[32];
     wgmma_fence();
     mma_kmajor<Elem, 64, DP>(s, sKw, BN, sQb, BM);
+    wgmma_commit();  // S^T a group of its own: a wait<1> can take it before dP^T (branch backward-overlap)
     mma_kmajor<Elem, 64, DVP>(dp, sVw, BN, sDOb, BM);
     wgmma_commit();
     wgmma_wait<0>();
