@@ -197,20 +197,16 @@ def _delivered(kernel, caps, cap_grads: dict) -> list:
     return [cap_grads[t.name].to(c.dtype) if t.name in cap_grads else None for t, c in zip(kernel.captures, caps)]
 
 
-def dq_from_tiles(acc, M: int, D: int, dtype=None):
+def dq_from_tiles(acc, M: int, D: int):
     """attention_bwd_wgmma.cuh's dq_acc, [B, H, tiles, 64 * DP] with each 64-row tile in the
     order its accumulator fragments were stored (warpgroup, warp, n-tile j, lane, row half,
     column pair), as [B, H, M, D] rows (row 16 warp + 8 half + lane / 4, column
-    warpgroup * DP / 2 + 8 j + 2 (lane % 4) + pair) of `dtype` (acc's by default): one copy
-    that reorders and converts at once."""
-    import torch
+    warpgroup * DP / 2 + 8 j + 2 (lane % 4) + pair). The layout's reference in torch ops: a
+    call's dq comes from the module's helper kernel (attention_bwd_rows.cuh), tested against it."""
     B, H, tiles, n = acc.shape
     dp = n // 64
     t = acc.view(B, H, tiles, 2, 4, dp // 16, 8, 4, 2, 2)  # warpgroup, warp, j, lane / 4, lane % 4, half, pair
-    t = t.permute(0, 1, 2, 4, 8, 6, 3, 5, 7, 9)  # warp, half, lane / 4; warpgroup, j, lane % 4, pair
-    rows = torch.empty((B, H, tiles * 64, dp), dtype=dtype or acc.dtype, device=acc.device)
-    rows.view(t.shape).copy_(t)
-    return rows if (tiles * 64, dp) == (M, D) else rows[:, :, :M, :D].contiguous()
+    return t.permute(0, 1, 2, 4, 8, 6, 3, 5, 7, 9).reshape(B, H, tiles * 64, dp)[:, :, :M, :D]
 
 
 def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False):

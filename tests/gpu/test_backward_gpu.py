@@ -106,3 +106,34 @@ def test_key_block_order_in_head_groups(group, d, monkeypatch):
     q, k, v, caps = attention_inputs(kir, 2, 6, 3, 300, 450, d, generator=gen)
     dout = torch.randn((2, 6, 300, d), device="cuda", generator=gen).to(q.dtype)
     check_grads(f"group {group} d={d}", mod.grouped, kir, q, k, v, caps, dout)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 100, 64), (1, 2, 64, 128), (1, 1, 1, 96), (2, 2, 130, 48)],
+                         ids=lambda s: "rows" + "x".join(map(str, s)))
+def test_dq_helper_puts_tiles_in_row_order(shape):
+    """The module's dQ helper (attention_bwd_rows.cuh dq_tiles_to_rows) against the layout's
+    torch reference (attention_backward.dq_from_tiles) on a random dq_acc, padding included;
+    and the delta helper against rowsum(dout * out) in float64."""
+    torch = pytest.importorskip("torch")
+    from kdsl.runtime import attention_backward as ab
+    from kdsl.runtime.launch import _ptr
+    B, H, M, D = shape
+    mod = kdsl.compile("attention rows {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n}\n")
+    gen = torch.Generator(device="cuda").manual_seed(M * D)
+    q, k, v, caps = attention_inputs(mod.ir["rows"], B, H, H, M, 70, D, generator=gen)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    out = mod.rows(q, k, v)
+    out.backward(torch.randn_like(out))  # builds and caches the backward's launch for this signature
+    (launch,) = [p for key, p in mod.rows._plans.items() if key[0] == "backward"]
+    dp = -(-D // 64) * 64
+    acc = torch.randn((B, H, -(-M // 64), 64 * dp), device="cuda", generator=gen)
+    dq = torch.empty((B, H, M, D), dtype=torch.bfloat16, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    launch.dq_rows.run(stream, [_ptr(acc), _ptr(dq)])
+    assert torch.equal(dq, ab.dq_from_tiles(acc, M, D).to(torch.bfloat16))
+    dout, o = (torch.randn((B, H, M, D), device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2))
+    dlse = torch.randn((B, H, M), device="cuda", generator=gen)
+    delta = torch.empty((B, H, M), device="cuda")
+    launch.delta.run(stream, [_ptr(dout), _ptr(o), _ptr(dlse), _ptr(delta)])
+    want = (dout.double() * o.double()).sum(-1) - dlse.double()
+    assert torch.allclose(delta.double(), want, rtol=1e-5, atol=1e-5 * D)
