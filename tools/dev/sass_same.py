@@ -2,7 +2,7 @@
 of every program a launch can build (every call's, the split-KV one, the one-warpgroup decode
 ones), per kernel and head dim. No GPU needed.
 
-    python tools/dev/sass_same.py --json A.json FILE.kd ... [--head-dims 64,128] [--also plain:32,96]
+    python tools/dev/sass_same.py --json A.json FILE.kd ... [--head-dims 64,128] [--also plain:32,96] [--backward]
     python tools/dev/sass_same.py --compare A.json B.json
 
 kdsl is imported from PYTHONPATH: run the first form once against a copy of an older commit
@@ -37,7 +37,7 @@ def digest(text: str) -> str:
     return "/".join(hashlib.sha256(x.encode()).hexdigest()[:16] for x in (text, ops))
 
 
-def digests(files: list[str], head_dims: list[int], also: dict[str, list[int]]) -> dict:
+def digests(files: list[str], head_dims: list[int], also: dict[str, list[int]], backward: bool = False) -> dict:
     from kdsl.errors import KdslError
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
@@ -52,11 +52,14 @@ def digests(files: list[str], head_dims: list[int], also: dict[str, list[int]]) 
             if len(pipeline.head_dims(k)) == 1:  # a head dim written in the declaration (MLA)
                 dims = list(pipeline.head_dims(k))
             for d in dims:
-                for prog, (one_wg, split) in PROGRAMS.items():
+                programs = [(prog, k.with_attrs(consumers=1) if one_wg else k, Program(split_kv=split))
+                            for prog, (one_wg, split) in PROGRAMS.items()]
+                if backward:  # the backward's module (its kernel and helpers) as autograd builds it
+                    programs.append(("backward", k, Program(backward=True)))
+                for prog, kk, program in programs:
                     name = f"{Path(file).stem}:{k.name}:D={d}:{prog}"
-                    kk = k.with_attrs(consumers=1) if one_wg else k
                     try:
-                        b = build(kk, "sm_90a", d, program=Program(split_kv=split))
+                        b = build(kk, "sm_90a", d, program=program)
                     except KdslError as e:
                         out[name] = f"refused: {str(e).splitlines()[0]}"
                         continue
@@ -90,6 +93,7 @@ def main() -> int:
     ap.add_argument("--also", action="append", default=[], metavar="KERNEL:D,D",
                     help="more head dims for one kernel (e.g. plain:32,96,192,256)")
     ap.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"))
+    ap.add_argument("--backward", action="store_true", help="also each kernel's backward module")
     args = ap.parse_args()
     if args.compare:
         a, b = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -99,7 +103,7 @@ def main() -> int:
         name, dims = spec.split(":")
         also.setdefault(name, []).extend(int(x) for x in dims.split(","))
     os.environ.setdefault("KDSL_CACHE_DIR", tempfile.mkdtemp(prefix="kdsl-sass-same-"))
-    result = digests(args.files, [int(x) for x in args.head_dims.split(",")], also)
+    result = digests(args.files, [int(x) for x in args.head_dims.split(",")], also, args.backward)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     return 0
