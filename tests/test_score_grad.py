@@ -46,6 +46,7 @@ def _compare(k: ir.Kernel, s_range=3.0, captures=None, n=400, seed=0):
     "log2(s * s + 1)", "sqrt(s * s + 1)", "rsqrt(s * s + 1)", "sin(s) + cos(2 * s)", "tan(s / 4)",
     "sigmoid(s) * s", "s / (s * s + 2)", "abs(s) - min(s, 1.0) + max(s, -1.0)",
     "where(i >= j, s, s * 2)", "float(int(s * 4)) / 4 + s", "s * float(abs(i - j) // 3) - float(h)",
+    "float(s) + 2 * float(tanh(s))",  # float() of a float: the identity (it once had no rule)
 ])
 def test_every_function(score):
     _compare(_score(score))
@@ -57,6 +58,15 @@ def test_captured_tensors_are_constants():
     caps = {"w": rng.normal(size=3), "bias": rng.normal(size=(3, 40))}
     _compare(k, captures=caps)
     assert ir.print_expr(score_grad(k)) == "(load:f32 w h)"
+
+
+def test_float_of_a_loaded_float_passes_its_gradient():
+    """float() of a float captured value is the identity: the load's derivative is 1 (backward
+    builds once failed with 'no derivative rule for op float'; tools/dev/backward_build_fuzz.py)."""
+    from kdsl.passes.score_grad import capture_grads
+    k = _score("s + float(a[h])", ("a: f32[H]",))
+    ((load, d),) = capture_grads(k)
+    assert load.tensor == "a" and d == ir.Const("f32", 1.0)
 
 
 def test_plain_programs_have_unit_derivative():

@@ -63,6 +63,8 @@ def _op(e: ir.Op, d: list, var: str) -> ir.Expr:
         return f(e.op, d[0], d[1])
     if e.op == "neg":
         return f("neg", d[0])
+    if e.op == "float":  # of a float: the identity (of an int it is flat, caught above)
+        return d[0]
     if e.op == "mul":
         return f("add", _times(d[0], a[1]), _times(a[0], d[1]))
     if e.op == "div":  # (a0 / a1)' = a0' / a1 - a0 a1' / a1^2
