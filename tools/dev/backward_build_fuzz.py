@@ -2,7 +2,10 @@
 compile (tests/fuzzgen.py), at a head dim drawn per program: every one must build. Counts
 outcomes and prints the first program of each failure.
 
-    python3 tools/dev/backward_build_fuzz.py --seconds 600 [--seed S]
+    python3 tools/dev/backward_build_fuzz.py --seconds 600 [--seed S] [--last FILE]
+
+--last FILE holds the program being built (with its head dim), so that a build that hangs or
+runs past a caller's timeout can be found.
 """
 import argparse
 import random
@@ -33,6 +36,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--last", help="write each program here before building it")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     counts = {"built": 0, "spilled": 0, "diagnostic": 0, "failed": 0}
@@ -54,6 +58,8 @@ def main():
         for k in kernels:
             dims = pipeline.head_dims(k)
             d = dims[0] if len(dims) == 1 else rng.choice(range(16, 257, 16))
+            if args.last:
+                Path(args.last).write_text(f"// head dim {d}, kernel {k.name}\n{text}")
             try:
                 b = build(k, "sm_90a", d, program=Program(backward=True))
                 counts["spilled" if cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry) else "built"] += 1
