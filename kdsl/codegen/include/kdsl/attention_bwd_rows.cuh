@@ -13,11 +13,6 @@
 
 namespace kdsl {
 
-KDSL_DEVICE float elem_lo(bf16_t, u32 w) { return __uint_as_float(w << 16); }
-KDSL_DEVICE float elem_hi(bf16_t, u32 w) { return __uint_as_float(w & 0xffff0000u); }
-KDSL_DEVICE float elem_lo(f16_t, u32 w) { return f16_to_float((u16)(w & 0xffffu)); }
-KDSL_DEVICE float elem_hi(f16_t, u32 w) { return f16_to_float((u16)(w >> 16)); }
-
 // One warp a row; each lane reads 16 bytes (8 elements) of both rows a step (DV is a
 // multiple of 16, so rows start 32-byte aligned).
 template <class Elem, int DV>
@@ -33,8 +28,10 @@ KDSL_DEVICE void backward_delta(const Elem* dout, const Elem* out, const float* 
     const uint4 x = __ldg(a + c), y = __ldg(b + c);
     const u32 xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      sum += elem_lo(Elem{}, xs[i]) * elem_lo(Elem{}, ys[i]) + elem_hi(Elem{}, xs[i]) * elem_hi(Elem{}, ys[i]);
+    for (int i = 0; i < 4; ++i) {
+      const float2 x2 = unpack2<Elem>(xs[i]), y2 = unpack2<Elem>(ys[i]);
+      sum += x2.x * y2.x + x2.y * y2.y;
+    }
   }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);

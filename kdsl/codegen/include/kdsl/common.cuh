@@ -73,6 +73,14 @@ KDSL_DEVICE float f16_to_float(u16 x) {
   asm("{ .reg .f16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "h"(x));
   return f;
 }
+// pack2's inverse: the pair of a bf16x2 / f16x2 register as floats (lo, hi).
+template <class Elem> KDSL_DEVICE float2 unpack2(u32 w);
+template <> KDSL_DEVICE float2 unpack2<bf16_t>(u32 w) {
+  return float2{bf16_to_float((u16)(w & 0xffffu)), bf16_to_float((u16)(w >> 16))};
+}
+template <> KDSL_DEVICE float2 unpack2<f16_t>(u32 w) {
+  return float2{f16_to_float((u16)(w & 0xffffu)), f16_to_float((u16)(w >> 16))};
+}
 
 // Captured-tensor element reads, converted to the kdsl scalar types (f32 / i32).
 KDSL_DEVICE float load_f32(const float* p, i64 i) { return __ldg(p + i); }
