@@ -5,6 +5,12 @@ from kdsl.check import (GRAD_TOL, autograd_grads, capture_grads, gradient_error,
                         reference_capture_grads, reference_grads)
 
 
+def _nest(leaf: str, form: str, depth: int) -> str:
+    for _ in range(depth):
+        leaf = form.format(leaf)
+    return leaf
+
+
 # Programs whose scores read captured float tensors that are learned: a relative-position
 # table read twice, a per-head gain on s, learned ALiBi slopes, a bf16 table, a bias only the
 # mask reads (its gradient is 0), a bias under a nonlinearity
@@ -15,6 +21,10 @@ LEARNED = {
     "bf16_table": ("t: bf16[32]", "s + t[(i * 7 + j) % 32]", None),
     "mask_only": ("w: f32[H]", "s", "float(j) <= float(i) + w[h] * 40.0"),
     "softcap_bias": ("bias: f32[H, 16]", "30.0 * tanh((s + bias[h, (i - j) % 16]) / 30.0)", None),
+    # min / max nested deep enough for kdsl::opaque_value (cexpr.OPAQUE_EVERY): the index is
+    # i - 13 * j, the mask j <= i + 9, as 13 and 6 levels the optimizer may not see through
+    "deep_min": ("bias: f32[64]", "s + bias[" + _nest("i", "min(({}) - j, i)", 13) + " % 64]",
+                 _nest("j", "max(({}) - i, j)", 6) + " <= i + 9"),
 }
 
 

@@ -501,3 +501,48 @@ def test_row_sum_asked_at_another_value_head_dim_is_refused():
     causal = next(k for k in kernels(ROOT / "samples" / "causal.kd") if k.name == "causal")
     with pytest.raises(KdslError, match="tensor_row_sum needs value head dim 64"):
         pipeline.lower(causal.with_attrs(tensor_row_sum=1), get_target("sm_90a"), 128)
+
+
+def _nested_min_program(depth: int, form: str) -> str:
+    """A capture index (form 'index') or a mask (form 'mask') of `depth` nested
+    min((...) - j, i): what tools/dev/backward_build_fuzz.py generated (bench/NOTES.md)."""
+    e = "i"
+    for _ in range(depth):
+        e = f"min(({e}) - j, i)"
+    body = f"bias: f32[N]\n    score(s, b, h, i, j) = s + bias[({e}) - j]" if form == "index" \
+        else f"mask(b, h, i, j) = {e} > -100000"
+    return (f"attention t {{\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+            f"    {body}\n}}\n")
+
+
+@pytest.mark.parametrize("depth,barriers", [(5, 0), (6, 1), (13, 2)])
+def test_deep_integer_min_max_chains_pass_through_an_opaque_value(depth, barriers):
+    """Every sixth level of a nested integer min / max, the value goes through kdsl::opaque_value
+    (cexpr.OPAQUE_EVERY): NVVM's optimizer took ~2.5x longer a level, over 10 minutes for the
+    backward of 16 levels. Shallower chains, every sample's among them, are emitted unchanged."""
+    from kdsl.runtime import compiler
+    k = pipeline.check(parse(_nested_min_program(depth, "index"), "t.kd"))[0]
+    for backward in (False, True):
+        _, gen, _, _ = compiler._generate(k, "sm_90a", 64, None, Program(backward=backward))
+        score = re.findall(r"kdsl::load_f32\(c\.cap_bias, .*", gen.source)
+        assert score and all(line.count("kdsl::opaque_value(") == barriers for line in score), score
+
+
+def test_a_deep_min_chain_builds_forward_and_backward_in_bounded_time(tmp_path):
+    """Regression: 16 nested min((...) - j, i) in a capture index (and 12 in a mask) took NVRTC
+    over 10 minutes (backward) and 24 s a program (forward); each builds in a few seconds now.
+    Built in a child process so that a regression fails here instead of hanging the run."""
+    import os
+    import subprocess
+    import sys
+    script = (
+        "import sys\n"
+        "from kdsl.grammar import parse\nfrom kdsl.passes import pipeline\n"
+        "from kdsl.runtime.compiler import build\nfrom kdsl.runtime.programs import Program\n"
+        "for text, backward in ((sys.argv[1], True), (sys.argv[2], False)):\n"
+        "    k = [k for k in pipeline.check(parse(text, 't.kd')) if k.kind == 'attention'][0]\n"
+        "    build(k, 'sm_90a', 64, program=Program(backward=backward))\n")
+    run = subprocess.run([sys.executable, "-c", script, _nested_min_program(16, "index"),
+                          _nested_min_program(12, "mask")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=240, env={**os.environ, "KDSL_CACHE_DIR": str(tmp_path)})
+    assert run.returncode == 0, run.stderr[-3000:]

@@ -89,8 +89,10 @@ class CEmitter:
         if op == "not":
             return f"(!{a[0]})"
         if op in ("min", "max"):
-            fn = {"f32": f"f{op}f", "i32": f"kdsl::i{op}"}[e.ty]
-            return f"{fn}({a[0]}, {a[1]})"
+            if e.ty == "f32":
+                return f"f{op}f({a[0]}, {a[1]})"
+            text = f"kdsl::i{op}({a[0]}, {a[1]})"
+            return f"kdsl::opaque_value({text})" if _min_max_depth(e) % OPAQUE_EVERY == 0 else text
         if op == "abs":
             return f"fabsf({a[0]})" if e.ty == "f32" else f"kdsl::iabs({a[0]})"
         if op == "where":
@@ -157,6 +159,20 @@ class WideEmitter(CEmitter):
         if e.ty == "i32" and (not isinstance(e, ir.Op) or e.op == "int"):
             return f"((kdsl::i64){text})"
         return text
+
+
+# NVVM's optimizer takes ~2.5x longer a level of nested integer min / max over positions (a
+# capture index of 10 nested `min((...) - j, i)`: 20 s; 16: over 10 minutes), and the source
+# stays linear. Every OPAQUE_EVERY levels the chain's value goes through kdsl::opaque_value, which
+# the optimizer cannot see through; programs with shallower chains are emitted unchanged.
+OPAQUE_EVERY = 6
+
+
+def _min_max_depth(e: ir.Expr) -> int:
+    """Integer min / max ops on the longest path from e down to a leaf (uncached: an Expr's hash
+    walks its whole tree, and emitting e already walks it)."""
+    below = max((_min_max_depth(x) for x in getattr(e, "args", ())), default=0)
+    return below + (isinstance(e, ir.Op) and e.op in ("min", "max") and e.ty == "i32")
 
 
 def _floor_op(op: str, a, divisor: ir.Expr) -> str:

@@ -189,6 +189,17 @@ KDSL_DEVICE int iabs(int a) { return a < 0 ? -a : a; }
 KDSL_DEVICE i64 imin(i64 a, i64 b) { return a < b ? a : b; }
 KDSL_DEVICE i64 imax(i64 a, i64 b) { return a > b ? a : b; }
 KDSL_DEVICE i64 iabs(i64 a) { return a < 0 ? -a : a; }
+// The same integer, but one NVVM's optimizer cannot see through: cexpr.py puts it every few
+// levels of a deep chain of integer min / max (not volatile: equal
+// inputs may still share one), whose build time otherwise grows ~2.5x a level.
+KDSL_DEVICE int opaque_value(int x) {
+  asm("" : "+r"(x));
+  return x;
+}
+KDSL_DEVICE i64 opaque_value(i64 x) {
+  asm("" : "+l"(x));
+  return x;
+}
 
 // Python semantics for integer // and % (floor, not truncation), as the language promises;
 // on int, and on i64 for derived bounds (cexpr.WideEmitter).
