@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,6 +204,7 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
     natural = CEmitter({**variables, "s": "s", "qf": "((float)q)", "kvf": "((float)kv)",
                         "dqkf": "((float)(q - kv))"}, captures)
     score = k.func("score") or ir.Var("f32", "s")
+    dscore = score_grad.score_grad(k)
     plan = backward_plan(d, dv, target)
     # the mma kernel's one source serves both buffer counts (KDSL_BWD_BUFFERS, runtime/programs.py)
     smem, smem_single = ((_mma_backward_smem(d, dv, 2), _mma_backward_smem(d, dv, 1)) if plan.body == "attention_bwd"
@@ -217,7 +219,8 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), poly_exp2=0, lazy_rescale=0,
         tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=plan.threads, entry=entry,
         fields=fields, v=_variant(k, variables, captures),
-        grad=dict(score=natural(score), dscore=natural(score_grad.score_grad(k)),
+        grad=dict(score=natural(score), dscore=natural(dscore), score_is_s=_on(score == ir.Var("f32", "s")),
+                  dscore_const=_on(isinstance(dscore, ir.Const) and math.isfinite(dscore.value)),
                   # the captured tensors' gradients, added where KDSL_CAPTURE_GRADS builds ask for them
                   tensors=[capture_ident(t) for t in score_grad.capture_grad_tensors(k)],
                   args=", ".join(f"grad_{capture_ident(t)}" for t in score_grad.capture_grad_tensors(k)),

@@ -172,11 +172,13 @@ class _BackwardLaunch:
         entry = self.loaded.entry
         self.delta = WarpKernel(self.loaded.module, entry + "_delta", B * H * M,
                                 ArgPack(["ptr"] * 4 + ["i32"], [None] * 4 + [B * H * M], [0, 1, 2, 3]))
-        # one warp per 128 floats of dq_acc (attention_bwd_rows.cuh dq_tiles_to_rows)
+        # one warp per 128 floats of dq_acc (attention_bwd_rows.cuh dq_tiles_to_rows), which holds
+        # dQ / scale: the softmax scale is applied here
         items = B * H * tiles * 64 * dp // 128
         self.dq_rows = WarpKernel(self.loaded.module, entry + "_dq", items,
-                                  ArgPack(["ptr"] * 2 + ["i32"] * 2, [None, None, M, items], [0, 1])) \
+                                  ArgPack(["ptr"] * 2 + ["i32"] * 2 + ["f32"], [None, None, M, items, s], [0, 1])) \
             if plan.dq_tiles else None
+        self.scale = s
 
 
 def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, device: int) -> int:
@@ -201,8 +203,9 @@ def dq_from_tiles(acc, M: int, D: int):
     """attention_bwd_wgmma.cuh's dq_acc, [B, H, tiles, 64 * DP] with each 64-row tile in the
     order its accumulator fragments were stored (warpgroup, warp, n-tile j, lane, row half,
     column pair), as [B, H, M, D] rows (row 16 warp + 8 half + lane / 4, column
-    warpgroup * DP / 2 + 8 j + 2 (lane % 4) + pair). The layout's reference in torch ops: a
-    call's dq comes from the module's helper kernel (attention_bwd_rows.cuh), tested against it."""
+    warpgroup * DP / 2 + 8 j + 2 (lane % 4) + pair); dq_acc holds dQ / scale, which this leaves
+    as it is. The layout's reference in torch ops: a call's dq comes from the module's helper
+    kernel (attention_bwd_rows.cuh), tested against it."""
     B, H, tiles, n = acc.shape
     dp = n // 64
     t = acc.view(B, H, tiles, 2, 4, dp // 16, 8, 4, 2, 2)  # warpgroup, warp, j, lane / 4, lane % 4, half, pair

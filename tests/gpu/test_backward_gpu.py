@@ -112,7 +112,8 @@ def test_key_block_order_in_head_groups(group, d, monkeypatch):
                          ids=lambda s: "rows" + "x".join(map(str, s)))
 def test_dq_helper_puts_tiles_in_row_order(shape):
     """The module's dQ helper (attention_bwd_rows.cuh dq_tiles_to_rows) against the layout's
-    torch reference (attention_backward.dq_from_tiles) on a random dq_acc, padding included;
+    torch reference (attention_backward.dq_from_tiles) times the softmax scale on a random
+    dq_acc, padding included;
     and the delta helper against rowsum(dout * out) in float64."""
     torch = pytest.importorskip("torch")
     from kdsl.runtime import attention_backward as ab
@@ -130,7 +131,7 @@ def test_dq_helper_puts_tiles_in_row_order(shape):
     dq = torch.empty((B, H, M, D), dtype=torch.bfloat16, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
     launch.dq_rows.run(stream, [_ptr(acc), _ptr(dq)])
-    assert torch.equal(dq, ab.dq_from_tiles(acc, M, D).to(torch.bfloat16))
+    assert torch.equal(dq, (ab.dq_from_tiles(acc, M, D) * launch.scale).to(torch.bfloat16))  # dq_acc: dQ / scale
     dout, o = (torch.randn((B, H, M, D), device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2))
     dlse = torch.randn((B, H, M), device="cuda", generator=gen)
     delta = torch.empty((B, H, M), device="cuda")

@@ -40,9 +40,9 @@ KDSL_DEVICE void backward_delta(const Elem* dout, const Elem* out, const float* 
 
 // One warp per 128 consecutive floats of dq_acc: a 64-row tile's (warpgroup, warp, n-tile j)
 // block, lane l holding rows 16 warp + l / 4 and + 8, columns wg * DP / 2 + 8 j + 2 (l % 4)
-// and + 1 (attention_bwd_wgmma.cuh). Rows past M and columns past D are padding.
+// and + 1 (attention_bwd_wgmma.cuh), each dQ / scale. Rows past M and columns past D are padding.
 template <class Elem, int D, int DP>
-KDSL_DEVICE void dq_tiles_to_rows(const float* acc, Elem* dq, int M, i64 items) {
+KDSL_DEVICE void dq_tiles_to_rows(const float* acc, Elem* dq, int M, i64 items, float scale) {
   const i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (w >= items) return;
@@ -55,8 +55,8 @@ KDSL_DEVICE void dq_tiles_to_rows(const float* acc, Elem* dq, int M, i64 items) 
   const int col = wg * DP / 2 + 8 * j + 2 * (lane % 4);
   const float4 v = __ldg(reinterpret_cast<const float4*>(acc) + w * 32 + lane);
   if (col >= D) return;
-  if (row0 < M) *reinterpret_cast<u32*>(dq + (bh * M + row0) * D + col) = pack2<Elem>(v.x, v.y);
-  if (row0 + 8 < M) *reinterpret_cast<u32*>(dq + (bh * M + row0 + 8) * D + col) = pack2<Elem>(v.z, v.w);
+  if (row0 < M) *reinterpret_cast<u32*>(dq + (bh * M + row0) * D + col) = pack2<Elem>(v.x * scale, v.y * scale);
+  if (row0 + 8 < M) *reinterpret_cast<u32*>(dq + (bh * M + row0 + 8) * D + col) = pack2<Elem>(v.z * scale, v.w * scale);
 }
 
 }  // namespace kdsl

@@ -26,7 +26,8 @@
 //   dynamic shared memory = attention_bwd_wgmma_smem_bytes<D, DV>() (1024 of it alignment slack)
 //   dq_acc: zeroed fp32 [B, H, ceil(M / 64), 64 * DP], in fragment order: element (row r, column c)
 //   of a tile at ((((wg * 4 + w) * DP / 16 + j) * 32 + lane) * 4 + 2 hh + e) for r = 16 w + 8 hh
-//   + lane / 4 and c = wg * DP / 2 + 8 j + 2 (lane % 4) + e
+//   + lane / 4 and c = wg * DP / 2 + 8 j + 2 (lane % 4) + e; dQ / scale (dS is summed without
+//   the softmax scale; attention_bwd_rows.cuh dq_tiles_to_rows applies it)
 #pragma once
 
 #include "kdsl/attention_common.cuh"
@@ -254,11 +255,16 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
             }
             float p = 0.f, ds = 0.f;
             if (keep) {
-              const float sn = s[i] * scale;
-              p = math_exp(G::score(a, c, sn, b, h, q, kv) - row_lse);
+              // P = 2^(score log2 e - lse log2 e): one FFMA on raw q.k where the score is s itself
+              const float sn = s[i] * scale, lse_log2 = row_lse * kLog2e;
+              p = math_exp2(G::kScoreIsS ? s[i] * a.scale_log2 - lse_log2
+                                         : G::score(a, c, sn, b, h, q, kv) * kLog2e - lse_log2);
               const float dg = p * (dp[i] - row_delta);  // d loss / d score
-              const float d = dg * G::dscore(a, c, sn, b, h, q, kv) * scale;
-              ds = p != 0.f ? d : 0.f;  // a derivative undefined where P underflowed adds nothing
+              // dS without the softmax scale, which dK and dQ take once at the end
+              const float d = dg * G::dscore(a, c, sn, b, h, q, kv);
+              // a derivative undefined where P underflowed adds nothing (a finite constant one
+              // gives 0 there by itself)
+              ds = G::kDscoreConst || p != 0.f ? d : 0.f;
               if constexpr (G::kCaptureGrads)
                 if (p != 0.f) G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg);
             }
@@ -331,8 +337,9 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
     for (int j = 0; j < DP / 8; ++j) {
       const int col = 8 * j + 2 * t;
-      if (col < D)
-        *reinterpret_cast<u32*>(dk + (kv_head * N + kv) * D + col) = pack2<Elem>(acc_dk[4 * j + 2 * hh], acc_dk[4 * j + 2 * hh + 1]);
+      if (col < D)  // the softmax scale dS left out
+        *reinterpret_cast<u32*>(dk + (kv_head * N + kv) * D + col) =
+            pack2<Elem>(acc_dk[4 * j + 2 * hh] * scale, acc_dk[4 * j + 2 * hh + 1] * scale);
     }
 #pragma unroll
     for (int j = 0; j < DVP / 8; ++j) {

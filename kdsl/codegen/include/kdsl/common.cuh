@@ -125,11 +125,12 @@ KDSL_DEVICE float math_exp2(float x) {
   return exp2_approx(x);
 #endif
 }
+constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = 2^(x kLog2e)
 KDSL_DEVICE float math_exp(float x) {
 #ifdef KDSL_EXACT_MATH
   return expf(x);
 #else
-  return exp2_approx(x * 1.4426950408889634f);
+  return exp2_approx(x * kLog2e);
 #endif
 }
 KDSL_DEVICE float math_log2(float x) {
