@@ -191,8 +191,8 @@ KDSL_DEVICE i64 imin(i64 a, i64 b) { return a < b ? a : b; }
 KDSL_DEVICE i64 imax(i64 a, i64 b) { return a > b ? a : b; }
 KDSL_DEVICE i64 iabs(i64 a) { return a < 0 ? -a : a; }
 // The same integer, but one NVVM's optimizer cannot see through: cexpr.py puts it every few
-// levels of a deep chain of integer min / max (not volatile: equal
-// inputs may still share one), whose build time otherwise grows ~2.5x a level.
+// levels of a deep chain of integer min / max, whose build time otherwise grows ~2.5x a level
+// (not volatile: equal inputs may still share one).
 KDSL_DEVICE int opaque_value(int x) {
   asm("" : "+r"(x));
   return x;
