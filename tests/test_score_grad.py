@@ -82,3 +82,24 @@ def test_random_scores(score, seed):
         assert derivative(k.func("score"), "s") == ir.Const("f32", 0.0)
         return
     _compare(k, seed=seed)
+
+
+@pytest.mark.parametrize("decls,score,uniform", [
+    (("gain: f32[H]",), "s * gain[h]", [True]),
+    (("slopes: f32[H]",), "s - slopes[h] * float(abs(i - j))", [True]),
+    (("t: f32[B, H]", "idx: i32[H]"), "s + t[b, idx[h]]", [True]),
+    (("bias: f32[H, 64]",), "s + bias[h, (i - j) % 64]", [False]),
+    (("gain: f32[H]", "bias: f32[64]"), "s * gain[h] + bias[j % 64]", [True, False]),
+])
+def test_loads_indexed_by_b_and_h_alone_are_step_uniform(decls, score, uniform):
+    """A load whose index reads no position is one entry for a whole (b, h): the backward
+    kernels sum its gradient in registers over a step and add it once a warp (emit.py's
+    flush_uniform_grads), instead of an atomic per element into one address."""
+    from kdsl.codegen.emit import generate_backward
+    from kdsl.passes.score_grad import capture_grads, step_uniform
+    from kdsl.passes.target import get_target
+    k = _score(score, decls)
+    assert [step_uniform(load) for load, _ in capture_grads(k)] == uniform
+    src = generate_backward(pipeline.lower(k, get_target("sm_90a"), 64), get_target("sm_90a")).source
+    assert src.count("kdsl::warp_sum_add(") == sum(uniform)
+    assert src.count("atomicAdd(g.") == len(uniform) - sum(uniform)

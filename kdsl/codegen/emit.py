@@ -205,6 +205,8 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
                         "dqkf": "((float)(q - kv))"}, captures)
     score = k.func("score") or ir.Var("f32", "s")
     dscore = score_grad.score_grad(k)
+    grads = score_grad.capture_grads(k)
+    uniform = [(load, d) for load, d in grads if score_grad.step_uniform(load)]
     plan = backward_plan(d, dv, target)
     # the mma kernel's one source serves both buffer counts (KDSL_BWD_BUFFERS, runtime/programs.py)
     smem, smem_single = ((_mma_backward_smem(d, dv, 2), _mma_backward_smem(d, dv, 1)) if plan.body == "attention_bwd"
@@ -225,7 +227,10 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
                   tensors=[capture_ident(t) for t in score_grad.capture_grad_tensors(k)],
                   args=", ".join(f"grad_{capture_ident(t)}" for t in score_grad.capture_grad_tensors(k)),
                   adds=[f"atomicAdd(g.{capture_ident(load.tensor)} + {natural.linear_index(load)}, dg * ({natural(d)}));"
-                        for load, d in score_grad.capture_grads(k)]))
+                        for load, d in grads if not score_grad.step_uniform(load)],
+                  sums=[f"u[{i}] += dg * ({natural(d)});" for i, (load, d) in enumerate(uniform)],
+                  flushes=[f"kdsl::warp_sum_add(g.{capture_ident(load.tensor)} + {natural.linear_index(load)}, u[{i}]);"
+                           for i, (load, d) in enumerate(uniform)]))
     return Generated(k.name, entry, src, attention_capture_dims(k))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from .. import ir
+from .invariant_factors import invariant
 from .simplify import const, op
 
 ZERO, ONE = ir.Const("f32", 0.0), ir.Const("f32", 1.0)
@@ -40,6 +41,13 @@ def capture_grad_tensors(k: ir.Kernel) -> list[str]:
     """The captured tensors with a gradient (capture_grads' loads), in the order the score reads
     them: the backward kernel's gradient buffers, in its parameter order."""
     return list(dict.fromkeys(load.tensor for load, _ in capture_grads(k)))
+
+
+def step_uniform(load: ir.Load) -> bool:
+    """Whether a load reads one entry for every (q, kv) element of a (b, h): its index uses no
+    position. The backward kernels sum such a load's gradient shares in registers over a step
+    (fixed b and h) and add them once a warp, instead of one atomic an element into one entry."""
+    return all(invariant(i) for i in load.indices)
 
 
 def derivative(e: ir.Expr, var: "str | ir.Load") -> ir.Expr:

@@ -233,6 +233,7 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
       mma_abt<Elem, DVP, DVP, DVP, NT>(dp, sDOb, 16 * rg, sV, key0, lane);
 
       // P and dS, elementwise; to shared memory as Elem for the products below
+      float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -252,7 +253,7 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
               if (p != 0.f) {
                 const float dg = p * (dp[j][2 * hh + e] - sDeltab[row]);  // d loss / d score
                 ds = dg * G::dscore(a, c, sn, b, h, q, kv) * scale;
-                if constexpr (G::kCaptureGrads) G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg);
+                if constexpr (G::kCaptureGrads) G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug);
               }
             }
             pv[e] = p;
@@ -262,6 +263,7 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
           attn_mma_detail::st_shared_u32(sP + off, attn_mma_detail::Mma<Elem>::pack(pv[0], pv[1]));
           attn_mma_detail::st_shared_u32(sDS + off, attn_mma_detail::Mma<Elem>::pack(dsv[0], dsv[1]));
         }
+      if constexpr (G::kCaptureGrads && G::kUniformGrads > 0) G::flush_uniform_grads(a, c, cg, b, h, ug);
       __syncthreads();
 
       // dV += P^T dO and dK += dS^T Q: key rows 16 rg.., head-dim columns of slice cs

@@ -235,6 +235,7 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     // key (its lse is finite): that path evaluates no predicate. Otherwise an element is kept
     // inside the bounds, where the mask keeps it and its row saw some key (lse > -inf).
     const int key0 = n0 + 64 * wg + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
+    float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
     auto elementwise = [&](auto guarded) {
       constexpr bool kGuard = decltype(guarded)::value;
 #pragma unroll
@@ -266,7 +267,7 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
               // gives 0 there by itself)
               ds = G::kDscoreConst || p != 0.f ? d : 0.f;
               if constexpr (G::kCaptureGrads)
-                if (p != 0.f) G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg);
+                if (p != 0.f) G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug);
             }
             s[i] = p;
             dp[i] = ds;
@@ -275,6 +276,7 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     };
     if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Flag<false>{});
     else elementwise(Flag<true>{});
+    if constexpr (G::kCaptureGrads && G::kUniformGrads > 0) G::flush_uniform_grads(a, c, cg, b, h, ug);
     u32 pa[4][4], dsa[4][4];
     to_a_fragments<Elem>(s, pa);
     to_a_fragments<Elem>(dp, dsa);

@@ -5,6 +5,14 @@
 
 namespace kdsl {
 
+// v summed over the warp's lanes and added into *dst by its first lane: one atomic a warp for
+// a captured tensor's entry that every lane's elements read (every lane calls it, same dst)
+KDSL_DEVICE void warp_sum_add(float* dst, float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) atomicAdd(dst, v);
+}
+
 struct AttnArgs {
   const void* q; const void* k; const void* v; void* o; float* lse;  // lse may be nullptr
   int B, H, Hkv, M, N;   // q:[B,H,M,D] k,v:[B,Hkv,N,D] o:[B,H,M,D] lse:[B,H,M]; contiguous
