@@ -55,7 +55,7 @@ def test_the_offset_part_is_the_score_less_its_dot_product_term(score):
                "scale": 0.125, "scale_log2": 0.125 * 1.4426950408889634, "q": q, "kv": kv, "qf": float(q),
                "kvf": float(kv), "dqkf": float(q - kv)}
         want = float(eval_numpy(k.func("score_log2"), env, caps, np.float64))
-        got = env["scale_log2"] * c * env["qk"] + float(eval_numpy(g, {**env, "d": q - kv}, caps, np.float64))
+        got = env["scale_log2"] * c * env["qk"] + float(eval_numpy(g, {**env, offset_score.D.name: q - kv}, caps, np.float64))
         assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (ir.print_expr(g), q, kv)
 
 
@@ -71,7 +71,7 @@ def _identity_holds(k, rng, trials=10):
                "scale_log2": 0.125 * 1.4426950408889634, "q": q, "kv": kv, "qf": float(q), "kvf": float(kv),
                "dqkf": float(q - kv)}
         want = float(eval_numpy(k.func("score_log2"), env, {}, np.float64))
-        got = env["scale_log2"] * c * env["qk"] + float(eval_numpy(g, {**env, "d": q - kv}, {}, np.float64))
+        got = env["scale_log2"] * c * env["qk"] + float(eval_numpy(g, {**env, offset_score.D.name: q - kv}, {}, np.float64))
         assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (ir.print_expr(k.func("score_log2")), q, kv)
     return True
 
@@ -156,3 +156,28 @@ def test_kdsl_compile_takes_and_reports_the_table(tmp_path):
                         "--attr", "offset_table=1", "--emit", "ir"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode != 0 and "offset_table = 1 needs a score" in r.stderr + r.stdout
     assert "Traceback" not in r.stderr
+
+
+def test_a_dimension_named_d_is_not_the_offset():
+    """Regression: the offset part's variable was the IR name `d`, which a user's dimension may
+    also be: `bias[h, (i - j) % d]` then read the offset where it meant the dimension (the
+    generated score_offset computed floormod(d, d), a silent wrong score). The offset is now
+    the reserved `dqk`, and the dimension keeps its own name."""
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    from kdsl.runtime import compiler
+    from kdsl.runtime.programs import Program
+    text = ("attention x {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n    bias: f32[H, d]\n"
+            "    score(s, b, h, i, j) = s + bias[h, (i - j) % d]\n}\n")
+    k = pipeline.check(parse(text, "t.kd"))[0]
+    src = compiler._generate(k, "sm_90a", 128, None, Program())[1].source
+    assert "kdsl::floormod(d, c.dim_d)" in src and "floormod(d, d)" not in src
+
+
+def test_dqk_is_reserved_as_a_dimension_name():
+    from kdsl.errors import SourceError
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    text = "attention x {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n    w: f32[dqk]\n}\n"
+    with pytest.raises(SourceError, match="'dqk' is reserved"):
+        pipeline.check(parse(text, "t.kd"))

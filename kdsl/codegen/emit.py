@@ -246,7 +246,7 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
     # passes/affine_score.py's base: positions at the thread's first column of the tile
     at_col0 = CEmitter({**variables, "kvf": "kvf0", "dqkf": "dq0"}, captures)
     # passes/offset_score.py's offset part: a function of b, h and d = q - kv
-    at_offset = CEmitter({**variables, "d": "d"}, captures)
+    at_offset = CEmitter({**variables, "dqk": "d"}, captures)
     bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
     mask = k.func("mask")
     factored = exp2_fold.positive_factor(k)

@@ -11,8 +11,8 @@ once a tile, each thread one or two of them, and an element costs one shared-mem
 per-thread base less a constant column, and an FFMA (attention_wgmma.cuh, kOffsetTable).
 
 decompose() decides whether a score has that form: the qk term is split off, and the rest is
-rewritten with q - kv as one variable `d` (q - kv -> d, kv - q -> -d, q <op> kv -> d <op> 0,
-float(q - kv) -> float(d)); it qualifies when nothing of q, kv or their floats is left. The
+rewritten with q - kv as one variable d (the IR's `dqk`: q - kv -> d, kv - q -> -d, q <op> kv
+-> d <op> 0, float(q - kv) -> float(d)); it qualifies when nothing of q, kv or their floats is left. The
 check is syntactic and sound: a score that depends on the offset in another way is refused,
 never misread. run() defines score_offset (over b, h, d and the scales) and the attr
 offset_factor (c) when the kernel has asked for the table.
@@ -27,7 +27,7 @@ from . import affine_score
 from .invariant_factors import invariant
 from .simplify import const, op, simplify
 
-D = ir.Var("i32", "d")
+D = ir.Var("i32", "dqk")  # q - kv; reserved (ir.BUILTIN_VARS), so no user dimension reads as it
 _POSITIONS = ("q", "kv", "qf", "kvf", "dqkf", "col", "sv", "s", "qk")  # what must be gone after the rewrite
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 
@@ -74,7 +74,7 @@ def decompose(score: ir.Expr) -> tuple[float, ir.Expr] | None:
     if c is None or rest is None:
         return None
     g = simplify(_offset(rest))
-    if isinstance(g, ir.Const) or any(ir.uses(g, v) for v in _POSITIONS) or not ir.uses(g, "d"):
+    if isinstance(g, ir.Const) or any(ir.uses(g, v) for v in _POSITIONS) or not ir.uses(g, D.name):
         return None
     return c, g
 

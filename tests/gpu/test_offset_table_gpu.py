@@ -42,6 +42,15 @@ def test_offset_scores_with_the_table_match_reference(name, mask, shape):
     _check(mod, name, shape, seed=hash((name, mask, shape, 1)) % 2**31, kernel=per_element)
 
 
+def test_a_dimension_named_d_in_the_offset_part():
+    """Regression (tests/test_offset_score.py): a table sized by a dimension named d, read at
+    (i - j) % d, against the reference with the table and without."""
+    mod = kdsl.compile("attention dimd {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                       " bias: f32[H, d]\n score(s, b, h, i, j) = s + bias[h, (i - j) % d]\n}\n", "dimd.kd")
+    for table in (1, 0):
+        _check(mod, "dimd", (2, 4, 4, 300, 500, 64), seed=11 + table, kernel=mod.dimd.with_attrs(offset_table=table))
+
+
 def test_the_table_with_lse_and_three_warpgroups():
     """lse against the reference for a score whose offset part is exact in float32 (a clamped
     table), with the table and with three consumer warpgroups."""
