@@ -2,10 +2,12 @@
 compile (tests/fuzzgen.py), at a head dim drawn per program: every one must build. Counts
 outcomes and prints the first program of each failure.
 
-    python3 tools/dev/backward_build_fuzz.py --seconds 600 [--seed S] [--last FILE]
+    python3 tools/dev/backward_build_fuzz.py --seconds 600 [--seed S] [--last FILE] [--capture-grads]
 
 --last FILE holds the program being built (with its head dim), so that a build that hangs or
-runs past a caller's timeout can be found.
+runs past a caller's timeout can be found. --capture-grads builds the program that also adds
+the captured tensors' gradients (KDSL_CAPTURE_GRADS: atomic, step-uniform and per-offset sums)
+where the score reads a float captured tensor, and counts those builds apart.
 """
 import argparse
 import random
@@ -22,7 +24,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 import fuzzgen  # noqa: E402
 from kdsl.errors import SourceError  # noqa: E402
 from kdsl.grammar import parse  # noqa: E402
-from kdsl.passes import pipeline  # noqa: E402
+from kdsl.passes import pipeline, score_grad  # noqa: E402
 from kdsl.runtime import cubin_info  # noqa: E402
 from kdsl.runtime.compiler import build  # noqa: E402
 from kdsl.runtime.programs import Program  # noqa: E402
@@ -37,9 +39,11 @@ def main():
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--last", help="write each program here before building it")
+    ap.add_argument("--capture-grads", action="store_true", help="build the capture-gradient program where it differs")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     counts = {"built": 0, "spilled": 0, "diagnostic": 0, "failed": 0}
+    with_grads = [0]  # builds that add captured tensors' gradients (--capture-grads)
     failures = []
     start = time.time()
 
@@ -60,8 +64,10 @@ def main():
             d = dims[0] if len(dims) == 1 else rng.choice(range(16, 257, 16))
             if args.last:
                 Path(args.last).write_text(f"// head dim {d}, kernel {k.name}\n{text}")
+            grads = args.capture_grads and bool(score_grad.capture_grads(k))
+            with_grads[0] += grads
             try:
-                b = build(k, "sm_90a", d, program=Program(backward=True))
+                b = build(k, "sm_90a", d, program=Program(backward=True, capture_grads=grads))
                 counts["spilled" if cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry) else "built"] += 1
             except SourceError:
                 counts["diagnostic"] += 1
@@ -74,7 +80,8 @@ def main():
         one()
     except _Done:
         pass
-    print(f"{sum(counts.values())} kernels in {time.time() - start:.0f} s (seed {args.seed}): {counts}")
+    print(f"{sum(counts.values())} kernels in {time.time() - start:.0f} s (seed {args.seed}): {counts}"
+          + (f"; {with_grads[0]} with captured tensors' gradients" if args.capture_grads else ""))
     for d, text, msg in failures:
         print(f"\n--- head dim {d}\n{msg}\n{text[:2000]}")
     return 1 if counts["failed"] else 0
