@@ -10,6 +10,8 @@ a 2-CTA cluster, row-by-row stores): a workload for compute-sanitizer.
     ... python3 tools/dev/sanitize.py --head-dim 256 (every head dim of the shapes replaced)
     ... python3 tools/dev/sanitize.py --backward (attention only: each call's forward and its
         backward kernel, with q, k and v requiring grad; D 64 / 128 take the wgmma backward)
+    ... python3 tools/dev/sanitize.py --backward --learned (float captured tensors require grad
+        too: the backward that adds their gradients, KDSL_CAPTURE_GRADS)
     ... python3 tools/dev/sanitize.py --fp8 --compiled-launch (each FP8 call made twice, the
         second launched by the compiled launch path, runtime/fast_launch.py, once it is built)
 """
@@ -30,6 +32,7 @@ files = sorted((ROOT / "samples").glob("*.kd")) + ([] if quick else [ROOT / "ben
 if "--fp8" in sys.argv:
     files = sorted((ROOT / "samples").glob("fp8_*.kd"))
 backward = "--backward" in sys.argv
+learned = backward and "--learned" in sys.argv
 compiled_launch, by_cpp = "--compiled-launch" in sys.argv, 0
 if compiled_launch:
     from kdsl.runtime import fast_launch
@@ -72,6 +75,8 @@ for f in files:
                 q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, Dv=Dv)
                 if backward:
                     q, k, v = (t.requires_grad_() for t in (q, k, v))
+                if learned:
+                    caps = {c: t.detach().requires_grad_() if t.is_floating_point() else t for c, t in caps.items()}
                 out = fn(q, k, v, **caps)
                 n += 1
                 if backward:
