@@ -27,9 +27,11 @@ if [ "${SKIP_CHECK:-0}" != 1 ]; then
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --quick \
     > "$OUT/racecheck.log" 2>&1; tail -2 "$OUT/racecheck.log"
   if [ "${SANITIZE_BACKWARD:-0}" = 1 ]; then  # the backward kernels (each forward + its backward)
-    timeout 400 compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/dev/sanitize.py --backward --quick \
+    # SANITIZE_LEARNED=1: float captured tensors require grad too (the capture-gradient backward)
+    LEARNED=$([ "${SANITIZE_LEARNED:-0}" = 1 ] && echo --learned)
+    timeout 400 compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/dev/sanitize.py --backward --quick $LEARNED \
       > "$OUT/memcheck-backward.log" 2>&1; tail -2 "$OUT/memcheck-backward.log"
-    timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --backward --quick \
+    timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --backward --quick $LEARNED \
       > "$OUT/racecheck-backward.log" 2>&1; tail -2 "$OUT/racecheck-backward.log"
   fi
 fi
