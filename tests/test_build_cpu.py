@@ -397,3 +397,35 @@ def test_a_default_offset_table_stays_where_ptxas_spills_a_little():
     assert built.kernel.attr("offset_table") == 1 and built.kernel.func("score_offset") is not None
     assert built.kernel.attr("consumers") == 3
     assert cubin_info.frame_bytes(built.compiled.cubin, built.generated.entry) <= 16
+
+
+def test_a_first_call_recorded_for_autograd_starts_building_its_backward(tmp_path, monkeypatch):
+    """An attention call recorded for autograd, the first at its head dims (and whether captured
+    tensors' gradients are wanted), starts building the backward program that loss.backward()
+    will ask for, in a compiler process: that build is then a cache hit. Later calls start
+    nothing more."""
+    from kdsl.runtime import attention_backward, prebuild
+    from kdsl.runtime.attention_launch import AttentionKernel
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    monkeypatch.setattr(prebuild, "_enabled", lambda: True)  # here: no driver
+    text = ("attention pre {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n    w: f32[H]\n"
+            "    score(s, b, h, i, j) = s * w[h]\n}\n")
+    kern = AttentionKernel(pipeline.check(parse(text, "pre.kd"))[0], arch="sm_90a")
+    started = []
+    real = prebuild.start_backward
+    monkeypatch.setattr(prebuild, "start_backward", lambda *a: (started.append(a[1:]), real(*a)))
+
+    class Shape:  # what _prebuild_backward reads of q, v and the captured tensors
+        def __init__(self, d, grad=False):
+            self.shape, self.requires_grad = (1, 1, 1, d), grad
+    for _ in range(2):
+        kern._prebuild_backward(Shape(64), Shape(64), [Shape(1, grad=True)])
+    kern._prebuild_backward(Shape(128), Shape(128), [Shape(1)])
+    assert started == [(64, 64, True), (128, 128, False)]
+    compiler.finish_prebuilds()
+    for d, program in ((64, attention_backward.BACKWARD_CAPTURE_GRADS), (128, attention_backward.BACKWARD)):
+        built = compiler.build(kern._kernel_ir(False), "sm_90a", d, value_dim=d, program=program)
+        assert built.cache_hit, d

@@ -22,8 +22,7 @@ from ..errors import LaunchError
 from ..passes.exp2_fold import LOG2E
 from .driver import ArgPack, Launcher, WarpKernel
 from . import geometry
-from .attention_launch import _attention_key, _l2_bytes
-from .launch import Loaded, _align, _ptr, _sm_count, _stream_getter
+from .launch import Loaded, _align, _attention_key, _l2_bytes, _ptr, _sm_count, _stream_getter
 from .programs import Program
 
 BACKWARD = Program(backward=True)

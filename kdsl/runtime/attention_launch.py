@@ -10,12 +10,12 @@ from ..errors import KdslError, LaunchError
 from ..passes import affine_score, exp2_fold, index_floats, pipeline, tiling
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar
-from . import arrays, attention_backward, geometry, splitkv, summary, torch_ops
+from . import arrays, attention_backward, geometry, prebuild, splitkv, summary, torch_ops
 from .bounds import check_capture_indices
 from .programs import Program
 from .driver import ArgPack
 from .summary import TileSummary
-from .launch import KernelBase, Plan, _align, _driver, _key, _ptr, _signature, _sm_count
+from .launch import KernelBase, Plan, _align, _attention_key, _l2_bytes, _ptr, _sm_count
 
 
 class AttentionKernel(KernelBase):
@@ -23,6 +23,7 @@ class AttentionKernel(KernelBase):
 
     def __init__(self, kernel, arch=None):
         super().__init__(kernel, arch)
+        self._backward_prebuilds: set = set()  # (head dim, value head dim, capture grads) started
         self.captures = [t for t in kernel.tensors if t.role == "capture"]
         self.has_lse = kernel.tensor("lse") is not None
         # float(q - kv) computed as qf - kvf is exact only up to a length (passes/index_floats)
@@ -45,8 +46,18 @@ class AttentionKernel(KernelBase):
             return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
         if attention_backward.wants_grad(q, k, v, caps):
+            self._prebuild_backward(q, v, caps)
             return attention_backward.attention_with_grad(self, q, k, v, caps, out, lse, scale, tile_summary)
         return self._run(q, k, v, caps, out, lse, scale, tile_summary)
+
+    def _prebuild_backward(self, q, v, caps) -> None:
+        """The first call recorded for autograd at these head dims starts building the backward
+        in a compiler process (prebuild.start_backward), which loss.backward() would otherwise
+        compile then, after the forward."""
+        key = (q.shape[-1], v.shape[-1], any(getattr(c, "requires_grad", False) for c in caps))
+        if key not in self._backward_prebuilds:
+            self._backward_prebuilds.add(key)
+            prebuild.start_backward(self, *key)
 
     def _run(self, q, k, v, caps, out, lse, scale, tile_summary, keep_lse: bool = False):
         """The eager forward; keep_lse: return (out, lse) whether or not the kernel declares lse
@@ -364,23 +375,3 @@ def _batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap):
     e = arrays.itemsize(elem)
     return tuple((n, (b0 * H * M * D * e, b0 * Hkv * N * D * e, b0 * Hkv * N * Dv * e, b0 * H * M * Dv * e,
                       b0 * H * M * 4) + (0,) * (ncap + 1)) for b0, n in chunks)
-
-
-def _l2_bytes(device: int) -> int:
-    cupy, _, _ = _driver()
-    return int(cupy.cuda.Device(device).attributes["L2CacheSize"])
-
-
-def _attention_key(q, k, v, caps, out, lse, scale):
-    """_signature's contents for an attention call, built flat for torch tensors (the hot path:
-    ~3 us of the ~7 the generic one took on the H100 host); anything else takes the generic
-    one, whose keys never equal these."""
-    try:
-        key = (q.dtype, q.shape, q.stride(), q.get_device(), k.dtype, k.shape, k.stride(), k.get_device(),
-               v.dtype, v.shape, v.stride(), v.get_device(),
-               None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()),
-               None if lse is None else (lse.dtype, lse.shape, lse.stride(), lse.get_device()),
-               scale if scale is None or type(scale) in (int, float) else _key(scale))
-        return key + tuple([(c.dtype, c.shape, c.stride(), c.get_device()) for c in caps]) if caps else key
-    except (AttributeError, TypeError):
-        return _signature((q, k, v, *caps), (out, lse, scale))

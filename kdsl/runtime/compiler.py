@@ -134,9 +134,10 @@ def _build(k: ir.Kernel, arch: str, head_dim: int, want_cubin: bool, trace: bool
                  {"codegen_s": t1 - t0, "nvrtc_s": 0.0 if hit else t2 - t1}, tuple(options))
 
 
-def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, value_dim: int = 0) -> None:
+def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, value_dim: int = 0,
+             program: Program = DEFAULT) -> None:
     """Start building in the background (a no-op if cached or already started)."""
-    _, gen, options, key = _generate(k, arch, head_dim, value_dim)
+    _, gen, options, key = _generate(k, arch, head_dim, value_dim, program)
     with _IN_FLIGHT_LOCK:
         if key in _IN_FLIGHT or cache.get(key) is not None:
             return

@@ -23,12 +23,18 @@ from ..errors import NoGpuError
 _THREADS: list[threading.Thread] = []
 
 
+def _enabled() -> bool:
+    """Building ahead pays where there is a GPU to run the result and a CPU to spare (a build in
+    the background would otherwise only slow the caller's own); KDSL_PREBUILD=0 turns it off."""
+    if os.environ.get("KDSL_PREBUILD", "1") == "0" or not os.path.exists("/proc/driver/nvidia"):
+        return False
+    from .workers import cpus
+    return cpus() >= 2
+
+
 def start(kernels) -> None:
     """kernels: the module's AttentionKernel / GemmKernel objects (they know their arch)."""
-    if not kernels or os.environ.get("KDSL_PREBUILD", "1") == "0" or not os.path.exists("/proc/driver/nvidia"):
-        return
-    from .workers import cpus
-    if cpus() < 2:  # a build in the background would only slow the caller's own
+    if not kernels or not _enabled():
         return
     t = threading.Thread(target=_run, args=(kernels,), name="kdsl-prebuild", daemon=True)
     _THREADS.append(t)
@@ -36,6 +42,21 @@ def start(kernels) -> None:
     if "torch" in sys.modules and any(k.ir.kind == "gemm" for k in kernels):
         from . import fast_launch  # the FP8 GEMM's compiled launch path (a C++ extension)
         fast_launch.start()
+
+
+def start_backward(kernel, head_dim: int, value_dim: int, capture_grads: bool) -> None:
+    """At an attention kernel's first call recorded for autograd at these head dims: start
+    building its backward (the program runtime/attention_backward.py will ask for), so that
+    loss.backward() finds it built or building instead of compiling it then."""
+    if not _enabled():
+        return
+    from .attention_backward import BACKWARD, BACKWARD_CAPTURE_GRADS
+    from .compiler import prebuild
+    try:
+        prebuild(kernel._kernel_ir(False), kernel._arch(), head_dim, value_dim,
+                 BACKWARD_CAPTURE_GRADS if capture_grads else BACKWARD)
+    except Exception:  # noqa: BLE001 - the backward call reports the same problem where it belongs
+        pass
 
 
 def finish() -> None:
