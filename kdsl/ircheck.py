@@ -11,6 +11,7 @@ kdsl.runtime.module locates it at the kernel).
 from __future__ import annotations
 
 from . import ir
+from .passes import tiling
 from .passes.typecheck import ATTN_ELEMS, CAPTURE_DTYPES
 
 _INDEX = ("b", "h", "q", "kv")
@@ -24,7 +25,8 @@ FUNCS = {"scale": ("f32", ()), "score": ("f32", ("s", *_INDEX)), "mask": ("bool"
          "tile_empty": ("bool", _TILE), "tile_full": ("bool", _TILE),
          "kv_lo": ("i32", ("b", "h", "q", "k0")), "kv_hi": ("i32", ("b", "h", "q", "k0")), "tile_keys": ("bool", _TILE),
          "score_slope": ("f32", ("scale", "scale_log2", "b", "h")),
-         "score_base": ("f32", ("scale", "scale_log2", "b", "h", "q", "qf", "kvf", "dqkf"))}
+         "score_base": ("f32", ("scale", "scale_log2", "b", "h", "q", "qf", "kvf", "dqkf")),
+         "score_offset": ("f32", ("scale", "scale_log2", "b", "h", "dqk"))}
 _BINARY_SAME = ("add", "sub", "mul", "min", "max")
 _COMPARE = ("lt", "le", "gt", "ge")
 _ARITY = {**{o: 2 for o in (*_BINARY_SAME, *_COMPARE, "div", "floordiv", "mod", "eq", "ne", "and", "or")},
@@ -149,13 +151,17 @@ def _attention(k: ir.Kernel) -> None:
         raise IrTypeError(f"attention kernel '{k.name}' must declare q, k, v and out")
     if any(t.role != "input" or len(t.shape) != 4 or t.dtype != q.dtype for t in (q, kk, v)) or q.dtype not in ATTN_ELEMS:
         raise IrTypeError(f"kernel '{k.name}': q, k, v must be 4-D inputs of one type ({' or '.join(ATTN_ELEMS)})")
-    if kk.shape[0] != q.shape[0] or kk.shape[3] != q.shape[3] or v.shape != kk.shape:
-        raise IrTypeError(f"kernel '{k.name}': k and v must share q's batch and head dims, and v k's shape")
-    d = q.shape[3]
-    if isinstance(d, ir.Const) and d.value not in (64, 128):
-        raise IrTypeError(f"kernel '{k.name}': head dimension {d.value} is not supported (64 or 128)")
-    if out.role != "output" or out.dtype != q.dtype or out.shape != q.shape:
-        raise IrTypeError(f"kernel '{k.name}': out must be an output of q's type and shape")
+    # the language's rules (passes/typecheck.py): v may have a head dim of its own, which out takes
+    if kk.shape[0] != q.shape[0] or kk.shape[3] != q.shape[3] or v.shape[:3] != kk.shape[:3]:
+        raise IrTypeError(f"kernel '{k.name}': k must share q's batch and head dims, and v k's batch, heads and "
+                          f"length")
+    for what, d in (("head dimension", q.shape[3]), ("value head dimension", v.shape[3])):
+        if isinstance(d, ir.Const) and tiling.head_dim_problem(d.value):
+            raise IrTypeError(f"kernel '{k.name}': {what} {d.value} is not supported: it "
+                              f"{tiling.head_dim_problem(d.value)}")
+    if out.role != "output" or out.dtype != q.dtype or out.shape != q.shape[:3] + v.shape[3:]:
+        raise IrTypeError(f"kernel '{k.name}': out must be an output of q's type, q's batch, heads and length and v's "
+                          f"head dimension")
     lse = k.tensor("lse")
     if lse is not None and (lse.role != "output" or lse.dtype != "f32" or lse.shape != q.shape[:3]):
         raise IrTypeError(f"kernel '{k.name}': lse must be an f32 output of shape q[:3]")

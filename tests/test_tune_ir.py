@@ -155,7 +155,7 @@ def test_ir_file_loads_runs_and_checks(tmp_path, capsys):
     (("def score_log2 = (mul:f32 qk scale_log2)", "def score_log2 = (mul:f32 qk q)"), "does not apply to (f32, i32)"),
     (("def tile_full = false", "def tile_full = (le:bool kv q)"), "'kv' is not available here"),
     (("attr consumers = 1", "attr consumers = {1"), "attribute value is not JSON"),
-    (("input v: bf16[B, H, N, D]", "input v: bf16[B, H, M, D]"), "v k's shape"),
+    (("input v: bf16[B, H, N, D]", "input v: bf16[B, H, M, D]"), "v k's batch, heads and length"),
     (("input v: bf16[B, H, N, D]", "input v: bf16[B, H, N]"), "4-D inputs"),
     (("attr consumers = 1", "attr consumers = 1\n}\nattention causal {\n  input q: bf16[B, H, M, D]"),
      "defined twice"),
