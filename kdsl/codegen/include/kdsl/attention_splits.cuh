@@ -41,8 +41,8 @@ KDSL_DEVICE void combine_split_row(const float* part_o, const float* part_lse, v
       const float li = s0 + i < splits ? l[i] : neg_inf();  // -inf: a split without keys, or none
       const float m_new = fmax2(m, li);
       if (m_new == neg_inf()) continue;  // no split with keys yet (the same for the whole warp)
-      const float r = exp2_approx((m - m_new) * 1.4426950408889634f);  // m = -inf: 0
-      const float w = exp2_approx((li - m_new) * 1.4426950408889634f);
+      const float r = exp2_approx((m - m_new) * kLog2e);  // m = -inf: 0
+      const float w = exp2_approx((li - m_new) * kLog2e);
       wsum = wsum * r + w;
 #pragma unroll
       for (int c = 0; c < kBlocks; ++c) {
