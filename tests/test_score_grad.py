@@ -103,3 +103,27 @@ def test_loads_indexed_by_b_and_h_alone_are_step_uniform(decls, score, uniform):
     src = generate_backward(pipeline.lower(k, get_target("sm_90a"), 64), get_target("sm_90a")).source
     assert src.count("kdsl::warp_sum_add(") == sum(uniform)
     assert src.count("atomicAdd(g.") == len(uniform) - sum(uniform)
+
+
+@pytest.mark.parametrize("decls,score,offset", [
+    (("bias: f32[H, 64]",), "s + bias[h, (i - j) % 64]", [True]),
+    (("bias: f32[H, 256]",), "s + bias[h, max(0, min(255, i - j + 128))]", [True]),
+    (("bias: f32[H, 64]",), "s + bias[h, (j + 3 * i) % 64]", [False]),
+    (("w: f32[N]",), "s + w[j]", [False]),
+    (("bias: f32[H, 64]", "gain: f32[H]"), "s * gain[h] + bias[h, (j - i) % 64] * float(i)", [False, True]),
+])
+def test_loads_indexed_by_the_offset_alone_are_summed_per_offset(decls, score, offset):
+    """A load whose index reads the positions only as q - kv (a relative-position table):
+    offset_score.offset_load writes it over the offset, and the backward's Grad hands its
+    share to the kernel (o[]) and adds per offset (add_offset_grad) instead of an atomic an
+    element; a load indexed by b and h alone stays step-uniform."""
+    from kdsl.codegen.emit import generate_backward
+    from kdsl.passes.offset_score import offset_load
+    from kdsl.passes.score_grad import capture_grads, step_uniform
+    from kdsl.passes.target import get_target
+    k = _score(score, decls)
+    got = [offset_load(load) is not None and not step_uniform(load) for load, _ in capture_grads(k)]
+    assert got == offset
+    src = generate_backward(pipeline.lower(k, get_target("sm_90a"), 64), get_target("sm_90a")).source
+    assert f"kOffsetGrads = {sum(offset)};" in src
+    assert src.count("    case ") == sum(offset)

@@ -13,7 +13,7 @@ import jinja2
 
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
-from ..passes import exp2_fold, gemm_tiles, mask_analysis, score_grad, streaming, tiling
+from ..passes import exp2_fold, gemm_tiles, mask_analysis, offset_score, score_grad, streaming, tiling
 from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
 
 HERE = Path(__file__).parent
@@ -205,8 +205,6 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
                         "dqkf": "((float)(q - kv))"}, captures)
     score = k.func("score") or ir.Var("f32", "s")
     dscore = score_grad.score_grad(k)
-    grads = score_grad.capture_grads(k)
-    uniform = [(load, d) for load, d in grads if score_grad.step_uniform(load)]
     plan = backward_plan(d, dv, target)
     # the mma kernel's one source serves both buffer counts (KDSL_BWD_BUFFERS, runtime/programs.py)
     smem, smem_single = ((_mma_backward_smem(d, dv, 2), _mma_backward_smem(d, dv, 1)) if plan.body == "attention_bwd"
@@ -223,15 +221,42 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
         fields=fields, v=_variant(k, variables, captures),
         grad=dict(score=natural(score), dscore=natural(dscore), score_is_s=_on(score == ir.Var("f32", "s")),
                   dscore_const=_on(isinstance(dscore, ir.Const) and math.isfinite(dscore.value)),
-                  # the captured tensors' gradients, added where KDSL_CAPTURE_GRADS builds ask for them
-                  tensors=[capture_ident(t) for t in score_grad.capture_grad_tensors(k)],
-                  args=", ".join(f"grad_{capture_ident(t)}" for t in score_grad.capture_grad_tensors(k)),
-                  adds=[f"atomicAdd(g.{capture_ident(load.tensor)} + {natural.linear_index(load)}, dg * ({natural(d)}));"
-                        for load, d in grads if not score_grad.step_uniform(load)],
-                  sums=[f"u[{i}] += dg * ({natural(d)});" for i, (load, d) in enumerate(uniform)],
-                  flushes=[f"kdsl::warp_sum_add(g.{capture_ident(load.tensor)} + {natural.linear_index(load)}, u[{i}]);"
-                           for i, (load, d) in enumerate(uniform)]))
+                  **_capture_grad_code(k, natural, captures)))
     return Generated(k.name, entry, src, attention_capture_dims(k))
+
+
+def _capture_grad_code(k: ir.Kernel, natural: CEmitter, captures: dict) -> dict:
+    """The Grad struct's captured-tensor gradients (attention_backward.cu.j2), added where
+    KDSL_CAPTURE_GRADS builds ask for them: per load of a float captured tensor, an element's
+    share dg * (d score / d value) goes into the entry it read
+      - by one atomic an element (adds);
+      - summed over a step in u[] and added once a warp, where the index reads b and h alone
+        (sums, flushes; score_grad.step_uniform);
+      - handed to the kernel in o[], which sums shares per offset q - kv and adds once an
+        offset, where the index reads the positions only through q - kv (shares,
+        offset_adds; offset_score.offset_load: the entry at offset d)."""
+    by_offset = CEmitter({**natural.variables, "dqk": "d"}, captures)
+    atomic, uniform, offset = [], [], []
+    for load, deriv in score_grad.capture_grads(k):
+        moved = offset_score.offset_load(load)
+        if score_grad.step_uniform(load):
+            uniform.append((load, deriv))
+        elif moved is not None:
+            offset.append((moved, deriv))
+        else:
+            atomic.append((load, deriv))
+    tensors = [capture_ident(t) for t in score_grad.capture_grad_tensors(k)]
+    grad = lambda load: f"g.{capture_ident(load.tensor)}"  # noqa: E731
+    return dict(
+        tensors=tensors, args=", ".join(f"grad_{t}" for t in tensors),
+        adds=[f"atomicAdd({grad(load)} + {natural.linear_index(load)}, dg * ({natural(deriv)}));"
+              for load, deriv in atomic],
+        sums=[f"u[{i}] += dg * ({natural(deriv)});" for i, (_, deriv) in enumerate(uniform)],
+        flushes=[f"kdsl::warp_sum_add({grad(load)} + {natural.linear_index(load)}, u[{i}]);"
+                 for i, (load, _) in enumerate(uniform)],
+        shares=[f"o[{i}] = dg * ({natural(deriv)});" for i, (_, deriv) in enumerate(offset)],
+        offset_adds=[f"case {i}: atomicAdd({grad(moved)} + {by_offset.linear_index(moved)}, v); break;"
+                     for i, (moved, _) in enumerate(offset)])
 
 
 def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:

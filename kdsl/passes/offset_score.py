@@ -79,6 +79,15 @@ def decompose(score: ir.Expr) -> tuple[float, ir.Expr] | None:
     return c, g
 
 
+def offset_load(load: ir.Load) -> ir.Load | None:
+    """The load with its index written over (b, h, d), d = q - kv, when it reads the positions
+    only through their offset (a relative-position table); else None. The backward sums such a
+    load's gradient per offset (attention_bwd_wgmma.cuh, Grad::kOffsetGrads)."""
+    moved = replace(load, indices=tuple(simplify(_offset(i)) for i in load.indices))
+    reads = lambda v: any(ir.uses(i, v) for i in moved.indices)  # noqa: E731
+    return None if any(reads(v) for v in _POSITIONS) or not reads(D.name) else moved
+
+
 def _split_qk(e: ir.Expr):
     """(coefficient of qk, the rest) for e linear in qk with (b, h)-invariant coefficients;
     either part None where there is none. None if e is not of that form."""

@@ -78,6 +78,12 @@ KDSL_DEVICE void load_tile(u32 dst, const Elem* src, int rows_valid, int tid) {
 }
 
 KDSL_DEVICE void st_shared(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory"); }
+KDSL_DEVICE void st_shared(u32 addr, float v) { asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(addr), "f"(v) : "memory"); }
+KDSL_DEVICE float ld_shared_f32(u32 addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
 KDSL_DEVICE void st_shared(u32 addr, float x, float y, float z, float w) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
 }
@@ -112,6 +118,50 @@ KDSL_DEVICE void mma_rs(float (&d)[N / 2], const u32 (&a)[4][4], u32 sb, int blo
 #pragma unroll
   for (int kp = 0; kp < 4; ++kp) db[kp] = desc_advance(db0, kp * 16 * 128);
   WgmmaPV<Elem, N, 4>::run(d, a, db);
+}
+
+// Captured-tensor gradients of loads indexed by (b, h, q - kv) alone (Grad::kOffsetGrads),
+// summed per offset instead of one atomic an element. A thread's elements (j, hh, e) sit at
+// q - kv = d0 + 8 (j - hh) + 2 t + e - g, d0 = m0 - (the warp's first key): part[k][u + 1][e]
+// holds load k's shares summed over the two elements of diagonal u = j - hh. The warp then
+// sums per offset x = d - d0 + 15 in [0, 79) through `scratch` (its 16 rows of the dS^T tile,
+// free until the step stores dS^T), one pass per e: in a pass, slot (x, t) has one writer, the
+// lane with g = -(x - 15 - 2 t - e) mod 8 at u = (x - 15 - 2 t - e + g) / 8 if that u is in
+// [-1, 7], so the readers take exactly the slots the pass wrote. Each lane then adds its
+// offsets' sums, one atomic an offset (an offset no kept element has sums to 0: skipped, so
+// entries are read only at offsets the bounds check covered).
+constexpr int kOffsetSlots = 79;  // 64 queries + 16 keys - 1
+template <class V, class G, int KO>
+KDSL_DEVICE void flush_offset_grads(const AttnArgs& a, const typename V::Captures& c,
+                                    const typename G::CaptureGrads& cg, const float (&part)[KO][9][2], u32 scratch,
+                                    int b, int h, int d0, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int k = 0; k < KO; ++k) {
+    float sum[3] = {0.f, 0.f, 0.f};  // offsets x = lane, lane + 32, lane + 64
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      __syncwarp();  // the last pass's reads are done
+#pragma unroll
+      for (int u = -1; u < 8; ++u) st_shared(scratch + ((8 * u + 2 * t + e - g + 15) * 4 + t) * 4, part[k][u + 1][e]);
+      __syncwarp();
+#pragma unroll
+      for (int r = 0; r < 3; ++r) {
+        const int x = lane + 32 * r;
+#pragma unroll
+        for (int tt = 0; tt < 4; ++tt) {
+          const int X = x - 15 - 2 * tt - e, uu = (X + ((-X) & 7)) >> 3;
+          if (x < kOffsetSlots && uu >= -1 && uu <= 7) sum[r] += ld_shared_f32(scratch + (x * 4 + tt) * 4);
+        }
+      }
+    }
+    __syncwarp();  // the scratch rows are the warp's dS^T rows, stored next
+#pragma unroll
+    for (int r = 0; r < 3; ++r) {
+      const int x = lane + 32 * r;
+      if (x < kOffsetSlots && sum[r] != 0.f) G::add_offset_grad(a, c, cg, k, b, h, d0 + x - 15, sum[r]);
+    }
+  }
 }
 
 }  // namespace attn_bwd_wg_detail
@@ -236,6 +286,8 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     // inside the bounds, where the mask keeps it and its row saw some key (lse > -inf).
     const int key0 = n0 + 64 * wg + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
     float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
+    constexpr int KO = G::kOffsetGrads > 0 ? G::kOffsetGrads : 1;
+    float og[KO][9][2] = {};  // offset-indexed ones, per diagonal (flush_offset_grads)
     auto elementwise = [&](auto guarded) {
       constexpr bool kGuard = decltype(guarded)::value;
 #pragma unroll
@@ -267,7 +319,12 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
               // gives 0 there by itself)
               ds = G::kDscoreConst || p != 0.f ? d : 0.f;
               if constexpr (G::kCaptureGrads)
-                if (p != 0.f) G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug);
+                if (p != 0.f) {
+                  float o[KO];
+                  G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug, o);
+#pragma unroll
+                  for (int k = 0; k < G::kOffsetGrads; ++k) og[k][j - hh + 1][e] += o[k];
+                }
             }
             s[i] = p;
             dp[i] = ds;
@@ -277,6 +334,8 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Flag<false>{});
     else elementwise(Flag<true>{});
     if constexpr (G::kCaptureGrads && G::kUniformGrads > 0) G::flush_uniform_grads(a, c, cg, b, h, ug);
+    if constexpr (G::kCaptureGrads && G::kOffsetGrads > 0)
+      flush_offset_grads<V, G, KO>(a, c, cg, og, sDS + (64 * wg + 16 * warp) * 128, b, h, m0 - (key0 - g), lane);
     u32 pa[4][4], dsa[4][4];
     to_a_fragments<Elem>(s, pa);
     to_a_fragments<Elem>(dp, dsa);
