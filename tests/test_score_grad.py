@@ -111,12 +111,14 @@ def test_loads_indexed_by_b_and_h_alone_are_step_uniform(decls, score, uniform):
     (("bias: f32[H, 64]",), "s + bias[h, (j + 3 * i) % 64]", [False]),
     (("w: f32[N]",), "s + w[j]", [False]),
     (("bias: f32[H, 64]", "gain: f32[H]"), "s * gain[h] + bias[h, (j - i) % 64] * float(i)", [False, True]),
+    (("bias: f32[H, 64]",), "s + bias[h, (i - j) % 64] - bias[h, (j - i + 5) % 64]", [True, True]),
 ])
 def test_loads_indexed_by_the_offset_alone_are_summed_per_offset(decls, score, offset):
     """A load whose index reads the positions only as q - kv (a relative-position table):
     offset_score.offset_load writes it over the offset, and the backward's Grad hands its
     share to the kernel (o[]) and adds per offset (add_offset_grad) instead of an atomic an
-    element; a load indexed by b and h alone stays step-uniform."""
+    element (the first such load; others keep their atomics); a load indexed by b and h alone
+    stays step-uniform."""
     from kdsl.codegen.emit import generate_backward
     from kdsl.passes.offset_score import offset_load
     from kdsl.passes.score_grad import capture_grads, step_uniform
@@ -125,5 +127,4 @@ def test_loads_indexed_by_the_offset_alone_are_summed_per_offset(decls, score, o
     got = [offset_load(load) is not None and not step_uniform(load) for load, _ in capture_grads(k)]
     assert got == offset
     src = generate_backward(pipeline.lower(k, get_target("sm_90a"), 64), get_target("sm_90a")).source
-    assert f"kOffsetGrads = {sum(offset)};" in src
-    assert src.count("    case ") == sum(offset)
+    assert f"kOffsetGrads = {min(sum(offset), 1)};" in src

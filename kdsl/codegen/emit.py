@@ -232,16 +232,17 @@ def _capture_grad_code(k: ir.Kernel, natural: CEmitter, captures: dict) -> dict:
       - by one atomic an element (adds);
       - summed over a step in u[] and added once a warp, where the index reads b and h alone
         (sums, flushes; score_grad.step_uniform);
-      - handed to the kernel in o[], which sums shares per offset q - kv and adds once an
-        offset, where the index reads the positions only through q - kv (shares,
-        offset_adds; offset_score.offset_load: the entry at offset d)."""
+      - handed to the kernel in o[0], which sums shares per offset q - kv and adds once an
+        offset, for the first load whose index reads the positions only through q - kv
+        (share, offset_add; offset_score.offset_load: the entry at offset d). The wgmma
+        kernel's per-offset sums use one scratch area a warp, so one load takes them."""
     by_offset = CEmitter({**natural.variables, "dqk": "d"}, captures)
     atomic, uniform, offset = [], [], []
     for load, deriv in score_grad.capture_grads(k):
         moved = offset_score.offset_load(load)
         if score_grad.step_uniform(load):
             uniform.append((load, deriv))
-        elif moved is not None:
+        elif moved is not None and not offset:
             offset.append((moved, deriv))
         else:
             atomic.append((load, deriv))
@@ -254,9 +255,8 @@ def _capture_grad_code(k: ir.Kernel, natural: CEmitter, captures: dict) -> dict:
         sums=[f"u[{i}] += dg * ({natural(deriv)});" for i, (_, deriv) in enumerate(uniform)],
         flushes=[f"kdsl::warp_sum_add({grad(load)} + {natural.linear_index(load)}, u[{i}]);"
                  for i, (load, _) in enumerate(uniform)],
-        shares=[f"o[{i}] = dg * ({natural(deriv)});" for i, (_, deriv) in enumerate(offset)],
-        offset_adds=[f"case {i}: atomicAdd({grad(moved)} + {by_offset.linear_index(moved)}, v); break;"
-                     for i, (moved, _) in enumerate(offset)])
+        shares=[f"o[0] = dg * ({natural(deriv)});" for _, deriv in offset],
+        offset_adds=[f"atomicAdd({grad(moved)} + {by_offset.linear_index(moved)}, v);" for moved, _ in offset])
 
 
 def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:

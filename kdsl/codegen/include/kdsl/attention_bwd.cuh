@@ -254,10 +254,9 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
                 const float dg = p * (dp[j][2 * hh + e] - sDeltab[row]);  // d loss / d score
                 ds = dg * G::dscore(a, c, sn, b, h, q, kv) * scale;
                 if constexpr (G::kCaptureGrads) {
-                  float o[G::kOffsetGrads > 0 ? G::kOffsetGrads : 1];
+                  float o[1];
                   G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug, o);
-#pragma unroll
-                  for (int k = 0; k < G::kOffsetGrads; ++k) G::add_offset_grad(a, c, cg, k, b, h, q - kv, o[k]);
+                  if constexpr (G::kOffsetGrads > 0) G::add_offset_grad(a, c, cg, b, h, q - kv, o[0]);
                 }
               }
             }

@@ -120,48 +120,50 @@ KDSL_DEVICE void mma_rs(float (&d)[N / 2], const u32 (&a)[4][4], u32 sb, int blo
   WgmmaPV<Elem, N, 4>::run(d, a, db);
 }
 
-// Captured-tensor gradients of loads indexed by (b, h, q - kv) alone (Grad::kOffsetGrads),
+// The captured-tensor gradient of a load indexed by (b, h, q - kv) alone (Grad::kOffsetGrads),
 // summed per offset instead of one atomic an element. A thread's elements (j, hh, e) sit at
-// q - kv = d0 + 8 (j - hh) + 2 t + e - g, d0 = m0 - (the warp's first key): part[k][u + 1][e]
-// holds load k's shares summed over the two elements of diagonal u = j - hh. The warp then
-// sums per offset x = d - d0 + 15 in [0, 79) through `scratch` (its 16 rows of the dS^T tile,
-// free until the step stores dS^T), one pass per e: in a pass, slot (x, t) has one writer, the
-// lane with g = -(x - 15 - 2 t - e) mod 8 at u = (x - 15 - 2 t - e + g) / 8 if that u is in
-// [-1, 7], so the readers take exactly the slots the pass wrote. Each lane then adds its
-// offsets' sums, one atomic an offset (an offset no kept element has sums to 0: skipped, so
-// entries are read only at offsets the bounds check covered).
+// q - kv = d0 + 8 (j - hh) + 2 t + e - g, d0 = m0 - (the warp's first key); its shares are
+// summed per diagonal u = j - hh in registers, two diagonals open at a time (the elementwise
+// loop completes diagonal j - 1 at j). A completed diagonal goes to slot (x, t), x = d - d0 +
+// 15 in [0, 79), of `scratch` (the warp's 16 rows of the dS^T tile, free until the step stores
+// dS^T): its e = 1 share sits at the offset of lane g - 1's e = 0 share (lane 7's at the next
+// diagonal, carried), so each slot has exactly one writer and no shared atomics are needed.
 constexpr int kOffsetSlots = 79;  // 64 queries + 16 keys - 1
-template <class V, class G, int KO>
-KDSL_DEVICE void flush_offset_grads(const AttnArgs& a, const typename V::Captures& c,
-                                    const typename G::CaptureGrads& cg, const float (&part)[KO][9][2], u32 scratch,
-                                    int b, int h, int d0, int lane) {
+
+// Diagonal u's sums (sums[e], zeroed after) into its slot; carry: lane 7's share from lane 0,
+// for its next diagonal. Every lane calls it.
+KDSL_DEVICE void flush_diagonal(float (&sums)[2], float& carry, u32 scratch, int u, int lane) {
   const int g = lane / 4, t = lane % 4;
+  const float r = __shfl_sync(0xffffffffu, sums[1], g < 7 ? lane + 4 : lane - 28);
+  const float v = sums[0] + (g < 7 ? r : carry);
+  if (g == 7) carry = r;
+  st_shared(scratch + ((8 * u + 2 * t - g + 15) * 4 + t) * 4, v);
+  sums[0] = sums[1] = 0.f;
+}
+
+// After the step's last diagonal: lane 7's carry into its slot, then each lane sums offsets
+// x = lane, lane + 32, lane + 64 over the slots that have a writer (x - 15 - 2 t = 8 u - g with
+// u in [-1, 7], or u = 8 for g = 7) and adds each with one atomic. An offset no kept element
+// has sums to 0 and is skipped, so entries are read only at offsets the bounds check covered.
+template <class V, class G>
+KDSL_DEVICE void add_offset_sums(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
+                                 float carry, u32 scratch, int b, int h, int d0, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  if (g == 7) st_shared(scratch + ((64 + 2 * t - 7 + 15) * 4 + t) * 4, carry);
+  __syncwarp();
 #pragma unroll
-  for (int k = 0; k < KO; ++k) {
-    float sum[3] = {0.f, 0.f, 0.f};  // offsets x = lane, lane + 32, lane + 64
+  for (int r = 0; r < 3; ++r) {
+    const int x = lane + 32 * r;
+    float sum = 0.f;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      __syncwarp();  // the last pass's reads are done
-#pragma unroll
-      for (int u = -1; u < 8; ++u) st_shared(scratch + ((8 * u + 2 * t + e - g + 15) * 4 + t) * 4, part[k][u + 1][e]);
-      __syncwarp();
-#pragma unroll
-      for (int r = 0; r < 3; ++r) {
-        const int x = lane + 32 * r;
-#pragma unroll
-        for (int tt = 0; tt < 4; ++tt) {
-          const int X = x - 15 - 2 * tt - e, uu = (X + ((-X) & 7)) >> 3;
-          if (x < kOffsetSlots && uu >= -1 && uu <= 7) sum[r] += ld_shared_f32(scratch + (x * 4 + tt) * 4);
-        }
-      }
+    for (int tt = 0; tt < 4; ++tt) {
+      const int X = x - 15 - 2 * tt, gg = (-X) & 7, uu = (X + gg) >> 3;
+      if (x < kOffsetSlots && ((uu >= -1 && uu <= 7) || (uu == 8 && gg == 7)))
+        sum += ld_shared_f32(scratch + (x * 4 + tt) * 4);
     }
-    __syncwarp();  // the scratch rows are the warp's dS^T rows, stored next
-#pragma unroll
-    for (int r = 0; r < 3; ++r) {
-      const int x = lane + 32 * r;
-      if (x < kOffsetSlots && sum[r] != 0.f) G::add_offset_grad(a, c, cg, k, b, h, d0 + x - 15, sum[r]);
-    }
+    if (sum != 0.f) G::add_offset_grad(a, c, cg, b, h, d0 + x - 15, sum);
   }
+  __syncwarp();  // the scratch rows are the warp's dS^T rows, stored next
 }
 
 }  // namespace attn_bwd_wg_detail
@@ -286,8 +288,10 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     // inside the bounds, where the mask keeps it and its row saw some key (lse > -inf).
     const int key0 = n0 + 64 * wg + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
     float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
-    constexpr int KO = G::kOffsetGrads > 0 ? G::kOffsetGrads : 1;
-    float og[KO][9][2] = {};  // offset-indexed ones, per diagonal (flush_offset_grads)
+    // the offset-indexed one (flush_diagonal): diagonal u's shares in od[u & 1][e]
+    constexpr bool kOffsetGrad = G::kCaptureGrads && G::kOffsetGrads > 0;
+    float od[2][2] = {}, carry = 0.f;
+    const u32 scratch = sDS + (64 * wg + 16 * warp) * 128;
     auto elementwise = [&](auto guarded) {
       constexpr bool kGuard = decltype(guarded)::value;
 #pragma unroll
@@ -320,22 +324,24 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
               ds = G::kDscoreConst || p != 0.f ? d : 0.f;
               if constexpr (G::kCaptureGrads)
                 if (p != 0.f) {
-                  float o[KO];
+                  float o[1];
                   G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug, o);
-#pragma unroll
-                  for (int k = 0; k < G::kOffsetGrads; ++k) og[k][j - hh + 1][e] += o[k];
+                  if constexpr (kOffsetGrad) od[(j - hh) & 1][e] += o[0];
                 }
             }
             s[i] = p;
             dp[i] = ds;
           }
+        if constexpr (kOffsetGrad) flush_diagonal(od[(j - 1) & 1], carry, scratch, j - 1, lane);  // now complete
       }
     };
     if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Flag<false>{});
     else elementwise(Flag<true>{});
     if constexpr (G::kCaptureGrads && G::kUniformGrads > 0) G::flush_uniform_grads(a, c, cg, b, h, ug);
-    if constexpr (G::kCaptureGrads && G::kOffsetGrads > 0)
-      flush_offset_grads<V, G, KO>(a, c, cg, og, sDS + (64 * wg + 16 * warp) * 128, b, h, m0 - (key0 - g), lane);
+    if constexpr (kOffsetGrad) {
+      flush_diagonal(od[1], carry, scratch, 7, lane);
+      add_offset_sums<V, G>(a, c, cg, carry, scratch, b, h, m0 - (key0 - g), lane);
+    }
     u32 pa[4][4], dsa[4][4];
     to_a_fragments<Elem>(s, pa);
     to_a_fragments<Elem>(dp, dsa);
