@@ -138,3 +138,19 @@ def test_dq_helper_puts_tiles_in_row_order(shape):
     launch.delta.run(stream, [_ptr(dout), _ptr(o), _ptr(dlse), _ptr(delta)])
     want = (dout.double() * o.double()).sum(-1) - dlse.double()
     assert torch.allclose(delta.double(), want, rtol=1e-5, atol=1e-5 * D)
+
+
+@pytest.mark.parametrize("mask", [None, "j <= i", "abs(i - j) < 200"], ids=str)
+@pytest.mark.parametrize("d", [64, 128])
+def test_offset_indexed_table_gradient(mask, d):
+    """A learned relative-position table read at q - kv alone: the wgmma backward sums its
+    gradient per offset (attention_bwd_wgmma.cuh flush_diagonal / add_offset_sums), over
+    ragged lengths (M != N, neither a multiple of a tile), GQA and masks that empty tiles."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile(program("s + bias[h, max(0, min(255, i - j + 128))]", mask, decls=("bias: f32[H, 256]",)))
+    kir = mod.ir["gen"]
+    gen = torch.Generator(device="cuda").manual_seed(d + len(mask or ""))
+    q, k, v, caps = attention_inputs(kir, 2, 4, 2, 333, 517, d, generator=gen)
+    caps = {n: c.detach().requires_grad_() for n, c in caps.items()}
+    dout = torch.randn((2, 4, 333, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"offset table d={d} {mask}", mod.gen, kir, q, k, v, caps, dout, of_captures=True)
