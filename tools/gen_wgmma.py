@@ -38,7 +38,8 @@ OUT_ROWSUM = OUT.with_name("wgmma_ops_rowsum.cuh")
 ROWSUM_WIDTHS = (72,)  # P V with a ones column beside V's 64 (attr tensor_row_sum)
 OUT_FP8 = OUT.with_name("wgmma_fp8_ops.cuh")
 OUT_BWD = OUT.with_name("wgmma_ops_bwd.cuh")
-BWD_DQ_WIDTHS = (32, 64)  # dQ's N a warpgroup takes in attention_bwd_wgmma.cuh: half of a padded head dim 64 or 128
+BWD_DQ_WIDTHS = (32, 64, 96, 128)  # dQ's N a warpgroup takes: half of a padded head dim up to 256 (the wide
+# backward splits a half that starts inside a 64-column block in two: 32 + 64)
 FP8_WIDTHS = tuple(range(16, 257, 16))   # N of m64nNk32 e4m3: every tile width the GEMM may pick
 TYPES = {"bf16_t": "bf16", "f16_t": "f16"}
 VALUE_DIMS = tuple(range(HEAD_DIM_STEP, MAX_HEAD_DIM + 1, HEAD_DIM_STEP))  # N of P V's accumulator

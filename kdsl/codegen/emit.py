@@ -173,16 +173,22 @@ class BackwardPlan:
 
 
 def backward_plan(d: int, dv: int, target, kind: str = "") -> BackwardPlan:
-    """The wgmma kernel (attention_bwd_wgmma.cuh) where the target has wgmma and both padded
-    head dims are at most 128 (its registers hold dK and dV for 64 keys a warpgroup); else the
-    mma.sync one (attention_bwd.cuh). kind ("wgmma" / "mma") forces one, for A/B timing."""
+    """Where the target has wgmma: the wgmma kernel (attention_bwd_wgmma.cuh) where both padded
+    head dims are at most 128 (its registers hold dK and dV for 64 keys a warpgroup), the wide
+    one (attention_bwd_wgmma_wide.cuh: 64 keys a CTA, head-dim columns split between the
+    warpgroups) up to 256; else the mma.sync one (attention_bwd.cuh). kind ("wgmma",
+    "wgmma_wide", "mma") forces one, for A/B timing."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
     if not kind:
-        kind = "wgmma" if target.has_wgmma and dp <= 128 and dvp <= 128 else "mma"
+        kind = "mma" if not target.has_wgmma else "wgmma" if dp <= 128 and dvp <= 128 else "wgmma_wide"
     if kind == "wgmma":  # attention_bwd_wgmma.cuh's BwdWgCfg: 128 keys, two 64-row Q / dO buffers, dS^T,
         bm, bn = 64, 128     # two fp32 dQ tiles
         smem = 1024 + 2 * (bn * (dp + dvp) + 2 * bm * (dp + dvp) + bn * bm) + 2 * bm * dp * 4 + 2 * 2 * 4 * bm
         return BackwardPlan("attention_bwd_wgmma", "kdsl/attention_bwd_wgmma.cuh", smem, 256, bn, 2, dq_tiles=True)
+    if kind == "wgmma_wide":  # BwdWideCfg: 64 keys, two 64-row Q / dO buffers, dS^T, two 8 KB exchange slots
+        bm = bn = 64
+        smem = 1024 + 2 * (bn * (dp + dvp) + 2 * bm * (dp + dvp) + bn * bm) + 2 * 8192 + 2 * 2 * 4 * bm
+        return BackwardPlan("attention_bwd_wgmma_wide", "kdsl/attention_bwd_wgmma_wide.cuh", smem, 256, bn, 2)
     buffers = next((n for n in (2, 1) if _mma_backward_smem(d, dv, n) <= target.smem_per_block), 0)
     return BackwardPlan("attention_bwd", "kdsl/attention_bwd.cuh", _mma_backward_smem(d, dv, buffers or 1), 256,
                         tiling.BACKWARD_TILE, buffers)

@@ -1,0 +1,393 @@
+// kdsl/attention_bwd_wgmma_wide.cuh — attention backward on warpgroup MMAs for head dims
+// past 128 (sm_90a; padded head dims up to 256).
+//
+// attention_bwd_wgmma.cuh gives each warpgroup 64 keys and their whole dK and dV rows: at a
+// padded head dim of 256 those are 256 registers a thread. Here a CTA owns BN = 64 keys, and
+// its two warpgroups split the work of one step (64 queries) instead of its keys:
+//   - warpgroup 0 computes S^T = K Q^T, warpgroup 1 dP^T = V dO^T (m64n64, in parallel);
+//   - each hands the other the half of its tile the other turns into P and dS (query columns
+//     32 wg.. of the step; a thread's fragment slot, through shared memory), so the
+//     elementwise work splits evenly; each writes its half of dS^T to shared memory ([key][q],
+//     swizzled, for dQ) and its P and dS fragments back through the same slots;
+//   - each then holds the whole P^T and dS^T of the 64 keys as A fragments and owns half of
+//     the head dim's columns: dV[:, half] += P^T dO, dK[:, half] += dS^T Q and
+//     dQ[:, half] = dS K, the last added into dq_acc ([B, H, M, D] fp32 rows) by vector
+//     reductions from registers.
+// dS carries the softmax scale here (as in attention_bwd.cuh), so dq_acc holds dQ itself and
+// dK needs no scale at the end. Operand tiles use the 128-byte-swizzled layout of
+// attention_bwd_wgmma.cuh, whose helpers this header uses; Q, dO, lse and delta are
+// double-buffered. A half's columns that start inside a 64-column block take two products
+// (ColSplit): a descriptor may start mid-row, but an N read from there must end in that row.
+//
+// Launch contract (the generated extern "C" kernel forwards to attention_bwd_wgmma_wide):
+//   grid  = ceil(N / 64) * Hkv * B CTAs (attention_common.cuh, backward_block)
+//   block = 256 threads
+//   dynamic shared memory = attention_bwd_wgmma_wide_smem_bytes<D, DV>() (1024 of it slack)
+//   dq_acc: zeroed fp32 [B, H, M, D]
+#pragma once
+
+#include "kdsl/attention_bwd_wgmma.cuh"
+#include "kdsl/wgmma_ops_more.cuh"
+
+namespace kdsl {
+
+namespace attn_bwd_wide_detail {
+
+template <int D, int DV>
+struct BwdWideCfg {
+  static constexpr int BM = 64, BN = 64;  // query rows per step; keys per CTA
+  static constexpr int DP = (D + 63) / 64 * 64, DVP = (DV + 63) / 64 * 64;  // padded head dims
+  static constexpr int kThreads = 256, NB = 2;                              // NB: Q / dO buffers
+  static constexpr int kQBuf = BM * DP * 2, kDOBuf = BM * DVP * 2;
+  // an exchange slot: 4 warps x 4 groups x 32 lanes x 16 bytes (16 floats a thread)
+  static constexpr int kXBuf = 4 * 4 * 32 * 16;
+  // tile offsets from a 1024-byte aligned base (each a multiple of 1024)
+  static constexpr int kK = 0, kV = kK + BN * DP * 2, kQ = kV + BN * DVP * 2, kDO = kQ + NB * kQBuf;
+  static constexpr int kDS = kDO + NB * kDOBuf, kX = kDS + BN * BM * 2, kLse = kX + 2 * kXBuf;
+  static constexpr int kDelta = kLse + NB * BM * 4, kSmemBytes = 1024 + kDelta + NB * BM * 4;
+  static_assert(D % 16 == 0 && DV % 16 == 0 && DP <= 256 && DVP <= 256, "head dims: multiples of 16 up to 256");
+  static_assert(kSmemBytes <= 232448, "more shared memory than an sm_90 block has");
+};
+
+// Rows [0, ROWS) of a row-major [rows, COLS] global matrix into 64-column swizzled blocks at
+// dst (attention_bwd_wgmma.cuh's layout) for any padded width: a block at a time, 32 rows a
+// pass of 256 threads.
+template <class Elem, int COLS, int WIDTH, int ROWS>
+KDSL_DEVICE void load_blocks(u32 dst, const Elem* src, int rows_valid, int tid) {
+  const int r0 = tid / 8, cc = tid % 8;
+  const u32 d0 = dst + r0 * 128 + ((cc ^ (r0 % 8)) << 4);
+#pragma unroll
+  for (int blk = 0; blk < WIDTH / 64; ++blk) {
+    const bool col_ok = blk * 64 + cc * 8 < COLS;
+#pragma unroll
+    for (int pass = 0; pass < ROWS / 32; ++pass) {
+      const int r = r0 + 32 * pass;
+      const bool ok = col_ok && r < rows_valid;
+      cp_async16(d0 + blk * (ROWS * 128) + pass * 32 * 128, ok ? src + (i64)r * COLS + blk * 64 + cc * 8 : src,
+                 ok ? 16u : 0u);
+    }
+  }
+}
+
+// Columns [C0, C1) of a 64-column-block operand as at most two products: kHead columns up to
+// the next block boundary where C0 lies inside a block, then kTail from a boundary.
+template <int C0, int C1>
+struct ColSplit {
+  static constexpr int kEnd = (C0 / 64 + 1) * 64;
+  static constexpr int kHead = C0 % 64 == 0 ? 0 : (C1 < kEnd ? C1 - C0 : kEnd - C0);
+  static constexpr int kTail = C1 - C0 - kHead;
+};
+
+template <int I> struct Int { static constexpr int value = I; };
+
+template <int OFF, int LEN, int R>
+KDSL_DEVICE float (&part(float (&d)[R]))[LEN] {
+  static_assert(OFF + LEN <= R, "a part inside the array");
+  return *reinterpret_cast<float(*)[LEN]>(d + OFF);
+}
+
+// d (columns [C0, C1) of the product) += A B, A from registers (the 64 keys x 64 queries of
+// a step), B MN-major: the rows of a [BM][64-column blocks] tile at sb, blocks block_bytes apart.
+template <class Elem, int C0, int C1>
+KDSL_DEVICE void mma_rs_cols(float (&d)[(C1 - C0) / 2], const u32 (&a)[4][4], u32 sb, int block_bytes) {
+  typedef ColSplit<C0, C1> S;
+  if constexpr (S::kHead > 0)
+    attn_bwd_wg_detail::mma_rs<Elem, S::kHead>(part<0, S::kHead / 2>(d), a, sb + (C0 / 64) * block_bytes + (C0 % 64) * 2,
+                                               block_bytes);
+  if constexpr (S::kTail > 0)
+    attn_bwd_wg_detail::mma_rs<Elem, S::kTail>(part<S::kHead / 2, S::kTail / 2>(d), a,
+                                               sb + ((C0 + S::kHead) / 64) * block_bytes, block_bytes);
+}
+
+// d (columns [C0, C1) of dQ = dS K) = dS^T read MN-major (one 64-query block at sds) times
+// K's rows read MN-major (blocks block_bytes apart), over K_ROWS keys; overwrites d.
+template <class Elem, int C0, int C1, int K_ROWS>
+KDSL_DEVICE void mma_dq_cols(float (&d)[(C1 - C0) / 2], u32 sds, u32 sk, int block_bytes) {
+  typedef ColSplit<C0, C1> S;
+  const u64 da0 = desc_mnmajor_sw128(sds, K_ROWS * 128);
+#pragma unroll
+  for (int i = 0; i < (C1 - C0) / 2; ++i) d[i] = 0.f;
+  auto run = [&](auto& dd, u32 sb, auto width) {
+    constexpr int W = decltype(width)::value;
+    const u64 db0 = desc_mnmajor_sw128(sb, block_bytes);
+#pragma unroll
+    for (int kk = 0; kk < K_ROWS / 16; ++kk)
+      WgmmaSSTT<Elem, W>::run(dd, desc_advance(da0, kk * 16 * 128), desc_advance(db0, kk * 16 * 128), 1);
+  };
+  if constexpr (S::kHead > 0)
+    run(part<0, S::kHead / 2>(d), sk + (C0 / 64) * block_bytes + (C0 % 64) * 2, Int<S::kHead>{});
+  if constexpr (S::kTail > 0)
+    run(part<S::kHead / 2, S::kTail / 2>(d), sk + ((C0 + S::kHead) / 64) * block_bytes, Int<S::kTail>{});
+}
+
+KDSL_DEVICE void red_add_v2(float* p, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(x), "f"(y) : "memory");
+}
+KDSL_DEVICE void st_shared_v4(u32 addr, u32 x, u32 y, u32 z, u32 w) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+KDSL_DEVICE uint4 ld_shared_v4(u32 addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+
+}  // namespace attn_bwd_wide_detail
+
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_wgmma_wide_smem_bytes() {
+  return attn_bwd_wide_detail::BwdWideCfg<D, DV>::kSmemBytes;
+}
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_wgmma_wide_threads() { return 256; }
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_wgmma_wide_min_blocks() { return 1; }
+
+template <class Elem, int D, int DV, class V, class G>
+KDSL_DEVICE void attention_bwd_wgmma_wide(const AttnArgs& a, const typename V::Captures& c, const Elem* dout,
+                                          const float* lse, const float* delta, float* dq_acc, Elem* dk, Elem* dv,
+                                          const typename G::CaptureGrads& cg) {
+  using namespace attn_bwd_wg_detail;
+  using namespace attn_bwd_wide_detail;
+  typedef BwdWideCfg<D, DV> C;
+  constexpr int BM = C::BM, BN = C::BN, DP = C::DP, DVP = C::DVP, T = C::kThreads;
+  extern __shared__ __align__(128) u8 kdsl_bwd_smem[];
+  const u32 raw = smem_addr(kdsl_bwd_smem), base = (raw + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
+  u8* const smem = kdsl_bwd_smem + (base - raw);
+  const u32 sK = base + C::kK, sV = base + C::kV, sQ = base + C::kQ, sDO = base + C::kDO, sDS = base + C::kDS;
+  const float* sLse = reinterpret_cast<const float*>(smem + C::kLse);
+  const float* sDelta = reinterpret_cast<const float*>(smem + C::kDelta);
+
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const BackwardBlock blk = backward_block<BN>(a);
+  const int n0 = blk.n0, hkv = blk.hkv, b = blk.b;
+  const int M = a.M, N = a.N, group = a.H / a.Hkv;
+  const float scale = c.scale;
+
+  const i64 kv_head = (i64)b * a.Hkv + hkv;
+  load_blocks<Elem, D, DP, BN>(sK, static_cast<const Elem*>(a.k) + (kv_head * N + n0) * D, N - n0, tid);
+  load_blocks<Elem, DV, DVP, BN>(sV, static_cast<const Elem*>(a.v) + (kv_head * N + n0) * DV, N - n0, tid);
+  cp_async_commit();
+
+  // this warpgroup's half of the head dims' columns: dK and dQ over [K0, K1), dV over [V0, V1)
+  constexpr int KH = DP / 2, VH = DVP / 2;
+  float acc_dk[KH / 2], acc_dv[VH / 2];
+#pragma unroll
+  for (int i = 0; i < KH / 2; ++i) acc_dk[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < VH / 2; ++i) acc_dv[i] = 0.f;
+
+  // Steps as in attention_bwd_wgmma.cuh: the query tiles mt of each query head hq of the group,
+  // empty ones skipped; step cur's tiles sit in buffer buf while the next step's land in the other.
+  struct Step { int hq, mt; };
+  const int m_tiles = (M + BM - 1) / BM;
+  auto tile_class = [&](Step st) -> int {
+    const int m0 = st.mt * BM;
+    return V::kSummaries > 0 ? (int)kTilePartial
+                             : V::tile(a, c, b, hkv * group + st.hq, m0, imin(m0 + BM, M) - 1, n0, imin(n0 + BN, N) - 1);
+  };
+  auto advance = [&](Step st) { return st.mt + 1 < m_tiles ? Step{st.hq, st.mt + 1} : Step{st.hq + 1, 0}; };
+  auto next_step = [&](Step st) {
+    while (st.hq < group && tile_class(st) == kTileEmpty) st = advance(st);
+    return st;
+  };
+  auto issue = [&](Step st, int buf) {
+    const int m0 = st.mt * BM;
+    const i64 row0 = ((i64)b * a.H + hkv * group + st.hq) * M + m0;
+    load_blocks<Elem, D, DP, BM>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
+    load_blocks<Elem, DV, DVP, BM>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
+    if (tid < BM) {  // rows past M: zeros, never read (their q >= M)
+      const bool in = m0 + tid < M;
+      cp_async4_or_zero(base + C::kLse + (buf * BM + tid) * 4, in ? lse + row0 + tid : lse, in);
+      cp_async4_or_zero(base + C::kDelta + (buf * BM + tid) * 4, in ? delta + row0 + tid : delta, in);
+    }
+    cp_async_commit();
+  };
+  // A thread's exchange slot: 16 words at (warp, group k4, lane) of slot x, conflict-free v4s.
+  auto xslot = [&](int x, int k4) { return base + C::kX + x * C::kXBuf + ((warp * 4 + k4) * 32 + lane) * 16; };
+
+  Step cur = next_step(Step{0, 0});
+  int buf = 0;
+  if (cur.hq < group) issue(cur, 0);
+  for (; cur.hq < group; buf ^= 1) {
+    const Step nxt = next_step(advance(cur));
+    cp_async_wait<0>();   // this step's tiles (and, the first time, K and V)
+    fence_proxy_async();  // ... are read by wgmma, the async proxy
+    __syncthreads();      // ... for every thread; and the last step's reads of the other buffer are done
+    if (nxt.hq < group) issue(nxt, buf ^ 1);
+    const int cls = tile_class(cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
+    const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
+    const float* sLseb = sLse + buf * BM;
+    const float* sDeltab = sDelta + buf * BM;
+    cur = nxt;
+
+    // warpgroup 0: S^T = K Q^T; warpgroup 1: dP^T = V dO^T (64 keys x the step's 64 queries)
+    float x[32];
+    wgmma_fence();
+    if (wg == 0) mma_kmajor<Elem, 64, DP>(x, sK, BN, sQb, BM);
+    else mma_kmajor<Elem, 64, DVP>(x, sV, BN, sDOb, BM);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_pin(x);
+
+    // Hand the other warpgroup the n-tiles j it works on (warpgroup w: j in [4 w, 4 w + 4)):
+    // slot 1 - wg, which the other reads. Fragment i = 4 j + 2 hh + e. (Selects, not an index
+    // by wg: a register array indexed at run time would live in local memory.)
+    float mine[16], other[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) mine[i] = wg == 0 ? x[i] : x[16 + i], other[i] = wg == 0 ? x[16 + i] : x[i];
+#pragma unroll
+    for (int k4 = 0; k4 < 4; ++k4)
+      st_shared(xslot(1 - wg, k4), other[4 * k4], other[4 * k4 + 1], other[4 * k4 + 2], other[4 * k4 + 3]);
+    named_barrier(1, T);
+#pragma unroll
+    for (int k4 = 0; k4 < 4; ++k4) {
+      const uint4 v = ld_shared_v4(xslot(wg, k4));
+      other[4 * k4] = __uint_as_float(v.x), other[4 * k4 + 1] = __uint_as_float(v.y);
+      other[4 * k4 + 2] = __uint_as_float(v.z), other[4 * k4 + 3] = __uint_as_float(v.w);
+    }
+
+    // P^T and dS^T (dS with the softmax scale) of this warpgroup's n-tiles, as in
+    // attention_bwd_wgmma.cuh: no predicate on full tiles inside M and N.
+    const int key0 = n0 + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
+    float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
+    u32 pk[4][2], dk2[4][2];  // this warpgroup's P and dS, packed: [local n-tile][row half]
+    auto elementwise = [&](auto guarded) {
+      constexpr bool kGuard = decltype(guarded)::value;
+#pragma unroll
+      for (int jl = 0; jl < 4; ++jl) {
+        const int j = 4 * wg + jl, col = 8 * j + 2 * t;
+        const float2 lse2 = *reinterpret_cast<const float2*>(sLseb + col);
+        const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float pv[2], dv2[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int il = 4 * jl + 2 * hh + e, q = m0 + col + e, kv = key0 + 8 * hh;
+            const float sv = wg == 0 ? mine[il] : other[il], dpv = wg == 0 ? other[il] : mine[il];
+            const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
+            bool keep = true;
+            if constexpr (kGuard) {
+              keep = q < M && kv < N && row_lse != neg_inf();
+              if (V::kHasMask && cls != kTileFull && keep) keep = V::mask(a, c, b, h, q, kv);
+            }
+            float p = 0.f, ds = 0.f;
+            if (keep) {
+              const float sn = sv * scale, lse_log2 = row_lse * kLog2e;
+              p = math_exp2(G::kScoreIsS ? sv * a.scale_log2 - lse_log2
+                                         : G::score(a, c, sn, b, h, q, kv) * kLog2e - lse_log2);
+              const float dg = p * (dpv - row_delta);  // d loss / d score
+              const float d = dg * G::dscore(a, c, sn, b, h, q, kv) * scale;
+              ds = G::kDscoreConst || p != 0.f ? d : 0.f;
+              if constexpr (G::kCaptureGrads)
+                if (p != 0.f) {
+                  float o[1];
+                  G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug, o);
+                  if constexpr (G::kOffsetGrads > 0) G::add_offset_grad(a, c, cg, b, h, q - kv, o[0]);
+                }
+            }
+            pv[e] = p;
+            dv2[e] = ds;
+          }
+          pk[jl][hh] = pack2<Elem>(pv[0], pv[1]);
+          dk2[jl][hh] = pack2<Elem>(dv2[0], dv2[1]);
+        }
+      }
+    };
+    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Flag<false>{});
+    else elementwise(Flag<true>{});
+    if constexpr (G::kCaptureGrads && G::kUniformGrads > 0) G::flush_uniform_grads(a, c, cg, b, h, ug);
+
+    // dS^T to shared memory as [key][q] rows of 128 bytes, swizzled (n-tile j is chunk j)
+#pragma unroll
+    for (int jl = 0; jl < 4; ++jl)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = 16 * warp + g + 8 * hh, chunk = 4 * wg + jl;
+        st_shared(sDS + row * 128 + ((chunk ^ (row % 8)) << 4) + 4 * t, dk2[jl][hh]);
+      }
+    // P and dS back to the other warpgroup, through the slot this thread has just read
+#pragma unroll
+    for (int k4 = 0; k4 < 2; ++k4) {
+      st_shared_v4(xslot(wg, k4), pk[2 * k4][0], pk[2 * k4][1], pk[2 * k4 + 1][0], pk[2 * k4 + 1][1]);
+      st_shared_v4(xslot(wg, 2 + k4), dk2[2 * k4][0], dk2[2 * k4][1], dk2[2 * k4 + 1][0], dk2[2 * k4 + 1][1]);
+    }
+    fence_proxy_async();  // dS^T's stores, read next by the wgmma of both warpgroups
+    named_barrier(1, T);
+
+    // The whole P^T and dS^T as A fragments: k-step kp (queries 16 kp..) holds n-tiles 2 kp and
+    // 2 kp + 1, word e = n-tile 2 kp + e / 2, row half e % 2. Own n-tiles from registers, the
+    // other's from its slot 1 - wg.
+    u32 pa[4][4], dsa[4][4];
+#pragma unroll
+    for (int k4 = 0; k4 < 2; ++k4) {
+      const uint4 po = ld_shared_v4(xslot(1 - wg, k4)), dso = ld_shared_v4(xslot(1 - wg, 2 + k4));
+      const u32 pt[4] = {po.x, po.y, po.z, po.w}, dt[4] = {dso.x, dso.y, dso.z, dso.w};
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // k-step 2 half + k4: own where half == wg
+        const int kp = 2 * half + k4;
+        const bool own_step = half == wg;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pa[kp][e] = own_step ? pk[2 * k4 + e / 2][e % 2] : pt[e];
+          dsa[kp][e] = own_step ? dk2[2 * k4 + e / 2][e % 2] : dt[e];
+        }
+      }
+    }
+
+    // dV[:, half] += P^T dO and dK[:, half] += dS^T Q (B read MN-major), dQ[:, half] = dS K
+    constexpr int K0 = 0, V0 = 0;
+    float dq[KH / 2];
+    wgmma_fence();
+    if (wg == 0) {
+      mma_rs_cols<Elem, V0, VH>(acc_dv, pa, sDOb, BM * 128);
+      mma_rs_cols<Elem, K0, KH>(acc_dk, dsa, sQb, BM * 128);
+      mma_dq_cols<Elem, K0, KH, BN>(dq, sDS, sK, BN * 128);
+    } else {
+      mma_rs_cols<Elem, VH, DVP>(acc_dv, pa, sDOb, BM * 128);
+      mma_rs_cols<Elem, KH, DP>(acc_dk, dsa, sQb, BM * 128);
+      mma_dq_cols<Elem, KH, DP, BN>(dq, sDS, sK, BN * 128);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_pin(dq);
+
+    // dQ's fragment d[4 jj + 2 hh + e]: query row 16 warp + g + 8 hh, column wg KH + 8 jj + 2 t + e
+    float* const dq_rows = dq_acc + (((i64)b * a.H + h) * M + m0) * D;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = 16 * warp + g + 8 * hh;
+      if (m0 + row >= M) continue;
+#pragma unroll
+      for (int jj = 0; jj < KH / 8; ++jj) {
+        const int col = wg * KH + 8 * jj + 2 * t;
+        if (col < D) red_add_v2(dq_rows + (i64)row * D + col, dq[4 * jj + 2 * hh], dq[4 * jj + 2 * hh + 1]);
+      }
+    }
+  }
+  cp_async_wait<0>();  // K and V's copies, when every step was empty
+  wgmma_pin(acc_dk);
+  wgmma_pin(acc_dv);
+
+  // dK and dV of the CTA's keys, this warpgroup's columns (every query head of the group added in)
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int kv = n0 + 16 * warp + g + 8 * hh;
+    if (kv >= N) continue;
+#pragma unroll
+    for (int j = 0; j < KH / 8; ++j) {
+      const int col = wg * KH + 8 * j + 2 * t;
+      if (col < D)
+        *reinterpret_cast<u32*>(dk + (kv_head * N + kv) * D + col) = pack2<Elem>(acc_dk[4 * j + 2 * hh], acc_dk[4 * j + 2 * hh + 1]);
+    }
+#pragma unroll
+    for (int j = 0; j < VH / 8; ++j) {
+      const int col = wg * VH + 8 * j + 2 * t;
+      if (col < DV)
+        *reinterpret_cast<u32*>(dv + (kv_head * N + kv) * DV + col) = pack2<Elem>(acc_dv[4 * j + 2 * hh], acc_dv[4 * j + 2 * hh + 1]);
+    }
+  }
+}
+
+}  // namespace kdsl
