@@ -117,22 +117,55 @@ def test_reference_sums_a_bf16_tables_gradient_in_float64():
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
-    """sm_90a's backward is the wgmma kernel (HGMMA, no local memory) up to head dim 128, the
-    mma.sync one (HMMA) beyond."""
+    """sm_90a's backward is on wgmma (HGMMA, no local memory) at every head dim: the
+    attention_bwd_wgmma kernel up to 128, the wide one beyond."""
     for k in pipeline.check(parse(path.read_text(), str(path))):
         if k.kind != "attention":
             continue
         dims = pipeline.head_dims(k)
         for d in dims if len(dims) == 1 else (dims[0], 256):
             built = build(k, "sm_90a", d, program=Program(backward=True))
+            dv = built.kernel.attr("value_dim") or d
+            wide = max(d, dv) > 128
+            assert ("attention_bwd_wgmma_wide<" in built.generated.source) == wide, (k.name, d)
             rep = sass.inspect(built.compiled.cubin, built.generated.entry)
             if rep is None:  # no cuobjdump here
                 continue
-            dv = built.kernel.attr("value_dim") or d
-            if max(d, dv) <= 128:
-                assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, (k.name, d, rep)
-            else:
-                assert rep.tensor_ops.get("HMMA"), (k.name, d)
+            assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, (k.name, d, rep)
+
+
+@pytest.mark.parametrize("d, dv", [(160, 96), (64, 256), (192, 128)])
+def test_wide_backward_splits_columns_inside_a_block(d, dv):
+    """The wide backward's warpgroups take half of each padded head dim's columns; where a
+    half starts inside a 64-column block (192: at 96; 64: at 32) its products come in two
+    pieces (ColSplit). Each pair builds on wgmma without local memory."""
+    from kdsl.codegen import emit
+    from kdsl.passes.target import get_target
+    plan = emit.backward_plan(d, dv, get_target("sm_90a"))
+    assert (plan.body, plan.keys, plan.dq_tiles) == ("attention_bwd_wgmma_wide", 64, False)
+    assert plan.smem <= get_target("sm_90a").smem_per_block
+    kern = kdsl.compile("attention w {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, Dv]\n"
+                        " mask(b, h, i, j) = j <= i\n}\n").ir["w"]
+    built = build(kern, "sm_90a", d, value_dim=dv, program=Program(backward=True))  # static_assert: plan.smem
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    if rep is not None:
+        assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, rep
+
+
+def test_backward_plans_fit_every_head_dim_pair():
+    """Every (q/k, v) head dim pair up to 256 gets a backward plan whose shared memory the
+    target has: sm_90a on wgmma, sm_80 / sm_89 on mma.sync."""
+    from kdsl.codegen import emit
+    from kdsl.passes.target import get_target
+    dims = range(16, 257, 16)
+    for arch in ("sm_90a", "sm_80", "sm_89"):
+        target = get_target(arch)
+        for d in dims:
+            for dv in dims:
+                plan = emit.backward_plan(d, dv, target)
+                assert plan.body.startswith("attention_bwd_wgmma") == (arch == "sm_90a"), (arch, d, dv)
+                if plan.buffers:
+                    assert plan.smem <= target.smem_per_block, (arch, d, dv, plan)
 
 
 def test_a_backward_over_the_targets_shared_memory_is_refused_before_building():

@@ -163,13 +163,13 @@ def _attention(k: ir.Kernel) -> Generated:
 class BackwardPlan:
     """The backward kernel a target runs at given head dims, and its launch: the runtime's
     grid and shared memory, and the generated source's body (whose static_assert checks them)."""
-    body: str      # the device function: attention_bwd_wgmma (sm_90a) or attention_bwd (mma.sync)
+    body: str      # the device function: attention_bwd_wgmma[_wide] (sm_90a) or attention_bwd (mma.sync)
     header: str    # the header that defines it
     smem: int      # dynamic shared memory bytes
     threads: int
     keys: int      # keys a CTA owns: grid = (ceil(N / keys), Hkv, B)
     buffers: int   # Q / dO buffers; attention_bwd.cuh takes one where two do not fit; 0: none fits
-    dq_tiles: bool = False  # dq_acc in 64-row tiles of fragment order (attention_bwd_wgmma.cuh), else [B, H, M, D]
+    dq_tiles: bool = False  # dq_acc in 64-row tiles of fragment order (attention_bwd_wgmma.cuh), else [B, H, M, D] rows
 
 
 def backward_plan(d: int, dv: int, target, kind: str = "") -> BackwardPlan:

@@ -28,8 +28,9 @@ from .target import Target
 # Head dims: the Hopper kernel takes any multiple of 16 up to 256 for q/k (head_dim) and for
 # v/out (value_dim) independently; the mma.sync kernel 64 or 128, the same for both.
 HEAD_DIM_STEP, MAX_HEAD_DIM = 16, 256
-# The backward kernels' query rows a step (both), and the mma.sync one's keys a CTA (attention_bwd.cuh
-# BwdCfg::BM and BN; attention_bwd_wgmma.cuh owns 128 keys: codegen/emit.py backward_plan)
+# The backward kernels' query rows a step (all), and the keys a CTA of the mma.sync and wide ones
+# (attention_bwd.cuh BwdCfg, attention_bwd_wgmma_wide.cuh BwdWideCfg; attention_bwd_wgmma.cuh owns
+# 128 keys: codegen/emit.py backward_plan)
 BACKWARD_TILE = 64
 # head dim -> (BM, BN, warps) for the mma.sync attention kernel
 ATTENTION_TILES = {64: (128, 64, 4), 128: (128, 64, 4)}

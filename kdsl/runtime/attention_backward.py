@@ -2,8 +2,8 @@
 
 An eager call whose q, k or v require grad (and grad mode is on) runs the forward through a
 torch.autograd.Function that also keeps the forward's lse; its backward launches the
-program's backward kernel (kdsl/attention_bwd.cuh, one generated source per kernel and head
-dims), which recomputes the scores and differentiates the program's score formula
+program's backward kernel (codegen/emit.py backward_plan picks its body, one generated source
+per kernel and head dims), which recomputes the scores and differentiates the program's score formula
 (passes/score_grad.py). A gradient reaching the lse output (programs that declare it) is
 folded into the same kernel: d lse / d score is P, so it only shifts delta.
 

@@ -1,7 +1,7 @@
-"""The backward kernels (attention_bwd_wgmma.cuh on sm_90a up to head dim 128,
-attention_bwd.cuh beyond) under torch autograd against float64 autograd of the reference: every
+"""The backward kernels (on sm_90a attention_bwd_wgmma.cuh up to head dim 128,
+attention_bwd_wgmma_wide.cuh beyond; attention_bwd.cuh elsewhere) under torch autograd against float64 autograd of the reference: every
 attention program of samples/ and bench/variants.kd over awkward shapes (length 1, tile +- 1,
-M != N, GQA, head dims padded to 64 or 128, v's head dim other than q's), and the lse's gradient."""
+M != N, GQA, head dims padded to 64, 128, 192 or 256, v's head dim other than q's), and the lse's gradient."""
 import pytest
 
 import kdsl
@@ -45,10 +45,12 @@ def test_gradient_of_a_declared_lse():
     check_grads("lse", mod.lsecausal, kir, q, k, v, caps, dout, dlse)
 
 
-@pytest.mark.parametrize("d, dv", [(64, 128), (128, 64), (96, 32), (16, 80)])
+@pytest.mark.parametrize("d, dv", [(64, 128), (128, 64), (96, 32), (16, 80), (256, 128), (64, 256), (160, 96)])
 def test_value_head_dim_other_than_the_query_head_dim(d, dv):
     """A program whose v has a head dim of its own: dK and dV of different widths, and head
-    dims padded to 64 or 128 (sm_90a: the wgmma backward at each pair here)."""
+    dims padded to 64, 128, 192 or 256 (sm_90a: the wgmma backward up to 128, the wide one
+    past it, whose warpgroups split the padded columns: 160 -> 192 splits at 96, inside a
+    64-column block; 64 at 32)."""
     torch = pytest.importorskip("torch")
     mod = kdsl.compile("attention vwide {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, Dv]\n"
                        " mask(b, h, i, j) = j <= i + 40\n}\n")
@@ -61,8 +63,8 @@ def test_value_head_dim_other_than_the_query_head_dim(d, dv):
 
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_half_precision_inputs(d):
-    """f16 q, k, v: the backward's products and its P / dS rounding in f16 (the wgmma kernel's
-    f16 forms at 64 and 128, mma.sync at 256)."""
+    """f16 q, k, v: the backward's products and its P / dS rounding in f16 (the wgmma kernels'
+    f16 forms: attention_bwd_wgmma.cuh at 64 and 128, the wide one at 256)."""
     torch = pytest.importorskip("torch")
     mod = kdsl.compile("attention halfcausal {\n q: f16[B, H, M, D]; k: f16[B, Hkv, N, D]; v: f16[B, Hkv, N, D]\n"
                        " score(s, b, h, i, j) = s - 0.01 * float(abs(i - j))\n mask(b, h, i, j) = j <= i\n}\n")

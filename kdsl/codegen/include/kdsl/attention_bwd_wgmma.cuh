@@ -18,7 +18,7 @@
 // Operand tiles use the 128-byte-swizzled layout TMA writes (64-column blocks of rows of 128
 // bytes, 8-row atoms of 1024 bytes), so one copy of K serves as the K-major A of S^T and the
 // MN-major B of dQ, and one of Q (dO) as the K-major B of S^T (dP^T) and the MN-major B of
-// dK (dV). Head dims are padded to 64 or 128 with zeros; larger ones take attention_bwd.cuh.
+// dK (dV). Head dims are padded to 64 or 128 with zeros; larger ones take attention_bwd_wgmma_wide.cuh.
 //
 // Launch contract (the generated extern "C" kernel forwards to attention_bwd_wgmma):
 //   grid  = ceil(N / 128) * Hkv * B CTAs (attention_common.cuh, backward_block)
