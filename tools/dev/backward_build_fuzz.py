@@ -3,6 +3,7 @@ compile (tests/fuzzgen.py), at a head dim drawn per program: every one must buil
 outcomes and prints the first program of each failure.
 
     python3 tools/dev/backward_build_fuzz.py --seconds 600 [--seed S] [--last FILE] [--capture-grads]
+        [--head-dims 144,192,256]
 
 --last FILE holds the program being built (with its head dim), so that a build that hangs or
 runs past a caller's timeout can be found. --capture-grads builds the program that also adds
@@ -40,9 +41,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--last", help="write each program here before building it")
     ap.add_argument("--capture-grads", action="store_true", help="build the capture-gradient program where it differs")
+    ap.add_argument("--head-dims", help="draw a program's head dim from these (default: every multiple of 16 to 256)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     counts = {"built": 0, "spilled": 0, "diagnostic": 0, "failed": 0}
+    spilled_dims = {}  # head dim -> spilled builds
+    choices = [int(x) for x in args.head_dims.split(",")] if args.head_dims else list(range(16, 257, 16))
     with_grads = [0]  # builds that add captured tensors' gradients (--capture-grads)
     failures = []
     start = time.time()
@@ -61,14 +65,17 @@ def main():
             return
         for k in kernels:
             dims = pipeline.head_dims(k)
-            d = dims[0] if len(dims) == 1 else rng.choice(range(16, 257, 16))
+            d = dims[0] if len(dims) == 1 else rng.choice(choices)
             if args.last:
                 Path(args.last).write_text(f"// head dim {d}, kernel {k.name}\n{text}")
             grads = args.capture_grads and bool(score_grad.capture_grads(k))
             with_grads[0] += grads
             try:
                 b = build(k, "sm_90a", d, program=Program(backward=True, capture_grads=grads))
-                counts["spilled" if cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry) else "built"] += 1
+                spilled = bool(cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry))
+                counts["spilled" if spilled else "built"] += 1
+                if spilled:
+                    spilled_dims[d] = spilled_dims.get(d, 0) + 1
             except SourceError:
                 counts["diagnostic"] += 1
             except Exception as e:  # noqa: BLE001 - every other exception is a finding
@@ -81,7 +88,8 @@ def main():
     except _Done:
         pass
     print(f"{sum(counts.values())} kernels in {time.time() - start:.0f} s (seed {args.seed}): {counts}"
-          + (f"; {with_grads[0]} with captured tensors' gradients" if args.capture_grads else ""))
+          + (f"; {with_grads[0]} with captured tensors' gradients" if args.capture_grads else "")
+          + (f"; spills by head dim {dict(sorted(spilled_dims.items()))}" if spilled_dims else ""))
     for d, text, msg in failures:
         print(f"\n--- head dim {d}\n{msg}\n{text[:2000]}")
     return 1 if counts["failed"] else 0

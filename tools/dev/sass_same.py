@@ -3,6 +3,7 @@ of every program a launch can build (every call's, the split-KV one, the one-war
 ones), per kernel and head dim. No GPU needed.
 
     python tools/dev/sass_same.py --json A.json FILE.kd ... [--head-dims 64,128] [--also plain:32,96] [--backward]
+        [--backward-only]
     python tools/dev/sass_same.py --compare A.json B.json
 
 kdsl is imported from PYTHONPATH: run the first form once against a copy of an older commit
@@ -37,10 +38,11 @@ def digest(text: str) -> str:
     return "/".join(hashlib.sha256(x.encode()).hexdigest()[:16] for x in (text, ops))
 
 
-def digests(files: list[str], head_dims: list[int], also: dict[str, list[int]], backward: bool = False) -> dict:
+def digests(files: list[str], head_dims: list[int], also: dict[str, list[int]], backward: bool = False,
+            forward: bool = True) -> dict:
     from kdsl.errors import KdslError
     from kdsl.grammar import parse
-    from kdsl.passes import pipeline
+    from kdsl.passes import pipeline, score_grad
     from kdsl.runtime.compiler import build
     from kdsl.runtime.programs import Program
     out = {}
@@ -53,9 +55,11 @@ def digests(files: list[str], head_dims: list[int], also: dict[str, list[int]], 
                 dims = list(pipeline.head_dims(k))
             for d in dims:
                 programs = [(prog, k.with_attrs(consumers=1) if one_wg else k, Program(split_kv=split))
-                            for prog, (one_wg, split) in PROGRAMS.items()]
+                            for prog, (one_wg, split) in PROGRAMS.items()] if forward else []
                 if backward:  # the backward's module (its kernel and helpers) as autograd builds it
                     programs.append(("backward", k, Program(backward=True)))
+                    if score_grad.capture_grads(k):  # and the one that adds captured tensors' gradients
+                        programs.append(("backward-grads", k, Program(backward=True, capture_grads=True)))
                 for prog, kk, program in programs:
                     name = f"{Path(file).stem}:{k.name}:D={d}:{prog}"
                     try:
@@ -94,6 +98,7 @@ def main() -> int:
                     help="more head dims for one kernel (e.g. plain:32,96,192,256)")
     ap.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"))
     ap.add_argument("--backward", action="store_true", help="also each kernel's backward module")
+    ap.add_argument("--backward-only", action="store_true", help="each kernel's backward modules alone")
     args = ap.parse_args()
     if args.compare:
         a, b = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -103,7 +108,8 @@ def main() -> int:
         name, dims = spec.split(":")
         also.setdefault(name, []).extend(int(x) for x in dims.split(","))
     os.environ.setdefault("KDSL_CACHE_DIR", tempfile.mkdtemp(prefix="kdsl-sass-same-"))
-    result = digests(args.files, [int(x) for x in args.head_dims.split(",")], also, args.backward)
+    result = digests(args.files, [int(x) for x in args.head_dims.split(",")], also,
+                     args.backward or args.backward_only, forward=not args.backward_only)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     return 0

@@ -166,6 +166,37 @@ KDSL_DEVICE void add_offset_sums(const AttnArgs& a, const typename V::Captures& 
   __syncwarp();  // the scratch rows are the warp's dS^T rows, stored next
 }
 
+// The steps of a backward CTA: query tile mt of each query head hq of its k/v head's group
+// (GQA), those V::tile calls empty skipped (as in attention_bwd.cuh), walked as (head, tile)
+// pairs so that a step costs no division.
+template <class V, int BM, int BN>
+struct BwdSteps {
+  struct Step { int hq, mt; };
+  int b, hkv, n0, group, m_tiles, M, N;
+  KDSL_DEVICE int tile_class(const AttnArgs& a, const typename V::Captures& c, Step st) const {
+    const int m0 = st.mt * BM;
+    return V::kSummaries > 0 ? (int)kTilePartial
+                             : V::tile(a, c, b, hkv * group + st.hq, m0, imin(m0 + BM, M) - 1, n0, imin(n0 + BN, N) - 1);
+  }
+  KDSL_DEVICE Step advance(Step st) const { return st.mt + 1 < m_tiles ? Step{st.hq, st.mt + 1} : Step{st.hq + 1, 0}; }
+  KDSL_DEVICE Step next(const AttnArgs& a, const typename V::Captures& c, Step st) const {
+    while (st.hq < group && tile_class(a, c, st) == kTileEmpty) st = advance(st);
+    return st;
+  }
+};
+
+// A step's lse and delta (BM rows from row0, query m0 of M) into buffer buf of the shared
+// arrays at slse and sdelta; rows past M get zeros, never read (their q >= M).
+template <int BM>
+KDSL_DEVICE void copy_row_stats(u32 slse, u32 sdelta, int buf, const float* lse, const float* delta, i64 row0, int m0,
+                                int M, int tid) {
+  if (tid < BM) {
+    const bool in = m0 + tid < M;
+    cp_async4_or_zero(slse + (buf * BM + tid) * 4, in ? lse + row0 + tid : lse, in);
+    cp_async4_or_zero(sdelta + (buf * BM + tid) * 4, in ? delta + row0 + tid : delta, in);
+  }
+}
+
 }  // namespace attn_bwd_wg_detail
 
 template <int D, int DV>
@@ -209,31 +240,16 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
   for (int i = 0; i < DVP / 2; ++i) acc_dv[i] = 0.f;
 
-  // Steps: the query tiles mt of each query head hq of the group, empty ones skipped (as in
-  // attention_bwd.cuh), walked as a pair (no division a step). Step cur's tiles sit in buffer
-  // buf while the next step's land in the other.
-  struct Step { int hq, mt; };
-  const int m_tiles = (M + BM - 1) / BM;
-  auto tile_class = [&](Step st) -> int {
-    const int m0 = st.mt * BM;
-    return V::kSummaries > 0 ? (int)kTilePartial
-                             : V::tile(a, c, b, hkv * group + st.hq, m0, imin(m0 + BM, M) - 1, n0, imin(n0 + BN, N) - 1);
-  };
-  auto advance = [&](Step st) { return st.mt + 1 < m_tiles ? Step{st.hq, st.mt + 1} : Step{st.hq + 1, 0}; };
-  auto next_step = [&](Step st) {
-    while (st.hq < group && tile_class(st) == kTileEmpty) st = advance(st);
-    return st;
-  };
+  // Step cur's tiles sit in buffer buf while the next step's land in the other.
+  typedef BwdSteps<V, BM, BN> Steps;
+  typedef typename Steps::Step Step;
+  const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM, M, N};
   auto issue = [&](Step st, int buf) {
     const int m0 = st.mt * BM;
     const i64 row0 = ((i64)b * a.H + hkv * group + st.hq) * M + m0;
     load_tile<Elem, D, DP, BM, T>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
     load_tile<Elem, DV, DVP, BM, T>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
-    if (tid < BM) {  // rows past M: zeros, never read (their q >= M)
-      const bool in = m0 + tid < M;
-      cp_async4_or_zero(base + C::kLse + (buf * BM + tid) * 4, in ? lse + row0 + tid : lse, in);
-      cp_async4_or_zero(base + C::kDelta + (buf * BM + tid) * 4, in ? delta + row0 + tid : delta, in);
-    }
+    copy_row_stats<BM>(base + C::kLse, base + C::kDelta, buf, lse, delta, row0, m0, M, tid);
     cp_async_commit();
   };
 
@@ -255,17 +271,17 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     }
   };
 
-  Step cur = next_step(Step{0, 0});
+  Step cur = steps.next(a, c, Step{0, 0});
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
   for (; cur.hq < group; buf ^= 1) {
-    const Step nxt = next_step(advance(cur));
+    const Step nxt = steps.next(a, c, steps.advance(cur));
     cp_async_wait<0>();   // this step's tiles (and, the first time, K and V)
     fence_proxy_async();  // ... are read by wgmma, the async proxy
     __syncthreads();      // ... for every thread; and the last step's reads of the other buffer are done
     add_out_dq();
     if (nxt.hq < group) issue(nxt, buf ^ 1);
-    const int cls = tile_class(cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
+    const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
@@ -385,7 +401,7 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     for (int j = 0; j < DQN / 8; ++j)
       st_shared(dq_stage + j * 32 * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
     fence_proxy_async();  // ... read by the bulk reduction, the async proxy
-    dq_pending = dq_acc + (((i64)b * a.H + h) * m_tiles + m0 / BM) * (BM * DP);  // BM: a shift
+    dq_pending = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP);  // BM: a shift
     dq_buf ^= 1;
   }
   __syncthreads();  // the last dQ tile's stores

@@ -177,45 +177,32 @@ KDSL_DEVICE void attention_bwd_wgmma_wide(const AttnArgs& a, const typename V::C
 #pragma unroll
   for (int i = 0; i < VH / 2; ++i) acc_dv[i] = 0.f;
 
-  // Steps as in attention_bwd_wgmma.cuh: the query tiles mt of each query head hq of the group,
-  // empty ones skipped; step cur's tiles sit in buffer buf while the next step's land in the other.
-  struct Step { int hq, mt; };
-  const int m_tiles = (M + BM - 1) / BM;
-  auto tile_class = [&](Step st) -> int {
-    const int m0 = st.mt * BM;
-    return V::kSummaries > 0 ? (int)kTilePartial
-                             : V::tile(a, c, b, hkv * group + st.hq, m0, imin(m0 + BM, M) - 1, n0, imin(n0 + BN, N) - 1);
-  };
-  auto advance = [&](Step st) { return st.mt + 1 < m_tiles ? Step{st.hq, st.mt + 1} : Step{st.hq + 1, 0}; };
-  auto next_step = [&](Step st) {
-    while (st.hq < group && tile_class(st) == kTileEmpty) st = advance(st);
-    return st;
-  };
+  // Steps as in attention_bwd_wgmma.cuh; step cur's tiles sit in buffer buf while the next
+  // step's land in the other.
+  typedef BwdSteps<V, BM, BN> Steps;
+  typedef typename Steps::Step Step;
+  const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM, M, N};
   auto issue = [&](Step st, int buf) {
     const int m0 = st.mt * BM;
     const i64 row0 = ((i64)b * a.H + hkv * group + st.hq) * M + m0;
     load_blocks<Elem, D, DP, BM>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
     load_blocks<Elem, DV, DVP, BM>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
-    if (tid < BM) {  // rows past M: zeros, never read (their q >= M)
-      const bool in = m0 + tid < M;
-      cp_async4_or_zero(base + C::kLse + (buf * BM + tid) * 4, in ? lse + row0 + tid : lse, in);
-      cp_async4_or_zero(base + C::kDelta + (buf * BM + tid) * 4, in ? delta + row0 + tid : delta, in);
-    }
+    copy_row_stats<BM>(base + C::kLse, base + C::kDelta, buf, lse, delta, row0, m0, M, tid);
     cp_async_commit();
   };
   // A thread's exchange slot: 16 words at (warp, group k4, lane) of slot x, conflict-free v4s.
   auto xslot = [&](int x, int k4) { return base + C::kX + x * C::kXBuf + ((warp * 4 + k4) * 32 + lane) * 16; };
 
-  Step cur = next_step(Step{0, 0});
+  Step cur = steps.next(a, c, Step{0, 0});
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
   for (; cur.hq < group; buf ^= 1) {
-    const Step nxt = next_step(advance(cur));
+    const Step nxt = steps.next(a, c, steps.advance(cur));
     cp_async_wait<0>();   // this step's tiles (and, the first time, K and V)
     fence_proxy_async();  // ... are read by wgmma, the async proxy
     __syncthreads();      // ... for every thread; and the last step's reads of the other buffer are done
     if (nxt.hq < group) issue(nxt, buf ^ 1);
-    const int cls = tile_class(cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
+    const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
