@@ -117,8 +117,11 @@ def test_reference_sums_a_bf16_tables_gradient_in_float64():
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
-    """sm_90a's backward is on wgmma (HGMMA, no local memory) at every head dim: the
-    attention_bwd_wgmma kernel up to 128, the wide one beyond."""
+    """sm_90a's backward is on wgmma (HGMMA, no local memory) at a program's first head dim
+    (64 unless it fixes one) and at 256: the attention_bwd_wgmma kernel up to 128, the wide
+    one beyond. (At 128 several samples' attention_bwd_wgmma builds keep 16-32 B of loop
+    invariants in local memory, stored before the step loop and read after it or once a
+    step: bench/NOTES.md, forty-third session.)"""
     for k in pipeline.check(parse(path.read_text(), str(path))):
         if k.kind != "attention":
             continue
