@@ -155,6 +155,27 @@ def test_wide_backward_splits_columns_inside_a_block(d, dv):
         assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, rep
 
 
+def test_the_backward_kernel_can_be_forced_where_it_runs(monkeypatch):
+    """KDSL_BWD_KERNEL picks the backward kernel for A/B timing: the wide one at head dim 128
+    (built, 64 keys a CTA); a kind the target or head dims cannot take is refused by name."""
+    from kdsl.codegen import emit
+    from kdsl.errors import KdslError
+    from kdsl.passes.target import get_target
+    monkeypatch.setenv("KDSL_BWD_KERNEL", "wgmma_wide")
+    assert emit.backward_plan(128, 128, get_target("sm_90a")).body == "attention_bwd_wgmma_wide"
+    plain = next(p for p in SAMPLES if p.stem == "plain")
+    built = build(INTERPRETED[plain].ir["plain"], "sm_90a", 128, program=Program(backward=True))
+    assert "attention_bwd_wgmma_wide<" in built.generated.source
+    with pytest.raises(KdslError, match=r"backward kernel 'wgmma_wide' at head dims 64 / 64: sm_80 has no wgmma"):
+        emit.backward_plan(64, 64, get_target("sm_80"))
+    monkeypatch.setenv("KDSL_BWD_KERNEL", "wgmma")
+    with pytest.raises(KdslError, match=r"'wgmma' at head dims 192 / 128: it takes padded head dims up to 128"):
+        emit.backward_plan(192, 128, get_target("sm_90a"))
+    monkeypatch.setenv("KDSL_BWD_KERNEL", "fast")
+    with pytest.raises(KdslError, match=r"'fast' at head dims 64 / 64: not one of wgmma, wgmma_wide, mma"):
+        emit.backward_plan(64, 64, get_target("sm_90a"))
+
+
 def test_backward_plans_fit_every_head_dim_pair():
     """Every (q/k, v) head dim pair up to 256 gets a backward plan whose shared memory the
     target has: sm_90a on wgmma, sm_80 / sm_89 on mma.sync."""

@@ -6,12 +6,14 @@ import functools
 import hashlib
 import io
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
 from .. import __version__, ir
+from ..errors import KdslError
 from ..cachefiles import atomic_write, kept_dirs
 from ..passes import exp2_fold, gemm_tiles, mask_analysis, offset_score, score_grad, streaming, tiling
 from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
@@ -172,14 +174,24 @@ class BackwardPlan:
     dq_tiles: bool = False  # dq_acc in 64-row tiles of fragment order (attention_bwd_wgmma.cuh), else [B, H, M, D] rows
 
 
+BACKWARD_KERNELS = ("wgmma", "wgmma_wide", "mma")  # backward_plan's kinds (KDSL_BWD_KERNEL)
+
+
 def backward_plan(d: int, dv: int, target, kind: str = "") -> BackwardPlan:
     """Where the target has wgmma: the wgmma kernel (attention_bwd_wgmma.cuh) where both padded
     head dims are at most 128 (its registers hold dK and dV for 64 keys a warpgroup), the wide
     one (attention_bwd_wgmma_wide.cuh: 64 keys a CTA, head-dim columns split between the
-    warpgroups) up to 256; else the mma.sync one (attention_bwd.cuh). kind ("wgmma",
-    "wgmma_wide", "mma") forces one, for A/B timing."""
+    warpgroups) up to 256; else the mma.sync one (attention_bwd.cuh). kind (or the environment's
+    KDSL_BWD_KERNEL: "wgmma", "wgmma_wide", "mma") forces one where it can run, for A/B timing."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
-    if not kind:
+    kind = kind or os.environ.get("KDSL_BWD_KERNEL", "")
+    if kind:
+        why = (f"not one of {', '.join(BACKWARD_KERNELS)}" if kind not in BACKWARD_KERNELS else
+               f"{target.arch} has no wgmma" if kind.startswith("wgmma") and not target.has_wgmma else
+               "it takes padded head dims up to 128" if kind == "wgmma" and max(dp, dvp) > 128 else "")
+        if why:
+            raise KdslError(f"backward kernel {kind!r} at head dims {d} / {dv}: {why} (KDSL_BWD_KERNEL)")
+    else:
         kind = "mma" if not target.has_wgmma else "wgmma" if dp <= 128 and dvp <= 128 else "wgmma_wide"
     if kind == "wgmma":  # attention_bwd_wgmma.cuh's BwdWgCfg: 128 keys, two 64-row Q / dO buffers, dS^T,
         bm, bn = 64, 128     # two fp32 dQ tiles

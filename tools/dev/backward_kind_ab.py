@@ -1,0 +1,85 @@
+"""The backward alone with each backward kernel forced (KDSL_BWD_KERNEL: codegen/emit.py
+backward_plan), timed in turns on the same inputs: e.g. the wide wgmma kernel against the
+<= 128 one at head dim 128, on programs whose <= 128 build spills. Prints each build's
+registers and local memory, the median time a kind and its gradients' distance from the
+first kind's (dQ's fp32 sums land in no fixed order: bits never match).
+
+    python tools/dev/backward_kind_ab.py --file samples/causal.kd --shape 2,16,4096,4096,128 \
+        --kinds "wgmma;wgmma_wide" [--kernels causal] [--reps 20]
+"""
+import argparse
+import os
+import statistics
+
+import torch
+
+import kdsl
+from kdsl import sass
+from kdsl.runtime import attention_backward as ab
+from kdsl.runtime.compiler import build
+from kdsl.testing import attention_inputs
+
+
+def load_kind(kern, kind, q, k, v, out, dout, lse, caps):
+    """The runtime's backward entries (loaded module, launch plan) built with `kind` forced."""
+    os.environ["KDSL_BWD_KERNEL"] = kind
+    for cache in (kern._loaded, kern._plans):
+        for key in [key for key in cache if key[0] == "backward"]:
+            del cache[key]
+    ab.backward(kern, q, k, v, out, dout, lse, None, caps, None)
+    (lkey,) = [key for key in kern._loaded if key[0] == "backward"]
+    (pkey,) = [key for key in kern._plans if key[0] == "backward"]
+    loaded = kern._loaded[lkey]
+    built = build(kern._kernel_ir(False), kern._arch(), q.shape[3], value_dim=v.shape[3], program=ab.BACKWARD)
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    info = f"{rep.registers} regs, {rep.local_bytes} B local" if rep else "no cuobjdump"
+    return (lkey, loaded), (pkey, kern._plans[pkey]), info
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--file", default="samples/causal.kd")
+    ap.add_argument("--kernels", help="comma-separated kernel names (default: every attention kernel of the file)")
+    ap.add_argument("--shape", default="2,16,4096,4096,128")
+    ap.add_argument("--kinds", default="wgmma;wgmma_wide")
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    B, H, M, N, D = map(int, args.shape.split(","))
+    kinds = args.kinds.split(";")
+    print(f"device: {torch.cuda.get_device_name()}; backward alone, B={B} H={H} M={M} N={N} D={D}, median us")
+    mod = kdsl.load(args.file)
+    names = args.kernels.split(",") if args.kernels else [n for n in mod.kernels if mod.ir[n].kind == "attention"]
+    for name in names:
+        kern = getattr(mod, name)
+        q, k, v, caps = attention_inputs(kern.ir, B, H, H, M, N, D)
+        cap_list = [caps[t.name] for t in kern.captures]
+        out, lse = kern._run(q, k, v, cap_list, None, None, None, None, keep_lse=True)
+        dout = torch.randn_like(out)
+        entries = {}
+        for kind in kinds:
+            loaded, plan, info = load_kind(kern, kind, q, k, v, out, dout, lse, cap_list)
+            entries[kind] = (loaded, plan)
+            print(f"  {name} [{kind}]: {info}")
+        times, results = {kind: [] for kind in kinds}, {}
+        for r in range(args.reps):
+            for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
+                (lkey, loaded), (pkey, plan) = entries[kind]
+                kern._loaded[lkey], kern._plans[pkey] = loaded, plan
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                res = ab.backward(kern, q, k, v, out, dout, lse, None, cap_list, None)[:3]
+                e1.record()
+                e1.synchronize()
+                times[kind].append(e0.elapsed_time(e1) * 1e3)
+                results[kind] = res
+        first = kinds[0]
+        for kind in kinds:
+            err = max(((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6)).item()
+                      for a, b in zip(results[kind], results[first]))
+            print(f"  {name} [{kind}]: {statistics.median(times[kind]):.1f} us "
+                  f"(x{statistics.median(times[first]) / statistics.median(times[kind]):.3f} of {first}; "
+                  f"gradients within {err:.1e} of {first}'s)")
+
+
+if __name__ == "__main__":
+    main()
