@@ -64,27 +64,39 @@ def main():
         for var in variants:
             builds[var], info = build(kern, D, D, q.device.index, [] if var == "default" else var.split())
             print(f"  {name} [{var}]: {info}")
-        times = {var: [] for var in variants}
-        results = {}
-        for r in range(args.reps):
-            for var in variants[r % len(variants):] + variants[:r % len(variants)]:
-                kern._loaded[key] = (builds[var],) + loaded_default[1:]
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                res = ab.backward(kern, q, k, v, out, dout, lse, None, cap_list, None)[:3]
-                e1.record()
-                e1.synchronize()
-                times[var].append(e0.elapsed_time(e1) * 1e3)
-                results[var] = res
-        first = variants[0]
-        for var in variants:
-            # dQ's fp32 sums over key blocks land in no fixed order: builds agree to rounding, not bits
-            diff = max(float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
-                       for a, b in zip(results[var], results[first]))
-            t = statistics.median(times[var])
-            print(f"| {name} | {var} | {t:.0f} | x{statistics.median(times[first]) / t:.3f} | "
-                  f"grads differ from the first by {diff:.1e} of their max |", flush=True)
+        install = lambda var: kern._loaded.__setitem__(key, (builds[var],) + loaded_default[1:])  # noqa: E731
+        times, results = time_in_turns(variants, args.reps, install,
+                                       lambda: ab.backward(kern, q, k, v, out, dout, lse, None, cap_list, None)[:3])
+        report(name, variants, times, results)
 
+
+def time_in_turns(variants, reps, install, run):
+    """({variant: [us]}, {variant: run()'s last result}): rep r runs every variant once,
+    starting at variant r % len, each after install(variant) puts it in place."""
+    times, results = {var: [] for var in variants}, {}
+    for r in range(reps):
+        for var in variants[r % len(variants):] + variants[:r % len(variants)]:
+            install(var)
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            results[var] = run()
+            e1.record()
+            e1.synchronize()
+            times[var].append(e0.elapsed_time(e1) * 1e3)
+    return times, results
+
+
+def report(name, variants, times, results):
+    """A row a variant: median us, speed against the first, and how far its gradients are from
+    the first's (dQ's fp32 sums over key blocks land in no fixed order: builds agree to rounding,
+    not bits)."""
+    first = variants[0]
+    for var in variants:
+        diff = max(float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
+                   for a, b in zip(results[var], results[first]))
+        t = statistics.median(times[var])
+        print(f"| {name} | {var} | {t:.0f} | x{statistics.median(times[first]) / t:.3f} | "
+              f"grads differ from the first by {diff:.1e} of their max |", flush=True)
 
 if __name__ == "__main__":
     main()

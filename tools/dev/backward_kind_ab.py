@@ -1,15 +1,14 @@
 """The backward alone with each backward kernel forced (KDSL_BWD_KERNEL: codegen/emit.py
 backward_plan), timed in turns on the same inputs: e.g. the wide wgmma kernel against the
 <= 128 one at head dim 128, on programs whose <= 128 build spills. Prints each build's
-registers and local memory, the median time a kind and its gradients' distance from the
-first kind's (dQ's fp32 sums land in no fixed order: bits never match).
+registers and local memory, then a row a kind as backward_ab.py prints them (its timing in
+turns and report).
 
     python tools/dev/backward_kind_ab.py --file samples/causal.kd --shape 2,16,4096,4096,128 \
         --kinds "wgmma;wgmma_wide" [--kernels causal] [--reps 20]
 """
 import argparse
 import os
-import statistics
 
 import torch
 
@@ -18,6 +17,8 @@ from kdsl import sass
 from kdsl.runtime import attention_backward as ab
 from kdsl.runtime.compiler import build
 from kdsl.testing import attention_inputs
+
+from backward_ab import report, time_in_turns  # tools/dev on sys.path (run from there or PYTHONPATH)
 
 
 def load_kind(kern, kind, q, k, v, out, dout, lse, caps):
@@ -46,7 +47,7 @@ def main():
     args = ap.parse_args()
     B, H, M, N, D = map(int, args.shape.split(","))
     kinds = args.kinds.split(";")
-    print(f"device: {torch.cuda.get_device_name()}; backward alone, B={B} H={H} M={M} N={N} D={D}, median us")
+    print(f"device: {torch.cuda.get_device_name()}; backward alone, B={B} H={H} M={M} N={N} D={D}")
     mod = kdsl.load(args.file)
     names = args.kernels.split(",") if args.kernels else [n for n in mod.kernels if mod.ir[n].kind == "attention"]
     for name in names:
@@ -60,25 +61,14 @@ def main():
             loaded, plan, info = load_kind(kern, kind, q, k, v, out, dout, lse, cap_list)
             entries[kind] = (loaded, plan)
             print(f"  {name} [{kind}]: {info}")
-        times, results = {kind: [] for kind in kinds}, {}
-        for r in range(args.reps):
-            for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
-                (lkey, loaded), (pkey, plan) = entries[kind]
-                kern._loaded[lkey], kern._plans[pkey] = loaded, plan
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                res = ab.backward(kern, q, k, v, out, dout, lse, None, cap_list, None)[:3]
-                e1.record()
-                e1.synchronize()
-                times[kind].append(e0.elapsed_time(e1) * 1e3)
-                results[kind] = res
-        first = kinds[0]
-        for kind in kinds:
-            err = max(((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6)).item()
-                      for a, b in zip(results[kind], results[first]))
-            print(f"  {name} [{kind}]: {statistics.median(times[kind]):.1f} us "
-                  f"(x{statistics.median(times[first]) / statistics.median(times[kind]):.3f} of {first}; "
-                  f"gradients within {err:.1e} of {first}'s)")
+
+        def install(kind):
+            (lkey, loaded), (pkey, plan) = entries[kind]
+            kern._loaded[lkey], kern._plans[pkey] = loaded, plan
+
+        times, results = time_in_turns(kinds, args.reps, install,
+                                       lambda: ab.backward(kern, q, k, v, out, dout, lse, None, cap_list, None)[:3])
+        report(name, kinds, times, results)
 
 
 if __name__ == "__main__":
