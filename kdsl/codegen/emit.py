@@ -13,8 +13,8 @@ from pathlib import Path
 import jinja2
 
 from .. import __version__, ir
-from ..errors import KdslError
 from ..cachefiles import atomic_write, kept_dirs
+from ..errors import KdslError
 from ..passes import exp2_fold, gemm_tiles, mask_analysis, offset_score, score_grad, streaming, tiling
 from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
 
