@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The backward kernel of a sample, launched once for Nsight Compute after a warm-up:
 
-    ncu --profile-from-start off --kernel-name regex:_bwd --set full -o bwd \
+    ncu --profile-from-start off --kernel-name regex:_bwd$ --set full -o bwd \
         python3 tools/dev/ncu_backward.py plain 2,16,4096,128
     ncu -i bwd.ncu-rep --page source --csv --print-source sass > bwd.csv
     python3 tools/dev/ncu_hot_lines.py bwd.csv
