@@ -1,41 +1,80 @@
 """The backward kernel alone, timed against builds of itself with other NVRTC defines (A/B),
 in turns on the same inputs: e.g. KDSL_BWD_MIN_BLOCKS=1 (no register cap) against the default.
-Prints each build's registers, local memory and CTAs per SM.
+Prints each build's registers, local memory and a digest of its cubin (two variants with the
+same digest built the same kernel: a define that changed nothing).
 
     python tools/dev/backward_ab.py --programs plain,causal --shape 2,16,4096,4096,128 \
         --variants "default;-DKDSL_BWD_MIN_BLOCKS=1" [--reps 20]
-"""
+
+Each variant is built by the runtime itself (its defines through KDSL_DEFINES, part of every
+cache key), and both of the runtime's entries for the backward are swapped in turn: the loaded
+module and the launch plan that holds its kernel. Swapping the module alone once timed the
+default build under every name (the plan, cached per signature since the forty-first session,
+kept launching it)."""
 import argparse
-import ctypes
+import hashlib
+import os
 import pathlib
 import statistics
+from contextlib import contextmanager
 
 import torch
 
 import kdsl
 from kdsl import sass
-from kdsl.codegen import emit
-from kdsl.passes.target import get_target
-from kdsl.runtime import attention_backward as ab, nvrtc
-from kdsl.runtime.driver import _libcuda
-from kdsl.runtime.launch import Loaded
+from kdsl.runtime import attention_backward as ab
+from kdsl.runtime.compiler import build
 from kdsl.testing import attention_inputs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def build(kern, D, Dv, dev, options):
-    from kdsl.runtime.compiler import _generate
-    lowered, gen, base, _ = _generate(kern._kernel_ir(False), kern._arch(), D, Dv, ab.BACKWARD)
-    compiled = nvrtc.compile_cuda(gen.source, gen.entry, base + options)
-    plan = emit.backward_plan(D, Dv, get_target(kern._arch()))
-    smem, threads = plan.smem, plan.threads
-    loaded = Loaded(compiled.cubin, gen.entry, smem)
-    n = ctypes.c_int()
-    _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), ctypes.c_void_p(loaded.fn_ptr),
-                                                          threads, smem)
-    rep = sass.inspect(compiled.cubin, gen.entry)
-    return loaded, f"{rep.registers} regs, {rep.local_bytes} B local, {n.value} CTAs/SM"
+@contextmanager
+def environment(env: dict):
+    """os.environ with env's entries set (None: removed) for the block, restored after."""
+    saved = {name: os.environ.get(name) for name in env}
+    try:
+        for name, value in env.items():
+            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+
+
+def load_variant(kern, env: dict, q, k, v, out, dout, lse, caps):
+    """The runtime's backward entries ((key, loaded module), (key, launch plan)) built with env
+    (KDSL_DEFINES, KDSL_BWD_KERNEL, ...) set, and a line describing the build."""
+    with environment(env):
+        for cache in (kern._loaded, kern._plans):
+            for key in [key for key in cache if key[0] == "backward"]:
+                del cache[key]
+        ab.backward(kern, q, k, v, out, dout, lse, None, caps, None)
+        (lkey,) = [key for key in kern._loaded if key[0] == "backward"]
+        (pkey,) = [key for key in kern._plans if key[0] == "backward"]
+        built = build(kern._kernel_ir(False), kern._arch(), q.shape[3], value_dim=v.shape[3], program=ab.BACKWARD)
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    info = f"{rep.registers} regs, {rep.local_bytes} B local" if rep else "no cuobjdump"
+    info += f", cubin {hashlib.sha256(built.compiled.cubin).hexdigest()[:12]}"
+    return ((lkey, kern._loaded[lkey]), (pkey, kern._plans[pkey])), info
+
+
+def installer(kern, entries: dict):
+    """install(variant): puts the variant's loaded module and launch plan in the runtime's caches."""
+    def install(var):
+        (lkey, loaded), (pkey, plan) = entries[var]
+        kern._loaded[lkey], kern._plans[pkey] = loaded, plan
+    return install
+
+
+def defines_env(variant: str) -> dict:
+    """'default' or '-DNAME[=V] ...' as the KDSL_DEFINES it stands for."""
+    if variant == "default":
+        return {"KDSL_DEFINES": None}
+    items = variant.split()
+    if not all(item.startswith("-D") for item in items):
+        raise SystemExit(f"variant {variant!r}: 'default' or -DNAME[=VALUE] options")
+    return {"KDSL_DEFINES": " ".join(item[2:] for item in items)}
 
 
 def main():
@@ -55,17 +94,11 @@ def main():
         cap_list = [caps[t.name] for t in kern.captures]
         out, lse = kern._run(q, k, v, cap_list, None, None, None, None, keep_lse=True)
         dout = torch.randn_like(out)
-        # a first call loads the default build; each variant then replaces its kernel under the
-        # runtime's own key (a key of our own making once went unread, and every variant ran the default)
-        ab.backward(kern, q, k, v, out, dout, lse, None, cap_list, None)
-        (key,) = [kk for kk in kern._loaded if kk[0] == "backward"]
-        loaded_default = kern._loaded[key]
-        builds = {}
+        entries = {}
         for var in variants:
-            builds[var], info = build(kern, D, D, q.device.index, [] if var == "default" else var.split())
+            entries[var], info = load_variant(kern, defines_env(var), q, k, v, out, dout, lse, cap_list)
             print(f"  {name} [{var}]: {info}")
-        install = lambda var: kern._loaded.__setitem__(key, (builds[var],) + loaded_default[1:])  # noqa: E731
-        times, results = time_in_turns(variants, args.reps, install,
+        times, results = time_in_turns(variants, args.reps, installer(kern, entries),
                                        lambda: ab.backward(kern, q, k, v, out, dout, lse, None, cap_list, None)[:3])
         report(name, variants, times, results)
 
@@ -97,6 +130,7 @@ def report(name, variants, times, results):
         t = statistics.median(times[var])
         print(f"| {name} | {var} | {t:.0f} | x{statistics.median(times[first]) / t:.3f} | "
               f"grads differ from the first by {diff:.1e} of their max |", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -8,33 +8,14 @@ turns and report).
         --kinds "wgmma;wgmma_wide" [--kernels causal] [--reps 20]
 """
 import argparse
-import os
 
 import torch
 
 import kdsl
-from kdsl import sass
 from kdsl.runtime import attention_backward as ab
-from kdsl.runtime.compiler import build
 from kdsl.testing import attention_inputs
 
-from backward_ab import report, time_in_turns  # tools/dev on sys.path (run from there or PYTHONPATH)
-
-
-def load_kind(kern, kind, q, k, v, out, dout, lse, caps):
-    """The runtime's backward entries (loaded module, launch plan) built with `kind` forced."""
-    os.environ["KDSL_BWD_KERNEL"] = kind
-    for cache in (kern._loaded, kern._plans):
-        for key in [key for key in cache if key[0] == "backward"]:
-            del cache[key]
-    ab.backward(kern, q, k, v, out, dout, lse, None, caps, None)
-    (lkey,) = [key for key in kern._loaded if key[0] == "backward"]
-    (pkey,) = [key for key in kern._plans if key[0] == "backward"]
-    loaded = kern._loaded[lkey]
-    built = build(kern._kernel_ir(False), kern._arch(), q.shape[3], value_dim=v.shape[3], program=ab.BACKWARD)
-    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
-    info = f"{rep.registers} regs, {rep.local_bytes} B local" if rep else "no cuobjdump"
-    return (lkey, loaded), (pkey, kern._plans[pkey]), info
+from backward_ab import installer, load_variant, report, time_in_turns  # tools/dev on sys.path
 
 
 def main():
@@ -58,15 +39,9 @@ def main():
         dout = torch.randn_like(out)
         entries = {}
         for kind in kinds:
-            loaded, plan, info = load_kind(kern, kind, q, k, v, out, dout, lse, cap_list)
-            entries[kind] = (loaded, plan)
+            entries[kind], info = load_variant(kern, {"KDSL_BWD_KERNEL": kind}, q, k, v, out, dout, lse, cap_list)
             print(f"  {name} [{kind}]: {info}")
-
-        def install(kind):
-            (lkey, loaded), (pkey, plan) = entries[kind]
-            kern._loaded[lkey], kern._plans[pkey] = loaded, plan
-
-        times, results = time_in_turns(kinds, args.reps, install,
+        times, results = time_in_turns(kinds, args.reps, installer(kern, entries),
                                        lambda: ab.backward(kern, q, k, v, out, dout, lse, None, cap_list, None)[:3])
         report(name, kinds, times, results)
 
