@@ -37,6 +37,12 @@
 #ifndef KDSL_BWD_BUFFERS  // attention_bwd.cuh's single-buffer switch; sm_90a always has room for two
 #define KDSL_BWD_BUFFERS 2
 #endif
+// The next step's copies are issued once this step's first products are (1), or before them (0,
+// for A/B timing): a wgmma.fence waits until every earlier cp.async has read its address
+// registers, which held the products back by a long-scoreboard stall a step.
+#ifndef KDSL_BWD_LOADS_UNDER_MMA
+#define KDSL_BWD_LOADS_UNDER_MMA 1
+#endif
 
 namespace kdsl {
 
@@ -280,7 +286,7 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     fence_proxy_async();  // ... are read by wgmma, the async proxy
     __syncthreads();      // ... for every thread; and the last step's reads of the other buffer are done
     add_out_dq();
-    if (nxt.hq < group) issue(nxt, buf ^ 1);
+    if (!KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
     const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
@@ -294,6 +300,7 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     wgmma_commit();  // S^T a group of its own: a wait<1> can take it before dP^T (branch backward-overlap)
     mma_kmajor<Elem, 64, DVP>(dp, sVw, BN, sDOb, BM);
     wgmma_commit();
+    if (KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
     wgmma_wait<0>();
     wgmma_pin(s);
     wgmma_pin(dp);
