@@ -40,6 +40,11 @@
 // The next step's copies are issued once this step's first products are (1), or before them (0,
 // for A/B timing): a wgmma.fence waits until every earlier cp.async has read its address
 // registers, which held the products back by a long-scoreboard stall a step.
+// A step's dQ added into dq_acc from registers by red.global.add.v4.f32 (1) instead of staged in
+// shared memory and added by one bulk reduction (0); an A/B switch.
+#ifndef KDSL_BWD_DQ_RED
+#define KDSL_BWD_DQ_RED 0
+#endif
 #ifndef KDSL_BWD_LOADS_UNDER_MMA
 #define KDSL_BWD_LOADS_UNDER_MMA 1
 #endif
@@ -89,6 +94,9 @@ KDSL_DEVICE float ld_shared_f32(u32 addr) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
   return v;
+}
+KDSL_DEVICE void red_add_v4(float* p, float x, float y, float z, float w) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "l"(p), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
 }
 KDSL_DEVICE void st_shared(u32 addr, float x, float y, float z, float w) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
@@ -402,6 +410,13 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_pin(dq);
+    if constexpr (KDSL_BWD_DQ_RED) {  // in the launch contract's fragment order, from registers
+      float* const dst = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP) +
+                         ((wg * 4 + warp) * (DQN / 8) * 32 + lane) * 4;
+#pragma unroll
+      for (int j = 0; j < DQN / 8; ++j) red_add_v4(dst + j * 32 * 4, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+      continue;
+    }
     // staged in fragment order (the launch contract's layout), added out next step
     const u32 dq_stage = base + C::kDQ + dq_buf * C::kDQBuf + ((wg * 4 + warp) * (DQN / 8) * 32 + lane) * 16;
 #pragma unroll
