@@ -23,8 +23,9 @@ class SassReport:
     local_bytes: int            # per-thread stack frame + local memory (spills land here)
     spill_ops: int              # STL/LDL instructions
     tensor_ops: dict[str, int]  # opcode -> count
-    other_ops: dict = None      # TMA loads/stores/reductions (UTMALDG/UTMASTG/UTMAREDG), special functions (MUFU),
-                                # global and shared loads (LDG, LDS), stmatrix (STSM) -> count
+    other_ops: dict = None      # TMA loads/stores/reductions (UTMALDG/UTMASTG/UTMAREDG), bulk and global
+                                # reductions (UBLKRED, REDG), special functions (MUFU), global and shared
+                                # loads (LDG, LDS), stmatrix (STSM) -> count
 
     @property
     def has_tensor_cores(self) -> bool:
@@ -71,7 +72,7 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
     for m in re.finditer(r"\b(HGMMA|QGMMA|IGMMA|HMMA|IMMA)\.[\w.]+", code):
         ops[m.group(1)] = ops.get(m.group(1), 0) + 1
     other: dict[str, int] = {}
-    for m in re.finditer(r"\b(UTMALDG|UTMASTG|UTMAREDG|MUFU|LDG|LDS|STSM)(\.[A-Z0-9]+)?", code):
+    for m in re.finditer(r"\b(UTMALDG|UTMASTG|UTMAREDG|UBLKRED|REDG|MUFU|LDG|LDS|STSM)(\.[A-Z0-9]+)?", code):
         other[m.group(1)] = other.get(m.group(1), 0) + 1
         if m.group(1) == "MUFU" and m.group(2):  # which function: MUFU.EX2, MUFU.TANH, ...
             other["MUFU" + m.group(2)] = other.get("MUFU" + m.group(2), 0) + 1

@@ -137,6 +137,19 @@ def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
             assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, (k.name, d, rep)
 
 
+@pytest.mark.parametrize("d, red", [(64, True), (48, True), (128, False), (96, False)])
+def test_dq_is_added_from_registers_at_head_dim_64(d, red):
+    """The <= 128 wgmma backward adds a step's dQ from registers (red.global.add.v4.f32, REDG)
+    where the padded head dim is 64, and by one bulk reduction of a staged tile (UBLKRED) at 128:
+    the faster of the two at each (bench/NOTES.md, forty-fourth session)."""
+    plain = next(p for p in SAMPLES if p.stem == "plain")
+    built = build(INTERPRETED[plain].ir["plain"], "sm_90a", d, program=Program(backward=True))
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    if rep is None:  # no cuobjdump here
+        pytest.skip("cuobjdump")
+    assert (bool(rep.other_ops.get("REDG")), bool(rep.other_ops.get("UBLKRED"))) == (red, not red), rep.other_ops
+
+
 @pytest.mark.parametrize("d, dv", [(160, 96), (64, 256), (192, 128)])
 def test_wide_backward_splits_columns_inside_a_block(d, dv):
     """The wide backward's warpgroups take half of each padded head dim's columns; where a
