@@ -38,15 +38,16 @@
 #ifndef KDSL_BWD_BUFFERS  // attention_bwd.cuh's single-buffer switch; sm_90a always has room for two
 #define KDSL_BWD_BUFFERS 2
 #endif
-// The next step's copies are issued once this step's first products are (1), or before them (0,
-// for A/B timing): a wgmma.fence waits until every earlier cp.async has read its address
-// registers, which held the products back by a long-scoreboard stall a step.
 // A step's dQ added into dq_acc from registers by red.global.add.v4.f32 (1) or staged in shared
 // memory and added by one bulk reduction (0); unset (-1): from registers where the padded head dim
-// is 64 (NVIDIA H200, backward alone in turns: x1.02-1.07 at D=64, x0.91-0.96 at D=128).
+// is 64 (its staging buffers then unused; NVIDIA H200, backward alone in turns: x1.02-1.07 at
+// D=64, x0.91-0.96 at D=128).
 #ifndef KDSL_BWD_DQ_RED
 #define KDSL_BWD_DQ_RED -1
 #endif
+// The next step's copies are issued once this step's first products are (1), or before them (0,
+// for A/B timing): a wgmma.fence waits until every earlier cp.async has read its address
+// registers, which held the products back by a long-scoreboard stall a step (x1.02-1.09).
 #ifndef KDSL_BWD_LOADS_UNDER_MMA
 #define KDSL_BWD_LOADS_UNDER_MMA 1
 #endif
