@@ -1,7 +1,7 @@
 """The backward tests' comparison (GPU kernel or interpreter against float64 autograd of the
 reference, kdsl/reference.py), with kdsl check's measures (kdsl/check.py)."""
 from kdsl import ir
-from kdsl.check import (GRAD_TOL, autograd_grads, capture_grads, gradient_error, natural_norm,
+from kdsl.check import (GRAD_TOL, autograd_grads, capture_grads, gradient_error, natural_norm, zero_to_rounding,
                         reference_capture_grads, reference_grads)
 
 
@@ -50,11 +50,12 @@ def check_grads(label, kern, kir, q, k, v, caps, dout, dlse=None, of_captures=Fa
     want = reference_grads(kir, q, k, v, caps, None, out[0] if isinstance(out, tuple) else out, dout, dlse)
     for n, g, w, other in zip(("dq", "dk", "dv"), got, want, (k, q, None)):
         assert g.dtype == q.dtype and g.shape == w.shape, f"{label}: {n} {g.dtype} {tuple(g.shape)}"
-        if k.shape[2] == 1 and other is not None:
-            # One key: its softmax is constant, so the true gradients of q and k are zeros; what
-            # a kernel leaves is the forward's bf16 rounding of P and O (2^-8 relative each)
+        natural = natural_norm(g, dout, v, other, q.shape[3] ** -0.5) if other is not None else 0.0
+        if other is not None and (k.shape[2] == 1 or zero_to_rounding(w, natural)):
+            # One key, or a score that does not depend on s: the true gradients of q and k are
+            # zeros; what a kernel leaves is the forward's bf16 rounding of P and O (2^-8 relative each)
             err = float((g.double() - w.double()).pow(2).sum().sqrt())
-            bound = 2 ** -7 * natural_norm(g, dout, v, other, q.shape[3] ** -0.5)
+            bound = 2 ** -7 * natural
             assert err <= bound, f"{label}: {n} = {err:.3e}, above the rounding bound {bound:.3e}"
             continue
         rel = gradient_error(g, w)

@@ -50,6 +50,28 @@ def test_generated_scores_and_masks(score, mask, seed):
     check_grads(f"{score} / {mask}", mod.gen, mod.ir["gen"], q, k, v, caps, dout)
 
 
+def test_a_score_constant_in_s_is_judged_against_rounding():
+    """(4 s) - (4 s) is 0 for every s, so the true dq and dk are zeros; the float64 reference
+    leaves ~1e-15 of rounding in them, against which the interpreter's exact zeros came out at
+    relative error 1 (hypothesis found it in CI). Such a gradient is judged against the bf16
+    rounding bound, as at one key; a dq off by more than that still fails."""
+    mod = kdsl.compile(program("(((s + s) + (s + s)) - ((s + s) + (s + s)))", None), interpret=True)
+    q, k, v, caps, dout = _inputs(mod.ir["gen"], (1, 2, 1, 70, 90, 16, 16))
+    check_grads("4 s - 4 s", mod.gen, mod.ir["gen"], q, k, v, caps, dout)
+
+    class OffBy(torch.autograd.Function):  # the identity, whose gradient comes back 0.1 off
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g + 0.1
+
+    with pytest.raises(AssertionError, match="dq = .* above the rounding bound"):
+        check_grads("4 s - 4 s", lambda q, k, v: mod.gen(OffBy.apply(q), k, v), mod.ir["gen"], q, k, v, caps, dout)
+
+
 def test_gradient_of_a_declared_lse():
     mod = kdsl.compile(program(None, "j <= i", decls=("lse: f32[B, H, M]",)), interpret=True)
     q, k, v, caps, dout = _inputs(mod.ir["gen"], (1, 4, 2, 100, 100, 16, 16))
