@@ -11,6 +11,8 @@ cache key), and both of the runtime's entries for the backward are swapped in tu
 module and the launch plan that holds its kernel. Swapping the module alone once timed the
 default build under every name (the plan, cached per signature since the forty-first session,
 kept launching it)."""
+from __future__ import annotations
+
 import argparse
 import hashlib
 import os
@@ -29,17 +31,24 @@ from kdsl.testing import attention_inputs
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def _setenv(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 @contextmanager
 def environment(env: dict):
     """os.environ with env's entries set (None: removed) for the block, restored after."""
     saved = {name: os.environ.get(name) for name in env}
     try:
         for name, value in env.items():
-            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+            _setenv(name, value)
         yield
     finally:
         for name, value in saved.items():
-            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+            _setenv(name, value)
 
 
 def load_variant(kern, env: dict, q, k, v, out, dout, lse, caps):
