@@ -86,6 +86,24 @@ def defines_env(variant: str) -> dict:
     return {"KDSL_DEFINES": " ".join(item[2:] for item in items)}
 
 
+def compare(kern, name: str, envs: dict, shape, reps: int) -> None:
+    """Time kern's backward alone at shape (B, H, M, N, D) under each of envs ({label: env for
+    load_variant}), in turns on the same inputs, and print a row a label (the first: the base)."""
+    B, H, M, N, D = shape
+    q, k, v, caps = attention_inputs(kern.ir, B, H, H, M, N, D)
+    cap_list = [caps[t.name] for t in kern.captures]
+    out, lse = kern._run(q, k, v, cap_list, None, None, None, None, keep_lse=True)
+    dout = torch.randn_like(out)
+    entries = {}
+    for label, env in envs.items():
+        entries[label], info = load_variant(kern, env, q, k, v, out, dout, lse, cap_list)
+        print(f"  {name} [{label}]: {info}")
+    labels = list(envs)
+    times, results = time_in_turns(labels, reps, installer(kern, entries),
+                                   lambda: ab.backward(kern, q, k, v, out, dout, lse, None, cap_list, None)[:3])
+    report(name, labels, times, results)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--programs", default="plain,causal,relpos")
@@ -93,23 +111,12 @@ def main():
     ap.add_argument("--variants", default="default;-DKDSL_BWD_MIN_BLOCKS=1")
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
-    B, H, M, N, D = map(int, args.shape.split(","))
-    variants = args.variants.split(";")
+    shape = tuple(map(int, args.shape.split(",")))
+    B, H, M, N, D = shape
     print(f"device: {torch.cuda.get_device_name()}; backward alone, B={B} H={H} M={M} N={N} D={D}, us")
     for name in args.programs.split(","):
-        mod = kdsl.load(ROOT / "samples" / f"{name}.kd")
-        kern = getattr(mod, name)
-        q, k, v, caps = attention_inputs(kern.ir, B, H, H, M, N, D)
-        cap_list = [caps[t.name] for t in kern.captures]
-        out, lse = kern._run(q, k, v, cap_list, None, None, None, None, keep_lse=True)
-        dout = torch.randn_like(out)
-        entries = {}
-        for var in variants:
-            entries[var], info = load_variant(kern, defines_env(var), q, k, v, out, dout, lse, cap_list)
-            print(f"  {name} [{var}]: {info}")
-        times, results = time_in_turns(variants, args.reps, installer(kern, entries),
-                                       lambda: ab.backward(kern, q, k, v, out, dout, lse, None, cap_list, None)[:3])
-        report(name, variants, times, results)
+        kern = getattr(kdsl.load(ROOT / "samples" / f"{name}.kd"), name)
+        compare(kern, name, {var: defines_env(var) for var in args.variants.split(";")}, shape, args.reps)
 
 
 def time_in_turns(variants, reps, install, run):

@@ -12,10 +12,7 @@ import argparse
 import torch
 
 import kdsl
-from kdsl.runtime import attention_backward as ab
-from kdsl.testing import attention_inputs
-
-from backward_ab import installer, load_variant, report, time_in_turns  # tools/dev on sys.path
+from backward_ab import compare  # tools/dev on sys.path
 
 
 def main():
@@ -26,25 +23,14 @@ def main():
     ap.add_argument("--kinds", default="wgmma;wgmma_wide")
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
-    B, H, M, N, D = map(int, args.shape.split(","))
-    kinds = args.kinds.split(";")
+    shape = tuple(map(int, args.shape.split(",")))
+    B, H, M, N, D = shape
     print(f"device: {torch.cuda.get_device_name()}; backward alone, B={B} H={H} M={M} N={N} D={D}")
     mod = kdsl.load(args.file)
     names = args.kernels.split(",") if args.kernels else [n for n in mod.kernels if mod.ir[n].kind == "attention"]
     for name in names:
-        kern = getattr(mod, name)
-        q, k, v, caps = attention_inputs(kern.ir, B, H, H, M, N, D)
-        cap_list = [caps[t.name] for t in kern.captures]
-        out, lse = kern._run(q, k, v, cap_list, None, None, None, None, keep_lse=True)
-        dout = torch.randn_like(out)
-        entries = {}
-        for kind in kinds:
-            entries[kind], info = load_variant(kern, {"KDSL_BWD_KERNEL": kind}, q, k, v, out, dout, lse, cap_list)
-            print(f"  {name} [{kind}]: {info}")
-        times, results = time_in_turns(kinds, args.reps, installer(kern, entries),
-                                       lambda: ab.backward(kern, q, k, v, out, dout, lse, None, cap_list, None)[:3])
-        report(name, kinds, times, results)
-
+        compare(getattr(mod, name), name, {kind: {"KDSL_BWD_KERNEL": kind} for kind in args.kinds.split(";")},
+                shape, args.reps)
 
 if __name__ == "__main__":
     main()
