@@ -172,6 +172,19 @@ def test_dq_is_added_from_registers_at_head_dim_64(d, red):
     assert (bool(rep.other_ops.get("REDG")), bool(rep.other_ops.get("UBLKRED"))) == (red, not red), rep.other_ops
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_tma_backward_builds_with_tma_loads(d, monkeypatch):
+    """KDSL_BWD_KERNEL=wgmma_tma: the <= 128 wgmma backward with Q and dO loaded by TMA (its
+    entry takes their tensor maps first): UTMALDG in its SASS, HGMMA, no local memory."""
+    monkeypatch.setenv("KDSL_BWD_KERNEL", "wgmma_tma")
+    plain = next(p for p in SAMPLES if p.stem == "plain")
+    built = build(INTERPRETED[plain].ir["plain"], "sm_90a", d, program=Program(backward=True))
+    assert "attention_bwd_wgmma_tma<" in built.generated.source and "kdsl::TmaDesc tq" in built.generated.source
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    if rep is not None:
+        assert rep.other_ops.get("UTMALDG") and rep.tensor_ops.get("HGMMA") and not rep.local_bytes, rep
+
+
 @pytest.mark.parametrize("d, dv", [(160, 96), (64, 256), (192, 128)])
 def test_wide_backward_splits_columns_inside_a_block(d, dv):
     """The wide backward's warpgroups take half of each padded head dim's columns; where a
@@ -207,7 +220,7 @@ def test_the_backward_kernel_can_be_forced_where_it_runs(monkeypatch):
     with pytest.raises(KdslError, match=r"'wgmma' at head dims 192 / 128: it takes padded head dims up to 128"):
         emit.backward_plan(192, 128, get_target("sm_90a"))
     monkeypatch.setenv("KDSL_BWD_KERNEL", "fast")
-    with pytest.raises(KdslError, match=r"'fast' at head dims 64 / 64: not one of wgmma, wgmma_wide, mma"):
+    with pytest.raises(KdslError, match=r"'fast' at head dims 64 / 64: not one of wgmma, wgmma_tma, wgmma_wide, mma"):
         emit.backward_plan(64, 64, get_target("sm_90a"))
 
 

@@ -172,9 +172,10 @@ class BackwardPlan:
     keys: int      # keys a CTA owns: grid = (ceil(N / keys), Hkv, B)
     buffers: int   # Q / dO buffers; attention_bwd.cuh takes one where two do not fit; 0: none fits
     dq_tiles: bool = False  # dq_acc in 64-row tiles of fragment order (attention_bwd_wgmma.cuh), else [B, H, M, D] rows
+    tma: bool = False  # Q and dO tiles by TMA: the kernel takes their tensor maps first (attention_bwd_wgmma_tma)
 
 
-BACKWARD_KERNELS = ("wgmma", "wgmma_wide", "mma")  # backward_plan's kinds (KDSL_BWD_KERNEL)
+BACKWARD_KERNELS = ("wgmma", "wgmma_tma", "wgmma_wide", "mma")  # backward_plan's kinds (KDSL_BWD_KERNEL)
 
 
 def backward_plan(d: int, dv: int, target, kind: str = "") -> BackwardPlan:
@@ -182,20 +183,25 @@ def backward_plan(d: int, dv: int, target, kind: str = "") -> BackwardPlan:
     head dims are at most 128 (its registers hold dK and dV for 64 keys a warpgroup), the wide
     one (attention_bwd_wgmma_wide.cuh: 64 keys a CTA, head-dim columns split between the
     warpgroups) up to 256; else the mma.sync one (attention_bwd.cuh). kind (or the environment's
-    KDSL_BWD_KERNEL: "wgmma", "wgmma_wide", "mma") forces one where it can run, for A/B timing."""
+    KDSL_BWD_KERNEL: "wgmma", "wgmma_tma" (the same with Q and dO loaded by TMA), "wgmma_wide",
+    "mma") forces one where it can run, for A/B timing."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
     kind = kind or os.environ.get("KDSL_BWD_KERNEL", "")
     if kind:
         why = (f"not one of {', '.join(BACKWARD_KERNELS)}" if kind not in BACKWARD_KERNELS else
                f"{target.arch} has no wgmma" if kind.startswith("wgmma") and not target.has_wgmma else
-               "it takes padded head dims up to 128" if kind == "wgmma" and max(dp, dvp) > 128 else "")
+               "it takes padded head dims up to 128" if kind in ("wgmma", "wgmma_tma") and max(dp, dvp) > 128
+               else "")
         if why:
             raise KdslError(f"backward kernel {kind!r} at head dims {d} / {dv}: {why} (KDSL_BWD_KERNEL)")
     else:
         kind = "mma" if not target.has_wgmma else "wgmma" if dp <= 128 and dvp <= 128 else "wgmma_wide"
-    if kind == "wgmma":  # attention_bwd_wgmma.cuh's BwdWgCfg: 128 keys, two 64-row Q / dO buffers, dS^T,
-        bm, bn = 64, 128     # two fp32 dQ tiles
+    if kind in ("wgmma", "wgmma_tma"):  # BwdWgCfg: 128 keys, two 64-row Q / dO buffers, dS^T, two fp32 dQ tiles
+        bm, bn = 64, 128
         smem = 1024 + 2 * (bn * (dp + dvp) + 2 * bm * (dp + dvp) + bn * bm) + 2 * bm * dp * 4 + 2 * 2 * 4 * bm
+        if kind == "wgmma_tma":  # two mbarriers more
+            return BackwardPlan("attention_bwd_wgmma_tma", "kdsl/attention_bwd_wgmma.cuh", smem + 16, 256, bn, 2,
+                                dq_tiles=True, tma=True)
         return BackwardPlan("attention_bwd_wgmma", "kdsl/attention_bwd_wgmma.cuh", smem, 256, bn, 2, dq_tiles=True)
     if kind == "wgmma_wide":  # BwdWideCfg: 64 keys, two 64-row Q / dO buffers, dS^T, two 8 KB exchange slots
         bm = bn = 64
@@ -235,7 +241,7 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
         forward_header=forward,
         body=plan.body, body_header=plan.header,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), poly_exp2=0, lazy_rescale=0,
-        tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=plan.threads, entry=entry,
+        tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=plan.threads, entry=entry, tma=plan.tma,
         fields=fields, v=_variant(k, variables, captures),
         grad=dict(score=natural(score), dscore=natural(dscore), score_is_s=_on(score == ir.Var("f32", "s")),
                   dscore_const=_on(isinstance(dscore, ir.Const) and math.isfinite(dscore.value)),

@@ -127,7 +127,10 @@ def backward(kernel, q, k, v, out, dout, lse, dlse, caps, scale, want_caps=()):
             _align(p, n, kernel.name)
     # a gradient buffer per tensor the kernel has one for: null where the build adds none
     pointers += [_ptr(cap_grads[n]) if n in cap_grads else 0 for n in launch.graded]
-    launch.launcher(stream, launch.pack, pointers)
+    if launch.maps:  # q's and dout's maps, re-encoded where their pointers changed
+        launch.launcher(stream, launch.pack, pointers, launch.bind_maps, (pointers[0], pointers[3]))
+    else:
+        launch.launcher(stream, launch.pack, pointers)
     if launch.dq_rows is None:
         dq = dq_acc.to(q.dtype)
     else:  # fragment-order tiles to rows of q's dtype, by the module's helper
@@ -160,12 +163,19 @@ class _BackwardLaunch:
         tiles, dp = -(-M // 64), -(-D // 64) * 64
         self.dq_shape = (B, H, tiles, 64 * dp) if plan.dq_tiles else (B, H, M, D)
         ncap, ngrad = len(caps), len(self.graded)
-        kinds = ["ptr"] * 9 + ["i32"] * 6 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra) + ["ptr"] * ngrad
-        values = [None] * 9 + [B, H, Hkv, M, N, _head_group(kernel, q, Hkv, Dv, key_blocks, self.device),
-                               s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra]
-        first_grad = 17 + ncap + len(extra)
-        self.pack = ArgPack(kinds, values, list(range(9)) + list(range(17, 17 + ncap)) +
+        nmaps = 2 if plan.tma else 0  # q's and dout's tensor maps come first (attention_bwd_wgmma_tma)
+        kinds = ["tmap"] * nmaps + ["ptr"] * 9 + ["i32"] * 6 + ["f32"] * 2 + ["ptr"] * ncap + \
+            ["i32"] * len(extra) + ["ptr"] * ngrad
+        values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, _head_group(kernel, q, Hkv, Dv, key_blocks, self.device),
+                                         s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra]
+        first_cap, first_grad = nmaps + 17, nmaps + 17 + ncap + len(extra)
+        self.pack = ArgPack(kinds, values, list(range(nmaps, nmaps + 9)) + list(range(first_cap, first_cap + ncap)) +
                             list(range(first_grad, first_grad + ngrad)))
+        self.maps = ()
+        if plan.tma:  # boxes of 64 columns x 64 rows of a [B * H, M, D] tensor, zeros past M
+            from .tma import RowTiles
+            elem = kernel.ir.tensor("q").dtype
+            self.maps = (RowTiles(self.pack, 0, elem, B * H, M, D, 64), RowTiles(self.pack, 1, elem, B * H, M, Dv, 64))
         self.launcher = Launcher(self.loaded.fn_ptr, (key_blocks * Hkv * B, 1, 1), (plan.threads, 1, 1),
                                  self.loaded.smem)
         entry = self.loaded.entry
@@ -178,6 +188,10 @@ class _BackwardLaunch:
                                   ArgPack(["ptr"] * 2 + ["i32"] * 2 + ["f32"], [None, None, M, items, s], [0, 1])) \
             if plan.dq_tiles else None
         self.scale = s
+
+    def bind_maps(self, pointers) -> None:
+        for m, p in zip(self.maps, pointers):
+            m.bind(p)
 
 
 def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, device: int) -> int:

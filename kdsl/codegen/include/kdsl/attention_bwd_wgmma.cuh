@@ -224,11 +224,26 @@ template <int D, int DV>
 __host__ __device__ constexpr int attention_bwd_wgmma_threads() { return attn_bwd_wg_detail::BwdWgCfg<D, DV>::kThreads; }
 template <int D, int DV>
 __host__ __device__ constexpr int attention_bwd_wgmma_min_blocks() { return 1; }
+// The same kernel with Q and dO loaded by TMA (one thread, two mbarriers after the tiles)
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_wgmma_tma_smem_bytes() {
+  return attn_bwd_wg_detail::BwdWgCfg<D, DV>::kSmemBytes + 16;
+}
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_wgmma_tma_threads() { return 256; }
+template <int D, int DV>
+__host__ __device__ constexpr int attention_bwd_wgmma_tma_min_blocks() { return 1; }
 
-template <class Elem, int D, int DV, class V, class G>
-KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captures& c, const Elem* dout,
-                                     const float* lse, const float* delta, float* dq_acc, Elem* dk, Elem* dv,
-                                     const typename G::CaptureGrads& cg) {
+namespace attn_bwd_wg_detail {
+
+// The kernel; with kTma, Q and dO tiles come by TMA from tq / tdo (3-D maps over [B * H, M, D]
+// and [B * H, M, DV], boxes of 64 columns x 64 rows in the 128-byte swizzle, zeros past M),
+// issued by thread 0 and awaited on the mbarrier of their buffer; else by every thread's cp.async.
+template <bool kTma, class Elem, int D, int DV, class V, class G>
+KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo, const AttnArgs& a,
+                                          const typename V::Captures& c, const Elem* dout, const float* lse,
+                                          const float* delta, float* dq_acc, Elem* dk, Elem* dv,
+                                          const typename G::CaptureGrads& cg) {
   using namespace attn_bwd_wg_detail;
   typedef BwdWgCfg<D, DV> C;
   constexpr int BM = C::BM, BN = C::BN, DP = C::DP, DVP = C::DVP, T = C::kThreads;
@@ -261,11 +276,33 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
   const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM, M, N};
+  const u32 full0 = base + C::kSmemBytes - 1024;  // kTma: buffer buf's tiles landed, at full0 + 8 buf
+  if constexpr (kTma) {
+    if (tid == 0) {
+      mbar_init(full0, 1);
+      mbar_init(full0 + 8, 1);
+      mbar_init_fence();
+      tma_prefetch_desc(tq);
+      tma_prefetch_desc(tdo);
+    }
+  }
   auto issue = [&](Step st, int buf) {
     const int m0 = st.mt * BM;
     const i64 row0 = ((i64)b * a.H + hkv * group + st.hq) * M + m0;
-    load_tile<Elem, D, DP, BM, T>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
-    load_tile<Elem, DV, DVP, BM, T>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
+    if constexpr (kTma) {
+      if (tid == 0) {
+        const int bh = b * a.H + hkv * group + st.hq;
+        const u32 bar = full0 + 8 * buf;
+        mbar_arrive_expect_tx(bar, C::kQBuf + C::kDOBuf);
+#pragma unroll
+        for (int cb = 0; cb < DP / 64; ++cb) tma_load_3d(sQ + buf * C::kQBuf + cb * BM * 128, tq, bar, cb * 64, m0, bh);
+#pragma unroll
+        for (int cb = 0; cb < DVP / 64; ++cb) tma_load_3d(sDO + buf * C::kDOBuf + cb * BM * 128, tdo, bar, cb * 64, m0, bh);
+      }
+    } else {
+      load_tile<Elem, D, DP, BM, T>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
+      load_tile<Elem, DV, DVP, BM, T>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
+    }
     copy_row_stats<BM>(base + C::kLse, base + C::kDelta, buf, lse, delta, row0, m0, M, tid);
     cp_async_commit();
   };
@@ -291,11 +328,16 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
   Step cur = steps.next(a, c, Step{0, 0});
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
+  u32 phase = 0;  // kTma: of buffer buf's mbarrier (flips every second step)
   for (; cur.hq < group; buf ^= 1) {
     const Step nxt = steps.next(a, c, steps.advance(cur));
     cp_async_wait<0>();   // this step's tiles (and, the first time, K and V)
     fence_proxy_async();  // ... are read by wgmma, the async proxy
     __syncthreads();      // ... for every thread; and the last step's reads of the other buffer are done
+    if constexpr (kTma) {  // Q and dO, written by TMA (the async proxy, as wgmma)
+      mbar_wait(full0 + 8 * buf, phase);
+      phase ^= buf;
+    }
     add_out_dq();
     if (!KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
     const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
@@ -456,6 +498,25 @@ KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captur
         *reinterpret_cast<u32*>(dv + (kv_head * N + kv) * DV + col) = pack2<Elem>(acc_dv[4 * j + 2 * hh], acc_dv[4 * j + 2 * hh + 1]);
     }
   }
+}
+
+}  // namespace attn_bwd_wg_detail
+
+template <class Elem, int D, int DV, class V, class G>
+KDSL_DEVICE void attention_bwd_wgmma(const AttnArgs& a, const typename V::Captures& c, const Elem* dout,
+                                     const float* lse, const float* delta, float* dq_acc, Elem* dk, Elem* dv,
+                                     const typename G::CaptureGrads& cg) {
+  attn_bwd_wg_detail::attention_bwd_wgmma_impl<false, Elem, D, DV, V, G>(nullptr, nullptr, a, c, dout, lse, delta,
+                                                                         dq_acc, dk, dv, cg);
+}
+
+template <class Elem, int D, int DV, class V, class G>
+KDSL_DEVICE void attention_bwd_wgmma_tma(const TmaDesc* tq, const TmaDesc* tdo, const AttnArgs& a,
+                                         const typename V::Captures& c, const Elem* dout, const float* lse,
+                                         const float* delta, float* dq_acc, Elem* dk, Elem* dv,
+                                         const typename G::CaptureGrads& cg) {
+  attn_bwd_wg_detail::attention_bwd_wgmma_impl<true, Elem, D, DV, V, G>(tq, tdo, a, c, dout, lse, delta, dq_acc, dk,
+                                                                        dv, cg);
 }
 
 }  // namespace kdsl
