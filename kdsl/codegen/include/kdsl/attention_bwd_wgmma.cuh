@@ -15,7 +15,8 @@
 //     dq_acc holds [B, H, ceil(M / 64)] such tiles, which the host puts back
 //     in row order (runtime/attention_backward.py, dq_from_tiles).
 //   - Q, dO, lse and delta are double-buffered: the next step's tiles land by cp.async while
-//     this one computes.
+//     this one computes (attention_bwd_wgmma_tma: Q and dO by TMA, issued by one thread onto an
+//     mbarrier a buffer, from tensor maps the runtime passes first).
 // Operand tiles use the 128-byte-swizzled layout TMA writes (64-column blocks of rows of 128
 // bytes, 8-row atoms of 1024 bytes), so one copy of K serves as the K-major A of S^T and the
 // MN-major B of dQ, and one of Q (dO) as the K-major B of S^T (dP^T) and the MN-major B of
