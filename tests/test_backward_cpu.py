@@ -172,17 +172,21 @@ def test_dq_is_added_from_registers_at_head_dim_64(d, red):
     assert (bool(rep.other_ops.get("REDG")), bool(rep.other_ops.get("UBLKRED"))) == (red, not red), rep.other_ops
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_the_tma_backward_builds_with_tma_loads(d, monkeypatch):
-    """KDSL_BWD_KERNEL=wgmma_tma: the <= 128 wgmma backward with Q and dO loaded by TMA (its
-    entry takes their tensor maps first): UTMALDG in its SASS, HGMMA, no local memory."""
-    monkeypatch.setenv("KDSL_BWD_KERNEL", "wgmma_tma")
+@pytest.mark.parametrize("d, forced", [(64, ""), (128, ""), (128, "wgmma")])
+def test_the_backward_loads_q_and_do_by_tma(d, forced, monkeypatch):
+    """The <= 128 wgmma backward loads Q and dO by TMA (its entry takes their tensor maps
+    first): UTMALDG in its SASS, HGMMA, no local memory; KDSL_BWD_KERNEL=wgmma still builds the
+    same kernel with cp.async loads (no tensor maps, no UTMALDG), for A/B timing."""
+    if forced:
+        monkeypatch.setenv("KDSL_BWD_KERNEL", forced)
     plain = next(p for p in SAMPLES if p.stem == "plain")
     built = build(INTERPRETED[plain].ir["plain"], "sm_90a", d, program=Program(backward=True))
-    assert "attention_bwd_wgmma_tma<" in built.generated.source and "kdsl::TmaDesc tq" in built.generated.source
+    tma = not forced
+    assert ("attention_bwd_wgmma_tma<" in built.generated.source) == tma
+    assert ("kdsl::TmaDesc tq" in built.generated.source) == tma
     rep = sass.inspect(built.compiled.cubin, built.generated.entry)
     if rep is not None:
-        assert rep.other_ops.get("UTMALDG") and rep.tensor_ops.get("HGMMA") and not rep.local_bytes, rep
+        assert bool(rep.other_ops.get("UTMALDG")) == tma and rep.tensor_ops.get("HGMMA") and not rep.local_bytes, rep
 
 
 @pytest.mark.parametrize("d, dv", [(160, 96), (64, 256), (192, 128)])

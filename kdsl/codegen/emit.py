@@ -179,12 +179,12 @@ BACKWARD_KERNELS = ("wgmma", "wgmma_tma", "wgmma_wide", "mma")  # backward_plan'
 
 
 def backward_plan(d: int, dv: int, target, kind: str = "") -> BackwardPlan:
-    """Where the target has wgmma: the wgmma kernel (attention_bwd_wgmma.cuh) where both padded
-    head dims are at most 128 (its registers hold dK and dV for 64 keys a warpgroup), the wide
-    one (attention_bwd_wgmma_wide.cuh: 64 keys a CTA, head-dim columns split between the
-    warpgroups) up to 256; else the mma.sync one (attention_bwd.cuh). kind (or the environment's
-    KDSL_BWD_KERNEL: "wgmma", "wgmma_tma" (the same with Q and dO loaded by TMA), "wgmma_wide",
-    "mma") forces one where it can run, for A/B timing."""
+    """Where the target has wgmma: the wgmma kernel (attention_bwd_wgmma.cuh, Q and dO loaded by
+    TMA) where both padded head dims are at most 128 (its registers hold dK and dV for 64 keys a
+    warpgroup), the wide one (attention_bwd_wgmma_wide.cuh: 64 keys a CTA, head-dim columns split
+    between the warpgroups) up to 256; else the mma.sync one (attention_bwd.cuh). kind (or the
+    environment's KDSL_BWD_KERNEL: "wgmma_tma", "wgmma" (the same with Q and dO by cp.async),
+    "wgmma_wide", "mma") forces one where it can run, for A/B timing."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
     kind = kind or os.environ.get("KDSL_BWD_KERNEL", "")
     if kind:
@@ -195,7 +195,8 @@ def backward_plan(d: int, dv: int, target, kind: str = "") -> BackwardPlan:
         if why:
             raise KdslError(f"backward kernel {kind!r} at head dims {d} / {dv}: {why} (KDSL_BWD_KERNEL)")
     else:
-        kind = "mma" if not target.has_wgmma else "wgmma" if dp <= 128 and dvp <= 128 else "wgmma_wide"
+        # Q and dO by TMA: x1.06-1.09 at head dim 128, even at 64 (H200, bench/NOTES.md forty-fifth session)
+        kind = "mma" if not target.has_wgmma else "wgmma_tma" if dp <= 128 and dvp <= 128 else "wgmma_wide"
     if kind in ("wgmma", "wgmma_tma"):  # BwdWgCfg: 128 keys, two 64-row Q / dO buffers, dS^T, two fp32 dQ tiles
         bm, bn = 64, 128
         smem = 1024 + 2 * (bn * (dp + dvp) + 2 * bm * (dp + dvp) + bn * bm) + 2 * bm * dp * 4 + 2 * 2 * 4 * bm
