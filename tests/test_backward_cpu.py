@@ -152,7 +152,7 @@ def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
             built = build(k, "sm_90a", d, program=Program(backward=True))
             dv = built.kernel.attr("value_dim") or d
             wide = max(d, dv) > 128
-            assert ("attention_bwd_wgmma_wide<" in built.generated.source) == wide, (k.name, d)
+            assert ("attention_bwd_wgmma_wide_tma<" in built.generated.source) == wide, (k.name, d)
             rep = sass.inspect(built.compiled.cubin, built.generated.entry)
             if rep is None:  # no cuobjdump here
                 continue
@@ -172,17 +172,19 @@ def test_dq_is_added_from_registers_at_head_dim_64(d, red):
     assert (bool(rep.other_ops.get("REDG")), bool(rep.other_ops.get("UBLKRED"))) == (red, not red), rep.other_ops
 
 
-@pytest.mark.parametrize("d, forced", [(64, ""), (128, ""), (128, "wgmma")])
-def test_the_backward_loads_q_and_do_by_tma(d, forced, monkeypatch):
-    """The <= 128 wgmma backward loads Q and dO by TMA (its entry takes their tensor maps
-    first): UTMALDG in its SASS, HGMMA, no local memory; KDSL_BWD_KERNEL=wgmma still builds the
-    same kernel with cp.async loads (no tensor maps, no UTMALDG), for A/B timing."""
-    if forced:
-        monkeypatch.setenv("KDSL_BWD_KERNEL", forced)
+@pytest.mark.parametrize("d, loads", [(64, ""), (128, ""), (256, ""), (160, ""), (128, "cp_async"),
+                                      (256, "cp_async")])
+def test_the_wgmma_backwards_load_q_and_do_by_tma(d, loads, monkeypatch):
+    """Both wgmma backwards load Q and dO by TMA (their entries take the tensor maps first):
+    UTMALDG in the SASS, HGMMA, no local memory; KDSL_BWD_LOADS=cp_async builds the same
+    kernels with every thread's copies (no maps, no UTMALDG), for A/B timing."""
+    if loads:
+        monkeypatch.setenv("KDSL_BWD_LOADS", loads)
     plain = next(p for p in SAMPLES if p.stem == "plain")
     built = build(INTERPRETED[plain].ir["plain"], "sm_90a", d, program=Program(backward=True))
-    tma = not forced
-    assert ("attention_bwd_wgmma_tma<" in built.generated.source) == tma
+    tma = not loads
+    body = "attention_bwd_wgmma_wide" if d > 128 else "attention_bwd_wgmma"
+    assert (f"{body}_tma<" in built.generated.source) == tma and (f"{body}<" in built.generated.source) != tma
     assert ("kdsl::TmaDesc tq" in built.generated.source) == tma
     rep = sass.inspect(built.compiled.cubin, built.generated.entry)
     if rep is not None:
@@ -217,14 +219,22 @@ def test_the_backward_kernel_can_be_forced_where_it_runs(monkeypatch):
     assert emit.backward_plan(128, 128, get_target("sm_90a")).body == "attention_bwd_wgmma_wide"
     plain = next(p for p in SAMPLES if p.stem == "plain")
     built = build(INTERPRETED[plain].ir["plain"], "sm_90a", 128, program=Program(backward=True))
-    assert "attention_bwd_wgmma_wide<" in built.generated.source
+    assert "attention_bwd_wgmma_wide_tma<" in built.generated.source
     with pytest.raises(KdslError, match=r"backward kernel 'wgmma_wide' at head dims 64 / 64: sm_80 has no wgmma"):
         emit.backward_plan(64, 64, get_target("sm_80"))
     monkeypatch.setenv("KDSL_BWD_KERNEL", "wgmma")
     with pytest.raises(KdslError, match=r"'wgmma' at head dims 192 / 128: it takes padded head dims up to 128"):
         emit.backward_plan(192, 128, get_target("sm_90a"))
     monkeypatch.setenv("KDSL_BWD_KERNEL", "fast")
-    with pytest.raises(KdslError, match=r"'fast' at head dims 64 / 64: not one of wgmma, wgmma_tma, wgmma_wide, mma"):
+    with pytest.raises(KdslError, match=r"'fast' at head dims 64 / 64: not one of wgmma, wgmma_wide, mma"):
+        emit.backward_plan(64, 64, get_target("sm_90a"))
+    monkeypatch.setenv("KDSL_BWD_KERNEL", "mma")
+    monkeypatch.setenv("KDSL_BWD_LOADS", "tma")
+    with pytest.raises(KdslError, match=r"backward loads 'tma' \(mma kernel\): the mma kernel copies \(KDSL_BWD_LOADS\)"):
+        emit.backward_plan(64, 64, get_target("sm_90a"))
+    monkeypatch.setenv("KDSL_BWD_KERNEL", "wgmma")
+    monkeypatch.setenv("KDSL_BWD_LOADS", "bulk")
+    with pytest.raises(KdslError, match=r"backward loads 'bulk' \(wgmma kernel\): not one of tma, cp_async"):
         emit.backward_plan(64, 64, get_target("sm_90a"))
 
 

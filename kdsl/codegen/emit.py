@@ -165,49 +165,59 @@ def _attention(k: ir.Kernel) -> Generated:
 class BackwardPlan:
     """The backward kernel a target runs at given head dims, and its launch: the runtime's
     grid and shared memory, and the generated source's body (whose static_assert checks them)."""
-    body: str      # the device function: attention_bwd_wgmma[_wide] (sm_90a) or attention_bwd (mma.sync)
+    body: str      # the kernel's name: attention_bwd_wgmma[_wide] (sm_90a) or attention_bwd (mma.sync)
     header: str    # the header that defines it
     smem: int      # dynamic shared memory bytes
     threads: int
     keys: int      # keys a CTA owns: grid = (ceil(N / keys), Hkv, B)
     buffers: int   # Q / dO buffers; attention_bwd.cuh takes one where two do not fit; 0: none fits
     dq_tiles: bool = False  # dq_acc in 64-row tiles of fragment order (attention_bwd_wgmma.cuh), else [B, H, M, D] rows
-    tma: bool = False  # Q and dO tiles by TMA: the kernel takes their tensor maps first (attention_bwd_wgmma_tma)
+    tma: bool = False  # Q and dO by TMA: the device function is body + "_tma", taking their tensor maps first
+
+    @property
+    def function(self) -> str:
+        """The device function the generated kernel calls."""
+        return self.body + "_tma" if self.tma else self.body
 
 
-BACKWARD_KERNELS = ("wgmma", "wgmma_tma", "wgmma_wide", "mma")  # backward_plan's kinds (KDSL_BWD_KERNEL)
+BACKWARD_KERNELS = ("wgmma", "wgmma_wide", "mma")  # backward_plan's kinds (KDSL_BWD_KERNEL)
+BACKWARD_LOADS = ("tma", "cp_async")  # how the wgmma kinds load Q and dO (KDSL_BWD_LOADS)
 
 
-def backward_plan(d: int, dv: int, target, kind: str = "") -> BackwardPlan:
-    """Where the target has wgmma: the wgmma kernel (attention_bwd_wgmma.cuh, Q and dO loaded by
-    TMA) where both padded head dims are at most 128 (its registers hold dK and dV for 64 keys a
-    warpgroup), the wide one (attention_bwd_wgmma_wide.cuh: 64 keys a CTA, head-dim columns split
-    between the warpgroups) up to 256; else the mma.sync one (attention_bwd.cuh). kind (or the
-    environment's KDSL_BWD_KERNEL: "wgmma_tma", "wgmma" (the same with Q and dO by cp.async),
-    "wgmma_wide", "mma") forces one where it can run, for A/B timing."""
+def backward_plan(d: int, dv: int, target, kind: str = "", loads: str = "") -> BackwardPlan:
+    """Where the target has wgmma: the wgmma kernel (attention_bwd_wgmma.cuh) where both padded
+    head dims are at most 128 (its registers hold dK and dV for 64 keys a warpgroup), the wide
+    one (attention_bwd_wgmma_wide.cuh: 64 keys a CTA, head-dim columns split between the
+    warpgroups) up to 256, both loading Q and dO by TMA; else the mma.sync one
+    (attention_bwd.cuh). kind (or the environment's KDSL_BWD_KERNEL: "wgmma", "wgmma_wide",
+    "mma") forces one where it can run, and loads (KDSL_BWD_LOADS: "tma", "cp_async") how a
+    wgmma one loads, for A/B timing."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
     kind = kind or os.environ.get("KDSL_BWD_KERNEL", "")
+    loads = loads or os.environ.get("KDSL_BWD_LOADS", "")
     if kind:
         why = (f"not one of {', '.join(BACKWARD_KERNELS)}" if kind not in BACKWARD_KERNELS else
                f"{target.arch} has no wgmma" if kind.startswith("wgmma") and not target.has_wgmma else
-               "it takes padded head dims up to 128" if kind in ("wgmma", "wgmma_tma") and max(dp, dvp) > 128
-               else "")
+               "it takes padded head dims up to 128" if kind == "wgmma" and max(dp, dvp) > 128 else "")
         if why:
             raise KdslError(f"backward kernel {kind!r} at head dims {d} / {dv}: {why} (KDSL_BWD_KERNEL)")
     else:
-        # Q and dO by TMA: x1.06-1.09 at head dim 128, even at 64 (H200, bench/NOTES.md forty-fifth session)
-        kind = "mma" if not target.has_wgmma else "wgmma_tma" if dp <= 128 and dvp <= 128 else "wgmma_wide"
-    if kind in ("wgmma", "wgmma_tma"):  # BwdWgCfg: 128 keys, two 64-row Q / dO buffers, dS^T, two fp32 dQ tiles
+        kind = "mma" if not target.has_wgmma else "wgmma" if dp <= 128 and dvp <= 128 else "wgmma_wide"
+    if loads not in ("",) + BACKWARD_LOADS or (loads == "tma" and kind == "mma"):
+        why = f"not one of {', '.join(BACKWARD_LOADS)}" if loads not in BACKWARD_LOADS else "the mma kernel copies"
+        raise KdslError(f"backward loads {loads!r} ({kind} kernel): {why} (KDSL_BWD_LOADS)")
+    # Q and dO by TMA: x1.06-1.09 at head dim 128 and even at 64 (H200, bench/NOTES.md forty-fifth session)
+    tma = loads != "cp_async"
+    bars = 16  # QdoByTma's two mbarriers (their room is kept under cp.async loads too)
+    if kind == "wgmma":  # BwdWgCfg: 128 keys, two 64-row Q / dO buffers, dS^T, two fp32 dQ tiles
         bm, bn = 64, 128
-        smem = 1024 + 2 * (bn * (dp + dvp) + 2 * bm * (dp + dvp) + bn * bm) + 2 * bm * dp * 4 + 2 * 2 * 4 * bm
-        if kind == "wgmma_tma":  # two mbarriers more
-            return BackwardPlan("attention_bwd_wgmma_tma", "kdsl/attention_bwd_wgmma.cuh", smem + 16, 256, bn, 2,
-                                dq_tiles=True, tma=True)
-        return BackwardPlan("attention_bwd_wgmma", "kdsl/attention_bwd_wgmma.cuh", smem, 256, bn, 2, dq_tiles=True)
+        smem = 1024 + 2 * (bn * (dp + dvp) + 2 * bm * (dp + dvp) + bn * bm) + 2 * bm * dp * 4 + 2 * 2 * 4 * bm + bars
+        return BackwardPlan("attention_bwd_wgmma", "kdsl/attention_bwd_wgmma.cuh", smem, 256, bn, 2, dq_tiles=True,
+                            tma=tma)
     if kind == "wgmma_wide":  # BwdWideCfg: 64 keys, two 64-row Q / dO buffers, dS^T, two 8 KB exchange slots
         bm = bn = 64
-        smem = 1024 + 2 * (bn * (dp + dvp) + 2 * bm * (dp + dvp) + bn * bm) + 2 * 8192 + 2 * 2 * 4 * bm
-        return BackwardPlan("attention_bwd_wgmma_wide", "kdsl/attention_bwd_wgmma_wide.cuh", smem, 256, bn, 2)
+        smem = 1024 + 2 * (bn * (dp + dvp) + 2 * bm * (dp + dvp) + bn * bm) + 2 * 8192 + 2 * 2 * 4 * bm + bars
+        return BackwardPlan("attention_bwd_wgmma_wide", "kdsl/attention_bwd_wgmma_wide.cuh", smem, 256, bn, 2, tma=tma)
     buffers = next((n for n in (2, 1) if _mma_backward_smem(d, dv, n) <= target.smem_per_block), 0)
     return BackwardPlan("attention_bwd", "kdsl/attention_bwd.cuh", _mma_backward_smem(d, dv, buffers or 1), 256,
                         tiling.BACKWARD_TILE, buffers)
@@ -240,7 +250,7 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
         prelude="#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "", version=__version__,
         source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, dp=-(-d // 64) * 64,
         forward_header=forward,
-        body=plan.body, body_header=plan.header,
+        body=plan.body, function=plan.function, body_header=plan.header,
         elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), poly_exp2=0, lazy_rescale=0,
         tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=plan.threads, entry=entry, tma=plan.tma,
         fields=fields, v=_variant(k, variables, captures),

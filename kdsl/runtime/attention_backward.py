@@ -163,7 +163,7 @@ class _BackwardLaunch:
         tiles, dp = -(-M // 64), -(-D // 64) * 64
         self.dq_shape = (B, H, tiles, 64 * dp) if plan.dq_tiles else (B, H, M, D)
         ncap, ngrad = len(caps), len(self.graded)
-        nmaps = 2 if plan.tma else 0  # q's and dout's tensor maps come first (attention_bwd_wgmma_tma)
+        nmaps = 2 if plan.tma else 0  # q's and dout's tensor maps come first (QdoByTma, attention_bwd_wgmma.cuh)
         kinds = ["tmap"] * nmaps + ["ptr"] * 9 + ["i32"] * 6 + ["f32"] * 2 + ["ptr"] * ncap + \
             ["i32"] * len(extra) + ["ptr"] * ngrad
         values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, _head_group(kernel, q, Hkv, Dv, key_blocks, self.device),

@@ -67,7 +67,8 @@ struct BwdWgCfg {
   static constexpr int kK = 0, kV = kK + BN * DP * 2, kQ = kV + BN * DVP * 2, kDO = kQ + NB * kQBuf;
   static constexpr int kDQBuf = BM * DP * 4;  // a step's dQ tile in fp32, two of them (one being added out)
   static constexpr int kDS = kDO + NB * kDOBuf, kDQ = kDS + BN * BM * 2, kLse = kDQ + 2 * kDQBuf;
-  static constexpr int kDelta = kLse + NB * BM * 4, kSmemBytes = 1024 + kDelta + NB * BM * 4;
+  static constexpr int kDelta = kLse + NB * BM * 4, kBar = kDelta + NB * BM * 4;  // kBar: QdoByTma's mbarriers
+  static constexpr int kSmemBytes = 1024 + kBar + 16;
   static_assert(D % 16 == 0 && DV % 16 == 0 && DP <= 128 && DVP <= 128, "head dims: multiples of 16 up to 128");
   static_assert(KDSL_BWD_BUFFERS == 2, "the wgmma backward always double-buffers");
 };
@@ -99,6 +100,42 @@ KDSL_DEVICE float ld_shared_f32(u32 addr) {
   asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
   return v;
 }
+
+// A step's Q and dO tiles by TMA (both wgmma backwards' _tma entries): thread 0 issues boxes of
+// 64 columns x BM rows from 3-D maps over [B * H, M, D] and [B * H, M, DV] (the 128-byte
+// swizzle of load_tile's layout; rows past M and columns past D land as zeros) onto the
+// mbarrier of their buffer, and every thread waits on it before the step's products. One
+// thread's few instructions replace every thread's copies and their address arithmetic.
+template <int BM, int DP, int DVP>
+struct QdoByTma {
+  const TmaDesc* tq;
+  const TmaDesc* tdo;
+  u32 bar0;         // buffer buf's mbarrier at bar0 + 8 buf
+  u32 parity = 0u;  // bit buf: the phase of buffer buf's next completion (buffers take turns)
+
+  KDSL_DEVICE void init(int tid) const {
+    if (tid == 0) {
+      mbar_init(bar0, 1);
+      mbar_init(bar0 + 8, 1);
+      mbar_init_fence();
+      tma_prefetch_desc(tq);
+      tma_prefetch_desc(tdo);
+    }
+  }
+  // thread 0: rows m0.. of (batch, head) pair bh into buffer buf (tiles at sq, sdo)
+  KDSL_DEVICE void issue(u32 sq, u32 sdo, int buf, int m0, int bh) const {
+    const u32 bar = bar0 + 8 * buf;
+    mbar_arrive_expect_tx(bar, BM * (DP + DVP) * 2);  // whole boxes, zero-filled parts included
+#pragma unroll
+    for (int cb = 0; cb < DP / 64; ++cb) tma_load_3d(sq + cb * BM * 128, tq, bar, cb * 64, m0, bh);
+#pragma unroll
+    for (int cb = 0; cb < DVP / 64; ++cb) tma_load_3d(sdo + cb * BM * 128, tdo, bar, cb * 64, m0, bh);
+  }
+  KDSL_DEVICE void wait(int buf) {
+    mbar_wait(bar0 + 8 * buf, (parity >> buf) & 1u);
+    parity ^= 1u << buf;
+  }
+};
 KDSL_DEVICE void red_add_v4(float* p, float x, float y, float z, float w) {
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "l"(p), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
 }
@@ -225,21 +262,11 @@ template <int D, int DV>
 __host__ __device__ constexpr int attention_bwd_wgmma_threads() { return attn_bwd_wg_detail::BwdWgCfg<D, DV>::kThreads; }
 template <int D, int DV>
 __host__ __device__ constexpr int attention_bwd_wgmma_min_blocks() { return 1; }
-// The same kernel with Q and dO loaded by TMA (one thread, two mbarriers after the tiles)
-template <int D, int DV>
-__host__ __device__ constexpr int attention_bwd_wgmma_tma_smem_bytes() {
-  return attn_bwd_wg_detail::BwdWgCfg<D, DV>::kSmemBytes + 16;
-}
-template <int D, int DV>
-__host__ __device__ constexpr int attention_bwd_wgmma_tma_threads() { return 256; }
-template <int D, int DV>
-__host__ __device__ constexpr int attention_bwd_wgmma_tma_min_blocks() { return 1; }
 
 namespace attn_bwd_wg_detail {
 
-// The kernel; with kTma, Q and dO tiles come by TMA from tq / tdo (3-D maps over [B * H, M, D]
-// and [B * H, M, DV], boxes of 64 columns x 64 rows in the 128-byte swizzle, zeros past M),
-// issued by thread 0 and awaited on the mbarrier of their buffer; else by every thread's cp.async.
+// The kernel; with kTma, Q and dO tiles come by TMA from the maps tq / tdo (QdoByTma), else by
+// every thread's cp.async.
 template <bool kTma, class Elem, int D, int DV, class V, class G>
 KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo, const AttnArgs& a,
                                           const typename V::Captures& c, const Elem* dout, const float* lse,
@@ -277,29 +304,13 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
   const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM, M, N};
-  const u32 full0 = base + C::kSmemBytes - 1024;  // kTma: buffer buf's tiles landed, at full0 + 8 buf
-  if constexpr (kTma) {
-    if (tid == 0) {
-      mbar_init(full0, 1);
-      mbar_init(full0 + 8, 1);
-      mbar_init_fence();
-      tma_prefetch_desc(tq);
-      tma_prefetch_desc(tdo);
-    }
-  }
+  QdoByTma<BM, DP, DVP> tma{tq, tdo, base + C::kBar};
+  if constexpr (kTma) tma.init(tid);
   auto issue = [&](Step st, int buf) {
     const int m0 = st.mt * BM;
     const i64 row0 = ((i64)b * a.H + hkv * group + st.hq) * M + m0;
     if constexpr (kTma) {
-      if (tid == 0) {
-        const int bh = b * a.H + hkv * group + st.hq;
-        const u32 bar = full0 + 8 * buf;
-        mbar_arrive_expect_tx(bar, C::kQBuf + C::kDOBuf);
-#pragma unroll
-        for (int cb = 0; cb < DP / 64; ++cb) tma_load_3d(sQ + buf * C::kQBuf + cb * BM * 128, tq, bar, cb * 64, m0, bh);
-#pragma unroll
-        for (int cb = 0; cb < DVP / 64; ++cb) tma_load_3d(sDO + buf * C::kDOBuf + cb * BM * 128, tdo, bar, cb * 64, m0, bh);
-      }
+      if (tid == 0) tma.issue(sQ + buf * C::kQBuf, sDO + buf * C::kDOBuf, buf, m0, b * a.H + hkv * group + st.hq);
     } else {
       load_tile<Elem, D, DP, BM, T>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
       load_tile<Elem, DV, DVP, BM, T>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
@@ -329,16 +340,12 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   Step cur = steps.next(a, c, Step{0, 0});
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
-  u32 phase = 0;  // kTma: of buffer buf's mbarrier (flips every second step)
   for (; cur.hq < group; buf ^= 1) {
     const Step nxt = steps.next(a, c, steps.advance(cur));
     cp_async_wait<0>();   // this step's tiles (and, the first time, K and V)
     fence_proxy_async();  // ... are read by wgmma, the async proxy
     __syncthreads();      // ... for every thread; and the last step's reads of the other buffer are done
-    if constexpr (kTma) {  // Q and dO, written by TMA (the async proxy, as wgmma)
-      mbar_wait(full0 + 8 * buf, phase);
-      phase ^= buf;
-    }
+    if constexpr (kTma) tma.wait(buf);  // Q and dO, written by TMA (the async proxy, as wgmma)
     add_out_dq();
     if (!KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
     const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;

@@ -44,7 +44,8 @@ struct BwdWideCfg {
   // tile offsets from a 1024-byte aligned base (each a multiple of 1024)
   static constexpr int kK = 0, kV = kK + BN * DP * 2, kQ = kV + BN * DVP * 2, kDO = kQ + NB * kQBuf;
   static constexpr int kDS = kDO + NB * kDOBuf, kX = kDS + BN * BM * 2, kLse = kX + 2 * kXBuf;
-  static constexpr int kDelta = kLse + NB * BM * 4, kSmemBytes = 1024 + kDelta + NB * BM * 4;
+  static constexpr int kDelta = kLse + NB * BM * 4, kBar = kDelta + NB * BM * 4;  // kBar: QdoByTma's mbarriers
+  static constexpr int kSmemBytes = 1024 + kBar + 16;
   static_assert(D % 16 == 0 && DV % 16 == 0 && DP <= 256 && DVP <= 256, "head dims: multiples of 16 up to 256");
   static_assert(kSmemBytes <= 232448, "more shared memory than an sm_90 block has");
 };
@@ -143,10 +144,15 @@ __host__ __device__ constexpr int attention_bwd_wgmma_wide_threads() { return 25
 template <int D, int DV>
 __host__ __device__ constexpr int attention_bwd_wgmma_wide_min_blocks() { return 1; }
 
-template <class Elem, int D, int DV, class V, class G>
-KDSL_DEVICE void attention_bwd_wgmma_wide(const AttnArgs& a, const typename V::Captures& c, const Elem* dout,
-                                          const float* lse, const float* delta, float* dq_acc, Elem* dk, Elem* dv,
-                                          const typename G::CaptureGrads& cg) {
+namespace attn_bwd_wide_detail {
+
+// The kernel; with kTma, Q and dO tiles come by TMA from the maps tq / tdo
+// (attention_bwd_wgmma.cuh, QdoByTma), else by every thread's cp.async.
+template <bool kTma, class Elem, int D, int DV, class V, class G>
+KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc* tdo, const AttnArgs& a,
+                                               const typename V::Captures& c, const Elem* dout, const float* lse,
+                                               const float* delta, float* dq_acc, Elem* dk, Elem* dv,
+                                               const typename G::CaptureGrads& cg) {
   using namespace attn_bwd_wg_detail;
   using namespace attn_bwd_wide_detail;
   typedef BwdWideCfg<D, DV> C;
@@ -182,11 +188,17 @@ KDSL_DEVICE void attention_bwd_wgmma_wide(const AttnArgs& a, const typename V::C
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
   const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM, M, N};
+  QdoByTma<BM, DP, DVP> tma{tq, tdo, base + C::kBar};
+  if constexpr (kTma) tma.init(tid);
   auto issue = [&](Step st, int buf) {
     const int m0 = st.mt * BM;
     const i64 row0 = ((i64)b * a.H + hkv * group + st.hq) * M + m0;
-    load_blocks<Elem, D, DP, BM>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
-    load_blocks<Elem, DV, DVP, BM>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
+    if constexpr (kTma) {
+      if (tid == 0) tma.issue(sQ + buf * C::kQBuf, sDO + buf * C::kDOBuf, buf, m0, b * a.H + hkv * group + st.hq);
+    } else {
+      load_blocks<Elem, D, DP, BM>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
+      load_blocks<Elem, DV, DVP, BM>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
+    }
     copy_row_stats<BM>(base + C::kLse, base + C::kDelta, buf, lse, delta, row0, m0, M, tid);
     cp_async_commit();
   };
@@ -201,6 +213,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide(const AttnArgs& a, const typename V::C
     cp_async_wait<0>();   // this step's tiles (and, the first time, K and V)
     fence_proxy_async();  // ... are read by wgmma, the async proxy
     __syncthreads();      // ... for every thread; and the last step's reads of the other buffer are done
+    if constexpr (kTma) tma.wait(buf);  // Q and dO, written by TMA (the async proxy, as wgmma)
     if (nxt.hq < group) issue(nxt, buf ^ 1);  // (after the first products, as the <= 128 kernel does: x0.98-1.0 here)
     const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
@@ -375,6 +388,25 @@ KDSL_DEVICE void attention_bwd_wgmma_wide(const AttnArgs& a, const typename V::C
         *reinterpret_cast<u32*>(dv + (kv_head * N + kv) * DV + col) = pack2<Elem>(acc_dv[4 * j + 2 * hh], acc_dv[4 * j + 2 * hh + 1]);
     }
   }
+}
+
+}  // namespace attn_bwd_wide_detail
+
+template <class Elem, int D, int DV, class V, class G>
+KDSL_DEVICE void attention_bwd_wgmma_wide(const AttnArgs& a, const typename V::Captures& c, const Elem* dout,
+                                          const float* lse, const float* delta, float* dq_acc, Elem* dk, Elem* dv,
+                                          const typename G::CaptureGrads& cg) {
+  attn_bwd_wide_detail::attention_bwd_wgmma_wide_impl<false, Elem, D, DV, V, G>(nullptr, nullptr, a, c, dout, lse,
+                                                                               delta, dq_acc, dk, dv, cg);
+}
+
+template <class Elem, int D, int DV, class V, class G>
+KDSL_DEVICE void attention_bwd_wgmma_wide_tma(const TmaDesc* tq, const TmaDesc* tdo, const AttnArgs& a,
+                                              const typename V::Captures& c, const Elem* dout, const float* lse,
+                                              const float* delta, float* dq_acc, Elem* dk, Elem* dv,
+                                              const typename G::CaptureGrads& cg) {
+  attn_bwd_wide_detail::attention_bwd_wgmma_wide_impl<true, Elem, D, DV, V, G>(tq, tdo, a, c, dout, lse, delta,
+                                                                              dq_acc, dk, dv, cg);
 }
 
 }  // namespace kdsl
