@@ -199,7 +199,7 @@ def test_wide_backward_splits_columns_inside_a_block(d, dv):
     from kdsl.codegen import emit
     from kdsl.passes.target import get_target
     plan = emit.backward_plan(d, dv, get_target("sm_90a"))
-    assert (plan.body, plan.keys, plan.dq_tiles) == ("attention_bwd_wgmma_wide", 64, False)
+    assert (plan.body, plan.keys, plan.dq_tiles) == ("attention_bwd_wgmma_wide", 64, True)
     assert plan.smem <= get_target("sm_90a").smem_per_block
     kern = kdsl.compile("attention w {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, Dv]\n"
                         " mask(b, h, i, j) = j <= i\n}\n").ir["w"]
@@ -329,11 +329,12 @@ def test_assert_gradients_match_names_the_failing_case():
                                kernel=mod.ir["causal"], backend=Torch("cpu"))
 
 
-@pytest.mark.parametrize("d", [32, 64, 96, 128])
+@pytest.mark.parametrize("d", [32, 64, 96, 128, 160, 256])
 def test_dq_tiles_come_back_in_row_order(d):
-    """attention_bwd_wgmma.cuh stages each 64-row dQ tile in the order of its accumulator
-    fragments (the header's launch contract); dq_from_tiles puts every element back at its
-    (row, column), dropping the padding rows and columns."""
+    """Both wgmma backwards add each 64-row dQ tile in the order of its accumulator fragments
+    (attention_bwd_wgmma.cuh's launch contract; the wide one's warpgroups own half of the
+    columns each, as there); dq_from_tiles puts every element back at its (row, column),
+    dropping the padding rows and columns."""
     from kdsl.runtime.attention_backward import dq_from_tiles
     B, H, M = 2, 3, 100
     dp, tiles = -(-d // 64) * 64, -(-M // 64)

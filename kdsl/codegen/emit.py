@@ -217,7 +217,8 @@ def backward_plan(d: int, dv: int, target, kind: str = "", loads: str = "") -> B
     if kind == "wgmma_wide":  # BwdWideCfg: 64 keys, two 64-row Q / dO buffers, dS^T, two 8 KB exchange slots
         bm = bn = 64
         smem = 1024 + 2 * (bn * (dp + dvp) + 2 * bm * (dp + dvp) + bn * bm) + 2 * 8192 + 2 * 2 * 4 * bm + bars
-        return BackwardPlan("attention_bwd_wgmma_wide", "kdsl/attention_bwd_wgmma_wide.cuh", smem, 256, bn, 2, tma=tma)
+        return BackwardPlan("attention_bwd_wgmma_wide", "kdsl/attention_bwd_wgmma_wide.cuh", smem, 256, bn, 2,
+                            dq_tiles=True, tma=tma)
     buffers = next((n for n in (2, 1) if _mma_backward_smem(d, dv, n) <= target.smem_per_block), 0)
     return BackwardPlan("attention_bwd", "kdsl/attention_bwd.cuh", _mma_backward_smem(d, dv, buffers or 1), 256,
                         tiling.BACKWARD_TILE, buffers)

@@ -11,10 +11,12 @@
 //     swizzled, for dQ) and its P and dS fragments back through the same slots;
 //   - each then holds the whole P^T and dS^T of the 64 keys as A fragments and owns half of
 //     the head dim's columns: dV[:, half] += P^T dO, dK[:, half] += dS^T Q and
-//     dQ[:, half] = dS K, the last added into dq_acc ([B, H, M, D] fp32 rows) by vector
-//     reductions from registers.
-// dS carries the softmax scale here (as in attention_bwd.cuh), so dq_acc holds dQ itself and
-// dK needs no scale at the end. Operand tiles use the 128-byte-swizzled layout of
+//     dQ[:, half] = dS K, the last added from registers into dq_acc, 64-row fp32 tiles in
+//     the fragment order of attention_bwd_wgmma.cuh (a thread's four values of an n-tile are
+//     consecutive: one red.global.add.v4.f32 each, a warp's 512 bytes contiguous; as [B, H, M, D]
+//     rows of pairs, the reductions held up the step: bench/NOTES.md, forty-fifth session).
+// As there, dS leaves out the softmax scale: dK takes it at the end, dQ in the host's
+// conversion of the tiles to rows. Operand tiles use the 128-byte-swizzled layout of
 // attention_bwd_wgmma.cuh, whose helpers this header uses; Q, dO, lse and delta are
 // double-buffered. A half's columns that start inside a 64-column block take two products
 // (ColSplit): a descriptor may start mid-row, but an N read from there must end in that row.
@@ -23,7 +25,7 @@
 //   grid  = ceil(N / 64) * Hkv * B CTAs (attention_common.cuh, backward_block)
 //   block = 256 threads
 //   dynamic shared memory = attention_bwd_wgmma_wide_smem_bytes<D, DV>() (1024 of it slack)
-//   dq_acc: zeroed fp32 [B, H, M, D]
+//   dq_acc: zeroed fp32 [B, H, ceil(M / 64), 64 * DP], attention_bwd_wgmma.cuh's fragment order
 #pragma once
 
 #include "kdsl/attention_bwd_wgmma.cuh"
@@ -121,9 +123,6 @@ KDSL_DEVICE void mma_dq_cols(float (&d)[(C1 - C0) / 2], u32 sds, u32 sk, int blo
     run(part<S::kHead / 2, S::kTail / 2>(d), sk + ((C0 + S::kHead) / 64) * block_bytes, Int<S::kTail>{});
 }
 
-KDSL_DEVICE void red_add_v2(float* p, float x, float y) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(x), "f"(y) : "memory");
-}
 KDSL_DEVICE void st_shared_v4(u32 addr, u32 x, u32 y, u32 z, u32 w) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
 }
@@ -247,7 +246,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
       other[4 * k4 + 2] = __uint_as_float(v.z), other[4 * k4 + 3] = __uint_as_float(v.w);
     }
 
-    // P^T and dS^T (dS with the softmax scale) of this warpgroup's n-tiles, as in
+    // P^T and dS^T (dS without the softmax scale) of this warpgroup's n-tiles, as in
     // attention_bwd_wgmma.cuh: no predicate on full tiles inside M and N.
     const int key0 = n0 + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
     float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
@@ -278,7 +277,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
               p = math_exp2(G::kScoreIsS ? sv * a.scale_log2 - lse_log2
                                          : G::score(a, c, sn, b, h, q, kv) * kLog2e - lse_log2);
               const float dg = p * (dpv - row_delta);  // d loss / d score
-              const float d = dg * G::dscore(a, c, sn, b, h, q, kv) * scale;
+              const float d = dg * G::dscore(a, c, sn, b, h, q, kv);
               ds = G::kDscoreConst || p != 0.f ? d : 0.f;
               if constexpr (G::kCaptureGrads)
                 if (p != 0.f) {
@@ -353,18 +352,13 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     wgmma_wait<0>();
     wgmma_pin(dq);
 
-    // dQ's fragment d[4 jj + 2 hh + e]: query row 16 warp + g + 8 hh, column wg KH + 8 jj + 2 t + e
-    float* const dq_rows = dq_acc + (((i64)b * a.H + h) * M + m0) * D;
+    // dQ's fragment d[4 jj + 2 hh + e] (query row 16 warp + g + 8 hh, column wg KH + 8 jj + 2 t
+    // + e) into the step's tile as it lies in registers: rows past M and columns past D are the
+    // tile's padding, zeros here, which the conversion to rows skips
+    float* const dst = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP) +
+                       ((wg * 4 + warp) * (KH / 8) * 32 + lane) * 4;
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int row = 16 * warp + g + 8 * hh;
-      if (m0 + row >= M) continue;
-#pragma unroll
-      for (int jj = 0; jj < KH / 8; ++jj) {
-        const int col = wg * KH + 8 * jj + 2 * t;
-        if (col < D) red_add_v2(dq_rows + (i64)row * D + col, dq[4 * jj + 2 * hh], dq[4 * jj + 2 * hh + 1]);
-      }
-    }
+    for (int jj = 0; jj < KH / 8; ++jj) red_add_v4(dst + jj * 32 * 4, dq[4 * jj], dq[4 * jj + 1], dq[4 * jj + 2], dq[4 * jj + 3]);
   }
   cp_async_wait<0>();  // K and V's copies, when every step was empty
   wgmma_pin(acc_dk);
@@ -379,7 +373,8 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     for (int j = 0; j < KH / 8; ++j) {
       const int col = wg * KH + 8 * j + 2 * t;
       if (col < D)
-        *reinterpret_cast<u32*>(dk + (kv_head * N + kv) * D + col) = pack2<Elem>(acc_dk[4 * j + 2 * hh], acc_dk[4 * j + 2 * hh + 1]);
+        *reinterpret_cast<u32*>(dk + (kv_head * N + kv) * D + col) =
+            pack2<Elem>(acc_dk[4 * j + 2 * hh] * scale, acc_dk[4 * j + 2 * hh + 1] * scale);
     }
 #pragma unroll
     for (int j = 0; j < VH / 8; ++j) {
