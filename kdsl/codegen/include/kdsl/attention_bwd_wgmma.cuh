@@ -14,15 +14,17 @@
 //     next step's start (at head dim 64, added from registers in that order: KDSL_BWD_DQ_RED):
 //     dq_acc holds [B, H, ceil(M / 64)] such tiles, which the host puts back
 //     in row order (runtime/attention_backward.py, dq_from_tiles).
-//   - Q, dO, lse and delta are double-buffered: the next step's tiles land by cp.async while
-//     this one computes (attention_bwd_wgmma_tma: Q and dO by TMA, issued by one thread onto an
-//     mbarrier a buffer, from tensor maps the runtime passes first).
+//   - Q, dO, lse and delta are double-buffered: the next step's tiles land while this one
+//     computes, Q and dO by TMA (attention_bwd_wgmma_tma: one thread, an mbarrier a buffer, the
+//     tensor maps the runtime passes first; QdoByTma) or by every thread's cp.async
+//     (attention_bwd_wgmma, KDSL_BWD_LOADS=cp_async), lse and delta by cp.async.
 // Operand tiles use the 128-byte-swizzled layout TMA writes (64-column blocks of rows of 128
 // bytes, 8-row atoms of 1024 bytes), so one copy of K serves as the K-major A of S^T and the
 // MN-major B of dQ, and one of Q (dO) as the K-major B of S^T (dP^T) and the MN-major B of
 // dK (dV). Head dims are padded to 64 or 128 with zeros; larger ones take attention_bwd_wgmma_wide.cuh.
 //
-// Launch contract (the generated extern "C" kernel forwards to attention_bwd_wgmma):
+// Launch contract (the generated extern "C" kernel forwards to attention_bwd_wgmma[_tma]; the
+// _tma form's first two parameters are tensor maps over q and dout, QdoByTma's):
 //   grid  = ceil(N / 128) * Hkv * B CTAs (attention_common.cuh, backward_block)
 //   block = 256 threads
 //   dynamic shared memory = attention_bwd_wgmma_smem_bytes<D, DV>() (1024 of it alignment slack)

@@ -18,7 +18,7 @@
 // As there, dS leaves out the softmax scale: dK takes it at the end, dQ in the host's
 // conversion of the tiles to rows. Operand tiles use the 128-byte-swizzled layout of
 // attention_bwd_wgmma.cuh, whose helpers this header uses; Q, dO, lse and delta are
-// double-buffered. A half's columns that start inside a 64-column block take two products
+// double-buffered, Q and dO loaded as there (attention_bwd_wgmma_wide_tma by TMA). A half's columns that start inside a 64-column block take two products
 // (ColSplit): a descriptor may start mid-row, but an N read from there must end in that row.
 //
 // Launch contract (the generated extern "C" kernel forwards to attention_bwd_wgmma_wide):
