@@ -203,9 +203,11 @@ def backward_plan(d: int, dv: int, target, kind: str = "", loads: str = "") -> B
             raise KdslError(f"backward kernel {kind!r} at head dims {d} / {dv}: {why} (KDSL_BWD_KERNEL)")
     else:
         kind = "mma" if not target.has_wgmma else "wgmma" if dp <= 128 and dvp <= 128 else "wgmma_wide"
-    if loads not in ("",) + BACKWARD_LOADS or (loads == "tma" and kind == "mma"):
-        why = f"not one of {', '.join(BACKWARD_LOADS)}" if loads not in BACKWARD_LOADS else "the mma kernel copies"
-        raise KdslError(f"backward loads {loads!r} ({kind} kernel): {why} (KDSL_BWD_LOADS)")
+    if loads:
+        why = (f"not one of {', '.join(BACKWARD_LOADS)}" if loads not in BACKWARD_LOADS else
+               "the mma kernel copies" if loads == "tma" and kind == "mma" else "")
+        if why:
+            raise KdslError(f"backward loads {loads!r} ({kind} kernel): {why} (KDSL_BWD_LOADS)")
     # Q and dO by TMA: x1.06-1.09 at head dim 128 and even at 64 (H200, bench/NOTES.md forty-fifth session)
     tma = loads != "cp_async"
     bars = 16  # QdoByTma's two mbarriers (their room is kept under cp.async loads too)
