@@ -110,12 +110,13 @@ def test_key_block_order_in_head_groups(group, d, monkeypatch):
     check_grads(f"group {group} d={d}", mod.grouped, kir, q, k, v, caps, dout)
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 100, 64), (1, 2, 64, 128), (1, 1, 1, 96), (2, 2, 130, 48)],
+@pytest.mark.parametrize("shape", [(2, 3, 100, 64), (1, 2, 64, 128), (1, 1, 1, 96), (2, 2, 130, 48),
+                                   (1, 2, 100, 192), (1, 1, 70, 160), (1, 2, 64, 256)],
                          ids=lambda s: "rows" + "x".join(map(str, s)))
 def test_dq_helper_puts_tiles_in_row_order(shape):
     """The module's dQ helper (attention_bwd_rows.cuh dq_tiles_to_rows) against the layout's
     torch reference (attention_backward.dq_from_tiles) times the softmax scale on a random
-    dq_acc, padding included;
+    dq_acc, padding included, for both wgmma backwards (the wide one past 128);
     and the delta helper against rowsum(dout * out) in float64."""
     torch = pytest.importorskip("torch")
     from kdsl.runtime import attention_backward as ab
@@ -140,6 +141,21 @@ def test_dq_helper_puts_tiles_in_row_order(shape):
     launch.delta.run(stream, [_ptr(dout), _ptr(o), _ptr(dlse), _ptr(delta)])
     want = (dout.double() * o.double()).sum(-1) - dlse.double()
     assert torch.allclose(delta.double(), want, rtol=1e-5, atol=1e-5 * D)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_cp_async_loads_give_the_reference_gradients(d, monkeypatch):
+    """KDSL_BWD_LOADS=cp_async, the A/B switch against the default TMA loads of Q and dO: every
+    thread's copies (zeros past M) still give the reference's gradients at ragged lengths and GQA."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("KDSL_BWD_LOADS", "cp_async")  # before the module: its backward is built under it
+    mod = kdsl.compile("attention copied {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+                       " mask(b, h, i, j) = j <= i + 40\n}\n")
+    kir = mod.ir["copied"]
+    gen = torch.Generator(device="cuda").manual_seed(d)
+    q, k, v, caps = attention_inputs(kir, 2, 4, 2, 190, 250, d, generator=gen)
+    dout = torch.randn((2, 4, 190, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"cp.async d={d}", mod.copied, kir, q, k, v, caps, dout)
 
 
 @pytest.mark.parametrize("mask", [None, "j <= i", "abs(i - j) < 200"], ids=str)
