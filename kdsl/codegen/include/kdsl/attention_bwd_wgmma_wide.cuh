@@ -18,8 +18,9 @@
 // As there, dS leaves out the softmax scale: dK takes it at the end, dQ in the host's
 // conversion of the tiles to rows. Operand tiles use the 128-byte-swizzled layout of
 // attention_bwd_wgmma.cuh, whose helpers this header uses; Q, dO, lse and delta are
-// double-buffered, Q and dO loaded as there (attention_bwd_wgmma_wide_tma by TMA). A half's columns that start inside a 64-column block take two products
-// (ColSplit): a descriptor may start mid-row, but an N read from there must end in that row.
+// double-buffered, Q and dO loaded as there (attention_bwd_wgmma_wide_tma by TMA). A half's
+// columns that start inside a 64-column block take two products (ColSplit): a descriptor may
+// start mid-row, but an N read from there must end in that row.
 //
 // Launch contract (the generated extern "C" kernel forwards to attention_bwd_wgmma_wide):
 //   grid  = ceil(N / 64) * Hkv * B CTAs (attention_common.cuh, backward_block)
@@ -213,7 +214,8 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     fence_proxy_async();  // ... are read by wgmma, the async proxy
     __syncthreads();      // ... for every thread; and the last step's reads of the other buffer are done
     if constexpr (kTma) tma.wait(buf);  // Q and dO, written by TMA (the async proxy, as wgmma)
-    if (nxt.hq < group) issue(nxt, buf ^ 1);  // (after the first products, as the <= 128 kernel does: x0.98-1.0 here)
+    // before the products: issued after the first ones, as the <= 128 kernel does, it measured x0.98-1.0 here
+    if (nxt.hq < group) issue(nxt, buf ^ 1);
     const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
