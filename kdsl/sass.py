@@ -77,6 +77,9 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
         if m.group(1) == "MUFU" and m.group(2):  # which function: MUFU.EX2, MUFU.TANH, ...
             other["MUFU" + m.group(2)] = other.get("MUFU" + m.group(2), 0) + 1
     other["BAR.SYNC"] = len(re.findall(r"\bBAR\.SYNC\b", code))  # CTA barrier 0 and named ones
+    # wgmma waits: about one per HGMMA where ptxas serialized them (its C7520 remark), which no
+    # error reports
+    other["WARPGROUP.DEPBAR"] = len(re.findall(r"\bWARPGROUP\.DEPBAR\b", code))
     spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", code))
     return SassReport(field("REG"), field("SHARED"), field("LOCAL") + field("STACK"), spills, ops, other)
 

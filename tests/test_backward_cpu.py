@@ -139,11 +139,11 @@ def test_reference_sums_a_bf16_tables_gradient_in_float64():
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
-    """sm_90a's backward is on wgmma (HGMMA, no local memory) at a program's first head dim
-    (64 unless it fixes one) and at 256: the attention_bwd_wgmma kernel up to 128, the wide
-    one beyond. (At 128 several samples' attention_bwd_wgmma builds keep 16-32 B of loop
-    invariants in local memory, stored before the step loop and read after it or once a
-    step: bench/NOTES.md, forty-third session.)"""
+    """sm_90a's backward is on wgmma (HGMMA, no local memory, not serialized) at a program's
+    first head dim (64 unless it fixes one) and at 256: the attention_bwd_wgmma kernel up to
+    128, the wide one beyond. (At 128 several samples' attention_bwd_wgmma builds keep 16-32 B
+    of loop invariants in local memory, stored before the step loop and read after it or once
+    a step: bench/NOTES.md, forty-third session.)"""
     for k in pipeline.check(parse(path.read_text(), str(path))):
         if k.kind != "attention":
             continue
@@ -157,6 +157,9 @@ def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
             if rep is None:  # no cuobjdump here
                 continue
             assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, (k.name, d, rep)
+            # the wgmmas pipelined: ptxas serializes every one (a wait after each) where one
+            # sits in a branch it cannot prove warp-uniform; the wide kernel's were, at 192 and 256
+            assert rep.other_ops["WARPGROUP.DEPBAR"] * 4 < rep.tensor_ops["HGMMA"], (k.name, d, rep)
 
 
 @pytest.mark.parametrize("d, red", [(64, True), (48, True), (128, False), (96, False)])
@@ -189,6 +192,23 @@ def test_the_wgmma_backwards_load_q_and_do_by_tma(d, loads, monkeypatch):
     rep = sass.inspect(built.compiled.cubin, built.generated.entry)
     if rep is not None:
         assert bool(rep.other_ops.get("UTMALDG")) == tma and rep.tensor_ops.get("HGMMA") and not rep.local_bytes, rep
+
+
+@pytest.mark.parametrize("d, dv", [(160, 160), (192, 192), (256, 256), (192, 128), (160, 96), (128, 192),
+                                   (256, 64), (64, 256)])
+def test_the_wide_backwards_wgmmas_are_pipelined(d, dv):
+    """ptxas serializes every wgmma of a kernel (a wait after each; its C7511 / C7520 remarks,
+    which no error reports) where a product sits in a branch it cannot prove warp-uniform, or
+    where accumulators split differently on two paths leave it too few registers for the
+    pipeline. The wide backward's were, at every head dim; now a step has at most four waits
+    (causal mask: the pressure of a masked build)."""
+    kern = kdsl.compile("attention w {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, Dv]\n"
+                        " mask(b, h, i, j) = j <= i\n}\n").ir["w"]
+    built = build(kern, "sm_90a", d, value_dim=dv, program=Program(backward=True))
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    if rep is None:
+        pytest.skip("cuobjdump")
+    assert rep.other_ops["WARPGROUP.DEPBAR"] <= 4 < rep.tensor_ops["HGMMA"] and not rep.local_bytes, rep
 
 
 @pytest.mark.parametrize("d, dv", [(160, 96), (64, 256), (192, 128)])
@@ -329,12 +349,19 @@ def test_assert_gradients_match_names_the_failing_case():
                                kernel=mod.ir["causal"], backend=Torch("cpu"))
 
 
-@pytest.mark.parametrize("d", [32, 64, 96, 128, 160, 256])
+@pytest.mark.parametrize("d", [32, 64, 96, 128, 160, 192, 256])
 def test_dq_tiles_come_back_in_row_order(d):
     """Both wgmma backwards add each 64-row dQ tile in the order of its accumulator fragments
-    (attention_bwd_wgmma.cuh's launch contract; the wide one's warpgroups own half of the
-    columns each, as there); dq_from_tiles puts every element back at its (row, column),
-    dropping the padding rows and columns."""
+    (attention_bwd_wgmma.cuh's launch contract), a warpgroup's n-tiles j over its columns: up
+    to 128 the half from wg * dp / 2; past it the 64-column blocks in turn (block 2 i + wg),
+    then half of an odd block (attention_bwd_rows.cuh, BwdHalfCols). dq_from_tiles puts every
+    element back at its (row, column), dropping the padding rows and columns."""
+    def column(wg, j):  # the layout written out for each padded width this test takes
+        if dp <= 128:
+            return wg * dp // 2 + 8 * j
+        if j < 8 * (dp // 128):
+            return (2 * (j // 8) + wg) * 64 + 8 * (j % 8)
+        return 128 + wg * 32 + 8 * (j - 8)  # 192: block 0 or 1, then half of block 2
     from kdsl.runtime.attention_backward import dq_from_tiles
     B, H, M = 2, 3, 100
     dp, tiles = -(-d // 64) * 64, -(-M // 64)
@@ -346,7 +373,7 @@ def test_dq_tiles_come_back_in_row_order(d):
                 for lane in range(32):
                     for hh in range(2):
                         for e in range(2):
-                            r, c = 16 * w + 8 * hh + lane // 4, wg * dp // 2 + 8 * j + 2 * (lane % 4) + e
+                            r, c = 16 * w + 8 * hh + lane // 4, column(wg, j) + 2 * (lane % 4) + e
                             i = (((wg * 4 + w) * (dp // 16) + j) * 32 + lane) * 4 + 2 * hh + e
                             acc[:, :, :, i] = rows.view(B, H, tiles, 64, dp)[:, :, :, r, c]
     assert torch.equal(dq_from_tiles(acc, M, d), rows[:, :, :M, :d])

@@ -222,7 +222,21 @@ def dq_from_tiles(acc, M: int, D: int):
     B, H, tiles, n = acc.shape
     dp = n // 64
     t = acc.view(B, H, tiles, 2, 4, dp // 16, 8, 4, 2, 2)  # warpgroup, warp, j, lane / 4, lane % 4, half, pair
-    return t.permute(0, 1, 2, 4, 8, 6, 3, 5, 7, 9).reshape(B, H, tiles * 64, dp)[:, :, :M, :D]
+    rows = t.permute(0, 1, 2, 4, 8, 6, 3, 5, 7, 9).reshape(B, H, tiles * 64, dp)  # columns wg * dp / 2 + 8 j + ...
+    # each column's place there: past 128 a warpgroup's n-tiles are not consecutive columns
+    by_column = [0] * dp
+    for v in range(dp):
+        wg, j = divmod(v // 8, dp // 16)
+        by_column[half_col(dp, wg, j) + v % 8] = v
+    return rows[..., by_column][:, :, :M, :D]
+
+
+def half_col(width: int, wg: int, j: int) -> int:
+    """The first column of warpgroup wg's n-tile j (8 columns) of a padded head dim `width` in
+    the wgmma backwards (attention_bwd_rows.cuh, BwdHalfCols): the 64-column blocks in turn,
+    then half of a last odd block."""
+    pairs, half = width // 128, width % 128 // 2
+    return (2 * (j // 8) + wg) * 64 + 8 * (j % 8) if j < 8 * pairs else 128 * pairs + wg * half + 8 * (j - 8 * pairs)
 
 
 def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False):

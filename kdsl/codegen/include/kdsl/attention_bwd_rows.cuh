@@ -38,9 +38,27 @@ KDSL_DEVICE void backward_delta(const Elem* dout, const Elem* out, const float* 
   if (lane == 0) delta[r] = dlse != nullptr ? sum - dlse[r] : sum;
 }
 
+// The columns of a padded head dim WIDTH (a multiple of 64) that each of the wgmma backwards'
+// two warpgroups owns, in n-tiles of 8: the 64-column blocks in turn (block 2 i + wg), then
+// half of a last odd block (32 columns at wg * 32). Up to 128 that is columns wg * WIDTH / 2
+// on; past it, both warpgroups' products then have the same shapes and differ in address only
+// (attention_bwd_wgmma_wide.cuh).
+template <int WIDTH>
+struct BwdHalfCols {
+  static constexpr int kPairs = WIDTH / 128;          // whole 64-column blocks a warpgroup
+  static constexpr int kHalf = WIDTH % 128 / 2;       // 32 or 0: its half of the odd block
+  static constexpr int kTiles = WIDTH / 16;           // n-tiles a warpgroup
+  static_assert(WIDTH % 64 == 0, "64-column blocks");
+  // the first column of the warpgroup's n-tile j
+  static KDSL_DEVICE int col(int wg, int j) {
+    return j < 8 * kPairs ? (2 * (j / 8) + wg) * 64 + 8 * (j % 8) : 128 * kPairs + wg * kHalf + 8 * (j - 8 * kPairs);
+  }
+};
+
 // One warp per 128 consecutive floats of dq_acc: a 64-row tile's (warpgroup, warp, n-tile j)
-// block, lane l holding rows 16 warp + l / 4 and + 8, columns wg * DP / 2 + 8 j + 2 (l % 4)
-// and + 1 (attention_bwd_wgmma.cuh), each dQ / scale. Rows past M and columns past D are padding.
+// block, lane l holding rows 16 warp + l / 4 and + 8, columns BwdHalfCols<DP>::col(wg, j) + 2
+// (l % 4) and + 1 (attention_bwd_wgmma.cuh), each dQ / scale. Rows past M and columns past D
+// are padding.
 template <class Elem, int D, int DP>
 KDSL_DEVICE void dq_tiles_to_rows(const float* acc, Elem* dq, int M, i64 items, float scale) {
   const i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -52,7 +70,7 @@ KDSL_DEVICE void dq_tiles_to_rows(const float* acc, Elem* dq, int M, i64 items, 
   const int tiles = (M + 63) / 64;
   const i64 bh = tile / tiles;
   const int row0 = (int)(tile - bh * tiles) * 64 + 16 * warp + lane / 4;
-  const int col = wg * DP / 2 + 8 * j + 2 * (lane % 4);
+  const int col = BwdHalfCols<DP>::col(wg, j) + 2 * (lane % 4);
   const float4 v = __ldg(reinterpret_cast<const float4*>(acc) + w * 32 + lane);
   if (col >= D) return;
   if (row0 < M) *reinterpret_cast<u32*>(dq + (bh * M + row0) * D + col) = pack2<Elem>(v.x * scale, v.y * scale);

@@ -10,7 +10,8 @@
 //     elementwise work splits evenly; each writes its half of dS^T to shared memory ([key][q],
 //     swizzled, for dQ) and its P and dS fragments back through the same slots;
 //   - each then holds the whole P^T and dS^T of the 64 keys as A fragments and owns half of
-//     the head dim's columns: dV[:, half] += P^T dO, dK[:, half] += dS^T Q and
+//     the head dim's columns (64-column blocks in turn, then half of an odd one:
+//     BwdHalfCols, attention_bwd_rows.cuh): dV[:, half] += P^T dO, dK[:, half] += dS^T Q and
 //     dQ[:, half] = dS K, the last added from registers into dq_acc, 64-row fp32 tiles in
 //     the fragment order of attention_bwd_wgmma.cuh (a thread's four values of an n-tile are
 //     consecutive: one red.global.add.v4.f32 each, a warp's 512 bytes contiguous; as [B, H, M, D]
@@ -18,19 +19,27 @@
 // As there, dS leaves out the softmax scale: dK takes it at the end, dQ in the host's
 // conversion of the tiles to rows. Operand tiles use the 128-byte-swizzled layout of
 // attention_bwd_wgmma.cuh, whose helpers this header uses; Q, dO, lse and delta are
-// double-buffered, Q and dO loaded as there (attention_bwd_wgmma_wide_tma by TMA). A half's
-// columns that start inside a 64-column block take two products (ColSplit): a descriptor may
-// start mid-row, but an N read from there must end in that row.
+// double-buffered, Q and dO loaded as there (attention_bwd_wgmma_wide_tma by TMA). The two
+// warpgroups run the same instructions at other addresses (the warpgroup index broadcast from
+// lane 0, operands chosen by it): ptxas serializes every wgmma of a kernel with one in a branch
+// it cannot prove warp-uniform, and it did so here at every head dim (bench/NOTES.md,
+// forty-fifth session; tests/test_backward_cpu.py checks the waits).
 //
 // Launch contract (the generated extern "C" kernel forwards to attention_bwd_wgmma_wide):
 //   grid  = ceil(N / 64) * Hkv * B CTAs (attention_common.cuh, backward_block)
 //   block = 256 threads
 //   dynamic shared memory = attention_bwd_wgmma_wide_smem_bytes<D, DV>() (1024 of it slack)
-//   dq_acc: zeroed fp32 [B, H, ceil(M / 64), 64 * DP], attention_bwd_wgmma.cuh's fragment order
+//   dq_acc: zeroed fp32 [B, H, ceil(M / 64), 64 * DP], attention_bwd_wgmma.cuh's fragment order,
+//   a warpgroup's n-tiles at BwdHalfCols<DP>::col
 #pragma once
 
+#include "kdsl/attention_bwd_rows.cuh"
 #include "kdsl/attention_bwd_wgmma.cuh"
 #include "kdsl/wgmma_ops_more.cuh"
+
+#ifndef KDSL_BWD_WIDE_DQ_PIECES  // an A/B switch for tools/dev/backward_ab.py (see the step's products)
+#define KDSL_BWD_WIDE_DQ_PIECES 2
+#endif
 
 namespace kdsl {
 
@@ -73,55 +82,38 @@ KDSL_DEVICE void load_blocks(u32 dst, const Elem* src, int rows_valid, int tid) 
   }
 }
 
-// Columns [C0, C1) of a 64-column-block operand as at most two products: kHead columns up to
-// the next block boundary where C0 lies inside a block, then kTail from a boundary.
-template <int C0, int C1>
-struct ColSplit {
-  static constexpr int kEnd = (C0 / 64 + 1) * 64;
-  static constexpr int kHead = C0 % 64 == 0 ? 0 : (C1 < kEnd ? C1 - C0 : kEnd - C0);
-  static constexpr int kTail = C1 - C0 - kHead;
-};
-
-template <int I> struct Int { static constexpr int value = I; };
-
 template <int OFF, int LEN, int R>
 KDSL_DEVICE float (&part(float (&d)[R]))[LEN] {
   static_assert(OFF + LEN <= R, "a part inside the array");
   return *reinterpret_cast<float(*)[LEN]>(d + OFF);
 }
 
-// d (columns [C0, C1) of the product) += A B, A from registers (the 64 keys x 64 queries of
-// a step), B MN-major: the rows of a [BM][64-column blocks] tile at sb, blocks block_bytes apart.
-template <class Elem, int C0, int C1>
-KDSL_DEVICE void mma_rs_cols(float (&d)[(C1 - C0) / 2], const u32 (&a)[4][4], u32 sb, int block_bytes) {
-  typedef ColSplit<C0, C1> S;
-  if constexpr (S::kHead > 0)
-    attn_bwd_wg_detail::mma_rs<Elem, S::kHead>(part<0, S::kHead / 2>(d), a, sb + (C0 / 64) * block_bytes + (C0 % 64) * 2,
-                                               block_bytes);
-  if constexpr (S::kTail > 0)
-    attn_bwd_wg_detail::mma_rs<Elem, S::kTail>(part<S::kHead / 2, S::kTail / 2>(d), a,
-                                               sb + ((C0 + S::kHead) / 64) * block_bytes, block_bytes);
+// d (the warpgroup's columns of the product, BwdHalfCols<WIDTH>) += A B, A from registers (the
+// 64 keys x 64 queries of a step), B MN-major: the rows of a [BM][64-column blocks] tile at sb,
+// blocks block_bytes apart. A 64-column product a whole block, a 32-column one for the odd
+// block's half: the same products for both warpgroups, only their addresses differ.
+template <class Elem, int WIDTH>
+KDSL_DEVICE void mma_rs_half(float (&d)[WIDTH / 4], const u32 (&a)[4][4], u32 sb, int block_bytes, int wg) {
+  typedef BwdHalfCols<WIDTH> H;
+#pragma unroll
+  for (int i = 0; i < H::kPairs; ++i)
+    attn_bwd_wg_detail::mma_rs<Elem, 64>(*reinterpret_cast<float(*)[32]>(d + 32 * i), a, sb + (2 * i + wg) * block_bytes,
+                                         block_bytes);
+  if constexpr (H::kHalf > 0)
+    attn_bwd_wg_detail::mma_rs<Elem, 32>(part<32 * H::kPairs, 16>(d), a, sb + 2 * H::kPairs * block_bytes + wg * 64,
+                                         block_bytes);
 }
 
-// d (columns [C0, C1) of dQ = dS K) = dS^T read MN-major (one 64-query block at sds) times
-// K's rows read MN-major (blocks block_bytes apart), over K_ROWS keys; overwrites d.
-template <class Elem, int C0, int C1, int K_ROWS>
-KDSL_DEVICE void mma_dq_cols(float (&d)[(C1 - C0) / 2], u32 sds, u32 sk, int block_bytes) {
-  typedef ColSplit<C0, C1> S;
-  const u64 da0 = desc_mnmajor_sw128(sds, K_ROWS * 128);
+// d = dS^T read MN-major (one 64-query block at sds) times K's rows read MN-major from sk_col
+// (a piece of W columns inside one 64-column block), over K_ROWS keys: W columns of dQ = dS K.
+template <class Elem, int W, int K_ROWS>
+KDSL_DEVICE void mma_dq_piece(float (&d)[W / 2], u32 sds, u32 sk_col, int block_bytes) {
+  const u64 da0 = desc_mnmajor_sw128(sds, K_ROWS * 128), db0 = desc_mnmajor_sw128(sk_col, block_bytes);
 #pragma unroll
-  for (int i = 0; i < (C1 - C0) / 2; ++i) d[i] = 0.f;
-  auto run = [&](auto& dd, u32 sb, auto width) {
-    constexpr int W = decltype(width)::value;
-    const u64 db0 = desc_mnmajor_sw128(sb, block_bytes);
+  for (int i = 0; i < W / 2; ++i) d[i] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < K_ROWS / 16; ++kk)
-      WgmmaSSTT<Elem, W>::run(dd, desc_advance(da0, kk * 16 * 128), desc_advance(db0, kk * 16 * 128), 1);
-  };
-  if constexpr (S::kHead > 0)
-    run(part<0, S::kHead / 2>(d), sk + (C0 / 64) * block_bytes + (C0 % 64) * 2, Int<S::kHead>{});
-  if constexpr (S::kTail > 0)
-    run(part<S::kHead / 2, S::kTail / 2>(d), sk + ((C0 + S::kHead) / 64) * block_bytes, Int<S::kTail>{});
+  for (int kk = 0; kk < K_ROWS / 16; ++kk)
+    WgmmaSSTT<Elem, W>::run(d, desc_advance(da0, kk * 16 * 128), desc_advance(db0, kk * 16 * 128), 1);
 }
 
 KDSL_DEVICE void st_shared_v4(u32 addr, u32 x, u32 y, u32 z, u32 w) {
@@ -131,6 +123,92 @@ KDSL_DEVICE uint4 ld_shared_v4(u32 addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
   return v;
+}
+
+// Warpgroup 0's S^T = K Q^T over KA (its padded head dim) or warpgroup 1's dP^T = V dO^T over
+// KB, into x (64 keys x the step's 64 queries): the k16 steps both have in one code path with
+// the operands chosen by warpgroup, the wider one's remaining steps in a branch. (The two
+// products in the two arms of a branch on the warpgroup made ptxas serialize every wgmma of
+// the kernel where the head dims differ: mla's 192 / 128, C7511.)
+template <class Elem, int KA, int KB>
+KDSL_DEVICE void scores_t(float (&x)[32], int wg, u32 sk, u32 sv, u32 sq, u32 sdo, int bn, int bm) {
+  constexpr int KC = KA < KB ? KA : KB, KM = KA < KB ? KB : KA;
+  u64 da[KM / 16], db[KM / 16];
+  kmajor_steps(da, wg == 0 ? sk : sv, bn, db, wg == 0 ? sq : sdo, bm);
+  WgmmaSS0<Elem, 64>::run(x, da[0], db[0]);
+#pragma unroll
+  for (int k = 1; k < KC / 16; ++k) WgmmaSS<Elem, 64>::run(x, da[k], db[k], 1);
+  if constexpr (KA != KB) {
+    if (wg == (KA > KB ? 0 : 1)) {
+#pragma unroll
+      for (int k = KC / 16; k < KM / 16; ++k) WgmmaSS<Elem, 64>::run(x, da[k], db[k], 1);
+    }
+  }
+}
+
+// dQ's fragment d[4 jj + 2 hh + e] (query row 16 warp + g + 8 hh, the column of the
+// warpgroup's n-tile jj, + 2 t + e) into a step's dQ tile as it lies in registers, a thread's
+// n-tile jj at dst + 128 jj: rows past M and columns past D are the tile's padding, zeros here,
+// which the conversion to rows skips.
+template <int N_TILES>
+KDSL_DEVICE void add_dq(float* dst, const float (&d)[4 * N_TILES]) {
+#pragma unroll
+  for (int jj = 0; jj < N_TILES; ++jj)
+    attn_bwd_wg_detail::red_add_v4(dst + jj * 32 * 4, d[4 * jj], d[4 * jj + 1], d[4 * jj + 2], d[4 * jj + 3]);
+}
+
+// A warpgroup's products of a step over its columns (BwdHalfCols: of DP for dK and dQ, of DVP
+// for dV): dV += P^T dO and dK += dS^T Q (B read MN-major), and dQ = dS K added into the
+// step's tile at dst (the thread's first n-tile). Both warpgroups run the same products at
+// other addresses: a product in a branch on the warpgroup made ptxas serialize every wgmma of
+// the kernel (its C7520 remark), and accumulators split differently in the two branches (32 + 64
+// columns, 64 + 32) ran it out of registers for the pipeline (C7511).
+// dQ comes in two pieces (KDSL_BWD_WIDE_DQ_PIECES, default 2), its first block and the rest:
+// the first a wgmma group ahead of dV's and dK's, its reductions issued while those run, the
+// second after them. At most one piece's accumulators are live beside dK's, dV's, P^T's and
+// dS^T's (at 256: 32 + 64 + 64 + 32 registers; the whole half at once spilled alibi's and
+// natten2d's builds). KDSL_BWD_WIDE_DQ_PIECES=1: the half in the products' group.
+template <class Elem, int DP, int DVP, int BM, int BN>
+KDSL_DEVICE void step_products(float (&acc_dk)[DP / 4], float (&acc_dv)[DVP / 4], const u32 (&pa)[4][4],
+                               const u32 (&dsa)[4][4], u32 sds, u32 sk, u32 sq, u32 sdo, float* dst, int wg) {
+  using namespace attn_bwd_wg_detail;
+  typedef BwdHalfCols<DP> H;
+  constexpr int KH = DP / 2;
+  // the first piece: the first whole block, or the odd block's half where there is none
+  constexpr int W1 = KDSL_BWD_WIDE_DQ_PIECES == 1 ? KH : H::kPairs > 0 ? 64 : H::kHalf, W2 = KH - W1;
+  const u32 sk1 = H::kPairs > 0 ? sk + wg * BN * 128 : sk + wg * 64;  // the first piece's first column
+  float dq1[W1 / 2];
+  wgmma_fence();
+  if constexpr (W1 <= 64) {
+    mma_dq_piece<Elem, W1, BN>(dq1, sds, sk1, BN * 128);
+  } else {  // KDSL_BWD_WIDE_DQ_PIECES=1 past 128: every piece of the half into dq1
+#pragma unroll
+    for (int i = 0; i < H::kPairs; ++i)
+      mma_dq_piece<Elem, 64, BN>(*reinterpret_cast<float(*)[32]>(dq1 + 32 * i), sds, sk + (2 * i + wg) * BN * 128,
+                                 BN * 128);
+    if constexpr (H::kHalf > 0)
+      mma_dq_piece<Elem, 32, BN>(part<32 * H::kPairs, 16>(dq1), sds, sk + 2 * H::kPairs * BN * 128 + wg * 64, BN * 128);
+  }
+  if constexpr (W2 > 0) wgmma_commit();
+  mma_rs_half<Elem, DVP>(acc_dv, pa, sdo, BM * 128, wg);
+  mma_rs_half<Elem, DP>(acc_dk, dsa, sq, BM * 128, wg);
+  wgmma_commit();
+  wgmma_wait<(W2 > 0 ? 1 : 0)>();
+  wgmma_pin(dq1);
+  add_dq<W1 / 8>(dst, dq1);
+  if constexpr (W2 > 0) {
+    static_assert(W2 <= 64, "the second piece inside one block");
+    float dq2[W2 / 2];
+    wgmma_wait<0>();  // dV's and dK's products: P^T's and dS^T's registers are free
+    wgmma_fence();
+    // the second block where there are two, else the odd block's half
+    mma_dq_piece<Elem, W2, BN>(dq2, sds, H::kPairs > 1 ? sk + (2 + wg) * BN * 128 : sk + 2 * BN * 128 + wg * 64,
+                               BN * 128);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_pin(dq2);
+    add_dq<W2 / 8>(dst + W1 / 8 * 32 * 4, dq2);
+  }
 }
 
 }  // namespace attn_bwd_wide_detail
@@ -164,7 +242,10 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   const float* sLse = reinterpret_cast<const float*>(smem + C::kLse);
   const float* sDelta = reinterpret_cast<const float*>(smem + C::kDelta);
 
-  const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int tid = threadIdx.x, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  // the warpgroup, broadcast from lane 0 so that ptxas sees it warp-uniform: the products sit in
+  // branches on it, and a wgmma in a path it takes for divergent serializes every wgmma
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   const BackwardBlock blk = backward_block<BN>(a);
   const int n0 = blk.n0, hkv = blk.hkv, b = blk.b;
   const int M = a.M, N = a.N, group = a.H / a.Hkv;
@@ -175,7 +256,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   load_blocks<Elem, DV, DVP, BN>(sV, static_cast<const Elem*>(a.v) + (kv_head * N + n0) * DV, N - n0, tid);
   cp_async_commit();
 
-  // this warpgroup's half of the head dims' columns: dK and dQ over [K0, K1), dV over [V0, V1)
+  // this warpgroup's half of the head dims' columns (BwdHalfCols<DP> for dK and dQ, <DVP> for dV)
   constexpr int KH = DP / 2, VH = DVP / 2;
   float acc_dk[KH / 2], acc_dv[VH / 2];
 #pragma unroll
@@ -225,8 +306,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     // warpgroup 0: S^T = K Q^T; warpgroup 1: dP^T = V dO^T (64 keys x the step's 64 queries)
     float x[32];
     wgmma_fence();
-    if (wg == 0) mma_kmajor<Elem, 64, DP>(x, sK, BN, sQb, BM);
-    else mma_kmajor<Elem, 64, DVP>(x, sV, BN, sDOb, BM);
+    scores_t<Elem, DP, DVP>(x, wg, sK, sV, sQb, sDOb, BN, BM);
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_pin(x);
@@ -337,30 +417,11 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
       }
     }
 
-    // dV[:, half] += P^T dO and dK[:, half] += dS^T Q (B read MN-major), dQ[:, half] = dS K
-    constexpr int K0 = 0, V0 = 0;
-    float dq[KH / 2];
-    wgmma_fence();
-    if (wg == 0) {
-      mma_rs_cols<Elem, V0, VH>(acc_dv, pa, sDOb, BM * 128);
-      mma_rs_cols<Elem, K0, KH>(acc_dk, dsa, sQb, BM * 128);
-      mma_dq_cols<Elem, K0, KH, BN>(dq, sDS, sK, BN * 128);
-    } else {
-      mma_rs_cols<Elem, VH, DVP>(acc_dv, pa, sDOb, BM * 128);
-      mma_rs_cols<Elem, KH, DP>(acc_dk, dsa, sQb, BM * 128);
-      mma_dq_cols<Elem, KH, DP, BN>(dq, sDS, sK, BN * 128);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_pin(dq);
-
-    // dQ's fragment d[4 jj + 2 hh + e] (query row 16 warp + g + 8 hh, column wg KH + 8 jj + 2 t
-    // + e) into the step's tile as it lies in registers: rows past M and columns past D are the
-    // tile's padding, zeros here, which the conversion to rows skips
-    float* const dst = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP) +
-                       ((wg * 4 + warp) * (KH / 8) * 32 + lane) * 4;
-#pragma unroll
-    for (int jj = 0; jj < KH / 8; ++jj) red_add_v4(dst + jj * 32 * 4, dq[4 * jj], dq[4 * jj + 1], dq[4 * jj + 2], dq[4 * jj + 3]);
+    // dV[:, half] += P^T dO, dK[:, half] += dS^T Q and dQ[:, half] = dS K, added into the
+    // step's dQ tile (the warpgroup's columns as compile-time ranges: a branch a warpgroup)
+    float* const dq_dst = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP) +
+                          ((wg * 4 + warp) * (KH / 8) * 32 + lane) * 4;
+    step_products<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, dq_dst, wg);
   }
   cp_async_wait<0>();  // K and V's copies, when every step was empty
   wgmma_pin(acc_dk);
@@ -373,14 +434,14 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     if (kv >= N) continue;
 #pragma unroll
     for (int j = 0; j < KH / 8; ++j) {
-      const int col = wg * KH + 8 * j + 2 * t;
+      const int col = BwdHalfCols<DP>::col(wg, j) + 2 * t;
       if (col < D)
         *reinterpret_cast<u32*>(dk + (kv_head * N + kv) * D + col) =
             pack2<Elem>(acc_dk[4 * j + 2 * hh] * scale, acc_dk[4 * j + 2 * hh + 1] * scale);
     }
 #pragma unroll
     for (int j = 0; j < VH / 8; ++j) {
-      const int col = wg * VH + 8 * j + 2 * t;
+      const int col = BwdHalfCols<DVP>::col(wg, j) + 2 * t;
       if (col < DV)
         *reinterpret_cast<u32*>(dv + (kv_head * N + kv) * DV + col) = pack2<Elem>(acc_dv[4 * j + 2 * hh], acc_dv[4 * j + 2 * hh + 1]);
     }
