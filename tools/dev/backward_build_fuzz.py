@@ -8,7 +8,9 @@ outcomes and prints the first program of each failure.
 --last FILE holds the program being built (with its head dim), so that a build that hangs or
 runs past a caller's timeout can be found. --capture-grads builds the program that also adds
 the captured tensors' gradients (KDSL_CAPTURE_GRADS: atomic, step-uniform and per-offset sums)
-where the score reads a float captured tensor, and counts those builds apart.
+where the score reads a float captured tensor, and counts those builds apart. Where cuobjdump
+is installed, a build whose wgmmas ptxas serialized (about a wait a product: no error says so)
+counts as "serialized", by head dim.
 """
 import argparse
 import random
@@ -23,6 +25,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
 import fuzzgen  # noqa: E402
+from kdsl import sass  # noqa: E402
 from kdsl.errors import SourceError  # noqa: E402
 from kdsl.grammar import parse  # noqa: E402
 from kdsl.passes import pipeline, score_grad  # noqa: E402
@@ -44,8 +47,8 @@ def main():
     ap.add_argument("--head-dims", help="draw a program's head dim from these (default: every multiple of 16 to 256)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    counts = {"built": 0, "spilled": 0, "diagnostic": 0, "failed": 0}
-    spilled_dims = {}  # head dim -> spilled builds
+    counts = {"built": 0, "spilled": 0, "serialized": 0, "diagnostic": 0, "failed": 0}
+    spilled_dims, serialized_dims = {}, {}  # head dim -> spilled / serialized builds
     choices = [int(x) for x in args.head_dims.split(",")] if args.head_dims else list(range(16, 257, 16))
     with_grads = [0]  # builds that add captured tensors' gradients (--capture-grads)
     failures = []
@@ -73,9 +76,14 @@ def main():
             try:
                 b = build(k, "sm_90a", d, program=Program(backward=True, capture_grads=grads))
                 spilled = bool(cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry))
-                counts["spilled" if spilled else "built"] += 1
+                rep = sass.inspect(b.compiled.cubin, b.generated.entry)
+                products = rep.tensor_ops.get("HGMMA", 0) if rep else 0
+                serialized = products > 0 and rep.other_ops["WARPGROUP.DEPBAR"] * 4 >= products
+                counts["spilled" if spilled else "serialized" if serialized else "built"] += 1
                 if spilled:
                     spilled_dims[d] = spilled_dims.get(d, 0) + 1
+                if serialized:
+                    serialized_dims[d] = serialized_dims.get(d, 0) + 1
             except SourceError:
                 counts["diagnostic"] += 1
             except Exception as e:  # noqa: BLE001 - every other exception is a finding
@@ -89,7 +97,8 @@ def main():
         pass
     print(f"{sum(counts.values())} kernels in {time.time() - start:.0f} s (seed {args.seed}): {counts}"
           + (f"; {with_grads[0]} with captured tensors' gradients" if args.capture_grads else "")
-          + (f"; spills by head dim {dict(sorted(spilled_dims.items()))}" if spilled_dims else ""))
+          + (f"; spills by head dim {dict(sorted(spilled_dims.items()))}" if spilled_dims else "")
+          + (f"; serialized by head dim {dict(sorted(serialized_dims.items()))}" if serialized_dims else ""))
     for d, text, msg in failures:
         print(f"\n--- head dim {d}\n{msg}\n{text[:2000]}")
     return 1 if counts["failed"] else 0
