@@ -3,7 +3,7 @@
 # instructions for both warpgroups, columns in turn by 64-column blocks), from the repo root with
 # the wheels in .whl/: its GPU tests at the wide head dims, forward + backward against cuDNN at
 # 192 / 256 (main's last ratios: plain 0.77 / 0.85, causal 0.78 / 0.85 at 256 / 192, H200), the
-# dQ pieces A/B, then memcheck and racecheck at 256. Logs under $OUT. About 8 minutes on an H200.
+# dQ pieces A/B, then memcheck and racecheck at 256. Logs under $OUT. About 9 minutes on an H200.
 set -uo pipefail
 source bench/device_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/tools/dev
@@ -15,3 +15,5 @@ timeout 100 python3 -m kdsl.cli bench samples/plain.kd samples/causal.kd --backw
   --variants "default;-DKDSL_BWD_WIDE_DQ_PIECES=1" --reps 10 2>&1 | tee "$OUT/ab-pieces.log" | grep "^|")
 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/dev/sanitize.py --backward --quick \
   --head-dim 256 > "$OUT/memcheck-256.log" 2>&1; tail -2 "$OUT/memcheck-256.log"
+timeout 110 compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/dev/sanitize.py --backward --quick \
+  --head-dim 256 > "$OUT/racecheck-256.log" 2>&1; tail -2 "$OUT/racecheck-256.log"
