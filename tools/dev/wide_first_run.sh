@@ -7,7 +7,7 @@
 set -uo pipefail
 source bench/device_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/tools/dev
-timeout 170 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_backward_gpu.py -k "mla or 256 or 192 or 160 or dq_helper" \
+timeout 170 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_backward_gpu.py -k "mla or 256 or 192 or 160 or dq_helper or cp_async" \
   2>&1 | tee "$OUT/pytest-wide.log" | tail -3
 timeout 100 python3 -m kdsl.cli bench samples/plain.kd samples/causal.kd --backward --vs cudnn \
   --shapes B=2,H=16,M=4096,N=4096,D=256 B=2,H=16,M=4096,N=4096,D=192 --reps 10 -o "$OUT/bench" 2>&1 | grep "^|" | tail -4
