@@ -48,6 +48,11 @@
 #ifndef KDSL_BWD_DQ_RED
 #define KDSL_BWD_DQ_RED -1
 #endif
+// Query rows a step: 0 (unset) picks 128 where both padded head dims are 64 and dQ is added from
+// registers, else 64; 64 forces the narrow step (for A/B timing; the buffers keep their size).
+#ifndef KDSL_BWD_BM
+#define KDSL_BWD_BM 0
+#endif
 // The next step's copies are issued once this step's first products are (1), or before them (0,
 // for A/B timing): a wgmma.fence waits until every earlier cp.async has read its address
 // registers, which held the products back by a long-scoreboard stall a step (x1.02-1.09).
@@ -61,18 +66,26 @@ namespace attn_bwd_wg_detail {
 
 template <int D, int DV>
 struct BwdWgCfg {
-  static constexpr int BM = 64, BN = 128;  // query rows per step; keys per CTA, 64 a warpgroup
+  static constexpr int BN = 128;  // keys per CTA, 64 a warpgroup
   static constexpr int DP = (D + 63) / 64 * 64, DVP = (DV + 63) / 64 * 64;  // padded head dims
-  static constexpr int kThreads = 256, NB = 2;                              // NB: Q / dO buffers
-  static constexpr int kQBuf = BM * DP * 2, kDOBuf = BM * DVP * 2;
+  static constexpr bool kDqFromRegs = KDSL_BWD_DQ_RED < 0 ? DP == 64 : KDSL_BWD_DQ_RED != 0;
+  // Query rows the buffers hold: 128 where both padded head dims are 64 (a warpgroup's S^T and
+  // dP^T then m64n128, 64 registers each, beside 32 each of dK and dV), else 64. BM, the rows a
+  // step takes, is that where dQ comes from registers (each warpgroup adds one 64-row tile).
+  static constexpr int kRows = DP == 64 && DVP == 64 ? 128 : 64;
+  static constexpr int BM = KDSL_BWD_BM > 0 ? KDSL_BWD_BM : kDqFromRegs ? kRows : 64;
+  static constexpr int QB = BM / 64;  // 64-query blocks a step
+  static constexpr int kThreads = 256, NB = 2;  // NB: Q / dO buffers
+  static constexpr int kQBuf = kRows * DP * 2, kDOBuf = kRows * DVP * 2;
   // tile offsets from a 1024-byte aligned base (each a multiple of 1024)
   static constexpr int kK = 0, kV = kK + BN * DP * 2, kQ = kV + BN * DVP * 2, kDO = kQ + NB * kQBuf;
-  static constexpr int kDQBuf = BM * DP * 4;  // a step's dQ tile in fp32, two of them (one being added out)
-  static constexpr int kDS = kDO + NB * kDOBuf, kDQ = kDS + BN * BM * 2, kLse = kDQ + 2 * kDQBuf;
-  static constexpr int kDelta = kLse + NB * BM * 4, kBar = kDelta + NB * BM * 4;  // kBar: QdoByTma's mbarriers
+  static constexpr int kDQBuf = 64 * DP * 4;  // a step's dQ tile in fp32, two of them (one being added out)
+  static constexpr int kDS = kDO + NB * kDOBuf, kDQ = kDS + BN * kRows * 2, kLse = kDQ + 2 * kDQBuf;
+  static constexpr int kDelta = kLse + NB * kRows * 4, kBar = kDelta + NB * kRows * 4;  // kBar: QdoByTma's mbarriers
   static constexpr int kSmemBytes = 1024 + kBar + 16;
   static_assert(D % 16 == 0 && DV % 16 == 0 && DP <= 128 && DVP <= 128, "head dims: multiples of 16 up to 128");
   static_assert(KDSL_BWD_BUFFERS == 2, "the wgmma backward always double-buffers");
+  static_assert(BM == 64 || (BM == 128 && kRows == 128 && kDqFromRegs), "128-row steps: head dims 64 / 64, dQ from registers");
 };
 
 // Rows [0, ROWS) of a row-major [rows, COLS] global matrix into the swizzled layout at dst
@@ -104,7 +117,7 @@ KDSL_DEVICE float ld_shared_f32(u32 addr) {
 }
 
 // A step's Q and dO tiles by TMA (both wgmma backwards' _tma entries): thread 0 issues boxes of
-// 64 columns x BM rows from 3-D maps over [B * H, M, D] and [B * H, M, DV] (the 128-byte
+// 64 columns x 64 rows (BM / 64 of them a column block) from 3-D maps over [B * H, M, D] and [B * H, M, DV] (the 128-byte
 // swizzle of load_tile's layout; rows past M and columns past D land as zeros) onto the
 // mbarrier of their buffer, and every thread waits on it before the step's products. One
 // thread's few instructions replace every thread's copies and their address arithmetic.
@@ -129,9 +142,13 @@ struct QdoByTma {
     const u32 bar = bar0 + 8 * buf;
     mbar_arrive_expect_tx(bar, BM * (DP + DVP) * 2);  // whole boxes, zero-filled parts included
 #pragma unroll
-    for (int cb = 0; cb < DP / 64; ++cb) tma_load_3d(sq + cb * BM * 128, tq, bar, cb * 64, m0, bh);
+    for (int r = 0; r < BM / 64; ++r) {
 #pragma unroll
-    for (int cb = 0; cb < DVP / 64; ++cb) tma_load_3d(sdo + cb * BM * 128, tdo, bar, cb * 64, m0, bh);
+      for (int cb = 0; cb < DP / 64; ++cb) tma_load_3d(sq + cb * BM * 128 + r * 64 * 128, tq, bar, cb * 64, m0 + 64 * r, bh);
+#pragma unroll
+      for (int cb = 0; cb < DVP / 64; ++cb)
+        tma_load_3d(sdo + cb * BM * 128 + r * 64 * 128, tdo, bar, cb * 64, m0 + 64 * r, bh);
+    }
   }
   KDSL_DEVICE void wait(int buf) {
     mbar_wait(bar0 + 8 * buf, (parity >> buf) & 1u);
@@ -147,12 +164,12 @@ KDSL_DEVICE void st_shared(u32 addr, float x, float y, float z, float w) {
 
 template <bool B> struct Flag { static constexpr bool value = B; };
 
-// An m64nNk16 accumulator (rows = 64 keys, columns = 64 queries) packed as the A fragments
-// of four k16 steps over the queries: n-tiles 2 kp and 2 kp + 1 make step kp.
-template <class Elem>
-KDSL_DEVICE void to_a_fragments(const float (&d)[32], u32 (&a)[4][4]) {
+// An m64nNk16 accumulator (rows = 64 keys, columns = N = 16 KP queries) packed as the A
+// fragments of KP k16 steps over the queries: n-tiles 2 kp and 2 kp + 1 make step kp.
+template <class Elem, int KP>
+KDSL_DEVICE void to_a_fragments(const float (&d)[8 * KP], u32 (&a)[KP][4]) {
 #pragma unroll
-  for (int kp = 0; kp < 4; ++kp)
+  for (int kp = 0; kp < KP; ++kp)
 #pragma unroll
     for (int e = 0; e < 4; ++e) a[kp][e] = pack2<Elem>(d[8 * kp + 2 * e], d[8 * kp + 2 * e + 1]);
 }
@@ -166,15 +183,15 @@ KDSL_DEVICE void mma_kmajor(float (&d)[N / 2], u32 sa, int a_rows, u32 sb, int b
   WgmmaQK<Elem, N, K / 16>::run(d, da, db);
 }
 
-// D += A B with A from registers (four k16 steps) and B MN-major: rows k of 128 bytes, the
+// D += A B with A from registers (KP k16 steps) and B MN-major: rows k of 128 bytes, the
 // next 64 columns block_bytes further on.
-template <class Elem, int N>
-KDSL_DEVICE void mma_rs(float (&d)[N / 2], const u32 (&a)[4][4], u32 sb, int block_bytes) {
+template <class Elem, int N, int KP>
+KDSL_DEVICE void mma_rs(float (&d)[N / 2], const u32 (&a)[KP][4], u32 sb, int block_bytes) {
   const u64 db0 = desc_mnmajor_sw128(sb, block_bytes);
-  u64 db[4];
+  u64 db[KP];
 #pragma unroll
-  for (int kp = 0; kp < 4; ++kp) db[kp] = desc_advance(db0, kp * 16 * 128);
-  WgmmaPV<Elem, N, 4>::run(d, a, db);
+  for (int kp = 0; kp < KP; ++kp) db[kp] = desc_advance(db0, kp * 16 * 128);
+  WgmmaPV<Elem, N, KP>::run(d, a, db);
 }
 
 // The captured-tensor gradient of a load indexed by (b, h, q - kv) alone (Grad::kOffsetGrads),
@@ -276,8 +293,10 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
                                           const typename G::CaptureGrads& cg) {
   using namespace attn_bwd_wg_detail;
   typedef BwdWgCfg<D, DV> C;
-  constexpr int BM = C::BM, BN = C::BN, DP = C::DP, DVP = C::DVP, T = C::kThreads;
-  constexpr int DQN = DP / 2;  // dQ columns each warpgroup computes
+  constexpr int BM = C::BM, BN = C::BN, DP = C::DP, DVP = C::DVP, T = C::kThreads, QB = C::QB;
+  // dQ's split: a 64-query step gives each warpgroup half of the columns, a 128-query one each
+  // warpgroup one 64-query block (64-row tile of dq_acc) of all DP columns
+  constexpr int DQN = QB == 1 ? DP / 2 : DP;
   extern __shared__ __align__(128) u8 kdsl_bwd_smem[];
   const u32 raw = smem_addr(kdsl_bwd_smem), base = (raw + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
   u8* const smem = kdsl_bwd_smem + (base - raw);
@@ -306,6 +325,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
   const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM, M, N};
+  const int dq_tiles = (M + 63) / 64;  // dq_acc's 64-row tiles a (batch, head)
   QdoByTma<BM, DP, DVP> tma{tq, tdo, base + C::kBar};
   if constexpr (kTma) tma.init(tid);
   auto issue = [&](Step st, int buf) {
@@ -323,9 +343,12 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
 
   // This warpgroup's 64 keys: rows 64 wg.. of every 64-column block of K and V.
   const u32 sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128;
-  // dQ's B: columns DQN wg.. of K read MN-major (a 64-column block, or half of one at DP = 64;
-  // the swizzle applies to absolute addresses, so a descriptor may start mid-row)
-  const u32 sKq = sK + (wg * DQN / 64) * (BN * 128) + (wg * DQN % 64) * 2;
+  // dQ's B: columns dq_col0.. of K read MN-major (a 64-column block, or half of one at DP = 64
+  // in 64-query steps; the swizzle applies to absolute addresses, so a descriptor may start
+  // mid-row); its A: this warpgroup's 64-query block of dS^T
+  const int dq_col0 = QB == 1 ? wg * DQN : 0;
+  const u32 sKq = sK + (dq_col0 / 64) * (BN * 128) + (dq_col0 % 64) * 2;
+  const u32 sDSq = sDS + (QB == 1 ? 0 : wg) * (BN * 128);
 
   // The dQ tile staged last step, added out at this step's start (one thread's bulk reduction,
   // after the barrier that makes every thread's stores visible to it)
@@ -356,12 +379,12 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     const float* sDeltab = sDelta + buf * BM;
     cur = nxt;
 
-    // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x the step's 64 queries
-    float s[32], dp[32];
+    // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x the step's BM queries
+    float s[BM / 2], dp[BM / 2];
     wgmma_fence();
-    mma_kmajor<Elem, 64, DP>(s, sKw, BN, sQb, BM);
+    mma_kmajor<Elem, BM, DP>(s, sKw, BN, sQb, BM);
     wgmma_commit();  // S^T a group of its own: a wait<1> can take it before dP^T (branch backward-overlap)
-    mma_kmajor<Elem, 64, DVP>(dp, sVw, BN, sDOb, BM);
+    mma_kmajor<Elem, BM, DVP>(dp, sVw, BN, sDOb, BM);
     wgmma_commit();
     if (KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
     wgmma_wait<0>();
@@ -369,7 +392,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     wgmma_pin(dp);
 
     // P^T and dS^T elementwise, in place: s[i] becomes P, dp[i] dS (rows are keys, columns
-    // queries). A full tile inside M and N keeps every element, and every row it holds sees a
+    // queries; 64-query block qb in elements 32 qb..). A full tile inside M and N keeps every element, and every row it holds sees a
     // key (its lse is finite): that path evaluates no predicate. Otherwise an element is kept
     // inside the bounds, where the mask keeps it and its row saw some key (lse > -inf).
     const int key0 = n0 + 64 * wg + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
@@ -381,15 +404,17 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     auto elementwise = [&](auto guarded) {
       constexpr bool kGuard = decltype(guarded)::value;
 #pragma unroll
+      for (int qb = 0; qb < QB; ++qb) {
+#pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const int col = 8 * j + 2 * t;
+        const int col = 64 * qb + 8 * j + 2 * t;
         const float2 lse2 = *reinterpret_cast<const float2*>(sLseb + col);
         const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int i = 4 * j + 2 * hh + e, q = m0 + col + e, kv = key0 + 8 * hh;
+            const int i = 32 * qb + 4 * j + 2 * hh + e, q = m0 + col + e, kv = key0 + 8 * hh;
             const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
             bool keep = true;
             if constexpr (kGuard) {
@@ -420,44 +445,47 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
           }
         if constexpr (kOffsetGrad) flush_diagonal(od[(j - 1) & 1], carry, scratch, j - 1, lane);  // now complete
       }
+      if constexpr (kOffsetGrad) {  // the block's last diagonal, then its offsets' sums
+        flush_diagonal(od[1], carry, scratch, 7, lane);
+        add_offset_sums<V, G>(a, c, cg, carry, scratch, b, h, m0 + 64 * qb - (key0 - g), lane);
+        carry = 0.f;
+      }
+      }
     };
     if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Flag<false>{});
     else elementwise(Flag<true>{});
     if constexpr (G::kCaptureGrads && G::kUniformGrads > 0) G::flush_uniform_grads(a, c, cg, b, h, ug);
-    if constexpr (kOffsetGrad) {
-      flush_diagonal(od[1], carry, scratch, 7, lane);
-      add_offset_sums<V, G>(a, c, cg, carry, scratch, b, h, m0 - (key0 - g), lane);
-    }
-    u32 pa[4][4], dsa[4][4];
-    to_a_fragments<Elem>(s, pa);
-    to_a_fragments<Elem>(dp, dsa);
-    // dS^T to shared memory as [key][q] rows of 128 bytes, swizzled: fragment word e of step kp
-    // is n-tile 2 kp + e / 2, row half e % 2
+    constexpr int KP = BM / 16;  // k16 steps over the step's queries
+    u32 pa[KP][4], dsa[KP][4];
+    to_a_fragments<Elem, KP>(s, pa);
+    to_a_fragments<Elem, KP>(dp, dsa);
+    // dS^T to shared memory as [key][q] rows of 128 bytes, swizzled, a 64-query block BN rows
+    // on from the last: fragment word e of step kp is n-tile 2 kp + e / 2, row half e % 2
 #pragma unroll
-    for (int kp = 0; kp < 4; ++kp)
+    for (int kp = 0; kp < KP; ++kp)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = 64 * wg + 16 * warp + g + 8 * (e % 2), chunk = 2 * kp + e / 2;
-        st_shared(sDS + row * 128 + ((chunk ^ (row % 8)) << 4) + 4 * t, dsa[kp][e]);
+        const int row = 64 * wg + 16 * warp + g + 8 * (e % 2), chunk = 2 * (kp % 4) + e / 2;
+        st_shared(sDS + (kp / 4) * (BN * 128) + row * 128 + ((chunk ^ (row % 8)) << 4) + 4 * t, dsa[kp][e]);
       }
 
     // dV += P^T dO and dK += dS^T Q (B: dO and Q read MN-major, the next 64 columns BM rows on)
     wgmma_fence();
-    mma_rs<Elem, DVP>(acc_dv, pa, sDOb, BM * 128);
-    mma_rs<Elem, DP>(acc_dk, dsa, sQb, BM * 128);
+    mma_rs<Elem, DVP, KP>(acc_dv, pa, sDOb, BM * 128);
+    mma_rs<Elem, DP, KP>(acc_dk, dsa, sQb, BM * 128);
     wgmma_commit();
 
     fence_proxy_async();  // dS^T's stores, read next by the wgmma of both warpgroups
     named_barrier(1, T);  // ... and (add_out_dq's wait) the dQ buffer written below is free
 
-    // dQ = dS K: the step's 64 queries x this warpgroup's DQN columns, over all BN keys; A is
-    // dS^T read MN-major (one 64-query block), B K's rows read MN-major
+    // dQ = dS K: this warpgroup's 64 queries x DQN columns, over all BN keys; A is dS^T read
+    // MN-major (one 64-query block), B K's rows read MN-major
     float dq[DQN / 2];
 #pragma unroll
     for (int i = 0; i < DQN / 2; ++i) dq[i] = 0.f;
     wgmma_fence();
     {
-      const u64 da0 = desc_mnmajor_sw128(sDS, BN * 128), db0 = desc_mnmajor_sw128(sKq, BN * 128);
+      const u64 da0 = desc_mnmajor_sw128(sDSq, BN * 128), db0 = desc_mnmajor_sw128(sKq, BN * 128);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
         WgmmaSSTT<Elem, DQN>::run(dq, desc_advance(da0, kk * 16 * 128), desc_advance(db0, kk * 16 * 128), 1);
@@ -465,21 +493,28 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_pin(dq);
-    if constexpr (KDSL_BWD_DQ_RED < 0 ? DP == 64 : KDSL_BWD_DQ_RED != 0) {  // fragment order, from registers
-      float* const dst = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP) +
-                         ((wg * 4 + warp) * (DQN / 8) * 32 + lane) * 4;
+    if constexpr (C::kDqFromRegs) {  // fragment order, from registers
+      // the tile of this warpgroup's queries; its n-tile j is the contract's n-tile j' of warpgroup wg'
+      const int tile = m0 / 64 + (QB == 1 ? 0 : wg);
+      if (QB == 1 || tile < dq_tiles) {
+        float* const dst = dq_acc + (((i64)b * a.H + h) * dq_tiles + tile) * (64 * DP);
 #pragma unroll
-      for (int j = 0; j < DQN / 8; ++j) red_add_v4(dst + j * 32 * 4, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-      continue;
+        for (int j = 0; j < DQN / 8; ++j) {
+          const int jj = dq_col0 / 8 + j, wgc = jj / (DP / 16), jc = jj % (DP / 16);
+          red_add_v4(dst + (((wgc * 4 + warp) * (DP / 16) + jc) * 32 + lane) * 4, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
+                     dq[4 * j + 3]);
+        }
+      }
+    } else {  // staged in fragment order (the launch contract's layout), added out next step
+      static_assert(QB == 1, "the staged dQ takes 64-query steps");
+      const u32 dq_stage = base + C::kDQ + dq_buf * C::kDQBuf + ((wg * 4 + warp) * (DQN / 8) * 32 + lane) * 16;
+#pragma unroll
+      for (int j = 0; j < DQN / 8; ++j)
+        st_shared(dq_stage + j * 32 * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+      fence_proxy_async();  // ... read by the bulk reduction, the async proxy
+      dq_pending = dq_acc + (((i64)b * a.H + h) * dq_tiles + m0 / 64) * (64 * DP);
+      dq_buf ^= 1;
     }
-    // staged in fragment order (the launch contract's layout), added out next step
-    const u32 dq_stage = base + C::kDQ + dq_buf * C::kDQBuf + ((wg * 4 + warp) * (DQN / 8) * 32 + lane) * 16;
-#pragma unroll
-    for (int j = 0; j < DQN / 8; ++j)
-      st_shared(dq_stage + j * 32 * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-    fence_proxy_async();  // ... read by the bulk reduction, the async proxy
-    dq_pending = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP);  // BM: a shift
-    dq_buf ^= 1;
   }
   __syncthreads();  // the last dQ tile's stores
   add_out_dq();
