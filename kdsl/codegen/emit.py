@@ -226,6 +226,16 @@ def backward_plan(d: int, dv: int, target, kind: str = "", loads: str = "") -> B
                         tiling.BACKWARD_TILE, buffers)
 
 
+def backward_step_rows(k: ir.Kernel, target) -> int:
+    """Query rows a step of the wgmma backward takes (KDSL_BWD_BM): 128 where both padded head
+    dims are 64 (the products m64n128, fewer barriers and loads a query), unless the kernel
+    carries bwd_step_rows (compiler.build sets 64 where ptxas spilled the 128-row build); else 64."""
+    d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
+    if backward_plan(d, dv, target).body != "attention_bwd_wgmma" or -(-max(d, dv) // 64) * 64 != 64:
+        return 64
+    return k.attr("bwd_step_rows") or 128
+
+
 def _mma_backward_smem(d: int, dv: int, buffers: int) -> int:
     """attention_bwd.cuh's BwdCfg::kSmemBytes with Q / dO tiles in `buffers` buffers."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
@@ -249,8 +259,11 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
                          else (plan.smem, plan.smem))
     entry = entry_name(k) + "_bwd"
     forward = "kdsl/attention_wgmma.cuh" if k.attr("kernel") == "wgmma" else "kdsl/attention_mma.cuh"
+    rows = backward_step_rows(k, target)  # a define A/B timing may override (KDSL_DEFINES)
+    prelude = ("#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "") + (
+        f"#ifndef KDSL_BWD_BM\n#define KDSL_BWD_BM {rows}\n#endif\n" if rows != 64 else "")
     src = _env().get_template("attention_backward.cu.j2").render(
-        prelude="#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "", version=__version__,
+        prelude=prelude, version=__version__,
         source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, dp=-(-d // 64) * 64,
         forward_header=forward,
         body=plan.body, function=plan.function, body_header=plan.header,

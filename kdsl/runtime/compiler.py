@@ -44,7 +44,11 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
     A schedule chosen as a trial (a tile, the row sums by P V, the slope step) that ptxas
     spills is dropped, one after the other, and the kernel built again without it."""
     built = _build(k, arch, head_dim, want_cubin, trace, value_dim, program)
-    while want_cubin and not program.backward:  # the backward kernel has no trials
+    if program.backward:  # its one trial: 128-query steps (emit.backward_step_rows), 64 where they spill
+        if want_cubin and emit.backward_step_rows(built.kernel, get_target(arch)) == 128 and spilled(built):
+            built = _build(k.with_attrs(bwd_step_rows=64), arch, head_dim, want_cubin, trace, value_dim, program)
+        return built
+    while want_cubin:
         retry = _without_spilled_trial(k, built.kernel, program)
         if retry is None or not spilled(built):
             break

@@ -48,10 +48,12 @@
 #ifndef KDSL_BWD_DQ_RED
 #define KDSL_BWD_DQ_RED -1
 #endif
-// Query rows a step: 0 (unset) picks 128 where both padded head dims are 64 and dQ is added from
-// registers, else 64; 64 forces the narrow step (for A/B timing; the buffers keep their size).
+// Query rows a step, 64 or 128: 128 is taken where both padded head dims are 64 and dQ comes from
+// registers (else 64), and the generated source asks for it unless ptxas spilled that build
+// (emit.backward_step_rows, compiler.build). NVIDIA H200, backward alone: see bench/NOTES.md,
+// forty-sixth session. The buffers hold 128 rows there either way, so the launch is the same.
 #ifndef KDSL_BWD_BM
-#define KDSL_BWD_BM 0
+#define KDSL_BWD_BM 64
 #endif
 // The next step's copies are issued once this step's first products are (1), or before them (0,
 // for A/B timing): a wgmma.fence waits until every earlier cp.async has read its address
@@ -73,7 +75,7 @@ struct BwdWgCfg {
   // dP^T then m64n128, 64 registers each, beside 32 each of dK and dV), else 64. BM, the rows a
   // step takes, is that where dQ comes from registers (each warpgroup adds one 64-row tile).
   static constexpr int kRows = DP == 64 && DVP == 64 ? 128 : 64;
-  static constexpr int BM = KDSL_BWD_BM > 0 ? KDSL_BWD_BM : kDqFromRegs ? kRows : 64;
+  static constexpr int BM = kRows == 128 && kDqFromRegs ? KDSL_BWD_BM : 64;
   static constexpr int QB = BM / 64;  // 64-query blocks a step
   static constexpr int kThreads = 256, NB = 2;  // NB: Q / dO buffers
   static constexpr int kQBuf = kRows * DP * 2, kDOBuf = kRows * DVP * 2;
@@ -85,7 +87,7 @@ struct BwdWgCfg {
   static constexpr int kSmemBytes = 1024 + kBar + 16;
   static_assert(D % 16 == 0 && DV % 16 == 0 && DP <= 128 && DVP <= 128, "head dims: multiples of 16 up to 128");
   static_assert(KDSL_BWD_BUFFERS == 2, "the wgmma backward always double-buffers");
-  static_assert(BM == 64 || (BM == 128 && kRows == 128 && kDqFromRegs), "128-row steps: head dims 64 / 64, dQ from registers");
+  static_assert(BM == 64 || BM == 128, "KDSL_BWD_BM: 64 or 128 query rows a step");
 };
 
 // Rows [0, ROWS) of a row-major [rows, COLS] global matrix into the swizzled layout at dst
@@ -460,7 +462,15 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     to_a_fragments<Elem, KP>(s, pa);
     to_a_fragments<Elem, KP>(dp, dsa);
     // dS^T to shared memory as [key][q] rows of 128 bytes, swizzled, a 64-query block BN rows
-    // on from the last: fragment word e of step kp is n-tile 2 kp + e / 2, row half e % 2
+    // on from the last: one stmatrix a k16 step, its fragment word e the 8 x 8 matrix of rows
+    // + 8 (e % 2) and chunk 2 kp + e / 2, whose row lane % 8 lane 8 e + lane % 8 addresses.
+    // With chunk 2 kp ^ (lane / 16) and row % 8 = lane % 8, a step's address is one xor away
+    // from ds_row's, which holds the swizzle of kp = 0 (fewer live registers than an address a
+    // store: at 128 queries a step ptxas spilled those).
+    {
+      const int row = 64 * wg + 16 * warp + 8 * ((lane / 8) % 2) + lane % 8;
+      const u32 ds_row = sDS + row * 128 + (((lane / 16) ^ (lane % 8)) << 4);
+#if KDSL_AB_ST_SHARED  // TEMPORARY A/B (not for main): the stores before stmatrix
 #pragma unroll
     for (int kp = 0; kp < KP; ++kp)
 #pragma unroll
@@ -468,6 +478,13 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
         const int row = 64 * wg + 16 * warp + g + 8 * (e % 2), chunk = 2 * (kp % 4) + e / 2;
         st_shared(sDS + (kp / 4) * (BN * 128) + row * 128 + ((chunk ^ (row % 8)) << 4) + 4 * t, dsa[kp][e]);
       }
+#else
+#pragma unroll
+      for (int kp = 0; kp < KP; ++kp)
+        stmatrix_x4((ds_row ^ ((2 * (kp % 4)) << 4)) + (kp / 4) * (BN * 128), dsa[kp][0], dsa[kp][1], dsa[kp][2],
+                    dsa[kp][3]);
+#endif
+    }
 
     // dV += P^T dO and dK += dS^T Q (B: dO and Q read MN-major, the next 64 columns BM rows on)
     wgmma_fence();
