@@ -408,50 +408,50 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
 #pragma unroll
       for (int qb = 0; qb < QB; ++qb) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int col = 64 * qb + 8 * j + 2 * t;
-        const float2 lse2 = *reinterpret_cast<const float2*>(sLseb + col);
-        const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
+        for (int j = 0; j < 8; ++j) {
+          const int col = 64 * qb + 8 * j + 2 * t;
+          const float2 lse2 = *reinterpret_cast<const float2*>(sLseb + col);
+          const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh)
+          for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int i = 32 * qb + 4 * j + 2 * hh + e, q = m0 + col + e, kv = key0 + 8 * hh;
-            const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
-            bool keep = true;
-            if constexpr (kGuard) {
-              keep = q < M && kv < N && row_lse != neg_inf();
-              if (V::kHasMask && cls != kTileFull && keep) keep = V::mask(a, c, b, h, q, kv);
+            for (int e = 0; e < 2; ++e) {
+              const int i = 32 * qb + 4 * j + 2 * hh + e, q = m0 + col + e, kv = key0 + 8 * hh;
+              const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
+              bool keep = true;
+              if constexpr (kGuard) {
+                keep = q < M && kv < N && row_lse != neg_inf();
+                if (V::kHasMask && cls != kTileFull && keep) keep = V::mask(a, c, b, h, q, kv);
+              }
+              float p = 0.f, ds = 0.f;
+              if (keep) {
+                // P = 2^(score log2 e - lse log2 e): one FFMA on raw q.k where the score is s itself
+                const float sn = s[i] * scale, lse_log2 = row_lse * kLog2e;
+                p = math_exp2(G::kScoreIsS ? s[i] * a.scale_log2 - lse_log2
+                                           : G::score(a, c, sn, b, h, q, kv) * kLog2e - lse_log2);
+                const float dg = p * (dp[i] - row_delta);  // d loss / d score
+                // dS without the softmax scale, which dK and dQ take once at the end
+                const float d = dg * G::dscore(a, c, sn, b, h, q, kv);
+                // a derivative undefined where P underflowed adds nothing (a finite constant one
+                // gives 0 there by itself)
+                ds = G::kDscoreConst || p != 0.f ? d : 0.f;
+                if constexpr (G::kCaptureGrads)
+                  if (p != 0.f) {
+                    float o[1];
+                    G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug, o);
+                    if constexpr (kOffsetGrad) od[(j - hh) & 1][e] += o[0];
+                  }
+              }
+              s[i] = p;
+              dp[i] = ds;
             }
-            float p = 0.f, ds = 0.f;
-            if (keep) {
-              // P = 2^(score log2 e - lse log2 e): one FFMA on raw q.k where the score is s itself
-              const float sn = s[i] * scale, lse_log2 = row_lse * kLog2e;
-              p = math_exp2(G::kScoreIsS ? s[i] * a.scale_log2 - lse_log2
-                                         : G::score(a, c, sn, b, h, q, kv) * kLog2e - lse_log2);
-              const float dg = p * (dp[i] - row_delta);  // d loss / d score
-              // dS without the softmax scale, which dK and dQ take once at the end
-              const float d = dg * G::dscore(a, c, sn, b, h, q, kv);
-              // a derivative undefined where P underflowed adds nothing (a finite constant one
-              // gives 0 there by itself)
-              ds = G::kDscoreConst || p != 0.f ? d : 0.f;
-              if constexpr (G::kCaptureGrads)
-                if (p != 0.f) {
-                  float o[1];
-                  G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug, o);
-                  if constexpr (kOffsetGrad) od[(j - hh) & 1][e] += o[0];
-                }
-            }
-            s[i] = p;
-            dp[i] = ds;
-          }
-        if constexpr (kOffsetGrad) flush_diagonal(od[(j - 1) & 1], carry, scratch, j - 1, lane);  // now complete
-      }
-      if constexpr (kOffsetGrad) {  // the block's last diagonal, then its offsets' sums
-        flush_diagonal(od[1], carry, scratch, 7, lane);
-        add_offset_sums<V, G>(a, c, cg, carry, scratch, b, h, m0 + 64 * qb - (key0 - g), lane);
-        carry = 0.f;
-      }
+          if constexpr (kOffsetGrad) flush_diagonal(od[(j - 1) & 1], carry, scratch, j - 1, lane);  // now complete
+        }
+        if constexpr (kOffsetGrad) {  // the block's last diagonal, then its offsets' sums
+          flush_diagonal(od[1], carry, scratch, 7, lane);
+          add_offset_sums<V, G>(a, c, cg, carry, scratch, b, h, m0 + 64 * qb - (key0 - g), lane);
+          carry = 0.f;
+        }
       }
     };
     if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Flag<false>{});
@@ -470,20 +470,10 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     {
       const int row = 64 * wg + 16 * warp + 8 * ((lane / 8) % 2) + lane % 8;
       const u32 ds_row = sDS + row * 128 + (((lane / 16) ^ (lane % 8)) << 4);
-#if KDSL_AB_ST_SHARED  // TEMPORARY A/B (not for main): the stores before stmatrix
-#pragma unroll
-    for (int kp = 0; kp < KP; ++kp)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = 64 * wg + 16 * warp + g + 8 * (e % 2), chunk = 2 * (kp % 4) + e / 2;
-        st_shared(sDS + (kp / 4) * (BN * 128) + row * 128 + ((chunk ^ (row % 8)) << 4) + 4 * t, dsa[kp][e]);
-      }
-#else
 #pragma unroll
       for (int kp = 0; kp < KP; ++kp)
         stmatrix_x4((ds_row ^ ((2 * (kp % 4)) << 4)) + (kp / 4) * (BN * 128), dsa[kp][0], dsa[kp][1], dsa[kp][2],
                     dsa[kp][3]);
-#endif
     }
 
     // dV += P^T dO and dK += dS^T Q (B: dO and Q read MN-major, the next 64 columns BM rows on)
