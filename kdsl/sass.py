@@ -26,6 +26,7 @@ class SassReport:
     other_ops: dict = None      # TMA loads/stores/reductions (UTMALDG/UTMASTG/UTMAREDG), bulk and global
                                 # reductions (UBLKRED, REDG), special functions (MUFU), global and shared
                                 # loads (LDG, LDS), stmatrix (STSM) -> count
+    tensor_shapes: dict = None  # a tensor opcode with its shape ("HGMMA.64x128x16") -> count
 
     @property
     def has_tensor_cores(self) -> bool:
@@ -69,8 +70,11 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
         m = re.search(rf"\b{name}:(\d+)", usage)
         return int(m.group(1)) if m else 0
     ops: dict[str, int] = {}
-    for m in re.finditer(r"\b(HGMMA|QGMMA|IGMMA|HMMA|IMMA)\.[\w.]+", code):
+    shapes: dict[str, int] = {}
+    for m in re.finditer(r"\b(HGMMA|QGMMA|IGMMA|HMMA|IMMA)\.(\w+)", code):
         ops[m.group(1)] = ops.get(m.group(1), 0) + 1
+        shape = f"{m.group(1)}.{m.group(2)}"
+        shapes[shape] = shapes.get(shape, 0) + 1
     other: dict[str, int] = {}
     for m in re.finditer(r"\b(UTMALDG|UTMASTG|UTMAREDG|UBLKRED|REDG|MUFU|LDG|LDS|STSM)(\.[A-Z0-9]+)?", code):
         other[m.group(1)] = other.get(m.group(1), 0) + 1
@@ -81,7 +85,7 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
     # error reports
     other["WARPGROUP.DEPBAR"] = len(re.findall(r"\bWARPGROUP\.DEPBAR\b", code))
     spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", code))
-    return SassReport(field("REG"), field("SHARED"), field("LOCAL") + field("STACK"), spills, ops, other)
+    return SassReport(field("REG"), field("SHARED"), field("LOCAL") + field("STACK"), spills, ops, other, shapes)
 
 
 def _section(text: str, header: str) -> str:

@@ -175,6 +175,35 @@ def test_dq_is_added_from_registers_at_head_dim_64(d, red):
     assert (bool(rep.other_ops.get("REDG")), bool(rep.other_ops.get("UBLKRED"))) == (red, not red), rep.other_ops
 
 
+@pytest.mark.parametrize("d, dv, rows", [(64, 64, 128), (32, 48, 128), (64, 128, 64), (128, 128, 64)])
+def test_the_backward_takes_128_queries_a_step_at_head_dim_64(d, dv, rows):
+    """The <= 128 wgmma backward takes 128 queries a step where both padded head dims are 64
+    (S^T and dP^T m64n128: x1.01-1.03 on an H200, bench/NOTES.md forty-sixth session), 64
+    elsewhere (its registers hold dK and dV of 128 columns there)."""
+    plain = next(p for p in SAMPLES if p.stem == "plain")
+    built = build(INTERPRETED[plain].ir["plain"], "sm_90a", d, value_dim=dv, program=Program(backward=True))
+    assert ("#define KDSL_BWD_BM 128" in built.generated.source) == (rows == 128)
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    if rep is None:  # no cuobjdump here
+        pytest.skip("cuobjdump")
+    assert not rep.local_bytes and rep.other_ops.get("STSM"), rep  # dS^T by stmatrix
+    if max(d, dv) <= 64:  # the only product 128 wide there is S^T / dP^T over a step's queries
+        assert bool(rep.tensor_shapes.get("HGMMA.64x128x16")) == (rows == 128), rep.tensor_shapes
+
+
+def test_a_spilled_128_query_backward_is_built_again_with_64(monkeypatch):
+    """compiler.build's backward trial: where ptxas gives the 128-query build local memory, the
+    kernel is built again with 64 queries a step (alibi's spilled 96 B at head dim 64 and ran
+    x0.93). Forced here, so that the fallback is tested whatever ptxas does to a sample."""
+    from kdsl.runtime import compiler
+    seen = []
+    monkeypatch.setattr(compiler, "spilled", lambda built: seen.append(built.generated.source) or True)
+    plain = next(p for p in SAMPLES if p.stem == "plain")
+    built = build(INTERPRETED[plain].ir["plain"], "sm_90a", 64, program=Program(backward=True))
+    assert len(seen) == 1 and "#define KDSL_BWD_BM 128" in seen[0]  # the trial, judged once
+    assert "KDSL_BWD_BM" not in built.generated.source and built.kernel.attr("bwd_step_rows") == 64
+
+
 @pytest.mark.parametrize("d, loads", [(64, ""), (128, ""), (256, ""), (160, ""), (128, "cp_async"),
                                       (256, "cp_async")])
 def test_the_wgmma_backwards_load_q_and_do_by_tma(d, loads, monkeypatch):

@@ -3,12 +3,14 @@
 // The same computation as attention_bwd.cuh (FlashAttention-2's backward for any kdsl score
 // and mask; read that header's comment first), laid out for wgmma:
 //   - A CTA owns BN = 128 keys of one (batch, k/v head), 64 for each of its two warpgroups,
-//     and walks the 64-row query tiles of every query head that reads them (GQA).
+//     and walks the query tiles of every query head that reads them (GQA): BM = 64 rows a
+//     step, 128 where both padded head dims are 64 (KDSL_BWD_BM).
 //   - Each warpgroup computes S^T = K Q^T and dP^T = V dO^T for its 64 keys, so that the
 //     elementwise P^T and dS^T it derives sit in registers exactly as the A operand of
 //     dV += P^T dO and dK += dS^T Q wants them: no shared-memory round trip for either.
-//   - dS^T also goes to shared memory ([key][q], 128-byte swizzled), where both warpgroups
-//     read it as dS for dQ = dS K, each computing half of dQ's columns. The step's dQ tile is
+//   - dS^T also goes to shared memory ([key][q], 128-byte swizzled, by stmatrix), where both
+//     warpgroups read it as dS for dQ = dS K, each computing half of dQ's columns (at BM = 128
+//     each one 64-query block's, all columns). The step's dQ tile is
 //     staged in shared memory in the order of the accumulator fragments (conflict-free 16-byte
 //     stores) and added into dq_acc by one bulk reduction (cp.reduce.async.bulk), issued at the
 //     next step's start (at head dim 64, added from registers in that order: KDSL_BWD_DQ_RED):
