@@ -213,7 +213,8 @@ def backward_plan(d: int, dv: int, target, kind: str = "", loads: str = "") -> B
     bars = 16  # QdoByTma's two mbarriers (their room is kept under cp.async loads too)
     if kind == "wgmma":  # BwdWgCfg: 128 keys, two Q / dO buffers, dS^T, two fp32 64-row dQ tiles
         rows, bn = (128 if dp == dvp == 64 else 64), 128  # kRows: the buffers' query rows
-        smem = 1024 + 2 * (bn * (dp + dvp) + 2 * rows * (dp + dvp) + bn * rows) + 2 * 64 * dp * 4 + 2 * 2 * 4 * rows + bars
+        smem = (1024 + 2 * (bn * (dp + dvp) + 2 * rows * (dp + dvp) + bn * rows) + 2 * 64 * dp * 4 + 2 * 2 * 4 * rows
+                + bars)
         return BackwardPlan("attention_bwd_wgmma", "kdsl/attention_bwd_wgmma.cuh", smem, 256, bn, 2, dq_tiles=True,
                             tma=tma)
     if kind == "wgmma_wide":  # BwdWideCfg: 64 keys, two 64-row Q / dO buffers, dS^T, two 8 KB exchange slots

@@ -121,9 +121,9 @@ KDSL_DEVICE float ld_shared_f32(u32 addr) {
 }
 
 // A step's Q and dO tiles by TMA (both wgmma backwards' _tma entries): thread 0 issues boxes of
-// 64 columns x 64 rows (BM / 64 of them a column block) from 3-D maps over [B * H, M, D] and [B * H, M, DV] (the 128-byte
-// swizzle of load_tile's layout; rows past M and columns past D land as zeros) onto the
-// mbarrier of their buffer, and every thread waits on it before the step's products. One
+// 64 columns x 64 rows (BM / 64 of them a column block) from 3-D maps over [B * H, M, D] and
+// [B * H, M, DV] (the 128-byte swizzle of load_tile's layout; rows past M and columns past D
+// land as zeros) onto the mbarrier of their buffer, and every thread waits on it before the step's products. One
 // thread's few instructions replace every thread's copies and their address arithmetic.
 template <int BM, int DP, int DVP>
 struct QdoByTma {
@@ -148,7 +148,8 @@ struct QdoByTma {
 #pragma unroll
     for (int r = 0; r < BM / 64; ++r) {
 #pragma unroll
-      for (int cb = 0; cb < DP / 64; ++cb) tma_load_3d(sq + cb * BM * 128 + r * 64 * 128, tq, bar, cb * 64, m0 + 64 * r, bh);
+      for (int cb = 0; cb < DP / 64; ++cb)
+        tma_load_3d(sq + cb * BM * 128 + r * 64 * 128, tq, bar, cb * 64, m0 + 64 * r, bh);
 #pragma unroll
       for (int cb = 0; cb < DVP / 64; ++cb)
         tma_load_3d(sdo + cb * BM * 128 + r * 64 * 128, tdo, bar, cb * 64, m0 + 64 * r, bh);
@@ -396,9 +397,10 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     wgmma_pin(dp);
 
     // P^T and dS^T elementwise, in place: s[i] becomes P, dp[i] dS (rows are keys, columns
-    // queries; 64-query block qb in elements 32 qb..). A full tile inside M and N keeps every element, and every row it holds sees a
-    // key (its lse is finite): that path evaluates no predicate. Otherwise an element is kept
-    // inside the bounds, where the mask keeps it and its row saw some key (lse > -inf).
+    // queries; 64-query block qb in elements 32 qb..). A full tile inside M and N keeps every
+    // element, and every row it holds sees a key (its lse is finite): that path evaluates no
+    // predicate. Otherwise an element is kept inside the bounds, where the mask keeps it and
+    // its row saw some key (lse > -inf).
     const int key0 = n0 + 64 * wg + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
     float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
     // the offset-indexed one (flush_diagonal): diagonal u's shares in od[u & 1][e]
