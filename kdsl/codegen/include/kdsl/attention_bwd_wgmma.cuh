@@ -199,6 +199,39 @@ KDSL_DEVICE void mma_rs(float (&d)[N / 2], const u32 (&a)[KP][4], u32 sb, int bl
   WgmmaPV<Elem, N, KP>::run(d, a, db);
 }
 
+// One element (query q, key kv) of a wgmma backward's step, both kernels': P = 2^(score log2 e
+// - lse log2 e) and dS = P (dP - delta) d score / d s without the softmax scale (which dK and dQ
+// take once at the end), in p and ds; both 0 where the element is not kept. kGuard checks the
+// bounds, the mask where the tile (class cls) is not full, and a row that saw no key (lse =
+// -inf); without it every element is kept. Captured tensors' gradient shares go to ug (step-
+// uniform) and, for an offset-indexed load, to offset_share(share).
+template <class V, class G, bool kGuard, class OffsetShare>
+KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
+                               int cls, int b, int h, int q, int kv, float s, float dp, float row_lse,
+                               float row_delta, float* ug, float& p, float& ds, OffsetShare offset_share) {
+  bool keep = true;
+  if constexpr (kGuard) {
+    keep = q < a.M && kv < a.N && row_lse != neg_inf();
+    if (V::kHasMask && cls != kTileFull && keep) keep = V::mask(a, c, b, h, q, kv);
+  }
+  p = ds = 0.f;
+  if (!keep) return;
+  // one FFMA on raw q.k where the score is s itself
+  const float sn = s * c.scale, lse_log2 = row_lse * kLog2e;
+  p = math_exp2(G::kScoreIsS ? s * a.scale_log2 - lse_log2 : G::score(a, c, sn, b, h, q, kv) * kLog2e - lse_log2);
+  const float dg = p * (dp - row_delta);  // d loss / d score
+  const float d = dg * G::dscore(a, c, sn, b, h, q, kv);
+  // a derivative undefined where P underflowed adds nothing (a finite constant one gives 0
+  // there by itself)
+  ds = G::kDscoreConst || p != 0.f ? d : 0.f;
+  if constexpr (G::kCaptureGrads)
+    if (p != 0.f) {
+      float o[1];
+      G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug, o);
+      if constexpr (G::kOffsetGrads > 0) offset_share(o[0]);
+    }
+}
+
 // The captured-tensor gradient of a load indexed by (b, h, q - kv) alone (Grad::kOffsetGrads),
 // summed per offset instead of one atomic an element. A thread's elements (j, hh, e) sit at
 // q - kv = d0 + 8 (j - hh) + 2 t + e - g, d0 = m0 - (the warp's first key); its shares are
@@ -422,30 +455,9 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
             for (int e = 0; e < 2; ++e) {
               const int i = 32 * qb + 4 * j + 2 * hh + e, q = m0 + col + e, kv = key0 + 8 * hh;
               const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
-              bool keep = true;
-              if constexpr (kGuard) {
-                keep = q < M && kv < N && row_lse != neg_inf();
-                if (V::kHasMask && cls != kTileFull && keep) keep = V::mask(a, c, b, h, q, kv);
-              }
-              float p = 0.f, ds = 0.f;
-              if (keep) {
-                // P = 2^(score log2 e - lse log2 e): one FFMA on raw q.k where the score is s itself
-                const float sn = s[i] * scale, lse_log2 = row_lse * kLog2e;
-                p = math_exp2(G::kScoreIsS ? s[i] * a.scale_log2 - lse_log2
-                                           : G::score(a, c, sn, b, h, q, kv) * kLog2e - lse_log2);
-                const float dg = p * (dp[i] - row_delta);  // d loss / d score
-                // dS without the softmax scale, which dK and dQ take once at the end
-                const float d = dg * G::dscore(a, c, sn, b, h, q, kv);
-                // a derivative undefined where P underflowed adds nothing (a finite constant one
-                // gives 0 there by itself)
-                ds = G::kDscoreConst || p != 0.f ? d : 0.f;
-                if constexpr (G::kCaptureGrads)
-                  if (p != 0.f) {
-                    float o[1];
-                    G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug, o);
-                    if constexpr (kOffsetGrad) od[(j - hh) & 1][e] += o[0];
-                  }
-              }
+              float p, ds;
+              element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, s[i], dp[i], row_lse, row_delta, ug, p, ds,
+                                          [&](float share) { od[(j - hh) & 1][e] += share; });
               s[i] = p;
               dp[i] = ds;
             }

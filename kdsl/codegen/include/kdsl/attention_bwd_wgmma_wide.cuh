@@ -348,26 +348,9 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
             const int il = 4 * jl + 2 * hh + e, q = m0 + col + e, kv = key0 + 8 * hh;
             const float sv = wg == 0 ? mine[il] : other[il], dpv = wg == 0 ? other[il] : mine[il];
             const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
-            bool keep = true;
-            if constexpr (kGuard) {
-              keep = q < M && kv < N && row_lse != neg_inf();
-              if (V::kHasMask && cls != kTileFull && keep) keep = V::mask(a, c, b, h, q, kv);
-            }
-            float p = 0.f, ds = 0.f;
-            if (keep) {
-              const float sn = sv * scale, lse_log2 = row_lse * kLog2e;
-              p = math_exp2(G::kScoreIsS ? sv * a.scale_log2 - lse_log2
-                                         : G::score(a, c, sn, b, h, q, kv) * kLog2e - lse_log2);
-              const float dg = p * (dpv - row_delta);  // d loss / d score
-              const float d = dg * G::dscore(a, c, sn, b, h, q, kv);
-              ds = G::kDscoreConst || p != 0.f ? d : 0.f;
-              if constexpr (G::kCaptureGrads)
-                if (p != 0.f) {
-                  float o[1];
-                  G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug, o);
-                  if constexpr (G::kOffsetGrads > 0) G::add_offset_grad(a, c, cg, b, h, q - kv, o[0]);
-                }
-            }
+            float p, ds;
+            element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, sv, dpv, row_lse, row_delta, ug, p, ds,
+                                        [&](float share) { G::add_offset_grad(a, c, cg, b, h, q - kv, share); });
             pv[e] = p;
             dv2[e] = ds;
           }
