@@ -57,6 +57,14 @@
 #ifndef KDSL_BWD_BM
 #define KDSL_BWD_BM 64
 #endif
+// A proxy fence at every step's start (1, for A/B timing), or only where a step's tiles come
+// through the generic proxy (0): cp.async loads of Q and dO, and K and V once. With TMA loads
+// nothing a step reads by wgmma was written by plain stores before that barrier, and the fence
+// (MEMBAR.ALL.CTA in SASS) waited for the last step's dQ reductions (ncu, forty-sixth session:
+// 6 % of the wide kernel's warp samples at plain 256, long scoreboard; 4 % at 64).
+#ifndef KDSL_BWD_STEP_FENCE
+#define KDSL_BWD_STEP_FENCE 0
+#endif
 // The next step's copies are issued once this step's first products are (1), or before them (0,
 // for A/B timing): a wgmma.fence waits until every earlier cp.async has read its address
 // registers, which held the products back by a long-scoreboard stall a step (x1.02-1.09).
@@ -403,11 +411,15 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   Step cur = steps.next(a, c, Step{0, 0});
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
+  if constexpr (kTma && !KDSL_BWD_STEP_FENCE) {  // K and V are read by wgmma, the async proxy
+    cp_async_wait<1>();  // (a step's lse / delta the one group left)
+    fence_proxy_async();
+  }
   for (; cur.hq < group; buf ^= 1) {
     const Step nxt = steps.next(a, c, steps.advance(cur));
-    cp_async_wait<0>();   // this step's tiles (and, the first time, K and V)
-    fence_proxy_async();  // ... are read by wgmma, the async proxy
-    __syncthreads();      // ... for every thread; and the last step's reads of the other buffer are done
+    cp_async_wait<0>();  // this step's tiles (and, the first time, K and V)
+    if constexpr (!kTma || KDSL_BWD_STEP_FENCE) fence_proxy_async();  // ... read by wgmma, the async proxy
+    __syncthreads();  // ... for every thread; and the last step's reads of the other buffer are done
     if constexpr (kTma) tma.wait(buf);  // Q and dO, written by TMA (the async proxy, as wgmma)
     add_out_dq();
     if (!KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
