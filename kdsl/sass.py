@@ -25,7 +25,8 @@ class SassReport:
     tensor_ops: dict[str, int]  # opcode -> count
     other_ops: dict = None      # TMA loads/stores/reductions (UTMALDG/UTMASTG/UTMAREDG), bulk and global
                                 # reductions (UBLKRED, REDG), special functions (MUFU), global and shared
-                                # loads (LDG, LDS), stmatrix (STSM) -> count
+                                # loads (LDG, LDS), stmatrix (STSM), memory barriers (MEMBAR: a proxy
+                                # fence is one) -> count
     tensor_shapes: dict = None  # a tensor opcode with its shape ("HGMMA.64x128x16") -> count
 
     @property
@@ -76,11 +77,16 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
         shape = f"{m.group(1)}.{m.group(2)}"
         shapes[shape] = shapes.get(shape, 0) + 1
     other: dict[str, int] = {}
-    for m in re.finditer(r"\b(UTMALDG|UTMASTG|UTMAREDG|UBLKRED|REDG|MUFU|LDG|LDS|STSM)(\.[A-Z0-9]+)?", code):
+    for m in re.finditer(r"\b(UTMALDG|UTMASTG|UTMAREDG|UBLKRED|REDG|MUFU|LDG|LDS|STSM|MEMBAR)(\.[A-Z0-9]+)?", code):
         other[m.group(1)] = other.get(m.group(1), 0) + 1
         if m.group(1) == "MUFU" and m.group(2):  # which function: MUFU.EX2, MUFU.TANH, ...
             other["MUFU" + m.group(2)] = other.get("MUFU" + m.group(2), 0) + 1
     other["BAR.SYNC"] = len(re.findall(r"\bBAR\.SYNC\b", code))  # CTA barrier 0 and named ones
+    # CTA barriers (barrier 0) that a memory barrier shortly precedes: a proxy fence before a
+    # __syncthreads, which waits for the thread's outstanding global reductions and stores
+    ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", code)
+    other["BAR.SYNC.FENCED"] = sum(1 for i, op in enumerate(ins) if re.search(r"\bBAR\.SYNC\.\w+ 0x0\s*$", op)
+                                   and any("MEMBAR" in prev for prev in ins[max(0, i - 32):i]))
     # wgmma waits: about one per HGMMA where ptxas serialized them (its C7520 remark), which no
     # error reports
     other["WARPGROUP.DEPBAR"] = len(re.findall(r"\bWARPGROUP\.DEPBAR\b", code))

@@ -191,6 +191,25 @@ def test_the_backward_takes_128_queries_a_step_at_head_dim_64(d, dv, rows):
         assert bool(rep.tensor_shapes.get("HGMMA.64x128x16")) == (rows == 128), rep.tensor_shapes
 
 
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_no_proxy_fence_before_a_steps_barrier_under_tma_loads(d, monkeypatch):
+    """Both wgmma backwards fence the async proxy before a step's first barrier only where a
+    step's tiles come by cp.async: with Q and dO by TMA one fence before the loop serves K and
+    V. That fence (MEMBAR.ALL.CTA) waited for the last step's dQ reductions: removing it made
+    the backward x1.01-1.18 faster on an H200 (bench/NOTES.md, forty-sixth session). Counted as
+    CTA barriers a MEMBAR shortly precedes, against the build that fences every step."""
+    plain = next(p for p in SAMPLES if p.stem == "plain")
+
+    def fenced(defines=""):
+        monkeypatch.setenv("KDSL_DEFINES", defines)
+        built = build(INTERPRETED[plain].ir["plain"], "sm_90a", d, program=Program(backward=True))
+        rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+        if rep is None:  # no cuobjdump here
+            pytest.skip("cuobjdump")
+        return rep.other_ops["BAR.SYNC.FENCED"]
+    assert fenced() < fenced("KDSL_BWD_STEP_FENCE=1")
+
+
 def test_a_spilled_128_query_backward_is_built_again_with_64(monkeypatch):
     """compiler.build's backward trial: where ptxas gives the 128-query build local memory, the
     kernel is built again with 64 queries a step (alibi's spilled 96 B at head dim 64 and ran
