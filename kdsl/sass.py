@@ -82,8 +82,9 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
         if m.group(1) == "MUFU" and m.group(2):  # which function: MUFU.EX2, MUFU.TANH, ...
             other["MUFU" + m.group(2)] = other.get("MUFU" + m.group(2), 0) + 1
     other["BAR.SYNC"] = len(re.findall(r"\bBAR\.SYNC\b", code))  # CTA barrier 0 and named ones
-    # CTA barriers (barrier 0) that a memory barrier shortly precedes: a proxy fence before a
-    # __syncthreads, which waits for the thread's outstanding global reductions and stores
+    # CTA barriers (barrier 0) with a memory barrier among the 32 instructions before them: a
+    # proxy fence before a __syncthreads, which waits for the thread's outstanding global
+    # reductions and stores
     ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", code)
     other["BAR.SYNC.FENCED"] = sum(1 for i, op in enumerate(ins) if re.search(r"\bBAR\.SYNC\.\w+ 0x0\s*$", op)
                                    and any("MEMBAR" in prev for prev in ins[max(0, i - 32):i]))
