@@ -210,6 +210,26 @@ def test_no_proxy_fence_before_a_steps_barrier_under_tma_loads(d, monkeypatch):
     assert fenced() < fenced("KDSL_BWD_STEP_FENCE=1")
 
 
+def test_the_128_query_step_is_only_for_the_wgmma_kernel_and_a_define_overrides_it(monkeypatch):
+    """backward_step_rows: 64 where the target has no wgmma (the mma.sync kernel has no such
+    step) and where a padded head dim passes 64; the generated source asks for 128 under
+    #ifndef, so that KDSL_DEFINES="KDSL_BWD_BM=64" (A/B timing) builds the 64-query kernel."""
+    from kdsl.codegen import emit
+    from kdsl.passes.target import get_target
+    plain = next(p for p in SAMPLES if p.stem == "plain")
+    k = INTERPRETED[plain].ir["plain"]
+    for arch, d, rows in (("sm_80", 64, 64), ("sm_89", 64, 64), ("sm_90a", 64, 128), ("sm_90a", 80, 64)):
+        lowered = pipeline.lower(k, get_target(arch), d, 0)
+        assert emit.backward_step_rows(lowered, get_target(arch)) == rows, (arch, d)
+    monkeypatch.setenv("KDSL_DEFINES", "KDSL_BWD_BM=64")
+    built = build(k, "sm_90a", 64, program=Program(backward=True))
+    assert "#ifndef KDSL_BWD_BM\n#define KDSL_BWD_BM 128" in built.generated.source
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    if rep is None:  # no cuobjdump here
+        pytest.skip("cuobjdump")
+    assert not rep.tensor_shapes.get("HGMMA.64x128x16") and rep.tensor_shapes.get("HGMMA.64x64x16"), rep.tensor_shapes
+
+
 def test_a_spilled_128_query_backward_is_built_again_with_64(monkeypatch):
     """compiler.build's backward trial: where ptxas gives the 128-query build local memory, the
     kernel is built again with 64 queries a step (alibi's spilled 96 B at head dim 64 and ran
