@@ -88,6 +88,25 @@ def standard_suite() -> list[Case]:
     return cases
 
 
+def backward_suite() -> list[Case]:
+    """`kdsl bench --suite backward` (forward + backward, kdsl.bench_backward): plain and causal
+    at the head dims the wgmma backwards take differently (64: 128-query steps; 128; the wide
+    kernel's 192 and 256), every other sample at 128, MLA's 192 / 128, and variants.kd's
+    learned bias, T5 buckets and grouped-query ALiBi with soft-capping. 4096 tokens a sequence."""
+    cases = []
+    for d, b in ((64, 4), (128, 2), (192, 2), (256, 2)):
+        for name in ("plain", "causal"):
+            cases.append(Case(str(SAMPLES / f"{name}.kd"), name, dict(B=b, H=16, M=4096, N=4096, D=d)))
+    shape = dict(B=2, H=16, M=4096, N=4096, D=128)
+    ints = {"prefix_lm": {"prefix": (0, 4096)}, "padded_causal": {"seq_len": (1024, 4096)}}
+    cases += [Case(str(SAMPLES / f"{name}.kd"), name, shape, ints=ints.get(name, {}))
+              for name in ATTN if name not in ("plain", "causal")]
+    cases.append(Case(str(SAMPLES / "mla.kd"), "mla", dict(B=2, H=16, M=4096, N=4096, D=192, Dv=128)))
+    for name, extra in (("learned_relpos", {}), ("t5_bias", {}), ("alibi_softcap_gqa", {"Hkv": 4})):
+        cases.append(Case(str(ROOT / "bench" / "variants.kd"), name, {**shape, **extra}))
+    return cases
+
+
 DEFAULT_SHAPES = {"attention": dict(B=2, H=16, M=8192, N=8192, D=128), "dense": dict(M=4096, N=7168, K=16384),
                   "contiguous": dict(G=4, M=4 * 8192, N=4096, K=7168), "masked": dict(G=4, M=256, N=4096, K=7168)}
 

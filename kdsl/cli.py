@@ -56,7 +56,9 @@ def main(argv=None) -> int:
                         description="Time each kernel of FILE (or the standard suite) and its peers in one process, "
                         "on the same inputs; writes JSON, markdown and a PNG plot to OUT_DIR.")
     bn.add_argument("files", metavar="FILE.kd", nargs="*")
-    bn.add_argument("--suite", choices=["standard"], help="the standard suite (every sample at fixed shapes)")
+    bn.add_argument("--suite", choices=["standard", "backward"],
+                    help="the standard suite (every sample at fixed shapes), or the backward one (forward + backward "
+                         "of plain and causal at head dims 64-256, every other sample, MLA, variants; implies --backward)")
     bn.add_argument("--vs", default="flex,cudnn,scaled_mm,cublas_bf16,read_b", metavar="PEERS",
                     help="comma-separated peers: flex, cudnn, scaled_mm, cublas_bf16, read_b (default: all)")
     bn.add_argument("--only", metavar="KERNELS", help="comma-separated kernel names: time only these cases")
@@ -204,18 +206,19 @@ def _bench(args) -> int:
     from .runtime.module import load
 
     if not args.files and not args.suite:
-        raise KdslError("give .kd files to benchmark, or --suite standard")
+        raise KdslError("give .kd files to benchmark, or --suite standard (or backward)")
+    args.backward = args.backward or args.suite == "backward"
     peers = {p.strip() for p in args.vs.split(",") if p.strip()}
     unknown = peers - set(bench.PEER_NAMES)
     if unknown:
         raise KdslError(f"unknown peer(s) {sorted(unknown)}; choose from {', '.join(bench.PEER_NAMES)}")
     if args.shapes and not args.files:
-        raise KdslError("--shapes applies to the kernels of .kd files; the standard suite's shapes are fixed")
+        raise KdslError(f"--shapes applies to the kernels of .kd files; the {args.suite} suite's shapes are fixed")
     try:
         shapes = [bench.parse_shape(text, bench.shape_kind(text)) for text in args.shapes]
     except ValueError as e:
         raise KdslError(f"--shapes: {e}") from None
-    cases = bench.standard_suite() if args.suite else []
+    cases = {"standard": bench.standard_suite, "backward": bench.backward_suite}[args.suite]() if args.suite else []
     files = sorted({c.file for c in cases} | set(args.files))
     modules = {f: load(f) for f in files}
     for f in args.files:
@@ -237,7 +240,8 @@ def _bench(args) -> int:
     rows = bench.run(cases, modules, args.reps, peers, progress=sys.stderr.isatty(), backward=args.backward)
     host = bench.host_time(cases, modules)
     stem = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") + "-" + datetime.date.today().isoformat()
-    stem += "-" + (args.suite or "files") + ("-partial" if args.only else "") + ("-backward" if args.backward else "")
+    stem += "-" + (args.suite or "files") + ("-partial" if args.only else "") + (
+        "-backward" if args.backward and args.suite != "backward" else "")
     paths = bench.write_results(rows, Path(args.out_dir), device, stem, host)
     print(bench.markdown(rows, device, host))
     print("results: " + ", ".join(str(p) for p in paths.values()))

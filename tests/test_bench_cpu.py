@@ -31,6 +31,22 @@ def test_standard_suite_shapes():
     assert len(gemm) == 12 and (128, 2112, 7168) in gemm and (4096, 7168, 16384) in gemm
 
 
+def test_backward_suite_covers_each_backward_kernel_and_every_sample():
+    """--suite backward: plain and causal at 64 (128-query steps), 128 and the wide kernel's 192
+    and 256; every attention sample; variants with a learned bias and with grouped-query heads.
+    Every case is an attention case whose captured integers belong to its kernel."""
+    import kdsl
+    cases = bench.backward_suite()
+    assert all(c.kind == "attention" for c in cases)
+    for name in ("plain", "causal"):
+        assert sorted(c.shape["D"] for c in cases if c.kernel == name) == [64, 128, 192, 256]
+    assert {c.kernel for c in cases} >= set(bench.ATTN) | {"mla", "learned_relpos", "alibi_softcap_gqa"}
+    assert any(c.shape.get("Hkv", c.shape["H"]) != c.shape["H"] for c in cases)
+    for c in cases:
+        kir = kdsl.load(c.file, interpret=True).ir[c.kernel]
+        assert kir.kind == "attention" and all(kir.tensor(n) is not None for n in c.ints)
+
+
 def test_markdown_shows_failed_peers_and_convention():
     rows = [bench.Row("relpos", "B=1", ms=1.0, tflops=100.0, gbps=10.0, error=1e-3,
                       peers={"flex": {"ms": 2.0, "tflops": 50.0}, "cudnn": {"error": "not supported"}}),
@@ -229,7 +245,8 @@ def test_file_cases_take_the_given_shapes_of_each_kernels_kind():
     (["samples/plain.kd", "--shapes", "B=1,H=2"], "lacks M, N, D"),
     (["samples/plain.kd", "--shapes", "B=1,H=2,M=3,N=4,D=64,X=3"], "expected NAME=POSITIVE_INT"),
     (["samples/fp8_gemm.kd", "--shapes", "M=128,N=256,K=0"], "expected NAME=POSITIVE_INT"),
-    (["--suite", "standard", "--shapes", "M=128,N=256,K=128"], "the standard suite's shapes are fixed")])
+    (["--suite", "standard", "--shapes", "M=128,N=256,K=128"], "the standard suite's shapes are fixed"),
+    (["--suite", "backward", "--shapes", "B=1,H=2,M=3,N=4,D=64"], "the backward suite's shapes are fixed")])
 def test_bench_shapes_are_refused_with_the_reason(args, needle):
     import subprocess
     import sys
