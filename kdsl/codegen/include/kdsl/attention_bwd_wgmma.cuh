@@ -169,6 +169,24 @@ struct QdoByTma {
     parity ^= 1u << buf;
   }
 };
+// Both wgmma backwards' fences for what wgmma (the async proxy) reads. Before the step loop:
+// K and V, copied by cp.async (the generic proxy), once they land (the first step's lse / delta
+// the one group left). At a step's start: its tiles landed (and were fenced where they came by
+// cp.async: KDSL_BWD_STEP_FENCE) for every thread, Q and dO's TMA boxes too.
+template <bool kTma>
+KDSL_DEVICE void fence_kv_before_steps() {
+  if constexpr (kTma && !KDSL_BWD_STEP_FENCE) {
+    cp_async_wait<1>();
+    fence_proxy_async();
+  }
+}
+template <bool kTma, class Tma>
+KDSL_DEVICE void wait_step_tiles(Tma& tma, int buf) {
+  cp_async_wait<0>();  // this step's lse / delta (Q and dO too without TMA; the first time, K and V)
+  if constexpr (!kTma || KDSL_BWD_STEP_FENCE) fence_proxy_async();
+  __syncthreads();  // ... for every thread; and the last step's reads of the other buffer are done
+  if constexpr (kTma) tma.wait(buf);  // Q and dO, written by TMA (the async proxy, as wgmma)
+}
 KDSL_DEVICE void red_add_v4(float* p, float x, float y, float z, float w) {
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "l"(p), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
 }
@@ -412,16 +430,10 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   Step cur = steps.next(a, c, Step{0, 0});
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
-  if constexpr (kTma && !KDSL_BWD_STEP_FENCE) {  // K and V are read by wgmma, the async proxy
-    cp_async_wait<1>();  // (a step's lse / delta the one group left)
-    fence_proxy_async();
-  }
+  fence_kv_before_steps<kTma>();
   for (; cur.hq < group; buf ^= 1) {
     const Step nxt = steps.next(a, c, steps.advance(cur));
-    cp_async_wait<0>();  // this step's tiles (and, the first time, K and V)
-    if constexpr (!kTma || KDSL_BWD_STEP_FENCE) fence_proxy_async();  // ... read by wgmma, the async proxy
-    __syncthreads();  // ... for every thread; and the last step's reads of the other buffer are done
-    if constexpr (kTma) tma.wait(buf);  // Q and dO, written by TMA (the async proxy, as wgmma)
+    wait_step_tiles<kTma>(tma, buf);
     add_out_dq();
     if (!KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
     const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;

@@ -289,16 +289,10 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   Step cur = steps.next(a, c, Step{0, 0});
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
-  if constexpr (kTma && !KDSL_BWD_STEP_FENCE) {  // K and V are read by wgmma, the async proxy
-    cp_async_wait<1>();  // (a step's lse / delta the one group left)
-    fence_proxy_async();
-  }
+  fence_kv_before_steps<kTma>();
   for (; cur.hq < group; buf ^= 1) {
     const Step nxt = steps.next(a, c, steps.advance(cur));
-    cp_async_wait<0>();  // this step's tiles (and, the first time, K and V)
-    if constexpr (!kTma || KDSL_BWD_STEP_FENCE) fence_proxy_async();  // ... read by wgmma, the async proxy
-    __syncthreads();  // ... for every thread; and the last step's reads of the other buffer are done
-    if constexpr (kTma) tma.wait(buf);  // Q and dO, written by TMA (the async proxy, as wgmma)
+    wait_step_tiles<kTma>(tma, buf);
     // before the products: issued after the first ones, as the <= 128 kernel does, it measured x0.98-1.0 here
     if (nxt.hq < group) issue(nxt, buf ^ 1);
     const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
