@@ -472,3 +472,24 @@ def test_assert_gradients_match_judges_captured_tensor_gradients(monkeypatch):
     monkeypatch.setattr(interp, "_capture_grads", lambda *a: {n: g / 2 for n, g in right(*a).items()})
     with pytest.raises(AssertionError, match=r"alibi's gradients fail on AttentionCase\(B=1, H=2"):
         assert_gradients_match(mod.alibi, case)
+
+
+@pytest.mark.parametrize("d, keys", [(64, 128), (128, 128), (256, 64)])
+def test_a_data_dependent_mask_has_a_tile_summary_on_the_backwards_tiles(d, keys):
+    """A mask that reads data classifies the backward's tiles from a summary made for them, not
+    for the forward's (attention_common.cuh backward_tile_class): 64 queries by the CTA's keys
+    (128 for attention_bwd_wgmma, 64 for the wide kernel), made by the backward module's own
+    summary entry and passed as the kernel's last parameter."""
+    from kdsl.codegen.emit import backward_plan
+    from kdsl.passes.target import get_target
+    from kdsl.runtime.summary import Layout
+    mod = kdsl.compile("attention docs {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                       " doc_q: i32[B, M]\n doc_kv: i32[B, N]\n mask(b, h, i, j) = doc_q[b, i] == doc_kv[b, j]\n}\n",
+                       interpret=True)
+    assert backward_plan(d, d, get_target("sm_90a")).keys == keys
+    built = build(mod.ir["docs"], "sm_90a", d, program=Program(backward=True), want_cubin=False)
+    src, entry = built.generated.source, built.generated.entry
+    assert f"kTileQ = 64, kTileKV = {keys};" in src
+    assert f"{entry}_summary(" in src and "const int* summary) {" in src and ", summary};" in src
+    layout = Layout.of(built.kernel, B=2, H=3, M=300, N=700, tiles=(64, keys))
+    assert sorted(layout.entries) == sorted([2 * 5, 2 * -(-700 // keys)])  # doc_q per b on 64 rows, doc_kv on keys

@@ -268,7 +268,8 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
         source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, dp=-(-d // 64) * 64,
         forward_header=forward,
         body=plan.body, function=plan.function, body_header=plan.header,
-        elem=_ELEM[k.tensor("q").dtype], bm=k.attr("tile_m"), bn=k.attr("tile_n"), poly_exp2=0, lazy_rescale=0,
+        # the tile summary of a mask that reads data: 64-query tiles (a step takes one or two) on its key blocks
+        elem=_ELEM[k.tensor("q").dtype], bm=tiling.BACKWARD_TILE, bn=plan.keys, poly_exp2=0, lazy_rescale=0,
         tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=plan.threads, entry=entry, tma=plan.tma,
         fields=fields, v=_variant(k, variables, captures),
         grad=dict(score=natural(score), dscore=natural(dscore), score_is_s=_on(score == ir.Var("f32", "s")),

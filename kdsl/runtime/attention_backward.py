@@ -19,9 +19,10 @@ import operator
 
 from ..codegen import emit
 from ..errors import LaunchError
+from ..passes import tiling
 from ..passes.exp2_fold import LOG2E
 from .driver import ArgPack, Launcher, WarpKernel
-from . import geometry
+from . import geometry, summary
 from .launch import Loaded, _align, _attention_key, _l2_bytes, _ptr, _sm_count, _stream_getter
 from .programs import Program
 
@@ -127,6 +128,11 @@ def backward(kernel, q, k, v, out, dout, lse, dlse, caps, scale, want_caps=()):
             _align(p, n, kernel.name)
     # a gradient buffer per tensor the kernel has one for: null where the build adds none
     pointers += [_ptr(cap_grads[n]) if n in cap_grads else 0 for n in launch.graded]
+    pointers.append(0)  # the tile summary of a mask that reads data, computed now on the backward's tiles
+    if launch.summary is not None:
+        tiles = launch.summary.new_buffer()
+        launch.summary.run(stream, pointers[9:9 + len(caps)], _ptr(tiles))
+        pointers[-1] = _ptr(tiles)
     if launch.maps:  # q's and dout's maps, re-encoded where their pointers changed
         launch.launcher(stream, launch.pack, pointers, launch.bind_maps, (pointers[0], pointers[3]))
     else:
@@ -153,7 +159,7 @@ class _BackwardLaunch:
         if 0 in (B, H, M, N):
             return
         self.device = kernel._device(infos)
-        self.loaded, plan, extra, self.graded = _program(kernel, D, Dv, self.device, any(want))
+        self.loaded, plan, extra, self.graded, lowered = _program(kernel, D, Dv, self.device, any(want))
         key_blocks = -(-N // plan.keys)
         if key_blocks * Hkv * B >= 2 ** 31 or B * H * M >= 2 ** 31:
             raise LaunchError(f"{kernel.name}: the backward kernel takes fewer than 2^31 CTAs (one per {plan.keys} "
@@ -165,12 +171,21 @@ class _BackwardLaunch:
         ncap, ngrad = len(caps), len(self.graded)
         nmaps = 2 if plan.tma else 0  # q's and dout's tensor maps come first (QdoByTma, attention_bwd_wgmma.cuh)
         kinds = ["tmap"] * nmaps + ["ptr"] * 9 + ["i32"] * 6 + ["f32"] * 2 + ["ptr"] * ncap + \
-            ["i32"] * len(extra) + ["ptr"] * ngrad
+            ["i32"] * len(extra) + ["ptr"] * (ngrad + 1)
         values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, _head_group(kernel, q, Hkv, Dv, key_blocks, self.device),
-                                         s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra]
+                                         s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra] + [None] * (ngrad + 1)
         first_cap, first_grad = nmaps + 17, nmaps + 17 + ncap + len(extra)
         self.pack = ArgPack(kinds, values, list(range(nmaps, nmaps + 9)) + list(range(first_cap, first_cap + ncap)) +
-                            list(range(first_grad, first_grad + ngrad)))
+                            list(range(first_grad, first_grad + ngrad + 1)))
+        # A mask that reads data has its tiles classified from a summary made for the backward's
+        # own tiles (64 queries by plan.keys; emit.generate_backward) by the module's summary
+        # kernel, which takes the parameters from B on, less the head group.
+        layout = summary.Layout.of(lowered, B, H, M, N, tiles=(tiling.BACKWARD_TILE, plan.keys))
+        self.summary = None if layout is None else summary.SummaryLaunch(
+            self.loaded, self.loaded.entry + "_summary", layout,
+            ArgPack(["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra) + ["ptr"],
+                    [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra] + [None],
+                    list(range(7, 7 + ncap)) + [7 + ncap + len(extra)]), "torch", self.device)
         self.maps = ()
         if plan.tma:  # boxes of 64 columns x 64 rows of a [B * H, M, D] tensor, zeros past M
             from .tma import RowTiles
@@ -241,9 +256,9 @@ def half_col(width: int, wg: int, j: int) -> int:
 
 def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False):
     """The loaded backward kernel for these head dims, its plan (emit.backward_plan: launch and
-    dq_acc's layout), the dims only captured tensors bind (extra int parameters) and the
-    captured tensors it has gradient buffers for (in parameter order), built once per kernel,
-    device and whether it adds those gradients."""
+    dq_acc's layout), the dims only captured tensors bind (extra int parameters), the
+    captured tensors it has gradient buffers for (in parameter order) and the lowered kernel it
+    was built from, built once per kernel, device and whether it adds those gradients."""
     key = ("backward", d, dv, device, capture_grads)
     if key not in kernel._loaded:
         from ..passes import score_grad
@@ -258,5 +273,5 @@ def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False):
         built = build(kernel._kernel_ir(False), kernel._arch(), d, value_dim=dv,
                       program=BACKWARD_CAPTURE_GRADS if capture_grads else BACKWARD)
         kernel._loaded[key] = (Loaded(built.compiled.cubin, built.generated.entry, plan.smem), plan,
-                               built.generated.capture_dims, score_grad.capture_grad_tensors(built.kernel))
+                               built.generated.capture_dims, score_grad.capture_grad_tensors(built.kernel), built.kernel)
     return kernel._loaded[key]

@@ -27,11 +27,12 @@ class Layout:
     tile_n: int
 
     @staticmethod
-    def of(lowered: ir.Kernel, B: int, H: int, M: int, N: int) -> "Layout | None":
+    def of(lowered: ir.Kernel, B: int, H: int, M: int, N: int, tiles: tuple[int, int] | None = None) -> "Layout | None":
+        """The layout on the kernel's tiles (tile_m x tile_n), or on `tiles` (the backward's)."""
         slots = mask_analysis.summary_slots(lowered)
         if not slots:
             return None
-        bm, bn = lowered.attr("tile_m"), lowered.attr("tile_n")
+        bm, bn = tiles or (lowered.attr("tile_m"), lowered.attr("tile_n"))
         entries = []
         for s in slots:
             e = s.args[0]

@@ -172,3 +172,32 @@ def test_offset_indexed_table_gradient(mask, d):
     caps = {n: c.detach().requires_grad_() for n, c in caps.items()}
     dout = torch.randn((2, 4, 333, d), device="cuda", generator=gen).to(q.dtype)
     check_grads(f"offset table d={d} {mask}", mod.gen, kir, q, k, v, caps, dout, of_captures=True)
+
+
+DOCS = ("attention docs {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n doc_q: i32[B, M]\n"
+        " doc_kv: i32[B, N]\n mask(b, h, i, j) = doc_q[b, i] == doc_kv[b, j] and j <= i + 30\n}\n")
+
+
+@pytest.mark.parametrize("d, defines, kind", [(64, "", ""), (64, "KDSL_BWD_BM=128", ""), (128, "", ""), (256, "", ""),
+                                               (64, "", "mma")], ids=str)
+def test_data_dependent_mask_skips_tiles_by_its_summary(d, defines, kind, monkeypatch):
+    """A mask that reads data (document ids) classifies the backward's tiles from a tile summary
+    made for them (64 queries by the CTA's keys): documents of 1 to 150 rows leave tiles empty,
+    full and partial, at ragged lengths and GQA; KDSL_BWD_BM=128 takes the 128-query step (the
+    union of two 64-row summary tiles) where the build would fall back to 64, and the mma.sync
+    kernel classifies its 64 x 64 tiles the same way."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("KDSL_DEFINES", defines)  # before the module: its backward is built under them
+    monkeypatch.setenv("KDSL_BWD_KERNEL", kind)
+    mod = kdsl.compile(DOCS)
+    kir = mod.ir["docs"]
+    gen = torch.Generator(device="cuda").manual_seed(d + len(defines) + len(kind))
+    B, H, Hkv, M, N = 2, 4, 2, 517, 450
+    q, k, v, _ = attention_inputs(kir, B, H, Hkv, M, N, d, generator=gen)
+
+    # sorted document ids, runs of 1 to 150 rows, the same runs for queries and keys
+    lengths = torch.randint(1, 151, (B, M), device="cuda", generator=gen)
+    doc = torch.stack([torch.repeat_interleave(torch.arange(M, device="cuda"), lengths[b])[:M] for b in range(B)])
+    caps = {"doc_q": doc.to(torch.int32), "doc_kv": doc[:, :N].to(torch.int32).contiguous()}
+    dout = torch.randn((B, H, M, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"docs d={d} {defines} {kind}", mod.docs, kir, q, k, v, caps, dout)

@@ -188,9 +188,7 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
   // this step's last read).
   const int m_tiles = (M + BM - 1) / BM, steps = group * m_tiles;
   auto tile_class = [&](int it) -> int {
-    const int h = hkv * group + it / m_tiles, m0 = it % m_tiles * BM;
-    return V::kSummaries > 0 ? (int)kTilePartial
-                             : V::tile(a, c, b, h, m0, imin(m0 + BM, M) - 1, n0, imin(n0 + BN, N) - 1);
+    return backward_tile_class<V, BM, BN>(a, c, b, hkv * group + it / m_tiles, it % m_tiles * BM, n0);
   };
   auto next_step = [&](int it) {
     while (it < steps && tile_class(it) == kTileEmpty) ++it;

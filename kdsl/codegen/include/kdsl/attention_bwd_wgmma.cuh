@@ -306,16 +306,14 @@ KDSL_DEVICE void add_offset_sums(const AttnArgs& a, const typename V::Captures& 
 }
 
 // The steps of a backward CTA: query tile mt of each query head hq of its k/v head's group
-// (GQA), those V::tile calls empty skipped (as in attention_bwd.cuh), walked as (head, tile)
+// (GQA), those backward_tile_class calls empty skipped (as in attention_bwd.cuh), walked as (head, tile)
 // pairs so that a step costs no division.
 template <class V, int BM, int BN>
 struct BwdSteps {
   struct Step { int hq, mt; };
-  int b, hkv, n0, group, m_tiles, M, N;
+  int b, hkv, n0, group, m_tiles;
   KDSL_DEVICE int tile_class(const AttnArgs& a, const typename V::Captures& c, Step st) const {
-    const int m0 = st.mt * BM;
-    return V::kSummaries > 0 ? (int)kTilePartial
-                             : V::tile(a, c, b, hkv * group + st.hq, m0, imin(m0 + BM, M) - 1, n0, imin(n0 + BN, N) - 1);
+    return backward_tile_class<V, BM, BN>(a, c, b, hkv * group + st.hq, st.mt * BM, n0);
   }
   KDSL_DEVICE Step advance(Step st) const { return st.mt + 1 < m_tiles ? Step{st.hq, st.mt + 1} : Step{st.hq + 1, 0}; }
   KDSL_DEVICE Step next(const AttnArgs& a, const typename V::Captures& c, Step st) const {
@@ -389,7 +387,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   // Step cur's tiles sit in buffer buf while the next step's land in the other.
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
-  const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM, M, N};
+  const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM};
   const int dq_tiles = (M + 63) / 64;  // dq_acc's 64-row tiles a (batch, head)
   QdoByTma<BM, DP, DVP> tma{tq, tdo, base + C::kBar};
   if constexpr (kTma) tma.init(tid);

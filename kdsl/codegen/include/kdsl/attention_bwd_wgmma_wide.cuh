@@ -268,7 +268,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   // step's land in the other.
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
-  const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM, M, N};
+  const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM};
   QdoByTma<BM, DP, DVP> tma{tq, tdo, base + C::kBar};
   if constexpr (kTma) tma.init(tid);
   auto issue = [&](Step st, int buf) {

@@ -60,6 +60,31 @@ KDSL_DEVICE BackwardBlock backward_block(const AttnArgs& a) {
   return {kb * BN, bh - b * a.Hkv, b};
 }
 
+// The class of a backward step's tile, queries [m0, m0 + BM) of head h and the CTA's keys
+// [n0, n0 + BN), clipped to M and N (Variant::tile). A mask that reads data classifies tiles
+// from the runtime tile summary (attention_summary.cuh), made for the backward at 64-query,
+// BN-key tiles (codegen/emit.py generate_backward): a 128-query step is the union of its 64-row
+// tiles, empty where each is, full where each is.
+template <class V, int BM, int BN>
+KDSL_DEVICE int backward_tile_class(const AttnArgs& a, const typename V::Captures& c, int b, int h, int m0, int n0) {
+  const int n1 = imin(n0 + BN, a.N) - 1;
+  if constexpr (V::kSummaries == 0 || BM == V::kTileQ) {
+    static_assert(V::kSummaries == 0 || BN == V::kTileKV, "the backward's tile summary is made on its key blocks");
+    return V::tile(a, c, b, h, m0, imin(m0 + BM, a.M) - 1, n0, n1);
+  } else {
+    static_assert(BM % V::kTileQ == 0 && BN == V::kTileKV, "the backward's tile summary is made on its tiles");
+    bool live = false, full = true;
+#pragma unroll
+    for (int r0 = m0; r0 < m0 + BM; r0 += V::kTileQ) {
+      if (r0 >= a.M) break;
+      const int t = V::tile(a, c, b, h, r0, imin(r0 + V::kTileQ, a.M) - 1, n0, n1);
+      live |= t != kTileEmpty;
+      full &= t == kTileFull;
+    }
+    return !live ? kTileEmpty : full ? kTileFull : kTilePartial;
+  }
+}
+
 KDSL_DEVICE float fmax2(float x, float y) {
   float r;
   asm("max.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
