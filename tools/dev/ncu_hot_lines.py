@@ -36,7 +36,7 @@ def rows(path: str, kernel: str | None = None):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
-    ap.add_argument("--min", type=float, default=0.5, help="smallest share of samples shown, in %")
+    ap.add_argument("--min", type=float, default=0.5, help="smallest share of samples shown, in %%")
     ap.add_argument("--kernel", help="the kernel's name, where the report holds several (default: the first)")
     args = ap.parse_args()
     name, table = rows(args.csv, args.kernel)

@@ -54,6 +54,12 @@
 // registers (else 64), and the generated source asks for it unless ptxas spilled that build
 // (emit.backward_step_rows, compiler.build). NVIDIA H200, backward alone: see bench/NOTES.md,
 // forty-sixth session. The buffers hold 128 rows there either way, so the launch is the same.
+#ifndef KDSL_BWD_KEY_GUARD  // 0: a loading mask's tiles of class kTileKeys check the mask itself (A/B timing)
+#define KDSL_BWD_KEY_GUARD 1
+#endif
+#ifndef KDSL_BWD_WARP_SKIP  // A/B timing: 0 every step's class one after the other, 2 by warp under any mask
+#define KDSL_BWD_WARP_SKIP 1
+#endif
 #ifndef KDSL_BWD_BM
 #define KDSL_BWD_BM 64
 #endif
@@ -194,7 +200,21 @@ KDSL_DEVICE void st_shared(u32 addr, float x, float y, float z, float w) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
 }
 
-template <bool B> struct Flag { static constexpr bool value = B; };
+// What a step's elements check (element_grads): nothing (a full tile inside M and N), the
+// bounds and the mask, or the bounds and the mask's key interval per query where the tile
+// class says the mask is one (kTileKeys, passes/kv_bounds.py) and the mask itself loads data
+// (inside one document the interval is the causal part alone: arithmetic, not two loads).
+enum ElementGuard : int { kGuardNone = 0, kGuardMask = 1, kGuardKeys = 2 };
+template <int G> struct Guard { static constexpr int value = G; };
+template <class V> constexpr bool kGuardByKeys = KDSL_BWD_KEY_GUARD && V::kKeyBounds && V::kMaskLoads;
+
+// Runs elementwise(Guard<...>{}) in the form step's elements need.
+template <class V, class F>
+KDSL_DEVICE void guarded_elements(bool inside, int cls, F&& elementwise) {
+  if (inside && (!V::kHasMask || cls == kTileFull)) elementwise(Guard<kGuardNone>{});
+  else if (kGuardByKeys<V> && cls == kTileKeys) elementwise(Guard<kGuardByKeys<V> ? kGuardKeys : kGuardMask>{});
+  else elementwise(Guard<kGuardMask>{});
+}
 
 // An m64nNk16 accumulator (rows = 64 keys, columns = N = 16 KP queries) packed as the A
 // fragments of KP k16 steps over the queries: n-tiles 2 kp and 2 kp + 1 make step kp.
@@ -228,18 +248,25 @@ KDSL_DEVICE void mma_rs(float (&d)[N / 2], const u32 (&a)[KP][4], u32 sb, int bl
 
 // One element (query q, key kv) of a wgmma backward's step, both kernels': P = 2^(score log2 e
 // - lse log2 e) and dS = P (dP - delta) d score / d s without the softmax scale (which dK and dQ
-// take once at the end), in p and ds; both 0 where the element is not kept. kGuard checks the
-// bounds, the mask where the tile (class cls) is not full, and a row that saw no key (lse =
-// -inf); without it every element is kept. Captured tensors' gradient shares go to ug (step-
+// take once at the end), in p and ds; both 0 where the element is not kept. kGuard (an
+// ElementGuard) checks the bounds, a row that saw no key (lse = -inf) and the mask where the
+// tile (class cls) is not full, or its key interval; kGuardNone keeps every element. Captured tensors' gradient shares go to ug (step-
 // uniform) and, for an offset-indexed load, to offset_share(share).
-template <class V, class G, bool kGuard, class OffsetShare>
+template <class V, class G, int kGuard, class OffsetShare>
 KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
                                int cls, int b, int h, int q, int kv, float s, float dp, float row_lse,
                                float row_delta, float* ug, float& p, float& ds, OffsetShare offset_share) {
   bool keep = true;
   if constexpr (kGuard) {
     keep = q < a.M && kv < a.N && row_lse != neg_inf();
-    if (V::kHasMask && cls != kTileFull && keep) keep = V::mask(a, c, b, h, q, kv);
+    if constexpr (kGuard == kGuardKeys) {  // key_bounds clamps to the tile that holds kv
+      static_assert((V::kTileKV & (V::kTileKV - 1)) == 0, "key tiles of a power of two");
+      int lo, hi;
+      V::key_bounds(a, c, b, h, q, kv & -V::kTileKV, lo, hi);
+      keep = keep && kv >= lo && kv <= hi;
+    } else if (V::kHasMask && cls != kTileFull && keep) {
+      keep = V::mask(a, c, b, h, q, kv);
+    }
   }
   p = ds = 0.f;
   if (!keep) return;
@@ -316,9 +343,29 @@ struct BwdSteps {
     return backward_tile_class<V, BM, BN>(a, c, b, hkv * group + st.hq, st.mt * BM, n0);
   }
   KDSL_DEVICE Step advance(Step st) const { return st.mt + 1 < m_tiles ? Step{st.hq, st.mt + 1} : Step{st.hq + 1, 0}; }
+  // The first step from st whose tile is not empty ({group, 0} past the last). A tile class
+  // read from the tile summary (a mask that reads data) is a load: a warp then checks 32 steps
+  // at a time, one a lane, so that a run of empty tiles (the rows of other documents) costs a
+  // round per 32 tiles, not a dependent load per tile, before the next step's loads can go out.
+  // Called by whole warps.
   KDSL_DEVICE Step next(const AttnArgs& a, const typename V::Captures& c, Step st) const {
-    while (st.hq < group && tile_class(a, c, st) == kTileEmpty) st = advance(st);
-    return st;
+    constexpr bool kByWarp = KDSL_BWD_WARP_SKIP == 2 ? V::kHasMask : KDSL_BWD_WARP_SKIP == 1 && V::kSummaries > 0;
+    if constexpr (!kByWarp) {  // classes by arithmetic: one after the other
+      while (st.hq < group && tile_class(a, c, st) == kTileEmpty) st = advance(st);
+      return st;
+    }
+    const int lane = threadIdx.x & 31, steps = group * m_tiles;
+    int it = st.hq * m_tiles + st.mt;
+    for (; it < steps; it += 32) {
+      const int mine = it + lane, hq = mine / m_tiles;
+      const unsigned live =
+          __ballot_sync(0xffffffffu, mine < steps && tile_class(a, c, Step{hq, mine - hq * m_tiles}) != kTileEmpty);
+      if (live) {
+        it += __ffs(live) - 1;
+        break;
+      }
+    }
+    return it < steps ? Step{it / m_tiles, it % m_tiles} : Step{group, 0};
   }
 };
 
@@ -464,7 +511,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     float od[2][2] = {}, carry = 0.f;
     const u32 scratch = sDS + (64 * wg + 16 * warp) * 128;
     auto elementwise = [&](auto guarded) {
-      constexpr bool kGuard = decltype(guarded)::value;
+      constexpr int kGuard = decltype(guarded)::value;
 #pragma unroll
       for (int qb = 0; qb < QB; ++qb) {
 #pragma unroll
@@ -493,8 +540,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
         }
       }
     };
-    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Flag<false>{});
-    else elementwise(Flag<true>{});
+    guarded_elements<V>(m0 + BM <= M && n0 + BN <= N, cls, elementwise);
     if constexpr (G::kCaptureGrads && G::kUniformGrads > 0) G::flush_uniform_grads(a, c, cg, b, h, ug);
     constexpr int KP = BM / 16;  // k16 steps over the step's queries
     u32 pa[KP][4], dsa[KP][4];

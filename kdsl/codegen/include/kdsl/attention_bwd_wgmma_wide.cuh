@@ -332,7 +332,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
     u32 pk[4][2], dk2[4][2];  // this warpgroup's P and dS, packed: [local n-tile][row half]
     auto elementwise = [&](auto guarded) {
-      constexpr bool kGuard = decltype(guarded)::value;
+      constexpr int kGuard = decltype(guarded)::value;
 #pragma unroll
       for (int jl = 0; jl < 4; ++jl) {
         const int j = 4 * wg + jl, col = 8 * j + 2 * t;
@@ -357,8 +357,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
         }
       }
     };
-    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Flag<false>{});
-    else elementwise(Flag<true>{});
+    guarded_elements<V>(m0 + BM <= M && n0 + BN <= N, cls, elementwise);
     if constexpr (G::kCaptureGrads && G::kUniformGrads > 0) G::flush_uniform_grads(a, c, cg, b, h, ug);
 
     // dS^T to shared memory as [key][q] rows of 128 bytes, swizzled (n-tile j is chunk j)
