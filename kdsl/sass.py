@@ -26,7 +26,7 @@ class SassReport:
     other_ops: dict = None      # TMA loads/stores/reductions (UTMALDG/UTMASTG/UTMAREDG), bulk and global
                                 # reductions (UBLKRED, REDG), special functions (MUFU), global and shared
                                 # loads (LDG, LDS), stmatrix (STSM), memory barriers (MEMBAR: a proxy
-                                # fence is one) -> count
+                                # fence is one), warp votes (VOTE) -> count
     tensor_shapes: dict = None  # a tensor opcode with its shape ("HGMMA.64x128x16") -> count
 
     @property
@@ -91,6 +91,8 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
     # wgmma waits: about one per HGMMA where ptxas serialized them (its C7520 remark), which no
     # error reports
     other["WARPGROUP.DEPBAR"] = len(re.findall(r"\bWARPGROUP\.DEPBAR\b", code))
+    # warp votes (__ballot_sync): the backward's 32-wide search for its next step
+    other["VOTE"] = len(re.findall(r"\bVOTE\.", code))
     spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", code))
     return SassReport(field("REG"), field("SHARED"), field("LOCAL") + field("STACK"), spills, ops, other, shapes)
 

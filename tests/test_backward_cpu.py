@@ -493,3 +493,20 @@ def test_a_data_dependent_mask_has_a_tile_summary_on_the_backwards_tiles(d, keys
     assert f"{entry}_summary(" in src and "const int* summary) {" in src and ", summary};" in src
     layout = Layout.of(built.kernel, B=2, H=3, M=300, N=700, tiles=(64, keys))
     assert sorted(layout.entries) == sorted([2 * 5, 2 * -(-700 // keys)])  # doc_q per b on 64 rows, doc_kv on keys
+
+
+@pytest.mark.parametrize("name, search", [("natten2d", 2), ("causal", 1), ("sliding_window", 1), ("document_mask", 1)])
+def test_the_next_step_is_searched_by_warp_where_a_class_is_costly(name, search):
+    """A CTA's next non-empty step is found 32 candidates at a time (a warp vote) where a tile's
+    class is costly: a long tile predicate (natten2d's 2D neighbourhood: the define
+    KDSL_BWD_WARP_SKIP 2) or tile-summary loads (document_mask, by the header's default); one
+    step after the other under short predicates (causal, sliding_window), where the search's
+    registers cost more than it saves (bench/NOTES.md, forty-seventh session)."""
+    from kdsl.codegen.emit import backward_tile_search
+    path = next(p for p in SAMPLES if p.stem == name)
+    built = build(INTERPRETED[path].ir[name], "sm_90a", 128, program=Program(backward=True))
+    assert backward_tile_search(built.kernel) == search
+    assert ("#define KDSL_BWD_WARP_SKIP 2" in built.generated.source) == (search == 2)
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    if rep is not None:
+        assert bool(rep.other_ops["VOTE"]) == (name in ("natten2d", "document_mask")), (name, rep.other_ops)

@@ -237,6 +237,23 @@ def backward_step_rows(k: ir.Kernel, target) -> int:
     return k.attr("bwd_step_rows") or 128
 
 
+# A tile predicate at least this long (IR nodes of tile_empty: natten2d's 2D neighbourhood 149,
+# dilated_window 51, sliding_window 9, causal 3) costs more a class than the 32-wide search's
+# registers do (KDSL_BWD_WARP_SKIP, attention_bwd_wgmma.cuh BwdSteps::next)
+COSTLY_TILE_PREDICATE = 64
+
+
+def backward_tile_search(k: ir.Kernel) -> int:
+    """How the wgmma backwards find a CTA's next non-empty step (KDSL_BWD_WARP_SKIP): 2, a warp
+    checks 32 steps at a time under the mask, where the tile predicate is long arithmetic (H200:
+    natten2d x1.09-1.15); else 1, 32 at a time only where classes are tile-summary loads (a mask
+    that reads data), one after the other otherwise. Short predicates lose to the search's
+    registers: causal x0.91-0.92, sliding_window x0.95-0.98, dilated_window x0.96 (bench/NOTES.md,
+    forty-seventh session)."""
+    e = k.func("tile_empty")
+    return 2 if e is not None and sum(1 for _ in ir.walk(e)) >= COSTLY_TILE_PREDICATE else 1
+
+
 def _mma_backward_smem(d: int, dv: int, buffers: int) -> int:
     """attention_bwd.cuh's BwdCfg::kSmemBytes with Q / dO tiles in `buffers` buffers."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
@@ -261,8 +278,10 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
     entry = entry_name(k) + "_bwd"
     forward = "kdsl/attention_wgmma.cuh" if k.attr("kernel") == "wgmma" else "kdsl/attention_mma.cuh"
     rows = backward_step_rows(k, target)  # a define A/B timing may override (KDSL_DEFINES)
+    search = backward_tile_search(k)  # as is the search's
     prelude = ("#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "") + (
-        f"#ifndef KDSL_BWD_BM\n#define KDSL_BWD_BM {rows}\n#endif\n" if rows != 64 else "")
+        f"#ifndef KDSL_BWD_BM\n#define KDSL_BWD_BM {rows}\n#endif\n" if rows != 64 else "") + (
+        f"#ifndef KDSL_BWD_WARP_SKIP\n#define KDSL_BWD_WARP_SKIP {search}\n#endif\n" if search != 1 else "")
     src = _env().get_template("attention_backward.cu.j2").render(
         prelude=prelude, version=__version__,
         source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, dp=-(-d // 64) * 64,

@@ -107,6 +107,7 @@ def compare(kern, name: str, envs: dict, shape, reps: int) -> None:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--programs", default="plain,causal,relpos")
+    ap.add_argument("--file", help="the .kd file holding every program (default: samples/NAME.kd each)")
     ap.add_argument("--shape", default="2,16,4096,4096,128")
     ap.add_argument("--variants", default="default;-DKDSL_BWD_MIN_BLOCKS=1")
     ap.add_argument("--reps", type=int, default=20)
@@ -115,7 +116,7 @@ def main():
     B, H, M, N, D = shape
     print(f"device: {torch.cuda.get_device_name()}; backward alone, B={B} H={H} M={M} N={N} D={D}, us")
     for name in args.programs.split(","):
-        kern = getattr(kdsl.load(ROOT / "samples" / f"{name}.kd"), name)
+        kern = getattr(kdsl.load(args.file or ROOT / "samples" / f"{name}.kd"), name)
         compare(kern, name, {var: defines_env(var) for var in args.variants.split(";")}, shape, args.reps)
 
 
