@@ -278,7 +278,7 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
     entry = entry_name(k) + "_bwd"
     forward = "kdsl/attention_wgmma.cuh" if k.attr("kernel") == "wgmma" else "kdsl/attention_mma.cuh"
     rows = backward_step_rows(k, target)  # a define A/B timing may override (KDSL_DEFINES)
-    search = backward_tile_search(k)  # as is the search's
+    search = backward_tile_search(k)  # so is how a CTA finds its next step
     prelude = ("#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "") + (
         f"#ifndef KDSL_BWD_BM\n#define KDSL_BWD_BM {rows}\n#endif\n" if rows != 64 else "") + (
         f"#ifndef KDSL_BWD_WARP_SKIP\n#define KDSL_BWD_WARP_SKIP {search}\n#endif\n" if search != 1 else "")

@@ -211,9 +211,14 @@ template <class V> constexpr bool kGuardByKeys = KDSL_BWD_KEY_GUARD && V::kKeyBo
 // Runs elementwise(Guard<...>{}) in the form step's elements need.
 template <class V, class F>
 KDSL_DEVICE void guarded_elements(bool inside, int cls, F&& elementwise) {
-  if (inside && (!V::kHasMask || cls == kTileFull)) elementwise(Guard<kGuardNone>{});
-  else if (kGuardByKeys<V> && cls == kTileKeys) elementwise(Guard<kGuardByKeys<V> ? kGuardKeys : kGuardMask>{});
-  else elementwise(Guard<kGuardMask>{});
+  if (inside && (!V::kHasMask || cls == kTileFull)) {
+    elementwise(Guard<kGuardNone>{});
+  } else if constexpr (kGuardByKeys<V>) {
+    if (cls == kTileKeys) elementwise(Guard<kGuardKeys>{});
+    else elementwise(Guard<kGuardMask>{});
+  } else {
+    elementwise(Guard<kGuardMask>{});
+  }
 }
 
 // An m64nNk16 accumulator (rows = 64 keys, columns = N = 16 KP queries) packed as the A
@@ -250,8 +255,9 @@ KDSL_DEVICE void mma_rs(float (&d)[N / 2], const u32 (&a)[KP][4], u32 sb, int bl
 // - lse log2 e) and dS = P (dP - delta) d score / d s without the softmax scale (which dK and dQ
 // take once at the end), in p and ds; both 0 where the element is not kept. kGuard (an
 // ElementGuard) checks the bounds, a row that saw no key (lse = -inf) and the mask where the
-// tile (class cls) is not full, or its key interval; kGuardNone keeps every element. Captured tensors' gradient shares go to ug (step-
-// uniform) and, for an offset-indexed load, to offset_share(share).
+// tile (class cls) is not full, or its key interval; kGuardNone keeps every element. Captured
+// tensors' gradient shares go to ug (step-uniform) and, for an offset-indexed load, to
+// offset_share(share).
 template <class V, class G, int kGuard, class OffsetShare>
 KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
                                int cls, int b, int h, int q, int kv, float s, float dp, float row_lse,
@@ -333,8 +339,8 @@ KDSL_DEVICE void add_offset_sums(const AttnArgs& a, const typename V::Captures& 
 }
 
 // The steps of a backward CTA: query tile mt of each query head hq of its k/v head's group
-// (GQA), those backward_tile_class calls empty skipped (as in attention_bwd.cuh), walked as (head, tile)
-// pairs so that a step costs no division.
+// (GQA), those backward_tile_class calls empty skipped (as in attention_bwd.cuh), walked as
+// (head, tile) pairs so that a step costs no division.
 template <class V, int BM, int BN>
 struct BwdSteps {
   struct Step { int hq, mt; };
