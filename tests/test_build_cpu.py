@@ -399,6 +399,23 @@ def test_a_default_offset_table_stays_where_ptxas_spills_a_little():
     assert cubin_info.frame_bytes(built.compiled.cubin, built.generated.entry) <= 16
 
 
+def test_a_prebuilt_backward_whose_trial_spills_prebuilds_its_fallback(tmp_path, monkeypatch):
+    """A backward's 128-query trial that spills is followed, in the background too, by the
+    64-query build that build() falls back to: loss.backward() then finds both built (a
+    prebuild of the trial alone left the fallback to compile at the call). Every build is made
+    to spill here, whatever ptxas does to the program."""
+    from kdsl.runtime.attention_backward import BACKWARD
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    monkeypatch.setattr(compiler.cubin_info, "frame_bytes", lambda cubin, entry: 8)
+    k = kdsl.load(ROOT / "samples" / "plain.kd", interpret=True).ir["plain"]
+    compiler.prebuild(k, "sm_90a", 64, 64, BACKWARD)
+    compiler.finish_prebuilds()
+    built = compiler.build(k, "sm_90a", 64, value_dim=64, program=BACKWARD)
+    assert built.kernel.attr("bwd_step_rows") == 64 and "KDSL_BWD_BM" not in built.generated.source
+    assert built.cache_hit
+
+
 def test_a_first_call_recorded_for_autograd_starts_building_its_backward(tmp_path, monkeypatch):
     """An attention call recorded for autograd, the first at its head dims (and whether captured
     tensors' gradients are wanted), starts building the backward program that loss.backward()

@@ -22,6 +22,7 @@ from .programs import DEFAULT, Program
 
 _IN_FLIGHT: dict = {}  # cache key -> workers.Job of a prebuild not yet taken by build()
 _IN_FLIGHT_LOCK = threading.Lock()
+_FOLLOW_UPS = [0]  # prebuilds' follow-ups running (a spilled trial's fallback being started)
 
 
 @dataclass(frozen=True)
@@ -140,37 +141,64 @@ def _build(k: ir.Kernel, arch: str, head_dim: int, want_cubin: bool, trace: bool
 
 def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, value_dim: int = 0,
              program: Program = DEFAULT) -> None:
-    """Start building in the background (a no-op if cached or already started)."""
-    _, gen, options, key = _generate(k, arch, head_dim, value_dim, program)
+    """Start building in the background (a no-op if cached or already started). A backward's
+    trial (build(): 128-query steps) that spills is followed by the build build() falls back to."""
+    lowered, gen, options, key = _generate(k, arch, head_dim, value_dim, program)
+
+    def follow_up(compiled: nvrtc.Compiled) -> None:
+        if (program.backward and emit.backward_step_rows(lowered, get_target(arch)) == 128
+                and cubin_info.frame_bytes(compiled.cubin, gen.entry) > 0):
+            prebuild(k.with_attrs(bwd_step_rows=64), arch, head_dim, value_dim, program)
+
     with _IN_FLIGHT_LOCK:
-        if key in _IN_FLIGHT or cache.get(key) is not None:
-            return
-        job = workers.pool().submit(gen.source, gen.entry, options)
-        _IN_FLIGHT[key] = job
-    job.future.add_done_callback(lambda f: _finished(key, job))
+        cached = cache.get(key)
+        if cached is None and key not in _IN_FLIGHT:
+            job = _IN_FLIGHT[key] = workers.pool().submit(gen.source, gen.entry, options)
+            job.follow_up = follow_up
+            job.future.add_done_callback(lambda f: _finished(key, job))
+    if cached is not None:
+        follow_up(cached)
 
 
 def finish_prebuilds() -> None:
-    """Wait until every prebuild has finished (failures are left for build() to report)."""
-    with _IN_FLIGHT_LOCK:
-        jobs = list(_IN_FLIGHT.items())
-    for key, job in jobs:
-        try:
-            workers.pool().result(job)
-        except Exception:  # noqa: BLE001 - the kernel's build() raises it where it belongs
-            pass
-        _finished(key, job)  # its done-callback may not have run yet
+    """Wait until every prebuild has finished, follow-ups included (failures are left for
+    build() to report)."""
+    while True:
+        with _IN_FLIGHT_LOCK:
+            jobs = list(_IN_FLIGHT.items())
+            if not jobs and not _FOLLOW_UPS[0]:
+                return
+        for key, job in jobs:
+            try:
+                workers.pool().result(job)
+            except Exception:  # noqa: BLE001 - the kernel's build() raises it where it belongs
+                pass
+            _finished(key, job)  # its done-callback may not have run yet
+        if not jobs:
+            time.sleep(0.01)  # another thread's follow-up is starting a build
 
 
 def _finished(key: str, job) -> None:
     """A build is done: cache it (under the lock, so a build() that finds no job finds the
-    cache entry) and forget it. Idempotent; a failed build leaves nothing behind."""
+    cache entry), forget it and run its follow-up. Idempotent; a failed build leaves nothing
+    behind."""
     with _IN_FLIGHT_LOCK:
         if _IN_FLIGHT.get(key) is not job:
             return
-        if job.future.exception() is None:
+        ok = job.future.exception() is None
+        if ok:
             cache.put(key, job.future.result())
         del _IN_FLIGHT[key]
+        follow_up = getattr(job, "follow_up", None) if ok else None
+        _FOLLOW_UPS[0] += follow_up is not None
+    if follow_up is not None:
+        try:
+            follow_up(job.future.result())
+        except Exception:  # noqa: BLE001 - build() reports it where it belongs
+            pass
+        finally:
+            with _IN_FLIGHT_LOCK:
+                _FOLLOW_UPS[0] -= 1
 
 
 def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, program: Program = DEFAULT):

@@ -204,22 +204,12 @@ KDSL_DEVICE void st_shared(u32 addr, float x, float y, float z, float w) {
 // bounds and the mask, or the bounds and the mask's key interval per query where the tile
 // class says the mask is one (kTileKeys, passes/kv_bounds.py) and the mask itself loads data
 // (inside one document the interval is the causal part alone: arithmetic, not two loads).
+// Both kernels choose the form inline: through a helper taking the elementwise lambda, ptxas
+// scheduled the kernels of programs without the key form differently, and a capture-gradient
+// build at head dim 64 spilled its 128-query step.
 enum ElementGuard : int { kGuardNone = 0, kGuardMask = 1, kGuardKeys = 2 };
 template <int G> struct Guard { static constexpr int value = G; };
 template <class V> constexpr bool kGuardByKeys = KDSL_BWD_KEY_GUARD && V::kKeyBounds && V::kMaskLoads;
-
-// Runs elementwise(Guard<...>{}) in the form step's elements need.
-template <class V, class F>
-KDSL_DEVICE void guarded_elements(bool inside, int cls, F&& elementwise) {
-  if (inside && (!V::kHasMask || cls == kTileFull)) {
-    elementwise(Guard<kGuardNone>{});
-  } else if constexpr (kGuardByKeys<V>) {
-    if (cls == kTileKeys) elementwise(Guard<kGuardKeys>{});
-    else elementwise(Guard<kGuardMask>{});
-  } else {
-    elementwise(Guard<kGuardMask>{});
-  }
-}
 
 // An m64nNk16 accumulator (rows = 64 keys, columns = N = 16 KP queries) packed as the A
 // fragments of KP k16 steps over the queries: n-tiles 2 kp and 2 kp + 1 make step kp.
@@ -546,7 +536,11 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
         }
       }
     };
-    guarded_elements<V>(m0 + BM <= M && n0 + BN <= N, cls, elementwise);
+    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Guard<kGuardNone>{});
+    else if constexpr (kGuardByKeys<V>) {
+      if (cls == kTileKeys) elementwise(Guard<kGuardKeys>{});
+      else elementwise(Guard<kGuardMask>{});
+    } else elementwise(Guard<kGuardMask>{});
     if constexpr (G::kCaptureGrads && G::kUniformGrads > 0) G::flush_uniform_grads(a, c, cg, b, h, ug);
     constexpr int KP = BM / 16;  // k16 steps over the step's queries
     u32 pa[KP][4], dsa[KP][4];

@@ -357,7 +357,11 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
         }
       }
     };
-    guarded_elements<V>(m0 + BM <= M && n0 + BN <= N, cls, elementwise);
+    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Guard<kGuardNone>{});
+    else if constexpr (kGuardByKeys<V>) {
+      if (cls == kTileKeys) elementwise(Guard<kGuardKeys>{});
+      else elementwise(Guard<kGuardMask>{});
+    } else elementwise(Guard<kGuardMask>{});
     if constexpr (G::kCaptureGrads && G::kUniformGrads > 0) G::flush_uniform_grads(a, c, cg, b, h, ug);
 
     // dS^T to shared memory as [key][q] rows of 128 bytes, swizzled (n-tile j is chunk j)
