@@ -201,3 +201,24 @@ def test_data_dependent_mask_skips_tiles_by_its_summary(d, defines, kind, monkey
     caps = {"doc_q": doc.to(torch.int32), "doc_kv": doc[:, :N].to(torch.int32).contiguous()}
     dout = torch.randn((B, H, M, d), device="cuda", generator=gen).to(q.dtype)
     check_grads(f"docs d={d} {defines} {kind}", mod.docs, kir, q, k, v, caps, dout)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_a_learned_bias_under_a_document_mask(d):
+    """The capture-gradient backward of a mask that reads data: the tile summary's pointer comes
+    after the gradient buffers (runtime/attention_backward.py), and the learned table's gradient
+    is summed over the kept elements only."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile("attention docbias {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+                       " doc_q: i32[B, M]\n doc_kv: i32[B, N]\n bias: f32[H, 64]\n"
+                       " score(s, b, h, i, j) = s + bias[h, (i - j) % 64]\n"
+                       " mask(b, h, i, j) = doc_q[b, i] == doc_kv[b, j] and j <= i\n}\n")
+    kir = mod.ir["docbias"]
+    gen = torch.Generator(device="cuda").manual_seed(d)
+    B, H, Hkv, M, N = 2, 4, 2, 333, 333
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, d, generator=gen)
+    lengths = torch.randint(1, 120, (B, M), device="cuda", generator=gen)
+    doc = torch.stack([torch.repeat_interleave(torch.arange(M, device="cuda"), lengths[b])[:M] for b in range(B)])
+    caps = {"doc_q": doc.to(torch.int32), "doc_kv": doc.to(torch.int32), "bias": caps["bias"].detach().requires_grad_()}
+    dout = torch.randn((B, H, M, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"docbias d={d}", mod.docbias, kir, q, k, v, caps, dout, of_captures=True)
