@@ -122,3 +122,20 @@ def test_generated_cuda_has_a_summary_entry_only_when_needed():
     assert "_summary(" in with_summary.source and "tile_summary<Variant, 1>" in with_summary.source
     plain = generate(pipeline.lower(_kernel("j <= i"), get_target("sm_90a"), 64))
     assert "_summary(" not in plain.source
+
+
+def test_the_summary_kernels_parameters_follow_the_attention_entrys_from_b_on():
+    """summary.pack (the forward's and the backward's summary launches) lays out the entry
+    NAME_summary's parameters as the forward's own pack has them from B on: B H Hkv M N,
+    scale_log2 scale, capture pointers, capture-only dims, the buffer; pointers per call."""
+    import ctypes
+    from kdsl.runtime import summary
+    from kdsl.runtime.driver import ArgPack
+    p = summary.pack(2, 3, 1, 300, 700, 0.18, 0.125, 2, [7, 9])
+    kinds = ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * 2 + ["i32"] * 2 + ["ptr"]
+    want = ArgPack(kinds, [2, 3, 1, 300, 700, 0.18, 0.125, None, None, 7, 9, None], [7, 8, 11])
+    assert [type(s) for s in p.slots] == [type(s) for s in want.slots]
+    assert [s.value for s in p.slots] == [s.value for s in want.slots]
+    assert len(p.pointers) == 3
+    p.pointers[:] = [11, 12, 13]  # the per-call pointers land in the capture and buffer slots
+    assert [p.slots[i].value for i in (7, 8, 11)] == [11, 12, 13] and isinstance(p.slots[11], ctypes.c_uint64)

@@ -179,13 +179,11 @@ class _BackwardLaunch:
                             list(range(first_grad, first_grad + ngrad + 1)))
         # A mask that reads data has its tiles classified from a summary made for the backward's
         # own tiles (64 queries by plan.keys; emit.generate_backward) by the module's summary
-        # kernel, which takes the parameters from B on, less the head group.
+        # kernel.
         layout = summary.Layout.of(lowered, B, H, M, N, tiles=(tiling.BACKWARD_TILE, plan.keys))
         self.summary = None if layout is None else summary.SummaryLaunch(
             self.loaded, self.loaded.entry + "_summary", layout,
-            ArgPack(["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra) + ["ptr"],
-                    [B, H, Hkv, M, N, s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra] + [None],
-                    list(range(7, 7 + ncap)) + [7 + ncap + len(extra)]), "torch", self.device)
+            summary.pack(B, H, Hkv, M, N, s * LOG2E, s, ncap, [dims[n] for n in extra]), "torch", self.device)
         self.maps = ()
         if plan.tma:  # boxes of 64 columns x 64 rows of a [B * H, M, D] tensor, zeros past M
             from .tma import RowTiles

@@ -331,7 +331,8 @@ class AttentionKernel(KernelBase):
         tiles = None
         if layout is not None:
             tiles = summary.SummaryLaunch(loaded, built.generated.entry + "_summary", layout,
-                                          ArgPack(kinds[first:], values[first:], [o - first for o in order[-1 - ncap:]]),
+                                          summary.pack(B, H, Hkv, M, N, s_kernel * LOG2E, s, ncap,
+                                                       [dims[n] for n in extra_dims]),
                                           infos[0].framework, device)
         combine = None
         if tma:  # then splits, the split results' two pointers, the work counter (per call), the head

@@ -45,6 +45,16 @@ class Layout:
         return 2 * sum(self.entries)
 
 
+def pack(B: int, H: int, Hkv: int, M: int, N: int, scale_log2: float, scale: float, ncap: int, dims) -> ArgPack:
+    """The summary kernel's parameters (attention_variant.cu.j2, NAME_summary): B H Hkv M N,
+    scale_log2 scale, the capture pointers, the capture-only dims, the buffer; the pointers are
+    written per call (SummaryLaunch.run)."""
+    dims = list(dims)
+    kinds = ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(dims) + ["ptr"]
+    return ArgPack(kinds, [B, H, Hkv, M, N, scale_log2, scale] + [None] * ncap + dims + [None],
+                   list(range(7, 7 + ncap)) + [len(kinds) - 1])
+
+
 class SummaryLaunch:
     """The summary kernel of one plan (one warp per summary entry) and a buffer allocator."""
 
