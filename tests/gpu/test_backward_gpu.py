@@ -93,11 +93,12 @@ def test_captured_tensor_gradients(name, d):
 
 
 @pytest.mark.parametrize("d", [64, 256])
-@pytest.mark.parametrize("group", [1, 4, 6, 9])
+@pytest.mark.parametrize("group", [1, 4, 5, 14, 20])
 def test_key_block_order_in_head_groups(group, d, monkeypatch):
     """The backward's CTAs walk (b, k/v head) pairs in groups, key block by key block
     (attention_common.cuh backward_block): every group size covers each (key block, pair) once,
-    the last group taking a remainder (6 pairs in groups of 4), or all pairs (9 > 6)."""
+    the last group taking the remainder (14 pairs in groups of 4: 4, 4, 6; of 5: 5, 9), or all
+    pairs (14, 20 > 14)."""
     torch = pytest.importorskip("torch")
     from kdsl.runtime import attention_backward
     monkeypatch.setattr(attention_backward, "_head_group", lambda *args: group)
@@ -105,8 +106,8 @@ def test_key_block_order_in_head_groups(group, d, monkeypatch):
                        " mask(b, h, i, j) = j <= i\n}\n")
     kir = mod.ir["grouped"]
     gen = torch.Generator(device="cuda").manual_seed(group * 1000 + d)
-    q, k, v, caps = attention_inputs(kir, 2, 6, 3, 300, 450, d, generator=gen)
-    dout = torch.randn((2, 6, 300, d), device="cuda", generator=gen).to(q.dtype)
+    q, k, v, caps = attention_inputs(kir, 2, 14, 7, 300, 450, d, generator=gen)
+    dout = torch.randn((2, 14, 300, d), device="cuda", generator=gen).to(q.dtype)
     check_grads(f"group {group} d={d}", mod.grouped, kir, q, k, v, caps, dout)
 
 

@@ -3,7 +3,8 @@
 threads), dispatched in blockIdx order as SMs free up; a CTA costs its live query steps (the
 64-query tiles of its 128-key block that the mask leaves) plus a per-CTA overhead, in steps.
 Compares backward_block's order (attention_common.cuh: head groups of
-geometry.attention_head_group, key block by key block within a group) with one group of every
+geometry.attention_head_group, key block by key block within a group, the last group taking the
+remainder), with the last kBackwardTailGroups groups run as one, with one group of every
 (b, k/v head) pair (KDSL_BWD_HEAD_GROUP = B * Hkv: key block by key block across all) and with
 longest first. No GPU: what a device A/B of -DKDSL_BWD_HEAD_GROUP should look for.
 
@@ -52,19 +53,20 @@ def main() -> None:
     docs = [sorted(rnd.randrange(args.docs) for _ in range(M)) for _ in range(B)]
     cost = {(bh, kb): live_steps(docs[bh // H], kb, M) + args.overhead for bh in range(B * H) for kb in range(kbs)}
 
-    def order(group: int) -> list[float]:  # backward_block's blockIdx -> (pair, key block)
-        out = []
-        for g0 in range(0, B * H, group):
-            size = min(group, B * H - g0)
-            out += [cost[(g0 + r, kb)] for kb in range(kbs) for r in range(size)]
+    def order(group: int, tail_groups: int = 1) -> list[float]:  # backward_block's blockIdx -> (pair, key block)
+        out, last = [], max(1, B * H // group - (tail_groups - 1)) - 1
+        for g in range(last + 1):
+            size = group if g < last else B * H - g * group
+            out += [cost[(g * group + r, kb)] for kb in range(kbs) for r in range(size)]
         return out
 
     per_pair = M * ((D + D) * 2 + D * 4)  # q, dO (bf16) and dq_acc (fp32) of a pair, as runtime/attention_backward.py
     group = geometry.attention_head_group(B * H, kbs, args.sms, per_pair, int(args.l2))
     ideal = sum(cost.values()) / args.sms
     print(f"docs={args.docs} B={B} H={H} M={M}: {len(cost)} CTAs, ideal {ideal:.1f} steps an SM")
-    for label, costs in ((f"head groups of {group} (default)", order(group)), (f"one group of {B * H}", order(B * H)),
-                         ("longest first", sorted(cost.values(), reverse=True))):
+    for label, costs in ((f"head groups of {group} (default)", order(group)),
+                         *((f"the last {t} groups as one", order(group, t)) for t in (2, 4)),
+                         (f"one group of {B * H}", order(B * H)), ("longest first", sorted(cost.values(), reverse=True))):
         span = makespan(costs, args.sms)
         print(f"  {label:28s} makespan {span:7.1f}  ({ideal / span:.0%} of the SMs' time busy)")
 
