@@ -172,15 +172,16 @@ class _BackwardLaunch:
         nmaps = 2 if plan.tma else 0  # q's and dout's tensor maps come first (QdoByTma, attention_bwd_wgmma.cuh)
         kinds = ["tmap"] * nmaps + ["ptr"] * 9 + ["i32"] * 6 + ["f32"] * 2 + ["ptr"] * ncap + \
             ["i32"] * len(extra) + ["ptr"] * (ngrad + 1)
-        values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, _head_group(kernel, q, Hkv, Dv, key_blocks, self.device),
-                                         s * LOG2E, s] + [None] * ncap + [dims[n] for n in extra] + [None] * (ngrad + 1)
-        first_cap, first_grad = nmaps + 17, nmaps + 17 + ncap + len(extra)
-        self.pack = ArgPack(kinds, values, list(range(nmaps, nmaps + 9)) + list(range(first_cap, first_cap + ncap)) +
-                            list(range(first_grad, first_grad + ngrad + 1)))
         # A mask that reads data has its tiles classified from a summary made for the backward's
         # own tiles (64 queries by plan.keys; emit.generate_backward) by the module's summary
         # kernel.
         layout = summary.Layout.of(lowered, B, H, M, N, tiles=(tiling.BACKWARD_TILE, plan.keys))
+        group = _head_group(kernel, q, Hkv, Dv, key_blocks, self.device, reads_data=layout is not None)
+        values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, group, s * LOG2E, s] + [None] * ncap + \
+            [dims[n] for n in extra] + [None] * (ngrad + 1)
+        first_cap, first_grad = nmaps + 17, nmaps + 17 + ncap + len(extra)
+        self.pack = ArgPack(kinds, values, list(range(nmaps, nmaps + 9)) + list(range(first_cap, first_cap + ncap)) +
+                            list(range(first_grad, first_grad + ngrad + 1)))
         self.summary = None if layout is None else summary.SummaryLaunch(
             self.loaded, self.loaded.entry + "_summary", layout,
             summary.pack(B, H, Hkv, M, N, s * LOG2E, s, ncap, [dims[n] for n in extra]), "torch", self.device)
@@ -207,17 +208,16 @@ class _BackwardLaunch:
             m.bind(p)
 
 
-def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, device: int) -> int:
+def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, device: int, reads_data: bool) -> int:
     """How many (b, k/v head) pairs the backward orders together, key block by key block
-    (AttnArgs::head_group, attention_common.cuh backward_block): under a mask the key blocks
-    see unequal numbers of query tiles, and a group of two waves runs the long ones first. The
-    q, dO and dq_acc that a group's CTAs read should fit in half of L2. 1 without a mask: every
-    CTA is as long as the next, and head by head shares L2 best."""
+    (AttnArgs::head_group, attention_common.cuh backward_block; geometry.backward_head_group).
+    1 without a mask: every CTA is as long as the next, and head by head shares L2 best."""
     if kernel.ir.func("mask") is None:
         return 1
     B, H, M, D = q.shape
-    per_pair = H // Hkv * M * ((D + Dv) * q.element_size() + D * 4)
-    return geometry.attention_head_group(B * Hkv, key_blocks, _sm_count(device), per_pair, _l2_bytes(device))
+    per_pair = H // Hkv * M * ((D + Dv) * q.element_size() + D * 4)  # its q, dO and dq_acc
+    return geometry.backward_head_group(B * Hkv, key_blocks, _sm_count(device), per_pair, _l2_bytes(device),
+                                        reads_data)
 
 
 def _delivered(kernel, caps, cap_grads: dict) -> list:

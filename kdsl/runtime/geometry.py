@@ -125,3 +125,18 @@ def attention_head_group(heads: int, q_tiles: int, sms: int, kv_bytes_per_head: 
     enough = -(-2 * sms // max(1, q_tiles))
     fits = max(1, l2_bytes // 2 // max(1, kv_bytes_per_head))
     return max(1, min(heads, enough, fits))
+
+
+def backward_head_group(pairs: int, key_blocks: int, sms: int, bytes_per_pair: int, l2_bytes: int,
+                        reads_data: bool) -> int:
+    """How many (b, k/v head) pairs the attention backward orders together under a mask, key
+    block by key block (attention_common.cuh backward_block): as the forward's heads
+    (attention_head_group), a group of two waves whose q, dO and dq_acc fit in half of L2, the
+    first key blocks (the longest under causal-like masks) first. A mask that reads data (a
+    document mask) need not make the first key blocks the longest: there a group takes at least
+    half as many pairs as there are SMs, so that the long key blocks of many pairs mix. (H200,
+    backward alone, document_mask: one group of all 16-64 pairs ran 1.11-1.16x faster than
+    groups by the L2 rule; at 256 pairs one group lost 2 %, and causal masks lost up to 12 % at
+    128-256 pairs: bench/NOTES.md, 48th session.)"""
+    group = attention_head_group(pairs, key_blocks, sms, bytes_per_pair, l2_bytes)
+    return min(pairs, max(group, sms // 2)) if reads_data else group

@@ -101,7 +101,7 @@ def test_key_block_order_in_head_groups(group, d, monkeypatch):
     pairs (14, 20 > 14)."""
     torch = pytest.importorskip("torch")
     from kdsl.runtime import attention_backward
-    monkeypatch.setattr(attention_backward, "_head_group", lambda *args: group)
+    monkeypatch.setattr(attention_backward, "_head_group", lambda *args, **kwargs: group)
     mod = kdsl.compile("attention grouped {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
                        " mask(b, h, i, j) = j <= i\n}\n")
     kir = mod.ir["grouped"]
