@@ -510,23 +510,3 @@ def test_the_next_step_is_searched_by_warp_where_a_class_is_costly(name, search)
     rep = sass.inspect(built.compiled.cubin, built.generated.entry)
     if rep is not None:
         assert bool(rep.other_ops["VOTE"]) == (name in ("natten2d", "document_mask")), (name, rep.other_ops)
-
-
-@pytest.mark.parametrize("d", [64, 128])
-def test_the_dq_own_keys_first_switch_builds_pipelined(d, monkeypatch):
-    """KDSL_BWD_DQ_OWN_FIRST=1 (an A/B switch, off by default: not yet timed) issues dQ's k-steps
-    over a warpgroup's own keys before the CTA barrier: it builds with no local memory and its
-    wgmmas unserialized (two waits a step), and the default build does not have it."""
-    plain = next(p for p in SAMPLES if p.stem == "plain")
-    monkeypatch.setenv("KDSL_DEFINES", "KDSL_BWD_DQ_OWN_FIRST=1")
-    built = build(INTERPRETED[plain].ir["plain"], "sm_90a", d, program=Program(backward=True))
-    assert "-DKDSL_BWD_DQ_OWN_FIRST=1" in built.options
-    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
-    if rep is None:
-        return
-    assert not rep.local_bytes and rep.other_ops["WARPGROUP.DEPBAR"] <= 4, rep
-    # a named barrier of one warpgroup (128 threads) more than the default's per step
-    monkeypatch.delenv("KDSL_DEFINES")
-    default = sass.inspect(*(lambda b: (b.compiled.cubin, b.generated.entry))(
-        build(INTERPRETED[plain].ir["plain"], "sm_90a", d, program=Program(backward=True))))
-    assert rep.other_ops["BAR.SYNC"] > default.other_ops["BAR.SYNC"]

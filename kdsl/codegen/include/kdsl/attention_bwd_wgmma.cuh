@@ -54,9 +54,6 @@
 // registers (else 64), and the generated source asks for it unless ptxas spilled that build
 // (emit.backward_step_rows, compiler.build). NVIDIA H200, backward alone: see bench/NOTES.md,
 // forty-sixth session. The buffers hold 128 rows there either way, so the launch is the same.
-#ifndef KDSL_BWD_DQ_OWN_FIRST  // 1: dQ's k-steps over a warpgroup's own keys before the CTA barrier (A/B timing)
-#define KDSL_BWD_DQ_OWN_FIRST 0
-#endif
 #ifndef KDSL_BWD_KEY_GUARD  // 0: a loading mask's tiles of class kTileKeys check the mask itself (A/B timing)
 #define KDSL_BWD_KEY_GUARD 1
 #endif
@@ -573,31 +570,18 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     fence_proxy_async();  // dS^T's stores, read next by the wgmma of both warpgroups
 
     // dQ = dS K: this warpgroup's 64 queries x DQN columns, over all BN keys; A is dS^T read
-    // MN-major (one 64-query block), B K's rows read MN-major. With KDSL_BWD_DQ_OWN_FIRST the
-    // k-steps over the warpgroup's own 64 keys (the dS^T rows it stored) go out before the CTA
-    // barrier that waits for the other warpgroup's rows.
+    // MN-major (one 64-query block), B K's rows read MN-major. (Issuing the k-steps over the
+    // warpgroup's own keys before the barrier gained nothing: bench/NOTES.md, 48th session.)
     float dq[DQN / 2];
 #pragma unroll
     for (int i = 0; i < DQN / 2; ++i) dq[i] = 0.f;
     {
       const u64 da0 = desc_mnmajor_sw128(sDSq, BN * 128), db0 = desc_mnmajor_sw128(sKq, BN * 128);
-      constexpr int kOwn = KDSL_BWD_DQ_OWN_FIRST ? BN / 32 : 0;  // k16 steps before the barrier
-      if constexpr (kOwn > 0) {
-        named_barrier(2 + wg, 128);  // this warpgroup's dS^T rows are stored
-        wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < kOwn; ++k) {
-          const int kk = wg * kOwn + k;
-          WgmmaSSTT<Elem, DQN>::run(dq, desc_advance(da0, kk * 16 * 128), desc_advance(db0, kk * 16 * 128), 1);
-        }
-      }
       named_barrier(1, T);  // the other warpgroup's rows, and (add_out_dq's wait) the dQ buffer written below is free
-      if constexpr (kOwn == 0) wgmma_fence();
+      wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < BN / 16 - kOwn; ++k) {
-        const int kk = kOwn == 0 ? k : (1 - wg) * kOwn + k;
-        WgmmaSSTT<Elem, DQN>::run(dq, desc_advance(da0, kk * 16 * 128), desc_advance(db0, kk * 16 * 128), 1);
-      }
+      for (int k = 0; k < BN / 16; ++k)
+        WgmmaSSTT<Elem, DQN>::run(dq, desc_advance(da0, k * 16 * 128), desc_advance(db0, k * 16 * 128), 1);
     }
     wgmma_commit();
     wgmma_wait<0>();
