@@ -73,18 +73,18 @@ def test_head_groups_hold_two_waves_of_items_within_half_of_l2():
     assert geometry.attention_head_group(1, 1, 132, 10**12, l2) == 1
 
 
-def test_backward_head_groups_mix_many_pairs_under_masks_that_read_data():
+def test_head_groups_mix_many_heads_under_masks_that_read_data():
     l2, mib = 50 * 2**20, 2**20
     # B=4 Hkv=16 4096^2 D=64: 32 key blocks, 2 MiB of q, dO and dq_acc a pair -> 9 pairs by the L2 rule
-    assert geometry.backward_head_group(64, 32, 132, 2 * mib, l2, reads_data=False) == 9
+    assert geometry.attention_head_group(64, 32, 132, 2 * mib, l2, reads_data=False) == 9
     # a document mask's long key blocks need not come first: at least 66 pairs (half the SMs), all 64 here
-    assert geometry.backward_head_group(64, 32, 132, 2 * mib, l2, reads_data=True) == 64
-    assert geometry.backward_head_group(256, 32, 132, 2 * mib, l2, reads_data=True) == 66
+    assert geometry.attention_head_group(64, 32, 132, 2 * mib, l2, reads_data=True) == 64
+    assert geometry.attention_head_group(256, 32, 132, 2 * mib, l2, reads_data=True) == 66
     # S=16k: 16 MiB a pair, head by head by the L2 rule; all 16 pairs under a document mask
-    assert geometry.backward_head_group(16, 128, 132, 16 * mib, l2, reads_data=False) == 1
-    assert geometry.backward_head_group(16, 128, 132, 16 * mib, l2, reads_data=True) == 16
+    assert geometry.attention_head_group(16, 128, 132, 16 * mib, l2, reads_data=False) == 1
+    assert geometry.attention_head_group(16, 128, 132, 16 * mib, l2, reads_data=True) == 16
     # short sequences: the two-wave rule already asks for more than half the SMs
-    assert geometry.backward_head_group(512, 2, 132, mib // 8, l2, reads_data=True) == 132
+    assert geometry.attention_head_group(512, 2, 132, mib // 8, l2, reads_data=True) == 132
 
 
 def test_gemm_index_limits_name_the_sizes():

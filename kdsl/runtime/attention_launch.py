@@ -342,7 +342,7 @@ class AttentionKernel(KernelBase):
             # is as long as the next, and head by head kept plain at 2k 2.7 % faster (H100).
             group = 1 if lk.func("mask") is None else geometry.attention_head_group(
                 B * H, -(-M // lk.attr("tile_m")), _sm_count(device),
-                N * (D + Dv) * arrays.itemsize(elem), _l2_bytes(device))
+                N * (D + Dv) * arrays.itemsize(elem), _l2_bytes(device), reads_data=layout is not None)
             kinds += ["i32", "ptr", "ptr", "ptr", "i32", "ptr"]
             values += [splits, None, None, None, group, None]
             if splits > 1:

@@ -116,27 +116,24 @@ def softmax_scale(scale, default: Callable[[], float], kname: str) -> float:
     return value
 
 
-def attention_head_group(heads: int, q_tiles: int, sms: int, kv_bytes_per_head: int, l2_bytes: int) -> int:
-    """How many consecutive (b, h) heads the Hopper attention kernel orders together (its
-    items run longest first across a group: AttnArgs::head_group). Enough for two waves of
-    items, so that under causal-like masks the long items of the group's heads start well
-    before the group's end and short ones fill the tail, but no more than half of L2 holds
-    the K and V of, so that the CTAs running a group share them there. 1: head by head."""
-    enough = -(-2 * sms // max(1, q_tiles))
-    fits = max(1, l2_bytes // 2 // max(1, kv_bytes_per_head))
-    return max(1, min(heads, enough, fits))
-
-
-def backward_head_group(pairs: int, key_blocks: int, sms: int, bytes_per_pair: int, l2_bytes: int,
-                        reads_data: bool) -> int:
-    """How many (b, k/v head) pairs the attention backward orders together under a mask, key
-    block by key block (attention_common.cuh backward_block): as the forward's heads
-    (attention_head_group), a group of two waves whose q, dO and dq_acc fit in half of L2, the
-    first key blocks (the longest under causal-like masks) first. A mask that reads data (a
-    document mask) need not make the first key blocks the longest: there a group takes at least
-    half as many pairs as there are SMs, so that the long key blocks of many pairs mix. (H200,
-    backward alone, document_mask: one group of all 16-64 pairs ran 1.11-1.16x faster than
-    groups by the L2 rule; at 256 pairs one group lost 2 %, and causal masks lost up to 12 % at
-    128-256 pairs: bench/NOTES.md, 48th session.)"""
-    group = attention_head_group(pairs, key_blocks, sms, bytes_per_pair, l2_bytes)
-    return min(pairs, max(group, sms // 2)) if reads_data else group
+def attention_head_group(heads: int, tiles: int, sms: int, bytes_per_head: int, l2_bytes: int,
+                         reads_data: bool = False) -> int:
+    """How many consecutive heads the Hopper attention kernels order together under a mask:
+    the forward's (b, h) heads, whose items run last q tile first across a group
+    (AttnArgs::head_group), and the backward's (b, k/v head) pairs, whose CTAs run key block 0
+    first (attention_common.cuh backward_block). tiles: a head's items or CTAs; bytes_per_head:
+    what they read that others of the head read too (K and V; the backward's q, dO, dq_acc).
+    Enough for two waves, so that under causal-like masks the long items of the group start
+    well before its end and short ones fill the tail, but no more than half of L2 holds the
+    shared bytes of, so that the CTAs running a group share them there. 1: head by head.
+    A mask that reads data (a document mask) need not put the long items first (they are those
+    at each document's end, or for the backward its start): there a group takes at least half
+    as many heads as there are SMs, so that the long items of many heads mix. (H200,
+    document_mask, 16-64 heads in one group against groups by L2: forward x1.09-1.18, backward
+    x1.08-1.17; at 256 heads a group of 66 within 0.5 % of the L2 rule's 9, one of 256 lost
+    2-3 %; causal masks lost up to 12 % at 128-256 heads in one group: bench/NOTES.md, 48th
+    session.)"""
+    enough = -(-2 * sms // max(1, tiles))
+    fits = max(1, l2_bytes // 2 // max(1, bytes_per_head))
+    group = max(1, min(heads, enough, fits))
+    return min(heads, max(group, sms // 2)) if reads_data else group

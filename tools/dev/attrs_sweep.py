@@ -30,7 +30,7 @@ def forced_head_group(group: int):
     """Plans made inside take this head group (the plan keeps it for later calls)."""
     from kdsl.runtime import geometry
     saved = geometry.attention_head_group
-    geometry.attention_head_group = lambda *args: group
+    geometry.attention_head_group = lambda *args, **kwargs: group
     try:
         yield
     finally:
