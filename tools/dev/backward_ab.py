@@ -109,7 +109,9 @@ def main():
     ap.add_argument("--programs", default="plain,causal,relpos")
     ap.add_argument("--file", help="the .kd file holding every program (default: samples/NAME.kd each)")
     ap.add_argument("--shape", default="2,16,4096,4096,128")
-    ap.add_argument("--variants", default="default;-DKDSL_BWD_MIN_BLOCKS=1")
+    ap.add_argument("--variants", default="default;-DKDSL_BWD_MIN_BLOCKS=1",
+                    help="';'-separated: 'default' or -DNAME[=VALUE] ...; write --variants=\"...\" when the first "
+                         "starts with -D (argparse takes a separate '-D...' for an option)")
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
     shape = tuple(map(int, args.shape.split(",")))
