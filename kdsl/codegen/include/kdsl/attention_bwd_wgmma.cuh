@@ -296,7 +296,9 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
 // 8 j + 2 t + e, key key0 + 8 hh): inside M and N, and inside the row's key interval (guard
 // kGuardKeys) or kept by the mask (unless the tile is full). Worked out while the step's tiles
 // are on their way, so that S^T and dP^T, live in the elementwise stage, never share the
-// registers with the mask's arithmetic and loads.
+// registers with the mask's arithmetic and loads. (element_grads' guard written again: through a
+// shared helper the default builds of document_mask and padded_causal changed, document_mask's
+// spill at head dim 128 growing from 48 to 64 B.)
 template <class V, int QB>
 KDSL_DEVICE void step_keep_bits(const AttnArgs& a, const typename V::Captures& c, int guard, int cls, int b, int h,
                                 int m0, int key0, int t, u32 (&bits)[QB]) {
