@@ -511,19 +511,3 @@ def test_the_next_step_is_searched_by_warp_where_a_class_is_costly(name, search)
     if rep is not None:
         assert bool(rep.other_ops["VOTE"]) == (name in ("natten2d", "document_mask")), (name, rep.other_ops)
 
-
-@pytest.mark.parametrize("name", ["document_mask", "natten2d", "alibi"])
-def test_keep_bits_and_early_packing_build_the_spilling_masks_without_local_memory(name, monkeypatch):
-    """KDSL_BWD_KEEP_BITS=1 (a guarded step's kept elements as bits, worked out before its tiles
-    are waited for) with KDSL_BWD_PACK_EARLY=1 (P and dS to bf16 pairs as each k16 step's
-    elements finish): A/B switches, off by default and not yet timed, that take the mask's
-    arithmetic and loads out of the elementwise stage where S^T and dP^T are live. At head dim
-    128 the default builds of these three spill (48, 24, 8 B); with both switches none does."""
-    path = next(p for p in SAMPLES if p.stem == name)
-    monkeypatch.setenv("KDSL_DEFINES", "KDSL_BWD_KEEP_BITS=1 KDSL_BWD_PACK_EARLY=1")
-    built = build(INTERPRETED[path].ir[name], "sm_90a", 128, program=Program(backward=True))
-    assert "-DKDSL_BWD_KEEP_BITS=1" in built.options
-    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
-    if rep is None:  # no cuobjdump here
-        pytest.skip("cuobjdump")
-    assert not rep.local_bytes, rep

@@ -54,12 +54,6 @@
 // registers (else 64), and the generated source asks for it unless ptxas spilled that build
 // (emit.backward_step_rows, compiler.build). NVIDIA H200, backward alone: see bench/NOTES.md,
 // forty-sixth session. The buffers hold 128 rows there either way, so the launch is the same.
-#ifndef KDSL_BWD_KEEP_BITS  // 1: a guarded step's kept elements as bits, worked out before its tiles are waited for
-#define KDSL_BWD_KEEP_BITS 0  // (A/B: fewer registers live in the elementwise stage)
-#endif
-#ifndef KDSL_BWD_PACK_EARLY  // 1: P and dS to bf16 pairs as each k16 step's elements are done (A/B)
-#define KDSL_BWD_PACK_EARLY 0
-#endif
 #ifndef KDSL_BWD_KEY_GUARD  // 0: a loading mask's tiles of class kTileKeys check the mask itself (A/B timing)
 #define KDSL_BWD_KEY_GUARD 1
 #endif
@@ -213,7 +207,7 @@ KDSL_DEVICE void st_shared(u32 addr, float x, float y, float z, float w) {
 // Both kernels choose the form inline: through a helper taking the elementwise lambda, ptxas
 // scheduled the kernels of programs without the key form differently, and a capture-gradient
 // build at head dim 64 spilled its 128-query step.
-enum ElementGuard : int { kGuardNone = 0, kGuardMask = 1, kGuardKeys = 2, kGuardBits = 3 };
+enum ElementGuard : int { kGuardNone = 0, kGuardMask = 1, kGuardKeys = 2 };
 template <int G> struct Guard { static constexpr int value = G; };
 template <class V> constexpr bool kGuardByKeys = KDSL_BWD_KEY_GUARD && V::kKeyBounds && V::kMaskLoads;
 
@@ -257,12 +251,9 @@ KDSL_DEVICE void mma_rs(float (&d)[N / 2], const u32 (&a)[KP][4], u32 sb, int bl
 template <class V, class G, int kGuard, class OffsetShare>
 KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
                                int cls, int b, int h, int q, int kv, float s, float dp, float row_lse,
-                               float row_delta, float* ug, float& p, float& ds, OffsetShare offset_share,
-                               bool kept = true) {
+                               float row_delta, float* ug, float& p, float& ds, OffsetShare offset_share) {
   bool keep = true;
-  if constexpr (kGuard == kGuardBits) {  // kept: the element's bit (step_keep_bits)
-    keep = kept && row_lse != neg_inf();
-  } else if constexpr (kGuard) {
+  if constexpr (kGuard) {
     keep = q < a.M && kv < a.N && row_lse != neg_inf();
     if constexpr (kGuard == kGuardKeys) {  // key_bounds clamps to the tile that holds kv
       static_assert((V::kTileKV & (V::kTileKV - 1)) == 0, "key tiles of a power of two");
@@ -289,42 +280,6 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
       G::add_capture_grads(a, c, cg, sn, b, h, q, kv, dg, ug, o);
       if constexpr (G::kOffsetGrads > 0) offset_share(o[0]);
     }
-}
-
-// Which elements of a step a guarded elementwise stage keeps, as bits (KDSL_BWD_KEEP_BITS): bit
-// i % 32 of bits[i / 32] for the thread's element i = 32 qb + 4 j + 2 hh + e (query m0 + 64 qb +
-// 8 j + 2 t + e, key key0 + 8 hh): inside M and N, and inside the row's key interval (guard
-// kGuardKeys) or kept by the mask (unless the tile is full). Worked out while the step's tiles
-// are on their way, so that S^T and dP^T, live in the elementwise stage, never share the
-// registers with the mask's arithmetic and loads. (element_grads' guard written again: through a
-// shared helper the default builds of document_mask and padded_causal changed, document_mask's
-// spill at head dim 128 growing from 48 to 64 B.)
-template <class V, int QB>
-KDSL_DEVICE void step_keep_bits(const AttnArgs& a, const typename V::Captures& c, int guard, int cls, int b, int h,
-                                int m0, int key0, int t, u32 (&bits)[QB]) {
-#pragma unroll
-  for (int qb = 0; qb < QB; ++qb) {
-    u32 word = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int q = m0 + 64 * qb + 8 * j + 2 * t + e;
-        int lo = 0, hi = -1;
-        static_assert(!V::kKeyBounds || (V::kTileKV & (V::kTileKV - 1)) == 0, "key tiles of a power of two");
-        if constexpr (V::kKeyBounds)
-          if (guard == kGuardKeys) V::key_bounds(a, c, b, h, q, key0 & -V::kTileKV, lo, hi);
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int kv = key0 + 8 * hh;
-          bool keep = q < a.M && kv < a.N;
-          if (guard == kGuardKeys) keep = keep && kv >= lo && kv <= hi;
-          else if (V::kHasMask && cls != kTileFull && keep) keep = V::mask(a, c, b, h, q, kv);
-          word |= u32(keep) << (4 * j + 2 * hh + e);
-        }
-      }
-    bits[qb] = word;
-  }
 }
 
 // The captured-tensor gradient of a load indexed by (b, h, q - kv) alone (Grad::kOffsetGrads),
@@ -519,23 +474,10 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   fence_kv_before_steps<kTma>();
   for (; cur.hq < group; buf ^= 1) {
     const Step nxt = steps.next(a, c, steps.advance(cur));
-    // with KDSL_BWD_KEEP_BITS: the step's guard and kept elements, before its tiles are waited for
-    constexpr bool kKeepBits = KDSL_BWD_KEEP_BITS;
-    int guard = kGuardNone, early_cls = kTileFull;
-    u32 keep_bits[QB] = {};
-    if constexpr (kKeepBits) {
-      early_cls = steps.tile_class(a, c, cur);
-      const int m0 = cur.mt * BM;
-      if (!(m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || early_cls == kTileFull)))
-        guard = kGuardByKeys<V> && early_cls == kTileKeys ? kGuardKeys : kGuardMask;
-      if (guard != kGuardNone)
-        step_keep_bits<V, QB>(a, c, guard, early_cls, b, hkv * group + cur.hq, m0, n0 + 64 * wg + 16 * warp + g, t,
-                              keep_bits);
-    }
     wait_step_tiles<kTma>(tma, buf);
     add_out_dq();
     if (!KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
-    const int cls = kKeepBits ? early_cls : steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
+    const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
@@ -564,8 +506,6 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     constexpr bool kOffsetGrad = G::kCaptureGrads && G::kOffsetGrads > 0;
     float od[2][2] = {}, carry = 0.f;
     const u32 scratch = sDS + (64 * wg + 16 * warp) * 128;
-    constexpr int KP = BM / 16;  // k16 steps over the step's queries
-    u32 pa[KP][4], dsa[KP][4];
     auto elementwise = [&](auto guarded) {
       constexpr int kGuard = decltype(guarded)::value;
 #pragma unroll
@@ -583,20 +523,11 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
               const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
               float p, ds;
               element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, s[i], dp[i], row_lse, row_delta, ug, p, ds,
-                                          [&](float share) { od[(j - hh) & 1][e] += share; },
-                                          kGuard == kGuardBits && (keep_bits[qb] >> (i % 32)) & 1);
+                                          [&](float share) { od[(j - hh) & 1][e] += share; });
               s[i] = p;
               dp[i] = ds;
             }
           if constexpr (kOffsetGrad) flush_diagonal(od[(j - 1) & 1], carry, scratch, j - 1, lane);  // now complete
-          if (KDSL_BWD_PACK_EARLY && j % 2 == 1) {  // k16 step kp's P and dS are final: to bf16 pairs now
-            const int kp = 4 * qb + j / 2;
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              pa[kp][e] = pack2<Elem>(s[8 * kp + 2 * e], s[8 * kp + 2 * e + 1]);
-              dsa[kp][e] = pack2<Elem>(dp[8 * kp + 2 * e], dp[8 * kp + 2 * e + 1]);
-            }
-          }
         }
         if constexpr (kOffsetGrad) {  // the block's last diagonal, then its offsets' sums
           flush_diagonal(od[1], carry, scratch, 7, lane);
@@ -605,19 +536,16 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
         }
       }
     };
-    if constexpr (kKeepBits) {
-      if (guard == kGuardNone) elementwise(Guard<kGuardNone>{});
-      else elementwise(Guard<kGuardBits>{});
-    } else if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Guard<kGuardNone>{});
+    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Guard<kGuardNone>{});
     else if constexpr (kGuardByKeys<V>) {
       if (cls == kTileKeys) elementwise(Guard<kGuardKeys>{});
       else elementwise(Guard<kGuardMask>{});
     } else elementwise(Guard<kGuardMask>{});
     if constexpr (G::kCaptureGrads && G::kUniformGrads > 0) G::flush_uniform_grads(a, c, cg, b, h, ug);
-    if (!KDSL_BWD_PACK_EARLY) {
-      to_a_fragments<Elem, KP>(s, pa);
-      to_a_fragments<Elem, KP>(dp, dsa);
-    }
+    constexpr int KP = BM / 16;  // k16 steps over the step's queries
+    u32 pa[KP][4], dsa[KP][4];
+    to_a_fragments<Elem, KP>(s, pa);
+    to_a_fragments<Elem, KP>(dp, dsa);
     // dS^T to shared memory as [key][q] rows of 128 bytes, swizzled, a 64-query block BN rows
     // on from the last: one stmatrix a k16 step, its fragment word e the 8 x 8 matrix of rows
     // + 8 (e % 2) and chunk 2 kp + e / 2, whose row lane % 8 lane 8 e + lane % 8 addresses.
