@@ -268,15 +268,16 @@ def test_the_wide_backwards_wgmmas_are_pipelined(d, dv):
     """ptxas serializes every wgmma of a kernel (a wait after each; its C7511 / C7520 remarks,
     which no error reports) where a product sits in a branch it cannot prove warp-uniform, or
     where accumulators split differently on two paths leave it too few registers for the
-    pipeline. The wide backward's were, at every head dim; now a step has at most four waits
-    (causal mask: the pressure of a masked build)."""
+    pipeline. The wide backward's were, at every head dim; now a step has four waits (S^T /
+    dP^T, dQ's first piece, dV and dK, dQ's second piece under the next step's S^T / dP^T) and
+    one follows the loop (causal mask: the pressure of a masked build)."""
     kern = kdsl.compile("attention w {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, Dv]\n"
                         " mask(b, h, i, j) = j <= i\n}\n").ir["w"]
     built = build(kern, "sm_90a", d, value_dim=dv, program=Program(backward=True))
     rep = sass.inspect(built.compiled.cubin, built.generated.entry)
     if rep is None:
         pytest.skip("cuobjdump")
-    assert rep.other_ops["WARPGROUP.DEPBAR"] <= 4 < rep.tensor_ops["HGMMA"] and not rep.local_bytes, rep
+    assert rep.other_ops["WARPGROUP.DEPBAR"] <= 5 < rep.tensor_ops["HGMMA"] and not rep.local_bytes, rep
 
 
 @pytest.mark.parametrize("d, dv", [(160, 96), (64, 256), (192, 128)])

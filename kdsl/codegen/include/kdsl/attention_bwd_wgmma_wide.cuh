@@ -37,10 +37,6 @@
 #include "kdsl/attention_bwd_wgmma.cuh"
 #include "kdsl/wgmma_ops_more.cuh"
 
-#ifndef KDSL_BWD_WIDE_DQ_PIECES  // an A/B switch for tools/dev/backward_ab.py (see the step's products)
-#define KDSL_BWD_WIDE_DQ_PIECES 2
-#endif
-
 namespace kdsl {
 
 namespace attn_bwd_wide_detail {
@@ -157,57 +153,53 @@ KDSL_DEVICE void add_dq(float* dst, const float (&d)[4 * N_TILES]) {
     attn_bwd_wg_detail::red_add_v4(dst + jj * 32 * 4, d[4 * jj], d[4 * jj + 1], d[4 * jj + 2], d[4 * jj + 3]);
 }
 
+// dQ's two pieces of a warpgroup's half of the columns (BwdHalfCols<DP>): the first whole
+// block, or the odd block's half where there is none; the second the rest (none at DP = 128).
+template <int DP>
+struct DqPieces {
+  typedef BwdHalfCols<DP> H;
+  static constexpr int W1 = H::kPairs > 0 ? 64 : H::kHalf, W2 = DP / 2 - W1;
+  static_assert(W2 <= 64, "the second piece inside one block");
+  // the first column (in K's tile at sk) of each piece
+  static KDSL_DEVICE u32 first(u32 sk, int bn, int wg) { return H::kPairs > 0 ? sk + wg * bn * 128 : sk + wg * 64; }
+  static KDSL_DEVICE u32 second(u32 sk, int bn, int wg) {
+    return H::kPairs > 1 ? sk + (2 + wg) * bn * 128 : sk + 2 * bn * 128 + wg * 64;
+  }
+};
+
 // A warpgroup's products of a step over its columns (BwdHalfCols: of DP for dK and dQ, of DVP
 // for dV): dV += P^T dO and dK += dS^T Q (B read MN-major), and dQ = dS K added into the
 // step's tile at dst (the thread's first n-tile). Both warpgroups run the same products at
 // other addresses: a product in a branch on the warpgroup made ptxas serialize every wgmma of
 // the kernel (its C7520 remark), and accumulators split differently in the two branches (32 + 64
 // columns, 64 + 32) ran it out of registers for the pipeline (C7511).
-// dQ comes in two pieces (KDSL_BWD_WIDE_DQ_PIECES, default 2), its first block and the rest:
-// the first a wgmma group ahead of dV's and dK's, its reductions issued while those run, the
-// second after them. At most one piece's accumulators are live beside dK's, dV's, P^T's and
-// dS^T's (at 256: 32 + 64 + 64 + 32 registers; the whole half at once spilled alibi's and
-// natten2d's builds). KDSL_BWD_WIDE_DQ_PIECES=1: the half in the products' group.
+// dQ comes in two pieces (DqPieces): the first a wgmma group ahead of dV's and dK's, its
+// reductions issued while those run (dq1: the caller's S^T / dP^T registers, free by then; in
+// registers of its own causal spilled 152 B at 256); the second issued here after them into
+// dq2, a group of its own that the caller waits for under the next step's S^T / dP^T, and
+// adds. At most one piece's accumulators are live beside dK's, dV's, P^T's and dS^T's (at 256:
+// 32 + 64 + 64 + 32 registers; the whole half at once spilled alibi's and natten2d's builds).
 template <class Elem, int DP, int DVP, int BM, int BN>
 KDSL_DEVICE void step_products(float (&acc_dk)[DP / 4], float (&acc_dv)[DVP / 4], const u32 (&pa)[4][4],
-                               const u32 (&dsa)[4][4], u32 sds, u32 sk, u32 sq, u32 sdo, float* dst, int wg) {
+                               const u32 (&dsa)[4][4], u32 sds, u32 sk, u32 sq, u32 sdo, float* dst, int wg,
+                               float (&dq1)[DqPieces<DP>::W1 / 2],
+                               float (&dq2)[DqPieces<DP>::W2 > 0 ? DqPieces<DP>::W2 / 2 : 1]) {
   using namespace attn_bwd_wg_detail;
-  typedef BwdHalfCols<DP> H;
-  constexpr int KH = DP / 2;
-  // the first piece: the first whole block, or the odd block's half where there is none
-  constexpr int W1 = KDSL_BWD_WIDE_DQ_PIECES == 1 ? KH : H::kPairs > 0 ? 64 : H::kHalf, W2 = KH - W1;
-  const u32 sk1 = H::kPairs > 0 ? sk + wg * BN * 128 : sk + wg * 64;  // the first piece's first column
-  float dq1[W1 / 2];
+  typedef DqPieces<DP> P;
   wgmma_fence();
-  if constexpr (W1 <= 64) {
-    mma_dq_piece<Elem, W1, BN>(dq1, sds, sk1, BN * 128);
-  } else {  // KDSL_BWD_WIDE_DQ_PIECES=1 past 128: every piece of the half into dq1
-#pragma unroll
-    for (int i = 0; i < H::kPairs; ++i)
-      mma_dq_piece<Elem, 64, BN>(*reinterpret_cast<float(*)[32]>(dq1 + 32 * i), sds, sk + (2 * i + wg) * BN * 128,
-                                 BN * 128);
-    if constexpr (H::kHalf > 0)
-      mma_dq_piece<Elem, 32, BN>(part<32 * H::kPairs, 16>(dq1), sds, sk + 2 * H::kPairs * BN * 128 + wg * 64, BN * 128);
-  }
-  if constexpr (W2 > 0) wgmma_commit();
+  mma_dq_piece<Elem, P::W1, BN>(dq1, sds, P::first(sk, BN, wg), BN * 128);
+  wgmma_commit();
   mma_rs_half<Elem, DVP>(acc_dv, pa, sdo, BM * 128, wg);
   mma_rs_half<Elem, DP>(acc_dk, dsa, sq, BM * 128, wg);
   wgmma_commit();
-  wgmma_wait<(W2 > 0 ? 1 : 0)>();
+  wgmma_wait<1>();
   wgmma_pin(dq1);
-  add_dq<W1 / 8>(dst, dq1);
-  if constexpr (W2 > 0) {
-    static_assert(W2 <= 64, "the second piece inside one block");
-    float dq2[W2 / 2];
-    wgmma_wait<0>();  // dV's and dK's products: P^T's and dS^T's registers are free
+  add_dq<P::W1 / 8>(dst, dq1);
+  wgmma_wait<0>();  // dV's and dK's products: P^T's and dS^T's registers are free
+  if constexpr (P::W2 > 0) {
     wgmma_fence();
-    // the second block where there are two, else the odd block's half
-    mma_dq_piece<Elem, W2, BN>(dq2, sds, H::kPairs > 1 ? sk + (2 + wg) * BN * 128 : sk + 2 * BN * 128 + wg * 64,
-                               BN * 128);
+    mma_dq_piece<Elem, P::W2, BN>(dq2, sds, P::second(sk, BN, wg), BN * 128);
     wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_pin(dq2);
-    add_dq<W2 / 8>(dst + W1 / 8 * 32 * 4, dq2);
   }
 }
 
@@ -286,26 +278,35 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   // A thread's exchange slot: 16 words at (warp, group k4, lane) of slot x, conflict-free v4s.
   auto xslot = [&](int x, int k4) { return base + C::kX + x * C::kXBuf + ((warp * 4 + k4) * 32 + lane) * 16; };
 
-  Step cur = steps.next(a, c, Step{0, 0});
+  // warpgroup 0: S^T = K Q^T; warpgroup 1: dP^T = V dO^T (64 keys x a step's 64 queries)
+  float x[32];
+  // A step's start: its tiles (buffer sb) waited for, the next step's loads issued into the
+  // other buffer, and its S^T / dP^T issued into x, not yet committed; returns the next step.
+  auto start_step = [&](Step st, int sb) {
+    const Step nx = steps.next(a, c, steps.advance(st));
+    wait_step_tiles<kTma>(tma, sb);
+    // before the products: issued after the first ones, as the <= 128 kernel does, it measured x0.98-1.0 here
+    if (nx.hq < group) issue(nx, sb ^ 1);
+    wgmma_fence();
+    scores_t<Elem, DP, DVP>(x, wg, sK, sV, sQ + sb * C::kQBuf, sDO + sb * C::kDOBuf, BN, BM);
+    return nx;
+  };
+  // A step's S^T / dP^T is issued at the end of the step before, after its last dQ piece, so
+  // the tensor cores run it while that piece is added and the next step's loads go out (x1.03
+  // -1.25 at head dims 192 / 256 on an H200: bench/NOTES.md, forty-ninth session).
+  Step cur = steps.next(a, c, Step{0, 0}), nxt = cur;
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
   fence_kv_before_steps<kTma>();
+  if (cur.hq < group) {
+    nxt = start_step(cur, 0);
+    wgmma_commit();
+  }
   for (; cur.hq < group; buf ^= 1) {
-    const Step nxt = steps.next(a, c, steps.advance(cur));
-    wait_step_tiles<kTma>(tma, buf);
-    // before the products: issued after the first ones, as the <= 128 kernel does, it measured x0.98-1.0 here
-    if (nxt.hq < group) issue(nxt, buf ^ 1);
     const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
-    cur = nxt;
-
-    // warpgroup 0: S^T = K Q^T; warpgroup 1: dP^T = V dO^T (64 keys x the step's 64 queries)
-    float x[32];
-    wgmma_fence();
-    scores_t<Elem, DP, DVP>(x, wg, sK, sV, sQb, sDOb, BN, BM);
-    wgmma_commit();
     wgmma_wait<0>();
     wgmma_pin(x);
 
@@ -405,7 +406,19 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     // step's dQ tile (the warpgroup's columns as compile-time ranges: a branch a warpgroup)
     float* const dq_dst = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP) +
                           ((wg * 4 + warp) * (KH / 8) * 32 + lane) * 4;
-    step_products<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, dq_dst, wg);
+    typedef DqPieces<DP> Pieces;
+    float dq2[Pieces::W2 > 0 ? Pieces::W2 / 2 : 1];
+    step_products<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, dq_dst, wg,
+                                         part<0, Pieces::W1 / 2>(x), dq2);
+    // the next step's start, then this step's last dQ piece added while its S^T / dP^T runs
+    const Step after = nxt.hq < group ? start_step(nxt, buf ^ 1) : nxt;
+    wgmma_commit();  // after the last step an empty group (a dummy HGMMA): the wait is for dq2's
+    wgmma_wait<1>();
+    cur = nxt, nxt = after;
+    if constexpr (Pieces::W2 > 0) {
+      wgmma_pin(dq2);
+      add_dq<Pieces::W2 / 8>(dq_dst + Pieces::W1 / 8 * 32 * 4, dq2);
+    }
   }
   cp_async_wait<0>();  // K and V's copies, when every step was empty
   wgmma_pin(acc_dk);
