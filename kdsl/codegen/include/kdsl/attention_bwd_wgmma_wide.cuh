@@ -411,8 +411,13 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     step_products<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, dq_dst, wg,
                                          part<0, Pieces::W1 / 2>(x), dq2);
     // the next step's start, then this step's last dQ piece added while its S^T / dP^T runs
-    const Step after = nxt.hq < group ? start_step(nxt, buf ^ 1) : nxt;
-    wgmma_commit();  // after the last step an empty group (a dummy HGMMA): the wait is for dq2's
+    Step after = nxt;
+    if (nxt.hq < group) {
+      after = start_step(nxt, buf ^ 1);
+      wgmma_commit();
+    } else {
+      wgmma_commit();  // an empty group (a dummy HGMMA), so that the wait is for dq2's
+    }
     wgmma_wait<1>();
     cur = nxt, nxt = after;
     if constexpr (Pieces::W2 > 0) {
