@@ -15,7 +15,9 @@
 //     dQ[:, half] = dS K, the last added from registers into dq_acc, 64-row fp32 tiles in
 //     the fragment order of attention_bwd_wgmma.cuh (a thread's four values of an n-tile are
 //     consecutive: one red.global.add.v4.f32 each, a warp's 512 bytes contiguous; as [B, H, M, D]
-//     rows of pairs, the reductions held up the step: bench/NOTES.md, forty-fifth session).
+//     rows of pairs, the reductions held up the step: bench/NOTES.md, forty-fifth session);
+//   - the next step's S^T / dP^T is issued right after this step's last dQ piece, so that the
+//     tensor cores run it while the piece is added and the loop turns.
 // As there, dS leaves out the softmax scale: dK takes it at the end, dQ in the host's
 // conversion of the tiles to rows. Operand tiles use the 128-byte-swizzled layout of
 // attention_bwd_wgmma.cuh, whose helpers this header uses; Q, dO, lse and delta are
@@ -174,11 +176,12 @@ struct DqPieces {
 // the kernel (its C7520 remark), and accumulators split differently in the two branches (32 + 64
 // columns, 64 + 32) ran it out of registers for the pipeline (C7511).
 // dQ comes in two pieces (DqPieces): the first a wgmma group ahead of dV's and dK's, its
-// reductions issued while those run (dq1: the caller's S^T / dP^T registers, free by then; in
-// registers of its own causal spilled 152 B at 256); the second issued here after them into
-// dq2, a group of its own that the caller waits for under the next step's S^T / dP^T, and
-// adds. At most one piece's accumulators are live beside dK's, dV's, P^T's and dS^T's (at 256:
-// 32 + 64 + 64 + 32 registers; the whole half at once spilled alibi's and natten2d's builds).
+// reductions issued while those run (dq1 is the caller's S^T / dP^T registers, free by then:
+// in registers of its own, causal spilled 152 B at 256 and plain ran x0.98); the second
+// issued here after them into dq2, a group of its own that the caller waits for under the
+// next step's S^T / dP^T, and adds. At most one piece's accumulators are live beside dK's,
+// dV's, P^T's and dS^T's (at 256: 32 + 64 + 64 + 32 registers; the whole half at once spilled
+// alibi's and natten2d's builds).
 template <class Elem, int DP, int DVP, int BM, int BN>
 KDSL_DEVICE void step_products(float (&acc_dk)[DP / 4], float (&acc_dv)[DVP / 4], const u32 (&pa)[4][4],
                                const u32 (&dsa)[4][4], u32 sds, u32 sk, u32 sq, u32 sdo, float* dst, int wg,
