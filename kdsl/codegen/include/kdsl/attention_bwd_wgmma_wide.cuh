@@ -297,7 +297,11 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   // A step's S^T / dP^T is issued at the end of the step before, after its last dQ piece, so
   // the tensor cores run it while that piece is added and the next step's loads go out (x1.03
   // -1.25 at head dims 192 / 256 on an H200: bench/NOTES.md, forty-ninth session).
+#if KDSL_BWD_ROTATE  // (steps.first() in both arms changed the default SASS of causal)
+  Step cur = steps.next(a, c, steps.first()), nxt = cur;
+#else
   Step cur = steps.next(a, c, Step{0, 0}), nxt = cur;
+#endif
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
   fence_kv_before_steps<kTma>();
