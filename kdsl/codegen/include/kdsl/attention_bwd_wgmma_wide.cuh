@@ -39,6 +39,13 @@
 #include "kdsl/attention_bwd_wgmma.cuh"
 #include "kdsl/wgmma_ops_more.cuh"
 
+// 1 (A/B): dQ's second piece staged in the step's own Q blocks (free once dK's product is done)
+// and added by one bulk reduction a warp; the loads of the step after next then wait until those
+// reductions have read it (issued after the step's second exchange, not at its start).
+#ifndef KDSL_BWD_WIDE_DQ2_BULK
+#define KDSL_BWD_WIDE_DQ2_BULK 0
+#endif
+
 namespace kdsl {
 
 namespace attn_bwd_wide_detail {
@@ -285,11 +292,13 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   float x[32];
   // A step's start: its tiles (buffer sb) waited for, the next step's loads issued into the
   // other buffer, and its S^T / dP^T issued into x, not yet committed; returns the next step.
-  auto start_step = [&](Step st, int sb) {
+  typedef DqPieces<DP> Pieces;
+  constexpr bool kDq2Bulk = KDSL_BWD_WIDE_DQ2_BULK && Pieces::W2 > 0;
+  auto start_step = [&](Step st, int sb, bool load_next) {
     const Step nx = steps.next(a, c, steps.advance(st));
     wait_step_tiles<kTma>(tma, sb);
     // before the products: issued after the first ones, as the <= 128 kernel does, it measured x0.98-1.0 here
-    if (nx.hq < group) issue(nx, sb ^ 1);
+    if ((!kDq2Bulk || load_next) && nx.hq < group) issue(nx, sb ^ 1);
     wgmma_fence();
     scores_t<Elem, DP, DVP>(x, wg, sK, sV, sQ + sb * C::kQBuf, sDO + sb * C::kDOBuf, BN, BM);
     return nx;
@@ -306,9 +315,10 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   if (cur.hq < group) issue(cur, 0);
   fence_kv_before_steps<kTma>();
   if (cur.hq < group) {
-    nxt = start_step(cur, 0);
+    nxt = start_step(cur, 0, true);
     wgmma_commit();
   }
+  bool next_loaded = true;  // whether step nxt's loads are issued (KDSL_BWD_WIDE_DQ2_BULK defers them)
   for (; cur.hq < group; buf ^= 1) {
     const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
@@ -387,7 +397,10 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
       st_shared_v4(xslot(wg, 2 + k4), dk2[2 * k4][0], dk2[2 * k4][1], dk2[2 * k4 + 1][0], dk2[2 * k4 + 1][1]);
     }
     fence_proxy_async();  // dS^T's stores, read next by the wgmma of both warpgroups
+    if (kDq2Bulk && lane == 0) bulk_wait_read<0>();  // the last step's staged dQ, in the buffer loaded next
     named_barrier(1, T);
+    if (kDq2Bulk && !next_loaded && nxt.hq < group) issue(nxt, buf ^ 1);
+    next_loaded = true;
 
     // The whole P^T and dS^T as A fragments: k-step kp (queries 16 kp..) holds n-tiles 2 kp and
     // 2 kp + 1, word e = n-tile 2 kp + e / 2, row half e % 2. Own n-tiles from registers, the
@@ -413,25 +426,40 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     // step's dQ tile (the warpgroup's columns as compile-time ranges: a branch a warpgroup)
     float* const dq_dst = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP) +
                           ((wg * 4 + warp) * (KH / 8) * 32 + lane) * 4;
-    typedef DqPieces<DP> Pieces;
     float dq2[Pieces::W2 > 0 ? Pieces::W2 / 2 : 1];
     step_products<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, dq_dst, wg,
                                          part<0, Pieces::W1 / 2>(x), dq2);
     // the next step's start, then this step's last dQ piece added while its S^T / dP^T runs
     Step after = nxt;
     if (nxt.hq < group) {
-      after = start_step(nxt, buf ^ 1);
+      after = start_step(nxt, buf ^ 1, false);
+      next_loaded = !kDq2Bulk;
       wgmma_commit();
     } else {
       wgmma_commit();  // an empty group (a dummy HGMMA), so that the wait is for dq2's
     }
     wgmma_wait<1>();
     cur = nxt, nxt = after;
-    if constexpr (Pieces::W2 > 0) {
+    if constexpr (kDq2Bulk) {  // into this warpgroup's own Q blocks (its dK read no others), a warp's part
+      wgmma_pin(dq2);
+      constexpr int kPart = Pieces::W2 / 8 * 512, kPerBlock = BM * 128 / kPart;  // bytes a warp; warps a block
+      static_assert(kPerBlock >= 2 && (4 / kPerBlock) * 2 <= DP / 64, "a warpgroup's parts in its own blocks");
+      const u32 part0 = sQb + (wg + 2 * (warp / kPerBlock)) * (BM * 128) + (warp % kPerBlock) * kPart;
+#pragma unroll
+      for (int jj = 0; jj < Pieces::W2 / 8; ++jj)
+        st_shared(part0 + jj * 512 + lane * 16, dq2[4 * jj], dq2[4 * jj + 1], dq2[4 * jj + 2], dq2[4 * jj + 3]);
+      fence_proxy_async();  // read by the bulk reduction (the async proxy)
+      __syncwarp();
+      if (lane == 0) {
+        bulk_reduce_add_f32(dq_dst + Pieces::W1 / 8 * 32 * 4, part0, kPart);  // lane 0: the warp's first float
+        bulk_commit();
+      }
+    } else if constexpr (Pieces::W2 > 0) {
       wgmma_pin(dq2);
       add_dq<Pieces::W2 / 8>(dq_dst + Pieces::W1 / 8 * 32 * 4, dq2);
     }
   }
+  if (kDq2Bulk && lane == 0) bulk_wait<0>();  // before the CTA's shared memory goes away
   cp_async_wait<0>();  // K and V's copies, when every step was empty
   wgmma_pin(acc_dk);
   wgmma_pin(acc_dv);
