@@ -512,3 +512,23 @@ def test_the_next_step_is_searched_by_warp_where_a_class_is_costly(name, search)
     if rep is not None:
         assert bool(rep.other_ops["VOTE"]) == (name in ("natten2d", "document_mask")), (name, rep.other_ops)
 
+
+
+@pytest.mark.parametrize("d", [64, 128, 192, 256])
+def test_the_dq_traffic_switches_build_without_local_memory(d, monkeypatch):
+    """KDSL_BWD_ROTATE=1 (a CTA's query tiles from its keys' diagonal, wrapping) and
+    KDSL_BWD_WIDE_DQ2_BULK=1 (the wide kernel's second dQ piece staged in the step's Q blocks and
+    added by one bulk reduction a warp): A/B switches, off by default and not yet timed
+    (tools/dev/dq_traffic_run.sh). Plain attention builds with both on wgmma without local
+    memory, the wide kernel with one UBLKRED, the <= 128 one keeping its 128-query steps at 64."""
+    monkeypatch.setenv("KDSL_DEFINES", "KDSL_BWD_ROTATE=1 KDSL_BWD_WIDE_DQ2_BULK=1")
+    plain = next(p for p in SAMPLES if p.stem == "plain")
+    built = build(INTERPRETED[plain].ir["plain"], "sm_90a", d, program=Program(backward=True))
+    assert "-DKDSL_BWD_ROTATE=1" in built.options
+    assert built.kernel.attr("bwd_step_rows") is None  # no 64-query fallback at 64
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    if rep is None:  # no cuobjdump here
+        pytest.skip("cuobjdump")
+    assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, rep
+    if d > 128:
+        assert rep.other_ops.get("UBLKRED") == 1, rep.other_ops
