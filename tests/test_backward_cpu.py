@@ -514,14 +514,16 @@ def test_the_next_step_is_searched_by_warp_where_a_class_is_costly(name, search)
 
 
 
-@pytest.mark.parametrize("d", [64, 128, 192, 256])
-def test_the_dq_traffic_switches_build_without_local_memory(d, monkeypatch):
+@pytest.mark.parametrize("d, bulk", [(64, 2), (128, 2), (192, 2), (256, 1), (256, 2)])
+def test_the_dq_traffic_switches_build_without_local_memory(d, bulk, monkeypatch):
     """KDSL_BWD_ROTATE=1 (a CTA's query tiles from its keys' diagonal, wrapping) and
-    KDSL_BWD_WIDE_DQ2_BULK=1 (the wide kernel's second dQ piece staged in the step's Q blocks and
-    added by one bulk reduction a warp): A/B switches, off by default and not yet timed
-    (tools/dev/dq_traffic_run.sh). Plain attention builds with both on wgmma without local
-    memory, the wide kernel with one UBLKRED, the <= 128 one keeping its 128-query steps at 64."""
-    monkeypatch.setenv("KDSL_DEFINES", "KDSL_BWD_ROTATE=1 KDSL_BWD_WIDE_DQ2_BULK=1")
+    KDSL_BWD_WIDE_DQ2_BULK (the wide kernel's dQ pieces staged in the step's own Q / dO blocks and
+    added by bulk reductions, a warp's part each: 1 the second piece, 2 both at 256 / 256): A/B
+    switches, off by default and not yet timed (tools/dev/dq_traffic_run.sh). Plain attention
+    builds with them on wgmma without local memory (the <= 128 kernel keeping its 128-query
+    steps at 64), the wide kernel with one bulk reduction a staged piece and no REDG left where
+    both pieces are staged."""
+    monkeypatch.setenv("KDSL_DEFINES", f"KDSL_BWD_ROTATE=1 KDSL_BWD_WIDE_DQ2_BULK={bulk}")
     plain = next(p for p in SAMPLES if p.stem == "plain")
     built = build(INTERPRETED[plain].ir["plain"], "sm_90a", d, program=Program(backward=True))
     assert "-DKDSL_BWD_ROTATE=1" in built.options
@@ -531,4 +533,6 @@ def test_the_dq_traffic_switches_build_without_local_memory(d, monkeypatch):
         pytest.skip("cuobjdump")
     assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, rep
     if d > 128:
-        assert rep.other_ops.get("UBLKRED") == 1, rep.other_ops
+        both = bulk == 2 and d == 256
+        assert (rep.other_ops.get("UBLKRED"), bool(rep.other_ops.get("REDG"))) == (2 if both else 1, not both), \
+            rep.other_ops

@@ -41,7 +41,9 @@
 
 // 1 (A/B): dQ's second piece staged in the step's own Q blocks (free once dK's product is done)
 // and added by one bulk reduction a warp; the loads of the step after next then wait until those
-// reductions have read it (issued after the step's second exchange, not at its start).
+// reductions have read it (issued after the step's second exchange, not at its start). 2: at
+// head dims 256 / 256 both pieces, the first in the own Q blocks, the second in the own dO
+// blocks, dQ's products after dV's and dK's (step_products_staged); elsewhere as 1.
 #ifndef KDSL_BWD_WIDE_DQ2_BULK
 #define KDSL_BWD_WIDE_DQ2_BULK 0
 #endif
@@ -213,6 +215,47 @@ KDSL_DEVICE void step_products(float (&acc_dk)[DP / 4], float (&acc_dv)[DVP / 4]
   }
 }
 
+// A warp's N_TILES n-tiles of a dQ piece (registers d) staged at part0 in the fragment order of
+// dq_acc (512 bytes an n-tile, lane l's 16 at 16 l) and added at dst (the warp's first float of
+// the piece) by one bulk reduction of lane 0 (KDSL_BWD_WIDE_DQ2_BULK).
+template <int N_TILES>
+KDSL_DEVICE void stage_dq(u32 part0, float* dst, const float (&d)[4 * N_TILES], int lane) {
+#pragma unroll
+  for (int jj = 0; jj < N_TILES; ++jj)
+    attn_bwd_wg_detail::st_shared(part0 + jj * 512 + lane * 16, d[4 * jj], d[4 * jj + 1], d[4 * jj + 2], d[4 * jj + 3]);
+  fence_proxy_async();  // read by the bulk reduction (the async proxy)
+  __syncwarp();
+  if (lane == 0) {
+    bulk_reduce_add_f32(dst, part0, N_TILES * 512);
+    bulk_commit();
+  }
+}
+
+// KDSL_BWD_WIDE_DQ2_BULK=2 at 256 / 256: dV's and dK's products first, then dQ's two pieces,
+// the first (in dq1) staged into q_part, the warp's part of the warpgroup's own Q blocks, once
+// dK's product has read them; dq2 is left in flight for the caller to stage (in the own dO blocks).
+template <class Elem, int DP, int DVP, int BM, int BN>
+KDSL_DEVICE void step_products_staged(float (&acc_dk)[DP / 4], float (&acc_dv)[DVP / 4], const u32 (&pa)[4][4],
+                                      const u32 (&dsa)[4][4], u32 sds, u32 sk, u32 sq, u32 sdo, int wg,
+                                      float (&dq1)[32], float (&dq2)[32], u32 q_part, float* dst, int lane) {
+  using namespace attn_bwd_wg_detail;
+  typedef DqPieces<DP> P;
+  static_assert(P::W1 == 64 && P::W2 == 64, "two 64-column pieces");
+  wgmma_fence();
+  mma_rs_half<Elem, DVP>(acc_dv, pa, sdo, BM * 128, wg);
+  mma_rs_half<Elem, DP>(acc_dk, dsa, sq, BM * 128, wg);
+  wgmma_commit();
+  mma_dq_piece<Elem, 64, BN>(dq1, sds, P::first(sk, BN, wg), BN * 128);
+  wgmma_commit();
+  wgmma_wait<1>();  // dV's and dK's products: P^T's and dS^T's registers and the own Q / dO blocks are free
+  wgmma_fence();
+  mma_dq_piece<Elem, 64, BN>(dq2, sds, P::second(sk, BN, wg), BN * 128);
+  wgmma_commit();
+  wgmma_wait<1>();  // dq1
+  wgmma_pin(dq1);
+  stage_dq<8>(q_part, dst, dq1, lane);
+}
+
 }  // namespace attn_bwd_wide_detail
 
 template <int D, int DV>
@@ -293,12 +336,14 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   // A step's start: its tiles (buffer sb) waited for, the next step's loads issued into the
   // other buffer, and its S^T / dP^T issued into x, not yet committed; returns the next step.
   typedef DqPieces<DP> Pieces;
-  constexpr bool kDq2Bulk = KDSL_BWD_WIDE_DQ2_BULK && Pieces::W2 > 0;
+  // dQ pieces staged and added by bulk reductions (KDSL_BWD_WIDE_DQ2_BULK): the second, or both
+  constexpr bool kDqAll = KDSL_BWD_WIDE_DQ2_BULK == 2 && DP == 256 && DVP == 256;
+  constexpr bool kDq2Bulk = KDSL_BWD_WIDE_DQ2_BULK && Pieces::W2 > 0 && !kDqAll, kStaged = kDq2Bulk || kDqAll;
   auto start_step = [&](Step st, int sb, bool load_next) {
     const Step nx = steps.next(a, c, steps.advance(st));
     wait_step_tiles<kTma>(tma, sb);
     // before the products: issued after the first ones, as the <= 128 kernel does, it measured x0.98-1.0 here
-    if ((!kDq2Bulk || load_next) && nx.hq < group) issue(nx, sb ^ 1);
+    if ((!kStaged || load_next) && nx.hq < group) issue(nx, sb ^ 1);
     wgmma_fence();
     scores_t<Elem, DP, DVP>(x, wg, sK, sV, sQ + sb * C::kQBuf, sDO + sb * C::kDOBuf, BN, BM);
     return nx;
@@ -397,9 +442,9 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
       st_shared_v4(xslot(wg, 2 + k4), dk2[2 * k4][0], dk2[2 * k4][1], dk2[2 * k4 + 1][0], dk2[2 * k4 + 1][1]);
     }
     fence_proxy_async();  // dS^T's stores, read next by the wgmma of both warpgroups
-    if (kDq2Bulk && lane == 0) bulk_wait_read<0>();  // the last step's staged dQ, in the buffer loaded next
+    if (kStaged && lane == 0) bulk_wait_read<0>();  // the last step's staged dQ, in the buffer loaded next
     named_barrier(1, T);
-    if (kDq2Bulk && !next_loaded && nxt.hq < group) issue(nxt, buf ^ 1);
+    if (kStaged && !next_loaded && nxt.hq < group) issue(nxt, buf ^ 1);
     next_loaded = true;
 
     // The whole P^T and dS^T as A fragments: k-step kp (queries 16 kp..) holds n-tiles 2 kp and
@@ -427,39 +472,40 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     float* const dq_dst = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP) +
                           ((wg * 4 + warp) * (KH / 8) * 32 + lane) * 4;
     float dq2[Pieces::W2 > 0 ? Pieces::W2 / 2 : 1];
-    step_products<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, dq_dst, wg,
-                                         part<0, Pieces::W1 / 2>(x), dq2);
+    // KDSL_BWD_WIDE_DQ2_BULK=2: the warp's parts of the warpgroup's own blocks (blocks wg and wg + 2)
+    const u32 own_part = (wg + 2 * (warp / 2)) * (BM * 128) + (warp % 2) * 4096;
+    if constexpr (kDqAll)
+      step_products_staged<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, wg, x, dq2,
+                                                  sQb + own_part, dq_dst - lane * 4, lane);
+    else
+      step_products<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, dq_dst, wg,
+                                           part<0, Pieces::W1 / 2>(x), dq2);
     // the next step's start, then this step's last dQ piece added while its S^T / dP^T runs
     Step after = nxt;
     if (nxt.hq < group) {
       after = start_step(nxt, buf ^ 1, false);
-      next_loaded = !kDq2Bulk;
+      next_loaded = !kStaged;
       wgmma_commit();
     } else {
       wgmma_commit();  // an empty group (a dummy HGMMA), so that the wait is for dq2's
     }
     wgmma_wait<1>();
     cur = nxt, nxt = after;
-    if constexpr (kDq2Bulk) {  // into this warpgroup's own Q blocks (its dK read no others), a warp's part
+    if constexpr (kDqAll) {  // into the own dO blocks (dV read no others)
+      wgmma_pin(dq2);
+      stage_dq<8>(sDOb + own_part, dq_dst - lane * 4 + 8 * 32 * 4, dq2, lane);
+    } else if constexpr (kDq2Bulk) {  // into this warpgroup's own Q blocks (its dK read no others), a warp's part
       wgmma_pin(dq2);
       constexpr int kPart = Pieces::W2 / 8 * 512, kPerBlock = BM * 128 / kPart;  // bytes a warp; warps a block
       static_assert(kPerBlock >= 2 && (4 / kPerBlock) * 2 <= DP / 64, "a warpgroup's parts in its own blocks");
       const u32 part0 = sQb + (wg + 2 * (warp / kPerBlock)) * (BM * 128) + (warp % kPerBlock) * kPart;
-#pragma unroll
-      for (int jj = 0; jj < Pieces::W2 / 8; ++jj)
-        st_shared(part0 + jj * 512 + lane * 16, dq2[4 * jj], dq2[4 * jj + 1], dq2[4 * jj + 2], dq2[4 * jj + 3]);
-      fence_proxy_async();  // read by the bulk reduction (the async proxy)
-      __syncwarp();
-      if (lane == 0) {
-        bulk_reduce_add_f32(dq_dst + Pieces::W1 / 8 * 32 * 4, part0, kPart);  // lane 0: the warp's first float
-        bulk_commit();
-      }
+      stage_dq<Pieces::W2 / 8>(part0, dq_dst - lane * 4 + Pieces::W1 / 8 * 32 * 4, dq2, lane);
     } else if constexpr (Pieces::W2 > 0) {
       wgmma_pin(dq2);
       add_dq<Pieces::W2 / 8>(dq_dst + Pieces::W1 / 8 * 32 * 4, dq2);
     }
   }
-  if (kDq2Bulk && lane == 0) bulk_wait<0>();  // before the CTA's shared memory goes away
+  if (kStaged && lane == 0) bulk_wait<0>();  // before the CTA's shared memory goes away
   cp_async_wait<0>();  // K and V's copies, when every step was empty
   wgmma_pin(acc_dk);
   wgmma_pin(acc_dv);
