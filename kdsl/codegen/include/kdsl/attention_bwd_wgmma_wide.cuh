@@ -472,8 +472,12 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     float* const dq_dst = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP) +
                           ((wg * 4 + warp) * (KH / 8) * 32 + lane) * 4;
     float dq2[Pieces::W2 > 0 ? Pieces::W2 / 2 : 1];
-    // KDSL_BWD_WIDE_DQ2_BULK=2: the warp's parts of the warpgroup's own blocks (blocks wg and wg + 2)
-    const u32 own_part = (wg + 2 * (warp / 2)) * (BM * 128) + (warp % 2) * 4096;
+    // KDSL_BWD_WIDE_DQ2_BULK: where a warp stages a dQ piece of W2 columns (W1 too at 256), its part
+    // of the warpgroup's own 64-column blocks of a Q or dO buffer (wg, then wg + 2), which the
+    // warpgroup's dK or dV product alone reads
+    constexpr int kPart = Pieces::W2 / 8 * 512, kPerBlock = BM * 128 / (kPart > 0 ? kPart : 1);  // bytes; warps a block
+    static_assert(!kStaged || (kPerBlock >= 2 && (4 / kPerBlock) * 2 <= DP / 64), "the parts in the own blocks");
+    const u32 own_part = (wg + 2 * (warp / kPerBlock)) * (BM * 128) + (warp % kPerBlock) * kPart;
     if constexpr (kDqAll)
       step_products_staged<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, wg, x, dq2,
                                                   sQb + own_part, dq_dst - lane * 4, lane);
@@ -494,12 +498,9 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     if constexpr (kDqAll) {  // into the own dO blocks (dV read no others)
       wgmma_pin(dq2);
       stage_dq<8>(sDOb + own_part, dq_dst - lane * 4 + 8 * 32 * 4, dq2, lane);
-    } else if constexpr (kDq2Bulk) {  // into this warpgroup's own Q blocks (its dK read no others), a warp's part
+    } else if constexpr (kDq2Bulk) {  // into the own Q blocks (dK read no others)
       wgmma_pin(dq2);
-      constexpr int kPart = Pieces::W2 / 8 * 512, kPerBlock = BM * 128 / kPart;  // bytes a warp; warps a block
-      static_assert(kPerBlock >= 2 && (4 / kPerBlock) * 2 <= DP / 64, "a warpgroup's parts in its own blocks");
-      const u32 part0 = sQb + (wg + 2 * (warp / kPerBlock)) * (BM * 128) + (warp % kPerBlock) * kPart;
-      stage_dq<Pieces::W2 / 8>(part0, dq_dst - lane * 4 + Pieces::W1 / 8 * 32 * 4, dq2, lane);
+      stage_dq<Pieces::W2 / 8>(sQb + own_part, dq_dst - lane * 4 + Pieces::W1 / 8 * 32 * 4, dq2, lane);
     } else if constexpr (Pieces::W2 > 0) {
       wgmma_pin(dq2);
       add_dq<Pieces::W2 / 8>(dq_dst + Pieces::W1 / 8 * 32 * 4, dq2);
