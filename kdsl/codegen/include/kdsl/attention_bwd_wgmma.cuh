@@ -63,9 +63,6 @@
 #ifndef KDSL_BWD_BM
 #define KDSL_BWD_BM 64
 #endif
-#ifndef KDSL_BWD_ROTATE  // 1: a CTA's query tiles from its keys' diagonal, wrapping (BwdSteps; A/B timing)
-#define KDSL_BWD_ROTATE 0
-#endif
 // A proxy fence at every step's start (1, for A/B timing), or only where a step's tiles come
 // through the generic proxy (0): cp.async loads of Q and dO, and K and V once. With TMA loads
 // nothing a step reads by wgmma was written by plain stores before that barrier, and the fence
@@ -334,10 +331,6 @@ KDSL_DEVICE void add_offset_sums(const AttnArgs& a, const typename V::Captures& 
 // The steps of a backward CTA: query tile mt of each query head hq of its k/v head's group
 // (GQA), those backward_tile_class calls empty skipped (as in attention_bwd.cuh), walked as
 // (head, tile) pairs so that a step costs no division.
-// With KDSL_BWD_ROTATE (an A/B switch) a head's tiles start at the CTA's diagonal, n0 / BM, and
-// wrap around: where no mask skips the tiles before it, the CTAs of a head then add their dQ
-// into different tiles at a time, not all into the same one (under causal masks the order is
-// the one without: the tiles before the diagonal are empty).
 template <class V, int BM, int BN>
 struct BwdSteps {
   struct Step { int hq, mt; };
@@ -345,27 +338,7 @@ struct BwdSteps {
   KDSL_DEVICE int tile_class(const AttnArgs& a, const typename V::Captures& c, Step st) const {
     return backward_tile_class<V, BM, BN>(a, c, b, hkv * group + st.hq, st.mt * BM, n0);
   }
-#if KDSL_BWD_ROTATE
-  KDSL_DEVICE int rot() const { return (n0 / BM) % m_tiles; }
-  KDSL_DEVICE Step first() const { return Step{0, rot()}; }
-  KDSL_DEVICE Step advance(Step st) const {
-    const int t = st.mt + 1 == m_tiles ? 0 : st.mt + 1;
-    return t != rot() ? Step{st.hq, t} : Step{st.hq + 1, t};
-  }
-  // step st's place in the walk, and the step at place it
-  KDSL_DEVICE int place(Step st) const {
-    const int d = st.mt - rot();
-    return st.hq * m_tiles + (d < 0 ? d + m_tiles : d);
-  }
-  KDSL_DEVICE Step at(int it) const {
-    const int hq = it / m_tiles, t = it - hq * m_tiles + rot();
-    return Step{hq, t < m_tiles ? t : t - m_tiles};
-  }
-#else
   KDSL_DEVICE Step advance(Step st) const { return st.mt + 1 < m_tiles ? Step{st.hq, st.mt + 1} : Step{st.hq + 1, 0}; }
-  KDSL_DEVICE int place(Step st) const { return st.hq * m_tiles + st.mt; }
-  KDSL_DEVICE Step at(int it) const { return Step{it / m_tiles, it % m_tiles}; }
-#endif
   // The first step from st whose tile is not empty ({group, 0} past the last). A tile class
   // read from the tile summary (a mask that reads data) is a load: a warp then checks 32 steps
   // at a time, one a lane, so that a run of empty tiles (the rows of other documents) costs a
@@ -378,16 +351,17 @@ struct BwdSteps {
       return st;
     }
     const int lane = threadIdx.x & 31, steps = group * m_tiles;
-    int it = place(st);
+    int it = st.hq * m_tiles + st.mt;
     for (; it < steps; it += 32) {
-      const int mine = it + lane;
-      const unsigned live = __ballot_sync(0xffffffffu, mine < steps && tile_class(a, c, at(mine)) != kTileEmpty);
+      const int mine = it + lane, hq = mine / m_tiles;
+      const unsigned live =
+          __ballot_sync(0xffffffffu, mine < steps && tile_class(a, c, Step{hq, mine - hq * m_tiles}) != kTileEmpty);
       if (live) {
         it += __ffs(live) - 1;
         break;
       }
     }
-    return it < steps ? at(it) : Step{group, 0};
+    return it < steps ? Step{it / m_tiles, it % m_tiles} : Step{group, 0};
   }
 };
 
@@ -494,11 +468,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     }
   };
 
-#if KDSL_BWD_ROTATE  // (steps.first() in both arms changed the default SASS of causal)
-  Step cur = steps.next(a, c, steps.first());
-#else
   Step cur = steps.next(a, c, Step{0, 0});
-#endif
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
   fence_kv_before_steps<kTma>();

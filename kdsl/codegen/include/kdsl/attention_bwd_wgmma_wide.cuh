@@ -39,15 +39,6 @@
 #include "kdsl/attention_bwd_wgmma.cuh"
 #include "kdsl/wgmma_ops_more.cuh"
 
-// 1 (A/B): dQ's second piece staged in the step's own Q blocks (free once dK's product is done)
-// and added by one bulk reduction a warp; the loads of the step after next then wait until those
-// reductions have read it (issued after the step's second exchange, not at its start). 2: at
-// head dims 256 / 256 both pieces, the first in the own Q blocks, the second in the own dO
-// blocks, dQ's products after dV's and dK's (step_products_staged); elsewhere as 1.
-#ifndef KDSL_BWD_WIDE_DQ2_BULK
-#define KDSL_BWD_WIDE_DQ2_BULK 0
-#endif
-
 namespace kdsl {
 
 namespace attn_bwd_wide_detail {
@@ -217,7 +208,7 @@ KDSL_DEVICE void step_products(float (&acc_dk)[DP / 4], float (&acc_dv)[DVP / 4]
 
 // A warp's N_TILES n-tiles of a dQ piece (registers d) staged at part0 in the fragment order of
 // dq_acc (512 bytes an n-tile, lane l's 16 at 16 l) and added at dst (the warp's first float of
-// the piece) by one bulk reduction of lane 0 (KDSL_BWD_WIDE_DQ2_BULK).
+// the piece) by one bulk reduction of lane 0.
 template <int N_TILES>
 KDSL_DEVICE void stage_dq(u32 part0, float* dst, const float (&d)[4 * N_TILES], int lane) {
 #pragma unroll
@@ -229,31 +220,6 @@ KDSL_DEVICE void stage_dq(u32 part0, float* dst, const float (&d)[4 * N_TILES], 
     bulk_reduce_add_f32(dst, part0, N_TILES * 512);
     bulk_commit();
   }
-}
-
-// KDSL_BWD_WIDE_DQ2_BULK=2 at 256 / 256: dV's and dK's products first, then dQ's two pieces,
-// the first (in dq1) staged into q_part, the warp's part of the warpgroup's own Q blocks, once
-// dK's product has read them; dq2 is left in flight for the caller to stage (in the own dO blocks).
-template <class Elem, int DP, int DVP, int BM, int BN>
-KDSL_DEVICE void step_products_staged(float (&acc_dk)[DP / 4], float (&acc_dv)[DVP / 4], const u32 (&pa)[4][4],
-                                      const u32 (&dsa)[4][4], u32 sds, u32 sk, u32 sq, u32 sdo, int wg,
-                                      float (&dq1)[32], float (&dq2)[32], u32 q_part, float* dst, int lane) {
-  using namespace attn_bwd_wg_detail;
-  typedef DqPieces<DP> P;
-  static_assert(P::W1 == 64 && P::W2 == 64, "two 64-column pieces");
-  wgmma_fence();
-  mma_rs_half<Elem, DVP>(acc_dv, pa, sdo, BM * 128, wg);
-  mma_rs_half<Elem, DP>(acc_dk, dsa, sq, BM * 128, wg);
-  wgmma_commit();
-  mma_dq_piece<Elem, 64, BN>(dq1, sds, P::first(sk, BN, wg), BN * 128);
-  wgmma_commit();
-  wgmma_wait<1>();  // dV's and dK's products: P^T's and dS^T's registers and the own Q / dO blocks are free
-  wgmma_fence();
-  mma_dq_piece<Elem, 64, BN>(dq2, sds, P::second(sk, BN, wg), BN * 128);
-  wgmma_commit();
-  wgmma_wait<1>();  // dq1
-  wgmma_pin(dq1);
-  stage_dq<8>(q_part, dst, dq1, lane);
 }
 
 }  // namespace attn_bwd_wide_detail
@@ -336,9 +302,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   // A step's start: its tiles (buffer sb) waited for, the next step's loads issued into the
   // other buffer, and its S^T / dP^T issued into x, not yet committed; returns the next step.
   typedef DqPieces<DP> Pieces;
-  // dQ pieces staged and added by bulk reductions (KDSL_BWD_WIDE_DQ2_BULK): the second, or both
-  constexpr bool kDqAll = KDSL_BWD_WIDE_DQ2_BULK == 2 && DP == 256 && DVP == 256;
-  constexpr bool kDq2Bulk = KDSL_BWD_WIDE_DQ2_BULK && Pieces::W2 > 0 && !kDqAll, kStaged = kDq2Bulk || kDqAll;
+  constexpr bool kStaged = Pieces::W2 > 0;  // dQ's second piece staged and added by bulk reductions
   auto start_step = [&](Step st, int sb, bool load_next) {
     const Step nx = steps.next(a, c, steps.advance(st));
     wait_step_tiles<kTma>(tma, sb);
@@ -351,11 +315,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   // A step's S^T / dP^T is issued at the end of the step before, after its last dQ piece, so
   // the tensor cores run it while that piece is added and the next step's loads go out (x1.03
   // -1.25 at head dims 192 / 256 on an H200: bench/NOTES.md, forty-ninth session).
-#if KDSL_BWD_ROTATE  // (steps.first() in both arms changed the default SASS of causal)
-  Step cur = steps.next(a, c, steps.first()), nxt = cur;
-#else
   Step cur = steps.next(a, c, Step{0, 0}), nxt = cur;
-#endif
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
   fence_kv_before_steps<kTma>();
@@ -363,7 +323,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     nxt = start_step(cur, 0, true);
     wgmma_commit();
   }
-  bool next_loaded = true;  // whether step nxt's loads are issued (KDSL_BWD_WIDE_DQ2_BULK defers them)
+  bool next_loaded = true;  // whether step nxt's loads are issued (a staged dQ piece defers them)
   for (; cur.hq < group; buf ^= 1) {
     const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
@@ -472,18 +432,15 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     float* const dq_dst = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP) +
                           ((wg * 4 + warp) * (KH / 8) * 32 + lane) * 4;
     float dq2[Pieces::W2 > 0 ? Pieces::W2 / 2 : 1];
-    // KDSL_BWD_WIDE_DQ2_BULK: where a warp stages a dQ piece of W2 columns (W1 too at 256), its part
-    // of the warpgroup's own 64-column blocks of a Q or dO buffer (wg, then wg + 2), which the
-    // warpgroup's dK or dV product alone reads
+    // Where a warp stages dQ's second piece (W2 columns): its part of the warpgroup's own 64-column
+    // blocks of the step's Q buffer (wg, then wg + 2), which the warpgroup's dK product alone reads;
+    // one bulk reduction a warp instead of W2 / 8 REDG.128 a thread: x1.10 at head dim 256, x1.00
+    // -1.03 at 192 (H200, bench/NOTES.md, fiftieth session)
     constexpr int kPart = Pieces::W2 / 8 * 512, kPerBlock = BM * 128 / (kPart > 0 ? kPart : 1);  // bytes; warps a block
     static_assert(!kStaged || (kPerBlock >= 2 && (4 / kPerBlock) * 2 <= DP / 64), "the parts in the own blocks");
     const u32 own_part = (wg + 2 * (warp / kPerBlock)) * (BM * 128) + (warp % kPerBlock) * kPart;
-    if constexpr (kDqAll)
-      step_products_staged<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, wg, x, dq2,
-                                                  sQb + own_part, dq_dst - lane * 4, lane);
-    else
-      step_products<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, dq_dst, wg,
-                                           part<0, Pieces::W1 / 2>(x), dq2);
+    step_products<Elem, DP, DVP, BM, BN>(acc_dk, acc_dv, pa, dsa, sDS, sK, sQb, sDOb, dq_dst, wg,
+                                         part<0, Pieces::W1 / 2>(x), dq2);
     // the next step's start, then this step's last dQ piece added while its S^T / dP^T runs
     Step after = nxt;
     if (nxt.hq < group) {
@@ -495,15 +452,9 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     }
     wgmma_wait<1>();
     cur = nxt, nxt = after;
-    if constexpr (kDqAll) {  // into the own dO blocks (dV read no others)
-      wgmma_pin(dq2);
-      stage_dq<8>(sDOb + own_part, dq_dst - lane * 4 + 8 * 32 * 4, dq2, lane);
-    } else if constexpr (kDq2Bulk) {  // into the own Q blocks (dK read no others)
+    if constexpr (kStaged) {  // into the own Q blocks (dK read no others)
       wgmma_pin(dq2);
       stage_dq<Pieces::W2 / 8>(sQb + own_part, dq_dst - lane * 4 + Pieces::W1 / 8 * 32 * 4, dq2, lane);
-    } else if constexpr (Pieces::W2 > 0) {
-      wgmma_pin(dq2);
-      add_dq<Pieces::W2 / 8>(dq_dst + Pieces::W1 / 8 * 32 * 4, dq2);
     }
   }
   if (kStaged && lane == 0) bulk_wait<0>();  // before the CTA's shared memory goes away
