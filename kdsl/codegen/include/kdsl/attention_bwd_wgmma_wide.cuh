@@ -12,10 +12,14 @@
 //   - each then holds the whole P^T and dS^T of the 64 keys as A fragments and owns half of
 //     the head dim's columns (64-column blocks in turn, then half of an odd one:
 //     BwdHalfCols, attention_bwd_rows.cuh): dV[:, half] += P^T dO, dK[:, half] += dS^T Q and
-//     dQ[:, half] = dS K, the last added from registers into dq_acc, 64-row fp32 tiles in
-//     the fragment order of attention_bwd_wgmma.cuh (a thread's four values of an n-tile are
-//     consecutive: one red.global.add.v4.f32 each, a warp's 512 bytes contiguous; as [B, H, M, D]
-//     rows of pairs, the reductions held up the step: bench/NOTES.md, forty-fifth session);
+//     dQ[:, half] = dS K, added into dq_acc, 64-row fp32 tiles in the fragment order of
+//     attention_bwd_wgmma.cuh (a thread's four values of an n-tile are consecutive, a warp's
+//     512 bytes contiguous; as [B, H, M, D] rows of pairs, the reductions held up the step:
+//     bench/NOTES.md, forty-fifth session). dQ comes in two pieces of a warpgroup's columns
+//     (DqPieces): the first from registers, one red.global.add.v4.f32 an n-tile, while dV's and
+//     dK's products run; the second staged in the step's own Q blocks once dK has read them and
+//     added by one bulk reduction a warp (x1.10 at 256: fiftieth session), so the loads of the
+//     step after next, into that buffer, wait until those reductions have read it;
 //   - the next step's S^T / dP^T is issued right after this step's last dQ piece, so that the
 //     tensor cores run it while the piece is added and the loop turns.
 // As there, dS leaves out the softmax scale: dK takes it at the end, dQ in the host's
