@@ -210,14 +210,13 @@ class _BackwardLaunch:
 
 def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, device: int, reads_data: bool) -> int:
     """How many (b, k/v head) pairs the backward orders together, key block by key block
-    (AttnArgs::head_group, attention_common.cuh backward_block; geometry.attention_head_group).
+    (AttnArgs::head_group, attention_common.cuh backward_block; geometry.backward_head_group).
     1 without a mask: every CTA is as long as the next, and head by head shares L2 best."""
     if kernel.ir.func("mask") is None:
         return 1
     B, H, M, D = q.shape
-    per_pair = H // Hkv * M * ((D + Dv) * q.element_size() + D * 4)  # its q, dO and dq_acc
-    return geometry.attention_head_group(B * Hkv, key_blocks, _sm_count(device), per_pair, _l2_bytes(device),
-                                         reads_data)
+    return geometry.backward_head_group(B, H, Hkv, M, D, Dv, q.element_size(), key_blocks, _sm_count(device),
+                                        _l2_bytes(device), reads_data)
 
 
 def _delivered(kernel, caps, cap_grads: dict) -> list:

@@ -137,3 +137,17 @@ def attention_head_group(heads: int, tiles: int, sms: int, bytes_per_head: int, 
     fits = max(1, l2_bytes // 2 // max(1, bytes_per_head))
     group = max(1, min(heads, enough, fits))
     return min(heads, max(group, sms // 2)) if reads_data else group
+
+
+
+def backward_head_group(B: int, H: int, Hkv: int, M: int, D: int, Dv: int, itemsize: int, key_blocks: int, sms: int,
+                        l2_bytes: int, reads_data: bool = False) -> int:
+    """attention_head_group for the backward's (b, k/v head) pairs. What a pair's CTAs share in
+    L2 at a time is one query head's q, dO and dq_acc: each CTA walks the H / Hkv query heads of
+    its group one after the other (BwdSteps), so the CTAs running together are on the same one.
+    Counting all of the group's heads made grouped-query attention run head by head, its longest
+    CTAs (key block 0, H / Hkv times a head's steps) starting near the end: one group of the 8
+    pairs ran causal GQA's backward x1.36 faster at B=2 H=16 Hkv=4 4096^2 D=128 on an H200, 3
+    pairs x1.16 at D=256 (bench/NOTES.md, fiftieth session)."""
+    per_query_head = M * ((D + Dv) * itemsize + D * 4)
+    return attention_head_group(B * Hkv, key_blocks, sms, per_query_head, l2_bytes, reads_data)

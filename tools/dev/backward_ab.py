@@ -87,10 +87,10 @@ def defines_env(variant: str) -> dict:
 
 
 def compare(kern, name: str, envs: dict, shape, reps: int) -> None:
-    """Time kern's backward alone at shape (B, H, M, N, D) under each of envs ({label: env for
+    """Time kern's backward alone at shape (B, H, M, N, D[, Hkv]) under each of envs ({label: env for
     load_variant}), in turns on the same inputs, and print a row a label (the first: the base)."""
-    B, H, M, N, D = shape
-    q, k, v, caps = attention_inputs(kern.ir, B, H, H, M, N, D)
+    B, H, M, N, D, Hkv = shape if len(shape) == 6 else (*shape, shape[1])
+    q, k, v, caps = attention_inputs(kern.ir, B, H, Hkv, M, N, D)
     cap_list = [caps[t.name] for t in kern.captures]
     out, lse = kern._run(q, k, v, cap_list, None, None, None, None, keep_lse=True)
     dout = torch.randn_like(out)
@@ -108,15 +108,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--programs", default="plain,causal,relpos")
     ap.add_argument("--file", help="the .kd file holding every program (default: samples/NAME.kd each)")
-    ap.add_argument("--shape", default="2,16,4096,4096,128")
+    ap.add_argument("--shape", default="2,16,4096,4096,128", help="B,H,M,N,D[,Hkv]")
     ap.add_argument("--variants", default="default;-DKDSL_BWD_MIN_BLOCKS=1",
                     help="';'-separated: 'default' or -DNAME[=VALUE] ...; write --variants=\"...\" when the first "
                          "starts with -D (argparse takes a separate '-D...' for an option)")
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
     shape = tuple(map(int, args.shape.split(",")))
-    B, H, M, N, D = shape
-    print(f"device: {torch.cuda.get_device_name()}; backward alone, B={B} H={H} M={M} N={N} D={D}, us")
+    B, H, M, N, D = shape[:5]
+    gqa = f" Hkv={shape[5]}" if len(shape) == 6 else ""
+    print(f"device: {torch.cuda.get_device_name()}; backward alone, B={B} H={H}{gqa} M={M} N={N} D={D}, us")
     for name in args.programs.split(","):
         kern = getattr(kdsl.load(args.file or ROOT / "samples" / f"{name}.kd"), name)
         compare(kern, name, {var: defines_env(var) for var in args.variants.split(";")}, shape, args.reps)
