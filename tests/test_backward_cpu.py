@@ -480,7 +480,7 @@ def test_a_data_dependent_mask_has_a_tile_summary_on_the_backwards_tiles(d, keys
     """A mask that reads data classifies the backward's tiles from a summary made for them, not
     for the forward's (attention_common.cuh backward_tile_class): 64 queries by the CTA's keys
     (128 for attention_bwd_wgmma, 64 for the wide kernel), made by the backward module's own
-    summary entry and passed as the kernel's last parameter."""
+    summary entry and passed as the kernel's parameter before the split partials of dK and dV."""
     from kdsl.codegen.emit import backward_plan
     from kdsl.passes.target import get_target
     from kdsl.runtime.summary import Layout
@@ -491,7 +491,7 @@ def test_a_data_dependent_mask_has_a_tile_summary_on_the_backwards_tiles(d, keys
     built = build(mod.ir["docs"], "sm_90a", d, program=Program(backward=True), want_cubin=False)
     src, entry = built.generated.source, built.generated.entry
     assert f"kTileQ = 64, kTileKV = {keys};" in src
-    assert f"{entry}_summary(" in src and "const int* summary) {" in src and ", summary};" in src
+    assert f"{entry}_summary(" in src and "const int* summary, float* part_dkv) {" in src and ", summary};" in src
     layout = Layout.of(built.kernel, B=2, H=3, M=300, N=700, tiles=(64, keys))
     assert sorted(layout.entries) == sorted([2 * 5, 2 * -(-700 // keys)])  # doc_q per b on 64 rows, doc_kv on keys
 

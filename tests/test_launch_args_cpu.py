@@ -101,6 +101,28 @@ def test_backward_head_groups_count_one_query_head_of_a_gqa_pair():
         geometry.attention_head_group(64, 32, sms, 2 * 2**20, 50 * 2**20) == 9
 
 
+def test_backward_splits_query_heads_until_every_sm_has_a_cta():
+    """Few k/v heads leave the backward's CTAs (key blocks x pairs) fewer than the SMs: a pair's
+    query heads split into the fewest ranges, a divisor of them, that give every SM one."""
+    assert geometry.backward_head_splits(16, 32, 132) == 8    # MQA, 4096 keys (128 a CTA): 256 CTAs
+    assert geometry.backward_head_splits(8, 64, 132) == 4     # 2 k/v heads
+    assert geometry.backward_head_splits(4, 128, 132) == 2
+    assert geometry.backward_head_splits(4, 256, 132) == 1    # already a CTA an SM
+    assert geometry.backward_head_splits(1, 32, 132) == 1     # no query heads to split
+    assert geometry.backward_head_splits(6, 30, 132) == 6     # divisors only: 2, 3 leave SMs idle
+    assert geometry.backward_head_splits(16, 1, 132) == 16    # at most a query head a CTA
+
+
+def test_a_forced_head_split_must_divide_the_query_heads(monkeypatch):
+    from types import SimpleNamespace
+    from kdsl.runtime.attention_backward import _head_splits
+    monkeypatch.setenv("KDSL_BWD_HEAD_SPLITS", "3")
+    with pytest.raises(LaunchError, match=r"k: KDSL_BWD_HEAD_SPLITS='3' must divide the 8 query heads"):
+        _head_splits(SimpleNamespace(name="k"), 8, 32, 0)
+    monkeypatch.setenv("KDSL_BWD_HEAD_SPLITS", "4")
+    assert _head_splits(SimpleNamespace(name="k"), 8, 32, 0) == 4
+
+
 def test_gemm_index_limits_name_the_sizes():
     geometry.gemm_index_limits(LIMIT * 128 + 1, 128, 128, 1, 128, 128, False, "g")  # past the old grid.y limit
     with pytest.raises(LaunchError, match=r"g: M = 65536, N = 65536, K = 128, G = 3000 is too large"):

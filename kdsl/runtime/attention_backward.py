@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 
 from ..codegen import emit
 from ..errors import LaunchError
@@ -133,10 +134,16 @@ def backward(kernel, q, k, v, out, dout, lse, dlse, caps, scale, want_caps=()):
         tiles = launch.summary.new_buffer()
         launch.summary.run(stream, pointers[9:9 + len(caps)], _ptr(tiles))
         pointers[-1] = _ptr(tiles)
+    # a split's partial dK and dV: every float written (each CTA stores all of its rows and columns)
+    part = torch.empty(launch.splits * launch.part_size, dtype=torch.float32, device=q.device) \
+        if launch.dkv is not None else None
+    pointers.append(_ptr(part) if part is not None else 0)
     if launch.maps:  # q's and dout's maps, re-encoded where their pointers changed
         launch.launcher(stream, launch.pack, pointers, launch.bind_maps, (pointers[0], pointers[3]))
     else:
         launch.launcher(stream, launch.pack, pointers)
+    if launch.dkv is not None:
+        launch.dkv.run(stream, [_ptr(part), _ptr(dk), _ptr(dv)])
     if launch.dq_rows is None:
         dq = dq_acc.to(q.dtype)
     else:  # fragment-order tiles to rows of q's dtype, by the module's helper
@@ -170,18 +177,20 @@ class _BackwardLaunch:
         self.dq_shape = (B, H, tiles, 64 * dp) if plan.dq_tiles else (B, H, M, D)
         ncap, ngrad = len(caps), len(self.graded)
         nmaps = 2 if plan.tma else 0  # q's and dout's tensor maps come first (QdoByTma, attention_bwd_wgmma.cuh)
-        kinds = ["tmap"] * nmaps + ["ptr"] * 9 + ["i32"] * 6 + ["f32"] * 2 + ["ptr"] * ncap + \
-            ["i32"] * len(extra) + ["ptr"] * (ngrad + 1)
+        kinds = ["tmap"] * nmaps + ["ptr"] * 9 + ["i32"] * 7 + ["f32"] * 2 + ["ptr"] * ncap + \
+            ["i32"] * len(extra) + ["ptr"] * (ngrad + 2)
         # A mask that reads data has its tiles classified from a summary made for the backward's
         # own tiles (64 queries by plan.keys; emit.generate_backward) by the module's summary
         # kernel.
         layout = summary.Layout.of(lowered, B, H, M, N, tiles=(tiling.BACKWARD_TILE, plan.keys))
-        group = _head_group(kernel, q, Hkv, Dv, key_blocks, self.device, reads_data=layout is not None)
-        values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, group, s * LOG2E, s] + [None] * ncap + \
-            [dims[n] for n in extra] + [None] * (ngrad + 1)
-        first_cap, first_grad = nmaps + 17, nmaps + 17 + ncap + len(extra)
+        # few k/v heads: a pair's query heads split over CTAs, dK and dV summed from partials after
+        self.splits = _head_splits(kernel, H // Hkv, key_blocks * Hkv * B, self.device)
+        group = _head_group(kernel, q, Hkv, Dv, key_blocks, self.splits, self.device, reads_data=layout is not None)
+        values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, group, self.splits, s * LOG2E, s] + [None] * ncap + \
+            [dims[n] for n in extra] + [None] * (ngrad + 2)
+        first_cap, first_grad = nmaps + 18, nmaps + 18 + ncap + len(extra)
         self.pack = ArgPack(kinds, values, list(range(nmaps, nmaps + 9)) + list(range(first_cap, first_cap + ncap)) +
-                            list(range(first_grad, first_grad + ngrad + 1)))
+                            list(range(first_grad, first_grad + ngrad + 2)))
         self.summary = None if layout is None else summary.SummaryLaunch(
             self.loaded, self.loaded.entry + "_summary", layout,
             summary.pack(B, H, Hkv, M, N, s * LOG2E, s, ncap, [dims[n] for n in extra]), "torch", self.device)
@@ -190,9 +199,14 @@ class _BackwardLaunch:
             from .tma import RowTiles
             elem = kernel.ir.tensor("q").dtype
             self.maps = (RowTiles(self.pack, 0, elem, B * H, M, D, 64), RowTiles(self.pack, 1, elem, B * H, M, Dv, 64))
-        self.launcher = Launcher(self.loaded.fn_ptr, (key_blocks * Hkv * B, 1, 1), (plan.threads, 1, 1),
-                                 self.loaded.smem)
+        self.launcher = Launcher(self.loaded.fn_ptr, (key_blocks * Hkv * B * self.splits, 1, 1),
+                                 (plan.threads, 1, 1), self.loaded.smem)
         entry = self.loaded.entry
+        self.part_size = B * Hkv * N * (D + Dv)  # floats of a split's partial [dK | dV]
+        self.dkv = None if self.splits == 1 else WarpKernel(
+            self.loaded.module, entry + "_dkv", -(-self.part_size // 64),  # a thread a pair
+            ArgPack(["ptr"] * 3 + ["i64"] * 2 + ["i32"], [None] * 3 + [B * Hkv * N * D, B * Hkv * N * Dv, self.splits],
+                    [0, 1, 2]))
         self.delta = WarpKernel(self.loaded.module, entry + "_delta", B * H * M,
                                 ArgPack(["ptr"] * 4 + ["i32"], [None] * 4 + [B * H * M], [0, 1, 2, 3]))
         # one warp per 128 floats of dq_acc (attention_bwd_rows.cuh dq_tiles_to_rows), which holds
@@ -208,15 +222,29 @@ class _BackwardLaunch:
             m.bind(p)
 
 
-def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, device: int, reads_data: bool) -> int:
-    """How many (b, k/v head) pairs the backward orders together, key block by key block
+def _head_splits(kernel, group: int, ctas: int, device: int) -> int:
+    """Into how many ranges the backward splits each pair's `group` query heads (a CTA each per
+    key block; geometry.backward_head_splits). KDSL_BWD_HEAD_SPLITS, a divisor of the group,
+    forces it (tests and A/B timing)."""
+    forced = os.environ.get("KDSL_BWD_HEAD_SPLITS")
+    if not forced:
+        return geometry.backward_head_splits(group, ctas, _sm_count(device))
+    if not forced.isdigit() or int(forced) < 1 or group % int(forced):
+        raise LaunchError(f"{kernel.name}: KDSL_BWD_HEAD_SPLITS={forced!r} must divide the {group} query heads a "
+                          f"k/v head serves")
+    return int(forced)
+
+
+def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, splits: int, device: int, reads_data: bool) -> int:
+    """How many units of a (b, k/v head) pair and a range of its query heads (`splits` a pair)
+    the backward orders together, key block by key block
     (AttnArgs::head_group, attention_common.cuh backward_block; geometry.backward_head_group).
     1 without a mask: every CTA is as long as the next, and head by head shares L2 best."""
     if kernel.ir.func("mask") is None:
         return 1
     B, H, M, D = q.shape
     return geometry.backward_head_group(B, H, Hkv, M, D, Dv, q.element_size(), key_blocks, _sm_count(device),
-                                        _l2_bytes(device), reads_data)
+                                        _l2_bytes(device), reads_data, splits)
 
 
 def _delivered(kernel, caps, cap_grads: dict) -> list:

@@ -15,7 +15,7 @@ import threading
 
 from ..errors import KdslError
 
-_CTYPES = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "f32": ctypes.c_float,
+_CTYPES = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float,
            "tmap": ctypes.c_ubyte * 128}  # a CUtensorMap, passed by value (__grid_constant__)
 
 

@@ -141,13 +141,30 @@ def attention_head_group(heads: int, tiles: int, sms: int, bytes_per_head: int, 
 
 
 def backward_head_group(B: int, H: int, Hkv: int, M: int, D: int, Dv: int, itemsize: int, key_blocks: int, sms: int,
-                        l2_bytes: int, reads_data: bool = False) -> int:
+                        l2_bytes: int, reads_data: bool = False, splits: int = 1) -> int:
     """attention_head_group for the backward's (b, k/v head) pairs. What a pair's CTAs share in
     L2 at a time is one query head's q, dO and dq_acc: each CTA walks the H / Hkv query heads of
     its group one after the other (BwdSteps), so the CTAs running together are on the same one.
     Counting all of the group's heads made grouped-query attention run head by head, its longest
     CTAs (key block 0, H / Hkv times a head's steps) starting near the end: one group of the 8
     pairs ran causal GQA's backward x1.36 faster at B=2 H=16 Hkv=4 4096^2 D=128 on an H200, 3
-    pairs x1.16 at D=256 (bench/NOTES.md, fiftieth session)."""
+    pairs x1.16 at D=256 (bench/NOTES.md, fiftieth session). With a pair's query heads split
+    over `splits` CTAs a key block (backward_head_splits), the units ordered are (pair, range)."""
     per_query_head = M * ((D + Dv) * itemsize + D * 4)
-    return attention_head_group(B * Hkv, key_blocks, sms, per_query_head, l2_bytes, reads_data)
+    return attention_head_group(B * Hkv * splits, key_blocks, sms, per_query_head, l2_bytes, reads_data)
+
+
+def backward_head_splits(group: int, ctas: int, sms: int) -> int:
+    """Into how many ranges the backward splits a (b, k/v head) pair's `group` query heads, a CTA
+    each per key block: the fewest (a divisor of the group) that give at least a CTA an SM.
+    ctas: the CTAs without a split (key blocks x pairs). A pair's key blocks alone leave SMs idle
+    with few k/v heads (MQA at 4096 keys: 32 CTAs on 132 SMs), and under causal masks the CTA of
+    key block 0 then sets the time; a schedule simulation put 1.02-1.05x the mean load on the
+    split this picks against 2-8x without (bench/NOTES.md, fiftieth session). More splits cost
+    the partials' traffic and shorter CTAs for nothing once every SM has one."""
+    splits = 1
+    while ctas * splits < sms and splits < group:
+        splits += 1
+        while group % splits:
+            splits += 1
+    return splits

@@ -223,3 +223,24 @@ def test_a_learned_bias_under_a_document_mask(d):
     caps = {"doc_q": doc.to(torch.int32), "doc_kv": doc.to(torch.int32), "bias": caps["bias"].detach().requires_grad_()}
     dout = torch.randn((B, H, M, d), device="cuda", generator=gen).to(q.dtype)
     check_grads(f"docbias d={d}", mod.docbias, kir, q, k, v, caps, dout, of_captures=True)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 8])
+@pytest.mark.parametrize("d, kind", [(64, ""), (128, ""), (256, ""), (128, "mma")])
+def test_query_heads_split_over_ctas(d, kind, splits, monkeypatch):
+    """Few k/v heads: a (b, k/v head) pair's query heads split into ranges, a CTA each per key
+    block, dK and dV summed from fp32 partials by the module's helper (AttnArgs::head_splits).
+    Forced by KDSL_BWD_HEAD_SPLITS (1: none, 8: one query head a CTA) for MQA with a per-head
+    score, so that a CTA reading another range's head would show; every backward kernel."""
+    torch = pytest.importorskip("torch")
+    if kind:
+        monkeypatch.setenv("KDSL_BWD_KERNEL", kind)
+    monkeypatch.setenv("KDSL_BWD_HEAD_SPLITS", str(splits))
+    mod = kdsl.compile("attention mqa {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+                       " score(s, b, h, i, j) = s - 0.05 * float(h + 1) * float(abs(i - j))\n"
+                       " mask(b, h, i, j) = j <= i + 20\n}\n")
+    kir = mod.ir["mqa"]
+    gen = torch.Generator(device="cuda").manual_seed(d * 10 + splits)
+    q, k, v, caps = attention_inputs(kir, 2, 8, 1, 190, 230, d, generator=gen)
+    dout = torch.randn((2, 8, 190, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"mqa d={d} {kind or 'default'} splits={splits}", mod.mqa, kir, q, k, v, caps, dout)

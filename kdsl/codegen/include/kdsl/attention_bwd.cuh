@@ -134,11 +134,6 @@ KDSL_DEVICE void mma_atb(float (&acc)[NT][4], u32 sa, int m0, u32 sb, int c0, in
   }
 }
 
-template <class Elem>
-KDSL_DEVICE void store_pair(Elem* p, float lo, float hi) {
-  *reinterpret_cast<u32*>(p) = attn_mma_detail::Mma<Elem>::pack(lo, hi);
-}
-
 }  // namespace attn_bwd_detail
 
 template <int D, int DV>
@@ -169,7 +164,7 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
   const int rg = warp & 3, cs = warp >> 2;   // row group, column slice
   const BackwardBlock blk = backward_block<BN>(a);
   const int n0 = blk.n0, hkv = blk.hkv, b = blk.b;
-  const int M = a.M, N = a.N, group = a.H / a.Hkv;
+  const int M = a.M, N = a.N, group = blk.heads, h0 = blk.h0;  // the query heads walked
   const float scale = c.scale;
 
   const i64 kv_head = (i64)b * a.Hkv + hkv;
@@ -188,7 +183,7 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
   // this step's last read).
   const int m_tiles = (M + BM - 1) / BM, steps = group * m_tiles;
   auto tile_class = [&](int it) -> int {
-    return backward_tile_class<V, BM, BN>(a, c, b, hkv * group + it / m_tiles, it % m_tiles * BM, n0);
+    return backward_tile_class<V, BM, BN>(a, c, b, h0 + it / m_tiles, it % m_tiles * BM, n0);
   };
   auto next_step = [&](int it) {
     while (it < steps && tile_class(it) == kTileEmpty) ++it;
@@ -196,7 +191,7 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
   };
   auto issue = [&](int it, int buf) {
     const int m0 = it % m_tiles * BM;
-    const i64 row0 = ((i64)b * a.H + hkv * group + it / m_tiles) * M + m0;
+    const i64 row0 = ((i64)b * a.H + h0 + it / m_tiles) * M + m0;
     load_rows<Elem, D, DP, BM, T>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
     load_rows<Elem, DV, DVP, BM, T>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
     for (int i = tid; i < BM; i += T) {  // rows past M: zeros, never read (their q >= M)
@@ -213,7 +208,7 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
     cp_async_wait<0>();  // this step's tiles (and, the first time, K and V)
     __syncthreads();     // ... for every thread; and the last step's reads of the other buffer, sP, sDS are done
     if (C::NB == 2 && nxt < steps) issue(nxt, buf ^ 1);
-    const int cls = tile_class(cur), h = hkv * group + cur / m_tiles, m0 = cur % m_tiles * BM;
+    const int cls = tile_class(cur), h = h0 + cur / m_tiles, m0 = cur % m_tiles * BM;
     const i64 q_head = (i64)b * a.H + h;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
@@ -306,7 +301,8 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
 
   cp_async_wait<0>();  // K and V's copies, when every step was empty
 
-  // dK and dV of this CTA's keys (every query head of the group added in)
+  // dK and dV of this CTA's keys (every query head of the CTA's added in)
+  const KvGradStore<Elem> out(a, blk, dk, dv, D, DV);
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int kv = n0 + 16 * rg + g + 8 * hh;
@@ -314,12 +310,12 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
 #pragma unroll
     for (int j = 0; j < KT; ++j) {
       const int col = cs * (DP / CS) + 8 * j + 2 * t;
-      if (col < D) store_pair(dk + (kv_head * N + kv) * D + col, acc_dk[j][2 * hh], acc_dk[j][2 * hh + 1]);
+      if (col < D) out.k_pair((kv_head * N + kv) * D + col, acc_dk[j][2 * hh], acc_dk[j][2 * hh + 1]);
     }
 #pragma unroll
     for (int j = 0; j < VT; ++j) {
       const int col = cs * (DVP / CS) + 8 * j + 2 * t;
-      if (col < DV) store_pair(dv + (kv_head * N + kv) * DV + col, acc_dv[j][2 * hh], acc_dv[j][2 * hh + 1]);
+      if (col < DV) out.v_pair((kv_head * N + kv) * DV + col, acc_dv[j][2 * hh], acc_dv[j][2 * hh + 1]);
     }
   }
 }

@@ -7,6 +7,8 @@
 //     where the lse's own gradient is given (nullptr: none), for r < rows = B * H * M.
 //   dq_tiles_to_rows: attention_bwd_wgmma.cuh's dq_acc (fp32 64-row tiles in the order of its
 //     accumulator fragments; that header's launch contract) as dq [B, H, M, D] rows of Elem.
+//   kv_grads_from_parts: dK and dV as the sums of a split backward's partials (AttnArgs::
+//     head_splits, part_dkv), in Elem.
 #pragma once
 
 #include "kdsl/common.cuh"
@@ -75,6 +77,21 @@ KDSL_DEVICE void dq_tiles_to_rows(const float* acc, Elem* dq, int M, i64 items, 
   if (col >= D) return;
   if (row0 < M) *reinterpret_cast<u32*>(dq + (bh * M + row0) * D + col) = pack2<Elem>(v.x * scale, v.y * scale);
   if (row0 + 8 < M) *reinterpret_cast<u32*>(dq + (bh * M + row0 + 8) * D + col) = pack2<Elem>(v.z * scale, v.w * scale);
+}
+
+// Thread i sums pair i (floats 2 i, 2 i + 1) of the `splits` partials [dK | dV], nk + nv floats
+// each (attention_common.cuh AttnArgs::part_dkv), into dk (pairs before nk / 2) or dv, in a
+// fixed order: dK and dV stay deterministic.
+template <class Elem>
+KDSL_DEVICE void kv_grads_from_parts(const float* part, Elem* dk, Elem* dv, i64 nk, i64 nv, int splits) {
+  const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, e = 2 * i;
+  if (e >= nk + nv) return;
+  float2 sum = __ldg(reinterpret_cast<const float2*>(part + e));
+  for (int s = 1; s < splits; ++s) {
+    const float2 x = __ldg(reinterpret_cast<const float2*>(part + s * (nk + nv) + e));
+    sum.x += x.x, sum.y += x.y;
+  }
+  *reinterpret_cast<u32*>(e < nk ? dk + e : dv + (e - nk)) = pack2<Elem>(sum.x, sum.y);
 }
 
 }  // namespace kdsl

@@ -334,9 +334,9 @@ KDSL_DEVICE void add_offset_sums(const AttnArgs& a, const typename V::Captures& 
 template <class V, int BM, int BN>
 struct BwdSteps {
   struct Step { int hq, mt; };
-  int b, hkv, n0, group, m_tiles;
+  int b, h0, n0, group, m_tiles;  // the CTA's query heads h0 .. h0 + group - 1 (BackwardBlock)
   KDSL_DEVICE int tile_class(const AttnArgs& a, const typename V::Captures& c, Step st) const {
-    return backward_tile_class<V, BM, BN>(a, c, b, hkv * group + st.hq, st.mt * BM, n0);
+    return backward_tile_class<V, BM, BN>(a, c, b, h0 + st.hq, st.mt * BM, n0);
   }
   KDSL_DEVICE Step advance(Step st) const { return st.mt + 1 < m_tiles ? Step{st.hq, st.mt + 1} : Step{st.hq + 1, 0}; }
   // The first step from st whose tile is not empty ({group, 0} past the last). A tile class
@@ -413,7 +413,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
   const BackwardBlock blk = backward_block<BN>(a);
   const int n0 = blk.n0, hkv = blk.hkv, b = blk.b;
-  const int M = a.M, N = a.N, group = a.H / a.Hkv;
+  const int M = a.M, N = a.N, group = blk.heads, h0 = blk.h0;  // the query heads walked
   const float scale = c.scale;
 
   const i64 kv_head = (i64)b * a.Hkv + hkv;
@@ -430,15 +430,15 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   // Step cur's tiles sit in buffer buf while the next step's land in the other.
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
-  const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM};
+  const Steps steps{b, h0, n0, group, (M + BM - 1) / BM};
   const int dq_tiles = (M + 63) / 64;  // dq_acc's 64-row tiles a (batch, head)
   QdoByTma<BM, DP, DVP> tma{tq, tdo, base + C::kBar};
   if constexpr (kTma) tma.init(tid);
   auto issue = [&](Step st, int buf) {
     const int m0 = st.mt * BM;
-    const i64 row0 = ((i64)b * a.H + hkv * group + st.hq) * M + m0;
+    const i64 row0 = ((i64)b * a.H + h0 + st.hq) * M + m0;
     if constexpr (kTma) {
-      if (tid == 0) tma.issue(sQ + buf * C::kQBuf, sDO + buf * C::kDOBuf, buf, m0, b * a.H + hkv * group + st.hq);
+      if (tid == 0) tma.issue(sQ + buf * C::kQBuf, sDO + buf * C::kDOBuf, buf, m0, b * a.H + h0 + st.hq);
     } else {
       load_tile<Elem, D, DP, BM, T>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
       load_tile<Elem, DV, DVP, BM, T>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
@@ -477,7 +477,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     wait_step_tiles<kTma>(tma, buf);
     add_out_dq();
     if (!KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
-    const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
+    const int cls = steps.tile_class(a, c, cur), h = h0 + cur.hq, m0 = cur.mt * BM;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
@@ -617,7 +617,8 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   wgmma_pin(acc_dk);
   wgmma_pin(acc_dv);
 
-  // dK and dV of this warpgroup's keys (every query head of the group added in)
+  // dK and dV of this warpgroup's keys (every query head of the CTA's added in)
+  const KvGradStore<Elem> out(a, blk, dk, dv, D, DV);
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int kv = n0 + 64 * wg + 16 * warp + g + 8 * hh;
@@ -626,14 +627,13 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     for (int j = 0; j < DP / 8; ++j) {
       const int col = 8 * j + 2 * t;
       if (col < D)  // the softmax scale dS left out
-        *reinterpret_cast<u32*>(dk + (kv_head * N + kv) * D + col) =
-            pack2<Elem>(acc_dk[4 * j + 2 * hh] * scale, acc_dk[4 * j + 2 * hh + 1] * scale);
+        out.k_pair((kv_head * N + kv) * D + col, acc_dk[4 * j + 2 * hh] * scale, acc_dk[4 * j + 2 * hh + 1] * scale);
     }
 #pragma unroll
     for (int j = 0; j < DVP / 8; ++j) {
       const int col = 8 * j + 2 * t;
       if (col < DV)
-        *reinterpret_cast<u32*>(dv + (kv_head * N + kv) * DV + col) = pack2<Elem>(acc_dv[4 * j + 2 * hh], acc_dv[4 * j + 2 * hh + 1]);
+        out.v_pair((kv_head * N + kv) * DV + col, acc_dv[4 * j + 2 * hh], acc_dv[4 * j + 2 * hh + 1]);
     }
   }
 }

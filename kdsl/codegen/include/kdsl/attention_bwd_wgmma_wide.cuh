@@ -263,7 +263,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   const BackwardBlock blk = backward_block<BN>(a);
   const int n0 = blk.n0, hkv = blk.hkv, b = blk.b;
-  const int M = a.M, N = a.N, group = a.H / a.Hkv;
+  const int M = a.M, N = a.N, group = blk.heads, h0 = blk.h0;  // the query heads walked
   const float scale = c.scale;
 
   const i64 kv_head = (i64)b * a.Hkv + hkv;
@@ -283,14 +283,14 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   // step's land in the other.
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
-  const Steps steps{b, hkv, n0, group, (M + BM - 1) / BM};
+  const Steps steps{b, h0, n0, group, (M + BM - 1) / BM};
   QdoByTma<BM, DP, DVP> tma{tq, tdo, base + C::kBar};
   if constexpr (kTma) tma.init(tid);
   auto issue = [&](Step st, int buf) {
     const int m0 = st.mt * BM;
-    const i64 row0 = ((i64)b * a.H + hkv * group + st.hq) * M + m0;
+    const i64 row0 = ((i64)b * a.H + h0 + st.hq) * M + m0;
     if constexpr (kTma) {
-      if (tid == 0) tma.issue(sQ + buf * C::kQBuf, sDO + buf * C::kDOBuf, buf, m0, b * a.H + hkv * group + st.hq);
+      if (tid == 0) tma.issue(sQ + buf * C::kQBuf, sDO + buf * C::kDOBuf, buf, m0, b * a.H + h0 + st.hq);
     } else {
       load_blocks<Elem, D, DP, BM>(sQ + buf * C::kQBuf, static_cast<const Elem*>(a.q) + row0 * D, M - m0, tid);
       load_blocks<Elem, DV, DVP, BM>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
@@ -329,7 +329,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   }
   bool next_loaded = true;  // whether step nxt's loads are issued (a staged dQ piece defers them)
   for (; cur.hq < group; buf ^= 1) {
-    const int cls = steps.tile_class(a, c, cur), h = hkv * group + cur.hq, m0 = cur.mt * BM;
+    const int cls = steps.tile_class(a, c, cur), h = h0 + cur.hq, m0 = cur.mt * BM;
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
@@ -466,7 +466,8 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   wgmma_pin(acc_dk);
   wgmma_pin(acc_dv);
 
-  // dK and dV of the CTA's keys, this warpgroup's columns (every query head of the group added in)
+  // dK and dV of the CTA's keys, this warpgroup's columns (every query head of the CTA's added in)
+  const KvGradStore<Elem> out(a, blk, dk, dv, D, DV);
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int kv = n0 + 16 * warp + g + 8 * hh;
@@ -475,14 +476,13 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     for (int j = 0; j < KH / 8; ++j) {
       const int col = BwdHalfCols<DP>::col(wg, j) + 2 * t;
       if (col < D)
-        *reinterpret_cast<u32*>(dk + (kv_head * N + kv) * D + col) =
-            pack2<Elem>(acc_dk[4 * j + 2 * hh] * scale, acc_dk[4 * j + 2 * hh + 1] * scale);
+        out.k_pair((kv_head * N + kv) * D + col, acc_dk[4 * j + 2 * hh] * scale, acc_dk[4 * j + 2 * hh + 1] * scale);
     }
 #pragma unroll
     for (int j = 0; j < VH / 8; ++j) {
       const int col = BwdHalfCols<DVP>::col(wg, j) + 2 * t;
       if (col < DV)
-        *reinterpret_cast<u32*>(dv + (kv_head * N + kv) * DV + col) = pack2<Elem>(acc_dv[4 * j + 2 * hh], acc_dv[4 * j + 2 * hh + 1]);
+        out.v_pair((kv_head * N + kv) * DV + col, acc_dv[4 * j + 2 * hh], acc_dv[4 * j + 2 * hh + 1]);
     }
   }
 }

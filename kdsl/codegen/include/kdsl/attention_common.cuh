@@ -34,10 +34,19 @@ struct AttnArgs {
   // an item's last split merges its rows and zeroes the count. nullptr: the combine kernel
   // merges (attention_wgmma.cuh).
   int* split_done = nullptr;
+  // Backward: a (b, k/v head) pair's H / Hkv query heads in head_splits ranges of as many, a CTA
+  // each (per key block), so that few k/v heads still fill the GPU (a pair's key blocks alone:
+  // 32 CTAs for MQA at 4096 keys). Each range's dK and dV go as fp32 partial sums to part_dkv,
+  // [head_splits][dK [B, Hkv, N, D] | dV [B, Hkv, N, DV]], summed by the module's helper
+  // (attention_bwd_rows.cuh kv_grads_from_parts). 1: dK and dV straight to their tensors.
+  int head_splits = 1;
+  float* part_dkv = nullptr;
 };
 
-// The backward's CTA for blockIdx.x (both backward kernels; grid = key_blocks * Hkv * B CTAs):
-// (b, k/v head) pairs in groups of a.head_group consecutive ones, the remainder joining the last
+// The backward's CTA for blockIdx.x (every backward kernel; grid = key_blocks * Hkv * B *
+// head_splits CTAs): units of a (b, k/v head) pair and a range of its query heads (heads h0 ..
+// h0 + heads - 1; all of the pair's where a.head_splits is 1), in groups of a.head_group
+// consecutive units, the remainder joining the last
 // group (with kBackwardTailGroups > 1, the last that many groups run as one), and within a group
 // key block 0 of every pair first, then key block 1, ... Under causal-like masks the first key
 // blocks see the most query tiles, so the long CTAs start first and short ones fill the tail.
@@ -50,7 +59,7 @@ struct AttnArgs {
 #define KDSL_BWD_TAIL_GROUPS 1  // causal masks, won under document masks (bench/NOTES.md, 48th session)
 #endif
 constexpr int kBackwardTailGroups = KDSL_BWD_TAIL_GROUPS;
-struct BackwardBlock { int n0, hkv, b; };
+struct BackwardBlock { int n0, hkv, b, h0, heads, split; };
 template <int BN>
 KDSL_DEVICE BackwardBlock backward_block(const AttnArgs& a) {
 #ifdef KDSL_BWD_HEAD_GROUP  // an A/B switch for tools/dev/backward_ab.py (1: head by head)
@@ -58,16 +67,42 @@ KDSL_DEVICE BackwardBlock backward_block(const AttnArgs& a) {
 #else
   const int group = a.head_group;
 #endif
-  const int key_blocks = (a.N + BN - 1) / BN, heads = a.B * a.Hkv;
+  const int key_blocks = (a.N + BN - 1) / BN, heads = a.B * a.Hkv * a.head_splits;
   const int span = group * key_blocks, w = blockIdx.x;
   // (unsigned: in int the same arithmetic made causal's 128-query build at head dim 64 spill)
   const unsigned uw = w, ugroup = group, uspan = span, last = imax(1, heads / group - (kBackwardTailGroups - 1)) - 1;
   const unsigned g = uw / uspan < last ? uw / uspan : last, r = uw - g * uspan;
   const unsigned size = g == last ? heads - g * ugroup : ugroup;
   const unsigned kb = r / size, bh = g * ugroup + (r - kb * size);
-  const unsigned b = bh / unsigned(a.Hkv);
-  return {int(kb) * BN, int(bh - b * a.Hkv), int(b)};
+  const unsigned splits = a.head_splits, pair = bh / splits, split = bh - pair * splits;
+  const unsigned b = pair / unsigned(a.Hkv), hkv = pair - b * a.Hkv, per = unsigned(a.H / a.Hkv) / splits;
+  return {int(kb) * BN, int(hkv), int(b), int(hkv * (per * splits) + split * per), int(per), int(split)};
 }
+
+// Where a backward CTA's dK and dV rows go: Elem pairs into dk and dv, or with a pair's query
+// heads split (a.head_splits > 1) fp32 pairs into its range's partial sums (AttnArgs::part_dkv).
+// e: the pair's first element in [B, Hkv, N, D] (dk) or [B, Hkv, N, DV] (dv).
+template <class Elem>
+struct KvGradStore {
+  Elem* dk;
+  Elem* dv;
+  float* part_k;  // nullptr: no split
+  float* part_v;
+  KDSL_DEVICE KvGradStore(const AttnArgs& a, const BackwardBlock& blk, Elem* dk_, Elem* dv_, int D, int DV)
+      : dk(dk_), dv(dv_), part_k(nullptr), part_v(nullptr) {
+    if (a.head_splits > 1) {
+      const i64 nk = (i64)a.B * a.Hkv * a.N * D, nv = (i64)a.B * a.Hkv * a.N * DV;
+      part_k = a.part_dkv + blk.split * (nk + nv);
+      part_v = part_k + nk;
+    }
+  }
+  KDSL_DEVICE void k_pair(i64 e, float lo, float hi) const { pair(dk, part_k, e, lo, hi); }
+  KDSL_DEVICE void v_pair(i64 e, float lo, float hi) const { pair(dv, part_v, e, lo, hi); }
+  static KDSL_DEVICE void pair(Elem* out, float* part, i64 e, float lo, float hi) {
+    if (part != nullptr) *reinterpret_cast<float2*>(part + e) = make_float2(lo, hi);
+    else *reinterpret_cast<u32*>(out + e) = pack2<Elem>(lo, hi);
+  }
+};
 
 // The class of a backward step's tile, queries [m0, m0 + BM) of head h and the CTA's keys
 // [n0, n0 + BN), clipped to M and N (Variant::tile). A mask that reads data classifies tiles
