@@ -1,5 +1,5 @@
-// kdsl/attention_bwd_rows.cuh — the attention backward's two memory-bound helpers, around the
-// backward kernel, each a warp per work item (runtime/driver.py WarpKernel: 256 threads a
+// kdsl/attention_bwd_rows.cuh — the attention backward's memory-bound helpers, around the
+// backward kernel, launched a warp per work item (runtime/driver.py WarpKernel: 256 threads a
 // block). One pass over their data each, where torch ops took four (delta) or a strided
 // gather (dQ's reorder) at about a third of the bandwidth.
 //
