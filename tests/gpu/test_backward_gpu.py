@@ -93,22 +93,24 @@ def test_captured_tensor_gradients(name, d):
 
 
 @pytest.mark.parametrize("d", [64, 256])
-@pytest.mark.parametrize("group", [1, 4, 5, 14, 20])
-def test_key_block_order_in_head_groups(group, d, monkeypatch):
+@pytest.mark.parametrize("group, splits", [(1, 1), (4, 1), (5, 1), (14, 1), (20, 1), (5, 2), (20, 2)])
+def test_key_block_order_in_head_groups(group, splits, d, monkeypatch):
     """The backward's CTAs walk (b, k/v head) pairs in groups, key block by key block
     (attention_common.cuh backward_block): every group size covers each (key block, pair) once,
     the last group taking the remainder (14 pairs in groups of 4: 4, 4, 6; of 5: 5, 9), or all
-    pairs (14, 20 > 14)."""
+    pairs (14, 20 > 14). With each pair's two query heads split over CTAs (splits 2) the units
+    are (pair, head): 28 of them, in groups of 5 (5, 5, 5, 5, 8) or all."""
     torch = pytest.importorskip("torch")
     from kdsl.runtime import attention_backward
     monkeypatch.setattr(attention_backward, "_head_group", lambda *args, **kwargs: group)
+    monkeypatch.setenv("KDSL_BWD_HEAD_SPLITS", str(splits))
     mod = kdsl.compile("attention grouped {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
                        " mask(b, h, i, j) = j <= i\n}\n")
     kir = mod.ir["grouped"]
-    gen = torch.Generator(device="cuda").manual_seed(group * 1000 + d)
+    gen = torch.Generator(device="cuda").manual_seed(group * 1000 + d + splits)
     q, k, v, caps = attention_inputs(kir, 2, 14, 7, 300, 450, d, generator=gen)
     dout = torch.randn((2, 14, 300, d), device="cuda", generator=gen).to(q.dtype)
-    check_grads(f"group {group} d={d}", mod.grouped, kir, q, k, v, caps, dout)
+    check_grads(f"group {group} splits {splits} d={d}", mod.grouped, kir, q, k, v, caps, dout)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 100, 64), (1, 2, 64, 128), (1, 1, 1, 96), (2, 2, 130, 48),
