@@ -22,7 +22,7 @@ SAMPLES = ROOT / "samples"
 ATTN = ["plain", "relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d", "prefix_lm",
         "padded_causal"]
 VARIANTS = ["t5_bias", "gemma2_local", "learned_relpos", "gated_rows", "periodic_bias", "packed_window", "chunked_causal",
-            "dilated_window", "temperature_padding", "alibi_softcap_gqa", "bias_qk", "bias_bhqk"]
+            "dilated_window", "temperature_padding", "alibi_softcap_gqa", "bias_qk", "bias_bhqk", "gqa_causal"]
 GEMM_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 
 
@@ -92,7 +92,8 @@ def backward_suite() -> list[Case]:
     """`kdsl bench --suite backward` (forward + backward, kdsl.bench_backward): plain and causal
     at the head dims the wgmma backwards take differently (64: 128-query steps; 128; the wide
     kernel's 192 and 256), every other sample at 128, MLA's 192 / 128, and variants.kd's
-    learned bias, T5 buckets and grouped-query ALiBi with soft-capping. 4096 tokens a sequence."""
+    learned bias, T5 buckets, grouped-query ALiBi with soft-capping and causal attention with one
+    k/v head (MQA: the backward splits its query heads over CTAs). 4096 tokens a sequence."""
     cases = []
     for d, b in ((64, 4), (128, 2), (192, 2), (256, 2)):
         for name in ("plain", "causal"):
@@ -102,7 +103,8 @@ def backward_suite() -> list[Case]:
     cases += [Case(str(SAMPLES / f"{name}.kd"), name, shape, ints=ints.get(name, {}))
               for name in ATTN if name not in ("plain", "causal")]
     cases.append(Case(str(SAMPLES / "mla.kd"), "mla", dict(B=2, H=16, M=4096, N=4096, D=192, Dv=128)))
-    for name, extra in (("learned_relpos", {}), ("t5_bias", {}), ("alibi_softcap_gqa", {"Hkv": 4})):
+    for name, extra in (("learned_relpos", {}), ("t5_bias", {}), ("alibi_softcap_gqa", {"Hkv": 4}),
+                        ("gqa_causal", {"B": 1, "Hkv": 1})):
         cases.append(Case(str(ROOT / "bench" / "variants.kd"), name, {**shape, **extra}))
     return cases
 
@@ -299,9 +301,9 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
             timed["flex"] = lambda: attend(q, k, v)
         except Exception as e:
             row.peers["flex"] = {"error": f"{type(e).__name__}: {e}"[:160]}
-    if "cudnn" in peers and case.kernel in ("plain", "causal"):
+    if "cudnn" in peers and case.kernel in SDPA_FORMS:
         try:
-            cudnn = cudnn_attend(case.kernel == "causal", Hkv != H)
+            cudnn = cudnn_attend(SDPA_FORMS[case.kernel], Hkv != H)
             cudnn(q, k, v)
             timed["cudnn"] = lambda: cudnn(q, k, v)
         except Exception as e:
@@ -321,6 +323,11 @@ def flex_attend(kir, dims: dict, caps: dict, scale: float):
     bm = create_block_mask(mm, dims["B"], dims["H"], dims["M"], dims["N"], device="cuda") if mm else None
     gqa_kw = {"enable_gqa": True} if dims["Hkv"] != dims["H"] else {}
     return lambda q, k, v: fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale, **gqa_kw)
+
+
+# The suite's programs whose math is torch SDPA's, by name: whether causal (cuDNN's peer runs these;
+# samples/plain.kd, samples/causal.kd and bench/variants.kd's gqa_causal).
+SDPA_FORMS = {"plain": False, "causal": True, "gqa_causal": True}
 
 
 def cudnn_attend(causal: bool, gqa: bool):

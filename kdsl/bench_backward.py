@@ -10,7 +10,7 @@ the first k/v head (two heads without GQA), whose gradients that slice holds who
 """
 from __future__ import annotations
 
-from .bench import Case, Row, _record, cudnn_attend, flex_attend, kept_pairs
+from .bench import SDPA_FORMS, Case, Row, _record, cudnn_attend, flex_attend, kept_pairs
 
 FWD_BWD_FLOPS = 3.5  # times the forward's (FlashAttention's convention)
 
@@ -62,9 +62,9 @@ def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
         except Exception as e:
             timed.pop("flex", None)
             row.peers["flex"] = {"error": f"{type(e).__name__}: {e}"[:160]}
-    if "cudnn" in peers and case.kernel in ("plain", "causal"):
+    if "cudnn" in peers and case.kernel in SDPA_FORMS:
         try:
-            timed["cudnn"] = fwd_bwd(cudnn_attend(case.kernel == "causal", Hkv != H))
+            timed["cudnn"] = fwd_bwd(cudnn_attend(SDPA_FORMS[case.kernel], Hkv != H))
             timed["cudnn"]()
         except Exception as e:
             timed.pop("cudnn", None)
