@@ -328,9 +328,10 @@ KDSL_DEVICE void add_offset_sums(const AttnArgs& a, const typename V::Captures& 
   __syncwarp();  // the scratch rows are the warp's dS^T rows, stored next
 }
 
-// The steps of a backward CTA: query tile mt of each query head hq of its k/v head's group
-// (GQA), those backward_tile_class calls empty skipped (as in attention_bwd.cuh), walked as
-// (head, tile) pairs so that a step costs no division.
+// The steps of a backward CTA: query tile mt of each query head h0 + hq of its range of its k/v
+// head's group (GQA; all of the group's unless split over CTAs: BackwardBlock), those
+// backward_tile_class calls empty skipped (as in attention_bwd.cuh), walked as (head, tile)
+// pairs so that a step costs no division.
 template <class V, int BM, int BN>
 struct BwdSteps {
   struct Step { int hq, mt; };
