@@ -162,9 +162,4 @@ def backward_head_splits(group: int, ctas: int, sms: int) -> int:
     key block 0 then sets the time; a schedule simulation put 1.02-1.05x the mean load on the
     split this picks against 2-8x without (bench/NOTES.md, fiftieth session). More splits cost
     the partials' traffic and shorter CTAs for nothing once every SM has one."""
-    splits = 1
-    while ctas * splits < sms and splits < group:
-        splits += 1
-        while group % splits:
-            splits += 1
-    return splits
+    return next(s for s in range(1, group + 1) if group % s == 0 and (ctas * s >= sms or s == group))

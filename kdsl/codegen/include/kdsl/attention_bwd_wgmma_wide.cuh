@@ -183,7 +183,7 @@ struct DqPieces {
 // reductions issued while those run (dq1 is the caller's S^T / dP^T registers, free by then:
 // in registers of its own, causal spilled 152 B at 256 and plain ran x0.98); the second
 // issued here after them into dq2, a group of its own that the caller waits for under the
-// next step's S^T / dP^T, and adds. At most one piece's accumulators are live beside dK's,
+// next step's S^T / dP^T, then stages for a bulk reduction (stage_dq). At most one piece's accumulators are live beside dK's,
 // dV's, P^T's and dS^T's (at 256: 32 + 64 + 64 + 32 registers; the whole half at once spilled
 // alibi's and natten2d's builds).
 template <class Elem, int DP, int DVP, int BM, int BN>
