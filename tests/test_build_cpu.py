@@ -444,5 +444,5 @@ def test_a_first_call_recorded_for_autograd_starts_building_its_backward(tmp_pat
     assert started == [(64, 64, True), (128, 128, False)]
     compiler.finish_prebuilds()
     for d, program in ((64, attention_backward.BACKWARD_CAPTURE_GRADS), (128, attention_backward.BACKWARD)):
-        built = compiler.build(kern._kernel_ir(False), "sm_90a", d, value_dim=d, program=program)
+        built = compiler.build(kern._kernel_ir(), "sm_90a", d, value_dim=d, program=program)
         assert built.cache_hit, d

@@ -113,6 +113,55 @@ def test_backward_splits_query_heads_until_every_sm_has_a_cta():
     assert geometry.backward_head_splits(16, 1, 132) == 16    # at most a query head a CTA
 
 
+def test_short_rows_take_two_warpgroups_where_192_row_tiles_pad_them():
+    """Three consumer warpgroups (192 query rows an item) pad a short head's last tile: two
+    where that padding exceeds 128-row tiles' by a fifth, and under a mask that reads the query
+    row (a diagonal) up to 1152 rows."""
+    assert geometry.forward_query_warpgroups(256, 3, row_mask=False) == 2    # 384 rows of work for 256
+    assert geometry.forward_query_warpgroups(640, 3, row_mask=False) == 2    # 768 for 640
+    assert geometry.forward_query_warpgroups(1024, 3, row_mask=False) == 3   # 1152: three still pay
+    assert geometry.forward_query_warpgroups(384, 3, row_mask=False) == 3    # two tiles of 192 exactly
+    assert geometry.forward_query_warpgroups(1152, 3, row_mask=True) == 2
+    assert geometry.forward_query_warpgroups(1153, 3, row_mask=True) == 3
+    assert geometry.forward_query_warpgroups(2048, 3, row_mask=True) == 3
+    assert geometry.forward_query_warpgroups(256, 2, row_mask=True) == 2     # the tiling's two stay
+
+
+@pytest.mark.parametrize("program, M, H, Hkv, D, want", [
+    ("plain", 256, 16, 16, 64, 2), ("plain", 1024, 16, 16, 64, None), ("causal", 1000, 16, 16, 64, 2),
+    ("causal", 4096, 16, 16, 64, None), ("causal", 1, 16, 16, 64, 1), ("plain", 256, 16, 16, 128, None),
+    ("plain", 16, 16, 4, 64, 1),   # GQA heads fold into rows: 4 x 16 = 64 rows take one, 4 x 64 two
+    ("plain", 64, 16, 4, 64, 2), ("plain", 16, 16, 2, 64, 2), ("plain", 8, 16, 2, 64, 1),
+    ("padded_causal", 1024, 8, 8, 64, 2), ("padded_causal", 1200, 8, 8, 64, None),
+    ("sliding_window", 700, 8, 8, 32, 2), ("document_mask", 256, 8, 8, 64, None)])  # the tiling's two
+def test_the_forward_takes_fewer_warpgroups_for_short_rows(program, M, H, Hkv, D, want):
+    """The forward's warpgroups per call (AttentionKernel._query_warpgroups): one for at most 64
+    rows, two where 192-row tiles pad the rows, else the tiling's (None); on the lowered kernel
+    alone, no GPU."""
+    from pathlib import Path
+    import kdsl
+    from kdsl.runtime.attention_launch import AttentionKernel
+    root = Path(__file__).resolve().parents[1]
+    kern = AttentionKernel(getattr(kdsl.load(root / "samples" / f"{program}.kd"), program).ir, arch="sm_90a")
+    assert kern._query_warpgroups(H, Hkv, M, D, D) == want
+    if want is not None:
+        assert kern._lowered(D, D, want).attr("tile_m") == 64 * want
+
+
+def test_a_mask_blind_to_the_query_row_counts_as_no_mask_for_the_warpgroups():
+    """A mask on keys alone (no diagonal tiles) pads as a plain kernel does: 1000 rows keep
+    three warpgroups, where causal's take two."""
+    import kdsl
+    from kdsl.runtime.attention_launch import AttentionKernel
+    src = """attention keys_cut {
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        mask(b, h, i, j) = j < N - 3 * h
+    }"""
+    kern = AttentionKernel(kdsl.compile(src).ir["keys_cut"], arch="sm_90a")
+    assert kern._query_warpgroups(16, 16, 1000, 64, 64) is None
+    assert kern._query_warpgroups(16, 16, 256, 64, 64) == 2
+
+
 def test_a_forced_head_split_must_divide_the_query_heads(monkeypatch):
     from types import SimpleNamespace
     from kdsl.runtime.attention_backward import _head_splits

@@ -295,7 +295,7 @@ def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False):
             raise LaunchError(f"{kernel.name}: the backward kernel at head dims {d} / {dv} needs {plan.smem // 1024} KB of "
                               f"shared memory, more than {target.arch}'s {target.smem_per_block // 1024} KB a block; "
                               f"smaller head dims fit")
-        built = build(kernel._kernel_ir(False), kernel._arch(), d, value_dim=dv,
+        built = build(kernel._kernel_ir(), kernel._arch(), d, value_dim=dv,
                       program=BACKWARD_CAPTURE_GRADS if capture_grads else BACKWARD)
         kernel._loaded[key] = (Loaded(built.compiled.cubin, built.generated.entry, plan.smem), plan,
                                built.generated.capture_dims, score_grad.capture_grad_tensors(built.kernel), built.kernel)

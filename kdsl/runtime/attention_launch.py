@@ -232,18 +232,27 @@ class AttentionKernel(KernelBase):
             check_capture_indices(kern, dims, self.name)
         return infos, dims, s
 
-    def _few_rows(self, H: int, Hkv: int, M: int, D: int, Dv: int) -> bool:
-        """Whether a call's work items hold at most 64 query rows (decode: M, times the query
-        heads of a k/v head when they fold into rows), so that the Hopper kernel runs with one
-        consumer warpgroup: a second would only multiply rows that do not exist (B=1 H=16
-        M=1 N=4096 D=128 on an H100: 27.3 -> 25.5 us, bench/NOTES.md). Not when the user
-        fixed the warpgroups, and not on the sm_80 kernel."""
-        if M > 64 or self.ir.attr("consumers") is not None:
-            return False
+    def _query_warpgroups(self, H: int, Hkv: int, M: int, D: int, Dv: int) -> int | None:
+        """How many consumer warpgroups the Hopper kernel takes for a call's rows (M, times
+        the query heads of a k/v head when they fold into rows), where fewer than the tiling's
+        serve them better; None: the tiling's own. One for at most 64 rows (decode: a second
+        only multiplies rows that do not exist; B=1 H=16 M=1 N=4096 D=128 on an H100: 27.3 ->
+        25.5 us, bench/NOTES.md), two where 192-row tiles pad short rows
+        (geometry.forward_query_warpgroups). Not when the user fixed the warpgroups, and not on
+        the sm_80 kernel."""
+        if self.ir.attr("consumers") is not None:
+            return None
         lowered = self._lowered(D, Dv)
-        if lowered.attr("kernel") != "wgmma" or lowered.attr("consumers") == 1:
-            return False
-        return M * (H // Hkv if H > Hkv and pipeline.heads_fold_into_rows(lowered) else 1) <= 64
+        widest = lowered.attr("consumers")
+        if lowered.attr("kernel") != "wgmma" or widest == 1:
+            return None
+        rows = M * (H // Hkv if H > Hkv and pipeline.heads_fold_into_rows(lowered) else 1)
+        if rows <= 64:
+            return 1
+        mask = lowered.func("mask")
+        row_mask = mask is not None and any(ir.uses(mask, x) for x in ("q", "qf"))
+        fewer = geometry.forward_query_warpgroups(rows, widest, row_mask)
+        return fewer if fewer < widest else None
 
     def _plan(self, q, k, v, caps, out, lse, scale, stream: bool = True):
         infos, dims, s = self.validate(q, k, v, caps, out, lse, scale)
@@ -255,8 +264,8 @@ class AttentionKernel(KernelBase):
         work = geometry.attention_work(B, H, M, N)
         if work != "launch":
             return Plan(None, (), (), None, infos[0].framework, device, out_shape, elem, work)
-        one_warpgroup = self._few_rows(H, Hkv, M, D, Dv)
-        lk = self._lowered(D, Dv, one_warpgroup)  # which program the call needs: decided before building
+        consumers = self._query_warpgroups(H, Hkv, M, D, Dv)
+        lk = self._lowered(D, Dv, consumers)  # which program the call needs: decided before building
         tma = lk.attr("kernel") == "wgmma"
         if tma and H > Hkv and pipeline.heads_fold_into_rows(lk):
             # GQA whose score and mask never look at the query row or head: the H / Hkv query
@@ -287,7 +296,7 @@ class AttentionKernel(KernelBase):
         # program that computes the score as written.
         affine = not (tma and affine_score.needs_positive_scale(lk) and s <= 0)
         program = Program(split_kv=split_kv, stream=stream_arg is not None or not stream_name, affine=affine)
-        built, loaded = self._load(D, device, Dv, one_warpgroup, program)
+        built, loaded = self._load(D, device, Dv, consumers, program)
         lk = built.kernel
         splits = 1
         if split_kv:

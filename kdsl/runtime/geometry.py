@@ -37,6 +37,23 @@ def attention_batch_chunks(B: int, H: int, uses_batch_index: bool, kname: str) -
     return [(b0, min(GRID_YZ_LIMIT, B - b0)) for b0 in range(0, B, GRID_YZ_LIMIT)]
 
 
+def forward_query_warpgroups(rows: int, widest: int, row_mask: bool) -> int:
+    """How many consumer warpgroups (64 query rows each) the Hopper forward takes a work item
+    for a head's `rows` query rows, where the tiling allows `widest` (3 at head dims <= 64).
+    Three earn their keep on long rows (plain D=64 x1.14 over two at 2048 rows), but a short
+    head pads its last 192-row tile: at 256 rows, 384 rows of work for 256 (two ran x1.21
+    plain, x1.45 causal), and under a mask that reads the query row (row_mask: causal, windows,
+    prefixes) the taller diagonal tiles cost more (two ran x1.11-1.20 under causal at 640-1024
+    rows, x0.96 at 2048). So two where the padding of 192-row tiles exceeds 128-row ones' by a
+    fifth, and under such a mask up to 6 tiles of 192 rows (H200, B x M = 16384 tokens, H=16:
+    bench/NOTES.md, fifty-first session)."""
+    if widest != 3:
+        return widest
+    padded = lambda tile: -(-rows // tile) * tile  # noqa: E731
+    short = rows <= 6 * 192 if row_mask else padded(192) >= 1.2 * padded(128)
+    return 2 if short else 3
+
+
 def attention_row_limit(B: int, H: int, M: int, kname: str) -> None:
     """The Hopper kernel numbers output rows across batch and heads in 32 bits (b * H + h)
     * M + q: a call with 2**31 rows or more (64 GB of q at head dim 16) is refused, with the

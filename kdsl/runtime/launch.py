@@ -218,25 +218,27 @@ class KernelBase:
         sm = int(cupy.cuda.Device().compute_capability)  # e.g. "90"
         return {90: "sm_90a"}.get(sm, f"sm_{sm}" if sm in (80, 89) else "sm_90a")
 
-    def _kernel_ir(self, one_warpgroup: bool) -> ir.Kernel:
-        return self.ir.with_attrs(consumers=1) if one_warpgroup else self.ir
+    def _kernel_ir(self, consumers: int | None = None) -> ir.Kernel:
+        """The kernel's IR, with the Hopper kernel's consumer warpgroups fixed where a call's
+        rows ask for fewer than the tiling's (AttentionKernel._query_warpgroups); None: its own."""
+        return self.ir if consumers is None else self.ir.with_attrs(consumers=consumers)
 
-    def _lowered(self, head_dim: int, value_dim: int = 0, one_warpgroup: bool = False) -> ir.Kernel:
+    def _lowered(self, head_dim: int, value_dim: int = 0, consumers: int | None = None) -> ir.Kernel:
         """The lowered kernel a call would build (tiles, kernel family), without compiling:
         a plan decides from it which program to build."""
-        key = (head_dim, value_dim, one_warpgroup)
+        key = (head_dim, value_dim, consumers)
         if key not in self._lowered_ir:
             from ..passes.target import get_target
-            self._lowered_ir[key] = pipeline.lower(self._kernel_ir(one_warpgroup), get_target(self._arch()),
+            self._lowered_ir[key] = pipeline.lower(self._kernel_ir(consumers), get_target(self._arch()),
                                                    head_dim, value_dim)
         return self._lowered_ir[key]
 
-    def _load(self, head_dim: int, device: int, value_dim: int = 0, one_warpgroup: bool = False,
+    def _load(self, head_dim: int, device: int, value_dim: int = 0, consumers: int | None = None,
               program: Program = programs.DEFAULT) -> Loaded:
-        key = (head_dim, value_dim, device, one_warpgroup, program)
+        key = (head_dim, value_dim, device, consumers, program)
         if key not in self._loaded:
             from .compiler import build
-            built = build(self._kernel_ir(one_warpgroup), self._arch(), head_dim, value_dim=value_dim,
+            built = build(self._kernel_ir(consumers), self._arch(), head_dim, value_dim=value_dim,
                           program=program)
             self._loaded[key] = (built, Loaded(built.compiled.cubin, built.generated.entry,
                                                built.kernel.attr("smem_bytes")))

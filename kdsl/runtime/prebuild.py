@@ -53,7 +53,7 @@ def start_backward(kernel, head_dim: int, value_dim: int, capture_grads: bool) -
     from .attention_backward import BACKWARD, BACKWARD_CAPTURE_GRADS
     from .compiler import prebuild
     try:
-        prebuild(kernel._kernel_ir(False), kernel._arch(), head_dim, value_dim,
+        prebuild(kernel._kernel_ir(), kernel._arch(), head_dim, value_dim,
                  BACKWARD_CAPTURE_GRADS if capture_grads else BACKWARD)
     except Exception:  # noqa: BLE001 - the backward call reports the same problem where it belongs
         pass

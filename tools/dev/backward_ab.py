@@ -61,7 +61,7 @@ def load_variant(kern, env: dict, q, k, v, out, dout, lse, caps):
         ab.backward(kern, q, k, v, out, dout, lse, None, caps, None)
         (lkey,) = [key for key in kern._loaded if key[0] == "backward"]
         (pkey,) = [key for key in kern._plans if key[0] == "backward"]
-        built = build(kern._kernel_ir(False), kern._arch(), q.shape[3], value_dim=v.shape[3], program=ab.BACKWARD)
+        built = build(kern._kernel_ir(), kern._arch(), q.shape[3], value_dim=v.shape[3], program=ab.BACKWARD)
     rep = sass.inspect(built.compiled.cubin, built.generated.entry)
     info = f"{rep.registers} regs, {rep.local_bytes} B local" if rep else "no cuobjdump"
     info += f", cubin {hashlib.sha256(built.compiled.cubin).hexdigest()[:12]}"

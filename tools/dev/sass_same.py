@@ -25,7 +25,8 @@ from pathlib import Path
 
 from devtools import sass_text
 
-# (one_warpgroup, split_kv): the programs launch.py's _load can ask for
+# (one consumer warpgroup, split_kv): the programs launch.py's _load can ask for (short rows at head
+# dims <= 64 also take two warpgroups: the tile a kernel the tiling gives two has)
 _OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z0-9_.]+)")
 PROGRAMS = {"every-call": (False, False), "split": (False, True),
             "one-wg": (True, False), "one-wg-split": (True, True)}
