@@ -2,6 +2,8 @@
 backward kernel's schedule and rounding in numpy) under torch autograd against float64
 autograd of the reference, for every sample program and generated scores; the refusals; and
 the backward kernels' builds for sm_90a (NVRTC, no device)."""
+import random
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -160,6 +162,27 @@ def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
             # the wgmmas pipelined: ptxas serializes every one (a wait after each) where one
             # sits in a branch it cannot prove warp-uniform; the wide kernel's were, at 192 and 256
             assert rep.other_ops["WARPGROUP.DEPBAR"] * 4 < rep.tensor_ops["HGMMA"], (k.name, d, rep)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_the_query_split_program_builds_on_tensor_cores_and_leaves_the_default_alone(d):
+    """The backward program whose CTAs may split their query tiles (Program.query_split,
+    attention_common.cuh kBackwardQuerySplit) builds on wgmma, not serialized, without local
+    memory for causal attention (at 64 its 128-query trial spills, so it takes 64-query steps);
+    the default program's source compiles without any of it (the split's arithmetic sits behind
+    the define, and its count is the kernel's last parameter)."""
+    causal = next(p for p in SAMPLES if p.stem == "causal")
+    (k,) = pipeline.check(parse(causal.read_text(), str(causal)))
+    split = build(k, "sm_90a", d, program=Program(backward=True, query_split=True))
+    default = build(k, "sm_90a", d, program=Program(backward=True))
+    assert "-DKDSL_BWD_QUERY_SPLIT=1" in split.options and "-DKDSL_BWD_QUERY_SPLIT=1" not in default.options
+    if split.kernel.attr("bwd_step_rows") == default.kernel.attr("bwd_step_rows"):
+        assert split.generated.source == default.generated.source
+    assert "float* part_dkv,\n            int query_splits) {" in split.generated.source
+    rep = sass.inspect(split.compiled.cubin, split.generated.entry)
+    if rep is not None:
+        assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, rep
+        assert rep.other_ops["WARPGROUP.DEPBAR"] * 4 < rep.tensor_ops["HGMMA"], rep
 
 
 @pytest.mark.parametrize("d, red", [(64, True), (48, True), (128, False), (96, False)])
@@ -491,7 +514,7 @@ def test_a_data_dependent_mask_has_a_tile_summary_on_the_backwards_tiles(d, keys
     built = build(mod.ir["docs"], "sm_90a", d, program=Program(backward=True), want_cubin=False)
     src, entry = built.generated.source, built.generated.entry
     assert f"kTileQ = 64, kTileKV = {keys};" in src
-    assert f"{entry}_summary(" in src and "const int* summary, float* part_dkv) {" in src and ", summary};" in src
+    assert f"{entry}_summary(" in src and "const int* summary, float* part_dkv,\n            int query_splits) {" in src and ", summary};" in src
     layout = Layout.of(built.kernel, B=2, H=3, M=300, N=700, tiles=(64, keys))
     assert sorted(layout.entries) == sorted([2 * 5, 2 * -(-700 // keys)])  # doc_q per b on 64 rows, doc_kv on keys
 
@@ -529,3 +552,55 @@ def test_the_wide_backward_stages_dq_second_piece_for_a_bulk_reduction(d, dv, st
         pytest.skip("cuobjdump")
     assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, rep
     assert (rep.other_ops.get("UBLKRED", 0), bool(rep.other_ops.get("REDG"))) == (int(staged), True), rep.other_ops
+
+
+def _backward_ctas(B, H, Hkv, M, N, BN, BM, group, head_splits, query_splits):
+    """attention_common.cuh's backward_block and backward_query_tiles, and BwdSteps' walk, in
+    Python: each CTA's (b, k/v head, key block, partial-sum index) and its (query head, tile) steps."""
+    splits = head_splits * query_splits
+    key_blocks, heads = -(-N // BN), B * Hkv * splits
+    span, last = group * key_blocks, max(1, heads // group) - 1
+    for w in range(key_blocks * heads):
+        g = min(w // span, last)
+        r = w - g * span
+        size = heads - g * group if g == last else group
+        kb, bh = r // size, g * group + r % size
+        pair, split = divmod(bh, splits)
+        rng, qsplit = divmod(split, query_splits)
+        b, hkv = divmod(pair, Hkv)
+        per = H // Hkv // head_splits
+        h0 = hkv * per * head_splits + rng * per
+        m_tiles = -(-M // BM)
+        per_q = -(-m_tiles // query_splits)
+        first = min(m_tiles, qsplit * per_q)
+        end = min(m_tiles, first + per_q)
+        steps, hq, mt = [], 0, first
+        if first < end:
+            while hq < per:  # advance: the next tile, else tile 0 of the next head
+                steps.append((h0 + hq, mt))
+                hq, mt = (hq, mt + 1) if mt + 1 < end else (hq + 1, 0)
+        yield (b, hkv, kb, split), [(b, h, kb, t) for h, t in steps]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_ctas_walk_every_query_tile_of_every_key_block_once(seed):
+    """With query heads and query tiles split over CTAs (a query head a CTA wherever tiles are
+    split: attention_backward.py), every (batch, query head, key block, query tile) is one CTA's
+    step exactly once, and every partial sum of dK / dV (b, k/v head, key block, split) is one
+    CTA's: none is lost or added twice."""
+    rng = random.Random(seed)
+    B, Hkv, G = rng.randint(1, 3), rng.randint(1, 3), rng.choice([1, 2, 4])
+    H, M, N = Hkv * G, rng.randint(1, 700), rng.randint(1, 300)
+    BN, BM = rng.choice([(128, 64), (128, 128), (64, 64)])
+    query_splits = rng.choice([1, 1, 2, 3, 7, 40])
+    head_splits = G if query_splits > 1 else rng.choice([d for d in (1, 2, 4) if G % d == 0])
+    group = rng.randint(1, 6)
+    parts, steps = [], []
+    for part, walk in _backward_ctas(B, H, Hkv, M, N, BN, BM, group, head_splits, query_splits):
+        parts.append(part)
+        steps += walk
+    key_blocks, m_tiles = -(-N // BN), -(-M // BM)
+    assert sorted(parts) == sorted((b, hkv, kb, s) for b in range(B) for hkv in range(Hkv)
+                                   for kb in range(key_blocks) for s in range(head_splits * query_splits))
+    assert sorted(steps) == sorted((b, h, kb, t) for b in range(B) for h in range(H)
+                                   for kb in range(key_blocks) for t in range(m_tiles))

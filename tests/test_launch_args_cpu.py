@@ -162,6 +162,28 @@ def test_a_mask_blind_to_the_query_row_counts_as_no_mask_for_the_warpgroups():
     assert kern._query_warpgroups(16, 16, 256, 64, 64) == 2
 
 
+def test_backward_splits_query_tiles_while_its_ctas_fill_under_half_the_sms():
+    """After the query-head split, CTAs that fill under half the SMs split their query tiles:
+    about a CTA an SM (one wave, not a second one's tail), at most a range per 128 rows."""
+    assert geometry.backward_query_splits(8192, 64, 132) == 2     # B=1 H=8 N=1024: 64 CTAs -> 128
+    assert geometry.backward_query_splits(4096, 16, 132) == 8     # cross-attention, 77 keys: 16 -> 128
+    assert geometry.backward_query_splits(4096, 66, 132) == 2
+    assert geometry.backward_query_splits(4096, 67, 132) == 1     # over half the SMs busy already
+    assert geometry.backward_query_splits(256, 4, 132) == 2       # at most a range per 128 rows
+    assert geometry.backward_query_splits(100, 4, 132) == 1
+
+
+def test_a_forced_query_split_must_be_a_positive_integer(monkeypatch):
+    from types import SimpleNamespace
+    from kdsl.runtime.attention_backward import _query_splits
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("KDSL_BWD_QUERY_SPLITS", bad)
+        with pytest.raises(LaunchError, match=r"k: KDSL_BWD_QUERY_SPLITS='.*' must be a positive integer"):
+            _query_splits(SimpleNamespace(name="k"), 1000, 16, 0)
+    monkeypatch.setenv("KDSL_BWD_QUERY_SPLITS", "3")
+    assert _query_splits(SimpleNamespace(name="k"), 1000, 16, 0) == 3
+
+
 def test_a_forced_head_split_must_divide_the_query_heads(monkeypatch):
     from types import SimpleNamespace
     from kdsl.runtime.attention_backward import _head_splits

@@ -166,28 +166,37 @@ class _BackwardLaunch:
         if 0 in (B, H, M, N):
             return
         self.device = kernel._device(infos)
-        self.loaded, plan, extra, self.graded, lowered = _program(kernel, D, Dv, self.device, any(want))
-        key_blocks = -(-N // plan.keys)
+        from ..passes.target import get_target
+        keys = emit.backward_plan(D, Dv, get_target(kernel._arch())).keys  # a CTA's keys: what the splits count
+        key_blocks = -(-N // keys)
         if key_blocks * Hkv * B >= 2 ** 31 or B * H * M >= 2 ** 31:
-            raise LaunchError(f"{kernel.name}: the backward kernel takes fewer than 2^31 CTAs (one per {plan.keys} "
+            raise LaunchError(f"{kernel.name}: the backward kernel takes fewer than 2^31 CTAs (one per {keys} "
                               f"keys of each batch and k/v head) and query rows; got {key_blocks} x Hkv={Hkv} x "
                               f"B={B} and B x H x M = {B * H * M}")
+        # few k/v heads: a pair's query heads split over CTAs, and with few CTAs still, their
+        # query tiles (a program of its own); dK and dV summed from partials after
+        head_splits = _head_splits(kernel, H // Hkv, key_blocks * Hkv * B, self.device)
+        query_splits = _query_splits(kernel, M, key_blocks * Hkv * B * head_splits, self.device)
+        if query_splits > 1:  # only with a query head a CTA (the kernels' walks rely on it: BwdSteps)
+            head_splits = H // Hkv
+        self.splits = head_splits * query_splits  # the partial sums of dK and dV
+        self.loaded, plan, extra, self.graded, lowered = _program(kernel, D, Dv, self.device, any(want),
+                                                                  query_splits > 1)
         # dQ is summed over the key blocks in fp32: as 64-row tiles in fragment order, or rows
         tiles, dp = -(-M // 64), -(-D // 64) * 64
         self.dq_shape = (B, H, tiles, 64 * dp) if plan.dq_tiles else (B, H, M, D)
         ncap, ngrad = len(caps), len(self.graded)
         nmaps = 2 if plan.tma else 0  # q's and dout's tensor maps come first (QdoByTma, attention_bwd_wgmma.cuh)
         kinds = ["tmap"] * nmaps + ["ptr"] * 9 + ["i32"] * 7 + ["f32"] * 2 + ["ptr"] * ncap + \
-            ["i32"] * len(extra) + ["ptr"] * (ngrad + 2)
+            ["i32"] * len(extra) + ["ptr"] * (ngrad + 2) + ["i32"]
         # A mask that reads data has its tiles classified from a summary made for the backward's
         # own tiles (64 queries by plan.keys; emit.generate_backward) by the module's summary
         # kernel.
         layout = summary.Layout.of(lowered, B, H, M, N, tiles=(tiling.BACKWARD_TILE, plan.keys))
-        # few k/v heads: a pair's query heads split over CTAs, dK and dV summed from partials after
-        self.splits = _head_splits(kernel, H // Hkv, key_blocks * Hkv * B, self.device)
-        group = _head_group(kernel, q, Hkv, Dv, key_blocks, self.splits, self.device, reads_data=layout is not None)
-        values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, group, self.splits, s * LOG2E, s] + [None] * ncap + \
-            [dims[n] for n in extra] + [None] * (ngrad + 2)
+        group = _head_group(kernel, q, Hkv, Dv, key_blocks, self.splits, query_splits, self.device,
+                            reads_data=layout is not None)
+        values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, group, head_splits, s * LOG2E, s] + [None] * ncap + \
+            [dims[n] for n in extra] + [None] * (ngrad + 2) + [query_splits]
         first_cap, first_grad = nmaps + 18, nmaps + 18 + ncap + len(extra)
         self.pack = ArgPack(kinds, values, list(range(nmaps, nmaps + 9)) + list(range(first_cap, first_cap + ncap)) +
                             list(range(first_grad, first_grad + ngrad + 2)))
@@ -235,8 +244,26 @@ def _head_splits(kernel, group: int, ctas: int, device: int) -> int:
     return int(forced)
 
 
-def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, splits: int, device: int, reads_data: bool) -> int:
-    """How many units of a (b, k/v head) pair and a range of its query heads (`splits` a pair)
+# Whether calls take geometry.backward_query_splits' count unforced: not until the query-split
+# program has passed its GPU tests (tests/gpu/test_backward_gpu.py test_query_tiles_split_over_ctas;
+# built and checked offline only: bench/NOTES.md, fifty-first session).
+QUERY_SPLITS_BY_DEFAULT = False
+
+
+def _query_splits(kernel, M: int, ctas: int, device: int) -> int:
+    """Into how many ranges the backward splits the query tiles of its CTAs (a CTA each;
+    geometry.backward_query_splits). KDSL_BWD_QUERY_SPLITS forces it (tests and A/B timing)."""
+    forced = os.environ.get("KDSL_BWD_QUERY_SPLITS")
+    if not forced:
+        return geometry.backward_query_splits(M, ctas, _sm_count(device)) if QUERY_SPLITS_BY_DEFAULT else 1
+    if not forced.isdigit() or int(forced) < 1:
+        raise LaunchError(f"{kernel.name}: KDSL_BWD_QUERY_SPLITS={forced!r} must be a positive integer")
+    return int(forced)
+
+
+def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, splits: int, query_splits: int, device: int,
+                reads_data: bool) -> int:
+    """How many units of a (b, k/v head) pair and a range of its query heads and tiles (`splits` a pair)
     the backward orders together, key block by key block
     (AttnArgs::head_group, attention_common.cuh backward_block; geometry.backward_head_group).
     1 without a mask: every CTA is as long as the next, and head by head shares L2 best."""
@@ -244,7 +271,7 @@ def _head_group(kernel, q, Hkv: int, Dv: int, key_blocks: int, splits: int, devi
         return 1
     B, H, M, D = q.shape
     return geometry.backward_head_group(B, H, Hkv, M, D, Dv, q.element_size(), key_blocks, _sm_count(device),
-                                        _l2_bytes(device), reads_data, splits)
+                                        _l2_bytes(device), reads_data, splits, query_splits)
 
 
 def _delivered(kernel, caps, cap_grads: dict) -> list:
@@ -279,12 +306,13 @@ def half_col(width: int, wg: int, j: int) -> int:
     return (2 * (j // 8) + wg) * 64 + 8 * (j % 8) if j < 8 * pairs else 128 * pairs + wg * half + 8 * (j - 8 * pairs)
 
 
-def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False):
+def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False, query_split: bool = False):
     """The loaded backward kernel for these head dims, its plan (emit.backward_plan: launch and
     dq_acc's layout), the dims only captured tensors bind (extra int parameters), the
     captured tensors it has gradient buffers for (in parameter order) and the lowered kernel it
-    was built from, built once per kernel, device and whether it adds those gradients."""
-    key = ("backward", d, dv, device, capture_grads)
+    was built from, built once per kernel, device, whether it adds those gradients and whether
+    its CTAs may split their query tiles (AttnArgs::query_splits: a program of its own)."""
+    key = ("backward", d, dv, device, capture_grads, query_split)
     if key not in kernel._loaded:
         from ..passes import score_grad
         from ..passes.target import get_target
@@ -296,7 +324,7 @@ def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False):
                               f"shared memory, more than {target.arch}'s {target.smem_per_block // 1024} KB a block; "
                               f"smaller head dims fit")
         built = build(kernel._kernel_ir(), kernel._arch(), d, value_dim=dv,
-                      program=BACKWARD_CAPTURE_GRADS if capture_grads else BACKWARD)
+                      program=Program(backward=True, capture_grads=capture_grads, query_split=query_split))
         kernel._loaded[key] = (Loaded(built.compiled.cubin, built.generated.entry, plan.smem), plan,
                                built.generated.capture_dims, score_grad.capture_grad_tensors(built.kernel), built.kernel)
     return kernel._loaded[key]

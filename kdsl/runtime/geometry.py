@@ -158,7 +158,7 @@ def attention_head_group(heads: int, tiles: int, sms: int, bytes_per_head: int, 
 
 
 def backward_head_group(B: int, H: int, Hkv: int, M: int, D: int, Dv: int, itemsize: int, key_blocks: int, sms: int,
-                        l2_bytes: int, reads_data: bool = False, splits: int = 1) -> int:
+                        l2_bytes: int, reads_data: bool = False, splits: int = 1, query_splits: int = 1) -> int:
     """attention_head_group for the backward's (b, k/v head) pairs. What a pair's CTAs share in
     L2 at a time is one query head's q, dO and dq_acc: each CTA walks the H / Hkv query heads of
     its group one after the other (BwdSteps), so the CTAs running together are on the same one.
@@ -166,8 +166,9 @@ def backward_head_group(B: int, H: int, Hkv: int, M: int, D: int, Dv: int, items
     CTAs (key block 0, H / Hkv times a head's steps) starting near the end: one group of the 8
     pairs ran causal GQA's backward x1.36 faster at B=2 H=16 Hkv=4 4096^2 D=128 on an H200, 3
     pairs x1.16 at D=256 (bench/NOTES.md, fiftieth session). With a pair's query heads split
-    over `splits` CTAs a key block (backward_head_splits), the units ordered are (pair, range)."""
-    per_query_head = M * ((D + Dv) * itemsize + D * 4)
+    over CTAs a key block (backward_head_splits, and its query tiles, backward_query_splits:
+    `splits` ranges in all, `query_splits` of a head's rows), the units ordered are (pair, range)."""
+    per_query_head = -(-M // query_splits) * ((D + Dv) * itemsize + D * 4)
     return attention_head_group(B * Hkv * splits, key_blocks, sms, per_query_head, l2_bytes, reads_data)
 
 
@@ -180,3 +181,15 @@ def backward_head_splits(group: int, ctas: int, sms: int) -> int:
     split this picks against 2-8x without (bench/NOTES.md, fiftieth session). More splits cost
     the partials' traffic and shorter CTAs for nothing once every SM has one."""
     return next(s for s in range(1, group + 1) if group % s == 0 and (ctas * s >= sms or s == group))
+
+
+def backward_query_splits(rows: int, ctas: int, sms: int) -> int:
+    """Into how many ranges the backward splits the query tiles its CTAs walk, once split query
+    heads (backward_head_splits) leave `ctas` CTAs: 1 while they fill half the SMs, else about a
+    CTA an SM (sms // ctas: one wave, not a second one's tail), at most one range per 128 of the
+    `rows` query rows. Few k/v heads and keys with many queries (cross-attention, MHA with
+    B x H small: 8 heads, 1024 keys and 8192 queries are 64 CTAs) ran on a part of the GPU,
+    each CTA walking every query tile."""
+    if ctas * 2 > sms:
+        return 1
+    return max(1, min(sms // ctas, rows // 128))

@@ -19,6 +19,7 @@ NO_STREAM_OPTION = "-DKDSL_STREAM_CAPTURES=0"  # templates/attention_variant.cu.
 NO_AFFINE_OPTION = "-DKDSL_AFFINE_SCORE=0"  # templates/attention_variant.cu.j2
 SINGLE_BUFFER_OPTION = "-DKDSL_BWD_BUFFERS=1"  # attention_bwd.cuh, where two buffers do not fit
 CAPTURE_GRADS_OPTION = "-DKDSL_CAPTURE_GRADS=1"  # templates/attention_backward.cu.j2
+QUERY_SPLIT_OPTION = "-DKDSL_BWD_QUERY_SPLIT=1"  # attention_common.cuh
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Program:
                             # False: as written, for a scale that makes the form's factor F <= 0
     backward: bool = False  # the backward kernel (emit.backward_plan), a source of its own
     capture_grads: bool = False  # the backward also adds the captured tensors' gradients
+    query_split: bool = False  # the backward's CTAs may split their query tiles (AttnArgs::query_splits)
 
     def options(self, lowered: ir.Kernel, arch: str) -> list[str]:
         """The NVRTC defines of this program of `lowered` (none where a flag does not apply)."""
@@ -43,6 +45,8 @@ class Program:
                 options.append(SINGLE_BUFFER_OPTION)
             if self.capture_grads:
                 options.append(CAPTURE_GRADS_OPTION)
+            if self.query_split:
+                options.append(QUERY_SPLIT_OPTION)
             return options
         if self.split_kv:
             if lowered.kind != "attention" or lowered.attr("kernel") != "wgmma":

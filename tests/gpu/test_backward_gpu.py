@@ -246,3 +246,27 @@ def test_query_heads_split_over_ctas(d, kind, splits, monkeypatch):
     q, k, v, caps = attention_inputs(kir, 2, 8, 1, 190, 230, d, generator=gen)
     dout = torch.randn((2, 8, 190, d), device="cuda", generator=gen).to(q.dtype)
     check_grads(f"mqa d={d} {kind or 'default'} splits={splits}", mod.mqa, kir, q, k, v, caps, dout)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 16])
+@pytest.mark.parametrize("d, kind", [(64, ""), (128, ""), (256, ""), (128, "mma")])
+def test_query_tiles_split_over_ctas(d, kind, splits, monkeypatch):
+    """Few CTAs with many queries (cross-attention): a CTA's query tiles split into ranges, a
+    CTA each, dK and dV summed from fp32 partials (AttnArgs::query_splits). Forced by
+    KDSL_BWD_QUERY_SPLITS (1: none, 3: ranges that do not divide the tiles, 16: more ranges than
+    tiles at 128-query steps, some empty) on GQA whose query heads split too, with a score and
+    mask on the query row, so that a range reading another's rows, or a lost partial, would
+    show; every backward kernel."""
+    torch = pytest.importorskip("torch")
+    if kind:
+        monkeypatch.setenv("KDSL_BWD_KERNEL", kind)
+    monkeypatch.setenv("KDSL_BWD_HEAD_SPLITS", "2")
+    monkeypatch.setenv("KDSL_BWD_QUERY_SPLITS", str(splits))
+    mod = kdsl.compile("attention cross {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+                       " score(s, b, h, i, j) = s - 0.01 * float(h + 1) * float(abs(i - 8 * j))\n"
+                       " mask(b, h, i, j) = 4 * j <= i + 28\n}\n")
+    kir = mod.ir["cross"]
+    gen = torch.Generator(device="cuda").manual_seed(d * 10 + splits)
+    q, k, v, caps = attention_inputs(kir, 2, 4, 2, 1000, 77, d, generator=gen)
+    dout = torch.randn((2, 4, 1000, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"cross d={d} {kind or 'default'} splits={splits}", mod.cross, kir, q, k, v, caps, dout)

@@ -5,6 +5,8 @@ same digest built the same kernel: a define that changed nothing).
 
     python tools/dev/backward_ab.py --programs plain,causal --shape 2,16,4096,4096,128 \
         --variants "default;-DKDSL_BWD_MIN_BLOCKS=1" [--reps 20]
+    python tools/dev/backward_ab.py --programs plain --shape 1,8,8192,1024,128 \
+        --variants "default;KDSL_BWD_QUERY_SPLITS=1"
 
 Each variant is built by the runtime itself (its defines through KDSL_DEFINES, part of every
 cache key), and both of the runtime's entries for the backward are swapped in turn: the loaded
@@ -77,13 +79,16 @@ def installer(kern, entries: dict):
 
 
 def defines_env(variant: str) -> dict:
-    """'default' or '-DNAME[=V] ...' as the KDSL_DEFINES it stands for."""
+    """'default', or '-DNAME[=V] ...' and 'KDSL_NAME=V ...' (a runtime switch: KDSL_BWD_QUERY_SPLITS=1)
+    as the environment it stands for."""
     if variant == "default":
         return {"KDSL_DEFINES": None}
     items = variant.split()
-    if not all(item.startswith("-D") for item in items):
-        raise SystemExit(f"variant {variant!r}: 'default' or -DNAME[=VALUE] options")
-    return {"KDSL_DEFINES": " ".join(item[2:] for item in items)}
+    switches = [item for item in items if item.startswith("KDSL_") and "=" in item]
+    defines = [item[2:] for item in items if item.startswith("-D")]
+    if len(switches) + len(defines) != len(items):
+        raise SystemExit(f"variant {variant!r}: 'default', -DNAME[=VALUE] options or KDSL_NAME=VALUE switches")
+    return {"KDSL_DEFINES": " ".join(defines) or None, **dict(item.split("=", 1) for item in switches)}
 
 
 def compare(kern, name: str, envs: dict, shape, reps: int) -> None:

@@ -15,7 +15,7 @@
 // multiple of 64 columns (zero-filled: padding adds nothing to any product).
 //
 // Launch contract (the generated extern "C" kernel forwards to attention_bwd):
-//   grid  = ceil(N / 64) * Hkv * B CTAs (attention_common.cuh, backward_block)
+//   grid  = ceil(N / 64) * Hkv * B * splits CTAs (attention_common.cuh, backward_block)
 //   block = attention_bwd_threads<D, DV>()
 //   dynamic shared memory = attention_bwd_smem_bytes<D, DV>()
 // Warps: 4 row groups of 16 (query rows for S, dP and dQ; key rows for dK and dV) times 1 or
@@ -178,10 +178,13 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
 #pragma unroll
   for (int j = 0; j < VT; ++j) acc_dv[j][0] = acc_dv[j][1] = acc_dv[j][2] = acc_dv[j][3] = 0.f;
 
-  // Steps: the query tiles of each query head of the group, empty ones skipped. Step cur's
+  // Steps: the query tiles of each query head of the group, empty ones skipped: it = head *
+  // m_tiles + tile, from the CTA's first tile (0 unless its query tiles are split, which
+  // happens only with one query head a CTA: AttnArgs::query_splits) to its last. Step cur's
   // tiles sit in buffer buf while the next step's land in the other (single-buffered: after
   // this step's last read).
-  const int m_tiles = (M + BM - 1) / BM, steps = group * m_tiles;
+  const QueryTiles range = backward_query_tiles<BM>(a, blk);
+  const int m_tiles = range.end, steps = group * m_tiles;
   auto tile_class = [&](int it) -> int {
     return backward_tile_class<V, BM, BN>(a, c, b, h0 + it / m_tiles, it % m_tiles * BM, n0);
   };
@@ -201,7 +204,7 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
     }
     cp_async_commit();
   };
-  int cur = next_step(0), buf = 0;
+  int cur = next_step(range.first), buf = 0;
   if (cur < steps) issue(cur, 0);
   for (; cur < steps; buf = (buf + 1) % C::NB) {
     const int nxt = next_step(cur + 1);

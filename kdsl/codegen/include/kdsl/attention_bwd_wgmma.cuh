@@ -27,7 +27,7 @@
 //
 // Launch contract (the generated extern "C" kernel forwards to attention_bwd_wgmma[_tma]; the
 // _tma form's first two parameters are tensor maps over q and dout, QdoByTma's):
-//   grid  = ceil(N / 128) * Hkv * B CTAs (attention_common.cuh, backward_block)
+//   grid  = ceil(N / 128) * Hkv * B * splits CTAs (attention_common.cuh, backward_block)
 //   block = 256 threads
 //   dynamic shared memory = attention_bwd_wgmma_smem_bytes<D, DV>() (1024 of it alignment slack)
 //   dq_acc: zeroed fp32 [B, H, ceil(M / 64), 64 * DP], in fragment order: element (row r, column c)
@@ -329,17 +329,26 @@ KDSL_DEVICE void add_offset_sums(const AttnArgs& a, const typename V::Captures& 
 }
 
 // The steps of a backward CTA: query tile mt of each query head h0 + hq of its range of its k/v
-// head's group (GQA; all of the group's unless split over CTAs: BackwardBlock), those
-// backward_tile_class calls empty skipped (as in attention_bwd.cuh), walked as (head, tile)
-// pairs so that a step costs no division.
+// head's group (GQA; all of the group's unless split over CTAs: BackwardBlock), tiles first ..
+// end - 1 of each (all of them unless the query tiles are split too: backward_query_tiles),
+// those backward_tile_class calls empty skipped (as in attention_bwd.cuh), walked as (head,
+// tile) pairs so that a step costs no division. Query tiles are split only where a CTA has one
+// query head (AttnArgs::query_splits), so a walk wraps to tile 0 of the next head: first is
+// 0 wherever there is one, and only the start reads it.
 template <class V, int BM, int BN>
 struct BwdSteps {
   struct Step { int hq, mt; };
-  int b, h0, n0, group, m_tiles;  // the CTA's query heads h0 .. h0 + group - 1 (BackwardBlock)
+  int b, h0, n0, group, end;  // the CTA's query heads h0 .. h0 + group - 1 (BackwardBlock)
+  int first;
+  KDSL_DEVICE BwdSteps(const BackwardBlock& blk, const QueryTiles& tiles)
+      : b(blk.b), h0(blk.h0), n0(blk.n0), group(blk.heads), end(tiles.end), first(tiles.first) {}
+  KDSL_DEVICE Step start() const {  // (a range of split query tiles may be empty)
+    return !kBackwardQuerySplit || first < end ? Step{0, first} : Step{group, 0};
+  }
   KDSL_DEVICE int tile_class(const AttnArgs& a, const typename V::Captures& c, Step st) const {
     return backward_tile_class<V, BM, BN>(a, c, b, h0 + st.hq, st.mt * BM, n0);
   }
-  KDSL_DEVICE Step advance(Step st) const { return st.mt + 1 < m_tiles ? Step{st.hq, st.mt + 1} : Step{st.hq + 1, 0}; }
+  KDSL_DEVICE Step advance(Step st) const { return st.mt + 1 < end ? Step{st.hq, st.mt + 1} : Step{st.hq + 1, 0}; }
   // The first step from st whose tile is not empty ({group, 0} past the last). A tile class
   // read from the tile summary (a mask that reads data) is a load: a warp then checks 32 steps
   // at a time, one a lane, so that a run of empty tiles (the rows of other documents) costs a
@@ -351,18 +360,18 @@ struct BwdSteps {
       while (st.hq < group && tile_class(a, c, st) == kTileEmpty) st = advance(st);
       return st;
     }
-    const int lane = threadIdx.x & 31, steps = group * m_tiles;
-    int it = st.hq * m_tiles + st.mt;
+    const int lane = threadIdx.x & 31, steps = group * end;
+    int it = st.hq * end + st.mt;
     for (; it < steps; it += 32) {
-      const int mine = it + lane, hq = mine / m_tiles;
+      const int mine = it + lane, hq = mine / end;
       const unsigned live =
-          __ballot_sync(0xffffffffu, mine < steps && tile_class(a, c, Step{hq, mine - hq * m_tiles}) != kTileEmpty);
+          __ballot_sync(0xffffffffu, mine < steps && tile_class(a, c, Step{hq, mine - hq * end}) != kTileEmpty);
       if (live) {
         it += __ffs(live) - 1;
         break;
       }
     }
-    return it < steps ? Step{it / m_tiles, it % m_tiles} : Step{group, 0};
+    return it < steps ? Step{it / end, it % end} : Step{group, 0};
   }
 };
 
@@ -431,7 +440,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   // Step cur's tiles sit in buffer buf while the next step's land in the other.
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
-  const Steps steps{b, h0, n0, group, (M + BM - 1) / BM};
+  const Steps steps(blk, backward_query_tiles<BM>(a, blk));
   const int dq_tiles = (M + 63) / 64;  // dq_acc's 64-row tiles a (batch, head)
   QdoByTma<BM, DP, DVP> tma{tq, tdo, base + C::kBar};
   if constexpr (kTma) tma.init(tid);
@@ -469,7 +478,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     }
   };
 
-  Step cur = steps.next(a, c, Step{0, 0});
+  Step cur = steps.next(a, c, steps.start());
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
   fence_kv_before_steps<kTma>();

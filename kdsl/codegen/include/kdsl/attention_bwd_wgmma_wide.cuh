@@ -32,7 +32,7 @@
 // forty-fifth session; tests/test_backward_cpu.py checks the waits).
 //
 // Launch contract (the generated extern "C" kernel forwards to attention_bwd_wgmma_wide):
-//   grid  = ceil(N / 64) * Hkv * B CTAs (attention_common.cuh, backward_block)
+//   grid  = ceil(N / 64) * Hkv * B * splits CTAs (attention_common.cuh, backward_block)
 //   block = 256 threads
 //   dynamic shared memory = attention_bwd_wgmma_wide_smem_bytes<D, DV>() (1024 of it slack)
 //   dq_acc: zeroed fp32 [B, H, ceil(M / 64), 64 * DP], attention_bwd_wgmma.cuh's fragment order,
@@ -283,7 +283,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   // step's land in the other.
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
-  const Steps steps{b, h0, n0, group, (M + BM - 1) / BM};
+  const Steps steps(blk, backward_query_tiles<BM>(a, blk));
   QdoByTma<BM, DP, DVP> tma{tq, tdo, base + C::kBar};
   if constexpr (kTma) tma.init(tid);
   auto issue = [&](Step st, int buf) {
@@ -319,7 +319,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   // A step's S^T / dP^T is issued at the end of the step before, after its last dQ piece, so
   // the tensor cores run it while that piece is added and the next step's loads go out (x1.03
   // -1.25 at head dims 192 / 256 on an H200: bench/NOTES.md, forty-ninth session).
-  Step cur = steps.next(a, c, Step{0, 0}), nxt = cur;
+  Step cur = steps.next(a, c, steps.start()), nxt = cur;
   int buf = 0;
   if (cur.hq < group) issue(cur, 0);
   fence_kv_before_steps<kTma>();
@@ -433,7 +433,8 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
 
     // dV[:, half] += P^T dO, dK[:, half] += dS^T Q and dQ[:, half] = dS K, added into the
     // step's dQ tile (the warpgroup's columns as compile-time ranges: a branch a warpgroup)
-    float* const dq_dst = dq_acc + (((i64)b * a.H + h) * steps.m_tiles + m0 / BM) * (BM * DP) +
+    const int dq_tiles = kBackwardQuerySplit ? (M + BM - 1) / BM : steps.end;  // dq_acc's tiles a head
+    float* const dq_dst = dq_acc + (((i64)b * a.H + h) * dq_tiles + m0 / BM) * (BM * DP) +
                           ((wg * 4 + warp) * (KH / 8) * 32 + lane) * 4;
     float dq2[Pieces::W2 > 0 ? Pieces::W2 / 2 : 1];
     // Where a warp stages dQ's second piece (W2 columns): its part of the warpgroup's own 64-column

@@ -40,12 +40,18 @@ struct AttnArgs {
   // [head_splits][dK [B, Hkv, N, D] | dV [B, Hkv, N, DV]], summed by the module's helper
   // (attention_bwd_rows.cuh kv_grads_from_parts). 1: dK and dV straight to their tensors.
   int head_splits = 1;
+  // ... and each range's query tiles in query_splits ranges of as many (few k/v heads and
+  // keys, many queries: cross-attention), a CTA each, only where a range is one query head
+  // (head_splits = H / Hkv) and only in the program built for it (kBackwardQuerySplit); the
+  // partial sums number head_splits * query_splits. 1: every query tile.
+  int query_splits = 1;
   float* part_dkv = nullptr;
 };
 
 // The backward's CTA for blockIdx.x (every backward kernel; grid = key_blocks * Hkv * B *
-// head_splits CTAs): units of a (b, k/v head) pair and a range of its query heads (heads h0 ..
-// h0 + heads - 1; all of the pair's where a.head_splits is 1), in groups of a.head_group
+// head_splits * query_splits CTAs): units of a (b, k/v head) pair, a range of its query heads
+// (heads h0 .. h0 + heads - 1; all of the pair's where a.head_splits is 1) and a range of their
+// query tiles (qsplit: backward_query_tiles), in groups of a.head_group
 // consecutive units, the remainder joining the last
 // group (with kBackwardTailGroups > 1, the last that many groups run as one), and within a group
 // key block 0 of every pair first, then key block 1, ... Under causal-like masks the first key
@@ -59,7 +65,14 @@ struct AttnArgs {
 #define KDSL_BWD_TAIL_GROUPS 1  // causal masks, won under document masks (bench/NOTES.md, 48th session)
 #endif
 constexpr int kBackwardTailGroups = KDSL_BWD_TAIL_GROUPS;
-struct BackwardBlock { int n0, hkv, b, h0, heads, split; };
+// The backward program whose CTAs may split their query tiles (AttnArgs::query_splits; built
+// only for calls that do, runtime/programs.py): every other call's kernel keeps none of it.
+#ifndef KDSL_BWD_QUERY_SPLIT
+#define KDSL_BWD_QUERY_SPLIT 0
+#endif
+constexpr bool kBackwardQuerySplit = KDSL_BWD_QUERY_SPLIT;
+// split: which partial sums the CTA's dK and dV go to (head range * query_splits + qsplit)
+struct BackwardBlock { int n0, hkv, b, h0, heads, split, qsplit; };
 template <int BN>
 KDSL_DEVICE BackwardBlock backward_block(const AttnArgs& a) {
 #ifdef KDSL_BWD_HEAD_GROUP  // an A/B switch for tools/dev/backward_ab.py (1: head by head)
@@ -67,20 +80,36 @@ KDSL_DEVICE BackwardBlock backward_block(const AttnArgs& a) {
 #else
   const int group = a.head_group;
 #endif
-  const int key_blocks = (a.N + BN - 1) / BN, heads = a.B * a.Hkv * a.head_splits;
+  // (the query split's arithmetic only in its program: in every call's, qs is 1 at compile time)
+  const unsigned qs = kBackwardQuerySplit ? unsigned(a.query_splits) : 1u;
+  const int key_blocks = (a.N + BN - 1) / BN, heads = a.B * a.Hkv * a.head_splits * int(qs);
   const int span = group * key_blocks, w = blockIdx.x;
   // (unsigned: in int the same arithmetic made causal's 128-query build at head dim 64 spill)
   const unsigned uw = w, ugroup = group, uspan = span, last = imax(1, heads / group - (kBackwardTailGroups - 1)) - 1;
   const unsigned g = uw / uspan < last ? uw / uspan : last, r = uw - g * uspan;
   const unsigned size = g == last ? heads - g * ugroup : ugroup;
   const unsigned kb = r / size, bh = g * ugroup + (r - kb * size);
-  const unsigned splits = a.head_splits, pair = bh / splits, split = bh - pair * splits;
-  const unsigned b = pair / unsigned(a.Hkv), hkv = pair - b * a.Hkv, per = unsigned(a.H / a.Hkv) / splits;
-  return {int(kb) * BN, int(hkv), int(b), int(hkv * (per * splits) + split * per), int(per), int(split)};
+  const unsigned splits = a.head_splits * qs, pair = bh / splits, split = bh - pair * splits;
+  const unsigned range = split / qs, qsplit = split - range * qs;
+  const unsigned b = pair / unsigned(a.Hkv), hkv = pair - b * a.Hkv, hs = a.head_splits, per = unsigned(a.H / a.Hkv) / hs;
+  return {int(kb) * BN, int(hkv), int(b), int(hkv * (per * hs) + range * per), int(per), int(split), int(qsplit)};
+}
+
+// The query tiles of BM rows [first, end) a backward CTA walks for each of its query heads:
+// all of them, or its range's (a.query_splits ranges of as many tiles, the last shorter)
+struct QueryTiles { int first, end; };
+template <int BM>
+KDSL_DEVICE QueryTiles backward_query_tiles(const AttnArgs& a, const BackwardBlock& blk) {
+  const int m_tiles = (a.M + BM - 1) / BM;
+  if constexpr (!kBackwardQuerySplit) return {0, m_tiles};
+  const int per = (m_tiles + a.query_splits - 1) / a.query_splits;
+  const int first = imin(m_tiles, blk.qsplit * per);
+  return {first, imin(m_tiles, first + per)};
 }
 
 // Where a backward CTA's dK and dV rows go: Elem pairs into dk and dv, or with a pair's query
-// heads split (a.head_splits > 1) fp32 pairs into its range's partial sums (AttnArgs::part_dkv).
+// heads or query tiles split (a.head_splits * a.query_splits > 1) fp32 pairs into its range's
+// partial sums (AttnArgs::part_dkv).
 // e: the pair's first element in [B, Hkv, N, D] (dk) or [B, Hkv, N, DV] (dv).
 template <class Elem>
 struct KvGradStore {
@@ -90,7 +119,7 @@ struct KvGradStore {
   float* part_v;
   KDSL_DEVICE KvGradStore(const AttnArgs& a, const BackwardBlock& blk, Elem* dk_, Elem* dv_, int D, int DV)
       : dk(dk_), dv(dv_), part_k(nullptr), part_v(nullptr) {
-    if (a.head_splits > 1) {
+    if (a.head_splits > 1 || (kBackwardQuerySplit && a.query_splits > 1)) {
       const i64 nk = (i64)a.B * a.Hkv * a.N * D, nv = (i64)a.B * a.Hkv * a.N * DV;
       part_k = a.part_dkv + blk.split * (nk + nv);
       part_v = part_k + nk;
