@@ -604,3 +604,25 @@ def test_split_ctas_walk_every_query_tile_of_every_key_block_once(seed):
                                    for kb in range(key_blocks) for s in range(head_splits * query_splits))
     assert sorted(steps) == sorted((b, h, kb, t) for b in range(B) for h in range(H)
                                    for kb in range(key_blocks) for t in range(m_tiles))
+
+
+@pytest.mark.parametrize("d", [64, 256])
+def test_the_backward_launch_packs_what_the_kernel_declares(d):
+    """attention_backward.param_kinds, which the launch's ArgPack is laid out by, names the
+    generated entry's parameters kind by kind: with TMA maps, a captured table whose gradient
+    is wanted, and a dim only that table binds (the query split count is the last)."""
+    import re
+    from kdsl.runtime import attention_backward
+    src = ("attention learned {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+           " table: f32[H, R]\n score(s, b, h, i, j) = s + table[h, abs(i - j) % R]\n}\n")
+    (k,) = pipeline.check(parse(src, "learned.kd"))
+    built = build(k, "sm_90a", d, program=Program(backward=True, capture_grads=True), want_cubin=False)
+    entry = built.generated.entry
+    params = re.search(rf"{entry}\((.*?)\) {{", built.generated.source, re.S).group(1)
+    kinds = []
+    for p in (x.strip() for x in params.split(",")):
+        kinds.append("tmap" if "TmaDesc" in p else "ptr" if "*" in p else "i32" if p.startswith("int ")
+                     else "f32" if p.startswith("float ") else p)
+    tma = "TmaDesc" in params
+    assert kinds == attention_backward.param_kinds(2 if tma else 0, 1, len(built.generated.capture_dims), 1)
+    assert built.generated.capture_dims == ("R",) and params.rstrip().endswith("int query_splits")

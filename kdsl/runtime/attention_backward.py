@@ -187,8 +187,7 @@ class _BackwardLaunch:
         self.dq_shape = (B, H, tiles, 64 * dp) if plan.dq_tiles else (B, H, M, D)
         ncap, ngrad = len(caps), len(self.graded)
         nmaps = 2 if plan.tma else 0  # q's and dout's tensor maps come first (QdoByTma, attention_bwd_wgmma.cuh)
-        kinds = ["tmap"] * nmaps + ["ptr"] * 9 + ["i32"] * 7 + ["f32"] * 2 + ["ptr"] * ncap + \
-            ["i32"] * len(extra) + ["ptr"] * (ngrad + 2) + ["i32"]
+        kinds = param_kinds(nmaps, ncap, len(extra), ngrad)
         # A mask that reads data has its tiles classified from a summary made for the backward's
         # own tiles (64 queries by plan.keys; emit.generate_backward) by the module's summary
         # kernel.
@@ -248,6 +247,15 @@ def _head_splits(kernel, group: int, ctas: int, device: int) -> int:
 # program has passed its GPU tests (tests/gpu/test_backward_gpu.py test_query_tiles_split_over_ctas;
 # built and checked offline only: bench/NOTES.md, fifty-first session).
 QUERY_SPLITS_BY_DEFAULT = False
+
+
+def param_kinds(nmaps: int, ncap: int, nextra: int, ngrad: int) -> list[str]:
+    """The backward kernel's parameters (templates/attention_backward.cu.j2) by kind: q's and
+    dout's tensor maps (the TMA body), q k v dout lse delta dq_acc dk dv, B H Hkv M N
+    head_group head_splits, scale_log2 scale, the captured tensors, the dims only they bind,
+    their gradient buffers, the summary and the partials of dK / dV, query_splits."""
+    return ["tmap"] * nmaps + ["ptr"] * 9 + ["i32"] * 7 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * nextra + \
+        ["ptr"] * (ngrad + 2) + ["i32"]
 
 
 def _query_splits(kernel, M: int, ctas: int, device: int) -> int:
