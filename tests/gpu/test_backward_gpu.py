@@ -227,6 +227,24 @@ def test_a_learned_bias_under_a_document_mask(d):
     check_grads(f"docbias d={d}", mod.docbias, kir, q, k, v, caps, dout, of_captures=True)
 
 
+def _check_split(monkeypatch, d, kind, env: dict, name, score, mask, shape, seed):
+    """A program's gradients with the backward's CTAs split as env forces (on the kernel `kind`
+    picks; "": the default for d) against the reference's, on B, H, Hkv, M, N = shape."""
+    torch = pytest.importorskip("torch")
+    if kind:
+        monkeypatch.setenv("KDSL_BWD_KERNEL", kind)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    mod = kdsl.compile(f"attention {name} {{\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+                       f" score(s, b, h, i, j) = {score}\n mask(b, h, i, j) = {mask}\n}}\n")
+    kir = mod.ir[name]
+    B, H, Hkv, M, N = shape
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, d, generator=gen)
+    dout = torch.randn((B, H, M, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"{name} d={d} {kind or 'default'} {env}", getattr(mod, name), kir, q, k, v, caps, dout)
+
+
 @pytest.mark.parametrize("splits", [1, 2, 8])
 @pytest.mark.parametrize("d, kind", [(64, ""), (128, ""), (256, ""), (128, "mma")])
 def test_query_heads_split_over_ctas(d, kind, splits, monkeypatch):
@@ -234,18 +252,8 @@ def test_query_heads_split_over_ctas(d, kind, splits, monkeypatch):
     block, dK and dV summed from fp32 partials by the module's helper (AttnArgs::head_splits).
     Forced by KDSL_BWD_HEAD_SPLITS (1: none, 8: one query head a CTA) for MQA with a per-head
     score, so that a CTA reading another range's head would show; every backward kernel."""
-    torch = pytest.importorskip("torch")
-    if kind:
-        monkeypatch.setenv("KDSL_BWD_KERNEL", kind)
-    monkeypatch.setenv("KDSL_BWD_HEAD_SPLITS", str(splits))
-    mod = kdsl.compile("attention mqa {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
-                       " score(s, b, h, i, j) = s - 0.05 * float(h + 1) * float(abs(i - j))\n"
-                       " mask(b, h, i, j) = j <= i + 20\n}\n")
-    kir = mod.ir["mqa"]
-    gen = torch.Generator(device="cuda").manual_seed(d * 10 + splits)
-    q, k, v, caps = attention_inputs(kir, 2, 8, 1, 190, 230, d, generator=gen)
-    dout = torch.randn((2, 8, 190, d), device="cuda", generator=gen).to(q.dtype)
-    check_grads(f"mqa d={d} {kind or 'default'} splits={splits}", mod.mqa, kir, q, k, v, caps, dout)
+    _check_split(monkeypatch, d, kind, {"KDSL_BWD_HEAD_SPLITS": str(splits)}, "mqa",
+                 "s - 0.05 * float(h + 1) * float(abs(i - j))", "j <= i + 20", (2, 8, 1, 190, 230), d * 10 + splits)
 
 
 @pytest.mark.parametrize("splits", [1, 2, 3, 16])
@@ -257,16 +265,6 @@ def test_query_tiles_split_over_ctas(d, kind, splits, monkeypatch):
     tiles at 128-query steps, some empty) on GQA whose query heads split too, with a score and
     mask on the query row, so that a range reading another's rows, or a lost partial, would
     show; every backward kernel."""
-    torch = pytest.importorskip("torch")
-    if kind:
-        monkeypatch.setenv("KDSL_BWD_KERNEL", kind)
-    monkeypatch.setenv("KDSL_BWD_HEAD_SPLITS", "2")
-    monkeypatch.setenv("KDSL_BWD_QUERY_SPLITS", str(splits))
-    mod = kdsl.compile("attention cross {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
-                       " score(s, b, h, i, j) = s - 0.01 * float(h + 1) * float(abs(i - 8 * j))\n"
-                       " mask(b, h, i, j) = 4 * j <= i + 28\n}\n")
-    kir = mod.ir["cross"]
-    gen = torch.Generator(device="cuda").manual_seed(d * 10 + splits)
-    q, k, v, caps = attention_inputs(kir, 2, 4, 2, 1000, 77, d, generator=gen)
-    dout = torch.randn((2, 4, 1000, d), device="cuda", generator=gen).to(q.dtype)
-    check_grads(f"cross d={d} {kind or 'default'} splits={splits}", mod.cross, kir, q, k, v, caps, dout)
+    _check_split(monkeypatch, d, kind, {"KDSL_BWD_HEAD_SPLITS": "2", "KDSL_BWD_QUERY_SPLITS": str(splits)}, "cross",
+                 "s - 0.01 * float(h + 1) * float(abs(i - 8 * j))", "4 * j <= i + 28", (2, 4, 2, 1000, 77),
+                 d * 10 + splits)
