@@ -14,6 +14,21 @@ from .errors import KdslError, SourceError
 EMITS = ("ir", "cuda", "ptx", "cubin")
 
 
+def _files_before_shapes(argv: list[str]) -> list[str]:
+    """`kdsl bench --shapes A B prog.kd` would read prog.kd as a third shape (--shapes takes one
+    or more): a .kd or .ir file among the shapes goes before --shapes instead."""
+    if "--shapes" not in argv:
+        return argv
+    at = argv.index("--shapes")
+    tail, files = [], []
+    for i, a in enumerate(argv[at + 1:]):
+        if a.startswith("-"):
+            tail += argv[at + 1 + i:]
+            break
+        (files if a.endswith((".kd", ".ir")) else tail).append(a)
+    return argv[:at] + files + ["--shapes"] + tail
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="kdsl", description="Compile kdsl attention and FP8 GEMM programs "
                                      "to CUDA kernels for NVIDIA Hopper.")
@@ -72,7 +87,7 @@ def main(argv=None) -> int:
                     "(FP8 GEMM cases are left out)")
     bn.add_argument("-o", "--out-dir", default="bench/results", metavar="OUT_DIR")
     _tune_parser(sub)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_files_before_shapes(sys.argv[1:] if argv is None else list(argv)))
     if args.command is None:
         parser.print_help()
         return 2

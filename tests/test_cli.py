@@ -208,3 +208,17 @@ def test_every_lowered_attention_program_loads_back_from_its_ir(tmp_path):
             body = lambda g: g.source.split("\n", 1)[1]  # noqa: E731 - the first line names the source file
             assert body(emit.generate(again)) == body(emit.generate(lowered)), (stem, k.name, d)
     assert with_table, "no program took the offset table: the regression is not covered"
+
+
+def test_a_file_after_the_shapes_is_a_file_not_a_shape():
+    """`kdsl bench --shapes A B prog.kd` (or tune's): --shapes takes one or more values, so the
+    program was read as a shape and the command said it had no file; it is moved before --shapes."""
+    from kdsl.cli import _files_before_shapes
+    assert _files_before_shapes(["bench", "--shapes", "B=1,H=2,M=3,N=4,D=64", "p.kd", "--reps", "3"]) == \
+        ["bench", "p.kd", "--shapes", "B=1,H=2,M=3,N=4,D=64", "--reps", "3"]
+    assert _files_before_shapes(["tune", "--shapes", "M=1,N=2,K=128", "g.ir"]) == \
+        ["tune", "g.ir", "--shapes", "M=1,N=2,K=128"]
+    assert _files_before_shapes(["bench", "p.kd", "--shapes", "B=1,H=2,M=3,N=4,D=64"]) == \
+        ["bench", "p.kd", "--shapes", "B=1,H=2,M=3,N=4,D=64"]
+    r = run("bench", "--shapes", "B=2,H=x", str(ROOT / "samples" / "plain.kd"))
+    assert r.returncode == 1 and "shape 'B=2,H=x'" in r.stderr and "Traceback" not in r.stderr, r.stderr
