@@ -178,7 +178,7 @@ def test_the_query_split_program_builds_on_tensor_cores_and_leaves_the_default_a
     assert "-DKDSL_BWD_QUERY_SPLIT=1" in split.options and "-DKDSL_BWD_QUERY_SPLIT=1" not in default.options
     if split.kernel.attr("bwd_step_rows") == default.kernel.attr("bwd_step_rows"):
         assert split.generated.source == default.generated.source
-    assert "float* part_dkv,\n            int query_splits) {" in split.generated.source
+    assert "float* part_dkv\n#if KDSL_BWD_QUERY_SPLIT\n            , int query_splits\n#endif" in split.generated.source
     rep = sass.inspect(split.compiled.cubin, split.generated.entry)
     if rep is not None:
         assert rep.tensor_ops.get("HGMMA") and not rep.local_bytes, rep
@@ -514,7 +514,7 @@ def test_a_data_dependent_mask_has_a_tile_summary_on_the_backwards_tiles(d, keys
     built = build(mod.ir["docs"], "sm_90a", d, program=Program(backward=True), want_cubin=False)
     src, entry = built.generated.source, built.generated.entry
     assert f"kTileQ = 64, kTileKV = {keys};" in src
-    assert f"{entry}_summary(" in src and "const int* summary, float* part_dkv,\n            int query_splits) {" in src and ", summary};" in src
+    assert f"{entry}_summary(" in src and "const int* summary, float* part_dkv\n#if KDSL_BWD_QUERY_SPLIT" in src and ", summary};" in src
     layout = Layout.of(built.kernel, B=2, H=3, M=300, N=700, tiles=(64, keys))
     assert sorted(layout.entries) == sorted([2 * 5, 2 * -(-700 // keys)])  # doc_q per b on 64 rows, doc_kv on keys
 
@@ -606,11 +606,13 @@ def test_split_ctas_walk_every_query_tile_of_every_key_block_once(seed):
                                    for kb in range(key_blocks) for t in range(m_tiles))
 
 
+@pytest.mark.parametrize("query_split", [False, True])
 @pytest.mark.parametrize("d", [64, 256])
-def test_the_backward_launch_packs_what_the_kernel_declares(d):
+def test_the_backward_launch_packs_what_the_kernel_declares(d, query_split):
     """attention_backward.param_kinds, which the launch's ArgPack is laid out by, names the
     generated entry's parameters kind by kind: with TMA maps, a captured table whose gradient
-    is wanted, and a dim only that table binds (the query split count is the last)."""
+    is wanted, and a dim only that table binds; the query split's count last in its program
+    alone (every other program keeps the parameters it had)."""
     import re
     from kdsl.runtime import attention_backward
     src = ("attention learned {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
@@ -619,10 +621,14 @@ def test_the_backward_launch_packs_what_the_kernel_declares(d):
     built = build(k, "sm_90a", d, program=Program(backward=True, capture_grads=True), want_cubin=False)
     entry = built.generated.entry
     params = re.search(rf"{entry}\((.*?)\) {{", built.generated.source, re.S).group(1)
+    # the preprocessor's view of the list: the guarded parameter only where its define is 1
+    params = re.sub(r"#if KDSL_BWD_QUERY_SPLIT\n(.*?)#endif\n", r"\1" if query_split else "", params, flags=re.S)
     kinds = []
     for p in (x.strip() for x in params.split(",")):
         kinds.append("tmap" if "TmaDesc" in p else "ptr" if "*" in p else "i32" if p.startswith("int ")
                      else "f32" if p.startswith("float ") else p)
     tma = "TmaDesc" in params
-    assert kinds == attention_backward.param_kinds(2 if tma else 0, 1, len(built.generated.capture_dims), 1)
-    assert built.generated.capture_dims == ("R",) and params.rstrip().endswith("int query_splits")
+    assert kinds == attention_backward.param_kinds(2 if tma else 0, 1, len(built.generated.capture_dims), 1,
+                                                   query_split)
+    assert built.generated.capture_dims == ("R",)
+    assert params.rstrip().endswith("int query_splits") == query_split

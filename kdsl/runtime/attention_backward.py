@@ -187,7 +187,7 @@ class _BackwardLaunch:
         self.dq_shape = (B, H, tiles, 64 * dp) if plan.dq_tiles else (B, H, M, D)
         ncap, ngrad = len(caps), len(self.graded)
         nmaps = 2 if plan.tma else 0  # q's and dout's tensor maps come first (QdoByTma, attention_bwd_wgmma.cuh)
-        kinds = param_kinds(nmaps, ncap, len(extra), ngrad)
+        kinds = param_kinds(nmaps, ncap, len(extra), ngrad, query_splits > 1)
         # A mask that reads data has its tiles classified from a summary made for the backward's
         # own tiles (64 queries by plan.keys; emit.generate_backward) by the module's summary
         # kernel.
@@ -195,7 +195,7 @@ class _BackwardLaunch:
         group = _head_group(kernel, q, Hkv, Dv, key_blocks, self.splits, query_splits, self.device,
                             reads_data=layout is not None)
         values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, group, head_splits, s * LOG2E, s] + [None] * ncap + \
-            [dims[n] for n in extra] + [None] * (ngrad + 2) + [query_splits]
+            [dims[n] for n in extra] + [None] * (ngrad + 2) + [query_splits] * (query_splits > 1)
         first_cap, first_grad = nmaps + 18, nmaps + 18 + ncap + len(extra)
         self.pack = ArgPack(kinds, values, list(range(nmaps, nmaps + 9)) + list(range(first_cap, first_cap + ncap)) +
                             list(range(first_grad, first_grad + ngrad + 2)))
@@ -249,13 +249,14 @@ def _head_splits(kernel, group: int, ctas: int, device: int) -> int:
 QUERY_SPLITS_BY_DEFAULT = False
 
 
-def param_kinds(nmaps: int, ncap: int, nextra: int, ngrad: int) -> list[str]:
+def param_kinds(nmaps: int, ncap: int, nextra: int, ngrad: int, query_split: bool = False) -> list[str]:
     """The backward kernel's parameters (templates/attention_backward.cu.j2) by kind: q's and
     dout's tensor maps (the TMA body), q k v dout lse delta dq_acc dk dv, B H Hkv M N
     head_group head_splits, scale_log2 scale, the captured tensors, the dims only they bind,
-    their gradient buffers, the summary and the partials of dK / dV, query_splits."""
+    their gradient buffers, the summary and the partials of dK / dV, and in the query-split
+    program (Program.query_split) query_splits."""
     return ["tmap"] * nmaps + ["ptr"] * 9 + ["i32"] * 7 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * nextra + \
-        ["ptr"] * (ngrad + 2) + ["i32"]
+        ["ptr"] * (ngrad + 2) + ["i32"] * query_split
 
 
 def _query_splits(kernel, M: int, ctas: int, device: int) -> int:
