@@ -3,8 +3,8 @@
 # checked offline, off by default), from the repo root on the GPU machine with .whl/ carried
 # (see bench/gpu_session.sh):
 #   1. its GPU tests (the split program at head dims 64 / 128 / 256 and on mma.sync, 1 / 2 / 3 / 16
-#      ranges; the query-head split beside it) and part c's shapes of the default backward (the
-#      launch's new last parameter);
+#      ranges; the query-head split beside it) and part c's shapes of the default backward (its
+#      launch, reordered on the host);
 #   2. memcheck and racecheck of the backward sanitize workload with 3 ranges forced;
 #   3. backward alone against forced counts, in turns (backward_ab.py), at the held-out
 #      cross-attention shapes: B=1 H=8 M=8192 N=1024 D=128 (64 CTAs) and B=2 H=8 M=4096 N=77 D=64
