@@ -243,12 +243,6 @@ def _head_splits(kernel, group: int, ctas: int, device: int) -> int:
     return int(forced)
 
 
-# Whether calls take geometry.backward_query_splits' count unforced: not until the query-split
-# program has passed its GPU tests (tests/gpu/test_backward_gpu.py test_query_tiles_split_over_ctas;
-# built and checked offline only: bench/NOTES.md, fifty-first session).
-QUERY_SPLITS_BY_DEFAULT = False
-
-
 def param_kinds(nmaps: int, ncap: int, nextra: int, ngrad: int, query_split: bool = False) -> list[str]:
     """The backward kernel's parameters (templates/attention_backward.cu.j2) by kind: q's and
     dout's tensor maps (the TMA body), q k v dout lse delta dq_acc dk dv, B H Hkv M N
@@ -264,7 +258,7 @@ def _query_splits(kernel, M: int, ctas: int, device: int) -> int:
     geometry.backward_query_splits). KDSL_BWD_QUERY_SPLITS forces it (tests and A/B timing)."""
     forced = os.environ.get("KDSL_BWD_QUERY_SPLITS")
     if not forced:
-        return geometry.backward_query_splits(M, ctas, _sm_count(device)) if QUERY_SPLITS_BY_DEFAULT else 1
+        return geometry.backward_query_splits(M, ctas, _sm_count(device))
     if not forced.isdigit() or int(forced) < 1:
         raise LaunchError(f"{kernel.name}: KDSL_BWD_QUERY_SPLITS={forced!r} must be a positive integer")
     return int(forced)

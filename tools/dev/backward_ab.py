@@ -63,7 +63,9 @@ def load_variant(kern, env: dict, q, k, v, out, dout, lse, caps):
         ab.backward(kern, q, k, v, out, dout, lse, None, caps, None)
         (lkey,) = [key for key in kern._loaded if key[0] == "backward"]
         (pkey,) = [key for key in kern._plans if key[0] == "backward"]
-        built = build(kern._kernel_ir(), kern._arch(), q.shape[3], value_dim=v.shape[3], program=ab.BACKWARD)
+        # the program the runtime chose (its key: ..., capture_grads, query_split), not always the default
+        program = ab.Program(backward=True, capture_grads=lkey[-2], query_split=lkey[-1])
+        built = build(kern._kernel_ir(), kern._arch(), q.shape[3], value_dim=v.shape[3], program=program)
     rep = sass.inspect(built.compiled.cubin, built.generated.entry)
     info = f"{rep.registers} regs, {rep.local_bytes} B local" if rep else "no cuobjdump"
     info += f", cubin {hashlib.sha256(built.compiled.cubin).hexdigest()[:12]}"
