@@ -92,14 +92,16 @@ def _calls_match_the_reference(kern, kir, shape, seeds):
         assert torch.allclose(lse, ref_lse.float(), atol=2e-3, rtol=1e-3), seed
 
 
-@pytest.mark.parametrize("shape", [(1, 2, 2, 200, 200, 256), (1, 4, 4, 130, 520, 128), (1, 16, 16, 1, 4096, 256)],
+@pytest.mark.parametrize("shape", [(1, 2, 2, 200, 200, 256), (1, 4, 4, 130, 520, 128), (1, 16, 16, 1, 4096, 256),
+                                   (1, 2, 2, 1000, 2048, 64), (1, 4, 4, 2048, 2048, 128)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_self_merge_waits_for_every_row_of_each_split(shape):
     """Items that merge themselves merge only whole splits: many calls, each on fresh inputs
     and into an out filled with NaN, each checked, so that a merge of stale, missing or
     half-written partial rows shows up. (At head dim 256 this failed while a spill fallback's
     narrower tile left a key range empty; the warpgroup's barrier before it counts a split
-    keeps the rows its other threads store ahead of the count.)"""
+    keeps the rows its other threads store ahead of the count.) Whole items of 128 and 192
+    rows: each warp merges 16 rows, kMergeRows at a time, the last of a tile partial at 1000.)"""
     torch = pytest.importorskip("torch")
     mod = kdsl.compile(UNMASKED_LSE)
     kern, kir = mod.bias_lse, mod.ir["bias_lse"]

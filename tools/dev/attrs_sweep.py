@@ -6,7 +6,8 @@
 
 Each spec is k=v[,k=v] (integers, or strings for schedule), or -DNAME=VALUE [-DNAME2=VALUE2 ...] (the default
 schedule compiled with that define: A/B of a kernel change kept behind a macro), or
-head_group=G (the default kernel launched with that AttnArgs::head_group); the first
+head_group=G (the default kernel launched with that AttnArgs::head_group), or splits=S (the
+default kernel with its keys split into S ranges a work item: splitkv.kv_splits forced); the first
 row is the default schedule. Every variant's output is compared with the default's (they must agree to bf16).
 A case may carry its own specs after a second colon group (FILE:KERNEL:SHAPE:SPEC;SPEC),
 used instead of --attrs. plain and causal cases also time cuDNN SDPA in the same process.
@@ -35,6 +36,19 @@ def forced_head_group(group: int):
         yield
     finally:
         geometry.attention_head_group = saved
+
+
+@contextlib.contextmanager
+def forced_splits(splits: int):
+    """Plans made inside split each work item's keys into `splits` ranges (1: none)."""
+    from kdsl.runtime import splitkv
+    saved = splitkv.kv_splits
+    # as kv_splits counts: no range left empty (a range of ceil(tiles / splits) tiles each)
+    splitkv.kv_splits = lambda items, kv_tiles, sms: -(-kv_tiles // -(-kv_tiles // min(splits, kv_tiles)))
+    try:
+        yield
+    finally:
+        splitkv.kv_splits = saved
 
 
 def parse_attrs(spec: str) -> dict:
@@ -80,6 +94,10 @@ def main() -> None:
                 if spec.startswith("head_group="):  # the default kernel, its plan made with this head group
                     kern = AttentionKernel(base.ir)
                     with forced_head_group(int(spec.split("=")[1])):
+                        out = kern(q, k, v, **caps)
+                elif spec.startswith("splits="):  # the default kernel, its plan made with this split
+                    kern = AttentionKernel(base.ir)
+                    with forced_splits(int(spec.split("=")[1])):
                         out = kern(q, k, v, **caps)
                 elif spec.startswith("-D"):  # a define: the same schedule, compiled with -DNAME=VALUE
                     kern = AttentionKernel(base.ir)

@@ -48,7 +48,13 @@
 #include "kdsl/wgmma_ops.cuh"
 #include "kdsl/work_counter.cuh"
 
+#ifndef KDSL_MERGE_ROWS  // rows a warp merges at once where an item merges itself (merge_if_last); an A/B switch
+#define KDSL_MERGE_ROWS 4
+#endif
+
 namespace kdsl {
+
+constexpr int kMergeRows = KDSL_MERGE_ROWS;
 
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = 0, bool ROWSUM = false,
           bool OTAB = false>
@@ -317,8 +323,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     if (!named_barrier_or(8 + wgi, 128, mine)) return;
     __threadfence();
     const int lane = fresh_thread_index() & 31, wq = (fresh_thread_index() & 127) >> 5;
-    for (int r = q0 + wgi * 64 + wq; r < imin2(q0 + wgi * 64 + 64, a.M); r += 4)
-      combine_split_row<Elem, DV>(a.part_o, a.part_lse, a.o, a.lse, a.B * a.H * a.M, a.splits, bh * a.M + r, lane);
+    // a warp's rows wq, wq + 4, ...: kMergeRows of them at once (combine_split_rows)
+    const int end = bh * a.M + imin2(q0 + wgi * 64 + 64, a.M);
+    for (int r = bh * a.M + q0 + wgi * 64 + wq; r < end; r += 4 * kMergeRows)
+      combine_split_rows<Elem, DV, kMergeRows>(a.part_o, a.part_lse, a.o, a.lse, a.B * a.H * a.M, a.splits, r, 4,
+                                               end, lane);
     if (mine) *done = 0;
   };
 
