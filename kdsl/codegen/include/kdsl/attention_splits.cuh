@@ -19,10 +19,13 @@ namespace kdsl {
 // that merges itself: 16 rows a warp), where rows one after another were 16 rounds.
 // Loads bypass L1 (ld.global.cg): the attention kernel's last CTA of an item merges what
 // other CTAs wrote during the same launch.
+// Splits whose loads a round of combine_split_rows<.., R> issues for each of its R rows.
+__host__ __device__ constexpr int merge_batch(int R) { return R >= 8 ? 1 : 8 / R; }
+
 template <class Elem, int D, int R = 1>
 KDSL_DEVICE void combine_split_rows(const float* part_o, const float* part_lse, void* o, float* lse, int rows,
                                     int splits, int row, int stride, int end, int lane) {
-  constexpr int kBlocks = (D + 63) / 64, kBatch = R >= 8 ? 1 : 8 / R;
+  constexpr int kBlocks = (D + 63) / 64, kBatch = merge_batch(R);
   auto in_row = [&](int c) { return 64 * c + 2 * lane < D; };  // false only in a partial last block
   int rr[R];
   float m[R], wsum[R], acc[R][2 * kBlocks];

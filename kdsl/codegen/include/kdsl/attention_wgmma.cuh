@@ -48,13 +48,20 @@
 #include "kdsl/wgmma_ops.cuh"
 #include "kdsl/work_counter.cuh"
 
-#ifndef KDSL_MERGE_ROWS  // rows a warp merges at once where an item merges itself (merge_if_last); an A/B switch
-#define KDSL_MERGE_ROWS 4
-#endif
-
 namespace kdsl {
 
-constexpr int kMergeRows = KDSL_MERGE_ROWS;
+// Rows a warp merges at once where an item merges itself (merge_if_last): 8 (H200, B=1 H=4
+// 2048 rows, plain at head dim 128: 39.3 us one at a time, 29.0 four, 28.9 eight; at 64, 35.7,
+// 27.2, 25.5), but 4 with three consumer warpgroups, whose 128 registers a thread spilled at 8.
+// KDSL_MERGE_ROWS sets it (an A/B switch).
+template <int NCWG>
+__host__ __device__ constexpr int merge_rows() {
+#ifdef KDSL_MERGE_ROWS
+  return KDSL_MERGE_ROWS;
+#else
+  return NCWG >= 3 ? 4 : 8;
+#endif
+}
 
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = 0, bool ROWSUM = false,
           bool OTAB = false>
@@ -323,11 +330,19 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     if (!named_barrier_or(8 + wgi, 128, mine)) return;
     __threadfence();
     const int lane = fresh_thread_index() & 31, wq = (fresh_thread_index() & 127) >> 5;
-    // a warp's rows wq, wq + 4, ...: kMergeRows of them at once (combine_split_rows)
-    const int end = bh * a.M + imin2(q0 + wgi * 64 + 64, a.M);
-    for (int r = bh * a.M + q0 + wgi * 64 + wq; r < end; r += 4 * kMergeRows)
-      combine_split_rows<Elem, DV, kMergeRows>(a.part_o, a.part_lse, a.o, a.lse, a.B * a.H * a.M, a.splits, r, 4,
-                                               end, lane);
+    // A warp's rows wq, wq + 4, ...: merge_rows() of them at once, unless the rounds of L2
+    // latency that costs are more than a row at a time takes (few rows, many splits: decode).
+    const int first = bh * a.M + q0 + wgi * 64, end = bh * a.M + imin2(q0 + wgi * 64 + 64, a.M);
+    constexpr int kRows = merge_rows<NCWG>();
+    const int rows = (end - first + 3) / 4, splits = a.splits;  // the busiest warp's rows
+    const bool batched = (rows + kRows - 1) / kRows * ((splits + merge_batch(kRows) - 1) / merge_batch(kRows)) <
+                         rows * ((splits + merge_batch(1) - 1) / merge_batch(1));
+    for (int r = first + wq; r < end; r += batched ? 4 * kRows : 4) {
+      if (batched)
+        combine_split_rows<Elem, DV, kRows>(a.part_o, a.part_lse, a.o, a.lse, a.B * a.H * a.M, splits, r, 4, end, lane);
+      else
+        combine_split_rows<Elem, DV>(a.part_o, a.part_lse, a.o, a.lse, a.B * a.H * a.M, splits, r, 1, r + 1, lane);
+    }
     if (mine) *done = 0;
   };
 
