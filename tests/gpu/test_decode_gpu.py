@@ -101,7 +101,8 @@ def test_self_merge_waits_for_every_row_of_each_split(shape):
     half-written partial rows shows up. (At head dim 256 this failed while a spill fallback's
     narrower tile left a key range empty; the warpgroup's barrier before it counts a split
     keeps the rows its other threads store ahead of the count.) Whole items of 128 and 192
-    rows: each warp merges 16 rows, kMergeRows at a time, the last of a tile partial at 1000.)"""
+    rows: each warp merges 16 rows, merge_rows() at a time (attention_wgmma.cuh), the last
+    tile partial at 1000 rows."""
     torch = pytest.importorskip("torch")
     mod = kdsl.compile(UNMASKED_LSE)
     kern, kir = mod.bias_lse, mod.ir["bias_lse"]
