@@ -4,6 +4,7 @@ on the caller's current stream. launch.py holds what this shares with the FP8 GE
 from __future__ import annotations
 
 import math
+import os
 
 from .. import ir
 from ..errors import KdslError, LaunchError
@@ -375,8 +376,10 @@ class AttentionKernel(KernelBase):
                     summary=tiles, combine=combine, q_sign=q_sign,
                     dynamic=persistent,
                     # items merge themselves where no item can be all masked (no mask) and the
-                    # counts fit a stream's slot (attention_wgmma.cuh, merge_if_last)
+                    # counts fit a stream's slot (attention_wgmma.cuh, merge_if_last);
+                    # KDSL_SPLIT_COMBINE=1 runs the combine kernel instead, for A/B timing
                     self_merge=combine is not None and lk.func("mask") is None
+                    and os.environ.get("KDSL_SPLIT_COMBINE") != "1"
                     and items // splits * lk.attr("consumers") <= tiling.SPLIT_SLOT)
 
 

@@ -7,7 +7,9 @@
 Each spec is k=v[,k=v] (integers, or strings for schedule), or -DNAME=VALUE [-DNAME2=VALUE2 ...] (the default
 schedule compiled with that define: A/B of a kernel change kept behind a macro), or
 head_group=G (the default kernel launched with that AttnArgs::head_group), or splits=S (the
-default kernel with its keys split into S ranges a work item: splitkv.kv_splits forced); the first
+default kernel with its keys split into S ranges a work item: splitkv.kv_splits forced), or
+KDSL_NAME=V (the default kernel, its plan made with that environment variable set:
+KDSL_SPLIT_COMBINE=1); the first
 row is the default schedule. Every variant's output is compared with the default's (they must agree to bf16).
 A case may carry its own specs after a second colon group (FILE:KERNEL:SHAPE:SPEC;SPEC),
 used instead of --attrs. plain and causal cases also time cuDNN SDPA in the same process.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -99,6 +102,17 @@ def main() -> None:
                     kern = AttentionKernel(base.ir)
                     with forced_splits(int(spec.split("=")[1])):
                         out = kern(q, k, v, **caps)
+                elif spec.startswith("KDSL_") and "=" in spec:  # a runtime switch, read when the plan is made
+                    kern = AttentionKernel(base.ir)
+                    name_, value = spec.split("=", 1)
+                    saved, os.environ[name_] = os.environ.get(name_), value
+                    try:
+                        out = kern(q, k, v, **caps)
+                    finally:
+                        if saved is None:
+                            del os.environ[name_]
+                        else:
+                            os.environ[name_] = saved
                 elif spec.startswith("-D"):  # a define: the same schedule, compiled with -DNAME=VALUE
                     kern = AttentionKernel(base.ir)
                     with extra_options(spec.split()):  # one or more -D, space-separated
