@@ -9,7 +9,8 @@
 #   3. backward alone against forced counts, in turns (backward_ab.py), at the held-out
 #      cross-attention shapes: B=1 H=8 M=8192 N=1024 D=128 (64 CTAs) and B=2 H=8 M=4096 N=77 D=64
 #      (16 CTAs); geometry.backward_query_splits would take 2 and 8.
-# If the tests pass and the split wins, set attention_backward.QUERY_SPLITS_BY_DEFAULT = True.
+# (Run in the fifty-second session: passed and won, so the split is now on by default; the A/B here
+# times the unsplit program (forced 1) against the default and a forced count. bench/NOTES.md.)
 # The timeouts add up to 560 s, inside a call's 600.
 set -uo pipefail
 source bench/device_env.sh
@@ -24,6 +25,6 @@ for tool in memcheck racecheck; do
 done
 cd tools/dev
 timeout 80 python3 backward_ab.py --programs plain,causal --shape 1,8,8192,1024,128 --reps 10 \
-  --variants "default;KDSL_BWD_QUERY_SPLITS=2;KDSL_BWD_QUERY_SPLITS=4" 2>&1 | tee "$OUT/split-ab-8192.log" | tail -12
+  --variants "KDSL_BWD_QUERY_SPLITS=1;default;KDSL_BWD_QUERY_SPLITS=4" 2>&1 | tee "$OUT/split-ab-8192.log" | tail -12
 timeout 70 python3 backward_ab.py --programs plain --shape 2,8,4096,77,64 --reps 10 \
-  --variants "default;KDSL_BWD_QUERY_SPLITS=4;KDSL_BWD_QUERY_SPLITS=8" 2>&1 | tee "$OUT/split-ab-77.log" | tail -8
+  --variants "KDSL_BWD_QUERY_SPLITS=1;default;KDSL_BWD_QUERY_SPLITS=4" 2>&1 | tee "$OUT/split-ab-77.log" | tail -8
