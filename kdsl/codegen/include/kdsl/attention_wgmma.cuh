@@ -52,14 +52,18 @@ namespace kdsl {
 
 // Rows a warp merges at once where an item merges itself (merge_if_last): 8 (H200, B=1 H=4
 // 2048 rows, plain at head dim 128: 39.3 us one at a time, 29.0 four, 28.9 eight; at 64, 35.7,
-// 27.2, 25.5), but 4 with three consumer warpgroups, whose 128 registers a thread spilled at 8.
+// 27.2, 25.5; at 256, 55.7, 44.1, 43.9), but 4 with three consumer warpgroups, whose 128
+// registers a thread spilled at 8, and over 128 value columns, where a generated score spilled
+// at 8 (bench/NOTES.md, fifty-second session: 2 of ~1,080 generated split builds spilled where a
+// row at a time did not, this one and one at three warpgroups; 2 would spare that one too, and
+// takes as many rounds of L2 latency at 3 or 4 splits, but is not yet timed).
 // KDSL_MERGE_ROWS sets it (an A/B switch).
-template <int NCWG>
+template <int NCWG, int DV>
 __host__ __device__ constexpr int merge_rows() {
 #ifdef KDSL_MERGE_ROWS
   return KDSL_MERGE_ROWS;
 #else
-  return NCWG >= 3 ? 4 : 8;
+  return NCWG >= 3 || DV > 128 ? 4 : 8;
 #endif
 }
 
@@ -333,7 +337,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // A warp's rows wq, wq + 4, ...: merge_rows() of them at once, unless the rounds of L2
     // latency that costs are more than a row at a time takes (few rows, many splits: decode).
     const int first = bh * a.M + q0 + wgi * 64, end = bh * a.M + imin2(q0 + wgi * 64 + 64, a.M);
-    constexpr int kRows = merge_rows<NCWG>();
+    constexpr int kRows = merge_rows<NCWG, DV>();
     const int rows = (end - first + 3) / 4, splits = a.splits;  // the busiest warp's rows
     const bool batched = (rows + kRows - 1) / kRows * ((splits + merge_batch(kRows) - 1) / merge_batch(kRows)) <
                          rows * ((splits + merge_batch(1) - 1) / merge_batch(1));
