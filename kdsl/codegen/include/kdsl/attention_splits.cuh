@@ -7,6 +7,9 @@
 
 namespace kdsl {
 
+// Splits whose loads a round of combine_split_rows<.., R> issues for each of its R rows.
+__host__ __device__ constexpr int merge_batch(int R) { return R >= 8 ? 1 : 8 / R; }
+
 // Split-KV: each split of the keys left its normalised O (fp32) and lse; row `row` of out
 // (of rows = B * H * M) is their lse-weighted mean and of lse their log-sum-exp, computed by
 // one warp: lane l holds columns 64 c + 2 l and 64 c + 2 l + 1 of each 64-column block c.
@@ -19,9 +22,6 @@ namespace kdsl {
 // that merges itself: 16 rows a warp), where rows one after another were 16 rounds.
 // Loads bypass L1 (ld.global.cg): the attention kernel's last CTA of an item merges what
 // other CTAs wrote during the same launch.
-// Splits whose loads a round of combine_split_rows<.., R> issues for each of its R rows.
-__host__ __device__ constexpr int merge_batch(int R) { return R >= 8 ? 1 : 8 / R; }
-
 template <class Elem, int D, int R = 1>
 KDSL_DEVICE void combine_split_rows(const float* part_o, const float* part_lse, void* o, float* lse, int rows,
                                     int splits, int row, int stride, int end, int lane) {
