@@ -417,10 +417,12 @@ def test_a_prebuilt_backward_whose_trial_spills_prebuilds_its_fallback(tmp_path,
 
 
 def test_a_first_call_recorded_for_autograd_starts_building_its_backward(tmp_path, monkeypatch):
-    """An attention call recorded for autograd, the first at its head dims (and whether captured
-    tensors' gradients are wanted), starts building the backward program that loss.backward()
-    will ask for, in a compiler process: that build is then a cache hit. Later calls start
-    nothing more."""
+    """An attention call recorded for autograd, the first with its backward program (head dims,
+    whether captured tensors' gradients are wanted, whether the shapes split the query tiles:
+    attention_backward.splits), starts building the program that loss.backward() will ask for,
+    in a compiler process: that build is then a cache hit. Later calls start nothing more.
+    (Regression: with the query split on by default, the forward prebuilt the unsplit program
+    while the backward of such shapes compiled the split one at loss.backward().)"""
     from kdsl.runtime import attention_backward, prebuild
     from kdsl.runtime.attention_launch import AttentionKernel
     from kdsl.grammar import parse
@@ -435,14 +437,21 @@ def test_a_first_call_recorded_for_autograd_starts_building_its_backward(tmp_pat
     real = prebuild.start_backward
     monkeypatch.setattr(prebuild, "start_backward", lambda *a: (started.append(a[1:]), real(*a)))
 
-    class Shape:  # what _prebuild_backward reads of q, v and the captured tensors
-        def __init__(self, d, grad=False):
-            self.shape, self.requires_grad = (1, 1, 1, d), grad
+    monkeypatch.setattr(attention_backward, "_sm_count", lambda device: 132)  # an H100's / H200's
+
+    class Shape:  # what _prebuild_backward reads of q, k, v and the captured tensors
+        def __init__(self, *shape, grad=False):
+            self.shape, self.requires_grad, self.device = shape, grad, type("Device", (), {"index": 0})
     for _ in range(2):
-        kern._prebuild_backward(Shape(64), Shape(64), [Shape(1, grad=True)])
-    kern._prebuild_backward(Shape(128), Shape(128), [Shape(1)])
-    assert started == [(64, 64, True), (128, 128, False)]
+        kern._prebuild_backward(Shape(1, 1, 1, 64), Shape(1, 1, 1, 64), Shape(1, 1, 1, 64), [Shape(1, grad=True)])
+    kern._prebuild_backward(Shape(2, 16, 512, 128), Shape(2, 16, 512, 128), Shape(2, 16, 512, 128), [Shape(1)])
+    # 8 heads, 1024 keys and 8192 queries: 64 CTAs unsplit, so the query tiles split in two
+    q, kv = Shape(1, 8, 8192, 128), Shape(1, 8, 1024, 128)
+    kern._prebuild_backward(q, kv, kv, [Shape(1)])
+    assert started == [(64, 64, True, False), (128, 128, False, False), (128, 128, False, True)]
+    assert attention_backward.splits(kern, 1, 8, 8, 8192, 1024, 128, 128, 0) == (1, 2)
     compiler.finish_prebuilds()
-    for d, program in ((64, attention_backward.BACKWARD_CAPTURE_GRADS), (128, attention_backward.BACKWARD)):
+    for d, program in ((64, attention_backward.BACKWARD_CAPTURE_GRADS), (128, attention_backward.BACKWARD),
+                       (128, attention_backward.backward_program(False, True))):
         built = compiler.build(kern._kernel_ir(), "sm_90a", d, value_dim=d, program=program)
-        assert built.cache_hit, d
+        assert built.cache_hit, (d, program)

@@ -166,19 +166,13 @@ class _BackwardLaunch:
         if 0 in (B, H, M, N):
             return
         self.device = kernel._device(infos)
-        from ..passes.target import get_target
-        keys = emit.backward_plan(D, Dv, get_target(kernel._arch())).keys  # a CTA's keys: what the splits count
+        keys = _cta_keys(kernel, D, Dv)
         key_blocks = -(-N // keys)
         if key_blocks * Hkv * B >= 2 ** 31 or B * H * M >= 2 ** 31:
             raise LaunchError(f"{kernel.name}: the backward kernel takes fewer than 2^31 CTAs (one per {keys} "
                               f"keys of each batch and k/v head) and query rows; got {key_blocks} x Hkv={Hkv} x "
                               f"B={B} and B x H x M = {B * H * M}")
-        # few k/v heads: a pair's query heads split over CTAs, and with few CTAs still, their
-        # query tiles (a program of its own); dK and dV summed from partials after
-        head_splits = _head_splits(kernel, H // Hkv, key_blocks * Hkv * B, self.device)
-        query_splits = _query_splits(kernel, M, key_blocks * Hkv * B * head_splits, self.device)
-        if query_splits > 1:  # only with a query head a CTA (the kernels' walks rely on it: BwdSteps)
-            head_splits = H // Hkv
+        head_splits, query_splits = splits(kernel, B, H, Hkv, M, N, D, Dv, self.device)
         self.splits = head_splits * query_splits  # the partial sums of dK and dV
         self.loaded, plan, extra, self.graded, lowered = _program(kernel, D, Dv, self.device, any(want),
                                                                   query_splits > 1)
@@ -241,6 +235,31 @@ def _head_splits(kernel, group: int, ctas: int, device: int) -> int:
         raise LaunchError(f"{kernel.name}: KDSL_BWD_HEAD_SPLITS={forced!r} must divide the {group} query heads a "
                           f"k/v head serves")
     return int(forced)
+
+
+def _cta_keys(kernel, D: int, Dv: int) -> int:
+    """The keys a backward CTA takes (emit.backward_plan): what the splits count."""
+    from ..passes.target import get_target
+    return emit.backward_plan(D, Dv, get_target(kernel._arch())).keys
+
+
+def splits(kernel, B: int, H: int, Hkv: int, M: int, N: int, D: int, Dv: int, device: int) -> tuple[int, int]:
+    """(head_splits, query_splits) of a backward call: with few k/v heads a pair's query heads
+    split over CTAs, and with few CTAs still their query tiles (the query-split program, a
+    program of its own: Program.query_split), dK and dV summed from partials after. Also asked at
+    the forward, to prebuild the program the backward will run (prebuild.start_backward)."""
+    key_blocks = -(-N // _cta_keys(kernel, D, Dv))
+    head_splits = _head_splits(kernel, H // Hkv, key_blocks * Hkv * B, device)
+    query_splits = _query_splits(kernel, M, key_blocks * Hkv * B * head_splits, device)
+    if query_splits > 1:  # only with a query head a CTA (the kernels' walks rely on it: BwdSteps)
+        head_splits = H // Hkv
+    return head_splits, query_splits
+
+
+def backward_program(capture_grads: bool, query_split: bool) -> Program:
+    """The backward's program: whether it adds captured tensors' gradients and whether its CTAs
+    may split their query tiles."""
+    return Program(backward=True, capture_grads=capture_grads, query_split=query_split)
 
 
 def param_kinds(nmaps: int, ncap: int, nextra: int, ngrad: int, query_split: bool = False) -> list[str]:
@@ -327,7 +346,7 @@ def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False, 
                               f"shared memory, more than {target.arch}'s {target.smem_per_block // 1024} KB a block; "
                               f"smaller head dims fit")
         built = build(kernel._kernel_ir(), kernel._arch(), d, value_dim=dv,
-                      program=Program(backward=True, capture_grads=capture_grads, query_split=query_split))
+                      program=backward_program(capture_grads, query_split))
         kernel._loaded[key] = (Loaded(built.compiled.cubin, built.generated.entry, plan.smem), plan,
                                built.generated.capture_dims, score_grad.capture_grad_tensors(built.kernel), built.kernel)
     return kernel._loaded[key]

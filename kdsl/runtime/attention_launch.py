@@ -24,7 +24,8 @@ class AttentionKernel(KernelBase):
 
     def __init__(self, kernel, arch=None):
         super().__init__(kernel, arch)
-        self._backward_prebuilds: set = set()  # (head dim, value head dim, capture grads) started
+        self._backward_prebuilds: set = set()  # (head dim, value head dim, capture grads, query split) started
+        self._backward_signatures: set = set()  # (q's shape, k's shape, Dv, capture grads) seen
         self.captures = [t for t in kernel.tensors if t.role == "capture"]
         self.has_lse = kernel.tensor("lse") is not None
         # float(q - kv) computed as qf - kvf is exact only up to a length (passes/index_floats)
@@ -47,15 +48,26 @@ class AttentionKernel(KernelBase):
             return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
         if attention_backward.wants_grad(q, k, v, caps):
-            self._prebuild_backward(q, v, caps)
+            self._prebuild_backward(q, k, v, caps)
             return attention_backward.attention_with_grad(self, q, k, v, caps, out, lse, scale, tile_summary)
         return self._run(q, k, v, caps, out, lse, scale, tile_summary)
 
-    def _prebuild_backward(self, q, v, caps) -> None:
-        """The first call recorded for autograd at these head dims starts building the backward
-        in a compiler process (prebuild.start_backward), which loss.backward() would otherwise
+    def _prebuild_backward(self, q, k, v, caps) -> None:
+        """The first call recorded for autograd with a backward program (head dims, captured
+        tensors' gradients, query tiles split or not: the shapes decide) starts building it in a
+        compiler process (prebuild.start_backward), which loss.backward() would otherwise
         compile then, after the forward."""
-        key = (q.shape[-1], v.shape[-1], any(getattr(c, "requires_grad", False) for c in caps))
+        grads = any(getattr(c, "requires_grad", False) for c in caps)
+        signature = (q.shape, k.shape, v.shape[-1], grads)
+        if signature in self._backward_signatures:
+            return
+        self._backward_signatures.add(signature)
+        (B, H, M, D), (Hkv, N), Dv = q.shape, k.shape[1:3], v.shape[-1]
+        try:  # (a call the backward refuses is reported there, not here)
+            query_split = attention_backward.splits(self, B, H, Hkv, M, N, D, Dv, q.device.index or 0)[1] > 1
+        except Exception:  # noqa: BLE001
+            query_split = False
+        key = (D, Dv, grads, query_split)
         if key not in self._backward_prebuilds:
             self._backward_prebuilds.add(key)
             prebuild.start_backward(self, *key)
