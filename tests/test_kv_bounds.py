@@ -16,11 +16,12 @@ from exprgen import bool_expr, program
 DIMS = {"B": 2, "H": 3, "Hkv": 3, "M": 700, "N": 650, "D": 64}
 
 
-def assert_exact(k, dims, captures, rng, tiles=12):
-    """On random (b, h) and tiles: mask == (kv_lo <= kv <= kv_hi) for every row and key of a
-    tile of class keys (tile_keys holds, or there is no tile_keys), and mask implies it on
-    every other tile (the interval is then that of some of the mask's conjuncts)."""
-    bm, bn = k.attr("tile_m"), k.attr("tile_n")
+def assert_exact(k, dims, captures, rng, tiles=12, bn=0):
+    """On random (b, h) and tiles (of bn keys, default the kernel's tile_n): mask == (kv_lo <= kv
+    <= kv_hi) for every row and key of a tile of class keys (tile_keys holds, or there is no
+    tile_keys), and mask implies it on every other tile (the interval is then that of some of
+    the mask's conjuncts)."""
+    bm, bn = k.attr("tile_m"), bn or k.attr("tile_n")
     for _ in range(tiles):
         q0, k0 = bm * rng.randrange(-(-dims["M"] // bm)), bn * rng.randrange(-(-dims["N"] // bn))
         q = np.arange(q0, min(q0 + bm, dims["M"])).reshape(-1, 1)
@@ -53,15 +54,50 @@ def test_samples_solve_exactly(name, expected):
     if expected == "per-element":
         assert k.func("kv_lo") is None
         return
-    rng = np.random.default_rng(0)
     dims = {**DIMS, "M": 2048, "N": 2048}
-    def data(t):  # ids per position: sorted, a few long documents; per batch: any position
+    assert_exact(k, dims, _ids(k, dims), random.Random(1), tiles=16)
+
+
+def _ids(k, dims, seed=0):
+    """Captured i32 tensors: ids per position (sorted, a few long documents); per batch, any position."""
+    rng = np.random.default_rng(seed)
+    def data(t):
         shape = [dims[s.name] for s in t.shape]
         if len(shape) > 1:
             return np.sort(rng.integers(0, 6, size=shape), axis=-1).astype(np.int32)
         return rng.integers(-5, dims["N"] + 5, size=shape).astype(np.int32)
-    captures = {t.name: data(t) for t in k.tensors if t.role == "capture"}
-    assert_exact(k, dims, captures, random.Random(1), tiles=16)
+    return {t.name: data(t) for t in k.tensors if t.role == "capture"}
+
+
+DOCS = "doc_q: i32[B, M]", "doc_kv: i32[B, N]"
+
+
+@pytest.mark.parametrize("mask, d, dv, attrs", [
+    # tools/gpu_fuzz.py's find: the forward's 128-key tiles solve kv % 128 as kv - k0, the wide
+    # backward's CTAs take 64 keys
+    ("doc_q[b, i] >= 0 and abs(i // 128 - j // 128) <= 1 and abs(i % 128 - j % 128) <= 2", 256, 64, {}),
+    ("doc_q[b, i] == doc_kv[b, j] and abs(i % 128 - j % 128) <= 2", 192, 64, {}),
+    # 64-key forward tiles, 128-key backward CTAs: an interval open above ends at the tile's end
+    ("doc_q[b, i] == doc_kv[b, j] and j >= i - 100", 128, 128, {"tile_n": 64}),
+])
+def test_the_backward_solves_key_bounds_on_its_own_key_tiles(mask, d, dv, attrs):
+    from kdsl.codegen import emit
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    from kdsl.passes.target import get_target
+    target = get_target("sm_90a")
+    k = pipeline.check(parse(program(None, mask, decls=DOCS), "t.kd"))[0]
+    forward = pipeline.lower(k.with_attrs(**attrs) if attrs else k, target, d, dv)
+    keys = emit.backward_plan(d, dv, target).keys
+    assert forward.attr("kv_bounds") != "per-element" and keys != forward.attr("tile_n")
+    dims = {**DIMS, "M": 1024, "N": 1024}
+    captures = _ids(forward, dims)
+    with pytest.raises(AssertionError):  # the forward's bounds on the backward's tiles: wrong (the bug)
+        assert_exact(forward, dims, captures, random.Random(5), tiles=60, bn=keys)
+    backward = emit.backward_kernel(forward, target)
+    assert backward.attr("tile_n") == forward.attr("tile_n")  # the forward's tiles stay as they are
+    assert_exact(backward, dims, captures, random.Random(5), tiles=60, bn=keys)
+    assert emit.backward_kernel(backward, target) == backward
 
 
 @settings(max_examples=150, deadline=None)

@@ -15,7 +15,7 @@ import jinja2
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
 from ..errors import KdslError
-from ..passes import exp2_fold, gemm_tiles, mask_analysis, offset_score, score_grad, streaming, tiling
+from ..passes import exp2_fold, gemm_tiles, kv_bounds, mask_analysis, offset_score, score_grad, streaming, tiling
 from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
 
 HERE = Path(__file__).parent
@@ -261,10 +261,23 @@ def _mma_backward_smem(d: int, dv: int, buffers: int) -> int:
     return 2 * (buffers * bm * (dp + dvp) + bn * (dp + dvp) + 2 * bm * bn) + buffers * 8 * bm
 
 
+def backward_kernel(k: ir.Kernel, target) -> ir.Kernel:
+    """A lowered attention kernel as its backward reads it: with passes/kv_bounds.py's key
+    interval solved for the backward's key tiles (plan.keys), not the forward's tile_n. Solved
+    for 128-key tiles, `kv % 128` is kv - k0, wrong on every second 64-key block of the wide
+    backward (a data-reading mask with a 2-D neighbourhood at head dim 256 and value head dim
+    64, whose forward takes 128-key tiles: gradients off by 100 %, tools/gpu_fuzz.py)."""
+    d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
+    keys = backward_plan(d, dv, target).keys
+    return k if k.attr("kv_bounds") is None or keys == k.attr("tile_n") else kv_bounds.run(k, keys)
+
+
 def generate_backward(k: ir.Kernel, target) -> Generated:
     """The backward kernel of a lowered attention kernel (backward_plan's body): the forward's
-    Variant for its mask and tile classes, and the score with its derivative in s
-    (passes/score_grad.py) as the program wrote it, positions converted in place."""
+    Variant for its mask and tile classes (key bounds solved for its own key tiles:
+    backward_kernel), and the score with its derivative in s (passes/score_grad.py) as the
+    program wrote it, positions converted in place."""
+    k = backward_kernel(k, target)
     d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
     variables, captures, fields = _attention_names(k)
     natural = CEmitter({**variables, "s": "s", "qf": "((float)q)", "kvf": "((float)kv)",

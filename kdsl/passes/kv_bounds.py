@@ -25,6 +25,11 @@ predicate tile_keys (mask analysis' bounds of the other parts, from the runtime 
 if they read data) says on which partial tiles the others hold everywhere: there the interval
 is the whole mask (a document's diagonal tiles), elsewhere the mask runs per element.
 attr kv_bounds: "interval", "interval where the rest holds" or "per-element".
+
+The bounds hold on tiles of the width they were solved for (`kv % C` is solved through k0 % C,
+and the open side of an interval ends at the tile's last key): a kernel whose tiles of keys
+have another width (the backward's CTAs: 64 or 128 keys) solves them again for its own
+(emit.backward_kernel).
 """
 from __future__ import annotations
 
@@ -53,13 +58,15 @@ class Keys:
     ok: ir.Expr
 
 
-def run(k: ir.Kernel) -> ir.Kernel:
+def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
+    """The kernel with its key bounds, for tiles of tile_n keys (default: the kernel's tile_n)."""
     # Always derived from the mask as it is now: bounds an IR file carries are dropped first.
     k = replace(k, funcs=tuple((n, e) for n, e in k.funcs if n not in DERIVED))
     if k.kind != "attention" or k.attr("kernel") != "wgmma" or k.func("mask") is None:
         return k
+    tile_n = tile_n or k.attr("tile_n")
     per_element = k.with_attrs(kv_bounds="per-element")
-    solver = _Solver(k.attr("tile_n"))
+    solver = _Solver(tile_n)
     solved, rest = [], []
     for c in _conjuncts(k.func("mask")):
         keys = solver.boolean(c)
@@ -68,7 +75,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
         return per_element
     keys = functools.reduce(solver._both, solved)
     k0 = ir.Var("i32", "k0")
-    last = op("i32", "add", k0, const("i32", k.attr("tile_n") - 1))
+    last = op("i32", "add", k0, const("i32", tile_n - 1))
     lo = simplify(keys.lo if keys.lo is not None else k0)
     hi = simplify(op("i32", "where", keys.ok, keys.hi if keys.hi is not None else last, op("i32", "sub", k0, const("i32", 1))))
     if _nodes(lo) + _nodes(hi) > _MAX_NODES or max(_magnitude(lo), _magnitude(hi)) >= 2**62:
@@ -78,7 +85,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
     # The rest of the mask (data read at kv, say) holds on every element of some partial tiles:
     # those keep the interval; the others evaluate the whole mask per element.
     rest_holds = simplify(mask_analysis.truth(functools.reduce(lambda x, y: op("bool", "and", x, y), rest)).always)
-    if rest_holds == FALSE or _never_on_whole_tiles(rest_holds, k.attr("tile_m"), k.attr("tile_n")):
+    if rest_holds == FALSE or _never_on_whole_tiles(rest_holds, k.attr("tile_m"), tile_n):
         return per_element
     return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_func("tile_keys", rest_holds) \
         .with_attrs(kv_bounds="interval where the rest holds")

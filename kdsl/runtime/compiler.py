@@ -203,6 +203,8 @@ def _finished(key: str, job) -> None:
 
 def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, program: Program = DEFAULT):
     lowered = pipeline.lower(k, get_target(arch), head_dim, value_dim)
+    if program.backward:  # the kernel the backward's launch reads too (its tile summary's slots)
+        lowered = emit.backward_kernel(lowered, get_target(arch))
     gen = emit.generate_backward(lowered, get_target(arch)) if program.backward else emit.generate(lowered)
     # the same source for every forward program: their defines are part of the key
     options = nvrtc.default_options(arch, emit.INCLUDE_DIR) + program.options(lowered, arch)
