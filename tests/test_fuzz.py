@@ -30,3 +30,29 @@ def _cpu_seconds(text: str) -> float:
     start = time.process_time()
     fuzzgen.compile_all(text)
     return time.process_time() - start
+
+
+def test_generated_variants_compile():
+    """tests/variantgen.py's programs, which the GPU numerics fuzz runs (tools/gpu_fuzz.py,
+    tests/gpu/test_generated_gpu.py), are well formed: each compiles through every stage."""
+    import variantgen
+
+    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(variantgen.variants())
+    def one(text):
+        assert fuzzgen.compile_all(text) is None, text
+
+    one()
+
+
+def test_numerics_fuzz_driver_runs_on_the_interpreter(tmp_path):
+    """tools/gpu_fuzz.py end to end, on the CPU interpreter for a few seconds: forward and
+    gradients judged, a summary written, exit status 0 (nothing failed)."""
+    import sys
+    sys.path.insert(0, str(fuzzgen.ROOT / "tools"))
+    import gpu_fuzz
+    assert gpu_fuzz.main(["--interpret", "--grad", "--minutes", "0.05", "--seed", "7", "--out", str(tmp_path)]) == 0
+    summary = (tmp_path / "summary.md").read_text()
+    rows = {line.split("|")[1].strip(): int(line.split("|")[2]) for line in summary.splitlines()
+            if line.startswith("| forward") or line.startswith("| backward")}
+    assert rows["forward"] > 0 and rows["backward"] > 0, summary

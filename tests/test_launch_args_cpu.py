@@ -137,13 +137,9 @@ def test_short_rows_take_two_warpgroups_where_192_row_tiles_pad_them():
 def test_the_forward_takes_fewer_warpgroups_for_short_rows(program, M, H, Hkv, D, want):
     """The forward's warpgroups per call (AttentionKernel._query_warpgroups): one for at most 64
     rows, two where 192-row tiles pad the rows, else the tiling's (None); on the lowered kernel
-    alone, no GPU."""
-    from pathlib import Path
-    import kdsl
-    from kdsl.runtime.attention_launch import AttentionKernel
-    root = Path(__file__).resolve().parents[1]
-    kern = AttentionKernel(getattr(kdsl.load(root / "samples" / f"{program}.kd"), program).ir, arch="sm_90a")
-    assert kern._query_warpgroups(H, Hkv, M, D, D) == want
+    alone, no GPU. (Batch 4: items enough to fill 132 SMs without splitting the keys.)"""
+    kern = _sample_kernel(program)
+    assert kern._query_warpgroups(4, H, Hkv, M, M, D, D, 132) == want
     if want is not None:
         assert kern._lowered(D, D, want).attr("tile_m") == 64 * want
 
@@ -158,8 +154,29 @@ def test_a_mask_blind_to_the_query_row_counts_as_no_mask_for_the_warpgroups():
         mask(b, h, i, j) = j < N - 3 * h
     }"""
     kern = AttentionKernel(kdsl.compile(src).ir["keys_cut"], arch="sm_90a")
-    assert kern._query_warpgroups(16, 16, 1000, 64, 64) is None
-    assert kern._query_warpgroups(16, 16, 256, 64, 64) == 2
+    assert kern._query_warpgroups(4, 16, 16, 1000, 1000, 64, 64, 132) is None
+    assert kern._query_warpgroups(4, 16, 16, 256, 256, 64, 64, 132) == 2
+
+
+def _sample_kernel(program: str):
+    from pathlib import Path
+    import kdsl
+    from kdsl.runtime.attention_launch import AttentionKernel
+    root = Path(__file__).resolve().parents[1]
+    return AttentionKernel(getattr(kdsl.load(root / "samples" / f"{program}.kd"), program).ir, arch="sm_90a")
+
+
+@pytest.mark.parametrize("program, B, H, M, N, D, want", [
+    ("plain", 1, 4, 2048, 2048, 64, 2),      # 44 items of 192 rows: the keys split; 64 of 128
+    ("plain", 1, 2, 4096, 4096, 64, 2), ("relpos", 1, 4, 2048, 4096, 64, 2), ("softcap", 1, 6, 1536, 1536, 32, 2),
+    ("plain", 1, 4, 2048, 100, 64, None),    # one key tile: nothing to split, three
+    ("plain", 2, 16, 2048, 2048, 64, None),  # 352 items fill the GPU
+    ("plain", 1, 4, 2048, 2048, 128, None)])  # the tiling's two at 128
+def test_few_items_take_two_warpgroups_where_the_keys_would_split(program, B, H, M, N, D, want):
+    """Where three warpgroups' 192-row items fill under half the SMs (the forward would split
+    the keys over CTAs), two take the rows: more items, fewer ranges to merge."""
+    kern = _sample_kernel(program)
+    assert kern._query_warpgroups(B, H, H, M, N, D, D, 132) == want
 
 
 def test_backward_splits_query_tiles_while_its_ctas_fill_under_half_the_sms():

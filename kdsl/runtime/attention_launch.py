@@ -245,26 +245,30 @@ class AttentionKernel(KernelBase):
             check_capture_indices(kern, dims, self.name)
         return infos, dims, s
 
-    def _query_warpgroups(self, H: int, Hkv: int, M: int, D: int, Dv: int) -> int | None:
+    def _query_warpgroups(self, B: int, H: int, Hkv: int, M: int, N: int, D: int, Dv: int,
+                          sms: int) -> int | None:
         """How many consumer warpgroups the Hopper kernel takes for a call's rows (M, times
         the query heads of a k/v head when they fold into rows), where fewer than the tiling's
         serve them better; None: the tiling's own. One for at most 64 rows (decode: a second
         only multiplies rows that do not exist; B=1 H=16 M=1 N=4096 D=128 on an H100: 27.3 ->
-        25.5 us, bench/NOTES.md), two where 192-row tiles pad short rows
-        (geometry.forward_query_warpgroups). Not when the user fixed the warpgroups, and not on
-        the sm_80 kernel."""
+        25.5 us, bench/NOTES.md), two where 192-row tiles pad short rows or are too few to
+        fill the GPU without splitting the keys (geometry.forward_query_warpgroups). Not when
+        the user fixed the warpgroups, and not on the sm_80 kernel."""
         if self.ir.attr("consumers") is not None:
             return None
         lowered = self._lowered(D, Dv)
         widest = lowered.attr("consumers")
         if lowered.attr("kernel") != "wgmma" or widest == 1:
             return None
-        rows = M * (H // Hkv if H > Hkv and pipeline.heads_fold_into_rows(lowered) else 1)
+        folds = H > Hkv and pipeline.heads_fold_into_rows(lowered)
+        rows = M * (H // Hkv if folds else 1)
         if rows <= 64:
             return 1
         mask = lowered.func("mask")
         row_mask = mask is not None and any(ir.uses(mask, x) for x in ("q", "qf"))
-        fewer = geometry.forward_query_warpgroups(rows, widest, row_mask)
+        items = -(-rows // lowered.attr("tile_m")) * B * (Hkv if folds else H)
+        keys_split = splitkv.kv_splits(items, -(-N // lowered.attr("tile_n")), sms) > 1
+        fewer = geometry.forward_query_warpgroups(rows, widest, row_mask, keys_split)
         return fewer if fewer < widest else None
 
     def _plan(self, q, k, v, caps, out, lse, scale, stream: bool = True):
@@ -277,7 +281,7 @@ class AttentionKernel(KernelBase):
         work = geometry.attention_work(B, H, M, N)
         if work != "launch":
             return Plan(None, (), (), None, infos[0].framework, device, out_shape, elem, work)
-        consumers = self._query_warpgroups(H, Hkv, M, D, Dv)
+        consumers = self._query_warpgroups(B, H, Hkv, M, N, D, Dv, _sm_count(device))
         lk = self._lowered(D, Dv, consumers)  # which program the call needs: decided before building
         tma = lk.attr("kernel") == "wgmma"
         if tma and H > Hkv and pipeline.heads_fold_into_rows(lk):

@@ -37,7 +37,7 @@ def attention_batch_chunks(B: int, H: int, uses_batch_index: bool, kname: str) -
     return [(b0, min(GRID_YZ_LIMIT, B - b0)) for b0 in range(0, B, GRID_YZ_LIMIT)]
 
 
-def forward_query_warpgroups(rows: int, widest: int, row_mask: bool) -> int:
+def forward_query_warpgroups(rows: int, widest: int, row_mask: bool, keys_split: bool = False) -> int:
     """How many consumer warpgroups (64 query rows each) the Hopper forward takes a work item
     for a head's `rows` query rows, where the tiling allows `widest` (3 at head dims <= 64).
     Three earn their keep on long rows (plain D=64 x1.14 over two at 2048 rows), but a short
@@ -46,12 +46,16 @@ def forward_query_warpgroups(rows: int, widest: int, row_mask: bool) -> int:
     prefixes) the taller diagonal tiles cost more (two ran x1.11-1.20 under causal at 640-1024
     rows, x0.96 at 2048). So two where the padding of 192-row tiles exceeds 128-row ones' by a
     fifth, and under such a mask up to 6 tiles of 192 rows (H200, B x M = 16384 tokens, H=16:
-    bench/NOTES.md, fifty-first session)."""
+    bench/NOTES.md, fifty-first session). Two also where the 192-row items are so few that the
+    keys split over CTAs (keys_split, splitkv.kv_splits): 1.5 times the items, fewer and longer
+    key ranges to merge (plain B=1 H=4 2048² D=64 x1.14, B=1 H=2 4096² x1.04, relpos B=1 H=4
+    2048 x 4096 x1.06, softcap B=1 H=6 1536² D=32 x1.07: H200, bench/NOTES.md, fifty-third
+    session)."""
     if widest != 3:
         return widest
     padded = lambda tile: -(-rows // tile) * tile  # noqa: E731
     short = rows <= 6 * 192 if row_mask else padded(192) >= 1.2 * padded(128)
-    return 2 if short else 3
+    return 2 if short or keys_split else 3
 
 
 def attention_row_limit(B: int, H: int, M: int, kname: str) -> None:
