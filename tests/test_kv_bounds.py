@@ -100,6 +100,27 @@ def test_the_backward_solves_key_bounds_on_its_own_key_tiles(mask, d, dv, attrs)
     assert emit.backward_kernel(backward, target) == backward
 
 
+@settings(max_examples=60, deadline=None)
+@given(bool_expr(depth=3), st.sampled_from([(64, 64), (128, 64), (256, 64), (192, 128)]),
+       st.sampled_from([64, 80, 96, 112, 128]), st.integers(0, 2**32 - 1))
+def test_generated_masks_solve_exactly_on_the_backwards_key_tiles(mask, dims_pair, tile_n, seed):
+    """Any mask beside one that reads data, its forward built on any key tile width: the bounds
+    the backward reads (emit.backward_kernel) are exact on the backward's own key tiles."""
+    from kdsl.codegen import emit
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    from kdsl.passes.target import get_target
+    target = get_target("sm_90a")
+    d, dv = dims_pair
+    k = pipeline.check(parse(program(None, f"doc_q[b, i] == doc_kv[b, j] and ({mask})", decls=DOCS), "t.kd"))[0]
+    backward = emit.backward_kernel(pipeline.lower(k.with_attrs(tile_n=tile_n), target, d, dv), target)
+    if backward.func("kv_lo") is None:
+        return
+    dims = {**DIMS, "M": 700, "N": 650}
+    assert_exact(backward, dims, _ids(backward, dims, seed), random.Random(seed), tiles=12,
+                 bn=emit.backward_plan(d, dv, target).keys)
+
+
 @settings(max_examples=150, deadline=None)
 @given(bool_expr(depth=3), st.sampled_from([64, 128]), st.integers(0, 2**32 - 1))
 # the rest (min(2i, j) < N) holds on a last tile's keys below N only: compared there only
