@@ -212,13 +212,15 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
     dcaps: for each captured float tensor the score loads differentiably (passes/score_grad.py
     capture_grads), its gradient: P (dP - delta) times the score's derivative in the loaded
     value, summed in fp32 over the kept elements into the entry each one read."""
-    from .codegen.emit import backward_plan
+    from .codegen.emit import backward_kernel, backward_plan
     from .passes import mask_analysis, score_grad, tiling
     captures = captures or {}
     B, H, M, D = q.shape
     Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
-    low = pipeline.lower(kernel, get_target(arch), D, Dv)
-    tm, tn = tiling.BACKWARD_TILE, backward_plan(D, Dv, get_target(arch)).keys
+    target = get_target(arch)
+    low = backward_kernel(pipeline.lower(kernel, target, D, Dv), target)  # its key bounds on its own key tiles
+    plan = backward_plan(D, Dv, target)
+    tm, tn = tiling.BACKWARD_TILE, plan.keys
     dims = {n: {"q": q, "k": k, "v": v, **captures}[t].shape[axis] for n, (t, axis) in kernel.dims.items()}
     scale = np.float32(eval_scalar(kernel.func("scale"), dims) if scale is None else scale)
     elem, group = kernel.tensor("q").dtype, H // Hkv
@@ -238,12 +240,24 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
     if mask is not None:
         per_element = np.broadcast_to(eval_numpy(mask, env, captures), s.shape)
         summarised = bool(mask_analysis.summary_slots(low))
+        # the wgmma backwards keep a partial tile's keys by the interval where the mask reads data
+        # (attention_bwd_wgmma.cuh kGuardByKeys) and tile_keys holds: so does this walk
+        by_bounds = plan.body != "attention_bwd" and low.func("kv_lo") is not None and \
+            any(isinstance(n, ir.Load) for n in ir.walk(mask))
         for q0 in range(0, M, tm):
             for k0 in range(0, N, tn):
                 q1, k1 = min(q0 + tm, M) - 1, min(k0 + tn, N) - 1
                 cls = np.full((B, H), "partial") if summarised else \
                     _classify(low.func("tile_empty"), low.func("tile_full"), dims, captures, B, H, q0, q1, k0, k1)
                 block = per_element[:, :, q0:q1 + 1, k0:k1 + 1]
+                if by_bounds:
+                    row = {**env, "q": env["q"][:, :, q0:q1 + 1], "k0": k0}
+                    cols = env["kv"][..., k0:k1 + 1]
+                    keys = (cols >= eval_numpy(low.func("kv_lo"), row, captures)) & \
+                        (cols <= eval_numpy(low.func("kv_hi"), row, captures))
+                    by_keys = np.ones((B, H), bool) if low.func("tile_keys") is None else \
+                        _holds(low.func("tile_keys"), dims, captures, B, H, q0, q1, k0, k1)
+                    block = np.where(by_keys[..., None, None], keys, block)
                 keep[:, :, q0:q1 + 1, k0:k1 + 1] = np.where((cls == "full")[..., None, None], True, block) & \
                     (cls != "empty")[..., None, None]
     live = keep & np.isfinite(lse)[..., None]

@@ -52,6 +52,24 @@ def test_generated_scores_and_masks(score, mask, seed):
     check_grads(f"{score} / {mask}", mod.gen, mod.ir["gen"], q, k, v, caps, dout)
 
 
+@pytest.mark.parametrize("d, dv", [(256, 64), (128, 128)])
+def test_interpreter_keeps_partial_tiles_by_the_backwards_key_bounds(d, dv):
+    """The interpreter's backward walks the wgmma backward's key tiles and, where the mask reads
+    data, keeps a partial tile's keys by the interval the kernel reads (emit.backward_kernel):
+    the wide backward's 64-key CTAs under a forward of 128-key tiles (`% 128` in the mask). With
+    the forward's bounds read on them instead, its gradients were ~100 % off, here and on the GPU
+    (tools/gpu_fuzz.py's find), so the CPU check catches what the kernel would get wrong."""
+    mod = kdsl.compile("attention docnat {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, Dv]\n"
+                       " doc_q: i32[B, M]\n doc_kv: i32[B, N]\n"
+                       " mask(b, h, i, j) = doc_q[b, i] == doc_kv[b, j] and abs(i // 128 - j // 128) <= 1"
+                       " and abs(i % 128 - j % 128) <= 2\n}\n", interpret=True)
+    kir = mod.ir["docnat"]
+    q, k, v, _, dout = _inputs(kir, (1, 1, 1, 257, 400, d, dv))
+    caps = {"doc_q": (torch.arange(257) >= 200).to(torch.int32)[None],  # two documents
+            "doc_kv": (torch.arange(400) >= 300).to(torch.int32)[None]}
+    check_grads(f"docnat {d}/{dv}", mod.docnat, kir, q, k, v, caps, dout)
+
+
 def test_a_score_constant_in_s_is_judged_against_rounding():
     """(4 s) - (4 s) is 0 for every s, so the true dq and dk are zeros; the float64 reference
     leaves ~1e-15 of rounding in them, against which the interpreter's exact zeros came out at
