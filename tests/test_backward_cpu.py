@@ -70,6 +70,22 @@ def test_interpreter_keeps_partial_tiles_by_the_backwards_key_bounds(d, dv):
     check_grads(f"docnat {d}/{dv}", mod.docnat, kir, q, k, v, caps, dout)
 
 
+def test_a_row_constant_bias_gradient_is_judged_against_rounding():
+    """A bias constant along each row (softmax-invariant) has a gradient of exactly 0; with the
+    delta taken from the kernel's rounded output both the kernel's and the reference's hold that
+    rounding alone, and kdsl.check judges it against its own size (capture_grad_errors). Before,
+    tools/gpu_fuzz.py's interpreter run flagged this right backward at 6 %; the slopes' real
+    gradient is still judged relative to itself."""
+    from kdsl.cases import AttentionCase
+    from kdsl.testing import assert_gradients_match
+    mod = kdsl.compile("attention gen {\n q: f16[B, H, M, D]; k: f16[B, Hkv, N, D]; v: f16[B, Hkv, N, D]\n"
+                       " qb: f32[B, H, M]\n slopes: f32[H]\n"
+                       " score(s, b, h, i, j) = (s + 0.5 * qb[b, h, i]) - 0.05 * abs(slopes[h]) * float(abs(i - j))\n"
+                       " mask(b, h, i, j) = j - i == M or i < 1\n}\n", interpret=True)
+    res = assert_gradients_match(mod.gen, AttentionCase(1, 2, 1, 63, 127, 64, 16956))
+    assert "captured tensors" in res.metric
+
+
 def test_a_score_constant_in_s_is_judged_against_rounding():
     """(4 s) - (4 s) is 0 for every s, so the true dq and dk are zeros; the float64 reference
     leaves ~1e-15 of rounding in them, against which the interpreter's exact zeros came out at

@@ -98,8 +98,8 @@ def run_worker(args) -> list[dict]:
                 with args.jsonl.open("a") as f:
                     f.write(json.dumps(r) + "\n")
             if r["outcome"] in ("failed", "crashed"):
-                print(f"{r['outcome'].upper()} {r['direction']} {r['case']}: {r.get('error', '')} "
-                      f"{r.get('problems', '')} {r.get('message', '')}\n{text}", flush=True)
+                print(f"{r['outcome'].upper()} {r['direction']} {r['case']} (shape {list(shape)}, seed {case_seed}): "
+                      f"{r.get('error', '')} {r.get('problems', '')} {r.get('message', '')}\n{text}", flush=True)
 
     try:
         one()
