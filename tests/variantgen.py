@@ -80,12 +80,14 @@ def _length(short: bool):
 
 
 @st.composite
-def shapes(draw, max_elements: int = 1 << 25):
+def shapes(draw, max_elements: int = 1 << 25, head_dims: tuple = ()):
     """(B, H, Hkv, M, N, D, Dv): head dims every multiple of 16 up to 256 (most often the
-    common ones), few items and long keys (split-KV), decode (M of 1 to 16), GQA ratios up
-    to 8. B * H * M * N stays within max_elements (the float64 reference's score matrix)."""
+    common ones; only head_dims where given), few items and long keys (split-KV), decode (M
+    of 1 to 16), GQA ratios up to 8. B * H * M * N stays within max_elements (the float64
+    reference's score matrix)."""
     common = [64, 128, 64, 128, 256, 96, 192, 32]
-    D = draw(st.one_of(st.sampled_from(common), st.integers(1, 16).map(lambda n: 16 * n)))
+    D = draw(st.sampled_from(head_dims) if head_dims else
+             st.one_of(st.sampled_from(common), st.integers(1, 16).map(lambda n: 16 * n)))
     Dv = draw(st.one_of(st.just(D), st.sampled_from([64, 128, 256]), st.integers(1, 16).map(lambda n: 16 * n)))
     Hkv = draw(st.integers(1, 4))
     H = Hkv * draw(st.sampled_from([1, 1, 2, 4, 8]))

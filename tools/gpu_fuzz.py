@@ -5,7 +5,7 @@ each judged as `kdsl check` judges (poisoned and guarded outputs, determinism, i
 the float64 reference) forward and, with --grad, backward. Counts every outcome instead of
 stopping at the first failure and writes each failure, with its program and case, to --out.
 
-    python3 tools/gpu_fuzz.py --minutes 5 --seed S [--grad] [--workers 6] [--out DIR]
+    python3 tools/gpu_fuzz.py --minutes 5 --seed S [--grad] [--workers 6] [--head-dims 192,256] [--out DIR]
     python3 tools/gpu_fuzz.py --interpret --minutes 1       # the CPU interpreter, small shapes
 
 A call kdsl refuses with its own error (an index it cannot bound at these sizes) is counted
@@ -80,7 +80,8 @@ def run_worker(args) -> list[dict]:
     @seed(args.seed)
     @settings(max_examples=10**6, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(variantgen.variants(), variantgen.shapes(max_elements), variantgen.st.integers(0, 2**62))
+    @given(variantgen.variants(), variantgen.shapes(max_elements, tuple(args.head_dims)),
+           variantgen.st.integers(0, 2**62))
     def one(text, shape, case_seed):
         if time.monotonic() > deadline:
             raise _OutOfTime
@@ -111,8 +112,9 @@ def run_worker(args) -> list[dict]:
 def summary(records: list[dict]) -> str:
     counts = collections.Counter((r["direction"], r["outcome"]) for r in records)
     programs = len({r["program"] for r in records})
-    lines = [f"{programs} programs, {len({(r['program'], tuple(r['shape'])) for r in records})} program x shape draws", "", "| direction | passed | failed | crashed | refused |",
-             "|---|---|---|---|---|"]
+    draws = len({(r["program"], tuple(r["shape"])) for r in records})
+    lines = [f"{programs} programs, {draws} program x shape draws", "",
+             "| direction | passed | failed | crashed | refused |", "|---|---|---|---|---|"]
     for d in ("compile", "forward", "backward"):
         if any(k[0] == d for k in counts):
             lines.append(f"| {d} | " + " | ".join(str(counts[d, o]) for o in ("passed", "failed", "crashed",
@@ -136,6 +138,8 @@ def main(argv=None) -> int:
     p.add_argument("--grad", action="store_true", help="judge the backward (gradients) too")
     p.add_argument("--interpret", action="store_true", help="the CPU interpreter on small shapes (no GPU)")
     p.add_argument("--workers", type=int, default=1, help="processes sharing the GPU (compiling is the bound)")
+    p.add_argument("--head-dims", type=lambda s: [int(x) for x in s.split(",")], default=[], metavar="D,D",
+                   help="draw q's head dim from these only (default: every multiple of 16 up to 256)")
     p.add_argument("--out", type=Path, default=None, help="directory for records.jsonl and summary.md")
     p.add_argument("--jsonl", type=Path, default=None, help=argparse.SUPPRESS)  # a worker's records
     args = p.parse_args(argv)
@@ -147,7 +151,9 @@ def main(argv=None) -> int:
             out.unlink(missing_ok=True)
         procs = [subprocess.Popen([sys.executable, __file__, "--minutes", str(args.minutes), "--seed",
                                    str(args.seed + w), "--jsonl", str(out)] + ["--grad"] * args.grad +
-                                  ["--interpret"] * args.interpret) for w, out in enumerate(outs)]
+                                  ["--interpret"] * args.interpret +
+                                  ["--head-dims", ",".join(map(str, args.head_dims))] * bool(args.head_dims))
+                 for w, out in enumerate(outs)]
         for proc in procs:
             proc.wait()
         records = [json.loads(line) for out in outs if out.exists() for line in out.read_text().splitlines()]
