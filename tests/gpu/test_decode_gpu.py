@@ -254,15 +254,18 @@ def test_few_query_rows_run_one_consumer_warpgroup(shape, consumers):
     assert torch.allclose(lse.double(), ref_lse, atol=2e-3, rtol=1e-3)
 
 
-@pytest.mark.parametrize("name, M, consumers", [("plain", 256, 2), ("plain", 1024, 3), ("causal", 1000, 2),
-                                                ("causal", 2048, 3), ("causal", 200, 2)])
-def test_short_rows_run_two_consumer_warpgroups(name, M, consumers):
+@pytest.mark.parametrize("name, B, H, M, consumers", [
+    ("plain", 2, 4, 256, 2), ("plain", 4, 8, 1024, 3), ("causal", 2, 4, 1000, 2), ("causal", 2, 4, 2048, 3),
+    ("causal", 2, 4, 200, 2),
+    ("plain", 2, 4, 1024, 2)])  # 48 items of 192 rows would split the keys: two warpgroups, 1.5x the items
+def test_short_rows_run_two_consumer_warpgroups(name, B, H, M, consumers):
     """At head dim 64 (three consumer warpgroups by default) short rows that 192-row tiles
-    would pad run two (geometry.forward_query_warpgroups); both programs are exact."""
+    would pad, or items too few to fill the GPU without splitting the keys, run two
+    (geometry.forward_query_warpgroups); both programs are exact."""
     torch = pytest.importorskip("torch")
     mod = kdsl.load(ROOT / "samples" / f"{name}.kd")
     kern, kir = getattr(mod, name), mod.ir[name]
-    q, k, v, caps = attention_inputs(kir, 2, 4, 4, M, M, 64)
+    q, k, v, caps = attention_inputs(kir, B, H, H, M, M, 64)
     out = kern(q, k, v)
     if torch.cuda.get_device_capability()[0] == 9:
         plan = next(iter(kern._plans.values()))
