@@ -88,6 +88,21 @@ def test_split_kv_has_a_program_of_its_own(name):
         build(k, "sm_80", 64, program=Program(split_kv=True))
 
 
+def test_racecheck_arrivals_build_as_their_own_program(monkeypatch):
+    """KDSL_DEFINES=KDSL_RACECHECK_ARRIVALS=1 (sanitizer runs: every consumer thread hands ring
+    stages back, tools/dev/racecheck_mbarrier_probe.cu) builds, without local memory, as a
+    program of its own; the default is off."""
+    k = next(k for p in SAMPLES for k in kernels(p) if k.name == "causal")
+    monkeypatch.delenv("KDSL_DEFINES", raising=False)
+    default = build(k, "sm_90a", 128, program=Program(split_kv=True))
+    monkeypatch.setenv("KDSL_DEFINES", "KDSL_RACECHECK_ARRIVALS=1")
+    arrivals = build(k, "sm_90a", 128, program=Program(split_kv=True))
+    assert "-DKDSL_RACECHECK_ARRIVALS=1" not in default.options and arrivals.cache_key != default.cache_key
+    assert arrivals.compiled.cubin != default.compiled.cubin
+    rep = inspect(arrivals.compiled.cubin, arrivals.generated.entry)
+    assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
+
+
 SCORE_LOADS_SRC = """
 attention at_kv {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]

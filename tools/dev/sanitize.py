@@ -8,6 +8,13 @@ a 2-CTA cluster, row-by-row stores): a workload for compute-sanitizer.
     ... python3 tools/dev/sanitize.py --stream (variants whose score streams a captured table)
     ... python3 tools/dev/sanitize.py --offset-table (variants whose offset part comes from a table)
     ... python3 tools/dev/sanitize.py --head-dim 256 (every head dim of the shapes replaced)
+    ... python3 tools/dev/sanitize.py --few-items (few query tiles and long keys at head dims
+        64 and 32: the split-KV forward on two consumer warpgroups, forward_query_warpgroups)
+
+Racecheck at shapes whose keys wrap the forward's ring (--few-items; any N over a few tiles)
+reports the ring's words read a stage before: racecheck credits an mbarrier arrival only with
+the arriving thread's own reads (tools/dev/racecheck_mbarrier_probe.cu). There run it with
+every consumer thread arriving, KDSL_DEFINES=KDSL_RACECHECK_ARRIVALS=1 (attention_wgmma.cuh).
     ... python3 tools/dev/sanitize.py --backward (attention only: each call's forward and its
         backward kernel, with q, k and v requiring grad; D 64 / 128 take the wgmma backward)
     ... KDSL_BWD_KERNEL=KIND python3 tools/dev/sanitize.py --backward (the backward kind forced;
@@ -53,6 +60,8 @@ shapes = [(1, 2, 2, 1, 1, 64), (1, 2, 2, 63, 63, 128), (1, 2, 2, 129, 129, 64), 
           (2, 2, 2, 63, 1000, 128), (1, 4, 2, 129, 63, 64), (1, 4, 1, 1000, 129, 128)]
 if quick:
     shapes = shapes[1:3] + shapes[-1:]
+if "--few-items" in sys.argv:
+    shapes = [(1, 2, 2, 1000, 1500, 64), (1, 1, 1, 700, 2000, 64), (1, 4, 2, 400, 1500, 32)]
 if "--head-dim" in sys.argv:
     d = int(sys.argv[sys.argv.index("--head-dim") + 1])
     shapes = [s[:5] + (d,) for s in shapes]

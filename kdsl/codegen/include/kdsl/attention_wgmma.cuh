@@ -48,6 +48,10 @@
 #include "kdsl/wgmma_ops.cuh"
 #include "kdsl/work_counter.cuh"
 
+#ifndef KDSL_RACECHECK_ARRIVALS
+#define KDSL_RACECHECK_ARRIVALS 0  // 1: every consumer thread arrives on "empty" (see kArrivers)
+#endif
+
 namespace kdsl {
 
 // Rows a warp merges at once where an item merges itself (merge_if_last): 8 (H200, B=1 H=4
@@ -103,7 +107,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // The streamed capture's tile travels with K (counted on its barrier) and is read by every
   // consumer thread: then each warp hands the K slot back (kEmptyK arrivals), after its reads.
   constexpr bool kStream = V::kStreamLoads;
-  constexpr int kEmptyK = kStream ? 4 * NCWG : NCWG;
+  // KDSL_RACECHECK_ARRIVALS=1 (KDSL_DEFINES; sanitizer runs only): every consumer thread
+  // arrives on each "empty" barrier. racecheck credits an arrival only with the arriving
+  // thread's own reads, not with those a barrier or __syncwarp ordered before it
+  // (tools/dev/racecheck_mbarrier_probe.cu), so the default protocol's ring words read a
+  // stage before get reported once the ring wraps; with this define racecheck can judge the
+  // rest of the kernel at long shapes.
+  constexpr int kArrivers = KDSL_RACECHECK_ARRIVALS ? 128 : 1;  // a consumer warpgroup's arrivals
+  constexpr int kEmptyK = KDSL_RACECHECK_ARRIVALS ? 128 * NCWG : kStream ? 4 * NCWG : NCWG;
   constexpr int BM = C::kBM;
   extern __shared__ __align__(128) u8 kdsl_attn_smem[];
 
@@ -124,12 +135,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   if (kSplitKV && a.splits > 1) grid_dependents_launch();
   if (tid == 0) {
     mbar_init(full_q, 1);
-    mbar_init(empty_q, NCWG);  // one arrival per consumer warpgroup, as for every "empty"
+    mbar_init(empty_q, NCWG * kArrivers);  // one arrival per consumer warpgroup, as for every "empty"
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_k(s), 1);
       mbar_init(full_v(s), 1);
       mbar_init(empty_k(s), kEmptyK);
-      mbar_init(empty_v(s), NCWG);
+      mbar_init(empty_v(s), NCWG * kArrivers);
     }
     mbar_init_fence();
   }
@@ -270,11 +281,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
   // Ring slots are handed back by one thread per warpgroup after its wgmma wait: a wgmma
   // is a warpgroup operation, so once it completed it has finished reading shared memory.
-  auto release = [&](u32 bar) { if (tid % 128 == 0) mbar_arrive(bar); };
+  // The stage's words (tile_info, the item) every thread reads come before the release in
+  // the turns' barrier (two or three warpgroups) or before the thread's own part of the
+  // wgmma the release waited for (one).
+  auto release = [&](u32 bar) { if (kArrivers == 128 || tid % 128 == 0) mbar_arrive(bar); };
   // A K slot that also held a streamed tile: every thread read it, so each warp, once its
   // lanes are done, arrives (__syncwarp orders the lanes' reads before lane 0's arrival).
   auto release_k = [&](int s) {
-    if constexpr (kStream) {
+    if constexpr (kStream && kArrivers == 1) {
       __syncwarp();
       if (lane == 0) mbar_arrive(empty_k(s));
     } else {
