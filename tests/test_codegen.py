@@ -88,18 +88,22 @@ def test_split_kv_has_a_program_of_its_own(name):
         build(k, "sm_80", 64, program=Program(split_kv=True))
 
 
-def test_racecheck_arrivals_build_as_their_own_program(monkeypatch):
-    """KDSL_DEFINES=KDSL_RACECHECK_ARRIVALS=1 (sanitizer runs: every consumer thread hands ring
-    stages back, tools/dev/racecheck_mbarrier_probe.cu) builds, without local memory, as a
-    program of its own; the default is off."""
+@pytest.mark.parametrize("define, consumers", [("KDSL_RACECHECK_ARRIVALS=1", None), ("KDSL_WARP_RELEASE=1", 1)])
+def test_ring_release_switches_build_as_programs_of_their_own(define, consumers, monkeypatch):
+    """The forward's switches of how consumers hand ring stages back (attention_wgmma.cuh):
+    KDSL_RACECHECK_ARRIVALS=1 (sanitizer runs: every consumer thread arrives,
+    tools/dev/racecheck_mbarrier_probe.cu) and KDSL_WARP_RELEASE=1 (one warpgroup's warps arrive
+    each after a __syncwarp; a trial). Each changes the program it applies to and builds it
+    without local memory; both are off by default."""
     k = next(k for p in SAMPLES for k in kernels(p) if k.name == "causal")
+    k = k if consumers is None else k.with_attrs(consumers=consumers)
     monkeypatch.delenv("KDSL_DEFINES", raising=False)
     default = build(k, "sm_90a", 128, program=Program(split_kv=True))
-    monkeypatch.setenv("KDSL_DEFINES", "KDSL_RACECHECK_ARRIVALS=1")
-    arrivals = build(k, "sm_90a", 128, program=Program(split_kv=True))
-    assert "-DKDSL_RACECHECK_ARRIVALS=1" not in default.options and arrivals.cache_key != default.cache_key
-    assert arrivals.compiled.cubin != default.compiled.cubin
-    rep = inspect(arrivals.compiled.cubin, arrivals.generated.entry)
+    monkeypatch.setenv("KDSL_DEFINES", define)
+    switched = build(k, "sm_90a", 128, program=Program(split_kv=True))
+    assert "-D" + define not in default.options and switched.cache_key != default.cache_key
+    assert switched.compiled.cubin != default.compiled.cubin
+    rep = inspect(switched.compiled.cubin, switched.generated.entry)
     assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
 
 

@@ -4,8 +4,9 @@
 #   1. racecheck past a pass of the forward's ring with every consumer thread arriving
 #      (KDSL_RACECHECK_ARRIVALS=1): the shapes whose default builds racecheck reported, and
 #      sanitize.py --few-items;
-#   2. the cost of every thread arriving (attrs_sweep.py, in turns, outputs compared) at the
-#      standard suite's shapes and at decode / few items, to decide whether it can be the default.
+#   2. KDSL_WARP_RELEASE=1 (one consumer warpgroup hands K stages back warp by warp, the ordering the
+#      PTX model counts): the decode tests under it, and its cost in turns where one warpgroup runs
+#      (decode, 64-row items), outputs compared with the default's.
 set -uo pipefail
 source bench/device_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/tools/dev
@@ -26,8 +27,10 @@ race decode samples/plain.kd plain 1,8,2,1,6000,128
 KDSL_DEFINES=KDSL_RACECHECK_ARRIVALS=1 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
   python3 tools/dev/sanitize.py --quick --few-items > "$OUT/racecheck-few-arrivals.log" 2>&1
 echo "sanitize --few-items rc=$? $(tail -1 "$OUT/racecheck-few-arrivals.log")"
-timeout 240 python3 tools/dev/attrs_sweep.py --reps 30 --attrs="-DKDSL_RACECHECK_ARRIVALS=1" \
-  samples/plain.kd:plain:2,16,4096,4096,128 samples/causal.kd:causal:2,16,4096,4096,128 \
-  samples/plain.kd:plain:2,16,4096,4096,64 samples/relpos.kd:relpos:2,16,2048,2048,128 \
-  samples/plain.kd:plain:1,4,2048,2048,64 samples/plain.kd:plain:2,16,4096,4096,256 \
-  2>&1 | grep -v Warn | tee "$OUT/arrivals-sweep.log" | tail -30
+KDSL_DEFINES=KDSL_WARP_RELEASE=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_decode_gpu.py \
+  > "$OUT/pytest-decode-warp-release.log" 2>&1; echo "decode tests, warp release: $(tail -1 "$OUT/pytest-decode-warp-release.log")"
+timeout 200 python3 tools/dev/attrs_sweep.py --reps 30 --attrs="-DKDSL_WARP_RELEASE=1" \
+  samples/plain.kd:plain:1,16,1,8192,128 samples/plain.kd:plain:8,16,1,4096,128 \
+  samples/sliding_window.kd:sliding_window:4,16,1,16384,128 samples/document_mask.kd:document_mask:2,16,1,8192,128 \
+  samples/plain.kd:plain:4,8,64,8192,64 samples/relpos.kd:relpos:2,8,48,4096,128 \
+  2>&1 | grep -v Warn | tee "$OUT/warp-release-sweep.log" | tail -30

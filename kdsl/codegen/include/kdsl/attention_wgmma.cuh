@@ -51,6 +51,9 @@
 #ifndef KDSL_RACECHECK_ARRIVALS
 #define KDSL_RACECHECK_ARRIVALS 0  // 1: every consumer thread arrives on "empty" (see kArrivers)
 #endif
+#ifndef KDSL_WARP_RELEASE
+#define KDSL_WARP_RELEASE 0  // 1: one consumer warpgroup hands K stages back warp by warp (kWarpRelease)
+#endif
 
 namespace kdsl {
 
@@ -114,7 +117,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // stage before get reported once the ring wraps; with this define racecheck can judge the
   // rest of the kernel at long shapes.
   constexpr int kArrivers = KDSL_RACECHECK_ARRIVALS ? 128 : 1;  // a consumer warpgroup's arrivals
-  constexpr int kEmptyK = KDSL_RACECHECK_ARRIVALS ? 128 * NCWG : kStream ? 4 * NCWG : NCWG;
+  // KDSL_WARP_RELEASE=1 (a trial, to be timed): one consumer warpgroup has no turns' barrier
+  // to order its warps' reads of a K stage's words before thread 0's arrival (only the wgmma
+  // they all issue), so each warp arrives after a __syncwarp, as for a streamed tile.
+  constexpr bool kWarpRelease = kStream || (KDSL_WARP_RELEASE && NCWG == 1);
+  constexpr int kEmptyK = KDSL_RACECHECK_ARRIVALS ? 128 * NCWG : kWarpRelease ? 4 * NCWG : NCWG;
   constexpr int BM = C::kBM;
   extern __shared__ __align__(128) u8 kdsl_attn_smem[];
 
@@ -282,13 +289,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // Ring slots are handed back by one thread per warpgroup after its wgmma wait: a wgmma
   // is a warpgroup operation, so once it completed it has finished reading shared memory.
   // The stage's words (tile_info, the item) every thread reads come before the release in
-  // the turns' barrier (two or three warpgroups) or before the thread's own part of the
-  // wgmma the release waited for (one).
+  // the turns' barrier (two or three warpgroups); with one warpgroup, before the thread's own
+  // part of the wgmma the release waited for (an execution order: see kWarpRelease).
   auto release = [&](u32 bar) { if (kArrivers == 128 || tid % 128 == 0) mbar_arrive(bar); };
-  // A K slot that also held a streamed tile: every thread read it, so each warp, once its
-  // lanes are done, arrives (__syncwarp orders the lanes' reads before lane 0's arrival).
+  // A K slot that also held a streamed tile (or kWarpRelease): every thread read it, so each
+  // warp, once its lanes are done, arrives (__syncwarp orders the lanes' reads before lane
+  // 0's arrival).
   auto release_k = [&](int s) {
-    if constexpr (kStream && kArrivers == 1) {
+    if constexpr (kWarpRelease && kArrivers == 1) {
       __syncwarp();
       if (lane == 0) mbar_arrive(empty_k(s));
     } else {
