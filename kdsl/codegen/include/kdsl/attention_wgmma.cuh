@@ -142,7 +142,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   if (kSplitKV && a.splits > 1) grid_dependents_launch();
   if (tid == 0) {
     mbar_init(full_q, 1);
-    mbar_init(empty_q, NCWG * kArrivers);  // one arrival per consumer warpgroup, as for every "empty"
+    mbar_init(empty_q, NCWG * kArrivers);  // kArrivers per consumer warpgroup, as for every "empty"
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_k(s), 1);
       mbar_init(full_v(s), 1);
