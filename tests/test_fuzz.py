@@ -56,3 +56,17 @@ def test_numerics_fuzz_driver_runs_on_the_interpreter(tmp_path):
     rows = {line.split("|")[1].strip(): int(line.split("|")[2]) for line in summary.splitlines()
             if line.startswith("| forward") or line.startswith("| backward")}
     assert rows["forward"] > 0 and rows["backward"] > 0, summary
+
+
+def test_numerics_fuzz_worker_stops_at_its_deadline_however_hypothesis_reports_it():
+    """A worker's deadline ends its run with the records kept, whether it reaches the driver as
+    raised or wrapped by Hypothesis in a FlakyFailure (which ended a 60-minute interpreter run
+    before its summary); any other exception, grouped or not, still propagates."""
+    import sys
+    from hypothesis.errors import FlakyFailure
+    sys.path.insert(0, str(fuzzgen.ROOT / "tools"))
+    import gpu_fuzz
+    assert gpu_fuzz._out_of_time(gpu_fuzz._OutOfTime())
+    assert gpu_fuzz._out_of_time(FlakyFailure("replay did not raise", [gpu_fuzz._OutOfTime()]))
+    assert not gpu_fuzz._out_of_time(FlakyFailure("a real one", [gpu_fuzz._OutOfTime(), ValueError()]))
+    assert not gpu_fuzz._out_of_time(ValueError())
