@@ -27,6 +27,17 @@ CASES = [(p, n) for p, mod in INTERPRETED.items() for n in mod.kernels if mod.ir
 SHAPES = [(1, 4, 2, 65, 129, 32, 32), (2, 2, 2, 1, 1, 16, 16)]
 
 
+class _OffBy(torch.autograd.Function):
+    """The identity, whose gradient comes back 0.1 off: a backward the judge must fail."""
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g + 0.1
+
+
 def _inputs(kir, shape, seed=0):
     from kdsl.testing import attention_inputs
     B, H, Hkv, M, N, D, Dv = fit(kir, shape)
@@ -95,17 +106,8 @@ def test_a_score_constant_in_s_is_judged_against_rounding():
     q, k, v, caps, dout = _inputs(mod.ir["gen"], (1, 2, 1, 70, 90, 16, 16))
     check_grads("4 s - 4 s", mod.gen, mod.ir["gen"], q, k, v, caps, dout)
 
-    class OffBy(torch.autograd.Function):  # the identity, whose gradient comes back 0.1 off
-        @staticmethod
-        def forward(ctx, x):
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx, g):
-            return g + 0.1
-
     with pytest.raises(AssertionError, match="dq rel err"):
-        check_grads("4 s - 4 s", lambda q, k, v: mod.gen(OffBy.apply(q), k, v), mod.ir["gen"], q, k, v, caps, dout)
+        check_grads("4 s - 4 s", lambda q, k, v: mod.gen(_OffBy.apply(q), k, v), mod.ir["gen"], q, k, v, caps, dout)
 
 
 def test_a_mask_keeping_one_key_a_row_is_judged_against_rounding():
@@ -122,18 +124,9 @@ def test_a_mask_keeping_one_key_a_row_is_judged_against_rounding():
                        " mask(b, h, i, j) = (j <= i and i - j < 1)\n}\n", interpret=True)
     assert_gradients_match(mod.gen, AttentionCase(1, 8, 8, 2, 1024, 64, 0, Dv=64))
 
-    class OffBy(torch.autograd.Function):  # the identity, whose gradient comes back 0.1 off
-        @staticmethod
-        def forward(ctx, x):
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx, g):
-            return g + 0.1
-
     q, k, v, caps, dout = _inputs(mod.ir["gen"], (1, 8, 8, 2, 1024, 64, 64))
     with pytest.raises(AssertionError, match="dq rel err"):
-        check_grads("diagonal", lambda q, k, v: mod.gen(OffBy.apply(q), k, v), mod.ir["gen"], q, k, v, caps, dout)
+        check_grads("diagonal", lambda q, k, v: mod.gen(_OffBy.apply(q), k, v), mod.ir["gen"], q, k, v, caps, dout)
 
 
 def test_gradient_of_a_declared_lse():
