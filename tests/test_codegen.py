@@ -88,13 +88,13 @@ def test_split_kv_has_a_program_of_its_own(name):
         build(k, "sm_80", 64, program=Program(split_kv=True))
 
 
-@pytest.mark.parametrize("define, consumers", [("KDSL_RACECHECK_ARRIVALS=1", None), ("KDSL_WARP_RELEASE=1", 1)])
+@pytest.mark.parametrize("define, consumers", [("KDSL_RACECHECK_ARRIVALS=1", None), ("KDSL_WARP_RELEASE=0", 1)])
 def test_ring_release_switches_build_as_programs_of_their_own(define, consumers, monkeypatch):
     """The forward's switches of how consumers hand ring stages back (attention_wgmma.cuh):
     KDSL_RACECHECK_ARRIVALS=1 (sanitizer runs: every consumer thread arrives,
-    tools/dev/racecheck_mbarrier_probe.cu) and KDSL_WARP_RELEASE=1 (one warpgroup's warps arrive
-    each after a __syncwarp; a trial). Each changes the program it applies to and builds it
-    without local memory; both are off by default."""
+    tools/dev/racecheck_mbarrier_probe.cu, off by default) and KDSL_WARP_RELEASE=0 (one warpgroup's
+    thread 0 alone hands K stages back, the release before each warp did after a __syncwarp; an
+    A/B switch). Each changes the program it applies to and builds it without local memory."""
     k = next(k for p in SAMPLES for k in kernels(p) if k.name == "causal")
     k = k if consumers is None else k.with_attrs(consumers=consumers)
     monkeypatch.delenv("KDSL_DEFINES", raising=False)

@@ -52,7 +52,7 @@
 #define KDSL_RACECHECK_ARRIVALS 0  // 1: every consumer thread arrives on "empty" (see kArrivers)
 #endif
 #ifndef KDSL_WARP_RELEASE
-#define KDSL_WARP_RELEASE 0  // 1: one consumer warpgroup hands K stages back warp by warp (kWarpRelease)
+#define KDSL_WARP_RELEASE 1  // 0: one consumer warpgroup hands K stages back by thread 0 alone (kWarpRelease)
 #endif
 
 namespace kdsl {
@@ -117,9 +117,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // stage before get reported once the ring wraps; with this define racecheck can judge the
   // rest of the kernel at long shapes.
   constexpr int kArrivers = KDSL_RACECHECK_ARRIVALS ? 128 : 1;  // a consumer warpgroup's arrivals
-  // KDSL_WARP_RELEASE=1 (a trial, to be timed): one consumer warpgroup has no turns' barrier
-  // to order its warps' reads of a K stage's words before thread 0's arrival (only the wgmma
-  // they all issue), so each warp arrives after a __syncwarp, as for a streamed tile.
+  // One consumer warpgroup has no turns' barrier to order its warps' reads of a K stage's
+  // words before thread 0's arrival (only the wgmma they all issue, an execution order the
+  // PTX model does not count), so each warp arrives after a __syncwarp, as for a streamed
+  // tile. Free where timed (H200, decode and 64-row items: 0.98-1.01 of thread 0 alone;
+  // bench/NOTES.md, fifty-fifth session); KDSL_WARP_RELEASE=0 restores the old release (A/B).
   constexpr bool kWarpRelease = kStream || (KDSL_WARP_RELEASE && NCWG == 1);
   constexpr int kEmptyK = KDSL_RACECHECK_ARRIVALS ? 128 * NCWG : kWarpRelease ? 4 * NCWG : NCWG;
   constexpr int BM = C::kBM;
@@ -289,8 +291,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // Ring slots are handed back by one thread per warpgroup after its wgmma wait: a wgmma
   // is a warpgroup operation, so once it completed it has finished reading shared memory.
   // The stage's words (tile_info, the item) every thread reads come before the release in
-  // the turns' barrier (two or three warpgroups); with one warpgroup, before the thread's own
-  // part of the wgmma the release waited for (an execution order: see kWarpRelease).
+  // the turns' barrier (two or three warpgroups); with one warpgroup each warp hands K
+  // stages back itself (kWarpRelease).
   auto release = [&](u32 bar) { if (kArrivers == 128 || tid % 128 == 0) mbar_arrive(bar); };
   // A K slot that also held a streamed tile (or kWarpRelease): every thread read it, so each
   // warp, once its lanes are done, arrives (__syncwarp orders the lanes' reads before lane
