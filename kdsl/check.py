@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from . import ir, reference
 from .backends import Numpy, Torch, backend_for, need
+from .errors import LaunchError
 from .cases import (AttentionCase, GemmCase, attention_inputs, attention_shapes, conform, gemm_inputs,
                     gemm_shapes)
 
@@ -32,6 +33,9 @@ ATTENTION_TOL = 2e-2   # relative Frobenius error, bf16/fp16 attention
 # for its products, as FlashAttention's does)
 GRAD_TOL = 2e-2
 FP8_TOL = 1e-3         # 1 - 2 sum(xy) / sum(x^2 + y^2), FP8 GEMM vs dequantised product
+ATTENTION_METRIC = "rel. error, whole and worst row"
+FP8_METRIC = "1 - 2xy/(x^2+y^2), den. floored"
+GRAD_METRIC = "grad rel. error, worst of dq dk dv"
 
 
 def rel_frobenius(out, ref) -> float:
@@ -123,8 +127,21 @@ def check_attention(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shape
                         "allows (docs/testing.md). Accept **kwargs and pass them on.")
     rng = random.Random(seed)
     trials_cases = [(t, c) for t in range(trials) for c in cases]
-    return [attention_case(be, kernel, fn, replace(c, seed=rng.randrange(2**62)))
+    return [_unless_refused(attention_case, be, kernel, fn, replace(c, seed=rng.randrange(2**62)),
+                            ATTENTION_METRIC, ATTENTION_TOL)
             for _, c in _progress(trials_cases, kernel.name)]
+
+
+def _unless_refused(judge, be, kernel: ir.Kernel, fn, case, metric: str, tolerance: float) -> CaseResult:
+    """judge(be, kernel, fn, case), or a failed case where the call was refused (LaunchError: a
+    captured tensor's index that can leave its axis at this shape, a limit the shape crosses):
+    the program cannot run there, which is what a check is for, and the other cases and
+    kernels still get judged."""
+    try:
+        return judge(be, kernel, fn, case)
+    except LaunchError as e:
+        label = case.label() + (" grad" if judge is gradient_case else "")
+        return CaseResult(kernel.name, label, metric, float("inf"), tolerance, [f"refused the call: {e}"], case)
 
 
 def _takes_keyword(fn, name: str) -> bool:
@@ -155,8 +172,7 @@ def attention_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult
     before = [be.copy(x) for x in (q, k, v, *caps.values())]
     has_lse = kernel.tensor("lse") is not None
     B, H, M, _ = q.shape
-    res = CaseResult(kernel.name, case.label(), "rel. error, whole and worst row", float("inf"), ATTENTION_TOL,
-                     case=case)
+    res = CaseResult(kernel.name, case.label(), ATTENTION_METRIC, float("inf"), ATTENTION_TOL, case=case)
     outs = []
     for _ in range(2):  # the second launch checks determinism
         buf, out = _guarded(be, (*q.shape[:3], v.shape[3]), kernel.tensor("q").dtype)
@@ -199,7 +215,7 @@ def check_gemm(kernel: ir.Kernel, fn, trials: int = 5, seed: int = 0, shapes=Non
              for c in shapes or gemm_shapes(kernel.attr("grouping"))]
     rng = random.Random(seed)
     trials_cases = [(t, c) for t in range(trials) for c in cases]
-    return [gemm_case(be, kernel, fn, replace(c, seed=rng.randrange(2**62)))
+    return [_unless_refused(gemm_case, be, kernel, fn, replace(c, seed=rng.randrange(2**62)), FP8_METRIC, FP8_TOL)
             for _, c in _progress(trials_cases, kernel.name)]
 
 
@@ -211,7 +227,7 @@ def gemm_case(be, kernel: ir.Kernel, fn, case: GemmCase) -> CaseResult:
     a, sa, b, sb, extra = gemm_inputs(kernel, case, be)
     G, M, N = case.G, case.M, case.N
     out_shape = (G, M, N) if grouping == "masked" else (M, N)
-    res = CaseResult(kernel.name, case.label(), "1 - 2xy/(x^2+y^2), den. floored", float("inf"), FP8_TOL, case=case)
+    res = CaseResult(kernel.name, case.label(), FP8_METRIC, float("inf"), FP8_TOL, case=case)
     valid = None
     if grouping == "contiguous":
         valid = xp.broadcast_to((extra[0] >= 0).reshape(M, 1), out_shape)
@@ -266,7 +282,7 @@ def gradient_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult:
     # them too, except at one key, where every score's gradient is zero and a kernel leaves
     # rounding (judged for q and k against their floor)
     of_captures = getattr(fn, "computes_capture_grads", False) and any(c.is_floating_point() for c in caps.values())
-    metric = "grad rel. error, worst of dq dk dv" + (" and captured tensors" if of_captures else "")
+    metric = GRAD_METRIC + (" and captured tensors" if of_captures else "")
     res = CaseResult(kernel.name, case.label() + " grad", metric, 0.0, GRAD_TOL, case=case)
     for name, error in qkv_grad_errors(kernel, q, k, v, caps, case.scale, out, dout, got).items():
         if error == float("inf"):
@@ -425,30 +441,33 @@ def check_gradients(kernel: ir.Kernel, fn, trials: int = 1, seed: int = 0, shape
              for c in shapes or attention_shapes(kernel)]
     rng = random.Random(seed ^ 0x9E3779B9)
     trials_cases = [(t, c) for t in range(trials) for c in cases]
-    return [gradient_case(be, kernel, fn, replace(c, seed=rng.randrange(2**62)))
+    return [_unless_refused(gradient_case, be, kernel, fn, replace(c, seed=rng.randrange(2**62)), GRAD_METRIC, GRAD_TOL)
             for _, c in _progress(trials_cases, kernel.name + " grad")]
 
 
 def check_module(mod, kernel: str | None = None, trials: int = 5, seed: int | None = None,
                  interpret: bool = False, grad: bool = False):
-    """{kernel name: [CaseResult]} for every (or one) kernel of a loaded module; with
+    """({kernel name: [CaseResult]}, seed) for every (or one) kernel of a loaded module; with
     interpret=True the candidate is the CPU interpreter of the tiled program, judged with
     numpy (no torch needed). grad=True: an attention kernel's gradients too (torch autograd:
     on the GPU, or on CPU tensors with interpret=True)."""
+    seed = random.randrange(2**31) if seed is None else seed
+    return dict(iter_check_module(mod, kernel, trials, seed, interpret, grad)), seed
+
+
+def iter_check_module(mod, kernel: str | None, trials: int, seed: int, interpret: bool = False,
+                      grad: bool = False):
+    """check_module's (name, [CaseResult]) pairs one kernel at a time, as each is judged (so
+    that `kdsl check` prints a kernel's table before it starts on the next)."""
     from .interpreted import Interpreted
     be = Numpy() if interpret else gpu_backend()
-    seed = random.randrange(2**31) if seed is None else seed
-    names = [kernel] if kernel else list(mod.kernels)
-    out = {}
-    for name in names:
+    for name in [kernel] if kernel else list(mod.kernels):
         k = mod.ir[name]
         fn = Interpreted(k) if interpret else getattr(mod, name)
         shapes = small_attention_shapes(k) if interpret and k.kind == "attention" else None
-        out[name] = (check_attention if k.kind == "attention" else check_gemm)(k, fn, trials, seed, shapes, be)
+        yield name, (check_attention if k.kind == "attention" else check_gemm)(k, fn, trials, seed, shapes, be)
         if grad and k.kind == "attention":  # a table of its own
-            out[f"{name} (gradients)"] = check_gradients(k, fn, 1, seed, shapes,
-                                                         Torch("cpu") if interpret else be)
-    return out, seed
+            yield f"{name} (gradients)", check_gradients(k, fn, 1, seed, shapes, Torch("cpu") if interpret else be)
 
 
 def gpu_backend():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import traceback
 from pathlib import Path
@@ -179,7 +180,7 @@ def _gemm_options(args) -> dict:
 
 
 def _check(args) -> int:
-    from .check import check_module, format_table
+    from .check import format_table, iter_check_module
     from .runtime.module import load
 
     modules = [load(f) for f in args.files]  # all diagnostics before any GPU work
@@ -194,10 +195,10 @@ def _check(args) -> int:
         if args.hypothesis is not None:
             ok &= _search(path, module, args)
             continue
-        results, seed = check_module(module, args.kernel, args.trials, args.seed, args.interpret, args.grad)
-        print(f"kdsl check {path}: seed {seed} (reproduce with --seed {seed})")
-        for name, rs in results.items():
-            print(format_table(name, rs))
+        seed = random.randrange(2**31) if args.seed is None else args.seed
+        print(f"kdsl check {path}: seed {seed} (reproduce with --seed {seed})", flush=True)
+        for name, rs in iter_check_module(module, args.kernel, args.trials, seed, args.interpret, args.grad):
+            print(format_table(name, rs), flush=True)  # as each kernel is judged: big checks take minutes
             ok &= all(r.passed for r in rs)
     print("all kernels pass" if ok else "FAILED")
     return 0 if ok else 1
