@@ -11,7 +11,7 @@ source bench/device_env.sh
 BACKWARD_C="1x2x2x1x1x64x64 or 2x4x2x127x129x128x128 or 1x4x4x200x333x64x64 or 1x4x2x190x250x96x64 or query_tiles_split"
 case "${TESTS_PART:-}" in
   a) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_attention_gpu.py tests/gpu/test_variants_gpu.py tests/gpu/test_interpreter_parity_gpu.py tests/gpu/test_decode_gpu.py tests/gpu/test_build_gpu.py tests/gpu/test_head_dims_gpu.py"} ;;
-  b) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_slope_step_gpu.py tests/gpu/test_checker_gpu.py tests/gpu/test_fp8_gpu.py tests/gpu/test_torch_compile_gpu.py tests/gpu/test_tile_summary_gpu.py tests/gpu/test_streaming_gpu.py tests/gpu/test_row_sum_gpu.py tests/gpu/test_launch_edges_gpu.py tests/gpu/test_offset_table_gpu.py tests/gpu/test_fast_launch_gpu.py"} ;;
+  b) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_slope_step_gpu.py tests/gpu/test_checker_gpu.py tests/gpu/test_fp8_gpu.py tests/gpu/test_torch_compile_gpu.py tests/gpu/test_tile_summary_gpu.py tests/gpu/test_streaming_gpu.py tests/gpu/test_row_sum_gpu.py tests/gpu/test_launch_edges_gpu.py tests/gpu/test_byte_captures_gpu.py tests/gpu/test_offset_table_gpu.py tests/gpu/test_fast_launch_gpu.py"} ;;
   c) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_backward_gpu.py"}
      PYTEST_K=${PYTEST_K:-"$BACKWARD_C"} ;;
   d) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_backward_gpu.py"}

@@ -16,6 +16,7 @@ import numpy as np
 from .errors import KdslError
 
 E4M3_MAX = 448.0
+INTEGRAL = ("i32", "i8", "u8", "bool")  # element types cast as they are, not rounded as floats
 
 
 def need(module: str, extra: str, purpose: str):
@@ -50,7 +51,7 @@ class Numpy:
 
     name = "numpy"
     _DTYPES = {"bf16": np.float32, "f16": np.float16, "f32": np.float32, "e4m3": np.float32,
-               "i32": np.int32, "f64": np.float64, "bool": np.bool_}
+               "i32": np.int32, "i8": np.int8, "u8": np.uint8, "f64": np.float64, "bool": np.bool_}
 
     def __init__(self, float_dtype=None):
         self.xp, self.array = np, np.ndarray
@@ -74,7 +75,7 @@ class Numpy:
     def float64(self, x): return np.asarray(x, np.float64)
     def cast(self, x, dtype: str):
         """Values as the element type `dtype` holds them (rounded; bf16/e4m3 kept in float32)."""
-        return np.asarray(x).astype(np.int32) if dtype == "i32" else \
+        return np.asarray(x).astype(self.dtype(dtype)) if dtype in INTEGRAL else \
             round_float32(x, dtype).astype(self.dtype(dtype))
     def is_float(self, x): return np.issubdtype(x.dtype, np.floating)
     def copy(self, x): return x.copy()
@@ -106,7 +107,8 @@ class Torch:
         self.device = device
         self.fdt = float_dtype or torch.float64
         self._dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
-                        "e4m3": torch.float8_e4m3fn, "i32": torch.int32, "f64": torch.float64, "bool": torch.bool}
+                        "e4m3": torch.float8_e4m3fn, "i32": torch.int32, "i8": torch.int8, "u8": torch.uint8,
+                        "f64": torch.float64, "bool": torch.bool}
 
     def to_float(self, a): return a.to(self.fdt)
     def to_int(self, a): return a.to(self.xp.int64)

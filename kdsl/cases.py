@@ -25,6 +25,7 @@ CHECK_HEAD_DIMS = (64, 128, 32, 96, 192, 256)
 # vanishes) and a negative one; the kernel's fast paths (a max on raw q.k, the affine form)
 # need a positive factor, and the runtime must arrange it (runtime/attention_launch.py).
 CHECK_SCALES = (0.0, -0.3)
+INT_TOP = {"i32": 2**31, "i8": 2**7, "u8": 2**8}  # one past each integer element type's largest value
 
 
 @dataclass(frozen=True)
@@ -193,14 +194,17 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
         if t.role != "capture":
             continue
         shape = [int(eval_scalar(e, dims)) for e in t.shape]
-        if t.dtype != "i32":
+        top = INT_TOP.get(t.dtype)  # an integer type's largest value (+1), for its draws
+        if t.dtype == "bool":  # a mask: each element kept or not, even odds
+            caps[t.name] = be.cast(be.randint(0, 2, shape, gen), "bool")
+        elif top is None:
             caps[t.name] = be.cast(0.1 * be.randn(shape, gen), t.dtype)
         elif t.name in ranges:
-            caps[t.name] = be.randint(0, ranges[t.name], shape, gen)
+            caps[t.name] = be.cast(be.randint(0, min(ranges[t.name], top), shape, gen), t.dtype)
         elif not seq_dims & set(t.shape):  # per sequence or head: a length, a prefix, a position
-            caps[t.name] = be.randint(0, max(case.M, case.N) + 1, shape, gen)
+            caps[t.name] = be.cast(be.randint(0, min(max(case.M, case.N) + 1, top), shape, gen), t.dtype)
         else:
-            caps[t.name] = be.sort_last(be.randint(0, case.ids, shape, gen))
+            caps[t.name] = be.cast(be.sort_last(be.randint(0, min(case.ids, top), shape, gen)), t.dtype)
     return q, k, v, caps
 
 

@@ -83,7 +83,7 @@ WEIRD_NAMES = ["a", "b", "c", "o", "B", "H", "Hkv", "M", "N", "D", "s", "qk", "k
 VOCAB = (["attention", "gemm", "block", "and", "or", "not", "true", "false", "score", "mask", "where", "min",
           "max", "abs", "exp", "tanh", "sigmoid", "rsqrt", "{", "}", "(", ")", "[", "]", ",", ":", ";", "=",
           "==", "<", "<=", "+", "-", "*", "/", "//", "%", "#", "\n", " ", "\r", "\r\n", "\f", "\t", "\v",
-          "\ufeff", "\x00", "é", "bf16", "f16", "f32", "i32", "e4m3", "bf16[B, H, M, D]"]
+          "\ufeff", "\x00", "é", "bf16", "f16", "f32", "i32", "i8", "bool", "e4m3", "bf16[B, H, M, D]"]
          + EDGE_NUMBERS + WEIRD_NAMES)
 
 
@@ -157,7 +157,7 @@ def grammar_programs(draw) -> str:
                                         "w", "scale", "score", "mask", "foo"] + WEIRD_NAMES))
             e = any_expr(draw(st.integers(0, 3)))
             if what == "decl":
-                dtype = draw(st.sampled_from(["bf16", "f16", "f32", "i32", "e4m3", "f64"]))
+                dtype = draw(st.sampled_from(["bf16", "f16", "f32", "i32", "i8", "u8", "bool", "e4m3", "f64"]))
                 shape = ", ".join(draw(st.lists(st.one_of(st.sampled_from(DIMS), e), max_size=4)))
                 block = draw(st.sampled_from(["", " block(1, 128)", " block(128, 128)", " block({}, 1)"]))
                 block = block.format(draw(e)) if "{}" in block else block
@@ -208,7 +208,7 @@ def name_edges(draw) -> str:
     names = draw(st.lists(st.sampled_from(WEIRD_NAMES + ["true", "and", "x" * MAX_NAME, "y" * (MAX_NAME + 1)]),
                           min_size=1, max_size=4, unique=True))
     dim = draw(st.sampled_from(["H", "L", "int", "dim_L", "a", "N"]))
-    body = "\n    ".join(f"{n}: {draw(st.sampled_from(['f32', 'i32', 'bf16']))}[{dim}]" for n in names)
+    body = "\n    ".join(f"{n}: {draw(st.sampled_from(['f32', 'i32', 'bf16', 'u8', 'bool']))}[{dim}]" for n in names)
     uses = [draw(st.sampled_from(NAME_USES)).format(n=n) for n in names[:1]]
     kernel = attention(body + "\n    " + "\n    ".join(uses), draw(st.sampled_from(["t", "int", "x"])))
     if draw(st.booleans()):

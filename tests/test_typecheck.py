@@ -49,7 +49,7 @@ def test_constants_fold():
     ("bias: f32[H, Z + 1]", "unknown variable 'Z'"),
     ("mask(b, h, i, j) = i // 0 < j", "division by zero"),
     # a constant that reads a tensor is typed before the declarations are (found by test_fuzz)
-    ("w: e4m3[B]\nc = w[3]", "'w' must have element type f32 or bf16 or f16 or i32, not e4m3"),
+    ("w: e4m3[B]\nc = w[3]", "'w' must have element type f32 or bf16 or f16 or i32 or i8 or u8 or bool, not e4m3"),
     ("w: f64[B]\nc = w[3]", "unknown element type 'f64'"),
 ])
 def test_type_errors(body, needle):

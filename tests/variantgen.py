@@ -27,6 +27,10 @@ CAPTURES = {
     "documents": (["doc_q: i32[B, M]", "doc_kv: i32[B, N]"], None, "doc_q[b, i] == doc_kv[b, j]"),
     "lengths": (["kv_len: i32[B]"], None, "j < kv_len[b]"),
     "prefix": (["prefix: i32[B]"], None, "(j <= i or j < prefix[b])"),
+    # 1-byte types: a dense boolean mask (torch's attn_mask), byte document ids, an int8 per head
+    "dense_mask": (["keep: bool[B, M, N]"], None, "keep[b, i, j]"),
+    "byte_documents": (["seg_q: u8[B, M]", "seg_kv: u8[B, N]"], None, "seg_q[b, i] == seg_kv[b, j]"),
+    "byte_gain": (["hg: i8[H]"], "{s} * (1.0 + 0.1 * float(hg[h] % 5))", None),
 }
 
 # Masks over positions as models write them; W, C, P are drawn.

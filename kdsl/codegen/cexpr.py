@@ -143,7 +143,8 @@ class CEmitter:
     def _load(self, e: ir.Load) -> str:
         cap = self.captures[e.tensor]
         linear = self.linear_index(e)
-        fn = "kdsl::load_i32" if cap.dtype == "i32" else "kdsl::load_f32"
+        fn = {"i32": "kdsl::load_i32", "i8": "kdsl::load_i32", "u8": "kdsl::load_i32",
+              "bool": "kdsl::load_bool"}.get(cap.dtype, "kdsl::load_f32")
         if e.tensor == self.streamed:
             return f"(kStreamLoads ? sv : {fn}({cap.field}, {linear}))"
         return f"{fn}({cap.field}, {linear})"

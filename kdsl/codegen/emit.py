@@ -22,7 +22,8 @@ HERE = Path(__file__).parent
 INCLUDE_DIR = HERE / "include"
 _ELEM = {"bf16": "kdsl::bf16_t", "f16": "kdsl::f16_t"}
 _ELEM_CTYPE = {"f32": "float", "bf16": "kdsl::bf16_t", "f16": "kdsl::f16_t"}
-_CAPTURE_CTYPE = {"f32": "const float*", "bf16": "const kdsl::bf16_t*", "f16": "const kdsl::f16_t*", "i32": "const int*"}
+_CAPTURE_CTYPE = {"f32": "const float*", "bf16": "const kdsl::bf16_t*", "f16": "const kdsl::f16_t*", "i32": "const int*",
+                  "i8": "const signed char*", "u8": "const unsigned char*", "bool": "const bool*"}
 GEMM_KINDS = {"dense": 0, "contiguous": 1, "masked": 2}
 # Attention dims the kernel knows as AttnArgs fields: (tensor, axis) -> C++ expression.
 _ATTN_DIM_FIELDS = {("q", 0): "a.B", ("q", 1): "a.H", ("q", 2): "a.M", ("k", 1): "a.Hkv", ("k", 2): "a.N"}

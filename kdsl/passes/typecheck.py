@@ -15,8 +15,10 @@ from ..semantics import FoldError, fold
 from . import tiling
 
 ATTN_ELEMS = ("bf16", "f16")
-CAPTURE_DTYPES = {"f32": "f32", "bf16": "f32", "f16": "f32", "i32": "i32"}
-DTYPES = ("bf16", "f16", "f32", "i32", "e4m3")
+# captured tensors' element types and the scalar type a load of each gives: 1-byte masks and
+# ids (torch.bool, int8, uint8) read a quarter of an i32 tensor's bytes
+CAPTURE_DTYPES = {"f32": "f32", "bf16": "f32", "f16": "f32", "i32": "i32", "i8": "i32", "u8": "i32", "bool": "bool"}
+DTYPES = ("bf16", "f16", "f32", "i32", "i8", "u8", "bool", "e4m3")
 SCORE_PARAMS = ("s", "b", "h", "q", "kv")
 MASK_PARAMS = ("b", "h", "q", "kv")
 _FUNC_ARITY = {"where": 3, "min": 2, "max": 2, "abs": 1, "int": 1, "float": 1, **{f: 1 for f in ir.FLOAT_FUNCS}}
@@ -186,6 +188,9 @@ class _Checker:
         """Bring two operands to one type; only untyped integer literals convert implicitly."""
         if a.ty == LITERAL_INT and b.ty == LITERAL_INT:
             return a, b
+        if "bool" in (a.ty, b.ty) and LITERAL_INT in (a.ty, b.ty):  # e.g. keep[b, i, j] + 1, (i < j) == 0
+            raise SourceError(f"cannot {verb} bool and integer: a bool is not a number; convert explicitly with "
+                              f"int(...) or float(...), or compare with == / != to another bool", e.span)
         if a.ty == LITERAL_INT:
             a = self._coerce(a, b.ty, e.span)
         if b.ty == LITERAL_INT:

@@ -11,12 +11,13 @@ from ..errors import LaunchError
 
 # kdsl element type -> (torch dtype name, numpy/cupy dtype name)
 _KDSL_TO = {"bf16": ("bfloat16", None), "f16": ("float16", "float16"), "f32": ("float32", "float32"),
-            "i32": ("int32", "int32"), "e4m3": ("float8_e4m3fn", "uint8")}
+            "i32": ("int32", "int32"), "e4m3": ("float8_e4m3fn", "uint8"), "i8": ("int8", "int8"),
+            "u8": ("uint8", "uint8"), "bool": ("bool", "bool")}
 # numpy (host arrays, the interpreter) has no bf16 or e4m3: float32 arrays stand for them,
 # their values rounded to the type by kdsl (kdsl.backends.round_float32).
-_NUMPY_HOST = {"float16": "f16", "float32": "f32", "int32": "i32"}
+_NUMPY_HOST = {"float16": "f16", "float32": "f32", "int32": "i32", "int8": "i8", "uint8": "u8", "bool": "bool"}
 _NUMPY_STANDS_FOR = {"bf16": "f32", "e4m3": "f32"}
-_ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "e4m3": 1}
+_ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "e4m3": 1, "i8": 1, "u8": 1, "bool": 1}
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ def info(x, name: str) -> ArrayInfo:
 
 def holds(a: ArrayInfo, dtype: str) -> bool:
     """Whether the array can be passed where the kernel declares `dtype`."""
-    return a.dtype == dtype or (a.framework == "numpy" and _NUMPY_STANDS_FOR.get(dtype) == a.dtype)
+    return a.dtype == dtype or (a.framework == "numpy" and _NUMPY_STANDS_FOR.get(dtype) == a.dtype) or \
+        (a.framework == "cupy" and a.dtype == "e4m3" and dtype == "u8")  # CuPy's uint8 reads as e4m3's carrier
 
 
 def _from_torch(dt) -> str:

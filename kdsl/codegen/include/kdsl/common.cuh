@@ -91,6 +91,12 @@ KDSL_DEVICE float load_f32(const f16_t* p, i64 i) {
   return f16_to_float(__ldg(reinterpret_cast<const unsigned short*>(p) + i));
 }
 KDSL_DEVICE int load_i32(const int* p, i64 i) { return __ldg(p + i); }
+// 1-byte masks and ids (torch.bool, int8, uint8): a quarter of an i32 tensor's bytes
+KDSL_DEVICE int load_i32(const signed char* p, i64 i) { return __ldg(p + i); }
+KDSL_DEVICE int load_i32(const unsigned char* p, i64 i) { return __ldg(p + i); }
+KDSL_DEVICE bool load_bool(const bool* p, i64 i) {
+  return __ldg(reinterpret_cast<const unsigned char*>(p) + i) != 0;  // torch stores 0 / 1
+}
 
 // Transcendentals in score and mask expressions. By default the hardware approximations
 // (MUFU), whose error stays far inside bf16/fp16 attention's tolerance; compiled with
