@@ -71,7 +71,7 @@ def test_inputs_of_byte_types_hold_their_values():
 def test_a_mask_tensor_of_another_type_is_refused_by_name():
     mod = _module()
     q = np.random.default_rng(0).standard_normal((1, 2, 8, 64)).astype(np.float32)
-    with pytest.raises(LaunchError, match="argument 'keep' must be bool, got i32"):
+    with pytest.raises(LaunchError, match="argument 'keep' must be bool, got int32"):
         mod.bool_mask(q, q, q, np.ones((1, 8, 8), np.int32), np.ones(2, bool))
     with pytest.raises(LaunchError, match="argument 'seg_q' must be uint8"):
         mod.byte_ids(q, q, q, np.zeros((1, 8), np.int32), np.zeros((1, 8), np.uint8), np.zeros(2, np.int8))

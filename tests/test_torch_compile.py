@@ -176,7 +176,7 @@ def test_each_program_gets_its_own_op_and_reloading_reuses_it():
     (lambda m, q, s: m.alibi(q, q, q, s[:1]), "alibi: argument 'slopes' dimension 0 (H) must be 2, got 1"),
     (lambda m, q, s: m.alibi(q, q, q), "alibi: missing captured tensor(s) ['slopes']"),
     (lambda m, q, s: m.alibi(q, q, q, s, scale="0.1"), "alibi: scale must be a real number"),
-    (lambda m, q, s: m.alibi(q, q.float(), q, s), "alibi: argument 'k' must be torch.bfloat16, got f32"),
+    (lambda m, q, s: m.alibi(q, q.float(), q, s), "alibi: argument 'k' must be torch.bfloat16, got torch.float32"),
 ])
 def test_a_bad_call_is_refused_while_tracing_with_the_eager_message(bad, message):
     mod = kdsl.load(ROOT / "samples" / "alibi.kd", interpret=True)

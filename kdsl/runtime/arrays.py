@@ -74,6 +74,16 @@ def expected_dtype_text(dtype: str, framework: str) -> str:
     return f"torch.{t}" if framework == "torch" else (n if dtype != "e4m3" else "uint8 holding e4m3 bits")
 
 
+def dtype_text(a: ArrayInfo) -> str:
+    """The array's element type as its framework spells it (torch.float32, int8), for messages."""
+    names = _KDSL_TO.get(a.dtype)
+    if names is None:
+        return a.dtype  # a type kdsl has no name for: already the framework's name
+    if a.framework == "torch":
+        return f"torch.{names[0]}"
+    return "uint8" if a.dtype == "e4m3" else names[1] or a.dtype
+
+
 def allocator(framework: str, shape, dtype: str, device: int):
     """A no-argument function returning a new uninitialised array (cheap to call)."""
     import functools

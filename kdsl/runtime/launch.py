@@ -256,7 +256,7 @@ class KernelBase:
                               f"(pass numpy arrays or CPU tensors)")
         if not arrays.holds(a, dtype):
             raise LaunchError(f"{self.name}: argument '{name}' must be {arrays.expected_dtype_text(dtype, a.framework)}, "
-                              f"got {a.dtype}")
+                              f"got {arrays.dtype_text(a)}")
         if len(a.shape) != rank:
             raise LaunchError(f"{self.name}: argument '{name}' must have {rank} dimensions, got shape {list(a.shape)}")
         return a
