@@ -167,8 +167,10 @@ def find_failure(fn, examples: int = 100, seed: int | None = None, *, kernel: ir
     def judged(case) -> CaseResult:
         try:
             return _judge(be, k, fn, case)
+        except LaunchError as e:  # refused at this shape: the program's problem, shrunk like a wrong answer
+            return CaseResult(k.name, case.label(), "refused", float("inf"), 0.0, [f"refused the call: {e}"], case)
         except KdslError:
-            raise  # the call was refused: a problem with the program, reported as such
+            raise  # no GPU, a kernel that cannot be built: nothing to search
         except Exception as e:
             return CaseResult(k.name, case.label(), "crash", float("inf"), 0.0, [f"raised {type(e).__name__}: {e}"],
                               case)

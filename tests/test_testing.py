@@ -145,6 +145,23 @@ def test_search_shrinks_a_crash_to_the_smallest_case():
     assert find_failure(mod.causal, 10, seed=seed) is None
 
 
+def test_search_shrinks_a_refused_call_to_the_smallest_shape():
+    """A program whose index leaves its axis only at some shapes (a query and a key in
+    different 256-blocks) is refused there: the search reports the smallest such shape with
+    the refusal's message. Before, the refusal ended `kdsl check --hypothesis` with only the
+    message, at whatever shape it was first drawn."""
+    mod = kdsl.compile("attention frames {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                       "    tbl: f32[H, 32]\n    score(s, b, h, i, j) = s + tbl[h, min(i // 256 - j // 256, 31)]\n"
+                       "    mask(b, h, i, j) = j // 256 <= i // 256\n}\n", "frames.kd", interpret=True)
+    # 60 examples draw N > 256 for ~4 seeds in 5: up to three searches, fresh seeds each
+    for seed in random.sample(range(2**31), 3):
+        found = find_failure(mod.frames, 60, seed=seed, backend=Numpy())
+        if found is not None:
+            break
+    assert found is not None and found.metric == "refused" and found.case.M == 1 and found.case.N > 256, seed
+    assert found.problems[0].startswith("refused the call: frames: in score(), index 1 of 'tbl'"), found.problems
+
+
 def _unsound_tiles(monkeypatch):
     real = mask_analysis.run
 
