@@ -449,13 +449,18 @@ def check_gradients(kernel: ir.Kernel, fn, trials: int = 1, seed: int = 0, shape
             for _, c in _progress(trials_cases, kernel.name + " grad")]
 
 
+def resolve_seed(seed: int | None) -> int:
+    """The seed a check runs with: the one given, or a fresh one to print for reproduction."""
+    return random.randrange(2**31) if seed is None else seed
+
+
 def check_module(mod, kernel: str | None = None, trials: int = 5, seed: int | None = None,
                  interpret: bool = False, grad: bool = False):
     """({kernel name: [CaseResult]}, seed) for every (or one) kernel of a loaded module; with
     interpret=True the candidate is the CPU interpreter of the tiled program, judged with
     numpy (no torch needed). grad=True: an attention kernel's gradients too (torch autograd:
     on the GPU, or on CPU tensors with interpret=True)."""
-    seed = random.randrange(2**31) if seed is None else seed
+    seed = resolve_seed(seed)
     return dict(iter_check_module(mod, kernel, trials, seed, interpret, grad)), seed
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 import traceback
 from pathlib import Path
@@ -180,7 +179,7 @@ def _gemm_options(args) -> dict:
 
 
 def _check(args) -> int:
-    from .check import format_table, iter_check_module
+    from .check import format_table, iter_check_module, resolve_seed
     from .runtime.module import load
 
     modules = [load(f) for f in args.files]  # all diagnostics before any GPU work
@@ -195,7 +194,7 @@ def _check(args) -> int:
         if args.hypothesis is not None:
             ok &= _search(path, module, args)
             continue
-        seed = random.randrange(2**31) if args.seed is None else args.seed
+        seed = resolve_seed(args.seed)
         print(f"kdsl check {path}: seed {seed} (reproduce with --seed {seed})", flush=True)
         for name, rs in iter_check_module(module, args.kernel, args.trials, seed, args.interpret, args.grad):
             print(format_table(name, rs), flush=True)  # as each kernel is judged: big checks take minutes

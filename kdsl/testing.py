@@ -20,7 +20,7 @@ from .backends import Numpy, Torch, need
 from .cases import (CHECK_SCALES, AttentionCase, GemmCase, attention_dims, conform, free_dims, gemm_inputs,
                     head_dim_pairs, tiles, attention_inputs as _case_inputs)
 from .check import (ATTENTION_TOL, FP8_TOL, GRAD_TOL, CaseResult, attention_case, fp8_difference, format_table,
-                    gemm_case, gpu_backend, gradient_case, rel_frobenius)
+                    gemm_case, gpu_backend, gradient_case, rel_frobenius, resolve_seed)
 from .errors import KdslError, LaunchError
 from .interpreted import Interpreted
 from .runtime.bounds import check_capture_indices
@@ -190,7 +190,7 @@ def search_module(mod, kernel: str | None = None, examples: int = 100, seed: int
     """`kdsl check --hypothesis`: ({kernel name: shrunk failing CaseResult or None}, seed)."""
     _hypothesis()
     be = Numpy() if interpret else gpu_backend()
-    seed = random.randrange(2**31) if seed is None else seed
+    seed = resolve_seed(seed)
     out = {}
     for name in [kernel] if kernel else list(mod.kernels):
         k = mod.ir[name]

@@ -27,15 +27,22 @@ CASES = [(p, n) for p, mod in INTERPRETED.items() for n in mod.kernels if mod.ir
 SHAPES = [(1, 4, 2, 65, 129, 32, 32), (2, 2, 2, 1, 1, 16, 16)]
 
 
-class _OffBy(torch.autograd.Function):
-    """The identity, whose gradient comes back 0.1 off: a backward the judge must fail."""
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
+def _identity_with_gradient(wrong):
+    """The identity as an autograd function whose gradient comes back as wrong(g): a backward
+    the judge must fail."""
+    class Wrong(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
 
-    @staticmethod
-    def backward(ctx, g):
-        return g + 0.1
+        @staticmethod
+        def backward(ctx, g):
+            return wrong(g)
+    return Wrong
+
+
+_OffBy = _identity_with_gradient(lambda g: g + 0.1)
+_Scaled = _identity_with_gradient(lambda g: 1.5 * g)
 
 
 def _inputs(kir, shape, seed=0):
@@ -119,17 +126,6 @@ def test_a_cancelling_capture_gradient_is_judged_against_the_outputs_rounding():
             return super().__call__(q, k, v, gain=_Scaled.apply(gain), **kw)
     wrong = gradient_case(Torch("cpu"), kir, OffGain(kir), case)
     assert not wrong.passed and wrong.error > 0.05, wrong
-
-
-class _Scaled(torch.autograd.Function):
-    """The identity, whose gradient comes back 1.5 times as large."""
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        return 1.5 * g
 
 
 def test_a_score_constant_in_s_is_judged_against_rounding():

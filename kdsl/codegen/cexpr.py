@@ -18,6 +18,8 @@ _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<="
 _FLOAT_FN = {"exp": "kdsl::math_exp", "exp2": "kdsl::math_exp2", "log": "kdsl::math_log",
              "log2": "kdsl::math_log2", "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "kdsl::math_tanh",
              "sin": "kdsl::math_sin", "cos": "kdsl::math_cos", "tan": "tanf", "sigmoid": "kdsl::math_sigmoid"}
+# common.cuh's reader of each captured element type (overloaded on the pointer type); floats by load_f32
+_LOADERS = {"i32": "kdsl::load_i32", "i8": "kdsl::load_i32", "u8": "kdsl::load_i32", "bool": "kdsl::load_bool"}
 
 # Positions as floats, which the attention kernels pass in two parts (attention_variant.cu.j2):
 # a base per row or tile, and the element's column offset `col`, a constant once the caller's
@@ -143,8 +145,7 @@ class CEmitter:
     def _load(self, e: ir.Load) -> str:
         cap = self.captures[e.tensor]
         linear = self.linear_index(e)
-        fn = {"i32": "kdsl::load_i32", "i8": "kdsl::load_i32", "u8": "kdsl::load_i32",
-              "bool": "kdsl::load_bool"}.get(cap.dtype, "kdsl::load_f32")
+        fn = _LOADERS.get(cap.dtype, "kdsl::load_f32")
         if e.tensor == self.streamed:
             return f"(kStreamLoads ? sv : {fn}({cap.field}, {linear}))"
         return f"{fn}({cap.field}, {linear})"
