@@ -25,7 +25,7 @@ class SassReport:
     tensor_ops: dict[str, int]  # opcode -> count
     other_ops: dict = None      # TMA loads/stores/reductions (UTMALDG/UTMASTG/UTMAREDG), bulk and global
                                 # reductions (UBLKRED, REDG), special functions (MUFU), global and shared
-                                # loads (LDG, LDS), stmatrix (STSM), memory barriers (MEMBAR: a proxy
+                                # loads (LDG, LDS; LDS.U16 & co. by width too), stmatrix (STSM), memory barriers (MEMBAR: a proxy
                                 # fence is one), warp votes (VOTE) -> count
     tensor_shapes: dict = None  # a tensor opcode with its shape ("HGMMA.64x128x16") -> count
 
@@ -79,8 +79,8 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
     other: dict[str, int] = {}
     for m in re.finditer(r"\b(UTMALDG|UTMASTG|UTMAREDG|UBLKRED|REDG|MUFU|LDG|LDS|STSM|MEMBAR)(\.[A-Z0-9]+)?", code):
         other[m.group(1)] = other.get(m.group(1), 0) + 1
-        if m.group(1) == "MUFU" and m.group(2):  # which function: MUFU.EX2, MUFU.TANH, ...
-            other["MUFU" + m.group(2)] = other.get("MUFU" + m.group(2), 0) + 1
+        if m.group(1) in ("MUFU", "LDS") and m.group(2):  # which function: MUFU.EX2, ...; LDS.U16: its width
+            other[m.group(1) + m.group(2)] = other.get(m.group(1) + m.group(2), 0) + 1
     other["BAR.SYNC"] = len(re.findall(r"\bBAR\.SYNC\b", code))  # CTA barrier 0 and named ones
     # CTA barriers (barrier 0) with a memory barrier among the 32 instructions before them: a
     # proxy fence before a __syncthreads, which waits for the thread's outstanding global

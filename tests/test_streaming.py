@@ -1,5 +1,5 @@
-"""Streamed captures (passes/streaming.py): which tensor the score reads at [..., q, kv]
-alone, whether tiling keeps its ring of tiles, and what the two programs do with it: the
+"""Streamed captures (passes/streaming.py): which tensor the score or the mask reads at
+[..., q, kv] alone, whether tiling keeps its ring of tiles, and what the two programs do with it: the
 streamed one copies it by TMA and reads it from shared memory (no global load left), the
 per-element one (KDSL_STREAM_CAPTURES=0, for tensors TMA cannot read) loads it."""
 import pytest
@@ -13,11 +13,12 @@ from kdsl.runtime.programs import Program
 from kdsl.sass import find_cuobjdump, inspect
 
 
-def kernel(score: str, capture: str = "bias: bf16[M, N]", extra: str = ""):
+def kernel(score: str | None, capture: str = "bias: bf16[M, N]", extra: str = ""):
+    score_line = f"score(s, b, h, i, j) = {score}" if score else ""
     src = f"""attention t {{
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
     {capture}
-    score(s, b, h, i, j) = {score}
+    {score_line}
     {extra}
 }}"""
     return pipeline.check(parse(src, "<test>"))[0]
@@ -49,6 +50,35 @@ def test_a_tensor_read_at_the_element_alone_is_the_candidate(score, capture):
 def test_other_reads_stay_per_element(score, capture):
     k = lowered(kernel(score, capture))
     assert streaming.candidate(k) is None and k.attr("stream_capture") is None
+
+
+@pytest.mark.parametrize("mask,capture", [
+    ("keep[b, i, j]", "keep: bool[B, M, N]"),                     # torch's boolean attn_mask
+    ("j <= i and keep[b, h, i, j] != 0", "keep: u8[B, H, M, N]"),
+    ("keep[i, j] > 0 or j == 0", "keep: i8[M, N]"),
+    ("keep[h, i, j] != 0", "keep: i32[H, M, N]"),
+    ("keep[i, j] > 0.0", "keep: f32[M, N]"),
+])
+def test_a_mask_tensor_read_at_the_element_alone_is_the_candidate(mask, capture):
+    assert streaming.candidate(lowered(kernel(None, capture, f"mask(b, h, i, j) = {mask}"))) == "keep"
+
+
+@pytest.mark.parametrize("score,mask,capture", [
+    (None, "keep[b, j, i]", "keep: bool[B, N, M]"),                  # transposed
+    (None, "keep[b, i, max(j - 1, 0)]", "keep: bool[B, M, N]"),       # shifted (token_tree's ancestors)
+    (None, "keep[b, i, j] and keep[b, i, 0]", "keep: bool[B, M, N]"),  # read at two indices
+    ("s + float(keep[i, j])", "keep[i, j] != 0", "keep: i32[M, N]"),  # the score reads it: floats only
+    ("s + keep[i, j + 1]", "keep[i, j] > 0.0", "keep: bf16[M, N]"),   # the score reads it elsewhere
+])
+def test_other_mask_reads_stay_per_element(score, mask, capture):
+    k = lowered(kernel(score, capture, f"mask(b, h, i, j) = {mask}"))
+    assert streaming.candidate(k) is None and k.attr("stream_capture") is None
+
+
+def test_a_tensor_the_score_and_the_mask_read_at_the_element_is_streamed_for_both():
+    k = lowered(kernel("s + bias[i, j]", extra="mask(b, h, i, j) = bias[i, j] > -10.0"))
+    assert k.attr("stream_capture") == "bias"
+    assert streaming.read_by(k, "score_log2") and streaming.read_by(k, "mask")
 
 
 def test_tiling_makes_room_for_the_ring_or_drops_it():
@@ -110,3 +140,26 @@ def test_partial_tiles_load_a_row_or_column_value_once(sample, name, most):
     rep = inspect(built.compiled.cubin, built.generated.entry)
     assert rep.other_ops.get("LDG", 0) <= most, rep
     assert rep.local_bytes == 0 and rep.spill_ops == 0, rep
+
+
+@pytest.mark.parametrize("capture,mask,pair_reads", [
+    ("keep: bool[B, M, N]", "keep[b, i, j]", "LDS.U16"),
+    ("keep: i8[B, H, M, N]", "j <= i and keep[b, h, i, j] > 0", "LDS.U16"),
+    ("keep: i32[M, N]", "keep[i, j] != 0", "LDS"),
+])
+def test_a_streamed_mask_reads_its_tile_from_shared_memory(capture, mask, pair_reads):
+    """A partial tile's mask: 32 shared-memory reads a thread (a pair of keys each) against 64
+    global loads per element; the other programs (per-element, split-KV) build too."""
+    if not find_cuobjdump():
+        pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
+    k = kernel(None, capture, f"mask(b, h, i, j) = {mask}")
+    d = 64  # an i32 ring fits beside K and V there
+    streamed, per_element = build(k, "sm_90a", d), build(k, "sm_90a", d, program=Program(stream=False))
+    assert streamed.kernel.attr("stream_capture") == "keep"
+    a = inspect(streamed.compiled.cubin, streamed.generated.entry)
+    b = inspect(per_element.compiled.cubin, per_element.generated.entry)
+    assert a.other_ops.get("LDG", 0) == 0 and b.other_ops.get("LDG", 0) >= 64, (a, b)
+    assert a.other_ops.get(pair_reads, 0) >= 32, a
+    assert a.local_bytes == 0 and a.spill_ops == 0, a
+    split = build(k, "sm_90a", d, program=Program(split_kv=True))
+    assert inspect(split.compiled.cubin, split.generated.entry).local_bytes == 0

@@ -60,7 +60,7 @@ class CEmitter:
                  summary_slots: dict[tuple[str, ir.Expr], int] | None = None, streamed: str | None = None):
         # summary_slots: (axis, expression) -> slot of the runtime tile summary, for the tile
         # reductions of the mask analysis' predicates (kdsl/attention_summary.cuh).
-        # streamed: the captured tensor whose element the Variant's score gets as `sv`, read
+        # streamed: the captured tensor whose element the Variant's score and mask_at get as `sv`, read
         # from its tile in shared memory (passes/streaming.py), in programs that stream it.
         self.variables, self.captures, self.summary_slots = variables, captures, summary_slots or {}
         self.streamed = streamed
@@ -146,8 +146,8 @@ class CEmitter:
         cap = self.captures[e.tensor]
         linear = self.linear_index(e)
         fn = _LOADERS.get(cap.dtype, "kdsl::load_f32")
-        if e.tensor == self.streamed:
-            return f"(kStreamLoads ? sv : {fn}({cap.field}, {linear}))"
+        if e.tensor == self.streamed:  # sv: a float, or an int for integer and bool tensors
+            return f"(kStreamLoads ? {'sv != 0' if cap.dtype == 'bool' else 'sv'} : {fn}({cap.field}, {linear}))"
         return f"{fn}({cap.field}, {linear})"
 
 

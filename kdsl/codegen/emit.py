@@ -21,7 +21,8 @@ from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, spl
 HERE = Path(__file__).parent
 INCLUDE_DIR = HERE / "include"
 _ELEM = {"bf16": "kdsl::bf16_t", "f16": "kdsl::f16_t"}
-_ELEM_CTYPE = {"f32": "float", "bf16": "kdsl::bf16_t", "f16": "kdsl::f16_t"}
+_ELEM_CTYPE = {"f32": "float", "bf16": "kdsl::bf16_t", "f16": "kdsl::f16_t",  # a streamed tensor's elements
+               "i32": "int", "bool": "kdsl::u8", "u8": "kdsl::u8", "i8": "signed char"}
 _CAPTURE_CTYPE = {"f32": "const float*", "bf16": "const kdsl::bf16_t*", "f16": "const kdsl::f16_t*", "i32": "const int*",
                   "i8": "const signed char*", "u8": "const unsigned char*", "bool": "const bool*"}
 GEMM_KINDS = {"dense": 0, "contiguous": 1, "masked": 2}
@@ -374,7 +375,9 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         stream=dict(ctype=_ELEM_CTYPE[k.tensor(stream).dtype] if stream else "float",
                     bytes=streaming.ELEM_BYTES[k.tensor(stream).dtype] if stream else 0,
                     rank=len(k.tensor(stream).shape) if stream else 0,
-                    lead=[c(i) for i in reversed(streaming.lead_indices(k))] if stream else []),
+                    lead=[c(i) for i in reversed(streaming.lead_indices(k))] if stream else [],
+                    mask=_on(streaming.read_by(k, "mask")),
+                    value="float" if not stream or k.tensor(stream).dtype in streaming.FLOAT_ELEMS else "int"),
         affine=dict(on=_on(score_slope is not None), factor=c(ir.Const("f32", k.attr("score_factor") or 1.0)),
                     step=tiling.slope_form(k.attr("consumers")) if k.attr("slope_step") else 0,
                     slope=c(score_slope) if score_slope is not None else "0.f",
@@ -382,6 +385,7 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         offset=dict(on=_on(score_offset is not None), factor=c(ir.Const("f32", k.attr("offset_factor") or 1.0)),
                     part=at_offset(score_offset) if score_offset is not None else "0.f"),
         mask=dict(expr=c(mask) if mask is not None else "true",
+                  streamed=cs(mask) if streaming.read_by(k, "mask") else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),
         bounds=dict(on=_on(kv_lo is not None), lo=wide(kv_lo) if kv_lo is not None else "k0",
                     hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",

@@ -15,8 +15,8 @@ from ..errors import KdslError
 from .driver import _libcuda
 
 # CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h)
-_DTYPE = {"bf16": 9, "f16": 6, "u8": 0, "f32": 7}
-_BYTES = {"bf16": 2, "f16": 2, "u8": 1, "f32": 4}
+_DTYPE = {"bf16": 9, "f16": 6, "u8": 0, "f32": 7, "i32": 3, "i8": 0, "bool": 0}  # 1-byte types copied as UINT8
+_BYTES = {"bf16": 2, "f16": 2, "u8": 1, "f32": 4, "i32": 4, "i8": 1, "bool": 1}
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _L2_PROMOTION = {0: 0, 64: 1, 128: 2, 256: 3}  # bytes an L2 miss of a TMA request fetches around it
 _OOB_FILL_ZEROS = 0

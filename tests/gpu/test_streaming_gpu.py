@@ -2,7 +2,8 @@
 float64 reference: bf16, f16 and f32 tables of rank 2 to 4, rows and keys past the tile
 edges, GQA, decode (one consumer warpgroup) and split-KV, a mask on top, and the calls that
 must take the per-element program instead: rows that are not whole 16-byte units, and a
-table whose data pointer is not 16-byte aligned."""
+table whose data pointer is not 16-byte aligned. Then masks read from a dense tensor at
+[..., q, kv] (bool, u8, i8, i32 and a float table the score reads too), streamed likewise."""
 import pytest
 
 import kdsl
@@ -40,17 +41,22 @@ STREAMED = [(1, 2, 2, 1, 8, 64), (2, 4, 2, 129, 136, 128), (1, 4, 4, 300, 1000, 
             (1, 16, 16, 1, 4096, 128), (1, 32, 8, 1, 8192, 128), (1, 2, 2, 200, 200, 256)]
 
 
-def _run(name, shape, seed, caps_edit=None):
+def _run(name, shape, seed, caps_edit=None, module=MOD):
     torch = pytest.importorskip("torch")
-    kir = MOD.ir[name]
+    kir = module.ir[name]
     B, H, Hkv, M, N, D = shape
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, generator=gen)
-    caps["bias"] = torch.randn(caps["bias"].shape, device="cuda", generator=gen).to(caps["bias"].dtype)
+    if "bias" in caps:
+        caps["bias"] = torch.randn(caps["bias"].shape, device="cuda", generator=gen).to(caps["bias"].dtype)
+    if "keep" in caps:  # about half the keys kept, in every row and tile (ints: -1 to 2)
+        keep = caps["keep"]
+        drawn = torch.randint(-1, 3, keep.shape, device="cuda", generator=gen)
+        caps["keep"] = (drawn > 0) if keep.dtype == torch.bool else drawn.to(keep.dtype)
     if caps_edit:
         caps = caps_edit(caps)
     out = torch.full_like(q, float("nan"))
-    fn = getattr(MOD, name)
+    fn = getattr(module, name)
     fn._plans.clear()  # so that the plans below are this call's
     fn(q, k, v, out=out, **caps)
     ref, _ = reference.attention(kir, q, k, v, caps)
@@ -89,3 +95,51 @@ def test_an_unaligned_table_takes_the_per_element_program():
     assert [p.stream_arg for p in plans] == [0, None]  # planned for the signature, then not aligned
     _, plans = _run("qk2", (2, 4, 4, M, N, 128), 12)  # aligned: the streamed plan
     assert [p.stream_arg for p in plans] == [0]
+
+
+MASKS = kdsl.compile("""
+attention bool_keep {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    keep: bool[B, M, N]
+    mask(b, h, i, j) = keep[b, i, j]
+}
+attention u8_causal {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    keep: u8[B, H, M, N]
+    mask(b, h, i, j) = j <= i + N - M and keep[b, h, i, j] != 0
+}
+attention i8_rule {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    keep: i8[M, N]
+    mask(b, h, i, j) = keep[i, j] > 0 or j == 0
+}
+attention i32_keep {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    keep: i32[H, M, N]
+    mask(b, h, i, j) = keep[h, i, j] != 0 or j == N - 1
+}
+attention bias_and_mask {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    bias: bf16[B, M, N]
+    score(s, b, h, i, j) = s + bias[b, i, j]
+    mask(b, h, i, j) = bias[b, i, j] > -0.5
+}
+""", "stream_masks.kd")
+# N a multiple of 16 keeps 1-byte rows whole 16-byte units; decode, GQA, split-KV, head dim 256
+MASKED = [(1, 2, 2, 1, 16, 64), (2, 4, 2, 129, 144, 128), (1, 4, 4, 300, 1024, 64), (2, 8, 4, 1000, 528, 128),
+          (1, 16, 16, 1, 4096, 128), (1, 32, 8, 1, 8192, 64), (1, 2, 2, 200, 208, 256)]
+
+
+@pytest.mark.parametrize("shape", MASKED, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", ["bool_keep", "u8_causal", "i8_rule", "i32_keep", "bias_and_mask"])
+def test_streamed_masks_match_the_reference(name, shape):
+    fn, plans = _run(name, shape, hash((name, shape)) % 2**31, module=MASKS)
+    if fn._lowered(shape[5], shape[5]).attr("stream_capture"):  # i32 fits at head dim 64 only
+        assert all(p.stream_arg is not None for p in plans), "the streamed program did not run"
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 2, 63, 1000, 64), (2, 4, 2, 129, 700, 128)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_byte_masks_whose_rows_tma_cannot_read_take_the_per_element_program(shape):
+    _, plans = _run("bool_keep", shape, 5, module=MASKS)
+    assert plans and all(p.stream_arg is None for p in plans)

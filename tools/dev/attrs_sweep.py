@@ -4,7 +4,7 @@
     python3 tools/dev/attrs_sweep.py samples/document_mask.kd:document_mask:8,16,2048,2048,128 \
         --attrs "schedule=persistent;consumers=1" [--reps 50]
 
-Each spec is k=v[,k=v] (integers, or strings for schedule), or -DNAME=VALUE [-DNAME2=VALUE2 ...] (the default
+Each spec is k=v[,k=v] (integers, strings for schedule, null: stream_capture=null), or -DNAME=VALUE [-DNAME2=VALUE2 ...] (the default
 schedule compiled with that define: A/B of a kernel change kept behind a macro), or
 head_group=G (the default kernel launched with that AttnArgs::head_group), or splits=S (the
 default kernel with its keys split into S ranges a work item: splitkv.kv_splits forced), or
@@ -58,7 +58,7 @@ def parse_attrs(spec: str) -> dict:
     out = {}
     for kv in filter(None, spec.split(",")):
         k, v = kv.split("=")
-        out[k] = int(v) if v.lstrip("-").isdigit() else v
+        out[k] = int(v) if v.lstrip("-").isdigit() else None if v == "null" else v  # null: stream_capture=null
     return out
 
 

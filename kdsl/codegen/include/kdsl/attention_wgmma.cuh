@@ -25,7 +25,7 @@
 //   (16-bit elements, dims listed innermost first: head dim, rows, B*heads), box (64, BM or
 //   BN, 1), 128-byte swizzle, out-of-bounds elements filled with zeros. kdsl/runtime/tma.py
 //   builds them. out is [B*H, M, DV].
-//   ts: when V::kStreamLoads, the map of the captured tensor the score reads at [..., q, kv]
+//   ts: when V::kStreamLoads, the map of the captured tensor the score or mask reads at [..., q, kv]
 //   (passes/streaming.py), its dims innermost first, box (128 bytes of columns, BM, 1, ...);
 //   V::stream_tile() issues its boxes with each K tile, on the K tile's barrier. Else unused.
 //
@@ -311,14 +311,20 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // columns 8 (i / 4) + 2t; in the 128-byte swizzle 16-byte chunk c of row r sits at chunk
   // c ^ (r % 8), and r % 8 = g, so a warp's 8 rows read 8 distinct chunks: no bank conflict.
   const u8* s_rows = kdsl_attn_smem + (sS - smem_addr(kdsl_attn_smem)) + (wg * 64 + warp * 16 + g) * 128;
-  auto stream_at = [&](int slot, int i) -> float {
-    if constexpr (!kStream) {
-      return 0.f;
-    } else {
-      const int jj = i / 4, row = ((i >> 1) & 1) * 8 * 128;
-      const int off = V::kStreamElemBytes == 2 ? (jj / 8) * BM * 128 + (((jj % 8) ^ g) << 4) + 4 * t
+  // (1-byte elements: a 128-column block, the pair at byte 2t of chunk jj / 2's half jj % 2)
+  typedef typename StreamValueOf<typename V::StreamElem>::T StreamValue;
+  auto stream_ptr = [&](int slot, int i) -> const u8* {  // the pair holding element i
+    const int jj = i / 4, row = ((i >> 1) & 1) * 8 * 128;
+    const int off = V::kStreamElemBytes == 1   ? (jj / 16) * BM * 128 + ((((jj / 2) % 8) ^ g) << 4) + 8 * (jj % 2) + 2 * t
+                    : V::kStreamElemBytes == 2 ? (jj / 8) * BM * 128 + (((jj % 8) ^ g) << 4) + 4 * t
                                                : (jj / 4) * BM * 128 + (((2 * (jj % 4) + (t >> 1)) ^ g) << 4) + 8 * (t & 1);
-      return stream_elem<typename V::StreamElem>(s_rows + slot * C::kStreamBytes + row + off, i & 1);
+    return s_rows + slot * C::kStreamBytes + row + off;
+  };
+  auto stream_at = [&](int slot, int i) -> StreamValue {
+    if constexpr (!kStream) {
+      return 0;
+    } else {
+      return stream_elem<typename V::StreamElem>(stream_ptr(slot, i), i & 1);
     }
   };
 
@@ -461,7 +467,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     //   together: a row's data (doc_q[b, q]) is loaded once an item, a column's (doc_kv[b, kv])
     //   once a tile, 16 loads in flight at a time (unrolled whole, document_mask spilled at
     //   D=128; by 2, each load waited for in turn: 8 round trips a tile).
-    auto survivors = [&](int j, int cls, Keep& keep) {
+    auto survivors = [&](int j, int slot, int cls, Keep& keep) {
       const int k0 = j * BN;
       keep.by_keys = V::kKeysOnly || (V::kKeyBounds && cls != kTilePartial);
       if (keep.by_keys) {
@@ -481,11 +487,18 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       };
       auto group = [&](int jj) {
         u64 bits = 0;
+        StreamValue sv[4] = {};  // kStreamMask: the streamed tensor's elements, from the tile in slot
+        if constexpr (V::kStreamMask) {
+          stream_pair<typename V::StreamElem>(stream_ptr(slot, 4 * jj), sv[0], sv[1]);
+          stream_pair<typename V::StreamElem>(stream_ptr(slot, 4 * jj + 2), sv[2], sv[3]);
+        }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int kv = k0 + 8 * jj + 2 * t + (e & 1);
           const int q = V::kMaskLoads ? qr[e >> 1] : row0 + 8 * (e >> 1);
-          const bool ok = (kv < N) & V::mask(a, cap, b, h, q, V::kMaskLoads ? imin2(kv, N - 1) : kv);
+          const int kv_read = V::kMaskLoads ? imin2(kv, N - 1) : kv;
+          const bool ok = (kv < N) & (V::kStreamMask ? V::mask_at(a, cap, b, h, q, kv_read, sv[e])
+                                                     : V::mask(a, cap, b, h, q, kv_read));
           bits |= (u64)(ok ? 1u : 0u) << e;
         }
         put(jj, bits);
@@ -711,7 +724,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         wgmma_fence();
         qk(s);
         your_turn(wg);
-        if (V::kHasMask && general) survivors(info >> 3, (int)((info >> 1) & 3), keep);
+        if (V::kHasMask && general) survivors(info >> 3, s, (int)((info >> 1) & 3), keep);
         wgmma_wait<0>();
         if (tracer) trace(1 + wg, tn, kTraceFirstS, w);
       }
@@ -744,7 +757,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         sv = s;
         partial = V::kHasMask && (int)((info >> 1) & 3) >= kTilePartial;
         general = partial || (int)(info >> 3) * BN + BN > N;
-        if (V::kHasMask && general) survivors(info >> 3, (int)((info >> 1) & 3), keep);
+        if (V::kHasMask && general) survivors(info >> 3, sn, (int)((info >> 1) & 3), keep);
         ++it;
       }
       // the last tile's P V

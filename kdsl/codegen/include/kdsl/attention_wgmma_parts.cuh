@@ -102,7 +102,7 @@ struct Cfg {
   static_assert(DV % 16 == 0 && DV >= 16 && DV <= 256, "DV must be a multiple of 16 in [16, 256]");
   static_assert(BN % 16 == 0 && BN >= 64 && BN <= 256, "BN must be a multiple of 16 in [64, 256]");
   static_assert(NCWG >= 1 && NCWG <= 3, "1 to 3 consumer warpgroups");
-  static_assert(SB == 0 || SB == 2 || SB == 4, "a streamed capture has 2- or 4-byte elements");
+  static_assert(SB == 0 || SB == 1 || SB == 2 || SB == 4, "a streamed capture has 1-, 2- or 4-byte elements");
   static_assert(!ROWSUM || DV == 64, "the ones column follows a single 64-column block of V");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * NCWG <= 65536, "register split too large");
   static_assert(kSmemBytes <= 227 * 1024, "tiles do not fit in shared memory");
@@ -124,10 +124,15 @@ KDSL_DEVICE u32 fresh_thread_index() {
   return t;
 }
 
-// Element `odd` (0 or 1) of the pair of a streamed capture's tile at p (kStreamBytes), as a
-// float: both halves of a 16-bit pair come from one 32-bit load (the compiler merges the two
-// calls of a pair into one LDS).
-template <class E> KDSL_DEVICE float stream_elem(const u8* p, int odd);
+// Element `odd` (0 or 1) of the pair of a streamed capture's tile at p (kStreamBytes): a
+// float element as a float (both halves of a 16-bit pair from one 32-bit load; the compiler
+// merges the two calls of a pair into one LDS), an integer or bool one (a streamed mask's,
+// passes/streaming.py) as an int.
+template <class E> struct StreamValueOf { typedef float T; };
+template <> struct StreamValueOf<u8> { typedef int T; };
+template <> struct StreamValueOf<signed char> { typedef int T; };
+template <> struct StreamValueOf<int> { typedef int T; };
+template <class E> KDSL_DEVICE typename StreamValueOf<E>::T stream_elem(const u8* p, int odd);
 template <> KDSL_DEVICE float stream_elem<bf16_t>(const u8* p, int odd) {
   const u32 w = *reinterpret_cast<const u32*>(p);
   return __uint_as_float(odd ? (w & 0xffff0000u) : (w << 16));
@@ -138,6 +143,35 @@ template <> KDSL_DEVICE float stream_elem<f16_t>(const u8* p, int odd) {
 }
 template <> KDSL_DEVICE float stream_elem<float>(const u8* p, int odd) {
   return reinterpret_cast<const float*>(p)[odd];
+}
+template <> KDSL_DEVICE int stream_elem<u8>(const u8* p, int odd) {
+  const u32 w = *reinterpret_cast<const u16*>(p);  // the pair: one 16-bit read
+  return odd ? w >> 8 : w & 0xffu;
+}
+template <> KDSL_DEVICE int stream_elem<signed char>(const u8* p, int odd) {
+  const u32 w = *reinterpret_cast<const u16*>(p);
+  return (int)(signed char)(odd ? w >> 8 : w & 0xffu);
+}
+template <> KDSL_DEVICE int stream_elem<int>(const u8* p, int odd) { return reinterpret_cast<const int*>(p)[odd]; }
+// Both elements of the pair at p. A 1-byte pair is one 16-bit read: two stream_elem calls
+// would each be narrowed to a byte read (64 LDS.U8 a 128-key tile, not 32).
+template <class E>
+KDSL_DEVICE void stream_pair(const u8* p, typename StreamValueOf<E>::T& v0, typename StreamValueOf<E>::T& v1) {
+  v0 = stream_elem<E>(p, 0);
+  v1 = stream_elem<E>(p, 1);
+}
+KDSL_DEVICE u32 ld_shared_u16(const u8* p) {
+  unsigned short w;
+  asm("ld.shared.u16 %0, [%1];\n" : "=h"(w) : "r"(smem_addr(p)));
+  return w;
+}
+template <> KDSL_DEVICE void stream_pair<u8>(const u8* p, int& v0, int& v1) {
+  const u32 w = ld_shared_u16(p);
+  v0 = w & 0xffu, v1 = w >> 8;
+}
+template <> KDSL_DEVICE void stream_pair<signed char>(const u8* p, int& v0, int& v1) {
+  const u32 w = ld_shared_u16(p);
+  v0 = (int)(signed char)(w & 0xffu), v1 = (int)(signed char)(w >> 8);
 }
 
 // The kv tiles a work item visits: from the first not-provably-empty tile to the last,
