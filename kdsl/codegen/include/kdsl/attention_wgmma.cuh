@@ -42,6 +42,9 @@
 // Rows with no finite score give out = 0 and lse = -inf. GQA: h_kv = h / (H / Hkv).
 #pragma once
 
+#ifndef KDSL_STREAM_MASK_IN_SOFTMAX  // 0: survivors() turns a streamed mask into bits, as a loaded one (A/B)
+#define KDSL_STREAM_MASK_IN_SOFTMAX 1
+#endif
 #include "kdsl/attention_splits.cuh"
 #include "kdsl/attention_wgmma_parts.cuh"
 #include "kdsl/hopper.cuh"
@@ -122,6 +125,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // PTX model does not count), so each warp arrives after a __syncwarp, as for a streamed
   // tile. Free where timed (H200, decode and 64-row items: 0.98-1.01 of thread 0 alone;
   // bench/NOTES.md, fifty-fifth session); KDSL_WARP_RELEASE=0 restores the old release (A/B).
+  // A streamed mask (passes/streaming.py) is applied where the softmax selects -inf, its
+  // tile read from shared memory: a read, a compare and a select per element. Turned into
+  // bits by survivors() as a loaded mask is, it cost 1.18-1.26x the time on partial-tile-bound
+  // shapes (H200, bench/NOTES.md fifty-sixth session): the bits' shifts and tests per element.
+  constexpr bool kMaskInSoftmax = V::kStreamMask && KDSL_STREAM_MASK_IN_SOFTMAX;
   constexpr bool kWarpRelease = kStream || (KDSL_WARP_RELEASE && NCWG == 1);
   constexpr int kEmptyK = KDSL_RACECHECK_ARRIVALS ? 128 * NCWG : kWarpRelease ? 4 * NCWG : NCWG;
   constexpr int BM = C::kBM;
@@ -467,6 +475,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     //   together: a row's data (doc_q[b, q]) is loaded once an item, a column's (doc_kv[b, kv])
     //   once a tile, 16 loads in flight at a time (unrolled whole, document_mask spilled at
     //   D=128; by 2, each load waited for in turn: 8 round trips a tile).
+    //   A partial tile of a streamed mask has neither (keep.by_stream): the softmax reads the
+    //   mask from the tile in shared memory itself (kMaskInSoftmax).
     auto survivors = [&](int j, int slot, int cls, Keep& keep) {
       const int k0 = j * BN;
       keep.by_keys = V::kKeysOnly || (V::kKeyBounds && cls != kTilePartial);
@@ -480,6 +490,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         return;
       }
       const bool partial = cls >= kTilePartial;
+      keep.by_stream = kMaskInSoftmax && partial;
+      if (keep.by_stream) return;
       keep.bits[0] = keep.bits[1] = 0;
       auto put = [&](int jj, u64 bits) {  // jj may be a register (unroll 8): no indexed array
         if (jj < 16) keep.bits[0] |= bits << (4 * jj);
@@ -579,6 +591,20 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           for (int i = 0; i < C::kSRegs; ++i) {
             const float x = value(i);
             sc[i] = in_keys(i) ? x : neg_inf();
+          }
+        } else if (kMaskInSoftmax && keep.by_stream) {  // the streamed mask, a pair of keys a read
+#pragma unroll
+          for (int i = 0; i < C::kSRegs; i += 2) {
+            StreamValue sv[2];
+            stream_pair<typename V::StreamElem>(stream_ptr(slot, i), sv[0], sv[1]);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = 8 * (i / 4) + e, r = (i >> 1) & 1, kv = k0 + 2 * t + col;
+              const float x = value(i + e);
+              const bool ok = (col < kv_room) & V::mask_at(a, cap, b, h, V::kMaskLoads ? qr[r] : row0 + 8 * r,
+                                                           V::kMaskLoads ? imin2(kv, N - 1) : kv, sv[e]);
+              sc[i + e] = ok ? x : neg_inf();
+            }
           }
         } else {
 #pragma unroll

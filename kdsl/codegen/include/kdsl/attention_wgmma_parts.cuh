@@ -47,6 +47,7 @@ KDSL_DEVICE void trace(int role, int& n, int event, int item) {
 struct Keep {
   u64 bits[2];   // or row r's interval: lo in the low word of bits[r], hi in the high word
   bool by_keys;  // which of the two the tile's survivors are
+  bool by_stream;  // neither: the softmax applies the streamed mask itself (kMaskInSoftmax)
   KDSL_DEVICE void set_keys(int r, int lo, int hi) { bits[r] = (u64)(u32)lo | ((u64)(u32)hi << 32); }
   KDSL_DEVICE int lo(int r) const { return (int)(u32)bits[r]; }
   KDSL_DEVICE int hi(int r) const { return (int)(u32)(bits[r] >> 32); }
