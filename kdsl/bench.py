@@ -22,7 +22,8 @@ SAMPLES = ROOT / "samples"
 ATTN = ["plain", "relpos", "alibi", "softcap", "causal", "sliding_window", "document_mask", "natten2d", "prefix_lm",
         "padded_causal"]
 VARIANTS = ["t5_bias", "gemma2_local", "learned_relpos", "gated_rows", "periodic_bias", "packed_window", "chunked_causal",
-            "dilated_window", "temperature_padding", "alibi_softcap_gqa", "bias_qk", "bias_bhqk", "gqa_causal"]
+            "dilated_window", "temperature_padding", "alibi_softcap_gqa", "bias_qk", "bias_bhqk", "gqa_causal",
+            "bool_attn_mask"]
 GEMM_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 
 
