@@ -45,6 +45,9 @@
 #ifndef KDSL_STREAM_MASK_IN_SOFTMAX  // 0: survivors() turns a streamed mask into bits, as a loaded one (A/B)
 #define KDSL_STREAM_MASK_IN_SOFTMAX 1
 #endif
+#ifndef KDSL_LOADED_MASK_IN_SOFTMAX  // 1: a mask that loads is applied in the softmax too (trial)
+#define KDSL_LOADED_MASK_IN_SOFTMAX 0
+#endif
 #include "kdsl/attention_splits.cuh"
 #include "kdsl/attention_wgmma_parts.cuh"
 #include "kdsl/hopper.cuh"
@@ -129,7 +132,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // tile read from shared memory: a read, a compare and a select per element. Turned into
   // bits by survivors() as a loaded mask is, it cost 1.18-1.26x the time on partial-tile-bound
   // shapes (H200, bench/NOTES.md fifty-sixth session): the bits' shifts and tests per element.
-  constexpr bool kMaskInSoftmax = V::kStreamMask && KDSL_STREAM_MASK_IN_SOFTMAX;
+  constexpr bool kMaskInSoftmax = (V::kStreamMask && KDSL_STREAM_MASK_IN_SOFTMAX) ||
+                                   (KDSL_LOADED_MASK_IN_SOFTMAX && V::kHasMask && V::kMaskLoads && !V::kKeyBounds);
   constexpr bool kWarpRelease = kStream || (KDSL_WARP_RELEASE && NCWG == 1);
   constexpr int kEmptyK = KDSL_RACECHECK_ARRIVALS ? 128 * NCWG : kWarpRelease ? 4 * NCWG : NCWG;
   constexpr int BM = C::kBM;
@@ -328,6 +332,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
                                                : (jj / 4) * BM * 128 + (((2 * (jj % 4) + (t >> 1)) ^ g) << 4) + 8 * (t & 1);
     return s_rows + slot * C::kStreamBytes + row + off;
   };
+  // ... and as a shared-memory address, for the mask's pair reads (stream_pair)
+  const u32 s_lane = smem_addr(s_rows) | stream_lane_bits<V::kStreamElemBytes ? V::kStreamElemBytes : 2>(g, t);
+  auto stream_addr = [&](int slot, int i) -> u32 {
+    constexpr int kSB = V::kStreamElemBytes ? V::kStreamElemBytes : 2;
+    const int jj = i / 4;
+    return ((s_lane + slot * C::kStreamBytes) ^ stream_chunk_bits<kSB>(jj)) + stream_block<kSB>(jj) * BM * 128 +
+           ((i >> 1) & 1) * 8 * 128;
+  };
   auto stream_at = [&](int slot, int i) -> StreamValue {
     if constexpr (!kStream) {
       return 0;
@@ -501,8 +513,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         u64 bits = 0;
         StreamValue sv[4] = {};  // kStreamMask: the streamed tensor's elements, from the tile in slot
         if constexpr (V::kStreamMask) {
-          stream_pair<typename V::StreamElem>(stream_ptr(slot, 4 * jj), sv[0], sv[1]);
-          stream_pair<typename V::StreamElem>(stream_ptr(slot, 4 * jj + 2), sv[2], sv[3]);
+          stream_pair<typename V::StreamElem>(stream_addr(slot, 4 * jj), sv[0], sv[1]);
+          stream_pair<typename V::StreamElem>(stream_addr(slot, 4 * jj + 2), sv[2], sv[3]);
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -595,14 +607,15 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         } else if (kMaskInSoftmax && keep.by_stream) {  // the streamed mask, a pair of keys a read
 #pragma unroll
           for (int i = 0; i < C::kSRegs; i += 2) {
-            StreamValue sv[2];
-            stream_pair<typename V::StreamElem>(stream_ptr(slot, i), sv[0], sv[1]);
+            StreamValue sv[2] = {};
+            if constexpr (V::kStreamMask) stream_pair<typename V::StreamElem>(stream_addr(slot, i), sv[0], sv[1]);
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int col = 8 * (i / 4) + e, r = (i >> 1) & 1, kv = k0 + 2 * t + col;
+              const int q = V::kMaskLoads ? qr[r] : row0 + 8 * r, kv_read = V::kMaskLoads ? imin2(kv, N - 1) : kv;
               const float x = value(i + e);
-              const bool ok = (col < kv_room) & V::mask_at(a, cap, b, h, V::kMaskLoads ? qr[r] : row0 + 8 * r,
-                                                           V::kMaskLoads ? imin2(kv, N - 1) : kv, sv[e]);
+              const bool ok = (col < kv_room) & (V::kStreamMask ? V::mask_at(a, cap, b, h, q, kv_read, sv[e])
+                                                                : V::mask(a, cap, b, h, q, kv_read));
               sc[i + e] = ok ? x : neg_inf();
             }
           }

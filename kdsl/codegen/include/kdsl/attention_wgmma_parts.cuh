@@ -154,25 +154,48 @@ template <> KDSL_DEVICE int stream_elem<signed char>(const u8* p, int odd) {
   return (int)(signed char)(odd ? w >> 8 : w & 0xffu);
 }
 template <> KDSL_DEVICE int stream_elem<int>(const u8* p, int odd) { return reinterpret_cast<const int*>(p)[odd]; }
-// Both elements of the pair at p. A 1-byte pair is one 16-bit read: two stream_elem calls
-// would each be narrowed to a byte read (64 LDS.U8 a 128-key tile, not 32).
+// A streamed tile's pair of elements in shared memory, addressed as (lane bits) ^ (chunk bits)
+// + a column block's offset: the lane's part of the swizzle (its row's g = r % 8, its t) is
+// fixed, a pair's is a constant once unrolled, so an address is one XOR (a row's base has its
+// low 7 bits zero: 128-byte rows of a 1024-byte aligned tile). The offsets are those
+// attention_wgmma.cuh's stream_ptr computes.
+template <int SB> KDSL_DEVICE u32 stream_lane_bits(int g, int t) {
+  return SB == 1 ? (g << 4) | (2 * t) : SB == 2 ? (g << 4) | (4 * t) : ((g ^ (t >> 1)) << 4) | (8 * (t & 1));
+}
+template <int SB> KDSL_DEVICE constexpr u32 stream_chunk_bits(int jj) {  // jj: the 8-column group
+  return SB == 1 ? ((jj / 2 % 8) << 4) | (8 * (jj % 2)) : SB == 2 ? (jj % 8) << 4 : (2 * (jj % 4)) << 4;
+}
+template <int SB> KDSL_DEVICE constexpr int stream_block(int jj) { return jj / (16 / SB); }  // its column block
+
+// Both elements of the pair at shared address s, one read: 16 bits (1-byte elements), 32
+// (2-byte), 64 (4-byte). An integer or bool element as an int, a float one as a float.
 template <class E>
-KDSL_DEVICE void stream_pair(const u8* p, typename StreamValueOf<E>::T& v0, typename StreamValueOf<E>::T& v1) {
-  v0 = stream_elem<E>(p, 0);
-  v1 = stream_elem<E>(p, 1);
-}
-KDSL_DEVICE u32 ld_shared_u16(const u8* p) {
+KDSL_DEVICE void stream_pair(u32 s, typename StreamValueOf<E>::T& v0, typename StreamValueOf<E>::T& v1);
+template <> KDSL_DEVICE void stream_pair<u8>(u32 s, int& v0, int& v1) {
   unsigned short w;
-  asm("ld.shared.u16 %0, [%1];\n" : "=h"(w) : "r"(smem_addr(p)));
-  return w;
+  asm("ld.shared.u16 %0, [%1];\n" : "=h"(w) : "r"(s));
+  v0 = w & 0xff, v1 = w >> 8;
 }
-template <> KDSL_DEVICE void stream_pair<u8>(const u8* p, int& v0, int& v1) {
-  const u32 w = ld_shared_u16(p);
-  v0 = w & 0xffu, v1 = w >> 8;
+template <> KDSL_DEVICE void stream_pair<signed char>(u32 s, int& v0, int& v1) {
+  unsigned short w;
+  asm("ld.shared.u16 %0, [%1];\n" : "=h"(w) : "r"(s));
+  v0 = (int)(signed char)(w & 0xff), v1 = (int)(signed char)(w >> 8);
 }
-template <> KDSL_DEVICE void stream_pair<signed char>(const u8* p, int& v0, int& v1) {
-  const u32 w = ld_shared_u16(p);
-  v0 = (int)(signed char)(w & 0xffu), v1 = (int)(signed char)(w >> 8);
+template <> KDSL_DEVICE void stream_pair<int>(u32 s, int& v0, int& v1) {
+  asm("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v0), "=r"(v1) : "r"(s));
+}
+template <> KDSL_DEVICE void stream_pair<float>(u32 s, float& v0, float& v1) {
+  asm("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v0), "=f"(v1) : "r"(s));
+}
+template <> KDSL_DEVICE void stream_pair<bf16_t>(u32 s, float& v0, float& v1) {
+  u32 w;
+  asm("ld.shared.u32 %0, [%1];\n" : "=r"(w) : "r"(s));
+  v0 = __uint_as_float(w << 16), v1 = __uint_as_float(w & 0xffff0000u);
+}
+template <> KDSL_DEVICE void stream_pair<f16_t>(u32 s, float& v0, float& v1) {
+  u32 w;
+  asm("ld.shared.u32 %0, [%1];\n" : "=r"(w) : "r"(s));
+  v0 = f16_to_float((u16)(w & 0xffffu)), v1 = f16_to_float((u16)(w >> 16));
 }
 
 // The kv tiles a work item visits: from the first not-provably-empty tile to the last,
