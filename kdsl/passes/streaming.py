@@ -11,10 +11,11 @@ that a warp's reads are free of bank conflicts (attention_wgmma.cuh, kStreamByte
 
 A mask read per element from a dense tensor (torch's boolean attn_mask, `keep[b, i, j]`) is
 streamed the same way: there the cost was worse, 64 scalar loads a thread a partial tile, each
-warp load touching 8 rows (bench/NOTES.md, fifty-fifth session); streamed, `survivors()` reads
-the tile's bytes from shared memory. The score streams float tensors (its element arrives as a
-float), the mask also integer and bool ones (as an int; the mask's other callers, the tile
-summary and the backward, keep reading global memory).
+warp load touching 8 rows (bench/NOTES.md, fifty-fifth session); streamed, the softmax reads
+a pair of the tile's elements from shared memory where it selects -inf (2x on a bool mask, the
+fifty-sixth session). The score streams float tensors (its element arrives as a float), the
+mask also integer and bool ones (as an int; the mask's other callers, the tile summary and the
+backward, keep reading global memory).
 
 This pass only finds the candidate (attr `stream_capture`); tiling keeps it when a ring of
 its tiles fits shared memory beside K and V, else drops it (the score then loads per

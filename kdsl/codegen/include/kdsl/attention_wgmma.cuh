@@ -333,7 +333,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     return s_rows + slot * C::kStreamBytes + row + off;
   };
   // ... and as a shared-memory address, for the mask's pair reads (stream_pair)
-  const u32 s_lane = smem_addr(s_rows) | stream_lane_bits<V::kStreamElemBytes ? V::kStreamElemBytes : 2>(g, t);
+  const u32 s_lane = (sS + (wg * 64 + warp * 16 + g) * 128) |
+                     stream_lane_bits<V::kStreamElemBytes ? V::kStreamElemBytes : 2>(g, t);
   auto stream_addr = [&](int slot, int i) -> u32 {
     constexpr int kSB = V::kStreamElemBytes ? V::kStreamElemBytes : 2;
     const int jj = i / 4;
@@ -502,7 +503,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         return;
       }
       const bool partial = cls >= kTilePartial;
-      keep.by_stream = kMaskInSoftmax && partial;
+      keep.by_stream = kMaskInSoftmax && partial;  // (by_keys takes precedence in the softmax)
       if (keep.by_stream) return;
       keep.bits[0] = keep.bits[1] = 0;
       auto put = [&](int jj, u64 bits) {  // jj may be a register (unroll 8): no indexed array
