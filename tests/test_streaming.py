@@ -163,3 +163,19 @@ def test_a_streamed_mask_reads_its_tile_from_shared_memory(capture, mask, pair_r
     assert a.local_bytes == 0 and a.spill_ops == 0, a
     split = build(k, "sm_90a", d, program=Program(split_kv=True))
     assert inspect(split.compiled.cubin, split.generated.entry).local_bytes == 0
+
+
+def test_only_the_forwards_partial_tiles_read_a_streamed_mask_from_shared_memory():
+    """mask_at() takes the streamed element; mask() keeps its global load for its other callers
+    (the tile summary, the backward), which run without the stream."""
+    import re
+    k = kernel(None, "keep: bool[B, M, N]", "mask(b, h, i, j) = keep[b, i, j] and j <= i")
+    src = build(k, "sm_90a", 64, want_cubin=False).generated.source
+    mask = re.search(r"bool mask\(.*?\{(.*?)\}", src, re.S).group(1)
+    mask_at = re.search(r"bool mask_at\(.*?int sv\) \{(.*?)\}", src, re.S).group(1)
+    assert "load_bool" in mask and "sv" not in mask
+    assert "sv != 0" in mask_at and "kStreamMask = kStreamLoads && true" in src
+    # the one caller: the forward's partial tiles, whose program has the stream
+    from kdsl.codegen.emit import INCLUDE_DIR
+    callers = {p.name for p in (INCLUDE_DIR / "kdsl").glob("*.cuh") if "V::mask_at(" in p.read_text()}
+    assert callers == {"attention_wgmma.cuh"}
