@@ -76,11 +76,14 @@ def variants(draw, name: str = "gen"):
 
 def _length(short: bool):
     """Lengths at and around tiles, ragged ones, and (short=False) long ones that make the
-    forward split keys and the backward split queries over CTAs."""
+    forward split keys and the backward split queries over CTAs; multiples of 16 as often as
+    ragged ones: rows of whole 16-byte units, which a streamed 1-byte mask needs (else its call
+    takes the per-element program; passes/streaming.py)."""
     edges = [1, 2, 15, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257]
     if short:
-        return st.one_of(st.sampled_from(edges), st.integers(1, 400))
-    return st.one_of(st.sampled_from(edges + [1000, 2048, 4095]), st.integers(1, 6000))
+        return st.one_of(st.sampled_from(edges), st.integers(1, 400), st.integers(1, 25).map(lambda n: 16 * n))
+    return st.one_of(st.sampled_from(edges + [1000, 2048, 4095]), st.integers(1, 6000),
+                     st.integers(1, 375).map(lambda n: 16 * n))
 
 
 @st.composite
