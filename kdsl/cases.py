@@ -97,8 +97,11 @@ def attention_shapes(k: ir.Kernel, arch: str = "sm_90a", pairs=None) -> list[Att
     tm, tn = tiles(k, pairs[0][0], arch, pairs[0][1])
     gqa = k.tensor("k").shape[1] != k.tensor("q").shape[1]
     cases = []
+    # N = 704 and 1000: whole 16-byte rows of a 1-byte and of a 16-bit tensor, where the calls
+    # take the programs that stream a mask or a score's table (passes/streaming.py); the others
+    # the programs that read them per element
     for i, (m, n) in enumerate([(1, 1), (1, 300), (tm - 1, tn + 1), (tm + 1, tn - 1),
-                                (2 * tm + 3, 3 * tn + 5), (1000, 700), (64, 1000), (257, 257)]):
+                                (2 * tm + 3, 3 * tn + 5), (1000, 704), (64, 1000), (257, 257)]):
         h, hkv = (8, 2) if gqa and i % 2 else (4, 4)
         d, dv = pairs[i % len(pairs)]
         cases.append(conform(k, AttentionCase(1 + i % 2, h, hkv, m, n, d, Dv=dv)))

@@ -179,3 +179,13 @@ def test_only_the_forwards_partial_tiles_read_a_streamed_mask_from_shared_memory
     from kdsl.codegen.emit import INCLUDE_DIR
     callers = {p.name for p in (INCLUDE_DIR / "kdsl").glob("*.cuh") if "V::mask_at(" in p.read_text()}
     assert callers == {"attention_wgmma.cuh"}
+
+
+def test_check_shapes_reach_the_streamed_and_the_per_element_programs():
+    """`kdsl check` judges both programs of a streamed 1-byte mask and of a 16-bit table: rows
+    of whole 16-byte units stream (N % 16, N % 8), others read per element."""
+    from kdsl.cases import attention_shapes
+    for capture, mask, unit in (("keep: bool[B, M, N]", "keep[b, i, j]", 16), ("bias: bf16[M, N]", None, 8)):
+        k = kernel(None if mask else "s + bias[i, j]", capture, f"mask(b, h, i, j) = {mask}" if mask else "")
+        ns = [c.N for c in attention_shapes(k)]
+        assert any(n % unit == 0 and n > 128 for n in ns) and any(n % unit for n in ns), ns
