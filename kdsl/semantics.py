@@ -124,8 +124,10 @@ def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None):
             return env[x.name]
         if isinstance(x, ir.Load):
             v = backend.index(captures[x.tensor], [go(i) for i in x.indices])
-            if x.ty == "bool":  # a bool tensor's element (0 / 1), never an int under not / and
-                return v != 0
+            if x.ty == "bool":  # a bool tensor's element (0 / 1), never an int under not / and;
+                # already bool in torch / numpy / cupy: as it is (FlexAttention's mask_mod then
+                # reads the tensor as its users write it, with no compare)
+                return v if str(getattr(v, "dtype", "")).endswith("bool") else v != 0
             return backend.to_float(v) if x.ty == "f32" else backend.to_int(v)
         if host is not None and x.op == "int" and x.args[0].ty == "f32":
             arg, used = x.args[0], list(ir.walk(x.args[0]))

@@ -120,3 +120,28 @@ def test_the_reference_rounds_floats_to_integers_on_the_host():
     assert cpu[[16, 32, 64], 0].tolist() == [2.0, 4.0, 6.0]
     assert eval_array(score, env, {}, skewed)[64, 0] == 5.0  # the stand-in does differ
     assert np.array_equal(eval_array(score, env, {}, skewed, host=Numpy()), cpu)
+
+
+def test_a_bool_tensors_element_is_read_as_it_is():
+    """FlexAttention's mask_mod (kdsl/flex.py) reads `keep[b, i, j]` as its users write it, with
+    no `!= 0` after the load (an extra compare in the peer's timed kernel); a tensor given as
+    integers still becomes a condition."""
+    from kdsl import flex
+    kir = kdsl.load(ROOT / "bench" / "variants.kd", interpret=True).ir["bool_attn_mask"]
+    dims = {"B": 1, "H": 1, "M": 4, "N": 4, "D": 64}
+
+    class Element:  # what indexing a bool tensor gives, refusing a compare
+        dtype = torch.bool
+
+        def __ne__(self, other):
+            raise AssertionError("a bool element was compared")
+
+    class Tensor:
+        def __getitem__(self, idx):
+            return Element()
+
+    assert isinstance(flex.mask_mod(kir, dims, {"keep": Tensor()})(0, 0, 1, 2), Element)
+    ints = torch.tensor([[[0, 3], [1, 0]]], dtype=torch.uint8)
+    got = flex.mask_mod(kir, dims, {"keep": ints})(torch.tensor(0), torch.tensor(0), torch.tensor([0, 0, 1]),
+                                                     torch.tensor([0, 1, 0]))
+    assert got.dtype == torch.bool and got.tolist() == [False, True, True]
