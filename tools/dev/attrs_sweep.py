@@ -120,14 +120,17 @@ def main() -> None:
                 else:
                     kern = AttentionKernel(base.ir.with_attrs(**parse_attrs(spec)))
                     out = kern(q, k, v, **caps)
-                notes[spec] = f"vs default {rel_frobenius(out, ref):.1e}"
+                low = next(iter(kern._loaded.values()))[0].kernel
+                notes[spec] = (f"vs default {rel_frobenius(out, ref):.1e}  tile {low.attr('tile_n')}x"
+                               f"{low.attr('consumers')}x{low.attr('stages')} stream {low.attr('stream_capture')}")
                 timed[spec] = lambda kern=kern: kern(q, k, v, **caps)
             except Exception as e:  # an illegal schedule: say so, go on
                 notes[spec] = f"{type(e).__name__}: {str(e)[:150]}"
         times = timer.in_turns(timed)  # in turns: the GPU clock's drift hits every row alike
         t0 = times["default"]
         lowered = next(iter(base._loaded.values()))[0].kernel
-        sched = {a: lowered.attr(a) for a in ("tile_n", "consumers", "stages", "schedule", "poly_exp2")}
+        sched = {a: lowered.attr(a) for a in ("tile_n", "consumers", "stages", "schedule", "poly_exp2",
+                                              "stream_capture")}
         print(f"\n== {name} B={B} H={H} M={M} N={N} D={D}: default {sched}: {t0 * 1e3:8.1f} us "
               f"{flops / t0 / 1e9:6.1f} TFLOPS", flush=True)
         for label in list(timed)[1:] + [s for s in notes if s not in timed]:
