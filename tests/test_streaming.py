@@ -88,14 +88,38 @@ def test_tiling_makes_room_for_the_ring_or_drops_it():
     assert (k.attr("stream_capture"), k.attr("stages")) == ("bias", 2)
     assert k.attr("smem_bytes") == tiling.attention_wgmma_smem_bytes(128, 128, 128, 2, 2, 2)
     assert lowered(bf16, 64).attr("stages") == 3
-    # f32 tiles take 64 KB: at 128 no ring fits beside K and V, at 64 two stages do
+    # f32 tiles take 64 KB: at 128 no ring fits beside 128-key K and V tiles, so the kv tile
+    # narrows to 64 keys with 3 stages; at head dim 64 two stages of 128 keys fit
     f32 = kernel("s + bias[i, j]", "bias: f32[M, N]")
-    assert lowered(f32, 128).attr("stream_capture") is None and lowered(f32, 128).attr("stages") == 3
+    k = lowered(f32, 128)
+    assert (k.attr("stream_capture"), k.attr("tile_n"), k.attr("stages")) == ("bias", 64, 3)
+    assert k.attr("smem_bytes") == tiling.attention_wgmma_smem_bytes(128, 128, 64, 2, 3, 4)
     assert (lowered(f32, 64).attr("stream_capture"), lowered(f32, 64).attr("stages")) == ("bias", 2)
-    # stages given by the user are kept: then the tensor stays in global memory
-    assert lowered(bf16.with_attrs(stages=3), 128).attr("stream_capture") is None
+    # stages or a tile given by the user are kept: then the tensor stays in global memory
+    k = lowered(bf16.with_attrs(stages=3), 128)
+    assert (k.attr("stream_capture"), k.attr("tile_n"), k.attr("stages")) == (None, 128, 3)
+    k = lowered(f32.with_attrs(tile_n=128), 128)
+    assert (k.attr("stream_capture"), k.attr("tile_n"), k.attr("stages")) == (None, 128, 3)
+    # a given tile with stages free: fewer stages, the tile kept
+    k = lowered(f32.with_attrs(tile_n=96), 128)
+    assert (k.attr("stream_capture"), k.attr("tile_n"), k.attr("stages")) == ("bias", 96, 2)
     # the sm_80 kernel has no TMA
     assert lowered(bf16, 64, "sm_80").attr("stream_capture") is None
+
+
+@pytest.mark.parametrize("dtype,mask,consumers", [
+    ("bool", "keep[i, j]", 3), ("u8", "keep[i, j] != 0", 3),
+    ("i32", "keep[i, j] != 0", 2),           # its ring of 192 rows does not fit at head dim 64
+    ("u8", "j <= i and keep[i, j] != 0", 2),  # a second term: three warpgroups spilled
+])
+def test_a_streamed_mask_takes_three_warpgroups_where_its_ring_fits_them(dtype, mask, consumers):
+    # a mask that is the streamed element alone reads shared memory, not global memory per
+    # element, so it does not need two warpgroups' registers
+    k = lowered(kernel("s", f"keep: {dtype}[M, N]", f"mask(b, h, i, j) = {mask}"), 64)
+    assert (k.attr("stream_capture"), k.attr("consumers"), k.attr("tile_n")) == ("keep", consumers, 128)
+    # read per element (no stream): two warpgroups, as before
+    off = lowered(kernel("s", f"keep: {dtype}[M, N]", f"mask(b, h, i, j) = {mask}").with_attrs(stream_capture=None), 64)
+    assert off.attr("consumers") == 2
 
 
 def test_an_ir_file_may_turn_streaming_off_but_not_name_another_tensor():

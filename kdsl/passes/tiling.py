@@ -270,12 +270,35 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     nodes = list(ir.walk(score)) if score is not None else []
     loads = any(isinstance(n, ir.Load) for n in nodes)
     transcendental = any(isinstance(n, ir.Op) and n.op in ir.FLOAT_FUNCS for n in nodes)
-    per_element = any(ir.loads_at(e, streaming.PER_ELEMENT) for e in (score, mask) if e is not None)
+    # torch's boolean attn_mask on plain attention: a mask that is a streamed 1-byte element alone
+    # (passes/streaming.py; keep[b, i, j], keep[b, h, i, j] != 0) under a score of s alone reads
+    # shared memory, not global memory per element: three warpgroups took it 4-7 % faster at D=64
+    # (H200, bool and u8). A second mask term (j <= i and ...), a score of the positions (ALiBi)
+    # or a 16-bit element made them spill 16 bytes. run() keeps them where the ring fits.
+    mask_stream = k.attr("stream_capture")
+    if not (mask_stream and mask is not None and streaming.ELEM_BYTES[k.tensor(mask_stream).dtype] == 1
+            and not _reads_beside(mask, mask_stream) and (score is None or _score_alone(score))):
+        mask_stream = None
+    per_element = any(ir.loads_at(e, streaming.PER_ELEMENT, skip=mask_stream if e is mask else None)
+                      for e in (score, mask) if e is not None)
     tall = not per_element and not blocky and not (mask is not None and transcendental)
     if tall and mask is not None:  # the band is counted only where it decides
         visited = mask_analysis.visited_tiles(k)
         tall = visited is None or visited > NARROW_BAND_TILES
     return {"tall": tall, "wide": mask is None and not (loads or transcendental), "trial": not blocky}
+
+
+def _reads_beside(e: ir.Expr, tensor: str) -> bool:
+    """Whether e reads a variable or another tensor outside its loads of `tensor`."""
+    if isinstance(e, ir.Load):
+        return e.tensor != tensor
+    return isinstance(e, ir.Var) or any(_reads_beside(a, tensor) for a in getattr(e, "args", ()))
+
+
+def _score_alone(score: ir.Expr) -> bool:
+    """Whether a score function is the scaled dot product (qk times the scale and constants)."""
+    return all(n.name in ("s", "qk", "scale", "scale_log2") for n in ir.walk(score) if isinstance(n, ir.Var)) \
+        and not any(isinstance(n, ir.Load) for n in ir.walk(score))
 
 
 def family(k: ir.Kernel, target: Target) -> str:
@@ -308,6 +331,10 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
     # Persistent CTAs with a shared work counter balance items of unequal cost as the hardware's
     # dispatch does, and start the next item under the current one (SCHEDULES).
     choices = wgmma_tile_choices(d, dv, target.smem_per_block, **hints) if fam == "wgmma" else []
+    if hints.get("tall") and not _stream_fits(k, choices[0], (d, dv), target):
+        # a streamed mask made the kernel tall, but its ring does not fit beside three
+        # warpgroups' tiles: two warpgroups and the stream (i32 at D=64: x0.36 without it)
+        choices = wgmma_tile_choices(d, dv, target.smem_per_block, **{**hints, "tall": False})
     default = {"wgmma": lambda: dict(zip(("tile_n", "consumers", "stages"), choices[0]),
                                      schedule="persistent", poly_exp2=0),
                "mma": lambda: dict(zip(("tile_m", "tile_n", "warps"), ATTENTION_TILES[d]))}[fam]()
@@ -378,7 +405,9 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         if k.attr("tile_m") is not None and k.attr("tile_m") != 64 * s["consumers"]:
             raise KdslError(f"kernel '{k.name}': attr tile_m = {k.attr('tile_m')!r} disagrees with consumers = "
                             f"{s['consumers']} (the Hopper kernel's tile_m is 64 * consumers; set consumers)")
-        stream = _stream(k, s, (d, dv), "stages" in given, target)
+        stream = _stream(k, s, (d, dv), given, target)
+        if fallback and fallback[0] >= s["tile_n"]:
+            fallback = None  # the stream narrowed the kv tile below the fallback's
         return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv, stream_capture=stream,
                             spill_fallback=fallback, row_sum_trial=row_sum_trial, slope_trial=slope_trial,
                             smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
@@ -404,19 +433,37 @@ def _stream_elem(k: ir.Kernel, stream: str | None) -> int:
     return streaming.ELEM_BYTES[k.tensor(stream).dtype] if stream else 0
 
 
-def _stream(k: ir.Kernel, s: dict, dims, stages_given: bool, target: Target) -> str | None:
-    """The streamed capture kept (passes/streaming.py), fitting its ring beside K and V:
-    with fewer stages (down to 2) unless the stages were given; else dropped (None)."""
+def _stream(k: ir.Kernel, s: dict, dims, given: dict, target: Target) -> str | None:
+    """The streamed capture kept (passes/streaming.py), fitting its ring beside K and V: with
+    fewer stages (down to 2) unless the stages were given, then on a narrower kv tile unless
+    the tile or the stages were given (most stages first, then the widest), else dropped (None). s takes the
+    tile kept. A narrower tile with the stream beat the default one reading per element:
+    an i32 mask at D=128, 128 keys per element 1232 us, 64 keys streamed 680, 96 keys 691
+    (H200, 2x16x4096², bench/NOTES.md fifty-seventh session)."""
     name = k.attr("stream_capture")
     if not name:
         return None
-    elem = _stream_elem(k, name)
-    for stages in [s["stages"]] if stages_given else range(s["stages"], 1, -1):
-        if attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], stages, elem,
-                                      s["slope_step"], s["tensor_row_sum"], s["offset_table"]) <= target.smem_per_block:
-            s["stages"] = stages
+    stages = [s["stages"]] if "stages" in given else list(range(s["stages"], 1, -1))
+    narrower = [] if {"tile_n", "stages"} & set(given) else [bn for bn in reversed(WGMMA_WIDTHS) if bn < s["tile_n"]]
+    for bn, n in [(s["tile_n"], n) for n in stages] + [(bn, n) for n in stages for bn in narrower]:
+        if _ring_fits(k, dims, bn, s["consumers"], n, target, s):
+            s["tile_n"], s["stages"] = bn, n
             return name
     return None
+
+
+def _stream_fits(k: ir.Kernel, tile: tuple[int, int, int], dims, target: Target) -> bool:
+    """Whether the streamed capture's ring (if any) fits beside tile's (BN, consumers, stages)
+    with 2 stages or more and nothing else in shared memory."""
+    bn, consumers, stages = tile
+    return not k.attr("stream_capture") or any(_ring_fits(k, dims, bn, consumers, n, target)
+                                               for n in range(stages, 1, -1))
+
+
+def _ring_fits(k: ir.Kernel, dims, bn: int, consumers: int, stages: int, target: Target, s: dict | None = None) -> bool:
+    extras = (s["slope_step"], s["tensor_row_sum"], s["offset_table"]) if s else ()
+    return attention_wgmma_smem_bytes(*dims, bn, consumers, stages, _stream_elem(k, k.attr("stream_capture")),
+                                      *extras) <= target.smem_per_block
 
 
 def _quote(given: dict) -> str:

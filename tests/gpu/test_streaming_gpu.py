@@ -38,7 +38,7 @@ attention causal_softcap_bias {
 MOD = kdsl.compile(SRC, "streaming.kd")
 # (B, H, Hkv, M, N, D); N a multiple of 8 keeps bf16 rows whole 16-byte units
 STREAMED = [(1, 2, 2, 1, 8, 64), (2, 4, 2, 129, 136, 128), (1, 4, 4, 300, 1000, 64), (2, 8, 4, 1000, 520, 128),
-            (1, 16, 16, 1, 4096, 128), (1, 32, 8, 1, 8192, 128), (1, 2, 2, 200, 200, 256)]
+            (1, 16, 16, 1, 4096, 128), (1, 32, 8, 1, 8192, 128), (1, 2, 2, 200, 200, 256), (1, 3, 3, 77, 200, 192)]
 
 
 def _run(name, shape, seed, caps_edit=None, module=MOD):
@@ -70,7 +70,9 @@ def _run(name, shape, seed, caps_edit=None, module=MOD):
 def test_streamed_tables_match_the_reference(name, shape):
     fn, plans = _run(name, shape, hash((name, shape)) % 2**31)
     lowered = fn._lowered(shape[5], shape[5])
-    if lowered.attr("stream_capture"):  # f32 at head dim 128 does not fit: loads per element
+    # f32 at head dim 256 does not fit, not even beside 64-key tiles: loads per element
+    assert lowered.attr("stream_capture") or (name == "hqk_f32" and shape[5] == 256)
+    if lowered.attr("stream_capture"):
         assert all(p.stream_arg is not None for p in plans), "the streamed program did not run"
 
 
@@ -127,14 +129,17 @@ attention bias_and_mask {
 """, "stream_masks.kd")
 # N a multiple of 16 keeps 1-byte rows whole 16-byte units; decode, GQA, split-KV, head dim 256
 MASKED = [(1, 2, 2, 1, 16, 64), (2, 4, 2, 129, 144, 128), (1, 4, 4, 300, 1024, 64), (2, 8, 4, 1000, 528, 128),
-          (1, 16, 16, 1, 4096, 128), (1, 32, 8, 1, 8192, 64), (1, 2, 2, 200, 208, 256)]
+          (1, 16, 16, 1, 4096, 128), (1, 32, 8, 1, 8192, 64), (1, 2, 2, 200, 208, 256), (1, 3, 3, 77, 208, 192)]
 
 
 @pytest.mark.parametrize("shape", MASKED, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", ["bool_keep", "u8_causal", "i8_rule", "i32_keep", "bias_and_mask"])
 def test_streamed_masks_match_the_reference(name, shape):
     fn, plans = _run(name, shape, hash((name, shape)) % 2**31, module=MASKS)
-    if fn._lowered(shape[5], shape[5]).attr("stream_capture"):  # i32 fits at head dim 64 only
+    lowered = fn._lowered(shape[5], shape[5])
+    # i32 at head dim 256 does not fit, not even beside 64-key tiles: loads per element
+    assert lowered.attr("stream_capture") or (name == "i32_keep" and shape[5] == 256)
+    if lowered.attr("stream_capture"):
         assert all(p.stream_arg is not None for p in plans), "the streamed program did not run"
 
 
