@@ -435,11 +435,11 @@ def _stream_elem(k: ir.Kernel, stream: str | None) -> int:
 
 def _stream(k: ir.Kernel, s: dict, dims, given: dict, target: Target) -> str | None:
     """The streamed capture kept (passes/streaming.py), fitting its ring beside K and V: with
-    fewer stages (down to 2) unless the stages were given, then on a narrower kv tile unless
-    the tile or the stages were given (most stages first, then the widest), else dropped (None). s takes the
-    tile kept. A narrower tile with the stream beat the default one reading per element:
-    an i32 mask at D=128, 128 keys per element 1232 us, 64 keys streamed 680, 96 keys 691
-    (H200, 2x16x4096², bench/NOTES.md fifty-seventh session)."""
+    fewer stages (down to 2) unless the stages were given, then on a narrower kv tile (most
+    stages first, then the widest) unless the tile or its stages were given; else dropped
+    (None). s takes the tile kept. A narrower tile with the stream beat the default one
+    reading per element: an i32 mask at D=128, 128 keys per element 1240 us, 64 keys
+    streamed 682, 96 keys 691 (H200, 2x16x4096², bench/NOTES.md fifty-seventh session)."""
     name = k.attr("stream_capture")
     if not name:
         return None
