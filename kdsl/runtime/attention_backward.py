@@ -200,7 +200,9 @@ class _BackwardLaunch:
         if plan.tma:  # boxes of 64 columns x 64 rows of a [B * H, M, D] tensor, zeros past M
             from .tma import RowTiles
             elem = kernel.ir.tensor("q").dtype
-            self.maps = (RowTiles(self.pack, 0, elem, B * H, M, D, 64), RowTiles(self.pack, 1, elem, B * H, M, Dv, 64))
+            # the backward's maps keep a 256-byte promotion (128 is the forward's: unmeasured here)
+            self.maps = (RowTiles(self.pack, 0, elem, B * H, M, D, 64, 256),
+                         RowTiles(self.pack, 1, elem, B * H, M, Dv, 64, 256))
         self.launcher = Launcher(self.loaded.fn_ptr, (key_blocks * Hkv * B * self.splits, 1, 1),
                                  (plan.threads, 1, 1), self.loaded.smem)
         entry = self.loaded.entry
