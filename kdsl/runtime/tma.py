@@ -103,9 +103,9 @@ class TensorMap:
 
 
 # L2 promotion of the attention forward's Q, K and V boxes: 128 bytes, each box row's own line.
-# With 256, a box row (128 bytes of a 256-byte row at head dim 128) fetched its neighbour too,
-# and the SMs then asked L2 for 25 % more sectors than K and V hold (ncu, B=64 H=16 N=4096
-# decode: 84.0 M against cuDNN's 67.1 M, DRAM bytes equal), L2 at 95 % of its throughput:
+# With 256 (a box row is 128 bytes of a 256-byte row at head dim 128) the SMs asked L2 for
+# 25 % more sectors than K and V hold, all hits (ncu, B=64 H=16 N=4096 decode: 84.0 M against
+# cuDNN's 67.1 M, DRAM bytes equal), with L2 at 95 % of its throughput:
 # decode 9 % slower on an H200 (521 against 476 us; B=4 H=32 N=8192 7 %); prefill even
 # (0.996-1.001 at 2k-8k, head dims 64-256). bench/NOTES.md, fifty-seventh session.
 ROW_TILE_L2_PROMOTION = 128
