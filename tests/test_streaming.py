@@ -122,6 +122,15 @@ def test_a_streamed_mask_takes_three_warpgroups_where_its_ring_fits_them(dtype, 
     assert off.attr("consumers") == 2
 
 
+@pytest.mark.parametrize("score,capture", [
+    ("s - slopes[h] * float(i - j)", "slopes: f32[H]"),  # ALiBi: three warpgroups spilled 16 bytes
+    ("30.0 * tanh(s / 30.0)", ""),                      # a transcendental score under a mask: as before
+])
+def test_a_streamed_bool_mask_under_a_score_of_the_positions_keeps_two_warpgroups(score, capture):
+    k = lowered(kernel(score, f"keep: bool[M, N]\n    {capture}", "mask(b, h, i, j) = keep[i, j]"), 64)
+    assert (k.attr("stream_capture"), k.attr("consumers")) == ("keep", 2)
+
+
 def test_an_ir_file_may_turn_streaming_off_but_not_name_another_tensor():
     k = kernel("s + bias[i, j]")
     assert lowered(k.with_attrs(stream_capture=None)).attr("stream_capture") is None
