@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..errors import KdslError
-from . import affine_score, gemm_tiles, mask_analysis, offset_score, streaming
+from . import affine_score, exp2_fold, gemm_tiles, mask_analysis, offset_score, streaming
 from .target import Target
 
 # Head dims: the Hopper kernel takes any multiple of 16 up to 256 for q/k (head_dim) and for
@@ -271,13 +271,14 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     loads = any(isinstance(n, ir.Load) for n in nodes)
     transcendental = any(isinstance(n, ir.Op) and n.op in ir.FLOAT_FUNCS for n in nodes)
     # torch's boolean attn_mask on plain attention: a mask that is a streamed 1-byte element alone
-    # (passes/streaming.py; keep[b, i, j], keep[b, h, i, j] != 0) under a score of s alone reads
-    # shared memory, not global memory per element: three warpgroups took it 4-7 % faster at D=64
+    # (passes/streaming.py; keep[b, i, j], keep[b, h, i, j] != 0) under the scaled dot product
+    # (exp2_fold.score_is_scaled_dot) reads shared memory, not global memory per element: three
+    # warpgroups took it 4-7 % faster at D=64
     # (H200, bool and u8). A second mask term (j <= i and ...), a score of the positions (ALiBi)
     # or a 16-bit element made them spill 16 bytes. run() keeps them where the ring fits.
     mask_stream = k.attr("stream_capture")
     if not (mask_stream and mask is not None and streaming.ELEM_BYTES[k.tensor(mask_stream).dtype] == 1
-            and not _reads_beside(mask, mask_stream) and (score is None or _score_alone(score))):
+            and not _reads_beside(mask, mask_stream) and exp2_fold.score_is_scaled_dot(k)):
         mask_stream = None
     per_element = any(ir.loads_at(e, streaming.PER_ELEMENT, skip=mask_stream if e is mask else None)
                       for e in (score, mask) if e is not None)
@@ -293,12 +294,6 @@ def _reads_beside(e: ir.Expr, tensor: str) -> bool:
     if isinstance(e, ir.Load):
         return e.tensor != tensor
     return isinstance(e, ir.Var) or any(_reads_beside(a, tensor) for a in getattr(e, "args", ()))
-
-
-def _score_alone(score: ir.Expr) -> bool:
-    """Whether a score function is the scaled dot product (qk times the scale and constants)."""
-    return all(n.name in ("s", "qk", "scale", "scale_log2") for n in ir.walk(score) if isinstance(n, ir.Var)) \
-        and not any(isinstance(n, ir.Load) for n in ir.walk(score))
 
 
 def family(k: ir.Kernel, target: Target) -> str:
