@@ -141,12 +141,19 @@ def _reduce_tiles(e: ir.Expr, env: dict, captures: dict, ranges: dict) -> ir.Exp
     (b, h), bound in env: what the GPU's tile summary holds for this block."""
     if isinstance(e, ir.Op) and e.op in ir.TILE_REDUCTIONS:
         axis, which = ir.TILE_REDUCTIONS[e.op]
-        lo, hi = ranges[axis]
-        grid = {**env, "b": env["b"][..., None], "h": env["h"][..., None], axis: np.arange(lo, hi + 1)}
-        values = np.broadcast_to(eval_numpy(e.args[0], grid, captures), env["b"].shape[:1] + env["h"].shape[1:]
-                                 + (hi - lo + 1,))
+        positions = ir.TILE_AXES[axis]  # ("q",), ("kv",) or both: the axes reduced, after (b, h)
+        extra = (None,) * len(positions)
+        grid = {**env, "b": env["b"][(..., *extra)], "h": env["h"][(..., *extra)]}
+        shape = []
+        for n, p in enumerate(positions):
+            lo, hi = ranges[p]
+            grid[p] = np.arange(lo, hi + 1).reshape([-1 if m == n else 1 for m in range(len(positions))])
+            shape.append(hi - lo + 1)
+        values = np.broadcast_to(eval_numpy(e.args[0], grid, captures),
+                                 env["b"].shape[:1] + env["h"].shape[1:] + tuple(shape))
+        reduced = tuple(range(-len(positions), 0))
         name = f"tile_reduction_{len(env)}"
-        env[name] = values.min(axis=-1) if which == "min" else values.max(axis=-1)
+        env[name] = values.min(axis=reduced) if which == "min" else values.max(axis=reduced)
         return ir.Var("i32", name)
     if isinstance(e, ir.Op):
         return ir.Op(e.ty, e.op, tuple(_reduce_tiles(a, env, captures, ranges) for a in e.args))

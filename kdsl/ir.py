@@ -43,12 +43,15 @@ OPS = {
     # comparisons and logic (result bool)
     "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not",
     "where", "int", "float", *FLOAT_FUNCS,
-    *("qmin", "qmax", "kvmin", "kvmax"),  # see TILE_REDUCTIONS
+    *("qmin", "qmax", "kvmin", "kvmax", "tmin", "tmax"),  # see TILE_REDUCTIONS
 }
 # Only in tile predicates (mask analysis): the min / max of an i32 expression of the data over
-# the block's query rows [q0, q1] or key columns [k0, k1]. The GPU reads them from a tile
-# summary that a small kernel computes before the attention kernel (kdsl/attention_summary.cuh).
-TILE_REDUCTIONS = {"qmin": ("q", "min"), "qmax": ("q", "max"), "kvmin": ("kv", "min"), "kvmax": ("kv", "max")}
+# the block's query rows [q0, q1], its key columns [k0, k1], or the whole block ("tile": both).
+# The GPU reads them from a tile summary that a small kernel computes before the attention
+# kernel (kdsl/attention_summary.cuh).
+TILE_REDUCTIONS = {"qmin": ("q", "min"), "qmax": ("q", "max"), "kvmin": ("kv", "min"), "kvmax": ("kv", "max"),
+                   "tmin": ("tile", "min"), "tmax": ("tile", "max")}
+TILE_AXES = {"q": ("q",), "kv": ("kv",), "tile": ("q", "kv")}  # the positions each axis ranges over
 
 
 @dataclass(frozen=True)

@@ -74,8 +74,9 @@ def _type(e: ir.Expr, k: ir.Kernel, names: set, where: str) -> str:
         return e.ty
     if e.op in ir.TILE_REDUCTIONS:  # (qmin e): e over the block's rows (or keys), in a tile predicate
         axis = ir.TILE_REDUCTIONS[e.op][0]
-        if len(e.args) != 1 or "q0" not in names or e.ty != "i32" or _type(e.args[0], k, names | {axis}, where) != "i32":
-            fail(f"'{e.op}' takes one i32 expression of {axis}, in a tile predicate")
+        positions = set(ir.TILE_AXES[axis])
+        if len(e.args) != 1 or "q0" not in names or e.ty != "i32" or _type(e.args[0], k, names | positions, where) != "i32":
+            fail(f"'{e.op}' takes one i32 expression of {' and '.join(sorted(positions))}, in a tile predicate")
         return "i32"
     if len(e.args) != _ARITY[e.op]:
         fail(f"'{e.op}' takes {_ARITY[e.op]} operand(s), got {len(e.args)}")

@@ -6,7 +6,8 @@ import pytest
 
 from kdsl.errors import KdslError
 from kdsl.grammar import parse
-from kdsl.passes import pipeline, streaming, tiling
+from kdsl import ir
+from kdsl.passes import mask_analysis, pipeline, streaming, tiling
 from kdsl.passes.target import get_target
 from kdsl.runtime.compiler import build
 from kdsl.runtime.programs import Program
@@ -112,14 +113,24 @@ def test_tiling_makes_room_for_the_ring_or_drops_it():
     ("i32", "keep[i, j] != 0", 2),           # its ring of 192 rows does not fit at head dim 64
     ("u8", "j <= i and keep[i, j] != 0", 2),  # a second term: three warpgroups spilled
 ])
-def test_a_streamed_mask_takes_three_warpgroups_where_its_ring_fits_them(dtype, mask, consumers):
+def test_a_streamed_mask_takes_three_warpgroups_where_its_ring_fits_them(dtype, mask, consumers, monkeypatch):
     # a mask that is the streamed element alone reads shared memory, not global memory per
-    # element, so it does not need two warpgroups' registers
+    # element, so it does not need two warpgroups' registers (without a tile summary: see below)
+    monkeypatch.setenv("KDSL_TILE_SUMMARY_2D", "0")
     k = lowered(kernel("s", f"keep: {dtype}[M, N]", f"mask(b, h, i, j) = {mask}"), 64)
     assert (k.attr("stream_capture"), k.attr("consumers"), k.attr("tile_n")) == ("keep", consumers, 128)
     # read per element (no stream): two warpgroups, as before
     off = lowered(kernel("s", f"keep: {dtype}[M, N]", f"mask(b, h, i, j) = {mask}").with_attrs(stream_capture=None), 64)
     assert off.attr("consumers") == 2
+
+
+@pytest.mark.parametrize("dtype,mask", [("bool", "keep[i, j]"), ("u8", "keep[i, j] != 0")])
+def test_a_streamed_mask_with_a_whole_block_summary_keeps_two_warpgroups(dtype, mask, monkeypatch):
+    # the producer spilled around the zero output of an item whose tiles are all empty
+    monkeypatch.setenv("KDSL_TILE_SUMMARY_2D", "1")
+    k = lowered(kernel("s", f"keep: {dtype}[M, N]", f"mask(b, h, i, j) = {mask}"), 64)
+    assert [ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(k)] == ["tile"]
+    assert (k.attr("stream_capture"), k.attr("consumers")) == ("keep", 2)
 
 
 @pytest.mark.parametrize("score,capture", [
@@ -191,7 +202,9 @@ def test_a_streamed_mask_reads_its_tile_from_shared_memory(capture, mask, pair_r
     assert streamed.kernel.attr("stream_capture") == "keep"
     a = inspect(streamed.compiled.cubin, streamed.generated.entry)
     b = inspect(per_element.compiled.cubin, per_element.generated.entry)
-    assert a.other_ops.get("LDG", 0) == 0 and b.other_ops.get("LDG", 0) >= 64, (a, b)
+    # the streamed program's global loads are its tile summary's (min, max) pairs, if any
+    summary_reads = 2 if mask_analysis.summary_slots(streamed.kernel) else 0
+    assert a.other_ops.get("LDG", 0) <= summary_reads and b.other_ops.get("LDG", 0) >= 64, (a, b)
     assert a.other_ops.get(pair_reads, 0) >= 32, a
     assert a.local_bytes == 0 and a.spill_ops == 0, a
     split = build(k, "sm_90a", d, program=Program(split_kv=True))

@@ -2,6 +2,7 @@
 min and max over a tile, (qmin e) ... (kvmax e), and the tile predicates built on them must be
 sound for any data; the interpreter evaluates them as the GPU's summary kernel does."""
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from kdsl import interp, ir
@@ -13,6 +14,12 @@ from kdsl.semantics import eval_numpy
 
 from conftest import ROOT
 
+@pytest.fixture(autouse=True)
+def whole_block_summaries(monkeypatch):
+    """Whole-block summaries (mask_analysis.whole_tiles) on, whatever the default."""
+    monkeypatch.setenv("KDSL_TILE_SUMMARY_2D", "1")
+
+
 DECLS = """attention t {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
     doc_q: i32[B, M]
@@ -20,17 +27,26 @@ DECLS = """attention t {
     lens: i32[B]
     tbl: i32[4]
     head_doc: i32[H, N]
+    keep: bool[B, M, N]
+    ikeep: i32[B, M, N]
+    hkeep: bool[B, H, M, N]
+    rules: i32[4, 4]
+    valid: bool[B, N]
     mask(b, h, i, j) = %s
 }
 """
 DATA = ["doc_q[b, i]", "doc_kv[b, j]", "lens[b]", "tbl[doc_q[b, i]]", "head_doc[h, j]", "(doc_q[b, i] // 2)",
-        "(doc_kv[b, j] + i)", "(doc_q[b, i] - doc_kv[b, j])"]
+        "(doc_kv[b, j] + i)", "(doc_q[b, i] - doc_kv[b, j])", "ikeep[b, i, j]", "rules[doc_q[b, i], doc_kv[b, j]]",
+        "(ikeep[b, i, j] + j)"]
 PLAIN = ["i", "j", "(i - j)", "(i // 64)", "3", "(j % 96)"]
 CMP = ["==", "!=", "<", "<=", ">", ">="]
+FLAGS = ["keep[b, i, j]", "hkeep[b, h, i, j]", "valid[b, j]"]  # bool elements, bounded as 0 / 1
 
 
 @st.composite
 def data_mask(draw, depth=2):
+    if draw(st.integers(0, 4)) == 0:
+        return draw(st.sampled_from(FLAGS))
     if depth == 0 or draw(st.booleans()):
         a = draw(st.sampled_from(DATA + PLAIN))
         b = draw(st.sampled_from(DATA + PLAIN))
@@ -49,12 +65,20 @@ def _captures(rng, B, H, M, N, sorted_ids):
     if sorted_ids:
         doc_q.sort(axis=1)
         doc_kv.sort(axis=1)
+    # dense masks: block-diagonal over the documents (whole tiles empty and full) when the ids
+    # are sorted, with a few elements flipped (noise), else random
+    same = doc_q[:, :, None] == doc_kv[:, None, :]
+    noise = rng.random((B, M, N)) < (0.001 if sorted_ids else 0.5)
+    keep = same ^ noise if sorted_ids else noise
     return {"doc_q": doc_q, "doc_kv": doc_kv, "lens": rng.integers(0, N + 1, (B,)).astype(np.int32),
             "tbl": rng.integers(-5, 300, (4,)).astype(np.int32),
-            "head_doc": np.sort(rng.integers(0, 3, (H, N)), axis=1).astype(np.int32)}
+            "head_doc": np.sort(rng.integers(0, 3, (H, N)), axis=1).astype(np.int32),
+            "keep": keep, "ikeep": np.where(keep, rng.integers(1, 5, keep.shape), 0).astype(np.int32),
+            "hkeep": np.broadcast_to(keep[:, None], (B, H, M, N)).copy(), "rules": rng.integers(0, 2, (4, 4)).astype(np.int32),
+            "valid": np.arange(N)[None] < rng.integers(0, N + 1, (B, 1))}
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(data_mask(), st.integers(0, 2**32 - 1), st.booleans())
 def test_tile_predicates_are_sound_for_any_data(mask, seed, sorted_ids):
     """'empty' blocks keep no element and 'full' blocks mask none, whatever the captured data."""
@@ -139,3 +163,88 @@ def test_the_summary_kernels_parameters_follow_the_attention_entrys_from_b_on():
     assert len(p.pointers) == 3
     p.pointers[:] = [11, 12, 13]  # the per-call pointers land in the capture and buffer slots
     assert [p.slots[i].value for i in (7, 8, 11)] == [11, 12, 13] and isinstance(p.slots[11], ctypes.c_uint64)
+
+
+def _classes(k, caps, B, M, N, bm, bn):
+    dims = {"B": B, "H": 1, "Hkv": 1, "M": M, "N": N, "D": 64}
+    return np.array([[interp._classify(k.func("tile_empty"), k.func("tile_full"), dims, caps, B, 1, q0,
+                                       min(q0 + bm, M) - 1, k0, min(k0 + bn, N) - 1)[0, 0]
+                      for k0 in range(0, N, bn)] for q0 in range(0, M, bm)])
+
+
+@pytest.mark.parametrize("mask", ["keep[b, i, j]", "ikeep[b, i, j] != 0", "rules[doc_q[b, i], doc_kv[b, j]] > 0"])
+def test_a_dense_block_diagonal_mask_skips_its_empty_blocks_and_runs_its_full_ones_unchecked(mask):
+    """torch's attn_mask (bool or int) and a gather through a table of rules, shared by the
+    heads: bounded over whole blocks by the (tmin e) / (tmax e) summary."""
+    k = _kernel(mask)
+    assert k.attr("mask_tiles") == "tile-summary"
+    assert {ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(k)} == {"tile"}
+    ids = np.repeat(np.arange(2, dtype=np.int32), 256)[None]
+    keep = ids[:, :, None] == ids[:, None, :]
+    caps = {"keep": keep, "ikeep": keep.astype(np.int32), "doc_q": ids, "doc_kv": ids,
+            "rules": np.eye(4, dtype=np.int32)}
+    cls = _classes(k, caps, 1, 512, 512, 128, 128)
+    want = np.where(np.equal.outer(np.arange(4) // 2, np.arange(4) // 2), "full", "empty")
+    assert (cls == want).all(), cls
+    caps["keep"] = keep.copy()
+    caps["keep"][0, 5, 300] = True  # one stray element: its block is partial, the rest as before
+    caps["ikeep"] = caps["keep"].astype(np.int32)
+    caps["rules"] = np.ones((4, 4), np.int32) - np.eye(4, dtype=np.int32)  # the rules swapped: the blocks swap
+    cls = _classes(k, caps, 1, 512, 512, 128, 128)
+    if "rules" in mask:  # other documents' blocks are the full ones now
+        assert (cls == np.where(want == "full", "empty", "full")).all(), cls
+    else:
+        assert cls[0, 2] == "partial" and (np.delete(cls.ravel(), 2) == np.delete(want.ravel(), 2)).all(), cls
+
+
+def test_whole_block_summaries_stay_off_for_per_head_data_a_per_element_score_and_the_switch(monkeypatch):
+    assert mask_analysis.summary_slots(_kernel("hkeep[b, h, i, j]")) == []  # as much to read as the kernel
+    scored = DECLS.replace("mask(b, h, i, j)", "bias: f32[B, M, N]\n    score(s, b, h, i, j) = s + bias[b, i, j]\n"
+                           "    mask(b, h, i, j)") % "keep[b, i, j]"
+    k = mask_analysis.run(typecheck.check_program(parse(scored, "t.kd"))[0])
+    assert not mask_analysis.whole_tiles(k) and mask_analysis.summary_slots(k) == []
+    assert [ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(_kernel("valid[b, j]"))] == ["kv"]
+    monkeypatch.setenv("KDSL_TILE_SUMMARY_2D", "0")
+    k = _kernel("keep[b, i, j] and j <= i")
+    assert mask_analysis.summary_slots(k) == [] and k.attr("mask_tiles") == "data-dependent"
+
+
+def test_a_whole_block_slot_lays_out_one_entry_per_block_and_b():
+    k = pipeline.lower(_kernel("keep[b, i, j] and doc_q[b, i] >= 0"), get_target("sm_90a"), 128)
+    slots = mask_analysis.summary_slots(k)
+    layout = Layout.of(k, B=3, H=5, M=300, N=700)
+    bm, bn = k.attr("tile_m"), k.attr("tile_n")
+    per_slot = {ir.TILE_REDUCTIONS[s.op][0]: n for s, n in zip(slots, layout.entries)}
+    assert per_slot == {"tile": 3 * -(-300 // bm) * -(-700 // bn), "q": 3 * -(-300 // bm)}
+    from kdsl.codegen.emit import generate
+    src = generate(k).source
+    tile_bit = next(i for i, s in enumerate(slots) if ir.TILE_REDUCTIONS[s.op][0] == "tile")
+    assert f"kSummaryOnTile = {1 << tile_bit}" in src
+
+
+def test_the_interpreter_meets_empty_and_full_blocks_of_a_dense_mask_and_matches_the_reference(monkeypatch):
+    """A block-diagonal bool attn_mask over padded documents, through the tiled program (the
+    classes as the GPU's whole-block summary gives them) against the float64 reference."""
+    torch = pytest.importorskip("torch")
+    from kdsl import reference
+    from kdsl.testing import ATTENTION_TOL, rel_frobenius
+    src = """attention dense {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    keep: bool[B, M, N]
+    mask(b, h, i, j) = keep[b, i, j]
+}"""
+    kir = typecheck.check_program(parse(src, "dense.kd"))[0]
+    B, H, M, N, D = 2, 2, 520, 520, 64
+    rng = np.random.default_rng(7)
+    ids = np.sort(rng.integers(0, 3, (B, M)), axis=1)
+    keep = (ids[:, :, None] == ids[:, None, :]) & (np.arange(N) < 450)[None, None]  # keys past 450: padding
+    seen = []
+    real = interp._classify
+    monkeypatch.setattr(interp, "_classify", lambda *a: seen.append(real(*a)) or seen[-1])
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(B, H, n, D, generator=gen).to(torch.bfloat16) for n in (M, N, N))
+    out, lse = interp.attention(kir, *(x.float().numpy() for x in (q, k, v)), {"keep": keep})
+    ref, _ = reference.attention(kir, q, k, v, {"keep": torch.from_numpy(keep)})
+    assert rel_frobenius(torch.from_numpy(out), ref) < ATTENTION_TOL
+    classes = np.concatenate([c.ravel() for c in seen])
+    assert {"empty", "full", "partial"} <= set(classes), set(classes)

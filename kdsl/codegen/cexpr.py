@@ -128,10 +128,9 @@ class CEmitter:
     def _tile_reduction(self, e: ir.Op) -> str:
         axis, which = ir.TILE_REDUCTIONS[e.op]
         slot = self.summary_slots[(axis, e.args[0])]
-        start = self.variables["q0" if axis == "q" else "k0"]
         field = "x" if which == "min" else "y"
-        return (f"kdsl::tile_summary<Variant, {slot}>(a, c.summary, {self.variables['b']}, {self.variables['h']}, "
-                f"{start}).{field}")
+        v = self.variables
+        return f"kdsl::tile_summary<Variant, {slot}>(a, c.summary, {v['b']}, {v['h']}, {v['q0']}, {v['k0']}).{field}"
 
     def linear_index(self, e: ir.Load) -> str:
         """The element offset a load reads (row-major over the captured tensor's shape), in i64."""

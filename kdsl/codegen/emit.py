@@ -394,6 +394,7 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         tiles=dict(empty=c(k.func("tile_empty")) if mask is not None else "false",
                    full=c(k.func("tile_full")) if mask is not None else "true"),
         summary=dict(exprs=[c(s.args[0]) for s in slots], on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
+                     on_tile=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "tile"),
                      per_b=bits(lambda s: ir.uses(s.args[0], "b")), per_h=bits(lambda s: ir.uses(s.args[0], "h"))))
 
 

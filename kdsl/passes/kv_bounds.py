@@ -84,7 +84,8 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
         return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_attrs(kv_bounds="interval")
     # The rest of the mask (data read at kv, say) holds on every element of some partial tiles:
     # those keep the interval; the others evaluate the whole mask per element.
-    rest_holds = simplify(mask_analysis.truth(functools.reduce(lambda x, y: op("bool", "and", x, y), rest)).always)
+    rest = functools.reduce(lambda x, y: op("bool", "and", x, y), rest)
+    rest_holds = simplify(mask_analysis.truth(rest, mask_analysis.whole_tiles(k)).always)
     if rest_holds == FALSE or _never_on_whole_tiles(rest_holds, k.attr("tile_m"), tile_n):
         return per_element
     return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_func("tile_keys", rest_holds) \

@@ -13,7 +13,13 @@ simply loads it. One that depends on q only (`doc_q[b, q]`) or kv only is bounde
 and max over the block's rows or columns, written (qmin e) / (qmax e) / (kvmin e) / (kvmax e):
 a tile summary the runtime computes on the GPU before the attention kernel, so the kernel
 skips the empty tiles of a document mask and drops the per-element check on its full ones.
-What depends on both q and kv stays unknown and falls back to the per-element check.
+Data read at both q and kv and shared by the heads (torch's attn_mask `keep[b, i, j]`, a gather
+`allow[seg_q[b, i], seg_kv[b, j]]`) is bounded over the whole block, (tmin e) / (tmax e): one
+summary entry per (b, q tile, kv tile), so the all-false blocks of a block-diagonal, padded or
+banded dense mask are skipped and its all-true ones run unchecked, as FlexAttention's BlockMask
+has them. A bool element is bounded as 0 / 1. Not for data read per head (its summary would read
+as much as the kernel), nor where the score itself loads data per element (whole_tiles). What
+is left stays unknown and falls back to the per-element check.
 attr mask_tiles says which case holds: interval, data-dependent, tile-summary or none.
 
 The work is bounded: a bound or predicate larger than _MAX_NODES nodes (or deeper than
@@ -23,6 +29,7 @@ and keeps analysis time and the generated code small for any mask.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .. import ir
@@ -49,7 +56,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
         return k.with_attrs(mask_tiles="none")
     # Predicates already given (a tuned program's IR) are kept: the tune guard checked them.
     if k.func("tile_empty") is None or k.func("tile_full") is None:
-        t = truth(mask)
+        t = truth(mask, whole_tiles(k))
         for name, derived in (("tile_empty", t.never), ("tile_full", t.always)):
             if k.func(name) is None:
                 k = k.with_func(name, simplify(derived))
@@ -57,6 +64,21 @@ def run(k: ir.Kernel) -> ir.Kernel:
         return k.with_attrs(mask_tiles="tile-summary")
     data = any(isinstance(n, ir.Load) for n in ir.walk(mask))
     return k.with_attrs(mask_tiles="data-dependent" if data else "interval")
+
+
+WHOLE_TILES_DEFAULT = "0"  # on ("1") once the GPU tests and timings of bench/NOTES.md hold
+
+
+def whole_tiles(k: ir.Kernel) -> bool:
+    """Whether data read at both the query and the key may be bounded over whole blocks (a
+    2-D tile summary; bool elements as 0 / 1). Not where the score loads data per element: the
+    summary's registers beside that load's spilled 8-24 bytes (H100 builds, D=128).
+    KDSL_TILE_SUMMARY_2D=0 / 1 turns it off / on (WHOLE_TILES_DEFAULT otherwise; the A/B
+    switch of bench/NOTES.md)."""
+    if os.environ.get("KDSL_TILE_SUMMARY_2D", WHOLE_TILES_DEFAULT) == "0":
+        return False
+    score = k.func("score_log2") or k.func("score")
+    return score is None or not ir.loads_at(score, ("q", "kv"))
 
 
 def summary_slots(k: ir.Kernel) -> list[ir.Op]:
@@ -104,14 +126,14 @@ def visited_tiles(k: ir.Kernel, length: int = 8192, tile: int = 128, heads: int 
     return float(np.median((~empty.astype(bool)).sum(axis=2)))
 
 
-def interval(e: ir.Expr) -> Interval:
-    """Bounds of an i32 expression over the block."""
-    return _Analysis().interval(e)
+def interval(e: ir.Expr, whole: bool = False) -> Interval:
+    """Bounds of an i32 expression over the block; whole: see whole_tiles."""
+    return _Analysis(whole).interval(e)
 
 
-def truth(e: ir.Expr) -> Truth:
-    """What holds for a bool expression over the whole block."""
-    return _Analysis().truth(e)
+def truth(e: ir.Expr, whole: bool = False) -> Truth:
+    """What holds for a bool expression over the whole block; whole: see whole_tiles."""
+    return _Analysis(whole).truth(e)
 
 
 def _v(name):
@@ -122,7 +144,8 @@ class _Analysis:
     """One analysis, remembering the size of every expression it has measured, so that
     keeping derived expressions within the budget costs O(1) per new node."""
 
-    def __init__(self):
+    def __init__(self, whole: bool = False):
+        self.whole = whole  # data read at q and kv may be bounded over the whole block
         self._costs: dict[int, tuple[ir.Expr, int, int]] = {}  # id -> (expr kept alive, nodes, depth)
 
     def _cost(self, e: ir.Expr) -> tuple[int, int]:
@@ -154,10 +177,25 @@ class _Analysis:
     def _interval(self, e: ir.Expr) -> Interval:
         if isinstance(e, ir.Const):
             return Interval(e, e)
-        if isinstance(e, (ir.Load, ir.Op)) and any(isinstance(n, ir.Load) for n in ir.walk(e)):
+        reads = isinstance(e, (ir.Load, ir.Op)) and any(isinstance(n, ir.Load) for n in ir.walk(e))
+        if reads:
             data = _data_interval(e)
             if data is not None:
                 return data
+        i = self._parts(e)
+        # Data read at q and kv: bounded part by part where that bounds it (doc_q[b, i] -
+        # doc_kv[b, j] by its two 1-D summaries), else over the whole block.
+        if reads and (i.lo is None or i.hi is None):
+            return self._whole_block(e) or i
+        return i
+
+    def _whole_block(self, e: ir.Expr) -> Interval | None:
+        if not self.whole or ir.uses(e, "h"):
+            return None
+        return Interval(ir.Op("i32", "tmin", (e,)), ir.Op("i32", "tmax", (e,)))
+
+    def _parts(self, e: ir.Expr) -> Interval:
+        """Bounds from those of e's operands."""
         if isinstance(e, ir.Var):
             if e.name == "q":
                 return Interval(_v("q0"), _v("q1"))
@@ -211,6 +249,11 @@ class _Analysis:
     def _truth(self, e: ir.Expr) -> Truth:
         if isinstance(e, ir.Const):
             return Truth(const("bool", e.value), const("bool", not e.value))
+        if isinstance(e, ir.Load) and self.whole:  # a bool element: bounded as 0 / 1
+            one, zero = const("i32", 1), const("i32", 0)
+            as_int = op("i32", "where", e, one, zero)
+            i = _data_interval(as_int) or self._whole_block(as_int)
+            return Truth(op("bool", "ge", i.lo, one), op("bool", "le", i.hi, zero)) if i else Truth(FALSE, FALSE)
         if not isinstance(e, ir.Op):
             return Truth(FALSE, FALSE)
         if e.op == "not":

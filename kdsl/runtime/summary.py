@@ -20,7 +20,8 @@ from .driver import ArgPack, WarpKernel
 @dataclass(frozen=True)
 class Layout:
     """Sizes the buffer exactly as attention_summary.cuh lays it out: per slot, one int2
-    (min, max) per (b if the slot reads b, h if it reads h, tile)."""
+    (min, max) per (b if the slot reads b, h if it reads h, tile: a q tile, a kv tile, or a
+    (q tile, kv tile) block)."""
 
     entries: tuple[int, ...]  # per slot
     tile_m: int
@@ -36,7 +37,7 @@ class Layout:
         entries = []
         for s in slots:
             e = s.args[0]
-            tiles = -(-N // bn) if ir.TILE_REDUCTIONS[s.op][0] == "kv" else -(-M // bm)
+            tiles = {"q": -(-M // bm), "kv": -(-N // bn), "tile": -(-M // bm) * -(-N // bn)}[ir.TILE_REDUCTIONS[s.op][0]]
             entries.append((B if ir.uses(e, "b") else 1) * (H if ir.uses(e, "h") else 1) * tiles)
         return Layout(tuple(entries), bm, bn)
 

@@ -1,25 +1,29 @@
 // kdsl/attention_summary.cuh — runtime tile summaries for masks that read data.
 //
-// Mask analysis bounds an integer expression of the data that depends on the query row only
-// (or on the key only), e.g. doc_q[b, q], by its min and max over a tile's rows (columns):
-// the (qmin e) / (qmax e) / (kvmin e) / (kvmax e) of the tile predicates. Each distinct e is a
-// slot. attention_tile_summary() computes every slot for every tile on the GPU before the
-// attention kernel runs; V::tile() then reads an int2 per slot instead of the tile's data.
+// Mask analysis bounds an integer expression of the data by its min and max over a block:
+// over a tile's rows when it depends on the query row only (doc_q[b, q]), over its keys when
+// it depends on the key only, over the whole block when it depends on both (keep[b, q, kv] as
+// 0 / 1): the (qmin e) ... (kvmax e), (tmin e) / (tmax e) of the tile predicates. Each distinct
+// e is a slot. attention_tile_summary() computes every slot for every tile on the GPU before
+// the attention kernel runs; V::tile() then reads an int2 per slot instead of the tile's data.
 //
 // Layout, slot after slot: slot s is [nb][nh][tiles] int2 (min, max), with nb = B if its
 // expression reads b (else 1), nh = H if it reads h (else 1), and tiles = ceil(M / kTileQ)
-// for a q slot, ceil(N / kTileKV) for a kv slot. kdsl/runtime/summary.py sizes it the same way.
+// for a q slot, ceil(N / kTileKV) for a kv slot, both multiplied (q tile major) for a whole-
+// block slot. kdsl/runtime/summary.py sizes it the same way.
 //
 // The generated Variant provides: kSummaries (slot count), bit masks kSummaryOnKV,
-// kSummaryPerB, kSummaryPerH (bit s: slot s), kTileQ, kTileKV (the attention kernel's tile),
-// and summary_value(a, c, s, b, h, x): slot s's expression at row (or key) x.
+// kSummaryOnTile, kSummaryPerB, kSummaryPerH (bit s: slot s), kTileQ, kTileKV (the attention
+// kernel's tile), and summary_value(a, c, s, b, h, q, kv): slot s's expression at (q, kv) (a
+// q slot ignores kv, a kv slot q).
 #pragma once
 #include "kdsl/attention_common.cuh"
 
 namespace kdsl {
 
 template <class V> KDSL_DEVICE int summary_tiles(const AttnArgs& a, int s) {
-  return ((V::kSummaryOnKV >> s) & 1) ? (a.N + V::kTileKV - 1) / V::kTileKV : (a.M + V::kTileQ - 1) / V::kTileQ;
+  const int tq = (a.M + V::kTileQ - 1) / V::kTileQ, tk = (a.N + V::kTileKV - 1) / V::kTileKV;
+  return ((V::kSummaryOnTile >> s) & 1) ? tq * tk : ((V::kSummaryOnKV >> s) & 1) ? tk : tq;
 }
 
 template <class V> KDSL_DEVICE i64 summary_entries(const AttnArgs& a, int s) {
@@ -27,52 +31,93 @@ template <class V> KDSL_DEVICE i64 summary_entries(const AttnArgs& a, int s) {
          summary_tiles<V>(a, s);
 }
 
-// (min, max) of slot S over the tile of (b, h) that starts at row (or key) x0.
+// (min, max) of slot S over the block of (b, h) whose first row is q0 and first key k0.
 template <class V, int S>
-KDSL_DEVICE int2 tile_summary(const AttnArgs& a, const int* summary, int b, int h, int x0) {
+KDSL_DEVICE int2 tile_summary(const AttnArgs& a, const int* summary, int b, int h, int q0, int k0) {
   i64 off = 0;
 #pragma unroll
   for (int s = 0; s < S; ++s) off += summary_entries<V>(a, s);
-  constexpr bool on_kv = (V::kSummaryOnKV >> S) & 1, per_b = (V::kSummaryPerB >> S) & 1,
-                 per_h = (V::kSummaryPerH >> S) & 1;
-  const int tile = x0 / (on_kv ? V::kTileKV : V::kTileQ);
+  constexpr bool on_kv = (V::kSummaryOnKV >> S) & 1, on_tile = (V::kSummaryOnTile >> S) & 1,
+                 per_b = (V::kSummaryPerB >> S) & 1, per_h = (V::kSummaryPerH >> S) & 1;
+  const int tq = q0 / V::kTileQ, tk = k0 / V::kTileKV;
+  const int tile = on_tile ? tq * ((a.N + V::kTileKV - 1) / V::kTileKV) + tk : on_kv ? tk : tq;
   const i64 row = (i64)(per_b ? b : 0) * (per_h ? a.H : 1) + (per_h ? h : 0);
   return __ldg(reinterpret_cast<const int2*>(summary) + off + row * summary_tiles<V>(a, S) + tile);
 }
 
-// One warp per (slot, b, h, tile) entry, in layout order: the min and max of the slot's
-// expression over the tile's rows (or keys) that exist (< M or < N).
-template <class V>
-KDSL_DEVICE void attention_tile_summary(const AttnArgs& a, const typename V::Captures& c, int* summary) {
+// A warp's (min, max) of slot S over the rows (or keys) [x0, x1) of a 1-D slot.
+template <class V, int S>
+KDSL_DEVICE void summarize_line(const AttnArgs& a, const typename V::Captures& c, int b, int h, int x0, int x1,
+                                int& lo, int& hi) {
+  for (int x = x0 + (threadIdx.x & 31); x < x1; x += 32) {
+    const int v = V::summary_value(a, c, S, b, h, x, x);
+    lo = imin(lo, v);
+    hi = imax(hi, v);
+  }
+}
+
+// A warp's (min, max) of whole-block slot S over rows [q0, q1) and keys [k0, k1): a lane takes
+// keys lane, lane + 32, ..., of 8 rows at a time, so that 8 * ceil(kTileKV / 32) independent
+// loads are in flight a lane (a bool mask's rows are 32-byte sectors).
+template <class V, int S>
+KDSL_DEVICE void summarize_block(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q0, int q1,
+                                 int k0, int k1, int& lo, int& hi) {
+  constexpr int kRows = 8, kGroups = (V::kTileKV + 31) / 32;
   const int lane = threadIdx.x & 31;
-  i64 e = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32, off = 0;
 #pragma unroll 1
-  for (int s = 0; s < V::kSummaries; ++s) {
-    const i64 n = summary_entries<V>(a, s);
-    if (e >= n) {
-      e -= n;
-      off += n;
-      continue;
+  for (int r0 = q0; r0 < q1; r0 += kRows) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const int q = r0 + r, kv = k0 + lane + 32 * g;
+        if (q < q1 && kv < k1) {
+          const int v = V::summary_value(a, c, S, b, h, q, kv);
+          lo = imin(lo, v);
+          hi = imax(hi, v);
+        }
+      }
     }
-    const bool on_kv = (V::kSummaryOnKV >> s) & 1, per_h = (V::kSummaryPerH >> s) & 1;
-    const int tiles = summary_tiles<V>(a, s), tile = (int)(e % tiles), row = (int)(e / tiles);
+  }
+}
+
+// Entry e of slot S (and the slots after it, e counted from slot S's first entry), one warp.
+template <class V, int S>
+KDSL_DEVICE void summarize_entry(const AttnArgs& a, const typename V::Captures& c, int* summary, i64 e, i64 off) {
+  if constexpr (S < V::kSummaries) {
+    const i64 n = summary_entries<V>(a, S);
+    if (e >= n) {
+      summarize_entry<V, S + 1>(a, c, summary, e - n, off + n);
+      return;
+    }
+    constexpr bool on_kv = (V::kSummaryOnKV >> S) & 1, on_tile = (V::kSummaryOnTile >> S) & 1,
+                   per_h = (V::kSummaryPerH >> S) & 1;
+    const int tiles = summary_tiles<V>(a, S), tile = (int)(e % tiles), row = (int)(e / tiles);
     const int nh = per_h ? a.H : 1, b = row / nh, h = row % nh;  // b = 0 unless per b
-    const int len = on_kv ? a.N : a.M, size = on_kv ? V::kTileKV : V::kTileQ;
-    const int x0 = tile * size, x1 = imin(x0 + size, len);
     int lo = 0x7fffffff, hi = -0x7fffffff - 1;
-    for (int x = x0 + lane; x < x1; x += 32) {
-      const int v = V::summary_value(a, c, s, b, h, x);
-      lo = imin(lo, v);
-      hi = imax(hi, v);
+    if constexpr (on_tile) {
+      const int tk_count = (a.N + V::kTileKV - 1) / V::kTileKV;
+      const int q0 = (tile / tk_count) * V::kTileQ, k0 = (tile % tk_count) * V::kTileKV;
+      summarize_block<V, S>(a, c, b, h, q0, imin(q0 + V::kTileQ, a.M), k0, imin(k0 + V::kTileKV, a.N), lo, hi);
+    } else {
+      const int len = on_kv ? a.N : a.M, size = on_kv ? V::kTileKV : V::kTileQ;
+      const int x0 = tile * size;
+      summarize_line<V, S>(a, c, b, h, x0, imin(x0 + size, len), lo, hi);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
       lo = imin(lo, __shfl_xor_sync(0xffffffffu, lo, o));
       hi = imax(hi, __shfl_xor_sync(0xffffffffu, hi, o));
     }
-    if (lane == 0) reinterpret_cast<int2*>(summary)[off + e] = make_int2(lo, hi);
-    return;
+    if ((threadIdx.x & 31) == 0) reinterpret_cast<int2*>(summary)[off + e] = make_int2(lo, hi);
   }
+}
+
+// One warp per (slot, b, h, tile) entry, in layout order: the min and max of the slot's
+// expression over the tile's rows, keys or block that exist (< M, < N).
+template <class V>
+KDSL_DEVICE void attention_tile_summary(const AttnArgs& a, const typename V::Captures& c, int* summary) {
+  summarize_entry<V, 0>(a, c, summary, ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32, 0);
 }
 
 }  // namespace kdsl

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Dense masks with block structure (documents, padding, a band) and without (random): kdsl
+with whole-block tile summaries (mask_analysis.whole_tiles) against kdsl without them, compiled
+FlexAttention with a BlockMask made from the same data (its creation untimed), and torch SDPA
+given the mask as attn_mask (bool kernels only). Same inputs, timed in turns (bench.Timer).
+
+    python3 tools/dev/structured_masks.py [--reps 20] [--shape B,H,L,D ...] [--kinds documents,random]
+        [--backward]
+
+Prints one table row per (kernel, kind, shape): µs and the ratios other / summary (> 1: the
+summary is faster). --backward: a forward and the gradients of q, k and v (torch.autograd.grad),
+kdsl against itself only.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def plan(source_ir, env: str):
+    """A fresh kernel whose plan is made (on its first call) with KDSL_TILE_SUMMARY_2D=env."""
+    from kdsl.runtime.attention_launch import AttentionKernel
+    return AttentionKernel(source_ir), env
+
+
+def call_under(kern_env, *args, **kw):
+    kern, env = kern_env
+    saved, os.environ["KDSL_TILE_SUMMARY_2D"] = os.environ.get("KDSL_TILE_SUMMARY_2D"), env
+    try:
+        return kern(*args, **kw)
+    finally:
+        if saved is None:
+            del os.environ["KDSL_TILE_SUMMARY_2D"]
+        else:
+            os.environ["KDSL_TILE_SUMMARY_2D"] = saved
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--shape", nargs="*", default=["2,16,4096,128", "2,16,4096,64"])
+    ap.add_argument("--kinds", default="documents,padded,band,random")
+    ap.add_argument("--kernels", default="dense_bool,dense_i32_causal,segment_rules")
+    ap.add_argument("--backward", action="store_true")
+    args = ap.parse_args()
+    import torch
+    import kdsl
+    from kdsl.bench import Timer, flex_attend, kept_pairs
+    from kdsl.testing import rel_frobenius
+    from gpu.test_dense_mask_summary_gpu import SOURCE, _captures, _inputs
+    timer = Timer(args.reps)
+    mod = kdsl.compile(SOURCE)
+    print(torch.cuda.get_device_name(), flush=True)
+    print("| kernel | kind | B H L D | kept % | summary µs | no summary µs | x | Flex µs | x | SDPA µs | x |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for shape in args.shape:
+        B, H, L, D = map(int, shape.split(","))
+        for name in args.kernels.split(","):
+            kir = mod.ir[name]
+            for kind in args.kinds.split(","):
+                gen = torch.Generator(device="cuda").manual_seed(hash((name, kind, shape)) % 2**31)
+                q, k, v = _inputs(torch, B, H, H, L, L, D, gen)
+                caps = _captures(torch, name, kind, B, L, L, gen)
+                on, off = plan(kir, "1"), plan(kir, "0")
+                if args.backward:
+                    q, k, v = (x.requires_grad_() for x in (q, k, v))
+                    dout = torch.randn_like(q)
+                    step = lambda kern: torch.autograd.grad(kern(q, k, v, **caps), (q, k, v), dout)
+                    grads_on = call_under((lambda *a, **kw: step(on[0]), "1"))
+                    grads_off = call_under((lambda *a, **kw: step(off[0]), "0"))
+                    err = max(rel_frobenius(a, b) for a, b in zip(grads_on, grads_off))
+                    assert err < 2e-2, (name, kind, err)
+                    t = timer.in_turns({"on": lambda: step(on[0]), "off": lambda: step(off[0])})
+                    print(f"| {name} fwd+bwd | {kind} | {B} {H} {L} {D} | | {t['on'] * 1e3:.1f} | {t['off'] * 1e3:.1f} | "
+                          f"{t['off'] / t['on']:.2f} | | | | |", flush=True)
+                    continue
+                out = call_under(on, q, k, v, **caps)
+                base = call_under(off, q, k, v, **caps)
+                assert rel_frobenius(out, base) < 1e-2, (name, kind, rel_frobenius(out, base))
+                timed = {"on": lambda: on[0](q, k, v, **caps), "off": lambda: off[0](q, k, v, **caps)}
+                dims = {"B": B, "H": H, "Hkv": H, "M": L, "N": L, "D": D, "Dv": D}
+                try:
+                    attend = flex_attend(kir, dims, caps, D ** -0.5)
+                    if rel_frobenius(attend(q, k, v), out) < 5e-2:
+                        timed["flex"] = lambda: attend(q, k, v)
+                except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
+                    print(f"  flex: {type(e).__name__}: {str(e)[:120]}", flush=True)
+                if name == "dense_bool":
+                    m = caps["keep"][:, None]
+                    sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+                    timed["sdpa"] = sdpa
+                t = timer.in_turns(timed)
+                kept = kept_pairs(kir, dims, caps, B, H, L, L) / (B * H * L * L)
+                cell = lambda p: f"{t[p] * 1e3:.1f} | {t[p] / t['on']:.2f}" if p in t else "n/a | n/a"
+                print(f"| {name} | {kind} | {B} {H} {L} {D} | {100 * kept:.1f} | {t['on'] * 1e3:.1f} | {cell('off')} | "
+                      f"{cell('flex')} | {cell('sdpa')} |", flush=True)
+                timed = None  # let the inputs go before the next row allocates its own
+                torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
