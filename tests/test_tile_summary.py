@@ -216,6 +216,9 @@ def test_a_whole_block_slot_lays_out_one_entry_per_block_and_b():
     bm, bn = k.attr("tile_m"), k.attr("tile_n")
     per_slot = {ir.TILE_REDUCTIONS[s.op][0]: n for s, n in zip(slots, layout.entries)}
     assert per_slot == {"tile": 3 * -(-300 // bm) * -(-700 // bn), "q": 3 * -(-300 // bm)}
+    # the summary kernel's warps: one a row entry, 8 (a block) a whole-block entry, each slot
+    # padded to whole blocks of 8 warps (attention_summary.cuh summary_warps)
+    assert layout.warps == -(-3 * -(-300 // bm) // 8) * 8 + 8 * per_slot["tile"]
     from kdsl.codegen.emit import generate
     src = generate(k).source
     tile_bit = next(i for i, s in enumerate(slots) if ir.TILE_REDUCTIONS[s.op][0] == "tile")
@@ -248,3 +251,16 @@ def test_the_interpreter_meets_empty_and_full_blocks_of_a_dense_mask_and_matches
     assert rel_frobenius(torch.from_numpy(out), ref) < ATTENTION_TOL
     classes = np.concatenate([c.ravel() for c in seen])
     assert {"empty", "full", "partial"} <= set(classes), set(classes)
+
+
+def test_the_summary_kernel_skips_blocks_empty_by_position_and_stops_at_a_bool_elements_ends():
+    """A causal dense mask: blocks above the diagonal are never read by the kernels, so the
+    summary kernel does not read their data; a bool element's slot ranges over [0, 1] only."""
+    from kdsl.codegen.emit import generate
+    src = generate(pipeline.lower(_kernel("j <= i and ikeep[b, i, j] != 0"), get_target("sm_90a"), 64)).source
+    skip = src[src.index("summary_skip("):]
+    assert "(k0 > q1)" in skip[:skip.index("}")], skip[:300]
+    src = generate(pipeline.lower(_kernel("keep[b, i, j]"), get_target("sm_90a"), 64)).source
+    assert "slot == 0 ? 0 : kdsl::kIntMin" in src and "slot == 0 ? 1 : kdsl::kIntMax" in src
+    skip = src[src.index("summary_skip("):]
+    assert "return false;" in skip[:skip.index("}")]

@@ -395,7 +395,30 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
                    full=c(k.func("tile_full")) if mask is not None else "true"),
         summary=dict(exprs=[c(s.args[0]) for s in slots], on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
                      on_tile=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "tile"),
-                     per_b=bits(lambda s: ir.uses(s.args[0], "b")), per_h=bits(lambda s: ir.uses(s.args[0], "h"))))
+                     per_b=bits(lambda s: ir.uses(s.args[0], "b")), per_h=bits(lambda s: ir.uses(s.args[0], "h")),
+                     ranges=[_value_range(s.args[0]) for s in slots],
+                     skip=c(_empty_by_position(k)) if mask is not None else "false"))
+
+
+def _value_range(e: ir.Expr) -> tuple[str, str]:
+    """The (floor, ceiling) a summary slot's expression stays within whatever the data, as C:
+    a bool element read as 0 / 1 (mask_analysis) gives (0, 1); else the i32 range."""
+    if isinstance(e, ir.Op) and e.op == "where" and all(isinstance(x, ir.Const) for x in e.args[1:]):
+        lo, hi = sorted(int(x.value) for x in e.args[1:])
+        return str(lo), str(hi)
+    return "kdsl::kIntMin", "kdsl::kIntMax"
+
+
+def _empty_by_position(k: ir.Kernel) -> ir.Expr:
+    """The disjuncts of tile_empty that read positions and dims only (causal's `k0 > q1`): on a
+    block they prove empty, the kernels never read the whole-block summary, so the summary
+    kernel need not read the data there."""
+    def disjuncts(e):
+        return disjuncts(e.args[0]) + disjuncts(e.args[1]) if isinstance(e, ir.Op) and e.op == "or" else [e]
+    static = [d for d in disjuncts(k.func("tile_empty"))
+              if not any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS)
+                         or (isinstance(n, ir.Var) and n.name in ("b", "h")) for n in ir.walk(d))]
+    return functools.reduce(lambda x, y: ir.Op("bool", "or", (x, y)), static) if static else ir.Const("bool", False)
 
 
 _MULTICAST = {"none": "kdsl::kMcastNone", "a": "kdsl::kMcastA", "b": "kdsl::kMcastB"}

@@ -17,6 +17,9 @@ from . import arrays
 from .driver import ArgPack, WarpKernel
 
 
+SUMMARY_WARPS = 8  # attention_summary.cuh kSummaryWarps: warps a block, and per whole-block entry
+
+
 @dataclass(frozen=True)
 class Layout:
     """Sizes the buffer exactly as attention_summary.cuh lays it out: per slot, one int2
@@ -26,6 +29,7 @@ class Layout:
     entries: tuple[int, ...]  # per slot
     tile_m: int
     tile_n: int
+    warps: int = 0  # the summary kernel's: attention_summary.cuh summary_warps, over the slots
 
     @staticmethod
     def of(lowered: ir.Kernel, B: int, H: int, M: int, N: int, tiles: tuple[int, int] | None = None) -> "Layout | None":
@@ -34,12 +38,14 @@ class Layout:
         if not slots:
             return None
         bm, bn = tiles or (lowered.attr("tile_m"), lowered.attr("tile_n"))
-        entries = []
+        entries, warps = [], 0
         for s in slots:
-            e = s.args[0]
-            tiles = {"q": -(-M // bm), "kv": -(-N // bn), "tile": -(-M // bm) * -(-N // bn)}[ir.TILE_REDUCTIONS[s.op][0]]
+            e, axis = s.args[0], ir.TILE_REDUCTIONS[s.op][0]
+            tiles = {"q": -(-M // bm), "kv": -(-N // bn), "tile": -(-M // bm) * -(-N // bn)}[axis]
             entries.append((B if ir.uses(e, "b") else 1) * (H if ir.uses(e, "h") else 1) * tiles)
-        return Layout(tuple(entries), bm, bn)
+            # a warp an entry, a block of SUMMARY_WARPS for a whole-block slot; padded to blocks
+            warps += -(-entries[-1] * (SUMMARY_WARPS if axis == "tile" else 1) // SUMMARY_WARPS) * SUMMARY_WARPS
+        return Layout(tuple(entries), bm, bn, warps)
 
     @property
     def ints(self) -> int:
@@ -57,10 +63,10 @@ def pack(B: int, H: int, Hkv: int, M: int, N: int, scale_log2: float, scale: flo
 
 
 class SummaryLaunch:
-    """The summary kernel of one plan (one warp per summary entry) and a buffer allocator."""
+    """The summary kernel of one plan (Layout.warps warps) and a buffer allocator."""
 
     def __init__(self, loaded, entry: str, layout: Layout, pack: ArgPack, framework: str, device: int):
-        self.kernel = WarpKernel(loaded.module, entry, sum(layout.entries), pack)
+        self.kernel = WarpKernel(loaded.module, entry, layout.warps, pack)
         self.layout = layout
         self.new_buffer = arrays.allocator(framework, (layout.ints,), "i32", device)
 

@@ -33,7 +33,7 @@ _KERNELS: dict[str, list] = {}
 _running_op = 0                  # > 0 while an op's implementation runs: its kernel call is eager
 
 # A tile summary (runtime/summary.py) travels as its buffer, the kernel it was made for and
-# its layout [tile_m, tile_n, entries...], from which the implementation rebuilds it.
+# its layout [tile_m, tile_n, warps, entries...], from which the implementation rebuilds it.
 _ATTENTION_ARGS = "Tensor q, Tensor k, Tensor v, Tensor[] captures, float? scale, Tensor? summary, " \
     "str? summary_of, int[]? summary_layout"
 _GEMM_ARGS = "Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor? extra"
@@ -181,7 +181,7 @@ def attention(kernel, q, k, v, captures, named, out, lse, scale, tile_summary):
     summary = (None, None, None)
     if tile_summary is not None:
         given = TileSummary.expect(kernel.name, tile_summary)
-        layout = given.layout and [given.layout.tile_m, given.layout.tile_n, *given.layout.entries]
+        layout = given.layout and [given.layout.tile_m, given.layout.tile_n, given.layout.warps, *given.layout.entries]
         summary = (given.buffer, given.kernel, layout)
     if out is None and lse is None:
         out, lse = ops[0](q, k, v, caps, scale, *summary)
@@ -199,7 +199,7 @@ def _summary(buffer, made_for, layout):
     """The TileSummary a traced call passed, rebuilt from what its op carries."""
     if made_for is None:
         return None
-    return TileSummary(made_for, Layout(tuple(layout[2:]), layout[0], layout[1]) if layout else None, buffer)
+    return TileSummary(made_for, Layout(tuple(layout[3:]), layout[0], layout[1], layout[2]) if layout else None, buffer)
 
 
 # ------------------------------------------------------------------------------ FP8 GEMM

@@ -31,6 +31,15 @@ template <class V> KDSL_DEVICE i64 summary_entries(const AttnArgs& a, int s) {
          summary_tiles<V>(a, s);
 }
 
+constexpr int kSummaryWarps = 8;  // warps a block, and per entry of a whole-block slot
+
+// The warps slot s takes: one an entry (kSummaryWarps an entry of a whole-block slot), padded
+// to whole blocks. kdsl/runtime/summary.py (Layout.warps) counts them the same way.
+template <class V> KDSL_DEVICE i64 summary_warps(const AttnArgs& a, int s) {
+  const i64 w = summary_entries<V>(a, s) * (((V::kSummaryOnTile >> s) & 1) ? kSummaryWarps : 1);
+  return (w + kSummaryWarps - 1) / kSummaryWarps * kSummaryWarps;
+}
+
 // (min, max) of slot S over the block of (b, h) whose first row is q0 and first key k0.
 template <class V, int S>
 KDSL_DEVICE int2 tile_summary(const AttnArgs& a, const int* summary, int b, int h, int q0, int k0) {
@@ -56,65 +65,95 @@ KDSL_DEVICE void summarize_line(const AttnArgs& a, const typename V::Captures& c
   }
 }
 
-// A warp's (min, max) of whole-block slot S over rows [q0, q1) and keys [k0, k1): a lane takes
-// keys lane, lane + 32, ..., of 8 rows at a time, so that 8 * ceil(kTileKV / 32) independent
-// loads are in flight a lane (a bool mask's rows are 32-byte sectors).
+// One warp's share of whole-block slot S: rows q0 + part, q0 + part + kSummaryWarps, ... of [q0, q1),
+// keys [k0, k1), a lane taking keys lane, lane + 32, ...; the kSummaryWarps warps of a block share an
+// entry (attention_tile_summary). Issued this way a block has 8x the loads in flight that one
+// warp's unrolled loop had: ptxas consumed each load a few instructions after it.
+// A slot whose values have a floor and a ceiling (a bool element as 0 / 1) stops once the warp
+// has met both: a random mask's block is done after a row or two, a uniform one is read whole.
 template <class V, int S>
 KDSL_DEVICE void summarize_block(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q0, int q1,
-                                 int k0, int k1, int& lo, int& hi) {
-  constexpr int kRows = 8, kGroups = (V::kTileKV + 31) / 32;
+                                 int k0, int k1, int part, int& lo, int& hi) {
+  constexpr int kGroups = (V::kTileKV + 31) / 32, kFloor = V::summary_floor(S), kCeiling = V::summary_ceiling(S);
+  constexpr bool kBounded = kFloor != kIntMin && kCeiling != kIntMax;
   const int lane = threadIdx.x & 31;
-#pragma unroll 1
-  for (int r0 = q0; r0 < q1; r0 += kRows) {
+#pragma unroll 2
+  for (int q = q0 + part; q < q1; q += kSummaryWarps) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        const int q = r0 + r, kv = k0 + lane + 32 * g;
-        if (q < q1 && kv < k1) {
-          const int v = V::summary_value(a, c, S, b, h, q, kv);
-          lo = imin(lo, v);
-          hi = imax(hi, v);
-        }
+    for (int g = 0; g < kGroups; ++g) {
+      const int kv = k0 + lane + 32 * g;
+      if (kv < k1) {
+        const int v = V::summary_value(a, c, S, b, h, q, kv);
+        lo = imin(lo, v);
+        hi = imax(hi, v);
+      }
+    }
+    if constexpr (kBounded) {
+      if (__any_sync(0xffffffffu, lo <= kFloor) && __any_sync(0xffffffffu, hi >= kCeiling)) {
+        lo = kFloor;  // the warp's min and max: every lane's, as the reduction would give them
+        hi = kCeiling;
+        break;
       }
     }
   }
 }
 
-// Entry e of slot S (and the slots after it, e counted from slot S's first entry), one warp.
+KDSL_DEVICE void warp_min_max(int& lo, int& hi) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = imin(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = imax(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+}
+
+// Slot S's warps from warp w on (w counted from slot S's first warp), then the next slot's.
 template <class V, int S>
-KDSL_DEVICE void summarize_entry(const AttnArgs& a, const typename V::Captures& c, int* summary, i64 e, i64 off) {
+KDSL_DEVICE void summarize_entry(const AttnArgs& a, const typename V::Captures& c, int* summary, i64 w, i64 off) {
   if constexpr (S < V::kSummaries) {
-    const i64 n = summary_entries<V>(a, S);
-    if (e >= n) {
-      summarize_entry<V, S + 1>(a, c, summary, e - n, off + n);
+    const i64 n = summary_entries<V>(a, S), warps = summary_warps<V>(a, S);
+    if (w >= warps) {
+      summarize_entry<V, S + 1>(a, c, summary, w - warps, off + n);
       return;
     }
     constexpr bool on_kv = (V::kSummaryOnKV >> S) & 1, on_tile = (V::kSummaryOnTile >> S) & 1,
                    per_h = (V::kSummaryPerH >> S) & 1;
+    const i64 e = on_tile ? w / kSummaryWarps : w;
+    if (e >= n) return;  // a 1-D slot's warps are padded to whole blocks
     const int tiles = summary_tiles<V>(a, S), tile = (int)(e % tiles), row = (int)(e / tiles);
     const int nh = per_h ? a.H : 1, b = row / nh, h = row % nh;  // b = 0 unless per b
-    int lo = 0x7fffffff, hi = -0x7fffffff - 1;
-    if constexpr (on_tile) {
-      const int tk_count = (a.N + V::kTileKV - 1) / V::kTileKV;
+    int lo = kIntMax, hi = kIntMin;
+    if constexpr (on_tile) {  // this block's kSummaryWarps warps: one entry
+      __shared__ int2 part_min_max[kSummaryWarps];
+      const int tk_count = (a.N + V::kTileKV - 1) / V::kTileKV, part = (int)(w % kSummaryWarps);
       const int q0 = (tile / tk_count) * V::kTileQ, k0 = (tile % tk_count) * V::kTileKV;
-      summarize_block<V, S>(a, c, b, h, q0, imin(q0 + V::kTileQ, a.M), k0, imin(k0 + V::kTileKV, a.N), lo, hi);
+      const int q1 = imin(q0 + V::kTileQ, a.M), k1 = imin(k0 + V::kTileKV, a.N);
+      // a block empty by position is never read: it gets the unknown range, not a read of its data
+      if (!V::summary_skip(a, c, q0, q1 - 1, k0, k1 - 1)) summarize_block<V, S>(a, c, b, h, q0, q1, k0, k1, part, lo, hi);
+      else lo = kIntMin, hi = kIntMax;
+      warp_min_max(lo, hi);
+      if ((threadIdx.x & 31) == 0) part_min_max[part] = make_int2(lo, hi);
+      __syncthreads();  // uniform: every warp of the block summarises this entry
+      if (threadIdx.x == 0) {
+#pragma unroll
+        for (int p = 1; p < kSummaryWarps; ++p) {
+          lo = imin(lo, part_min_max[p].x);
+          hi = imax(hi, part_min_max[p].y);
+        }
+        reinterpret_cast<int2*>(summary)[off + e] = make_int2(lo, hi);
+      }
     } else {
       const int len = on_kv ? a.N : a.M, size = on_kv ? V::kTileKV : V::kTileQ;
       const int x0 = tile * size;
       summarize_line<V, S>(a, c, b, h, x0, imin(x0 + size, len), lo, hi);
+      warp_min_max(lo, hi);
+      if ((threadIdx.x & 31) == 0) reinterpret_cast<int2*>(summary)[off + e] = make_int2(lo, hi);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      lo = imin(lo, __shfl_xor_sync(0xffffffffu, lo, o));
-      hi = imax(hi, __shfl_xor_sync(0xffffffffu, hi, o));
-    }
-    if ((threadIdx.x & 31) == 0) reinterpret_cast<int2*>(summary)[off + e] = make_int2(lo, hi);
   }
 }
 
-// One warp per (slot, b, h, tile) entry, in layout order: the min and max of the slot's
-// expression over the tile's rows, keys or block that exist (< M, < N).
+// Warps in layout order: one per entry of a row or key slot, a block of kSummaryWarps per entry
+// of a whole-block slot, each slot's warps padded to whole blocks (so that a whole-block
+// slot's entries start on a block). Blocks of kSummaryWarps warps (runtime/driver.py WarpKernel).
 template <class V>
 KDSL_DEVICE void attention_tile_summary(const AttnArgs& a, const typename V::Captures& c, int* summary) {
   summarize_entry<V, 0>(a, c, summary, ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32, 0);

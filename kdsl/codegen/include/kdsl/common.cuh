@@ -132,6 +132,7 @@ KDSL_DEVICE float math_exp2(float x) {
 #endif
 }
 constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = 2^(x kLog2e)
+constexpr int kIntMin = -0x7fffffff - 1, kIntMax = 0x7fffffff;
 KDSL_DEVICE float math_exp(float x) {
 #ifdef KDSL_EXACT_MATH
   return expf(x);
