@@ -115,7 +115,7 @@ def test_tiling_makes_room_for_the_ring_or_drops_it():
 ])
 def test_a_streamed_mask_takes_three_warpgroups_where_its_ring_fits_them(dtype, mask, consumers, monkeypatch):
     # a mask that is the streamed element alone reads shared memory, not global memory per
-    # element, so it does not need two warpgroups' registers (without a tile summary: see below)
+    # element, so it does not need two warpgroups' registers
     monkeypatch.setenv("KDSL_TILE_SUMMARY_2D", "0")
     k = lowered(kernel("s", f"keep: {dtype}[M, N]", f"mask(b, h, i, j) = {mask}"), 64)
     assert (k.attr("stream_capture"), k.attr("consumers"), k.attr("tile_n")) == ("keep", consumers, 128)
@@ -125,12 +125,13 @@ def test_a_streamed_mask_takes_three_warpgroups_where_its_ring_fits_them(dtype, 
 
 
 @pytest.mark.parametrize("dtype,mask", [("bool", "keep[i, j]"), ("u8", "keep[i, j] != 0")])
-def test_a_streamed_mask_with_a_whole_block_summary_keeps_two_warpgroups(dtype, mask, monkeypatch):
-    # the producer spilled around the zero output of an item whose tiles are all empty
+def test_a_streamed_mask_with_a_whole_block_summary_takes_three_warpgroups_too(dtype, mask, monkeypatch):
+    # the producer spills 8 bytes around the zero output of an item whose tiles are all empty,
+    # and three warpgroups still ran 1.15x faster than two (H200)
     monkeypatch.setenv("KDSL_TILE_SUMMARY_2D", "1")
     k = lowered(kernel("s", f"keep: {dtype}[M, N]", f"mask(b, h, i, j) = {mask}"), 64)
     assert [ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(k)] == ["tile"]
-    assert (k.attr("stream_capture"), k.attr("consumers")) == ("keep", 2)
+    assert (k.attr("stream_capture"), k.attr("consumers")) == ("keep", 3)
 
 
 @pytest.mark.parametrize("score,capture", [
@@ -206,9 +207,13 @@ def test_a_streamed_mask_reads_its_tile_from_shared_memory(capture, mask, pair_r
     summary_reads = 2 if mask_analysis.summary_slots(streamed.kernel) else 0
     assert a.other_ops.get("LDG", 0) <= summary_reads and b.other_ops.get("LDG", 0) >= 64, (a, b)
     assert a.other_ops.get(pair_reads, 0) >= 32, a
-    assert a.local_bytes == 0 and a.spill_ops == 0, a
+    # three warpgroups beside a whole-block summary: the producer (32 registers) spills one word
+    # around the zero output of an item with no live tile, a path a block-empty row takes once;
+    # measured 1.15x faster than two warpgroups all the same (tiling.tile_shape_hints)
+    producer_spill = 8 if summary_reads and streamed.kernel.attr("consumers") == 3 else 0
+    assert a.local_bytes <= producer_spill and a.spill_ops <= producer_spill // 4, a
     split = build(k, "sm_90a", d, program=Program(split_kv=True))
-    assert inspect(split.compiled.cubin, split.generated.entry).local_bytes == 0
+    assert inspect(split.compiled.cubin, split.generated.entry).local_bytes <= producer_spill
 
 
 def test_only_the_forwards_partial_tiles_read_a_streamed_mask_from_shared_memory():

@@ -275,13 +275,13 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     # (exp2_fold.score_is_scaled_dot) reads shared memory, not global memory per element: three
     # warpgroups took it 4-7 % faster at D=64
     # (H200, bool and u8). A second mask term (j <= i and ...), a score of the positions (ALiBi)
-    # or a 16-bit element made them spill 16 bytes. run() keeps them where the ring fits. Not
-    # beside a tile summary (mask_analysis.whole_tiles): the producer spilled 8 bytes around the
-    # zero output of a work item whose tiles are all empty.
+    # or a 16-bit element made them spill 16 bytes. run() keeps them where the ring fits. Beside a
+    # whole-block tile summary the producer spills 8 bytes (around the zero output of an item
+    # whose tiles are all empty) and three warpgroups still took a random mask 1.148x faster
+    # than two at D=64 (H200, 4x16x4096², call4 of bench/NOTES.md's fifty-eighth session).
     mask_stream = k.attr("stream_capture")
     if not (mask_stream and mask is not None and streaming.ELEM_BYTES[k.tensor(mask_stream).dtype] == 1
-            and not _reads_beside(mask, mask_stream) and exp2_fold.score_is_scaled_dot(k)
-            and not mask_analysis.summary_slots(k)):
+            and not _reads_beside(mask, mask_stream) and exp2_fold.score_is_scaled_dot(k)):
         mask_stream = None
     per_element = any(ir.loads_at(e, streaming.PER_ELEMENT, skip=mask_stream if e is mask else None)
                       for e in (score, mask) if e is not None)

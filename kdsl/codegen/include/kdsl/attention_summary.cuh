@@ -70,22 +70,28 @@ KDSL_DEVICE void summarize_line(const AttnArgs& a, const typename V::Captures& c
 // entry (attention_tile_summary). Issued this way a block has 8x the loads in flight that one
 // warp's unrolled loop had: ptxas consumed each load a few instructions after it.
 // A slot whose values have a floor and a ceiling (a bool element as 0 / 1) stops once the warp
-// has met both: a random mask's block is done after a row or two, a uniform one is read whole.
+// has met both: a random mask's block is done after one round of rows, a uniform one is read
+// whole. The check waits for the round's loads, so it comes once per kRounds rows.
 template <class V, int S>
 KDSL_DEVICE void summarize_block(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q0, int q1,
                                  int k0, int k1, int part, int& lo, int& hi) {
-  constexpr int kGroups = (V::kTileKV + 31) / 32, kFloor = V::summary_floor(S), kCeiling = V::summary_ceiling(S);
+  constexpr int kGroups = (V::kTileKV + 31) / 32, kRounds = 4, kFloor = V::summary_floor(S),
+                kCeiling = V::summary_ceiling(S);
   constexpr bool kBounded = kFloor != kIntMin && kCeiling != kIntMax;
   const int lane = threadIdx.x & 31;
-#pragma unroll 2
-  for (int q = q0 + part; q < q1; q += kSummaryWarps) {
+#pragma unroll 1
+  for (int q0w = q0 + part; q0w < q1; q0w += kRounds * kSummaryWarps) {
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      const int kv = k0 + lane + 32 * g;
-      if (kv < k1) {
-        const int v = V::summary_value(a, c, S, b, h, q, kv);
-        lo = imin(lo, v);
-        hi = imax(hi, v);
+    for (int r = 0; r < kRounds; ++r) {  // kRounds rows of loads in flight before the check
+      const int q = q0w + r * kSummaryWarps;
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const int kv = k0 + lane + 32 * g;
+        if (q < q1 && kv < k1) {
+          const int v = V::summary_value(a, c, S, b, h, q, kv);
+          lo = imin(lo, v);
+          hi = imax(hi, v);
+        }
       }
     }
     if constexpr (kBounded) {
