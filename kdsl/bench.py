@@ -34,6 +34,9 @@ class Case:
     shape: dict
     kind: str = "attention"
     ints: dict = field(default_factory=dict)  # i32 capture -> (lo, hi): uniform ints instead of the default ids
+    # bool [B, M, N] capture -> mean document length: a block-diagonal mask over documents of
+    # random lengths (torch's attn_mask for packed sequences) instead of random bits
+    documents: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -73,6 +76,10 @@ def standard_suite() -> list[Case]:
     for name in VARIANTS:
         cases.append(Case(str(ROOT / "bench" / "variants.kd"), name, dict(B=4, H=16, M=4096, N=4096, D=128),
                           ints=ints.get(name, {})))
+    # the same attn_mask holding packed documents: its empty and full blocks are skipped or run
+    # unchecked (mask_analysis' whole-block summaries), as Flex's BlockMask has them
+    cases.append(Case(str(ROOT / "bench" / "variants.kd"), "bool_attn_mask", dict(B=4, H=16, M=4096, N=4096, D=128),
+                      documents={"keep": 512}))
     for name in ("plain", "relpos"):
         for n in (4096, 32768):
             cases.append(Case(str(SAMPLES / f"{name}.kd"), name, dict(B=1, H=16, M=1, N=n, D=128)))
@@ -281,6 +288,9 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, Dv=Dv)
     for name, (lo, hi) in case.ints.items():
         caps[name] = torch.randint(lo, hi + 1, tuple(caps[name].shape), device=q.device, dtype=torch.int32)
+    for name, mean in case.documents.items():
+        caps[name] = document_mask(torch, B, M, N, mean, q.device)
+        row.shape += f" documents~{mean}"
     fn = getattr(mod, case.kernel)
     out = fn(q, k, v, **caps)
     row.compile = cold_build(case.file, case.kernel, D, fn._arch())
@@ -312,6 +322,14 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     _record(row, timer.in_turns_by_block(timed), flops)
     row.gbps = (q.numel() + k.numel() + v.numel() + out.numel()) * 2 / row.ms / 1e6
     return row
+
+
+def document_mask(torch, B: int, M: int, N: int, mean: int, device):
+    """[B, M, N] bool: query i (aligned with the last M keys) sees key j when both lie in the same
+    document; documents of random lengths, `mean` tokens on average."""
+    ends = torch.cumsum(torch.randint(1, 2 * mean, (B, N), device=device), 1)
+    doc = torch.searchsorted(ends, torch.arange(N, device=device).expand(B, N).contiguous(), right=True)
+    return (doc[:, N - M:, None] == doc[:, None, :]).contiguous()
 
 
 def flex_attend(kir, dims: dict, caps: dict, scale: float):

@@ -27,6 +27,8 @@ def test_standard_suite_shapes():
                   for c in decode) == [("plain", 1, 16, 16, 4096), ("plain", 1, 16, 16, 32768), ("plain", 1, 32, 8, 8192),
                                        ("plain", 64, 16, 16, 4096), ("relpos", 1, 16, 16, 4096),
                                        ("relpos", 1, 16, 16, 32768)]
+    documents = [c for c in attn if c.documents]  # torch's attn_mask over packed documents, once
+    assert [(c.kernel, list(c.documents)) for c in documents] == [("bool_attn_mask", ["keep"])]
     gemm = [(c.shape["M"], c.shape["N"], c.shape["K"]) for c in cases if c.kernel == "fp8_gemm"]
     assert len(gemm) == 12 and (128, 2112, 7168) in gemm and (4096, 7168, 16384) in gemm
 
@@ -273,3 +275,17 @@ def test_bench_backward_of_fp8_cases_only_is_refused():
     r = subprocess.run([sys.executable, "-m", "kdsl.cli", "bench", "samples/fp8_gemm.kd", "--backward"],
                        capture_output=True, text=True, cwd=bench.ROOT)
     assert r.returncode == 1 and "--backward times attention kernels, and these cases have none" in r.stderr, r.stderr
+
+
+def test_a_document_mask_is_block_diagonal_over_documents_of_random_lengths():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    keep = bench.document_mask(torch, 2, 300, 1000, 100, "cpu")
+    assert keep.shape == (2, 300, 1000) and keep.dtype == torch.bool
+    kept = keep.float().mean().item()
+    assert 0.02 < kept < 0.5  # documents of ~100 tokens among 1000 keys
+    # a query sees exactly the keys of one contiguous run that holds its own position
+    for b in range(2):
+        for i in (0, 150, 299):
+            cols = keep[b, i].nonzero().flatten()
+            assert cols.numel() and (cols.diff() == 1).all() and cols[0] <= 700 + i <= cols[-1]

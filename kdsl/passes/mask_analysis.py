@@ -72,7 +72,7 @@ WHOLE_TILES_DEFAULT = "1"  # measured on (bench/NOTES.md, fifty-eighth session);
 def whole_tiles(k: ir.Kernel) -> bool:
     """Whether data read at both the query and the key may be bounded over whole blocks (a
     2-D tile summary; bool elements as 0 / 1). Not where the score loads data per element: the
-    summary's registers beside that load's spilled 8-24 bytes (H100 builds, D=128).
+    summary's registers beside that load made ptxas spill 8-24 bytes (sm_90a builds, D=128).
     KDSL_TILE_SUMMARY_2D=0 / 1 turns it off / on (WHOLE_TILES_DEFAULT otherwise; the A/B
     switch of bench/NOTES.md)."""
     if os.environ.get("KDSL_TILE_SUMMARY_2D", WHOLE_TILES_DEFAULT) == "0":
