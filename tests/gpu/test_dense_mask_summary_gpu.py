@@ -2,7 +2,8 @@
 heads (torch's attn_mask as bool, u8 or i32, a gather through a table of rules) whose blocks are
 empty, full or partial: block-diagonal documents, padded keys, a band, a few stray elements,
 rows with no key at all, and random masks; forward and backward against the float64
-reference, a precomputed summary, a CUDA graph replayed on new mask values."""
+reference, a precomputed summary, a CUDA graph replayed on new mask values. A bool key-padding
+vector (valid[b, j], bounded per key tile as 0 / 1) too."""
 import pytest
 
 import kdsl
@@ -36,6 +37,11 @@ attention segment_rules {
     seg_kv: i32[B, N]
     rules: i32[4, 4]
     mask(b, h, i, j) = rules[min(max(seg_q[b, i], 0), 3), min(max(seg_kv[b, j], 0), 3)] != 0
+}
+attention key_padding {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    valid: bool[B, N]
+    mask(b, h, i, j) = valid[b, j] and j <= i + (N - M)
 }
 """
 KINDS = ("documents", "padded", "band", "random")
@@ -162,3 +168,26 @@ def test_a_captured_dense_mask_call_recomputes_its_summary_on_replay(mod):
     torch.cuda.synchronize()
     ref, _ = reference.attention(mod.ir["dense_bool"], q, k, v, {"keep": keep})
     assert rel_frobenius(out, ref) <= ATTENTION_TOL
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 2, 1000, 1200, 128), (1, 2, 2, 129, 127, 64), (1, 2, 1, 1, 700, 128)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("kind", ["padded", "random"])
+def test_a_bool_key_padding_mask_takes_a_key_summary(mod, shape, kind):
+    """valid[b, j] as a bool element (0 / 1) bounded over each key tile: padded keys' tiles skipped."""
+    torch = pytest.importorskip("torch")
+    B, H, Hkv, M, N, D = shape
+    gen = torch.Generator(device="cuda").manual_seed(hash((shape, kind)) % 2**31)
+    q, k, v = _inputs(torch, B, H, Hkv, M, N, D, gen)
+    if kind == "padded":
+        lens = torch.randint(1, N + 1, (B, 1), generator=gen, device="cuda")
+        valid = torch.arange(N, device="cuda")[None] < lens
+    else:
+        valid = torch.rand(B, N, generator=gen, device="cuda") < 0.7
+    out = mod.key_padding(q, k, v, valid=valid)
+    low = next(iter(mod.key_padding._loaded.values()))[0].kernel
+    assert "kv" in {ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(low)}
+    ref, _ = reference.attention(mod.ir["key_padding"], q, k, v, {"valid": valid})
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL
+    dout = torch.randn((B, H, M, D), device="cuda", generator=gen).bfloat16()
+    check_grads(f"key_padding {shape} {kind}", mod.key_padding, mod.ir["key_padding"], q, k, v, {"valid": valid}, dout)
