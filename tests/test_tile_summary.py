@@ -1,6 +1,8 @@
 """Tile summaries of masks that read data: mask analysis bounds q-only / kv-only data by its
 min and max over a tile, (qmin e) ... (kvmax e), and the tile predicates built on them must be
 sound for any data; the interpreter evaluates them as the GPU's summary kernel does."""
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -55,8 +57,17 @@ def data_mask(draw, depth=2):
     return form.format(a=draw(data_mask(depth - 1)), b=draw(data_mask(depth - 1)) if "{b}" in form else "")
 
 
-def _kernel(mask: str) -> ir.Kernel:
-    return mask_analysis.run(typecheck.check_program(parse(DECLS % mask, "t.kd"))[0])
+def _kernel(mask: str, heads: bool = False) -> ir.Kernel:
+    """heads: per-head data bounded over whole blocks too (KDSL_TILE_SUMMARY_HEADS=1)."""
+    saved = os.environ.get("KDSL_TILE_SUMMARY_HEADS")
+    os.environ["KDSL_TILE_SUMMARY_HEADS"] = "1" if heads else "0"
+    try:
+        return mask_analysis.run(typecheck.check_program(parse(DECLS % mask, "t.kd"))[0])
+    finally:
+        if saved is None:
+            del os.environ["KDSL_TILE_SUMMARY_HEADS"]
+        else:
+            os.environ["KDSL_TILE_SUMMARY_HEADS"] = saved
 
 
 def _captures(rng, B, H, M, N, sorted_ids):
@@ -79,10 +90,10 @@ def _captures(rng, B, H, M, N, sorted_ids):
 
 
 @settings(max_examples=120, deadline=None)
-@given(data_mask(), st.integers(0, 2**32 - 1), st.booleans())
-def test_tile_predicates_are_sound_for_any_data(mask, seed, sorted_ids):
+@given(data_mask(), st.integers(0, 2**32 - 1), st.booleans(), st.booleans())
+def test_tile_predicates_are_sound_for_any_data(mask, seed, sorted_ids, heads):
     """'empty' blocks keep no element and 'full' blocks mask none, whatever the captured data."""
-    k = _kernel(mask)
+    k = _kernel(mask, heads)
     rng = np.random.default_rng(seed)
     B, H, M, N = 2, 3, int(rng.integers(1, 300)), int(rng.integers(1, 300))
     caps = _captures(rng, B, H, M, N, sorted_ids)
@@ -264,3 +275,24 @@ def test_the_summary_kernel_skips_blocks_empty_by_position_and_stops_at_a_bool_e
     assert "slot == 0 ? 0 : kdsl::kIntMin" in src and "slot == 0 ? 1 : kdsl::kIntMax" in src
     skip = src[src.index("summary_skip("):]
     assert "return false;" in skip[:skip.index("}")]
+
+
+def test_per_head_dense_masks_take_whole_block_summaries_behind_their_switch():
+    """KDSL_TILE_SUMMARY_HEADS=1: keep[b, h, i, j] gets one entry per (b, h, block); each head's
+    blocks are classed from its own data."""
+    assert mask_analysis.summary_slots(_kernel("hkeep[b, h, i, j]")) == []
+    k = _kernel("hkeep[b, h, i, j]", heads=True)
+    assert [ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(k)] == ["tile"]
+    low = pipeline.lower(k, get_target("sm_90a"), 128)
+    layout = Layout.of(low, B=2, H=3, M=300, N=700)
+    assert layout.entries == (2 * 3 * -(-300 // low.attr("tile_m")) * -(-700 // low.attr("tile_n")),)
+    B, H, M, N = 1, 2, 256, 256
+    hkeep = np.zeros((B, H, M, N), bool)
+    hkeep[0, 0, :128, :128] = True   # head 0: one full block, the rest empty
+    hkeep[0, 1] = True               # head 1: all full but one stray element
+    hkeep[0, 1, 200, 10] = False
+    dims = {"B": B, "H": H, "Hkv": H, "M": M, "N": N, "D": 64}
+    cls = lambda q0, k0: interp._classify(k.func("tile_empty"), k.func("tile_full"), dims, {"hkeep": hkeep}, B, H,
+                                          q0, q0 + 127, k0, k0 + 127)[0]
+    assert list(cls(0, 0)) == ["full", "full"] and list(cls(0, 128)) == ["empty", "full"]
+    assert list(cls(128, 0)) == ["empty", "partial"]

@@ -18,8 +18,8 @@ Data read at both q and kv and shared by the heads (torch's attn_mask `keep[b, i
 summary entry per (b, q tile, kv tile), so the all-false blocks of a block-diagonal, padded or
 banded dense mask are skipped and its all-true ones run unchecked, as FlexAttention's BlockMask
 has them. A bool element is bounded as 0 / 1. Not for data read per head (its summary would read
-as much as the kernel), nor where the score itself loads data per element (whole_tiles). What
-is left stays unknown and falls back to the per-element check.
+as much as the kernel; KDSL_TILE_SUMMARY_HEADS=1 allows it), nor where the score itself loads data
+per element (whole_tiles). What is left stays unknown and falls back to the per-element check.
 attr mask_tiles says which case holds: interval, data-dependent, tile-summary or none.
 
 The work is bounded: a bound or predicate larger than _MAX_NODES nodes (or deeper than
@@ -69,16 +69,20 @@ def run(k: ir.Kernel) -> ir.Kernel:
 WHOLE_TILES_DEFAULT = "1"  # measured on (bench/NOTES.md, fifty-eighth session); "0" to turn it off
 
 
-def whole_tiles(k: ir.Kernel) -> bool:
-    """Whether data read at both the query and the key may be bounded over whole blocks (a
-    2-D tile summary; bool elements as 0 / 1). Not where the score loads data per element: the
-    summary's registers beside that load made ptxas spill 8-24 bytes (sm_90a builds, D=128).
+def whole_tiles(k: ir.Kernel) -> str:
+    """Which data read at both the query and the key may be bounded over whole blocks (a 2-D
+    tile summary; bool elements as 0 / 1): "" none, "shared" data shared by the heads, "heads"
+    per-head data too. Not where the score loads data per element: the summary's registers
+    beside that load made ptxas spill 8-24 bytes (sm_90a builds, D=128).
     KDSL_TILE_SUMMARY_2D=0 / 1 turns it off / on (WHOLE_TILES_DEFAULT otherwise; the A/B
-    switch of bench/NOTES.md)."""
+    switch of bench/NOTES.md). KDSL_TILE_SUMMARY_HEADS=1 takes per-head data (keep[b, h, i, j])
+    too: its summary reads as much as the kernel does on a random mask, so it is off until timed."""
     if os.environ.get("KDSL_TILE_SUMMARY_2D", WHOLE_TILES_DEFAULT) == "0":
-        return False
+        return ""
     score = k.func("score_log2") or k.func("score")
-    return score is None or not ir.loads_at(score, ("q", "kv"))
+    if score is not None and ir.loads_at(score, ("q", "kv")):
+        return ""
+    return "heads" if os.environ.get("KDSL_TILE_SUMMARY_HEADS", "0") == "1" else "shared"
 
 
 def summary_slots(k: ir.Kernel) -> list[ir.Op]:
@@ -126,12 +130,12 @@ def visited_tiles(k: ir.Kernel, length: int = 8192, tile: int = 128, heads: int 
     return float(np.median((~empty.astype(bool)).sum(axis=2)))
 
 
-def interval(e: ir.Expr, whole: bool = False) -> Interval:
+def interval(e: ir.Expr, whole: str = "") -> Interval:
     """Bounds of an i32 expression over the block; whole: see whole_tiles."""
     return _Analysis(whole).interval(e)
 
 
-def truth(e: ir.Expr, whole: bool = False) -> Truth:
+def truth(e: ir.Expr, whole: str = "") -> Truth:
     """What holds for a bool expression over the whole block; whole: see whole_tiles."""
     return _Analysis(whole).truth(e)
 
@@ -144,8 +148,8 @@ class _Analysis:
     """One analysis, remembering the size of every expression it has measured, so that
     keeping derived expressions within the budget costs O(1) per new node."""
 
-    def __init__(self, whole: bool = False):
-        self.whole = whole  # data read at q and kv may be bounded over the whole block
+    def __init__(self, whole: str = ""):
+        self.whole = whole  # which data read at q and kv may be bounded over the whole block
         self._costs: dict[int, tuple[ir.Expr, int, int]] = {}  # id -> (expr kept alive, nodes, depth)
 
     def _cost(self, e: ir.Expr) -> tuple[int, int]:
@@ -190,7 +194,7 @@ class _Analysis:
         return i
 
     def _whole_block(self, e: ir.Expr) -> Interval | None:
-        if not self.whole or ir.uses(e, "h"):
+        if not self.whole or (ir.uses(e, "h") and self.whole != "heads"):
             return None
         return Interval(ir.Op("i32", "tmin", (e,)), ir.Op("i32", "tmax", (e,)))
 

@@ -38,6 +38,11 @@ attention segment_rules {
     rules: i32[4, 4]
     mask(b, h, i, j) = rules[min(max(seg_q[b, i], 0), 3), min(max(seg_kv[b, j], 0), 3)] != 0
 }
+attention head_bool_causal {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    keep: bool[B, H, M, N]
+    mask(b, h, i, j) = j <= i + (N - M) and keep[b, h, i, j]
+}
 attention key_padding {
     q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
     valid: bool[B, N]
@@ -49,9 +54,11 @@ KINDS = ("documents", "padded", "band", "random")
 
 @pytest.fixture(scope="module", autouse=True)
 def whole_block_summaries():
-    """The switch on for every plan this module makes (read when a kernel is lowered)."""
+    """The switches on for every plan this module makes (read when a kernel is lowered): per-head
+    data too (KDSL_TILE_SUMMARY_HEADS, off by default), for head_bool_causal."""
     mp = pytest.MonkeyPatch()
     mp.setenv("KDSL_TILE_SUMMARY_2D", "1")
+    mp.setenv("KDSL_TILE_SUMMARY_HEADS", "1")
     yield
     mp.undo()
 
@@ -95,7 +102,9 @@ def _inputs(torch, B, H, Hkv, M, N, D, gen):
     return q, k, v
 
 
-def _captures(torch, name, kind, B, M, N, gen):
+def _captures(torch, name, kind, B, M, N, gen, H=1):
+    if name == "head_bool_causal":  # a mask of its own per head
+        return {"keep": structured_keep(torch, kind, B * H, M, N, gen).view(B, H, M, N)}
     keep = structured_keep(torch, kind, B, M, N, gen)
     if name == "dense_bool":
         return {"keep": keep}
@@ -116,14 +125,15 @@ SHAPES = [(2, 4, 4, 1000, 1200, 128), (1, 2, 2, 129, 127, 64), (2, 4, 2, 2048, 2
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("name", ["dense_bool", "dense_i32_causal", "dense_u8_gqa", "segment_rules"])
+@pytest.mark.parametrize("name", ["dense_bool", "dense_i32_causal", "dense_u8_gqa", "segment_rules",
+                                  "head_bool_causal"])
 def test_dense_masks_match_the_reference_and_a_precomputed_summary(mod, name, shape, kind):
     torch = pytest.importorskip("torch")
     B, H, Hkv, M, N, D = shape
     Hkv = Hkv if name == "dense_u8_gqa" else H
     gen = torch.Generator(device="cuda").manual_seed(hash((name, shape, kind)) % 2**31)
     q, k, v = _inputs(torch, B, H, Hkv, M, N, D, gen)
-    caps = _captures(torch, name, kind, B, M, N, gen)
+    caps = _captures(torch, name, kind, B, M, N, gen, H)
     fn = getattr(mod, name)
     out = fn(q, k, v, **caps)
     low = next(iter(fn._loaded.values()))[0].kernel
@@ -138,14 +148,15 @@ def test_dense_masks_match_the_reference_and_a_precomputed_summary(mod, name, sh
 @pytest.mark.parametrize("kind", ["documents", "padded", "random"])
 @pytest.mark.parametrize("shape", [(2, 4, 4, 300, 400, 64), (1, 2, 2, 700, 700, 128), (1, 2, 1, 200, 333, 256)],
                          ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("name", ["dense_bool", "dense_i32_causal", "dense_u8_gqa", "segment_rules"])
+@pytest.mark.parametrize("name", ["dense_bool", "dense_i32_causal", "dense_u8_gqa", "segment_rules",
+                                  "head_bool_causal"])
 def test_dense_mask_gradients_match_the_reference(mod, name, shape, kind):
     torch = pytest.importorskip("torch")
     B, H, Hkv, M, N, D = shape
     Hkv = Hkv if name == "dense_u8_gqa" else H
     gen = torch.Generator(device="cuda").manual_seed(hash((name, shape, kind, "grad")) % 2**31)
     q, k, v = _inputs(torch, B, H, Hkv, M, N, D, gen)
-    caps = _captures(torch, name, kind, B, M, N, gen)
+    caps = _captures(torch, name, kind, B, M, N, gen, H)
     dout = torch.randn((B, H, M, D), device="cuda", generator=gen).bfloat16()
     check_grads(f"{name} {shape} {kind}", getattr(mod, name), mod.ir[name], q, k, v, caps, dout)
 

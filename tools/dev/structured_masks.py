@@ -23,32 +23,39 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 
+SWITCH = "KDSL_TILE_SUMMARY_2D"  # --switch: the environment variable compared on / off
+
+
 def plan(source_ir, env: str):
-    """A fresh kernel whose plan is made (on its first call) with KDSL_TILE_SUMMARY_2D=env."""
+    """A fresh kernel whose plan is made (on its first call) with SWITCH=env."""
     from kdsl.runtime.attention_launch import AttentionKernel
     return AttentionKernel(source_ir), env
 
 
 def call_under(kern_env, *args, **kw):
     kern, env = kern_env
-    saved, os.environ["KDSL_TILE_SUMMARY_2D"] = os.environ.get("KDSL_TILE_SUMMARY_2D"), env
+    saved, os.environ[SWITCH] = os.environ.get(SWITCH), env
     try:
         return kern(*args, **kw)
     finally:
         if saved is None:
-            del os.environ["KDSL_TILE_SUMMARY_2D"]
+            del os.environ[SWITCH]
         else:
-            os.environ["KDSL_TILE_SUMMARY_2D"] = saved
+            os.environ[SWITCH] = saved
 
 
 def main() -> None:
+    global SWITCH
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--shape", nargs="*", default=["2,16,4096,128", "2,16,4096,64"])
     ap.add_argument("--kinds", default="documents,padded,band,random")
     ap.add_argument("--kernels", default="dense_bool,dense_i32_causal,segment_rules")
     ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--switch", default=SWITCH, help="the variable set to 1 / 0 (KDSL_TILE_SUMMARY_HEADS: "
+                    "per-head masks, kernel head_bool_causal)")
     args = ap.parse_args()
+    SWITCH = args.switch
     import torch
     import kdsl
     from kdsl.bench import Timer, flex_attend, kept_pairs
@@ -67,7 +74,7 @@ def main() -> None:
             for kind in args.kinds.split(","):
                 gen = torch.Generator(device="cuda").manual_seed(hash((name, kind, shape)) % 2**31)
                 q, k, v = _inputs(torch, B, H, H, L, L, D, gen)
-                caps = _captures(torch, name, kind, B, L, L, gen)
+                caps = _captures(torch, name, kind, B, L, L, gen, H)
                 on, off = plan(kir, "1"), plan(kir, "0")
                 if args.backward:
                     q, k, v = (x.requires_grad_() for x in (q, k, v))
