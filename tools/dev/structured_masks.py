@@ -26,22 +26,25 @@ sys.path.insert(0, str(ROOT / "tests"))
 SWITCH = "KDSL_TILE_SUMMARY_2D"  # --switch: the environment variable compared on / off
 
 
-def plan(source_ir, env: str):
-    """A fresh kernel whose plan is made (on its first call) with SWITCH=env."""
+def plan(source_ir, env: str, defines: str = ""):
+    """A fresh kernel whose plan and build are made (on its first call, call_under) with
+    SWITCH=env and KDSL_DEFINES=defines."""
     from kdsl.runtime.attention_launch import AttentionKernel
-    return AttentionKernel(source_ir), env
+    return AttentionKernel(source_ir), {SWITCH: env, "KDSL_DEFINES": defines}
 
 
 def call_under(kern_env, *args, **kw):
     kern, env = kern_env
-    saved, os.environ[SWITCH] = os.environ.get(SWITCH), env
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     try:
         return kern(*args, **kw)
     finally:
-        if saved is None:
-            del os.environ[SWITCH]
-        else:
-            os.environ[SWITCH] = saved
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def main() -> None:
@@ -52,6 +55,8 @@ def main() -> None:
     ap.add_argument("--kinds", default="documents,padded,band,random")
     ap.add_argument("--kernels", default="dense_bool,dense_i32_causal,segment_rules")
     ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--defines", default="", help="KDSL_DEFINES for a third kernel, the summary's with these "
+                    "trial switches (KDSL_SUMMARY_BYTE_ROWS=1), timed beside the others")
     ap.add_argument("--switch", default=SWITCH, help="the variable set to 1 / 0 (KDSL_TILE_SUMMARY_HEADS: "
                     "per-head masks, kernel head_bool_causal)")
     args = ap.parse_args()
@@ -80,8 +85,8 @@ def main() -> None:
                     q, k, v = (x.requires_grad_() for x in (q, k, v))
                     dout = torch.randn_like(q)
                     step = lambda kern: torch.autograd.grad(kern(q, k, v, **caps), (q, k, v), dout)
-                    grads_on = call_under((lambda *a, **kw: step(on[0]), "1"))
-                    grads_off = call_under((lambda *a, **kw: step(off[0]), "0"))
+                    grads_on = call_under((lambda *a, **kw: step(on[0]), on[1]))
+                    grads_off = call_under((lambda *a, **kw: step(off[0]), off[1]))
                     err = max(rel_frobenius(a, b) for a, b in zip(grads_on, grads_off))
                     assert err < 2e-2, (name, kind, err)
                     t = timer.in_turns({"on": lambda: step(on[0]), "off": lambda: step(off[0])})
@@ -90,6 +95,11 @@ def main() -> None:
                     continue
                 out = call_under(on, q, k, v, **caps)
                 base = call_under(off, q, k, v, **caps)
+                if args.defines:  # the same summary kernel built with the trial switches
+                    trial = plan(kir, "1", args.defines)
+                    assert rel_frobenius(call_under(trial, q, k, v, **caps), out) < 1e-2
+                    given_trial = trial[0].tile_summary(q, k, v, **caps)
+                    assert torch.equal(given_trial.buffer, on[0].tile_summary(q, k, v, **caps).buffer)
                 assert rel_frobenius(out, base) < 1e-2, (name, kind, rel_frobenius(out, base))
                 timed = {"on": lambda: on[0](q, k, v, **caps), "off": lambda: off[0](q, k, v, **caps)}
                 dims = {"B": B, "H": H, "Hkv": H, "M": L, "N": L, "D": D, "Dv": D}
@@ -107,12 +117,18 @@ def main() -> None:
                 given = on[0].tile_summary(q, k, v, **caps)
                 timed["summary"] = lambda: on[0].tile_summary(q, k, v, **caps)
                 timed["given"] = lambda: on[0](q, k, v, **caps, tile_summary=given)
+                if args.defines:
+                    timed["trial"] = lambda: trial[0](q, k, v, **caps)
+                    timed["trial summary"] = lambda: trial[0].tile_summary(q, k, v, **caps)
                 t = timer.in_turns(timed)
                 kept = kept_pairs(kir, dims, caps, B, H, L, L) / (B * H * L * L)
                 cell = lambda p: f"{t[p] * 1e3:.1f} | {t[p] / t['on']:.2f}" if p in t else "n/a | n/a"
                 print(f"| {name} | {kind} | {B} {H} {L} {D} | {100 * kept:.1f} | {t['on'] * 1e3:.1f} | "
                       f"{t['summary'] * 1e3:.1f} + {t['given'] * 1e3:.1f} | {cell('off')} | {cell('flex')} | "
                       f"{cell('sdpa')} |", flush=True)
+                if args.defines:
+                    print(f"|   with {args.defines} | | | | {t['trial'] * 1e3:.1f} | {t['trial summary'] * 1e3:.1f} + | "
+                          f"x{t['on'] / t['trial']:.3f} (summary default / this) | | | | | |", flush=True)
                 timed = None  # let the inputs go before the next row allocates its own
                 torch.cuda.empty_cache()
 
