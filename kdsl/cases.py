@@ -183,7 +183,8 @@ def index_ranges(kernel: ir.Kernel, dims: dict) -> dict:
 
 def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
     """q, k, v (standard normal, in the declared element type) and the captured tensors
-    (floats: 0.1 * standard normal, bias-like; ints: see index_ranges and AttentionCase.ids)."""
+    (floats: 0.1 * standard normal, bias-like; ints: see index_ranges and AttentionCase.ids;
+    bools: even odds, sorted along the last axis on odd seeds)."""
     seq_dims = {kernel.tensor(t).shape[2] for t in ("q", "k")}
     gen = be.rng(case.seed)
     elem = kernel.tensor("q").dtype
@@ -198,8 +199,11 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
             continue
         shape = [int(eval_scalar(e, dims)) for e in t.shape]
         top = INT_TOP.get(t.dtype)  # an integer type's largest value (+1), for its draws
-        if t.dtype == "bool":  # a mask: each element kept or not, even odds
-            caps[t.name] = be.cast(be.randint(0, 2, shape, gen), "bool")
+        if t.dtype == "bool":  # a mask: each element kept or not, even odds; on odd seeds sorted
+            # along its last axis (a padding-like row of false then true: whole blocks all false or
+            # all true, which the whole-block tile summaries skip or run unchecked)
+            bits = be.randint(0, 2, shape, gen)
+            caps[t.name] = be.cast(be.sort_last(bits) if case.seed % 2 else bits, "bool")
         elif top is None:
             caps[t.name] = be.cast(0.1 * be.randn(shape, gen), t.dtype)
         elif t.name in ranges:

@@ -31,6 +31,9 @@ CAPTURES = {
     "dense_mask": (["keep: bool[B, M, N]"], None, "keep[b, i, j]"),
     "byte_documents": (["seg_q: u8[B, M]", "seg_kv: u8[B, N]"], None, "seg_q[b, i] == seg_kv[b, j]"),
     "byte_gain": (["hg: i8[H]"], "{s} * (1.0 + 0.1 * float(hg[h] % 5))", None),
+    # a key-padding vector and a per-head dense mask, as bools (whole-tile summaries read them)
+    "key_padding": (["valid: bool[B, N]"], None, "valid[b, j]"),
+    "head_mask": (["hkeep: bool[B, H, M, N]"], None, "hkeep[b, h, i, j]"),
 }
 
 # Masks over positions as models write them; W, C, P are drawn.
