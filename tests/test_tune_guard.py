@@ -87,6 +87,20 @@ def test_tile_predicates_must_hold_for_other_tile_sizes():
     assert not v.accepted and v.stage == "exprs" and "tile_empty" in v.reason
 
 
+def test_tile_predicates_that_read_the_tile_summary_are_checked_per_tile():
+    """Predicates over (qmin e) ... (tmax e) are evaluated as the GPU's summary holds them, per
+    tile (the check once stopped on them with an AttributeError): the derived ones pass, one
+    that calls a block full from its documents' first ids alone is refused."""
+    k = _kernel("document_mask")
+    assert exprcheck.check(k, k, TARGET, 0) is None
+    dense = kdsl.load(ROOT / "bench" / "variants.kd", interpret=True).ir["bool_attn_mask"]
+    assert exprcheck.check(dense, dense, TARGET, 0) is None  # (tmin e) / (tmax e) over whole blocks
+    wrong = protocol.extract("```\ndef tile_full = (and:bool (eq:bool (qmin:i32 (load:i32 doc_q b q)) (kvmin:i32 "
+                             "(load:i32 doc_kv b kv))) (le:bool k1 q0))\n```", k).apply(k)
+    problem = exprcheck.check(k, wrong, TARGET, 0)
+    assert problem is not None and "tile_full holds for a tile with masked elements" in problem, problem
+
+
 def test_the_interpreter_judges_the_candidates_own_tile_sizes():
     """The judge's shapes sit at the candidate's tile edges (tile +- 1), not the original's."""
     k = _kernel("causal")

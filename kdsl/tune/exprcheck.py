@@ -147,13 +147,32 @@ def _tiles(low, grid, caps, be, keep, tm, tn) -> str | None:
     shape = (B, H, len(q0), len(k0))
     some = np.logical_or.reduceat(np.logical_or.reduceat(keep, q0, axis=2), k0, axis=3)
     every = np.logical_and.reduceat(np.logical_and.reduceat(keep, q0, axis=2), k0, axis=3)
-    empty = np.broadcast_to(np.asarray(eval_array(low.func("tile_empty"), env, caps, be), bool), shape)
-    full = np.broadcast_to(np.asarray(eval_array(low.func("tile_full"), env, caps, be), bool), shape)
+    empty, full = (np.broadcast_to(np.asarray(eval_array(
+        _summarised(low.func(name), grid, caps, be, env, q0, k0, keep.shape), env, caps, be), bool), shape)
+        for name in ("tile_empty", "tile_full"))
     if (empty & some).any():
         return _tile("tile_empty holds for a tile with kept elements", empty & some, tm, tn)
     if (full & ~every).any():
         return _tile("tile_full holds for a tile with masked elements", full & ~every, tm, tn)
     return None
+
+
+def _summarised(pred: ir.Expr, grid: dict, caps: dict, be, env: dict, q0, k0, shape) -> ir.Expr:
+    """pred with each tile reduction, (qmin e) ... (tmax e), replaced by a variable bound in env
+    to its value on every tile of the grid starting at rows q0 and keys k0: what the GPU's tile
+    summary holds (kdsl/attention_summary.cuh), e's min or max over the tile's rows, keys or both."""
+    if isinstance(pred, ir.Op) and pred.op in ir.TILE_REDUCTIONS:
+        axis, which = ir.TILE_REDUCTIONS[pred.op]
+        fold = np.minimum if which == "min" else np.maximum
+        values = np.broadcast_to(np.asarray(eval_array(pred.args[0], grid, caps, be)), shape)
+        values = fold.reduceat(values, q0, axis=2) if "q" in ir.TILE_AXES[axis] else values[:, :, :1]
+        values = fold.reduceat(values, k0, axis=3) if "kv" in ir.TILE_AXES[axis] else values[:, :, :, :1]
+        name = f"tile_reduction_{len(env)}"
+        env[name] = values
+        return ir.Var("i32", name)
+    if isinstance(pred, ir.Op):
+        return ir.Op(pred.ty, pred.op, tuple(_summarised(a, grid, caps, be, env, q0, k0, shape) for a in pred.args))
+    return pred
 
 
 def _first(what: str, where: np.ndarray) -> str:
