@@ -119,6 +119,15 @@ def _captures(torch, name, kind, B, M, N, gen, H=1):
     return {"seg_q": seg_q, "seg_kv": seg_kv, "rules": rules}
 
 
+def _case(torch, name, shape, kind, salt=""):
+    """q, k, v and the captures of one case (u8 with GQA takes the shape's k/v heads, the others
+    H), and the generator that drew them."""
+    B, H, Hkv, M, N, D = shape
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, shape, kind, salt)) % 2**31)
+    q, k, v = _inputs(torch, B, H, Hkv if name == "dense_u8_gqa" else H, M, N, D, gen)
+    return q, k, v, _captures(torch, name, kind, B, M, N, gen, H), gen
+
+
 SHAPES = [(2, 4, 4, 1000, 1200, 128), (1, 2, 2, 129, 127, 64), (2, 4, 2, 2048, 2048, 64), (1, 2, 2, 1, 700, 128),
           (1, 2, 2, 300, 300, 256), (1, 4, 4, 513, 1000, 192)]
 
@@ -129,11 +138,7 @@ SHAPES = [(2, 4, 4, 1000, 1200, 128), (1, 2, 2, 129, 127, 64), (2, 4, 2, 2048, 2
                                   "head_bool_causal"])
 def test_dense_masks_match_the_reference_and_a_precomputed_summary(mod, name, shape, kind):
     torch = pytest.importorskip("torch")
-    B, H, Hkv, M, N, D = shape
-    Hkv = Hkv if name == "dense_u8_gqa" else H
-    gen = torch.Generator(device="cuda").manual_seed(hash((name, shape, kind)) % 2**31)
-    q, k, v = _inputs(torch, B, H, Hkv, M, N, D, gen)
-    caps = _captures(torch, name, kind, B, M, N, gen, H)
+    q, k, v, caps, _ = _case(torch, name, shape, kind)
     fn = getattr(mod, name)
     out = fn(q, k, v, **caps)
     low = next(iter(fn._loaded.values()))[0].kernel
@@ -152,12 +157,8 @@ def test_dense_masks_match_the_reference_and_a_precomputed_summary(mod, name, sh
                                   "head_bool_causal"])
 def test_dense_mask_gradients_match_the_reference(mod, name, shape, kind):
     torch = pytest.importorskip("torch")
-    B, H, Hkv, M, N, D = shape
-    Hkv = Hkv if name == "dense_u8_gqa" else H
-    gen = torch.Generator(device="cuda").manual_seed(hash((name, shape, kind, "grad")) % 2**31)
-    q, k, v = _inputs(torch, B, H, Hkv, M, N, D, gen)
-    caps = _captures(torch, name, kind, B, M, N, gen, H)
-    dout = torch.randn((B, H, M, D), device="cuda", generator=gen).bfloat16()
+    q, k, v, caps, gen = _case(torch, name, shape, kind, "grad")
+    dout = torch.randn(q.shape, device="cuda", generator=gen).bfloat16()
     check_grads(f"{name} {shape} {kind}", getattr(mod, name), mod.ir[name], q, k, v, caps, dout)
 
 
