@@ -98,11 +98,13 @@ KDSL_DEVICE void byte_row_min_max(const unsigned char* p, int n, int& lo, int& h
 // A warp's (min, max) of whole-block slot S over row q's keys [k0, k1): byte_row_min_max where
 // the slot is a 1-byte tensor's element at [..., q, kv] (V::summary_byte_kind) and the row's
 // span is 4-byte aligned, else key by key through V::summary_value.
+// Rows q >= q1 (past the block) add nothing.
 template <class V, int S>
-KDSL_DEVICE void summarize_row(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q, int k0, int k1,
-                               int& lo, int& hi) {
+KDSL_DEVICE void summarize_row(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q, int q1, int k0,
+                               int k1, int& lo, int& hi) {
   constexpr int kKind = KDSL_SUMMARY_BYTE_ROWS ? V::summary_byte_kind(S) : 0;
   if constexpr (kKind != 0) {
+    if (q >= q1) return;
     const unsigned char* p = V::summary_row(a, c, S, b, h, q) + k0;
     if (((reinterpret_cast<unsigned long long>(p) | (unsigned)(k1 - k0)) & 3) == 0) {  // the same in the warp
       byte_row_min_max<kKind>(p, k1 - k0, lo, hi);
@@ -113,7 +115,7 @@ KDSL_DEVICE void summarize_row(const AttnArgs& a, const typename V::Captures& c,
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
     const int kv = k0 + (threadIdx.x & 31) + 32 * g;
-    if (kv < k1) {
+    if (q < q1 && kv < k1) {
       const int v = V::summary_value(a, c, S, b, h, q, kv);
       lo = imin(lo, v);
       hi = imax(hi, v);
@@ -138,7 +140,7 @@ KDSL_DEVICE void summarize_block(const AttnArgs& a, const typename V::Captures& 
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {  // kRounds rows of loads in flight before the check
       const int q = q0w + r * kSummaryWarps;
-      if (q < q1) summarize_row<V, S>(a, c, b, h, q, k0, k1, lo, hi);
+      summarize_row<V, S>(a, c, b, h, q, q1, k0, k1, lo, hi);
     }
     if constexpr (kBounded) {
       if (__any_sync(0xffffffffu, lo <= kFloor) && __any_sync(0xffffffffu, hi >= kCeiling)) {
