@@ -62,6 +62,8 @@ class Numpy:
     def to_int(self, a): return a.astype(np.int64)
     def index(self, t, idx): return t[tuple(i.astype(np.int64) if isinstance(i, np.ndarray) else int(i) for i in idx)]
     def clamp(self, a, lo=None, hi=None): return np.clip(a, lo, hi)
+    def fmin(self, a, b): return np.fmin(a, b)
+    def fmax(self, a, b): return np.fmax(a, b)
     def move(self, x): return x  # numpy arrays already live on the CPU
 
     # --- arrays ---------------------------------------------------------------------
@@ -114,6 +116,9 @@ class Torch:
     def to_int(self, a): return a.to(self.xp.int64)
     def index(self, t, idx): return t[tuple(i.long() if isinstance(i, self.array) else int(i) for i in idx)]
     def clamp(self, a, lo=None, hi=None): return self.xp.clamp(a, min=lo, max=hi)
+    def fmin(self, a, b): return self.xp.fmin(a, self._like(b, a))
+    def fmax(self, a, b): return self.xp.fmax(a, self._like(b, a))
+    def _like(self, b, a): return b if isinstance(b, self.array) else self.xp.as_tensor(b, dtype=a.dtype, device=a.device)
     def move(self, x): return x.to(self.device) if isinstance(x, self.array) else x
 
     def dtype(self, kdsl: str): return self._dtypes[kdsl]

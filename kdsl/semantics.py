@@ -167,6 +167,8 @@ def _array_op(be, x: ir.Op, args):
     if op in ("min", "max"):
         if not isinstance(a, be.array):
             a, b = b, a
+        if x.ty == "f32":  # fminf / fmaxf, as the GPU and fold compute: a NaN operand yields the other
+            return be.fmin(a, b) if op == "min" else be.fmax(a, b)
         if not isinstance(b, be.array):
             return be.clamp(a, hi=b) if op == "min" else be.clamp(a, lo=b)
         return xp.minimum(a, b) if op == "min" else xp.maximum(a, b)

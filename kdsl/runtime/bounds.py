@@ -9,7 +9,7 @@ import math
 
 from .. import ir
 from ..errors import LaunchError
-from ..semantics import scalar_op
+from ..semantics import I32_MAX, I32_MIN, scalar_op
 
 INF = math.inf
 UNKNOWN = (-INF, INF)
@@ -22,6 +22,12 @@ def interval(e: ir.Expr, ranges: dict) -> tuple:
         return (e.value, e.value) if e.ty == "i32" else UNKNOWN
     if isinstance(e, ir.Var):
         return ranges.get(e.name, UNKNOWN)
+    if isinstance(e, ir.Op) and e.op == "int":  # truncation toward zero, saturating: monotone
+        f = float_interval(e.args[0], ranges)
+        if f is None:
+            return UNKNOWN
+        lo, hi = (min(max(math.trunc(x), I32_MIN), I32_MAX) if math.isfinite(x) else x for x in f)
+        return (I32_MAX if lo == INF else lo, I32_MIN if hi == -INF else hi)
     if not isinstance(e, ir.Op) or e.ty != "i32":
         return UNKNOWN  # loads and anything not integer
     if e.op == "where":
@@ -52,6 +58,101 @@ def interval(e: ir.Expr, ranges: dict) -> tuple:
             return (al % b, ah % b) if finite and al // b == ah // b else (0, b - 1)
         return (al // b if math.isfinite(al) else -INF, ah // b if math.isfinite(ah) else INF)
     return UNKNOWN
+
+
+# How far the GPU's float ops may land from the exact value, as a relative and an absolute
+# part (docs/language.md, "Precision of the float functions"), with room to spare: an f32
+# rounding is 2^-24, tanh.approx 2^-11, lg2.approx 2^-22 absolute, sin.approx 2^-20.
+ROUNDING = (2.0 ** -20, 0.0)
+APPROX = (2.0 ** -10, 2.0 ** -18)
+MONOTONE = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "tanh": math.tanh,
+            "sigmoid": lambda x: 0.5 + 0.5 * math.tanh(x / 2)}
+SMALLEST_NORMAL = 2.0 ** -126  # below it the approximations flush to zero
+
+
+def float_interval(e: ir.Expr, ranges: dict):
+    """[lo, hi] (either side possibly infinite) that the f32 value of e lies in on the GPU,
+    or None where it might be NaN or nothing is known: a tensor's element, the score. What
+    int(...) of a float index needs: int(4.0 * log2(float(abs(i - j) + 1))) is at least 0."""
+    if isinstance(e, ir.Const):
+        v = float(e.value)
+        return None if v != v else (v, v)
+    if isinstance(e, ir.Var) and e.name in ("qf", "kvf", "dqkf"):  # float(q), float(kv), float(q - kv)
+        a, b = ranges["q"], ranges["kv"]
+        return (float(a[0]), float(a[1])) if e.name == "qf" else (float(b[0]), float(b[1])) \
+            if e.name == "kvf" else (float(a[0] - b[1]), float(a[1] - b[0]))
+    if not isinstance(e, ir.Op) or e.ty != "f32":
+        return None
+    if e.op == "float":
+        lo, hi = interval(e.args[0], ranges)
+        return _widen(float(lo), float(hi), ROUNDING)
+    args = [float_interval(a, ranges) for a in e.args[1:] if e.op == "where"] if e.op == "where" else \
+        [float_interval(a, ranges) for a in e.args]
+    if e.op in ("min", "max"):  # fminf / fmaxf: a NaN operand yields the other
+        (a, b), pick = args, (min if e.op == "min" else max)
+        if a is None and b is None:
+            return None
+        if a is None or b is None:
+            known = a or b
+            return (-INF, known[1]) if e.op == "min" else (known[0], INF)
+        return (pick(a[0], b[0]), pick(a[1], b[1]))
+    if any(a is None for a in args):
+        return None
+    if e.op == "where":
+        return (min(args[0][0], args[1][0]), max(args[0][1], args[1][1]))
+    if e.op == "neg":
+        return (-args[0][1], -args[0][0])
+    if e.op == "abs":
+        lo, hi = args[0]
+        return (0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), max(abs(lo), abs(hi)))
+    if e.op in ("add", "sub"):
+        (al, ah), (bl, bh) = args
+        if e.op == "sub":
+            bl, bh = -bh, -bl
+        if (al == -INF or bl == -INF) and (ah == INF or bh == INF):
+            return None  # inf - inf
+        return _widen(al + bl, ah + bh, ROUNDING)
+    if e.op == "mul":
+        (al, ah), (bl, bh) = args
+        if (_infinite(al, ah) and bl <= 0 <= bh) or (_infinite(bl, bh) and al <= 0 <= ah):
+            return None  # 0 * inf
+        prods = [x * y for x in (al, ah) for y in (bl, bh)]
+        return _widen(min(prods), max(prods), ROUNDING)
+    if e.op == "div":
+        (al, ah), (bl, bh) = args
+        if bl <= 0 <= bh or _infinite(al, ah) or _infinite(bl, bh) or max(abs(bl), abs(bh)) > 2.0 ** 126:
+            return None  # x / 0, and __fdividef's 0 for a huge divisor
+        quots = [x / y for x in (al, ah) for y in (bl, bh)]
+        return _widen(min(quots), max(quots), ROUNDING)
+    lo, hi = args[0]  # the one-argument functions
+    if e.op in MONOTONE:
+        return _widen(_apply(MONOTONE[e.op], lo), _apply(MONOTONE[e.op], hi), APPROX)
+    if e.op in ("log", "log2") and lo >= 0:
+        f = math.log if e.op == "log" else math.log2
+        return _widen(-INF if lo < SMALLEST_NORMAL else f(lo), f(hi), APPROX)
+    if e.op == "sqrt" and lo >= 0:
+        return _widen(math.sqrt(lo), math.sqrt(hi), ROUNDING)
+    if e.op in ("sin", "cos") and not _infinite(lo, hi):
+        return _widen(-1.0, 1.0, APPROX)
+    return None  # rsqrt, tan, and functions outside their domain
+
+
+def _infinite(lo, hi):
+    return lo == -INF or hi == INF
+
+
+def _apply(f, x):
+    try:
+        return f(x)
+    except OverflowError:
+        return INF
+
+
+def _widen(lo, hi, error):
+    """[lo, hi] grown by the error an op may add; an infinite side stays as it is."""
+    rel, absolute = error
+    return (lo - abs(lo) * rel - absolute if math.isfinite(lo) else lo,
+            hi + abs(hi) * rel + absolute if math.isfinite(hi) else hi)
 
 
 def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:

@@ -1,0 +1,140 @@
+"""Index bounds through float expressions (runtime/bounds.py float_interval): an index such as
+min(int(4.0 * log2(float(abs(i - j) + 1))), 31) is proved in bounds, and the float intervals
+hold every value the expression takes, NaN included (then there is no interval)."""
+import re
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings, strategies as st
+
+import kdsl
+from kdsl import ir, reference
+from kdsl.backends import Numpy, round_float32
+from kdsl.check import ATTENTION_TOL, rel_frobenius
+from kdsl.errors import LaunchError, SourceError
+from kdsl.runtime.bounds import check_capture_indices, float_interval
+from kdsl.semantics import eval_array
+
+
+def kernel(index: str, size: str = "L"):
+    src = f"""attention t {{
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        g: f32[H]
+        tbl: f32[H, {size}]
+        score(s, b, h, i, j) = s + tbl[h, {index}]
+    }}"""
+    return kdsl.compile(src, "t.kd").ir["t"]
+
+
+DIMS = {"B": 1, "H": 2, "M": 300, "N": 200, "D": 64}
+
+
+@pytest.mark.parametrize("index, L, verdict", [
+    # log-spaced distance buckets with only the upper clamp written: log2(x >= 1) >= 0
+    ("min(int(4.0 * log2(float(abs(i - j) + 1))), 31)", 32, None),
+    ("int(4.0 * log2(float(abs(i - j) + 1)))", 33, None),  # 4 log2(300) = 32.9
+    ("int(4.0 * log2(float(abs(i - j) + 1)))", 32, "ranges over [0, 32]"),
+    ("int(8.0 * sigmoid(float(i - j) / 64.0))", 8, None),
+    ("int(3.0 + 2.0 * sin(float(i)))", 6, None),
+    ("int(exp(float(i) / 100.0))", 20, None),  # e^2.99 = 19.9
+    ("int(sqrt(float(i * j)))", 244, None),  # sqrt(299 * 199) = 243.9
+    ("min(int(log2(float(i - j))), 7)", 8, "cannot be bounded"),  # log2 of a negative: NaN
+    ("int(min(sqrt(float(i) - 2.0), 3.0))", 4, "cannot be bounded"),  # NaN when i < 2, then min is 3.0
+    ("max(int(min(sqrt(float(i) - 2.0), 3.0)), 0)", 4, None),
+    ("min(int(g[h] * 4.0), 7)", 8, "cannot be bounded"),  # a tensor's element: anything, NaN too
+    ("max(min(int(g[h] * 4.0), 7), 0)", 8, None),
+    ("int(float(i) / float(j))", 300, "cannot be bounded"),  # j = 0 divides by zero
+    ("int(float(i) / float(j + 1))", 300, None),
+])
+def test_float_index_bounds(index, L, verdict):
+    k = kernel(index)
+    dims = dict(DIMS, L=L)
+    if verdict is None:
+        check_capture_indices(k, dims, "t")
+    else:
+        with pytest.raises(LaunchError, match=re.escape(verdict)):
+            check_capture_indices(k, dims, "t")
+
+
+LEAVES = ["float(i)", "float(j)", "float(i - j)", "float(abs(i - j) + 1)", "0.5", "3.0", "-2.0", "1e30"]
+UNARY = ["log2({a})", "log({a})", "exp({a})", "exp2({a})", "sqrt({a})", "tanh({a})", "sigmoid({a})",
+         "sin({a})", "cos({a})", "abs({a})", "-{a}", "({a} / 16.0)"]
+BINARY = ["({a} + {b})", "({a} - {b})", "({a} * {b})", "({a} / {b})", "min({a}, {b})", "max({a}, {b})",
+          "where(i < j, {a}, {b})"]
+
+
+def float_texts():
+    leaf = st.sampled_from(LEAVES)
+    return st.recursive(leaf, lambda sub: st.one_of(
+        st.builds(lambda f, a: f.format(a=a), st.sampled_from(UNARY), sub),
+        st.builds(lambda f, a, b: f.format(a=a, b=b), st.sampled_from(BINARY), sub, sub)), max_leaves=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(float_texts())
+def test_a_float_interval_holds_every_value(text):
+    """Soundness: evaluated in float32 at every (i, j) of a small grid (including 0, where
+    logs, divisions and square roots leave their domains), each value lies in the interval,
+    and where some value is NaN there is no interval."""
+    try:
+        k = kernel(f"int({text})", size="1")
+    except SourceError:  # a constant part with no value in its type: int(1e30)
+        assume(False)
+    (load,) = [n for n in ir.walk(k.func("score")) if isinstance(n, ir.Load) and n.tensor == "tbl"]
+    assume(isinstance(load.indices[1], ir.Op))  # not folded to a constant
+    expr = load.indices[1].args[0]  # the index after the compiler's rewrites (float(i) -> qf, ...)
+    M, N = 24, 17
+    ranges = {"b": (0, 0), "h": (0, 1), "q": (0, M - 1), "kv": (0, N - 1)}
+    bound = float_interval(expr, ranges)
+    i, j = (a.astype(np.int64) for a in np.meshgrid(np.arange(M), np.arange(N), indexing="ij"))
+    env = {"q": i, "kv": j, "b": 0, "h": 0, "qf": i.astype(np.float32), "kvf": j.astype(np.float32),
+           "dqkf": (i - j).astype(np.float32), **DIMS, "M": M, "N": N}
+    with np.errstate(all="ignore"):
+        got = np.broadcast_to(eval_array(expr, env, {}, Numpy(np.float32)), i.shape)
+    if bound is None:
+        return
+    assert not np.isnan(got).any(), f"{text}: NaN at some (i, j) but the interval is {bound}"
+    lo, hi = bound
+    assert (got >= lo).all() and (got <= hi).all(), f"{text}: values in [{got.min()}, {got.max()}], " \
+        f"interval [{lo}, {hi}]"
+
+
+def test_the_heldout_buckets_program_runs_on_the_interpreter():
+    """Regression: log-spaced buckets clamped above only were refused as "cannot be bounded"
+    at every shape (tools/dev/heldout3.kd log_buckets_gqa)."""
+    src = """attention lb {
+        q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+        tbl: f32[H, 32]
+        score(s, b, h, i, j) = s + tbl[h, min(int(4.0 * log2(float(abs(i - j) + 1))), 31)]
+    }"""
+    mod = kdsl.compile(src, "lb.kd", interpret=True)
+    rng = np.random.default_rng()
+    q = round_float32(rng.standard_normal((1, 4, 70, 32), dtype=np.float32), "bf16")
+    k, v = (round_float32(rng.standard_normal((1, 2, 90, 32), dtype=np.float32), "bf16") for _ in range(2))
+    tbl = rng.standard_normal((4, 32), dtype=np.float32)
+    out = mod.lb(q, k, v, tbl)
+    ref, _ = reference.attention(mod.ir["lb"], q, k, v, {"tbl": tbl})
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL
+
+
+@pytest.mark.parametrize("interpret", [True, False])
+def test_min_of_a_nan_yields_the_other_operand_as_on_the_gpu(interpret):
+    """Regression: the interpreter and the float64 reference took min / max with numpy's and
+    torch's minimum, which pass a NaN on, while the kernel's fminf (and constant folding) yield
+    the other operand: min(log(float(i) - 2.5), 1.0) is 1.0 in rows 0-2, not NaN."""
+    src = """attention nanmin {
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        score(s, b, h, i, j) = s + max(min(log(float(i) - 2.5), 1.0), -1.0)
+    }"""
+    mod = kdsl.compile(src, "nanmin.kd", interpret=True)
+    rng = np.random.default_rng()
+    q, k, v = (round_float32(rng.standard_normal((1, 2, 9, 32), dtype=np.float32), "bf16") for _ in range(3))
+    got = mod.nanmin(q, k, v) if interpret else reference.attention(mod.ir["nanmin"], q, k, v, {})[0]
+    i = np.arange(9)[:, None]
+    with np.errstate(invalid="ignore"):
+        bias = np.fmax(np.fmin(np.log(i - 2.5), 1.0), -1.0)
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) / np.sqrt(32) + bias
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = np.einsum("bhij,bhjd->bhid", p / p.sum(-1, keepdims=True), v.astype(np.float64))
+    assert np.isfinite(got).all()
+    assert rel_frobenius(np.asarray(got, np.float64), want) <= ATTENTION_TOL
