@@ -296,38 +296,3 @@ def test_per_head_dense_masks_take_whole_block_summaries_behind_their_switch():
                                           q0, q0 + 127, k0, k0 + 127)[0]
     assert list(cls(0, 0)) == ["full", "full"] and list(cls(0, 128)) == ["empty", "full"]
     assert list(cls(128, 0)) == ["empty", "partial"]
-
-
-@pytest.mark.parametrize("mask,kind", [("keep[b, i, j]", 1), ("ikeep[b, i, j] != 0", 0), ("valid[b, j]", 0),
-                                       ("rules[doc_q[b, i], doc_kv[b, j]] > 0", 0)])
-def test_a_one_byte_row_slot_is_marked_for_four_byte_reads(mask, kind):
-    """summary_byte_kind / summary_row (attention_summary.cuh byte_row_min_max): only a 1-byte
-    tensor's element at [..., q, kv] may be read four bytes a lane."""
-    from kdsl.codegen.emit import generate
-    src = generate(pipeline.lower(_kernel(mask), get_target("sm_90a"), 64)).source
-    body = src[src.index("summary_byte_kind(int slot)"):]
-    assert f"slot == 0 ? {kind} : 0;" in body[:body.index("}")]
-    if kind:
-        row = src[src.index("summary_row("):]
-        assert "reinterpret_cast<const unsigned char*>" in row[:row.index("return nullptr")] and "+ (0))" in row
-
-
-def test_four_byte_row_reads_build_behind_their_switch(monkeypatch, tmp_path):
-    """KDSL_SUMMARY_BYTE_ROWS=1 (a trial switch, off): the summary kernel of a bool mask reads
-    32-bit words; without it, bytes only."""
-    from kdsl.runtime.compiler import build
-    from kdsl.sass import find_cuobjdump
-    if not find_cuobjdump():
-        pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
-    import subprocess
-    k = typecheck.check_program(parse(DECLS % "keep[b, i, j]", "t.kd"))[0]
-    loads = {}
-    for defines in ("", "KDSL_SUMMARY_BYTE_ROWS=1"):
-        monkeypatch.setenv("KDSL_DEFINES", defines)
-        built = build(k, "sm_90a", 128)
-        path = tmp_path / f"summary{len(loads)}.cubin"
-        path.write_bytes(built.compiled.cubin)
-        sass = subprocess.run([find_cuobjdump(), "-sass", "-fun", built.generated.entry + "_summary", str(path)],
-                              capture_output=True, text=True, check=True).stdout
-        loads[defines] = sum(" LDG.E.CONSTANT " in line for line in sass.splitlines())  # 32-bit, not .U8
-    assert loads[""] == 0 and loads["KDSL_SUMMARY_BYTE_ROWS=1"] > 0, loads

@@ -397,7 +397,6 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
                      on_tile=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "tile"),
                      per_b=bits(lambda s: ir.uses(s.args[0], "b")), per_h=bits(lambda s: ir.uses(s.args[0], "h")),
                      ranges=[_value_range(s.args[0]) for s in slots],
-                     rows=[_byte_row(s.args[0], k, c) for s in slots],
                      skip=c(_empty_by_position(k)) if mask is not None else "false"))
 
 
@@ -408,26 +407,6 @@ def _value_range(e: ir.Expr) -> tuple[str, str]:
         lo, hi = sorted(int(x.value) for x in e.args[1:])
         return str(lo), str(hi)
     return "kdsl::kIntMin", "kdsl::kIntMax"
-
-
-_BYTE_KINDS = {"bool": 1, "u8": 2, "i8": 3}  # attention_summary.cuh byte_row_min_max
-
-
-def _byte_row(e: ir.Expr, k: ir.Kernel, c) -> tuple[int, str]:
-    """(kind, C pointer to the element at kv = 0 of row q) when a summary slot is a 1-byte
-    tensor's element at [..., q, kv], row q contiguous over the keys (a bool as 0 / 1, a u8 or
-    i8 as it is): the summary kernel may read such rows four bytes a lane. (0, "nullptr") else."""
-    load = e.args[0] if isinstance(e, ir.Op) and e.op == "where" and [getattr(x, "value", None) for x in e.args[1:]] \
-        == [1, 0] else e
-    if not (isinstance(load, ir.Load) and k.tensor(load.tensor).dtype in _BYTE_KINDS and len(load.indices) >= 2
-            and load.indices[-2:] == (ir.Var("i32", "q"), ir.Var("i32", "kv"))
-            and not any(ir.uses(i, v) for i in load.indices[:-2] for v in ("q", "kv"))
-            and (load is e) == (k.tensor(load.tensor).dtype != "bool")):
-        return 0, "nullptr"
-    row = ir.Load(load.ty, load.tensor, load.indices[:-1] + (ir.Const("i32", 0),))
-    cap = c.captures[load.tensor]
-    return _BYTE_KINDS[k.tensor(load.tensor).dtype], \
-        f"reinterpret_cast<const unsigned char*>({cap.field}) + {c.linear_index(row)}"
 
 
 def _empty_by_position(k: ir.Kernel) -> ir.Expr:

@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--kernels", default="dense_bool,dense_i32_causal,segment_rules")
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--defines", default="", help="KDSL_DEFINES for a third kernel, the summary's with these "
-                    "trial switches (KDSL_SUMMARY_BYTE_ROWS=1), timed beside the others")
+                    "trial switches (NAME=1), timed beside the others")
     ap.add_argument("--switch", default=SWITCH, help="the variable set to 1 / 0 (KDSL_TILE_SUMMARY_HEADS: "
                     "per-head masks, kernel head_bool_causal)")
     args = ap.parse_args()

@@ -65,52 +65,12 @@ KDSL_DEVICE void summarize_line(const AttnArgs& a, const typename V::Captures& c
   }
 }
 
-#ifndef KDSL_SUMMARY_BYTE_ROWS  // a trial switch (bench/NOTES.md, fifty-eighth session): 1 reads a 1-byte
-#define KDSL_SUMMARY_BYTE_ROWS 0  // mask's rows 4 bytes a lane (byte_row_min_max); 0 byte by byte
-#endif
-
-// (min, max) of one row's n bytes at p (4-byte aligned, n a multiple of 4) into lo / hi, four
-// bytes a lane: kKind 1 a bool (nonzero bytes are 1), 2 unsigned bytes, 3 signed ones. A row of a
-// 128-key tile is one 128-byte load a warp, where the byte-by-byte path issues four 32-byte ones.
-template <int kKind>
-KDSL_DEVICE void byte_row_min_max(const unsigned char* p, int n, int& lo, int& hi) {
-  for (int x = 4 * (threadIdx.x & 31); x < n; x += 128) {
-    const unsigned w = __ldg(reinterpret_cast<const unsigned*>(p + x));
-    int mn, mx;
-    if constexpr (kKind == 1) {
-      const unsigned nz = __vcmpne4(w, 0u);  // 0xff in each nonzero byte
-      mn = nz == 0xffffffffu;
-      mx = nz != 0u;
-    } else if constexpr (kKind == 2) {  // byte 0 of each fold: the min (max) of the four bytes
-      const unsigned m = __vminu4(w, w >> 16), M = __vmaxu4(w, w >> 16);
-      mn = __vminu4(m, m >> 8) & 0xff;
-      mx = __vmaxu4(M, M >> 8) & 0xff;
-    } else {
-      const unsigned m = __vmins4(w, w >> 16), M = __vmaxs4(w, w >> 16);
-      mn = (signed char)(__vmins4(m, m >> 8) & 0xff);
-      mx = (signed char)(__vmaxs4(M, M >> 8) & 0xff);
-    }
-    lo = imin(lo, mn);
-    hi = imax(hi, mx);
-  }
-}
-
-// A warp's (min, max) of whole-block slot S over row q's keys [k0, k1): byte_row_min_max where
-// the slot is a 1-byte tensor's element at [..., q, kv] (V::summary_byte_kind) and the row's
-// span is 4-byte aligned, else key by key through V::summary_value.
-// Rows q >= q1 (past the block) add nothing.
+// A warp's (min, max) of whole-block slot S over row q's keys [k0, k1), key by key through
+// V::summary_value. Rows q >= q1 (past the block) add nothing. (Reading a 1-byte mask's rows four
+// bytes a lane was measured 4 % slower on an H200: bench/NOTES.md, fifty-ninth session.)
 template <class V, int S>
 KDSL_DEVICE void summarize_row(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q, int q1, int k0,
                                int k1, int& lo, int& hi) {
-  constexpr int kKind = KDSL_SUMMARY_BYTE_ROWS ? V::summary_byte_kind(S) : 0;
-  if constexpr (kKind != 0) {
-    if (q >= q1) return;
-    const unsigned char* p = V::summary_row(a, c, S, b, h, q) + k0;
-    if (((reinterpret_cast<unsigned long long>(p) | (unsigned)(k1 - k0)) & 3) == 0) {  // the same in the warp
-      byte_row_min_max<kKind>(p, k1 - k0, lo, hi);
-      return;
-    }
-  }
   constexpr int kGroups = (V::kTileKV + 31) / 32;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
