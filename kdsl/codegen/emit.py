@@ -363,6 +363,10 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
     mask = k.func("mask")
     factored = exp2_fold.positive_factor(k)
     score_base, score_slope, score_offset = k.func("score_base"), k.func("score_slope"), k.func("score_offset")
+    key_part, score_keyed = k.func("key_part"), k.func("score_keyed")
+    # passes/key_table.py's score reads its key part from the table, as the argument kt
+    keyed = CEmitter({**variables, "kt": "kt"}, captures, summary_slots)
+    at_key = CEmitter({**variables, "kvf": "((float)kv)"}, captures)  # its part: a function of b, h and kv
     kv_lo, tile_keys = k.func("kv_lo"), k.func("tile_keys")
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
@@ -384,6 +388,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
                     base=at_col0(score_base) if score_base is not None else "0.f"),
         offset=dict(on=_on(score_offset is not None), factor=c(ir.Const("f32", k.attr("offset_factor") or 1.0)),
                     part=at_offset(score_offset) if score_offset is not None else "0.f"),
+        key=dict(on=_on(key_part is not None), part=at_key(key_part) if key_part is not None else "0.f",
+                 score=keyed(score_keyed) if score_keyed is not None else "0.f"),
         mask=dict(expr=c(mask) if mask is not None else "true",
                   streamed=cs(mask) if streaming.read_by(k, "mask") else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import ast, ir
 from ..errors import SourceError
 from . import (affine_score, exp2_fold, index_floats, invariant_factors, kv_bounds, mask_analysis, mask_facts,
-               offset_score, score_bounds, streaming, tiling, typecheck, warp_map)
+               key_table, offset_score, score_bounds, streaming, tiling, typecheck, warp_map)
 from .target import Target
 
 HEAD_DIMS = (64, 128)
@@ -89,6 +89,9 @@ def lower(k: ir.Kernel, target: Target, head_dim: int = 0, value_dim: int = 0) -
     # Beside it, for scores of the offset q - kv that are not affine, when the tiling took the
     # table (attr offset_table): the score's offset part as a function of (b, h, d).
     k = offset_score.run(k)
+    # Likewise a part read per key (s + kbias[b, j]), when the tiling took its table (attr
+    # key_table): that part over (b, h, kv), and the score reading it as kt.
+    k = key_table.run(k)
     # Warp roles follow from the tile shape.
     k = warp_map.run(k, target)
     return k.with_attrs(arch=target.arch)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..errors import KdslError
-from . import affine_score, exp2_fold, gemm_tiles, mask_analysis, offset_score, streaming
+from . import affine_score, exp2_fold, gemm_tiles, key_table, mask_analysis, offset_score, streaming
 from .target import Target
 
 # Head dims: the Hopper kernel takes any multiple of 16 up to 256 for q/k (head_dim) and for
@@ -77,7 +77,7 @@ WGMMA_PV_OPERAND_REGS = 30
 # Never slower; bench/results/h100-2026-11-25-s14-decode-stages*.log.
 ONE_WARPGROUP_STAGE_BYTES = 64 * 1024
 SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2", "lazy_rescale", "slope_step",
-                            "tensor_row_sum", "offset_table"),
+                            "tensor_row_sum", "offset_table", "key_table"),
                   "mma": ("tile_m", "tile_n", "warps"),
                   "gemm": gemm_tiles.CONFIG_ATTRS}
 # m64nNk16 widths wgmma_ops.cuh has (tools/gen_wgmma.py generates it from this tuple).
@@ -134,6 +134,14 @@ ROW_SUM_LSE_ERROR = {"bf16": 2.0 ** -8, "f16": 2.0 ** -11}
 # Not a trial: the x2.78 was periodic_bias at D=64 with three warpgroups, whose build with
 # the table spills 16 bytes (dropping the table there would have cost 2.78x).
 OFFSET_TABLE = (0, 1)
+# key_table = 1: a score with a part read per key and nothing cheaper (passes/key_table.py:
+# s + kbias[b, j], s + qb[b, h, i] * kb[b, h, j]) evaluates that part once per key of a tile into
+# a table in the offset table's storage (BN floats of its 64 + BN - 1), read once an element.
+# The default where it applies and fits, with a stage less if need be (head dim 128). Measured on
+# an H200 (2026-12-01, attrs_sweep.py, in turns, B=2 H=16 4096², against the per-element part):
+# D=64 rank-one bias x1.106, forgetting gates x1.074, tanh key gate x1.379; D=128 (2 stages
+# against 3 without) x1.077, x1.005, x1.400.
+KEY_TABLE = (0, 1)
 
 
 def offset_table_bytes(bn: int, consumers: int) -> int:
@@ -390,11 +398,12 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
     if fam == "wgmma" and "tensor_row_sum" not in given:
         fits = attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
                                           slope_step=s["slope_step"], tensor_row_sum=1,
-                                          offset_table=otab) <= target.smem_per_block
+                                          offset_table=otab or s.get("key_table", 0)) <= target.smem_per_block
         s["tensor_row_sum"] = int(dv == 64 and s["consumers"] == 3 and k.tensor("lse") is None and fits)
         row_sum_trial = s["tensor_row_sum"] or None
     if fam == "wgmma":
         s["offset_table"] = otab
+        _key_table(k, s, d, dv, given, target)
     problem = {"wgmma": _wgmma_problem, "mma": _mma_problem}[fam](k, s, (d, dv), target)
     if problem:
         raise KdslError(f"kernel '{k.name}': schedule {_quote(given)} is not legal on {target.arch}"
@@ -410,9 +419,33 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                             spill_fallback=fallback, row_sum_trial=row_sum_trial, slope_trial=slope_trial,
                             smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
                                                                   _stream_elem(k, stream), s["slope_step"],
-                                                                  s["tensor_row_sum"], s["offset_table"]))
+                                                                  s["tensor_row_sum"], _tables(s)))
     return k.with_attrs(kernel="mma", **s, value_dim=dv, stream_capture=None,  # streams need TMA
                         smem_bytes=attention_smem_bytes(d, s["tile_m"], s["tile_n"], s["warps"]))
+
+
+def _key_table(k: ir.Kernel, s: dict, d: int, dv: int, given: dict, target: Target) -> None:
+    """s["key_table"]: as given (refused where the score has no key part), else on where it
+    applies and fits, at two stages if three leave no room (as the offset table)."""
+    if given.get("key_table") and not key_table.applies(k):
+        raise KdslError(f"kernel '{k.name}': attr key_table = 1 needs a score with one part read per key and "
+                        f"nothing cheaper (s + kbias[b, j], ...; not affine in the positions, not of q - kv, no "
+                        f"streamed tensor); this kernel's has none")
+    fits = lambda: attention_wgmma_smem_bytes(  # noqa: E731
+        d, dv, s["tile_n"], s["consumers"], s["stages"], slope_step=s["slope_step"],
+        tensor_row_sum=s["tensor_row_sum"], offset_table=1) <= target.smem_per_block
+    stages = s["stages"]
+    if "key_table" not in given:
+        s["key_table"] = int(not s["offset_table"] and key_table.applies(k))
+    while s["key_table"] and "stages" not in given and s["stages"] > 2 and not fits():
+        s["stages"] -= 1  # the table's 1-2 KB beside a ring that filled shared memory
+    if s["key_table"] and "key_table" not in given and not fits():
+        s["key_table"], s["stages"] = 0, stages  # a default table that does not fit
+
+
+def _tables(s: dict) -> int:
+    """Whether the kernel holds the per-tile tables (an offset table or a key table share them)."""
+    return int(bool(s["offset_table"] or s.get("key_table", 0)))
 
 
 def _given_fallback(k: ir.Kernel, value, given: dict) -> list:
@@ -459,7 +492,7 @@ def _stream_fits(k: ir.Kernel, tile: tuple[int, int, int], dims, target: Target)
 
 
 def _ring_fits(k: ir.Kernel, dims, bn: int, consumers: int, stages: int, target: Target, s: dict | None = None) -> bool:
-    extras = (s["slope_step"], s["tensor_row_sum"], s["offset_table"]) if s else ()
+    extras = (s["slope_step"], s["tensor_row_sum"], _tables(s)) if s else ()
     return attention_wgmma_smem_bytes(*dims, bn, consumers, stages, _stream_elem(k, k.attr("stream_capture")),
                                       *extras) <= target.smem_per_block
 
@@ -505,9 +538,11 @@ def _wgmma_problem(k, s, dims, target) -> str:
         return "tensor_row_sum needs value head dim 64"
     if s["offset_table"] not in OFFSET_TABLE:
         return f"offset_table must be one of {OFFSET_TABLE}"
+    if s.get("key_table", 0) not in KEY_TABLE:
+        return f"key_table must be one of {KEY_TABLE}"
     return _fits(attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], s["stages"],
                                             slope_step=s["slope_step"], tensor_row_sum=s["tensor_row_sum"],
-                                            offset_table=s["offset_table"]), target)
+                                            offset_table=_tables(s)), target)
 
 
 def _mma_problem(k, s, dims, target) -> str:

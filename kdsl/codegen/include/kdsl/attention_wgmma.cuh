@@ -107,7 +107,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // P's row sums by P V over a ones column (Cfg ROWSUM), not by FADDs; not in the split-KV
   // program, where it made relpos spill (that program then leaves the ones block unused)
   constexpr bool kRowSum = V::kTensorRowSum && !kSplitKV;
-  typedef Cfg<Elem, D, DV, BN, NCWG, STAGES, V::kStreamElemBytes, V::kSlopeStep, kRowSum, V::kOffsetTable> C;
+  typedef Cfg<Elem, D, DV, BN, NCWG, STAGES, V::kStreamElemBytes, V::kSlopeStep, kRowSum,
+              V::kOffsetTable || V::kKeyTable> C;
   // The slope step (attention_wgmma_parts.cuh): slope * col of an affine score by one more
   // wgmma k-step. Its operands are reserved whenever the program asks for them (kSlopeStep),
   // and used with kAffine (which KDSL_AFFINE_SCORE=0 turns off).
@@ -556,7 +557,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       const float dq0[2] = {qf[0] - kvf0, qf[1] - kvf0};  // q - kv likewise: a base per row
       const float factor = V::kScaledDot ? a.scale_log2 : V::kAffine ? a.scale_log2 * V::kAffineFactor : V::kScoreFactor;
       // sc is raw; score = factor * raw (+ base[r] for kAffine: a row's base, at column 0)
-      constexpr bool kRaw = (V::kScaledDot || V::kFactored || V::kAffine) && !V::kOffsetTable;
+      constexpr bool kRaw = (V::kScaledDot || V::kFactored || V::kAffine) && !V::kOffsetTable && !V::kKeyTable;
       // V::kOffsetTable (passes/offset_score.py): the score's offset part at the warpgroup's
       // 64 + BN - 1 offsets d = q - kv of this tile, from d0 = (first row) - k0 - (BN - 1), one
       // or two a thread, into the table the warpgroup did not read last tile: a thread fills it
@@ -564,18 +565,24 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // tile before (so one barrier a tile). d is clamped to the offsets some valid (q, kv) has,
       // so the part's loads read what the score as written would; elements outside them are
       // masked or not stored.
+      // V::kKeyTable (passes/key_table.py) fills the same tables, in the same turns, with the
+      // score's key part at the tile's BN keys, clamped to N - 1 as the score's loads would be.
       // (Plain C++ accesses, so that NVVM orders them against the barrier's memory clobber and
       // makes the reads LDS at a per-thread base plus an immediate.)
       float* otab = nullptr;
-      if constexpr (V::kOffsetTable) {
+      if constexpr (V::kOffsetTable || V::kKeyTable) {
         const int wgi = fresh_wg();
         otab = reinterpret_cast<float*>(kdsl_attn_smem + (base - smem_addr(kdsl_attn_smem)) + C::kOffsetOffset) +
                (2 * wgi + ot_flip) * C::kOffsetStride;
         ot_flip ^= 1;
-        const int d0 = q0 + wgi * 64 - k0 - (BN - 1);
-        for (int x = tid & 127; x < 64 + BN - 1; x += 128) {
-          const int d = d0 + x;
-          otab[x] = V::score_offset(a, cap, b, h, d < 1 - N ? 1 - N : imin2(d, M - 1));
+        if constexpr (V::kKeyTable) {
+          for (int x = tid & 127; x < BN; x += 128) otab[x] = V::key_part(a, cap, b, h, imin2(k0 + x, N - 1));
+        } else {
+          const int d0 = q0 + wgi * 64 - k0 - (BN - 1);
+          for (int x = tid & 127; x < 64 + BN - 1; x += 128) {
+            const int d = d0 + x;
+            otab[x] = V::score_offset(a, cap, b, h, d < 1 - N ? 1 - N : imin2(d, M - 1));
+          }
         }
         named_barrier(1 + wgi, 128);
       }
@@ -638,7 +645,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // likewise; the factor goes into the exponent's FFMA below.
       auto score_at = [&](int i, int kv) {
         const float col = (float)(8 * (i / 4) + (i & 1));  // a constant once unrolled
-        if constexpr (V::kOffsetTable) {  // element (row, col) reads offset (row - first row) - 2t + BN - 1 - col
+        if constexpr (V::kKeyTable) {  // element i's key is k0 + 2t + col
+          const int r = (i >> 1) & 1;
+          return V::score_keyed(a, cap, sc[i], b, h, qr[r], kv, qf[r], kvf0, dq0[r], col,
+                                otab[2 * t + 8 * (i / 4) + (i & 1)]);
+        } else if constexpr (V::kOffsetTable) {  // element (row, col) reads offset (row - first row) - 2t + BN - 1 - col
           const int row = warp * 16 + g + 8 * ((i >> 1) & 1);
           return fmaf(sc[i], a.scale_log2 * V::kOffsetFactor, otab[row - 2 * t + (BN - 1) - (8 * (i / 4) + (i & 1))]);
         } else if constexpr (kSlope)  // the wgmma added slope * col already

@@ -1,0 +1,86 @@
+"""Scores with a part read per key: a table per tile.
+
+A key padding bias, a per-key gate, the key half of a rank-one bias or of forgetting attention's
+cumulative gates:
+
+    s + kbias[b, j]          s + 4.0 * tanh(g[b, j])          s + qb[b, h, i] * kb[b, h, j]
+
+read a captured tensor at the key position. Per element, a consumer thread loads it for each of
+its 2 x BN/8 elements a tile, in the softmax's critical path (a load per column pair, L1-bound),
+where a tile has only BN distinct keys. With attr key_table = 1 the Hopper kernel evaluates that
+part once per key of a tile into a table in shared memory (each thread of the consumer
+warpgroup one key), and an element reads its key's entry: one shared-memory load at a
+per-thread base plus a constant column (attention_wgmma.cuh, kKeyTable; the offset table's
+storage and turns, passes/offset_score.py).
+
+part() finds the part: the subexpression of score_log2 that depends on the key position (kv,
+float(kv)) and on nothing per query or per element (q, q - kv, the dot product), reads a
+captured tensor or computes a transcendental or a division, and is the largest such: one part
+per score, or none (a score with two distinct such parts keeps them per element). run() defines
+key_part (over b, h, kv) and score_keyed, the score with that part replaced by the variable kt.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import ir
+from . import affine_score, exp2_fold, offset_score, streaming
+
+KT = ir.Var("f32", "kt")  # the table's entry; reserved (ir.BUILTIN_VARS)
+_PER_ROW = ("q", "qf", "dqkf", "dqk", "qk", "s", "col", "sv")  # what the part may not read
+_KEY = ("kv", "kvf")
+_COSTLY_OPS = ("div", "floordiv", "mod")
+
+
+def run(k: ir.Kernel) -> ir.Kernel:
+    k = replace(k, funcs=tuple((n, e) for n, e in k.funcs if n not in ("key_part", "score_keyed")))
+    if not k.attr("key_table") or k.attr("kernel") != "wgmma":
+        return k
+    score = k.func("score_log2")
+    g = part(score)
+    return k.with_func("key_part", g).with_func("score_keyed", _replace(score, g))
+
+
+def applies(k: ir.Kernel) -> bool:
+    """Whether k's score has a key part and no cheaper form: not affine in the positions
+    (affine_score.py), not a function of q - kv (offset_score.py's table), no streamed tensor
+    (passes/streaming.py), not a positive factor times a unit whose row max the kernel takes
+    (exp2_fold.py: the table serves the whole score only)."""
+    if k.kind != "attention" or k.attr("math") == "exact":
+        return False
+    score = k.func("score_log2")
+    return (score is not None and part(score) is not None and affine_score.decompose(score) is None
+            and offset_score.decompose(score) is None and streaming.candidate(k) is None
+            and exp2_fold.positive_factor(k) is None)
+
+
+def part(score: ir.Expr) -> ir.Expr | None:
+    """The score's one key part, or None."""
+    found = []
+
+    def visit(e):
+        if _is_part(e):
+            if e not in found:
+                found.append(e)
+            return
+        for x in getattr(e, "args", ()):
+            visit(x)
+    visit(score)
+    return found[0] if len(found) == 1 else None
+
+
+def _is_part(e: ir.Expr) -> bool:
+    if not isinstance(e, (ir.Op, ir.Load)) or e.ty != "f32":
+        return False
+    if any(ir.uses(e, v) for v in _PER_ROW) or not any(ir.uses(e, v) for v in _KEY):
+        return False
+    return any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and (n.op in ir.FLOAT_FUNCS or n.op in _COSTLY_OPS))
+               for n in ir.walk(e))
+
+
+def _replace(e: ir.Expr, g: ir.Expr) -> ir.Expr:
+    if e == g:
+        return KT
+    if isinstance(e, ir.Op):
+        return replace(e, args=tuple(_replace(a, g) for a in e.args))
+    return e
