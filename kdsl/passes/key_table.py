@@ -38,7 +38,8 @@ def run(k: ir.Kernel) -> ir.Kernel:
         return k
     score = k.func("score_log2")
     g = part(score)
-    return k.with_func("key_part", g).with_func("score_keyed", _replace(score, g))
+    keyed, g = _absorb_constant(_replace(score, g), g)
+    return k.with_func("key_part", g).with_func("score_keyed", keyed)
 
 
 def applies(k: ir.Kernel) -> bool:
@@ -76,6 +77,24 @@ def _is_part(e: ir.Expr) -> bool:
         return False
     return any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and (n.op in ir.FLOAT_FUNCS or n.op in _COSTLY_OPS))
                for n in ir.walk(e))
+
+
+def _absorb_constant(keyed: ir.Expr, g: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
+    """(A * kt) * C, kt read once: the table holds g * C and the element computes A * kt, one
+    multiplication less an element (the rank-one bias' log2 e; A * C is per row, so the
+    product is reassociated: one rounding more, as invariant_factors' rewrites)."""
+    if sum(n == KT for n in ir.walk(keyed)) != 1:
+        return keyed, g
+    found = []
+
+    def visit(e):
+        if isinstance(e, ir.Op) and e.op == "mul" and isinstance(e.args[1], ir.Const) and \
+                isinstance(e.args[0], ir.Op) and e.args[0].op == "mul" and KT in e.args[0].args:
+            found.append(e.args[1])
+            return e.args[0]
+        return replace(e, args=tuple(visit(a) for a in e.args)) if isinstance(e, ir.Op) else e
+    keyed = visit(keyed)
+    return (keyed, ir.Op("f32", "mul", (g, found[0]))) if found else (keyed, g)
 
 
 def _replace(e: ir.Expr, g: ir.Expr) -> ir.Expr:
