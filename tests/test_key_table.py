@@ -98,3 +98,32 @@ def test_the_build_reads_the_part_from_shared_memory():
         assert rep.local_bytes == 0 and rep.spill_ops == 0, table
         mufu[table] = rep.other_ops.get("MUFU", 0)
     assert mufu[1] < mufu[0], mufu
+
+
+@pytest.mark.parametrize("score,raw", [(KEYED[0], True),  # the rank-one bias: a gain per row
+                                       (KEYED[1], False), (KEYED[2], False), (KEYED[3], False),  # constant gains
+                                       (KEYED[4], False),  # exp(t[h]) times the dot product
+                                       ("s * 0.5 + float(i) * g[b, j] + qb[b, h, i]", True)])
+def test_the_raw_form_is_the_keyed_score(score, raw):
+    """score_keyed == scale_log2 * c * qk + key_gain * kt + key_base (the kernel keeps qk + gain *
+    kt / F per element, F = scale_log2 * c, and takes the row max on it); a call with scale <= 0
+    then runs the score as written (affine_score.needs_positive_scale)."""
+    from kdsl.passes import affine_score
+    from kdsl.semantics import eval_numpy
+    k = lowered(program(score), 64)
+    assert (k.func("key_gain") is not None) == raw == affine_score.needs_positive_scale(k)
+    if not raw:
+        return
+    c = k.attr("key_factor")
+    rng = np.random.default_rng()
+    caps = {"qb": rng.standard_normal((2, 4, 2048)), "kb": rng.standard_normal((2, 4, 2048)),
+            "g": rng.standard_normal((2, 2048)), "bias": rng.standard_normal((4, 32)), "t": rng.standard_normal(4)}
+    for _ in range(40):
+        q, kv, h, b = (int(rng.integers(0, n)) for n in (2048, 2048, 4, 2))
+        env = {"B": 2, "H": 4, "M": 2048, "N": 2048, "D": 64, "b": b, "h": h, "qk": float(rng.uniform(-30, 30)),
+               "scale": 0.125, "scale_log2": 0.125 * 1.4426950408889634, "q": q, "kv": kv, "qf": float(q),
+               "kvf": float(kv), "dqkf": float(q - kv), "kt": float(rng.standard_normal())}
+        want = float(eval_numpy(k.func("score_keyed"), env, caps, np.float64))
+        gain, base = (float(eval_numpy(k.func(n), env, caps, np.float64)) for n in ("key_gain", "key_base"))
+        got = env["scale_log2"] * c * env["qk"] + gain * env["kt"] + base
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12)

@@ -15,7 +15,8 @@ import jinja2
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
 from ..errors import KdslError
-from ..passes import exp2_fold, gemm_tiles, kv_bounds, mask_analysis, offset_score, score_grad, streaming, tiling
+from ..passes import (exp2_fold, gemm_tiles, key_table, kv_bounds, mask_analysis, offset_score, score_grad, streaming,
+                      tiling)
 from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
 
 HERE = Path(__file__).parent
@@ -363,7 +364,7 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
     mask = k.func("mask")
     factored = exp2_fold.positive_factor(k)
     score_base, score_slope, score_offset = k.func("score_base"), k.func("score_slope"), k.func("score_offset")
-    key_part, score_keyed = k.func("key_part"), k.func("score_keyed")
+    key_part, score_keyed, key_gain, key_base = (k.func(n) for n in key_table.FUNCS)
     # passes/key_table.py's score reads its key part from the table, as the argument kt
     keyed = CEmitter({**variables, "kt": "kt"}, captures, summary_slots)
     at_key = CEmitter({**variables, "kvf": "((float)kv)"}, captures)  # its part: a function of b, h and kv
@@ -389,7 +390,10 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         offset=dict(on=_on(score_offset is not None), factor=c(ir.Const("f32", k.attr("offset_factor") or 1.0)),
                     part=at_offset(score_offset) if score_offset is not None else "0.f"),
         key=dict(on=_on(key_part is not None), part=at_key(key_part) if key_part is not None else "0.f",
-                 score=keyed(score_keyed) if score_keyed is not None else "0.f"),
+                 score=keyed(score_keyed) if score_keyed is not None else "0.f",
+                 raw=_on(key_gain is not None), factor=c(ir.Const("f32", k.attr("key_factor") or 1.0)),
+                 gain=c(key_gain) if key_gain is not None else "1.f",
+                 base=c(key_base) if key_base is not None else "0.f"),
         mask=dict(expr=c(mask) if mask is not None else "true",
                   streamed=cs(mask) if streaming.read_by(k, "mask") else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),

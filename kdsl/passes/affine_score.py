@@ -54,8 +54,9 @@ def needs_positive_scale(k: ir.Kernel) -> bool:
     """Whether lowered kernel k computes its score in the affine form, whose factor
     F = scale_log2 * c (c > 0) must be positive: the row max is taken on qk + slope * col and
     the slope is divided by F. A call with scale <= 0 runs the program that computes the score
-    as written (runtime/attention_launch.py; the kernel's KDSL_AFFINE_SCORE=0)."""
-    return k.func("score_slope") is not None
+    as written (runtime/attention_launch.py; the kernel's KDSL_AFFINE_SCORE=0). So does a key
+    table's raw form (key_table.raw_form: the table holds kt / F)."""
+    return k.func("score_slope") is not None or k.func("key_gain") is not None
 
 
 def column_slope(k: ir.Kernel) -> bool:

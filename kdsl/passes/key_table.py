@@ -25,21 +25,82 @@ from dataclasses import replace
 
 from .. import ir
 from . import affine_score, exp2_fold, offset_score, streaming
+from .simplify import const, op, simplify
 
 KT = ir.Var("f32", "kt")  # the table's entry; reserved (ir.BUILTIN_VARS)
 _PER_ROW = ("q", "qf", "dqkf", "dqk", "qk", "s", "col", "sv")  # what the part may not read
+_PER_ELEMENT = ("dqkf", "dqk", "qk", "s", "col", "sv")  # nor a row's gain and base
 _KEY = ("kv", "kvf")
+FUNCS = ("key_part", "score_keyed", "key_gain", "key_base")  # what run() defines
 _COSTLY_OPS = ("div", "floordiv", "mod")
 
 
 def run(k: ir.Kernel) -> ir.Kernel:
-    k = replace(k, funcs=tuple((n, e) for n, e in k.funcs if n not in ("key_part", "score_keyed")))
+    k = replace(k, funcs=tuple((n, e) for n, e in k.funcs if n not in FUNCS))
     if not k.attr("key_table") or k.attr("kernel") != "wgmma":
         return k
     score = k.func("score_log2")
     g = part(score)
     keyed, g = _absorb_constant(_replace(score, g), g)
-    return k.with_func("key_part", g).with_func("score_keyed", keyed)
+    k = k.with_func("key_part", g).with_func("score_keyed", keyed)
+    form = raw_form(keyed)
+    if form is None:
+        return k
+    c, gain, base = form
+    return k.with_func("key_gain", gain).with_func("key_base", base).with_attrs(key_factor=c)
+
+
+def raw_form(keyed: ir.Expr) -> tuple[float, ir.Expr, ir.Expr] | None:
+    """(c, G, B) with score_keyed == scale_log2 * c * qk + G * kt + B, c > 0, G and B the same
+    for a whole row (q, b, h and what they read), G not a constant: the kernel then keeps
+    qk + G * kt / F per element (one FFMA, F = scale_log2 * c; the table holds kt / F) and takes
+    the row max on it, as the affine form does (affine_score.py); a call whose scale makes
+    F <= 0 runs the score as written (runtime/programs.py, KDSL_AFFINE_SCORE=0).
+    Where G is a constant (s + kbias[b, j]: the score is one FFMA already) the form gains no
+    instruction, and measured 4-6 % slower (H200, call7 against call5: the key bias and the tanh
+    key gate at D=64): None. The rank-one bias' G = qb[b, h, i] saves an FMUL and an FADD an
+    element: x1.227 over no table against x1.144 without the form (D=64, calls 6 and 7)."""
+    split = offset_score._split_qk(keyed)
+    if split is None or split[0] is None or split[1] is None:
+        return None
+    c = affine_score.positive_multiple_of_scale(simplify(split[0]))
+    linear = _split_kt(split[1])
+    if c is None or linear is None:
+        return None
+    gain, base = (simplify(x) if x is not None else const("f32", d) for x, d in zip(linear, (1.0, 0.0)))
+    if isinstance(gain, ir.Const) or any(ir.uses(x, v) for x in (gain, base) for v in (*_KEY, *_PER_ELEMENT)):
+        return None
+    return c, gain, base
+
+
+def _split_kt(e: ir.Expr):
+    """(gain, base) with e == gain * kt + base, either None where it is absent; None if e is not
+    linear in kt."""
+    if e == KT:
+        return const("f32", 1.0), None
+    if not ir.uses(e, KT.name):
+        return None, e
+    if not isinstance(e, ir.Op) or e.ty != "f32":
+        return None
+    if e.op in ("add", "sub"):
+        x, y = _split_kt(e.args[0]), _split_kt(e.args[1])
+        if x is None or y is None:
+            return None
+        neg = (lambda t: op("f32", "neg", t)) if e.op == "sub" else (lambda t: t)
+        return tuple(_plus(a, None if b is None else neg(b)) for a, b in zip(x, y))
+    if e.op == "neg":
+        x = _split_kt(e.args[0])
+        return None if x is None else tuple(None if t is None else op("f32", "neg", t) for t in x)
+    if e.op == "mul":
+        for x, y in (e.args, e.args[::-1]):
+            if not ir.uses(x, KT.name):
+                inner = _split_kt(y)
+                return None if inner is None else tuple(None if t is None else op("f32", "mul", t, x) for t in inner)
+    return None
+
+
+def _plus(x, y):
+    return y if x is None else x if y is None else op("f32", "add", x, y)
 
 
 def applies(k: ir.Kernel) -> bool:

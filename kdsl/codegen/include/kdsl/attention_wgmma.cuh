@@ -555,9 +555,13 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // (with the slope step, at the tile's column 0: the wgmma added slope * (kv - k0))
       const float kvf0 = (float)(kSlope ? k0 : k0 + 2 * t);
       const float dq0[2] = {qf[0] - kvf0, qf[1] - kvf0};  // q - kv likewise: a base per row
-      const float factor = V::kScaledDot ? a.scale_log2 : V::kAffine ? a.scale_log2 * V::kAffineFactor : V::kScoreFactor;
+      const float factor = V::kScaledDot ? a.scale_log2
+                           : V::kAffine  ? a.scale_log2 * V::kAffineFactor
+                           : V::kKeyRaw  ? a.scale_log2 * V::kKeyFactor
+                                         : V::kScoreFactor;
       // sc is raw; score = factor * raw (+ base[r] for kAffine: a row's base, at column 0)
-      constexpr bool kRaw = (V::kScaledDot || V::kFactored || V::kAffine) && !V::kOffsetTable && !V::kKeyTable;
+      constexpr bool kRaw = ((V::kScaledDot || V::kFactored || V::kAffine) && !V::kOffsetTable && !V::kKeyTable) ||
+                            V::kKeyRaw;
       // V::kOffsetTable (passes/offset_score.py): the score's offset part at the warpgroup's
       // 64 + BN - 1 offsets d = q - kv of this tile, from d0 = (first row) - k0 - (BN - 1), one
       // or two a thread, into the table the warpgroup did not read last tile: a thread fills it
@@ -576,7 +580,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
                (2 * wgi + ot_flip) * C::kOffsetStride;
         ot_flip ^= 1;
         if constexpr (V::kKeyTable) {
-          for (int x = tid & 127; x < BN; x += 128) otab[x] = V::key_part(a, cap, b, h, imin2(k0 + x, N - 1));
+          const float unit = V::kKeyRaw ? 1.f / factor : 1.f;  // kKeyRaw: the table holds kt / F
+          for (int x = tid & 127; x < BN; x += 128) otab[x] = V::key_part(a, cap, b, h, imin2(k0 + x, N - 1)) * unit;
         } else {
           const int d0 = q0 + wgi * 64 - k0 - (BN - 1);
           for (int x = tid & 127; x < 64 + BN - 1; x += 128) {
@@ -586,10 +591,17 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         }
         named_barrier(1 + wgi, 128);
       }
-      float base[2] = {0.f, 0.f};
+      float base[2] = {0.f, 0.f}, gain[2] = {1.f, 1.f};
       if constexpr (V::kAffine) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) base[r] = V::score_base(a, cap, b, h, qr[r], qf[r], kvf0, dq0[r]);
+      }
+      if constexpr (V::kKeyRaw) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          gain[r] = V::key_gain(a, cap, b, h, qr[r], qf[r]);
+          base[r] = V::key_base(a, cap, b, h, qr[r], qf[r]);
+        }
       }
       // Whether S element i survives, on general tiles (kv of element i is k0 + 2t + its
       // column offset, a constant)
@@ -647,8 +659,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         const float col = (float)(8 * (i / 4) + (i & 1));  // a constant once unrolled
         if constexpr (V::kKeyTable) {  // element i's key is k0 + 2t + col
           const int r = (i >> 1) & 1;
-          return V::score_keyed(a, cap, sc[i], b, h, qr[r], kv, qf[r], kvf0, dq0[r], col,
-                                otab[2 * t + 8 * (i / 4) + (i & 1)]);
+          const float entry = otab[2 * t + 8 * (i / 4) + (i & 1)];
+          if constexpr (V::kKeyRaw) return fmaf(gain[r], entry, sc[i]);  // raw: qk + gain * kt / F
+          return V::score_keyed(a, cap, sc[i], b, h, qr[r], kv, qf[r], kvf0, dq0[r], col, entry);
         } else if constexpr (V::kOffsetTable) {  // element (row, col) reads offset (row - first row) - 2t + BN - 1 - col
           const int row = warp * 16 + g + 8 * ((i >> 1) & 1);
           return fmaf(sc[i], a.scale_log2 * V::kOffsetFactor, otab[row - 2 * t + (BN - 1) - (8 * (i / 4) + (i & 1))]);
@@ -688,8 +701,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         if constexpr (V::kFixedRef) {  // the score's range fixes the reference (passes/score_bounds.py)
           mx = m_run[hh];
         } else if constexpr (kRaw) {  // raw max times a positive factor (-inf stays -inf)
-          mx = V::kAffine ? fmax2(m_run[hh], quad_max(fmaf(raw_max[hh], factor, base[hh])))  // bases differ by thread
-                          : fmax2(m_run[hh], quad_max(raw_max[hh]) * factor);
+          mx = V::kAffine || V::kKeyRaw ? fmax2(m_run[hh], quad_max(fmaf(raw_max[hh], factor, base[hh])))  // bases differ by thread
+                                        : fmax2(m_run[hh], quad_max(raw_max[hh]) * factor);
         } else {
           mx = m_run[hh];
 #pragma unroll
