@@ -25,7 +25,7 @@ from dataclasses import replace
 
 from .. import ir
 from . import affine_score, exp2_fold, offset_score, streaming
-from .simplify import const, op, simplify
+from .simplify import const, simplify
 
 KT = ir.Var("f32", "kt")  # the table's entry; reserved (ir.BUILTIN_VARS)
 _PER_ROW = ("q", "qf", "dqkf", "dqk", "qk", "s", "col", "sv")  # what the part may not read
@@ -64,43 +64,13 @@ def raw_form(keyed: ir.Expr) -> tuple[float, ir.Expr, ir.Expr] | None:
     if split is None or split[0] is None or split[1] is None:
         return None
     c = affine_score.positive_multiple_of_scale(simplify(split[0]))
-    linear = _split_kt(split[1])
+    linear = offset_score.split_linear(split[1], KT.name)
     if c is None or linear is None:
         return None
     gain, base = (simplify(x) if x is not None else const("f32", d) for x, d in zip(linear, (1.0, 0.0)))
     if isinstance(gain, ir.Const) or any(ir.uses(x, v) for x in (gain, base) for v in (*_KEY, *_PER_ELEMENT)):
         return None
     return c, gain, base
-
-
-def _split_kt(e: ir.Expr):
-    """(gain, base) with e == gain * kt + base, either None where it is absent; None if e is not
-    linear in kt."""
-    if e == KT:
-        return const("f32", 1.0), None
-    if not ir.uses(e, KT.name):
-        return None, e
-    if not isinstance(e, ir.Op) or e.ty != "f32":
-        return None
-    if e.op in ("add", "sub"):
-        x, y = _split_kt(e.args[0]), _split_kt(e.args[1])
-        if x is None or y is None:
-            return None
-        neg = (lambda t: op("f32", "neg", t)) if e.op == "sub" else (lambda t: t)
-        return tuple(_plus(a, None if b is None else neg(b)) for a, b in zip(x, y))
-    if e.op == "neg":
-        x = _split_kt(e.args[0])
-        return None if x is None else tuple(None if t is None else op("f32", "neg", t) for t in x)
-    if e.op == "mul":
-        for x, y in (e.args, e.args[::-1]):
-            if not ir.uses(x, KT.name):
-                inner = _split_kt(y)
-                return None if inner is None else tuple(None if t is None else op("f32", "mul", t, x) for t in inner)
-    return None
-
-
-def _plus(x, y):
-    return y if x is None else x if y is None else op("f32", "add", x, y)
 
 
 def applies(k: ir.Kernel) -> bool:

@@ -91,27 +91,32 @@ def offset_load(load: ir.Load) -> ir.Load | None:
 def _split_qk(e: ir.Expr):
     """(coefficient of qk, the rest) for e linear in qk with (b, h)-invariant coefficients;
     either part None where there is none. None if e is not of that form."""
-    if isinstance(e, ir.Var) and e.name == "qk":
+    return split_linear(e, "qk", invariant)
+
+
+def split_linear(e: ir.Expr, name: str, coefficient_ok=lambda x: True):
+    """(coefficient, rest) with e == coefficient * var + rest for the f32 variable `name`, the
+    coefficient's factors passing coefficient_ok; either part None where there is none. None if
+    e is not of that form."""
+    if isinstance(e, ir.Var) and e.name == name:
         return const("f32", 1.0), None
-    if not ir.uses(e, "qk"):
+    if not ir.uses(e, name):
         return None, e
     if not isinstance(e, ir.Op) or e.ty != "f32":
         return None
     if e.op in ("add", "sub"):
-        x, y = _split_qk(e.args[0]), _split_qk(e.args[1])
+        x, y = split_linear(e.args[0], name, coefficient_ok), split_linear(e.args[1], name, coefficient_ok)
         if x is None or y is None:
             return None
         sign = (lambda t: op("f32", "neg", t)) if e.op == "sub" else (lambda t: t)
-        coef = _plus(x[0], None if y[0] is None else sign(y[0]))
-        rest = _plus(x[1], None if y[1] is None else sign(y[1]))
-        return coef, rest
+        return _plus(x[0], None if y[0] is None else sign(y[0])), _plus(x[1], None if y[1] is None else sign(y[1]))
     if e.op == "neg":
-        x = _split_qk(e.args[0])
+        x = split_linear(e.args[0], name, coefficient_ok)
         return None if x is None else tuple(None if t is None else op("f32", "neg", t) for t in x)
     if e.op == "mul":
         for x, y in (e.args, e.args[::-1]):
-            if invariant(x) and not ir.uses(x, "qk"):
-                inner = _split_qk(y)
+            if coefficient_ok(x) and not ir.uses(x, name):
+                inner = split_linear(y, name, coefficient_ok)
                 return None if inner is None else tuple(None if t is None else op("f32", "mul", t, x) for t in inner)
     return None
 

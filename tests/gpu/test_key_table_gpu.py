@@ -8,6 +8,7 @@ import kdsl
 
 from exprgen import program
 from gpu.test_attention_gpu import _check
+from gpu.test_offset_table_gpu import MASKS, SHAPES  # the same masks and awkward shapes
 
 pytestmark = pytest.mark.gpu
 
@@ -16,11 +17,8 @@ SCORES = {
     "forgetting": "s + fq[b, h, i] - kb[b, h, j]",
     "key_gate": "s + 4.0 * tanh(g[b, j])",
     "key_position": "s * 0.7 + float(j) / 512.0 * g[b, j]",
+    "row_gain": "s + float(i) / 1024.0 * g[b, j] + fq[b, h, i]",  # the raw form with a base (key_table.raw_form)
 }
-MASKS = {None: None, "causal": "j <= i", "window": "abs(i - j) < 300"}
-# (B, H, Hkv, M, N, D)
-SHAPES = [(2, 4, 4, 256, 256, 64), (1, 4, 2, 129, 1000, 128), (2, 2, 1, 200, 513, 96), (1, 8, 2, 1, 4096, 128),
-          (1, 2, 2, 1000, 1000, 64), (1, 16, 16, 256, 6000, 128)]
 
 
 def _module(name, score, mask, lse=False):
