@@ -181,9 +181,34 @@ def index_ranges(kernel: ir.Kernel, dims: dict) -> dict:
     return ranges
 
 
+# Float functions whose argument must be positive for a real value (log(-x) is NaN).
+_POSITIVE_DOMAIN = ("log", "log2", "sqrt", "rsqrt")
+
+
+def positive_captures(kernel: ir.Kernel) -> set:
+    """Float captured tensors read inside the argument of a log or a square root (RetNet's
+    log(gamma[h])): their draws are positive, as the program's users' values are; a standard
+    normal would make the score NaN on half the heads, where the kernel's answer is NaN too."""
+    found = set()
+
+    def signed_loads(e):  # what an abs() wraps may have either sign
+        if isinstance(e, ir.Load):
+            found.update([e.tensor] if e.ty == "f32" else [])
+        elif isinstance(e, ir.Op) and e.op != "abs":
+            for a in e.args:
+                signed_loads(a)
+    for fname in ("score", "mask"):
+        e = kernel.func(fname)
+        for node in ir.walk(e) if e is not None else ():
+            if isinstance(node, ir.Op) and node.op in _POSITIVE_DOMAIN:
+                signed_loads(node.args[0])
+    return found
+
+
 def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
     """q, k, v (standard normal, in the declared element type) and the captured tensors
-    (floats: 0.1 * standard normal, bias-like; ints: see index_ranges and AttentionCase.ids;
+    (floats: 0.1 * standard normal, bias-like, or 0.5 + 0.1 |standard normal| where a log or a
+    square root reads them (positive_captures); ints: see index_ranges and AttentionCase.ids;
     bools: even odds, sorted along the last axis on odd seeds)."""
     seq_dims = {kernel.tensor(t).shape[2] for t in ("q", "k")}
     gen = be.rng(case.seed)
@@ -193,6 +218,7 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
     v = be.cast(be.randn((case.B, case.Hkv, case.N, case.Dv), gen), elem)
     dims = attention_dims(kernel, case)
     ranges = index_ranges(kernel, dims)
+    positive = positive_captures(kernel)
     caps = {}
     for t in kernel.tensors:
         if t.role != "capture":
@@ -204,6 +230,8 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
             # all true, which the whole-block tile summaries skip or run unchecked)
             bits = be.randint(0, 2, shape, gen)
             caps[t.name] = be.cast(be.sort_last(bits) if case.seed % 2 else bits, "bool")
+        elif top is None and t.name in positive:
+            caps[t.name] = be.cast(0.5 + 0.1 * abs(be.randn(shape, gen)), t.dtype)
         elif top is None:
             caps[t.name] = be.cast(0.1 * be.randn(shape, gen), t.dtype)
         elif t.name in ranges:

@@ -198,3 +198,24 @@ def test_cli_hypothesis_prints_a_shrunk_counterexample_for_a_broken_lowering(sam
         assert_matches_reference(kernel, case)
     monkeypatch.undo()
     assert assert_matches_reference(kernel, case).passed  # and only the planted bug fails it
+
+
+RETENTION = """attention retention {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    gamma: f32[H]; bias: f32[H]
+    score(s, b, h, i, j) = s + log(gamma[h]) * float(i - j) + sqrt(abs(bias[h]))
+    mask(b, h, i, j) = j <= i
+}"""
+
+
+def test_a_capture_under_a_log_is_drawn_positive():
+    """Regression (tools/dev/heldout4.kd retention): float captures were drawn as 0.1 * a
+    standard normal, so log(gamma[h]) made half the heads' scores NaN, on which the GPU kernel's
+    output is NaN and the reference's 0: `kdsl check` failed a correct kernel. A capture inside a
+    log or a square root's argument is drawn positive; one under abs() there is not."""
+    from kdsl.cases import positive_captures
+    kir = kdsl.compile(RETENTION, "r.kd").ir["retention"]
+    assert positive_captures(kir) == {"gamma"}
+    for seed in range(4):
+        _, _, _, caps = attention_inputs(kir, AttentionCase(1, 8, 8, 16, 16, 64, seed=seed), Numpy())
+        assert (caps["gamma"] > 0).all() and (caps["bias"] < 0).any()
