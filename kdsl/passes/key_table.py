@@ -17,14 +17,18 @@ part() finds the part: the subexpression of score_log2 that depends on the key p
 float(kv)) and on nothing per query or per element (q, q - kv, the dot product), reads a
 captured tensor or computes a transcendental or a division, and is the largest such: one part
 per score, or none (a score with two distinct such parts keeps them per element). run() defines
-key_part (over b, h, kv) and score_keyed, the score with that part replaced by the variable kt.
+key_part (over b, h, kv) and score_keyed, the score with that part replaced by the variable kt,
+and where score_keyed is scale_log2 * c * qk + G * kt + B with a gain G per row (raw_form), the
+gain, the base and c, which let the kernel keep one FFMA an element.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from .. import ir
+from ..errors import KdslError
 from . import affine_score, exp2_fold, offset_score, streaming
+from .invariant_factors import invariant
 from .simplify import const, simplify
 
 KT = ir.Var("f32", "kt")  # the table's entry; reserved (ir.BUILTIN_VARS)
@@ -41,6 +45,8 @@ def run(k: ir.Kernel) -> ir.Kernel:
         return k
     score = k.func("score_log2")
     g = part(score)
+    if g is None:
+        raise KdslError(f"kernel '{k.name}': internal error: attr key_table on a score tiling should have refused")
     keyed, g = _absorb_constant(_replace(score, g), g)
     k = k.with_func("key_part", g).with_func("score_keyed", keyed)
     form = raw_form(keyed)
@@ -60,7 +66,7 @@ def raw_form(keyed: ir.Expr) -> tuple[float, ir.Expr, ir.Expr] | None:
     instruction, and measured 4-6 % slower (H200, call7 against call5: the key bias and the tanh
     key gate at D=64): None. The rank-one bias' G = qb[b, h, i] saves an FMUL and an FADD an
     element: x1.227 over no table against x1.144 without the form (D=64, calls 6 and 7)."""
-    split = offset_score._split_qk(keyed)
+    split = offset_score.split_linear(keyed, "qk", invariant)
     if split is None or split[0] is None or split[1] is None:
         return None
     c = affine_score.positive_multiple_of_scale(simplify(split[0]))
