@@ -193,7 +193,10 @@ def attention_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult
         res.problems.append("modified an input")
     (out, lse), (out2, _) = outs
     if xp.isnan(out).any():
-        res.problems.append(f"{int(xp.isnan(out).sum())} output elements unwritten (NaN)")
+        nan_scores = reference.nan_scores(kernel, q, k, v, caps, scale=case.scale)
+        res.problems.append(f"{nan_scores}: a log or square root of a negative, 0 / 0 or inf - inf in the program; "
+                            f"its rows are NaN" if nan_scores else
+                            f"{int(xp.isnan(out).sum())} output elements unwritten (NaN)")
     if not be.equal(xp.nan_to_num(out, nan=0.0), xp.nan_to_num(out2, nan=0.0)):
         res.problems.append("not deterministic")
     ref, ref_lse = reference.attention(kernel, q, k, v, caps, scale=case.scale)

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import ir
 from .backends import round_float32
-from .passes import affine_score, pipeline
+from .passes import pipeline
 from .passes.target import get_target
 from .semantics import eval_numpy, eval_scalar
 
@@ -100,7 +100,10 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
             acc = acc * alpha[..., None] + pv
             m_i = m_new
         safe = np.where(l_i > 0, l_i, 1.0)
-        out[:, :, q0:q1 + 1] = np.where((l_i > 0)[..., None], acc / safe[..., None], 0.0)
+        # O times 1 / l, or times 0 where no key was kept, as the kernel's epilogue: a row whose
+        # score was NaN somewhere stays NaN (its l too), as on the GPU
+        inv = np.where(l_i > 0, np.float32(1.0) / safe, np.float32(0.0)).astype(np.float32)
+        out[:, :, q0:q1 + 1] = acc * inv[..., None]
         lse[:, :, q0:q1 + 1] = np.where(l_i > 0, (m_i + np.log2(safe)) * np.float32(np.log(2.0)), -np.inf)
     return out, lse
 
@@ -111,7 +114,8 @@ def _score(low: ir.Kernel, score: ir.Expr, env: dict, captures: dict, k0: int) -
     the offset from it (the kernel takes each thread's first column; the sum is the same). A
     scale <= 0 runs the program that computes the score as written (runtime/attention_launch.py)."""
     qk = env["qk"]
-    if not (affine_score.needs_positive_scale(low) and env["scale_log2"] > 0):  # else as the runtime does
+    if not (low.func("score_slope") is not None and env["scale_log2"] > 0):  # else as the runtime does
+        # (a key table's raw form, key_table.py, is the same score rounded once differently: as written)
         return np.broadcast_to(eval_numpy(score, env, captures, np.float32), qk.shape)
     at_col0 = {**env, "kv": np.int64(k0), "kvf": np.float32(k0), "dqkf": (env["q"] - k0).astype(np.float32)}
     slope = eval_numpy(low.func("score_slope"), env, captures, np.float32)

@@ -17,6 +17,19 @@ from .semantics import eval_array, eval_scalar
 def attention(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None):
     """Returns (out, lse) in float64; rows with every key masked give out = 0, lse = -inf."""
     be = backend_for(q)
+    xp = be.xp
+    s = scores(kernel, q, k, v, captures, scale)
+    lse = be.logsumexp(s)
+    p = xp.exp(s - xp.where(xp.isinf(lse), 0.0, lse)[..., None])
+    H, Hkv = q.shape[1], k.shape[1]
+    vd = be.float64(v)[:, be.arange(H) // (H // Hkv)]
+    out = xp.nan_to_num(p, nan=0.0) @ vd
+    return out, lse
+
+
+def scores(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None):
+    """The float64 scores [B, H, M, N], -inf where the mask drops the element."""
+    be = backend_for(q)
     host = host_for(be)  # where int() of a float is evaluated: on the CPU, whatever be is
     xp = be.xp
     captures = captures or {}
@@ -26,7 +39,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: f
     if scale is None:
         scale = float(eval_scalar(kernel.func("scale"), dims))
     kv_head = be.arange(H) // (H // Hkv)
-    qd, kd, vd = be.float64(q), be.float64(k)[:, kv_head], be.float64(v)[:, kv_head]
+    qd, kd = be.float64(q), be.float64(k)[:, kv_head]
     s = (qd @ xp.swapaxes(kd, -1, -2)) * scale
     idx = {"b": be.arange(B).reshape(B, 1, 1, 1), "h": be.arange(H).reshape(1, H, 1, 1),
            "q": be.arange(M).reshape(1, 1, M, 1), "kv": be.arange(N).reshape(1, 1, 1, N)}
@@ -38,10 +51,20 @@ def attention(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: f
     if mask is not None:
         keep = xp.broadcast_to(be.asarray(eval_array(mask, env, captures, be, host), "bool"), s.shape)
         s = xp.where(keep, s, -math.inf)
-    lse = be.logsumexp(s)
-    p = xp.exp(s - xp.where(xp.isinf(lse), 0.0, lse)[..., None])
-    out = xp.nan_to_num(p, nan=0.0) @ vd
-    return out, lse
+    return s
+
+
+def nan_scores(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None) -> str:
+    """'' where every kept score is a number; else how many are NaN and the first one's (b, h, i, j):
+    a program whose score is NaN for some inputs (a log or square root of a negative, 0 / 0,
+    inf - inf) has no attention output there, and says so rather than failing as unwritten."""
+    be = backend_for(q)
+    nan = be.xp.isnan(scores(kernel, q, k, v, captures, scale))
+    count = int(nan.sum())
+    if not count:
+        return ""
+    first = tuple(int(x) for x in be.xp.argwhere(nan)[0])
+    return f"{count} scores are NaN for these inputs, the first at (b, h, i, j) = {first}"
 
 
 def _dims(kernel: ir.Kernel, tensors: dict) -> dict:

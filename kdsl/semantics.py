@@ -136,7 +136,8 @@ def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None):
             on_host = eval_array(arg, {n: host.move(env[n]) for n in names},
                                  {n: host.move(captures[n]) for n in tensors}, host)
             return _array_op(backend, x, [backend.move(on_host)])
-        return _array_op(backend, x, [go(a) for a in x.args])
+        with numpy.errstate(all="ignore"):  # NaN and inf are values (docs/language.md), not warnings
+            return _array_op(backend, x, [go(a) for a in x.args])
     return go(e)
 
 

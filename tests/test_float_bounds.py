@@ -138,3 +138,21 @@ def test_min_of_a_nan_yields_the_other_operand_as_on_the_gpu(interpret):
     want = np.einsum("bhij,bhjd->bhid", p / p.sum(-1, keepdims=True), v.astype(np.float64))
     assert np.isfinite(got).all()
     assert rel_frobenius(np.asarray(got, np.float64), want) <= ATTENTION_TOL
+
+
+def test_check_names_nan_scores_instead_of_unwritten_outputs(tmp_path):
+    """A score that is NaN for some inputs (sqrt of a negative where j > i) gives NaN rows, in the
+    interpreter as on the GPU (O times 1 / l, l NaN). `kdsl check` said "output elements unwritten"
+    on the GPU (and passed it in the interpreter, whose rows were 0); it now names the NaN scores."""
+    from kdsl import cli
+    path = tmp_path / "nan.kd"
+    path.write_text("attention bad_sqrt {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                    "    score(s, b, h, i, j) = s + sqrt(float(i - j))\n}\n")
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main(["check", str(path), "--interpret", "--trials", "1", "--seed", "1"])
+    text = buf.getvalue()
+    assert rc == 1 and "scores are NaN for these inputs, the first at (b, h, i, j) = (0, 0, 0, 1)" in text
+    assert "unwritten" not in text

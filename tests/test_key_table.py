@@ -127,3 +127,21 @@ def test_the_raw_form_is_the_keyed_score(score, raw):
         gain, base = (float(eval_numpy(k.func(n), env, caps, np.float64)) for n in ("key_gain", "key_base"))
         got = env["scale_log2"] * c * env["qk"] + gain * env["kt"] + base
         assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("score", KEYED)
+def test_the_interpreter_runs_key_scores(score):
+    """Regression: the interpreter took a key table's raw form (affine_score.needs_positive_scale)
+    for the affine form and read its missing score_slope (AttributeError in `kdsl check --interpret`
+    of the rank-one bias). Against the reference at a ragged shape, with a positive and a zero scale."""
+    import kdsl
+    from kdsl import reference
+    from kdsl.backends import Numpy
+    from kdsl.cases import AttentionCase, attention_inputs
+    from kdsl.check import ATTENTION_TOL, rel_frobenius
+    mod = kdsl.compile(program(score), "x.kd", interpret=True)
+    for scale in (None, 0.0):
+        q, k, v, caps = attention_inputs(mod.ir["x"], AttentionCase(1, 2, 2, 70, 150, 64, seed=3), Numpy())
+        out = mod.x(q, k, v, **caps, **({} if scale is None else {"scale": scale}))
+        ref, _ = reference.attention(mod.ir["x"], q, k, v, caps, scale=scale)
+        assert rel_frobenius(out, ref) <= ATTENTION_TOL
