@@ -23,6 +23,8 @@ CAPTURES = {
     "clipped_table": (["rel: f32[H, 33]"], "{s} + rel[h, min(max(j - i, -16), 16) + 16]", None),
     "query_bias": (["qb: f32[B, H, M]"], "{s} + 0.5 * qb[b, h, i]", None),
     "key_bias": (["kb: f32[B, N]"], "{s} + kb[b, j]", None),
+    # a per-key value times a per-row gain: a key table's raw form (passes/key_table.py)
+    "rank_one": (["qg: f32[B, H, M]", "kg: f32[B, N]"], "{s} + qg[b, h, i] * kg[b, j]", None),
     "half_table": (["ht: bf16[32]"], "{s} + ht[(i * 7 + j) % 32]", None),
     "documents": (["doc_q: i32[B, M]", "doc_kv: i32[B, N]"], None, "doc_q[b, i] == doc_kv[b, j]"),
     "lengths": (["kv_len: i32[B]"], None, "j < kv_len[b]"),
