@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, example, given, settings, strategies as st
 
 import kdsl
 from kdsl import ir, reference
@@ -72,6 +72,7 @@ def float_texts():
 
 @settings(max_examples=150, deadline=None)
 @given(float_texts())
+@example("(float(i) * (1e30 * 1e30))")  # CI found it: the constant is inf in f32, 0 * inf is NaN
 def test_a_float_interval_holds_every_value(text):
     """Soundness: evaluated in float32 at every (i, j) of a small grid (including 0, where
     logs, divisions and square roots leave their domains), each value lies in the interval,
@@ -90,7 +91,8 @@ def test_a_float_interval_holds_every_value(text):
     env = {"q": i, "kv": j, "b": 0, "h": 0, "qf": i.astype(np.float32), "kvf": j.astype(np.float32),
            "dqkf": (i - j).astype(np.float32), **DIMS, "M": M, "N": N}
     with np.errstate(all="ignore"):
-        got = np.broadcast_to(eval_array(expr, env, {}, Numpy(np.float32)), i.shape)
+        # as the kernel holds it: f32 (numpy keeps a where() of two constants in float64)
+        got = np.broadcast_to(eval_array(expr, env, {}, Numpy(np.float32)), i.shape).astype(np.float32)
     if bound is None:
         return
     assert not np.isnan(got).any(), f"{text}: NaN at some (i, j) but the interval is {bound}"

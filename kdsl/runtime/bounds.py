@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy
+
 from .. import ir
 from ..errors import LaunchError
 from ..semantics import I32_MAX, I32_MIN, scalar_op
@@ -74,8 +76,9 @@ def float_interval(e: ir.Expr, ranges: dict):
     """[lo, hi] (either side possibly infinite) that the f32 value of e lies in on the GPU,
     or None where it might be NaN or nothing is known: a tensor's element, the score. What
     int(...) of a float index needs: int(4.0 * log2(float(abs(i - j) + 1))) is at least 0."""
-    if isinstance(e, ir.Const):
-        v = float(e.value)
+    if isinstance(e, ir.Const):  # folded in double precision; the kernel holds the nearest f32
+        with numpy.errstate(over="ignore"):  # past f32's range: inf
+            v = float(numpy.float32(e.value))
         return None if v != v else (v, v)
     if isinstance(e, ir.Var) and e.name in ("qf", "kvf", "dqkf"):  # float(q), float(kv), float(q - kv)
         a, b = ranges["q"], ranges["kv"]
@@ -149,10 +152,20 @@ def _apply(f, x):
 
 
 def _widen(lo, hi, error):
-    """[lo, hi] grown by the error an op may add; an infinite side stays as it is."""
+    """[lo, hi] grown by the error an op may add, past f32's range as +-inf (an op's result
+    there overflows); an infinite side stays as it is."""
     rel, absolute = error
-    return (lo - abs(lo) * rel - absolute if math.isfinite(lo) else lo,
-            hi + abs(hi) * rel + absolute if math.isfinite(hi) else hi)
+    return (_f32(lo - abs(lo) * rel - absolute if math.isfinite(lo) else lo),
+            _f32(hi + abs(hi) * rel + absolute if math.isfinite(hi) else hi))
+
+
+FLT_MAX = 3.4028234663852886e38
+
+
+def _f32(x: float) -> float:
+    """x as an f32 bound: beyond the largest finite f32 it is +-inf (an op's result there overflows,
+    and 0 * (1e30 * 1e30) is NaN on the GPU, where the constant is inf)."""
+    return math.copysign(INF, x) if abs(x) > FLT_MAX else x
 
 
 def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
