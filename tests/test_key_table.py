@@ -145,3 +145,13 @@ def test_the_interpreter_runs_key_scores(score):
         out = mod.x(q, k, v, **caps, **({} if scale is None else {"scale": scale}))
         ref, _ = reference.attention(mod.ir["x"], q, k, v, caps, scale=scale)
         assert rel_frobenius(out, ref) <= ATTENTION_TOL
+
+
+def test_exact_math_keeps_the_part_per_element():
+    """Under exact math the table is not taken by default, and asking for it says why."""
+    src = program(KEYED[2])
+    assert lowered(src, 64).attr("key_table") == 1
+    exact = lowered(src, 64, math="exact")
+    assert exact.attr("math") == "exact" and exact.attr("key_table") == 0
+    with pytest.raises(KdslError, match="not under exact math"):
+        lowered(src, 64, math="exact", key_table=1)

@@ -430,7 +430,7 @@ def _key_table(k: ir.Kernel, s: dict, d: int, dv: int, given: dict, target: Targ
     if given.get("key_table") and not key_table.applies(k):
         raise KdslError(f"kernel '{k.name}': attr key_table = 1 needs a score with one part read per key and "
                         f"nothing cheaper (s + kbias[b, j], ...; not affine in the positions, not of q - kv, no "
-                        f"streamed tensor); this kernel's has none")
+                        f"streamed tensor; not under exact math); this kernel's score is not of that kind")
     fits = lambda: attention_wgmma_smem_bytes(  # noqa: E731
         d, dv, s["tile_n"], s["consumers"], s["stages"], slope_step=s["slope_step"],
         tensor_row_sum=s["tensor_row_sum"], offset_table=1) <= target.smem_per_block
