@@ -7,7 +7,9 @@ source bench/device_env.sh
 # All GPU tests take over a device call's 10-minute limit: TESTS_PART=a, b, c or d runs one part
 # (together every file under tests/gpu; a and b ~4 minutes each cold on an H100; c and d the backward's
 # shapes, split by PYTEST_K: on an H200 ~1.5 and ~6 minutes cold before c took the query-split tests
-# from d, 112 and 178 tests now); e the generated variants (tests/variantgen.py), PYTEST_ARGS any set.
+# from d, 112 and 178 tests now); e the generated variants (tests/variantgen.py); f the files of the
+# later score and mask forms (key tables, unions of key intervals, dense-mask summaries, float
+# expressions); PYTEST_ARGS any set.
 BACKWARD_C="1x2x2x1x1x64x64 or 2x4x2x127x129x128x128 or 1x4x4x200x333x64x64 or 1x4x2x190x250x96x64 or query_tiles_split"
 case "${TESTS_PART:-}" in
   a) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_attention_gpu.py tests/gpu/test_variants_gpu.py tests/gpu/test_interpreter_parity_gpu.py tests/gpu/test_decode_gpu.py tests/gpu/test_build_gpu.py tests/gpu/test_head_dims_gpu.py"} ;;
@@ -17,6 +19,7 @@ case "${TESTS_PART:-}" in
   d) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_backward_gpu.py"}
      PYTEST_K=${PYTEST_K:-"not ($BACKWARD_C)"} ;;
   e) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_generated_gpu.py"} ;;
+  f) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_key_table_gpu.py tests/gpu/test_key_unions_gpu.py tests/gpu/test_dense_mask_summary_gpu.py tests/gpu/test_float_expressions_gpu.py"} ;;
 esac
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/pytest.log" | tail -25

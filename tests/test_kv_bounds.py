@@ -152,10 +152,9 @@ def test_shapes_of_solved_masks(mask, lo, hi):
 
 
 @pytest.mark.parametrize("mask", [
-    "i != j",                       # two intervals
+    "i != j",                       # two rays, both reaching into every partial (diagonal) tile
+    "j <= i and i != j",            # the same
     "(i - j) % 2 == 0",             # kv % 2: not monotone on a tile
-    "abs(i - j) >= 3",              # outside a window: two intervals
-    "j < 10 or j > i",              # rays in opposite directions
     "j <= i and (i - j) % 2 == 0",  # an interval, but the rest holds on no whole tile
     "j // 1000000 // 1000000 // 1000000 <= i",  # its bounds could pass 2^62: not exact in 64 bits
 ])
@@ -166,15 +165,37 @@ def test_masks_without_one_interval_stay_per_element(mask):
 
 
 def test_a_conjunction_keeps_the_interval_where_the_rest_holds():
-    """j <= i solves, i != j does not: tiles off the diagonal take the interval, and the
-    diagonal ones evaluate the whole mask per element."""
-    k = lowered(program(None, "j <= i and i != j"), 128)
+    """j <= i + 64 solves, the rest does not: the partial tiles of the band's edge above the
+    diagonal take the interval (j > i there), and the diagonal ones evaluate the mask per element."""
+    k = lowered(program(None, "j <= i + 64 and ((i - j) % 3 != 0 or j > i)"), 128)
     assert k.attr("kv_bounds") == "interval where the rest holds"
-    assert ir.print_expr(k.func("kv_hi")) == "q"
     dims = {**DIMS, "M": 1024, "N": 1024}
     holds = lambda q0, k0: interp._holds(k.func("tile_keys"), dims, {}, 1, 1, q0, q0 + 127, k0, k0 + 127)[0, 0]
-    assert holds(512, 0) and not holds(512, 512)
+    assert holds(512, 640) and not holds(512, 512)
     assert_exact(k, dims, {}, random.Random(3), tiles=30)
+
+
+@pytest.mark.parametrize("mask, keyed, per_element", [
+    # Longformer: a window and global tokens; the first key tile's rows past the window's
+    # reach of it hold two intervals
+    ("abs(i - j) <= 256 or j < 32 or i < 32", (512, 256), (256, 0)),
+    ("abs(i - j) >= 3", (128, 0), (0, 0)),                   # outside a window
+    ("j < 10 or j > i", (640, 0), (0, 0)),                   # rays in opposite directions
+    ("i < 8 or abs(i - j) <= 100 or j >= N - 16", (512, 384), (768, 896)),
+    ("max(i - j, j - i - 5) >= 40", (128, 0), (128, 128)),  # a max >= r: one side or the other
+])
+def test_two_intervals_are_one_where_a_side_is_empty(mask, keyed, per_element):
+    """A union of two key intervals that may not meet is one interval on the partial tiles
+    where one side is false throughout (tile_keys holds there); elsewhere the mask runs per
+    element. Exact on every key of every tile, ragged ends included."""
+    k = lowered(program(None, mask), 128)
+    assert k.attr("kv_bounds") == "interval where the rest holds"
+    dims = {**DIMS, "M": 1024, "N": 1000}
+    holds = lambda q0, k0: interp._holds(k.func("tile_keys"), dims, {}, 1, 1, q0, q0 + 127, k0,
+                                         min(k0 + 128, dims["N"]) - 1)[0, 0]
+    assert holds(*keyed) and not holds(*per_element)
+    for seed in range(4):
+        assert_exact(k, dims, {}, random.Random(seed), tiles=40)
 
 
 def test_solver_unit():

@@ -17,14 +17,18 @@ wrap): the generated code computes them in 64 bits and clamps them to the tile.
 Solving works on comparisons of i32 expressions, one side isolated down to kv through `+ -`,
 negation, a positive constant factor, `//` by a positive constant, `abs`, `min`, `max` and a
 `where` whose condition does not read kv; `and` intersects intervals, `or` unites two of them
-when both are open on the same side (`j <= i or j < prefix[b]`). What it cannot solve (kv
-inside a load, `!=`, `%` of kv by a non-multiple of the tile, two intervals that may not meet)
-needs the per-element mask. When the mask is a conjunction of which only some parts solve
+when both are open on the same side (`j <= i or j < prefix[b]`). Two intervals that may not
+meet (`abs(i - j) <= W or j < G`, Longformer's window with global tokens; `i != j`) are one
+interval on the tiles where one of them is empty for every row: the row's interval is the hull
+of the two where both reach into the tile, and a tile predicate (mask analysis' proof that one
+side is false over the whole block) says where that hull is exact. What it cannot solve (kv
+inside a load, `%` of kv by a non-multiple of the tile) needs the per-element mask. When the mask is a conjunction of which only some parts solve
 (`doc_q[b, i] == doc_kv[b, j] and j <= i`), the interval comes from those, and a tile
 predicate tile_keys (mask analysis' bounds of the other parts, from the runtime tile summary
 if they read data) says on which partial tiles the others hold everywhere: there the interval
-is the whole mask (a document's diagonal tiles), elsewhere the mask runs per element.
-attr kv_bounds: "interval", "interval where the rest holds" or "per-element".
+is the whole mask (a document's diagonal tiles), elsewhere the mask runs per element; the tile
+predicate of a union of two intervals joins it there. attr kv_bounds: "interval", "interval
+where the rest holds" (a tile predicate says on which partial tiles) or "per-element".
 
 The bounds hold on tiles of the width they were solved for (`kv % C` is solved through k0 % C,
 and the open side of an interval ends at the tile's last key): a kernel whose tiles of keys
@@ -34,6 +38,7 @@ have another width (the backward's CTAs: 64 or 128 keys) solves them again for i
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -52,10 +57,13 @@ _MAX_NODES = 256  # a bound larger than this costs more per row than it saves: p
 
 @dataclass(frozen=True)
 class Keys:
-    """mask <=> ok and lo <= kv <= hi; None: unbounded on that side. ok does not read kv."""
+    """mask <=> ok and lo <= kv <= hi; None: unbounded on that side. ok does not read kv.
+    That holds on the tiles where the tile predicate `tiles` does; on the others the mask
+    implies it (the interval holds every key the mask keeps)."""
     lo: ir.Expr | None
     hi: ir.Expr | None
     ok: ir.Expr
+    tiles: ir.Expr = TRUE
 
 
 def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
@@ -66,7 +74,11 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
         return k
     tile_n = tile_n or k.attr("tile_n")
     per_element = k.with_attrs(kv_bounds="per-element")
-    solver = _Solver(tile_n)
+    whole = mask_analysis.whole_tiles(k)
+    # KDSL_KEY_UNIONS=0: unions of two intervals per element, as before them (A/B timing)
+    unions = os.environ.get("KDSL_KEY_UNIONS", "1") != "0"
+    last_key = op("i32", "sub", k.tensor("k").shape[2], const("i32", 1))
+    solver = _Solver(tile_n, (lambda e: mask_analysis.truth(e, whole)) if unions else None, last_key)
     solved, rest = [], []
     for c in _conjuncts(k.func("mask")):
         keys = solver.boolean(c)
@@ -80,30 +92,44 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
     hi = simplify(op("i32", "where", keys.ok, keys.hi if keys.hi is not None else last, op("i32", "sub", k0, const("i32", 1))))
     if _nodes(lo) + _nodes(hi) > _MAX_NODES or max(_magnitude(lo), _magnitude(hi)) >= 2**62:
         return per_element
-    if not rest:
+    exact = simplify(keys.tiles)
+    if not rest and exact == TRUE:
         return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_attrs(kv_bounds="interval")
-    # The rest of the mask (data read at kv, say) holds on every element of some partial tiles:
-    # those keep the interval; the others evaluate the whole mask per element.
-    rest = functools.reduce(lambda x, y: op("bool", "and", x, y), rest)
-    rest_holds = simplify(mask_analysis.truth(rest, mask_analysis.whole_tiles(k)).always)
-    if rest_holds == FALSE or _never_on_whole_tiles(rest_holds, k.attr("tile_m"), tile_n):
+    # The rest of the mask (data read at kv, say) holds on every element of some partial tiles,
+    # and the interval is exact on some: those keep the interval; the others evaluate the
+    # whole mask per element.
+    if rest:
+        rest = functools.reduce(lambda x, y: op("bool", "and", x, y), rest)
+        exact = simplify(op("bool", "and", mask_analysis.truth(rest, whole).always, exact))
+    if exact == FALSE or _nodes(exact) > _MAX_NODES or _never_on_partial_tiles(k, exact, tile_n):
         return per_element
-    return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_func("tile_keys", rest_holds) \
+    return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_func("tile_keys", exact) \
         .with_attrs(kv_bounds="interval where the rest holds")
 
 
-def _never_on_whole_tiles(pred: ir.Expr, bm: int, bn: int, tiles: int = 64) -> bool:
+def _never_on_partial_tiles(k: ir.Kernel, pred: ir.Expr, bn: int, tiles: int = 64) -> bool:
     """Whether a tile predicate of positions only (no data, dims, b or h) is false on every
-    whole tile of a grid of tiles x tiles: then it is taken to hold nowhere (`(i - j) % 2 ==
-    0` on a 128-wide tile), and its evaluation and the interval's code are not worth their
-    cost. Getting this wrong costs speed, never correctness."""
-    if any(isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name not in ("q0", "q1", "k0", "k1"))
-           or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(pred)):
+    partial whole tile of a grid of tiles x tiles: then it is taken to hold nowhere (`(i - j)
+    % 2 == 0` on a 128-wide tile; `i != j`, whose only partial tiles are the diagonal's), and
+    its evaluation and the interval's code are not worth their cost. Getting this wrong costs
+    speed, never correctness."""
+    empty, full = k.func("tile_empty"), k.func("tile_full")
+    partial = pred if empty is None or full is None else \
+        op("bool", "and", pred, op("bool", "not", op("bool", "or", empty, full)))
+    if not _positions_only(partial):
+        partial = pred  # the classes read data or dims: the predicate alone
+    if not _positions_only(partial):
         return False
+    bm = k.attr("tile_m")
     q0 = np.arange(tiles).reshape(-1, 1) * bm
     k0 = np.arange(tiles).reshape(1, -1) * bn
-    held = eval_numpy(pred, {"q0": q0, "q1": q0 + bm - 1, "k0": k0, "k1": k0 + bn - 1}, {})
+    held = eval_numpy(partial, {"q0": q0, "q1": q0 + bm - 1, "k0": k0, "k1": k0 + bn - 1}, {})
     return not np.any(held)
+
+
+def _positions_only(e: ir.Expr) -> bool:
+    return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name not in ("q0", "q1", "k0", "k1"))
+                   or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(e))
 
 
 def _magnitude(e: ir.Expr) -> int:
@@ -150,9 +176,13 @@ _NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "e
 
 
 class _Solver:
-    def __init__(self, tile_n: int):
-        self.tile_n = tile_n
+    def __init__(self, tile_n: int, truth=None, last_key: ir.Expr | None = None):
+        """truth: mask analysis over a block (unions of two intervals need it: None, not
+        solved); last_key: the last key there is (N - 1), where a tile's keys end."""
+        self.tile_n, self.truth = tile_n, truth
         k0 = ir.Var("i32", "k0")
+        last = op("i32", "add", k0, const("i32", tile_n - 1))
+        self.k1 = last if last_key is None else op("i32", "min", last, last_key)
         # stand-ins for "no key": below and above every key of the tile
         self.below, self.above = op("i32", "sub", k0, const("i32", 1)), op("i32", "add", k0, const("i32", tile_n))
 
@@ -166,7 +196,7 @@ class _Solver:
             return None if x is None or y is None else self._both(x, y)
         if e.op == "or":
             x, y = self.boolean(e.args[0]), self.boolean(e.args[1])
-            return None if x is None or y is None else self._either(x, y)
+            return None if x is None or y is None else self._either(x, y, *e.args)
         if e.op == "not":
             n = _negate(e.args[0])
             return None if n is None else self.boolean(n)
@@ -178,8 +208,10 @@ class _Solver:
         return None
 
     def compare(self, name: str, a: ir.Expr, b: ir.Expr) -> Keys | None:
-        if name == "ne":
-            return None  # two intervals
+        if name == "ne":  # two rays
+            x, y = self.compare("lt", a, b), self.compare("gt", a, b)
+            return None if x is None or y is None else \
+                self._either(x, y, op("bool", "lt", a, b), op("bool", "gt", a, b))
         if name == "eq":
             x, y = self.compare("le", a, b), self.compare("ge", a, b)
             return None if x is None or y is None else self._both(x, y)
@@ -244,8 +276,10 @@ class _Solver:
             base = i32("sub", k0, self._tile_mod(k0, y))
             return self.isolate(x, name, i32("add", r, base))
         if f.op == "abs":
-            if name == "ge":
-                return None  # two intervals
+            if name == "ge":  # outside a window: x <= -r or x >= r
+                below, above = op("bool", "le", x, i32("neg", r)), op("bool", "ge", x, r)
+                lo, hi = self.isolate(x, "le", i32("neg", r)), self.isolate(x, "ge", r)
+                return None if lo is None or hi is None else self._either(lo, hi, below, above)
             lo, hi = self.isolate(x, "ge", i32("neg", r)), self.isolate(x, "le", r)
             return None if lo is None or hi is None else self._both(lo, hi)
         if f.op in ("min", "max"):
@@ -253,7 +287,7 @@ class _Solver:
             if p is None or q is None:
                 return None
             meet = (f.op == "min") == (name == "ge")  # min >= r and max <= r hold on both
-            return self._both(p, q) if meet else self._either(p, q)
+            return self._both(p, q) if meet else self._either(p, q, op("bool", name, x, r), op("bool", name, y, r))
         if f.op == "where" and not _on_kv(x):
             p, q = self.isolate(f.args[1], name, r), self.isolate(f.args[2], name, r)
             return None if p is None or q is None else self._select(x, p, q)
@@ -264,19 +298,35 @@ class _Solver:
 
     def _both(self, x: Keys, y: Keys) -> Keys:
         join = lambda n, a, b: a if b is None else b if a is None else op("i32", n, a, b)
-        return Keys(join("max", x.lo, y.lo), join("min", x.hi, y.hi), op("bool", "and", x.ok, y.ok))
+        return Keys(join("max", x.lo, y.lo), join("min", x.hi, y.hi), op("bool", "and", x.ok, y.ok),
+                    _and(x.tiles, y.tiles))
 
-    def _either(self, x: Keys, y: Keys) -> Keys | None:
+    def _either(self, x: Keys, y: Keys, ex: ir.Expr | None = None, ey: ir.Expr | None = None) -> Keys | None:
+        """x or y; ex, ey: the bool expressions they solve (for two intervals that may not meet)."""
         if x.lo is None and x.hi is None:  # x does not depend on kv: x.ok or y
-            return self._select(x.ok, Keys(None, None, TRUE), y)
+            return self._select(x.ok, Keys(None, None, TRUE, x.tiles), y)
         if y.lo is None and y.hi is None:
-            return self._select(y.ok, Keys(None, None, TRUE), x)
-        ok = op("bool", "or", x.ok, y.ok)
+            return self._select(y.ok, Keys(None, None, TRUE, y.tiles), x)
+        ok, tiles = op("bool", "or", x.ok, y.ok), _and(x.tiles, y.tiles)
         if x.lo is None and y.lo is None:  # two rays down: the higher end
-            return Keys(None, op("i32", "max", self._hi_or_none(x), self._hi_or_none(y)), ok)
+            return Keys(None, op("i32", "max", self._hi_or_none(x), self._hi_or_none(y)), ok, tiles)
         if x.hi is None and y.hi is None:  # two rays up: the lower start
-            return Keys(op("i32", "min", self._lo_or_none(x), self._lo_or_none(y)), None, ok)
-        return None  # two intervals that may not meet
+            return Keys(op("i32", "min", self._lo_or_none(x), self._lo_or_none(y)), None, ok, tiles)
+        if ex is None or self.truth is None:
+            return None
+        # Two intervals that may not meet. A row's keys are the hull of those of the two that
+        # reach into the tile: exact on the tiles where one side is false on every element
+        # (mask analysis proves it over the block), a superset of the mask elsewhere.
+        k0 = ir.Var("i32", "k0")
+        ends = lambda z: (k0 if z.lo is None else z.lo, self.k1 if z.hi is None else z.hi)
+        (xlo, xhi), (ylo, yhi) = ends(x), ends(y)
+        reach = lambda z, lo, hi: op("bool", "and", z.ok, op("bool", "le", op("i32", "max", lo, k0),
+                                                              op("i32", "min", hi, self.k1)))
+        xin, yin = reach(x, xlo, xhi), reach(y, ylo, yhi)
+        lo = op("i32", "min", op("i32", "where", xin, xlo, self.above), op("i32", "where", yin, ylo, self.above))
+        hi = op("i32", "max", op("i32", "where", xin, xhi, self.below), op("i32", "where", yin, yhi, self.below))
+        one_side = op("bool", "or", self.truth(ex).never, self.truth(ey).never)
+        return Keys(lo, hi, op("bool", "or", xin, yin), _and(tiles, one_side))
 
     def _hi_or_none(self, x: Keys) -> ir.Expr:
         return op("i32", "where", x.ok, x.hi, self.below)
@@ -291,7 +341,11 @@ class _Solver:
             return op("i32", "where", c, default if a is None else a, default if b is None else b)
         k0 = ir.Var("i32", "k0")
         return Keys(pick(x.lo, y.lo, k0), pick(x.hi, y.hi, op("i32", "add", k0, const("i32", self.tile_n - 1))),
-                    op("bool", "where", c, x.ok, y.ok))
+                    op("bool", "where", c, x.ok, y.ok), _and(x.tiles, y.tiles))
+
+
+def _and(x: ir.Expr, y: ir.Expr) -> ir.Expr:
+    return x if y == TRUE else y if x == TRUE else op("bool", "and", x, y)
 
 
 def _linear(e: ir.Expr) -> tuple[int, ir.Expr] | None:
