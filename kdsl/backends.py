@@ -8,6 +8,7 @@ on the GPU would round them).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 
@@ -56,6 +57,9 @@ class Numpy:
     def __init__(self, float_dtype=None):
         self.xp, self.array = np, np.ndarray
         self.fdt = float_dtype or np.float64
+
+    def quiet(self):  # NaN and inf are values (docs/language.md), not warnings
+        return np.errstate(all="ignore")
 
     # --- IR evaluation (kdsl.semantics) ----------------------------------------------
     def to_float(self, a): return a.astype(self.fdt)
@@ -111,6 +115,9 @@ class Torch:
         self._dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
                         "e4m3": torch.float8_e4m3fn, "i32": torch.int32, "i8": torch.int8, "u8": torch.uint8,
                         "f64": torch.float64, "bool": torch.bool}
+
+    def quiet(self):  # torch does not warn; and Dynamo cannot trace np.errstate (FlexAttention's mods)
+        return contextlib.nullcontext()
 
     def to_float(self, a): return a.to(self.fdt)
     def to_int(self, a): return a.to(self.xp.int64)

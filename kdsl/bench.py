@@ -293,6 +293,8 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
         row.shape += f" documents~{mean}"
     fn = getattr(mod, case.kernel)
     out = fn(q, k, v, **caps)
+    lse = isinstance(out, tuple)  # a program that declares lse returns (out, lse): so does Flex's peer
+    out = out[0] if lse else out
     row.compile = cold_build(case.file, case.kernel, D, fn._arch())
     # error on two query heads and the k/v heads they read (one, when a group holds both)
     sl, sl_kv = slice(0, min(H, 2)), slice(0, max(1, min(H, 2) // (H // Hkv)))
@@ -306,8 +308,8 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     timed = {"kdsl": lambda: fn(q, k, v, **caps)}  # then each peer that runs; timed in turns below
     if "flex" in peers:
         try:
-            attend = flex_attend(kir, dims, caps, scale)
-            if rel_frobenius(attend(q, k, v), out) > 5e-2:
+            attend = flex_attend(kir, dims, caps, scale, lse)
+            if rel_frobenius(attend(q, k, v)[0] if lse else attend(q, k, v), out) > 5e-2:
                 raise RuntimeError("FlexAttention disagrees with kdsl on the same inputs")
             timed["flex"] = lambda: attend(q, k, v)
         except Exception as e:
@@ -332,16 +334,17 @@ def document_mask(torch, B: int, M: int, N: int, mean: int, device):
     return (doc[:, N - M:, None] == doc[:, None, :]).contiguous()
 
 
-def flex_attend(kir, dims: dict, caps: dict, scale: float):
+def flex_attend(kir, dims: dict, caps: dict, scale: float, lse: bool = False):
     """attend(q, k, v): compiled FlexAttention running the program's score and mask (its block
-    mask built for these dims)."""
+    mask built for these dims); lse: it returns (out, lse) as the program does."""
     from torch.nn.attention.flex_attention import create_block_mask
     from . import flex
     fa = flex.compiled_flex_attention()
     sm, mm = flex.score_mod(kir, dims, caps, scale), flex.mask_mod(kir, dims, caps)
     bm = create_block_mask(mm, dims["B"], dims["H"], dims["M"], dims["N"], device="cuda") if mm else None
     gqa_kw = {"enable_gqa": True} if dims["Hkv"] != dims["H"] else {}
-    return lambda q, k, v: fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale, **gqa_kw)
+    lse_kw = {"return_lse": True} if lse else {}
+    return lambda q, k, v: fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale, **gqa_kw, **lse_kw)
 
 
 # The suite's programs whose math is torch SDPA's, by name: whether causal (cuDNN's peer runs these;

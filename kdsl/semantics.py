@@ -136,9 +136,9 @@ def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None):
             on_host = eval_array(arg, {n: host.move(env[n]) for n in names},
                                  {n: host.move(captures[n]) for n in tensors}, host)
             return _array_op(backend, x, [backend.move(on_host)])
-        with numpy.errstate(all="ignore"):  # NaN and inf are values (docs/language.md), not warnings
-            return _array_op(backend, x, [go(a) for a in x.args])
-    return go(e)
+        return _array_op(backend, x, [go(a) for a in x.args])
+    with backend.quiet():
+        return go(e)
 
 
 def _array_op(be, x: ir.Op, args):

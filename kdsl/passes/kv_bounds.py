@@ -21,8 +21,11 @@ when both are open on the same side (`j <= i or j < prefix[b]`). Two intervals t
 meet (`abs(i - j) <= W or j < G`, Longformer's window with global tokens; `i != j`) are one
 interval on the tiles where one of them is empty for every row: the row's interval is the hull
 of the two where both reach into the tile, and a tile predicate (mask analysis' proof that one
-side is false over the whole block) says where that hull is exact. What it cannot solve (kv
-inside a load, `%` of kv by a non-multiple of the tile) needs the per-element mask. When the mask is a conjunction of which only some parts solve
+side is false over the whole block) says where that hull is exact. In the same way `x or y`
+(`x and y`) where y does not solve is x on the tiles where y holds nowhere (everywhere): a
+causal mask or an image's bidirectional block, `j <= i or (img_q[b, i] > 0 and img_q[b, i] ==
+img_k[b, j])`, is causal on the tiles without image tokens. What it cannot solve (kv inside a
+load, `%` of kv by a non-multiple of the tile) needs the per-element mask. When the mask is a conjunction of which only some parts solve
 (`doc_q[b, i] == doc_kv[b, j] and j <= i`), the interval comes from those, and a tile
 predicate tile_keys (mask analysis' bounds of the other parts, from the runtime tile summary
 if they read data) says on which partial tiles the others hold everywhere: there the interval
@@ -58,8 +61,8 @@ _MAX_NODES = 256  # a bound larger than this costs more per row than it saves: p
 @dataclass(frozen=True)
 class Keys:
     """mask <=> ok and lo <= kv <= hi; None: unbounded on that side. ok does not read kv.
-    That holds on the tiles where the tile predicate `tiles` does; on the others the mask
-    implies it (the interval holds every key the mask keeps)."""
+    That holds on the tiles where the tile predicate `tiles` does; on the others the kernel
+    evaluates the mask per element and the interval means nothing."""
     lo: ir.Expr | None
     hi: ir.Expr | None
     ok: ir.Expr
@@ -75,10 +78,12 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
     tile_n = tile_n or k.attr("tile_n")
     per_element = k.with_attrs(kv_bounds="per-element")
     whole = mask_analysis.whole_tiles(k)
-    # KDSL_KEY_UNIONS=0: unions of two intervals per element, as before them (A/B timing)
+    # KDSL_KEY_UNIONS=0: unions of two intervals and `and` / `or` with a side that does not
+    # solve per element, as before them (A/B timing)
     unions = os.environ.get("KDSL_KEY_UNIONS", "1") != "0"
     last_key = op("i32", "sub", k.tensor("k").shape[2], const("i32", 1))
-    solver = _Solver(tile_n, (lambda e: mask_analysis.truth(e, whole)) if unions else None, last_key)
+    solver = _Solver(tile_n, (lambda e: mask_analysis.truth(e, whole)) if unions else None, last_key,
+                     lambda p: p == FALSE or _never_on_partial_tiles(k, p, tile_n))
     solved, rest = [], []
     for c in _conjuncts(k.func("mask")):
         keys = solver.boolean(c)
@@ -176,10 +181,12 @@ _NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "e
 
 
 class _Solver:
-    def __init__(self, tile_n: int, truth=None, last_key: ir.Expr | None = None):
-        """truth: mask analysis over a block (unions of two intervals need it: None, not
-        solved); last_key: the last key there is (N - 1), where a tile's keys end."""
-        self.tile_n, self.truth = tile_n, truth
+    def __init__(self, tile_n: int, truth=None, last_key: ir.Expr | None = None, nowhere=lambda p: p == FALSE):
+        """truth: mask analysis over a block (an interval exact on some tiles only needs it:
+        unions of two, a side that does not solve; None: not solved); last_key: the last key
+        there is (N - 1), where a tile's keys end; nowhere: whether a tile predicate holds on
+        no partial tile."""
+        self.tile_n, self.truth, self.unions, self.nowhere = tile_n, truth, truth is not None, nowhere
         k0 = ir.Var("i32", "k0")
         last = op("i32", "add", k0, const("i32", tile_n - 1))
         self.k1 = last if last_key is None else op("i32", "min", last, last_key)
@@ -191,12 +198,16 @@ class _Solver:
             return Keys(None, None, e)
         if not isinstance(e, ir.Op):
             return None  # a bool load at kv
-        if e.op == "and":
+        if e.op in ("and", "or"):
             x, y = self.boolean(e.args[0]), self.boolean(e.args[1])
-            return None if x is None or y is None else self._both(x, y)
-        if e.op == "or":
-            x, y = self.boolean(e.args[0]), self.boolean(e.args[1])
-            return None if x is None or y is None else self._either(x, y, *e.args)
+            if e.op == "or":  # a side exact on some tiles only and with no key bounds (`img_q[b, i] > 0
+                # and img_q[b, i] == img_k[b, j]`): the tiles where it is false serve better
+                x, y = (None if z is not None and z.tiles != TRUE and z.lo is None and z.hi is None else z
+                        for z in (x, y))
+            if x is None or y is None:  # a side that does not solve
+                return None if x is None and y is None else \
+                    self._partly(x or y, e.args[0] if x is None else e.args[1], e.op)
+            return self._both(x, y) if e.op == "and" else self._either(x, y, *e.args)
         if e.op == "not":
             n = _negate(e.args[0])
             return None if n is None else self.boolean(n)
@@ -293,6 +304,16 @@ class _Solver:
             return None if p is None or q is None else self._select(x, p, q)
         return None
 
+    def _partly(self, keys: Keys, other: ir.Expr, how: str) -> Keys | None:
+        """keys `how` other, where other does not solve: keys alone on the tiles where other
+        holds on every element (and) or on none (or): `j <= i or (img_q[b, i] > 0 and
+        img_q[b, i] == img_k[b, j])` is causal on the tiles without an image."""
+        if not self.unions:
+            return None
+        t = self.truth(other)
+        where = simplify(t.always if how == "and" else t.never)
+        return None if self.nowhere(where) else replace(keys, tiles=_and(keys.tiles, where))
+
     def _tile_mod(self, k0: ir.Expr, c: ir.Const) -> ir.Expr:
         return const("i32", 0) if c.value == self.tile_n else op("i32", "mod", k0, c)
 
@@ -312,7 +333,7 @@ class _Solver:
             return Keys(None, op("i32", "max", self._hi_or_none(x), self._hi_or_none(y)), ok, tiles)
         if x.hi is None and y.hi is None:  # two rays up: the lower start
             return Keys(op("i32", "min", self._lo_or_none(x), self._lo_or_none(y)), None, ok, tiles)
-        if ex is None or self.truth is None:
+        if ex is None or not self.unions:
             return None
         # Two intervals that may not meet. A row's keys are the hull of those of the two that
         # reach into the tile: exact on the tiles where one side is false on every element
@@ -325,8 +346,8 @@ class _Solver:
         xin, yin = reach(x, xlo, xhi), reach(y, ylo, yhi)
         lo = op("i32", "min", op("i32", "where", xin, xlo, self.above), op("i32", "where", yin, ylo, self.above))
         hi = op("i32", "max", op("i32", "where", xin, xhi, self.below), op("i32", "where", yin, yhi, self.below))
-        one_side = op("bool", "or", self.truth(ex).never, self.truth(ey).never)
-        return Keys(lo, hi, op("bool", "or", xin, yin), _and(tiles, one_side))
+        one_side = simplify(op("bool", "or", self.truth(ex).never, self.truth(ey).never))
+        return None if self.nowhere(one_side) else Keys(lo, hi, op("bool", "or", xin, yin), _and(tiles, one_side))
 
     def _hi_or_none(self, x: Keys) -> ir.Expr:
         return op("i32", "where", x.ok, x.hi, self.below)
