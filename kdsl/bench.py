@@ -299,7 +299,8 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     # error on two query heads and the k/v heads they read (one, when a group holds both)
     sl, sl_kv = slice(0, min(H, 2)), slice(0, max(1, min(H, 2) // (H // Hkv)))
     sub = {n: (c[:1] if c.dim() > 1 and c.shape[0] == B else c) for n, c in caps.items()}
-    ref, _ = reference.attention(kir, q[:1, sl], k[:1, sl_kv], v[:1, sl_kv], sub)
+    ref, _ = reference.attention(kir, q[:1, sl], k[:1, sl_kv], v[:1, sl_kv], sub,
+                                 dims=reference.dims_of(kir, q, k, v, caps))  # the whole problem's H
     row.error = rel_frobenius(out[:1, sl], ref)
     del ref
     dims = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": D, "Dv": Dv}

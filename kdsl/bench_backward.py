@@ -17,6 +17,7 @@ FWD_BWD_FLOPS = 3.5  # times the forward's (FlashAttention's convention)
 
 def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
     import torch
+    from . import reference
     from .check import gradient_error, reference_grads
     from .semantics import eval_scalar
     from .testing import attention_inputs
@@ -49,7 +50,8 @@ def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
     with torch.no_grad():
         out = fn(q, k, v, **caps)
     out = out[0] if isinstance(out, tuple) else out
-    want = reference_grads(kir, q[:1, qh], k[:1, kvh], v[:1, kvh], sub, None, out[:1, qh], dout[:1, qh])
+    want = reference_grads(kir, q[:1, qh], k[:1, kvh], v[:1, kvh], sub, None, out[:1, qh], dout[:1, qh],
+                           dims=reference.dims_of(kir, q, k, v, caps))  # the whole problem's H
     row.error = max(gradient_error(g[:1, sl], w) for g, w, sl in zip(got, want, (qh, kvh, kvh)))
     del want
     dims = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": D, "Dv": Dv}

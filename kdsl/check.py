@@ -351,7 +351,7 @@ def capture_grad_errors(kernel: ir.Kernel, q, k, v, caps: dict, scale, out, dout
     return errors
 
 
-def reference_grads(kernel: ir.Kernel, q, k, v, caps, scale, out, dout, dlse=None):
+def reference_grads(kernel: ir.Kernel, q, k, v, caps, scale, out, dout, dlse=None, dims=None):
     """float64 (dq, dk, dv) of sum(out * dout) [+ sum(lse * dlse)], by autograd of the reference,
     as a backward computes them from its forward's output `out`: its softmax gradient is
     P (dP - delta) with delta = rowsum(dout * out) taken from the bf16 out the forward wrote, not
@@ -360,9 +360,9 @@ def reference_grads(kernel: ir.Kernel, q, k, v, caps, scale, out, dout, dlse=Non
     backward with a bf16 forward (FlashAttention's included) can compute. Autograd's own delta
     uses the exact output, so the difference, rowsum(dout * (exact - out)), enters as a
     gradient of the lse (d lse / d s = P, the same shift of delta). out=None: the exact
-    output's gradients (autograd's own delta)."""
+    output's gradients (autograd's own delta). dims: reference.attention's."""
     def ref(q, k, v):
-        return reference.attention(kernel, q, k, v, caps, scale=scale)
+        return reference.attention(kernel, q, k, v, caps, scale=scale, dims=dims)
 
     if out is None:
         return autograd_grads(ref, q, k, v, dout, dlse)

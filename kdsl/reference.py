@@ -14,11 +14,14 @@ from .backends import backend_for, host_for
 from .semantics import eval_array, eval_scalar
 
 
-def attention(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None):
-    """Returns (out, lse) in float64; rows with every key masked give out = 0, lse = -inf."""
+def attention(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None,
+              dims: dict | None = None):
+    """Returns (out, lse) in float64; rows with every key masked give out = 0, lse = -inf.
+    dims: the program's dims (dims_of) where q, k, v and the captures are the first heads or
+    batches of a larger problem, whose H (`float(H)`, `h < H // 2`) the score and mask read."""
     be = backend_for(q)
     xp = be.xp
-    s = scores(kernel, q, k, v, captures, scale)
+    s = scores(kernel, q, k, v, captures, scale, dims)
     lse = be.logsumexp(s)
     p = xp.exp(s - xp.where(xp.isinf(lse), 0.0, lse)[..., None])
     H, Hkv = q.shape[1], k.shape[1]
@@ -27,15 +30,16 @@ def attention(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: f
     return out, lse
 
 
-def scores(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None):
-    """The float64 scores [B, H, M, N], -inf where the mask drops the element."""
+def scores(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None,
+           dims: dict | None = None):
+    """The float64 scores [B, H, M, N], -inf where the mask drops the element (dims: attention)."""
     be = backend_for(q)
     host = host_for(be)  # where int() of a float is evaluated: on the CPU, whatever be is
     xp = be.xp
     captures = captures or {}
     B, H, M, D = q.shape
     Hkv, N = k.shape[1], k.shape[2]
-    dims = _dims(kernel, {"q": q, "k": k, "v": v, **captures})
+    dims = {**dims_of(kernel, q, k, v, captures), **(dims or {})}
     if scale is None:
         scale = float(eval_scalar(kernel.func("scale"), dims))
     kv_head = be.arange(H) // (H // Hkv)
@@ -67,12 +71,10 @@ def nan_scores(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: 
     return f"{count} scores are NaN for these inputs, the first at (b, h, i, j) = {first}"
 
 
-def _dims(kernel: ir.Kernel, tensors: dict) -> dict:
-    dims = {}
-    for name, (t, axis) in kernel.dims.items():
-        if t in tensors:
-            dims[name] = int(tensors[t].shape[axis])
-    return dims
+def dims_of(kernel: ir.Kernel, q, k, v, captures: dict | None = None) -> dict:
+    """The program's dims, by its own names, bound from the tensors' shapes."""
+    tensors = {"q": q, "k": k, "v": v, **(captures or {})}
+    return {name: int(tensors[t].shape[axis]) for name, (t, axis) in kernel.dims.items() if t in tensors}
 
 
 def fp8_gemm(a, a_scale, b, b_scale, group=None, count=None, c=None):
