@@ -309,8 +309,22 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
         fields=fields, v=_variant(k, variables, captures),
         grad=dict(score=natural(score), dscore=natural(dscore), score_is_s=_on(score == ir.Var("f32", "s")),
                   dscore_const=_on(isinstance(dscore, ir.Const) and math.isfinite(dscore.value)),
+                  key=_backward_key_part(score, dscore, natural, plan.body != "attention_bwd"),
                   **_capture_grad_code(k, natural, captures)))
     return Generated(k.name, entry, src, attention_capture_dims(k))
+
+
+def _backward_key_part(score: ir.Expr, dscore: ir.Expr, natural: CEmitter, wgmma: bool) -> dict:
+    """The Grad struct's key part (attention_backward.cu.j2): a wgmma backward step's thread
+    holds two keys for all of its elements, so a part of the score read per key (passes/
+    key_table.py part(): `4 tanh(g[b, j])`, the key half of a rank-one bias) is evaluated once a
+    step per key instead of per element, and the score and its derivative read it as kt."""
+    g = key_table.part(score) if wgmma else None
+    if g is None:
+        return dict(on=_on(False), part="0.f", score=natural(score), dscore=natural(dscore))
+    at_kt = CEmitter({**natural.variables, "kt": "kt"}, natural.captures)
+    return dict(on=_on(True), part=natural(g), score=at_kt(key_table.with_kt(score, g)),
+                dscore=at_kt(key_table.with_kt(dscore, g)))
 
 
 def _capture_grad_code(k: ir.Kernel, natural: CEmitter, captures: dict) -> dict:

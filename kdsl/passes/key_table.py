@@ -47,7 +47,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
     g = part(score)
     if g is None:
         raise KdslError(f"kernel '{k.name}': internal error: attr key_table on a score tiling should have refused")
-    keyed, g = _absorb_constant(_replace(score, g), g)
+    keyed, g = _absorb_constant(with_kt(score, g), g)
     k = k.with_func("key_part", g).with_func("score_keyed", keyed)
     form = raw_form(keyed)
     if form is None:
@@ -134,9 +134,10 @@ def _absorb_constant(keyed: ir.Expr, g: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
     return (keyed, ir.Op("f32", "mul", (g, found[0]))) if found else (keyed, g)
 
 
-def _replace(e: ir.Expr, g: ir.Expr) -> ir.Expr:
+def with_kt(e: ir.Expr, g: ir.Expr) -> ir.Expr:
+    """e with every occurrence of the part g read as kt."""
     if e == g:
         return KT
     if isinstance(e, ir.Op):
-        return replace(e, args=tuple(_replace(a, g) for a in e.args))
+        return replace(e, args=tuple(with_kt(a, g) for a in e.args))
     return e

@@ -46,3 +46,38 @@ def test_the_table_with_lse_and_three_warpgroups():
         finite = torch.isfinite(ref_lse)
         assert torch.equal(torch.isfinite(lse), finite)
         assert torch.allclose(lse[finite], ref_lse[finite].float(), atol=2e-3, rtol=1e-3), attrs
+
+
+@pytest.mark.parametrize("d", [64, 128, 192])
+@pytest.mark.parametrize("mask", list(MASKS), ids=str)
+@pytest.mark.parametrize("name", list(SCORES))
+def test_key_scores_backward_match_reference(name, mask, d):
+    """The wgmma backwards evaluate the key part once a step per key of a thread (G::kKeyPart,
+    attention_bwd_wgmma.cuh key_parts; the wide kernel at 192): gradients of q, k, v against
+    float64 autograd at a ragged GQA shape (keys past N read key N - 1's part, then dropped)."""
+    import torch
+    from gradcheck import check_grads
+    from kdsl.testing import attention_inputs
+    mod = _module(name, SCORES[name], MASKS[mask])
+    kir = mod.ir[name]
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, mask, d)) % 2**31)
+    q, k, v, caps = attention_inputs(kir, 2, 4, 2, 300, 517, d, generator=gen)
+    dout = torch.randn((2, 4, 300, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"{name} {mask} d={d}", getattr(mod, name), kir, q, k, v, caps, dout)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("name", ["rank1", "key_gate", "key_position"])
+def test_key_scores_capture_gradients(name, d):
+    """The captured tensors' gradients of key scores (the backward built with KDSL_CAPTURE_GRADS
+    reads the key part per element for them; the score itself from the step's key parts)."""
+    import torch
+    from gradcheck import check_grads
+    from kdsl.testing import attention_inputs
+    mod = _module(name, SCORES[name], "j <= i")
+    kir = mod.ir[name]
+    gen = torch.Generator(device="cuda").manual_seed(d)
+    q, k, v, caps = attention_inputs(kir, 2, 4, 2, 190, 300, d, generator=gen)
+    caps = {n: c.detach().requires_grad_() for n, c in caps.items()}
+    dout = torch.randn((2, 4, 190, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"{name} d={d}", getattr(mod, name), kir, q, k, v, caps, dout, of_captures=True)

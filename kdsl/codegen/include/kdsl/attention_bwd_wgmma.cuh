@@ -241,16 +241,32 @@ KDSL_DEVICE void mma_rs(float (&d)[N / 2], const u32 (&a)[KP][4], u32 sb, int bl
   WgmmaPV<Elem, N, KP>::run(d, a, db);
 }
 
+#ifndef KDSL_BWD_KEY_PART_ONCE  // 0: the score's key part per element (A/B timing)
+#define KDSL_BWD_KEY_PART_ONCE 1
+#endif
+// Whether a step evaluates the score's key part once per key of a thread (G::kKeyPart,
+// codegen/emit.py _backward_key_part) and its elements read it as kt.
+template <class G> constexpr bool kKeyPartOnce = KDSL_BWD_KEY_PART_ONCE && G::kKeyPart;
+
+// The key part at this thread's two keys key0 and key0 + 8 of a step of head h (0 where the
+// program has none; a key past N reads key N - 1's, for elements that are dropped).
+template <class G, class Captures>
+KDSL_DEVICE void key_parts(const AttnArgs& a, const Captures& c, int b, int h, int key0, float (&kt)[2]) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) kt[hh] = kKeyPartOnce<G> ? G::key_part(a, c, b, h, imin(key0 + 8 * hh, a.N - 1)) : 0.f;
+}
+
 // One element (query q, key kv) of a wgmma backward's step, both kernels': P = 2^(score log2 e
 // - lse log2 e) and dS = P (dP - delta) d score / d s without the softmax scale (which dK and dQ
 // take once at the end), in p and ds; both 0 where the element is not kept. kGuard (an
 // ElementGuard) checks the bounds, a row that saw no key (lse = -inf) and the mask where the
-// tile (class cls) is not full, or its key interval; kGuardNone keeps every element. Captured
+// tile (class cls) is not full, or its key interval; kGuardNone keeps every element. kt: the
+// score's key part at kv (key_parts). Captured
 // tensors' gradient shares go to ug (step-uniform) and, for an offset-indexed load, to
 // offset_share(share).
 template <class V, class G, int kGuard, class OffsetShare>
 KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
-                               int cls, int b, int h, int q, int kv, float s, float dp, float row_lse,
+                               int cls, int b, int h, int q, int kv, float kt, float s, float dp, float row_lse,
                                float row_delta, float* ug, float& p, float& ds, OffsetShare offset_share) {
   bool keep = true;
   if constexpr (kGuard) {
@@ -268,9 +284,15 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   if (!keep) return;
   // one FFMA on raw q.k where the score is s itself
   const float sn = s * c.scale, lse_log2 = row_lse * kLog2e;
-  p = math_exp2(G::kScoreIsS ? s * a.scale_log2 - lse_log2 : G::score(a, c, sn, b, h, q, kv) * kLog2e - lse_log2);
+  float score, dscore;
+  if constexpr (kKeyPartOnce<G>) {  // kt: the score's key part at kv (key_parts)
+    score = G::score_kt(a, c, sn, b, h, q, kv, kt), dscore = G::dscore_kt(a, c, sn, b, h, q, kv, kt);
+  } else {
+    score = G::kScoreIsS ? 0.f : G::score(a, c, sn, b, h, q, kv), dscore = G::dscore(a, c, sn, b, h, q, kv);
+  }
+  p = math_exp2(G::kScoreIsS ? s * a.scale_log2 - lse_log2 : score * kLog2e - lse_log2);
   const float dg = p * (dp - row_delta);  // d loss / d score
-  const float d = dg * G::dscore(a, c, sn, b, h, q, kv);
+  const float d = dg * dscore;
   // a derivative undefined where P underflowed adds nothing (a finite constant one gives 0
   // there by itself)
   ds = G::kDscoreConst || p != 0.f ? d : 0.f;
@@ -511,6 +533,8 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     // predicate. Otherwise an element is kept inside the bounds, where the mask keeps it and
     // its row saw some key (lse > -inf).
     const int key0 = n0 + 64 * wg + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
+    float kt[2];
+    key_parts<G>(a, c, b, h, key0, kt);
     float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
     // the offset-indexed one (flush_diagonal): diagonal u's shares in od[u & 1][e]
     constexpr bool kOffsetGrad = G::kCaptureGrads && G::kOffsetGrads > 0;
@@ -532,7 +556,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
               const int i = 32 * qb + 4 * j + 2 * hh + e, q = m0 + col + e, kv = key0 + 8 * hh;
               const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
               float p, ds;
-              element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, s[i], dp[i], row_lse, row_delta, ug, p, ds,
+              element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, kt[hh], s[i], dp[i], row_lse, row_delta, ug, p, ds,
                                           [&](float share) { od[(j - hh) & 1][e] += share; });
               s[i] = p;
               dp[i] = ds;

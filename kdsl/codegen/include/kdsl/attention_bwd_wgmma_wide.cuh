@@ -356,6 +356,8 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     // P^T and dS^T (dS without the softmax scale) of this warpgroup's n-tiles, as in
     // attention_bwd_wgmma.cuh: no predicate on full tiles inside M and N.
     const int key0 = n0 + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
+    float kt[2];
+    key_parts<G>(a, c, b, h, key0, kt);
     float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
     u32 pk[4][2], dk2[4][2];  // this warpgroup's P and dS, packed: [local n-tile][row half]
     auto elementwise = [&](auto guarded) {
@@ -374,7 +376,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
             const float sv = wg == 0 ? mine[il] : other[il], dpv = wg == 0 ? other[il] : mine[il];
             const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
             float p, ds;
-            element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, sv, dpv, row_lse, row_delta, ug, p, ds,
+            element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, kt[hh], sv, dpv, row_lse, row_delta, ug, p, ds,
                                         [&](float share) { G::add_offset_grad(a, c, cg, b, h, q - kv, share); });
             pv[e] = p;
             dv2[e] = ds;
