@@ -510,6 +510,9 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     add_out_dq();
     if (!KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
     const int cls = steps.tile_class(a, c, cur), h = h0 + cur.hq, m0 = cur.mt * BM;
+    const int key0 = n0 + 64 * wg + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
+    float kt[2];  // the score's key part at them, its loads issued before the step's wgmmas wait
+    key_parts<G>(a, c, b, h, key0, kt);
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
@@ -532,9 +535,6 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     // element, and every row it holds sees a key (its lse is finite): that path evaluates no
     // predicate. Otherwise an element is kept inside the bounds, where the mask keeps it and
     // its row saw some key (lse > -inf).
-    const int key0 = n0 + 64 * wg + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
-    float kt[2];
-    key_parts<G>(a, c, b, h, key0, kt);
     float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
     // the offset-indexed one (flush_diagonal): diagonal u's shares in od[u & 1][e]
     constexpr bool kOffsetGrad = G::kCaptureGrads && G::kOffsetGrads > 0;
