@@ -23,6 +23,8 @@ every consumer thread arriving, KDSL_DEFINES=KDSL_RACECHECK_ARRIVALS=1 (attentio
         too: the backward that adds their gradients, KDSL_CAPTURE_GRADS)
     ... python3 tools/dev/sanitize.py --fp8 --compiled-launch (each FP8 call made twice, the
         second launched by the compiled launch path, runtime/fast_launch.py, once it is built)
+    ... python3 tools/dev/sanitize.py --backward --files tools/dev/key_scores.kd (those files'
+        programs instead; --files last, paths from the repository root)
 """
 import pathlib
 import sys
@@ -47,6 +49,8 @@ if compiled_launch:
     from kdsl.runtime import fast_launch
     fast_launch.start()
     assert fast_launch.wait(), "the compiled launch path did not build"
+if "--files" in sys.argv:  # these .kd files instead (held-out sets, key scores)
+    files = [ROOT / a for a in sys.argv[sys.argv.index("--files") + 1:] if a.endswith(".kd")]
 stream_only = "--stream" in sys.argv
 table_only = "--offset-table" in sys.argv  # variants whose score's offset part comes from a table
 if stream_only or table_only:

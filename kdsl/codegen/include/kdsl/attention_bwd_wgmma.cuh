@@ -261,9 +261,8 @@ KDSL_DEVICE void key_parts(const AttnArgs& a, const Captures& c, int b, int h, i
 // take once at the end), in p and ds; both 0 where the element is not kept. kGuard (an
 // ElementGuard) checks the bounds, a row that saw no key (lse = -inf) and the mask where the
 // tile (class cls) is not full, or its key interval; kGuardNone keeps every element. kt: the
-// score's key part at kv (key_parts). Captured
-// tensors' gradient shares go to ug (step-uniform) and, for an offset-indexed load, to
-// offset_share(share).
+// score's key part at kv (key_parts). Captured tensors' gradient shares go to ug (step-uniform)
+// and, for an offset-indexed load, to offset_share(share).
 template <class V, class G, int kGuard, class OffsetShare>
 KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
                                int cls, int b, int h, int q, int kv, float kt, float s, float dp, float row_lse,
@@ -284,15 +283,12 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   if (!keep) return;
   // one FFMA on raw q.k where the score is s itself
   const float sn = s * c.scale, lse_log2 = row_lse * kLog2e;
-  float score, dscore;
-  if constexpr (kKeyPartOnce<G>) {  // kt: the score's key part at kv (key_parts)
-    score = G::score_kt(a, c, sn, b, h, q, kv, kt), dscore = G::dscore_kt(a, c, sn, b, h, q, kv, kt);
-  } else {
-    score = G::kScoreIsS ? 0.f : G::score(a, c, sn, b, h, q, kv), dscore = G::dscore(a, c, sn, b, h, q, kv);
-  }
-  p = math_exp2(G::kScoreIsS ? s * a.scale_log2 - lse_log2 : score * kLog2e - lse_log2);
+  // (the score's key part from kt where kKeyPartOnce: key_parts)
+  p = math_exp2(G::kScoreIsS ? s * a.scale_log2 - lse_log2
+                             : (kKeyPartOnce<G> ? G::score_kt(a, c, sn, b, h, q, kv, kt) : G::score(a, c, sn, b, h, q, kv))
+                                   * kLog2e - lse_log2);
   const float dg = p * (dp - row_delta);  // d loss / d score
-  const float d = dg * dscore;
+  const float d = dg * (kKeyPartOnce<G> ? G::dscore_kt(a, c, sn, b, h, q, kv, kt) : G::dscore(a, c, sn, b, h, q, kv));
   // a derivative undefined where P underflowed adds nothing (a finite constant one gives 0
   // there by itself)
   ds = G::kDscoreConst || p != 0.f ? d : 0.f;
@@ -510,9 +506,8 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     add_out_dq();
     if (!KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
     const int cls = steps.tile_class(a, c, cur), h = h0 + cur.hq, m0 = cur.mt * BM;
-    const int key0 = n0 + 64 * wg + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
-    float kt[2];  // the score's key part at them, its loads issued before the step's wgmmas wait
-    key_parts<G>(a, c, b, h, key0, kt);
+    float kt[2];  // the score's key part at the thread's keys (key0 below), loaded before the wgmmas wait
+    key_parts<G>(a, c, b, h, n0 + 64 * wg + 16 * warp + g, kt);
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
@@ -535,6 +530,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     // element, and every row it holds sees a key (its lse is finite): that path evaluates no
     // predicate. Otherwise an element is kept inside the bounds, where the mask keeps it and
     // its row saw some key (lse > -inf).
+    const int key0 = n0 + 64 * wg + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
     float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
     // the offset-indexed one (flush_diagonal): diagonal u's shares in od[u & 1][e]
     constexpr bool kOffsetGrad = G::kCaptureGrads && G::kOffsetGrads > 0;

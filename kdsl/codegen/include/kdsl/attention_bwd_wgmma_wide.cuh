@@ -330,9 +330,8 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   bool next_loaded = true;  // whether step nxt's loads are issued (a staged dQ piece defers them)
   for (; cur.hq < group; buf ^= 1) {
     const int cls = steps.tile_class(a, c, cur), h = h0 + cur.hq, m0 = cur.mt * BM;
-    const int key0 = n0 + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
-    float kt[2];  // the score's key part at them, its loads issued before the step's wgmmas wait
-    key_parts<G>(a, c, b, h, key0, kt);
+    float kt[2];  // the score's key part at the thread's keys (key0 below), loaded before the wgmmas wait
+    key_parts<G>(a, c, b, h, n0 + 16 * warp + g, kt);
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
@@ -358,6 +357,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
 
     // P^T and dS^T (dS without the softmax scale) of this warpgroup's n-tiles, as in
     // attention_bwd_wgmma.cuh: no predicate on full tiles inside M and N.
+    const int key0 = n0 + 16 * warp + g;  // the thread's row hh is key key0 + 8 hh
     float ug[G::kUniformGrads > 0 ? G::kUniformGrads : 1] = {};  // step-uniform capture gradients
     u32 pk[4][2], dk2[4][2];  // this warpgroup's P and dS, packed: [local n-tile][row half]
     auto elementwise = [&](auto guarded) {

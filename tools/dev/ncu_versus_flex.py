@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""One kdsl attention kernel and compiled FlexAttention on the same inputs, launched once each
+between cudaProfilerStart / Stop after a warm-up, for Nsight Compute:
+
+    ncu --profile-from-start off --section SpeedOfLight --section WarpStateStats \
+        --section InstructionStats python3 tools/dev/ncu_versus_flex.py \
+        tools/dev/key_scores.kd:rank1_bias:2,16,4096,4096,64
+
+(where does a variant spend what Flex does not? Flex's launches are its block-mask-free
+attention kernel; kdsl's its attention kernel and any tile summary it runs first)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from devtools import profile_once  # noqa: E402
+
+
+def main() -> None:
+    import kdsl
+    from kdsl import reference
+    from kdsl.bench import flex_attend
+    from kdsl.semantics import eval_scalar
+    from kdsl.testing import attention_inputs
+    calls = []
+    for spec in sys.argv[1:]:
+        path, name, shape = spec.split(":")
+        B, H, M, N, D = map(int, shape.split(","))
+        kern = getattr(kdsl.load(ROOT / path), name)
+        q, k, v, caps = attention_inputs(kern.ir, B, H, H, M, N, D)
+        dims = reference.dims_of(kern.ir, q, k, v, caps)
+        flex = flex_attend(kern.ir, {"Hkv": H, "Dv": D, **dims}, caps, float(eval_scalar(kern.ir.func("scale"), dims)))
+        calls += [lambda kern=kern, q=q, k=k, v=v, caps=caps: kern(q, k, v, **caps),
+                  lambda flex=flex, q=q, k=k, v=v: flex(q, k, v)]
+    profile_once(calls)
+
+
+if __name__ == "__main__":
+    main()
