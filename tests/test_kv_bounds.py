@@ -132,6 +132,22 @@ def test_generated_masks_solve_exactly_or_not_at_all(mask, d, seed):
         assert k.attr("kv_bounds") == "per-element" and k.func("kv_lo") is None
 
 
+def test_a_side_that_does_not_solve_leaves_the_other_where_it_holds_nowhere():
+    """`j <= i or (image token pairs)`: causal on the tiles whose rows hold no image token (ids 0)
+    or whose ids cannot meet the keys'; per element on an image's own tiles (tile summary)."""
+    k = lowered(program(None, "j <= i or (img_q[b, i] > 0 and img_q[b, i] == img_k[b, j])",
+                        decls=("img_q: i32[B, M]", "img_k: i32[B, N]")), 128)
+    assert k.attr("kv_bounds") == "interval where the rest holds" and ir.print_expr(k.func("kv_hi")).endswith("q")
+    dims = {**DIMS, "M": 1024, "N": 1024}
+    ids = np.zeros((DIMS["B"], 1024), np.int32)
+    ids[:, 300:700] = 1  # text, one image, text
+    caps = {"img_q": ids, "img_k": ids}
+    holds = lambda q0, k0: interp._holds(k.func("tile_keys"), dims, caps, 1, 1, q0, q0 + 127, k0, k0 + 127)[0, 0]
+    assert holds(0, 0) and holds(768, 768) and holds(384, 0) and not holds(384, 384)
+    for seed in range(3):
+        assert_exact(k, dims, caps, random.Random(seed), tiles=40)
+
+
 @settings(max_examples=100, deadline=None)
 @given(bool_expr(depth=3), st.sampled_from(["({m}) or doc_q[b, i] == doc_kv[b, j]",
                                             "({m}) or (doc_q[b, i] > 2 and doc_q[b, i] == doc_kv[b, j])",
