@@ -19,7 +19,7 @@ from kdsl.semantics import eval_array
 def kernel(index: str, size: str = "L"):
     src = f"""attention t {{
         q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-        g: f32[H]
+        g: f32[H]; t8: u8[B, M]; s8: i8[B, M]; t32: i32[B, M]
         tbl: f32[H, {size}]
         score(s, b, h, i, j) = s + tbl[h, {index}]
     }}"""
@@ -45,6 +45,16 @@ DIMS = {"B": 1, "H": 2, "M": 300, "N": 200, "D": 64}
     ("max(min(int(g[h] * 4.0), 7), 0)", 8, None),
     ("int(float(i) / float(j))", 300, "cannot be bounded"),  # j = 0 divides by zero
     ("int(float(i) / float(j + 1))", 300, None),
+    # integer elements: a u8 lies in [0, 255], an i8 in [-128, 127], an i32 anywhere; int() of an
+    # integer is itself (a held-out program's `min(int(qtype[b, i]), 3)` was refused)
+    ("min(int(t8[b, i]), 3)", 4, None),
+    ("t8[b, i]", 256, None),
+    ("t8[b, i]", 255, "ranges over [0, 255]"),
+    ("min(int(s8[b, i]), 3)", 4, "ranges over [-128, 3]"),
+    ("min(max(s8[b, i], 0), 3)", 4, None),
+    ("min(int(t32[b, i]), 3)", 4, "cannot be bounded"),
+    ("int(i + 1)", 301, None),
+    ("int(float(t8[b, i]) / 64.0)", 4, None),
 ])
 def test_float_index_bounds(index, L, verdict):
     k = kernel(index)

@@ -15,6 +15,10 @@ from ..semantics import I32_MAX, I32_MIN, scalar_op
 
 INF = math.inf
 UNKNOWN = (-INF, INF)
+# ranges' entry holding the range of each captured tensor whose element type bounds it: a u8
+# id lies in [0, 255] however it was drawn (not a name a program can give a dim)
+ELEMENTS = "<elements>"
+ELEMENT_RANGES = {"u8": (0, 255), "i8": (-128, 127)}
 
 
 def interval(e: ir.Expr, ranges: dict) -> tuple:
@@ -24,6 +28,10 @@ def interval(e: ir.Expr, ranges: dict) -> tuple:
         return (e.value, e.value) if e.ty == "i32" else UNKNOWN
     if isinstance(e, ir.Var):
         return ranges.get(e.name, UNKNOWN)
+    if isinstance(e, ir.Load):  # an element: what its type allows (an i32 one: anything)
+        return ranges.get(ELEMENTS, {}).get(e.tensor, UNKNOWN) if e.ty == "i32" else UNKNOWN
+    if isinstance(e, ir.Op) and e.op == "int" and e.args[0].ty == "i32":  # int() of an integer
+        return interval(e.args[0], ranges)
     if isinstance(e, ir.Op) and e.op == "int":  # truncation toward zero, saturating: monotone
         f = float_interval(e.args[0], ranges)
         if f is None:
@@ -173,6 +181,7 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
     ranges.update(b=(0, dims_of(k, dims, "q", 0) - 1), h=(0, dims_of(k, dims, "q", 1) - 1),
                   q=(0, dims_of(k, dims, "q", 2) - 1), kv=(0, dims_of(k, dims, "k", 2) - 1))
     ranges.update(q0=ranges["q"], q1=ranges["q"], k0=ranges["kv"], k1=ranges["kv"])
+    ranges[ELEMENTS] = {t.name: ELEMENT_RANGES[t.dtype] for t in k.tensors if t.dtype in ELEMENT_RANGES}
     # Every function the kernel evaluates: score and mask, and the score_log2 and tile
     # predicates an IR file may carry (kdsl tune's output) in their place.
     for fname, e in k.funcs:
