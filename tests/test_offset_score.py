@@ -29,6 +29,9 @@ def program(score: str, mask: str | None = None) -> str:
     ("s + bias[h, min(max(i - j, -15), 16) + 15]", True, True),  # a clamped learned table
     ("s * 0.5 + cos(freq[h] * float(i - j))", True, True),       # periodic, a scaled dot product
     ("s + where(j > i, 1.5, 0.0)", True, True),                  # a comparison of the two positions
+    # -(-s) is s (simplify.py): held-out set eight's gather by the sign of i - j spilled 32 bytes
+    # per element and takes the table
+    ("-(-s) + bias[h, where(j < i, 0, where(j == i, 1, 2))]", True, True),
     ("s + float(i - j)", True, False),                           # affine: affine_score.py's, cheaper
     ("s", False, False),                                         # nothing to gain
     ("s * float(i - j)", False, False),                          # the offset multiplies the dot product

@@ -47,8 +47,8 @@ def _simplify_node(e: ir.Op) -> ir.Expr:
             return TRUE
         rest = [a for a in args if a != FALSE]
         return rest[0] if len(rest) == 1 else (FALSE if not rest else e)
-    if e.op == "not" and isinstance(args[0], ir.Op) and args[0].op == "not":
-        return args[0].args[0]
+    if e.op in ("not", "neg") and isinstance(args[0], ir.Op) and args[0].op == e.op:
+        return args[0].args[0]  # -(-x) is x exactly: f32 negation flips the sign bit, i32's wraps back
     if e.op == "where" and isinstance(args[0], ir.Const):
         return args[1] if args[0].value else args[2]
     if e.op == "where" and args[1] == args[2]:
