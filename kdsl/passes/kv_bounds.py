@@ -25,13 +25,14 @@ side is false over the whole block) says where that hull is exact. In the same w
 (`x and y`) where y does not solve is x on the tiles where y holds nowhere (everywhere): a
 causal mask or an image's bidirectional block, `j <= i or (img_q[b, i] > 0 and img_q[b, i] ==
 img_k[b, j])`, is causal on the tiles without image tokens. What it cannot solve (kv inside a
-load, `%` of kv by a non-multiple of the tile) needs the per-element mask. When the mask is a conjunction of which only some parts solve
-(`doc_q[b, i] == doc_kv[b, j] and j <= i`), the interval comes from those, and a tile
-predicate tile_keys (mask analysis' bounds of the other parts, from the runtime tile summary
-if they read data) says on which partial tiles the others hold everywhere: there the interval
-is the whole mask (a document's diagonal tiles), elsewhere the mask runs per element; the tile
-predicate of a union of two intervals joins it there. attr kv_bounds: "interval", "interval
-where the rest holds" (a tile predicate says on which partial tiles) or "per-element".
+load, `%` of kv by a non-multiple of the tile) needs the per-element mask. When the mask is a
+conjunction of which only some parts solve (`doc_q[b, i] == doc_kv[b, j] and j <= i`), the
+interval comes from those, and a tile predicate tile_keys (mask analysis' bounds of the other
+parts, from the runtime tile summary if they read data) says on which partial tiles the others
+hold everywhere: there the interval is the whole mask (a document's diagonal tiles), elsewhere
+the mask runs per element; the tile predicate of a union of two intervals joins it there.
+attr kv_bounds: "interval", "interval where the rest holds" (a tile predicate says on which
+partial tiles) or "per-element".
 
 The bounds hold on tiles of the width they were solved for (`kv % C` is solved through k0 % C,
 and the open side of an interval ends at the tile's last key): a kernel whose tiles of keys
