@@ -133,6 +133,17 @@ def _never_on_partial_tiles(k: ir.Kernel, pred: ir.Expr, bn: int, tiles: int = 6
     return not np.any(held)
 
 
+def _within(cap: int, *exprs: ir.Expr | None) -> bool:
+    """Whether the expressions hold at most cap nodes together (the count stops past cap)."""
+    n = 0
+    for e in exprs:
+        for _ in ir.walk(e) if e is not None else ():
+            n += 1
+            if n > cap:
+                return False
+    return True
+
+
 def _positions_only(e: ir.Expr) -> bool:
     return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name not in ("q0", "q1", "k0", "k1"))
                    or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(e))
@@ -334,8 +345,8 @@ class _Solver:
             return Keys(None, op("i32", "max", self._hi_or_none(x), self._hi_or_none(y)), ok, tiles)
         if x.hi is None and y.hi is None:  # two rays up: the lower start
             return Keys(op("i32", "min", self._lo_or_none(x), self._lo_or_none(y)), None, ok, tiles)
-        if ex is None or not self.unions:
-            return None
+        if ex is None or not self.unions or not _within(_MAX_NODES, x.lo, x.hi, x.ok, y.lo, y.hi, y.ok):
+            return None  # (each union doubles its sides' size: nested ones would grow exponentially)
         # Two intervals that may not meet. A row's keys are the hull of those of the two that
         # reach into the tile: exact on the tiles where one side is false on every element
         # (mask analysis proves it over the block), a superset of the mask elsewhere.
