@@ -7,7 +7,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from kdsl import interp, ir
-from kdsl.passes import kv_bounds
+from kdsl.passes import kv_bounds, mask_analysis
 from kdsl.semantics import eval_numpy
 
 from conftest import ROOT, lowered
@@ -249,3 +249,17 @@ def test_interpreter_follows_the_bounds_at_the_i32_limits():
     out, _ = interp.attention(kir, *(x.float().numpy() for x in (q, k, v)), {"lim": lim.numpy()})
     ref, _ = reference.attention(kir, q, k, v, {"lim": lim})
     assert rel_frobenius(torch.from_numpy(out), ref) <= ATTENTION_TOL
+
+
+def test_deeply_nested_abs_stays_cheap():
+    """Regression (CI's fuzz test drew it): abs visits its argument twice and a union of its two
+    sides was tried at every level of `abs(abs(...(i - j)...)) >= r`, exponential in the depth;
+    the solver's work is bounded (kv_bounds._MAX_CALLS), so the mask goes per element instead."""
+    e = "(i - j)"
+    for d in range(28):  # 56 levels of nesting: within the parser's 64
+        e = f"abs({e} - {d % 5})"
+    k = lowered(program(None, e + " >= 3"), 128)
+    assert k.attr("kv_bounds") == "per-element"
+    solver = kv_bounds._Solver(128, lambda x: mask_analysis.truth(x), None, lambda p: False)
+    assert solver.boolean(k.func("mask")) is None
+    assert solver.calls < 2 * kv_bounds._MAX_CALLS  # (each open frame may call once more past it)

@@ -57,6 +57,7 @@ from .simplify import FALSE, TRUE, const, op, simplify
 DERIVED = ("kv_lo", "kv_hi", "tile_keys")
 
 _MAX_NODES = 256  # a bound larger than this costs more per row than it saves: per-element
+_MAX_CALLS = 2000  # the solver's work on one mask (isolate() calls; a sample's take under 50)
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,7 @@ class _Solver:
         there is (N - 1), where a tile's keys end; nowhere: whether a tile predicate holds on
         no partial tile."""
         self.tile_n, self.truth, self.unions, self.nowhere = tile_n, truth, truth is not None, nowhere
+        self.calls = 0  # isolate()'s, against _MAX_CALLS
         k0 = ir.Var("i32", "k0")
         last = op("i32", "add", k0, const("i32", tile_n - 1))
         self.k1 = last if last_key is None else op("i32", "min", last, last_key)
@@ -257,6 +259,11 @@ class _Solver:
 
     def isolate(self, f: ir.Expr, name: str, r: ir.Expr) -> Keys | None:
         """Keys with f(kv) `name` r, name le or ge, r not reading kv."""
+        # abs (both sides) and unions visit a subexpression twice: nested ones would take
+        # exponential time; past the budget the mask is left per element
+        self.calls += 1
+        if self.calls > _MAX_CALLS:
+            return None
         i32 = lambda n, *xs: op("i32", n, *xs)
         if not _on_kv(f):  # one side of a min, max or where
             return Keys(None, None, op("bool", name, f, r))
