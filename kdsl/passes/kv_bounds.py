@@ -356,7 +356,7 @@ class _Solver:
             return None  # (each union doubles its sides' size: nested ones would grow exponentially)
         # Two intervals that may not meet. A row's keys are the hull of those of the two that
         # reach into the tile: exact on the tiles where one side is false on every element
-        # (mask analysis proves it over the block), a superset of the mask elsewhere.
+        # (mask analysis proves it over the block); elsewhere the kernel checks per element.
         k0 = ir.Var("i32", "k0")
         ends = lambda z: (k0 if z.lo is None else z.lo, self.k1 if z.hi is None else z.hi)
         (xlo, xhi), (ylo, yhi) = ends(x), ends(y)
