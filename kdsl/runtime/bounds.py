@@ -18,7 +18,8 @@ UNKNOWN = (-INF, INF)
 # ranges' entry holding the range of each captured tensor whose element type bounds it: a u8
 # id lies in [0, 255] however it was drawn (not a name a program can give a dim)
 ELEMENTS = "<elements>"
-ELEMENT_RANGES = {"u8": (0, 255), "i8": (-128, 127)}
+ELEMENT_RANGES = {name: (int(numpy.iinfo(t).min), int(numpy.iinfo(t).max))
+                  for name, t in (("u8", numpy.uint8), ("i8", numpy.int8))}
 
 
 def interval(e: ir.Expr, ranges: dict) -> tuple:
