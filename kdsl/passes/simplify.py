@@ -53,6 +53,10 @@ def _simplify_node(e: ir.Op) -> ir.Expr:
         return args[1] if args[0].value else args[2]
     if e.op == "where" and args[1] == args[2]:
         return args[1]
+    if e.op == "where":
+        shared = _where_of_arms(e)
+        if shared is not None:
+            return shared
     if e.op in ("add", "sub") and consts[1] == 0:
         return args[0]
     if e.op == "add" and consts[0] == 0:
@@ -66,3 +70,38 @@ def _simplify_node(e: ir.Op) -> ir.Expr:
     if e.op in ("min", "max") and args[0] == args[1]:
         return args[0]
     return e
+
+
+# The operand that leaves x unchanged, exactly (x + -0.0 is x for every x, -0.0 included).
+_IDENTITY = {("add", "f32"): -0.0, ("sub", "f32"): 0.0, ("mul", "f32"): 1.0,
+             ("add", "i32"): 0, ("sub", "i32"): 0, ("mul", "i32"): 1}
+
+
+def _where_of_arms(e: ir.Op) -> ir.Expr | None:
+    """where(c, x + a, x) as x + where(c, a, -0.0), and likewise for -, * and two arms
+    x op a, x op b: the same value in either branch, so exact, and the select moves onto the
+    part that differs. That part may then be one the kernel evaluates once per key or offset
+    (`where(special[b, j], s + 2.0, s)`: passes/key_table.py) rather than per element."""
+    c, p, n = e.args
+    for name in ("add", "sub", "mul"):
+        ident = _IDENTITY.get((name, e.ty))
+        if ident is None:
+            continue
+        for x, a in _split(p, name):
+            for y, b in _split(n, name):
+                if x == y:
+                    return op(e.ty, name, x, op(e.ty, "where", c, a, b))
+            if n == x:
+                return op(e.ty, name, x, op(e.ty, "where", c, a, const(e.ty, ident)))
+        for y, b in _split(n, name):
+            if p == y:
+                return op(e.ty, name, y, op(e.ty, "where", c, const(e.ty, ident), b))
+    return None
+
+
+def _split(e: ir.Expr, name: str) -> list[tuple[ir.Expr, ir.Expr]]:
+    """(x, a) with e == x op a: the left operand first, and the right one too where op commutes."""
+    if not (isinstance(e, ir.Op) and e.op == name):
+        return []
+    x, a = e.args
+    return [(x, a), (a, x)] if name in ("add", "mul") else [(x, a)]
