@@ -18,6 +18,7 @@ SCORES = {
     "key_gate": "s + 4.0 * tanh(g[b, j])",
     "key_position": "s * 0.7 + float(j) / 512.0 * g[b, j]",
     "row_gain": "s + float(i) / 1024.0 * g[b, j] + fq[b, h, i]",  # the raw form with a base (key_table.raw_form)
+    "select": "where(g[b, j] > 0.0, s + 2.0, s)",  # s + a select once simplified (passes/simplify.py)
 }
 
 
