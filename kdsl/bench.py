@@ -340,6 +340,7 @@ def flex_attend(kir, dims: dict, caps: dict, scale: float, lse: bool = False):
     mask built for these dims); lse: it returns (out, lse) as the program does."""
     from torch.nn.attention.flex_attention import create_block_mask
     from . import flex
+    flex.fresh_flex_compile()  # each row compiles its peer afresh, never past Dynamo's recompile limit
     fa = flex.compiled_flex_attention()
     sm, mm = flex.score_mod(kir, dims, caps, scale), flex.mask_mod(kir, dims, caps)
     bm = create_block_mask(mm, dims["B"], dims["H"], dims["M"], dims["N"], device="cuda") if mm else None

@@ -56,3 +56,30 @@ def test_flex_mods_trace_without_a_graph_break():
             out = traced(q.float(), k.float(), v.float(), score_mod=sm, block_mask=bm, scale=scale)
             ref, _ = reference.attention(kir, q, k, v, caps, scale)
             assert rel_frobenius(out, ref) <= 1e-4, (path.stem, name)
+
+
+def test_a_long_benchmark_compiles_every_rows_peer():
+    """Regression: Dynamo stops compiling a function after 8 recompiles, and a `kdsl bench` of
+    eleven programs at two shapes ran its last rows' FlexAttention eagerly (24 ms, 64x its compiled
+    time, H200). The peer is compiled whole (fullgraph: the limit raises rather than runs eagerly)
+    and afresh for each row (bench.flex_attend calls flex.fresh_flex_compile)."""
+    src = "\n".join(f"attention k{n} {{\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                    f"    score(s, b, h, i, j) = s + {n}.0 * float(j) / 1024.0\n}}" for n in range(12))
+    mod = kdsl.compile(src, "twelve.kd")
+    B, H, M, N, D = 1, 2, 128, 128, 64
+    dims = {"B": B, "H": H, "Hkv": H, "M": M, "N": N, "D": D, "Dv": D}
+
+    def run_all(fresh: bool):
+        fa = flex.compiled_flex_attention("eager")  # Dynamo alone: the limit is Dynamo's
+        for kir in mod.ir.values():
+            if fresh:
+                flex.fresh_flex_compile()
+            q, k, v, caps = attention_inputs(kir, B, H, H, M, N, D, device="cpu")
+            out = fa(q.float(), k.float(), v.float(), score_mod=flex.score_mod(kir, dims, caps, D ** -0.5),
+                     scale=D ** -0.5)
+            ref, _ = reference.attention(kir, q, k, v, caps)
+            assert rel_frobenius(out, ref) <= 1e-4, kir.name
+    flex.fresh_flex_compile()
+    with pytest.raises(torch._dynamo.exc.FailOnRecompileLimitHit):
+        run_all(fresh=False)
+    run_all(fresh=True)
