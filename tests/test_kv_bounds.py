@@ -169,6 +169,8 @@ def test_generated_masks_or_data_solve_exactly(mask, form, d, seed):
     ("not (abs(i - j) > 5)", None, None),
     # a union of two rays down
     ("j <= i or j < 100", "k0", "(max:i32 q 99)"),
+    # blocks of 64 keys in two phases (a checkerboard): one block of each 128-key tile, per row
+    ("(i // 64) % 2 == (j // 64) % 2", "(add:i32 (mul:i32 (mod:i32 (floordiv:i32 q 64) 2) 64) k0)", None),
 ])
 def test_shapes_of_solved_masks(mask, lo, hi):
     k = lowered(program(None, mask))
@@ -186,6 +188,7 @@ def test_shapes_of_solved_masks(mask, lo, hi):
     "(i - j) % 2 == 0",             # kv % 2: not monotone on a tile
     "j <= i and (i - j) % 2 == 0",  # an interval, but the rest holds on no whole tile
     "j // 1000000 // 1000000 // 1000000 <= i",  # its bounds could pass 2^62: not exact in 64 bits
+    "(j // 48) % 2 == 0",           # a period of 96 keys: wraps inside a 128-key tile
 ])
 def test_masks_without_one_interval_stay_per_element(mask):
     k = lowered(program(None, mask))
@@ -263,3 +266,20 @@ def test_deeply_nested_abs_stays_cheap():
     solver = kv_bounds._Solver(128, lambda x: mask_analysis.truth(x), None, lambda p: False)
     assert solver.boolean(k.func("mask")) is None
     assert solver.calls < 2 * kv_bounds._MAX_CALLS  # (each open frame may call once more past it)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([8, 16, 32, 64, 128, 256]), st.sampled_from([1, 2, 3, 4, 8]),
+       st.sampled_from(["==", "<=", ">=", "!=", "<"]), st.sampled_from(["(i // {a}) % {c}", "1", "{c} - 2"]),
+       st.sampled_from(["{m}", "{m} and j <= i", "{m} or j < 40"]), st.sampled_from([64, 128]),
+       st.integers(0, 2**32 - 1))
+def test_blocks_in_phases_solve_exactly_or_not_at_all(a, c, cmp, rhs, form, d, seed):
+    """(j // a) % c against a row's phase or a constant: on a tile inside one period of a * c
+    keys it is (j - base) // a, which solves; a period that is not a multiple of the tile stays
+    per element."""
+    m = f"(j // {a}) % {c} {cmp} " + rhs.format(a=a, c=c)
+    k = lowered(program(None, form.format(m=m)), d)
+    if k.attr("kv_bounds") != "per-element":
+        assert_exact(k, DIMS, {}, random.Random(seed), tiles=16)
+    if form == "{m}" and cmp != "!=" and (a * c) % k.attr("tile_n") == 0:
+        assert k.attr("kv_bounds") == "interval", m

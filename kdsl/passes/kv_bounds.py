@@ -305,6 +305,14 @@ class _Solver:
             k0 = ir.Var("i32", "k0")
             base = i32("sub", k0, self._tile_mod(k0, y))
             return self.isolate(x, name, i32("add", r, base))
+        if f.op == "mod" and isinstance(y, ir.Const) and y.value > 0 and isinstance(x, ir.Op) \
+                and x.op == "floordiv" and isinstance(x.args[0], ir.Var) and isinstance(x.args[1], ir.Const) \
+                and x.args[1].value > 0 and (x.args[1].value * y.value) % self.tile_n == 0:
+            # (kv // a) % c is (kv % (a c)) // a, and on a tile kv % (a c) never wraps (as above):
+            # blocks of a keys in c phases, (i // 64) % 2 == (j // 64) % 2 (a checkerboard)
+            k0, period = ir.Var("i32", "k0"), const("i32", x.args[1].value * y.value)
+            base = i32("sub", k0, self._tile_mod(k0, period))
+            return self.isolate(i32("floordiv", i32("sub", x.args[0], base), x.args[1]), name, r)
         if f.op == "abs":
             if name == "ge":  # outside a window: x <= -r or x >= r
                 below, above = op("bool", "le", x, i32("neg", r)), op("bool", "ge", x, r)
