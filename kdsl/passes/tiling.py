@@ -48,6 +48,9 @@ WGMMA_WIDE_TILES = {96: (176, 2, 2), 128: (176, 2, 2)}
 # consumer warpgroups (232 registers each after setmaxnreg); three get 160 each.
 ACCUMULATOR_REGS = 208
 THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
+# Three warpgroups have no spill fallback: where ptxas spills them (8-24 bytes at D=64, masks with
+# sinks or data-dependent windows), two ran x0.92-1.06 against them over nine programs (H200,
+# 2026-12-01, bench/NOTES.md): no rule of bytes picks the faster.
 # A row tile that visits this many kv tiles or fewer (mask_analysis.visited_tiles: a window of
 # up to ~1000 keys) keeps 128 rows: three warpgroups' 192 rows span one more kv tile of the band
 # and a work item's fixed cost is spread over fewer tiles. H200, D=64, two warpgroups against
@@ -262,7 +265,9 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     warpgroups against two at D=64: prefix-LM and padded causal +14 %, ALiBi +4.6 % at 8k,
     sliding window +2-3 %, a periodic bias +3.4 %). Per-element loads need the registers
     (document masks spilled 41 instructions there) or, streamed, a tile that grows with the
-    q tile (bias[q, kv] would lose a stage); 192 rows straddle the power-of-two blocks of a
+    q tile (bias[q, kv] would lose a stage), and where a key or offset table replaces the load
+    (passes/key_table.py, offset_score.py) three still lost: x0.84-1.01 over 14 programs (H200,
+    D=64, 2026-12-01); 192 rows straddle the power-of-two blocks of a
     `//` or `%` mask (chunked causal -9 %, a dilated window -3.3 %; natten2d +12 % was the
     exception); a tanh under a window mask lost 5.5 % (Gemma-2's local layers); and a narrow
     band (NARROW_BAND_TILES) keeps 128 rows.
