@@ -215,6 +215,8 @@ def test_a_conjunction_keeps_the_interval_where_the_rest_holds():
     ("j < 10 or j > i", (640, 0), (0, 0)),                   # rays in opposite directions
     ("i < 8 or abs(i - j) <= 100 or j >= N - 16", (512, 384), (768, 896)),
     ("max(i - j, j - i - 5) >= 40", (128, 0), (128, 128)),  # a max >= r: one side or the other
+    # three sides: both ends and a window (503 nodes as trees, 46 distinct: kv_bounds._nodes)
+    ("j < 16 or j >= N - 16 or abs(i - j) <= 256", (512, 384), (0, 0)),
 ])
 def test_two_intervals_are_one_where_a_side_is_empty(mask, keyed, per_element):
     """A union of two key intervals that may not meet is one interval on the partial tiles
