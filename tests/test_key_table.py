@@ -26,7 +26,9 @@ KEYED = ["s + qb[b, h, i] * kb[b, h, j]",          # a rank-one bias
          "s * exp(t[h]) + g[b, j] * g[b, j]",      # the same load twice is one part
          # a select between s and s + 2 is s + a select (simplify.py): held-out set nine's
          # special keys loaded a bool per element and spilled 88 bytes at D=128
-         "where(g[b, j] > 0.0, s + 2.0, s)"]
+         "where(g[b, j] > 0.0, s + 2.0, s)",
+         # a key temperature: the table holds the reciprocal, an element multiplies
+         "s / (1.0 + g[b, j] * g[b, j])"]
 
 
 @pytest.mark.parametrize("score,table", [
@@ -158,3 +160,15 @@ def test_exact_math_keeps_the_part_per_element():
     assert exact.attr("math") == "exact" and exact.attr("key_table") == 0
     with pytest.raises(KdslError, match="not under exact math"):
         lowered(src, 64, math="exact", key_table=1)
+
+
+def test_a_division_by_the_key_part_multiplies_by_its_reciprocal():
+    """`s / (1 + knorm[b, j])`: the table holds 1 / (1 + knorm) and an element multiplies (no
+    reciprocal per element on the MUFU unit the exp2 needs); where kt is read beside the
+    division too, the table keeps the part itself."""
+    k = lowered(program("s / (1.0 + g[b, j] * g[b, j])"), 64)
+    assert k.func("key_part").op == "div" and not any(
+        isinstance(n, ir.Op) and n.op == "div" for n in ir.walk(k.func("score_keyed")))
+    k = lowered(program("s / (1.0 + g[b, j] * g[b, j]) * (1.0 + g[b, j] * g[b, j])"), 64)
+    assert k.func("key_part").op == "add" and any(
+        isinstance(n, ir.Op) and n.op == "div" for n in ir.walk(k.func("score_keyed")))

@@ -47,7 +47,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
     g = part(score)
     if g is None:
         raise KdslError(f"kernel '{k.name}': internal error: attr key_table on a score tiling should have refused")
-    keyed, g = _absorb_constant(with_kt(score, g), g)
+    keyed, g = _absorb_constant(*_reciprocal(with_kt(score, g), g))
     k = k.with_func("key_part", g).with_func("score_keyed", keyed)
     form = raw_form(keyed)
     if form is None:
@@ -114,6 +114,36 @@ def _is_part(e: ir.Expr) -> bool:
         return False
     return any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and (n.op in ir.FLOAT_FUNCS or n.op in _COSTLY_OPS))
                for n in ir.walk(e))
+
+
+def _reciprocal(keyed: ir.Expr, g: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
+    """x / kt as x * kt, the table holding 1 / g: a key temperature `s / (1.0 + knorm[b, h, j])`
+    then costs an FMUL an element instead of a reciprocal on the MUFU unit, which the softmax's
+    exp2 needs (fast math's division is x times an approximate reciprocal either way,
+    common.cuh math_div; exact math takes no table)."""
+    divisions, uses = [], []
+
+    def visit(e):
+        if e == KT:
+            uses.append(e)
+        if isinstance(e, ir.Op):
+            if e.op == "div" and e.args[1] == KT:
+                divisions.append(e)
+                visit(e.args[0])
+                return
+            for a in e.args:
+                visit(a)
+    visit(keyed)
+    if not divisions or uses:  # kt also read elsewhere: the table keeps g
+        return keyed, g
+
+    def rewrite(e):
+        if not isinstance(e, ir.Op):
+            return e
+        if e.op == "div" and e.args[1] == KT:
+            return ir.Op("f32", "mul", (rewrite(e.args[0]), KT))
+        return replace(e, args=tuple(rewrite(a) for a in e.args))
+    return rewrite(keyed), ir.Op("f32", "div", (const("f32", 1.0), g))
 
 
 def _absorb_constant(keyed: ir.Expr, g: ir.Expr) -> tuple[ir.Expr, ir.Expr]:

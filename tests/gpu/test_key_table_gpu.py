@@ -19,6 +19,7 @@ SCORES = {
     "key_position": "s * 0.7 + float(j) / 512.0 * g[b, j]",
     "row_gain": "s + float(i) / 1024.0 * g[b, j] + fq[b, h, i]",  # the raw form with a base (key_table.raw_form)
     "select": "where(g[b, j] > 0.0, s + 2.0, s)",  # s + a select once simplified (passes/simplify.py)
+    "temperature": "s / (1.0 + g[b, j] * g[b, j])",  # the table holds the reciprocal (key_table._reciprocal)
 }
 
 
