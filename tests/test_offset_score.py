@@ -93,9 +93,14 @@ def test_the_table_is_the_default_where_the_offset_part_is_costly():
     """T5's buckets (a log, divisions, a gather), a gathered clamp and a cosine take the table by
     default; a cheap part (a select on the sign of i - j), an affine score and a kernel that
     asked for no table keep the score per element."""
-    for score in (T5, "s + bias[h, min(max(i - j, -15), 16) + 15]", "s * 0.5 + cos(freq[h] * float(i - j))"):
+    for score in (T5, "s + bias[h, min(max(i - j, -15), 16) + 15]", "s * 0.5 + cos(freq[h] * float(i - j))",
+                  # five ops of arithmetic on the offset (TABLE_LOAD_OPS)
+                  "s + where(abs(i - j) < 4, 2.0, where(abs(i - j) < 32, 1.0, 0.0))"):
         k = lowered(program(score))
         assert k.attr("offset_table") == 1 and k.attr("stages") == 3, score
+    # the table's own kv tile at 128, not the wide one its arithmetic alone would take
+    steps = lowered(program("s + where(abs(i - j) < 4, 2.0, where(abs(i - j) < 32, 1.0, 0.0))"), 128)
+    assert (steps.attr("offset_table"), steps.attr("tile_n")) == (1, 128)
     # at head dim 128 the tables take a stage
     k128 = lowered(program(T5), 128)
     assert (k128.attr("offset_table"), k128.attr("stages")) == (1, 2)

@@ -52,16 +52,25 @@ def applies(k: ir.Kernel) -> bool:
 
 def costly(k: ir.Kernel) -> bool:
     """Whether the table is the default for k: its score has the offset form and the offset part
-    costs more than the table's load an element (a gather from a captured tensor, a
-    transcendental function or a division). A cheap part (where(j > i, a, b)) stays per element."""
+    costs more than the table's load an element: a gather from a captured tensor, a
+    transcendental function or a division, or TABLE_LOAD_OPS instructions or more of arithmetic
+    on the offset. A cheap part (where(j > i, a, b)) stays per element."""
     if not applies(k):
         return False
     _, g = decompose(k.func("score_log2"))
+    nodes = set(ir.walk(g))
     return any(isinstance(e, ir.Load) or (isinstance(e, ir.Op) and (e.op in ir.FLOAT_FUNCS or e.op in _COSTLY_OPS))
-               for e in ir.walk(g))
+               for e in nodes) or sum(isinstance(e, ir.Op) and ir.uses(e, D.name) for e in nodes) >= TABLE_LOAD_OPS
 
 
 _COSTLY_OPS = ("div", "floordiv", "mod")
+# An element's read of the table (LDS, a quarter of the FP32 instruction rate) against the offset
+# part's instructions computed per element (its distinct ops that read the offset; those of b and
+# h alone are per row). H200, B=2 H=16 4096², table against per element: two steps near the
+# diagonal, `where(abs(i - j) < 4, 2.0, where(abs(i - j) < 32, 1.0, 0.0))` (5 ops), x1.100 at
+# D=64 and x1.257 at D=128; a soft causal penalty `where(j > i, 8.0, 0.0)` (2 ops) x0.791 and
+# x0.978 (bench/NOTES.md, sixty-first session).
+TABLE_LOAD_OPS = 4
 
 
 def decompose(score: ir.Expr) -> tuple[float, ir.Expr] | None:

@@ -274,7 +274,10 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     wide: no mask and a score of arithmetic on indices only: the wider kv tile amortises
     per-tile costs (the O rescale, the row max, the turns). A tanh or exp per element keeps the
     softmax on the MUFU unit, where it does not pay, and loads of captured data per element
-    (or a streamed tile) need the registers it takes (bias[q, kv] spilled at 176 keys).
+    (or a streamed tile) need the registers it takes (bias[q, kv] spilled at 176 keys). An
+    offset part that takes the table by default (offset_score.costly) keeps the table's tile:
+    two steps near the diagonal ran x1.257 with the table at 128 keys against 176 keys per
+    element (H200, D=128); the table beside 176 keys was not measured.
     trial: a trial tile (SPILL_TRIAL_REGS) may be tried. Not for a mask with `//` or `%`: its
     blocks (an image row, a chunk) are power-of-two wide in practice, and a tile that is not
     cuts them into more partial tiles (natten2d D=256: 80 keys x0.81 against 64)."""
@@ -302,7 +305,8 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     if tall and mask is not None:  # the band is counted only where it decides
         visited = mask_analysis.visited_tiles(k)
         tall = visited is None or visited > NARROW_BAND_TILES
-    return {"tall": tall, "wide": mask is None and not (loads or transcendental), "trial": not blocky}
+    wide = mask is None and not (loads or transcendental) and not offset_score.costly(k)
+    return {"tall": tall, "wide": wide, "trial": not blocky}
 
 
 def _reads_beside(e: ir.Expr, tensor: str) -> bool:

@@ -19,6 +19,7 @@ SCORES = {
     "clamped_table": "s + bias[h, min(max(i - j, -15), 16) + 15]",
     "periodic": "s * 0.5 + cos(freq[h] * float(i - j))",
     "sided": "s + where(j > i, -2.5, 0.5)",
+    "steps": "s + where(abs(i - j) < 4, 2.0, where(abs(i - j) < 32, 1.0, 0.0))",  # a table by its op count
 }
 MASKS = {None: None, "causal": "j <= i", "window": "abs(i - j) < 300"}
 # (B, H, Hkv, M, N, D)
