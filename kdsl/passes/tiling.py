@@ -45,12 +45,12 @@ WGMMA_WIDE_TILES = {96: (176, 2, 2), 128: (176, 2, 2)}
 # Registers a consumer thread may give to the S, P and O accumulators and the Q K^T
 # descriptors, as wgmma_tile_choices counts them: a rough model fitted to ptxas (sm_90a,
 # relpos/plain/causal/softcap at head dims 16 to 256: none spills at or below it), with two
-# consumer warpgroups (232 registers each after setmaxnreg); three get 160 each.
+# consumer warpgroups (232 registers each after setmaxnreg); three get 160 each. Three have no
+# spill fallback: where ptxas spills them (8-24 bytes at D=64, masks with sinks or data-dependent
+# windows), two ran x0.92-1.06 against them over nine programs (H200, 2026-12-01, bench/NOTES.md):
+# no rule of spilled bytes picks the faster.
 ACCUMULATOR_REGS = 208
 THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
-# Three warpgroups have no spill fallback: where ptxas spills them (8-24 bytes at D=64, masks with
-# sinks or data-dependent windows), two ran x0.92-1.06 against them over nine programs (H200,
-# 2026-12-01, bench/NOTES.md): no rule of bytes picks the faster.
 # A row tile that visits this many kv tiles or fewer (mask_analysis.visited_tiles: a window of
 # up to ~1000 keys) keeps 128 rows: three warpgroups' 192 rows span one more kv tile of the band
 # and a work item's fixed cost is spread over fewer tiles. H200, D=64, two warpgroups against
