@@ -121,20 +121,9 @@ def _reciprocal(keyed: ir.Expr, g: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
     then costs an FMUL an element instead of a reciprocal on the MUFU unit, which the softmax's
     exp2 needs (fast math's division is x times an approximate reciprocal either way,
     common.cuh math_div; exact math takes no table)."""
-    divisions, uses = [], []
-
-    def visit(e):
-        if e == KT:
-            uses.append(e)
-        if isinstance(e, ir.Op):
-            if e.op == "div" and e.args[1] == KT:
-                divisions.append(e)
-                visit(e.args[0])
-                return
-            for a in e.args:
-                visit(a)
-    visit(keyed)
-    if not divisions or uses:  # kt also read elsewhere: the table keeps g
+    walked = list(ir.walk(keyed))
+    divisions = sum(isinstance(n, ir.Op) and n.op == "div" and n.args[1] == KT for n in walked)
+    if not divisions or divisions != sum(n == KT for n in walked):  # kt also read elsewhere: g stays
         return keyed, g
 
     def rewrite(e):

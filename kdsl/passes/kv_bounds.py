@@ -135,7 +135,8 @@ def _never_on_partial_tiles(k: ir.Kernel, pred: ir.Expr, bn: int, tiles: int = 6
 
 
 def _within(cap: int, *exprs: ir.Expr | None) -> bool:
-    """Whether the expressions hold at most cap nodes together (the count stops past cap)."""
+    """Whether the expressions hold at most cap nodes together, counted as trees (what walking
+    them costs; the count stops past cap). _nodes counts what the kernel computes."""
     n = 0
     for e in exprs:
         for _ in ir.walk(e) if e is not None else ():
@@ -303,20 +304,21 @@ class _Solver:
             if name == "le":  # x // c <= r  <=>  x <= c * r + c - 1
                 return self.isolate(x, "le", i32("add", i32("mul", r, y), const("i32", y.value - 1)))
             return self.isolate(x, "ge", i32("mul", r, y))
-        if f.op == "mod" and isinstance(y, ir.Const) and y.value > 0 and y.value % self.tile_n == 0 \
-                and isinstance(x, ir.Var):
-            # kv % c on a tile: k0 % c plus the key's offset in the tile (never wraps)
-            k0 = ir.Var("i32", "k0")
-            base = i32("sub", k0, self._tile_mod(k0, y))
-            return self.isolate(x, name, i32("add", r, base))
-        if f.op == "mod" and isinstance(y, ir.Const) and y.value > 0 and isinstance(x, ir.Op) \
-                and x.op == "floordiv" and isinstance(x.args[0], ir.Var) and isinstance(x.args[1], ir.Const) \
-                and x.args[1].value > 0 and (x.args[1].value * y.value) % self.tile_n == 0:
-            # (kv // a) % c is (kv % (a c)) // a, and on a tile kv % (a c) never wraps (as above):
-            # blocks of a keys in c phases, (i // 64) % 2 == (j // 64) % 2 (a checkerboard)
-            k0, period = ir.Var("i32", "k0"), const("i32", x.args[1].value * y.value)
-            base = i32("sub", k0, self._tile_mod(k0, period))
-            return self.isolate(i32("floordiv", i32("sub", x.args[0], base), x.args[1]), name, r)
+        if f.op == "mod" and isinstance(y, ir.Const) and y.value > 0:
+            # kv % c on a tile is k0 % c plus the key's offset in the tile, and (kv // a) % c is
+            # (kv % (a c)) // a (blocks of a keys in c phases: a checkerboard (i // 64) % 2 == (j //
+            # 64) % 2): neither wraps inside a tile when the period is a multiple of its width
+            a, key = (1, x) if isinstance(x, ir.Var) else \
+                (x.args[1].value, x.args[0]) if isinstance(x, ir.Op) and x.op == "floordiv" \
+                and isinstance(x.args[0], ir.Var) \
+                and isinstance(x.args[1], ir.Const) and x.args[1].value > 0 else (0, None)
+            if a and (a * y.value) % self.tile_n == 0:
+                k0 = ir.Var("i32", "k0")
+                base = i32("sub", k0, self._tile_mod(k0, const("i32", a * y.value)))
+                if a == 1:
+                    return self.isolate(key, name, i32("add", r, base))
+                return self.isolate(i32("floordiv", i32("sub", key, base), const("i32", a)), name, r)
+            return None
         if f.op == "abs":
             if name == "ge":  # outside a window: x <= -r or x >= r
                 below, above = op("bool", "le", x, i32("neg", r)), op("bool", "ge", x, r)
