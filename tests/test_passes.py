@@ -304,6 +304,28 @@ def test_narrow_windows_keep_128_query_rows():
     assert consumers("j <= i and i - j < 2048") == 3
 
 
+def test_row_loads_take_three_warpgroups_and_offset_tables_two():
+    """tiling.KEY_DEPENDENT: a load at the query row alone (hoisted out of the key loop) leaves a
+    kernel three consumer warpgroups at head dim 64; a load at the key keeps two; and so does an
+    offset table, by default or asked for (H200: two ran x1.04-1.10 faster beside a table)."""
+    h100 = get_target("sm_90a")
+
+    def consumers(captures, score, mask="j <= i", d=64, **attrs):
+        src = (f"attention t {{ q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n {captures}\n"
+               f" score(s, b, h, i, j) = {score}\n mask(b, h, i, j) = {mask} }}")
+        k = pipeline.check(parse(src, "t"))[0]
+        return pipeline.lower(k.with_attrs(**attrs), h100, d).attr("consumers")
+    assert consumers("qs: f32[B, H, M]", "s * qs[b, h, i]") == 3
+    assert consumers("lim: i32[B, M]", "s", "j <= lim[b, i]") == 3
+    assert consumers("ks: f32[B, H, N]", "s * ks[b, h, j]") == 2
+    assert consumers("qs: f32[B, M]; ks: f32[B, N]", "s * qs[b, i] + ks[b, j]") == 2
+    steps = "s + where(abs(i - j) < 4, 2.0, where(abs(i - j) < 32, 1.0, 0.0))"  # 5 ops: the table
+    assert consumers("", steps) == 2
+    assert consumers("", steps, offset_table=0) == 3
+    assert consumers("", "s + where(i - j > 8, 1.0, 0.0)", offset_table=1) == 2  # 2 ops: per element
+    assert consumers("", "s + where(i - j > 8, 1.0, 0.0)") == 3
+
+
 def test_lazy_rescale_by_default_with_three_consumer_warpgroups_only():
     """tiling.LAZY_RESCALE: on for the issue-bound 192-row tiles, off elsewhere (it cost plain
     D=128 5 %), and an override is kept or refused like any schedule attr."""

@@ -58,6 +58,13 @@ THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
 # 768 (7) x1.03, 896 (8) x1.02, 1024 (9) x0.98-1.01, 2048 (17) x0.95; a two-sided window of 511
 # keys (5) x1.06-1.08; D=32 gains more (512: x1.11, 1024: x1.05). bench/NOTES.md, 38th session.
 NARROW_BAND_TILES = 8
+# Loads at these index variables cost per element; a load at the query row alone (qs[b, i],
+# lim[b, i]) is hoisted out of the key loop (SASS) and costs per row, so it does not keep a
+# kernel off three warpgroups (tile_shape_hints' tall). H200, B=2 H=16 4096² D=64, three
+# warpgroups against two: six of seven such programs x1.05-1.13 (a row gate, a row temperature
+# under padding, row limits, row scales, a row flag, a row shift); one beside a positional select
+# x0.967 (bench/NOTES.md, sixty-second session).
+KEY_DEPENDENT = tuple(v for v in streaming.PER_ELEMENT if v not in ("q", "qf"))
 # A tile the model counts up to this many registers over ACCUMULATOR_REGS is a trial: it is
 # built first and kept only where ptxas does not spill; where it does, compiler.build builds the
 # next tile (attr spill_fallback). At head dim 256, 80 keys (220) ran plain x1.10 and causal
@@ -299,14 +306,22 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     if not (mask_stream and mask is not None and streaming.ELEM_BYTES[k.tensor(mask_stream).dtype] == 1
             and not _reads_beside(mask, mask_stream) and exp2_fold.score_is_scaled_dot(k)):
         mask_stream = None
-    per_element = any(ir.loads_at(e, streaming.PER_ELEMENT, skip=mask_stream if e is mask else None)
+    per_element = any(ir.loads_at(e, KEY_DEPENDENT, skip=mask_stream if e is mask else None)
                       for e in (score, mask) if e is not None)
-    tall = not per_element and not blocky and not (mask is not None and transcendental)
+    table = _offset_table(k)
+    tall = not per_element and not table and not blocky and not (mask is not None and transcendental)
     if tall and mask is not None:  # the band is counted only where it decides
         visited = mask_analysis.visited_tiles(k)
         tall = visited is None or visited > NARROW_BAND_TILES
-    wide = mask is None and not (loads or transcendental) and not offset_score.costly(k)
+    wide = mask is None and not (loads or transcendental) and not table
     return {"tall": tall, "wide": wide, "trial": not blocky}
+
+
+def _offset_table(k: ir.Kernel) -> bool:
+    """Whether k will read its offset part from the table: as attr offset_table says, else by
+    default (offset_score.costly), as run() decides."""
+    given = k.attr("offset_table")
+    return bool(given) if given is not None else offset_score.costly(k)
 
 
 def _reads_beside(e: ir.Expr, tensor: str) -> bool:
