@@ -61,6 +61,34 @@ def test_exact_math_keeps_a_division_by_an_invariant():
     assert any(isinstance(n, ir.Op) and n.op == "div" for n in ir.walk(e))
 
 
+def _row_scaled(score, **attrs):
+    src = ("attention t { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+           " qn: f32[B, H, M]; kn: f32[B, H, N]\n"
+           f" score(s, b, h, i, j) = {score} }}")
+    k = pipeline.check(parse(src, "t.kd"))[0]
+    return invariant_factors.run(exp2_fold.run(k.with_attrs(**attrs) if attrs else k)).func("score_log2")
+
+
+def _per_element_ops(e, op):
+    """How many `op` nodes of e vary along a row (what a thread computes per element)."""
+    return sum(isinstance(n, ir.Op) and n.op == op and not invariant_factors.row_invariant(n) for n in ir.walk(e))
+
+
+def test_factors_of_the_query_row_gather_with_the_invariants(monkeypatch):
+    """A QK-norm's scales: qk * qn[b, h, i] * kn[b, h, j] * scale_log2 multiplies per element
+    by the key's scale and by one product per row (two FMULs an element, not three); a division
+    by a row's temperature becomes a product with its reciprocal, except under exact math; the
+    switch KDSL_ROW_FACTORS=0 leaves them as written."""
+    e = _row_scaled("s * qn[b, h, i] * kn[b, h, j]")
+    assert _per_element_ops(e, "mul") == 2
+    assert invariant_factors.row_invariant(e.args[1]) and ir.loads_at(e.args[1], "q")
+    assert _per_element_ops(_row_scaled("s / qn[b, h, i]"), "div") == 0
+    assert _per_element_ops(_row_scaled("s / qn[b, h, i]"), "mul") == 1
+    assert _per_element_ops(_row_scaled("s / qn[b, h, i]", math="exact"), "div") == 1
+    monkeypatch.setenv("KDSL_ROW_FACTORS", "0")
+    assert _per_element_ops(_row_scaled("s * qn[b, h, i] * kn[b, h, j]"), "mul") == 3
+
+
 @pytest.mark.parametrize("mask,sign", [("j <= i", 1), ("j < i and i - j < 64", 1), ("i > j", 1),
                                        ("i <= j", -1), ("j >= i", -1), ("j <= i or j < 4", 0),
                                        ("j <= i and j >= i", 0), ("j != i", 0)])

@@ -11,13 +11,21 @@ not on the dot product (qk) and loads nothing indexed by them: constants, scale,
 loads such as slopes[h]. Division by an invariant becomes multiplication by its reciprocal
 (one rounding more, within the approximations `math fast` already makes); under `attr math
 "exact"` a product with an invariant divisor is left as written.
+
+Factors of the query row alone (a QK-norm scale qn[b, h, i], a row temperature) gather beside
+them: `qk * qn[b, h, i] * kn[b, h, j] * c` becomes `(qk * kn[...]) * (qn[...] * c)`, whose
+right factor NVVM computes once per row of the thread (the row's load is hoisted too), one
+FMUL an element fewer. KDSL_ROW_FACTORS=0 leaves them in place (an A/B switch).
 """
 from __future__ import annotations
+
+import os
 
 from .. import ir
 from .simplify import op
 
 ELEMENT_VARS = ("q", "kv", "qf", "kvf", "dqkf", "qk", "s")
+ROW_VARS = ("q", "qf")  # a factor that varies with these alone is the same along a row
 
 
 def run(k: ir.Kernel) -> ir.Kernel:
@@ -32,6 +40,11 @@ def invariant(e: ir.Expr) -> bool:
     return not any(ir.uses(e, v) for v in ELEMENT_VARS)
 
 
+def row_invariant(e: ir.Expr) -> bool:
+    """The same for every element of a query row (and not for every element: see invariant)."""
+    return not any(ir.uses(e, v) for v in ELEMENT_VARS if v not in ROW_VARS)
+
+
 def gather(e: ir.Expr, exact: bool = False) -> ir.Expr:
     if not isinstance(e, ir.Op):
         return e
@@ -39,12 +52,15 @@ def gather(e: ir.Expr, exact: bool = False) -> ir.Expr:
     if e.ty != "f32" or e.op not in ("mul", "div") or invariant(e):
         return e
     factors = _factors(e, 1)
-    inv = [(f, p) for f, p in factors if invariant(f)]
+    gathers = invariant
+    if os.environ.get("KDSL_ROW_FACTORS", "1") != "0" and not row_invariant(e):
+        gathers = row_invariant  # the row's factors join the invariants (a product per row)
+    inv = [(f, p) for f, p in factors if gathers(f)]
     if len(inv) < 2 and not any(p < 0 for _, p in inv):
         return e  # at most one invariant multiplier: nothing to gather
     if exact and any(p < 0 for _, p in inv):
         return e
-    varying = [(f, p) for f, p in factors if not invariant(f)]
+    varying = [(f, p) for f, p in factors if not gathers(f)]
     num = [f for f, p in varying if p > 0]
     den = [f for f, p in varying if p < 0]
     x = _product(num) if num else ir.Const("f32", 1.0)
