@@ -48,6 +48,9 @@
 #ifndef KDSL_LOADED_MASK_IN_SOFTMAX  // 1: a mask that loads is applied in the softmax too (trial)
 #define KDSL_LOADED_MASK_IN_SOFTMAX 0
 #endif
+#ifndef KDSL_TABLE_AHEAD  // 0: an offset or key table's entries are loaded when the softmax fills it (A/B)
+#define KDSL_TABLE_AHEAD 1
+#endif
 #include "kdsl/attention_splits.cuh"
 #include "kdsl/attention_wgmma_parts.cuh"
 #include "kdsl/hopper.cuh"
@@ -435,6 +438,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
   int it = 0, n_done = 0;  // kv ring position; work items whose Q tile was consumed
   int ot_flip = 0;         // V::kOffsetTable: which of the warpgroup's two tables the next tile fills
+  // V::kOffsetTable / kKeyTable: the entries a thread stores into the next tile's table
+  // (table_ahead()), one per 128 of them
+  constexpr int kTableEntries = V::kKeyTable ? BN : 64 + BN - 1;
+  float table_next[(kTableEntries + 127) / 128];
   int tn = 0;              // KDSL_TRACE: events recorded (one thread a warpgroup)
   const bool tracer = tid % 128 == 0;
   // The item whose first tile is in ring stage `it` (or kNoMoreItems).
@@ -546,6 +553,27 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       }
     };
 
+    // The table entries of tile j (its offset part at the warpgroup's 64 + BN - 1 offsets, or
+    // its key part at BN keys; see softmax()), computed while the tile's Q K^T is in flight:
+    // loaded where the softmax fills the table, their latency stood between the wgmma's wait
+    // and the table's barrier every tile. KDSL_TABLE_AHEAD=0 loads them there (A/B).
+    auto table_entries = [&](int j) {
+      const int k0 = j * BN, d0 = q0 + fresh_wg() * 64 - k0 - (BN - 1);
+#pragma unroll
+      for (int u = 0; u < (kTableEntries + 127) / 128; ++u) {
+        const int x = tid % 128 + 128 * u;  // past kTableEntries: computed at a clamped index, never stored
+        if constexpr (V::kKeyTable) {
+          table_next[u] = V::key_part(a, cap, b, h, imin2(k0 + x, N - 1));
+        } else if constexpr (V::kOffsetTable) {
+          const int d = d0 + x;
+          table_next[u] = V::score_offset(a, cap, b, h, d < 1 - N ? 1 - N : imin2(d, M - 1));
+        }
+      }
+    };
+    auto table_ahead = [&](int j) {
+      if constexpr ((V::kOffsetTable || V::kKeyTable) && KDSL_TABLE_AHEAD) table_entries(j);
+    };
+
     // Scores of tile j in the log2 domain, masked; then the online-softmax update: sc becomes
     // P (relative to the new running max) and alpha[] rescales what O held so far.
     auto softmax = [&](int j, int slot, bool general, const Keep& keep, float (&alpha)[2]) {
@@ -579,15 +607,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         otab = reinterpret_cast<float*>(kdsl_attn_smem + (base - smem_addr(kdsl_attn_smem)) + C::kOffsetOffset) +
                (2 * wgi + ot_flip) * C::kOffsetStride;
         ot_flip ^= 1;
-        if constexpr (V::kKeyTable) {
-          const float unit = V::kKeyRaw ? 1.f / factor : 1.f;  // kKeyRaw: the table holds kt / F
-          for (int x = tid & 127; x < BN; x += 128) otab[x] = V::key_part(a, cap, b, h, imin2(k0 + x, N - 1)) * unit;
-        } else {
-          const int d0 = q0 + wgi * 64 - k0 - (BN - 1);
-          for (int x = tid & 127; x < 64 + BN - 1; x += 128) {
-            const int d = d0 + x;
-            otab[x] = V::score_offset(a, cap, b, h, d < 1 - N ? 1 - N : imin2(d, M - 1));
-          }
+        if constexpr (!KDSL_TABLE_AHEAD) table_entries(j);
+        const float unit = V::kKeyRaw ? 1.f / factor : 1.f;  // kKeyRaw: the table holds kt / F
+#pragma unroll
+        for (int u = 0; u < (kTableEntries + 127) / 128; ++u) {
+          const int x = tid % 128 + 128 * u;
+          if (x < kTableEntries) otab[x] = table_next[u] * unit;
         }
         named_barrier(1 + wgi, 128);
       }
@@ -788,6 +813,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         wgmma_fence();
         qk(s);
         your_turn(wg);
+        table_ahead(info >> 3);
         if (V::kHasMask && general) survivors(info >> 3, s, (int)((info >> 1) & 3), keep);
         wgmma_wait<0>();
         if (tracer) trace(1 + wg, tn, kTraceFirstS, w);
@@ -821,6 +847,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         sv = s;
         partial = V::kHasMask && (int)((info >> 1) & 3) >= kTilePartial;
         general = partial || (int)(info >> 3) * BN + BN > N;
+        table_ahead(info >> 3);
         if (V::kHasMask && general) survivors(info >> 3, sn, (int)((info >> 1) & 3), keep);
         ++it;
       }
