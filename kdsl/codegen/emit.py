@@ -408,6 +408,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
                  raw=_on(key_gain is not None), factor=c(ir.Const("f32", k.attr("key_factor") or 1.0)),
                  gain=c(key_gain) if key_gain is not None else "1.f",
                  base=c(key_base) if key_base is not None else "0.f"),
+        table_loads=_on(any(ir.loads_at(part, (offset_score.D.name, "kv")) for part in (score_offset, key_part)
+                            if part is not None)),
         mask=dict(expr=c(mask) if mask is not None else "true",
                   streamed=cs(mask) if streaming.read_by(k, "mask") else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),

@@ -554,9 +554,14 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     };
 
     // The table entries of tile j (its offset part at the warpgroup's 64 + BN - 1 offsets, or
-    // its key part at BN keys; see softmax()), computed while the tile's Q K^T is in flight:
-    // loaded where the softmax fills the table, their latency stood between the wgmma's wait
-    // and the table's barrier every tile. KDSL_TABLE_AHEAD=0 loads them there (A/B).
+    // its key part at BN keys; see softmax()). A part that gathers captured data at its key or
+    // offset is computed while the tile's Q K^T is in flight: loaded where the softmax fills
+    // the table, the gather's latency stood between the wgmma's wait and the table's barrier
+    // every tile (H200, 2x16x4096², ahead against there: QK-norm scales x1.094 at D=64 and
+    // x1.071 at D=128, a key temperature x1.031, tanh of a key bias x1.01-1.02, log of a key
+    // weight under padding x0.984). Any other part is computed there: without a gather, ahead
+    // ran x0.979-1.022 (a quadratic offset, steps, a periodic bias of the head's frequency).
+    // KDSL_TABLE_AHEAD=0 computes every part there (A/B).
     auto table_entries = [&](int j) {
       const int k0 = j * BN, d0 = q0 + fresh_wg() * 64 - k0 - (BN - 1);
 #pragma unroll
@@ -571,7 +576,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       }
     };
     auto table_ahead = [&](int j) {
-      if constexpr ((V::kOffsetTable || V::kKeyTable) && KDSL_TABLE_AHEAD) table_entries(j);
+      if constexpr ((V::kOffsetTable || V::kKeyTable) && V::kTableLoads && KDSL_TABLE_AHEAD) table_entries(j);
     };
 
     // Scores of tile j in the log2 domain, masked; then the online-softmax update: sc becomes
@@ -607,7 +612,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         otab = reinterpret_cast<float*>(kdsl_attn_smem + (base - smem_addr(kdsl_attn_smem)) + C::kOffsetOffset) +
                (2 * wgi + ot_flip) * C::kOffsetStride;
         ot_flip ^= 1;
-        if constexpr (!KDSL_TABLE_AHEAD) table_entries(j);
+        if constexpr (!V::kTableLoads || !KDSL_TABLE_AHEAD) table_entries(j);
         const float unit = V::kKeyRaw ? 1.f / factor : 1.f;  // kKeyRaw: the table holds kt / F
 #pragma unroll
         for (int u = 0; u < (kTableEntries + 127) / 128; ++u) {
