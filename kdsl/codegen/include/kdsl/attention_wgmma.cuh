@@ -442,6 +442,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // (table_ahead()), one per 128 of them
   constexpr int kTableEntries = V::kKeyTable ? BN : 64 + BN - 1;
   float table_next[(kTableEntries + 127) / 128];
+  constexpr bool kTableAhead = KDSL_TABLE_AHEAD && V::kTableLoads && (V::kKeyTable || (V::kOffsetTable && D > 64));
   int tn = 0;              // KDSL_TRACE: events recorded (one thread a warpgroup)
   const bool tracer = tid % 128 == 0;
   // The item whose first tile is in ring stage `it` (or kNoMoreItems).
@@ -559,9 +560,11 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     // the table, the gather's latency stood between the wgmma's wait and the table's barrier
     // every tile (H200, 2x16x4096², ahead against there: QK-norm scales x1.094 at D=64 and
     // x1.071 at D=128, a key temperature x1.031, tanh of a key bias x1.01-1.02, log of a key
-    // weight under padding x0.984). Any other part is computed there: without a gather, ahead
-    // ran x0.979-1.022 (a quadratic offset, steps, a periodic bias of the head's frequency).
-    // KDSL_TABLE_AHEAD=0 computes every part there (A/B).
+    // weight under padding x0.984 and x1.010 in two runs; learned and T5 buckets x1.054 and
+    // x1.010 at D=128). Not an offset part at head dims up to 64, whose Q K^T is short beside its
+    // two entries a thread: the buckets ran x0.978 and x0.980 ahead. Nor a part without a
+    // gather: ahead ran x0.979-1.022 (a quadratic offset, steps, a periodic bias of the head's
+    // frequency). KDSL_TABLE_AHEAD=0 computes every part there (A/B).
     auto table_entries = [&](int j) {
       const int k0 = j * BN, d0 = q0 + fresh_wg() * 64 - k0 - (BN - 1);
 #pragma unroll
@@ -576,7 +579,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       }
     };
     auto table_ahead = [&](int j) {
-      if constexpr ((V::kOffsetTable || V::kKeyTable) && V::kTableLoads && KDSL_TABLE_AHEAD) table_entries(j);
+      if constexpr (kTableAhead) table_entries(j);
     };
 
     // Scores of tile j in the log2 domain, masked; then the online-softmax update: sc becomes
@@ -612,7 +615,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         otab = reinterpret_cast<float*>(kdsl_attn_smem + (base - smem_addr(kdsl_attn_smem)) + C::kOffsetOffset) +
                (2 * wgi + ot_flip) * C::kOffsetStride;
         ot_flip ^= 1;
-        if constexpr (!V::kTableLoads || !KDSL_TABLE_AHEAD) table_entries(j);
+        if constexpr (!kTableAhead) table_entries(j);
         const float unit = V::kKeyRaw ? 1.f / factor : 1.f;  // kKeyRaw: the table holds kt / F
 #pragma unroll
         for (int u = 0; u < (kTableEntries + 127) / 128; ++u) {
