@@ -306,8 +306,9 @@ def test_narrow_windows_keep_128_query_rows():
 
 def test_row_loads_take_three_warpgroups_and_offset_tables_two():
     """tiling.KEY_DEPENDENT: a load at the query row alone (hoisted out of the key loop) leaves a
-    kernel three consumer warpgroups at head dim 64; a load at the key keeps two; and so does an
-    offset table, by default or asked for (H200: two ran x1.04-1.10 faster beside a table)."""
+    kernel three consumer warpgroups at head dim 64, as does a transcendental function of the
+    row or head alone under a mask; a load at the key keeps two; and so does an offset table, by
+    default or asked for (H200: two ran x1.04-1.17 faster beside a table)."""
     h100 = get_target("sm_90a")
 
     def consumers(captures, score, mask="j <= i", d=64, **attrs):
@@ -324,6 +325,10 @@ def test_row_loads_take_three_warpgroups_and_offset_tables_two():
     assert consumers("", steps, offset_table=0) == 3
     assert consumers("", "s + where(i - j > 8, 1.0, 0.0)", offset_table=1) == 2  # 2 ops: per element
     assert consumers("", "s + where(i - j > 8, 1.0, 0.0)") == 3
+    # a transcendental under a mask keeps two where it is per element, not of the row or head alone
+    assert consumers("g: f32[B, H, M]", "s * exp(g[b, h, i])") == 3
+    assert consumers("rate: f32[H]", "s - exp(rate[h]) * float(i - j)") == 3
+    assert consumers("", "20.0 * tanh(s / 20.0)") == 2
 
 
 def test_lazy_rescale_by_default_with_three_consumer_warpgroups_only():
