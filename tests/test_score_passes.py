@@ -48,6 +48,22 @@ def test_gathering_invariant_factors_preserves_value(score, seed):
             (score, got, want)
 
 
+_ROW_FORMS = ["({e}) * qn[b, h, i]", "({e}) / (0.5 + abs(qn[b, h, i]))", "({e}) * qn[b, h, i] * kn[b, h, j] / 3.0",
+              "qn[b, h, i] * (({e}) + kn[b, h, j]) * float(i + 1)", "({e}) / qn[b, h, i] / kn[b, h, j]",
+              "2.0 * ({e}) * (1.0 + exp(qn[b, h, i])) / float(h + 1)"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(float_expr(depth=3), st.sampled_from(_ROW_FORMS), st.booleans())
+def test_gathering_factors_twice_changes_nothing(score, form, exact):
+    """Regression: a lowered kernel written as IR (`--emit ir`) and lowered again generated
+    different CUDA, the row's factors gathered in another order the second time (gated_rows)."""
+    src = program(form.format(e=score), None, decls=("qn: f32[B, H, M]; kn: f32[B, Hkv, N]",))
+    k = exp2_fold.run(pipeline.check(parse(src, "t.kd"))[0])
+    once = invariant_factors.gather(k.func("score_log2"), exact)
+    assert invariant_factors.gather(once, exact) == once
+
+
 def test_soft_capping_multiplies_the_dot_product_once():
     """tanh(s / 30): s = qk * scale, so (qk * scale) / 30 -> qk * (scale * (1 / 30))."""
     e = lowered("30 * tanh(s / 30)").func("score_log2")

@@ -48,13 +48,17 @@ def row_invariant(e: ir.Expr) -> bool:
 def gather(e: ir.Expr, exact: bool = False) -> ir.Expr:
     if not isinstance(e, ir.Op):
         return e
+    rows = os.environ.get("KDSL_ROW_FACTORS", "1") != "0"
+    if rows and row_invariant(e):
+        # computed once per row: nothing to gain inside it (`log(i + 1) / 6.24` keeps its
+        # division), and left as written, the product that gathers it gathers to itself again
+        # (IR read back from --emit ir, then lowered)
+        return e
     e = ir.Op(e.ty, e.op, tuple(gather(a, exact) for a in e.args))
     if e.ty != "f32" or e.op not in ("mul", "div") or invariant(e):
         return e
     factors = _factors(e, 1)
-    gathers = invariant
-    if os.environ.get("KDSL_ROW_FACTORS", "1") != "0" and not row_invariant(e):
-        gathers = row_invariant  # the row's factors join the invariants (a product per row)
+    gathers = row_invariant if rows else invariant  # the row's factors join the invariants
     inv = [(f, p) for f, p in factors if gathers(f)]
     if len(inv) < 2 and not any(p < 0 for _, p in inv):
         return e  # at most one invariant multiplier: nothing to gather

@@ -311,7 +311,9 @@ def tile_shape_hints(k: ir.Kernel) -> dict:
     per_element = any(ir.loads_at(e, KEY_DEPENDENT, skip=mask_stream if e is mask else None)
                       for e in (score, mask) if e is not None)
     table = _offset_table(k)
-    # a transcendental of the query row alone (exp(g[b, h, i]), log(i + 1)) is once per row
+    # a transcendental of the query row or head alone (log(i + 1), exp(rate[h])) is once per row:
+    # three warpgroups against two, H200 D=64, x1.007-1.060 on six causal programs, row_gate's
+    # sigmoid(gate[b, h, i]) x0.995 (bench/NOTES.md, sixty-second session)
     per_element_function = any(isinstance(n, ir.Op) and n.op in ir.FLOAT_FUNCS
                                and not invariant_factors.row_invariant(n) for n in nodes)
     tall = not per_element and not table and not blocky and not (mask is not None and per_element_function)
