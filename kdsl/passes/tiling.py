@@ -64,7 +64,7 @@ NARROW_BAND_TILES = 8
 # warpgroups against two: six of seven such programs x1.05-1.13 (a row gate, a row temperature
 # under padding, row limits, row scales, a row flag, a row shift); one beside a positional select
 # x0.967 (bench/NOTES.md, sixty-second session).
-KEY_DEPENDENT = tuple(v for v in streaming.PER_ELEMENT if v not in ("q", "qf"))
+KEY_DEPENDENT = tuple(v for v in streaming.PER_ELEMENT if v not in invariant_factors.ROW_VARS)
 # A tile the model counts up to this many registers over ACCUMULATOR_REGS is a trial: it is
 # built first and kept only where ptxas does not spill; where it does, compiler.build builds the
 # next tile (attr spill_fallback). At head dim 256, 80 keys (220) ran plain x1.10 and causal
