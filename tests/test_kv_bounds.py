@@ -182,6 +182,25 @@ def test_shapes_of_solved_masks(mask, lo, hi):
     assert_exact(k, DIMS, {}, random.Random(0))
 
 
+@pytest.mark.parametrize("mask, solves", [
+    ("j // max(blk[b], 1) == i // max(blk[b], 1)", True),  # blocks of a size per sequence
+    ("j // max(blk[b], 1) <= i // max(blk[b], 1)", True),  # chunked causal, chunks per sequence
+    ("j <= i and j // max(blk[b], 1) == i // max(blk[b], 1)", True),
+    ("j // blk[b] == i // blk[b]", False),  # the divisor may be 0 or negative: per element
+    # (i // 64) * max(..): not provably below 2^62 (leaves count as 2^31): per element
+    ("j // max(blk[b] * 2, 3) == i // 64", False),
+])
+def test_a_positive_divisor_that_does_not_read_kv_solves_as_a_constant(mask, solves):
+    """kv_bounds: `//` by max(blk[b], 1) is one key interval per row, exact on every tile for
+    block sizes from 1 (and 0 or negative, made 1) to past the sequence, up to 2^31 - 1."""
+    k = lowered(program(None, mask, decls=("blk: i32[B]",)))
+    assert (k.attr("kv_bounds") == "interval") == solves, k.attr("kv_bounds")
+    if not solves:
+        return
+    for seed, sizes in enumerate(([1, 7], [64, 100], [1000, 0], [-3, 129], [2**31 - 1, 5], [128, 333])):
+        assert_exact(k, DIMS, {"blk": np.array(sizes, np.int32)}, random.Random(seed), tiles=30)
+
+
 @pytest.mark.parametrize("mask", [
     "i != j",                       # two rays, both reaching into every partial (diagonal) tile
     "j <= i and i != j",            # the same

@@ -15,7 +15,8 @@ tile only when C is a multiple of the tile width). The bounds are exact integers
 wrap): the generated code computes them in 64 bits and clamps them to the tile.
 
 Solving works on comparisons of i32 expressions, one side isolated down to kv through `+ -`,
-negation, a positive constant factor, `//` by a positive constant, `abs`, `min`, `max` and a
+negation, a positive constant factor, `//` by a positive constant or by a divisor that does
+not read kv and is provably positive (`max(blk[b], 1)`), `abs`, `min`, `max` and a
 `where` whose condition does not read kv; `and` intersects intervals, `or` unites two of them
 when both are open on the same side (`j <= i or j < prefix[b]`). Two intervals that may not
 meet (`abs(i - j) <= W or j < G`, Longformer's window with global tokens; `i != j`) are one
@@ -151,6 +152,16 @@ def _positions_only(e: ir.Expr) -> bool:
                    or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(e))
 
 
+def _positive(e: ir.Expr) -> bool:
+    """Whether the i32 e is at least 1 for every value of what it reads: a positive constant, or
+    min / max / + / * of such (max with one of them)."""
+    if isinstance(e, ir.Const):
+        return e.ty == "i32" and e.value > 0
+    if isinstance(e, ir.Op) and e.op == "max":
+        return _positive(e.args[0]) or _positive(e.args[1])
+    return isinstance(e, ir.Op) and e.op in ("min", "add", "mul") and all(_positive(a) for a in e.args)
+
+
 def _magnitude(e: ir.Expr) -> int:
     """A bound on |e| when every i32 leaf is below 2^31 in magnitude: the 64-bit evaluation of
     the bounds is exact while this stays below 2^62 (inverting nested `//` by large constants
@@ -161,6 +172,10 @@ def _magnitude(e: ir.Expr) -> int:
         return 2**31
     if e.ty == "bool":
         return 1
+    if e.op == "mul" and isinstance(e.args[0], ir.Op) and e.args[0].op == "floordiv" \
+            and e.args[0].args[1] == e.args[1] and _positive(e.args[1]):
+        # (a // y) * y lies in (a - y, a] for y >= 1: the inverse of a runtime divisor's bound
+        return _magnitude(e.args[0].args[0]) + _magnitude(e.args[1])
     m = [_magnitude(a) for a in e.args]
     if e.op in ("add", "sub"):
         return m[0] + m[1]
@@ -300,9 +315,10 @@ class _Solver:
             if name == "le":  # c * g <= r  <=>  g <= floor(r / c)
                 return self.isolate(g, "le", i32("floordiv", r, c))
             return self.isolate(g, "ge", i32("neg", i32("floordiv", i32("neg", r), c)))  # ceil(r / c)
-        if f.op == "floordiv" and isinstance(y, ir.Const) and y.value > 0:
+        if f.op == "floordiv" and not _on_kv(y) and _positive(y):
+            # by a constant, or by a divisor of the row (a block size per sequence, max(blk[b], 1))
             if name == "le":  # x // c <= r  <=>  x <= c * r + c - 1
-                return self.isolate(x, "le", i32("add", i32("mul", r, y), const("i32", y.value - 1)))
+                return self.isolate(x, "le", i32("add", i32("mul", r, y), i32("sub", y, const("i32", 1))))
             return self.isolate(x, "ge", i32("mul", r, y))
         if f.op == "mod" and isinstance(y, ir.Const) and y.value > 0:
             # kv % c on a tile is k0 % c plus the key's offset in the tile, and (kv // a) % c is
