@@ -189,6 +189,8 @@ def test_shapes_of_solved_masks(mask, lo, hi):
     ("j // blk[b] == i // blk[b]", False),  # the divisor may be 0 or negative: per element
     # (i // 64) * max(..): not provably below 2^62 (leaves count as 2^31): per element
     ("j // max(blk[b] * 2, 3) == i // 64", False),
+    ("j // (max(blk[b], 1) * 2) == i // (max(blk[b], 1) * 2)", False),  # the product may wrap to <= 0
+    ("j // min(max(blk[b], 1), 256) == i // min(max(blk[b], 1), 256)", True),
 ])
 def test_a_positive_divisor_that_does_not_read_kv_solves_as_a_constant(mask, solves):
     """kv_bounds: `//` by max(blk[b], 1) is one key interval per row, exact on every tile for

@@ -153,13 +153,13 @@ def _positions_only(e: ir.Expr) -> bool:
 
 
 def _positive(e: ir.Expr) -> bool:
-    """Whether the i32 e is at least 1 for every value of what it reads: a positive constant, or
-    min / max / + / * of such (max with one of them)."""
+    """Whether the i32 e is at least 1 for every value of what it reads: a positive constant, a
+    max with one, a min of two. (Not a sum or product of them: i32 arithmetic wraps.)"""
     if isinstance(e, ir.Const):
         return e.ty == "i32" and e.value > 0
     if isinstance(e, ir.Op) and e.op == "max":
         return _positive(e.args[0]) or _positive(e.args[1])
-    return isinstance(e, ir.Op) and e.op in ("min", "add", "mul") and all(_positive(a) for a in e.args)
+    return isinstance(e, ir.Op) and e.op == "min" and all(_positive(a) for a in e.args)
 
 
 def _magnitude(e: ir.Expr) -> int:
