@@ -26,7 +26,13 @@ FUNCS = {"scale": ("f32", ()), "score": ("f32", ("s", *_INDEX)), "mask": ("bool"
          "kv_lo": ("i32", ("b", "h", "q", "k0")), "kv_hi": ("i32", ("b", "h", "q", "k0")), "tile_keys": ("bool", _TILE),
          "score_slope": ("f32", ("scale", "scale_log2", "b", "h")),
          "score_base": ("f32", ("scale", "scale_log2", "b", "h", "q", "qf", "kvf", "dqkf")),
-         "score_offset": ("f32", ("scale", "scale_log2", "b", "h", "dqk"))}
+         "score_offset": ("f32", ("scale", "scale_log2", "b", "h", "dqk")),
+         # passes/key_table.py's (it derives them again from score_log2): the part per key, the
+         # score reading it as kt, and a row's gain and base
+         "key_part": ("f32", ("scale", "scale_log2", "b", "h", "kv", "kvf")),
+         "score_keyed": ("f32", ("qk", "scale", "scale_log2", "qf", "kvf", "dqkf", "kt", *_INDEX)),
+         "key_gain": ("f32", ("scale", "scale_log2", "b", "h", "q", "qf")),
+         "key_base": ("f32", ("scale", "scale_log2", "b", "h", "q", "qf"))}
 _BINARY_SAME = ("add", "sub", "mul", "min", "max")
 _COMPARE = ("lt", "le", "gt", "ge")
 _ARITY = {**{o: 2 for o in (*_BINARY_SAME, *_COMPARE, "div", "floordiv", "mod", "eq", "ne", "and", "or")},
@@ -105,8 +111,8 @@ def _applies(op: str, a: list, ty: str) -> bool:
         return all(x == "bool" for x in a) and ty == "bool"
     if op == "where":
         return a[0] == "bool" and a[1] == a[2] == ty
-    if op in ("int", "float"):
-        return a[0] in num and ty == ("i32" if op == "int" else "f32")
+    if op in ("int", "float"):  # of a bool too (1 or 0), as the .kd type checker allows
+        return a[0] in (*num, "bool") and ty == ("i32" if op == "int" else "f32")
     return a == ["f32"] and ty == "f32"  # the float functions
 
 

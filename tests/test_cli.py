@@ -181,15 +181,18 @@ def test_compile_reports_the_tensor_cores_work_and_a_dropped_row_sum_trial(tmp_p
 def _attention_programs():
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
-    files = sorted((ROOT / "samples").glob("*.kd")) + [ROOT / "bench" / "variants.kd", ROOT / "tools" / "dev" / "heldout.kd"]
+    files = sorted((ROOT / "samples").glob("*.kd")) + [ROOT / "bench" / "variants.kd"] + \
+        sorted((ROOT / "tools" / "dev").glob("heldout*.kd"))
     return [(f.stem, k) for f in files for k in pipeline.check(parse(f.read_text(), str(f))) if k.kind == "attention"]
 
 
 def test_every_lowered_attention_program_loads_back_from_its_ir(tmp_path):
     """`kdsl compile` writes each lowered kernel as IR text (`--emit ir`), which kdsl.load reads
     as a program. Regression: a kernel with an offset table (def score_offset) was refused
-    ("unknown function 'score_offset'"). Every attention program of samples/, variants and the
-    held-out file, at head dims 64 and 128, loads back and generates the same CUDA."""
+    ("unknown function 'score_offset'"); likewise a key table's (key_part, ...), and float() of a
+    bool ("'float:f32' does not apply to (bool)"), both found when the held-out sets joined. Every
+    attention program of samples/, variants and the held-out sets, at head dims 64 and 128, loads
+    back and generates the same CUDA."""
     import kdsl
     from kdsl import ir
     from kdsl.codegen import emit
