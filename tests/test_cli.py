@@ -178,6 +178,18 @@ def test_compile_reports_the_tensor_cores_work_and_a_dropped_row_sum_trial(tmp_p
     assert "plain[D=64]: tile 192x128, 512 threads, row sums by P V," in plain.stdout
 
 
+def test_an_ir_file_of_one_head_dim_builds_that_head_dim(tmp_path):
+    """Regression: `kdsl compile plain_d64.ir` (a kernel lowered at head dim 64, its symbolic D
+    kept) also built head dim 128 with the 64's tile attrs and failed there ("tensor_row_sum
+    needs value head dim 64"), and so did `kdsl tune` of the file. The file's attr head_dim says
+    which head dim its schedule is for (pipeline.head_dims)."""
+    r = run("compile", str(ROOT / "samples" / "plain.kd"), "--emit", "ir", "-o", str(tmp_path / "ir"))
+    assert r.returncode == 0, r.stderr
+    again = run("compile", str(tmp_path / "ir" / "plain_d64.ir"), "--emit", "cuda", "-o", str(tmp_path / "cu"))
+    assert again.returncode == 0, again.stderr
+    assert "plain[D=64]: tile 192x128" in again.stdout and "D=128" not in again.stdout
+
+
 def _attention_programs():
     from kdsl.grammar import parse
     from kdsl.passes import pipeline

@@ -34,11 +34,15 @@ def distinct_entries(kernels: list[ir.Kernel], spans) -> None:
 
 def head_dims(k: ir.Kernel) -> tuple[int, ...]:
     """The q/k head dims a kernel is built for ahead of a call (`kdsl compile`, the
-    prebuild at load): the literal one, else the common ones. A call builds its own."""
+    prebuild at load, `kdsl tune`'s checks): the literal one, else the one an IR file's kernel
+    was lowered for (attr head_dim: its tile attrs are that head dim's), else the common ones.
+    A call builds its own."""
     if k.kind != "attention":
         return (0,)
     d = k.tensor("q").shape[3]
-    return (d.value,) if isinstance(d, ir.Const) else HEAD_DIMS
+    if isinstance(d, ir.Const):
+        return (d.value,)
+    return (k.attr("head_dim"),) if k.attr("head_dim") else HEAD_DIMS
 
 
 def heads_fold_into_rows(lowered: ir.Kernel) -> bool:
