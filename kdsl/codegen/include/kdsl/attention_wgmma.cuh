@@ -48,9 +48,6 @@
 #ifndef KDSL_LOADED_MASK_IN_SOFTMAX  // 1: a mask that loads is applied in the softmax too (trial)
 #define KDSL_LOADED_MASK_IN_SOFTMAX 0
 #endif
-#ifndef KDSL_TABLE_SKIP  // 1: threads past a table's last entry compute none (A/B, unmeasured)
-#define KDSL_TABLE_SKIP 0
-#endif
 #ifndef KDSL_TABLE_AHEAD  // 0: an offset or key table's entries are loaded when the softmax fills it (A/B)
 #define KDSL_TABLE_AHEAD 1
 #endif
@@ -573,7 +570,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
       for (int u = 0; u < (kTableEntries + 127) / 128; ++u) {
         const int x = tid % 128 + 128 * u;  // past kTableEntries: computed at a clamped index, never stored
-        if (KDSL_TABLE_SKIP && 128 * u + 127 >= kTableEntries && x >= kTableEntries) continue;
         if constexpr (V::kKeyTable) {
           table_next[u] = V::key_part(a, cap, b, h, imin2(k0 + x, N - 1));
         } else if constexpr (V::kOffsetTable) {
