@@ -27,14 +27,15 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
     import kdsl
     from kdsl.bench import Timer, kept_pairs
-    from kdsl.testing import attention_inputs
+    from kdsl.backends import Torch
+    from kdsl.cases import AttentionCase, attention_inputs
     print(torch.cuda.get_device_name(), flush=True)
     for case in args.cases:
         path, name, shape, *rest = case.split(":")
         seed = int(rest[0]) if rest else 0
         B, H, M, N, D = map(int, shape.split(","))
         fn = getattr(kdsl.load(ROOT / path), name)
-        q, k, v, caps = attention_inputs(fn.ir, B, H, H, M, N, D, seed=seed)
+        q, k, v, caps = attention_inputs(fn.ir, AttentionCase(B, H, H, M, N, D, seed), Torch("cuda"))
         dims = {"B": B, "H": H, "Hkv": H, "M": M, "N": N, "D": D, "Dv": D}
         kept = kept_pairs(fn.ir, dims, caps, B, H, M, N)
         fn(q, k, v, **caps)
