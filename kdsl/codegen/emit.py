@@ -15,7 +15,7 @@ import jinja2
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
 from ..errors import KdslError
-from ..passes import (exp2_fold, gemm_tiles, key_table, kv_bounds, mask_analysis, offset_score, score_grad, streaming,
+from ..passes import (exp2_fold, gemm_tiles, key_mask, key_table, kv_bounds, mask_analysis, offset_score, score_grad, streaming,
                       tiling)
 from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
 
@@ -383,6 +383,9 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
     keyed = CEmitter({**variables, "kt": "kt"}, captures, summary_slots)
     at_key = CEmitter({**variables, "kvf": "((float)kv)"}, captures)  # its part: a function of b, h and kv
     kv_lo, tile_keys = k.func("kv_lo"), k.func("tile_keys")
+    # passes/key_mask.py: the mask's part gathered per key, and the mask reading it as the bit kb
+    kpart = key_mask.part(mask) if mask is not None and k.attr("key_mask") else None
+    kmasked = key_mask.with_kb(mask, kpart) if kpart is not None else None
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
         score=dict(expr=cs(k.func("score_log2")),
@@ -413,6 +416,10 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         mask=dict(expr=c(mask) if mask is not None else "true",
                   streamed=cs(mask) if streaming.read_by(k, "mask") else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),
+        kmask=dict(on=_on(kpart is not None), part=c(kpart) if kpart is not None else "false",
+                   keyed=CEmitter({**variables, "kb": "kb"}, captures, summary_slots)(kmasked)
+                   if kmasked is not None else "false",
+                   loads=_on(kmasked is not None and any(isinstance(n, ir.Load) for n in ir.walk(kmasked)))),
         bounds=dict(on=_on(kv_lo is not None), lo=wide(kv_lo) if kv_lo is not None else "k0",
                     hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",
                     keys_only=_on(kv_lo is not None and tile_keys is None),

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from .. import ir
 from ..errors import KdslError
-from . import affine_score, exp2_fold, gemm_tiles, invariant_factors, key_table, mask_analysis, offset_score, streaming
+from . import (affine_score, exp2_fold, gemm_tiles, invariant_factors, key_mask, key_table, mask_analysis, offset_score,
+               streaming)
 from .target import Target
 
 # Head dims: the Hopper kernel takes any multiple of 16 up to 256 for q/k (head_dim) and for
@@ -87,7 +88,7 @@ WGMMA_PV_OPERAND_REGS = 30
 # Never slower; bench/results/h100-2026-11-25-s14-decode-stages*.log.
 ONE_WARPGROUP_STAGE_BYTES = 64 * 1024
 SCHEDULE_ATTRS = {"wgmma": ("tile_n", "consumers", "stages", "schedule", "poly_exp2", "lazy_rescale", "slope_step",
-                            "tensor_row_sum", "offset_table", "key_table"),
+                            "tensor_row_sum", "offset_table", "key_table", "key_mask"),
                   "mma": ("tile_m", "tile_n", "warps"),
                   "gemm": gemm_tiles.CONFIG_ATTRS}
 # m64nNk16 widths wgmma_ops.cuh has (tools/gen_wgmma.py generates it from this tuple).
@@ -152,6 +153,11 @@ OFFSET_TABLE = (0, 1)
 # D=64 rank-one bias x1.106, forgetting gates x1.074, tanh key gate x1.379; D=128 (2 stages
 # against 3 without) x1.077, x1.005, x1.400.
 KEY_TABLE = (0, 1)
+# key_mask = 1: a mask with a part gathered per key (passes/key_mask.py: is_global[b, j] or a
+# window, valid[b, j], j % 3 != 0) takes that part on partial tiles as one bit a key, voted by
+# each warp over the tile's keys, instead of a gather an element. The default where it applies.
+KEY_MASK = (0, 1)
+KEY_MASK_KEYS = 128  # the widest kv tile it takes (attention_wgmma_parts.cuh spread_key_bits)
 
 
 def offset_table_bytes(bn: int, consumers: int) -> int:
@@ -444,6 +450,7 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
             raise KdslError(f"kernel '{k.name}': attr tile_m = {k.attr('tile_m')!r} disagrees with consumers = "
                             f"{s['consumers']} (the Hopper kernel's tile_m is 64 * consumers; set consumers)")
         stream = _stream(k, s, (d, dv), given, target)
+        _key_mask(k, s, stream, given)
         if fallback and fallback[0] >= s["tile_n"]:
             fallback = None  # the stream narrowed the kv tile below the fallback's
         return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv, stream_capture=stream,
@@ -472,6 +479,20 @@ def _key_table(k: ir.Kernel, s: dict, d: int, dv: int, given: dict, target: Targ
         s["stages"] -= 1  # the table's 1-2 KB beside a ring that filled shared memory
     if s["key_table"] and "key_table" not in given and not fits():
         s["key_table"], s["stages"] = 0, stages  # a default table that does not fit
+
+
+def _key_mask(k: ir.Kernel, s: dict, stream: str | None, given: dict) -> None:
+    """s["key_mask"]: as given (refused where the mask has no key part), else on where it
+    applies to the mask as it will run (a mask read from the streamed tensor's tiles takes none)."""
+    if given.get("key_mask") and s["tile_n"] > KEY_MASK_KEYS:
+        raise KdslError(f"kernel '{k.name}': attr key_mask = 1 needs tile_n <= {KEY_MASK_KEYS} (a thread's S elements of a "
+                        f"tile in 64 bits); tile_n is {s['tile_n']}")
+    if given.get("key_mask") and not key_mask.applies(k.with_attrs(stream_capture=stream)):
+        raise KdslError(f"kernel '{k.name}': attr key_mask = 1 needs a mask with one part gathered per key and read "
+                        f"by no query (is_global[b, j] or abs(i - j) < 256, valid[b, j], ...; not a streamed "
+                        f"mask); this kernel's mask is not of that kind")
+    if "key_mask" not in given:
+        s["key_mask"] = int(s["tile_n"] <= KEY_MASK_KEYS and key_mask.applies(k.with_attrs(stream_capture=stream)))
 
 
 def _tables(s: dict) -> int:
@@ -571,6 +592,8 @@ def _wgmma_problem(k, s, dims, target) -> str:
         return f"offset_table must be one of {OFFSET_TABLE}"
     if s.get("key_table", 0) not in KEY_TABLE:
         return f"key_table must be one of {KEY_TABLE}"
+    if s.get("key_mask", 0) not in KEY_MASK:
+        return f"key_mask must be one of {KEY_MASK}"
     return _fits(attention_wgmma_smem_bytes(*dims, s["tile_n"], s["consumers"], s["stages"],
                                             slope_step=s["slope_step"], tensor_row_sum=s["tensor_row_sum"],
                                             offset_table=_tables(s)), target)

@@ -515,6 +515,34 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       keep.by_stream = kMaskInSoftmax && partial;  // (by_keys takes precedence in the softmax)
       if (keep.by_stream) return;
       keep.bits[0] = keep.bits[1] = 0;
+      // V::kKeyMask (passes/key_mask.py): the mask's key part, one bit a key of the tile, voted
+      // by each warp (lane l evaluates keys k0 + l + 32u, clamped to N - 1 as the mask's loads are,
+      // and none from N on), where each element gathered its key's flag (an address, a clamp and
+      // a load a column, for both rows). The rest of the mask per element, as kb = 1 and kb = 0
+      // (one is a constant for `flag or window`, `flag and window`, both for the flag alone), and
+      // each element keeps the one its key's bit chooses.
+      auto key_mask_bits = [&]() -> u64 {
+        u32 votes[(BN + 31) / 32];
+#pragma unroll
+        for (int u = 0; u < (BN + 31) / 32; ++u) {
+          const int kv = k0 + lane + 32 * u;
+          votes[u] = __ballot_sync(0xffffffffu, (kv < N) && V::mask_key_part(a, cap, b, h, imin2(kv, N - 1)));
+        }
+        u64 with = 0, without = 0;  // the rest with kb = 1 (its keys are below N already) and kb = 0
+#pragma unroll
+        for (int jj = 0; jj < BN / 8; ++jj) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int kv = k0 + 8 * jj + 2 * t + (e & 1);
+            const int q = V::kKeyedLoads ? qr[e >> 1] : row0 + 8 * (e >> 1);
+            const int kv_read = V::kKeyedLoads ? imin2(kv, N - 1) : kv;
+            with |= (u64)(V::mask_keyed(a, cap, b, h, q, kv_read, true) ? 1u : 0u) << (4 * jj + e);
+            without |= (u64)((kv < N) & V::mask_keyed(a, cap, b, h, q, kv_read, false) ? 1u : 0u) << (4 * jj + e);
+          }
+        }
+        const u64 keys = spread_key_bits<BN>(votes, t);
+        return (keys & with) | (~keys & without);
+      };
       auto put = [&](int jj, u64 bits) {  // jj may be a register (unroll 8): no indexed array
         if (jj < 16) keep.bits[0] |= bits << (4 * jj);
         else keep.bits[1] |= bits << (4 * jj - 64);
@@ -527,6 +555,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           stream_pair<typename V::StreamElem>(stream_addr(slot, 4 * jj + 2), sv[2], sv[3]);
         }
 #pragma unroll
+#pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int kv = k0 + 8 * jj + 2 * t + (e & 1);
           const int q = V::kMaskLoads ? qr[e >> 1] : row0 + 8 * (e >> 1);
@@ -537,7 +566,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         }
         put(jj, bits);
       };
-      if (partial && V::kKeyBounds) {  // the interval's code beside it: by 8, document_mask spilled
+      if (partial && V::kKeyMask) {
+        keep.bits[0] = key_mask_bits();
+      } else if (partial && V::kKeyBounds) {  // the interval's code beside it: by 8, document_mask spilled
 #pragma unroll 4
         for (int jj = 0; jj < BN / 8; ++jj) group(jj);
       } else if (partial) {

@@ -53,6 +53,25 @@ struct Keep {
   KDSL_DEVICE int hi(int r) const { return (int)(u32)(bits[r] >> 32); }
 };
 
+// A tile's key bits as a thread's S elements keep them (Keep::bits): vote m is the bits of
+// columns 32m..32m+31 (bit l: column 32m + l); element i of the thread, column 8 (i / 4) + 2t +
+// (i & 1) of both its rows, takes bit i. Per vote: the thread's two columns of each 8 (a byte's
+// low bits after the shift by 2t), each pair twice (the two rows), four bits a column group.
+template <int BN>
+KDSL_DEVICE u64 spread_key_bits(const u32 (&votes)[(BN + 31) / 32], int t) {
+  static_assert(BN <= 128, "a thread's S elements of one tile take 64 bits");
+  u64 out = 0;
+#pragma unroll
+  for (int m = 0; m < (BN + 31) / 32; ++m) {
+    u32 x = (votes[m] >> (2 * t)) & 0x03030303u;  // group 4m + k's pair in byte k
+    x = (x | (x << 2)) & 0x0F0F0F0Fu;              // ... and again for the second row
+    x = (x | (x >> 4)) & 0x00FF00FFu;              // nibbles together
+    x = (x | (x >> 8)) & 0x0000FFFFu;
+    out |= (u64)x << (16 * m);
+  }
+  return out;
+}
+
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = kSlopeNone,
           bool ROWSUM = false, bool OTAB = false>
 struct Cfg {

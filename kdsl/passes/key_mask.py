@@ -1,0 +1,73 @@
+"""Masks with a part read per key: one bit a key, by a vote of the warp.
+
+Global tokens flagged per key, a key validity or type read from a tensor, a key parity:
+
+    is_global[b, j] or abs(i - j) < 256          valid[b, h, j]          j % 3 != 0 and j <= i
+
+On a partial tile the Hopper kernel evaluates the mask per element (attention_wgmma.cuh
+survivors()), and for such a mask each of a thread's 2 x BN/8 elements gathered its key's flag
+(an address, a clamp and a load a column) although a tile has only BN keys, the same for every
+row. With attr key_mask = 1 each warp evaluates that part once per key of the tile (lane l keys
+k0 + l + 32u) and votes, so a thread holds the tile's bits in four words, and an element reads
+its key's bit with a shift: the rest of the mask (the window) stays per element.
+
+part() finds the part: the largest bool subexpression of the mask that depends on the key
+position (kv) and on nothing per query (q, q - kv), and gathers captured data at the key or
+divides the key (`j % 3`, `j // 64`): one part per mask, or none (two distinct such parts keep
+the mask per element). with_kb() is the mask with that part read as the bit kb. The kernel
+tests the rest of the mask against the bit; every other caller of mask() (the Ampere kernel,
+the backward, the tile summaries) evaluates the mask as written.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import ir
+from . import streaming
+
+KB = ir.Var("bool", "kb")  # the part's bit for the element's key (Variant::mask_keyed's argument)
+_PER_ROW = ("q", "qf", "dqkf", "dqk")  # what the part may not read
+_KEY = ("kv", "kvf")
+_KEY_OPS = ("mod", "floordiv", "div")  # a division of the key: worth a bit per key too
+
+
+def applies(k: ir.Kernel) -> bool:
+    """Whether k's mask has a key part the kernel evaluates per element on partial tiles (a
+    streamed mask is read from shared memory per element already: passes/streaming.py)."""
+    mask = k.func("mask")
+    return k.kind == "attention" and mask is not None and part(mask) is not None and not streaming.read_by(k, "mask")
+
+
+def part(mask: ir.Expr) -> ir.Expr | None:
+    """The mask's one key part, or None."""
+    found = []
+
+    def visit(e):
+        if _is_part(e):
+            if e not in found:
+                found.append(e)
+            return
+        for x in getattr(e, "args", ()):
+            visit(x)
+    visit(mask)
+    return found[0] if len(found) == 1 else None
+
+
+def _is_part(e: ir.Expr) -> bool:
+    if not isinstance(e, (ir.Op, ir.Load)) or e.ty != "bool":
+        return False
+    if any(ir.uses(e, v) for v in _PER_ROW) or not any(ir.uses(e, v) for v in _KEY):
+        return False
+    # a gather at the key, or a division of it; a compare with a bound read per batch
+    # (`j < kv_len[b]`) is one instruction an element, and passes/kv_bounds.py's interval
+    return ir.loads_at(e, _KEY) or any(isinstance(n, ir.Op) and n.op in _KEY_OPS and
+                                       any(ir.uses(x, v) for x in n.args for v in _KEY) for n in ir.walk(e))
+
+
+def with_kb(e: ir.Expr, p: ir.Expr) -> ir.Expr:
+    """e with every occurrence of the part p read as kb."""
+    if e == p:
+        return KB
+    if isinstance(e, ir.Op):
+        return replace(e, args=tuple(with_kb(a, p) for a in e.args))
+    return e
