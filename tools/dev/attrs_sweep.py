@@ -67,6 +67,8 @@ def main() -> None:
     ap.add_argument("cases", nargs="+", help="FILE:KERNEL:B,H,M,N,D")
     ap.add_argument("--attrs", default="", help="';'-separated schedules")
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="draw the inputs from this seed (kdsl.cases: an even seed leaves bool captures unsorted)")
     args = ap.parse_args()
     import torch
     import kdsl
@@ -80,7 +82,12 @@ def main() -> None:
         specs = own[0] if own else args.attrs
         B, H, M, N, D = map(int, shape.split(","))
         base = getattr(kdsl.load(ROOT / path), name)
-        q, k, v, caps = attention_inputs(base.ir, B, H, H, M, N, D)
+        if args.seed is None:
+            q, k, v, caps = attention_inputs(base.ir, B, H, H, M, N, D)
+        else:
+            from kdsl.backends import Torch
+            from kdsl.cases import AttentionCase, attention_inputs as case_inputs
+            q, k, v, caps = case_inputs(base.ir, AttentionCase(B, H, H, M, N, D, args.seed), Torch("cuda"))
         dims = {"B": B, "H": H, "Hkv": H, "M": M, "N": N, "D": D, "Dv": D}
         flops = 4 * D * kept_pairs(base.ir, dims, caps, B, H, M, N)
         first = lambda res: res[0] if isinstance(res, tuple) else res  # (out, lse) where lse is declared

@@ -1,0 +1,55 @@
+"""The key mask (passes/key_mask.py, attr key_mask, the default where it applies): a mask's
+part gathered per key is voted once per key of a partial tile into bits. Against the float64
+reference at ragged, GQA, decode (split-KV, one warpgroup) and long shapes, with the bits and
+without, on flags drawn dense and sparse (every tile partial, or a few keys in most tiles)."""
+import pytest
+
+import kdsl
+from kdsl import reference
+from kdsl.check import ATTENTION_TOL
+from kdsl.testing import attention_inputs, rel_frobenius
+
+from exprgen import program
+from gpu.test_offset_table_gpu import SHAPES
+
+pytestmark = pytest.mark.gpu
+
+MASKS = {
+    "flag": "flag[b, j]",
+    "flag_or_window": "flag[b, j] or abs(i - j) < 300",
+    "not_flag_causal": "not flag[b, j] and j <= i",
+    "flag_differs_from_causal": "flag[b, j] != (j <= i)",  # both arms of the bit per element
+    "parity_or_window": "j % 3 != 0 or abs(i - j) < 200",
+    "head_phase": "(j // 32) % 4 == h % 4 or j == i",
+    "typed_keys": "kind[b, h // (H // Hkv), j] > 2 and j <= i",
+    "flag_and_row": "flag[b, j] and rows[b, i] != 0 or j == i",  # the rest of the mask loads too
+}
+
+
+def _module(name, mask):
+    decls = ("flag: bool[B, N]", "kind: i32[B, Hkv, N]", "rows: i32[B, M]")
+    return kdsl.compile(program(None, mask, name, decls), f"{name}.kd")
+
+
+@pytest.mark.parametrize("density", [0.5, 0.02])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(MASKS))
+def test_key_masks_match_reference(name, shape, density):
+    torch = pytest.importorskip("torch")
+    mod = _module(name, MASKS[name])
+    k_ir = mod.ir[name]
+    B, H, Hkv, M, N, D = shape
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, shape, density)) % 2**31)
+    q, k, v, caps = attention_inputs(k_ir, B, H, Hkv, M, N, D, generator=gen)
+    # flags at the density asked for, unsorted (attention_inputs sorts them on odd seeds)
+    caps["flag"] = torch.rand(B, N, device="cuda", generator=gen) < density
+    caps["kind"] = torch.randint(0, 4 if density > 0.1 else 40, (B, Hkv, N), device="cuda", generator=gen,
+                                 dtype=torch.int32)
+    caps["rows"] = torch.randint(0, 2, (B, M), device="cuda", generator=gen, dtype=torch.int32)
+    ref, _ = reference.attention(k_ir, q, k, v, caps, None)
+    for bits in (1, 0):
+        kern = getattr(mod, name).with_attrs(key_mask=bits)
+        got = kern(q, k, v, **caps)
+        err = rel_frobenius(got, ref)
+        assert err <= ATTENTION_TOL, f"{name} {shape} key_mask={bits}: rel err {err:.3e}"
+

@@ -1,0 +1,93 @@
+"""passes/key_mask.py: a mask's part gathered per key, which the Hopper kernel votes into one bit
+a key of a partial tile (attr key_mask): which masks have one, the identity mask == mask_keyed
+with kb = the part at kv (both values of kb, as the kernel evaluates the rest), the tiling's
+default and refusals, and the build."""
+import numpy as np
+import pytest
+
+from kdsl import ir
+from kdsl.errors import KdslError
+from kdsl.passes import key_mask
+
+from conftest import lowered
+
+CAPS = "\n    flag: bool[B, N]\n    kind: i32[B, H, N]\n    rows: i32[B, M]\n    lens: i32[B]"
+
+
+def program(mask: str, score: str | None = None) -> str:
+    score_line = f"\n    score(s, b, h, i, j) = {score}" if score else ""
+    return (f"attention x {{\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]{CAPS}{score_line}\n"
+            f"    mask(b, h, i, j) = {mask}\n}}\n")
+
+
+KEYED = ["flag[b, j]",                                # a validity per key
+         "flag[b, j] or abs(i - j) < 256",            # Longformer's global tokens by flag
+         "not flag[b, j] and j <= i",
+         "kind[b, h, j] > 2 and j <= i",              # a key's type per head
+         "j % 3 != 0 or abs(i - j) < 200",            # a division of the key, no data
+         "(j // 32) % 4 == h % 4 or j == i",          # the head reads it too
+         "flag[b, j] != (j <= i)",                    # the rest differs for both values of the bit
+         "flag[b, j] and rows[b, i] != 0 or j == i"]  # the rest loads
+
+
+@pytest.mark.parametrize("mask,bits", [
+    *((m, True) for m in KEYED),
+    ("j <= i", False),                                # positions alone: kv_bounds.py's interval
+    ("j < lens[b]", False),                           # a bound read per batch: one compare an element
+    ("flag[b, j] or kind[b, h, j] > 2 and j <= i", False),  # two distinct key parts
+    ("rows[b, i] == kind[b, h, j]", False),           # the key's data against the query's
+])
+def test_which_masks_take_key_bits(mask, bits):
+    assert key_mask.applies(lowered(program(mask))) == bits
+
+
+@pytest.mark.parametrize("mask", KEYED)
+def test_the_keyed_mask_with_the_part_as_the_bit_is_the_mask(mask):
+    """The identity the kernel relies on, at random positions, heads and data."""
+    from kdsl.semantics import eval_numpy
+    k = lowered(program(mask), 64)
+    assert k.attr("key_mask") == 1
+    whole = k.func("mask")
+    part = key_mask.part(whole)
+    keyed = key_mask.with_kb(whole, part)
+    assert not any(ir.uses(part, v) for v in ("q", "qf")) and ir.uses(keyed, "kb")
+    rng = np.random.default_rng()
+    caps = {"flag": rng.integers(0, 2, (2, 2048)).astype(bool), "kind": rng.integers(0, 4, (2, 4, 2048)),
+            "rows": rng.integers(0, 2, (2, 2048)), "lens": rng.integers(0, 2048, 2)}
+    for _ in range(60):
+        q, kv, h, b = (int(rng.integers(0, n)) for n in (2048, 2048, 4, 2))
+        env = {"B": 2, "H": 4, "M": 2048, "N": 2048, "D": 64, "b": b, "h": h, "q": q, "kv": kv,
+               "qf": float(q), "kvf": float(kv), "dqkf": float(q - kv)}
+        want = bool(eval_numpy(whole, env, caps, np.float64))
+        bit = bool(eval_numpy(part, env, caps, np.float64))
+        assert bool(eval_numpy(keyed, {**env, "kb": bit}, caps, np.float64)) == want, (ir.print_expr(part), q, kv)
+
+
+def test_the_default_and_refusals():
+    src = program(KEYED[1])
+    assert lowered(src, 64).attr("key_mask") == 1
+    assert lowered(src, 64, key_mask=0).attr("key_mask") == 0
+    assert lowered(program("j <= i"), 64).attr("key_mask") == 0
+    with pytest.raises(KdslError, match="key_mask = 1 needs a mask with one part gathered per key"):
+        lowered(program("j <= i"), key_mask=1)
+    with pytest.raises(KdslError, match="key_mask = 1 needs tile_n <= 128"):
+        lowered(src, 64, key_mask=1, tile_n=192, consumers=1)
+
+
+def test_the_build_votes_and_gathers_less():
+    """global flags beside a window at head dim 128: with the bits the partial tile's per-element
+    gathers go (a few a tile, and votes), and nothing spills."""
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    from kdsl.runtime.compiler import build
+    from kdsl.sass import find_cuobjdump, inspect
+    if not find_cuobjdump():
+        pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
+    k = pipeline.check(parse(program(KEYED[1]), "t.kd"))[0]
+    reps = {}
+    for bits in (0, 1):
+        built = build(k.with_attrs(key_mask=bits), "sm_90a", 128)
+        reps[bits] = rep = inspect(built.compiled.cubin, built.generated.entry)
+        assert rep.local_bytes == 0 and rep.spill_ops == 0, bits
+    assert reps[1].other_ops["VOTE"] >= reps[0].other_ops["VOTE"] + 4
+    assert reps[0].other_ops["LDG"] - reps[1].other_ops["LDG"] >= 16, (reps[0].other_ops, reps[1].other_ops)
