@@ -385,7 +385,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
     kv_lo, tile_keys = k.func("kv_lo"), k.func("tile_keys")
     # passes/key_mask.py: the mask's part gathered per key, and the mask reading it as the bit kb
     kpart = key_mask.part(mask) if mask is not None and k.attr("key_mask") else None
-    kmasked = key_mask.with_kb(mask, kpart) if kpart is not None else None
+    krests = key_mask.rests(mask, kpart) if kpart is not None else ()
+    arm = lambda e: int(e.value) if isinstance(e, ir.Const) else -1  # noqa: E731  (1 / 0: always kept / never)
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
         score=dict(expr=cs(k.func("score_log2")),
@@ -417,9 +418,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
                   streamed=cs(mask) if streaming.read_by(k, "mask") else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),
         kmask=dict(on=_on(kpart is not None), part=c(kpart) if kpart is not None else "false",
-                   keyed=CEmitter({**variables, "kb": "kb"}, captures, summary_slots)(kmasked)
-                   if kmasked is not None else "false",
-                   loads=_on(kmasked is not None and any(isinstance(n, ir.Load) for n in ir.walk(kmasked)))),
+                   rests=[c(r) for r in krests] or ["false", "false"], arms=[arm(r) for r in krests] or [0, 0],
+                   loads=_on(any(isinstance(n, ir.Load) for r in krests for n in ir.walk(r)))),
         bounds=dict(on=_on(kv_lo is not None), lo=wide(kv_lo) if kv_lo is not None else "k0",
                     hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",
                     keys_only=_on(kv_lo is not None and tile_keys is None),

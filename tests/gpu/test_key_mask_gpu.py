@@ -18,11 +18,10 @@ MASKS = {
     "flag": "flag[b, j]",
     "flag_or_window": "flag[b, j] or abs(i - j) < 300",
     "not_flag_causal": "not flag[b, j] and j <= i",
-    "flag_differs_from_causal": "flag[b, j] != (j <= i)",  # both arms of the bit per element
-    "parity_or_window": "j % 3 != 0 or abs(i - j) < 200",
-    "head_phase": "(j // 32) % 4 == h % 4 or j == i",
     "typed_keys": "kind[b, h // (H // Hkv), j] > 2 and j <= i",
-    "flag_and_row": "flag[b, j] and rows[b, i] != 0 or j == i",  # the rest of the mask loads too
+    "flag_or_row": "flag[b, j] or rows[b, i] != 0 and j <= i",  # the arm beside the bit loads
+    "bottom_right_padded": "j <= i + (N - M) and flag[b, j]",
+    "two_gathers": "(flag[b, j] and kind[b, h // (H // Hkv), j] > 0) or abs(i - j) < 64",
 }
 
 

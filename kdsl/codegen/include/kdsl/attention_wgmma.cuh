@@ -518,30 +518,42 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // V::kKeyMask (passes/key_mask.py): the mask's key part, one bit a key of the tile, voted
       // by each warp (lane l evaluates keys k0 + l + 32u, clamped to N - 1 as the mask's loads are,
       // and none from N on), where each element gathered its key's flag (an address, a clamp and
-      // a load a column, for both rows). The rest of the mask per element, as kb = 1 and kb = 0
-      // (one is a constant for `flag or window`, `flag and window`, both for the flag alone), and
-      // each element keeps the one its key's bit chooses.
+      // a load a column, for both rows). Of the rest of the mask with the bit set and clear, at
+      // most one varies per element (the other always or never keeps: `flag or window`, `flag
+      // and causal`); each element keeps the one its key's bit chooses.
       auto key_mask_bits = [&]() -> u64 {
-        u32 votes[(BN + 31) / 32];
+        if constexpr (!V::kKeyMask) return 0;  // (spread_key_bits takes 128 keys at most)
+        else {
+          u32 votes[(BN + 31) / 32];
 #pragma unroll
-        for (int u = 0; u < (BN + 31) / 32; ++u) {
-          const int kv = k0 + lane + 32 * u;
-          votes[u] = __ballot_sync(0xffffffffu, (kv < N) && V::mask_key_part(a, cap, b, h, imin2(kv, N - 1)));
-        }
-        u64 with = 0, without = 0;  // the rest with kb = 1 (its keys are below N already) and kb = 0
-#pragma unroll
-        for (int jj = 0; jj < BN / 8; ++jj) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int kv = k0 + 8 * jj + 2 * t + (e & 1);
-            const int q = V::kKeyedLoads ? qr[e >> 1] : row0 + 8 * (e >> 1);
-            const int kv_read = V::kKeyedLoads ? imin2(kv, N - 1) : kv;
-            with |= (u64)(V::mask_keyed(a, cap, b, h, q, kv_read, true) ? 1u : 0u) << (4 * jj + e);
-            without |= (u64)((kv < N) & V::mask_keyed(a, cap, b, h, q, kv_read, false) ? 1u : 0u) << (4 * jj + e);
+          for (int u = 0; u < (BN + 31) / 32; ++u) {
+            const int kv = k0 + lane + 32 * u;
+            votes[u] = __ballot_sync(0xffffffffu, (kv < N) && V::mask_key_part(a, cap, b, h, imin2(kv, N - 1)));
           }
+          // the arms as bits; with the bit set the key is below N already
+          u64 arm[2] = {V::kKeyArms[0] == 1 ? ~0ull : 0ull, 0ull};
+          auto arm_group = [&](int jj) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int kv = k0 + 8 * jj + 2 * t + (e & 1);
+              const int q = V::kKeyedLoads ? qr[e >> 1] : row0 + 8 * (e >> 1);
+              const int kv_read = V::kKeyedLoads ? imin2(kv, N - 1) : kv;
+              if constexpr (V::kKeyArms[0] < 0)
+                arm[0] |= (u64)(V::mask_with(a, cap, b, h, q, kv_read) ? 1u : 0u) << (4 * jj + e);
+              if constexpr (V::kKeyArms[1] != 0)
+                arm[1] |= (u64)((kv < N) & V::mask_without(a, cap, b, h, q, kv_read) ? 1u : 0u) << (4 * jj + e);
+            }
+          };
+          if constexpr (V::kKeyedLoads) {  // as partial tiles below: 16 loads in flight at a time
+#pragma unroll 8
+            for (int jj = 0; jj < BN / 8; ++jj) arm_group(jj);
+          } else {
+#pragma unroll
+            for (int jj = 0; jj < BN / 8; ++jj) arm_group(jj);
+          }
+          const u64 keys = spread_key_bits<BN>(votes, t);
+          return (keys & arm[0]) | (~keys & arm[1]);
         }
-        const u64 keys = spread_key_bits<BN>(votes, t);
-        return (keys & with) | (~keys & without);
       };
       auto put = [&](int jj, u64 bits) {  // jj may be a register (unroll 8): no indexed array
         if (jj < 16) keep.bits[0] |= bits << (4 * jj);
