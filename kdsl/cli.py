@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     c.add_argument("--sms", type=int, metavar="N", help="FP8 GEMMs: tile for N multiprocessors (default 132)")
     c.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
                    help="fix a schedule attr of every kernel it applies to: attention on Hopper (tile_n, consumers, "
-                   "stages, schedule, poly_exp2, lazy_rescale, slope_step, tensor_row_sum, offset_table, key_table), on sm_80/89 (tile_m, tile_n, warps), FP8 GEMMs "
+                   "stages, schedule, poly_exp2, lazy_rescale, slope_step, tensor_row_sum, offset_table, key_table, key_mask), on sm_80/89 (tile_m, tile_n, warps), FP8 GEMMs "
                    "(tile_m, tile_n, stages, cluster, multicast, raster, store, stream_k); repeatable")
     ck = sub.add_parser("check", help="verify kernels against the float64 reference on the GPU",
                         description="For each kernel in FILE: N trials of fresh random inputs over awkward shapes, "
@@ -332,7 +332,8 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
                 f"{lowered.attr('threads')} threads")
     # per-element work taken elsewhere (tiling.SLOPE_STEP, TENSOR_ROW_SUM: the tensor cores; OFFSET_TABLE, KEY_TABLE)
     tile += "".join(f", {what}" for attr, what in (("slope_step", "slope step"), ("tensor_row_sum", "row sums by P V"),
-                                                   ("offset_table", "offset table"), ("key_table", "key table"))
+                                                   ("offset_table", "offset table"), ("key_table", "key table"),
+                                                   ("key_mask", "key mask bits"))
                     if lowered.attr(attr))
     (out / f"{stem}.ptx").write_text(built.compiled.ptx)
     if args.emit == "ptx":

@@ -73,7 +73,7 @@ def offered(k: ir.Kernel, target) -> tuple[tuple[str, ...], dict]:
              "raster": "tiles per rasterisation group: a positive integer, even with cluster = 2",
              "schedule": tiling.SCHEDULES, "poly_exp2": tiling.POLY_EXP2, "lazy_rescale": tiling.LAZY_RESCALE,
              "slope_step": tiling.SLOPE_STEP, "tensor_row_sum": tiling.TENSOR_ROW_SUM, "offset_table": tiling.OFFSET_TABLE,
-             "key_table": tiling.KEY_TABLE,
+             "key_table": tiling.KEY_TABLE, "key_mask": tiling.KEY_MASK,
              "math": tiling.MATH_MODES}
     attrs = {a: legal[a] for a in tiling.SCHEDULE_ATTRS[fam]}
     if k.kind != "attention":
