@@ -368,6 +368,22 @@ def uses(e: Expr, name: str) -> bool:
     return any(isinstance(n, Var) and n.name == name for n in walk(e))
 
 
+def only_largest(e: Expr, pred) -> Expr | None:
+    """The one distinct largest subexpression of e that satisfies pred (no match inside a match
+    is looked for), or None where there is none or there are several."""
+    found = []
+
+    def visit(x):
+        if pred(x):
+            if x not in found:
+                found.append(x)
+            return
+        for a in getattr(x, "args", ()):
+            visit(a)
+    visit(e)
+    return found[0] if len(found) == 1 else None
+
+
 def loads_at(e: Expr, names, skip: str | None = None) -> bool:
     """Whether e loads an element of a captured tensor (other than `skip`) at an index that
     depends on any of `names` (one name or several)."""

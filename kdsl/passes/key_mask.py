@@ -57,17 +57,7 @@ def rests(mask: ir.Expr, p: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
 
 def part(mask: ir.Expr) -> ir.Expr | None:
     """The mask's one key part, or None."""
-    found = []
-
-    def visit(e):
-        if _is_part(e):
-            if e not in found:
-                found.append(e)
-            return
-        for x in getattr(e, "args", ()):
-            visit(x)
-    visit(mask)
-    return found[0] if len(found) == 1 else None
+    return ir.only_largest(mask, _is_part)
 
 
 def _is_part(e: ir.Expr) -> bool:

@@ -94,17 +94,7 @@ def applies(k: ir.Kernel) -> bool:
 
 def part(score: ir.Expr) -> ir.Expr | None:
     """The score's one key part, or None."""
-    found = []
-
-    def visit(e):
-        if _is_part(e):
-            if e not in found:
-                found.append(e)
-            return
-        for x in getattr(e, "args", ()):
-            visit(x)
-    visit(score)
-    return found[0] if len(found) == 1 else None
+    return ir.only_largest(score, _is_part)
 
 
 def _is_part(e: ir.Expr) -> bool:
