@@ -98,3 +98,15 @@ def test_the_build_votes_and_gathers_less():
         assert rep.local_bytes == 0 and rep.spill_ops == 0, bits
     assert reps[1].other_ops["VOTE"] >= reps[0].other_ops["VOTE"] + 4
     assert reps[0].other_ops["LDG"] - reps[1].other_ops["LDG"] >= 16, (reps[0].other_ops, reps[1].other_ops)
+
+
+@pytest.mark.parametrize("mask,by_keys", [(KEYED[1], True),    # the window beside the flag
+                                          (KEYED[2], True),    # causal beside it
+                                          (KEYED[4], True),    # a row's flag and causal: an interval that reads data
+                                          ("flag[b, j] or (i - j) % 7 == 0", False)])  # no interval: per element
+def test_an_arm_that_is_a_key_interval_takes_two_bounds_a_row(mask, by_keys):
+    """The arm beside the bit as kv_lo <= kv <= kv_hi (kv_bounds.solve), turned into its bits by word
+    operations (attention_wgmma_parts.cuh interval_bits); else tested per element."""
+    from kdsl.codegen.emit import generate
+    src = generate(lowered(program(mask), 64)).source
+    assert f"kKeyArmKeys = KDSL_KEY_ARM_KEYS && {str(by_keys).lower()};" in src

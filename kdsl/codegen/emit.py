@@ -387,6 +387,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
     kpart = key_mask.part(mask) if mask is not None and k.attr("key_mask") else None
     krests = key_mask.rests(mask, kpart) if kpart is not None else ()
     arm = lambda e: int(e.value) if isinstance(e, ir.Const) else -1  # noqa: E731  (1 / 0: always kept / never)
+    # the arm that varies per element, as one key interval per row where it is one
+    karm = next((key_mask.arm_interval(r, k.attr("tile_n")) for r in krests if not isinstance(r, ir.Const)), None)
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
         score=dict(expr=cs(k.func("score_log2")),
@@ -419,7 +421,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),
         kmask=dict(on=_on(kpart is not None), part=c(kpart) if kpart is not None else "false",
                    rests=[c(r) for r in krests] or ["false", "false"], arms=[arm(r) for r in krests] or [0, 0],
-                   loads=_on(any(isinstance(n, ir.Load) for r in krests for n in ir.walk(r)))),
+                   loads=_on(any(isinstance(n, ir.Load) for r in krests for n in ir.walk(r))),
+                   by_keys=_on(karm is not None), lo=wide(karm[0]) if karm else "k0", hi=wide(karm[1]) if karm else "k0 - 1"),
         bounds=dict(on=_on(kv_lo is not None), lo=wide(kv_lo) if kv_lo is not None else "k0",
                     hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",
                     keys_only=_on(kv_lo is not None and tile_keys is None),

@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
-from . import streaming
-from .simplify import simplify
+from . import kv_bounds, streaming
+from .simplify import TRUE, simplify
 
 KB = ir.Var("bool", "kb")  # the part's bit for the element's key (Variant::mask_keyed's argument)
 _PER_ROW = ("q", "qf", "dqkf", "dqk")  # what the part may not read
@@ -53,6 +53,16 @@ def rests(mask: ir.Expr, p: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
     """The mask with its part p true, and false (simplified: a constant where the part decides)."""
     keyed = with_kb(mask, p)
     return tuple(simplify(ir.substitute(keyed, {KB.name: ir.Const("bool", v)})) for v in (True, False))
+
+
+def arm_interval(arm: ir.Expr, tile_n: int) -> tuple[ir.Expr, ir.Expr] | None:
+    """The arm beside the bit as one key interval per row on every tile of tile_n keys
+    (passes/kv_bounds.py: a window, causal), or None: the kernel then turns two bounds a row
+    into the arm's bits with word operations instead of testing it per element."""
+    keys = kv_bounds.solve(arm, tile_n)
+    if keys is None or simplify(keys.tiles) != TRUE:
+        return None
+    return kv_bounds.interval(keys, tile_n)
 
 
 def part(mask: ir.Expr) -> ir.Expr | None:

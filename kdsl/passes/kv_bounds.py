@@ -94,12 +94,10 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
     if not solved:
         return per_element
     keys = functools.reduce(solver._both, solved)
-    k0 = ir.Var("i32", "k0")
-    last = op("i32", "add", k0, const("i32", tile_n - 1))
-    lo = simplify(keys.lo if keys.lo is not None else k0)
-    hi = simplify(op("i32", "where", keys.ok, keys.hi if keys.hi is not None else last, op("i32", "sub", k0, const("i32", 1))))
-    if _nodes(lo, hi) > _MAX_NODES or max(_magnitude(lo), _magnitude(hi)) >= 2**62:
+    bounds = interval(keys, tile_n)
+    if bounds is None:
         return per_element
+    lo, hi = bounds
     exact = simplify(keys.tiles)
     if not rest and exact == TRUE:
         return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_attrs(kv_bounds="interval")
@@ -113,6 +111,19 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
         return per_element
     return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_func("tile_keys", exact) \
         .with_attrs(kv_bounds="interval where the rest holds")
+
+
+def interval(keys: Keys, tile_n: int) -> tuple[ir.Expr, ir.Expr] | None:
+    """(kv_lo, kv_hi) of keys on the tile of tile_n keys from k0 (an open side ends at the tile's
+    edge; hi is below k0 where keys.ok fails), or None where they would cost more per row than
+    they save or could leave 64 bits."""
+    k0 = ir.Var("i32", "k0")
+    last = op("i32", "add", k0, const("i32", tile_n - 1))
+    lo = simplify(keys.lo if keys.lo is not None else k0)
+    hi = simplify(op("i32", "where", keys.ok, keys.hi if keys.hi is not None else last, op("i32", "sub", k0, const("i32", 1))))
+    if _nodes(lo, hi) > _MAX_NODES or max(_magnitude(lo), _magnitude(hi)) >= 2**62:
+        return None
+    return lo, hi
 
 
 def _never_on_partial_tiles(k: ir.Kernel, pred: ir.Expr, bn: int, tiles: int = 64) -> bool:

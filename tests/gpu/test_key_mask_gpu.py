@@ -22,6 +22,7 @@ MASKS = {
     "flag_or_row": "flag[b, j] or rows[b, i] != 0 and j <= i",  # the arm beside the bit loads
     "bottom_right_padded": "j <= i + (N - M) and flag[b, j]",
     "two_gathers": "(flag[b, j] and kind[b, h // (H // Hkv), j] > 0) or abs(i - j) < 64",
+    "flag_or_stride": "flag[b, j] or (i - j) % 7 == 0",  # an arm that is no key interval: per element
 }
 
 

@@ -544,7 +544,16 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
                 arm[1] |= (u64)((kv < N) & V::mask_without(a, cap, b, h, q, kv_read) ? 1u : 0u) << (4 * jj + e);
             }
           };
-          if constexpr (V::kKeyedLoads) {  // as partial tiles below: 16 loads in flight at a time
+          if constexpr (V::kKeyArmKeys) {  // the arm is a key interval a row: its bits by word operations
+            constexpr int v = V::kKeyArms[0] < 0 ? 0 : 1;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              int lo, hi;
+              V::key_arm_bounds(a, cap, b, h, qr[r], k0, lo, hi);
+              if (v == 1) hi = imin2(hi, N - 1);  // with the bit clear, keys from N on are not
+              arm[v] |= interval_bits<BN>(lo - k0 - 2 * t, hi - k0 - 2 * t, r);
+            }
+          } else if constexpr (V::kKeyedLoads) {  // as partial tiles below: 16 loads in flight at a time
 #pragma unroll 8
             for (int jj = 0; jj < BN / 8; ++jj) arm_group(jj);
           } else {

@@ -53,25 +53,6 @@ struct Keep {
   KDSL_DEVICE int hi(int r) const { return (int)(u32)(bits[r] >> 32); }
 };
 
-// A tile's key bits as a thread's S elements keep them (Keep::bits): vote m is the bits of
-// columns 32m..32m+31 (bit l: column 32m + l); element i of the thread, column 8 (i / 4) + 2t +
-// (i & 1) of both its rows, takes bit i. Per vote: the thread's two columns of each 8 (a byte's
-// low bits after the shift by 2t), each pair twice (the two rows), four bits a column group.
-template <int BN>
-KDSL_DEVICE u64 spread_key_bits(const u32 (&votes)[(BN + 31) / 32], int t) {
-  static_assert(BN <= 128, "a thread's S elements of one tile take 64 bits");
-  u64 out = 0;
-#pragma unroll
-  for (int m = 0; m < (BN + 31) / 32; ++m) {
-    u32 x = (votes[m] >> (2 * t)) & 0x03030303u;  // group 4m + k's pair in byte k
-    x = (x | (x << 2)) & 0x0F0F0F0Fu;              // ... and again for the second row
-    x = (x | (x >> 4)) & 0x00FF00FFu;              // nibbles together
-    x = (x | (x >> 8)) & 0x0000FFFFu;
-    out |= (u64)x << (16 * m);
-  }
-  return out;
-}
-
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = kSlopeNone,
           bool ROWSUM = false, bool OTAB = false>
 struct Cfg {
@@ -130,6 +111,45 @@ struct Cfg {
 
 KDSL_DEVICE int imin2(int x, int y) { return x < y ? x : y; }
 KDSL_DEVICE int imax2(int x, int y) { return x > y ? x : y; }
+
+// A tile's key bits as a thread's S elements keep them (Keep::bits): vote m is the bits of
+// columns 32m..32m+31 (bit l: column 32m + l); element i of the thread, column 8 (i / 4) + 2t +
+// (i & 1) of both its rows, takes bit i. Per vote: the thread's two columns of each 8 (a byte's
+// low bits after the shift by 2t), each pair twice (the two rows), four bits a column group.
+template <int BN>
+KDSL_DEVICE u64 spread_key_bits(const u32 (&votes)[(BN + 31) / 32], int t) {
+  static_assert(BN <= 128, "a thread's S elements of one tile take 64 bits");
+  u64 out = 0;
+#pragma unroll
+  for (int m = 0; m < (BN + 31) / 32; ++m) {
+    u32 x = (votes[m] >> (2 * t)) & 0x03030303u;  // group 4m + k's pair in byte k
+    x = (x | (x << 2)) & 0x0F0F0F0Fu;              // ... and again for the second row
+    x = (x | (x >> 4)) & 0x00FF00FFu;              // nibbles together
+    x = (x | (x >> 8)) & 0x0000FFFFu;
+    out |= (u64)x << (16 * m);
+  }
+  return out;
+}
+
+// The keep bits of a thread's elements whose columns 2t + e + 8g (g = 0..BN/8-1, e its column
+// parity) lie in [lo, hi] (columns of the tile, relative to the thread's first, 2t), for one
+// row r: bit 4g + 2r + e, as Keep::bits numbers element i = 4 (i / 4) + 2r + e.
+template <int BN>
+KDSL_DEVICE u64 interval_bits(int lo, int hi, int r) {
+  u64 out = 0;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int g_lo = imax2((lo - e + 7) >> 3, 0), g_hi = imin2((hi - e) >> 3, BN / 8 - 1);  // >> 3 floors
+    const u32 m = g_lo <= g_hi ? (2u << g_hi) - (1u << g_lo) : 0u;  // groups g_lo..g_hi
+    u64 x = m;  // bit g to bit 4g
+    x = (x | (x << 24)) & 0x000000FF000000FFull;
+    x = (x | (x << 12)) & 0x000F000F000F000Full;
+    x = (x | (x << 6)) & 0x0303030303030303ull;
+    x = (x | (x << 3)) & 0x1111111111111111ull;
+    out |= x << (2 * r + e);
+  }
+  return out;
+}
 // x, which the compiler may no longer assume equal to any value it knows: what is derived
 // from it is computed here, not earlier and kept live.
 KDSL_DEVICE int opaque(int x) {
