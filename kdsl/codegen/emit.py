@@ -387,8 +387,10 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
     kpart = key_mask.part(mask) if mask is not None and k.attr("key_mask") else None
     krests = key_mask.rests(mask, kpart) if kpart is not None else ()
     arm = lambda e: int(e.value) if isinstance(e, ir.Const) else -1  # noqa: E731  (1 / 0: always kept / never)
-    # the arm that varies per element, as one key interval per row where it is one
-    karm = next((key_mask.arm_interval(r, k.attr("tile_n")) for r in krests if not isinstance(r, ir.Const)), None)
+    # each arm as one key interval per row where it is one (a constant arm needs none, but the
+    # arm with the bit clear that always keeps: its keys below N)
+    kints = [None if isinstance(r, ir.Const) and (i == 0 or not r.value) else key_mask.arm_interval(r, k.attr("tile_n"))
+             for i, r in enumerate(krests)] or [None, None]
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
         score=dict(expr=cs(k.func("score_log2")),
@@ -422,7 +424,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         kmask=dict(on=_on(kpart is not None), part=c(kpart) if kpart is not None else "false",
                    rests=[c(r) for r in krests] or ["false", "false"], arms=[arm(r) for r in krests] or [0, 0],
                    loads=_on(any(isinstance(n, ir.Load) for r in krests for n in ir.walk(r))),
-                   by_keys=_on(karm is not None), lo=wide(karm[0]) if karm else "k0", hi=wide(karm[1]) if karm else "k0 - 1"),
+                   by_keys=[_on(b is not None) for b in kints],
+                   lo=[wide(b[0]) if b else "k0" for b in kints], hi=[wide(b[1]) if b else "k0 - 1" for b in kints]),
         bounds=dict(on=_on(kv_lo is not None), lo=wide(kv_lo) if kv_lo is not None else "k0",
                     hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",
                     keys_only=_on(kv_lo is not None and tile_keys is None),

@@ -14,15 +14,17 @@ its key's bit with a shift: the rest of the mask (the window) stays per element.
 part() finds the part: the largest bool subexpression of the mask that depends on the key
 position (kv) and on nothing per query (q, q - kv), and gathers captured data at the key or
 divides the key (`j % 3`, `j // 64`): one part per mask, or none (two distinct such parts keep
-the mask per element). rests() is the rest of the mask with that part true and false, as the
-kernel evaluates it per element beside the bit. applies() takes a part that gathers at the key
-and a rest with at most one arm per element (one of the two a constant: `flag or window`, `flag
-and causal`, the flag alone). Measured on an H200 (2026-12-01, attrs_sweep.py, in turns, B=2
+the mask per element). rests() is the rest of the mask with that part true and false: the two
+arms the bit chooses between. An arm is a constant (`flag or window` keeps every key whose flag
+is set), one key interval per row (arm_interval: kv_bounds.solve of the arm; the kernel turns two
+bounds a row into the arm's bits with word operations) or neither (tested per element).
+applies() takes a part whose arms are all constants or intervals, and a part that gathers at the
+key beside one arm per element. Measured on an H200 (2026-12-01, attrs_sweep.py, in turns, B=2
 H=16 4096², random flags, against the per-element mask): a key validity x1.62 / x1.59 (D=64 /
-128), global flags beside a window x1.34 / x1.23, a padding flag under bottom-right causal
-x1.29; where both arms stayed per element it lost (x0.85 with a query's flag, x0.90 for a key
-parity beside a window), and a part that only divides the key gained nothing it could keep
-(x0.95-1.06): those keep the mask per element.
+128), global flags beside a window x1.56 / x1.50, a padding flag under bottom-right causal x1.49 /
+x1.51. With both arms per element it lost (x0.85 for `(kvalid[b, j] and not qpad[b, i]) or i ==
+j`, x0.90 for `j <= i and (i - j < 128 or j % 4 == 0)`), and a part that only divides the key
+beside an arm per element gained nothing it could keep (x0.95-1.06): those stay per element.
 """
 from __future__ import annotations
 
@@ -38,15 +40,18 @@ _KEY = ("kv", "kvf")
 _KEY_OPS = ("mod", "floordiv", "div")  # a division of the key: worth a bit per key too
 
 
-def applies(k: ir.Kernel) -> bool:
-    """Whether k's mask has a key part that gathers at the key, beside a rest with at most one
-    arm per element (a streamed mask is read from shared memory per element already:
-    passes/streaming.py)."""
+def applies(k: ir.Kernel, tile_n: int) -> bool:
+    """Whether k's mask has a key part the kernel takes as bits on tiles of tile_n keys: its arms
+    constants or key intervals, or a gather at the key beside one arm per element (a streamed
+    mask is read from shared memory per element already: passes/streaming.py)."""
     mask = k.func("mask")
     if k.kind != "attention" or mask is None or streaming.read_by(k, "mask"):
         return False
     p = part(mask)
-    return p is not None and ir.loads_at(p, _KEY) and any(isinstance(r, ir.Const) for r in rests(mask, p))
+    if p is None:
+        return False
+    per_element = [r for r in rests(mask, p) if not isinstance(r, ir.Const) and arm_interval(r, tile_n) is None]
+    return not per_element or (len(per_element) == 1 and ir.loads_at(p, _KEY))
 
 
 def rests(mask: ir.Expr, p: ir.Expr) -> tuple[ir.Expr, ir.Expr]:

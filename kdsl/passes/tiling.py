@@ -153,9 +153,10 @@ OFFSET_TABLE = (0, 1)
 # D=64 rank-one bias x1.106, forgetting gates x1.074, tanh key gate x1.379; D=128 (2 stages
 # against 3 without) x1.077, x1.005, x1.400.
 KEY_TABLE = (0, 1)
-# key_mask = 1: a mask with a part gathered per key (passes/key_mask.py: is_global[b, j] or a
-# window, valid[b, j], j % 3 != 0) takes that part on partial tiles as one bit a key, voted by
-# each warp over the tile's keys, instead of a gather an element. The default where it applies.
+# key_mask = 1: a mask with a part read per key (passes/key_mask.py: is_global[b, j] or a window,
+# valid[b, j], j % 4 == 0 and j <= i) takes that part on partial tiles as one bit a key, voted by
+# each warp over the tile's keys, instead of a gather or a division an element, and the rest of
+# the mask as key intervals where it is. The default where it applies (measured there).
 KEY_MASK = (0, 1)
 KEY_MASK_KEYS = 128  # the widest kv tile it takes (attention_wgmma_parts.cuh spread_key_bits)
 
@@ -487,12 +488,14 @@ def _key_mask(k: ir.Kernel, s: dict, stream: str | None, given: dict) -> None:
     if given.get("key_mask") and s["tile_n"] > KEY_MASK_KEYS:
         raise KdslError(f"kernel '{k.name}': attr key_mask = 1 needs tile_n <= {KEY_MASK_KEYS} (a thread's S elements of a "
                         f"tile in 64 bits); tile_n is {s['tile_n']}")
-    if given.get("key_mask") and not key_mask.applies(k.with_attrs(stream_capture=stream)):
-        raise KdslError(f"kernel '{k.name}': attr key_mask = 1 needs a mask with one part gathered per key and read "
-                        f"by no query (is_global[b, j] or abs(i - j) < 256, valid[b, j], ...; not a streamed "
-                        f"mask); this kernel's mask is not of that kind")
+    if given.get("key_mask") and not key_mask.applies(k.with_attrs(stream_capture=stream), s["tile_n"]):
+        raise KdslError(f"kernel '{k.name}': attr key_mask = 1 needs a mask with one part read per key and by no "
+                        f"query, gathered at the key or dividing it, beside a rest of key intervals (is_global[b, j] "
+                        f"or abs(i - j) < 256, valid[b, j], j % 4 == 0 and j <= i, ...; not a streamed mask); this "
+                        f"kernel's mask is not of that kind")
     if "key_mask" not in given:
-        s["key_mask"] = int(s["tile_n"] <= KEY_MASK_KEYS and key_mask.applies(k.with_attrs(stream_capture=stream)))
+        s["key_mask"] = int(s["tile_n"] <= KEY_MASK_KEYS and key_mask.applies(k.with_attrs(stream_capture=stream),
+                                                                               s["tile_n"]))
 
 
 def _tables(s: dict) -> int:

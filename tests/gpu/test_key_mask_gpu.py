@@ -23,6 +23,8 @@ MASKS = {
     "bottom_right_padded": "j <= i + (N - M) and flag[b, j]",
     "two_gathers": "(flag[b, j] and kind[b, h // (H // Hkv), j] > 0) or abs(i - j) < 64",
     "flag_or_stride": "flag[b, j] or (i - j) % 7 == 0",  # an arm that is no key interval: per element
+    "dilated_causal": "j <= i and (i - j < 128 or j % 4 == 0)",  # a division of the key; both arms intervals
+    "valid_pairs": "flag[b, j] and rows[b, i] != 0 or j == i",  # both arms intervals, one reading data
 }
 
 

@@ -530,33 +530,38 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
             const int kv = k0 + lane + 32 * u;
             votes[u] = __ballot_sync(0xffffffffu, (kv < N) && V::mask_key_part(a, cap, b, h, imin2(kv, N - 1)));
           }
-          // the arms as bits; with the bit set the key is below N already
+          // the arms as bits (with the bit set the key is below N already): a constant, two bounds
+          // a row where the arm is a key interval, else a test per element
           u64 arm[2] = {V::kKeyArms[0] == 1 ? ~0ull : 0ull, 0ull};
+          constexpr bool kPer0 = V::kKeyArms[0] < 0 && !V::kKeyArmKeys[0];
+          constexpr bool kPer1 = V::kKeyArms[1] != 0 && !V::kKeyArmKeys[1];
+#pragma unroll
+          for (int v = 0; v < 2; ++v) {
+            if (!V::kKeyArmKeys[v]) continue;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              int lo, hi;
+              V::key_arm_bounds(a, cap, v, b, h, qr[r], k0, lo, hi);
+              if (v == 1) hi = imin2(hi, N - 1);  // with the bit clear, keys from N on are not
+              arm[v] |= interval_bits<BN>(lo - k0 - 2 * t, hi - k0 - 2 * t, r);
+            }
+          }
           auto arm_group = [&](int jj) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int kv = k0 + 8 * jj + 2 * t + (e & 1);
               const int q = V::kKeyedLoads ? qr[e >> 1] : row0 + 8 * (e >> 1);
               const int kv_read = V::kKeyedLoads ? imin2(kv, N - 1) : kv;
-              if constexpr (V::kKeyArms[0] < 0)
+              if constexpr (kPer0)
                 arm[0] |= (u64)(V::mask_with(a, cap, b, h, q, kv_read) ? 1u : 0u) << (4 * jj + e);
-              if constexpr (V::kKeyArms[1] != 0)
+              if constexpr (kPer1)
                 arm[1] |= (u64)((kv < N) & V::mask_without(a, cap, b, h, q, kv_read) ? 1u : 0u) << (4 * jj + e);
             }
           };
-          if constexpr (V::kKeyArmKeys) {  // the arm is a key interval a row: its bits by word operations
-            constexpr int v = V::kKeyArms[0] < 0 ? 0 : 1;
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              int lo, hi;
-              V::key_arm_bounds(a, cap, b, h, qr[r], k0, lo, hi);
-              if (v == 1) hi = imin2(hi, N - 1);  // with the bit clear, keys from N on are not
-              arm[v] |= interval_bits<BN>(lo - k0 - 2 * t, hi - k0 - 2 * t, r);
-            }
-          } else if constexpr (V::kKeyedLoads) {  // as partial tiles below: 16 loads in flight at a time
+          if constexpr ((kPer0 || kPer1) && V::kKeyedLoads) {  // as partial tiles below: 16 loads in flight
 #pragma unroll 8
             for (int jj = 0; jj < BN / 8; ++jj) arm_group(jj);
-          } else {
+          } else if constexpr (kPer0 || kPer1) {
 #pragma unroll
             for (int jj = 0; jj < BN / 8; ++jj) arm_group(jj);
           }
