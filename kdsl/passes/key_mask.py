@@ -22,9 +22,12 @@ applies() takes a part whose arms are all constants or intervals, and a part tha
 key beside one arm per element. Measured on an H200 (2026-12-01, attrs_sweep.py, in turns, B=2
 H=16 4096², random flags, against the per-element mask): a key validity x1.62 / x1.59 (D=64 /
 128), global flags beside a window x1.56 / x1.50, a padding flag under bottom-right causal x1.49 /
-x1.51. With both arms per element it lost (x0.85 for `(kvalid[b, j] and not qpad[b, i]) or i ==
-j`, x0.90 for `j <= i and (i - j < 128 or j % 4 == 0)`), and a part that only divides the key
-beside an arm per element gained nothing it could keep (x0.95-1.06): those stay per element.
+x1.51, `(kvalid[b, j] and not qpad[b, i]) or i == j` x1.30 (128), a key parity beside a window
+x1.16 / x1.20, `j <= i and (i - j < 128 or j % 4 == 0)` x1.22 (128), the Sparse Transformer's fixed
+pattern x1.03, phases of 32 keys by head x1.03, halves of 32 keys under causal x1.08 (64). Both
+arms per element lost (x0.85 and x0.90 on the first two of those before their arms were
+intervals), and a part that only divides the key beside an arm per element gained nothing it
+could keep (x0.95-1.06): those stay per element.
 """
 from __future__ import annotations
 
