@@ -15,8 +15,8 @@ import jinja2
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
 from ..errors import KdslError
-from ..passes import (exp2_fold, gemm_tiles, key_mask, key_table, kv_bounds, mask_analysis, offset_score, score_grad, streaming,
-                      tiling)
+from ..passes import (exp2_fold, gemm_tiles, key_mask, key_table, kv_bounds, mask_analysis, offset_score, score_grad,
+                      streaming, tiling)
 from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
 
 HERE = Path(__file__).parent

@@ -518,9 +518,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // V::kKeyMask (passes/key_mask.py): the mask's key part, one bit a key of the tile, voted
       // by each warp (lane l evaluates keys k0 + l + 32u, clamped to N - 1 as the mask's loads are,
       // and none from N on), where each element gathered its key's flag (an address, a clamp and
-      // a load a column, for both rows). Of the rest of the mask with the bit set and clear, at
-      // most one varies per element (the other always or never keeps: `flag or window`, `flag
-      // and causal`); each element keeps the one its key's bit chooses.
+      // a load a column, for both rows). The rest of the mask with the bit set and with it clear
+      // (its two arms) is each a constant (`flag or window` keeps every flagged key), a key
+      // interval a row (two bounds, made bits by word operations) or tested per element; each
+      // element keeps the arm its key's bit chooses.
       auto key_mask_bits = [&]() -> u64 {
         if constexpr (!V::kKeyMask) return 0;  // (spread_key_bits takes 128 keys at most)
         else {
@@ -580,7 +581,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           stream_pair<typename V::StreamElem>(stream_addr(slot, 4 * jj), sv[0], sv[1]);
           stream_pair<typename V::StreamElem>(stream_addr(slot, 4 * jj + 2), sv[2], sv[3]);
         }
-#pragma unroll
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int kv = k0 + 8 * jj + 2 * t + (e & 1);
