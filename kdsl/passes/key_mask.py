@@ -5,11 +5,12 @@ Global tokens flagged per key, a key validity or type read from a tensor, a key 
     is_global[b, j] or abs(i - j) < 256          valid[b, h, j]          j % 3 != 0 and j <= i
 
 On a partial tile the Hopper kernel evaluates the mask per element (attention_wgmma.cuh
-survivors()), and for such a mask each of a thread's BN/2 elements (two rows of BN/4 keys) gathered its key's flag
-(an address, a clamp and a load a column) and packed its bit, although a tile has only BN keys,
-the same for every row. With attr key_mask = 1 each warp evaluates that part once per key of the
-tile (lane l keys k0 + l + 32u) and votes, so a thread holds the tile's bits in four words, spread
-to its elements' keep bits by word operations (attention_wgmma_parts.cuh spread_key_bits).
+survivors()), and for such a mask each of a thread's BN/2 elements (two rows of BN/4 keys)
+gathered its key's flag (an address, a clamp and a load a column) and packed its bit, although a
+tile has only BN keys, the same for every row. With attr key_mask = 1 each warp evaluates that
+part once per key of the tile (lane l keys k0 + l + 32u) and votes, so a thread holds the tile's
+bits in four words, spread to its elements' keep bits by word operations
+(attention_wgmma_parts.cuh spread_key_bits).
 
 part() finds the part: the largest bool subexpression of the mask that depends on the key
 position (kv) and on nothing per query (q, q - kv), and gathers captured data at the key or
