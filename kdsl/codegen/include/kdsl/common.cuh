@@ -196,6 +196,12 @@ KDSL_DEVICE int iabs(int a) { return a < 0 ? -a : a; }
 // 64-bit forms, for derived bounds that may leave the i32 range (cexpr.WideEmitter)
 KDSL_DEVICE i64 imin(i64 a, i64 b) { return a < b ? a : b; }
 KDSL_DEVICE i64 imax(i64 a, i64 b) { return a > b ? a : b; }
+// A key interval [lo64, hi64] (64-bit: exact, passes/kv_bounds.py) clamped to the tile of bn keys
+// from k0: lo in [k0, k0 + bn], hi in [k0 - 1, k0 + bn - 1] (hi < lo: no key).
+KDSL_DEVICE void clamp_to_tile(i64 lo64, i64 hi64, int k0, int bn, int& lo, int& hi) {
+  lo = (int)imin(imax(lo64, (i64)k0), (i64)(k0 + bn));
+  hi = (int)imax(imin(hi64, (i64)(k0 + bn - 1)), (i64)(k0 - 1));
+}
 KDSL_DEVICE i64 iabs(i64 a) { return a < 0 ? -a : a; }
 // The same integer, but one NVVM's optimizer cannot see through: cexpr.py puts it every few
 // levels of a deep chain of integer min / max, whose build time otherwise grows ~2.5x a level
