@@ -158,10 +158,9 @@ KEY_TABLE = (0, 1)
 # each warp over the tile's keys, instead of a gather or a division an element, and the rest of
 # the mask as key intervals where it is. The default where it applies (measured there).
 KEY_MASK = (0, 1)
+# On every tile up to 128 keys by default: the 112- and 80-key tiles of head dims 192 and 256 ran
+# x1.14-1.41 and x1.24-1.25 against the mask an element (H200, sixty-fourth session).
 KEY_MASK_KEYS = 128  # the widest kv tile it takes (attention_wgmma_parts.cuh spread_key_bits)
-# By default on tiles of whole vote words only: the 112- and 80-key tiles of head dims 192 and
-# 256 build (no spill) but have not run on a GPU yet (attr key_mask = 1 takes them).
-KEY_MASK_DEFAULT_TILES = (64, 128)
 
 
 def offset_table_bytes(bn: int, consumers: int) -> int:
@@ -497,8 +496,8 @@ def _key_mask(k: ir.Kernel, s: dict, stream: str | None, given: dict) -> None:
                         f"or abs(i - j) < 256, valid[b, j], j % 4 == 0 and j <= i, ...; not a streamed mask); this "
                         f"kernel's mask is not of that kind")
     if "key_mask" not in given:
-        s["key_mask"] = int(s["tile_n"] in KEY_MASK_DEFAULT_TILES and key_mask.applies(k.with_attrs(stream_capture=stream),
-                                                                                         s["tile_n"]))
+        s["key_mask"] = int(s["tile_n"] <= KEY_MASK_KEYS
+                            and key_mask.applies(k.with_attrs(stream_capture=stream), s["tile_n"]))
 
 
 def _tables(s: dict) -> int:
