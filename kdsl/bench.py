@@ -37,6 +37,7 @@ class Case:
     # bool [B, M, N] capture -> mean document length: a block-diagonal mask over documents of
     # random lengths (torch's attn_mask for packed sequences) instead of random bits
     documents: dict = field(default_factory=dict)
+    seed: int | None = None  # the inputs' draw (kdsl.cases: bool captures sorted on odd seeds); None: fresh
 
 
 @dataclass
@@ -285,7 +286,7 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     gqa = f" Hkv={Hkv}" if Hkv != H else ""
     dv = f" Dv={Dv}" if Dv != D else ""
     row = Row(case.kernel, f"B={B} H={H}{gqa} M={M} N={N} D={D}{dv}", "decode" if M == 1 else "prefill")
-    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, Dv=Dv)
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, Dv=Dv, seed=case.seed)
     for name, (lo, hi) in case.ints.items():
         caps[name] = torch.randint(lo, hi + 1, tuple(caps[name].shape), device=q.device, dtype=torch.int32)
     for name, mean in case.documents.items():
@@ -474,6 +475,8 @@ def run(cases: list[Case], modules: dict, reps: int, peers: set, progress=True, 
     for case in bar:
         mod = modules[case.file]
         runner = run_gemm if case.kind == "gemm" else run_attention_backward if backward else run_attention
+        if case.seed is not None:
+            torch.manual_seed(case.seed)  # the draws beside attention_inputs': GEMM operands, ints, documents, dout
         try:
             row = runner(case, mod, timer, peers)
         except Exception as e:
@@ -511,9 +514,10 @@ PEER_NAMES = {"flex": "FlexAttention (compiled)", "cudnn": "cuDNN SDPA", "scaled
               "cublas_bf16": "cuBLAS bf16 matmul", "read_b": "reading b once (a floor)"}
 
 
-def markdown(rows: list[Row], device: str, host: list = ()) -> str:
+def markdown(rows: list[Row], device: str, host: list = (), seed: int | None = None) -> str:
     backward = BACKWARD_CONVENTION if any(r.family == "backward" for r in rows) else []
-    lines = [f"# kdsl bench on {device}", "",
+    inputs = [f"Inputs: random, from seed {seed} (kdsl bench --seed {seed} draws them again)."] if seed is not None else []
+    lines = [f"# kdsl bench on {device}", "", *inputs,
              "TFLOPS count only the work the mask leaves (2·(D + Dv) per kept (q, kv) pair; FP8: 2·rows·N·K over valid rows).",
              "Times: median of CUDA-event-timed launches, L2 flushed before each, kdsl and its peers timed in "
              "turns (5 blocks each, interleaved, each round starting one function later). Ratio = kdsl / peer "
@@ -584,13 +588,14 @@ def plot(rows: list[Row], path: Path, device: str) -> None:
     plt.close(fig)
 
 
-def write_results(rows: list[Row], out_dir: Path, device: str, stem: str, host: list = ()) -> dict:
+def write_results(rows: list[Row], out_dir: Path, device: str, stem: str, host: list = (),
+                  seed: int | None = None) -> dict:
     import dataclasses
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md", "png": out_dir / f"{stem}.png"}
-    paths["json"].write_text(json.dumps({"device": device, "rows": [dataclasses.asdict(r) for r in rows],
+    paths["json"].write_text(json.dumps({"device": device, "seed": seed, "rows": [dataclasses.asdict(r) for r in rows],
                                          "host": [dataclasses.asdict(h) for h in host]}, indent=1))
-    paths["md"].write_text(markdown(rows, device, host))
+    paths["md"].write_text(markdown(rows, device, host, seed))
     try:
         plot(rows, paths["png"], device)
     except ImportError:

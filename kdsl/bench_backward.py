@@ -28,7 +28,7 @@ def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
     gqa = f" Hkv={Hkv}" if Hkv != H else ""
     dv = f" Dv={Dv}" if Dv != D else ""
     row = Row(case.kernel, f"B={B} H={H}{gqa} M={M} N={N} D={D}{dv} fwd+bwd", "backward")
-    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, Dv=Dv)
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, Dv=Dv, seed=case.seed)
     for name, (lo, hi) in case.ints.items():
         caps[name] = torch.randint(lo, hi + 1, tuple(caps[name].shape), device=q.device, dtype=torch.int32)
     q, k, v = (x.requires_grad_() for x in (q, k, v))

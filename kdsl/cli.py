@@ -82,6 +82,10 @@ def main(argv=None) -> int:
                     "or M=4096,N=7168,K=16384[,G=4] (GEMM); a kernel with no shape of its kind is timed at the "
                     "default one (attention B=2,H=16,M=N=8192,D=128)")
     bn.add_argument("--reps", type=int, default=100, help="timed repetitions per measurement (default 100)")
+    bn.add_argument("--seed", type=int, metavar="S",
+                    help="seed of every case's random inputs (default: a fresh one, printed for reproduction); "
+                    "bool captures are drawn sorted along their last axis on odd seeds (runs of kept keys), "
+                    "unsorted on even ones (scattered bits: more partial tiles)")
     bn.add_argument("--backward", action="store_true",
                     help="time attention kernels' forward + backward (gradients of q, k, v) against the peers' "
                     "(FP8 GEMM cases are left out)")
@@ -215,9 +219,11 @@ def _search(path, module, args) -> bool:
 
 
 def _bench(args) -> int:
+    import dataclasses
     import datetime
     import re
     from . import bench
+    from .check import resolve_seed
     from .runtime.module import load
 
     if not args.files and not args.suite:
@@ -252,13 +258,16 @@ def _bench(args) -> int:
     _driver()  # NoGpuError with the reason, before any work
     import torch
     device = torch.cuda.get_device_name()
+    seed = resolve_seed(args.seed)
+    print(f"kdsl bench: inputs from seed {seed} (reproduce with --seed {seed})", flush=True)
+    cases = [dataclasses.replace(c, seed=seed) for c in cases]
     rows = bench.run(cases, modules, args.reps, peers, progress=sys.stderr.isatty(), backward=args.backward)
     host = bench.host_time(cases, modules)
     stem = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") + "-" + datetime.date.today().isoformat()
     stem += "-" + (args.suite or "files") + ("-partial" if args.only else "") + (
         "-backward" if args.backward and args.suite != "backward" else "")
-    paths = bench.write_results(rows, Path(args.out_dir), device, stem, host)
-    print(bench.markdown(rows, device, host))
+    paths = bench.write_results(rows, Path(args.out_dir), device, stem, host, seed)
+    print(bench.markdown(rows, device, host, seed))
     print("results: " + ", ".join(str(p) for p in paths.values()))
     return 0 if not any(r.failure for r in rows) else 1
 

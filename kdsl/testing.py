@@ -205,13 +205,14 @@ def format_search(name: str, examples: int, result: CaseResult | None) -> str:
     return f"{name}: FAIL; shrunk counterexample: {result.case!r}\n" + format_table(name, [result])
 
 
-def attention_inputs(kernel: ir.Kernel, B, H, Hkv, M, N, D, device="cuda", generator=None, Dv=0):
+def attention_inputs(kernel: ir.Kernel, B, H, Hkv, M, N, D, device="cuda", generator=None, Dv=0,
+                     seed: int | None = None):
     """Random q, k, v and captured tensors as torch tensors on `device`, fresh on each call
-    (or drawn from a torch generator); v's head dim is Dv (0: D). kdsl.cases.attention_inputs
-    takes any backend."""
-    if generator is None:
+    (or drawn from a torch generator, or from `seed`: bool captures sorted along their last axis
+    on odd seeds); v's head dim is Dv (0: D). kdsl.cases.attention_inputs takes any backend."""
+    if seed is None and generator is None:
         seed = random.randrange(2**62)
-    else:
+    elif seed is None:
         torch = need("torch", "torch", "attention_inputs with a torch generator")
         seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
     return _case_inputs(kernel, AttentionCase(B, H, Hkv, M, N, D, seed, Dv=Dv), Torch(device))

@@ -310,3 +310,31 @@ def test_the_error_on_a_slice_of_heads_reads_the_whole_problems_dims():
     assert torch.allclose(part, whole[:1, :2])
     wrong, _ = reference.attention(kir, q[:1, :2], k[:1, :1], v[:1, :1], caps)
     assert not torch.allclose(wrong, whole[:1, :2])  # what the bench measured before
+
+
+def test_a_bench_seed_draws_the_same_inputs_and_is_recorded(tmp_path):
+    """kdsl bench --seed S: every case's inputs come from S (bool captures sorted on odd seeds,
+    unsorted on even), so a timing that depends on the draw can be repeated; the seed lands in
+    the markdown and the JSON."""
+    import json
+    torch = pytest.importorskip("torch")
+    import kdsl
+    from kdsl.testing import attention_inputs
+    src = ("attention flagged {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+           "    valid: bool[B, N]\n    mask(b, h, i, j) = valid[b, j]\n}\n")
+    path = tmp_path / "flagged.kd"
+    path.write_text(src)
+    kir = kdsl.load(str(path), interpret=True).ir["flagged"]
+    seed = random.randrange(2**30) * 2
+    draw = [attention_inputs(kir, 2, 2, 2, 64, 200, 32, device="cpu", seed=s) for s in (seed, seed, seed + 1)]
+    for a, b in zip(draw[0][:3] + (draw[0][3]["valid"],), draw[1][:3] + (draw[1][3]["valid"],)):
+        assert torch.equal(a, b)
+    assert not torch.equal(draw[0][0], draw[2][0])
+    odd = draw[2][3]["valid"]
+    assert torch.equal(odd, odd.sort(dim=-1).values) and odd.any() and not odd.all()
+    even = draw[0][3]["valid"]
+    assert not torch.equal(even, even.sort(dim=-1).values)
+    md = bench.markdown(_rows(), "GPU", seed=seed)
+    assert f"from seed {seed} (kdsl bench --seed {seed}" in md and "seed" not in bench.markdown(_rows(), "GPU")
+    paths = bench.write_results(_rows(), tmp_path, "GPU", "t", seed=seed)
+    assert json.loads(paths["json"].read_text())["seed"] == seed
