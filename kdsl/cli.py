@@ -330,14 +330,13 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
         return f"{label}: {tile} -> {out / stem}.cu"
     from .runtime.compiler import build
     built = build(k, args.arch, d, want_cubin=args.emit == "cubin")
-    if built.kernel != lowered:  # ptxas spilled a trial (tile, row sums by P V, slope step, key mask): the fallback's files
+    if built.kernel != lowered:  # ptxas spilled a trial (tile, row sums by P V, slope step): the fallback's files
         trial, lowered = lowered, built.kernel
         (out / f"{stem}.cu").write_text(built.generated.source)
         (out / f"{stem}.ir").write_text(ir.print_ir(lowered))
         what = (f"the {trial.attr('tile_n')}-key trial tile" if trial.attr("tile_n") != lowered.attr("tile_n")
                 else "the trial row sums by P V" if trial.attr("tensor_row_sum") != lowered.attr("tensor_row_sum")
-                else "the trial slope step" if trial.attr("slope_step") != lowered.attr("slope_step")
-                else "the trial key mask bits")
+                else "the trial slope step")
         tile = (f"tile {lowered.attr('tile_m')}x{lowered.attr('tile_n')} (ptxas spilled {what}), "
                 f"{lowered.attr('threads')} threads")
     # per-element work taken elsewhere (tiling.SLOPE_STEP, TENSOR_ROW_SUM: the tensor cores; OFFSET_TABLE, KEY_TABLE)

@@ -454,12 +454,10 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                             f"{s['consumers']} (the Hopper kernel's tile_m is 64 * consumers; set consumers)")
         stream = _stream(k, s, (d, dv), given, target)
         _key_mask(k, s, stream, given)
-        key_mask_trial = (s["key_mask"] or None) if "key_mask" not in given else attrs.get("key_mask_trial")
         if fallback and fallback[0] >= s["tile_n"]:
             fallback = None  # the stream narrowed the kv tile below the fallback's
         return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv, stream_capture=stream,
                             spill_fallback=fallback, row_sum_trial=row_sum_trial, slope_trial=slope_trial,
-                            key_mask_trial=key_mask_trial,
                             smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
                                                                   _stream_elem(k, stream), s["slope_step"],
                                                                   s["tensor_row_sum"], _tables(s)))
@@ -488,10 +486,7 @@ def _key_table(k: ir.Kernel, s: dict, d: int, dv: int, given: dict, target: Targ
 
 def _key_mask(k: ir.Kernel, s: dict, stream: str | None, given: dict) -> None:
     """s["key_mask"]: as given (refused where the mask has no key part), else on where it
-    applies to the mask as it will run (a mask read from the streamed tensor's tiles takes none),
-    as a trial: the vote words and the arms' bounds beside an arm tested per element spilled 16
-    bytes at head dim 192's 112 keys (a flag and a row's data or the diagonal), and
-    compiler.build takes the same tile without them there."""
+    applies to the mask as it will run (a mask read from the streamed tensor's tiles takes none)."""
     if given.get("key_mask") and s["tile_n"] > KEY_MASK_KEYS:
         raise KdslError(f"kernel '{k.name}': attr key_mask = 1 needs tile_n <= {KEY_MASK_KEYS} (a thread's S elements of a "
                         f"tile in 64 bits); tile_n is {s['tile_n']}")

@@ -42,7 +42,7 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
     default, pipeline.default_value_dim). trace=True: NVRTC's per-phase times land in
     compiled.phases (on a cache miss). program: which program of the Hopper attention kernel's
     source (runtime/programs.py); the default one is what every ordinary call runs.
-    A schedule chosen as a trial (a tile, the row sums by P V, the slope step, the key mask) that ptxas
+    A schedule chosen as a trial (a tile, the row sums by P V, the slope step) that ptxas
     spills is dropped, one after the other, and the kernel built again without it."""
     built = _build(k, arch, head_dim, want_cubin, trace, value_dim, program)
     if program.backward:  # its one trial: 128-query steps (emit.backward_step_rows), 64 where they spill
@@ -73,14 +73,12 @@ def _trials(lowered: ir.Kernel, program: Program) -> list[str]:
     """The trials of a lowered kernel that a spill can drop, in the order build() drops them:
     "tile" (a trial kv tile with attr spill_fallback behind it), "row_sum" (the row sums by
     P V, tiling.TENSOR_ROW_SUM; the split-KV program has none to drop), "slope" (the slope
-    step, tiling.SLOPE_STEP), "key_mask" (the key mask's bits, tiling.KEY_MASK). The row sums
-    and the slope step measured within 1 % where they spilled, so they go before a wide kv tile
-    (tiling.WGMMA_WIDE_TILES: +3-15 % on the kernels that take it) and before the key mask
-    (x1.1-1.6 on partial tiles; never beside a wide tile); any other trial tile goes first
-    (tiling decides the others again for the tile behind it)."""
+    step, tiling.SLOPE_STEP). The row sums and the slope step measured within 1 % where they
+    spilled, so they go before a wide kv tile (tiling.WGMMA_WIDE_TILES: +3-15 % on the kernels
+    that take it); any other trial tile goes first (tiling decides the row sums and the slope
+    step again for the tile behind it)."""
     others = [kind for kind, on in (("row_sum", lowered.attr("row_sum_trial") and not program.split_kv),
-                                    ("slope", lowered.attr("slope_trial")),
-                                    ("key_mask", lowered.attr("key_mask_trial"))) if on]
+                                    ("slope", lowered.attr("slope_trial"))) if on]
     if not lowered.attr("spill_fallback"):
         return others
     wide = (lowered.attr("tile_n"), lowered.attr("consumers"), lowered.attr("stages")) in tiling.WGMMA_WIDE_TILES.values()
@@ -107,13 +105,9 @@ def _without_spilled_trial(k: ir.Kernel, lowered: ir.Kernel, program: Program) -
     if trials[0] == "row_sum":
         # four more accumulator registers: the softmax's FADDs instead
         return k.with_attrs(**same_tile, tensor_row_sum=0, row_sum_trial=None)
-    if trials[0] == "slope":
-        # the slope step (relpos' split-KV program at D=128 spilled in its kv loop): the FFMA per element
-        return k.with_attrs(**same_tile, tensor_row_sum=lowered.attr("tensor_row_sum"), row_sum_trial=None,
-                            slope_step=0, slope_trial=None)
-    # the key mask's bits: the mask per element on partial tiles
+    # the slope step (relpos' split-KV program at D=128 spilled in its kv loop): the FFMA per element
     return k.with_attrs(**same_tile, tensor_row_sum=lowered.attr("tensor_row_sum"), row_sum_trial=None,
-                        slope_step=lowered.attr("slope_step"), slope_trial=None, key_mask=0, key_mask_trial=None)
+                        slope_step=0, slope_trial=None)
 
 
 def _build(k: ir.Kernel, arch: str, head_dim: int, want_cubin: bool, trace: bool, value_dim: int,
