@@ -159,7 +159,9 @@ KEY_TABLE = (0, 1)
 # the mask as key intervals where it is. The default where it applies (measured there).
 KEY_MASK = (0, 1)
 # On every tile up to 128 keys by default: the 112- and 80-key tiles of head dims 192 and 256 ran
-# x1.14-1.41 and x1.24-1.25 against the mask an element (H200, sixty-fourth session).
+# x1.14-1.41 and x1.24-1.25 against the mask an element (H200, sixty-fourth session). No trial:
+# a flag beside a row's data or the diagonal at 112 keys, where ptxas spilled 16 bytes with the
+# bits, still ran x1.28 against the mask an element.
 KEY_MASK_KEYS = 128  # the widest kv tile it takes (attention_wgmma_parts.cuh spread_key_bits)
 
 
