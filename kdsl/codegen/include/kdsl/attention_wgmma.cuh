@@ -529,7 +529,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
           for (int u = 0; u < (BN + 31) / 32; ++u) {
             const int kv = k0 + lane + 32 * u;
-            votes[u] = __ballot_sync(0xffffffffu, (kv < N) && V::mask_key_part(a, cap, b, h, imin2(kv, N - 1)));
+#ifndef KDSL_VOTE_GUARDED  // temporary A/B (sixty-fourth session): 1 = the part behind (kv < N) &&
+#define KDSL_VOTE_GUARDED 0
+#endif
+            const bool in = kv < N;
+            votes[u] = __ballot_sync(0xffffffffu, KDSL_VOTE_GUARDED ? in && V::mask_key_part(a, cap, b, h, imin2(kv, N - 1))
+                                                                    : in & V::mask_key_part(a, cap, b, h, imin2(kv, N - 1)));
           }
           // the arms as bits (with the bit set the key is below N already): a constant, two bounds
           // a row where the arm is a key interval, else a test per element
