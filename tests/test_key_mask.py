@@ -124,7 +124,8 @@ def test_an_arm_that_is_a_key_interval_takes_two_bounds_a_row(mask, by_keys):
 def test_a_per_kv_head_key_part_divides_once_a_tile():
     """Regression: the vote evaluated the key part behind `kv < N &&`, a branch per vote word, and
     NVVM never speculates a division, so kept[b, h // (H // Hkv), j] divided twice per word (16
-    more MUFU.RCP than kept[b, h, j]; x1.54 slower, H200 D=128). Unconditional, twice a tile."""
+    more MUFU.RCP than kept[b, h, j]; x1.54 slower, H200 D=128). Unconditional, it is computed once a
+    tile at most (an item's, by Variant::item_warm: a few more in the producer and consumers)."""
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
     from kdsl.runtime.compiler import build
@@ -140,4 +141,4 @@ def test_a_per_kv_head_key_part_divides_once_a_tile():
         built = build(k, "sm_90a", 128)
         assert built.kernel.attr("key_mask") == 1
         rcp[name] = inspect(built.compiled.cubin, built.generated.entry).other_ops["MUFU.RCP"]
-    assert rcp["per_kv_head"] <= rcp["per_head"] + 4, rcp
+    assert rcp["per_kv_head"] <= rcp["per_head"] + 8, rcp

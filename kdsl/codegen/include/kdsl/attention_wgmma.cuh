@@ -51,6 +51,9 @@
 #ifndef KDSL_TABLE_AHEAD  // 0: an offset or key table's entries are loaded when the softmax fills it (A/B)
 #define KDSL_TABLE_AHEAD 1
 #endif
+#ifndef KDSL_ITEM_WARM  // 0: no Variant::item_warm where an item is taken (A/B)
+#define KDSL_ITEM_WARM 1
+#endif
 #include "kdsl/attention_splits.cuh"
 #include "kdsl/attention_wgmma_parts.cuh"
 #include "kdsl/hopper.cuh"
@@ -229,6 +232,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     for (int w = blockIdx.x; w < items;) {
       int b, h, q0, split, cls;
       item(w, b, h, q0, split);
+      if (KDSL_ITEM_WARM) V::item_warm(a, cap, b, h);  // for the tile classes of the walk
       if (issuer) trace(0, tn, kTraceClaim, w);
       const TileWalk<BN, V> walk = walk_of(b, h, q0, split);
       int j = walk.start(cls);
@@ -460,6 +464,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     const int w = (int)winfo;
     int b, h, q0, split;
     item(w, b, h, q0, split);
+    if (KDSL_ITEM_WARM) V::item_warm(a, cap, b, h);  // the item's divisions, once (passes/item_divisions.py)
     if (tracer) trace(1 + wg, tn, kTraceItem, w);
     // The item's first row in the head and in [B * H * M]: all the epilogue needs of the item,
     // kept across the kv loop (recomputing (b, h, q0) from w after it took ~700 cycles of

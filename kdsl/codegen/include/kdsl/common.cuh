@@ -214,6 +214,10 @@ KDSL_DEVICE i64 opaque_value(i64 x) {
   asm("" : "+l"(x));
   return x;
 }
+// A value computed here and kept (an empty asm reads it): a Variant's item_warm evaluates the
+// item's divisions before the kv loop so that NVVM reuses them inside it.
+KDSL_DEVICE void keep_alive(int x) { asm volatile("" ::"r"(x)); }
+KDSL_DEVICE void keep_alive(i64 x) { asm volatile("" ::"l"(x)); }
 
 // Python semantics for integer // and % (floor, not truncation), as the language promises;
 // on int, and on i64 for derived bounds (cexpr.WideEmitter).

@@ -1,0 +1,63 @@
+"""Integer divisions the same for a whole work item, evaluated once at the item's start.
+
+A grouped-query capture read at the key-value head, `kept[b, h // (H // Hkv), j]`, divides
+twice by values known only at run time. Inside the Hopper kernel's kv loop the mask (or a key
+part of the score) is evaluated on partial tiles only, behind a branch, and NVVM never hoists a
+division out of a branch (it may not speculate one: a zero divisor is undefined behaviour), so
+each partial tile divided again: about 70 instructions a tile a thread. Evaluated once before
+the loop (the Variant's item_warm, attention_variant.cu.j2, called where attention_wgmma.cuh
+takes an item), the same division inside the loop is redundant with it and NVVM's value
+numbering reuses it: the tile's general path of `kept[b, h // (H // Hkv), j] and j <= i + (N -
+M)` fell from 1006 to 934 SASS instructions at D=128, those of `kept[b, h, j]` (sm_90a).
+
+divisions() lists them: the largest integer divisions and remainders (//, %) of the Variant's
+expressions whose operands read only the batch and head indices and the dims (no position, no
+captured data: a load's value may change under the loop's stores), by a divisor that is not a
+constant (a constant divisor is a shift or a multiplication already). Not one that a `where`
+chooses (`where(h > 0, N // h, 0)`): evaluated unguarded, its divisor may be zero, and NVVM
+may take a division it sees as proof that the divisor is not.
+"""
+from __future__ import annotations
+
+from .. import ir
+
+ITEM_VARS = frozenset({"b", "h"})
+MAX_DIVISIONS = 4  # each is a register live into the kv loop
+
+
+def _item_invariant(e: ir.Expr, dims: frozenset) -> bool:
+    for n in ir.walk(e):
+        if isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS):
+            return False
+        if isinstance(n, ir.Var) and n.name not in ITEM_VARS and n.name not in dims:
+            return False
+    return True
+
+
+def divisions(k: ir.Kernel) -> tuple[ir.Expr, ...]:
+    """The kernel's item-invariant integer divisions by a non-constant divisor, largest first
+    found, each once (at most MAX_DIVISIONS)."""
+    dims = frozenset(k.dims)
+    found: list[ir.Expr] = []
+    chosen: set[ir.Expr] = set()  # divisions a `where` evaluates on one of its branches only
+
+    def visit(e: ir.Expr, guarded: bool) -> None:
+        if (isinstance(e, ir.Op) and e.op in ("floordiv", "mod") and e.ty == "i32"
+                and not isinstance(e.args[1], ir.Const) and _item_invariant(e, dims)):
+            if guarded:
+                chosen.add(e)
+            elif e not in found:
+                found.append(e)
+        kids = getattr(e, "args", ()) or getattr(e, "indices", ())
+        for i, c in enumerate(kids):
+            visit(c, guarded or (isinstance(e, ir.Op) and e.op == "where" and i > 0))
+
+    for _, e in k.funcs:
+        visit(e, False)
+    kept = [e for e in found if e not in chosen]
+    return tuple([e for e in kept if not any(_inside(e, x) for x in kept if x is not e)][:MAX_DIVISIONS])
+
+
+def _inside(e: ir.Expr, outer: ir.Expr) -> bool:
+    """e is a proper subexpression of outer (warming outer computes e too)."""
+    return any(n == e for n in ir.walk(outer) if n is not outer)

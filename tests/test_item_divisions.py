@@ -1,0 +1,54 @@
+"""passes/item_divisions.py: the integer divisions the same for a whole work item, which the
+Variant's item_warm evaluates where the Hopper kernel takes an item (so that NVVM reuses them
+inside the kv loop instead of dividing again on every partial tile)."""
+import pytest
+
+from kdsl import ir
+from kdsl.passes import item_divisions
+
+from conftest import lowered
+
+
+def program(mask: str, caps: str = "", score: str | None = None) -> str:
+    score_line = f"\n    score(s, b, h, i, j) = {score}" if score else ""
+    return (f"attention x {{\n    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]{caps}"
+            f"{score_line}\n    mask(b, h, i, j) = {mask}\n}}\n")
+
+
+def divisions(text: str) -> list[str]:
+    return sorted(ir.format_expr(e) for e in item_divisions.divisions(lowered(text)))
+
+
+@pytest.mark.parametrize("mask,caps,want", [
+    # a capture read at the key-value head: the head's group, once an item
+    ("kept[b, h // (H // Hkv), j] and j <= i", "\n    kept: bool[B, Hkv, N]", ["h // (H // Hkv)"]),
+    ("(h // (H // Hkv)) % 2 == 0 or j <= i", "", ["h // (H // Hkv)"]),  # % 2: a mask of the bits
+    ("j <= i + N % (b + 1)", "", ["N % (b + 1)"]),
+    ("j <= i and h % 3 != 0", "", []),                    # a constant divisor: NVVM multiplies
+    ("j // (N // 4) <= i // (M // 4)", "", []),           # positions: per element, not per item
+    ("j <= i + where(h > 0, N // h, 0)", "", []),         # chosen by a where: h may be 0 there
+    ("j <= i + where(h > 0, N // h, 0) + N // h", "", []),  # also evaluated unguarded: still not
+    # data: a load may change under the loop's stores (its divisor alone is the item's)
+    ("j <= i + lens[b] // (H // Hkv)", "\n    lens: i32[B]", ["H // Hkv"]),
+])
+def test_which_divisions_are_the_items(mask, caps, want):
+    assert divisions(program(mask, caps)) == want
+
+
+def test_the_score_and_every_function_count_each_division_once():
+    text = program("kept[b, h // (H // Hkv), j]", "\n    kept: bool[B, Hkv, N]; kb: f32[B, Hkv, N]",
+                   score="s + kb[b, h // (H // Hkv), j]")
+    assert divisions(text) == ["h // (H // Hkv)"]
+
+
+def test_item_warm_evaluates_them_in_both_widths():
+    """The Variant's item_warm holds each division as the mask's functions spell it (32 bits) and
+    as the key bounds' do (64 bits, cexpr.WideEmitter); a kernel without one has an empty body."""
+    from kdsl.codegen.emit import generate
+    src = generate(lowered(program("kept[b, h // (H // Hkv), j] and j <= i + (N - M)",
+                                   "\n    kept: bool[B, Hkv, N]"), 128)).source
+    warm = src.split("item_warm(")[1].split("}")[0]
+    assert "kdsl::keep_alive(kdsl::floordiv(h, kdsl::floordiv(a.H, a.Hkv)));" in warm
+    assert "kdsl::keep_alive(kdsl::floordiv(((kdsl::i64)h)" in warm
+    plain = generate(lowered(program("j <= i"), 128)).source
+    assert "keep_alive" not in plain.split("item_warm(")[1].split("}")[0]
