@@ -35,10 +35,13 @@ def test_which_divisions_are_the_items(mask, caps, want):
     assert divisions(program(mask, caps)) == want
 
 
-def test_the_score_and_every_function_count_each_division_once():
+def test_the_masks_only_each_once():
+    """The mask's functions (the mask, its tile predicates, its key bounds) count each division
+    once; a score's are left to NVVM (its table fill is unconditional, hoisted already)."""
     text = program("kept[b, h // (H // Hkv), j]", "\n    kept: bool[B, Hkv, N]; kb: f32[B, Hkv, N]",
                    score="s + kb[b, h // (H // Hkv), j]")
     assert divisions(text) == ["h // (H // Hkv)"]
+    assert divisions(program("j <= i", "\n    kb: f32[B, Hkv, N]", score="s + kb[b, h // (H // Hkv), j]")) == []
 
 
 def test_item_warm_evaluates_them_in_both_widths():
