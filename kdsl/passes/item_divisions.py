@@ -8,7 +8,8 @@ each partial tile divided again: about 70 instructions a tile a thread. Evaluate
 the loop (the Variant's item_warm, attention_variant.cu.j2, called where attention_wgmma.cuh
 takes an item), the same division inside the loop is redundant with it and NVVM's value
 numbering reuses it: the tile's general path of `kept[b, h // (H // Hkv), j] and j <= i + (N -
-M)` fell from 1006 to 934 SASS instructions at D=128, those of `kept[b, h, j]` (sm_90a).
+M)` fell from 1006 to 944 SASS instructions at D=128 (`kept[b, h, j]`'s: 934; sm_90a), and the
+kernel ran x1.075 (x1.054 at D=64; H200, 2x16x4096², KDSL_ITEM_WARM=0 against 1).
 
 divisions() lists them: the largest integer divisions and remainders (//, %) of the Variant's
 expressions whose operands read only the batch and head indices and the dims (no position, no

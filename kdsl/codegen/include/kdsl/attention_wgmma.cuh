@@ -534,9 +534,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
           for (int u = 0; u < (BN + 31) / 32; ++u) {
             const int kv = k0 + lane + 32 * u;
-            // `&`, not `&&`: the part unconditional (its key clamped), so that NVVM computes its
+            // `&`, not `&&`: the part unconditional (its key clamped), so that NVVM computes a
             // per-head index (kept[b, h // (H // Hkv), j]) once a tile, not once a word behind a
-            // branch (divisions are never speculated): evicted_cache D=128 x1.54 (H200)
+            // branch (divisions are never speculated; evicted_cache D=128 x1.54, H200), and
+            // reuses item_warm's, once an item
             votes[u] = __ballot_sync(0xffffffffu, (kv < N) & V::mask_key_part(a, cap, b, h, imin2(kv, N - 1)));
           }
           // the arms as bits (with the bit set the key is below N already): a constant, two bounds
