@@ -36,7 +36,12 @@ CAPTURES = {
     # a key-padding vector and a per-head dense mask, as bools (whole-tile summaries read them)
     "key_padding": (["valid: bool[B, N]"], None, "valid[b, j]"),
     "head_mask": (["hkeep: bool[B, H, M, N]"], None, "hkeep[b, h, i, j]"),
+    # global tokens by flag beside a window (a key mask whose arm is an interval, passes/key_mask.py),
+    # and a bitmap per key-value head (its index one of the item's divisions, passes/item_divisions.py)
+    "global_keys": (["is_global: bool[B, N]"], None, "is_global[b, j] or abs(i - j) < 64"),
+    "kv_head_keep": (["kvkeep: bool[B, Hkv, N]"], None, "kvkeep[b, h // (H // Hkv), j]"),
 }
+GQA_ONLY = {"kv_head_keep"}  # reads Hkv, which only grouped k and v declare
 
 # Masks over positions as models write them; W, C, P are drawn.
 STRUCTURED_MASKS = ["j <= i", "j <= i and i - j < {W}", "abs(i - j) <= {W}", "i // {C} == j // {C} and j <= i",
@@ -58,7 +63,8 @@ def variants(draw, name: str = "gen"):
     elem = draw(st.sampled_from(["bf16", "bf16", "bf16", "f16"]))
     kv_heads = draw(st.sampled_from(["Hkv", "H"]))
     value_dim = draw(st.sampled_from(["D", "D", "D", "Dv"]))
-    parts = draw(st.lists(st.sampled_from(sorted(CAPTURES)), max_size=2, unique=True))
+    parts = draw(st.lists(st.sampled_from(sorted(set(CAPTURES) - (GQA_ONLY if kv_heads == "H" else set()))),
+                          max_size=2, unique=True))
     decls = [f"q: {elem}[B, H, M, D]; k: {elem}[B, {kv_heads}, N, D]; v: {elem}[B, {kv_heads}, N, {value_dim}]"]
     if draw(st.integers(0, 3)) == 0:
         decls.append("lse: f32[B, H, M]")
