@@ -6,7 +6,8 @@ excluded from the timings and reported separately: a cold build of each kernel, 
 in a fresh process with every cache empty or off (kdsl.runtime.coldbuild).
 Attention TFLOPS count only the (q, kv) pairs the mask keeps: 2 * (D + Dv) * pairs (4 * D when v has q's head dim); FP8 GEMM
 TFLOPS count 2 * rows * N * K over the valid rows. Where a dense FP8 case runs, the suite also
-measures host time per eager launch against torch's _scaled_mm (kdsl.hosttime).
+measures host time per eager launch against torch's _scaled_mm (kdsl.hosttime). The results'
+markdown, JSON and figure: kdsl.bench_report.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ VARIANTS = ["t5_bias", "gemma2_local", "learned_relpos", "gated_rows", "periodic
             "dilated_window", "temperature_padding", "alibi_softcap_gqa", "bias_qk", "bias_bhqk", "gqa_causal",
             "bool_attn_mask"]
 GEMM_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
+PEER_NAMES = {"flex": "FlexAttention (compiled)", "cudnn": "cuDNN SDPA", "scaled_mm": "torch._scaled_mm blockwise",
+              "cublas_bf16": "cuBLAS bf16 matmul", "read_b": "reading b once (a floor)"}
 
 
 @dataclass
@@ -505,99 +508,3 @@ def _progress(items, enabled):
         return tqdm(items, desc="kdsl bench", unit="case")
     except ImportError:
         return items
-
-
-BACKWARD_CONVENTION = ["Rows marked fwd+bwd: a forward and the gradients of q, k and v, TFLOPS at 3.5 times the forward's "
-                       "work (FlashAttention's convention); err: the worst of dq, dk and dv against float64 autograd "
-                       "of the reference, delta taken from kdsl's own output (kdsl.check.reference_grads)."]
-PEER_NAMES = {"flex": "FlexAttention (compiled)", "cudnn": "cuDNN SDPA", "scaled_mm": "torch._scaled_mm blockwise",
-              "cublas_bf16": "cuBLAS bf16 matmul", "read_b": "reading b once (a floor)"}
-
-
-def markdown(rows: list[Row], device: str, host: list = (), seed: int | None = None) -> str:
-    backward = BACKWARD_CONVENTION if any(r.family == "backward" for r in rows) else []
-    inputs = [f"Inputs: random, from seed {seed} (kdsl bench --seed {seed} draws them again)."] if seed is not None else []
-    lines = [f"# kdsl bench on {device}", "", *inputs,
-             "TFLOPS count only the work the mask leaves (2·(D + Dv) per kept (q, kv) pair; FP8: 2·rows·N·K over valid rows).",
-             "Times: median of CUDA-event-timed launches, L2 flushed before each, kdsl and its peers timed in "
-             "turns (5 blocks each, interleaved, each round starting one function later). Ratio = kdsl / peer "
-             "(> 1: kdsl faster); in brackets the lowest and highest of the five blocks' ratios (a range that "
-             "straddles 1 is a tie).",
-             "Cold build: what a first call waits for on a first run (parse, codegen, NVRTC), measured per kernel "
-             "in a fresh process with kdsl's cache empty and the CUDA driver's compute cache off; per-step "
-             "times in the JSON.", *backward, "",
-             "| kernel | shape | err | kdsl µs | kdsl TFLOPS | GB/s | peer | peer µs | peer TFLOPS | ratio | cold build s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if r.failure:
-            lines.append(f"| {r.kernel} | {r.shape} | FAILED: {r.failure} | | | | | | | | |")
-            continue
-        peers = list(r.peers.items()) or [("-", {})]
-        for name, p in peers:
-            peer = PEER_NAMES.get(name, name)
-            if "error" in p:
-                pus, pt, ratio = "", f"could not run: {p['error'][:70]}", ""
-            elif p:
-                pus, pt, ratio = f"{p['ms'] * 1e3:.1f}", f"{p['tflops']:.1f}", f"{r.tflops / p['tflops']:.2f}"
-                if p.get("ratio_range"):
-                    ratio += " [{:.2f}, {:.2f}]".format(*p["ratio_range"])
-            else:
-                pus, pt, ratio = "", "", ""
-            gb = f"{r.gbps:.0f}" if r.gbps == r.gbps else ""
-            lines.append(f"| {r.kernel} | {r.shape} | {r.error:.1e} | {r.ms * 1e3:.1f} | {r.tflops:.1f} | {gb} | {peer} | "
-                         f"{pus} | {pt} | {ratio} | {_seconds(r.compile.get('cold_build_s'))} |")
-    return "\n".join(lines + fp8_summary(rows) + host_table(host)) + "\n"
-
-
-def host_table(host: list) -> list[str]:
-    """kdsl.hosttime's rows: host microseconds per eager launch, kdsl's and torch._scaled_mm's
-    called alike, sampled in turns in this run."""
-    if not host:
-        return []
-    from .hosttime import FP8_HOST_SHAPE
-    m, n, k = FP8_HOST_SHAPE
-    lines = ["", f"Host time per eager launch, fp8_gemm M={m} N={n} K={k} (µs; a sleep kernel queued ahead, "
-                 f"the calls sampled in turns):", "",
-             f"| call | kdsl launch path | kdsl µs | {PEER_NAMES['scaled_mm']} µs | kdsl / peer |",
-             "|---|---|---|---|---|"]
-    for h in host:
-        lines.append(f"| {h.call} | {h.path} | {h.kdsl_us:.1f} | {h.peer_us:.1f} | {h.ratio:.2f} |")
-    return lines
-
-
-def fp8_summary(rows: list[Row]) -> list[str]:
-    """The dense FP8 rows' ratios to torch's blockwise _scaled_mm, as issue 8's bar reads them:
-    the lowest and the median over the shapes that ran."""
-    ratios = [r.tflops / r.peers["scaled_mm"]["tflops"] for r in rows
-              if not r.failure and r.kernel == "fp8_gemm" and "tflops" in r.peers.get("scaled_mm", {})]
-    if not ratios:
-        return []
-    return ["", f"FP8 dense against {PEER_NAMES['scaled_mm']}: lowest {min(ratios):.2f}, median "
-                f"{statistics.median(ratios):.2f} over {len(ratios)} shapes."]
-
-
-def _seconds(x) -> str:
-    return "n/a" if x is None else f"{x:.2f}"
-
-
-def plot(rows: list[Row], path: Path, device: str) -> None:
-    from . import benchplot
-    fig = benchplot.figure(rows, device, PEER_NAMES)  # selects the Agg backend before pyplot loads
-    fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-
-
-def write_results(rows: list[Row], out_dir: Path, device: str, stem: str, host: list = (),
-                  seed: int | None = None) -> dict:
-    import dataclasses
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md", "png": out_dir / f"{stem}.png"}
-    paths["json"].write_text(json.dumps({"device": device, "seed": seed, "rows": [dataclasses.asdict(r) for r in rows],
-                                         "host": [dataclasses.asdict(h) for h in host]}, indent=1))
-    paths["md"].write_text(markdown(rows, device, host, seed))
-    try:
-        plot(rows, paths["png"], device)
-    except ImportError:
-        paths.pop("png")
-    return paths

@@ -222,7 +222,7 @@ def _bench(args) -> int:
     import dataclasses
     import datetime
     import re
-    from . import bench
+    from . import bench, bench_report
     from .check import resolve_seed
     from .runtime.module import load
 
@@ -266,8 +266,8 @@ def _bench(args) -> int:
     stem = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") + "-" + datetime.date.today().isoformat()
     stem += "-" + (args.suite or "files") + ("-partial" if args.only else "") + (
         "-backward" if args.backward and args.suite != "backward" else "")
-    paths = bench.write_results(rows, Path(args.out_dir), device, stem, host, seed)
-    print(bench.markdown(rows, device, host, seed))
+    paths = bench_report.write_results(rows, Path(args.out_dir), device, stem, host, seed)
+    print(bench_report.markdown(rows, device, host, seed))
     print("results: " + ", ".join(str(p) for p in paths.values()))
     return 0 if not any(r.failure for r in rows) else 1
 

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from kdsl import bench
+from kdsl import bench, bench_report
 
 
 def test_standard_suite_shapes():
@@ -55,7 +55,7 @@ def test_markdown_shows_failed_peers_and_convention():
     rows = [bench.Row("relpos", "B=1", ms=1.0, tflops=100.0, gbps=10.0, error=1e-3,
                       peers={"flex": {"ms": 2.0, "tflops": 50.0}, "cudnn": {"error": "not supported"}}),
             bench.Row("causal", "B=2", failure="RuntimeError: boom")]
-    md = bench.markdown(rows, "GPU")
+    md = bench_report.markdown(rows, "GPU")
     assert "2·(D + Dv) per kept (q, kv) pair" in md
     assert "| 1000.0 | 100.0 |" in md and "| 2000.0 | 50.0 | 2.00 |" in md and "could not run: not supported" in md and "FAILED: RuntimeError: boom" in md
 
@@ -77,7 +77,7 @@ def test_a_peer_ratio_carries_its_range_over_the_blocks():
     assert peer["ms"] == statistics.median(t for b in peer_blocks for t in b)
     lo, hi = peer["ratio_range"]
     assert abs(lo - min(factors)) < 1e-9 and abs(hi - max(factors)) < 1e-9
-    assert f"[{lo:.2f}, {hi:.2f}]" in bench.markdown([row], "GPU")
+    assert f"[{lo:.2f}, {hi:.2f}]" in bench_report.markdown([row], "GPU")
 
 
 def _rows():
@@ -124,7 +124,7 @@ def test_plot_has_a_panel_per_family_and_ratios_to_the_best_peer(tmp_path):
     assert got == pytest.approx(want)
     assert benchplot.best_peer(rows[5])[0] == "scaled_mm"  # cuBLAS bf16 is a yardstick, never the peer
     path = tmp_path / "bench.png"
-    bench.plot(rows, path, "GPU")
+    bench_report.plot(rows, path, "GPU")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 50_000
 
 
@@ -148,20 +148,20 @@ def test_markdown_sums_up_the_dense_fp8_rows_against_scaled_mm():
     rows += [bench.Row("fp8_grouped_masked", "G=4 M=256 N=4096 K=7168", "fp8", ms=0.1, tflops=1.0,
                        peers={"scaled_mm": {"error": "no grouped blockwise scaled_mm in torch"}}),
              bench.Row("fp8_gemm", "M=1 N=1 K=128", "fp8", failure="RuntimeError: boom")]
-    md = bench.markdown(rows, "GPU")
+    md = bench_report.markdown(rows, "GPU")
     assert md.rstrip().endswith(f"lowest {min(ratios):.2f}, median {statistics.median(ratios):.2f} over 5 shapes.")
     assert "reading b once (a floor)" in md
-    assert not bench.fp8_summary([row for row in rows if row.kernel != "fp8_gemm"])
+    assert not bench_report.fp8_summary([row for row in rows if row.kernel != "fp8_gemm"])
 
 
 def test_markdown_reports_the_cold_build():
     row = bench.Row("relpos", "B=1", "prefill", ms=1.0, tflops=1.0, error=1e-3, peers={"flex": {"ms": 1, "tflops": 1}},
                     compile={"cold_build_s": 0.6234, "ptxas_s": 0.3})
-    md = bench.markdown([row], "GPU")
+    md = bench_report.markdown([row], "GPU")
     assert "| cold build s |" in md and md.rstrip().endswith("| 0.62 |")
     assert "fresh process" in md and "compute cache off" in md
     row.compile = {"error": "cold build of relpos failed: ..."}  # a failed measurement shows as such
-    assert bench.markdown([row], "GPU").rstrip().endswith("| n/a |")
+    assert bench_report.markdown([row], "GPU").rstrip().endswith("| n/a |")
 
 
 def test_timing_rounds_rotate_so_no_function_keeps_its_place():
@@ -201,12 +201,12 @@ def test_markdown_and_json_carry_the_host_time_rows(tmp_path):
     r = random.Random()
     host = [HostRow(call, r.uniform(5, 20), r.uniform(20, 40), path) for call, path in
             (("out= given", "compiled"), ("allocating", "python"))]
-    md = bench.markdown(_rows(), "GPU", host)
+    md = bench_report.markdown(_rows(), "GPU", host)
     assert "Host time per eager launch, fp8_gemm M=128 N=2112 K=7168" in md
     for h in host:
         assert f"| {h.call} | {h.path} | {h.kdsl_us:.1f} | {h.peer_us:.1f} | {h.kdsl_us / h.peer_us:.2f} |" in md
-    assert "Host time" not in bench.markdown(_rows(), "GPU")
-    paths = bench.write_results(_rows(), tmp_path, "GPU", "t", host)
+    assert "Host time" not in bench_report.markdown(_rows(), "GPU")
+    paths = bench_report.write_results(_rows(), tmp_path, "GPU", "t", host)
     saved = json.loads(paths["json"].read_text())["host"]
     assert [(s["call"], s["kdsl_us"], s["peer_us"], s["path"]) for s in saved] == \
         [(h.call, h.kdsl_us, h.peer_us, h.path) for h in host]
@@ -263,9 +263,9 @@ def test_backward_rows_carry_their_convention_and_land_in_the_prefill_panel():
     from kdsl import benchplot
     row = bench.Row("causal", "B=2 H=16 M=4096 N=4096 D=128 fwd+bwd", "backward", ms=4.0, tflops=120.0, error=3e-3,
                     peers={"flex": {"ms": 2.0, "tflops": 240.0}})
-    md = bench.markdown([row], "GPU")
+    md = bench_report.markdown([row], "GPU")
     assert "TFLOPS at 3.5 times the forward's work" in md and "| causal | B=2 H=16 M=4096 N=4096 D=128 fwd+bwd |" in md
-    assert "3.5 times" not in bench.markdown([bench.Row("causal", "B=2", ms=1.0, tflops=1.0, error=0.0)], "GPU")
+    assert "3.5 times" not in bench_report.markdown([bench.Row("causal", "B=2", ms=1.0, tflops=1.0, error=0.0)], "GPU")
     assert benchplot.family(row) == "prefill"
 
 
@@ -334,7 +334,7 @@ def test_a_bench_seed_draws_the_same_inputs_and_is_recorded(tmp_path):
     assert torch.equal(odd, odd.sort(dim=-1).values) and odd.any() and not odd.all()
     even = draw[0][3]["valid"]
     assert not torch.equal(even, even.sort(dim=-1).values)
-    md = bench.markdown(_rows(), "GPU", seed=seed)
-    assert f"from seed {seed} (kdsl bench --seed {seed}" in md and "seed" not in bench.markdown(_rows(), "GPU")
-    paths = bench.write_results(_rows(), tmp_path, "GPU", "t", seed=seed)
+    md = bench_report.markdown(_rows(), "GPU", seed=seed)
+    assert f"from seed {seed} (kdsl bench --seed {seed}" in md and "seed" not in bench_report.markdown(_rows(), "GPU")
+    paths = bench_report.write_results(_rows(), tmp_path, "GPU", "t", seed=seed)
     assert json.loads(paths["json"].read_text())["seed"] == seed
