@@ -35,6 +35,9 @@ def lowered(k, d=128, arch="sm_90a"):
     ("s + 0.5 * bias[h, i, j] * bias[h, i, j]", "bias: f16[H, M, N]"),
     ("s + bias[h % 2, i, j]", "bias: f32[2, M, N]"),
     ("tanh(s + bias[i, j])", "bias: bf16[M, N]"),
+    ("s + float(bias[i, j])", "bias: i32[M, N]"),                 # an integer element arrives as an int
+    ("s + 0.1 * float(bias[b, i, j])", "bias: u8[B, M, N]"),
+    ("s + table[h, bias[i, j]]", "bias: i32[M, N]; table: f32[H, 8]"),  # ... exact as an index
 ])
 def test_a_tensor_read_at_the_element_alone_is_the_candidate(score, capture):
     assert streaming.candidate(lowered(kernel(score, capture))) == "bias"
@@ -45,7 +48,6 @@ def test_a_tensor_read_at_the_element_alone_is_the_candidate(score, capture):
     ("s + bias[i, j + 1]", "bias: bf16[M, N]"),                   # shifted
     ("s + bias[i, j] + bias[i, 0]", "bias: bf16[M, N]"),          # read at two indices
     ("s + bias[i % 2, i, j]", "bias: bf16[2, M, N]"),             # leading index per row
-    ("s + float(bias[i, j])", "bias: i32[M, N]"),                 # integer table: not streamed
     ("s + bias[i - j + N]", "bias: bf16[M]"),                     # relative position: 1-D table
 ])
 def test_other_reads_stay_per_element(score, capture):
@@ -68,7 +70,6 @@ def test_a_mask_tensor_read_at_the_element_alone_is_the_candidate(mask, capture)
     (None, "keep[b, j, i]", "keep: bool[B, N, M]"),                  # transposed
     (None, "keep[b, i, max(j - 1, 0)]", "keep: bool[B, M, N]"),       # shifted (token_tree's ancestors)
     (None, "keep[b, i, j] and keep[b, i, 0]", "keep: bool[B, M, N]"),  # read at two indices
-    ("s + float(keep[i, j])", "keep[i, j] != 0", "keep: i32[M, N]"),  # the score reads it: floats only
     ("s + keep[i, j + 1]", "keep[i, j] > 0.0", "keep: bf16[M, N]"),   # the score reads it elsewhere
 ])
 def test_other_mask_reads_stay_per_element(score, mask, capture):
@@ -76,10 +77,51 @@ def test_other_mask_reads_stay_per_element(score, mask, capture):
     assert streaming.candidate(k) is None and k.attr("stream_capture") is None
 
 
-def test_a_tensor_the_score_and_the_mask_read_at_the_element_is_streamed_for_both():
-    k = lowered(kernel("s + bias[i, j]", extra="mask(b, h, i, j) = bias[i, j] > -10.0"))
-    assert k.attr("stream_capture") == "bias"
+@pytest.mark.parametrize("score,mask,capture", [
+    ("s + bias[i, j]", "bias[i, j] > -10.0", "bias: bf16[M, N]"),
+    ("s + float(bias[i, j])", "bias[i, j] != 0", "bias: i32[M, N]"),
+])
+def test_a_tensor_the_score_and_the_mask_read_at_the_element_is_streamed_for_both(score, mask, capture):
+    k = lowered(kernel(score, capture, f"mask(b, h, i, j) = {mask}"))
+    assert (k.attr("stream_capture"), k.attr("mask_stream_capture")) == ("bias", None)
     assert streaming.read_by(k, "score_log2") and streaming.read_by(k, "mask")
+    assert streaming.mask_reads(k) == "bias"
+
+
+@pytest.mark.parametrize("score,mask,capture,rings", [
+    # the score's tensor and a second one the mask alone reads: a ring each
+    ("s + 0.1 * float(bucket[b, i, j])", "keep[b, i, j]", "bucket: u8[B, M, N]; keep: bool[B, M, N]",
+     ("bucket", "keep")),
+    ("s + bias[b, h, i, j]", "j <= i and keep[h, i, j] != 0", "bias: bf16[B, H, M, N]; keep: i32[H, M, N]",
+     ("bias", "keep")),
+    # the mask reads the score's tensor too: one ring, the other tensor per element
+    ("s + bias[i, j]", "bias[i, j] > 0.0 and keep[i, j]", "bias: bf16[M, N]; keep: bool[M, N]", ("bias", None)),
+    # the mask's second tensor is read by the score too, elsewhere: not streamed
+    ("s + bias[i, j] + float(keep[i, 0])", "keep[i, j]", "bias: bf16[M, N]; keep: bool[M, N]", ("bias", None)),
+    # no score tensor: the mask's is the first ring, and there is no second
+    ("s", "keep[i, j] and other[i, j]", "keep: bool[M, N]; other: bool[M, N]", ("keep", None)),
+])
+def test_a_second_ring_streams_the_tensor_the_mask_alone_reads(score, mask, capture, rings):
+    k = lowered(kernel(score, capture, f"mask(b, h, i, j) = {mask}"))
+    assert (k.attr("stream_capture"), k.attr("mask_stream_capture")) == rings
+    assert streaming.mask_reads(k) == (rings[1] or (rings[0] if rings[0] in mask else None))
+
+
+def test_tiling_fits_both_rings_or_keeps_the_first():
+    k = kernel("s + bias[b, i, j]", "bias: bf16[B, M, N]; keep: bool[B, M, N]", "mask(b, h, i, j) = keep[b, i, j]")
+    # head dim 128: K, V, a bf16 and a bool tile take 112 KB a stage at 128 keys, where only the
+    # first ring fits; both fit beside 64-key tiles, in three stages (most stages first)
+    low = lowered(k, 128)
+    assert (low.attr("stream_capture"), low.attr("mask_stream_capture"), low.attr("tile_n"), low.attr("stages")) == \
+        ("bias", "keep", 64, 3)
+    assert low.attr("smem_bytes") == tiling.attention_wgmma_smem_bytes(128, 128, 64, 2, 3, 2, mask_stream_elem=1)
+    # a given tile too wide for both: the first ring alone
+    low = lowered(k.with_attrs(tile_n=128), 128)
+    assert (low.attr("stream_capture"), low.attr("mask_stream_capture"), low.attr("tile_n")) == ("bias", None, 128)
+    # an IR file may turn the second off
+    assert lowered(k.with_attrs(mask_stream_capture=None), 128).attr("mask_stream_capture") is None
+    with pytest.raises(KdslError, match="mask_stream_capture = 'bias'"):
+        lowered(k.with_attrs(mask_stream_capture="bias"))
 
 
 def test_tiling_makes_room_for_the_ring_or_drops_it():
@@ -150,22 +192,27 @@ def test_an_ir_file_may_turn_streaming_off_but_not_name_another_tensor():
         lowered(k.with_attrs(stream_capture="other"))
 
 
-@pytest.mark.parametrize("score,capture,rank", [
-    ("s + bias[i, j]", "bias: bf16[M, N]", 2),
-    ("s + bias[b, h, i, j]", "bias: f16[B, H, M, N]", 4),
+@pytest.mark.parametrize("score,capture,rank,extra,boxes", [
+    ("s + bias[i, j]", "bias: bf16[M, N]", 2, "", 2),
+    ("s + bias[b, h, i, j]", "bias: f16[B, H, M, N]", 4, "", 2),
+    ("s + float(bias[b, i, j])", "bias: u8[B, M, N]", 3, "", 1),
+    # two rings: a 1-byte score table and a bool mask, one column block each
+    ("s + 0.1 * float(bias[b, i, j])", "bias: u8[B, M, N]; keep: bool[B, M, N]", 3, "mask(b, h, i, j) = keep[b, i, j]", 2),
 ])
-def test_streamed_program_reads_shared_memory_and_the_other_loads(score, capture, rank):
+def test_streamed_program_reads_shared_memory_and_the_other_loads(score, capture, rank, extra, boxes):
     if not find_cuobjdump():
         pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
-    k = kernel(score, capture)
+    k = kernel(score, capture, extra)
     streamed, per_element = build(k, "sm_90a", 128), build(k, "sm_90a", 128, program=Program(stream=False))
     assert "-DKDSL_STREAM_CAPTURES=0" in per_element.options and streamed.cache_key != per_element.cache_key
     a = inspect(streamed.compiled.cubin, streamed.generated.entry)
     b = inspect(per_element.compiled.cubin, per_element.generated.entry)
-    # Q, K and V boxes (2 each at head dim 128) and the bias tile's two column blocks
-    assert a.other_ops.get("UTMALDG") == b.other_ops.get("UTMALDG") + 2
+    # Q, K and V boxes (2 each at head dim 128) and the streamed tiles' column blocks
+    assert a.other_ops.get("UTMALDG") == b.other_ops.get("UTMALDG") + boxes
     assert f"cp.async.bulk.tensor.{rank}d" in streamed.compiled.ptx
-    assert a.other_ops.get("LDG", 0) == 0 and a.other_ops.get("LDS", 0) >= 32  # a 32-bit read per pair
+    summary_reads = 2 if mask_analysis.summary_slots(streamed.kernel) else 0  # a tile summary's (min, max)
+    pair_reads = sum(n for op, n in a.other_ops.items() if op.startswith("LDS"))
+    assert a.other_ops.get("LDG", 0) <= summary_reads and pair_reads >= 32  # a read per pair
     assert b.other_ops.get("LDG", 0) >= 64
     assert a.local_bytes == 0 and a.spill_ops == 0, a
     assert "serialized" not in streamed.compiled.log

@@ -361,14 +361,29 @@ def _capture_grad_code(k: ir.Kernel, natural: CEmitter, captures: dict) -> dict:
         offset_adds=[f"atomicAdd({grad(moved)} + {by_offset.linear_index(moved)}, v);" for moved, _ in offset])
 
 
+def _stream(k: ir.Kernel, name: str | None, c: CEmitter) -> dict:
+    """A ring's streamed tensor (passes/streaming.py) as the Variant declares it: its element's C
+    type and bytes (0: no ring), its rank and leading indices (the TMA box's coordinates), and
+    the type its element arrives as."""
+    t = k.tensor(name) if name else None
+    return dict(ctype=_ELEM_CTYPE[t.dtype] if t else "float", bytes=streaming.ELEM_BYTES[t.dtype] if t else 0,
+                rank=len(t.shape) if t else 0, lead=[c(i) for i in reversed(streaming.lead_indices(k, name))] if t else [],
+                value="float" if not t or t.dtype in streaming.FLOAT_ELEMS else "int")
+
+
 def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
     """The Variant struct's inputs (attention_variant.cu.j2), one group per feature of the score
     or mask, each as the pass that found it left it."""
     slots = mask_analysis.summary_slots(k)
     summary_slots = {(ir.TILE_REDUCTIONS[s.op][0], s.args[0]): i for i, s in enumerate(slots)}
     c = CEmitter(variables, captures, summary_slots)
-    stream = k.attr("stream_capture")
+    stream, mask_stream = k.attr("stream_capture"), streaming.mask_reads(k)
     cs = CEmitter(variables, captures, summary_slots, stream)  # the score's: the streamed tensor is sv
+    cm = CEmitter(variables, captures, summary_slots, mask_stream)  # mask_at's: the mask's streamed tensor is sv
+    mask_elem = _stream(k, mask_stream or stream, c)
+    # each ring's tensor map parameter and the Variant's function issuing its boxes
+    rings = [dict(_stream(k, name, c), tensor=name, tile_fn=fn, map=m)
+             for name, fn, m in zip(streaming.streamed(k), ("stream_tile", "stream2_tile"), ("ts", "ts2"))]
     wide = WideEmitter(variables, captures)  # passes/kv_bounds.py's key bounds, in 64 bits
     # passes/affine_score.py's base: positions at the thread's first column of the tile
     at_col0 = CEmitter({**variables, "kvf": "kvf0", "dqkf": "dq0"}, captures)
@@ -400,12 +415,11 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         factored=dict(on=_on(factored), unit=cs(factored[0]) if factored else "0.f",
                       factor=c(ir.Const("f32", factored[1])) if factored else "1.f"),
         ref=dict(fixed=_on(k.attr("score_ref") is not None), value=c(ir.Const("f32", k.attr("score_ref") or 0.0))),
-        stream=dict(ctype=_ELEM_CTYPE[k.tensor(stream).dtype] if stream else "float",
-                    bytes=streaming.ELEM_BYTES[k.tensor(stream).dtype] if stream else 0,
-                    rank=len(k.tensor(stream).shape) if stream else 0,
-                    lead=[c(i) for i in reversed(streaming.lead_indices(k))] if stream else [],
-                    mask=_on(streaming.read_by(k, "mask")),
-                    value="float" if not stream or k.tensor(stream).dtype in streaming.FLOAT_ELEMS else "int"),
+        stream=_stream(k, stream, c), stream2=_stream(k, k.attr("mask_stream_capture"), c),
+        rings=rings, ring_maps=", ".join([f"&{r['map']}" for r in rings] + ["nullptr"] * (2 - len(rings))),
+        # the ring mask_at() reads: the second where there are two
+        mask_stream=dict(on=_on(mask_stream is not None), ring=2 if k.attr("mask_stream_capture") else 1,
+                         ctype=mask_elem["ctype"], value=mask_elem["value"]),
         affine=dict(on=_on(score_slope is not None), factor=c(ir.Const("f32", k.attr("score_factor") or 1.0)),
                     step=tiling.slope_form(k.attr("consumers")) if k.attr("slope_step") else 0,
                     slope=c(score_slope) if score_slope is not None else "0.f",
@@ -420,7 +434,7 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         table_loads=_on(any(ir.loads_at(part, (offset_score.D.name, "kv")) for part in (score_offset, key_part)
                             if part is not None)),
         mask=dict(expr=c(mask) if mask is not None else "true",
-                  streamed=cs(mask) if streaming.read_by(k, "mask") else "false",
+                  streamed=cm(mask) if mask_stream else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),
         kmask=dict(on=_on(kpart is not None), part=c(kpart) if kpart is not None else "false",
                    rests=[c(r) for r in krests] or ["false", "false"], arms=[arm(r) for r in krests] or [0, 0],

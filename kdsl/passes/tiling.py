@@ -205,18 +205,20 @@ def head_dim_problem(d: int) -> str:
 
 
 def attention_wgmma_smem_bytes(d: int, dv: int, bn: int, consumers: int, stages: int, stream_elem: int = 0,
-                               slope_step: int = 0, tensor_row_sum: int = 0, offset_table: int = 0) -> int:
+                               slope_step: int = 0, tensor_row_sum: int = 0, offset_table: int = 0,
+                               mask_stream_elem: int = 0) -> int:
     """Q tile + a ring of K and V tiles, each stored as 64-column blocks of 128-byte rows, + the
     slope step's operands (slope_step_bytes) + the row sums' block of ones (a 128-byte row per
     key) + a ring of a streamed capture's tiles (elements of stream_elem bytes;
-    passes/streaming.py) + 2 + 4 * stages mbarriers + a word per stage telling the consumers
+    passes/streaming.py), and one of the mask's second streamed capture (mask_stream_elem),
+    + 2 + 4 * stages mbarriers + a word per stage telling the consumers
     which tile it holds and one telling them which work item it belongs to, + 1024 to realign
     the tiles to the 128-byte swizzle's 1024-byte period."""
     blocks, vblocks = -(-d // 64), -(-dv // 64)
     tiles = (64 * consumers * blocks + stages * bn * (blocks + vblocks)) * 128
     per_element_work = (slope_step_bytes(bn, consumers) if slope_step else 0) + (bn * 128 if tensor_row_sum else 0)
     per_element_work += offset_table_bytes(bn, consumers) if offset_table else 0
-    streamed = stages * streaming.tile_bytes(stream_elem, 64 * consumers, bn)
+    streamed = stages * sum(streaming.tile_bytes(e, 64 * consumers, bn) for e in (stream_elem, mask_stream_elem))
     return 1024 + tiles + per_element_work + streamed + (2 + 4 * stages) * 8 + 2 * stages * 4
 
 
@@ -454,16 +456,17 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
         if k.attr("tile_m") is not None and k.attr("tile_m") != 64 * s["consumers"]:
             raise KdslError(f"kernel '{k.name}': attr tile_m = {k.attr('tile_m')!r} disagrees with consumers = "
                             f"{s['consumers']} (the Hopper kernel's tile_m is 64 * consumers; set consumers)")
-        stream = _stream(k, s, (d, dv), given, target)
-        _key_mask(k, s, stream, given)
+        streams = _streams(k, s, (d, dv), given, target)
+        first, second = _stream_elems(k, tuple(streams.values()))
+        _key_mask(k.with_attrs(**streams), s, given)
         if fallback and fallback[0] >= s["tile_n"]:
             fallback = None  # the stream narrowed the kv tile below the fallback's
-        return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv, stream_capture=stream,
+        return k.with_attrs(kernel="wgmma", tile_m=64 * s["consumers"], **s, value_dim=dv, **streams,
                             spill_fallback=fallback, row_sum_trial=row_sum_trial, slope_trial=slope_trial,
                             smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
-                                                                  _stream_elem(k, stream), s["slope_step"],
-                                                                  s["tensor_row_sum"], _tables(s)))
-    return k.with_attrs(kernel="mma", **s, value_dim=dv, stream_capture=None,  # streams need TMA
+                                                                  first, s["slope_step"], s["tensor_row_sum"],
+                                                                  _tables(s), mask_stream_elem=second))
+    return k.with_attrs(kernel="mma", **s, value_dim=dv, stream_capture=None, mask_stream_capture=None,  # streams need TMA
                         smem_bytes=attention_smem_bytes(d, s["tile_m"], s["tile_n"], s["warps"]))
 
 
@@ -486,20 +489,21 @@ def _key_table(k: ir.Kernel, s: dict, d: int, dv: int, given: dict, target: Targ
         s["key_table"], s["stages"] = 0, stages  # a default table that does not fit
 
 
-def _key_mask(k: ir.Kernel, s: dict, stream: str | None, given: dict) -> None:
+def _key_mask(k: ir.Kernel, s: dict, given: dict) -> None:
     """s["key_mask"]: as given (refused where the mask has no key part), else on where it
-    applies to the mask as it will run (a mask read from the streamed tensor's tiles takes none)."""
+    applies to the mask as it will run, k's streams as tiling kept them (a mask read from a
+    streamed tensor's tiles takes none)."""
     if given.get("key_mask") and s["tile_n"] > KEY_MASK_KEYS:
         raise KdslError(f"kernel '{k.name}': attr key_mask = 1 needs tile_n <= {KEY_MASK_KEYS} (a thread's S elements of a "
                         f"tile in 64 bits); tile_n is {s['tile_n']}")
-    if given.get("key_mask") and not key_mask.applies(k.with_attrs(stream_capture=stream), s["tile_n"]):
+    if given.get("key_mask") and not key_mask.applies(k, s["tile_n"]):
         raise KdslError(f"kernel '{k.name}': attr key_mask = 1 needs a mask with one part read per key and by no "
                         f"query, gathered at the key or dividing it, beside a rest of key intervals (is_global[b, j] "
                         f"or abs(i - j) < 256, valid[b, j], j % 4 == 0 and j <= i, ...; not a streamed mask); this "
                         f"kernel's mask is not of that kind")
     if "key_mask" not in given:
         s["key_mask"] = int(s["tile_n"] <= KEY_MASK_KEYS
-                            and key_mask.applies(k.with_attrs(stream_capture=stream), s["tile_n"]))
+                            and key_mask.applies(k, s["tile_n"]))
 
 
 def _tables(s: dict) -> int:
@@ -519,41 +523,44 @@ def _given_fallback(k: ir.Kernel, value, given: dict) -> list:
     return list(value)
 
 
-def _stream_elem(k: ir.Kernel, stream: str | None) -> int:
-    return streaming.ELEM_BYTES[k.tensor(stream).dtype] if stream else 0
+def _stream_elems(k: ir.Kernel, names) -> tuple[int, ...]:
+    """Element bytes of the two rings (0 where there is none)."""
+    return tuple(streaming.ELEM_BYTES[k.tensor(n).dtype] if n else 0 for n in names) + (0,) * (2 - len(names))
 
 
-def _stream(k: ir.Kernel, s: dict, dims, given: dict, target: Target) -> str | None:
-    """The streamed capture kept (passes/streaming.py), fitting its ring beside K and V: with
-    fewer stages (down to 2) unless the stages were given, then on a narrower kv tile (most
-    stages first, then the widest) unless the tile or its stages were given; else dropped
-    (None). s takes the tile kept. A narrower tile with the stream beat the default one
-    reading per element: an i32 mask at D=128, 128 keys per element 1240 us, 64 keys
-    streamed 682, 96 keys 691 (H200, 2x16x4096², bench/NOTES.md fifty-seventh session)."""
-    name = k.attr("stream_capture")
-    if not name:
-        return None
+def _streams(k: ir.Kernel, s: dict, dims, given: dict, target: Target) -> dict:
+    """The streamed captures kept (passes/streaming.py) as attrs, fitting their rings beside K and
+    V: with fewer stages (down to 2) unless the stages were given, then on a narrower kv tile
+    (most stages first, then the widest) unless the tile or its stages were given; else the
+    first ring alone likewise; else none. s takes the tile kept. A narrower tile with the stream
+    beat the default one reading per element: an i32 mask at D=128, 128 keys per element 1240
+    us, 64 keys streamed 682, 96 keys 691 (H200, 2x16x4096², bench/NOTES.md fifty-seventh session)."""
+    names = streaming.streamed(k)
     stages = [s["stages"]] if "stages" in given else list(range(s["stages"], 1, -1))
     narrower = [] if {"tile_n", "stages"} & set(given) else [bn for bn in reversed(WGMMA_WIDTHS) if bn < s["tile_n"]]
-    for bn, n in [(s["tile_n"], n) for n in stages] + [(bn, n) for n in stages for bn in narrower]:
-        if _ring_fits(k, dims, bn, s["consumers"], n, target, s):
-            s["tile_n"], s["stages"] = bn, n
-            return name
-    return None
+    for kept in (names, names[:1]) if len(names) > 1 else (names,) if names else ():
+        for bn, n in [(s["tile_n"], n) for n in stages] + [(bn, n) for n in stages for bn in narrower]:
+            if _ring_fits(k, dims, bn, s["consumers"], n, target, s, kept):
+                s["tile_n"], s["stages"] = bn, n
+                return dict(stream_capture=kept[0], mask_stream_capture=kept[1] if len(kept) > 1 else None)
+    return dict(stream_capture=None, mask_stream_capture=None)
 
 
 def _stream_fits(k: ir.Kernel, tile: tuple[int, int, int], dims, target: Target) -> bool:
-    """Whether the streamed capture's ring (if any) fits beside tile's (BN, consumers, stages)
+    """Whether the streamed captures' rings (if any) fit beside tile's (BN, consumers, stages)
     with 2 stages or more and nothing else in shared memory."""
     bn, consumers, stages = tile
     return not k.attr("stream_capture") or any(_ring_fits(k, dims, bn, consumers, n, target)
                                                for n in range(stages, 1, -1))
 
 
-def _ring_fits(k: ir.Kernel, dims, bn: int, consumers: int, stages: int, target: Target, s: dict | None = None) -> bool:
-    extras = (s["slope_step"], s["tensor_row_sum"], _tables(s)) if s else ()
-    return attention_wgmma_smem_bytes(*dims, bn, consumers, stages, _stream_elem(k, k.attr("stream_capture")),
-                                      *extras) <= target.smem_per_block
+def _ring_fits(k: ir.Kernel, dims, bn: int, consumers: int, stages: int, target: Target, s: dict | None = None,
+               names: tuple[str, ...] | None = None) -> bool:
+    """Whether the rings of `names` (default: every streamed tensor of k) fit beside the tile."""
+    first, second = _stream_elems(k, streaming.streamed(k) if names is None else names)
+    extras = (s["slope_step"], s["tensor_row_sum"], _tables(s)) if s else (0, 0, 0)
+    return attention_wgmma_smem_bytes(*dims, bn, consumers, stages, first, *extras,
+                                      mask_stream_elem=second) <= target.smem_per_block
 
 
 def _quote(given: dict) -> str:

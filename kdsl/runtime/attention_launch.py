@@ -8,7 +8,7 @@ import os
 
 from .. import ir
 from ..errors import KdslError, LaunchError
-from ..passes import affine_score, exp2_fold, index_floats, pipeline, tiling
+from ..passes import affine_score, exp2_fold, index_floats, pipeline, streaming, tiling
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar
 from . import arrays, attention_backward, geometry, prebuild, splitkv, summary, torch_ops
@@ -76,7 +76,7 @@ class AttentionKernel(KernelBase):
         """The eager forward; keep_lse: return (out, lse) whether or not the kernel declares lse
         (autograd keeps it for the backward)."""
         plan = self._plan_for(q, k, v, caps, out, lse, scale)
-        if plan.stream_arg is not None and _ptr(caps[plan.stream_arg]) & 15:
+        if any(_ptr(caps[t]) & 15 for t in plan.stream_args):
             plan = self._plan_for(q, k, v, caps, out, lse, scale, stream=False)  # TMA needs 16-byte alignment
         torch_like = plan.framework == "torch"
         if out is None:
@@ -299,20 +299,19 @@ class AttentionKernel(KernelBase):
             # Whether the keys are split is decided on the lowered tile (it picks the program);
             # how many ranges, below on the built one.
             split_kv = splitkv.kv_splits(items, -(-N // lk.attr("tile_n")), _sm_count(device)) > 1
-        # The streamed capture (passes/streaming.py) goes by TMA when its rows are whole 16-byte
-        # units (and, checked per call, its pointer is 16-byte aligned); else the program that
-        # loads it per element runs.
-        stream_name = lk.attr("stream_capture") if tma else None
-        stream_arg = None
-        if stream_name:
-            t = next(i for i, c in enumerate(self.captures) if c.name == stream_name)
-            row_bytes = infos[3 + t].shape[-1] * arrays.itemsize(self.captures[t].dtype)
-            stream_arg = t if stream and row_bytes % 16 == 0 else None
+        # The streamed captures (passes/streaming.py) go by TMA when their rows are whole 16-byte
+        # units (and, checked per call, their pointers are 16-byte aligned); else the program that
+        # loads them per element runs.
+        stream_names = streaming.streamed(lk) if tma else ()
+        stream_args = tuple(next(i for i, c in enumerate(self.captures) if c.name == n) for n in stream_names)
+        if not stream or any(infos[3 + t].shape[-1] * arrays.itemsize(self.captures[t].dtype) % 16
+                             for t in stream_args):
+            stream_args = ()
         # A score affine in the key position takes its row max on qk + slope * col, which needs
         # a positive factor scale_log2 * F (passes/affine_score.py): another scale runs the
         # program that computes the score as written.
         affine = not (tma and affine_score.needs_positive_scale(lk) and s <= 0)
-        program = Program(split_kv=split_kv, stream=stream_arg is not None or not stream_name, affine=affine)
+        program = Program(split_kv=split_kv, stream=bool(stream_args) or not stream_names, affine=affine)
         built, loaded = self._load(D, device, Dv, consumers, program)
         lk = built.kernel
         splits = 1
@@ -332,12 +331,12 @@ class AttentionKernel(KernelBase):
             chunks = geometry.attention_batch_chunks(B, H, uses_b, self.name)
             grid = ((M + lk.attr("tile_m") - 1) // lk.attr("tile_m"), H, chunks[0][1])
         ncap, extra_dims = len(self.captures), built.generated.capture_dims
-        # Parameter order of the generated entry: q k v [the streamed capture's map] out lse,
+        # Parameter order of the generated entry: q k v [the streamed captures' maps] out lse,
         # B H Hkv M N, scale_log2 scale, capture pointers, capture-only dims, the tile summary.
         # Pointers are written per call. The wgmma kernel takes q, k and v (and the streamed
-        # capture) as TMA tensor maps, re-encoded when their pointers change. The summary
+        # captures) as TMA tensor maps, re-encoded when their pointers change. The summary
         # kernel takes the parameters from B on.
-        head = ["tmap"] * (4 if stream_name else 3) if tma else ["ptr"] * 3
+        head = ["tmap"] * (3 + len(stream_names)) if tma else ["ptr"] * 3
         first = len(head) + 2  # B's slot
         kinds = head + ["ptr"] * 2 + ["i32"] * 5 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * len(extra_dims) + ["ptr"]
         # A kernel whose score is the scaled dot product itself takes its max on raw q.k, which
@@ -381,14 +380,13 @@ class AttentionKernel(KernelBase):
             bm, bn = lk.attr("tile_m"), lk.attr("tile_n")
             maps = (RowTiles(pack, 0, elem, B * H, M, D, bm), RowTiles(pack, 1, elem, B * Hkv, N, D, bn),
                     RowTiles(pack, 2, elem, B * Hkv, N, Dv, bn))
-            if stream_arg is not None:
-                t = self.captures[stream_arg]
-                maps += (StreamTiles(pack, 3, t.dtype, infos[3 + stream_arg].shape, bm),)
-                # q, k, v feed maps only; the capture's pointer is a parameter too
-                sources, map_only = (0, 1, 2, 5 + stream_arg), 3
+            maps += tuple(StreamTiles(pack, 3 + n, self.captures[t].dtype, infos[3 + t].shape, bm)
+                          for n, t in enumerate(stream_args))
+            if stream_args:  # q, k, v feed maps only; a streamed capture's pointer is a parameter too
+                sources, map_only = (0, 1, 2) + tuple(5 + t for t in stream_args), 3
         return Plan(loaded, grid, (lk.attr("threads"), 1, 1), pack, infos[0].framework, device, out_shape, elem,
                     chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap) if len(chunks) > 1 else (),
-                    maps=maps, map_sources=sources, map_only=map_only, stream_arg=stream_arg,
+                    maps=maps, map_sources=sources, map_only=map_only, stream_args=stream_args,
                     summary=tiles, combine=combine, q_sign=q_sign,
                     dynamic=persistent,
                     # items merge themselves where no item can be all masked (no mask) and the

@@ -97,10 +97,11 @@ def _without_spilled_trial(k: ir.Kernel, lowered: ir.Kernel, program: Program) -
         # (attention_launch.py decided its arguments on it)
         tile_n, consumers, _ = lowered.attr("spill_fallback")
         return k.with_attrs(tile_n=tile_n, consumers=consumers, stream_capture=lowered.attr("stream_capture"),
-                            spill_fallback=None)
+                            mask_stream_capture=lowered.attr("mask_stream_capture"), spill_fallback=None)
     # the same tile (and the wide tile's fallback, still to come), without the trial
     same_tile = dict(tile_n=lowered.attr("tile_n"), consumers=lowered.attr("consumers"),
                      stages=lowered.attr("stages"), stream_capture=lowered.attr("stream_capture"),
+                     mask_stream_capture=lowered.attr("mask_stream_capture"),
                      spill_fallback=lowered.attr("spill_fallback"))
     if trials[0] == "row_sum":
         # four more accumulator registers: the softmax's FADDs instead

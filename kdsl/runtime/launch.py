@@ -111,8 +111,8 @@ class Plan:
     sa_align: int = 4   # bytes; the FP8 GEMM's a_scale by TMA needs 16
     sb_align: int = 4   # bytes; its b_scale by TMA needs 16
     scales_copied: "Plan | None" = None  # FP8 GEMM: this call's plan for scales short of sa_align / sb_align
-    stream_arg: int | None = None  # the streamed capture (passes/streaming.py): its pointer must be
-                                   # 16-byte aligned for its tensor map
+    stream_args: tuple = ()  # the streamed captures (passes/streaming.py): their pointers must be
+                             # 16-byte aligned for their tensor maps
     summary: SummaryLaunch | None = None  # the tile summary kernel, when the mask needs one
     sk_tiles: int = 0  # FP8 GEMM: tiles shared out by stream-K, and its workspace's partials' bytes
     sk_bytes: int = 0

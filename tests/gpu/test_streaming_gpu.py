@@ -3,7 +3,8 @@ float64 reference: bf16, f16 and f32 tables of rank 2 to 4, rows and keys past t
 edges, GQA, decode (one consumer warpgroup) and split-KV, a mask on top, and the calls that
 must take the per-element program instead: rows that are not whole 16-byte units, and a
 table whose data pointer is not 16-byte aligned. Then masks read from a dense tensor at
-[..., q, kv] (bool, u8, i8, i32 and a float table the score reads too), streamed likewise."""
+[..., q, kv] (bool, u8, i8, i32 and a float table the score reads too), streamed likewise, and
+integer tensors the score reads beside a mask's tensor: two rings."""
 import pytest
 
 import kdsl
@@ -49,6 +50,8 @@ def _run(name, shape, seed, caps_edit=None, module=MOD):
     q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, generator=gen)
     if "bias" in caps:
         caps["bias"] = torch.randn(caps["bias"].shape, device="cuda", generator=gen).to(caps["bias"].dtype)
+    if "idx" in caps:  # a table's index
+        caps["idx"] = torch.randint(0, 8, caps["idx"].shape, device="cuda", generator=gen).to(caps["idx"].dtype)
     if "keep" in caps:  # about half the keys kept, in every row and tile (ints: -1 to 2)
         keep = caps["keep"]
         drawn = torch.randint(-1, 3, keep.shape, device="cuda", generator=gen)
@@ -73,14 +76,14 @@ def test_streamed_tables_match_the_reference(name, shape):
     # f32 at head dim 256 does not fit, not even beside 64-key tiles: loads per element
     assert lowered.attr("stream_capture") or (name == "hqk_f32" and shape[5] == 256)
     if lowered.attr("stream_capture"):
-        assert all(p.stream_arg is not None for p in plans), "the streamed program did not run"
+        assert all(p.stream_args for p in plans), "the streamed program did not run"
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 2, 63, 63, 64), (2, 4, 2, 129, 700, 128), (1, 2, 1, 1, 1001, 128)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_rows_that_tma_cannot_read_take_the_per_element_program(shape):
     _, plans = _run("qk2", shape, 7)
-    assert plans and all(p.stream_arg is None for p in plans)
+    assert plans and not any(p.stream_args for p in plans)
 
 
 def test_an_unaligned_table_takes_the_per_element_program():
@@ -94,9 +97,9 @@ def test_an_unaligned_table_takes_the_per_element_program():
         return {**caps, "bias": view}
 
     _, plans = _run("qk2", (2, 4, 4, M, N, 128), 11, shifted)
-    assert [p.stream_arg for p in plans] == [0, None]  # planned for the signature, then not aligned
+    assert [p.stream_args for p in plans] == [(0,), ()]  # planned for the signature, then not aligned
     _, plans = _run("qk2", (2, 4, 4, M, N, 128), 12)  # aligned: the streamed plan
-    assert [p.stream_arg for p in plans] == [0]
+    assert [p.stream_args for p in plans] == [(0,)]
 
 
 MASKS = kdsl.compile("""
@@ -140,11 +143,58 @@ def test_streamed_masks_match_the_reference(name, shape):
     # i32 at head dim 256 does not fit, not even beside 64-key tiles: loads per element
     assert lowered.attr("stream_capture") or (name == "i32_keep" and shape[5] == 256)
     if lowered.attr("stream_capture"):
-        assert all(p.stream_arg is not None for p in plans), "the streamed program did not run"
+        assert all(p.stream_args for p in plans), "the streamed program did not run"
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 2, 63, 1000, 64), (2, 4, 2, 129, 700, 128)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_byte_masks_whose_rows_tma_cannot_read_take_the_per_element_program(shape):
     _, plans = _run("bool_keep", shape, 5, module=MASKS)
-    assert plans and all(p.stream_arg is None for p in plans)
+    assert plans and not any(p.stream_args for p in plans)
+
+
+RINGS = kdsl.compile("""
+attention byte_bias_keep {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    bucket: u8[B, M, N]; keep: bool[B, M, N]
+    score(s, b, h, i, j) = s + 0.1 * float(bucket[b, i, j])
+    mask(b, h, i, j) = keep[b, i, j]
+}
+attention bias_i8_causal {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    bias: bf16[B, H, M, N]; keep: i8[H, M, N]
+    score(s, b, h, i, j) = s + bias[b, h, i, j]
+    mask(b, h, i, j) = j <= i + N - M and keep[h, i, j] > 0
+}
+attention table_by_index {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    idx: i32[M, N]; table: f32[H, 8]
+    score(s, b, h, i, j) = s + table[h, idx[i, j]]
+}
+""", "stream_rings.kd")
+
+
+@pytest.mark.parametrize("shape", MASKED, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", ["byte_bias_keep", "bias_i8_causal", "table_by_index"])
+def test_integer_scores_and_two_rings_match_the_reference(name, shape):
+    fn, plans = _run(name, shape, hash((name, shape)) % 2**31, module=RINGS)
+    lowered = fn._lowered(shape[5], shape[5])
+    rings = [n for n in (lowered.attr("stream_capture"), lowered.attr("mask_stream_capture")) if n]
+    # the first ring always fits; the second beside it wherever one of 64 keys leaves room
+    assert rings and (len(rings) == 2 or name == "table_by_index" or shape[5] == 256), rings
+    assert all(len(p.stream_args) == len(rings) for p in plans), "the streamed program did not run"
+
+
+def test_two_rings_whose_second_tma_cannot_read_take_the_per_element_program():
+    torch = pytest.importorskip("torch")
+    _, plans = _run("byte_bias_keep", (1, 2, 2, 100, 1000, 128), 3, module=RINGS)  # 1000-byte rows
+    assert plans and not any(p.stream_args for p in plans)
+
+    def shifted(caps):  # keep one byte into a larger buffer: not 16-byte aligned
+        buf = torch.empty(caps["keep"].numel() + 1, device="cuda", dtype=torch.bool)
+        view = buf[1:].view(caps["keep"].shape)
+        view.copy_(caps["keep"])
+        return {**caps, "keep": view}
+
+    _, plans = _run("byte_bias_keep", (2, 4, 4, 257, 512, 128), 4, shifted, module=RINGS)
+    assert [p.stream_args for p in plans] == [(0, 1), ()]

@@ -28,6 +28,7 @@
 //   ts: when V::kStreamLoads, the map of the captured tensor the score or mask reads at [..., q, kv]
 //   (passes/streaming.py), its dims innermost first, box (128 bytes of columns, BM, 1, ...);
 //   V::stream_tile() issues its boxes with each K tile, on the K tile's barrier. Else unused.
+//   ts2: likewise the mask's second streamed tensor when V::kStream2ElemBytes (V::stream2_tile()).
 //
 // Head dims. D (q and k) and DV (v and out) are any multiples of 16 up to 256. Tiles are
 // stored as ceil(D/64) column blocks of [rows][64] elements, 128 bytes a row, in TMA's
@@ -87,9 +88,9 @@ __host__ __device__ constexpr int merge_rows() {
 }
 
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = 0, bool ROWSUM = false,
-          bool OTAB = false>
+          bool OTAB = false, int SB2 = 0>
 __host__ __device__ constexpr int attention_wgmma_smem_bytes() {
-  return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES, SB, SLOPE, ROWSUM, OTAB>::kSmemBytes;
+  return attn_wgmma_detail::Cfg<Elem, D, DV, BN, NCWG, STAGES, SB, SLOPE, ROWSUM, OTAB, SB2>::kSmemBytes;
 }
 
 // Registers per thread after setmaxnreg: the producer's (true) or the consumers' (false).
@@ -108,13 +109,13 @@ __host__ __device__ constexpr int attention_wgmma_regs(bool producer) {
 // ptxas spilled the row index across the kv loop of document_mask at D=128.
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, class V, bool kSplitKV>
 KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captures& cap, const TmaDesc* tq,
-                                     const TmaDesc* tk, const TmaDesc* tv, const TmaDesc* ts) {
+                                     const TmaDesc* tk, const TmaDesc* tv, const TmaDesc* ts, const TmaDesc* ts2) {
   using namespace attn_wgmma_detail;
   // P's row sums by P V over a ones column (Cfg ROWSUM), not by FADDs; not in the split-KV
   // program, where it made relpos spill (that program then leaves the ones block unused)
   constexpr bool kRowSum = V::kTensorRowSum && !kSplitKV;
   typedef Cfg<Elem, D, DV, BN, NCWG, STAGES, V::kStreamElemBytes, V::kSlopeStep, kRowSum,
-              V::kOffsetTable || V::kKeyTable> C;
+              V::kOffsetTable || V::kKeyTable, V::kStream2ElemBytes> C;
   // The slope step (attention_wgmma_parts.cuh): slope * col of an affine score by one more
   // wgmma k-step. Its operands are reserved whenever the program asks for them (kSlopeStep),
   // and used with kAffine (which KDSL_AFFINE_SCORE=0 turns off).
@@ -122,7 +123,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   constexpr bool kSlope = kSlopeForm != kSlopeNone;
   // The streamed capture's tile travels with K (counted on its barrier) and is read by every
   // consumer thread: then each warp hands the K slot back (kEmptyK arrivals), after its reads.
-  constexpr bool kStream = V::kStreamLoads;
+  // A second one (the mask's, kStream2) travels beside it the same way.
+  constexpr bool kStream = V::kStreamLoads, kStream2 = kStream && V::kStream2ElemBytes > 0;
   // KDSL_RACECHECK_ARRIVALS=1 (KDSL_DEFINES; sanitizer runs only): every consumer thread
   // arrives on each "empty" barrier. racecheck credits an arrival only with the arriving
   // thread's own reads, not with those a barrier or __syncwarp ordered before it
@@ -148,7 +150,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 
   // 128-byte swizzled tiles must start on a 1024-byte boundary.
   const u32 base = (smem_addr(kdsl_attn_smem) + 1023u) & ~1023u;
-  const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset, sS = base + C::kSOffset;
+  const u32 sQ = base, sK = base + C::kKOffset, sV = base + C::kVOffset, sS = base + C::kSOffset,
+            sS2 = base + C::kS2Offset;
   const u32 full_q = base + C::kBarOffset, empty_q = full_q + 8u;
   auto info_kv = [&](int s) { return base + C::kInfoOffset + 4u * s; };  // tile_info of ring stage s
   auto item_kv = [&](int s) { return base + C::kItemOffset + 4u * s; };  // work item of ring stage s
@@ -226,6 +229,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     tma_prefetch_desc(tk);
     tma_prefetch_desc(tv);
     if constexpr (kStream) tma_prefetch_desc(ts);
+    if constexpr (kStream2) tma_prefetch_desc(ts2);
     int it = 0, n_done = 0;  // kv ring position; work items with a Q tile loaded
     int tn = 0;              // KDSL_TRACE: events recorded
     const int items = n_items();
@@ -259,7 +263,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           mbar_wait(empty_k(s), parity);
           st_shared_u32(info_kv(s), tile_info(j, cls, more));  // published by the arrive below
           st_shared_u32(item_kv(s), (u32)w);  // read at the item's first tile only
-          mbar_arrive_expect_tx(full_k(s), C::kKBytes + (kStream ? C::kStreamBytes : 0));
+          mbar_arrive_expect_tx(full_k(s), C::kKBytes + (kStream ? C::kStreamBytes : 0) + (kStream2 ? C::kStream2Bytes : 0));
 #pragma unroll
           for (int c = 0; c < C::kColBlocks; ++c)
             tma_load_3d(sK + s * C::kKBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);
@@ -268,6 +272,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
             for (int c = 0; c < C::kStreamBlocks; ++c)
               V::stream_tile(a, cap, ts, sS + s * C::kStreamBytes + c * BM * 128, full_k(s),
                              j * BN + c * C::kStreamCols, q0, b, h);
+          }
+          if constexpr (kStream2) {
+#pragma unroll
+            for (int c = 0; c < C::kStream2Blocks; ++c)
+              V::stream2_tile(a, cap, ts2, sS2 + s * C::kStream2Bytes + c * BM * 128, full_k(s),
+                              j * BN + c * C::kStream2Cols, q0, b, h);
           }
           mbar_wait(empty_v(s), parity);
           mbar_arrive_expect_tx(full_v(s), C::kVBytes);
@@ -340,14 +350,18 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
                                                : (jj / 4) * BM * 128 + (((2 * (jj % 4) + (t >> 1)) ^ g) << 4) + 8 * (t & 1);
     return s_rows + slot * C::kStreamBytes + row + off;
   };
-  // ... and as a shared-memory address, for the mask's pair reads (stream_pair)
-  const u32 s_lane = (sS + (wg * 64 + warp * 16 + g) * 128) |
-                     stream_lane_bits<V::kStreamElemBytes ? V::kStreamElemBytes : 2>(g, t);
-  auto stream_addr = [&](int slot, int i) -> u32 {
-    constexpr int kSB = V::kStreamElemBytes ? V::kStreamElemBytes : 2;
+  // ... and, in the ring the mask reads (V::kMaskRing: the second where there are two), as a
+  // shared-memory address, for the mask's pair reads (stream_pair)
+  constexpr int kMaskSB = V::kMaskRing == 2 ? V::kStream2ElemBytes : V::kStreamElemBytes;
+  constexpr int kMaskPairSB = kMaskSB ? kMaskSB : 2;  // (any width where the mask reads no ring)
+  constexpr int kMaskSlotBytes = V::kMaskRing == 2 ? C::kStream2Bytes : C::kStreamBytes;
+  typedef typename StreamValueOf<typename V::MaskStreamElem>::T MaskStreamValue;
+  const u32 s_lane = ((V::kMaskRing == 2 ? sS2 : sS) + (wg * 64 + warp * 16 + g) * 128) |
+                     stream_lane_bits<kMaskPairSB>(g, t);
+  auto mask_addr = [&](int slot, int i) -> u32 {
     const int jj = i / 4;
-    return ((s_lane + slot * C::kStreamBytes) ^ stream_chunk_bits<kSB>(jj)) + stream_block<kSB>(jj) * BM * 128 +
-           ((i >> 1) & 1) * 8 * 128;
+    return ((s_lane + slot * kMaskSlotBytes) ^ stream_chunk_bits<kMaskPairSB>(jj)) +
+           stream_block<kMaskPairSB>(jj) * BM * 128 + ((i >> 1) & 1) * 8 * 128;
   };
   auto stream_at = [&](int slot, int i) -> StreamValue {
     if constexpr (!kStream) {
@@ -585,10 +599,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       };
       auto group = [&](int jj) {
         u64 bits = 0;
-        StreamValue sv[4] = {};  // kStreamMask: the streamed tensor's elements, from the tile in slot
+        MaskStreamValue sv[4] = {};  // kStreamMask: the streamed tensor's elements, from the tile in slot
         if constexpr (V::kStreamMask) {
-          stream_pair<typename V::StreamElem>(stream_addr(slot, 4 * jj), sv[0], sv[1]);
-          stream_pair<typename V::StreamElem>(stream_addr(slot, 4 * jj + 2), sv[2], sv[3]);
+          stream_pair<typename V::MaskStreamElem>(mask_addr(slot, 4 * jj), sv[0], sv[1]);
+          stream_pair<typename V::MaskStreamElem>(mask_addr(slot, 4 * jj + 2), sv[2], sv[3]);
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -726,8 +740,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         } else if (kMaskInSoftmax && keep.by_stream) {  // the streamed mask, a pair of keys a read
 #pragma unroll
           for (int i = 0; i < C::kSRegs; i += 2) {
-            StreamValue sv[2] = {};
-            if constexpr (V::kStreamMask) stream_pair<typename V::StreamElem>(stream_addr(slot, i), sv[0], sv[1]);
+            MaskStreamValue sv[2] = {};
+            if constexpr (V::kStreamMask) stream_pair<typename V::MaskStreamElem>(mask_addr(slot, i), sv[0], sv[1]);
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int col = 8 * (i / 4) + e, r = (i >> 1) & 1, kv = k0 + 2 * t + col;

@@ -54,7 +54,7 @@ struct Keep {
 };
 
 template <class Elem, int D, int DV, int BN, int NCWG, int STAGES, int SB = 0, int SLOPE = kSlopeNone,
-          bool ROWSUM = false, bool OTAB = false>
+          bool ROWSUM = false, bool OTAB = false, int SB2 = 0>
 struct Cfg {
   static constexpr int kBM = 64 * NCWG;
   static constexpr int kThreads = 128 * (NCWG + 1);
@@ -68,6 +68,10 @@ struct Cfg {
   static constexpr int kStreamCols = SB ? 128 / SB : 1;  // columns of one column block
   static constexpr int kStreamBlocks = SB ? (BN * SB + 127) / 128 : 0;
   static constexpr int kStreamBytes = kStreamBlocks * kBM * 128;
+  // ... and the mask's second streamed capture's (elements of SB2 bytes; 0: none), the same way
+  static constexpr int kStream2Cols = SB2 ? 128 / SB2 : 1;
+  static constexpr int kStream2Blocks = SB2 ? (BN * SB2 + 127) / 128 : 0;
+  static constexpr int kStream2Bytes = kStream2Blocks * kBM * 128;
   // The slope step's operands (SLOPE: V::kSlopeStep; the slope step below), after Q: the
   // column offsets (B), and for kSlopeShared each warpgroup's slope rows (A), 8 KB each.
   static constexpr int kSlopeBBytes = SLOPE == kSlopeRegisters ? (BN + 63) / 64 * 2048 : SLOPE == kSlopeShared ? BN * 128 : 0;
@@ -85,7 +89,8 @@ struct Cfg {
   // score's offset part at a tile's 64 + BN - 1 offsets q - kv, filled in turn (kOffsetStride
   // floats each, a multiple of 4 so that the barriers after them stay 8-byte aligned)
   static constexpr int kOffsetStride = (64 + BN - 1 + 3) / 4 * 4;
-  static constexpr int kOffsetOffset = kSOffset + STAGES * kStreamBytes;
+  static constexpr int kS2Offset = kSOffset + STAGES * kStreamBytes;
+  static constexpr int kOffsetOffset = kS2Offset + STAGES * kStream2Bytes;
   static constexpr int kOffsetBytes = OTAB ? NCWG * 2 * kOffsetStride * 4 : 0;
   static constexpr int kBarOffset = kOffsetOffset + kOffsetBytes;
   static constexpr int kBars = 2 + 4 * STAGES;       // Q full/empty, then full/empty for K and V
@@ -104,6 +109,8 @@ struct Cfg {
   static_assert(BN % 16 == 0 && BN >= 64 && BN <= 256, "BN must be a multiple of 16 in [64, 256]");
   static_assert(NCWG >= 1 && NCWG <= 3, "1 to 3 consumer warpgroups");
   static_assert(SB == 0 || SB == 1 || SB == 2 || SB == 4, "a streamed capture has 1-, 2- or 4-byte elements");
+  static_assert(SB2 == 0 || SB2 == 1 || SB2 == 2 || SB2 == 4, "a streamed capture has 1-, 2- or 4-byte elements");
+  static_assert(SB2 == 0 || SB != 0, "a second ring only beside the first");
   static_assert(!ROWSUM || DV == 64, "the ones column follows a single 64-column block of V");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * NCWG <= 65536, "register split too large");
   static_assert(kSmemBytes <= 227 * 1024, "tiles do not fit in shared memory");
