@@ -169,7 +169,7 @@ attention bias_i8_causal {
 attention table_by_index {
     q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
     idx: i32[M, N]; table: f32[H, 8]
-    score(s, b, h, i, j) = s + table[h, idx[i, j]]
+    score(s, b, h, i, j) = s + table[h, min(max(idx[i, j], 0), 7)]
 }
 """, "stream_rings.kd")
 
