@@ -180,8 +180,12 @@ def test_integer_scores_and_two_rings_match_the_reference(name, shape):
     fn, plans = _run(name, shape, hash((name, shape)) % 2**31, module=RINGS)
     lowered = fn._lowered(shape[5], shape[5])
     rings = [n for n in (lowered.attr("stream_capture"), lowered.attr("mask_stream_capture")) if n]
-    # the first ring always fits; the second beside it wherever one of 64 keys leaves room
-    assert rings and (len(rings) == 2 or name == "table_by_index" or shape[5] == 256), rings
+    # an i32 tensor at head dim 256 fits nowhere (read per element); else the first ring fits,
+    # and the second beside it wherever one of 64 keys leaves room
+    if name == "table_by_index" and shape[5] == 256:
+        assert not rings
+    else:
+        assert rings and (len(rings) == 2 or name == "table_by_index" or shape[5] == 256), rings
     assert all(len(p.stream_args) == len(rings) for p in plans), "the streamed program did not run"
 
 
