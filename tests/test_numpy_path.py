@@ -244,3 +244,30 @@ def test_launch_errors_quote_shapes_and_indices_as_written_not_as_ir():
     with pytest.raises(LaunchError) as e:
         mod.t(q, kv, kv, ids, np.zeros((H, 2 * N - 1), np.float32), tbl)
     assert str(e.value).startswith("t: in score(), index 0 of 'tbl' (ids[b, i]) cannot be bounded")
+
+
+HASHED = """
+attention hashed {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    mask(b, h, i, j) = (i * 7919 + j * 104729 + h * 31) % 10 != 0
+}
+"""
+
+
+@pytest.mark.parametrize("n, verdict", [(4096, None), (20506, None), (20507, "j * 104729 ranges over [0, 2147572874]")])
+def test_an_integer_beyond_i32_for_the_call_s_shapes_is_refused(n, verdict):
+    """Regression: the kernel computes ints in 32 bits and the reference exactly, so a hashed
+    mask at N = 32768 wrapped on the GPU alone, a silent wrong answer; now the call is refused,
+    naming the innermost value that leaves i32 (j < 20506: 20505 * 104729 still fits)."""
+    mod = kdsl.compile(HASHED, "hashed.kd", interpret=True)
+    rng = np.random.default_rng()
+    q = round_float32(rng.standard_normal((1, 1, 1, 64), dtype=np.float32), "bf16")
+    kv = round_float32(rng.standard_normal((1, 1, n, 64), dtype=np.float32), "bf16")
+    if verdict is None:
+        out = mod.hashed(q, kv, kv)
+        ref, _ = reference.attention(mod.ir["hashed"], q, kv, kv, {})
+        assert rel_frobenius(out, ref) <= ATTENTION_TOL
+    else:
+        with pytest.raises(LaunchError, match=re.escape(verdict)) as e:
+            mod.hashed(q, kv, kv)
+        assert "in mask()" in str(e.value) and "32-bit" in str(e.value)

@@ -177,12 +177,19 @@ def _f32(x: float) -> float:
     return math.copysign(INF, x) if abs(x) > FLT_MAX else x
 
 
-def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
+def _ranges(k: ir.Kernel, dims: dict) -> dict:
+    """The interval of every variable a score or mask reads, for concrete shapes."""
     ranges = {n: (v, v) for n, v in dims.items()}
     ranges.update(b=(0, dims_of(k, dims, "q", 0) - 1), h=(0, dims_of(k, dims, "q", 1) - 1),
                   q=(0, dims_of(k, dims, "q", 2) - 1), kv=(0, dims_of(k, dims, "k", 2) - 1))
     ranges.update(q0=ranges["q"], q1=ranges["q"], k0=ranges["kv"], k1=ranges["kv"])
     ranges[ELEMENTS] = {t.name: ELEMENT_RANGES[t.dtype] for t in k.tensors if t.dtype in ELEMENT_RANGES}
+    return ranges
+
+
+def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
+    """Every captured tensor's index in bounds, and every integer value within i32 (below)."""
+    ranges = _ranges(k, dims)
     # Every function the kernel evaluates: score and mask, and the score_log2 and tile
     # predicates an IR file may carry (kdsl tune's output) in their place.
     for fname, e in k.funcs:
@@ -202,6 +209,35 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
                     raise LaunchError(
                         f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {got} "
                         f"for these shapes, but that axis has size {size}; clamp it, e.g. with min(...)/max(...)")
+    check_integer_ranges(k, ranges, kname)
+
+
+def check_integer_ranges(k: ir.Kernel, ranges: dict, kname: str) -> None:
+    """Refuse a call where an integer value of the positions and sizes leaves i32 for these
+    shapes: the kernel computes ints in 32 bits, the reference exactly, so `(i * 7919 + j *
+    104729) % 10` at N = 32768 would wrap on the GPU alone (a silent wrong answer). The first
+    such value (innermost) is named. A value computed from a captured tensor's elements has
+    no bound to judge: the data's range is the caller's."""
+    for fname, e in k.funcs:
+        if fname == "scale":
+            continue
+        for node in _post_order(e):
+            if not (isinstance(node, ir.Op) and node.ty == "i32" and node.op != "int"):
+                continue
+            lo, hi = interval(node, ranges)
+            if math.isfinite(lo) and math.isfinite(hi) and not I32_MIN <= lo <= hi <= I32_MAX:
+                text = ir.format_expr(node, k.param_names(fname))
+                raise LaunchError(
+                    f"{kname}: in {fname}(), the integer {text} ranges over [{lo}, {hi}] for these shapes, "
+                    f"beyond the 32-bit ints the kernel computes in ({I32_MIN} .. {I32_MAX}); keep it within "
+                    f"them, e.g. take a factor modulo first or compute it as a float")
+
+
+def _post_order(e: ir.Expr):
+    """e's nodes, every node after its operands: the innermost value that leaves i32 first."""
+    for child in e.args if isinstance(e, ir.Op) else e.indices if isinstance(e, ir.Load) else ():
+        yield from _post_order(child)
+    yield e
 
 
 def dims_of(k, dims, tensor, axis):
