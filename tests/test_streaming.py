@@ -85,7 +85,7 @@ def test_a_tensor_the_score_and_the_mask_read_at_the_element_is_streamed_for_bot
     k = lowered(kernel(score, capture, f"mask(b, h, i, j) = {mask}"))
     assert (k.attr("stream_capture"), k.attr("mask_stream_capture")) == ("bias", None)
     assert streaming.read_by(k, "score_log2") and streaming.read_by(k, "mask")
-    assert streaming.mask_reads(k) == "bias"
+    assert streaming.mask_reads(k) == ("bias",)
 
 
 @pytest.mark.parametrize("score,mask,capture,rings", [
@@ -94,17 +94,17 @@ def test_a_tensor_the_score_and_the_mask_read_at_the_element_is_streamed_for_bot
      ("bucket", "keep")),
     ("s + bias[b, h, i, j]", "j <= i and keep[h, i, j] != 0", "bias: bf16[B, H, M, N]; keep: i32[H, M, N]",
      ("bias", "keep")),
-    # the mask reads the score's tensor too: one ring, the other tensor per element
-    ("s + bias[i, j]", "bias[i, j] > 0.0 and keep[i, j]", "bias: bf16[M, N]; keep: bool[M, N]", ("bias", None)),
+    # the mask reads the score's tensor too, and another: it reads both rings
+    ("s + bias[i, j]", "bias[i, j] > 0.0 and keep[i, j]", "bias: bf16[M, N]; keep: bool[M, N]", ("bias", "keep")),
     # the mask's second tensor is read by the score too, elsewhere: not streamed
     ("s + bias[i, j] + float(keep[i, 0])", "keep[i, j]", "bias: bf16[M, N]; keep: bool[M, N]", ("bias", None)),
-    # no score tensor: the mask's is the first ring, and there is no second
-    ("s", "keep[i, j] and other[i, j]", "keep: bool[M, N]; other: bool[M, N]", ("keep", None)),
+    # no score tensor: a mask of two dense tensors, a ring each
+    ("s", "keep[i, j] and other[h, i, j] != 0", "keep: bool[M, N]; other: u8[H, M, N]", ("keep", "other")),
 ])
 def test_a_second_ring_streams_the_tensor_the_mask_alone_reads(score, mask, capture, rings):
     k = lowered(kernel(score, capture, f"mask(b, h, i, j) = {mask}"))
     assert (k.attr("stream_capture"), k.attr("mask_stream_capture")) == rings
-    assert streaming.mask_reads(k) == (rings[1] or (rings[0] if rings[0] in mask else None))
+    assert streaming.mask_reads(k) == tuple(n for n in rings if n and n in mask)
 
 
 def test_tiling_fits_both_rings_or_keeps_the_first():
@@ -238,6 +238,7 @@ def test_partial_tiles_load_a_row_or_column_value_once(sample, name, most):
     ("keep: bool[B, M, N]", "keep[b, i, j]", "LDS.U16"),
     ("keep: i8[B, H, M, N]", "j <= i and keep[b, h, i, j] > 0", "LDS.U16"),
     ("keep: i32[M, N]", "keep[i, j] != 0", "LDS"),
+    ("keep: bool[B, M, N]; other: u8[H, M, N]", "keep[b, i, j] and other[h, i, j] != 0", "LDS.U16"),  # two rings
 ])
 def test_a_streamed_mask_reads_its_tile_from_shared_memory(capture, mask, pair_reads):
     """A partial tile's mask: 32 shared-memory reads a thread (a pair of keys each) against 64
@@ -270,9 +271,9 @@ def test_only_the_forwards_partial_tiles_read_a_streamed_mask_from_shared_memory
     k = kernel(None, "keep: bool[B, M, N]", "mask(b, h, i, j) = keep[b, i, j] and j <= i")
     src = build(k, "sm_90a", 64, want_cubin=False).generated.source
     mask = re.search(r"bool mask\(.*?\{(.*?)\}", src, re.S).group(1)
-    mask_at = re.search(r"bool mask_at\(.*?int sv\) \{(.*?)\}", src, re.S).group(1)
+    mask_at = re.search(r"bool mask_at\(.*?int sv, float sv2\) \{(.*?)\}", src, re.S).group(1)
     assert "load_bool" in mask and "sv" not in mask
-    assert "sv != 0" in mask_at and "kStreamMask = kStreamLoads && true" in src
+    assert "sv != 0" in mask_at and "kMaskReads1 = kStreamLoads && true" in src
     # the one caller: the forward's partial tiles, whose program has the stream
     from kdsl.codegen.emit import INCLUDE_DIR
     callers = {p.name for p in (INCLUDE_DIR / "kdsl").glob("*.cuh") if "V::mask_at(" in p.read_text()}

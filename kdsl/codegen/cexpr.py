@@ -57,13 +57,14 @@ class Capture:
 
 class CEmitter:
     def __init__(self, variables: dict[str, str], captures: dict[str, Capture],
-                 summary_slots: dict[tuple[str, ir.Expr], int] | None = None, streamed: str | None = None):
+                 summary_slots: dict[tuple[str, ir.Expr], int] | None = None, streamed: dict[str, str] | None = None):
         # summary_slots: (axis, expression) -> slot of the runtime tile summary, for the tile
         # reductions of the mask analysis' predicates (kdsl/attention_summary.cuh).
-        # streamed: the captured tensor whose element the Variant's score and mask_at get as `sv`, read
-        # from its tile in shared memory (passes/streaming.py), in programs that stream it.
+        # streamed: the captured tensors whose elements the Variant's score and mask_at get as
+        # arguments (tensor -> its name: sv, sv2), read from their tiles in shared memory
+        # (passes/streaming.py), in programs that stream them.
         self.variables, self.captures, self.summary_slots = variables, captures, summary_slots or {}
-        self.streamed = streamed
+        self.streamed = streamed or {}
 
     def __call__(self, e: ir.Expr) -> str:
         if isinstance(e, ir.Const):
@@ -145,8 +146,9 @@ class CEmitter:
         cap = self.captures[e.tensor]
         linear = self.linear_index(e)
         fn = _LOADERS.get(cap.dtype, "kdsl::load_f32")
-        if e.tensor == self.streamed:  # sv: a float, or an int for integer and bool tensors
-            return f"(kStreamLoads ? {'sv != 0' if cap.dtype == 'bool' else 'sv'} : {fn}({cap.field}, {linear}))"
+        if e.tensor in self.streamed:  # sv: a float, or an int for integer and bool tensors
+            sv = self.streamed[e.tensor]
+            return f"(kStreamLoads ? {f'{sv} != 0' if cap.dtype == 'bool' else sv} : {fn}({cap.field}, {linear}))"
         return f"{fn}({cap.field}, {linear})"
 
 

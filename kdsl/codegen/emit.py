@@ -377,10 +377,12 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
     slots = mask_analysis.summary_slots(k)
     summary_slots = {(ir.TILE_REDUCTIONS[s.op][0], s.args[0]): i for i, s in enumerate(slots)}
     c = CEmitter(variables, captures, summary_slots)
-    stream, mask_stream = k.attr("stream_capture"), streaming.mask_reads(k)
-    cs = CEmitter(variables, captures, summary_slots, stream)  # the score's: the streamed tensor is sv
-    cm = CEmitter(variables, captures, summary_slots, mask_stream)  # mask_at's: the mask's streamed tensor is sv
-    mask_elem = _stream(k, mask_stream or stream, c)
+    stream, stream2 = k.attr("stream_capture"), k.attr("mask_stream_capture")
+    mask_reads = streaming.mask_reads(k)
+    cs = CEmitter(variables, captures, summary_slots, {stream: "sv"} if stream else {})  # the score's: ring 1 is sv
+    # mask_at's: the rings' elements it reads are sv and sv2
+    cm = CEmitter(variables, captures, summary_slots, {n: v for n, v in zip((stream, stream2), ("sv", "sv2"))
+                                                         if n in mask_reads})
     # each ring's tensor map parameter and the Variant's function issuing its boxes
     rings = [dict(_stream(k, name, c), tensor=name, tile_fn=fn, map=m)
              for name, fn, m in zip(streaming.streamed(k), ("stream_tile", "stream2_tile"), ("ts", "ts2"))]
@@ -417,9 +419,9 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         ref=dict(fixed=_on(k.attr("score_ref") is not None), value=c(ir.Const("f32", k.attr("score_ref") or 0.0))),
         stream=_stream(k, stream, c), stream2=_stream(k, k.attr("mask_stream_capture"), c),
         rings=rings, ring_maps=", ".join([f"&{r['map']}" for r in rings] + ["nullptr"] * (2 - len(rings))),
-        # the ring mask_at() reads: the second where there are two
-        mask_stream=dict(on=_on(mask_stream is not None), ring=2 if k.attr("mask_stream_capture") else 1,
-                         ctype=mask_elem["ctype"], value=mask_elem["value"]),
+        # the rings mask_at() reads
+        mask_stream=dict(ring1=_on(stream is not None and stream in mask_reads),
+                         ring2=_on(stream2 is not None and stream2 in mask_reads)),
         affine=dict(on=_on(score_slope is not None), factor=c(ir.Const("f32", k.attr("score_factor") or 1.0)),
                     step=tiling.slope_form(k.attr("consumers")) if k.attr("slope_step") else 0,
                     slope=c(score_slope) if score_slope is not None else "0.f",
@@ -434,7 +436,7 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         table_loads=_on(any(ir.loads_at(part, (offset_score.D.name, "kv")) for part in (score_offset, key_part)
                             if part is not None)),
         mask=dict(expr=c(mask) if mask is not None else "true",
-                  streamed=cm(mask) if mask_stream else "false",
+                  streamed=cm(mask) if mask_reads else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask)))),
         kmask=dict(on=_on(kpart is not None), part=c(kpart) if kpart is not None else "false",
                    rests=[c(r) for r in krests] or ["false", "false"], arms=[arm(r) for r in krests] or [0, 0],

@@ -17,10 +17,10 @@ fifty-sixth session). The element arrives as a float (float tensors) or an int (
 bool ones); the mask's other callers, the tile summary and the backward, keep reading global
 memory.
 
-Two tensors at most (attr stream_capture, and attr mask_stream_capture beside it): the score's,
-and a second one that the mask alone reads (`s + 0.1 * float(bucket[b, i, j])` under `keep[b, i,
-j]`, a dense bias beside a dense mask), each in its own ring. A third would not fit beside K and
-V at head dim 128.
+Two tensors at most (attr stream_capture, and attr mask_stream_capture beside it): the score's
+(else one the mask reads), and a second one that the mask alone reads (`s + 0.1 *
+float(bucket[b, i, j])` under `keep[b, i, j]`, a dense bias beside a dense mask; or a mask of two
+dense tensors), each in its own ring. A third would not fit beside K and V at head dim 128.
 
 This pass only finds the candidates; tiling keeps them when their rings fit shared memory
 beside K and V, with fewer stages or beside a narrower kv tile if need be (1.4-2.1x over the
@@ -72,11 +72,10 @@ def candidate(k: ir.Kernel) -> str | None:
 
 
 def mask_candidate(k: ir.Kernel, first: str | None) -> str | None:
-    """The second ring's tensor: where the first streamed tensor is one the score reads and the
-    mask does not, a tensor the mask alone reads as candidate() asks; else None."""
+    """The second ring's tensor: beside the first streamed tensor (the score's, or one the mask
+    reads), another tensor the mask alone reads as candidate() asks; else None."""
     loads = _loads(k)
-    if first is None or not any(n.tensor == first for n in loads["score_log2"]) \
-            or any(n.tensor == first for n in loads["mask"]):
+    if first is None:
         return None
     for t in k.tensors:
         if t.name != first and _streamable(t, loads, "mask") \
@@ -126,11 +125,11 @@ def read_by(k: ir.Kernel, func: str) -> bool:
     return f is not None and any(isinstance(n, ir.Load) and n.tensor in streamed(k) for n in ir.walk(f))
 
 
-def mask_reads(k: ir.Kernel) -> str | None:
-    """The streamed tensor the mask reads (the second ring's where there are two), or None."""
+def mask_reads(k: ir.Kernel) -> tuple[str, ...]:
+    """The streamed tensors the mask reads, ring by ring."""
     mask = k.func("mask")
     names = {n.tensor for n in ir.walk(mask) if isinstance(n, ir.Load)} if mask is not None else set()
-    return next((n for n in reversed(streamed(k)) if n in names), None)
+    return tuple(n for n in streamed(k) if n in names)
 
 
 def tile_bytes(elem_bytes: int, bm: int, bn: int) -> int:

@@ -4,7 +4,7 @@ edges, GQA, decode (one consumer warpgroup) and split-KV, a mask on top, and the
 must take the per-element program instead: rows that are not whole 16-byte units, and a
 table whose data pointer is not 16-byte aligned. Then masks read from a dense tensor at
 [..., q, kv] (bool, u8, i8, i32 and a float table the score reads too), streamed likewise, and
-integer tensors the score reads beside a mask's tensor: two rings."""
+integer tensors the score reads beside a mask's tensor, and masks of two dense tensors: two rings."""
 import pytest
 
 import kdsl
@@ -166,6 +166,11 @@ attention bias_i8_causal {
     score(s, b, h, i, j) = s + bias[b, h, i, j]
     mask(b, h, i, j) = j <= i + N - M and keep[h, i, j] > 0
 }
+attention two_masks {
+    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
+    keep: u8[B, M, N]; other: bool[H, M, N]
+    mask(b, h, i, j) = keep[b, i, j] != 0 or other[h, i, j]
+}
 attention table_by_index {
     q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
     idx: i32[M, N]; table: f32[H, 8]
@@ -175,7 +180,7 @@ attention table_by_index {
 
 
 @pytest.mark.parametrize("shape", MASKED, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("name", ["byte_bias_keep", "bias_i8_causal", "table_by_index"])
+@pytest.mark.parametrize("name", ["byte_bias_keep", "bias_i8_causal", "two_masks", "table_by_index"])
 def test_integer_scores_and_two_rings_match_the_reference(name, shape):
     fn, plans = _run(name, shape, hash((name, shape)) % 2**31, module=RINGS)
     lowered = fn._lowered(shape[5], shape[5])

@@ -350,19 +350,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
                                                : (jj / 4) * BM * 128 + (((2 * (jj % 4) + (t >> 1)) ^ g) << 4) + 8 * (t & 1);
     return s_rows + slot * C::kStreamBytes + row + off;
   };
-  // ... and, in the ring the mask reads (V::kMaskRing: the second where there are two), as a
-  // shared-memory address, for the mask's pair reads (stream_pair)
-  constexpr int kMaskSB = V::kMaskRing == 2 ? V::kStream2ElemBytes : V::kStreamElemBytes;
-  constexpr int kMaskPairSB = kMaskSB ? kMaskSB : 2;  // (any width where the mask reads no ring)
-  constexpr int kMaskSlotBytes = V::kMaskRing == 2 ? C::kStream2Bytes : C::kStreamBytes;
-  typedef typename StreamValueOf<typename V::MaskStreamElem>::T MaskStreamValue;
-  const u32 s_lane = ((V::kMaskRing == 2 ? sS2 : sS) + (wg * 64 + warp * 16 + g) * 128) |
-                     stream_lane_bits<kMaskPairSB>(g, t);
-  auto mask_addr = [&](int slot, int i) -> u32 {
-    const int jj = i / 4;
-    return ((s_lane + slot * kMaskSlotBytes) ^ stream_chunk_bits<kMaskPairSB>(jj)) +
-           stream_block<kMaskPairSB>(jj) * BM * 128 + ((i >> 1) & 1) * 8 * 128;
-  };
+  // ... and, in each ring the mask reads, as shared-memory addresses for its pair reads
+  typedef typename StreamValueOf<typename V::Stream2Elem>::T Stream2Value;
+  const StreamPairs<V::kStreamElemBytes, BM, C::kStreamBytes> pairs1(sS, wg * 64 + warp * 16 + g, g, t);
+  const StreamPairs<V::kStream2ElemBytes, BM, C::kStream2Bytes> pairs2(sS2, wg * 64 + warp * 16 + g, g, t);
   auto stream_at = [&](int slot, int i) -> StreamValue {
     if constexpr (!kStream) {
       return 0;
@@ -599,17 +590,22 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       };
       auto group = [&](int jj) {
         u64 bits = 0;
-        MaskStreamValue sv[4] = {};  // kStreamMask: the streamed tensor's elements, from the tile in slot
-        if constexpr (V::kStreamMask) {
-          stream_pair<typename V::MaskStreamElem>(mask_addr(slot, 4 * jj), sv[0], sv[1]);
-          stream_pair<typename V::MaskStreamElem>(mask_addr(slot, 4 * jj + 2), sv[2], sv[3]);
+        StreamValue sv[4] = {};  // kMaskReads1 / 2: the streamed tensors' elements, from the tiles in slot
+        Stream2Value sv2[4] = {};
+        if constexpr (V::kMaskReads1) {
+          stream_pair<typename V::StreamElem>(pairs1.at(slot, 4 * jj), sv[0], sv[1]);
+          stream_pair<typename V::StreamElem>(pairs1.at(slot, 4 * jj + 2), sv[2], sv[3]);
+        }
+        if constexpr (V::kMaskReads2) {
+          stream_pair<typename V::Stream2Elem>(pairs2.at(slot, 4 * jj), sv2[0], sv2[1]);
+          stream_pair<typename V::Stream2Elem>(pairs2.at(slot, 4 * jj + 2), sv2[2], sv2[3]);
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int kv = k0 + 8 * jj + 2 * t + (e & 1);
           const int q = V::kMaskLoads ? qr[e >> 1] : row0 + 8 * (e >> 1);
           const int kv_read = V::kMaskLoads ? imin2(kv, N - 1) : kv;
-          const bool ok = (kv < N) & (V::kStreamMask ? V::mask_at(a, cap, b, h, q, kv_read, sv[e])
+          const bool ok = (kv < N) & (V::kStreamMask ? V::mask_at(a, cap, b, h, q, kv_read, sv[e], sv2[e])
                                                      : V::mask(a, cap, b, h, q, kv_read));
           bits |= (u64)(ok ? 1u : 0u) << e;
         }
@@ -740,14 +736,16 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         } else if (kMaskInSoftmax && keep.by_stream) {  // the streamed mask, a pair of keys a read
 #pragma unroll
           for (int i = 0; i < C::kSRegs; i += 2) {
-            MaskStreamValue sv[2] = {};
-            if constexpr (V::kStreamMask) stream_pair<typename V::MaskStreamElem>(mask_addr(slot, i), sv[0], sv[1]);
+            StreamValue sv[2] = {};
+            Stream2Value sv2[2] = {};
+            if constexpr (V::kMaskReads1) stream_pair<typename V::StreamElem>(pairs1.at(slot, i), sv[0], sv[1]);
+            if constexpr (V::kMaskReads2) stream_pair<typename V::Stream2Elem>(pairs2.at(slot, i), sv2[0], sv2[1]);
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int col = 8 * (i / 4) + e, r = (i >> 1) & 1, kv = k0 + 2 * t + col;
               const int q = V::kMaskLoads ? qr[r] : row0 + 8 * r, kv_read = V::kMaskLoads ? imin2(kv, N - 1) : kv;
               const float x = value(i + e);
-              const bool ok = (col < kv_room) & (V::kStreamMask ? V::mask_at(a, cap, b, h, q, kv_read, sv[e])
+              const bool ok = (col < kv_room) & (V::kStreamMask ? V::mask_at(a, cap, b, h, q, kv_read, sv[e], sv2[e])
                                                                 : V::mask(a, cap, b, h, q, kv_read));
               sc[i + e] = ok ? x : neg_inf();
             }

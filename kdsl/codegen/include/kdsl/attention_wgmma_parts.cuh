@@ -212,6 +212,20 @@ template <int SB> KDSL_DEVICE constexpr u32 stream_chunk_bits(int jj) {  // jj: 
   return SB == 1 ? ((jj / 2 % 8) << 4) | (8 * (jj % 2)) : SB == 2 ? (jj % 8) << 4 : (2 * (jj % 4)) << 4;
 }
 template <int SB> KDSL_DEVICE constexpr int stream_block(int jj) { return jj / (16 / SB); }  // its column block
+// A ring of streamed tiles (elements of SB bytes, STAGE_BYTES a stage) as a thread of row `row`
+// reads its pairs of elements (stream_pair): the lane's part of the address fixed here, a pair's
+// a constant once unrolled.
+template <int SB, int BM, int STAGE_BYTES>
+struct StreamPairs {
+  static constexpr int kSB = SB ? SB : 2;  // (any width for a ring no one reads)
+  u32 lane;
+  KDSL_DEVICE StreamPairs(u32 ring, int row, int g, int t) : lane((ring + row * 128) | stream_lane_bits<kSB>(g, t)) {}
+  KDSL_DEVICE u32 at(int slot, int i) const {  // element i of the thread's S registers, in ring stage slot
+    const int jj = i / 4;
+    return ((lane + slot * STAGE_BYTES) ^ stream_chunk_bits<kSB>(jj)) + stream_block<kSB>(jj) * BM * 128 +
+           ((i >> 1) & 1) * 8 * 128;
+  }
+};
 
 // Both elements of the pair at shared address s, one read: 16 bits (1-byte elements), 32
 // (2-byte), 64 (4-byte). An integer or bool element as an int, a float one as a float.
