@@ -54,7 +54,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
     second = attrs["mask_stream_capture"] if "mask_stream_capture" in attrs else mask_candidate(k, first)
     if second is not None and second != mask_candidate(k, first):
         raise KdslError(f"kernel '{k.name}': attr mask_stream_capture = {second!r} names no tensor the mask alone "
-                        f"reads at [..., q, kv] beside the score's streamed one "
+                        f"reads at [..., q, kv] beside the first streamed one "
                         f"(candidate: {mask_candidate(k, first)!r})")
     return k.with_attrs(stream_capture=first, mask_stream_capture=second) if first else k
 
