@@ -41,9 +41,11 @@ CAPTURES = {
     "global_keys": (["is_global: bool[B, N]"], None, "is_global[b, j] or abs(i - j) < 64"),
     "kv_head_keep": (["kvkeep: bool[B, Hkv, N]"], None, "kvkeep[b, h // (H // Hkv), j]"),
     # dense tensors the score reads at [..., i, j] (streamed by TMA, passes/streaming.py): a bias,
-    # and a byte bucket indexing a per-head table (an integer element); beside a dense mask, two rings
+    # a byte bucket indexing a per-head table (an integer element), and a bias beside a dense
+    # byte mask (a ring each; drawn whole, since two parts beside each other are rare)
     "dense_bias": (["dbias: bf16[B, H, M, N]"], "{s} + dbias[b, h, i, j]", None),
     "byte_buckets": (["bucket: u8[M, N]", "btab: f32[H, 16]"], "{s} + btab[h, min(bucket[i, j], 15)]", None),
+    "bias_and_mask": (["pbias: f16[H, M, N]", "pkeep: u8[B, M, N]"], "{s} + pbias[h, i, j]", "pkeep[b, i, j] != 1"),
 }
 GQA_ONLY = {"kv_head_keep"}  # reads Hkv, which only grouped k and v declare
 
