@@ -73,7 +73,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
             cols = np.arange(k0, k1 + 1).reshape(1, 1, 1, -1)
             qk = np.einsum("bhmd,bhnd->bhmn", q[:, :, q0:q1 + 1], k[:, kv_head, k0:k1 + 1], dtype=np.float32)
             env = {**dims, "qk": qk, "scale": np.float32(scale), "scale_log2": scale_log2,
-                   "b": b_idx, "h": h_idx, "q": rows, "kv": cols,
+                   "b": b_idx, "h": h_idx, "q": rows, "kv": cols, "kvt": np.int64(k0),
                    "qf": rows.astype(np.float32), "kvf": cols.astype(np.float32),
                    "dqkf": (rows - cols).astype(np.float32)}
             s = _score(low, score, env, captures, k0).astype(np.float32)

@@ -34,6 +34,7 @@ BUILTIN_VARS = {
     "qf": "f32", "kvf": "f32", "dqkf": "f32",  # float(q), float(kv), float(q - kv) (passes/index_floats.py)
     "dqk": "i32",  # q - kv, in the offset part of a score (passes/offset_score.py)
     "kt": "f32",  # a score's key part, read from its table (passes/key_table.py score_keyed)
+    "kvt": "i32",  # a key of the kv tile, the same for a thread's elements (passes/tile_blocks.py)
     # tile bounds (inclusive) used by the mask analysis' tile_empty / tile_full
     "q0": "i32", "q1": "i32", "k0": "i32", "k1": "i32",
 }

@@ -21,7 +21,7 @@ _TILE = ("b", "h", "q0", "q1", "k0", "k1")
 # score_log2 and the tile predicates are what the kernel evaluates (derived by the passes
 # unless given).
 FUNCS = {"scale": ("f32", ()), "score": ("f32", ("s", *_INDEX)), "mask": ("bool", _INDEX),
-         "score_log2": ("f32", ("qk", "scale", "scale_log2", "qf", "kvf", "dqkf", *_INDEX)),
+         "score_log2": ("f32", ("qk", "scale", "scale_log2", "qf", "kvf", "dqkf", "kvt", *_INDEX)),
          "tile_empty": ("bool", _TILE), "tile_full": ("bool", _TILE),
          "kv_lo": ("i32", ("b", "h", "q", "k0")), "kv_hi": ("i32", ("b", "h", "q", "k0")), "tile_keys": ("bool", _TILE),
          "score_slope": ("f32", ("scale", "scale_log2", "b", "h")),

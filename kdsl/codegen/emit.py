@@ -118,6 +118,7 @@ def _attention_names(k: ir.Kernel):
     d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
     variables = {"qk": "qk", "scale_log2": "a.scale_log2", "scale": "c.scale", "b": "b", "h": "h", "q": "q",
                  "kv": "kv", "qf": "qf", "kvf": split_position("kvf"), "dqkf": split_position("dqkf"),
+                 "kvt": "((int)kvf0)",  # the thread's first key of the tile (passes/tile_blocks.py)
                  "q0": "q0", "q1": "q1", "k0": "k0", "k1": "k1"}
     for name, (t, axis) in k.dims.items():
         fixed = {("q", 3): str(d), ("v", 3): str(dv)}  # head dims: compile-time constants

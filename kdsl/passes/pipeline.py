@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import ast, ir
 from ..errors import SourceError
 from . import (affine_score, exp2_fold, index_floats, invariant_factors, kv_bounds, mask_analysis, mask_facts,
-               key_table, offset_score, score_bounds, streaming, tiling, typecheck, warp_map)
+               key_table, offset_score, score_bounds, streaming, tile_blocks, tiling, typecheck, warp_map)
 from .target import Target
 
 HEAD_DIMS = (64, 128)
@@ -96,6 +96,9 @@ def lower(k: ir.Kernel, target: Target, head_dim: int = 0, value_dim: int = 0) -
     # Likewise a part read per key (s + kbias[b, j]), when the tiling took its table (attr
     # key_table): that part over (b, h, kv), and the score reading it as kt.
     k = key_table.run(k)
+    # Last of the score's rewrites, on the chosen tile width and only where none of the above
+    # took the score apart: a key block `kv // c` the tile never straddles, read once a tile.
+    k = tile_blocks.run(k)
     # Warp roles follow from the tile shape.
     k = warp_map.run(k, target)
     return k.with_attrs(arch=target.arch)

@@ -182,7 +182,7 @@ def _ranges(k: ir.Kernel, dims: dict) -> dict:
     ranges = {n: (v, v) for n, v in dims.items()}
     ranges.update(b=(0, dims_of(k, dims, "q", 0) - 1), h=(0, dims_of(k, dims, "q", 1) - 1),
                   q=(0, dims_of(k, dims, "q", 2) - 1), kv=(0, dims_of(k, dims, "k", 2) - 1))
-    ranges.update(q0=ranges["q"], q1=ranges["q"], k0=ranges["kv"], k1=ranges["kv"])
+    ranges.update(q0=ranges["q"], q1=ranges["q"], k0=ranges["kv"], k1=ranges["kv"], kvt=ranges["kv"])
     ranges[ELEMENTS] = {t.name: ELEMENT_RANGES[t.dtype] for t in k.tensors if t.dtype in ELEMENT_RANGES}
     return ranges
 

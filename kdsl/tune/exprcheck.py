@@ -77,6 +77,8 @@ def _check_case(original, low, case, be, rng, tile_sizes) -> str | None:
             "q": np.arange(M).reshape(1, 1, M, 1), "kv": np.arange(N).reshape(1, 1, 1, N),
             "qf": np.arange(M, dtype=np.float32).reshape(1, 1, M, 1),
             "kvf": np.arange(N, dtype=np.float32).reshape(1, 1, 1, N),
+            # passes/tile_blocks.py's key of the tile: its first
+            "kvt": np.arange(N).reshape(1, 1, 1, N) // (low.attr("tile_n") or 1) * (low.attr("tile_n") or 1),
             "dqkf": (np.arange(M).reshape(1, 1, M, 1) - np.arange(N).reshape(1, 1, 1, N)).astype(np.float32)}
     shape = (B, H, M, N)
     with np.errstate(all="ignore"):
