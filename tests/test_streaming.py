@@ -197,7 +197,8 @@ def test_an_ir_file_may_turn_streaming_off_but_not_name_another_tensor():
     ("s + bias[b, h, i, j]", "bias: f16[B, H, M, N]", 4, "", 2),
     ("s + float(bias[b, i, j])", "bias: u8[B, M, N]", 3, "", 1),
     # two rings: a 1-byte score table and a bool mask, one column block each
-    ("s + 0.1 * float(bias[b, i, j])", "bias: u8[B, M, N]; keep: bool[B, M, N]", 3, "mask(b, h, i, j) = keep[b, i, j]", 2),
+    ("s + 0.1 * float(bias[b, i, j])", "bias: u8[B, M, N]; keep: bool[B, M, N]", 3,
+     "mask(b, h, i, j) = keep[b, i, j]", 2),
 ])
 def test_streamed_program_reads_shared_memory_and_the_other_loads(score, capture, rank, extra, boxes):
     if not find_cuobjdump():

@@ -368,7 +368,8 @@ def _stream(k: ir.Kernel, name: str | None, c: CEmitter) -> dict:
     the type its element arrives as."""
     t = k.tensor(name) if name else None
     return dict(ctype=_ELEM_CTYPE[t.dtype] if t else "float", bytes=streaming.ELEM_BYTES[t.dtype] if t else 0,
-                rank=len(t.shape) if t else 0, lead=[c(i) for i in reversed(streaming.lead_indices(k, name))] if t else [],
+                rank=len(t.shape) if t else 0,
+                lead=[c(i) for i in reversed(streaming.lead_indices(k, name))] if t else [],
                 value="float" if not t or t.dtype in streaming.FLOAT_ELEMS else "int")
 
 

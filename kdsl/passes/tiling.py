@@ -466,7 +466,8 @@ def run(k: ir.Kernel, target: Target) -> ir.Kernel:
                             smem_bytes=attention_wgmma_smem_bytes(d, dv, s["tile_n"], s["consumers"], s["stages"],
                                                                   first, s["slope_step"], s["tensor_row_sum"],
                                                                   _tables(s), mask_stream_elem=second))
-    return k.with_attrs(kernel="mma", **s, value_dim=dv, stream_capture=None, mask_stream_capture=None,  # streams need TMA
+    return k.with_attrs(kernel="mma", **s, value_dim=dv,
+                        stream_capture=None, mask_stream_capture=None,  # streams need TMA
                         smem_bytes=attention_smem_bytes(d, s["tile_m"], s["tile_n"], s["warps"]))
 
 

@@ -263,7 +263,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           mbar_wait(empty_k(s), parity);
           st_shared_u32(info_kv(s), tile_info(j, cls, more));  // published by the arrive below
           st_shared_u32(item_kv(s), (u32)w);  // read at the item's first tile only
-          mbar_arrive_expect_tx(full_k(s), C::kKBytes + (kStream ? C::kStreamBytes : 0) + (kStream2 ? C::kStream2Bytes : 0));
+          mbar_arrive_expect_tx(full_k(s),
+                                C::kKBytes + (kStream ? C::kStreamBytes : 0) + (kStream2 ? C::kStream2Bytes : 0));
 #pragma unroll
           for (int c = 0; c < C::kColBlocks; ++c)
             tma_load_3d(sK + s * C::kKBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);
