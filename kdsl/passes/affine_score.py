@@ -71,6 +71,8 @@ def column_slope(k: ir.Kernel) -> bool:
 def decompose(score: ir.Expr) -> tuple[float, ir.Expr, ir.Expr] | None:
     """(c, slope, base) with score == scale_log2 * c * (qk + slope * col) + base, or None when
     the score has another form or nothing to gain (the bare scaled dot product)."""
+    if ir.uses(score, "kvt"):  # an IR file's score read by tile (tile_blocks.py): lowered as it was
+        return None
     terms = _linear(score)
     if terms is None or "qk" not in terms:
         return None

@@ -12,7 +12,9 @@ once an element (block_bias_2d at head dim 128: 134 global loads in the kernel b
 Only in score_log2 as the kernel computes it per element (not where the affine, offset or key
 table passes took the score apart: they read kv themselves), only `kv // c` for a constant c
 that tile_n divides (c >= 8 > 2t keeps kvt's block the tile's). The backward and the tile
-predicates read the score and mask as written.
+predicates read the score and mask as written. An IR file carrying such a score lowers as it
+was written out (affine_score.py leaves a score reading kvt alone; a tile_n that no longer
+divides c is refused).
 """
 from __future__ import annotations
 
