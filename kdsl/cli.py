@@ -344,6 +344,11 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
                                                    ("offset_table", "offset table"), ("key_table", "key table"),
                                                    ("key_mask", "key mask bits"))
                     if lowered.attr(attr))
+    # tensors copied by TMA with the K tiles (passes/streaming.py), a key block read by tile (tile_blocks.py)
+    streams = [n for n in (lowered.attr("stream_capture"), lowered.attr("mask_stream_capture")) if n]
+    tile += f", streamed {' and '.join(streams)}" if streams else ""
+    score = lowered.func("score_log2")
+    tile += ", key blocks by tile" if score is not None and ir.uses(score, "kvt") else ""
     (out / f"{stem}.ptx").write_text(built.compiled.ptx)
     if args.emit == "ptx":
         return f"{label}: {tile} -> {out / stem}.ptx"

@@ -178,6 +178,19 @@ def test_compile_reports_the_tensor_cores_work_and_a_dropped_row_sum_trial(tmp_p
     assert "plain[D=64]: tile 192x128, 512 threads, row sums by P V," in plain.stdout
 
 
+def test_compile_reports_streamed_tensors_and_key_blocks_by_tile(tmp_path):
+    """The report names the tensors copied with the K tiles (passes/streaming.py: here two rings)
+    and a key block read by tile (passes/tile_blocks.py)."""
+    p = tmp_path / "r.kd"
+    p.write_text("attention r {\n    q: bf16[B, H, M, 64]; k: bf16[B, H, N, 64]; v: bf16[B, H, N, 64]\n"
+                 "    bucket: u8[B, M, N]; keep: bool[B, M, N]; blk: f32[H, 64]\n"
+                 "    score(s, b, h, i, j) = s + 0.1 * float(bucket[b, i, j]) + blk[h, min(j // 128, 63)]\n"
+                 "    mask(b, h, i, j) = keep[b, i, j]\n}\n")
+    r = run("compile", str(p), "-o", str(tmp_path / "out"), "--emit", "ptx")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("streamed bucket and keep, key blocks by tile") == 1, r.stdout  # head dim 64 only
+
+
 def test_an_ir_file_of_one_head_dim_builds_that_head_dim(tmp_path):
     """Regression: `kdsl compile plain_d64.ir` (a kernel lowered at head dim 64, its symbolic D
     kept) also built head dim 128 with the 64's tile attrs and failed there ("tensor_row_sum
