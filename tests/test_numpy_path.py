@@ -271,3 +271,28 @@ def test_an_integer_beyond_i32_for_the_call_s_shapes_is_refused(n, verdict):
         with pytest.raises(LaunchError, match=re.escape(verdict)) as e:
             mod.hashed(q, kv, kv)
         assert "in mask()" in str(e.value) and "32-bit" in str(e.value)
+
+
+@pytest.mark.parametrize("score, refused", [
+    ("s + float(bucket[b, i, j] * 20000000) * 1e-9", "bucket[b, i, j] * 20000000 ranges over [0, 5100000000]"),
+    ("s + float(bucket[b, i, j] * 8000000) * 1e-9", None),  # 255 * 8e6 fits
+    ("s + float(ids[b, i] * 20000000) * 1e-9", None),       # an i32 element: its range is the caller's
+])
+def test_integer_range_of_a_byte_element_is_known_and_of_an_i32_one_the_caller_s(score, refused):
+    src = f"""attention t {{
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    bucket: u8[B, M, N]; ids: i32[B, M]
+    score(s, b, h, i, j) = {score}
+}}"""
+    mod = kdsl.compile(src, "t.kd", interpret=True)
+    rng = np.random.default_rng()
+    q = round_float32(rng.standard_normal((1, 1, 8, 64), dtype=np.float32), "bf16")
+    bucket = rng.integers(0, 256, (1, 8, 8), dtype=np.uint8)
+    ids = rng.integers(0, 3, (1, 8), dtype=np.int32)
+    if refused:
+        with pytest.raises(LaunchError, match=re.escape(refused)):
+            mod.t(q, q, q, bucket, ids)
+    else:
+        out = mod.t(q, q, q, bucket, ids)
+        ref, _ = reference.attention(mod.ir["t"], q, q, q, {"bucket": bucket, "ids": ids})
+        assert rel_frobenius(out, ref) <= ATTENTION_TOL
