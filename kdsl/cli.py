@@ -328,6 +328,7 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
                  f"{lowered.attr('sms')} SMs")
     if args.emit in ("ir", "cuda"):
         return f"{label}: {tile} -> {out / stem}.cu"
+    from .passes import streaming
     from .runtime.compiler import build
     built = build(k, args.arch, d, want_cubin=args.emit == "cubin")
     if built.kernel != lowered:  # ptxas spilled a trial (tile, row sums by P V, slope step): the fallback's files
@@ -345,7 +346,7 @@ def _compile_one(k: ir.Kernel, d: int, target, args, out: Path, emit, pipeline) 
                                                    ("key_mask", "key mask bits"))
                     if lowered.attr(attr))
     # tensors copied by TMA with the K tiles (passes/streaming.py), a key block read by tile (tile_blocks.py)
-    streams = [n for n in (lowered.attr("stream_capture"), lowered.attr("mask_stream_capture")) if n]
+    streams = streaming.streamed(lowered)
     tile += f", streamed {' and '.join(streams)}" if streams else ""
     score = lowered.func("score_log2")
     tile += ", key blocks by tile" if score is not None and ir.uses(score, "kvt") else ""

@@ -365,6 +365,13 @@ def walk(e: Expr):
         yield from walk(c)
 
 
+def walk_operands_first(e: Expr):
+    """Yield every node of an expression, each after its operands (innermost first)."""
+    for c in getattr(e, "args", ()) or getattr(e, "indices", ()):
+        yield from walk_operands_first(c)
+    yield e
+
+
 def uses(e: Expr, name: str) -> bool:
     return any(isinstance(n, Var) and n.name == name for n in walk(e))
 

@@ -47,15 +47,16 @@ def run(k: ir.Kernel) -> ir.Kernel:
     if k.kind != "attention":
         return k
     attrs = dict(k.attrs)
-    first = attrs["stream_capture"] if "stream_capture" in attrs else candidate(k)
-    if first is not None and first != candidate(k):
+    found = candidate(k)
+    first = attrs["stream_capture"] if "stream_capture" in attrs else found
+    if first is not None and first != found:
         raise KdslError(f"kernel '{k.name}': attr stream_capture = {first!r} names no tensor the score reads "
-                        f"at [..., q, kv] alone (candidate: {candidate(k)!r})")
-    second = attrs["mask_stream_capture"] if "mask_stream_capture" in attrs else mask_candidate(k, first)
-    if second is not None and second != mask_candidate(k, first):
+                        f"at [..., q, kv] alone (candidate: {found!r})")
+    found = mask_candidate(k, first)
+    second = attrs["mask_stream_capture"] if "mask_stream_capture" in attrs else found
+    if second is not None and second != found:
         raise KdslError(f"kernel '{k.name}': attr mask_stream_capture = {second!r} names no tensor the mask alone "
-                        f"reads at [..., q, kv] beside the first streamed one "
-                        f"(candidate: {mask_candidate(k, first)!r})")
+                        f"reads at [..., q, kv] beside the first streamed one (candidate: {found!r})")
     return k.with_attrs(stream_capture=first, mask_stream_capture=second) if first else k
 
 

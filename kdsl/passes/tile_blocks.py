@@ -40,12 +40,10 @@ def run(k: ir.Kernel) -> ir.Kernel:
 
 def _kvt_by_tile(e: ir.Expr, bn: int) -> bool:
     """Whether every kvt in e is the dividend of a `// c` that tile width bn keeps whole."""
-    if isinstance(e, ir.Var):
-        return e.name != KVT.name
-    if isinstance(e, ir.Op) and e.op == "floordiv" and e.args[0] == KVT:
-        return _tile_multiple(e.args[1], bn)
-    children = e.args if isinstance(e, ir.Op) else e.indices if isinstance(e, ir.Load) else ()
-    return all(_kvt_by_tile(c, bn) for c in children)
+    nodes = list(ir.walk(e))
+    blocked = [n for n in nodes if isinstance(n, ir.Op) and n.op == "floordiv" and n.args[0] == KVT
+               and _tile_multiple(n.args[1], bn)]
+    return sum(n == KVT for n in nodes) == len(blocked)
 
 
 def _by_tile(e: ir.Expr, bn: int) -> ir.Expr:

@@ -539,7 +539,7 @@ def _streams(k: ir.Kernel, s: dict, dims, given: dict, target: Target) -> dict:
     names = streaming.streamed(k)
     stages = [s["stages"]] if "stages" in given else list(range(s["stages"], 1, -1))
     narrower = [] if {"tile_n", "stages"} & set(given) else [bn for bn in reversed(WGMMA_WIDTHS) if bn < s["tile_n"]]
-    for kept in (names, names[:1]) if len(names) > 1 else (names,) if names else ():
+    for kept in [names[:n] for n in range(len(names), 0, -1)]:  # both rings, then the first alone
         for bn, n in [(s["tile_n"], n) for n in stages] + [(bn, n) for n in stages for bn in narrower]:
             if _ring_fits(k, dims, bn, s["consumers"], n, target, s, kept):
                 s["tile_n"], s["stages"] = bn, n

@@ -221,7 +221,7 @@ def check_integer_ranges(k: ir.Kernel, ranges: dict, kname: str) -> None:
     for fname, e in k.funcs:
         if fname == "scale":
             continue
-        for node in _post_order(e):
+        for node in ir.walk_operands_first(e):  # the innermost value that leaves i32 first
             if not (isinstance(node, ir.Op) and node.ty == "i32" and node.op != "int"):
                 continue
             lo, hi = interval(node, ranges)
@@ -231,13 +231,6 @@ def check_integer_ranges(k: ir.Kernel, ranges: dict, kname: str) -> None:
                     f"{kname}: in {fname}(), the integer {text} ranges over [{lo}, {hi}] for these shapes, "
                     f"beyond the 32-bit ints the kernel computes in ({I32_MIN} .. {I32_MAX}); keep it within "
                     f"them, e.g. take a factor modulo first or compute it as a float")
-
-
-def _post_order(e: ir.Expr):
-    """e's nodes, every node after its operands: the innermost value that leaves i32 first."""
-    for child in e.args if isinstance(e, ir.Op) else e.indices if isinstance(e, ir.Load) else ():
-        yield from _post_order(child)
-    yield e
 
 
 def dims_of(k, dims, tensor, axis):
