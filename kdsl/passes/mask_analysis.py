@@ -19,7 +19,10 @@ summary entry per (b, q tile, kv tile), so the all-false blocks of a block-diago
 banded dense mask are skipped and its all-true ones run unchecked, as FlexAttention's BlockMask
 has them. A bool element is bounded as 0 / 1. Not for data read per head (its summary would read
 as much as the kernel; KDSL_TILE_SUMMARY_HEADS=1 allows it), nor where the score itself loads data
-per element (whole_tiles). What is left stays unknown and falls back to the per-element check.
+per element (whole_tiles). A load whose indices each take at most two values over the block
+(`blocks[b, h, i // 128, j // 128]`, a block-sparse table) is read at those values: exact where
+no tile straddles a block, with no summary. What is left stays unknown and falls back to the
+per-element check.
 attr mask_tiles says which case holds: interval, data-dependent, tile-summary or none.
 
 The work is bounded: a bound or predicate larger than _MAX_NODES nodes (or deeper than
@@ -29,11 +32,13 @@ and keeps analysis time and the generated code small for any mask.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 from dataclasses import dataclass
 
 from .. import ir
-from .simplify import FALSE, const, op, simplify
+from .simplify import FALSE, TRUE, const, op, simplify
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
         return k.with_attrs(mask_tiles="none")
     # Predicates already given (a tuned program's IR) are kept: the tune guard checked them.
     if k.func("tile_empty") is None or k.func("tile_full") is None:
-        t = truth(mask, whole_tiles(k))
+        t = truth(mask, whole_tiles(k), k.tensors)
         for name, derived in (("tile_empty", t.never), ("tile_full", t.always)):
             if k.func(name) is None:
                 k = k.with_func(name, simplify(derived))
@@ -130,14 +135,15 @@ def visited_tiles(k: ir.Kernel, length: int = 8192, tile: int = 128, heads: int 
     return float(np.median((~empty.astype(bool)).sum(axis=2)))
 
 
-def interval(e: ir.Expr, whole: str = "") -> Interval:
-    """Bounds of an i32 expression over the block; whole: see whole_tiles."""
-    return _Analysis(whole).interval(e)
+def interval(e: ir.Expr, whole: str = "", tensors=()) -> Interval:
+    """Bounds of an i32 expression over the block; whole: see whole_tiles; tensors: the
+    kernel's, which lets a load whose indices each take at most two values be read at them."""
+    return _Analysis(whole, tensors).interval(e)
 
 
-def truth(e: ir.Expr, whole: str = "") -> Truth:
-    """What holds for a bool expression over the whole block; whole: see whole_tiles."""
-    return _Analysis(whole).truth(e)
+def truth(e: ir.Expr, whole: str = "", tensors=()) -> Truth:
+    """What holds for a bool expression over the whole block; whole, tensors: see interval."""
+    return _Analysis(whole, tensors).truth(e)
 
 
 def _v(name):
@@ -148,8 +154,9 @@ class _Analysis:
     """One analysis, remembering the size of every expression it has measured, so that
     keeping derived expressions within the budget costs O(1) per new node."""
 
-    def __init__(self, whole: str = ""):
+    def __init__(self, whole: str = "", tensors=()):
         self.whole = whole  # which data read at q and kv may be bounded over the whole block
+        self.tensors = {t.name: t for t in tensors}  # for _corners: element types and shapes
         self._costs: dict[int, tuple[ir.Expr, int, int]] = {}  # id -> (expr kept alive, nodes, depth)
 
     def _cost(self, e: ir.Expr) -> tuple[int, int]:
@@ -190,8 +197,50 @@ class _Analysis:
         # Data read at q and kv: bounded part by part where that bounds it (doc_q[b, i] -
         # doc_kv[b, j] by its two 1-D summaries), else over the whole block.
         if reads and (i.lo is None or i.hi is None):
-            return self._whole_block(e) or i
+            i = self._whole_block(e) or i
+        if isinstance(e, ir.Load) and i.lo is None and i.hi is None:
+            return self._corner_interval(e) or i
         return i
+
+    def _corner_interval(self, e: ir.Load) -> Interval | None:
+        """A byte element read at indices of two values at most (see _corners): their min and
+        max where the indices are that narrow, the element type's range elsewhere."""
+        corners, t = self._corners(e), self.tensors.get(e.tensor)
+        if corners is None or t.dtype not in _BYTE_RANGE:
+            return None
+        narrow, loads = corners
+        lo, hi = (const("i32", v) for v in _BYTE_RANGE[t.dtype])
+        join = lambda name: functools.reduce(lambda x, y: op("i32", name, x, y), loads)
+        return Interval(op("i32", "where", narrow, join("min"), lo), op("i32", "where", narrow, join("max"), hi))
+
+    def _corners(self, e: ir.Load) -> tuple[ir.Expr, list[ir.Load]] | None:
+        """A load whose indices that vary over the block (two at most) each take at most two
+        values on it (`blocks[b, h, i // 128, j // 128]` on a tile of up to 129 rows and keys):
+        the condition that they do, and the loads at every combination of those values. Each
+        value is clamped into the tensor: a call's indices are proven in bounds, so where the
+        condition holds the clamped values still include every one the block reads (those of
+        an over-wide bound are read needlessly, which only weakens the bound); elsewhere the
+        clamp only keeps the predicate's reads inside the tensor. KDSL_MASK_CORNERS=0 turns
+        it off (A/B timing)."""
+        t = self.tensors.get(e.tensor)
+        varying = [ir.uses(x, "q") or ir.uses(x, "kv") for x in e.indices]
+        if t is None or not 0 < sum(varying) <= 2 or os.environ.get("KDSL_MASK_CORNERS", "1") == "0":
+            return None
+        narrow, choices = TRUE, []
+        for x, dim, varies in zip(e.indices, t.shape, varying):
+            if not varies:
+                choices.append((x,))
+                continue
+            i = self.interval(x)
+            if i.lo is None or i.hi is None:
+                return None
+            narrow = op("bool", "and", narrow, op("bool", "le", op("i32", "sub", i.hi, i.lo), const("i32", 1)))
+            top = op("i32", "sub", dim, const("i32", 1))
+            clamp = lambda v: op("i32", "min", op("i32", "max", v, const("i32", 0)), top)
+            choices.append((clamp(i.lo), clamp(i.hi)))
+        if not _ever_narrow(narrow):
+            return None
+        return narrow, [ir.Load(ty=e.ty, tensor=e.tensor, indices=tuple(c)) for c in itertools.product(*choices)]
 
     def _whole_block(self, e: ir.Expr) -> Interval | None:
         if not self.whole or (ir.uses(e, "h") and self.whole != "heads"):
@@ -253,11 +302,18 @@ class _Analysis:
     def _truth(self, e: ir.Expr) -> Truth:
         if isinstance(e, ir.Const):
             return Truth(const("bool", e.value), const("bool", not e.value))
-        if isinstance(e, ir.Load) and self.whole:  # a bool element: bounded as 0 / 1
+        if isinstance(e, ir.Load):  # a bool element: bounded as 0 / 1, else read at its corners
             one, zero = const("i32", 1), const("i32", 0)
             as_int = op("i32", "where", e, one, zero)
-            i = _data_interval(as_int) or self._whole_block(as_int)
-            return Truth(op("bool", "ge", i.lo, one), op("bool", "le", i.hi, zero)) if i else Truth(FALSE, FALSE)
+            i = (_data_interval(as_int) or self._whole_block(as_int)) if self.whole else None
+            if i is not None:
+                return Truth(op("bool", "ge", i.lo, one), op("bool", "le", i.hi, zero))
+            corners = self._corners(e)
+            if corners is None:
+                return Truth(FALSE, FALSE)
+            narrow, loads = corners
+            every = lambda xs: functools.reduce(lambda x, y: op("bool", "and", x, y), xs, narrow)
+            return Truth(every(loads), every(op("bool", "not", x) for x in loads))
         if not isinstance(e, ir.Op):
             return Truth(FALSE, FALSE)
         if e.op == "not":
@@ -277,6 +333,29 @@ class _Analysis:
             return Truth(pick(x.always, y.always, op("bool", "and", x.always, y.always)),
                          pick(x.never, y.never, op("bool", "and", x.never, y.never)))
         return Truth(FALSE, FALSE)  # float comparisons, bool loads: unknown
+
+
+_BYTE_RANGE = {"u8": (0, 255), "i8": (-128, 127)}  # the range of an element read as i32
+
+
+def _ever_narrow(narrow: ir.Expr, length: int = 8192, tile: int = 64) -> bool:
+    """Whether a load's indices are narrow (see _Analysis._corners) on some 64 x 64 tile of a
+    length x length problem (each dim = length; the smallest tile a kernel takes): not for
+    `keep[b, h, i, j]`, whose corners would be read on every tile for nothing. A condition
+    that reads data, or that the probe cannot evaluate, counts as narrow."""
+    if any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(narrow)):
+        return True
+    import numpy as np
+    from ..semantics import eval_numpy
+    start = np.arange(0, length, tile)
+    q0, k0 = np.meshgrid(start, start, indexing="ij")
+    env = {n.name: length for n in ir.walk(narrow) if isinstance(n, ir.Var)}
+    env.update(b=0, h=0, q0=q0, q1=q0 + tile - 1, k0=k0, k1=k0 + tile - 1)
+    try:
+        with np.errstate(all="ignore"):
+            return bool(np.any(eval_numpy(narrow, env, {})))
+    except (ArithmeticError, ValueError, KeyError):
+        return True
 
 
 def _data_interval(e: ir.Expr) -> Interval | None:
