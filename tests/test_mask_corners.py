@@ -97,10 +97,15 @@ def test_tile_classes_are_sound_for_random_tables(mask, capture):
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("shape", [(1, 2, 300, 259), (2, 1, 129, 1000), (1, 3, 1, 385)])
-def test_the_tiled_program_matches_the_reference(shape, arch):
-    src = program(BLOCK_MASK)
-    assert pipeline.lower(typecheck.check_program(parse(src, "sparse.kd"))[0], get_target(arch), 64) \
-        .func("tile_empty") != FALSE
+@pytest.mark.parametrize("mask", [BLOCK_MASK, "j <= i + N - M and " + BLOCK_MASK.replace("128", "64")])
+def test_the_tiled_program_matches_the_reference(mask, shape, arch):
+    """The causal form keeps its key interval on the tiles whose block is true (kv_bounds' "interval
+    where the rest holds", the rest read at the corners)."""
+    src = program(mask)
+    low = pipeline.lower(typecheck.check_program(parse(src, "sparse.kd"))[0], get_target(arch), 64)
+    assert low.func("tile_empty") != FALSE
+    if "j <= i" in mask and arch == "sm_90a":
+        assert low.attr("kv_bounds") == "interval where the rest holds"
     mod = kdsl.compile(src, "sparse.kd", interpret=True, arch=arch)
     B, H, M, N = shape
     rng = np.random.default_rng()
