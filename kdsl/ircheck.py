@@ -24,6 +24,7 @@ FUNCS = {"scale": ("f32", ()), "score": ("f32", ("s", *_INDEX)), "mask": ("bool"
          "score_log2": ("f32", ("qk", "scale", "scale_log2", "qf", "kvf", "dqkf", "kvt", *_INDEX)),
          "tile_empty": ("bool", _TILE), "tile_full": ("bool", _TILE),
          "kv_lo": ("i32", ("b", "h", "q", "k0")), "kv_hi": ("i32", ("b", "h", "q", "k0")), "tile_keys": ("bool", _TILE),
+         "stream_rest_full": ("bool", _TILE),  # passes/stream_mask.py's
          "score_slope": ("f32", ("scale", "scale_log2", "b", "h")),
          "score_base": ("f32", ("scale", "scale_log2", "b", "h", "q", "qf", "kvf", "dqkf")),
          "score_offset": ("f32", ("scale", "scale_log2", "b", "h", "dqk")),

@@ -46,6 +46,11 @@ CAPTURES = {
     "dense_bias": (["dbias: bf16[B, H, M, N]"], "{s} + dbias[b, h, i, j]", None),
     "byte_buckets": (["bucket: u8[M, N]", "btab: f32[H, 16]"], "{s} + btab[h, min(bucket[i, j], 15)]", None),
     "bias_and_mask": (["pbias: f16[H, M, N]", "pkeep: u8[B, M, N]"], "{s} + pbias[h, i, j]", "pkeep[b, i, j] != 1"),
+    # a per-head byte mask tested by its byte alone (drawn in runs along each row: the kernel's
+    # warps find rows with no zero, passes/stream_mask.py), and a block-sparse table read at
+    # each tile's corners (mask_analysis)
+    "head_bytes": (["hsel: u8[B, H, M, N]"], None, "hsel[b, h, i, j] > 0"),
+    "block_table": (["blk: bool[B, H, 16, 16]"], None, "blk[b, h, min(i // 128, 15), min(j // 128, 15)]"),
 }
 GQA_ONLY = {"kv_head_keep"}  # reads Hkv, which only grouped k and v declare
 

@@ -381,6 +381,7 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
     c = CEmitter(variables, captures, summary_slots)
     stream, stream2 = k.attr("stream_capture"), k.attr("mask_stream_capture")
     mask_reads = streaming.mask_reads(k)
+    rest_full = k.func("stream_rest_full")  # passes/stream_mask.py
     cs = CEmitter(variables, captures, summary_slots, {stream: "sv"} if stream else {})  # the score's: ring 1 is sv
     # mask_at's: the rings' elements it reads are sv and sv2
     cm = CEmitter(variables, captures, summary_slots, {n: v for n, v in zip((stream, stream2), ("sv", "sv2"))
@@ -424,6 +425,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         # the rings mask_at() reads
         mask_stream=dict(ring1=_on(stream is not None and stream in mask_reads),
                          ring2=_on(stream2 is not None and stream2 in mask_reads)),
+        stream_nonzero=dict(ring=(1 if mask_reads[0] == stream else 2) if rest_full is not None else 0,
+                            rest_full=c(rest_full) if rest_full is not None else "false"),
         affine=dict(on=_on(score_slope is not None), factor=c(ir.Const("f32", k.attr("score_factor") or 1.0)),
                     step=tiling.slope_form(k.attr("consumers")) if k.attr("slope_step") else 0,
                     slope=c(score_slope) if score_slope is not None else "0.f",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import ast, ir
 from ..errors import SourceError
 from . import (affine_score, exp2_fold, index_floats, invariant_factors, kv_bounds, mask_analysis, mask_facts,
-               key_table, offset_score, score_bounds, streaming, tile_blocks, tiling, typecheck, warp_map)
+               key_table, offset_score, score_bounds, stream_mask, streaming, tile_blocks, tiling, typecheck, warp_map)
 from .target import Target
 
 HEAD_DIMS = (64, 128)
@@ -87,6 +87,9 @@ def lower(k: ir.Kernel, target: Target, head_dim: int = 0, value_dim: int = 0) -
     # On the chosen tile width (kv % C solves only for C a multiple of it): a partial tile's
     # mask as one interval of keys per row, when the mask has one.
     k = kv_bounds.run(k)
+    # On the ring the tiling kept (a stream it dropped is no stream): the tiles on which a
+    # streamed byte mask is its byte's test alone, for the kernel's warps to test their rows.
+    k = stream_mask.run(k)
     # On the final score, for the Hopper kernel only: F * (qk + slope * col) + base, when the
     # score is affine in the positions (one FFMA an element over the scaled dot product).
     k = affine_score.run(k)

@@ -46,6 +46,9 @@
 #ifndef KDSL_STREAM_MASK_IN_SOFTMAX  // 0: survivors() turns a streamed mask into bits, as a loaded one (A/B)
 #define KDSL_STREAM_MASK_IN_SOFTMAX 1
 #endif
+#ifndef KDSL_STREAM_NONZERO_CHECK  // 0: no warp tests its rows of a streamed byte mask (A/B; passes/stream_mask.py)
+#define KDSL_STREAM_NONZERO_CHECK 1
+#endif
 #ifndef KDSL_LOADED_MASK_IN_SOFTMAX  // 1: a mask that loads is applied in the softmax too (trial)
 #define KDSL_LOADED_MASK_IN_SOFTMAX 0
 #endif
@@ -143,6 +146,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
   // shapes (H200, bench/NOTES.md fifty-sixth session): the bits' shifts and tests per element.
   constexpr bool kMaskInSoftmax = (V::kStreamMask && KDSL_STREAM_MASK_IN_SOFTMAX) ||
                                    (KDSL_LOADED_MASK_IN_SOFTMAX && V::kHasMask && V::kMaskLoads && !V::kKeyBounds);
+  // passes/stream_mask.py: on a partial tile where the rest of the mask holds on a warp's rows,
+  // a warp whose rows of the streamed byte tile hold no zero keeps every key there
+  constexpr bool kNonzeroCheck = kMaskInSoftmax && V::kStreamNonzero != 0 && KDSL_STREAM_NONZERO_CHECK;
   constexpr bool kWarpRelease = kStream || (KDSL_WARP_RELEASE && NCWG == 1);
   constexpr int kEmptyK = KDSL_RACECHECK_ARRIVALS ? 128 * NCWG : kWarpRelease ? 4 * NCWG : NCWG;
   constexpr int BM = C::kBM;
@@ -510,7 +516,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
     //   D=128; by 2, each load waited for in turn: 8 round trips a tile).
     //   A partial tile of a streamed mask has neither (keep.by_stream): the softmax reads the
     //   mask from the tile in shared memory itself (kMaskInSoftmax).
-    auto survivors = [&](int j, int slot, int cls, Keep& keep) {
+    // Returns whether the tile stays general for this warp (false: a partial tile whose rows
+    // here keep every key, kNonzeroCheck, and not ragged: the softmax's full path).
+    auto survivors = [&](int j, int slot, int cls, Keep& keep) -> bool {
       const int k0 = j * BN;
       keep.by_keys = V::kKeysOnly || (V::kKeyBounds && cls != kTilePartial);
       if (keep.by_keys) {
@@ -520,11 +528,24 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           if (cls == kTileKeys) V::key_bounds(a, cap, b, h, qr[r], k0, lo, hi);
           keep.set_keys(r, lo - k0 - 2 * t, imin2(hi, N - 1) - k0 - 2 * t);
         }
-        return;
+        return true;
       }
-      const bool partial = cls >= kTilePartial;
+      bool partial = cls >= kTilePartial;
       keep.by_stream = kMaskInSoftmax && partial;  // (by_keys takes precedence in the softmax)
-      if (keep.by_stream) return;
+      if constexpr (kNonzeroCheck) {
+        static_assert(BN % 128 == 0, "the warps test whole 128-byte rows of the streamed tile");
+        const int wrow = fresh_wg() * 64 + warp * 16, wq0 = q0 + wrow;
+        constexpr bool kRing2 = V::kStreamNonzero == 2;
+        if (keep.by_stream &&
+            V::stream_rest_full(a, cap, b, h, wq0, imin2(wq0 + 15, a.M - 1), k0, imin2(k0 + BN - 1, N - 1)) &&
+            warp_rows_nonzero<BM, kRing2 ? C::kStream2Blocks : C::kStreamBlocks>(
+                (kRing2 ? sS2 : sS) + slot * (kRing2 ? C::kStream2Bytes : C::kStreamBytes), wrow, lane)) {
+          keep.by_stream = partial = false;  // every key the tile holds, as on a full tile
+          if (k0 + BN <= N) return false;
+        }
+      }
+      if (keep.by_stream) return true;
+      if constexpr (kNonzeroCheck) partial = false;  // (as by_stream was false, or made so above)
       keep.bits[0] = keep.bits[1] = 0;
       // V::kKeyMask (passes/key_mask.py): the mask's key part, one bit a key of the tile, voted
       // by each warp (lane l evaluates keys k0 + l + 32u, clamped to N - 1 as the mask's loads are,
@@ -629,6 +650,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           put(jj, bits);
         }
       }
+      return true;
     };
 
     // The table entries of tile j (its offset part at the warpgroup's 64 + BN - 1 offsets, or
@@ -901,7 +923,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         qk(s);
         your_turn(wg);
         table_ahead(info >> 3);
-        if (V::kHasMask && general) survivors(info >> 3, s, (int)((info >> 1) & 3), keep);
+        if (V::kHasMask && general) {
+          if constexpr (kNonzeroCheck) general = survivors(info >> 3, s, (int)((info >> 1) & 3), keep);
+          else survivors(info >> 3, s, (int)((info >> 1) & 3), keep);
+        }
         wgmma_wait<0>();
         if (tracer) trace(1 + wg, tn, kTraceFirstS, w);
       }
@@ -935,7 +960,10 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         partial = V::kHasMask && (int)((info >> 1) & 3) >= kTilePartial;
         general = partial || (int)(info >> 3) * BN + BN > N;
         table_ahead(info >> 3);
-        if (V::kHasMask && general) survivors(info >> 3, sn, (int)((info >> 1) & 3), keep);
+        if (V::kHasMask && general) {
+          if constexpr (kNonzeroCheck) general = survivors(info >> 3, sn, (int)((info >> 1) & 3), keep);
+          else survivors(info >> 3, sn, (int)((info >> 1) & 3), keep);
+        }
         ++it;
       }
       // the last tile's P V

@@ -227,6 +227,29 @@ struct StreamPairs {
   }
 };
 
+// Whether no byte of rows [row, row + 16) of a streamed tile of 1-byte elements is zero: a
+// warp's rows (passes/stream_mask.py). The tile at shared address `tile` holds BLOCKS column
+// blocks of BM 128-byte rows; a warp's rows of a block are 2 KB, read 16 bytes a lane from each
+// quarter (conflict-free), a word holding a zero byte where (w - 0x01010101) & ~w has a top bit set.
+// volatile: not moved above the mbarrier wait that makes the tile valid (as stream_pair).
+template <int BM, int BLOCKS>
+KDSL_DEVICE bool warp_rows_nonzero(u32 tile, int row, int lane) {
+  u32 zero = 0;
+#pragma unroll
+  for (int cb = 0; cb < BLOCKS; ++cb) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      u32 w[4];
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                   : "r"(tile + (u32)((cb * BM + row) * 128 + k * 512 + lane * 16)));
+#pragma unroll
+      for (int x = 0; x < 4; ++x) zero |= (w[x] - 0x01010101u) & ~w[x];
+    }
+  }
+  return __all_sync(0xffffffffu, (zero & 0x80808080u) == 0u);
+}
+
 // Both elements of the pair at shared address s, one read: 16 bits (1-byte elements), 32
 // (2-byte), 64 (4-byte). An integer or bool element as an int, a float one as a float.
 // volatile: an asm without it is a pure function of the address to the compiler, which could
