@@ -49,9 +49,6 @@
 #ifndef KDSL_STREAM_NONZERO_CHECK  // 0: no warp tests its rows of a streamed byte mask (A/B; passes/stream_mask.py)
 #define KDSL_STREAM_NONZERO_CHECK 1
 #endif
-#ifndef KDSL_STREAM_PREFETCH  // streamed tiles fetched into L2 this many kv tiles ahead (0: none)
-#define KDSL_STREAM_PREFETCH 0
-#endif
 #ifndef KDSL_LOADED_MASK_IN_SOFTMAX  // 1: a mask that loads is applied in the softmax too (trial)
 #define KDSL_LOADED_MASK_IN_SOFTMAX 0
 #endif
@@ -249,7 +246,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       if (issuer) trace(0, tn, kTraceClaim, w);
       const TileWalk<BN, V> walk = walk_of(b, h, q0, split);
       int j = walk.start(cls);
-      int prefetched = j;  // KDSL_STREAM_PREFETCH: the item's streamed tiles up to here are on their way
       const bool any = j < walk.n_tiles;
       const int bh_q = b * a.H + h, bh_kv = b * a.Hkv + h / (a.H / a.Hkv);
       if (any) {
@@ -289,24 +285,6 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
             for (int c = 0; c < C::kStream2Blocks; ++c)
               V::stream2_tile(a, cap, ts2, sS2 + s * C::kStream2Bytes + c * BM * 128, full_k(s),
                               j * BN + c * C::kStream2Cols, q0, b, h);
-          }
-          // A streamed tensor is read once (K and V come from L2, read by every row tile): its
-          // tiles come from DRAM, their latency behind only STAGES - 1 tiles. Tile j + P into L2
-          // now (and at an item's first tile, those before it), so that its load finds it there.
-          if constexpr (KDSL_STREAM_PREFETCH > 0 && (kStream || kStream2)) {
-            while (prefetched < j + KDSL_STREAM_PREFETCH && prefetched + 1 < walk.n_tiles) {
-              ++prefetched;
-              if constexpr (kStream) {
-#pragma unroll
-                for (int c = 0; c < C::kStreamBlocks; ++c)
-                  V::stream_tile_prefetch(a, cap, ts, prefetched * BN + c * C::kStreamCols, q0, b, h);
-              }
-              if constexpr (kStream2) {
-#pragma unroll
-                for (int c = 0; c < C::kStream2Blocks; ++c)
-                  V::stream2_tile_prefetch(a, cap, ts2, prefetched * BN + c * C::kStream2Cols, q0, b, h);
-              }
-            }
           }
           mbar_wait(empty_v(s), parity);
           mbar_arrive_expect_tx(full_v(s), C::kVBytes);

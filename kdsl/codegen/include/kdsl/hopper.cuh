@@ -77,24 +77,6 @@ KDSL_DEVICE void tma_load_5d(u32 dst, const TmaDesc* desc, u32 bar, int c0, int 
       :: "r"(dst), "l"(reinterpret_cast<u64>(desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
       : "memory");
 }
-// The box at those coordinates fetched into L2 only (no shared memory, no barrier): a tile a
-// later tma_load_Nd reads, requested early so that its DRAM latency is behind it.
-KDSL_DEVICE void tma_prefetch_2d(const TmaDesc* desc, int c0, int c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
-               :: "l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1) : "memory");
-}
-KDSL_DEVICE void tma_prefetch_3d(const TmaDesc* desc, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n"
-               :: "l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-KDSL_DEVICE void tma_prefetch_4d(const TmaDesc* desc, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n"
-               :: "l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-KDSL_DEVICE void tma_prefetch_5d(const TmaDesc* desc, int c0, int c1, int c2, int c3, int c4) {
-  asm volatile("cp.async.bulk.prefetch.tensor.5d.L2.global.tile [%0, {%1, %2, %3, %4, %5}];\n"
-               :: "l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
 // The same box written to shared address dst of every CTA of the cluster named in cta_mask
 // (bit r: CTA rank r), each completing `bytes` on its own mbarrier at offset `bar`: one L2
 // read feeds several CTAs.
