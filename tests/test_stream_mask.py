@@ -23,6 +23,12 @@ def lowered(mask: str, decl: str, d: int = 128, **attrs) -> ir.Kernel:
     return pipeline.lower(k.with_attrs(**attrs) if attrs else k, get_target("sm_90a"), d)
 
 
+@pytest.fixture(autouse=True)
+def checked(monkeypatch):
+    """The pass is opt-in (stream_mask.enabled)."""
+    monkeypatch.setenv("KDSL_STREAM_NONZERO", "1")
+
+
 HEAD_U8 = "sel: u8[B, H, M, N]"
 HEAD_BOOL = "keep: bool[B, H, M, N]"
 
@@ -50,6 +56,11 @@ def test_a_nonzero_test_of_a_streamed_byte_is_taken(mask, decl):
 ])
 def test_other_masks_are_left_alone(mask, decl, why):
     assert lowered(mask, decl).func("stream_rest_full") is None, why
+
+
+def test_off_by_default(monkeypatch):
+    monkeypatch.delenv("KDSL_STREAM_NONZERO")
+    assert lowered("keep[b, h, i, j]", HEAD_BOOL).func("stream_rest_full") is None
 
 
 def test_no_ring_no_check():

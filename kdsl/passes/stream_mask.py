@@ -9,13 +9,15 @@ On such a tile the mask is the byte's test alone. The Hopper kernel's warps then
 and, where no byte is zero, run the tile as a full one: no per-element read, compare and select.
 A per-head mask has no tile summary (mask_analysis: its summary would read as much as the
 kernel), so its padding, bands and documents laid out in the tensor were partial tiles, each
-element tested; now only the warps whose rows hold a zero byte test theirs. Not where a whole-
+element tested; now only the warps whose rows hold a zero byte test theirs. Off unless
+KDSL_STREAM_NONZERO=1 (enabled(): it did not pay where timed). Not where a whole-
 block summary of the same tensor already classifies its tiles, nor for a mask that reads the
 streamed tensor otherwise (`sel[...] == 3`), nor for elements wider than a byte.
 """
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import replace
 
 from .. import ir
@@ -28,7 +30,7 @@ DERIVED = ("stream_rest_full",)
 def run(k: ir.Kernel) -> ir.Kernel:
     # Always derived from the mask as it is now: what an IR file carries is dropped first.
     k = replace(k, funcs=tuple((n, e) for n, e in k.funcs if n not in DERIVED))
-    if k.kind != "attention" or k.attr("kernel") != "wgmma" or k.func("mask") is None:
+    if k.kind != "attention" or k.attr("kernel") != "wgmma" or k.func("mask") is None or not enabled():
         return k
     reads = streaming.mask_reads(k)
     if len(reads) != 1 or k.attr("tile_n") % 128:  # (the warps read whole 128-byte rows of the tile)
@@ -52,6 +54,13 @@ def run(k: ir.Kernel) -> ir.Kernel:
     if full == FALSE or any(isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS for n in ir.walk(full)):
         return k
     return k.with_func("stream_rest_full", full)
+
+
+def enabled() -> bool:
+    """KDSL_STREAM_NONZERO=1 turns the warps' test on. Off by default: on an H200 (B=2 H=16 4096²,
+    bench/NOTES.md, sixty-sixth session) a per-head u8 mask under causal laid out in runs ran 1.04x
+    slower with it at head dim 128 and 1.08x faster at 64; random bits 1.02x / 1.10x slower."""
+    return os.environ.get("KDSL_STREAM_NONZERO", "0") == "1"
 
 
 def nonzero_test(e: ir.Expr, name: str, dtype: str) -> bool:

@@ -1,8 +1,8 @@
 """Warps that test their rows of a streamed byte mask (passes/stream_mask.py, attention_wgmma.cuh
 kNonzeroCheck): where a warp's 16 rows hold no zero byte on a tile where the rest of the mask
 holds, the warp runs the tile as a full one. Against the float64 reference row by row, and
-bit for bit against the same program built without the check (KDSL_STREAM_NONZERO_CHECK=0): the
-two paths must give the same output. Masks laid out in runs (a run of zeros, then nonzero: whole
+bit for bit against the same program built without the check: the two paths must give the same
+output. The check is opt-in (KDSL_STREAM_NONZERO=1 when the program is lowered). Masks laid out in runs (a run of zeros, then nonzero: whole
 warps and tiles of each), with rows all zero, random, and all nonzero; ragged, GQA and decode
 shapes; the mask in the first ring or beside a streamed bias in the second."""
 import pytest
@@ -29,10 +29,13 @@ SHAPES = [(2, 4, 4, 256, 256, 128), (1, 4, 2, 1000, 768, 128), (2, 2, 1, 700, 51
 LAYOUTS = ["runs", "zero_rows", "random", "nonzero"]
 
 
-def _module(name):
+def _module(name, monkeypatch, check: bool):
+    """The program, lowered (at its first call) with the warps' test on or off."""
+    monkeypatch.setenv("KDSL_STREAM_NONZERO", "1" if check else "0")
     score, mask, decls = MASKS[name]
     src = program(score, mask, name, decls)
-    assert lowered(src, 64).func("stream_rest_full") is not None  # (bias_and_mask at 128: a 64-key tile, no check)
+    # (bias_and_mask at 128: a 64-key tile, no check)
+    assert (lowered(src, 64).func("stream_rest_full") is not None) == check
     return kdsl.compile(src, f"{name}.kd")
 
 
@@ -62,7 +65,7 @@ def _mask(shape, dtype, layout, gen):
 @pytest.mark.parametrize("name", list(MASKS))
 def test_warps_testing_their_rows_match_reference_and_the_unchecked_kernel(name, shape, layout, monkeypatch):
     import torch
-    mod = _module(name)
+    mod = _module(name, monkeypatch, True)
     kir = mod.ir[name]
     B, H, Hkv, M, N, D = shape
     gen = torch.Generator(device="cuda").manual_seed(hash((name, shape, layout)) % 2**31)
@@ -74,6 +77,5 @@ def test_warps_testing_their_rows_match_reference_and_the_unchecked_kernel(name,
     row_err = (got.double() - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-3)
     worst = torch.nonzero(row_err == row_err.max())[0].tolist()
     assert row_err.max() <= 2e-2, f"{name} {shape} {layout}: row {worst} rel err {row_err.max():.3e}"
-    monkeypatch.setenv("KDSL_DEFINES", "KDSL_STREAM_NONZERO_CHECK=0")
-    unchecked = getattr(_module(name), name)(q, k, v, **caps)
+    unchecked = getattr(_module(name, monkeypatch, False), name)(q, k, v, **caps)
     assert torch.equal(got, unchecked), f"{name} {shape} {layout}: differs from the kernel without the check"

@@ -46,9 +46,6 @@
 #ifndef KDSL_STREAM_MASK_IN_SOFTMAX  // 0: survivors() turns a streamed mask into bits, as a loaded one (A/B)
 #define KDSL_STREAM_MASK_IN_SOFTMAX 1
 #endif
-#ifndef KDSL_STREAM_NONZERO_CHECK  // 0: no warp tests its rows of a streamed byte mask (A/B; passes/stream_mask.py)
-#define KDSL_STREAM_NONZERO_CHECK 1
-#endif
 #ifndef KDSL_LOADED_MASK_IN_SOFTMAX  // 1: a mask that loads is applied in the softmax too (trial)
 #define KDSL_LOADED_MASK_IN_SOFTMAX 0
 #endif
@@ -148,7 +145,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
                                    (KDSL_LOADED_MASK_IN_SOFTMAX && V::kHasMask && V::kMaskLoads && !V::kKeyBounds);
   // passes/stream_mask.py: on a partial tile where the rest of the mask holds on a warp's rows,
   // a warp whose rows of the streamed byte tile hold no zero keeps every key there
-  constexpr bool kNonzeroCheck = kMaskInSoftmax && V::kStreamNonzero != 0 && KDSL_STREAM_NONZERO_CHECK;
+  // (KDSL_STREAM_NONZERO=1 when the program is lowered: off by default, stream_mask.enabled)
+  constexpr bool kNonzeroCheck = kMaskInSoftmax && V::kStreamNonzero != 0;
   constexpr bool kWarpRelease = kStream || (KDSL_WARP_RELEASE && NCWG == 1);
   constexpr int kEmptyK = KDSL_RACECHECK_ARRIVALS ? 128 * NCWG : kWarpRelease ? 4 * NCWG : NCWG;
   constexpr int BM = C::kBM;
