@@ -16,6 +16,15 @@ def lowered(text: str, d: int = 64, **attrs):
     return pipeline.lower(k.with_attrs(**attrs) if attrs else k, get_target("sm_90a"), d)
 
 
+def assert_rows_close(got, ref, label: str, tol: float = 2e-2) -> None:
+    """Every output row within tol of the float64 reference (relative to the row's norm, at
+    least 1e-3): a tile that mis-kept some keys is wrong in a few rows only."""
+    import torch
+    row_err = (got.double() - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-3)
+    worst = torch.nonzero(row_err == row_err.max())[0].tolist()
+    assert row_err.max() <= tol, f"{label}: row {worst} rel err {row_err.max():.3e}"
+
+
 @functools.cache
 def gpu_available() -> bool:
     try:
