@@ -372,6 +372,13 @@ def walk_operands_first(e: Expr):
     yield e
 
 
+def conjuncts(e: Expr) -> list[Expr]:
+    """The operands of a chain of `and`, left to right (e itself when it is no `and`)."""
+    if isinstance(e, Op) and e.op == "and":
+        return [c for a in e.args for c in conjuncts(a)]
+    return [e]
+
+
 def uses(e: Expr, name: str) -> bool:
     return any(isinstance(n, Var) and n.name == name for n in walk(e))
 

@@ -88,7 +88,7 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
     solver = _Solver(tile_n, (lambda e: mask_analysis.truth(e, whole, k.tensors)) if unions else None, last_key,
                      lambda p: p == FALSE or _never_on_partial_tiles(k, p, tile_n))
     solved, rest = [], []
-    for c in _conjuncts(k.func("mask")):
+    for c in ir.conjuncts(k.func("mask")):
         keys = solver.boolean(c)
         (rest if keys is None else solved).append(c if keys is None else keys)
     if not solved:
@@ -195,12 +195,6 @@ def _magnitude(e: ir.Expr) -> int:
     if e.op == "where":
         return max(m[1], m[2])
     return max(m)  # neg, abs, min, max, floordiv and mod by a positive constant, int(...)
-
-
-def _conjuncts(e: ir.Expr) -> list[ir.Expr]:
-    if isinstance(e, ir.Op) and e.op == "and":
-        return _conjuncts(e.args[0]) + _conjuncts(e.args[1])
-    return [e]
 
 
 def solve(mask: ir.Expr, tile_n: int) -> Keys | None:

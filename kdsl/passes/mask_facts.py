@@ -42,16 +42,10 @@ def run(k: ir.Kernel) -> ir.Kernel:
 def q_minus_kv_sign(mask: ir.Expr) -> int:
     """+1 if the mask keeps only elements with q >= kv, -1 if only q <= kv, else 0."""
     signs = {_SIGN.get((c.op, *(a.name for a in c.args)))
-             for c in _conjuncts(mask)
+             for c in ir.conjuncts(mask)
              if isinstance(c, ir.Op) and len(c.args) == 2 and all(isinstance(a, ir.Var) for a in c.args)}
     signs.discard(None)
     return signs.pop() if len(signs) == 1 else 0
-
-
-def _conjuncts(e: ir.Expr) -> list[ir.Expr]:
-    if isinstance(e, ir.Op) and e.op == "and":
-        return [c for a in e.args for c in _conjuncts(a)]
-    return [e]
 
 
 def _drop_abs(e: ir.Expr, sign: int) -> ir.Expr:

@@ -40,7 +40,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
     if streaming.ELEM_BYTES[t.dtype] != 1 or _summarised(k, name):
         return k
     rest, tests = [], 0
-    for c in _conjuncts(k.func("mask")):
+    for c in ir.conjuncts(k.func("mask")):
         if nonzero_test(c, name, t.dtype):
             tests += 1
         elif any(isinstance(n, ir.Load) and n.tensor == name for n in ir.walk(c)):
@@ -85,9 +85,3 @@ def _summarised(k: ir.Kernel, name: str) -> bool:
     """Whether a tile summary reads the tensor: its uniform tiles are classified already."""
     return any(any(isinstance(n, ir.Load) and n.tensor == name for n in ir.walk(s.args[0]))
                for s in mask_analysis.summary_slots(k))
-
-
-def _conjuncts(e: ir.Expr) -> list[ir.Expr]:
-    if isinstance(e, ir.Op) and e.op == "and":
-        return _conjuncts(e.args[0]) + _conjuncts(e.args[1])
-    return [e]

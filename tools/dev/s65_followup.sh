@@ -20,9 +20,5 @@ if [ "${PART:-a}" = a ]; then
     > "$OUT/bench-tile-blocks.log" 2>&1
   grep "|" "$OUT"/bench-tile-blocks/*.md | cut -d'|' -f2-11 | tail -4
 else
-  timeout 200 kdsl check tools/dev/heldout20.kd > "$OUT/check20.log" 2>&1
-  grep -i "cases pass\|fail\|all kernels" "$OUT/check20.log" | head -10
-  timeout 330 kdsl bench tools/dev/heldout20.kd --vs flex --reps 10 --seed 0 \
-    --shapes B=2,H=16,M=4096,N=4096,D=128 B=2,H=16,M=4096,N=4096,D=64 -o "$OUT/bench20" > "$OUT/bench20.log" 2>&1
-  grep "|" "$OUT"/bench20/*.md | cut -d'|' -f2-11 | tail -16
+  bash tools/dev/heldout_gpu.sh 20
 fi

@@ -20,9 +20,5 @@ if [ "${PART:-a}" = a ]; then
   timeout 170 python3 tools/gpu_fuzz.py --minutes 2.5 --seed 6661 --out "$OUT/gpu-fuzz" > "$OUT/gpu-fuzz.log" 2>&1
   tail -8 "$OUT/gpu-fuzz.log"
 else
-  timeout 220 kdsl check tools/dev/heldout21.kd > "$OUT/check21.log" 2>&1
-  grep -i "cases pass\|fail\|all kernels" "$OUT/check21.log" | head -12
-  timeout 330 kdsl bench tools/dev/heldout21.kd --vs flex --reps 10 --seed 0 \
-    --shapes B=2,H=16,M=4096,N=4096,D=128 B=2,H=16,M=4096,N=4096,D=64 -o "$OUT/bench21" > "$OUT/bench21.log" 2>&1
-  grep "|" "$OUT"/bench21/*.md | cut -d'|' -f2-11 | tail -18
+  bash tools/dev/heldout_gpu.sh 21
 fi
