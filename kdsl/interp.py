@@ -23,7 +23,7 @@ import numpy as np
 
 from . import ir
 from .backends import round_float32
-from .passes import pipeline
+from .passes import mask_analysis, pipeline
 from .passes.target import get_target
 from .semantics import eval_numpy, eval_scalar
 
@@ -51,6 +51,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
     scale_log2 = np.float32(scale * 1.4426950408889634)
     score, mask = low.func("score_log2"), low.func("mask")
     empty_p, full_p = low.func("tile_empty"), low.func("tile_full")
+    stops = summary_stops(low)
     # partial tiles' keys per row, when derived; tile_keys: on which partial tiles (None: all)
     kv_lo, kv_hi, tile_keys = low.func("kv_lo"), low.func("kv_hi"), low.func("tile_keys")
     kv_head = np.arange(H) // (H // Hkv)
@@ -66,7 +67,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
         acc = np.zeros((B, H, q1 - q0 + 1, Dv), np.float32)
         for k0 in range(0, N, bn):
             k1 = min(k0 + bn, N) - 1
-            cls = _classify(empty_p, full_p, dims, captures, B, H, q0, q1, k0, k1) if mask is not None \
+            cls = _classify(empty_p, full_p, dims, captures, B, H, q0, q1, k0, k1, stops) if mask is not None \
                 else np.full((B, H), "full")
             if (cls == "empty").all():
                 continue
@@ -83,7 +84,7 @@ def attention(kernel: ir.Kernel, q, k, v, captures=None, scale=None, arch="sm_90
                     row = {**env, "k0": k0}
                     keys = (cols >= eval_numpy(kv_lo, row, captures)) & (cols <= eval_numpy(kv_hi, row, captures))
                     by_keys = np.ones((B, H), bool) if tile_keys is None else \
-                        _holds(tile_keys, dims, captures, B, H, q0, q1, k0, k1)
+                        _holds(tile_keys, dims, captures, B, H, q0, q1, k0, k1, stops)
                     keep = np.where(by_keys[..., None, None], keys, keep)
                 # full tiles skip the per-element mask, as the kernel does; empty (b, h) pairs drop out
                 keep = np.where((cls == "full")[..., None, None], True, keep) & (cls != "empty")[..., None, None]
@@ -125,22 +126,35 @@ def _score(low: ir.Kernel, score: ir.Expr, env: dict, captures: dict, k0: int) -
     return np.broadcast_to(factor * (qk + slope * col) + base, qk.shape)
 
 
-def _classify(empty_p, full_p, dims, captures, B, H, q0, q1, k0, k1) -> np.ndarray:
+def summary_stops(low: ir.Kernel) -> dict:
+    """{e: (floor, ceiling)} of the whole-block slots the summary kernel stops reading once it has
+    met both (mask_analysis.summary_saturation; attention_summary.cuh summarize_block): it then
+    stores the floor and ceiling, not the block's min and max, and so does _reduce_tiles."""
+    stops = {}
+    for s in mask_analysis.summary_slots(low):
+        floor, ceiling = mask_analysis.summary_saturation(low, s)
+        if ir.TILE_REDUCTIONS[s.op][0] == "tile" and floor is not None and ceiling is not None:
+            stops[s.args[0]] = (floor, ceiling)
+    return stops
+
+
+def _classify(empty_p, full_p, dims, captures, B, H, q0, q1, k0, k1, stops=None) -> np.ndarray:
     """Tile class per (b, h): 'empty', 'full' or 'partial'."""
-    empty = _holds(empty_p, dims, captures, B, H, q0, q1, k0, k1)
-    full = _holds(full_p, dims, captures, B, H, q0, q1, k0, k1)
+    empty = _holds(empty_p, dims, captures, B, H, q0, q1, k0, k1, stops)
+    full = _holds(full_p, dims, captures, B, H, q0, q1, k0, k1, stops)
     return np.where(empty, "empty", np.where(full, "full", "partial"))
 
 
-def _holds(pred, dims, captures, B, H, q0, q1, k0, k1) -> np.ndarray:
-    """A tile predicate per (b, h), tile reductions taken over the block."""
+def _holds(pred, dims, captures, B, H, q0, q1, k0, k1, stops=None) -> np.ndarray:
+    """A tile predicate per (b, h), tile reductions taken over the block (stopped as
+    summary_stops says)."""
     env = {**dims, "b": np.arange(B).reshape(B, 1), "h": np.arange(H).reshape(1, H),
            "q0": q0, "q1": q1, "k0": k0, "k1": k1}
     ranges = {"q": (q0, q1), "kv": (k0, k1)}
-    return np.broadcast_to(eval_numpy(_reduce_tiles(pred, env, captures, ranges), env, captures), (B, H))
+    return np.broadcast_to(eval_numpy(_reduce_tiles(pred, env, captures, ranges, stops or {}), env, captures), (B, H))
 
 
-def _reduce_tiles(e: ir.Expr, env: dict, captures: dict, ranges: dict) -> ir.Expr:
+def _reduce_tiles(e: ir.Expr, env: dict, captures: dict, ranges: dict, stops: dict) -> ir.Expr:
     """Replace each tile reduction (qmin e) ... (kvmax e) by a variable holding its value per
     (b, h), bound in env: what the GPU's tile summary holds for this block."""
     if isinstance(e, ir.Op) and e.op in ir.TILE_REDUCTIONS:
@@ -158,9 +172,13 @@ def _reduce_tiles(e: ir.Expr, env: dict, captures: dict, ranges: dict) -> ir.Exp
         reduced = tuple(range(-len(positions), 0))
         name = f"tile_reduction_{len(env)}"
         env[name] = values.min(axis=reduced) if which == "min" else values.max(axis=reduced)
+        if axis == "tile" and e.args[0] in stops:
+            floor, ceiling = stops[e.args[0]]
+            met = (values.min(axis=reduced) <= floor) & (values.max(axis=reduced) >= ceiling)
+            env[name] = np.where(met, floor if which == "min" else ceiling, env[name])
         return ir.Var("i32", name)
     if isinstance(e, ir.Op):
-        return ir.Op(e.ty, e.op, tuple(_reduce_tiles(a, env, captures, ranges) for a in e.args))
+        return ir.Op(e.ty, e.op, tuple(_reduce_tiles(a, env, captures, ranges, stops) for a in e.args))
     return e
 
 
@@ -259,7 +277,8 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
             for k0 in range(0, N, tn):
                 q1, k1 = min(q0 + tm, M) - 1, min(k0 + tn, N) - 1
                 cls = np.full((B, H), "partial") if summarised else \
-                    _classify(low.func("tile_empty"), low.func("tile_full"), dims, captures, B, H, q0, q1, k0, k1)
+                    _classify(low.func("tile_empty"), low.func("tile_full"), dims, captures, B, H, q0, q1, k0, k1,
+                              summary_stops(low))
                 block = per_element[:, :, q0:q1 + 1, k0:k1 + 1]
                 if by_bounds:
                     row = {**env, "q": env["q"][:, :, q0:q1 + 1], "k0": k0}
@@ -267,7 +286,7 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
                     keys = (cols >= eval_numpy(low.func("kv_lo"), row, captures)) & \
                         (cols <= eval_numpy(low.func("kv_hi"), row, captures))
                     by_keys = np.ones((B, H), bool) if low.func("tile_keys") is None else \
-                        _holds(low.func("tile_keys"), dims, captures, B, H, q0, q1, k0, k1)
+                        _holds(low.func("tile_keys"), dims, captures, B, H, q0, q1, k0, k1, summary_stops(low))
                     block = np.where(by_keys[..., None, None], keys, block)
                 keep[:, :, q0:q1 + 1, k0:k1 + 1] = np.where((cls == "full")[..., None, None], True, block) & \
                     (cls != "empty")[..., None, None]

@@ -34,6 +34,7 @@ DECLS = """attention t {
     hkeep: bool[B, H, M, N]
     rules: i32[4, 4]
     valid: bool[B, N]
+    hbytes: u8[B, H, M, N]
     mask(b, h, i, j) = %s
 }
 """
@@ -104,7 +105,8 @@ def test_tile_predicates_are_sound_for_any_data(mask, seed, sorted_ids, heads):
     for q0 in range(0, M, 64):
         for k0 in range(0, N, 96):
             q1, k1 = min(q0 + 64, M) - 1, min(k0 + 96, N) - 1
-            cls = interp._classify(k.func("tile_empty"), k.func("tile_full"), dims, caps, B, H, q0, q1, k0, k1)
+            cls = interp._classify(k.func("tile_empty"), k.func("tile_full"), dims, caps, B, H, q0, q1, k0, k1,
+                                   interp.summary_stops(k))  # as the GPU's summary stops
             block = keep[:, :, q0:q1 + 1, k0:k1 + 1]
             assert not ((cls == "empty") & block.any(axis=(2, 3))).any(), (mask, q0, k0)
             assert not ((cls == "full") & ~block.all(axis=(2, 3))).any(), (mask, q0, k0)
@@ -296,3 +298,62 @@ def test_per_head_dense_masks_take_whole_block_summaries_behind_their_switch():
                                           q0, q0 + 127, k0, k0 + 127)[0]
     assert list(cls(0, 0)) == ["full", "full"] and list(cls(0, 128)) == ["empty", "full"]
     assert list(cls(128, 0)) == ["empty", "partial"]
+
+
+@pytest.mark.parametrize("mask, stops", [
+    ("keep[b, i, j]", (0, 1)),                      # a bool element: its own ends
+    ("hkeep[b, h, i, j] and j <= i", (0, 1)),
+    ("ikeep[b, i, j] > 0", (0, 1)),                 # any byte or int above 0: met 0 and 1, decided
+    ("ikeep[b, i, j] != 0", (-1, 0)),               # != flips on both sides of 0
+    ("ikeep[b, i, j] == 7", (6, 7)),                # min and max apart: not all 7
+    ("hbytes[b, h, i, j] != 0", (0, 1)),            # a u8's floor is 0; min == max undecided at (0, 0)
+    ("hbytes[b, h, i, j] > 200", (200, 201)),
+    ("ikeep[b, i, j] >= 3 and ikeep[b, i, j] < 9", (2, 9)),
+    ("ikeep[b, i, j] <= -4", (-4, -3)),
+    ("ikeep[b, i, j] > j", (None, None)),           # compared with a position: read to the end
+    ("(ikeep[b, i, j] + j) > 3", (None, None)),
+])
+def test_a_whole_block_slot_stops_where_its_comparisons_with_constants_are_decided(mask, stops):
+    """mask_analysis.summary_saturation: the summary kernel's floor and ceiling per slot."""
+    k = _kernel(mask, heads=True)
+    tile = [s for s in mask_analysis.summary_slots(k) if ir.TILE_REDUCTIONS[s.op][0] == "tile"]
+    assert tile, mask
+    assert mask_analysis.summary_saturation(k, tile[0]) == stops
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(CMP), st.integers(-6, 6), st.sampled_from(CMP), st.integers(-6, 6), st.booleans(),
+       st.integers(0, 2**32 - 1))
+def test_a_summary_stopped_at_its_floor_and_ceiling_classes_blocks_as_the_whole_read_does(op1, c1, op2, c2, both,
+                                                                                         seed):
+    """For any block whose min is at or below the floor and max at or above the ceiling, the tile
+    predicates give the same answer with (floor, ceiling) as with the true (min, max)."""
+    mask = f"ikeep[b, i, j] {op1} {c1}" + (f" and ikeep[b, i, j] {op2} {c2}" if both else "")
+    k = _kernel(mask)
+    slot = [s for s in mask_analysis.summary_slots(k) if ir.TILE_REDUCTIONS[s.op][0] == "tile"]
+    if not slot:  # a mask decided without the data (e.g. x < 3 and x > 5)
+        return
+    floor, ceiling = mask_analysis.summary_saturation(k, slot[0])
+    assert floor is not None and ceiling is not None
+    rng = np.random.default_rng(seed)
+    B, M, N = 1, 128, 128
+    dims = {"B": B, "H": 1, "Hkv": 1, "M": M, "N": N, "D": 64}
+    for _ in range(8):
+        ikeep = rng.integers(-12, 13, (B, M, N)).astype(np.int32)
+        ikeep[0, 0, 0], ikeep[0, 0, 1] = floor - rng.integers(0, 4), ceiling + rng.integers(0, 4)
+        caps = {"ikeep": ikeep}
+        whole = interp._classify(k.func("tile_empty"), k.func("tile_full"), dims, caps, B, 1, 0, M - 1, 0, N - 1)
+        stopped = interp._classify(k.func("tile_empty"), k.func("tile_full"), dims, caps, B, 1, 0, M - 1, 0, N - 1,
+                                   interp.summary_stops(k))
+        assert (whole == stopped).all(), (mask, floor, ceiling)
+
+
+def test_a_one_byte_slot_at_q_kv_is_read_16_bytes_a_thread():
+    """emit._byte_row: a bool / u8 / i8 element at [..., q, kv] takes summarize_block_bytes (its
+    kind and row pointer in the Variant); an i32 element or a gathered byte does not."""
+    from kdsl.codegen.emit import generate
+    cases = {"keep[b, i, j]": 1, "hkeep[b, h, i, j]": 1, "ikeep[b, i, j] != 0": 0}
+    for mask, kind in cases.items():
+        src = generate(pipeline.lower(_kernel(mask, heads=True), get_target("sm_90a"), 128)).source
+        kinds = src[src.index("int summary_byte_kind("):]
+        assert f"slot == 0 ? {kind} : 0" in kinds[:kinds.index("}")], (mask, kinds[:200])

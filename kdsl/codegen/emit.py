@@ -457,17 +457,35 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         summary=dict(exprs=[c(s.args[0]) for s in slots], on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
                      on_tile=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "tile"),
                      per_b=bits(lambda s: ir.uses(s.args[0], "b")), per_h=bits(lambda s: ir.uses(s.args[0], "h")),
-                     ranges=[_value_range(s.args[0]) for s in slots],
+                     ranges=[_value_range(k, s) for s in slots],
+                     rows=[_byte_row(s.args[0], k, c) for s in slots],
                      skip=c(_empty_by_position(k)) if mask is not None else "false"))
 
 
-def _value_range(e: ir.Expr) -> tuple[str, str]:
-    """The (floor, ceiling) a summary slot's expression stays within whatever the data, as C:
-    a bool element read as 0 / 1 (mask_analysis) gives (0, 1); else the i32 range."""
-    if isinstance(e, ir.Op) and e.op == "where" and all(isinstance(x, ir.Const) for x in e.args[1:]):
-        lo, hi = sorted(int(x.value) for x in e.args[1:])
-        return str(lo), str(hi)
-    return "kdsl::kIntMin", "kdsl::kIntMax"
+def _value_range(k: ir.Kernel, slot: ir.Op) -> tuple[str, str]:
+    """A summary slot's (floor, ceiling) as C (mask_analysis.summary_saturation): the summary
+    kernel stops reading a block once it has met both; the i32 range where none is known."""
+    floor, ceiling = mask_analysis.summary_saturation(k, slot)
+    return ("kdsl::kIntMin" if floor is None else str(floor)), ("kdsl::kIntMax" if ceiling is None else str(ceiling))
+
+
+_BYTE_KINDS = {"bool": 1, "u8": 2, "i8": 3}  # attention_summary.cuh bytes16_min_max
+
+
+def _byte_row(e: ir.Expr, k: ir.Kernel, c) -> tuple[int, str]:
+    """(kind, C pointer to the element at kv = 0 of row q) where a summary slot is a 1-byte
+    tensor's element at [..., q, kv] (a bool as 0 / 1, a u8 or i8 as it is): the summary kernel
+    reads such blocks 16 bytes a thread (summarize_block_bytes). (0, "nullptr") else."""
+    load = e.args[0] if isinstance(e, ir.Op) and e.op == "where" and [getattr(x, "value", None) for x in e.args[1:]] \
+        == [1, 0] else e
+    if not (isinstance(load, ir.Load) and k.tensor(load.tensor).dtype in _BYTE_KINDS and len(load.indices) >= 2
+            and load.indices[-2:] == (ir.Var("i32", "q"), ir.Var("i32", "kv"))
+            and not any(ir.uses(i, v) for i in load.indices[:-2] for v in ("q", "kv"))
+            and (load is e) == (k.tensor(load.tensor).dtype != "bool")):
+        return 0, "nullptr"
+    row = ir.Load(load.ty, load.tensor, load.indices[:-1] + (ir.Const("i32", 0),))
+    return _BYTE_KINDS[k.tensor(load.tensor).dtype], \
+        f"reinterpret_cast<const unsigned char*>({c.captures[load.tensor].field}) + {c.linear_index(row)}"
 
 
 def _empty_by_position(k: ir.Kernel) -> ir.Expr:

@@ -102,6 +102,70 @@ def summary_slots(k: ir.Kernel) -> list[ir.Op]:
     return list(slots.values())
 
 
+# the functions that may read a summary (stream_rest_full: passes/stream_mask.py)
+TILE_PREDICATES = ("tile_empty", "tile_full", "tile_keys", "stream_rest_full")
+# (m OP c) -> the integers between which its truth flips: it is fixed for m <= low, for m >= high
+_FLIPS = {"lt": (-1, 0), "le": (0, 1), "gt": (0, 1), "ge": (-1, 0), "eq": (-1, 1), "ne": (-1, 1)}
+_MIRROR = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+
+
+def summary_saturation(k: ir.Kernel, slot: ir.Op) -> tuple[int | None, int | None]:
+    """(floor, ceiling) of a slot's min / max past which no tile predicate can change, so the
+    summary kernel may stop reading a block once it has met both and store them. A bool element
+    read as 0 / 1 stays within (0, 1). Where the predicates only compare (tmin e) and (tmax e)
+    with constants (`0 < (tmin sel)`), a min at or below the lowest constant's flip decides every
+    comparison as the true min would (a u8 mask `sel > 0`: floor 0, ceiling 1, so random bytes
+    stop after the first rows). The tighter of the two; None where neither holds."""
+    e = slot.args[0]
+    bounds = (None, None)
+    if isinstance(e, ir.Op) and e.op == "where" and all(isinstance(x, ir.Const) for x in e.args[1:]):
+        bounds = tuple(sorted(int(x.value) for x in e.args[1:]))
+    elif isinstance(e, ir.Load) and k.tensor(e.tensor).dtype in _BYTE_RANGE:
+        bounds = _BYTE_RANGE[k.tensor(e.tensor).dtype]
+    floor, ceiling, pairs = _compared_with_constants(k, slot)
+    floor = bounds[0] if floor is None else floor if bounds[0] is None else max(floor, bounds[0])
+    ceiling = bounds[1] if ceiling is None else ceiling if bounds[1] is None else min(ceiling, bounds[1])
+    if pairs and floor is not None and ceiling is not None and floor >= ceiling:
+        # (tmin e) == (tmax e) is decided (false) only once the two differ: a higher ceiling
+        # is as sound, a value above the floor then a must
+        ceiling = floor + 1 if bounds[1] is None or floor + 1 <= bounds[1] else None
+    return floor, ceiling
+
+
+def _compared_with_constants(k: ir.Kernel, slot: ir.Op) -> tuple[int | None, int | None, int]:
+    """summary_saturation's flips of the comparisons with constants (None unless every use of
+    the min, or max, is one or a comparison of the min with the max), and how many of the
+    latter there are."""
+    axis = ir.TILE_REDUCTIONS[slot.op][0]
+    of_slot = lambda n: isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS and n.args[0] == slot.args[0] \
+        and ir.TILE_REDUCTIONS[n.op][0] == axis  # noqa: E731
+    found: dict[str, list[int]] = {"min": [], "max": []}
+    uses, pairs = {"min": 0, "max": 0}, 0
+    for name in TILE_PREDICATES:
+        e = k.func(name)
+        for n in ir.walk(e) if e is not None else ():
+            if of_slot(n):
+                uses[ir.TILE_REDUCTIONS[n.op][1]] += 1
+            if not (isinstance(n, ir.Op) and n.op in _FLIPS):
+                continue
+            if n.op in ("eq", "ne") and all(of_slot(a) for a in n.args) \
+                    and {ir.TILE_REDUCTIONS[a.op][1] for a in n.args} == {"min", "max"}:
+                pairs += 1
+                found["min"].append(None)
+                found["max"].append(None)
+                continue
+            for m, c, rel in ((n.args[0], n.args[1], n.op), (n.args[1], n.args[0], _MIRROR[n.op])):
+                if of_slot(m) and isinstance(c, ir.Const) and isinstance(c.value, int) \
+                        and not isinstance(c.value, bool):
+                    low, high = _FLIPS[rel]
+                    kind = ir.TILE_REDUCTIONS[m.op][1]
+                    found[kind].append(c.value + (low if kind == "min" else high))
+    known = {kind: [v for v in vs if v is not None] for kind, vs in found.items()}
+    floor = min(known["min"]) if known["min"] and len(found["min"]) == uses["min"] else None
+    ceiling = max(known["max"]) if known["max"] and len(found["max"]) == uses["max"] else None
+    return floor, ceiling, pairs
+
+
 _MAX_NODES = 512
 _MAX_DEPTH = 64
 

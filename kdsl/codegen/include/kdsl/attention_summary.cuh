@@ -14,8 +14,11 @@
 //
 // The generated Variant provides: kSummaries (slot count), bit masks kSummaryOnKV,
 // kSummaryOnTile, kSummaryPerB, kSummaryPerH (bit s: slot s), kTileQ, kTileKV (the attention
-// kernel's tile), and summary_value(a, c, s, b, h, q, kv): slot s's expression at (q, kv) (a
-// q slot ignores kv, a kv slot q).
+// kernel's tile), summary_value(a, c, s, b, h, q, kv): slot s's expression at (q, kv) (a
+// q slot ignores kv, a kv slot q), summary_floor / summary_ceiling(s): a min at or below the
+// floor and a max at or above the ceiling decide every tile predicate (a whole-block entry is
+// done once it has met both), and summary_byte_kind / summary_row for a slot that reads a
+// 1-byte tensor's element at [..., q, kv] (summarize_block_bytes).
 #pragma once
 #include "kdsl/attention_common.cuh"
 
@@ -112,6 +115,74 @@ KDSL_DEVICE void summarize_block(const AttnArgs& a, const typename V::Captures& 
   }
 }
 
+#ifndef KDSL_SUMMARY_BYTES  // 0: 1-byte masks element by element too (an A/B switch, bench/NOTES.md)
+#define KDSL_SUMMARY_BYTES 1
+#endif
+
+// (min, max) of 16 bytes into lo / hi: kKind 1 a bool (a nonzero byte is 1), 2 unsigned bytes,
+// 3 signed ones. Byte 0 of each fold holds the min (max) of the bytes folded onto it.
+template <int kKind>
+KDSL_DEVICE void bytes16_min_max(const uint4 w, int& lo, int& hi) {
+  if constexpr (kKind == 1) {
+    const unsigned zero = __vcmpeq4(w.x, 0u) | __vcmpeq4(w.y, 0u) | __vcmpeq4(w.z, 0u) | __vcmpeq4(w.w, 0u);
+    lo = imin(lo, zero != 0u ? 0 : 1);
+    hi = imax(hi, (w.x | w.y | w.z | w.w) != 0u ? 1 : 0);
+  } else if constexpr (kKind == 2) {
+    unsigned m = __vminu4(__vminu4(w.x, w.y), __vminu4(w.z, w.w)), M = __vmaxu4(__vmaxu4(w.x, w.y), __vmaxu4(w.z, w.w));
+    m = __vminu4(m, m >> 16);
+    M = __vmaxu4(M, M >> 16);
+    lo = imin(lo, (int)(__vminu4(m, m >> 8) & 0xffu));
+    hi = imax(hi, (int)(__vmaxu4(M, M >> 8) & 0xffu));
+  } else {
+    unsigned m = __vmins4(__vmins4(w.x, w.y), __vmins4(w.z, w.w)), M = __vmaxs4(__vmaxs4(w.x, w.y), __vmaxs4(w.z, w.w));
+    m = __vmins4(m, m >> 16);
+    M = __vmaxs4(M, M >> 16);
+    lo = imin(lo, (int)(signed char)(__vmins4(m, m >> 8) & 0xffu));
+    hi = imax(hi, (int)(signed char)(__vmaxs4(M, M >> 8) & 0xffu));
+  }
+}
+
+// Whole-block slot S where it is a 1-byte tensor's element at [..., q, kv] (V::summary_byte_kind):
+// the block's threads read its rows 16 bytes each, one chunk a thread first (a random mask's
+// block is decided there, summarize_block's early stop), then every other chunk at once, so a
+// block has its whole tile in flight. False, having read nothing, where a row or the stride
+// between rows is not 16-byte aligned (the same for the whole block): summarize_block then.
+template <class V, int S>
+KDSL_DEVICE bool summarize_block_bytes(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q0, int q1,
+                                       int k0, int k1, int& lo, int& hi) {
+  constexpr int kKind = V::summary_byte_kind(S), kFloor = V::summary_floor(S), kCeiling = V::summary_ceiling(S);
+  constexpr int kThreads = kSummaryWarps * 32, kRest = (V::kTileQ * (V::kTileKV / 16) - 1) / kThreads;
+  const unsigned char* row0 = V::summary_row(a, c, S, b, h, q0);
+  const i64 stride = V::summary_row(a, c, S, b, h, q0 + 1) - row0;
+  row0 += k0;
+  if (((reinterpret_cast<unsigned long long>(row0) | (unsigned long long)stride | (unsigned)(k1 - k0)) & 15u) != 0) {
+    return false;
+  }
+  const int chunks = (k1 - k0) >> 4, total = (q1 - q0) * chunks, t = (int)threadIdx.x;
+  const auto chunk = [&](int i) {
+    const int r = i / chunks;
+    return __ldg(reinterpret_cast<const uint4*>(row0 + r * stride) + (i - r * chunks));
+  };
+  if (t < total) bytes16_min_max<kKind>(chunk(t), lo, hi);
+  if constexpr (kFloor != kIntMin && kCeiling != kIntMax) {
+    if (__syncthreads_or(lo <= kFloor) && __syncthreads_or(hi >= kCeiling)) {
+      lo = kFloor;
+      hi = kCeiling;
+      return true;
+    }
+  }
+  uint4 w[kRest > 0 ? kRest : 1];
+#pragma unroll
+  for (int j = 0; j < kRest; ++j) {
+    if (t + (j + 1) * kThreads < total) w[j] = chunk(t + (j + 1) * kThreads);
+  }
+#pragma unroll
+  for (int j = 0; j < kRest; ++j) {
+    if (t + (j + 1) * kThreads < total) bytes16_min_max<kKind>(w[j], lo, hi);
+  }
+  return true;
+}
+
 KDSL_DEVICE void warp_min_max(int& lo, int& hi) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -142,8 +213,15 @@ KDSL_DEVICE void summarize_entry(const AttnArgs& a, const typename V::Captures& 
       const int q0 = (tile / tk_count) * V::kTileQ, k0 = (tile % tk_count) * V::kTileKV;
       const int q1 = imin(q0 + V::kTileQ, a.M), k1 = imin(k0 + V::kTileKV, a.N);
       // a block empty by position is never read: it gets the unknown range, not a read of its data
-      if (!V::summary_skip(a, c, q0, q1 - 1, k0, k1 - 1)) summarize_block<V, S>(a, c, b, h, q0, q1, k0, k1, part, lo, hi);
-      else lo = kIntMin, hi = kIntMax;
+      if (V::summary_skip(a, c, q0, q1 - 1, k0, k1 - 1)) {
+        lo = kIntMin, hi = kIntMax;
+      } else {
+        bool read = false;
+        if constexpr (KDSL_SUMMARY_BYTES && V::summary_byte_kind(S) != 0) {
+          read = summarize_block_bytes<V, S>(a, c, b, h, q0, q1, k0, k1, lo, hi);
+        }
+        if (!read) summarize_block<V, S>(a, c, b, h, q0, q1, k0, k1, part, lo, hi);
+      }
       warp_min_max(lo, hi);
       if ((threadIdx.x & 31) == 0) part_min_max[part] = make_int2(lo, hi);
       __syncthreads();  // uniform: every warp of the block summarises this entry
