@@ -229,9 +229,15 @@ def test_a_whole_block_slot_lays_out_one_entry_per_block_and_b():
     bm, bn = k.attr("tile_m"), k.attr("tile_n")
     per_slot = {ir.TILE_REDUCTIONS[s.op][0]: n for s, n in zip(slots, layout.entries)}
     assert per_slot == {"tile": 3 * -(-300 // bm) * -(-700 // bn), "q": 3 * -(-300 // bm)}
-    # the summary kernel's warps: one a row entry, 8 (a block) a whole-block entry, each slot
-    # padded to whole blocks of 8 warps (attention_summary.cuh summary_warps)
-    assert layout.warps == -(-3 * -(-300 // bm) // 8) * 8 + 8 * per_slot["tile"]
+    # the summary kernel's warps: one a row entry and a 1-byte whole-block entry (a bool), each
+    # slot padded to whole blocks of 8 warps (attention_summary.cuh summary_warps)
+    pad = lambda n: -(-n // 8) * 8  # noqa: E731
+    assert layout.warps == pad(3 * -(-300 // bm)) + pad(per_slot["tile"])
+    # 8 (a block) a whole-block entry read element by element (an i32)
+    wide = pipeline.lower(_kernel("ikeep[b, i, j] != 0 and doc_q[b, i] >= 0"), get_target("sm_90a"), 128)
+    wide_layout = Layout.of(wide, B=3, H=5, M=300, N=700)
+    tile_entries, q_entries = wide_layout.entries  # the slots in the order the predicates read them
+    assert wide_layout.warps == pad(q_entries) + 8 * tile_entries
     from kdsl.codegen.emit import generate
     src = generate(k).source
     tile_bit = next(i for i, s in enumerate(slots) if ir.TILE_REDUCTIONS[s.op][0] == "tile")

@@ -469,23 +469,15 @@ def _value_range(k: ir.Kernel, slot: ir.Op) -> tuple[str, str]:
     return ("kdsl::kIntMin" if floor is None else str(floor)), ("kdsl::kIntMax" if ceiling is None else str(ceiling))
 
 
-_BYTE_KINDS = {"bool": 1, "u8": 2, "i8": 3}  # attention_summary.cuh bytes16_min_max
-
-
 def _byte_row(e: ir.Expr, k: ir.Kernel, c) -> tuple[int, str]:
-    """(kind, C pointer to the element at kv = 0 of row q) where a summary slot is a 1-byte
-    tensor's element at [..., q, kv] (a bool as 0 / 1, a u8 or i8 as it is): the summary kernel
-    reads such blocks 16 bytes a thread (summarize_block_bytes). (0, "nullptr") else."""
-    load = e.args[0] if isinstance(e, ir.Op) and e.op == "where" and [getattr(x, "value", None) for x in e.args[1:]] \
-        == [1, 0] else e
-    if not (isinstance(load, ir.Load) and k.tensor(load.tensor).dtype in _BYTE_KINDS and len(load.indices) >= 2
-            and load.indices[-2:] == (ir.Var("i32", "q"), ir.Var("i32", "kv"))
-            and not any(ir.uses(i, v) for i in load.indices[:-2] for v in ("q", "kv"))
-            and (load is e) == (k.tensor(load.tensor).dtype != "bool")):
+    """(kind, C pointer to the element at kv = 0 of row q) of a summary slot that is a 1-byte
+    tensor's element at [..., q, kv] (mask_analysis.byte_slot): the summary kernel reads such
+    blocks 16 bytes a lane (summarize_warp_bytes). (0, "nullptr") else."""
+    kind, load = mask_analysis.byte_slot(k, e)
+    if not kind:
         return 0, "nullptr"
     row = ir.Load(load.ty, load.tensor, load.indices[:-1] + (ir.Const("i32", 0),))
-    return _BYTE_KINDS[k.tensor(load.tensor).dtype], \
-        f"reinterpret_cast<const unsigned char*>({c.captures[load.tensor].field}) + {c.linear_index(row)}"
+    return kind, f"reinterpret_cast<const unsigned char*>({c.captures[load.tensor].field}) + {c.linear_index(row)}"
 
 
 def _empty_by_position(k: ir.Kernel) -> ir.Expr:

@@ -102,6 +102,24 @@ def summary_slots(k: ir.Kernel) -> list[ir.Op]:
     return list(slots.values())
 
 
+_BYTE_KINDS = {"bool": 1, "u8": 2, "i8": 3}  # attention_summary.cuh bytes16_min_max
+
+
+def byte_slot(k: ir.Kernel, e: ir.Expr) -> tuple[int, ir.Load | None]:
+    """(kind, load) where a whole-block slot's expression is a 1-byte tensor's element at
+    [..., q, kv] (a bool as `where(x, 1, 0)`, a u8 or i8 as it is) with neither q nor kv in the
+    leading indices: the summary kernel reads its rows 16 bytes a lane, one warp a block.
+    (0, None) else. kdsl/runtime/summary.py counts the warps by it."""
+    load = e.args[0] if isinstance(e, ir.Op) and e.op == "where" and [getattr(x, "value", None) for x in e.args[1:]] \
+        == [1, 0] else e
+    if not (isinstance(load, ir.Load) and k.tensor(load.tensor).dtype in _BYTE_KINDS and len(load.indices) >= 2
+            and load.indices[-2:] == (ir.Var("i32", "q"), ir.Var("i32", "kv"))
+            and not any(ir.uses(i, v) for i in load.indices[:-2] for v in ("q", "kv"))
+            and (load is e) == (k.tensor(load.tensor).dtype != "bool")):
+        return 0, None
+    return _BYTE_KINDS[k.tensor(load.tensor).dtype], load
+
+
 # the functions that may read a summary (stream_rest_full: passes/stream_mask.py)
 TILE_PREDICATES = ("tile_empty", "tile_full", "tile_keys", "stream_rest_full")
 # (m OP c) -> the integers between which its truth flips: it is fixed for m <= low, for m >= high

@@ -17,7 +17,7 @@ from . import arrays
 from .driver import ArgPack, WarpKernel
 
 
-SUMMARY_WARPS = 8  # attention_summary.cuh kSummaryWarps: warps a block, and per whole-block entry
+SUMMARY_WARPS = 8  # attention_summary.cuh kSummaryWarps: warps a block, and per whole-block entry read by element
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,10 @@ class Layout:
             e, axis = s.args[0], ir.TILE_REDUCTIONS[s.op][0]
             tiles = {"q": -(-M // bm), "kv": -(-N // bn), "tile": -(-M // bm) * -(-N // bn)}[axis]
             entries.append((B if ir.uses(e, "b") else 1) * (H if ir.uses(e, "h") else 1) * tiles)
-            # a warp an entry, a block of SUMMARY_WARPS for a whole-block slot; padded to blocks
-            warps += -(-entries[-1] * (SUMMARY_WARPS if axis == "tile" else 1) // SUMMARY_WARPS) * SUMMARY_WARPS
+            # a warp an entry, a block of SUMMARY_WARPS for a whole-block slot read element by
+            # element (not a 1-byte one: attention_summary.cuh entry_warps); padded to blocks
+            per_entry = SUMMARY_WARPS if axis == "tile" and not mask_analysis.byte_slot(lowered, e)[0] else 1
+            warps += -(-entries[-1] * per_entry // SUMMARY_WARPS) * SUMMARY_WARPS
         return Layout(tuple(entries), bm, bn, warps)
 
     @property

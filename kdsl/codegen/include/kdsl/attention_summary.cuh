@@ -34,12 +34,18 @@ template <class V> KDSL_DEVICE i64 summary_entries(const AttnArgs& a, int s) {
          summary_tiles<V>(a, s);
 }
 
-constexpr int kSummaryWarps = 8;  // warps a block, and per entry of a whole-block slot
+constexpr int kSummaryWarps = 8;  // warps a block, and per entry of a whole-block slot read element by element
 
-// The warps slot s takes: one an entry (kSummaryWarps an entry of a whole-block slot), padded
-// to whole blocks. kdsl/runtime/summary.py (Layout.warps) counts them the same way.
-template <class V> KDSL_DEVICE i64 summary_warps(const AttnArgs& a, int s) {
-  const i64 w = summary_entries<V>(a, s) * (((V::kSummaryOnTile >> s) & 1) ? kSummaryWarps : 1);
+// Warps an entry of slot S takes: kSummaryWarps for a whole-block slot read element by element
+// (summarize_block), one for any other (a row or key slot, a 1-byte mask: summarize_warp_bytes).
+template <class V, int S> constexpr int entry_warps() {
+  return ((V::kSummaryOnTile >> S) & 1) && V::summary_byte_kind(S) == 0 ? kSummaryWarps : 1;
+}
+
+// The warps slot S takes, padded to whole blocks. kdsl/runtime/summary.py (Layout.warps) counts
+// them the same way.
+template <class V, int S> KDSL_DEVICE i64 summary_warps(const AttnArgs& a) {
+  const i64 w = summary_entries<V>(a, S) * entry_warps<V, S>();
   return (w + kSummaryWarps - 1) / kSummaryWarps * kSummaryWarps;
 }
 
@@ -86,23 +92,23 @@ KDSL_DEVICE void summarize_row(const AttnArgs& a, const typename V::Captures& c,
   }
 }
 
-// One warp's share of whole-block slot S: rows q0 + part, q0 + part + kSummaryWarps, ... of [q0, q1),
-// keys [k0, k1) (summarize_row); the kSummaryWarps warps of a block share an
+// One warp's share of whole-block slot S: rows q0 + part, q0 + part + kWarps, ... of [q0, q1),
+// keys [k0, k1) (summarize_row); the kWarps warps of a block share an
 // entry (attention_tile_summary). Issued this way a block has 8x the loads in flight that one
 // warp's unrolled loop had: ptxas consumed each load a few instructions after it.
 // A slot whose values have a floor and a ceiling (a bool element as 0 / 1) stops once the warp
 // has met both: a random mask's block is done after one round of rows, a uniform one is read
 // whole. The check waits for the round's loads, so it comes once per kRounds rows.
-template <class V, int S>
+template <class V, int S, int kWarps = kSummaryWarps>
 KDSL_DEVICE void summarize_block(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q0, int q1,
                                  int k0, int k1, int part, int& lo, int& hi) {
   constexpr int kRounds = 4, kFloor = V::summary_floor(S), kCeiling = V::summary_ceiling(S);
   constexpr bool kBounded = kFloor != kIntMin && kCeiling != kIntMax;
 #pragma unroll 1
-  for (int q0w = q0 + part; q0w < q1; q0w += kRounds * kSummaryWarps) {
+  for (int q0w = q0 + part; q0w < q1; q0w += kRounds * kWarps) {
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {  // kRounds rows of loads in flight before the check
-      const int q = q0w + r * kSummaryWarps;
+      const int q = q0w + r * kWarps;
       summarize_row<V, S>(a, c, b, h, q, q1, k0, k1, lo, hi);
     }
     if constexpr (kBounded) {
@@ -143,42 +149,47 @@ KDSL_DEVICE void bytes16_min_max(const uint4 w, int& lo, int& hi) {
 }
 
 // Whole-block slot S where it is a 1-byte tensor's element at [..., q, kv] (V::summary_byte_kind):
-// the block's threads read its rows 16 bytes each, one chunk a thread first (a random mask's
-// block is decided there, summarize_block's early stop), then every other chunk at once, so a
-// block has its whole tile in flight. False, having read nothing, where a row or the stride
-// between rows is not 16-byte aligned (the same for the whole block): summarize_block then.
+// one warp reads the block 16 bytes a lane, a first round of one chunk a lane (four rows of a
+// 128-key tile: a random mask's block is decided there), then kBatch chunks a lane at once, the
+// early stop checked after each. A warp an entry and no barrier, so a multiprocessor holds many
+// blocks' loads in flight. False, having read nothing, where a row or the stride between rows is
+// not 16-byte aligned: summarize_block then.
 template <class V, int S>
-KDSL_DEVICE bool summarize_block_bytes(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q0, int q1,
-                                       int k0, int k1, int& lo, int& hi) {
+KDSL_DEVICE bool summarize_warp_bytes(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q0, int q1,
+                                      int k0, int k1, int& lo, int& hi) {
   constexpr int kKind = V::summary_byte_kind(S), kFloor = V::summary_floor(S), kCeiling = V::summary_ceiling(S);
-  constexpr int kThreads = kSummaryWarps * 32, kRest = (V::kTileQ * (V::kTileKV / 16) - 1) / kThreads;
+  constexpr bool kBounded = kFloor != kIntMin && kCeiling != kIntMax;
+  constexpr int kBatch = 8;
   const unsigned char* row0 = V::summary_row(a, c, S, b, h, q0);
   const i64 stride = V::summary_row(a, c, S, b, h, q0 + 1) - row0;
   row0 += k0;
   if (((reinterpret_cast<unsigned long long>(row0) | (unsigned long long)stride | (unsigned)(k1 - k0)) & 15u) != 0) {
     return false;
   }
-  const int chunks = (k1 - k0) >> 4, total = (q1 - q0) * chunks, t = (int)threadIdx.x;
+  const int chunks = (k1 - k0) >> 4, total = (q1 - q0) * chunks, lane = (int)(threadIdx.x & 31);
   const auto chunk = [&](int i) {
     const int r = i / chunks;
     return __ldg(reinterpret_cast<const uint4*>(row0 + r * stride) + (i - r * chunks));
   };
-  if (t < total) bytes16_min_max<kKind>(chunk(t), lo, hi);
-  if constexpr (kFloor != kIntMin && kCeiling != kIntMax) {
-    if (__syncthreads_or(lo <= kFloor) && __syncthreads_or(hi >= kCeiling)) {
-      lo = kFloor;
-      hi = kCeiling;
-      return true;
+  const auto decided = [&] {
+    return kBounded && __any_sync(0xffffffffu, lo <= kFloor) && __any_sync(0xffffffffu, hi >= kCeiling);
+  };
+  if (lane < total) bytes16_min_max<kKind>(chunk(lane), lo, hi);
+#pragma unroll 1
+  for (int i0 = 32; i0 < total && !decided(); i0 += 32 * kBatch) {
+    uint4 w[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (i0 + 32 * j + lane < total) w[j] = chunk(i0 + 32 * j + lane);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (i0 + 32 * j + lane < total) bytes16_min_max<kKind>(w[j], lo, hi);
     }
   }
-  uint4 w[kRest > 0 ? kRest : 1];
-#pragma unroll
-  for (int j = 0; j < kRest; ++j) {
-    if (t + (j + 1) * kThreads < total) w[j] = chunk(t + (j + 1) * kThreads);
-  }
-#pragma unroll
-  for (int j = 0; j < kRest; ++j) {
-    if (t + (j + 1) * kThreads < total) bytes16_min_max<kKind>(w[j], lo, hi);
+  if (decided()) {  // the warp's min and max: every lane's, as the reduction would give them
+    lo = kFloor;
+    hi = kCeiling;
   }
   return true;
 }
@@ -195,21 +206,21 @@ KDSL_DEVICE void warp_min_max(int& lo, int& hi) {
 template <class V, int S>
 KDSL_DEVICE void summarize_entry(const AttnArgs& a, const typename V::Captures& c, int* summary, i64 w, i64 off) {
   if constexpr (S < V::kSummaries) {
-    const i64 n = summary_entries<V>(a, S), warps = summary_warps<V>(a, S);
+    const i64 n = summary_entries<V>(a, S), warps = summary_warps<V, S>(a);
     if (w >= warps) {
       summarize_entry<V, S + 1>(a, c, summary, w - warps, off + n);
       return;
     }
     constexpr bool on_kv = (V::kSummaryOnKV >> S) & 1, on_tile = (V::kSummaryOnTile >> S) & 1,
                    per_h = (V::kSummaryPerH >> S) & 1;
-    const i64 e = on_tile ? w / kSummaryWarps : w;
-    if (e >= n) return;  // a 1-D slot's warps are padded to whole blocks
+    constexpr int kWarps = entry_warps<V, S>();
+    const i64 e = w / kWarps;
+    if (e >= n) return;  // a slot's warps are padded to whole blocks (uniform in a block of kWarps > 1)
     const int tiles = summary_tiles<V>(a, S), tile = (int)(e % tiles), row = (int)(e / tiles);
     const int nh = per_h ? a.H : 1, b = row / nh, h = row % nh;  // b = 0 unless per b
     int lo = kIntMax, hi = kIntMin;
-    if constexpr (on_tile) {  // this block's kSummaryWarps warps: one entry
-      __shared__ int2 part_min_max[kSummaryWarps];
-      const int tk_count = (a.N + V::kTileKV - 1) / V::kTileKV, part = (int)(w % kSummaryWarps);
+    if constexpr (on_tile) {
+      const int tk_count = (a.N + V::kTileKV - 1) / V::kTileKV, part = (int)(w % kWarps);
       const int q0 = (tile / tk_count) * V::kTileQ, k0 = (tile % tk_count) * V::kTileKV;
       const int q1 = imin(q0 + V::kTileQ, a.M), k1 = imin(k0 + V::kTileKV, a.N);
       // a block empty by position is never read: it gets the unknown range, not a read of its data
@@ -218,19 +229,24 @@ KDSL_DEVICE void summarize_entry(const AttnArgs& a, const typename V::Captures& 
       } else {
         bool read = false;
         if constexpr (KDSL_SUMMARY_BYTES && V::summary_byte_kind(S) != 0) {
-          read = summarize_block_bytes<V, S>(a, c, b, h, q0, q1, k0, k1, lo, hi);
+          read = summarize_warp_bytes<V, S>(a, c, b, h, q0, q1, k0, k1, lo, hi);
         }
-        if (!read) summarize_block<V, S>(a, c, b, h, q0, q1, k0, k1, part, lo, hi);
+        if (!read) summarize_block<V, S, kWarps>(a, c, b, h, q0, q1, k0, k1, part, lo, hi);
       }
       warp_min_max(lo, hi);
-      if ((threadIdx.x & 31) == 0) part_min_max[part] = make_int2(lo, hi);
-      __syncthreads();  // uniform: every warp of the block summarises this entry
-      if (threadIdx.x == 0) {
+      if constexpr (kWarps > 1) {  // this block's kWarps warps: one entry
+        __shared__ int2 part_min_max[kWarps];
+        if ((threadIdx.x & 31) == 0) part_min_max[part] = make_int2(lo, hi);
+        __syncthreads();  // uniform: every warp of the block summarises this entry
+        if (threadIdx.x == 0) {
 #pragma unroll
-        for (int p = 1; p < kSummaryWarps; ++p) {
-          lo = imin(lo, part_min_max[p].x);
-          hi = imax(hi, part_min_max[p].y);
+          for (int p = 1; p < kWarps; ++p) {
+            lo = imin(lo, part_min_max[p].x);
+            hi = imax(hi, part_min_max[p].y);
+          }
+          reinterpret_cast<int2*>(summary)[off + e] = make_int2(lo, hi);
         }
+      } else if ((threadIdx.x & 31) == 0) {
         reinterpret_cast<int2*>(summary)[off + e] = make_int2(lo, hi);
       }
     } else {
@@ -243,9 +259,8 @@ KDSL_DEVICE void summarize_entry(const AttnArgs& a, const typename V::Captures& 
   }
 }
 
-// Warps in layout order: one per entry of a row or key slot, a block of kSummaryWarps per entry
-// of a whole-block slot, each slot's warps padded to whole blocks (so that a whole-block
-// slot's entries start on a block). Blocks of kSummaryWarps warps (runtime/driver.py WarpKernel).
+// Warps in layout order: entry_warps an entry, each slot's warps padded to whole blocks (so that
+// the entries of a slot read by a block of warps start on a block). Blocks of kSummaryWarps warps (runtime/driver.py WarpKernel).
 template <class V>
 KDSL_DEVICE void attention_tile_summary(const AttnArgs& a, const typename V::Captures& c, int* summary) {
   summarize_entry<V, 0>(a, c, summary, ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32, 0);
