@@ -7,7 +7,8 @@ between cudaProfilerStart / Stop after a warm-up, for Nsight Compute:
         tools/dev/key_scores.kd:rank1_bias:2,16,4096,4096,64
 
 (where does a variant spend what Flex does not? Flex's launches are its block-mask-free
-attention kernel; kdsl's its attention kernel and any tile summary it runs first)."""
+attention kernel; kdsl's its attention kernel and any tile summary it runs first).
+--seed=S first draws the inputs from seed S (odd: bool captures sorted along their rows)."""
 from __future__ import annotations
 
 import sys
@@ -25,11 +26,13 @@ def main() -> None:
     from kdsl.semantics import eval_scalar
     from kdsl.testing import attention_inputs
     calls = []
-    for spec in sys.argv[1:]:
+    args = sys.argv[1:]
+    seed = int(args.pop(0).split("=")[1]) if args and args[0].startswith("--seed=") else None
+    for spec in args:
         path, name, shape = spec.split(":")
         B, H, M, N, D = map(int, shape.split(","))
         kern = getattr(kdsl.load(ROOT / path), name)
-        q, k, v, caps = attention_inputs(kern.ir, B, H, H, M, N, D)
+        q, k, v, caps = attention_inputs(kern.ir, B, H, H, M, N, D, seed=seed)
         dims = reference.dims_of(kern.ir, q, k, v, caps)
         flex = flex_attend(kern.ir, {"Hkv": H, "Dv": D, **dims}, caps, float(eval_scalar(kern.ir.func("scale"), dims)))
         calls += [lambda kern=kern, q=q, k=k, v=v, caps=caps: kern(q, k, v, **caps),
