@@ -355,10 +355,15 @@ def test_a_summary_stopped_at_its_floor_and_ceiling_classes_blocks_as_the_whole_
 
 
 def test_a_one_byte_slot_at_q_kv_is_read_16_bytes_a_thread():
-    """emit._byte_row: a bool / u8 / i8 element at [..., q, kv] takes summarize_block_bytes (its
-    kind and row pointer in the Variant); an i32 element or a gathered byte does not."""
+    """emit._byte_row: a bool / u8 / i8 element at [..., q, kv] takes summarize_warp_bytes (its
+    kind and row pointer in the Variant); an i32 element does not."""
     from kdsl.codegen.emit import generate
-    cases = {"keep[b, i, j]": 1, "hkeep[b, h, i, j]": 1, "ikeep[b, i, j] != 0": 0}
+    cases = {"keep[b, i, j]": 1, "hkeep[b, h, i, j]": 1, "ikeep[b, i, j] != 0": 0,
+             "hbytes[b, h, i, j] > 0": 1,      # a u8 tested against zero only: read as a bool
+             "hbytes[b, h, i, j] >= 1 and j <= i": 1,
+             "hbytes[b, h, i, j] > 100": 2,    # its exact min and max
+             "hbytes[b, h, i, j] != 0": 2,     # min == max asked: 1 and 2 are not one value
+             "hbytes[b, h, i, j] > 0 and hbytes[b, h, i, j] < 9": 2}
     for mask, kind in cases.items():
         src = generate(pipeline.lower(_kernel(mask, heads=True), get_target("sm_90a"), 128)).source
         kinds = src[src.index("int summary_byte_kind("):]

@@ -108,7 +108,9 @@ _BYTE_KINDS = {"bool": 1, "u8": 2, "i8": 3}  # attention_summary.cuh bytes16_min
 def byte_slot(k: ir.Kernel, e: ir.Expr) -> tuple[int, ir.Load | None]:
     """(kind, load) where a whole-block slot's expression is a 1-byte tensor's element at
     [..., q, kv] (a bool as `where(x, 1, 0)`, a u8 or i8 as it is) with neither q nor kv in the
-    leading indices: the summary kernel reads its rows 16 bytes a lane, one warp a block.
+    leading indices: the summary kernel reads its rows 16 bytes a lane, one warp a block. A u8
+    the tile predicates only test against zero (`sel > 0`) is read as a bool: whether a block
+    holds a zero and a nonzero byte is all they ask, and that is the cheapest test of 16 bytes.
     (0, None) else. kdsl/runtime/summary.py counts the warps by it."""
     load = e.args[0] if isinstance(e, ir.Op) and e.op == "where" and [getattr(x, "value", None) for x in e.args[1:]] \
         == [1, 0] else e
@@ -117,7 +119,10 @@ def byte_slot(k: ir.Kernel, e: ir.Expr) -> tuple[int, ir.Load | None]:
             and not any(ir.uses(i, v) for i in load.indices[:-2] for v in ("q", "kv"))
             and (load is e) == (k.tensor(load.tensor).dtype != "bool")):
         return 0, None
-    return _BYTE_KINDS[k.tensor(load.tensor).dtype], load
+    dtype = k.tensor(load.tensor).dtype
+    if dtype == "u8" and _zero_test(_uses(k, e, "tile")):
+        return _BYTE_KINDS["bool"], load
+    return _BYTE_KINDS[dtype], load
 
 
 # the functions that may read a summary (stream_rest_full: passes/stream_mask.py)
@@ -140,28 +145,36 @@ def summary_saturation(k: ir.Kernel, slot: ir.Op) -> tuple[int | None, int | Non
         bounds = tuple(sorted(int(x.value) for x in e.args[1:]))
     elif isinstance(e, ir.Load) and k.tensor(e.tensor).dtype in _BYTE_RANGE:
         bounds = _BYTE_RANGE[k.tensor(e.tensor).dtype]
-    floor, ceiling, pairs = _compared_with_constants(k, slot)
+    uses = _uses(k, e, ir.TILE_REDUCTIONS[slot.op][0])
+    floor = min(lo for lo, _ in uses.flips["min"]) if uses.whole["min"] and uses.flips["min"] else None
+    ceiling = max(hi for _, hi in uses.flips["max"]) if uses.whole["max"] and uses.flips["max"] else None
     floor = bounds[0] if floor is None else floor if bounds[0] is None else max(floor, bounds[0])
     ceiling = bounds[1] if ceiling is None else ceiling if bounds[1] is None else min(ceiling, bounds[1])
-    if pairs and floor is not None and ceiling is not None and floor >= ceiling:
+    if uses.pairs and floor is not None and ceiling is not None and floor >= ceiling:
         # (tmin e) == (tmax e) is decided (false) only once the two differ: a higher ceiling
         # is as sound, a value above the floor then a must
         ceiling = floor + 1 if bounds[1] is None or floor + 1 <= bounds[1] else None
     return floor, ceiling
 
 
-def _compared_with_constants(k: ir.Kernel, slot: ir.Op) -> tuple[int | None, int | None, int]:
-    """summary_saturation's flips of the comparisons with constants (None unless every use of
-    the min, or max, is one or a comparison of the min with the max), and how many of the
-    latter there are."""
-    axis = ir.TILE_REDUCTIONS[slot.op][0]
-    of_slot = lambda n: isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS and n.args[0] == slot.args[0] \
+@dataclass(frozen=True)
+class _SlotUses:
+    """How the tile predicates use one slot's min and max: the (low, high) integers each
+    comparison with a constant flips between, whether every use is such a comparison (or the
+    min compared with the max: `pairs` of those)."""
+    flips: dict
+    whole: dict
+    pairs: int
+
+
+def _uses(k: ir.Kernel, e: ir.Expr, axis: str) -> _SlotUses:
+    of_slot = lambda n: isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS and n.args[0] == e \
         and ir.TILE_REDUCTIONS[n.op][0] == axis  # noqa: E731
-    found: dict[str, list[int]] = {"min": [], "max": []}
-    uses, pairs = {"min": 0, "max": 0}, 0
+    flips: dict[str, list[tuple[int, int]]] = {"min": [], "max": []}
+    uses, counted, pairs = {"min": 0, "max": 0}, {"min": 0, "max": 0}, 0
     for name in TILE_PREDICATES:
-        e = k.func(name)
-        for n in ir.walk(e) if e is not None else ():
+        f = k.func(name)
+        for n in ir.walk(f) if f is not None else ():
             if of_slot(n):
                 uses[ir.TILE_REDUCTIONS[n.op][1]] += 1
             if not (isinstance(n, ir.Op) and n.op in _FLIPS):
@@ -169,19 +182,24 @@ def _compared_with_constants(k: ir.Kernel, slot: ir.Op) -> tuple[int | None, int
             if n.op in ("eq", "ne") and all(of_slot(a) for a in n.args) \
                     and {ir.TILE_REDUCTIONS[a.op][1] for a in n.args} == {"min", "max"}:
                 pairs += 1
-                found["min"].append(None)
-                found["max"].append(None)
+                counted["min"] += 1
+                counted["max"] += 1
                 continue
             for m, c, rel in ((n.args[0], n.args[1], n.op), (n.args[1], n.args[0], _MIRROR[n.op])):
                 if of_slot(m) and isinstance(c, ir.Const) and isinstance(c.value, int) \
                         and not isinstance(c.value, bool):
-                    low, high = _FLIPS[rel]
                     kind = ir.TILE_REDUCTIONS[m.op][1]
-                    found[kind].append(c.value + (low if kind == "min" else high))
-    known = {kind: [v for v in vs if v is not None] for kind, vs in found.items()}
-    floor = min(known["min"]) if known["min"] and len(found["min"]) == uses["min"] else None
-    ceiling = max(known["max"]) if known["max"] and len(found["max"]) == uses["max"] else None
-    return floor, ceiling, pairs
+                    flips[kind].append((c.value + _FLIPS[rel][0], c.value + _FLIPS[rel][1]))
+                    counted[kind] += 1
+    return _SlotUses(flips, {kind: counted[kind] == uses[kind] for kind in uses}, pairs)
+
+
+def _zero_test(uses: _SlotUses) -> bool:
+    """Whether the predicates ask a u8 slot only which of its values are 0 and which are not:
+    every use a comparison with a constant flipping between 0 and 1 or outside [0, 255]."""
+    lo, hi = _BYTE_RANGE["u8"]
+    return all(uses.whole.values()) and not uses.pairs and any(uses.flips.values()) and all(
+        (a, b) == (0, 1) or b <= lo or a >= hi for fs in uses.flips.values() for a, b in fs)
 
 
 _MAX_NODES = 512

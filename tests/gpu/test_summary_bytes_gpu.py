@@ -1,10 +1,11 @@
 """Whole-block summaries of 1-byte masks on the GPU: the summary kernel reads a bool / u8 / i8
-element at [..., q, kv] 16 bytes a thread (attention_summary.cuh summarize_block_bytes) and stops
-a block once its min and max decide every tile predicate (mask_analysis.summary_saturation: for
-`sel > 100`, a value <= 100 and one > 100). Masks laid out in regions that straddle the tiles:
-regions all kept, all dropped and mixed, with stray elements; rows whose stride or start is not
-16-byte aligned take the element-by-element path. Against the float64 reference, and a
-precomputed summary against the one each call makes."""
+element at [..., q, kv] 16 bytes a lane, one warp a block (attention_summary.cuh
+summarize_warp_bytes), and stops a block once its min and max decide every tile predicate
+(mask_analysis.summary_saturation: for `sel > 100`, a value <= 100 and one > 100); a u8 tested
+against zero only is read as a bool. Masks laid out in regions that straddle the tiles: regions
+all kept, all dropped and mixed, with stray elements; rows whose stride or start is not 16-byte
+aligned take the element-by-element path. Against the float64 reference, and a precomputed
+summary against the one each call makes."""
 import pytest
 
 import kdsl
@@ -32,6 +33,11 @@ attention head_bool {
     sel: bool[B, H, M, N]
     mask(b, h, i, j) = sel[b, h, i, j]
 }
+attention head_u8_nonzero {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    sel: u8[B, H, M, N]
+    mask(b, h, i, j) = j <= i + (N - M) and sel[b, h, i, j] > 0
+}
 attention head_u8_equal {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
     sel: u8[B, H, M, N]
@@ -40,8 +46,8 @@ attention head_u8_equal {
 """
 # values each kernel keeps and drops: (low, high) inclusive ranges drawn from, or one value
 KEEP_DROP = {"head_u8_threshold": ((101, 255), (0, 100)), "shared_i8_causal": ((-3, 127), (-128, -4)),
-             "head_bool": ((1, 1), (0, 0)), "head_u8_equal": ((7, 7), (0, 6))}
-PER_HEAD = {"head_u8_threshold", "head_bool", "head_u8_equal"}
+             "head_bool": ((1, 1), (0, 0)), "head_u8_equal": ((7, 7), (0, 6)), "head_u8_nonzero": ((1, 255), (0, 0))}
+PER_HEAD = {"head_u8_threshold", "head_bool", "head_u8_equal", "head_u8_nonzero"}
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +76,8 @@ def regional(torch, name, lead, M, N, gen):
     values = torch.where(take, keep, drop)
     stray = torch.randint(0, M * N, (rows, 6), generator=gen, device="cuda")
     flat = values.view(rows, M * N)
-    flat.scatter_(1, stray, torch.where(take.view(rows, M * N).gather(1, stray), drop.view(rows, M * N).gather(1, stray),
-                                        keep.view(rows, M * N).gather(1, stray)))
+    at = lambda t: t.view(rows, M * N).gather(1, stray)  # noqa: E731
+    flat.scatter_(1, stray, torch.where(at(take), at(drop), at(keep)))
     dtype = {"shared_i8_causal": torch.int8, "head_bool": torch.bool}.get(name, torch.uint8)
     return values.to(dtype).view(*lead, M, N)
 
