@@ -25,8 +25,10 @@ def lowered(mask: str, decl: str, d: int = 128, **attrs) -> ir.Kernel:
 
 @pytest.fixture(autouse=True)
 def checked(monkeypatch):
-    """The pass is opt-in (stream_mask.enabled)."""
+    """The pass is opt-in (stream_mask.enabled), for per-head masks with no summary
+    (KDSL_TILE_SUMMARY_HEADS=0: one classifies their tiles by default)."""
     monkeypatch.setenv("KDSL_STREAM_NONZERO", "1")
+    monkeypatch.setenv("KDSL_TILE_SUMMARY_HEADS", "0")
 
 
 HEAD_U8 = "sel: u8[B, H, M, N]"

@@ -17,9 +17,8 @@ Data read at both q and kv and shared by the heads (torch's attn_mask `keep[b, i
 `allow[seg_q[b, i], seg_kv[b, j]]`) is bounded over the whole block, (tmin e) / (tmax e): one
 summary entry per (b, q tile, kv tile), so the all-false blocks of a block-diagonal, padded or
 banded dense mask are skipped and its all-true ones run unchecked, as FlexAttention's BlockMask
-has them. A bool element is bounded as 0 / 1. Not for data read per head (its summary would read
-as much as the kernel; KDSL_TILE_SUMMARY_HEADS=1 allows it), nor where the score itself loads data
-per element (whole_tiles). A load whose indices each take at most two values over the block
+has them; per-head data (`keep[b, h, i, j]`) too, an entry per (b, h, block). A bool element is
+bounded as 0 / 1. Not where the score itself loads data per element (whole_tiles). A load whose indices each take at most two values over the block
 (`blocks[b, h, i // 128, j // 128]`, a block-sparse table) is read at those values: exact where
 no tile straddles a block, with no summary. What is left stays unknown and falls back to the
 per-element check.
@@ -72,6 +71,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
 
 
 WHOLE_TILES_DEFAULT = "1"  # measured on (bench/NOTES.md, fifty-eighth session); "0" to turn it off
+HEADS_DEFAULT = "1"  # per-head data too (sixty-seventh session); KDSL_TILE_SUMMARY_HEADS=0 turns it off
 
 
 def whole_tiles(k: ir.Kernel) -> str:
@@ -80,14 +80,17 @@ def whole_tiles(k: ir.Kernel) -> str:
     per-head data too. Not where the score loads data per element: the summary's registers
     beside that load made ptxas spill 8-24 bytes (sm_90a builds, D=128).
     KDSL_TILE_SUMMARY_2D=0 / 1 turns it off / on (WHOLE_TILES_DEFAULT otherwise; the A/B
-    switch of bench/NOTES.md). KDSL_TILE_SUMMARY_HEADS=1 takes per-head data (keep[b, h, i, j])
-    too: its summary reads as much as the kernel does on a random mask, so it is off until timed."""
+    switch of bench/NOTES.md). Per-head data (keep[b, h, i, j]) is summarised too unless
+    KDSL_TILE_SUMMARY_HEADS=0 (HEADS_DEFAULT): its summary reads the mask once more, at most, where
+    the kernel reads it per visited tile, and a 1-byte mask's is read 16 bytes a lane and stopped
+    once a block is decided (H200, B=2 H=16 4096², sixty-seventh session: masks in runs x1.20-1.33,
+    a random bool mask x0.93)."""
     if os.environ.get("KDSL_TILE_SUMMARY_2D", WHOLE_TILES_DEFAULT) == "0":
         return ""
     score = k.func("score_log2") or k.func("score")
     if score is not None and ir.loads_at(score, ("q", "kv")):
         return ""
-    return "heads" if os.environ.get("KDSL_TILE_SUMMARY_HEADS", "0") == "1" else "shared"
+    return "heads" if os.environ.get("KDSL_TILE_SUMMARY_HEADS", HEADS_DEFAULT) == "1" else "shared"
 
 
 def summary_slots(k: ir.Kernel) -> list[ir.Op]:
@@ -344,6 +347,10 @@ class _Analysis:
 
     def _whole_block(self, e: ir.Expr) -> Interval | None:
         if not self.whole or (ir.uses(e, "h") and self.whole != "heads"):
+            return None
+        # a per-head table of blocks is read at its corners (_corners) with no summary kernel,
+        # as it was before per-head data had summaries
+        if ir.uses(e, "h") and any(isinstance(n, ir.Load) and self._corners(n) is not None for n in ir.walk(e)):
             return None
         return Interval(ir.Op("i32", "tmin", (e,)), ir.Op("i32", "tmax", (e,)))
 

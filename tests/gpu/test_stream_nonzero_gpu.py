@@ -2,7 +2,8 @@
 kNonzeroCheck): where a warp's 16 rows hold no zero byte on a tile where the rest of the mask
 holds, the warp runs the tile as a full one. Against the float64 reference row by row, and
 bit for bit against the same program built without the check: the two paths must give the same
-output. The check is opt-in (KDSL_STREAM_NONZERO=1 when the program is lowered). Masks laid out in runs (a run of zeros, then nonzero: whole
+output. The check is opt-in (KDSL_STREAM_NONZERO=1 when the program is lowered) and serves
+per-head masks with no tile summary (KDSL_TILE_SUMMARY_HEADS=0). Masks laid out in runs (a run of zeros, then nonzero: whole
 warps and tiles of each), with rows all zero, random, and all nonzero; ragged, GQA and decode
 shapes; the mask in the first ring or beside a streamed bias in the second."""
 import pytest
@@ -32,6 +33,7 @@ LAYOUTS = ["runs", "zero_rows", "random", "nonzero"]
 def _module(name, monkeypatch, check: bool):
     """The program, lowered (at its first call) with the warps' test on or off."""
     monkeypatch.setenv("KDSL_STREAM_NONZERO", "1" if check else "0")
+    monkeypatch.setenv("KDSL_TILE_SUMMARY_HEADS", "0")  # the masks it serves: per head, no summary
     score, mask, decls = MASKS[name]
     src = program(score, mask, name, decls)
     # (bias_and_mask at 128: a 64-key tile, no check)
