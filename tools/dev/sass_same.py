@@ -3,7 +3,7 @@ of every program a launch can build (every call's, the split-KV one, the one-war
 ones), per kernel and head dim. No GPU needed.
 
     python tools/dev/sass_same.py --json A.json FILE.kd ... [--head-dims 64,128] [--also plain:32,96] [--backward]
-        [--backward-only]
+        [--backward-only] [--entries]
     python tools/dev/sass_same.py --compare A.json B.json
 
 kdsl is imported from PYTHONPATH: run the first form once against a copy of an older commit
@@ -40,7 +40,7 @@ def digest(text: str) -> str:
 
 
 def digests(files: list[str], head_dims: list[int], also: dict[str, list[int]], backward: bool = False,
-            forward: bool = True) -> dict:
+            forward: bool = True, entries: bool = False) -> dict:
     from kdsl.errors import KdslError
     from kdsl.grammar import parse
     from kdsl.passes import pipeline, score_grad
@@ -68,8 +68,13 @@ def digests(files: list[str], head_dims: list[int], also: dict[str, list[int]], 
                     except KdslError as e:
                         out[name] = f"refused: {str(e).splitlines()[0]}"
                         continue
-                    out[name] = digest(sass_text(b.compiled.cubin))
-                    print(name, out[name], flush=True)
+                    text = sass_text(b.compiled.cubin)
+                    # entries: one digest a kernel entry (the attention kernel apart from its tile summary's)
+                    parts = {f"{name}:{p.split()[0]}": "Function : " + p for p in text.split("Function : ")[1:]} \
+                        if entries else {name: text}
+                    for n, t in parts.items():
+                        out[n] = digest(t)
+                        print(n, out[n], flush=True)
     return out
 
 
@@ -100,6 +105,8 @@ def main() -> int:
     ap.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"))
     ap.add_argument("--backward", action="store_true", help="also each kernel's backward module")
     ap.add_argument("--backward-only", action="store_true", help="each kernel's backward modules alone")
+    ap.add_argument("--entries", action="store_true", help="a digest a kernel entry (the attention kernel "
+                    "apart from its tile summary's)")
     args = ap.parse_args()
     if args.compare:
         a, b = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -110,7 +117,7 @@ def main() -> int:
         also.setdefault(name, []).extend(int(x) for x in dims.split(","))
     os.environ.setdefault("KDSL_CACHE_DIR", tempfile.mkdtemp(prefix="kdsl-sass-same-"))
     result = digests(args.files, [int(x) for x in args.head_dims.split(",")], also,
-                     args.backward or args.backward_only, forward=not args.backward_only)
+                     args.backward or args.backward_only, forward=not args.backward_only, entries=args.entries)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     return 0
