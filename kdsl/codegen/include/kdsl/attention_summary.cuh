@@ -18,7 +18,7 @@
 // q slot ignores kv, a kv slot q), summary_floor / summary_ceiling(s): a min at or below the
 // floor and a max at or above the ceiling decide every tile predicate (a whole-block entry is
 // done once it has met both), and summary_byte_kind / summary_row for a slot that reads a
-// 1-byte tensor's element at [..., q, kv] (summarize_block_bytes).
+// 1-byte tensor's element at [..., q, kv] (summarize_warp_bytes).
 #pragma once
 #include "kdsl/attention_common.cuh"
 
@@ -265,7 +265,8 @@ KDSL_DEVICE void summarize_entry(const AttnArgs& a, const typename V::Captures& 
 }
 
 // Warps in layout order: entry_warps an entry, each slot's warps padded to whole blocks (so that
-// the entries of a slot read by a block of warps start on a block). Blocks of kSummaryWarps warps (runtime/driver.py WarpKernel).
+// the entries of a slot read by a block of warps start on a block). Blocks of kSummaryWarps
+// warps (runtime/driver.py WarpKernel).
 template <class V>
 KDSL_DEVICE void attention_tile_summary(const AttnArgs& a, const typename V::Captures& c, int* summary) {
   summarize_entry<V, 0>(a, c, summary, ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32, 0);
