@@ -25,6 +25,24 @@ def assert_rows_close(got, ref, label: str, tol: float = 2e-2) -> None:
     assert row_err.max() <= tol, f"{label}: row {worst} rel err {row_err.max():.3e}"
 
 
+def assert_summarised_call_matches(mod, name: str, q, k, v, caps: dict, label) -> None:
+    """mod.NAME built with a whole-block tile summary: its output against the float64 reference,
+    and a summary made ahead of the call (tile_summary=) giving the same output bit for bit."""
+    import torch
+    from kdsl import ir, reference
+    from kdsl.passes import mask_analysis
+    from kdsl.testing import ATTENTION_TOL, rel_frobenius
+    fn = getattr(mod, name)
+    out = fn(q, k, v, **caps)
+    low = next(iter(fn._loaded.values()))[0].kernel
+    assert "tile" in {ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(low)}, \
+        "the kernel was not built with a whole-block summary"
+    ref, _ = reference.attention(mod.ir[name], q, k, v, caps)
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL, label
+    summary = fn.tile_summary(q, k, v, **caps)
+    assert torch.equal(fn(q, k, v, **caps, tile_summary=summary), out), label
+
+
 @functools.cache
 def gpu_available() -> bool:
     try:

@@ -11,6 +11,7 @@ from kdsl import ir, reference
 from kdsl.passes import mask_analysis
 from kdsl.testing import ATTENTION_TOL, rel_frobenius
 
+from conftest import assert_summarised_call_matches
 from gradcheck import check_grads
 
 pytestmark = pytest.mark.gpu
@@ -139,15 +140,7 @@ SHAPES = [(2, 4, 4, 1000, 1200, 128), (1, 2, 2, 129, 127, 64), (2, 4, 2, 2048, 2
 def test_dense_masks_match_the_reference_and_a_precomputed_summary(mod, name, shape, kind):
     torch = pytest.importorskip("torch")
     q, k, v, caps, _ = _case(torch, name, shape, kind)
-    fn = getattr(mod, name)
-    out = fn(q, k, v, **caps)
-    low = next(iter(fn._loaded.values()))[0].kernel
-    assert "tile" in {ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(low)}, \
-        "the kernel was not built with a whole-block summary"
-    ref, _ = reference.attention(mod.ir[name], q, k, v, caps)
-    assert rel_frobenius(out, ref) <= ATTENTION_TOL, (name, shape, kind)
-    summary = fn.tile_summary(q, k, v, **caps)
-    assert torch.equal(fn(q, k, v, **caps, tile_summary=summary), out)
+    assert_summarised_call_matches(mod, name, q, k, v, caps, (name, shape, kind))
 
 
 @pytest.mark.parametrize("kind", ["documents", "padded", "random"])

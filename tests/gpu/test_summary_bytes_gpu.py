@@ -9,10 +9,10 @@ summary against the one each call makes."""
 import pytest
 
 import kdsl
-from kdsl import ir, reference
-from kdsl.passes import mask_analysis
+from kdsl import reference
 from kdsl.testing import ATTENTION_TOL, rel_frobenius
 
+from conftest import assert_summarised_call_matches
 from gradcheck import check_grads
 
 pytestmark = pytest.mark.gpu
@@ -111,15 +111,7 @@ SHAPES = [(1, 2, 1024, 1024, 128),  # whole tiles, rows 16-byte aligned: the 16-
 def test_one_byte_masks_in_regions_match_the_reference_and_a_precomputed_summary(mod, name, shape):
     torch = pytest.importorskip("torch")
     q, k, v, caps, _ = _case(torch, name, shape)
-    fn = getattr(mod, name)
-    out = fn(q, k, v, **caps)
-    low = next(iter(fn._loaded.values()))[0].kernel
-    assert "tile" in {ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(low)}, \
-        "the kernel was not built with a whole-block summary"
-    ref, _ = reference.attention(mod.ir[name], q, k, v, caps)
-    assert rel_frobenius(out, ref) <= ATTENTION_TOL, (name, shape)
-    summary = fn.tile_summary(q, k, v, **caps)
-    assert torch.equal(fn(q, k, v, **caps, tile_summary=summary), out)
+    assert_summarised_call_matches(mod, name, q, k, v, caps, (name, shape))
 
 
 @pytest.mark.parametrize("name", sorted(KEEP_DROP))
