@@ -93,11 +93,11 @@ def defines_env(variant: str) -> dict:
     return {"KDSL_DEFINES": " ".join(defines) or None, **dict(item.split("=", 1) for item in switches)}
 
 
-def compare(kern, name: str, envs: dict, shape, reps: int) -> None:
+def compare(kern, name: str, envs: dict, shape, reps: int, seed: int | None = None) -> None:
     """Time kern's backward alone at shape (B, H, M, N, D[, Hkv]) under each of envs ({label: env for
     load_variant}), in turns on the same inputs, and print a row a label (the first: the base)."""
     B, H, M, N, D, Hkv = shape if len(shape) == 6 else (*shape, shape[1])
-    q, k, v, caps = attention_inputs(kern.ir, B, H, Hkv, M, N, D)
+    q, k, v, caps = attention_inputs(kern.ir, B, H, Hkv, M, N, D, seed=seed)
     cap_list = [caps[t.name] for t in kern.captures]
     out, lse = kern._run(q, k, v, cap_list, None, None, None, None, keep_lse=True)
     dout = torch.randn_like(out)
@@ -120,6 +120,7 @@ def main():
                     help="';'-separated: 'default' or -DNAME[=VALUE] ...; write --variants=\"...\" when the first "
                          "starts with -D (argparse takes a separate '-D...' for an option)")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--seed", type=int, help="inputs from this seed (odd: bool captures sorted along their rows)")
     args = ap.parse_args()
     shape = tuple(map(int, args.shape.split(",")))
     B, H, M, N, D = shape[:5]
@@ -127,7 +128,7 @@ def main():
     print(f"device: {torch.cuda.get_device_name()}; backward alone, B={B} H={H}{gqa} M={M} N={N} D={D}, us")
     for name in args.programs.split(","):
         kern = getattr(kdsl.load(args.file or ROOT / "samples" / f"{name}.kd"), name)
-        compare(kern, name, {var: defines_env(var) for var in args.variants.split(";")}, shape, args.reps)
+        compare(kern, name, {var: defines_env(var) for var in args.variants.split(";")}, shape, args.reps, args.seed)
 
 
 def time_in_turns(variants, reps, install, run):
