@@ -50,6 +50,9 @@ CAPTURES = {
     # warps find rows with no zero, passes/stream_mask.py), and a block-sparse table read at
     # each tile's corners (mask_analysis)
     "head_bytes": (["hsel: u8[B, H, M, N]"], None, "hsel[b, h, i, j] > 0"),
+    # a per-head i8 level against a threshold: its summary's exact min / max, stopped at the
+    # threshold's flip (mask_analysis.summary_saturation)
+    "head_levels": (["hlev: i8[B, H, M, N]"], None, "hlev[b, h, i, j] >= 2"),
     "block_table": (["blk: bool[B, H, 16, 16]"], None, "blk[b, h, min(i // 128, 15), min(j // 128, 15)]"),
 }
 GQA_ONLY = {"kv_head_keep"}  # reads Hkv, which only grouped k and v declare
