@@ -21,6 +21,7 @@ done
 # decode with a per-head mask [B, H, 1, N]: the summary is one more launch a call
 for seed in 1 0; do
   timeout 120 python3 tools/dev/attrs_sweep.py --reps 20 --seed $seed \
+    "tools/dev/head_mask_parts.kd:head_bool:1,16,1,4096,128:KDSL_TILE_SUMMARY_HEADS=0" \
     "tools/dev/head_mask_parts.kd:head_bool:64,16,1,4096,128:KDSL_TILE_SUMMARY_HEADS=0" \
     "tools/dev/head_mask_parts.kd:head_bytes:8,32,1,16384,128:KDSL_TILE_SUMMARY_HEADS=0" \
     > "$OUT/decode-heads-seed$seed.log" 2>&1
