@@ -268,7 +268,7 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
     mask = low.func("mask")
     if mask is not None:
         per_element = np.broadcast_to(eval_numpy(mask, env, captures), s.shape)
-        summarised = bool(mask_analysis.summary_slots(low))
+        summarised, stops = bool(mask_analysis.summary_slots(low)), summary_stops(low)
         # the wgmma backwards keep a partial tile's keys by the interval where the mask reads data
         # (attention_bwd_wgmma.cuh kGuardByKeys) and tile_keys holds: so does this walk
         by_bounds = plan.body != "attention_bwd" and low.func("kv_lo") is not None and \
@@ -278,7 +278,7 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
                 q1, k1 = min(q0 + tm, M) - 1, min(k0 + tn, N) - 1
                 cls = np.full((B, H), "partial") if summarised else \
                     _classify(low.func("tile_empty"), low.func("tile_full"), dims, captures, B, H, q0, q1, k0, k1,
-                              summary_stops(low))
+                              stops)
                 block = per_element[:, :, q0:q1 + 1, k0:k1 + 1]
                 if by_bounds:
                     row = {**env, "q": env["q"][:, :, q0:q1 + 1], "k0": k0}
@@ -286,7 +286,7 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
                     keys = (cols >= eval_numpy(low.func("kv_lo"), row, captures)) & \
                         (cols <= eval_numpy(low.func("kv_hi"), row, captures))
                     by_keys = np.ones((B, H), bool) if low.func("tile_keys") is None else \
-                        _holds(low.func("tile_keys"), dims, captures, B, H, q0, q1, k0, k1, summary_stops(low))
+                        _holds(low.func("tile_keys"), dims, captures, B, H, q0, q1, k0, k1, stops)
                     block = np.where(by_keys[..., None, None], keys, block)
                 keep[:, :, q0:q1 + 1, k0:k1 + 1] = np.where((cls == "full")[..., None, None], True, block) & \
                     (cls != "empty")[..., None, None]
