@@ -18,7 +18,8 @@ Data read at both q and kv and shared by the heads (torch's attn_mask `keep[b, i
 summary entry per (b, q tile, kv tile), so the all-false blocks of a block-diagonal, padded or
 banded dense mask are skipped and its all-true ones run unchecked, as FlexAttention's BlockMask
 has them; per-head data (`keep[b, h, i, j]`) too, an entry per (b, h, block). A bool element is
-bounded as 0 / 1. Not where the score itself loads data per element (whole_tiles). A load whose indices each take at most two values over the block
+bounded as 0 / 1. Not where the score itself loads data per element (whole_tiles). A load whose
+indices each take at most two values over the block
 (`blocks[b, h, i // 128, j // 128]`, a block-sparse table) is read at those values: exact where
 no tile straddles a block, with no summary. What is left stays unknown and falls back to the
 per-element check.
@@ -260,6 +261,7 @@ class _Analysis:
     def __init__(self, whole: str = "", tensors=()):
         self.whole = whole  # which data read at q and kv may be bounded over the whole block
         self.tensors = {t.name: t for t in tensors}  # for _corners: element types and shapes
+        self._corner_memo: dict = {}  # _corners per load: _whole_block asks before _truth does
         self._costs: dict[int, tuple[ir.Expr, int, int]] = {}  # id -> (expr kept alive, nodes, depth)
 
     def _cost(self, e: ir.Expr) -> tuple[int, int]:
@@ -317,6 +319,11 @@ class _Analysis:
         return Interval(op("i32", "where", narrow, join("min"), lo), op("i32", "where", narrow, join("max"), hi))
 
     def _corners(self, e: ir.Load) -> tuple[ir.Expr, list[ir.Load]] | None:
+        if e not in self._corner_memo:
+            self._corner_memo[e] = self._corners_of(e)
+        return self._corner_memo[e]
+
+    def _corners_of(self, e: ir.Load) -> tuple[ir.Expr, list[ir.Load]] | None:
         """A load whose indices that vary over the block (two at most) each take at most two
         values on it (`blocks[b, h, i // 128, j // 128]` on a tile of up to 129 rows and keys):
         the condition that they do, and the loads at every combination of those values. Each
