@@ -7,7 +7,7 @@ import hashlib
 import io
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -177,6 +177,7 @@ class BackwardPlan:
     buffers: int   # Q / dO buffers; attention_bwd.cuh takes one where two do not fit; 0: none fits
     dq_tiles: bool = False  # dq_acc in 64-row tiles of fragment order (attention_bwd_wgmma.cuh), else [B, H, M, D] rows
     tma: bool = False  # Q and dO by TMA: the device function is body + "_tma", taking their tensor maps first
+    streams: int = 0   # the rings whose step tiles the wgmma body copies (KDSL_BWD_STREAM; backward_plan_for)
 
     @property
     def function(self) -> str:
@@ -216,7 +217,7 @@ def backward_plan(d: int, dv: int, target, kind: str = "", loads: str = "") -> B
     tma = loads != "cp_async"
     bars = 16  # QdoByTma's two mbarriers (their room is kept under cp.async loads too)
     if kind == "wgmma":  # BwdWgCfg: 128 keys, two Q / dO buffers, dS^T, two fp32 64-row dQ tiles
-        rows, bn = (128 if dp == dvp == 64 else 64), 128  # kRows: the buffers' query rows
+        rows, bn = _wgmma_backward_rows(d, dv), 128
         smem = (1024 + 2 * (bn * (dp + dvp) + 2 * rows * (dp + dvp) + bn * rows) + 2 * 64 * dp * 4 + 2 * 2 * 4 * rows
                 + bars)
         return BackwardPlan("attention_bwd_wgmma", "kdsl/attention_bwd_wgmma.cuh", smem, 256, bn, 2, dq_tiles=True,
@@ -229,6 +230,29 @@ def backward_plan(d: int, dv: int, target, kind: str = "", loads: str = "") -> B
     buffers = next((n for n in (2, 1) if _mma_backward_smem(d, dv, n) <= target.smem_per_block), 0)
     return BackwardPlan("attention_bwd", "kdsl/attention_bwd.cuh", _mma_backward_smem(d, dv, buffers or 1), 256,
                         tiling.BACKWARD_TILE, buffers)
+
+
+def _wgmma_backward_rows(d: int, dv: int) -> int:
+    """Query rows the wgmma backward's buffers hold (BwdWgCfg::kRows)."""
+    return 128 if -(-d // 64) == -(-dv // 64) == 1 else 64
+
+
+def backward_plan_for(k: ir.Kernel, target) -> BackwardPlan:
+    """backward_plan at k's head dims, with the rings of streamed tensors (passes/streaming.py)
+    whose step tiles the wgmma body copies for the mask (attention_bwd_stream.cuh): every ring
+    the mask reads, double-buffered as Q and dO are, where they fit beside the kernel's other
+    buffers (a 1-byte mask at head dim 128: 16 KB of the 17 left); else none, and the mask reads
+    global memory per element."""
+    d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
+    plan = backward_plan(d, dv, target)
+    reads = streaming.mask_reads(k)
+    if plan.body != "attention_bwd_wgmma" or not reads:
+        return plan
+    extra = sum(2 * _wgmma_backward_rows(d, dv) * plan.keys * streaming.ELEM_BYTES[k.tensor(n).dtype] for n in reads)
+    if plan.smem + extra > target.smem_per_block:
+        return plan
+    bits = sum(1 << i for i, n in enumerate(streaming.streamed(k)) if n in reads)
+    return replace(plan, smem=plan.smem + extra, streams=bits)
 
 
 def backward_step_rows(k: ir.Kernel, target) -> int:
@@ -288,7 +312,7 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
                         "dqkf": "((float)(q - kv))"}, captures)
     score = k.func("score") or ir.Var("f32", "s")
     dscore = score_grad.score_grad(k)
-    plan = backward_plan(d, dv, target)
+    plan = backward_plan_for(k, target)
     # the mma kernel's one source serves both buffer counts (KDSL_BWD_BUFFERS, runtime/programs.py)
     smem, smem_single = ((_mma_backward_smem(d, dv, 2), _mma_backward_smem(d, dv, 1)) if plan.body == "attention_bwd"
                          else (plan.smem, plan.smem))
@@ -298,7 +322,8 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
     search = backward_tile_search(k)  # so is how a CTA finds its next step
     prelude = ("#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "") + (
         f"#ifndef KDSL_BWD_BM\n#define KDSL_BWD_BM {rows}\n#endif\n" if rows != 64 else "") + (
-        f"#ifndef KDSL_BWD_WARP_SKIP\n#define KDSL_BWD_WARP_SKIP {search}\n#endif\n" if search != 1 else "")
+        f"#ifndef KDSL_BWD_WARP_SKIP\n#define KDSL_BWD_WARP_SKIP {search}\n#endif\n" if search != 1 else "") + (
+        f"#define KDSL_BWD_STREAM {plan.streams}\n" if plan.streams else "")
     src = _env().get_template("attention_backward.cu.j2").render(
         prelude=prelude, version=__version__,
         source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, dp=-(-d // 64) * 64,
@@ -364,13 +389,18 @@ def _capture_grad_code(k: ir.Kernel, natural: CEmitter, captures: dict) -> dict:
 
 def _stream(k: ir.Kernel, name: str | None, c: CEmitter) -> dict:
     """A ring's streamed tensor (passes/streaming.py) as the Variant declares it: its element's C
-    type and bytes (0: no ring), its rank and leading indices (the TMA box's coordinates), and
-    the type its element arrives as."""
+    type and bytes (0: no ring), its rank and leading indices (the TMA box's coordinates), the
+    type its element arrives as, and a pointer to its row q's first element."""
     t = k.tensor(name) if name else None
+    # row q's element at kv = 0, as bytes (the wgmma backward copies the tiles by cp.async)
+    row = ir.Load(t.dtype, name, streaming.lead_indices(k, name) + (ir.Var("i32", "q"), ir.Const("i32", 0))) \
+        if t else None
     return dict(ctype=_ELEM_CTYPE[t.dtype] if t else "float", bytes=streaming.ELEM_BYTES[t.dtype] if t else 0,
                 rank=len(t.shape) if t else 0,
                 lead=[c(i) for i in reversed(streaming.lead_indices(k, name))] if t else [],
-                value="float" if not t or t.dtype in streaming.FLOAT_ELEMS else "int")
+                value="float" if not t or t.dtype in streaming.FLOAT_ELEMS else "int",
+                row=f"reinterpret_cast<const kdsl::u8*>({c.captures[name].field} + {c.linear_index(row)})" if t
+                else "nullptr")
 
 
 def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:

@@ -20,7 +20,7 @@ import os
 
 from ..codegen import emit
 from ..errors import LaunchError
-from ..passes import tiling
+from ..passes import streaming, tiling
 from ..passes.exp2_fold import LOG2E
 from .driver import ArgPack, Launcher, WarpKernel
 from . import geometry, summary
@@ -108,6 +108,10 @@ def backward(kernel, q, k, v, out, dout, lse, dlse, caps, scale, want_caps=()):
     launch = kernel._plans.get(key)
     if launch is None:  # checks and choices that depend only on the call's signature: once
         launch = kernel._plans[key] = _BackwardLaunch(kernel, q, k, v, caps, scale, want)
+    if any(_ptr(caps[t]) & 15 for t in launch.stream_args):  # cp.async copies 16-byte chunks
+        key += ("no stream",)
+        launch = kernel._plans.get(key) or kernel._plans.setdefault(
+            key, _BackwardLaunch(kernel, q, k, v, caps, scale, want, stream=False))
     cap_grads = {t.name: torch.zeros(c.shape, dtype=torch.float32, device=c.device)
                  for t, c, w in zip(kernel.captures, caps, want) if w}
     if launch.loaded is None:  # nothing to launch (B, H, M or N is 0)
@@ -156,13 +160,15 @@ class _BackwardLaunch:
     """A backward call's launches for one signature (shapes, dtypes, devices, scale, the
     captured tensors whose gradients are wanted): the checked call, the loaded kernel, its grid
     and parameters but the pointers, and its helpers (delta before it, dQ's rows after).
-    Cached in the kernel's plans, as the forward's Plan is."""
+    Cached in the kernel's plans, as the forward's Plan is. stream=False: the program that
+    reads the mask's streamed tensors per element (one whose data pointer is not 16-byte
+    aligned); a row not a whole number of 16-byte chunks takes it by itself."""
 
-    def __init__(self, kernel, q, k, v, caps, scale, want):
+    def __init__(self, kernel, q, k, v, caps, scale, want, stream: bool = True):
         infos, dims, s = kernel.validate(q, k, v, caps, None, None, scale)
         B, H, M, D = q.shape
         Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
-        self.loaded = None
+        self.loaded, self.stream_args = None, ()
         if 0 in (B, H, M, N):
             return
         self.device = kernel._device(infos)
@@ -175,7 +181,14 @@ class _BackwardLaunch:
         head_splits, query_splits = splits(kernel, B, H, Hkv, M, N, D, Dv, self.device)
         self.splits = head_splits * query_splits  # the partial sums of dK and dV
         self.loaded, plan, extra, self.graded, lowered = _program(kernel, D, Dv, self.device, any(want),
-                                                                  query_splits > 1)
+                                                                  query_splits > 1, stream)
+        # the captured tensors whose tiles the kernel copies for the mask (emit.backward_plan_for)
+        self.stream_args = tuple(next(i for i, t in enumerate(kernel.captures) if t.name == n)
+                                 for r, n in enumerate(streaming.streamed(lowered)) if stream and plan.streams >> r & 1)
+        if any(caps[t].shape[-1] * caps[t].element_size() % 16 for t in self.stream_args):
+            self.stream_args = ()
+            self.loaded, plan, extra, self.graded, lowered = _program(kernel, D, Dv, self.device, any(want),
+                                                                      query_splits > 1, False)
         # dQ is summed over the key blocks in fp32: as 64-row tiles in fragment order, or rows
         tiles, dp = -(-M // 64), -(-D // 64) * 64
         self.dq_shape = (B, H, tiles, 64 * dp) if plan.dq_tiles else (B, H, M, D)
@@ -258,10 +271,10 @@ def splits(kernel, B: int, H: int, Hkv: int, M: int, N: int, D: int, Dv: int, de
     return head_splits, query_splits
 
 
-def backward_program(capture_grads: bool, query_split: bool) -> Program:
-    """The backward's program: whether it adds captured tensors' gradients and whether its CTAs
-    may split their query tiles."""
-    return Program(backward=True, capture_grads=capture_grads, query_split=query_split)
+def backward_program(capture_grads: bool, query_split: bool, stream: bool = True) -> Program:
+    """The backward's program: whether it adds captured tensors' gradients, whether its CTAs
+    may split their query tiles and whether it copies the mask's streamed tensors' tiles."""
+    return Program(backward=True, capture_grads=capture_grads, query_split=query_split, stream=stream)
 
 
 def param_kinds(nmaps: int, ncap: int, nextra: int, ngrad: int, query_split: bool = False) -> list[str]:
@@ -330,13 +343,15 @@ def half_col(width: int, wg: int, j: int) -> int:
     return (2 * (j // 8) + wg) * 64 + 8 * (j % 8) if j < 8 * pairs else 128 * pairs + wg * half + 8 * (j - 8 * pairs)
 
 
-def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False, query_split: bool = False):
-    """The loaded backward kernel for these head dims, its plan (emit.backward_plan: launch and
-    dq_acc's layout), the dims only captured tensors bind (extra int parameters), the
-    captured tensors it has gradient buffers for (in parameter order) and the lowered kernel it
-    was built from, built once per kernel, device, whether it adds those gradients and whether
-    its CTAs may split their query tiles (AttnArgs::query_splits: a program of its own)."""
-    key = ("backward", d, dv, device, capture_grads, query_split)
+def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False, query_split: bool = False,
+             stream: bool = True):
+    """The loaded backward kernel for these head dims, its plan (emit.backward_plan_for: launch,
+    dq_acc's layout, the mask's copied tiles), the dims only captured tensors bind (extra int
+    parameters), the captured tensors it has gradient buffers for (in parameter order) and the
+    lowered kernel it was built from, built once per kernel, device, whether it adds those
+    gradients, whether its CTAs may split their query tiles (AttnArgs::query_splits) and whether
+    it copies the mask's streamed tensors (stream; each a program of its own)."""
+    key = ("backward", d, dv, device, capture_grads, query_split, stream)
     if key not in kernel._loaded:
         from ..passes import score_grad
         from ..passes.target import get_target
@@ -348,7 +363,8 @@ def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False, 
                               f"shared memory, more than {target.arch}'s {target.smem_per_block // 1024} KB a block; "
                               f"smaller head dims fit")
         built = build(kernel._kernel_ir(), kernel._arch(), d, value_dim=dv,
-                      program=backward_program(capture_grads, query_split))
+                      program=backward_program(capture_grads, query_split, stream))
+        plan = emit.backward_plan_for(built.kernel, target)  # its smem holds the mask's copied tiles
         kernel._loaded[key] = (Loaded(built.compiled.cubin, built.generated.entry, plan.smem), plan,
                                built.generated.capture_dims, score_grad.capture_grad_tensors(built.kernel), built.kernel)
     return kernel._loaded[key]

@@ -25,7 +25,8 @@ QUERY_SPLIT_OPTION = "-DKDSL_BWD_QUERY_SPLIT=1"  # attention_common.cuh
 @dataclass(frozen=True)
 class Program:
     split_kv: bool = False  # each item writes one key range's partial result; `<entry>_combine` (runtime/splitkv.py)
-    stream: bool = True     # a streamed capture (passes/streaming.py) by TMA; False: loaded per element
+    stream: bool = True     # a streamed capture (passes/streaming.py) by TMA (the backward's: by cp.async);
+                            # False: loaded per element
     affine: bool = True     # a score affine in the key position in that form (passes/affine_score.py);
                             # False: as written, for a scale that makes the form's factor F <= 0
     backward: bool = False  # the backward kernel (emit.backward_plan), a source of its own
@@ -47,6 +48,8 @@ class Program:
                 options.append(CAPTURE_GRADS_OPTION)
             if self.query_split:
                 options.append(QUERY_SPLIT_OPTION)
+            if not self.stream and lowered.attr("stream_capture"):  # the mask's tiles copied by cp.async
+                options.append(NO_STREAM_OPTION)
             return options
         if self.split_kv:
             if lowered.kind != "attention" or lowered.attr("kernel") != "wgmma":

@@ -136,7 +136,7 @@ KDSL_DEVICE void mma_atb(float (&acc)[NT][4], u32 sa, int m0, u32 sb, int c0, in
 
 }  // namespace attn_bwd_detail
 
-template <int D, int DV>
+template <int D, int DV, class V = void>  // (V: the wgmma kernel's streamed tiles; none here)
 __host__ __device__ constexpr int attention_bwd_smem_bytes() { return attn_bwd_detail::BwdCfg<D, DV>::kSmemBytes; }
 template <int D, int DV>
 __host__ __device__ constexpr int attention_bwd_threads() { return attn_bwd_detail::BwdCfg<D, DV>::kThreads; }

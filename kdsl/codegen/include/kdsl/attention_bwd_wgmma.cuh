@@ -29,13 +29,15 @@
 // _tma form's first two parameters are tensor maps over q and dout, QdoByTma's):
 //   grid  = ceil(N / 128) * Hkv * B * splits CTAs (attention_common.cuh, backward_block)
 //   block = 256 threads
-//   dynamic shared memory = attention_bwd_wgmma_smem_bytes<D, DV>() (1024 of it alignment slack)
+//   dynamic shared memory = attention_bwd_wgmma_smem_bytes<D, DV, V>() (1024 of it alignment slack;
+//   V's streamed mask tensors' tiles: attention_bwd_stream.cuh)
 //   dq_acc: zeroed fp32 [B, H, ceil(M / 64), 64 * DP], in fragment order: element (row r, column c)
 //   of a tile at ((((wg * 4 + w) * DP / 16 + j) * 32 + lane) * 4 + 2 hh + e) for r = 16 w + 8 hh
 //   + lane / 4 and c = wg * DP / 2 + 8 j + 2 (lane % 4) + e; dQ / scale (dS is summed without
 //   the softmax scale; attention_bwd_rows.cuh dq_tiles_to_rows applies it)
 #pragma once
 
+#include "kdsl/attention_bwd_stream.cuh"
 #include "kdsl/attention_common.cuh"
 #include "kdsl/hopper.cuh"
 #include "kdsl/wgmma_ops_bwd.cuh"
@@ -83,7 +85,9 @@ namespace kdsl {
 
 namespace attn_bwd_wg_detail {
 
-template <int D, int DV>
+// S1, S2: element bytes of the streamed mask tensors whose step tiles it keeps (0: none;
+// attention_bwd_stream.cuh), double-buffered as Q and dO are.
+template <int D, int DV, int S1 = 0, int S2 = 0>
 struct BwdWgCfg {
   static constexpr int BN = 128;  // keys per CTA, 64 a warpgroup
   static constexpr int DP = (D + 63) / 64 * 64, DVP = (DV + 63) / 64 * 64;  // padded head dims
@@ -101,7 +105,9 @@ struct BwdWgCfg {
   static constexpr int kDQBuf = 64 * DP * 4;  // a step's dQ tile in fp32, two of them (one being added out)
   static constexpr int kDS = kDO + NB * kDOBuf, kDQ = kDS + BN * kRows * 2, kLse = kDQ + 2 * kDQBuf;
   static constexpr int kDelta = kLse + NB * kRows * 4, kBar = kDelta + NB * kRows * 4;  // kBar: QdoByTma's mbarriers
-  static constexpr int kSmemBytes = 1024 + kBar + 16;
+  static constexpr int kStream1Buf = kRows * BN * S1, kStream2Buf = kRows * BN * S2;
+  static constexpr int kStream1 = kBar + 16, kStream2 = kStream1 + NB * kStream1Buf;
+  static constexpr int kSmemBytes = 1024 + kStream2 + NB * kStream2Buf;
   static_assert(D % 16 == 0 && DV % 16 == 0 && DP <= 128 && DVP <= 128, "head dims: multiples of 16 up to 128");
   static_assert(KDSL_BWD_BUFFERS == 2, "the wgmma backward always double-buffers");
   static_assert(BM == 64 || BM == 128, "KDSL_BWD_BM: 64 or 128 query rows a step");
@@ -261,12 +267,14 @@ KDSL_DEVICE void key_parts(const AttnArgs& a, const Captures& c, int b, int h, i
 // take once at the end), in p and ds; both 0 where the element is not kept. kGuard (an
 // ElementGuard) checks the bounds, a row that saw no key (lse = -inf) and the mask where the
 // tile (class cls) is not full, or its key interval; kGuardNone keeps every element. kt: the
-// score's key part at kv (key_parts). Captured tensors' gradient shares go to ug (step-uniform)
-// and, for an offset-indexed load, to offset_share(share).
-template <class V, class G, int kGuard, class OffsetShare>
+// score's key part at kv (key_parts); mask_of() the mask at (q, kv) (V::mask, or V::mask_at on
+// the step's streamed tiles: attention_bwd_stream.cuh). Captured tensors' gradient shares go
+// to ug (step-uniform) and, for an offset-indexed load, to offset_share(share).
+template <class V, class G, int kGuard, class MaskOf, class OffsetShare>
 KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
                                int cls, int b, int h, int q, int kv, float kt, float s, float dp, float row_lse,
-                               float row_delta, float* ug, float& p, float& ds, OffsetShare offset_share) {
+                               float row_delta, float* ug, float& p, float& ds, const MaskOf& mask_of,
+                               OffsetShare offset_share) {
   bool keep = true;
   if constexpr (kGuard) {
     keep = q < a.M && kv < a.N && row_lse != neg_inf();
@@ -276,7 +284,7 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
       V::key_bounds(a, c, b, h, q, kv & -V::kTileKV, lo, hi);
       keep = keep && kv >= lo && kv <= hi;
     } else if (V::kHasMask && cls != kTileFull && keep) {
-      keep = V::mask(a, c, b, h, q, kv);
+      keep = mask_of();
     }
   }
   p = ds = 0.f;
@@ -407,9 +415,10 @@ KDSL_DEVICE void copy_row_stats(u32 slse, u32 sdelta, int buf, const float* lse,
 
 }  // namespace attn_bwd_wg_detail
 
-template <int D, int DV>
+template <int D, int DV, class V>
 __host__ __device__ constexpr int attention_bwd_wgmma_smem_bytes() {
-  return attn_bwd_wg_detail::BwdWgCfg<D, DV>::kSmemBytes;
+  return attn_bwd_wg_detail::BwdWgCfg<D, DV, attn_bwd_wg_detail::bwd_ring1_bytes<V>(),
+                                      attn_bwd_wg_detail::bwd_ring2_bytes<V>()>::kSmemBytes;
 }
 template <int D, int DV>
 __host__ __device__ constexpr int attention_bwd_wgmma_threads() { return attn_bwd_wg_detail::BwdWgCfg<D, DV>::kThreads; }
@@ -426,7 +435,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
                                           const float* delta, float* dq_acc, Elem* dk, Elem* dv,
                                           const typename G::CaptureGrads& cg) {
   using namespace attn_bwd_wg_detail;
-  typedef BwdWgCfg<D, DV> C;
+  typedef BwdWgCfg<D, DV, bwd_ring1_bytes<V>(), bwd_ring2_bytes<V>()> C;
   constexpr int BM = C::BM, BN = C::BN, DP = C::DP, DVP = C::DVP, T = C::kThreads, QB = C::QB;
   // dQ's split: a 64-query step gives each warpgroup half of the columns, a 128-query one each
   // warpgroup one 64-query block (64-row tile of dq_acc) of all DP columns
@@ -472,8 +481,21 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
       load_tile<Elem, DV, DVP, BM, T>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
     }
     copy_row_stats<BM>(base + C::kLse, base + C::kDelta, buf, lse, delta, row0, m0, M, tid);
+    const int hq = h0 + st.hq;  // the mask's streamed tiles (attention_bwd_stream.cuh)
+    if constexpr (kBwdCopy1<V>)
+      copy_stream_tile<bwd_ring1_bytes<V>(), BM, BN, T>(
+          base + C::kStream1 + buf * C::kStream1Buf, [&](int q) { return V::stream_row(a, c, b, hq, q); }, m0, M, n0,
+          N, tid);
+    if constexpr (kBwdCopy2<V>)
+      copy_stream_tile<bwd_ring2_bytes<V>(), BM, BN, T>(
+          base + C::kStream2 + buf * C::kStream2Buf, [&](int q) { return V::stream2_row(a, c, b, hq, q); }, m0, M, n0,
+          N, tid);
     cp_async_commit();
   };
+
+  // Where this thread's elements sit in the mask's copied tiles (attention_bwd_stream.cuh)
+  const StreamLanes<typename V::StreamElem, BM> lanes1(wg, warp, g, t);
+  const StreamLanes<typename V::Stream2Elem, BM> lanes2(wg, warp, g, t);
 
   // This warpgroup's 64 keys: rows 64 wg.. of every 64-column block of K and V.
   const u32 sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128;
@@ -511,6 +533,8 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
+    const u8* const sS1 = smem + C::kStream1 + buf * C::kStream1Buf;
+    const u8* const sS2 = smem + C::kStream2 + buf * C::kStream2Buf;
     cur = nxt;
 
     // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x the step's BM queries
@@ -552,8 +576,20 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
               const int i = 32 * qb + 4 * j + 2 * hh + e, q = m0 + col + e, kv = key0 + 8 * hh;
               const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
               float p, ds;
+              // the mask at (q, kv): from the step's copied tiles where it reads streamed tensors
+              const auto mask_of = [&] {
+                if constexpr (kBwdStreamMask<V>) {
+                  typename StreamValueOf<typename V::StreamElem>::T sv1{};
+                  typename StreamValueOf<typename V::Stream2Elem>::T sv2{};
+                  if constexpr (kBwdCopy1<V>) sv1 = lanes1.at(sS1, 64 * qb + 8 * j, e, hh);
+                  if constexpr (kBwdCopy2<V>) sv2 = lanes2.at(sS2, 64 * qb + 8 * j, e, hh);
+                  return V::mask_at(a, c, b, h, q, kv, sv1, sv2);
+                } else {
+                  return V::mask(a, c, b, h, q, kv);
+                }
+              };
               element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, kt[hh], s[i], dp[i], row_lse, row_delta, ug, p, ds,
-                                          [&](float share) { od[(j - hh) & 1][e] += share; });
+                                          mask_of, [&](float share) { od[(j - hh) & 1][e] += share; });
               s[i] = p;
               dp[i] = ds;
             }

@@ -228,7 +228,7 @@ KDSL_DEVICE void stage_dq(u32 part0, float* dst, const float (&d)[4 * N_TILES], 
 
 }  // namespace attn_bwd_wide_detail
 
-template <int D, int DV>
+template <int D, int DV, class V = void>  // (V: the wgmma kernel's streamed tiles; none here)
 __host__ __device__ constexpr int attention_bwd_wgmma_wide_smem_bytes() {
   return attn_bwd_wide_detail::BwdWideCfg<D, DV>::kSmemBytes;
 }
@@ -377,6 +377,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
             const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
             float p, ds;
             element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, kt[hh], sv, dpv, row_lse, row_delta, ug, p, ds,
+                                        [&] { return V::mask(a, c, b, h, q, kv); },
                                         [&](float share) { G::add_offset_grad(a, c, cg, b, h, q - kv, share); });
             pv[e] = p;
             dv2[e] = ds;
