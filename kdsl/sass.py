@@ -93,6 +93,8 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
     other["WARPGROUP.DEPBAR"] = len(re.findall(r"\bWARPGROUP\.DEPBAR\b", code))
     # warp votes (__ballot_sync): the backward's 32-wide search for its next step
     other["VOTE"] = len(re.findall(r"\bVOTE\.", code))
+    # 1-byte global loads: a bool / u8 / i8 mask read element by element
+    other["LDG.8"] = len(re.findall(r"\bLDG(?:\.\w+)*?\.[US]8\b", code))
     spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", code))
     return SassReport(field("REG"), field("SHARED"), field("LOCAL") + field("STACK"), spills, ops, other, shapes)
 
