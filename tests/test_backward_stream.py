@@ -12,33 +12,8 @@ from kdsl.passes.target import get_target
 from kdsl.runtime.compiler import build
 from kdsl.runtime.programs import NO_STREAM_OPTION, Program
 
-SOURCE = """
-attention head_bool {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    keep: bool[B, H, M, N]
-    mask(b, h, i, j) = keep[b, h, i, j]
-}
-attention two_rings {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    keep: bool[B, M, N]; sel: u8[B, H, M, N]
-    mask(b, h, i, j) = keep[b, i, j] or sel[b, h, i, j] > 200
-}
-attention score_and_mask {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    bias: f32[B, H, M, N]; keep: bool[B, M, N]
-    score(s, b, h, i, j) = s + bias[b, h, i, j]
-    mask(b, h, i, j) = keep[b, i, j]
-}
-attention float_mask {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    w: f32[B, H, M, N]
-    mask(b, h, i, j) = w[b, h, i, j] > 0.0
-}
-attention causal {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    mask(b, h, i, j) = j <= i
-}
-"""
+from stream_masks import SOURCE
+
 MOD = kdsl.compile(SOURCE)
 SM90 = get_target("sm_90a")
 

@@ -268,9 +268,9 @@ def test_a_streamed_mask_reads_its_tile_from_shared_memory(capture, mask, pair_r
     assert inspect(split.compiled.cubin, split.generated.entry).local_bytes <= producer_spill
 
 
-def test_only_the_forwards_partial_tiles_read_a_streamed_mask_from_shared_memory():
+def test_only_partial_tiles_with_the_tiles_in_shared_memory_read_a_streamed_mask_there():
     """mask_at() takes the streamed element; mask() keeps its global load for its other callers
-    (the tile summary, the backward), which run without the stream."""
+    (the tile summary, the wide and mma.sync backwards), which run without the stream."""
     import re
     k = kernel(None, "keep: bool[B, M, N]", "mask(b, h, i, j) = keep[b, i, j] and j <= i")
     src = build(k, "sm_90a", 64, want_cubin=False).generated.source
@@ -278,10 +278,11 @@ def test_only_the_forwards_partial_tiles_read_a_streamed_mask_from_shared_memory
     mask_at = re.search(r"bool mask_at\(.*?int sv, float sv2\) \{(.*?)\}", src, re.S).group(1)
     assert "load_bool" in mask and "sv" not in mask
     assert "sv != 0" in mask_at and "kMaskReads1 = kStreamLoads && true" in src
-    # the one caller: the forward's partial tiles, whose program has the stream
+    # its callers: the forward's partial tiles, whose program has the stream, and the wgmma
+    # backward's, which copies the mask's tiles (attention_bwd_stream.cuh)
     from kdsl.codegen.emit import INCLUDE_DIR
     callers = {p.name for p in (INCLUDE_DIR / "kdsl").glob("*.cuh") if "V::mask_at(" in p.read_text()}
-    assert callers == {"attention_wgmma.cuh"}
+    assert callers == {"attention_wgmma.cuh", "attention_bwd_wgmma.cuh"}
 
 
 def test_check_shapes_reach_the_streamed_and_the_per_element_programs():

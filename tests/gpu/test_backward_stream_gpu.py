@@ -1,50 +1,17 @@
 """The wgmma backward copying a dense mask's tiles into shared memory (attention_bwd_stream.cuh):
 masks that read a 1-byte tensor at [..., q, kv] (per head and shared, bool / u8 / i8, beside
-causal), random bits and runs, ragged M and N, rows
-that are not whole 16-byte chunks (the per-element program by shape) and a data pointer off 16
-bytes (the same program by pointer); two rings, which do not fit; a float score tensor in ring
-1 beside the mask's in ring 2. Gradients against float64 autograd of the reference."""
+causal; tests/stream_masks.py), random bits and runs, ragged M and N, rows that are not whole
+16-byte chunks (the per-element program by shape) and a data pointer off 16 bytes (the same
+program by pointer); two rings, which do not fit; a float score tensor in ring 1 beside the
+mask's in ring 2. Gradients against float64 autograd of the reference."""
 import pytest
 
 import kdsl
 
 from gradcheck import check_grads
+from stream_masks import SOURCE
 
 pytestmark = pytest.mark.gpu
-
-SOURCE = """
-attention head_bool {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    keep: bool[B, H, M, N]
-    mask(b, h, i, j) = keep[b, h, i, j]
-}
-attention shared_bool {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    keep: bool[B, M, N]
-    mask(b, h, i, j) = keep[b, i, j]
-}
-attention head_u8_causal {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    sel: u8[B, H, M, N]
-    mask(b, h, i, j) = j <= i + (N - M) and sel[b, h, i, j] > 100
-}
-attention shared_i8 {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    sel: i8[B, M, N]
-    mask(b, h, i, j) = sel[b, i, j] >= -3
-}
-attention two_rings {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    keep: bool[B, M, N]; sel: u8[B, H, M, N]
-    mask(b, h, i, j) = keep[b, i, j] or sel[b, h, i, j] > 200
-}
-attention score_and_mask {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    bias: f32[B, H, M, N]; keep: bool[B, M, N]
-    score(s, b, h, i, j) = s + bias[b, h, i, j]
-    mask(b, h, i, j) = keep[b, i, j]
-}
-"""
 
 
 @pytest.fixture(scope="module")
