@@ -2,14 +2,15 @@
 //
 // A mask that reads a dense captured tensor at [..., q, kv] (torch's boolean attn_mask, a
 // per-head keep[b, h, i, j]; passes/streaming.py names it, ring 1 or 2) was read by the
-// backward one scalar global load an element: 32-64 dependent loads a thread and step, each
-// warp load touching 4 rows (the thread's elements are keys x queries, the tensor's rows are
-// queries). Here every thread copies its share of the step's tile [m0, m0 + rows) x [n0, n0 +
-// BN) into shared memory by cp.async, beside the step's lse and delta (the same group, waited
-// for with them), and the partial tiles' elements read it there (V::mask_at).
+// backward one scalar global load an element: 32-64 loads a thread and step, each warp load
+// touching 4 rows (the thread's elements are keys x queries, the tensor's rows are queries).
+// Here every thread copies its share of the step's tile [m0, m0 + BM) x [n0, n0 + BN) into
+// shared memory by cp.async, beside the step's lse and delta (the same group, waited for with
+// them), and the partial tiles' elements read it there (V::mask_at): 2.3-3x on a random bool
+// mask's backward (H200, bench/NOTES.md sixty-eighth session).
 //
-// KDSL_BWD_STREAM (codegen/emit.py backward_streams: the rings whose tiles fit beside the
-// kernel's other buffers) says which rings: bit 0 the first streamed tensor, bit 1 the second.
+// KDSL_BWD_STREAM (codegen/emit.py backward_plan_for: every ring the mask reads, where they fit
+// beside the kernel's other buffers) says which rings: bit 0 the first streamed tensor, bit 1 the second.
 // Their room is kept in every program of the source; the copies run where the Variant's mask
 // reads the ring (kMaskReads1 / 2: not in the KDSL_STREAM_CAPTURES=0 program, which the runtime
 // takes for a tensor whose rows are not 16-byte aligned).
@@ -37,8 +38,9 @@ template <class V> constexpr int bwd_ring1_bytes() { return (KDSL_BWD_STREAM & 1
 template <class V> constexpr int bwd_ring2_bytes() { return (KDSL_BWD_STREAM & 2) ? V::kStream2ElemBytes : 0; }
 // Whether partial tiles take the mask from the copied tiles (mask_at): where every ring the
 // mask reads is kept; then a step copies those rings.
-template <class V> constexpr bool kBwdStreamMask =
-    KDSL_BWD_STREAM_MASK && V::kStreamMask && (!V::kMaskReads1 || bwd_ring1_bytes<V>() > 0) && (!V::kMaskReads2 || bwd_ring2_bytes<V>() > 0);
+template <class V> constexpr bool kBwdStreamMask = KDSL_BWD_STREAM_MASK && V::kStreamMask &&
+                                                   (!V::kMaskReads1 || bwd_ring1_bytes<V>() > 0) &&
+                                                   (!V::kMaskReads2 || bwd_ring2_bytes<V>() > 0);
 template <class V> constexpr bool kBwdCopy1 = kBwdStreamMask<V> && V::kMaskReads1;
 template <class V> constexpr bool kBwdCopy2 = kBwdStreamMask<V> && V::kMaskReads2;
 
