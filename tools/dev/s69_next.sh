@@ -20,5 +20,10 @@ for seed in 0 1; do
     echo "seed $seed D=$d"; grep -E "^\||regs" $L/heads-s$seed-d$d.log
   done
 done
+# head_bool in runs: half its tiles empty, half full, yet its backward took about a dense one's time
+# (1301 us at D=128): every launch of the backward under ncu (summary, delta, kernel, dQ rows)
+timeout 150 ncu --profile-from-start off --section SpeedOfLight --section LaunchStats python3 tools/dev/ncu_backward.py \
+  --seed=1 tools/dev/head_mask_parts.kd:head_bool 2,16,4096,128 > $L/ncu-head-bool-runs.log 2>&1
+grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput" $L/ncu-head-bool-runs.log | head -16
 timeout 200 python3 tools/gpu_fuzz.py --minutes 2.5 --grad --seed 6901 --out $L/fuzz > $L/fuzz.log 2>&1; tail -3 $L/fuzz.log
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L
