@@ -104,8 +104,10 @@ def backward_suite() -> list[Case]:
     """`kdsl bench --suite backward` (forward + backward, kdsl.bench_backward): plain and causal
     at the head dims the wgmma backwards take differently (64: 128-query steps; 128; the wide
     kernel's 192 and 256), every other sample at 128, MLA's 192 / 128, and variants.kd's
-    learned bias, T5 buckets, grouped-query ALiBi with soft-capping and causal attention with one
-    k/v head (MQA: the backward splits its query heads over CTAs). 4096 tokens a sequence."""
+    learned bias, T5 buckets, grouped-query ALiBi with soft-capping, causal attention with one
+    k/v head (MQA: the backward splits its query heads over CTAs), a dense float bias and torch's
+    boolean attn_mask (random bits, and packed documents; the backward copies its tiles). 4096
+    tokens a sequence."""
     cases = []
     for d, b in ((64, 4), (128, 2), (192, 2), (256, 2)):
         for name in ("plain", "causal"):
@@ -116,8 +118,10 @@ def backward_suite() -> list[Case]:
               for name in ATTN if name not in ("plain", "causal")]
     cases.append(Case(str(SAMPLES / "mla.kd"), "mla", dict(B=2, H=16, M=4096, N=4096, D=192, Dv=128)))
     for name, extra in (("learned_relpos", {}), ("t5_bias", {}), ("alibi_softcap_gqa", {"Hkv": 4}),
-                        ("gqa_causal", {"B": 1, "Hkv": 1})):
+                        ("gqa_causal", {"B": 1, "Hkv": 1}), ("bias_bhqk", {}), ("bool_attn_mask", {})):
         cases.append(Case(str(ROOT / "bench" / "variants.kd"), name, {**shape, **extra}))
+    # the same attn_mask holding packed documents (whole blocks skipped or run unchecked)
+    cases.append(Case(str(ROOT / "bench" / "variants.kd"), "bool_attn_mask", shape, documents={"keep": 512}))
     return cases
 
 

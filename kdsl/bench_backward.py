@@ -10,7 +10,7 @@ the first k/v head (two heads without GQA), whose gradients that slice holds who
 """
 from __future__ import annotations
 
-from .bench import SDPA_FORMS, Case, Row, _record, cudnn_attend, flex_attend, kept_pairs
+from .bench import SDPA_FORMS, Case, Row, _record, cudnn_attend, document_mask, flex_attend, kept_pairs
 
 FWD_BWD_FLOPS = 3.5  # times the forward's (FlashAttention's convention)
 
@@ -31,6 +31,9 @@ def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
     q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, Dv=Dv, seed=case.seed)
     for name, (lo, hi) in case.ints.items():
         caps[name] = torch.randint(lo, hi + 1, tuple(caps[name].shape), device=q.device, dtype=torch.int32)
+    for name, mean in case.documents.items():  # a bool mask holding packed documents, as the forward's rows
+        caps[name] = document_mask(torch, B, M, N, mean, q.device)
+        row.shape += f" documents~{mean}"
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     dout = torch.randn((B, H, M, Dv), device=q.device).to(q.dtype)
     fn = getattr(mod, case.kernel)

@@ -36,14 +36,17 @@ def test_standard_suite_shapes():
 def test_backward_suite_covers_each_backward_kernel_and_every_sample():
     """--suite backward: plain and causal at 64 (128-query steps), 128 and the wide kernel's 192
     and 256; every attention sample; variants with a learned bias and with grouped-query heads,
-    causal MQA among them (the query-head split, against cuDNN).
+    causal MQA among them (the query-head split, against cuDNN); dense captured tensors (a float
+    bias, a bool mask random and as packed documents).
     Every case is an attention case whose captured integers belong to its kernel."""
     import kdsl
     cases = bench.backward_suite()
     assert all(c.kind == "attention" for c in cases)
     for name in ("plain", "causal"):
         assert sorted(c.shape["D"] for c in cases if c.kernel == name) == [64, 128, 192, 256]
-    assert {c.kernel for c in cases} >= set(bench.ATTN) | {"mla", "learned_relpos", "alibi_softcap_gqa", "gqa_causal"}
+    assert {c.kernel for c in cases} >= set(bench.ATTN) | {"mla", "learned_relpos", "alibi_softcap_gqa", "gqa_causal",
+                                                           "bias_bhqk", "bool_attn_mask"}
+    assert any(c.kernel == "bool_attn_mask" and c.documents for c in cases)  # its mask as packed documents too
     assert any(c.shape.get("Hkv", c.shape["H"]) != c.shape["H"] for c in cases)
     assert any(c.shape.get("Hkv") == 1 and c.kernel in bench.SDPA_FORMS for c in cases)  # MQA, with cuDNN's peer
     for c in cases:
