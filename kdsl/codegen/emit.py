@@ -246,7 +246,10 @@ def backward_plan_for(k: ir.Kernel, target) -> BackwardPlan:
     d, dv = k.attr("head_dim"), k.attr("value_dim") or k.attr("head_dim")
     plan = backward_plan(d, dv, target)
     reads = streaming.mask_reads(k)
-    if plan.body != "attention_bwd_wgmma" or not reads:
+    # 1-byte elements only: a 2-byte tile misses by 16 bytes at D <= 64, so the header's wider
+    # reads (StreamLanes) have never run on a GPU
+    if plan.body != "attention_bwd_wgmma" or not reads or any(
+            streaming.ELEM_BYTES[k.tensor(n).dtype] != 1 for n in reads):
         return plan
     extra = sum(2 * _wgmma_backward_rows(d, dv) * plan.keys * streaming.ELEM_BYTES[k.tensor(n).dtype] for n in reads)
     if plan.smem + extra > target.smem_per_block:

@@ -69,9 +69,10 @@ KDSL_DEVICE void copy_stream_tile(u32 dst, const Row& row, int m0, int M, int n0
 // the wgmma backward's fragment: rows (queries) r = r8 + 2 t + e with r8 a multiple of 8, keys
 // kk = 64 wg + 16 warp + g + 8 hh. Within each 8-row group the row's offset and swizzle depend
 // on (t, e) alone and the key's chunk and byte on (wg, warp, g, hh) alone, so an element sits
-// at the tile + 128 r8 (an immediate once unrolled) + one of four per-thread offsets: ptxas
-// would otherwise hoist an address per element out of the step loop (64 registers at
-// 128-query steps, spilled).
+// at the tile + 128 r8 (an immediate once unrolled) + one of two per-thread offsets (four for
+// 4-byte elements): ptxas would otherwise hoist an address per element out of the step loop
+// (64 registers at 128-query steps, spilled). (codegen/emit.py backward_plan_for takes 1-byte
+// elements only: wider tiles do not fit, and their reads here have not run on a GPU.)
 template <class E, int ROWS>
 struct StreamLanes {
   static constexpr int S = sizeof(E);
