@@ -202,9 +202,9 @@ def test_deep_shape_expression_is_located_before_any_message_prints_it():
                                   _nest(8, "where({0} < 4, {0} % 7, 3)", "(i - j)") + " < 3",
                                   _nest(20, "abs({} % 9 - 4)", "(i - j)") + " <= 2"])
 def test_nested_abs_mod_where_masks_lower_fast_small_and_sound(mask):
-    start = time.process_time()
+    start = time.thread_time()
     sources = generate(f"mask(b, h, i, j) = {mask}")
-    assert time.process_time() - start < 1.0  # was 35 s at 10 levels of abs
+    assert time.thread_time() - start < 1.0  # was 35 s at 10 levels of abs
     assert max(map(len, sources)) < 64_000  # was 287 KB at 8 levels of abs
     k = pipeline.lower(check(f"mask(b, h, i, j) = {mask}"), get_target("sm_90a"), 64)
     rng = random.Random()
@@ -322,9 +322,9 @@ ISSUE_FILES = [source(b) for b in ISSUE_BODIES] + [
 def test_cli_compiles_or_locates(text, tmp_path, capsys):
     path = tmp_path / "p.kd"
     path.write_bytes(text.encode())
-    start = time.process_time()
+    start = time.thread_time()
     rc = cli.main(["compile", str(path), "-o", str(tmp_path / "out"), "--emit", "cuda"])
-    assert time.process_time() - start < 1.0
+    assert time.thread_time() - start < 1.0
     err = capsys.readouterr().err
     assert rc in (0, 1) and "internal error" not in err, err
     if rc == 1:
