@@ -19,8 +19,8 @@ def markdown(rows: list[Row], device: str, host: list = (), seed: int | None = N
     lines = [f"# kdsl bench on {device}", "", *inputs,
              "TFLOPS count only the work the mask leaves (2·(D + Dv) per kept (q, kv) pair; FP8: 2·rows·N·K over valid rows).",
              "Times: median of CUDA-event-timed launches, L2 flushed before each, kdsl and its peers timed in "
-             "turns (5 blocks each, interleaved, each round starting one function later). Ratio = kdsl / peer "
-             "(> 1: kdsl faster); in brackets the lowest and highest of the five blocks' ratios (a range that "
+             "turns (5 blocks each, interleaved, each round starting one function later). Ratio = peer time / "
+             "kdsl time on the same work (> 1: kdsl faster; defined when the inputs' mask kept nothing); in brackets the lowest and highest of the five blocks' ratios (a range that "
              "straddles 1 is a tie).",
              "Cold build: what a first call waits for on a first run (parse, codegen, NVRTC), measured per kernel "
              "in a fresh process with kdsl's cache empty and the CUDA driver's compute cache off; per-step "
@@ -37,7 +37,7 @@ def markdown(rows: list[Row], device: str, host: list = (), seed: int | None = N
             if "error" in p:
                 pus, pt, ratio = "", f"could not run: {p['error'][:70]}", ""
             elif p:
-                pus, pt, ratio = f"{p['ms'] * 1e3:.1f}", f"{p['tflops']:.1f}", f"{r.tflops / p['tflops']:.2f}"
+                pus, pt, ratio = f"{p['ms'] * 1e3:.1f}", f"{p['tflops']:.1f}", f"{p['ms'] / r.ms:.2f}"
                 if p.get("ratio_range"):
                     ratio += " [{:.2f}, {:.2f}]".format(*p["ratio_range"])
             else:

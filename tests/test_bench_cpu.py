@@ -63,6 +63,19 @@ def test_markdown_shows_failed_peers_and_convention():
     assert "| 1000.0 | 100.0 |" in md and "| 2000.0 | 50.0 | 2.00 |" in md and "could not run: not supported" in md and "FAILED: RuntimeError: boom" in md
 
 
+def test_a_mask_that_kept_nothing_still_gets_its_ratio():
+    """Regression: a held-out mask (an i8 level against a random per-head threshold) kept no
+    pair on the bench's inputs, so kdsl's and Flex's TFLOPS were both 0 and the report divided
+    0 by 0. The ratio is the peers' time over kdsl's, which the work cancels out of."""
+    import random
+    r = random.Random()
+    mine, theirs = r.uniform(0.03, 0.09), r.uniform(0.03, 0.09)
+    row = bench.Row("level_threshold", "B=2", ms=mine, tflops=0.0, gbps=1.0, error=0.0,
+                    peers={"flex": {"ms": theirs, "tflops": 0.0}})
+    md = bench_report.markdown([row], "GPU")
+    assert f"| 0.0 | {theirs / mine:.2f} |" in md
+
+
 def test_a_peer_ratio_carries_its_range_over_the_blocks():
     """bench._record: medians over every launch, and each peer's ratio per block (the blocks
     alternate, so each compares launches made moments apart), lowest and highest shown: a tie

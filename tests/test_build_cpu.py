@@ -45,6 +45,24 @@ def test_cold_build_measures_every_step_from_scratch():
     assert 0.01 < got["tables_once_s"] < 5
 
 
+def test_cold_build_of_a_program_whose_traced_compile_orders_instructions_otherwise(tmp_path):
+    """Regression: with NVRTC's time trace on, NVVM ordered a bool mask's byte tests otherwise
+    (same PTX instructions, other order), and the cold build refused the run as "not the same
+    program" for five of eight held-out kernels. The traced compile is held to the same kernels."""
+    f = tmp_path / "keep.kd"
+    f.write_text("attention causal_keep {\n"
+                 "    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                 "    keep: bool[B, M, N]\n"
+                 "    mask(b, h, i, j) = keep[b, i, j] and j <= i\n}\n")
+    got = coldbuild.measure(str(f), "causal_keep", 128)
+    assert got["nvvm_s"] > 0 and got["ptxas_s"] > 0
+
+
+def test_module_entries_are_read_from_its_ptx():
+    ptx = ".version 8.8\n.visible .entry kdsl_a_summary(\n\t.param .u64 p\n)\n{\n}\n.entry kdsl_a(\n)\n{\n}\n"
+    assert coldbuild.entries(ptx) == ["kdsl_a_summary", "kdsl_a"]
+
+
 def test_cold_build_refuses_to_report_a_cached_build(tmp_path, monkeypatch):
     monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
     cache.clear_memory()

@@ -79,8 +79,9 @@ def _check(status: int, what: str):
 def compile_cuda(source: str, name: str, options: list[str], want_cubin: bool = True,
                  trace: bool = False) -> Compiled:
     """Compile one translation unit; raises CompileError carrying NVRTC's log. trace=True
-    records how long each NVRTC phase took (--fdevice-time-trace) in Compiled.phases; the
-    trace option changes nothing in the output."""
+    records how long each NVRTC phase took (--fdevice-time-trace) in Compiled.phases. The
+    program is the same, but not always its bytes: the trace option can make NVVM order some
+    instructions otherwise (a bool mask under causal's byte tests did)."""
     if not trace:
         return _compile(source, name, options, want_cubin)
     with tempfile.TemporaryDirectory(prefix="kdsl-trace-") as d:
