@@ -62,6 +62,9 @@
 #ifndef KDSL_BWD_WARP_SKIP  // A/B timing: 0 every step's class one after the other, 2 by warp under any mask
 #define KDSL_BWD_WARP_SKIP 1
 #endif
+#ifndef KDSL_BWD_KEEP_ROUND  // 0: the 32-wide search forgets each round's answer (A/B timing; BwdSteps::next)
+#define KDSL_BWD_KEEP_ROUND 1
+#endif
 #ifndef KDSL_BWD_BM
 #define KDSL_BWD_BM 64
 #endif
@@ -379,8 +382,11 @@ struct BwdSteps {
   // read from the tile summary (a mask that reads data) is a load: a warp then checks 32 steps
   // at a time, one a lane, so that a run of empty tiles (the rows of other documents) costs a
   // round per 32 tiles, not a dependent load per tile, before the next step's loads can go out.
-  // Called by whole warps.
-  KDSL_DEVICE Step next(const AttnArgs& a, const typename V::Captures& c, Step st) const {
+  // The round's answer is kept (window, live: the steps window .. window + 31 that are not
+  // empty), so a CTA whose tiles are all live (random bits) waits on one load per 32 steps,
+  // not on one at every step's start (its backward took 15 % longer than one that read no
+  // summary). Called by whole warps; every lane keeps the same window.
+  KDSL_DEVICE Step next(const AttnArgs& a, const typename V::Captures& c, Step st) {
     constexpr bool kByWarp = KDSL_BWD_WARP_SKIP == 2 ? V::kHasMask : KDSL_BWD_WARP_SKIP == 1 && V::kSummaries > 0;
     if constexpr (!kByWarp) {  // classes by arithmetic: one after the other
       while (st.hq < group && tile_class(a, c, st) == kTileEmpty) st = advance(st);
@@ -388,17 +394,25 @@ struct BwdSteps {
     }
     const int lane = threadIdx.x & 31, steps = group * end;
     int it = st.hq * end + st.mt;
-    for (; it < steps; it += 32) {
-      const int mine = it + lane, hq = mine / end;
-      const unsigned live =
-          __ballot_sync(0xffffffffu, mine < steps && tile_class(a, c, Step{hq, mine - hq * end}) != kTileEmpty);
-      if (live) {
-        it += __ffs(live) - 1;
+    while (it < steps) {
+      if (!KDSL_BWD_KEEP_ROUND || it < window || it >= window + 32) {  // a round: steps it .. it + 31, one a lane
+        const int mine = it + lane, hq = mine / end;
+        window = it;
+        live = __ballot_sync(0xffffffffu, mine < steps && tile_class(a, c, Step{hq, mine - hq * end}) != kTileEmpty);
+      }
+      const unsigned ahead = live >> (it - window);
+      if (ahead) {
+        it += __ffs(ahead) - 1;
         break;
       }
+      it = window + 32;
     }
     return it < steps ? Step{it / end, it % end} : Step{group, 0};
   }
+
+ private:
+  int window = -32;
+  unsigned live = 0;
 };
 
 // A step's lse and delta (BM rows from row0, query m0 of M) into buffer buf of the shared
@@ -467,7 +481,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
   // Step cur's tiles sit in buffer buf while the next step's land in the other.
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
-  const Steps steps(blk, backward_query_tiles<BM>(a, blk));
+  Steps steps(blk, backward_query_tiles<BM>(a, blk));
   const int dq_tiles = (M + 63) / 64;  // dq_acc's 64-row tiles a (batch, head)
   QdoByTma<BM, DP, DVP> tma{tq, tdo, base + C::kBar};
   if constexpr (kTma) tma.init(tid);

@@ -283,7 +283,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
   // step's land in the other.
   typedef BwdSteps<V, BM, BN> Steps;
   typedef typename Steps::Step Step;
-  const Steps steps(blk, backward_query_tiles<BM>(a, blk));
+  Steps steps(blk, backward_query_tiles<BM>(a, blk));
   QdoByTma<BM, DP, DVP> tma{tq, tdo, base + C::kBar};
   if constexpr (kTma) tma.init(tid);
   auto issue = [&](Step st, int buf) {
