@@ -52,6 +52,9 @@
 #ifndef KDSL_TABLE_AHEAD  // 0: an offset or key table's entries are loaded when the softmax fills it (A/B)
 #define KDSL_TABLE_AHEAD 1
 #endif
+#ifndef KDSL_STREAM_SKIP_FULL  // 0: a ring only the mask reads is loaded on full tiles too (A/B)
+#define KDSL_STREAM_SKIP_FULL 1
+#endif
 #ifndef KDSL_ITEM_WARM  // 0: no Variant::item_warm where an item is taken (A/B)
 #define KDSL_ITEM_WARM 1
 #endif
@@ -267,22 +270,32 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           mbar_wait(empty_k(s), parity);
           st_shared_u32(info_kv(s), tile_info(j, cls, more));  // published by the arrive below
           st_shared_u32(item_kv(s), (u32)w);  // read at the item's first tile only
+          // A full tile evaluates no mask: a ring only the mask reads stays unloaded there (a
+          // dense u8 mask whose tiles were nearly all full read its 512 MB once more, each
+          // tile's load on the K tile's barrier; the stage's ring slot then holds stale bytes
+          // that nothing reads)
+          const bool skip = KDSL_STREAM_SKIP_FULL && cls == kTileFull;
+          const bool load1 = kStream && !(skip && !V::kScoreReads1), load2 = kStream2 && !skip;
           mbar_arrive_expect_tx(full_k(s),
-                                C::kKBytes + (kStream ? C::kStreamBytes : 0) + (kStream2 ? C::kStream2Bytes : 0));
+                                C::kKBytes + (load1 ? C::kStreamBytes : 0) + (load2 ? C::kStream2Bytes : 0));
 #pragma unroll
           for (int c = 0; c < C::kColBlocks; ++c)
             tma_load_3d(sK + s * C::kKBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);
           if constexpr (kStream) {
+            if (load1) {
 #pragma unroll
-            for (int c = 0; c < C::kStreamBlocks; ++c)
-              V::stream_tile(a, cap, ts, sS + s * C::kStreamBytes + c * BM * 128, full_k(s),
-                             j * BN + c * C::kStreamCols, q0, b, h);
+              for (int c = 0; c < C::kStreamBlocks; ++c)
+                V::stream_tile(a, cap, ts, sS + s * C::kStreamBytes + c * BM * 128, full_k(s),
+                               j * BN + c * C::kStreamCols, q0, b, h);
+            }
           }
           if constexpr (kStream2) {
+            if (load2) {
 #pragma unroll
-            for (int c = 0; c < C::kStream2Blocks; ++c)
-              V::stream2_tile(a, cap, ts2, sS2 + s * C::kStream2Bytes + c * BM * 128, full_k(s),
-                              j * BN + c * C::kStream2Cols, q0, b, h);
+              for (int c = 0; c < C::kStream2Blocks; ++c)
+                V::stream2_tile(a, cap, ts2, sS2 + s * C::kStream2Bytes + c * BM * 128, full_k(s),
+                                j * BN + c * C::kStream2Cols, q0, b, h);
+            }
           }
           mbar_wait(empty_v(s), parity);
           mbar_arrive_expect_tx(full_v(s), C::kVBytes);
