@@ -107,6 +107,21 @@ def test_a_second_ring_streams_the_tensor_the_mask_alone_reads(score, mask, capt
     assert streaming.mask_reads(k) == tuple(n for n in rings if n and n in mask)
 
 
+@pytest.mark.parametrize("score,mask,capture,reads1", [
+    ("s + bias[b, h, i, j]", None, "bias: bf16[B, H, M, N]", "true"),            # the score's ring
+    ("s + bias[i, j]", "bias[i, j] > 0.0", "bias: bf16[M, N]", "true"),          # the score's and the mask's
+    (None, "keep[b, i, j] and j <= i", "keep: bool[B, M, N]", "false"),          # the mask's alone
+    ("s + 0.1 * float(bucket[b, i, j])", "keep[b, i, j]", "bucket: u8[B, M, N]; keep: bool[B, M, N]", "true"),
+])
+def test_a_full_tile_leaves_a_ring_only_the_mask_reads_unloaded(score, mask, capture, reads1):
+    """Variant::kScoreReads1: whether the score reads ring 1, which the forward's producer then
+    loads on every tile; a ring only the mask reads (ring 2 always) it loads on partial tiles
+    alone (KDSL_STREAM_SKIP_FULL, attention_wgmma.cuh), whose full tiles evaluate no mask."""
+    k = kernel(score, capture, f"mask(b, h, i, j) = {mask}" if mask else "")
+    src = build(k, "sm_90a", 128, want_cubin=False).generated.source
+    assert f"kScoreReads1 = kStreamLoads && {reads1};" in src
+
+
 def test_tiling_fits_both_rings_or_keeps_the_first():
     k = kernel("s + bias[b, i, j]", "bias: bf16[B, M, N]; keep: bool[B, M, N]", "mask(b, h, i, j) = keep[b, i, j]")
     # head dim 128: K, V, a bf16 and a bool tile take 112 KB a stage at 128 keys, where only the

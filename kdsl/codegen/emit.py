@@ -455,7 +455,7 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         ref=dict(fixed=_on(k.attr("score_ref") is not None), value=c(ir.Const("f32", k.attr("score_ref") or 0.0))),
         stream=_stream(k, stream, c), stream2=_stream(k, k.attr("mask_stream_capture"), c),
         rings=rings, ring_maps=", ".join([f"&{r['map']}" for r in rings] + ["nullptr"] * (2 - len(rings))),
-        score_stream=_on(stream is not None and stream in streaming.score_reads(k)),
+        score_stream=_on(streaming.read_by(k, "score_log2")),  # ring 1 (ring 2 is the mask's alone)
         # the rings mask_at() reads
         mask_stream=dict(ring1=_on(stream is not None and stream in mask_reads),
                          ring2=_on(stream2 is not None and stream2 in mask_reads)),

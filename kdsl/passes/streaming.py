@@ -86,12 +86,6 @@ def mask_candidate(k: ir.Kernel, first: str | None) -> str | None:
     return None
 
 
-def score_reads(k: ir.Kernel) -> set[str]:
-    """The captured tensors the score loads (ring 1's, when it is the score's, is loaded on every
-    tile; one only the mask reads, on partial tiles alone)."""
-    return {n.tensor for n in _loads(k)["score_log2"]}
-
-
 def _loads(k: ir.Kernel) -> dict[str, list[ir.Load]]:
     return {name: [n for n in ir.walk(f) if isinstance(n, ir.Load)] if (f := k.func(name)) is not None else []
             for name in ("score_log2", "mask")}

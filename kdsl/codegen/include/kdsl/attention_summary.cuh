@@ -153,12 +153,45 @@ KDSL_DEVICE void bytes16_min_max(const uint4 w, int& lo, int& hi) {
   }
 }
 
+#ifndef KDSL_SUMMARY_STEPPED  // 1: summarize_warp_bytes steps its addresses and keeps u16x2 ranges (trial, off until timed)
+#define KDSL_SUMMARY_STEPPED 0
+#endif
+
+// The (min, max) of unsigned (kKind 2) or signed (3) bytes as two u16x2 words, each byte in a
+// 16-bit half: min and max of u16x2 are one instruction each on sm_90 (VIMNMX.U16x2, and
+// VIMNMX3 of three), where bytes16_min_max's byte SIMD ones take ~6. Signed bytes are biased
+// by 0x80, which makes their order the unsigned one. A lane that added nothing reads as the
+// empty range (lo the largest byte, hi the smallest), which min / max folds leave unchanged.
+template <int kKind>
+struct ByteRange {
+  static constexpr unsigned kHalves = 0x00ff00ffu, kBias = kKind == 3 ? 0x80808080u : 0u;
+  unsigned m = kHalves, M = 0u;
+  KDSL_DEVICE void add(uint4 w) {
+    w.x ^= kBias, w.y ^= kBias, w.z ^= kBias, w.w ^= kBias;
+    // bytes 0 and 2 (1 and 3) of a word into its 16-bit halves: one PRMT each
+    const unsigned e0 = __byte_perm(w.x, 0u, 0x4240u), e1 = __byte_perm(w.y, 0u, 0x4240u),
+                   e2 = __byte_perm(w.z, 0u, 0x4240u), e3 = __byte_perm(w.w, 0u, 0x4240u);
+    const unsigned o0 = __byte_perm(w.x, 0u, 0x4341u), o1 = __byte_perm(w.y, 0u, 0x4341u),
+                   o2 = __byte_perm(w.z, 0u, 0x4341u), o3 = __byte_perm(w.w, 0u, 0x4341u);
+    m = __vminu2(m, __vminu2(__vminu2(__vminu2(e0, e1), __vminu2(e2, e3)), __vminu2(__vminu2(o0, o1), __vminu2(o2, o3))));
+    M = __vmaxu2(M, __vmaxu2(__vmaxu2(__vmaxu2(e0, e1), __vmaxu2(e2, e3)), __vmaxu2(__vmaxu2(o0, o1), __vmaxu2(o2, o3))));
+  }
+  KDSL_DEVICE int lo() const { return imin((int)(m & 0xffffu), (int)(m >> 16)) - (kKind == 3 ? 128 : 0); }
+  KDSL_DEVICE int hi() const { return imax((int)(M & 0xffffu), (int)(M >> 16)) - (kKind == 3 ? 128 : 0); }
+};
+
 // Whole-block slot S where it is a 1-byte tensor's element at [..., q, kv] (V::summary_byte_kind):
 // one warp reads the block 16 bytes a lane, a first round of one chunk a lane (four rows of a
 // 128-key tile: a random mask's block is decided there), then kBatch chunks a lane at once, the
 // early stop checked after each. A warp an entry and no barrier, so a multiprocessor holds many
 // blocks' loads in flight. False, having read nothing, where a row or the stride between rows is
 // not 16-byte aligned: summarize_block then.
+// KDSL_SUMMARY_STEPPED: a lane keeps one column of 16 bytes and moves 32 / chunks rows a round
+// (lanes past a whole number of rows idle: 2 of 32 at 176 keys), where chunk i = 32 n + lane's
+// row was i / chunks, an integer division of ~40 instructions a chunk; and unsigned / signed
+// bytes fold into ByteRange. An H200 ran a u8 summary at 44 % of DRAM bandwidth and 77 % of its
+// issue slots, ~128 instructions a warp's chunk (held-out 22's label_not_three, bench/results/
+// h200-2026-12-02-s69/call5).
 template <class V, int S>
 KDSL_DEVICE bool summarize_warp_bytes(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q0, int q1,
                                       int k0, int k1, int& lo, int& hi) {
@@ -168,28 +201,72 @@ KDSL_DEVICE bool summarize_warp_bytes(const AttnArgs& a, const typename V::Captu
   const unsigned char* row0 = V::summary_row(a, c, S, b, h, q0);
   const i64 stride = V::summary_row(a, c, S, b, h, q0 + 1) - row0;
   row0 += k0;
-  if (((reinterpret_cast<unsigned long long>(row0) | (unsigned long long)stride | (unsigned)(k1 - k0)) & 15u) != 0) {
+  if (((reinterpret_cast<unsigned long long>(row0) | (unsigned long long)stride | (unsigned)(k1 - k0)) & 15u) != 0 ||
+      (KDSL_SUMMARY_STEPPED && k1 - k0 > 32 * 16)) {
     return false;
   }
-  const int chunks = (k1 - k0) >> 4, total = (q1 - q0) * chunks, lane = (int)(threadIdx.x & 31);
-  const auto chunk = [&](int i) {
-    const int r = i / chunks;
-    return __ldg(reinterpret_cast<const uint4*>(row0 + r * stride) + (i - r * chunks));
-  };
+  const int chunks = (k1 - k0) >> 4, lane = (int)(threadIdx.x & 31);
   const auto decided = [&] {
     return kBounded && __any_sync(0xffffffffu, lo <= kFloor) && __any_sync(0xffffffffu, hi >= kCeiling);
   };
-  if (lane < total) bytes16_min_max<kKind>(chunk(lane), lo, hi);
+  if constexpr (KDSL_SUMMARY_STEPPED) {
+    const int per_round = 32 / chunks, mine = lane / chunks;  // rows a round; the lane's first row
+    const int count = mine < per_round ? (q1 - q0 - mine + per_round - 1) / per_round : 0;  // chunks it reads
+    const i64 round = (i64)per_round * stride;  // bytes from one of its chunks to the next
+    const unsigned char* at = row0 + (i64)mine * stride + (lane - mine * chunks) * 16;  // its next chunk
+    const auto reads = [&](int n) { return n < count; };  // its n-th chunk
+    const auto chunk = [&] {
+      const uint4 w = __ldg(reinterpret_cast<const uint4*>(at));
+      at += round;
+      return w;
+    };
+    ByteRange<kKind> range;  // kKind 2, 3: folded into lo / hi before each check
+    const auto add = [&](uint4 w) {
+      if constexpr (kKind == 1) bytes16_min_max<1>(w, lo, hi);
+      else range.add(w);
+    };
+    const auto fold_decided = [&] {
+      if (kKind != 1 && reads(0)) {
+        lo = imin(lo, range.lo());
+        hi = imax(hi, range.hi());
+      }
+      return decided();
+    };
+    if (reads(0)) add(chunk());
 #pragma unroll 1
-  for (int i0 = 32; i0 < total && !decided(); i0 += 32 * kBatch) {
-    uint4 w[kBatch];
+    for (int n0 = 1; n0 * per_round < q1 - q0 && !fold_decided(); n0 += kBatch) {
+      uint4 w[kBatch];
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (i0 + 32 * j + lane < total) w[j] = chunk(i0 + 32 * j + lane);
+      for (int j = 0; j < kBatch; ++j) {
+        if (reads(n0 + j)) w[j] = chunk();
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (reads(n0 + j)) add(w[j]);
+      }
     }
+    if (kKind != 1 && reads(0)) {  // the last batch's
+      lo = imin(lo, range.lo());
+      hi = imax(hi, range.hi());
+    }
+  } else {
+    const int total = (q1 - q0) * chunks;
+    const auto chunk = [&](int i) {
+      const int r = i / chunks;
+      return __ldg(reinterpret_cast<const uint4*>(row0 + r * stride) + (i - r * chunks));
+    };
+    if (lane < total) bytes16_min_max<kKind>(chunk(lane), lo, hi);
+#pragma unroll 1
+    for (int i0 = 32; i0 < total && !decided(); i0 += 32 * kBatch) {
+      uint4 w[kBatch];
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (i0 + 32 * j + lane < total) bytes16_min_max<kKind>(w[j], lo, hi);
+      for (int j = 0; j < kBatch; ++j) {
+        if (i0 + 32 * j + lane < total) w[j] = chunk(i0 + 32 * j + lane);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (i0 + 32 * j + lane < total) bytes16_min_max<kKind>(w[j], lo, hi);
+      }
     }
   }
   if (decided()) {  // the warp's min and max: every lane's, as the reduction would give them

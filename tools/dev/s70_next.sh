@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The next session's device call (after the sixty-ninth): the byte summary's stepped scan (KDSL_SUMMARY_STEPPED,
+# attention_summary.cuh; off by default until this runs) for correctness, then timed against the divided one;
+# the streamed-mask tests that the sixty-ninth session's call6 cut. OUT=... bash tools/dev/s70_next.sh;
+# logs in $OUT/logs.tgz. If the tests pass and the stepped scan is faster everywhere, flip its default.
+set -uo pipefail
+L=$OUT/logs; mkdir -p $L
+save() { tar czf $OUT/logs.tgz -C $OUT logs; }
+timeout 120 python3 -m pytest -q -x tests/gpu/test_summary_bytes_gpu.py -k both_byte_scans > $L/scans.log 2>&1
+tail -2 $L/scans.log
+KDSL_DEFINES="KDSL_SUMMARY_STEPPED=1" timeout 200 python3 -m pytest -q -x tests/gpu/test_summary_bytes_gpu.py \
+  tests/gpu/test_dense_mask_summary_gpu.py tests/gpu/test_tile_summary_gpu.py > $L/tests-stepped.log 2>&1
+tail -2 $L/tests-stepped.log
+save
+for spec in "tools/dev/heldout22.kd:label_not_three 0" "tools/dev/head_mask_parts.kd:head_bool 0" \
+            "tools/dev/head_mask_parts.kd:head_bool 1" "bench/variants.kd:bool_attn_mask 1"; do
+  set -- $spec
+  timeout 60 python3 tools/dev/summary_ab.py $1 2,16,4096,4096,128 --variants "default;KDSL_SUMMARY_STEPPED=1" \
+    --reps 10 --seed $2 > $L/ab-$(basename $1 .kd)-${1##*:}-s$2.log 2>&1
+  echo "$spec"; grep "|" $L/ab-$(basename $1 .kd)-${1##*:}-s$2.log | tail -2
+done
+save
+timeout 90 python3 tools/dev/structured_masks.py --reps 10 --shape 2,16,4096,128 --kinds documents,padded,random \
+  --kernels dense_bool --defines "KDSL_SUMMARY_STEPPED=1" > $L/structured.log 2>&1; grep "|" $L/structured.log | tail -6
+save
+timeout 200 python3 -m pytest -q -x tests/gpu/test_dense_mask_summary_gpu.py tests/gpu/test_byte_captures_gpu.py \
+  tests/gpu/test_stream_nonzero_gpu.py > $L/tests-stream.log 2>&1; tail -2 $L/tests-stream.log
+tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L
