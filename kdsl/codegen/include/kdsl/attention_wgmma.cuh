@@ -27,7 +27,8 @@
 //   builds them. out is [B*H, M, DV].
 //   ts: when V::kStreamLoads, the map of the captured tensor the score or mask reads at [..., q, kv]
 //   (passes/streaming.py), its dims innermost first, box (128 bytes of columns, BM, 1, ...);
-//   V::stream_tile() issues its boxes with each K tile, on the K tile's barrier. Else unused.
+//   V::stream_tile() issues its boxes with each K tile, on the K tile's barrier (a tensor only
+//   the mask reads: with each K tile of a partial tile, KDSL_STREAM_SKIP_FULL). Else unused.
 //   ts2: likewise the mask's second streamed tensor when V::kStream2ElemBytes (V::stream2_tile()).
 //
 // Head dims. D (q and k) and DV (v and out) are any multiples of 16 up to 256. Tiles are
