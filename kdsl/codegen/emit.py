@@ -338,6 +338,7 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
         fields=fields, v=_variant(k, variables, captures),
         grad=dict(score=natural(score), dscore=natural(dscore), score_is_s=_on(score == ir.Var("f32", "s")),
                   dscore_const=_on(isinstance(dscore, ir.Const) and math.isfinite(dscore.value)),
+                  score_loads=_on(any(isinstance(n, ir.Load) for n in ir.walk(score))),
                   key=_backward_key_part(score, dscore, natural, plan.body != "attention_bwd"),
                   **_capture_grad_code(k, natural, captures)))
     return Generated(k.name, entry, src, attention_capture_dims(k))

@@ -62,6 +62,9 @@
 #ifndef KDSL_BWD_WARP_SKIP  // A/B timing: 0 every step's class one after the other, 2 by warp under any mask
 #define KDSL_BWD_WARP_SKIP 1
 #endif
+#ifndef KDSL_BWD_SCORE_FIRST  // 1: a score that loads is evaluated before the mask decides (trial: element_grads)
+#define KDSL_BWD_SCORE_FIRST 0
+#endif
 #ifndef KDSL_BWD_KEEP_ROUND  // 0: the 32-wide search forgets each round's answer (A/B timing; BwdSteps::next)
 #define KDSL_BWD_KEEP_ROUND 1
 #endif
@@ -278,6 +281,18 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
                                int cls, int b, int h, int q, int kv, float kt, float s, float dp, float row_lse,
                                float row_delta, float* ug, float& p, float& ds, const MaskOf& mask_of,
                                OffsetShare offset_share) {
+  // KDSL_BWD_SCORE_FIRST: a score that loads data (a bias at [b, h, q, kv]) is evaluated for
+  // every element, kept or not, at indices clamped inside M and N (a dropped element's value is
+  // never used), so that NVVM can put a step's loads in flight together; behind the mask's
+  // branch each waits its own round trip (held-out 22's bias_under_keep: its backward 4.96 ms
+  // under ncu at 23 % of the SMs' compute and 8 % of DRAM bandwidth; a trial until timed).
+  constexpr bool kFirst = KDSL_BWD_SCORE_FIRST && kGuard != kGuardNone && G::kScoreLoads && !G::kScoreIsS;
+  const float sn = s * c.scale;  // (the score's s: one FFMA on raw q.k where the score is s itself)
+  float first = 0.f;
+  if constexpr (kFirst) {
+    const int qc = imin(q, a.M - 1), kc = imin(kv, a.N - 1);  // a kept element's own q and kv
+    first = kKeyPartOnce<G> ? G::score_kt(a, c, sn, b, h, qc, kc, kt) : G::score(a, c, sn, b, h, qc, kc);
+  }
   bool keep = true;
   if constexpr (kGuard) {
     keep = q < a.M && kv < a.N && row_lse != neg_inf();
@@ -292,12 +307,11 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   }
   p = ds = 0.f;
   if (!keep) return;
-  // one FFMA on raw q.k where the score is s itself
-  const float sn = s * c.scale, lse_log2 = row_lse * kLog2e;
+  const float lse_log2 = row_lse * kLog2e;
   // (the score's key part from kt where kKeyPartOnce: key_parts)
   p = math_exp2(G::kScoreIsS ? s * a.scale_log2 - lse_log2
-                             : (kKeyPartOnce<G> ? G::score_kt(a, c, sn, b, h, q, kv, kt) : G::score(a, c, sn, b, h, q, kv))
-                                   * kLog2e - lse_log2);
+                : (kFirst ? first : kKeyPartOnce<G> ? G::score_kt(a, c, sn, b, h, q, kv, kt) : G::score(a, c, sn, b, h, q, kv))
+                          * kLog2e - lse_log2);
   const float dg = p * (dp - row_delta);  // d loss / d score
   const float d = dg * (kKeyPartOnce<G> ? G::dscore_kt(a, c, sn, b, h, q, kv, kt) : G::dscore(a, c, sn, b, h, q, kv));
   // a derivative undefined where P underflowed adds nothing (a finite constant one gives 0
