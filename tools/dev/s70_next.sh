@@ -17,12 +17,12 @@ save
 for spec in "tools/dev/heldout22.kd:label_not_three 0" "tools/dev/head_mask_parts.kd:head_bool 0" \
             "tools/dev/head_mask_parts.kd:head_bool 1" "bench/variants.kd:bool_attn_mask 1"; do
   set -- $spec
-  timeout 60 python3 tools/dev/summary_ab.py $1 2,16,4096,4096,128 --variants "default;KDSL_SUMMARY_STEPPED=1" \
+  timeout 45 python3 tools/dev/summary_ab.py $1 2,16,4096,4096,128 --variants "default;KDSL_SUMMARY_STEPPED=1" \
     --reps 10 --seed $2 > $L/ab-$(basename $1 .kd)-${1##*:}-s$2.log 2>&1
   echo "$spec"; grep "|" $L/ab-$(basename $1 .kd)-${1##*:}-s$2.log | tail -2
 done
 save
-timeout 90 python3 tools/dev/structured_masks.py --reps 10 --shape 2,16,4096,128 --kinds documents,padded,random \
+timeout 80 python3 tools/dev/structured_masks.py --reps 10 --shape 2,16,4096,128 --kinds documents,padded,random \
   --kernels dense_bool --defines "KDSL_SUMMARY_STEPPED=1" > $L/structured.log 2>&1; grep "|" $L/structured.log | tail -6
 save
 exit 0
