@@ -39,7 +39,8 @@ class AttentionCase:
     seed: int = 0
     sizes: tuple = ()  # ((dim, size), ...) for dims only captured tensors use; default 2 * max(M, N)
     ids: int = 3       # i32 captures not used as indices hold sorted (document-id-like) values in [0, ids),
-                       # or positions in [0, max(M, N)] when they have no query or key axis (lengths)
+                       # or positions in [0, max(M, N)] when they have no query or key axis (lengths);
+                       # both widened where a comparison needs it (compared_ranges)
     Dv: int = 0        # v's (and out's) head dim; 0: the same as D
     scale: float | None = None  # the call's softmax scale (None: the kernel's own)
 
@@ -181,6 +182,53 @@ def index_ranges(kernel: ir.Kernel, dims: dict) -> dict:
     return ranges
 
 
+_COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+INT_BOTTOM = {"i32": -2**31, "i8": -2**7, "u8": 0}  # each integer element type's smallest value
+
+
+def _value_loads(e: ir.Expr) -> list[ir.Load]:
+    """The loads whose values e computes with (not those inside another load's indices)."""
+    if isinstance(e, ir.Load):
+        return [e]
+    return [x for a in getattr(e, "args", ()) for x in _value_loads(a)]
+
+
+def compared_ranges(kernel: ir.Kernel, defaults: dict, positional: set) -> dict:
+    """Integer captured tensors that a comparison in the score or the mask sets against a
+    constant or against another captured tensor, with the range [lo, hi) to draw them in so that
+    the comparison goes both ways on some elements. defaults: the range each integer capture
+    that is no index is drawn in otherwise; positional: those drawn as positions (no query or
+    key axis: lengths, prefixes). A constant widens its tensor's range to hold it and a value
+    either side (`lab != 3`, ids in [0, 3), kept every pair; `sel > 100` dropped them all); a
+    positional tensor compared with one of ids takes that one's range (`int(lvl[b, i, j]) >=
+    thr[h]` with thresholds drawn as positions, past every level, kept no pair)."""
+    consts: dict = {}
+    partners: dict = {}
+    for fname in ("score", "mask"):
+        e = kernel.func(fname)
+        for node in ir.walk(e) if e is not None else ():
+            if not (isinstance(node, ir.Op) and node.op in _COMPARISONS):
+                continue
+            sides = [{n.tensor for n in _value_loads(a) if n.tensor in defaults} for a in node.args]
+            for mine, other in ((0, 1), (1, 0)):
+                c = node.args[other]
+                if isinstance(c, ir.Const) and type(c.value) is int:
+                    for t in sides[mine]:
+                        consts.setdefault(t, []).append(c.value)
+                for t in sides[mine] & positional:
+                    partners.setdefault(t, set()).update(sides[other] - positional)
+    out = dict(defaults)
+    for t, values in consts.items():
+        dtype = kernel.tensor(t).dtype
+        lo, hi = out[t]
+        out[t] = (max(INT_BOTTOM[dtype], min([lo] + [v - 1 for v in values])),
+                  min(INT_TOP[dtype], max([hi] + [v + 2 for v in values])))
+    for t, ids in partners.items():
+        if ids:  # the union of their ranges, as t's values are set against each
+            out[t] = (min(out[u][0] for u in ids), max(out[u][1] for u in ids))
+    return {t: r for t, r in out.items() if r != defaults[t]}
+
+
 # Float functions whose argument must be positive for a real value (log(-x) is NaN).
 _POSITIVE_DOMAIN = ("log", "log2", "sqrt", "rsqrt")
 
@@ -219,6 +267,13 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
     dims = attention_dims(kernel, case)
     ranges = index_ranges(kernel, dims)
     positive = positive_captures(kernel)
+    # integer captures that are no index: ids in [0, ids), or positions in [0, max(M, N)]; then
+    # as comparisons between them and with constants need (compared_ranges)
+    free = [t for t in kernel.tensors if t.role == "capture" and t.dtype in INT_TOP and t.name not in ranges]
+    positional = {t.name for t in free if not seq_dims & set(t.shape)}
+    drawn = {t.name: (0, min(max(case.M, case.N) + 1 if t.name in positional else case.ids, INT_TOP[t.dtype]))
+             for t in free}
+    drawn.update(compared_ranges(kernel, drawn, positional))
     caps = {}
     for t in kernel.tensors:
         if t.role != "capture":
@@ -236,10 +291,10 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
             caps[t.name] = be.cast(0.1 * be.randn(shape, gen), t.dtype)
         elif t.name in ranges:
             caps[t.name] = be.cast(be.randint(0, min(ranges[t.name], top), shape, gen), t.dtype)
-        elif not seq_dims & set(t.shape):  # per sequence or head: a length, a prefix, a position
-            caps[t.name] = be.cast(be.randint(0, min(max(case.M, case.N) + 1, top), shape, gen), t.dtype)
+        elif t.name in positional:  # per sequence or head: a length, a prefix, a position
+            caps[t.name] = be.cast(be.randint(*drawn[t.name], shape, gen), t.dtype)
         else:
-            caps[t.name] = be.cast(be.sort_last(be.randint(0, min(case.ids, top), shape, gen)), t.dtype)
+            caps[t.name] = be.cast(be.sort_last(be.randint(*drawn[t.name], shape, gen)), t.dtype)
     return q, k, v, caps
 
 

@@ -93,6 +93,7 @@ class CaseResult:
     tolerance: float
     problems: list = field(default_factory=list)
     case: object = None  # the AttentionCase / GemmCase, to replay it
+    kept: float | None = None  # the share of (b, h, q, kv) the mask kept (attention with a mask)
 
     @property
     def passed(self) -> bool:
@@ -200,6 +201,8 @@ def attention_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult
     if not be.equal(xp.nan_to_num(out, nan=0.0), xp.nan_to_num(out2, nan=0.0)):
         res.problems.append("not deterministic")
     ref, ref_lse = reference.attention(kernel, q, k, v, caps, scale=case.scale)
+    keep = reference.mask_of(kernel, q, k, v, caps, scale=case.scale)
+    res.kept = None if keep is None else float(keep.sum()) / math.prod(keep.shape)
     res.error = max(rel_frobenius(xp.nan_to_num(out, nan=float("inf")), ref),
                     worst_row_error(xp.nan_to_num(out, nan=float("inf")), ref))
     if has_lse:
@@ -506,4 +509,16 @@ def format_table(name: str, results: list[CaseResult]) -> str:
     for r in results:
         verdict = "pass" if r.passed else "FAIL " + "; ".join(r.problems or ["error above tolerance"])
         lines.append(f"  {r.shape:<36} {r.error:>10.2e} {r.tolerance:>8.0e}  {verdict}")
-    return "\n".join(lines)
+    return "\n".join(lines + one_sided(results))
+
+
+def one_sided(results: list[CaseResult]) -> list[str]:
+    """A note where the mask kept every pair in every case, or none: then what it would drop
+    (or keep) was never judged, and a pass says nothing about it."""
+    kept = [r.kept for r in results]
+    if not kept or None in kept or not (all(x == 1.0 for x in kept) or all(x == 0.0 for x in kept)):
+        return []
+    every = kept[0] == 1.0
+    return [f"  note: the mask kept {'every' if every else 'no'} (q, kv) pair in every case, so what it would "
+            f"{'drop' if every else 'keep'} was never judged at these shapes and inputs "
+            f"(kdsl.cases.attention_inputs draws them)"]

@@ -34,28 +34,45 @@ def scores(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: floa
            dims: dict | None = None):
     """The float64 scores [B, H, M, N], -inf where the mask drops the element (dims: attention)."""
     be = backend_for(q)
-    host = host_for(be)  # where int() of a float is evaluated: on the CPU, whatever be is
     xp = be.xp
     captures = captures or {}
-    B, H, M, D = q.shape
-    Hkv, N = k.shape[1], k.shape[2]
+    H, Hkv = q.shape[1], k.shape[1]
+    env = _index_env(kernel, q, k, v, captures, scale, dims)
+    kv_head = be.arange(H) // (H // Hkv)
+    qd, kd = be.float64(q), be.float64(k)[:, kv_head]
+    s = (qd @ xp.swapaxes(kd, -1, -2)) * env["scale"]
+    score = kernel.func("score")
+    if score is not None:
+        s = xp.broadcast_to(be.asarray(eval_array(score, {**env, "s": s}, captures, be, host_for(be)), "f64"),
+                            s.shape)
+    keep = mask_of(kernel, q, k, v, captures, scale, dims, env)
+    return s if keep is None else xp.where(keep, s, -math.inf)
+
+
+def mask_of(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None,
+            dims: dict | None = None, env: dict | None = None):
+    """Where the mask keeps an element, bool [B, H, M, N]; None for a program without a mask."""
+    mask = kernel.func("mask")
+    if mask is None:
+        return None
+    be = backend_for(q)
+    env = env or _index_env(kernel, q, k, v, captures or {}, scale, dims)
+    shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    return be.xp.broadcast_to(be.asarray(eval_array(mask, env, captures or {}, be, host_for(be)), "bool"), shape)
+
+
+def _index_env(kernel: ir.Kernel, q, k, v, captures: dict, scale: float | None, dims: dict | None) -> dict:
+    """The program's dims, the softmax scale and the indices b, h, q, kv as broadcastable
+    [B, H, M, N] arrays: what the score and the mask are evaluated in."""
+    be = backend_for(q)
+    B, H, M, _ = q.shape
+    N = k.shape[2]
     dims = {**dims_of(kernel, q, k, v, captures), **(dims or {})}
     if scale is None:
         scale = float(eval_scalar(kernel.func("scale"), dims))
-    kv_head = be.arange(H) // (H // Hkv)
-    qd, kd = be.float64(q), be.float64(k)[:, kv_head]
-    s = (qd @ xp.swapaxes(kd, -1, -2)) * scale
     idx = {"b": be.arange(B).reshape(B, 1, 1, 1), "h": be.arange(H).reshape(1, H, 1, 1),
            "q": be.arange(M).reshape(1, 1, M, 1), "kv": be.arange(N).reshape(1, 1, 1, N)}
-    env = {**dims, **idx, "scale": scale}
-    score = kernel.func("score")
-    if score is not None:
-        s = xp.broadcast_to(be.asarray(eval_array(score, {**env, "s": s}, captures, be, host), "f64"), s.shape)
-    mask = kernel.func("mask")
-    if mask is not None:
-        keep = xp.broadcast_to(be.asarray(eval_array(mask, env, captures, be, host), "bool"), s.shape)
-        s = xp.where(keep, s, -math.inf)
-    return s
+    return {**dims, **idx, "scale": scale}
 
 
 def nan_scores(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None) -> str:

@@ -219,3 +219,65 @@ def test_a_capture_under_a_log_is_drawn_positive():
     for seed in range(4):
         _, _, _, caps = attention_inputs(kir, AttentionCase(1, 8, 8, 16, 16, 64, seed=seed), Numpy())
         assert (caps["gamma"] > 0).all() and (caps["bias"] < 0).any()
+
+
+THRESHOLDS = """
+attention thresholds {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    lab: u8[B, H, M, N]; lvl: i8[B, M, N]; thr: i32[H]; len: i32[B]
+    mask(b, h, i, j) = lab[b, h, i, j] != 3 and int(lvl[b, i, j]) >= thr[h] and j < len[b]
+}"""
+
+
+def test_integer_captures_are_drawn_so_that_their_comparisons_go_both_ways():
+    """Regression (held-out set 22): ids were drawn in [0, 3) and tensors without a query or key
+    axis as positions, so `lab != 3` kept every pair and `int(lvl[b, i, j]) >= thr[h]` none, and
+    `kdsl check` passed both without ever meeting the other side. A constant widens its tensor's
+    range to hold it; a threshold set against ids is drawn among them; a length compared with
+    positions stays a position; an index stays inside the axis it indexes."""
+    from kdsl.cases import compared_ranges
+    kir = kdsl.compile(THRESHOLDS, "t.kd").ir["thresholds"]
+    defaults = {"lab": (0, 3), "lvl": (0, 3), "thr": (0, 97), "len": (0, 97)}
+    assert compared_ranges(kir, defaults, {"thr", "len"}) == {"lab": (0, 5), "thr": (0, 3)}
+    M, N = 40, 96
+    for seed in range(4):
+        _, _, _, caps = attention_inputs(kir, AttentionCase(2, 16, 16, M, N, 64, seed=seed), Numpy())
+        lab, lvl, thr, length = caps["lab"], caps["lvl"].astype(int), caps["thr"], caps["len"]
+        assert (lab == 3).any() and (lab != 3).any()
+        over = lvl[:, None] >= thr[None, :, None, None]  # [B, H, M, N]
+        assert over.any() and not over.all()
+        assert length.max() > 3 and length.max() <= max(M, N)
+    _, _, _, caps = attention_inputs(LOOKUP_IR, AttentionCase(1, 2, 2, 16, 32, 64, seed=1), Numpy())
+    assert caps["ids"].min() >= 0 and caps["doc"].min() >= -1  # `doc[b, i] >= 0`: -1 drawn too
+
+
+def test_a_check_notes_a_mask_that_kept_every_pair_or_none_in_every_case(tmp_path, capsys):
+    """`kdsl check` passing a mask whose inputs never exercised one of its sides says so: a
+    window wider than every check shape keeps every pair, a float threshold above every drawn
+    bias drops them all; a mask that kept some of each gets no note."""
+    from kdsl.check import CaseResult, format_table, one_sided
+    src = """
+attention far_window {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    mask(b, h, i, j) = abs(i - j) < 100000
+}
+attention never {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    bias: bf16[B, H, M, N]
+    mask(b, h, i, j) = bias[b, h, i, j] > 5.0
+}
+attention causal_window {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    mask(b, h, i, j) = j <= i and i - j < 5
+}"""
+    path = tmp_path / "one_sided.kd"
+    path.write_text(src)
+    assert cli.main(["check", str(path), "--interpret", "--trials", "1", "--seed", "7"]) == 0
+    out = capsys.readouterr().out
+    sections = {s.split(":")[0]: s for s in re.split(r"\n(?=\w+: \d+/\d+ cases)", out)}
+    assert "kept every (q, kv) pair in every case, so what it would drop" in sections["far_window"]
+    assert "kept no (q, kv) pair in every case, so what it would keep" in sections["never"]
+    assert "note:" not in sections["causal_window"]
+    r = lambda kept: CaseResult("k", "B=1", "m", 0.0, 1.0, kept=kept)  # noqa: E731
+    assert one_sided([r(1.0), r(0.5)]) == [] and one_sided([r(None)]) == [] and one_sided([]) == []
+    assert "note:" in format_table("k", [r(0.0), r(0.0)])
