@@ -41,6 +41,12 @@ timeout 100 python3 tools/dev/backward_ab.py --file bench/variants.kd --programs
   --shape 2,16,4096,4096,128 --variants "default;-DKDSL_BWD_SCORE_FIRST=1" --reps 10 --seed 0 > $L/sf-bias.log 2>&1
 grep -E "^\||regs" $L/sf-bias.log
 save
+# held-out 22's two one-sided checks again, with inputs whose comparisons go both ways (kdsl.cases.compared_ranges)
+for k in label_not_three level_threshold; do
+  timeout 60 kdsl check tools/dev/heldout22.kd --kernel $k --grad --seed 22 > $L/check22-$k.log 2>&1
+  grep -i "cases pass\|fail\|note" $L/check22-$k.log | head -4
+done
+save
 timeout 200 python3 -m pytest -q -x tests/gpu/test_dense_mask_summary_gpu.py tests/gpu/test_byte_captures_gpu.py \
   tests/gpu/test_stream_nonzero_gpu.py > $L/tests-stream.log 2>&1; tail -2 $L/tests-stream.log
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L
