@@ -16,3 +16,8 @@ for mode in "" "--backward"; do
   tail -1 $L/bench23$mode.log; grep -h "|" $L/bench23$mode/*.md | cut -d'|' -f2-11 | tail -9
   save
 done
+# the backward search keeping its round costs head_label 16 B more local memory at D=128 (80 -> 96): A/B it
+timeout 100 python3 tools/dev/backward_ab.py --file tools/dev/heldout23.kd --programs head_label,u8_documents \
+  --shape 2,16,4096,4096,128 --variants "default;-DKDSL_BWD_KEEP_ROUND=0" --reps 10 --seed 0 > $L/keep-round.log 2>&1
+grep -E "^\||regs" $L/keep-round.log
+tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L
