@@ -467,10 +467,52 @@ def test_a_first_call_recorded_for_autograd_starts_building_its_backward(tmp_pat
     # 8 heads, 1024 keys and 8192 queries: 64 CTAs unsplit, so the query tiles split in two
     q, kv = Shape(1, 8, 8192, 128), Shape(1, 8, 1024, 128)
     kern._prebuild_backward(q, kv, kv, [Shape(1)])
-    assert started == [(64, 64, True, False), (128, 128, False, False), (128, 128, False, True)]
+    assert started == [(64, 64, True, False, True), (128, 128, False, False, True), (128, 128, False, True, True)]
     assert attention_backward.splits(kern, 1, 8, 8, 8192, 1024, 128, 128, 0) == (1, 2)
     compiler.finish_prebuilds()
     for d, program in ((64, attention_backward.BACKWARD_CAPTURE_GRADS), (128, attention_backward.BACKWARD),
                        (128, attention_backward.backward_program(False, True))):
         built = compiler.build(kern._kernel_ir(), "sm_90a", d, value_dim=d, program=program)
         assert built.cache_hit, (d, program)
+
+
+def test_a_mask_whose_rows_the_backward_cannot_copy_prebuilds_the_per_element_backward(tmp_path, monkeypatch):
+    """A bool mask read at [b, q, kv] whose rows are not whole 16-byte chunks (N = 1000) or whose
+    pointer is off 16 bytes: its backward reads the mask per element (Program(stream=False)), and
+    the forward's prebuild now builds that program, where it built the copying one and
+    loss.backward() compiled the other then (attention_backward.copies_fit)."""
+    from kdsl.runtime import attention_backward, prebuild
+    from kdsl.runtime.attention_launch import AttentionKernel
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    monkeypatch.setattr(prebuild, "_enabled", lambda: True)  # here: no driver
+    monkeypatch.setattr(attention_backward, "_sm_count", lambda device: 132)
+    text = ("attention keep_causal {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+            "    keep: bool[B, M, N]\n    mask(b, h, i, j) = keep[b, i, j] and j <= i\n}\n")
+    kern = AttentionKernel(pipeline.check(parse(text, "keep.kd"))[0], arch="sm_90a")
+    started = []
+    real = prebuild.start_backward
+    monkeypatch.setattr(prebuild, "start_backward", lambda *a: (started.append(a[1:]), real(*a)))
+
+    class Tensor:  # what _prebuild_backward reads of q, k, v and the captured tensors
+        def __init__(self, *shape, size=2, ptr=0):
+            self.shape, self.requires_grad, self.device = shape, False, type("Device", (), {"index": 0})
+            self.size, self.ptr = size, ptr
+
+        def element_size(self):
+            return self.size
+
+        def data_ptr(self):
+            return self.ptr
+    for n, ptr, copies in ((1024, 0, True), (1000, 0, False), (2048, 8, False)):
+        q, kv = Tensor(2, 16, n, 64), Tensor(2, 16, n, 64)
+        kern._prebuild_backward(q, kv, kv, [Tensor(2, n, n, size=1, ptr=ptr)])
+        assert started[-1] == (64, 64, False, False, copies), (n, ptr)
+    assert len(started) == 2  # the third call asks for the program the second started
+    assert attention_backward.copies_fit([Tensor(2, 1000, 1000, size=4)], 1000)  # not a 1-byte tensor
+    compiler.finish_prebuilds()
+    built = compiler.build(kern._kernel_ir(), "sm_90a", 64, value_dim=64,
+                           program=attention_backward.backward_program(False, False, stream=False))
+    assert built.cache_hit and "-DKDSL_STREAM_CAPTURES=0" in built.options

@@ -271,6 +271,21 @@ def splits(kernel, B: int, H: int, Hkv: int, M: int, N: int, D: int, Dv: int, de
     return head_splits, query_splits
 
 
+def copies_fit(caps, N: int) -> bool:
+    """Whether the backward can copy the tiles of any 1-byte tensor its mask may read at
+    [..., q, kv]: each such tensor's rows whole 16-byte chunks and its pointer 16-byte aligned
+    (cp.async), as _BackwardLaunch and backward() decide; else the per-element program
+    (stream=False) runs. Judged at the forward from every 1-byte capture whose last axis has N
+    entries, for the prebuild (prebuild.start_backward): a tensor the mask does not read only
+    makes the prebuild build a program the backward then does not take."""
+    def fits(c) -> bool:
+        shape = tuple(getattr(c, "shape", ()))
+        if len(shape) < 2 or shape[-1] != N or getattr(c, "element_size", lambda: 0)() != 1:
+            return True
+        return shape[-1] % 16 == 0 and _ptr(c) % 16 == 0
+    return all(fits(c) for c in caps)
+
+
 def backward_program(capture_grads: bool, query_split: bool, stream: bool = True) -> Program:
     """The backward's program: whether it adds captured tensors' gradients, whether its CTAs
     may split their query tiles and whether it copies the mask's streamed tensors' tiles."""

@@ -24,7 +24,7 @@ class AttentionKernel(KernelBase):
 
     def __init__(self, kernel, arch=None):
         super().__init__(kernel, arch)
-        self._backward_prebuilds: set = set()  # (head dim, value head dim, capture grads, query split) started
+        self._backward_prebuilds: set = set()  # (head dims, capture grads, query split, copies) started
         self._backward_signatures: set = set()  # (q's shape, k's shape, Dv, capture grads) seen
         self.captures = [t for t in kernel.tensors if t.role == "capture"]
         self.has_lse = kernel.tensor("lse") is not None
@@ -54,9 +54,10 @@ class AttentionKernel(KernelBase):
 
     def _prebuild_backward(self, q, k, v, caps) -> None:
         """The first call recorded for autograd with a backward program (head dims, captured
-        tensors' gradients, query tiles split or not: the shapes decide) starts building it in a
-        compiler process (prebuild.start_backward), which loss.backward() would otherwise
-        compile then, after the forward."""
+        tensors' gradients, query tiles split or not: the shapes decide; the mask's tiles copied
+        or read per element: attention_backward.copies_fit) starts building it in a compiler
+        process (prebuild.start_backward), which loss.backward() would otherwise compile then,
+        after the forward."""
         grads = any(getattr(c, "requires_grad", False) for c in caps)
         signature = (q.shape, k.shape, v.shape[-1], grads)
         if signature in self._backward_signatures:
@@ -67,7 +68,7 @@ class AttentionKernel(KernelBase):
             query_split = attention_backward.splits(self, B, H, Hkv, M, N, D, Dv, q.device.index or 0)[1] > 1
         except Exception:  # noqa: BLE001
             query_split = False
-        key = (D, Dv, grads, query_split)
+        key = (D, Dv, grads, query_split, attention_backward.copies_fit(caps, N))
         if key not in self._backward_prebuilds:
             self._backward_prebuilds.add(key)
             prebuild.start_backward(self, *key)

@@ -44,17 +44,19 @@ def start(kernels) -> None:
         fast_launch.start()
 
 
-def start_backward(kernel, head_dim: int, value_dim: int, capture_grads: bool, query_split: bool = False) -> None:
+def start_backward(kernel, head_dim: int, value_dim: int, capture_grads: bool, query_split: bool = False,
+                   stream: bool = True) -> None:
     """At an attention kernel's first call recorded for autograd with this backward program
-    (head dims, captured tensors' gradients, query tiles split: attention_backward.splits):
-    start building it, so that loss.backward() finds it built or building instead of compiling
-    it then."""
+    (head dims, captured tensors' gradients, query tiles split: attention_backward.splits;
+    whether it may copy the mask's tiles: attention_backward.copies_fit): start building it, so
+    that loss.backward() finds it built or building instead of compiling it then."""
     if not _enabled():
         return
     from .attention_backward import backward_program
     from .compiler import prebuild
     try:
-        prebuild(kernel._kernel_ir(), kernel._arch(), head_dim, value_dim, backward_program(capture_grads, query_split))
+        prebuild(kernel._kernel_ir(), kernel._arch(), head_dim, value_dim,
+                 backward_program(capture_grads, query_split, stream))
     except Exception:  # noqa: BLE001 - the backward call reports the same problem where it belongs
         pass
 
