@@ -435,6 +435,24 @@ def test_a_prebuilt_backward_whose_trial_spills_prebuilds_its_fallback(tmp_path,
     assert built.cache_hit
 
 
+def _recording_prebuilds(tmp_path, monkeypatch, text: str):
+    """(the attention kernel of `text`, the list of backward programs its forward's prebuild
+    starts: start_backward's arguments after the kernel), with an empty kdsl cache, prebuilds on
+    though there is no driver, and an H100's / H200's 132 SMs."""
+    from kdsl.runtime import attention_backward, prebuild
+    from kdsl.runtime.attention_launch import AttentionKernel
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    monkeypatch.setattr(prebuild, "_enabled", lambda: True)
+    monkeypatch.setattr(attention_backward, "_sm_count", lambda device: 132)
+    started = []
+    real = prebuild.start_backward
+    monkeypatch.setattr(prebuild, "start_backward", lambda *a: (started.append(a[1:]), real(*a)))
+    return AttentionKernel(pipeline.check(parse(text, "pre.kd"))[0], arch="sm_90a"), started
+
+
 def test_a_first_call_recorded_for_autograd_starts_building_its_backward(tmp_path, monkeypatch):
     """An attention call recorded for autograd, the first with its backward program (head dims,
     whether captured tensors' gradients are wanted, whether the shapes split the query tiles:
@@ -442,21 +460,10 @@ def test_a_first_call_recorded_for_autograd_starts_building_its_backward(tmp_pat
     in a compiler process: that build is then a cache hit. Later calls start nothing more.
     (Regression: with the query split on by default, the forward prebuilt the unsplit program
     while the backward of such shapes compiled the split one at loss.backward().)"""
-    from kdsl.runtime import attention_backward, prebuild
-    from kdsl.runtime.attention_launch import AttentionKernel
-    from kdsl.grammar import parse
-    from kdsl.passes import pipeline
-    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
-    cache.clear_memory()
-    monkeypatch.setattr(prebuild, "_enabled", lambda: True)  # here: no driver
-    text = ("attention pre {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n    w: f32[H]\n"
-            "    score(s, b, h, i, j) = s * w[h]\n}\n")
-    kern = AttentionKernel(pipeline.check(parse(text, "pre.kd"))[0], arch="sm_90a")
-    started = []
-    real = prebuild.start_backward
-    monkeypatch.setattr(prebuild, "start_backward", lambda *a: (started.append(a[1:]), real(*a)))
-
-    monkeypatch.setattr(attention_backward, "_sm_count", lambda device: 132)  # an H100's / H200's
+    from kdsl.runtime import attention_backward
+    kern, started = _recording_prebuilds(tmp_path, monkeypatch,
+                                         "attention pre {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; "
+                                         "v: bf16[B, H, N, D]\n    w: f32[H]\n    score(s, b, h, i, j) = s * w[h]\n}\n")
 
     class Shape:  # what _prebuild_backward reads of q, k, v and the captured tensors
         def __init__(self, *shape, grad=False):
@@ -481,20 +488,11 @@ def test_a_mask_whose_rows_the_backward_cannot_copy_prebuilds_the_per_element_ba
     pointer is off 16 bytes: its backward reads the mask per element (Program(stream=False)), and
     the forward's prebuild now builds that program, where it built the copying one and
     loss.backward() compiled the other then (attention_backward.copies_fit)."""
-    from kdsl.runtime import attention_backward, prebuild
-    from kdsl.runtime.attention_launch import AttentionKernel
-    from kdsl.grammar import parse
-    from kdsl.passes import pipeline
-    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
-    cache.clear_memory()
-    monkeypatch.setattr(prebuild, "_enabled", lambda: True)  # here: no driver
-    monkeypatch.setattr(attention_backward, "_sm_count", lambda device: 132)
-    text = ("attention keep_causal {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
-            "    keep: bool[B, M, N]\n    mask(b, h, i, j) = keep[b, i, j] and j <= i\n}\n")
-    kern = AttentionKernel(pipeline.check(parse(text, "keep.kd"))[0], arch="sm_90a")
-    started = []
-    real = prebuild.start_backward
-    monkeypatch.setattr(prebuild, "start_backward", lambda *a: (started.append(a[1:]), real(*a)))
+    from kdsl.runtime import attention_backward
+    kern, started = _recording_prebuilds(tmp_path, monkeypatch,
+                                         "attention keep_causal {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; "
+                                         "v: bf16[B, H, N, D]\n    keep: bool[B, M, N]\n"
+                                         "    mask(b, h, i, j) = keep[b, i, j] and j <= i\n}\n")
 
     class Tensor:  # what _prebuild_backward reads of q, k, v and the captured tensors
         def __init__(self, *shape, size=2, ptr=0):
