@@ -12,25 +12,13 @@ captured tensors it could read once each."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-
-
-def under(defines: str, fn):
-    """fn() with KDSL_DEFINES=defines (its kernel's plan and build are made on its first call)."""
-    saved = os.environ.get("KDSL_DEFINES")
-    os.environ["KDSL_DEFINES"] = defines
-    try:
-        return fn()
-    finally:
-        if saved is None:
-            del os.environ["KDSL_DEFINES"]
-        else:
-            os.environ["KDSL_DEFINES"] = saved
+sys.path.insert(0, str(ROOT / "tools" / "dev"))
+from structured_masks import call_under  # noqa: E402  (a call with some environment variables set)
 
 
 def main() -> None:
@@ -53,8 +41,9 @@ def main() -> None:
     gb = sum(c.numel() * c.element_size() for c in caps.values()) / 1e9
     variants = [("" if s.strip() == "default" else s.strip()) for s in args.variants.split(";")]
     kerns = {d: AttentionKernel(kir) for d in variants}
-    outs = {d: under(d, lambda d=d: kerns[d](q, k, v, **caps)) for d in variants}
-    sums = {d: under(d, lambda d=d: kerns[d].tile_summary(q, k, v, **caps)) for d in variants}
+    env = {d: {"KDSL_DEFINES": d} for d in variants}
+    outs = {d: call_under((kerns[d], env[d]), q, k, v, **caps) for d in variants}
+    sums = {d: call_under((kerns[d].tile_summary, env[d]), q, k, v, **caps) for d in variants}
     first = variants[0]
     for d in variants[1:]:
         assert torch.equal(sums[d].buffer, sums[first].buffer), f"{d or 'default'}: another summary than the first's"
