@@ -116,20 +116,22 @@ def test_one_byte_masks_in_regions_match_the_reference_and_a_precomputed_summary
 
 @pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], (1, 2, 500, 1008, 128)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", sorted(KEEP_DROP))
-def test_both_byte_scans_make_one_summary(mod, name, shape, monkeypatch):
-    """attention_summary.cuh's two scans of a 1-byte mask (KDSL_SUMMARY_STEPPED 0: chunk i's row
-    by a division; 1: a lane's column stepped down the rows, unsigned and signed bytes as u16x2
-    ranges) give every block the same (min, max), bit for bit: ragged rows, a last key tile of 3
-    chunks (1200 keys) or 7 (1008), blocks the early stop decides and blocks read whole."""
+def test_the_byte_scan_and_the_element_path_make_one_summary(mod, name, shape, monkeypatch):
+    """attention_summary.cuh's 1-byte scan (summarize_warp_bytes: a lane's column of 16 bytes
+    stepped down the rows, unsigned and signed bytes as u16x2 ranges) and the element-by-element
+    block path (KDSL_SUMMARY_BYTES=0: summarize_block) give every block the same (min, max), bit
+    for bit, both saturating to the slot's floor and ceiling once a block holds both: ragged rows,
+    a last key tile of 3 chunks (1200 keys) or 7 (1008), blocks the early stop decides and blocks
+    read whole."""
     torch = pytest.importorskip("torch")
     from kdsl.runtime.attention_launch import AttentionKernel
     q, k, v, caps, _ = _case(torch, name, shape, "scans")
     monkeypatch.setenv("KDSL_TILE_SUMMARY_HEADS", "1")  # as the module was lowered
     made = {}
-    for stepped in ("0", "1"):
-        monkeypatch.setenv("KDSL_DEFINES", f"KDSL_SUMMARY_STEPPED={stepped}")
-        made[stepped] = AttentionKernel(mod.ir[name]).tile_summary(q, k, v, **caps).buffer
-    assert torch.equal(made["0"], made["1"]), (name, shape)
+    for scan in ("1", "0"):
+        monkeypatch.setenv("KDSL_DEFINES", f"KDSL_SUMMARY_BYTES={scan}")
+        made[scan] = AttentionKernel(mod.ir[name]).tile_summary(q, k, v, **caps).buffer
+    assert torch.equal(made["1"], made["0"]), (name, shape)
 
 
 @pytest.mark.parametrize("name", sorted(KEEP_DROP))

@@ -3,7 +3,7 @@
 itself with other NVRTC defines (A/B), in turns on the same inputs (bench.Timer):
 
     python3 tools/dev/summary_ab.py tools/dev/heldout22.kd:label_not_three 2,16,4096,4096,128 \
-        --variants "default;KDSL_SUMMARY_STEPPED=1" [--reps 10] [--seed 0]
+        --variants "default;KDSL_SUMMARY_BYTES=0" [--reps 10] [--seed 0]
 
 Each variant is a fresh kernel whose plan and build are made under KDSL_DEFINES=its defines
 (part of every cache key); its summary buffer must equal the first variant's bit for bit (a
@@ -25,7 +25,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("spec", help="FILE.kd:KERNEL")
     ap.add_argument("shape", help="B,H,M,N,D")
-    ap.add_argument("--variants", default="default;KDSL_SUMMARY_STEPPED=1", help="';'-separated KDSL_DEFINES")
+    ap.add_argument("--variants", default="default;KDSL_SUMMARY_BYTES=0", help="';'-separated KDSL_DEFINES")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

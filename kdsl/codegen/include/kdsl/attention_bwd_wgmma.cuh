@@ -62,8 +62,8 @@
 #ifndef KDSL_BWD_WARP_SKIP  // A/B timing: 0 every step's class one after the other, 2 by warp under any mask
 #define KDSL_BWD_WARP_SKIP 1
 #endif
-#ifndef KDSL_BWD_SCORE_FIRST  // 1: a score that loads is evaluated before the mask decides (trial: element_grads)
-#define KDSL_BWD_SCORE_FIRST 0
+#ifndef KDSL_BWD_SCORE_FIRST  // 0: a score that loads waits for a loaded mask's decision (A/B timing: element_grads)
+#define KDSL_BWD_SCORE_FIRST 1
 #endif
 #ifndef KDSL_BWD_KEEP_ROUND  // 0: the 32-wide search forgets each round's answer (A/B timing; BwdSteps::next)
 #define KDSL_BWD_KEEP_ROUND 1
@@ -281,12 +281,15 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
                                int cls, int b, int h, int q, int kv, float kt, float s, float dp, float row_lse,
                                float row_delta, float* ug, float& p, float& ds, const MaskOf& mask_of,
                                OffsetShare offset_share) {
-  // KDSL_BWD_SCORE_FIRST: a score that loads data (a bias at [b, h, q, kv]) is evaluated for
-  // every element, kept or not, at indices clamped inside M and N (a dropped element's value is
-  // never used), so that NVVM can put a step's loads in flight together; behind the mask's
-  // branch each waits its own round trip (held-out 22's bias_under_keep: its backward 4.96 ms
-  // under ncu at 23 % of the SMs' compute and 8 % of DRAM bandwidth; a trial until timed).
-  constexpr bool kFirst = KDSL_BWD_SCORE_FIRST && kGuard != kGuardNone && G::kScoreLoads && !G::kScoreIsS;
+  // KDSL_BWD_SCORE_FIRST: under a mask that loads, a score that loads data (a bias at [b, h, q,
+  // kv]) is evaluated for every element, kept or not, at indices clamped inside M and N (a
+  // dropped element's value is never used), so that NVVM puts the score's and the mask's loads
+  // in flight together; behind the mask's branch each waited its own round trip. An H200 ran
+  // held-out 22's bias_under_keep backward x1.63 (D=128) / x1.70 (D=64) faster so, and a score
+  // that loads under no mask or a positional one 3 % slower (more registers for the edge tiles'
+  // path): bench/results/h200-2026-12-02-s70/call2.
+  constexpr bool kFirst = KDSL_BWD_SCORE_FIRST && kGuard != kGuardNone && V::kHasMask && V::kMaskLoads &&
+                          G::kScoreLoads && !G::kScoreIsS;
   const float sn = s * c.scale;  // (the score's s: one FFMA on raw q.k where the score is s itself)
   float first = 0.f;
   if constexpr (kFirst) {

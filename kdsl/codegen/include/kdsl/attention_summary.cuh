@@ -128,38 +128,17 @@ KDSL_DEVICE void summarize_block(const AttnArgs& a, const typename V::Captures& 
 // Bit 7 of some byte set where v has a zero byte (and, with one, maybe of bytes above it).
 KDSL_DEVICE unsigned zero_bytes(unsigned v) { return (v - 0x01010101u) & ~v & 0x80808080u; }
 
-// (min, max) of 16 bytes into lo / hi: kKind 1 a bool (a nonzero byte is 1), 2 unsigned bytes,
-// 3 signed ones. Byte 0 of each fold holds the min (max) of the bytes folded onto it. (The byte
-// SIMD min / max take ~6 instructions each on sm_90, which held a u8 summary to 43 % of DRAM
-// bandwidth; the zero test of a bool takes ~12 for all 16 bytes.)
-template <int kKind>
-KDSL_DEVICE void bytes16_min_max(const uint4 w, int& lo, int& hi) {
-  if constexpr (kKind == 1) {
-    const unsigned zero = zero_bytes(w.x) | zero_bytes(w.y) | zero_bytes(w.z) | zero_bytes(w.w);
-    lo = imin(lo, zero != 0u ? 0 : 1);
-    hi = imax(hi, (w.x | w.y | w.z | w.w) != 0u ? 1 : 0);
-  } else if constexpr (kKind == 2) {
-    unsigned m = __vminu4(__vminu4(w.x, w.y), __vminu4(w.z, w.w)), M = __vmaxu4(__vmaxu4(w.x, w.y), __vmaxu4(w.z, w.w));
-    m = __vminu4(m, m >> 16);
-    M = __vmaxu4(M, M >> 16);
-    lo = imin(lo, (int)(__vminu4(m, m >> 8) & 0xffu));
-    hi = imax(hi, (int)(__vmaxu4(M, M >> 8) & 0xffu));
-  } else {
-    unsigned m = __vmins4(__vmins4(w.x, w.y), __vmins4(w.z, w.w)), M = __vmaxs4(__vmaxs4(w.x, w.y), __vmaxs4(w.z, w.w));
-    m = __vmins4(m, m >> 16);
-    M = __vmaxs4(M, M >> 16);
-    lo = imin(lo, (int)(signed char)(__vmins4(m, m >> 8) & 0xffu));
-    hi = imax(hi, (int)(signed char)(__vmaxs4(M, M >> 8) & 0xffu));
-  }
+// (min, max) of 16 bool bytes into lo / hi (a nonzero byte is 1): the zero test takes ~12
+// instructions for all 16 bytes.
+KDSL_DEVICE void bool16_min_max(const uint4 w, int& lo, int& hi) {
+  const unsigned zero = zero_bytes(w.x) | zero_bytes(w.y) | zero_bytes(w.z) | zero_bytes(w.w);
+  lo = imin(lo, zero != 0u ? 0 : 1);
+  hi = imax(hi, (w.x | w.y | w.z | w.w) != 0u ? 1 : 0);
 }
-
-#ifndef KDSL_SUMMARY_STEPPED  // 1: summarize_warp_bytes steps its addresses and keeps u16x2 ranges (trial, off until timed)
-#define KDSL_SUMMARY_STEPPED 0
-#endif
 
 // The (min, max) of unsigned (kKind 2) or signed (3) bytes as two u16x2 words, each byte in a
 // 16-bit half: min and max of u16x2 are one instruction each on sm_90 (VIMNMX.U16x2, and
-// VIMNMX3 of three), where bytes16_min_max's byte SIMD ones take ~6. Signed bytes are biased
+// VIMNMX3 of three), where the byte SIMD ones (__vminu4) take ~6. Signed bytes are biased
 // by 0x80, which makes their order the unsigned one. A lane that added nothing reads as the
 // empty range (lo the largest byte, hi the smallest), which min / max folds leave unchanged.
 template <int kKind>
@@ -183,15 +162,14 @@ struct ByteRange {
 // Whole-block slot S where it is a 1-byte tensor's element at [..., q, kv] (V::summary_byte_kind):
 // one warp reads the block 16 bytes a lane, a first round of one chunk a lane (four rows of a
 // 128-key tile: a random mask's block is decided there), then kBatch chunks a lane at once, the
-// early stop checked after each. A warp an entry and no barrier, so a multiprocessor holds many
-// blocks' loads in flight. False, having read nothing, where a row or the stride between rows is
-// not 16-byte aligned: summarize_block then.
-// KDSL_SUMMARY_STEPPED: a lane keeps one column of 16 bytes and moves 32 / chunks rows a round
-// (lanes past a whole number of rows idle: 2 of 32 at 176 keys), where chunk i = 32 n + lane's
-// row was i / chunks, an integer division of ~40 instructions a chunk; and unsigned / signed
-// bytes fold into ByteRange. An H200 ran a u8 summary at 44 % of DRAM bandwidth and 77 % of its
-// issue slots, ~128 instructions a warp's chunk (held-out 22's label_not_three, bench/results/
-// h200-2026-12-02-s69/call5).
+// early stop checked after each. A lane keeps one column of 16 bytes and moves 32 / chunks rows a
+// round (lanes past a whole number of rows idle: 2 of 32 at 176 keys), so no chunk's row is an
+// integer division (~40 instructions a chunk, which held a u8 summary to 44 % of DRAM bandwidth
+// at 77 % of its issue slots on an H200: bench/results/h200-2026-12-02-s69/call5; the stepped
+// scan ran label_not_three's summary x1.53 faster, s70/call1). A warp an entry and no barrier, so
+// a multiprocessor holds many blocks' loads in flight. False, having read nothing, where a row or
+// the stride between rows is not 16-byte aligned or a row is wider than 32 chunks:
+// summarize_block then.
 template <class V, int S>
 KDSL_DEVICE bool summarize_warp_bytes(const AttnArgs& a, const typename V::Captures& c, int b, int h, int q0, int q1,
                                       int k0, int k1, int& lo, int& hi) {
@@ -202,72 +180,51 @@ KDSL_DEVICE bool summarize_warp_bytes(const AttnArgs& a, const typename V::Captu
   const i64 stride = V::summary_row(a, c, S, b, h, q0 + 1) - row0;
   row0 += k0;
   if (((reinterpret_cast<unsigned long long>(row0) | (unsigned long long)stride | (unsigned)(k1 - k0)) & 15u) != 0 ||
-      (KDSL_SUMMARY_STEPPED && k1 - k0 > 32 * 16)) {
+      k1 - k0 > 32 * 16) {
     return false;
   }
   const int chunks = (k1 - k0) >> 4, lane = (int)(threadIdx.x & 31);
   const auto decided = [&] {
     return kBounded && __any_sync(0xffffffffu, lo <= kFloor) && __any_sync(0xffffffffu, hi >= kCeiling);
   };
-  if constexpr (KDSL_SUMMARY_STEPPED) {
-    const int per_round = 32 / chunks, mine = lane / chunks;  // rows a round; the lane's first row
-    const int count = mine < per_round ? (q1 - q0 - mine + per_round - 1) / per_round : 0;  // chunks it reads
-    const i64 round = (i64)per_round * stride;  // bytes from one of its chunks to the next
-    const unsigned char* at = row0 + (i64)mine * stride + (lane - mine * chunks) * 16;  // its next chunk
-    const auto reads = [&](int n) { return n < count; };  // its n-th chunk
-    const auto chunk = [&] {
-      const uint4 w = __ldg(reinterpret_cast<const uint4*>(at));
-      at += round;
-      return w;
-    };
-    ByteRange<kKind> range;  // kKind 2, 3: folded into lo / hi before each check
-    const auto add = [&](uint4 w) {
-      if constexpr (kKind == 1) bytes16_min_max<1>(w, lo, hi);
-      else range.add(w);
-    };
-    const auto fold_decided = [&] {
-      if (kKind != 1 && reads(0)) {
-        lo = imin(lo, range.lo());
-        hi = imax(hi, range.hi());
-      }
-      return decided();
-    };
-    if (reads(0)) add(chunk());
-#pragma unroll 1
-    for (int n0 = 1; n0 * per_round < q1 - q0 && !fold_decided(); n0 += kBatch) {
-      uint4 w[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (reads(n0 + j)) w[j] = chunk();
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (reads(n0 + j)) add(w[j]);
-      }
-    }
-    if (kKind != 1 && reads(0)) {  // the last batch's
+  const int per_round = 32 / chunks, mine = lane / chunks;  // rows a round; the lane's first row
+  const int count = mine < per_round ? (q1 - q0 - mine + per_round - 1) / per_round : 0;  // chunks it reads
+  const i64 round = (i64)per_round * stride;  // bytes from one of its chunks to the next
+  const unsigned char* at = row0 + (i64)mine * stride + (lane - mine * chunks) * 16;  // its next chunk
+  const auto reads = [&](int n) { return n < count; };  // its n-th chunk
+  const auto chunk = [&] {
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(at));
+    at += round;
+    return w;
+  };
+  ByteRange<kKind> range;  // kKind 2, 3: folded into lo / hi before each check
+  const auto add = [&](uint4 w) {
+    if constexpr (kKind == 1) bool16_min_max(w, lo, hi);
+    else range.add(w);
+  };
+  const auto fold_decided = [&] {
+    if (kKind != 1 && reads(0)) {
       lo = imin(lo, range.lo());
       hi = imax(hi, range.hi());
     }
-  } else {
-    const int total = (q1 - q0) * chunks;
-    const auto chunk = [&](int i) {
-      const int r = i / chunks;
-      return __ldg(reinterpret_cast<const uint4*>(row0 + r * stride) + (i - r * chunks));
-    };
-    if (lane < total) bytes16_min_max<kKind>(chunk(lane), lo, hi);
+    return decided();
+  };
+  if (reads(0)) add(chunk());
 #pragma unroll 1
-    for (int i0 = 32; i0 < total && !decided(); i0 += 32 * kBatch) {
-      uint4 w[kBatch];
+  for (int n0 = 1; n0 * per_round < q1 - q0 && !fold_decided(); n0 += kBatch) {
+    uint4 w[kBatch];
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (i0 + 32 * j + lane < total) w[j] = chunk(i0 + 32 * j + lane);
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (i0 + 32 * j + lane < total) bytes16_min_max<kKind>(w[j], lo, hi);
-      }
+    for (int j = 0; j < kBatch; ++j) {
+      if (reads(n0 + j)) w[j] = chunk();
     }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (reads(n0 + j)) add(w[j]);
+    }
+  }
+  if (kKind != 1 && reads(0)) {  // the last batch's
+    lo = imin(lo, range.lo());
+    hi = imax(hi, range.hi());
   }
   if (decided()) {  // the warp's min and max: every lane's, as the reduction would give them
     lo = kFloor;
