@@ -73,13 +73,18 @@ def run(k: ir.Kernel) -> ir.Kernel:
 
 WHOLE_TILES_DEFAULT = "1"  # measured on (bench/NOTES.md, fifty-eighth session); "0" to turn it off
 HEADS_DEFAULT = "1"  # per-head data too (sixty-seventh session); KDSL_TILE_SUMMARY_HEADS=0 turns it off
+BESIDE_LOADS_DEFAULT = "0"  # beside a score that loads at q / kv (a trial, seventieth session)
 
 
 def whole_tiles(k: ir.Kernel) -> str:
     """Which data read at both the query and the key may be bounded over whole blocks (a 2-D
     tile summary; bool elements as 0 / 1): "" none, "shared" data shared by the heads, "heads"
-    per-head data too. Not where the score loads data per element: the summary's registers
-    beside that load made ptxas spill 8-24 bytes (sm_90a builds, D=128).
+    per-head data too. Not where the score loads data at the query or key (bias[b, h, i, j]):
+    the summary's registers beside that load made ptxas spill 8-24 bytes (sm_90a builds, D=128)
+    when the score loaded per element. Since such a tensor streams by TMA, the forward builds
+    without spills with the summary and the backward with 24-112 bytes (seventieth session):
+    KDSL_SUMMARY_BESIDE_LOADS=1 (BESIDE_LOADS_DEFAULT otherwise) summarises beside it, a trial
+    until timed (tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS).
     KDSL_TILE_SUMMARY_2D=0 / 1 turns it off / on (WHOLE_TILES_DEFAULT otherwise; the A/B
     switch of bench/NOTES.md). Per-head data (keep[b, h, i, j]) is summarised too unless
     KDSL_TILE_SUMMARY_HEADS=0 (HEADS_DEFAULT): its summary reads the mask once more, at most, where
@@ -89,7 +94,8 @@ def whole_tiles(k: ir.Kernel) -> str:
     if os.environ.get("KDSL_TILE_SUMMARY_2D", WHOLE_TILES_DEFAULT) == "0":
         return ""
     score = k.func("score_log2") or k.func("score")
-    if score is not None and ir.loads_at(score, ("q", "kv")):
+    beside = os.environ.get("KDSL_SUMMARY_BESIDE_LOADS", BESIDE_LOADS_DEFAULT) == "1"
+    if score is not None and ir.loads_at(score, ("q", "kv")) and not beside:
         return ""
     return "heads" if os.environ.get("KDSL_TILE_SUMMARY_HEADS", HEADS_DEFAULT) == "1" else "shared"
 

@@ -1,7 +1,7 @@
 """Whole-block tile summaries on the GPU (mask_analysis.whole_tiles): dense masks shared by the
 heads (torch's attn_mask as bool, u8 or i32, a gather through a table of rules) whose blocks are
 empty, full or partial: block-diagonal documents, padded keys, a band, a few stray elements,
-rows with no key at all, and random masks; forward and backward against the float64
+rows with no key at all, and random masks (beside a bias per head too); forward and backward against the float64
 reference, a precomputed summary, a CUDA graph replayed on new mask values. A bool key-padding
 vector (valid[b, j], bounded per key tile as 0 / 1) too."""
 import pytest
@@ -44,6 +44,12 @@ attention head_bool_causal {
     keep: bool[B, H, M, N]
     mask(b, h, i, j) = j <= i + (N - M) and keep[b, h, i, j]
 }
+attention bias_bool {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    bias: bf16[B, H, M, N]; keep: bool[B, M, N]
+    score(s, b, h, i, j) = s + bias[b, h, i, j]
+    mask(b, h, i, j) = keep[b, i, j]
+}
 attention key_padding {
     q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]
     valid: bool[B, N]
@@ -56,10 +62,12 @@ KINDS = ("documents", "padded", "band", "random")
 @pytest.fixture(scope="module", autouse=True)
 def whole_block_summaries():
     """The switches on for every plan this module makes (read when a kernel is lowered): per-head
-    data too (KDSL_TILE_SUMMARY_HEADS, off by default), for head_bool_causal."""
+    data too (KDSL_TILE_SUMMARY_HEADS), for head_bool_causal; beside a score that loads
+    (KDSL_SUMMARY_BESIDE_LOADS, a trial off by default), for bias_bool."""
     mp = pytest.MonkeyPatch()
     mp.setenv("KDSL_TILE_SUMMARY_2D", "1")
     mp.setenv("KDSL_TILE_SUMMARY_HEADS", "1")
+    mp.setenv("KDSL_SUMMARY_BESIDE_LOADS", "1")
     yield
     mp.undo()
 
@@ -109,6 +117,8 @@ def _captures(torch, name, kind, B, M, N, gen, H=1):
     keep = structured_keep(torch, kind, B, M, N, gen)
     if name == "dense_bool":
         return {"keep": keep}
+    if name == "bias_bool":  # a bias per head beside the mask, both streamed with the K tiles
+        return {"keep": keep, "bias": torch.randn(B, H, M, N, device="cuda", generator=gen).bfloat16()}
     if name == "dense_i32_causal":
         return {"keep": keep.int() * torch.randint(1, 9, keep.shape, generator=gen, device="cuda", dtype=torch.int32)}
     if name == "dense_u8_gqa":
@@ -136,7 +146,7 @@ SHAPES = [(2, 4, 4, 1000, 1200, 128), (1, 2, 2, 129, 127, 64), (2, 4, 2, 2048, 2
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", ["dense_bool", "dense_i32_causal", "dense_u8_gqa", "segment_rules",
-                                  "head_bool_causal"])
+                                  "head_bool_causal", "bias_bool"])
 def test_dense_masks_match_the_reference_and_a_precomputed_summary(mod, name, shape, kind):
     torch = pytest.importorskip("torch")
     q, k, v, caps, _ = _case(torch, name, shape, kind)
@@ -147,7 +157,7 @@ def test_dense_masks_match_the_reference_and_a_precomputed_summary(mod, name, sh
 @pytest.mark.parametrize("shape", [(2, 4, 4, 300, 400, 64), (1, 2, 2, 700, 700, 128), (1, 2, 1, 200, 333, 256)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", ["dense_bool", "dense_i32_causal", "dense_u8_gqa", "segment_rules",
-                                  "head_bool_causal"])
+                                  "head_bool_causal", "bias_bool"])
 def test_dense_mask_gradients_match_the_reference(mod, name, shape, kind):
     torch = pytest.importorskip("torch")
     q, k, v, caps, gen = _case(torch, name, shape, kind, "grad")
