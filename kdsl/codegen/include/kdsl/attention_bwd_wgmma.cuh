@@ -286,8 +286,8 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   // dropped element's value is never used), so that NVVM puts the score's and the mask's loads
   // in flight together; behind the mask's branch each waited its own round trip. An H200 ran
   // held-out 22's bias_under_keep backward x1.63 (D=128) / x1.70 (D=64) faster so, and a score
-  // that loads under no mask or a positional one 3 % slower (more registers for the edge tiles'
-  // path): bench/results/h200-2026-12-02-s70/call2.
+  // that loads under no mask 3 % slower (learned_relpos: more registers for the edge tiles'
+  // path): bench/results/h200-2026-12-02-s70/call2. So only under a loaded mask, the case timed.
   constexpr bool kFirst = KDSL_BWD_SCORE_FIRST && kGuard != kGuardNone && V::kHasMask && V::kMaskLoads &&
                           G::kScoreLoads && !G::kScoreIsS;
   const float sn = s * c.scale;  // (the score's s: one FFMA on raw q.k where the score is s itself)
