@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# A held-out set on the GPU, OUT=... bash tools/dev/heldout_gpu.sh N: `kdsl check` of every program of
-# tools/dev/heldoutN.kd, then each against compiled Flex at B=2 H=16 4096², head dims 128 and 64
-# (logs and the bench table under $OUT: checkN.log, benchN/).
+# A held-out set on the GPU: `kdsl check --grad` of each kernel, then forward and fwd+bwd against
+# compiled Flex at B=2 H=16 4096², D=128.
+#   OUT=... bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24    (file, check seed)
+# Logs in $OUT/logs.tgz (the device returns few files).
 set -uo pipefail
-n=$1
-timeout 220 kdsl check "tools/dev/heldout$n.kd" > "$OUT/check$n.log" 2>&1
-grep -i "cases pass\|fail\|all kernels" "$OUT/check$n.log" | head -12
-timeout 330 kdsl bench "tools/dev/heldout$n.kd" --vs flex --reps 10 --seed 0 \
-  --shapes B=2,H=16,M=4096,N=4096,D=128 B=2,H=16,M=4096,N=4096,D=64 -o "$OUT/bench$n" > "$OUT/bench$n.log" 2>&1
-grep "|" "$OUT/bench$n"/*.md | cut -d'|' -f2-11 | tail -18
+FILE=$1; SEED=${2:-0}; SET=$(basename $FILE .kd)
+L=$OUT/logs; mkdir -p $L
+save() { tar czf $OUT/logs.tgz -C $OUT logs; }
+for k in $(sed -n 's/^attention \([A-Za-z_0-9]*\).*/\1/p' $FILE); do
+  timeout 60 kdsl check $FILE --kernel $k --grad --seed $SEED > $L/check-$SET-$k.log 2>&1
+  grep -i "cases pass\|fail\|note" $L/check-$SET-$k.log | head -3
+done
+save
+for mode in "" "--backward"; do
+  timeout 170 kdsl bench $FILE $mode --vs flex --reps 10 --seed 0 \
+    --shapes B=2,H=16,M=4096,N=4096,D=128 -o $L/bench-$SET$mode > $L/bench-$SET$mode.log 2>&1
+  tail -1 $L/bench-$SET$mode.log; grep -h "|" $L/bench-$SET$mode/*.md | cut -d'|' -f2-11 | tail -9
+  save
+done

@@ -6,7 +6,7 @@
 #      mask), then on / off / Flex forward and on / off fwd+bwd (tools/dev/structured_masks.py), and
 #      held-out 23's bias_level and 22's bias_under_keep against Flex with it on. Flip its default
 #      where it wins on structured masks and costs little on random ones.
-#   b: held-out set 24 (tools/dev/s71_heldout24.sh).
+#   b: held-out set 24 (tools/dev/heldout_gpu.sh).
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
 save() { tar czf $OUT/logs.tgz -C $OUT logs; }
@@ -33,4 +33,4 @@ done
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L
 exit 0
 fi
-OUT=$OUT bash tools/dev/s71_heldout24.sh
+OUT=$OUT bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24
