@@ -219,6 +219,10 @@ def test_whole_block_summaries_stay_off_for_per_head_data_a_per_element_score_an
     monkeypatch.setenv("KDSL_SUMMARY_BESIDE_LOADS", "1")  # the trial: beside the score's load too
     k = mask_analysis.run(typecheck.check_program(parse(scored, "t.kd"))[0])
     assert [ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(k)] == ["tile"]
+    monkeypatch.setenv("KDSL_SUMMARY_BESIDE_LOADS", "forward")  # the forward's lowering alone
+    checked = typecheck.check_program(parse(scored, "t.kd"))[0]
+    assert len(mask_analysis.summary_slots(mask_analysis.run(checked))) == 1
+    assert mask_analysis.summary_slots(mask_analysis.run(checked.with_attrs(lowered_for="backward"))) == []
     monkeypatch.delenv("KDSL_SUMMARY_BESIDE_LOADS")
     assert [ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(_kernel("valid[b, j]"))] == ["kv"]
     monkeypatch.setenv("KDSL_TILE_SUMMARY_2D", "0")

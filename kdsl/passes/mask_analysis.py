@@ -84,7 +84,8 @@ def whole_tiles(k: ir.Kernel) -> str:
     when the score loaded per element. Since such a tensor streams by TMA, the forward builds
     without spills with the summary and the backward with 24-112 bytes (seventieth session):
     KDSL_SUMMARY_BESIDE_LOADS=1 (BESIDE_LOADS_DEFAULT otherwise) summarises beside it, a trial
-    until timed (tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS).
+    until timed (tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS); =forward in
+    the forward alone (the backward's program is lowered with attr lowered_for="backward").
     KDSL_TILE_SUMMARY_2D=0 / 1 turns it off / on (WHOLE_TILES_DEFAULT otherwise; the A/B
     switch of bench/NOTES.md). Per-head data (keep[b, h, i, j]) is summarised too unless
     KDSL_TILE_SUMMARY_HEADS=0 (HEADS_DEFAULT): its summary reads the mask once more, at most, where
@@ -94,8 +95,9 @@ def whole_tiles(k: ir.Kernel) -> str:
     if os.environ.get("KDSL_TILE_SUMMARY_2D", WHOLE_TILES_DEFAULT) == "0":
         return ""
     score = k.func("score_log2") or k.func("score")
-    beside = os.environ.get("KDSL_SUMMARY_BESIDE_LOADS", BESIDE_LOADS_DEFAULT) == "1"
-    if score is not None and ir.loads_at(score, ("q", "kv")) and not beside:
+    beside = os.environ.get("KDSL_SUMMARY_BESIDE_LOADS", BESIDE_LOADS_DEFAULT)
+    if score is not None and ir.loads_at(score, ("q", "kv")) and not (
+            beside == "1" or beside == "forward" and k.attr("lowered_for") != "backward"):
         return ""
     return "heads" if os.environ.get("KDSL_TILE_SUMMARY_HEADS", HEADS_DEFAULT) == "1" else "shared"
 

@@ -203,7 +203,9 @@ def _finished(key: str, job) -> None:
 
 
 def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, program: Program = DEFAULT):
-    lowered = pipeline.lower(k, get_target(arch), head_dim, value_dim)
+    # the backward's program is lowered as such: a pass may plan it apart (mask_analysis.whole_tiles)
+    lowered = pipeline.lower(k.with_attrs(lowered_for="backward") if program.backward else k, get_target(arch),
+                             head_dim, value_dim)
     if program.backward:  # the kernel the backward's launch reads too (its tile summary's slots)
         lowered = emit.backward_kernel(lowered, get_target(arch))
     gen = emit.generate_backward(lowered, get_target(arch)) if program.backward else emit.generate(lowered)

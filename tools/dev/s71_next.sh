@@ -3,7 +3,8 @@
 # logs in $OUT/logs.tgz.
 #   a: the trial KDSL_SUMMARY_BESIDE_LOADS (mask_analysis.whole_tiles: a whole-block summary beside a
 #      score that loads at the query or key): GPU tests of bias_bool (a bias per head beside a bool
-#      mask), then on / off / Flex forward and on / off fwd+bwd (tools/dev/structured_masks.py), and
+#      mask), then on / off / Flex forward and on / off fwd+bwd, on in both passes and in the forward
+#      alone (=forward) (tools/dev/structured_masks.py), and
 #      held-out 23's bias_level and 22's bias_under_keep against Flex with it on. Flip its default
 #      where it wins on structured masks and costs little on random ones.
 #   b: held-out set 24 (tools/dev/heldout_gpu.sh).
@@ -18,9 +19,12 @@ timeout 150 python3 tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_L
   --kinds documents,padded,band,random --shape 2,16,4096,128 2,16,4096,64 --reps 10 > $L/beside-fwd.log 2>&1
 grep "|" $L/beside-fwd.log | tail -8
 save
-timeout 120 python3 tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS --kernels bias_bool \
-  --kinds documents,padded,random --shape 2,16,4096,128 --backward --reps 5 > $L/beside-bwd.log 2>&1
-grep "|" $L/beside-bwd.log | tail -3
+# fwd+bwd: the summary in both passes, then in the forward alone (the backward spills 24-112 B beside it)
+for on in 1 forward; do
+  timeout 120 python3 tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS --on $on --kernels bias_bool \
+    --kinds documents,padded,random --shape 2,16,4096,128 --backward --reps 5 > $L/beside-bwd-$on.log 2>&1
+  echo "on=$on"; grep "|" $L/beside-bwd-$on.log | tail -3
+done
 save
 for spec in "tools/dev/heldout23.kd bias_level" "tools/dev/heldout22.kd bias_under_keep"; do
   set -- $spec

@@ -59,6 +59,8 @@ def main() -> None:
                     "trial switches (NAME=1), timed beside the others")
     ap.add_argument("--switch", default=SWITCH, help="the variable set to 1 / 0 (KDSL_TILE_SUMMARY_HEADS: "
                     "per-head masks, kernel head_bool_causal)")
+    ap.add_argument("--on", default="1", help="the switch's value for the summary's kernel (KDSL_SUMMARY_BESIDE_LOADS="
+                    "forward: the forward's summary alone)")
     args = ap.parse_args()
     SWITCH = args.switch
     import torch
@@ -80,7 +82,7 @@ def main() -> None:
                 gen = torch.Generator(device="cuda").manual_seed(hash((name, kind, shape)) % 2**31)
                 q, k, v = _inputs(torch, B, H, H, L, L, D, gen)
                 caps = _captures(torch, name, kind, B, L, L, gen, H)
-                on, off = plan(kir, "1"), plan(kir, "0")
+                on, off = plan(kir, args.on), plan(kir, "0")
                 if args.backward:
                     q, k, v = (x.requires_grad_() for x in (q, k, v))
                     dout = torch.randn_like(q)
@@ -96,7 +98,7 @@ def main() -> None:
                 out = call_under(on, q, k, v, **caps)
                 base = call_under(off, q, k, v, **caps)
                 if args.defines:  # the same summary kernel built with the trial switches
-                    trial = plan(kir, "1", args.defines)
+                    trial = plan(kir, args.on, args.defines)
                     assert rel_frobenius(call_under(trial, q, k, v, **caps), out) < 1e-2
                     given_trial = trial[0].tile_summary(q, k, v, **caps)
                     assert torch.equal(given_trial.buffer, on[0].tile_summary(q, k, v, **caps).buffer)
