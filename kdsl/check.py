@@ -506,13 +506,13 @@ def format_table(name: str, results: list[CaseResult]) -> str:
     lines = [f"{name}: {sum(r.passed for r in results)}/{len(results)} cases pass "
              f"(metric {results[0].metric}, tolerance {results[0].tolerance:g})" if results else f"{name}: no cases",
              f"  {'shape':<36} {'error':>10} {'tol':>8}  result"]
-    last = None
+    said = set()
     for r in results:
         verdict = "pass" if r.passed else "FAIL " + "; ".join(r.problems or ["error above tolerance"])
-        # a failure the row above gave word for word (a call refused at every shape) said once
-        shown = "FAIL, as above" if verdict == last and r.problems else verdict
+        # a failure a row above gave word for word (a call refused at a shape each trial draws) said once
+        shown = "FAIL, as above" if verdict in said and r.problems else verdict
         lines.append(f"  {r.shape:<36} {r.error:>10.2e} {r.tolerance:>8.0e}  {shown}")
-        last = verdict
+        said.add(verdict)
     return "\n".join(lines + one_sided(results))
 
 

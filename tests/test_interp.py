@@ -49,7 +49,7 @@ def test_samples_interpreted(name):
         assert torch.allclose(lse[fin].double(), ref_lse[fin], atol=1e-3 + slack)
 
 
-HELDOUT = [ROOT / "tools" / "dev" / f"heldout{n}.kd" for n in ("", *map(str, range(2, 25)))]
+HELDOUT = [ROOT / "tools" / "dev" / f"heldout{n}.kd" for n in ("", *map(str, range(2, 26)))]
 
 
 @pytest.mark.parametrize("path,name", [(p, n) for p in HELDOUT for n in kdsl.load(p).ir],
@@ -60,8 +60,9 @@ def test_heldout_variants_interpreted(path, name):
     segment rules; Longformer, rank-one and forgetting scores, log-distance buckets; KV-cache
     causal, RetNet, chunked prefill; language corners; dense masks with their backward, integer
     captures compared with each other and with constants; strided, dilated and per-head windows,
-    type-pair tables, gates), through the tiled program with the tiles
-    the pass picks for them (most sets found a compiler gap when they were written)."""
+    type-pair tables, gates; float and negated data masks, uniform and multi-query scores), through
+    the tiled program with the tiles the pass picks for them (most sets found a compiler gap when
+    they were written)."""
     kir = kdsl.load(path).ir[name]
     for i, shape in enumerate(SHAPES):
         out, _, ref, _ = _run(kir, shape, seed=i)

@@ -284,13 +284,14 @@ attention causal_window {
 
 
 def test_a_check_table_says_a_repeated_failure_once():
-    """A call refused at every shape (an index that needs a clamp) printed its whole message on
-    every row; a row whose failure is the one above, word for word, now says so."""
+    """A call refused at every shape (an index that needs a clamp), or at one shape each trial
+    draws, printed its whole message on every such row; a row whose failure a row above gave
+    word for word now says so."""
     from kdsl.check import CaseResult, format_table
     refused = lambda shape: CaseResult("k", shape, "m", float("inf"), 0.02, ["refused the call: clamp it"])  # noqa: E731
     other = CaseResult("k", "B=3", "m", float("inf"), 0.02, ["wrote outside its output"])
     rows = format_table("k", [refused("B=1"), refused("B=2"), other, refused("B=4")]).splitlines()[2:]
     assert rows[0].endswith("FAIL refused the call: clamp it") and rows[1].endswith("FAIL, as above")
-    assert rows[2].endswith("FAIL wrote outside its output") and rows[3].endswith("FAIL refused the call: clamp it")
+    assert rows[2].endswith("FAIL wrote outside its output") and rows[3].endswith("FAIL, as above")
     passed = CaseResult("k", "B=5", "m", 0.0, 0.02)
     assert format_table("k", [passed, passed]).splitlines()[-1].endswith("pass")
