@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next session's device calls (after the seventieth). OUT=... PART=a|b bash tools/dev/s71_next.sh;
+# The next session's device calls (after the seventieth). OUT=... PART=a|b|c bash tools/dev/s71_next.sh;
 # logs in $OUT/logs.tgz.
 #   a: the trial KDSL_SUMMARY_BESIDE_LOADS (mask_analysis.whole_tiles: a whole-block summary beside a
 #      score that loads at the query or key): GPU tests of bias_bool (a bias per head beside a bool
@@ -7,7 +7,8 @@
 #      alone (=forward) (tools/dev/structured_masks.py), and
 #      held-out 23's bias_level and 22's bias_under_keep against Flex with it on. Flip its default
 #      where it wins on structured masks and costs little on random ones.
-#   b: held-out set 24 (tools/dev/heldout_gpu.sh).
+#      Then held-out 25's D=64 forwards that spill, against other schedules (tools/dev/attrs_sweep.py).
+#   b: held-out set 24 (tools/dev/heldout_gpu.sh); c: held-out set 25.
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
 save() { tar czf $OUT/logs.tgz -C $OUT logs; }
@@ -34,7 +35,27 @@ for spec in "tools/dev/heldout23.kd bias_level" "tools/dev/heldout22.kd bias_und
     grep -h "|" $L/bench-$2$mode/*.md | cut -d'|' -f2-11 | tail -1
   done
 done
+save
+# the same two forwards with and without it, same process (seed 0: bias_level's lvl sorted along keys,
+# bias_under_keep's bits random; seed 1: both sorted)
+for seed in 0 1; do
+  timeout 100 python3 tools/dev/attrs_sweep.py tools/dev/heldout23.kd:bias_level:2,16,4096,4096,128 \
+    tools/dev/heldout22.kd:bias_under_keep:2,16,4096,4096,128 --attrs "KDSL_SUMMARY_BESIDE_LOADS=1" --reps 20 \
+    --seed $seed > $L/beside-ab-s$seed.log 2>&1
+  echo "seed $seed"; grep "|" $L/beside-ab-s$seed.log | tail -4
+done
+save
+# held-out 25's two D=64 forwards that spill at 3 consumers (softplus_gate 32 B in its loop, floored_window
+# 16 B in the producer): the built schedule against 2 consumers and narrower kv tiles, same process
+timeout 150 python3 tools/dev/attrs_sweep.py tools/dev/heldout25.kd:softplus_gate:2,16,4096,4096,64 \
+  tools/dev/heldout25.kd:floored_window:2,16,4096,4096,64 --attrs "consumers=2;tile_n=96;tile_n=64" --reps 20 \
+  > $L/spill-d64.log 2>&1
+grep "|" $L/spill-d64.log | tail -8
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L
 exit 0
 fi
+if [ "${PART}" = b ]; then
 OUT=$OUT bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24
+exit 0
+fi
+OUT=$OUT bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25
