@@ -1,61 +1,60 @@
 #!/usr/bin/env bash
-# The next session's device calls (after the seventieth). OUT=... PART=a|b|c bash tools/dev/s71_next.sh;
-# logs in $OUT/logs.tgz.
+# The next session's device calls (after the seventieth), each within one call's 600 s:
+#   OUT=... PART=a|b|c|d|e bash tools/dev/s71_next.sh; logs in $OUT/logs.tgz.
 #   a: the trial KDSL_SUMMARY_BESIDE_LOADS (mask_analysis.whole_tiles: a whole-block summary beside a
 #      score that loads at the query or key): GPU tests of bias_bool (a bias per head beside a bool
-#      mask), then on / off / Flex forward and on / off fwd+bwd, on in both passes and in the forward
-#      alone (=forward) (tools/dev/structured_masks.py), and
-#      held-out 23's bias_level and 22's bias_under_keep against Flex with it on. Flip its default
-#      where it wins on structured masks and costs little on random ones.
-#      Then held-out 25's D=64 forwards that spill, against other schedules (tools/dev/attrs_sweep.py).
-#   b: held-out set 24 (tools/dev/heldout_gpu.sh); c: held-out set 25.
+#      mask); on / off / Flex forward; on / off fwd+bwd, on in both passes and in the forward alone
+#      (=forward) (tools/dev/structured_masks.py).
+#   b: held-out 23's bias_level and 22's bias_under_keep against Flex with it on, and with / without it in
+#      one process (tools/dev/attrs_sweep.py); held-out 25's D=64 forwards that spill, against other
+#      schedules. Flip BESIDE_LOADS_DEFAULT where it wins on structured masks and costs little on random.
+#   c: held-out sets 24 and 25 against Flex; d / e: their GPU checks (tools/dev/heldout_gpu.sh).
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
 save() { tar czf $OUT/logs.tgz -C $OUT logs; }
-if [ "${PART:-a}" = a ]; then
-timeout 200 python3 -m pytest -q tests/gpu/test_dense_mask_summary_gpu.py -k bias_bool > $L/tests-bias-bool.log 2>&1
-tail -2 $L/tests-bias-bool.log
-save
-timeout 150 python3 tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS --kernels bias_bool \
-  --kinds documents,padded,band,random --shape 2,16,4096,128 2,16,4096,64 --reps 10 > $L/beside-fwd.log 2>&1
-grep "|" $L/beside-fwd.log | tail -8
-save
-# fwd+bwd: the summary in both passes, then in the forward alone (the backward spills 24-112 B beside it)
-for on in 1 forward; do
-  timeout 120 python3 tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS --on $on --kernels bias_bool \
-    --kinds documents,padded,random --shape 2,16,4096,128 --backward --reps 5 > $L/beside-bwd-$on.log 2>&1
-  echo "on=$on"; grep "|" $L/beside-bwd-$on.log | tail -3
-done
-save
-for spec in "tools/dev/heldout23.kd bias_level" "tools/dev/heldout22.kd bias_under_keep"; do
-  set -- $spec
-  for mode in "" "--backward"; do
-    KDSL_SUMMARY_BESIDE_LOADS=1 timeout 100 kdsl bench $1 --only $2 $mode --vs flex --reps 10 --seed 0 \
-      --shapes B=2,H=16,M=4096,N=4096,D=128 -o $L/bench-$2$mode > $L/bench-$2$mode.log 2>&1
-    grep -h "|" $L/bench-$2$mode/*.md | cut -d'|' -f2-11 | tail -1
+case "${PART:-a}" in
+a)
+  timeout 180 python3 -m pytest -q tests/gpu/test_dense_mask_summary_gpu.py -k bias_bool > $L/tests-bias-bool.log 2>&1
+  tail -2 $L/tests-bias-bool.log
+  save
+  timeout 170 python3 tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS --kernels bias_bool \
+    --kinds documents,padded,band,random --shape 2,16,4096,128 2,16,4096,64 --reps 10 > $L/beside-fwd.log 2>&1
+  grep "|" $L/beside-fwd.log | tail -8
+  save
+  # fwd+bwd: the summary in both passes, then in the forward alone (the backward spills 24-112 B beside it)
+  for on in 1 forward; do
+    timeout 110 python3 tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS --on $on --kernels bias_bool \
+      --kinds documents,padded,random --shape 2,16,4096,128 --backward --reps 5 > $L/beside-bwd-$on.log 2>&1
+    echo "on=$on"; grep "|" $L/beside-bwd-$on.log | tail -3
+    save
+  done ;;
+b)
+  for spec in "tools/dev/heldout23.kd bias_level" "tools/dev/heldout22.kd bias_under_keep"; do
+    set -- $spec
+    for mode in "" "--backward"; do
+      KDSL_SUMMARY_BESIDE_LOADS=1 timeout 80 kdsl bench $1 --only $2 $mode --vs flex --reps 10 --seed 0 \
+        --shapes B=2,H=16,M=4096,N=4096,D=128 -o $L/bench-$2$mode > $L/bench-$2$mode.log 2>&1
+      grep -h "|" $L/bench-$2$mode/*.md | cut -d'|' -f2-11 | tail -1
+    done
   done
-done
-save
-# the same two forwards with and without it, same process (seed 0: bias_level's lvl sorted along keys,
-# bias_under_keep's bits random; seed 1: both sorted)
-for seed in 0 1; do
-  timeout 100 python3 tools/dev/attrs_sweep.py tools/dev/heldout23.kd:bias_level:2,16,4096,4096,128 \
-    tools/dev/heldout22.kd:bias_under_keep:2,16,4096,4096,128 --attrs "KDSL_SUMMARY_BESIDE_LOADS=1" --reps 20 \
-    --seed $seed > $L/beside-ab-s$seed.log 2>&1
-  echo "seed $seed"; grep "|" $L/beside-ab-s$seed.log | tail -4
-done
-save
-# held-out 25's two D=64 forwards that spill at 3 consumers (softplus_gate 32 B in its loop, floored_window
-# 16 B in the producer): the built schedule against 2 consumers and narrower kv tiles, same process
-timeout 150 python3 tools/dev/attrs_sweep.py tools/dev/heldout25.kd:softplus_gate:2,16,4096,4096,64 \
-  tools/dev/heldout25.kd:floored_window:2,16,4096,4096,64 --attrs "consumers=2;tile_n=96;tile_n=64" --reps 20 \
-  > $L/spill-d64.log 2>&1
-grep "|" $L/spill-d64.log | tail -8
-tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L
-exit 0
-fi
-if [ "${PART}" = b ]; then
-OUT=$OUT bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24
-exit 0
-fi
-OUT=$OUT bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25
+  save
+  # the same two forwards with and without it, one process (seed 0: bias_level's lvl sorted along keys,
+  # bias_under_keep's bits random; seed 1: both sorted)
+  for seed in 0 1; do
+    timeout 70 python3 tools/dev/attrs_sweep.py tools/dev/heldout23.kd:bias_level:2,16,4096,4096,128 \
+      tools/dev/heldout22.kd:bias_under_keep:2,16,4096,4096,128 --attrs "KDSL_SUMMARY_BESIDE_LOADS=1" --reps 20 \
+      --seed $seed > $L/beside-ab-s$seed.log 2>&1
+    echo "seed $seed"; grep "|" $L/beside-ab-s$seed.log | tail -4
+  done
+  save
+  # held-out 25's two D=64 forwards that spill at 3 consumers (softplus_gate 32 B in its loop, floored_window
+  # 16 B in the producer): the built schedule against 2 consumers and narrower kv tiles, one process
+  timeout 110 python3 tools/dev/attrs_sweep.py tools/dev/heldout25.kd:softplus_gate:2,16,4096,4096,64 \
+    tools/dev/heldout25.kd:floored_window:2,16,4096,4096,64 --attrs "consumers=2;tile_n=96;tile_n=64" --reps 20 \
+    > $L/spill-d64.log 2>&1
+  grep "|" $L/spill-d64.log | tail -8
+  save ;;
+c) for set in 24 25; do OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done ;;
+d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;
+e) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25 ;;
+esac
