@@ -96,8 +96,8 @@ def whole_tiles(k: ir.Kernel) -> str:
         return ""
     score = k.func("score_log2") or k.func("score")
     beside = os.environ.get("KDSL_SUMMARY_BESIDE_LOADS", BESIDE_LOADS_DEFAULT)
-    if score is not None and ir.loads_at(score, ("q", "kv")) and not (
-            beside == "1" or beside == "forward" and k.attr("lowered_for") != "backward"):
+    summarised = beside == "1" or (beside == "forward" and k.attr("lowered_for") != "backward")
+    if score is not None and ir.loads_at(score, ("q", "kv")) and not summarised:
         return ""
     return "heads" if os.environ.get("KDSL_TILE_SUMMARY_HEADS", HEADS_DEFAULT) == "1" else "shared"
 
