@@ -214,15 +214,15 @@ def test_whole_block_summaries_stay_off_for_per_head_data_a_per_element_score_an
     assert mask_analysis.summary_slots(_kernel("hkeep[b, h, i, j]")) == []  # as much to read as the kernel
     scored = DECLS.replace("mask(b, h, i, j)", "bias: f32[B, M, N]\n    score(s, b, h, i, j) = s + bias[b, i, j]\n"
                            "    mask(b, h, i, j)") % "keep[b, i, j]"
-    k = mask_analysis.run(typecheck.check_program(parse(scored, "t.kd"))[0])
-    assert not mask_analysis.whole_tiles(k) and mask_analysis.summary_slots(k) == []
-    monkeypatch.setenv("KDSL_SUMMARY_BESIDE_LOADS", "1")  # the trial: beside the score's load too
-    k = mask_analysis.run(typecheck.check_program(parse(scored, "t.kd"))[0])
-    assert [ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(k)] == ["tile"]
-    monkeypatch.setenv("KDSL_SUMMARY_BESIDE_LOADS", "forward")  # the forward's lowering alone
     checked = typecheck.check_program(parse(scored, "t.kd"))[0]
-    assert len(mask_analysis.summary_slots(mask_analysis.run(checked))) == 1
-    assert mask_analysis.summary_slots(mask_analysis.run(checked.with_attrs(lowered_for="backward"))) == []
+    # by default beside the score's load in the forward alone: the backward spilled beside it
+    assert [ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(mask_analysis.run(checked))] == ["tile"]
+    k = mask_analysis.run(checked.with_attrs(lowered_for="backward"))
+    assert not mask_analysis.whole_tiles(k) and mask_analysis.summary_slots(k) == []
+    monkeypatch.setenv("KDSL_SUMMARY_BESIDE_LOADS", "1")  # in both passes
+    assert len(mask_analysis.summary_slots(mask_analysis.run(checked.with_attrs(lowered_for="backward")))) == 1
+    monkeypatch.setenv("KDSL_SUMMARY_BESIDE_LOADS", "0")  # in neither
+    assert mask_analysis.summary_slots(mask_analysis.run(checked)) == []
     monkeypatch.delenv("KDSL_SUMMARY_BESIDE_LOADS")
     assert [ir.TILE_REDUCTIONS[s.op][0] for s in mask_analysis.summary_slots(_kernel("valid[b, j]"))] == ["kv"]
     monkeypatch.setenv("KDSL_TILE_SUMMARY_2D", "0")

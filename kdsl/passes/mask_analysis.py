@@ -73,7 +73,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
 
 WHOLE_TILES_DEFAULT = "1"  # measured on (bench/NOTES.md, fifty-eighth session); "0" to turn it off
 HEADS_DEFAULT = "1"  # per-head data too (sixty-seventh session); KDSL_TILE_SUMMARY_HEADS=0 turns it off
-BESIDE_LOADS_DEFAULT = "0"  # beside a score that loads at q / kv (a trial, seventieth session)
+BESIDE_LOADS_DEFAULT = "forward"  # beside a score that loads at q / kv: forwards (seventy-first session)
 
 
 def whole_tiles(k: ir.Kernel) -> str:
@@ -82,10 +82,11 @@ def whole_tiles(k: ir.Kernel) -> str:
     per-head data too. Not where the score loads data at the query or key (bias[b, h, i, j]):
     the summary's registers beside that load made ptxas spill 8-24 bytes (sm_90a builds, D=128)
     when the score loaded per element. Since such a tensor streams by TMA, the forward builds
-    without spills with the summary and the backward with 24-112 bytes (seventieth session):
-    KDSL_SUMMARY_BESIDE_LOADS=1 (BESIDE_LOADS_DEFAULT otherwise) summarises beside it, a trial
-    until timed (tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS); =forward in
-    the forward alone (the backward's program is lowered with attr lowered_for="backward").
+    without spills with the summary and the backward with 24-112 bytes (seventieth session), so
+    the forward summarises beside it and the backward (lowered with attr lowered_for="backward")
+    does not: H200, B=2 H=16 4096², masks in runs 1.5-5x faster forward, random bits 0.98x; the
+    backward with it ran a random mask 0.58x (seventy-first session, bench/NOTES.md).
+    KDSL_SUMMARY_BESIDE_LOADS (BESIDE_LOADS_DEFAULT otherwise) = forward / 1 (both passes) / 0.
     KDSL_TILE_SUMMARY_2D=0 / 1 turns it off / on (WHOLE_TILES_DEFAULT otherwise; the A/B
     switch of bench/NOTES.md). Per-head data (keep[b, h, i, j]) is summarised too unless
     KDSL_TILE_SUMMARY_HEADS=0 (HEADS_DEFAULT): its summary reads the mask once more, at most, where

@@ -62,8 +62,8 @@ KINDS = ("documents", "padded", "band", "random")
 @pytest.fixture(scope="module", autouse=True)
 def whole_block_summaries():
     """The switches on for every plan this module makes (read when a kernel is lowered): per-head
-    data too (KDSL_TILE_SUMMARY_HEADS), for head_bool_causal; beside a score that loads
-    (KDSL_SUMMARY_BESIDE_LOADS, a trial off by default), for bias_bool."""
+    data too (KDSL_TILE_SUMMARY_HEADS), for head_bool_causal; beside a score that loads in the
+    backward too (KDSL_SUMMARY_BESIDE_LOADS=1; the forward alone by default), for bias_bool."""
     mp = pytest.MonkeyPatch()
     mp.setenv("KDSL_TILE_SUMMARY_2D", "1")
     mp.setenv("KDSL_TILE_SUMMARY_HEADS", "1")
