@@ -9,6 +9,9 @@
 #      one process (tools/dev/attrs_sweep.py); held-out 25's D=64 forwards that spill, against other
 #      schedules. Flip BESIDE_LOADS_DEFAULT where it wins on structured masks and costs little on random.
 #   c: held-out sets 24 and 25 against Flex; d / e: their GPU checks (tools/dev/heldout_gpu.sh).
+#   f: (after calls 1-3 flipped the switch's default to =forward) where bias_under_keep's fwd+bwd time
+#      goes with it =0 / =forward / =1 (tools/dev/pass_kernels.py; random bits and runs), and bias_gate's
+#      and bias_level's against Flex; `kdsl check --grad` of the kernels the flip changed.
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
 save() { tar czf $OUT/logs.tgz -C $OUT logs; }
@@ -57,4 +60,23 @@ b)
 c) for set in 24 25; do OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done ;;
 d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;
 e) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25 ;;
+f)
+  for seed in 0 1; do
+    timeout 120 python3 tools/dev/pass_kernels.py tools/dev/heldout22.kd:bias_under_keep 2,16,4096,4096,128 --seed $seed \
+      --variants "KDSL_SUMMARY_BESIDE_LOADS=0;KDSL_SUMMARY_BESIDE_LOADS=forward;KDSL_SUMMARY_BESIDE_LOADS=1" \
+      > $L/kernels-bias_under_keep-s$seed.log 2>&1
+    grep "µs a call" $L/kernels-bias_under_keep-s$seed.log
+    save
+  done
+  for spec in heldout25.kd:bias_gate heldout23.kd:bias_level; do
+    timeout 90 python3 tools/dev/pass_kernels.py tools/dev/$spec 2,16,4096,4096,128 > $L/kernels-${spec#*:}.log 2>&1
+    head -8 $L/kernels-${spec#*:}.log | cut -c1-90
+  done
+  save
+  for spec in "heldout22.kd bias_under_keep 22" "heldout23.kd bias_level 23" "heldout24.kd key_gate 24"; do
+    set -- $spec
+    timeout 80 kdsl check tools/dev/$1 --kernel $2 --grad --seed $3 > $L/check-$2.log 2>&1
+    echo "$2: $(grep -ci fail $L/check-$2.log) fail lines"; tail -2 $L/check-$2.log
+  done
+  save ;;
 esac
