@@ -12,6 +12,8 @@
 #   f: (after calls 1-3 flipped the switch's default to =forward) where bias_under_keep's fwd+bwd time
 #      goes with it =0 / =forward / =1 (tools/dev/pass_kernels.py; random bits and runs), and bias_gate's
 #      and bias_level's against Flex; `kdsl check --grad` of the kernels the flip changed.
+#   g: the backward beside a summary (call4: its kernel 4276 / 2459 µs on random bits): the trial
+#      KDSL_BWD_ONE_PATH=1 (full tiles take the masked copy), backward alone (tools/dev/backward_ab.py).
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
 save() { tar czf $OUT/logs.tgz -C $OUT logs; }
@@ -79,4 +81,14 @@ f)
     echo "$2: $(grep -ci fail $L/check-$2.log) fail lines"; tail -2 $L/check-$2.log
   done
   save ;;
+g)
+  for spec in "heldout22.kd bias_under_keep 128 0" "heldout22.kd bias_under_keep 128 1" "heldout23.kd bias_level 128 0" \
+              "heldout22.kd bias_under_keep 64 0"; do
+    set -- $spec
+    timeout 130 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape 2,16,4096,4096,$3 --seed $4 \
+      --reps 10 --variants "KDSL_SUMMARY_BESIDE_LOADS=0;KDSL_SUMMARY_BESIDE_LOADS=1;KDSL_SUMMARY_BESIDE_LOADS=1 -DKDSL_BWD_ONE_PATH=1" \
+      > $L/one-path-$2-d$3-s$4.log 2>&1
+    echo "$spec"; tail -5 $L/one-path-$2-d$3-s$4.log
+    save
+  done ;;
 esac
