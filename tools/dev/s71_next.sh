@@ -14,6 +14,9 @@
 #      and bias_level's against Flex; `kdsl check --grad` of the kernels the flip changed.
 #   g: the backward beside a summary (call4: its kernel 4276 / 2459 µs on random bits): the trial
 #      KDSL_BWD_ONE_PATH=1 (full tiles take the masked copy), backward alone (tools/dev/backward_ab.py).
+#   h: (call5: D=64 lost x0.72 without spills: not the code) the backward's head groups under a summary
+#      (geometry.attention_head_group reads_data: at least half the SMs' heads) against groups by L2
+#      alone (KDSL_BWD_MIX_HEADS=0), on bias_under_keep with the summary and the masks that had it.
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
 save() { tar czf $OUT/logs.tgz -C $OUT logs; }
@@ -89,6 +92,26 @@ g)
       --reps 10 --variants "KDSL_SUMMARY_BESIDE_LOADS=0;KDSL_SUMMARY_BESIDE_LOADS=1;KDSL_SUMMARY_BESIDE_LOADS=1 -DKDSL_BWD_ONE_PATH=1" \
       > $L/one-path-$2-d$3-s$4.log 2>&1
     echo "$spec"; tail -5 $L/one-path-$2-d$3-s$4.log
+    save
+  done ;;
+h)
+  B=2,16,4096,4096
+  for spec in "heldout22.kd bias_under_keep 128 0" "heldout22.kd bias_under_keep 128 1" "heldout22.kd bias_under_keep 64 0"; do
+    set -- $spec
+    timeout 100 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape $B,$3 --seed $4 --reps 10 \
+      --variants "KDSL_SUMMARY_BESIDE_LOADS=0;KDSL_SUMMARY_BESIDE_LOADS=1;KDSL_SUMMARY_BESIDE_LOADS=1 KDSL_BWD_MIX_HEADS=0" \
+      > $L/mix-$2-d$3-s$4.log 2>&1
+    echo "$spec"; grep "^|" $L/mix-$2-d$3-s$4.log
+    save
+  done
+  for spec in "heldout23.kd head_label 128 0" "heldout23.kd key_importance 128 0" "heldout23.kd u8_documents 128 0" \
+              "heldout23.kd bias_level 128 0" "heldout22.kd label_not_three 128 0" "document_mask.kd document_mask 128 0" \
+              "document_mask.kd document_mask 64 0"; do
+    set -- $spec
+    f=tools/dev/$1; [ -f $f ] || f=samples/$1
+    timeout 70 python3 tools/dev/backward_ab.py --file $f --programs $2 --shape $B,$3 --seed $4 --reps 10 \
+      --variants "default;KDSL_BWD_MIX_HEADS=0" > $L/mix-$2-d$3-s$4.log 2>&1
+    echo "$spec"; grep "^|" $L/mix-$2-d$3-s$4.log
     save
   done ;;
 esac
