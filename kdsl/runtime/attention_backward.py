@@ -199,9 +199,8 @@ class _BackwardLaunch:
         # own tiles (64 queries by plan.keys; emit.generate_backward) by the module's summary
         # kernel.
         layout = summary.Layout.of(lowered, B, H, M, N, tiles=(tiling.BACKWARD_TILE, plan.keys))
-        # (KDSL_BWD_MIX_HEADS=0: groups by L2 alone under a summary too; a trial for A/B timing)
         group = _head_group(kernel, q, Hkv, Dv, key_blocks, self.splits, query_splits, self.device,
-                            reads_data=layout is not None and os.environ.get("KDSL_BWD_MIX_HEADS", "1") != "0")
+                            reads_data=layout is not None)
         values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, group, head_splits, s * LOG2E, s] + [None] * ncap + \
             [dims[n] for n in extra] + [None] * (ngrad + 2) + [query_splits] * (query_splits > 1)
         first_cap, first_grad = nmaps + 18, nmaps + 18 + ncap + len(extra)

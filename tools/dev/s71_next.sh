@@ -14,6 +14,7 @@
 #      and bias_level's against Flex; `kdsl check --grad` of the kernels the flip changed.
 #   g: the backward beside a summary (call4: its kernel 4276 / 2459 µs on random bits): the trial
 #      KDSL_BWD_ONE_PATH=1 (full tiles take the masked copy), backward alone (tools/dev/backward_ab.py).
+#      (g's and h's trial switches were removed after they ran: bench/NOTES.md, seventy-first session)
 #   h: (call5: D=64 lost x0.72 without spills: not the code) the backward's head groups under a summary
 #      (geometry.attention_head_group reads_data: at least half the SMs' heads) against groups by L2
 #      alone (KDSL_BWD_MIX_HEADS=0), on bias_under_keep with the summary and the masks that had it.

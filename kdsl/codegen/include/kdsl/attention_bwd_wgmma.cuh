@@ -65,9 +65,6 @@
 #ifndef KDSL_BWD_SCORE_FIRST  // 0: a score that loads waits for a loaded mask's decision (A/B timing: element_grads)
 #define KDSL_BWD_SCORE_FIRST 1
 #endif
-#ifndef KDSL_BWD_ONE_PATH  // 1: full tiles beside a score that loads first take the masked copy (trial; element_grads)
-#define KDSL_BWD_ONE_PATH 0
-#endif
 #ifndef KDSL_BWD_KEEP_ROUND  // 0: the 32-wide search forgets each round's answer (A/B timing; BwdSteps::next)
 #define KDSL_BWD_KEEP_ROUND 1
 #endif
@@ -279,10 +276,6 @@ KDSL_DEVICE void key_parts(const AttnArgs& a, const Captures& c, int b, int h, i
 // score's key part at kv (key_parts); mask_of() the mask at (q, kv) (V::mask, or V::mask_at on
 // the step's streamed tiles: attention_bwd_stream.cuh). Captured tensors' gradient shares go
 // to ug (step-uniform) and, for an offset-indexed load, to offset_share(share).
-// Whether element_grads evaluates a score that loads before a loaded mask decides (see there).
-template <class V, class G>
-constexpr bool kScoreFirst = KDSL_BWD_SCORE_FIRST && V::kHasMask && V::kMaskLoads && G::kScoreLoads && !G::kScoreIsS;
-
 template <class V, class G, int kGuard, class MaskOf, class OffsetShare>
 KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
                                int cls, int b, int h, int q, int kv, float kt, float s, float dp, float row_lse,
@@ -295,7 +288,8 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   // held-out 22's bias_under_keep backward x1.63 (D=128) / x1.70 (D=64) faster so, and a score
   // that loads under no mask 3 % slower (learned_relpos: more registers for the edge tiles'
   // path): bench/results/h200-2026-12-02-s70/call2. So only under a loaded mask, the case timed.
-  constexpr bool kFirst = kGuard != kGuardNone && kScoreFirst<V, G>;
+  constexpr bool kFirst = KDSL_BWD_SCORE_FIRST && kGuard != kGuardNone && V::kHasMask && V::kMaskLoads &&
+                          G::kScoreLoads && !G::kScoreIsS;
   const float sn = s * c.scale;  // (the score's s: one FFMA on raw q.k where the score is s itself)
   float first = 0.f;
   if constexpr (kFirst) {
@@ -639,11 +633,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
         }
       }
     };
-    // KDSL_BWD_ONE_PATH: a tile summary's full tiles run the masked copy too (its mask skipped by
-    // class) where the score loads first: a second, unguarded copy beside it (trial)
-    constexpr bool kOnePath = KDSL_BWD_ONE_PATH && V::kSummaries > 0 && kScoreFirst<V, G>;
-    if (!kOnePath && m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull))
-      elementwise(Guard<kGuardNone>{});
+    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Guard<kGuardNone>{});
     else if constexpr (kGuardByKeys<V>) {
       if (cls == kTileKeys) elementwise(Guard<kGuardKeys>{});
       else elementwise(Guard<kGuardMask>{});
