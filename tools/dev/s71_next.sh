@@ -18,6 +18,9 @@
 #   h: (call5: D=64 lost x0.72 without spills: not the code) the backward's head groups under a summary
 #      (geometry.attention_head_group reads_data: at least half the SMs' heads) against groups by L2
 #      alone (KDSL_BWD_MIX_HEADS=0), on bias_under_keep with the summary and the masks that had it.
+#   i: the trial KDSL_BWD_PREFETCH=1 (the backward asks the step tiles of tensors it reads per element,
+#      a score's bias, into L2 one step ahead: attention_bwd_stream.cuh), backward alone; bool_attn_mask
+#      (its mask copied, nothing to prefetch) must build the same cubin.
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
 save() { tar czf $OUT/logs.tgz -C $OUT logs; }
@@ -113,6 +116,16 @@ h)
     timeout 70 python3 tools/dev/backward_ab.py --file $f --programs $2 --shape $B,$3 --seed $4 --reps 10 \
       --variants "default;KDSL_BWD_MIX_HEADS=0" > $L/mix-$2-d$3-s$4.log 2>&1
     echo "$spec"; grep "^|" $L/mix-$2-d$3-s$4.log
+    save
+  done ;;
+i)
+  for spec in "bench/variants.kd bias_bhqk 128 0" "bench/variants.kd bias_qk 128 0" "tools/dev/heldout22.kd bias_under_keep 128 0" \
+              "tools/dev/heldout22.kd bias_under_keep 64 0" "tools/dev/heldout25.kd bias_gate 128 0" \
+              "tools/dev/heldout23.kd bias_level 128 0" "bench/variants.kd bias_bhqk 64 0" "bench/variants.kd bool_attn_mask 128 0"; do
+    set -- $spec
+    timeout 60 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape 2,16,4096,4096,$3 --seed $4 --reps 10 \
+      --variants "default;-DKDSL_BWD_PREFETCH=1" > $L/prefetch-$2-d$3.log 2>&1
+    echo "$spec"; grep "cubin\|^|" $L/prefetch-$2-d$3.log | cut -c1-150
     save
   done ;;
 esac

@@ -21,6 +21,9 @@
 #ifndef KDSL_BWD_STREAM
 #define KDSL_BWD_STREAM 0
 #endif
+#ifndef KDSL_BWD_PREFETCH  // 1: the step tiles of streamed tensors read per element are asked into L2 (trial)
+#define KDSL_BWD_PREFETCH 0
+#endif
 #ifndef KDSL_BWD_STREAM_MASK  // 0: the room is kept but the mask reads global memory per element (A/B timing)
 #define KDSL_BWD_STREAM_MASK 1
 #endif
@@ -43,6 +46,25 @@ template <class V> constexpr bool kBwdStreamMask = KDSL_BWD_STREAM_MASK && V::kS
                                                    (!V::kMaskReads2 || bwd_ring2_bytes<V>() > 0);
 template <class V> constexpr bool kBwdCopy1 = kBwdStreamMask<V> && V::kMaskReads1;
 template <class V> constexpr bool kBwdCopy2 = kBwdStreamMask<V> && V::kMaskReads2;
+
+// The rings whose elements the backward reads from global memory, one load an element: the
+// score's (a bias at [b, h, q, kv]; the backward keeps no ring for a score: a 2-byte tile does
+// not fit beside the mask's at head dim 128) and a mask's not copied. KDSL_BWD_PREFETCH asks
+// their step tiles into L2 when the step before is issued (prefetch_stream_tile), so that
+// those loads wait on L2 rather than DRAM.
+template <class V> constexpr bool kBwdPrefetch1 = KDSL_BWD_PREFETCH && (V::kScoreReads1 || V::kMaskReads1) &&
+                                                  !kBwdCopy1<V>;
+template <class V> constexpr bool kBwdPrefetch2 = KDSL_BWD_PREFETCH && V::kMaskReads2 && !kBwdCopy2<V>;
+
+// A step's tile of a streamed tensor (elements of S bytes; row q at row(q)) into L2: one bulk
+// prefetch a row, rows [m0, m0 + ROWS) within M, keys [n0, n0 + BN) within N rounded up to 16
+// bytes (the stream programs take rows of whole 16-byte units on 16-byte aligned pointers).
+template <int S, int ROWS, int BN, int T, class Row>
+KDSL_DEVICE void prefetch_stream_tile(const Row& row, int m0, int M, int n0, int N, int tid) {
+  static_assert(ROWS <= T, "a thread a row");
+  if (tid < ROWS && m0 + tid < M)
+    bulk_prefetch_l2(row(m0 + tid) + (i64)n0 * S, (imin(BN, N - n0) * S + 15) & ~15);
+}
 
 // A step's tile of a streamed tensor (elements of S bytes; row q's element kv = 0 at row(q))
 // into dst: ROWS rows of BN * S bytes as 128-byte column blocks of ROWS rows, the 16-byte chunk

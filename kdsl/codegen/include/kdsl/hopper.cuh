@@ -49,6 +49,11 @@ KDSL_DEVICE void mbar_wait(u32 bar, u32 parity) {
 
 // ---- TMA ---------------------------------------------------------------------------------
 
+// Asks L2 for `bytes` (a multiple of 16) of global memory at a 16-byte aligned address; no
+// register or shared memory holds them, and a later load of them waits on L2 instead of DRAM.
+KDSL_DEVICE void bulk_prefetch_l2(const void* src, u32 bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(src), "r"(bytes) : "memory");
+}
 KDSL_DEVICE void tma_prefetch_desc(const TmaDesc* desc) {
   asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<u64>(desc)) : "memory");
 }
