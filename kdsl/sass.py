@@ -77,7 +77,8 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
         shape = f"{m.group(1)}.{m.group(2)}"
         shapes[shape] = shapes.get(shape, 0) + 1
     other: dict[str, int] = {}
-    for m in re.finditer(r"\b(UTMALDG|UTMASTG|UTMAREDG|UBLKRED|REDG|MUFU|LDG|LDS|STSM|MEMBAR)(\.[A-Z0-9]+)?", code):
+    for m in re.finditer(r"\b(UTMALDG|UTMASTG|UTMAREDG|UBLKRED|UBLKPF|REDG|MUFU|LDG|LDS|STSM|MEMBAR)(\.[A-Z0-9]+)?",
+                         code):  # (UBLKPF: a bulk prefetch into L2)
         other[m.group(1)] = other.get(m.group(1), 0) + 1
         if m.group(1) in ("MUFU", "LDS") and m.group(2):  # which function: MUFU.EX2, ...; LDS.U16: its width
             other[m.group(1) + m.group(2)] = other.get(m.group(1) + m.group(2), 0) + 1

@@ -67,3 +67,18 @@ def test_the_copied_tiles_replace_the_per_element_global_loads(d):
         pytest.skip("cuobjdump")
     assert a.other_ops.get("LDS.U8", 0) >= 32 and not b.other_ops.get("LDS.U8"), (a.other_ops, b.other_ops)
     assert a.other_ops["LDG.8"] == 0 and b.other_ops["LDG.8"] >= 16, (a.other_ops, b.other_ops)
+
+
+@pytest.mark.parametrize("name, d, prefetched", [
+    ("score_and_mask", 128, True),   # the score's f32 bias, read per element beside the copied bool mask
+    ("float_mask", 128, True),       # a 4-byte mask tile is not copied: read per element
+    ("score_and_mask", 64, False)])  # head dim 64: it cost x0.969 there (attention_bwd_stream.cuh)
+def test_tiles_read_per_element_under_a_loading_mask_are_prefetched_into_l2(name, d, prefetched):
+    """Under a mask that loads, the step tiles of the streamed tensors the backward reads per
+    element are asked into L2 a step ahead (one bulk prefetch a row: UBLKPF), at head dims above
+    64; the copied rings need none."""
+    built = build(MOD.ir[name], "sm_90a", d, program=Program(backward=True))
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    if rep is None:
+        pytest.skip("cuobjdump")
+    assert (rep.other_ops.get("UBLKPF", 0) > 0) == prefetched, rep.other_ops

@@ -21,8 +21,8 @@
 #ifndef KDSL_BWD_STREAM
 #define KDSL_BWD_STREAM 0
 #endif
-#ifndef KDSL_BWD_PREFETCH  // 1: the step tiles of streamed tensors read per element are asked into L2 (trial)
-#define KDSL_BWD_PREFETCH 0
+#ifndef KDSL_BWD_PREFETCH  // the step tiles of streamed tensors read per element asked into L2: 0 never,
+#define KDSL_BWD_PREFETCH 1  // 1 under a mask that loads, head dims above 64 (kBwdPrefetch1), 2 always (A/B)
 #endif
 #ifndef KDSL_BWD_STREAM_MASK  // 0: the room is kept but the mask reads global memory per element (A/B timing)
 #define KDSL_BWD_STREAM_MASK 1
@@ -49,12 +49,19 @@ template <class V> constexpr bool kBwdCopy2 = kBwdStreamMask<V> && V::kMaskReads
 
 // The rings whose elements the backward reads from global memory, one load an element: the
 // score's (a bias at [b, h, q, kv]; the backward keeps no ring for a score: a 2-byte tile does
-// not fit beside the mask's at head dim 128) and a mask's not copied. KDSL_BWD_PREFETCH asks
-// their step tiles into L2 when the step before is issued (prefetch_stream_tile), so that
-// those loads wait on L2 rather than DRAM.
-template <class V> constexpr bool kBwdPrefetch1 = KDSL_BWD_PREFETCH && (V::kScoreReads1 || V::kMaskReads1) &&
-                                                  !kBwdCopy1<V>;
-template <class V> constexpr bool kBwdPrefetch2 = KDSL_BWD_PREFETCH && V::kMaskReads2 && !kBwdCopy2<V>;
+// not fit beside the mask's at head dim 128) and a mask's not copied. Their step tiles are
+// asked into L2 when the step before is issued (prefetch_stream_tile), so that those loads wait
+// on L2 rather than DRAM: under a mask that loads, where the elements' loads sit behind its
+// branches and few are in flight, at (padded q / k) head dims above 64. H200, B=2 H=16
+// 4096², backward alone: bias_gate (an f32 bias that the mask tests) x1.162, bias_level and
+// bias_under_keep (a bf16 bias beside a byte mask) x1.064 / x1.062 at D=128; bias_under_keep at
+// D=64 x0.969 (64-query steps too: its 128-query build spilled), a bias with no mask x0.91-0.97
+// (its loads all in flight already; bench/NOTES.md, seventy-first session).
+template <class V, int DP> constexpr bool kBwdPrefetchHere =
+    KDSL_BWD_PREFETCH == 2 || (KDSL_BWD_PREFETCH == 1 && V::kHasMask && V::kMaskLoads && DP > 64);
+template <class V, int DP> constexpr bool kBwdPrefetch1 = kBwdPrefetchHere<V, DP> &&
+                                                          (V::kScoreReads1 || V::kMaskReads1) && !kBwdCopy1<V>;
+template <class V, int DP> constexpr bool kBwdPrefetch2 = kBwdPrefetchHere<V, DP> && V::kMaskReads2 && !kBwdCopy2<V>;
 
 // A step's tile of a streamed tensor (elements of S bytes; row q at row(q)) into L2: one bulk
 // prefetch a row, rows [m0, m0 + ROWS) within M, keys [n0, n0 + BN) within N rounded up to 16

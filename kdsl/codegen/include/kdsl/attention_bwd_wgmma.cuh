@@ -521,10 +521,10 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
       copy_stream_tile<bwd_ring2_bytes<V>(), BM, BN, T>(
           base + C::kStream2 + buf * C::kStream2Buf, [&](int q) { return V::stream2_row(a, c, b, hq, q); }, m0, M, n0,
           N, tid);
-    if constexpr (kBwdPrefetch1<V>)  // and those it reads per element, into L2
+    if constexpr (kBwdPrefetch1<V, DP>)  // and those it reads per element, into L2
       prefetch_stream_tile<V::kStreamElemBytes, BM, BN, T>([&](int q) { return V::stream_row(a, c, b, hq, q); }, m0, M,
                                                            n0, N, tid);
-    if constexpr (kBwdPrefetch2<V>)
+    if constexpr (kBwdPrefetch2<V, DP>)
       prefetch_stream_tile<V::kStream2ElemBytes, BM, BN, T>([&](int q) { return V::stream2_row(a, c, b, hq, q); }, m0,
                                                             M, n0, N, tid);
     cp_async_commit();
