@@ -61,6 +61,7 @@ def main() -> None:
                     "per-head masks, kernel head_bool_causal)")
     ap.add_argument("--on", default="1", help="the switch's value for the summary's kernel (KDSL_SUMMARY_BESIDE_LOADS="
                     "forward: the forward's summary alone)")
+    ap.add_argument("--off", default="0", help="the switch's value for the kernel compared (the columns 'no summary')")
     args = ap.parse_args()
     SWITCH = args.switch
     import torch
@@ -82,7 +83,7 @@ def main() -> None:
                 gen = torch.Generator(device="cuda").manual_seed(hash((name, kind, shape)) % 2**31)
                 q, k, v = _inputs(torch, B, H, H, L, L, D, gen)
                 caps = _captures(torch, name, kind, B, L, L, gen, H)
-                on, off = plan(kir, args.on), plan(kir, "0")
+                on, off = plan(kir, args.on), plan(kir, args.off)
                 if args.backward:
                     q, k, v = (x.requires_grad_() for x in (q, k, v))
                     dout = torch.randn_like(q)
