@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The next session's device calls (after the seventy-first), each within one call's 600 s:
-#   OUT=... PART=a|b|c bash tools/dev/s72_next.sh; logs in $OUT/logs.tgz.
+#   OUT=... PART=a|b|c|d|e bash tools/dev/s72_next.sh; logs in $OUT/logs.tgz.
 #   a: GPU tests of what the seventy-first session changed without running it: the backward's L2
 #      prefetch of tiles read per element (attention_bwd_stream.cuh, default under a loading mask at
 #      head dims above 64) and the forward's summary beside a loading score (the new default): the
@@ -11,6 +11,7 @@
 #   c: whether the prefetch narrows the backward's loss beside a summary on random bits (pass_kernels
 #      of bias_under_keep, seeds 0 / 1, KDSL_SUMMARY_BESIDE_LOADS=forward / =1); the prefetch at
 #      head dim 256 and 96 (backward_ab, KDSL_BWD_PREFETCH=0 against the default).
+#   d / e: held-out 24's / 25's `kdsl check --grad` on the GPU (checked on the interpreter only).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
@@ -59,4 +60,6 @@ c)
     echo "D=$d"; grep "cubin\|^|" $L/prefetch-d$d.log | cut -c1-150
     save
   done ;;
+d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;
+e) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25 ;;
 esac
