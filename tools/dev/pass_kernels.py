@@ -14,25 +14,13 @@ switches, as tools/dev/structured_masks.py does; inputs from kdsl.testing.attent
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-
-
-def _under(env: dict, fn):
-    saved = {n: os.environ.get(n) for n in env}
-    os.environ.update(env)
-    try:
-        return fn()
-    finally:
-        for n, v in saved.items():
-            if v is None:
-                del os.environ[n]
-            else:
-                os.environ[n] = v
+sys.path.insert(0, str(ROOT / "tools" / "dev"))
+from structured_masks import call_under  # noqa: E402  (a call with some environment variables set)
 
 
 def main() -> None:
@@ -58,7 +46,7 @@ def main() -> None:
         env = dict(item.split("=", 1) for item in filter(None, spec.split(",")))
         kern = AttentionKernel(source)
         step = lambda: torch.autograd.grad(kern(q, k, v, **caps), (q, k, v), dout)
-        _under(env, step)  # plans and builds under the switches
+        call_under((step, env))  # plans and builds under the switches
         step()
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
