@@ -108,7 +108,7 @@ def backward(kernel, q, k, v, out, dout, lse, dlse, caps, scale, want_caps=()):
     launch = kernel._plans.get(key)
     if launch is None:  # checks and choices that depend only on the call's signature: once
         launch = kernel._plans[key] = _BackwardLaunch(kernel, q, k, v, caps, scale, want)
-    if any(_ptr(caps[t]) & 15 for t in launch.stream_args):  # cp.async copies 16-byte chunks
+    if any(_ptr(caps[t]) & 15 for t in launch.chunked_args):  # cp.async and the L2 prefetch: 16-byte chunks
         key += ("no stream",)
         launch = kernel._plans.get(key) or kernel._plans.setdefault(
             key, _BackwardLaunch(kernel, q, k, v, caps, scale, want, stream=False))
@@ -168,7 +168,7 @@ class _BackwardLaunch:
         infos, dims, s = kernel.validate(q, k, v, caps, None, None, scale)
         B, H, M, D = q.shape
         Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
-        self.loaded, self.stream_args = None, ()
+        self.loaded, self.stream_args, self.chunked_args = None, (), ()
         if 0 in (B, H, M, N):
             return
         self.device = kernel._device(infos)
@@ -182,11 +182,15 @@ class _BackwardLaunch:
         self.splits = head_splits * query_splits  # the partial sums of dK and dV
         self.loaded, plan, extra, self.graded, lowered = _program(kernel, D, Dv, self.device, any(want),
                                                                   query_splits > 1, stream)
-        # the captured tensors whose tiles the kernel copies for the mask (emit.backward_plan_for)
-        self.stream_args = tuple(next(i for i, t in enumerate(kernel.captures) if t.name == n)
-                                 for r, n in enumerate(streaming.streamed(lowered)) if stream and plan.streams >> r & 1)
-        if any(caps[t].shape[-1] * caps[t].element_size() % 16 for t in self.stream_args):
-            self.stream_args = ()
+        # the captured tensors whose tiles the kernel copies for the mask (emit.backward_plan_for),
+        # and all it reads rows of in 16-byte units: those and the ones whose step tiles it asks
+        # into L2 (attention_bwd_stream.cuh prefetch_stream_tile), any streamed one
+        index = {t.name: i for i, t in enumerate(kernel.captures)}
+        streamed = streaming.streamed(lowered) if stream else ()
+        self.stream_args = tuple(index[n] for r, n in enumerate(streamed) if plan.streams >> r & 1)
+        self.chunked_args = tuple(index[n] for n in streamed)
+        if any(caps[t].shape[-1] * caps[t].element_size() % 16 for t in self.chunked_args):
+            self.stream_args = self.chunked_args = ()
             self.loaded, plan, extra, self.graded, lowered = _program(kernel, D, Dv, self.device, any(want),
                                                                       query_splits > 1, False)
         # dQ is summed over the key blocks in fp32: as 64-row tiles in fragment order, or rows

@@ -3,7 +3,8 @@ masks that read a 1-byte tensor at [..., q, kv] (per head and shared, bool / u8 
 causal; tests/stream_masks.py), random bits and runs, ragged M and N, rows that are not whole
 16-byte chunks (the per-element program by shape) and a data pointer off 16 bytes (the same
 program by pointer); two rings, which do not fit; a float score tensor in ring 1 beside the
-mask's in ring 2. Gradients against float64 autograd of the reference."""
+mask's in ring 2, and that tensor (prefetched into L2 by rows) off 16 bytes. Gradients against
+float64 autograd of the reference."""
 import pytest
 
 import kdsl
@@ -113,3 +114,23 @@ def test_a_mask_off_16_bytes_takes_the_per_element_program(mod):
     assert shifted.data_ptr() % 16 != 0
     check_grads("shared_bool misaligned", kern, mod.ir["shared_bool"], q, k, v, {"keep": shifted}, dout)
     assert any(key[-1] == "no stream" for key in kern._plans if key[0] == "backward")
+
+
+def test_a_prefetched_tensor_off_16_bytes_takes_the_per_element_program(mod):
+    """score_and_mask's f32 bias is read per element, its step tiles asked into L2 by rows
+    (attention_bwd_stream.cuh prefetch_stream_tile, at head dim 128 under a mask that loads),
+    which takes 16-byte aligned rows: a bias whose pointer is off 16 bytes takes the per-element
+    program as a copied mask does, and so do rows of 127 floats (508 bytes)."""
+    torch = pytest.importorskip("torch")
+    kern = mod.score_and_mask
+    q, k, v, caps, dout = _case(torch, kern, (1, 2, 256, 512, 128), False, "misaligned bias")
+    bias = caps["bias"]
+    buf = torch.empty(bias.numel() + 4, dtype=torch.float32, device="cuda")
+    shifted = buf[1:1 + bias.numel()].view(bias.shape)
+    shifted.copy_(bias)
+    assert shifted.data_ptr() % 16 != 0
+    check_grads("score_and_mask, bias off 16 bytes", kern, mod.ir["score_and_mask"], q, k, v,
+                {**caps, "bias": shifted}, dout)
+    assert any(key[-1] == "no stream" for key in kern._plans if key[0] == "backward")
+    q, k, v, caps, dout = _case(torch, kern, (1, 2, 200, 127, 128), False, "rows of 508 bytes")
+    check_grads("score_and_mask, rows of 508 bytes", kern, mod.ir["score_and_mask"], q, k, v, caps, dout)
