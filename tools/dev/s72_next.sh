@@ -29,7 +29,10 @@ a)
     timeout 60 kdsl check tools/dev/$1 --kernel $2 --grad --seed $3 > $L/check-$2.log 2>&1
     echo "$2: $(grep -ci fail $L/check-$2.log) fail lines; $(tail -1 $L/check-$2.log)"
   done
-  save ;;
+  save
+  # a forward summary where there was none (bias beside a loaded mask) under torch.compile too
+  timeout 150 python3 -m pytest -q tests/gpu/test_torch_compile_gpu.py > $L/tests-torch-compile.log 2>&1
+  tail -2 $L/tests-torch-compile.log; save ;;
 b)
   for spec in "heldout25.kd bias_gate" "heldout22.kd bias_under_keep" "heldout23.kd bias_level" "heldout24.kd key_gate"; do
     set -- $spec
