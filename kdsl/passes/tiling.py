@@ -47,9 +47,10 @@ WGMMA_WIDE_TILES = {96: (176, 2, 2), 128: (176, 2, 2)}
 # descriptors, as wgmma_tile_choices counts them: a rough model fitted to ptxas (sm_90a,
 # relpos/plain/causal/softcap at head dims 16 to 256: none spills at or below it), with two
 # consumer warpgroups (232 registers each after setmaxnreg); three get 160 each. Three have no
-# spill fallback: where ptxas spills them (8-24 bytes at D=64, masks with sinks or data-dependent
-# windows), two ran x0.92-1.06 against them over nine programs (H200, 2026-12-01, bench/NOTES.md):
-# no rule of spilled bytes picks the faster.
+# spill fallback: where ptxas spills them (8-32 bytes at D=64, masks with sinks or data-dependent
+# windows, a per-row slope), two ran x0.92-1.06 against them over nine programs (H200, 2026-12-01)
+# and x1.08 / x1.23 over two more (32 B in the loop; 16 B in the producer of a data-bounded window
+# of 257 keys: 2026-12-02, bench/NOTES.md): no rule of spilled bytes picks the faster yet.
 ACCUMULATOR_REGS = 208
 THREE_WARPGROUP_REGS = ACCUMULATOR_REGS - (232 - 160)
 # A row tile that visits this many kv tiles or fewer (mask_analysis.visited_tiles: a window of
