@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The next session's device calls (after the seventy-first), each within one call's 600 s:
-#   OUT=... PART=a|b|c|d|e bash tools/dev/s72_next.sh; logs in $OUT/logs.tgz.
+#   OUT=... PART=a|b|c|d|e|f|g|h bash tools/dev/s72_next.sh; logs in $OUT/logs.tgz.
 #   a: GPU tests of what the seventy-first session changed without running it: the backward's L2
 #      prefetch of tiles read per element (attention_bwd_stream.cuh, default under a loading mask at
 #      head dims above 64) and the forward's summary beside a loading score (the new default): the
@@ -11,7 +11,8 @@
 #   c: whether the prefetch narrows the backward's loss beside a summary on random bits (pass_kernels
 #      of bias_under_keep, seeds 0 / 1, KDSL_SUMMARY_BESIDE_LOADS=forward / =1); the prefetch at
 #      head dim 256 and 96 (backward_ab, KDSL_BWD_PREFETCH=0 against the default).
-#   d / e: held-out 24's / 25's `kdsl check --grad` on the GPU (checked on the interpreter only).
+#   d / e: held-out 24's / 25's `kdsl check --grad` on the GPU (checked on the interpreter only);
+#   f / g: held-out 26's / 27's; h: held-out 26 and 27 against Flex (tools/dev/heldout_gpu.sh).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
@@ -65,4 +66,7 @@ c)
   done ;;
 d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;
 e) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25 ;;
+f) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout26.kd 26 ;;
+g) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout27.kd 27 ;;
+h) for set in 26 27; do OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done ;;
 esac
