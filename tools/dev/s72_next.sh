@@ -10,7 +10,10 @@
 #      and bias_bool's fwd+bwd with the summary in the forward (default) / both passes / neither.
 #   c: whether the prefetch narrows the backward's loss beside a summary on random bits (pass_kernels
 #      of bias_under_keep, seeds 0 / 1, KDSL_SUMMARY_BESIDE_LOADS=forward / =1); the prefetch at
-#      head dim 256 and 96 (backward_ab, KDSL_BWD_PREFETCH=0 against the default).
+#      head dim 256 and 96 (backward_ab, KDSL_BWD_PREFETCH=0 against the default); the trial
+#      KDSL_BWD_MASK_FIRST=1 (a mask that loads evaluated before the bounds decide: sm_90a D=128 builds
+#      halve their global loads a step, document_mask 93 -> 47, and spill fewer instructions), backward
+#      alone on the data masks that reach it.
 #   d / e: held-out 24's / 25's `kdsl check --grad` on the GPU (checked on the interpreter only);
 #   f / g: held-out 26's / 27's; h: held-out 26 and 27 against Flex (tools/dev/heldout_gpu.sh).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
@@ -62,6 +65,16 @@ c)
     timeout 90 python3 tools/dev/backward_ab.py --file tools/dev/heldout22.kd --programs bias_under_keep \
       --shape 2,16,4096,4096,$d --seed 0 --reps 10 --variants "default;-DKDSL_BWD_PREFETCH=0" > $L/prefetch-d$d.log 2>&1
     echo "D=$d"; grep "cubin\|^|" $L/prefetch-d$d.log | cut -c1-150
+    save
+  done
+  for spec in "samples/document_mask.kd document_mask 128" "samples/document_mask.kd document_mask 64" \
+              "tools/dev/heldout27.kd two_level_docs 128" "tools/dev/heldout23.kd head_label 128" \
+              "tools/dev/heldout23.kd key_importance 128" "tools/dev/heldout25.kd bias_gate 128" \
+              "tools/dev/heldout25.kd not_stale 128" "tools/dev/heldout23.kd head_label 64"; do
+    set -- $spec
+    timeout 45 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape 2,16,4096,4096,$3 --seed 0 --reps 10 \
+      --variants "default;-DKDSL_BWD_MASK_FIRST=1" > $L/mask-first-$2-d$3.log 2>&1
+    echo "$spec"; grep "cubin\|^|" $L/mask-first-$2-d$3.log | cut -c1-150
     save
   done ;;
 d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;

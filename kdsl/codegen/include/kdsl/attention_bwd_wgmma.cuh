@@ -65,6 +65,9 @@
 #ifndef KDSL_BWD_SCORE_FIRST  // 0: a score that loads waits for a loaded mask's decision (A/B timing: element_grads)
 #define KDSL_BWD_SCORE_FIRST 1
 #endif
+#ifndef KDSL_BWD_MASK_FIRST  // 1: a mask that loads is evaluated before the bounds decide (trial; element_grads)
+#define KDSL_BWD_MASK_FIRST 0
+#endif
 #ifndef KDSL_BWD_KEEP_ROUND  // 0: the 32-wide search forgets each round's answer (A/B timing; BwdSteps::next)
 #define KDSL_BWD_KEEP_ROUND 1
 #endif
@@ -273,7 +276,7 @@ KDSL_DEVICE void key_parts(const AttnArgs& a, const Captures& c, int b, int h, i
 // take once at the end), in p and ds; both 0 where the element is not kept. kGuard (an
 // ElementGuard) checks the bounds, a row that saw no key (lse = -inf) and the mask where the
 // tile (class cls) is not full, or its key interval; kGuardNone keeps every element. kt: the
-// score's key part at kv (key_parts); mask_of() the mask at (q, kv) (V::mask, or V::mask_at on
+// score's key part at kv (key_parts); mask_of(q, kv) the mask there (V::mask, or V::mask_at on
 // the step's streamed tiles: attention_bwd_stream.cuh). Captured tensors' gradient shares go
 // to ug (step-uniform) and, for an offset-indexed load, to offset_share(share).
 template <class V, class G, int kGuard, class MaskOf, class OffsetShare>
@@ -296,6 +299,14 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
     const int qc = imin(q, a.M - 1), kc = imin(kv, a.N - 1);  // a kept element's own q and kv
     first = kKeyPartOnce<G> ? G::score_kt(a, c, sn, b, h, qc, kc, kt) : G::score(a, c, sn, b, h, qc, kc);
   }
+  // KDSL_BWD_MASK_FIRST (trial): a mask that loads (not from copied tiles) is evaluated for
+  // every element at indices clamped inside M and N, before the bounds decide, so that its loads
+  // go out unconditionally: NVVM then merges those of one address (a query's or a key's row of
+  // data, read by many of the thread's elements) and keeps more in flight
+  constexpr bool kMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask && V::kMaskLoads &&
+                              !kBwdStreamMask<V>;
+  bool mask_first = true;
+  if constexpr (kMaskFirst) mask_first = mask_of(imin(q, a.M - 1), imin(kv, a.N - 1));
   bool keep = true;
   if constexpr (kGuard) {
     keep = q < a.M && kv < a.N && row_lse != neg_inf();
@@ -304,8 +315,10 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
       int lo, hi;
       V::key_bounds(a, c, b, h, q, kv & -V::kTileKV, lo, hi);
       keep = keep && kv >= lo && kv <= hi;
+    } else if (kMaskFirst) {
+      keep = keep && (cls == kTileFull || mask_first);
     } else if (V::kHasMask && cls != kTileFull && keep) {
-      keep = mask_of();
+      keep = mask_of(q, kv);
     }
   }
   p = ds = 0.f;
@@ -614,15 +627,15 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
               const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
               float p, ds;
               // the mask at (q, kv): from the step's copied tiles where it reads streamed tensors
-              const auto mask_of = [&] {
+              const auto mask_of = [&](int mq, int mkv) {
                 if constexpr (kBwdStreamMask<V>) {
                   typename StreamValueOf<typename V::StreamElem>::T sv1{};
                   typename StreamValueOf<typename V::Stream2Elem>::T sv2{};
                   if constexpr (kBwdCopy1<V>) sv1 = lanes1.at(sS1, 64 * qb + 8 * j, e, hh);
                   if constexpr (kBwdCopy2<V>) sv2 = lanes2.at(sS2, 64 * qb + 8 * j, e, hh);
-                  return V::mask_at(a, c, b, h, q, kv, sv1, sv2);
+                  return V::mask_at(a, c, b, h, mq, mkv, sv1, sv2);
                 } else {
-                  return V::mask(a, c, b, h, q, kv);
+                  return V::mask(a, c, b, h, mq, mkv);
                 }
               };
               element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, kt[hh], s[i], dp[i], row_lse, row_delta, ug, p, ds,

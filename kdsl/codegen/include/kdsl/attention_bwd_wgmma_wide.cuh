@@ -377,7 +377,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
             const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
             float p, ds;
             element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, kt[hh], sv, dpv, row_lse, row_delta, ug, p, ds,
-                                        [&] { return V::mask(a, c, b, h, q, kv); },
+                                        [&](int mq, int mkv) { return V::mask(a, c, b, h, mq, mkv); },
                                         [&](float share) { G::add_offset_grad(a, c, cg, b, h, q - kv, share); });
             pv[e] = p;
             dv2[e] = ds;
