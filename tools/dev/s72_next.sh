@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The next session's device calls (after the seventy-first), each within one call's 600 s:
-#   OUT=... PART=a|b|c|d|e|f|g|h bash tools/dev/s72_next.sh; logs in $OUT/logs.tgz.
+#   OUT=... PART=a|b|c|d|e|f|g|h|i bash tools/dev/s72_next.sh; logs in $OUT/logs.tgz.
 #   a: GPU tests of what the seventy-first session changed without running it: the backward's L2
 #      prefetch of tiles read per element (attention_bwd_stream.cuh, default under a loading mask at
 #      head dims above 64) and the forward's summary beside a loading score (the new default): the
@@ -10,8 +10,8 @@
 #      and bias_bool's fwd+bwd with the summary in the forward (default) / both passes / neither.
 #   c: whether the prefetch narrows the backward's loss beside a summary on random bits (pass_kernels
 #      of bias_under_keep, seeds 0 / 1, KDSL_SUMMARY_BESIDE_LOADS=forward / =1); the prefetch at
-#      head dim 256 and 96 (backward_ab, KDSL_BWD_PREFETCH=0 against the default); the trial
-#      KDSL_BWD_MASK_FIRST=1 (a mask that loads evaluated before the bounds decide: sm_90a D=128 builds
+#      head dim 256 and 96 (backward_ab, KDSL_BWD_PREFETCH=0 against the default).
+#   i: the trial KDSL_BWD_MASK_FIRST=1 (a mask that loads evaluated before the bounds decide: sm_90a D=128 builds
 #      halve their global loads a step, document_mask 93 -> 47, and spill fewer instructions), backward
 #      alone on the data masks that reach it.
 #   d / e: held-out 24's / 25's `kdsl check --grad` on the GPU (checked on the interpreter only);
@@ -66,7 +66,8 @@ c)
       --shape 2,16,4096,4096,$d --seed 0 --reps 10 --variants "default;-DKDSL_BWD_PREFETCH=0" > $L/prefetch-d$d.log 2>&1
     echo "D=$d"; grep "cubin\|^|" $L/prefetch-d$d.log | cut -c1-150
     save
-  done
+  done ;;
+i)
   for spec in "samples/document_mask.kd document_mask 128" "samples/document_mask.kd document_mask 64" \
               "tools/dev/heldout27.kd two_level_docs 128" "tools/dev/heldout23.kd head_label 128" \
               "tools/dev/heldout23.kd key_importance 128" "tools/dev/heldout25.kd bias_gate 128" \
