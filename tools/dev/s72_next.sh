@@ -16,6 +16,7 @@
 #      alone on the data masks that reach it.
 #   d / e: held-out 24's / 25's `kdsl check --grad` on the GPU (checked on the interpreter only);
 #   f / g: held-out 26's / 27's; h: held-out 26 and 27 against Flex (tools/dev/heldout_gpu.sh).
+# Order: a, i (flip KDSL_BWD_MASK_FIRST's default where it wins, then a's tests again), b, c, then d-h.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
