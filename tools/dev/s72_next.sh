@@ -72,7 +72,8 @@ i)
   for spec in "samples/document_mask.kd document_mask 128" "samples/document_mask.kd document_mask 64" \
               "tools/dev/heldout27.kd two_level_docs 128" "tools/dev/heldout23.kd head_label 128" \
               "tools/dev/heldout23.kd key_importance 128" "tools/dev/heldout25.kd bias_gate 128" \
-              "tools/dev/heldout25.kd not_stale 128" "tools/dev/heldout23.kd head_label 64"; do
+              "tools/dev/heldout25.kd not_stale 128" "tools/dev/heldout23.kd head_label 64" \
+              "tools/dev/heldout24.kd qk_scales 128"; do
     set -- $spec
     timeout 45 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape 2,16,4096,4096,$3 --seed 0 --reps 10 \
       --variants "default;-DKDSL_BWD_MASK_FIRST=1" > $L/mask-first-$2-d$3.log 2>&1
