@@ -294,9 +294,9 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   constexpr bool kFirst = KDSL_BWD_SCORE_FIRST && kGuard != kGuardNone && V::kHasMask && V::kMaskLoads &&
                           G::kScoreLoads && !G::kScoreIsS;
   const float sn = s * c.scale;  // (the score's s: one FFMA on raw q.k where the score is s itself)
+  const int qc = imin(q, a.M - 1), kc = imin(kv, a.N - 1);  // a kept element's own q and kv
   float first = 0.f;
   if constexpr (kFirst) {
-    const int qc = imin(q, a.M - 1), kc = imin(kv, a.N - 1);  // a kept element's own q and kv
     first = kKeyPartOnce<G> ? G::score_kt(a, c, sn, b, h, qc, kc, kt) : G::score(a, c, sn, b, h, qc, kc);
   }
   // KDSL_BWD_MASK_FIRST (trial): a mask that loads (not from copied tiles) is evaluated for
@@ -306,7 +306,7 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   constexpr bool kMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask && V::kMaskLoads &&
                               !kBwdStreamMask<V>;
   bool mask_first = true;
-  if constexpr (kMaskFirst) mask_first = mask_of(imin(q, a.M - 1), imin(kv, a.N - 1));
+  if constexpr (kMaskFirst) mask_first = mask_of(qc, kc);
   bool keep = true;
   if constexpr (kGuard) {
     keep = q < a.M && kv < a.N && row_lse != neg_inf();
