@@ -277,9 +277,10 @@ KDSL_DEVICE void key_parts(const AttnArgs& a, const Captures& c, int b, int h, i
 // ElementGuard) checks the bounds, a row that saw no key (lse = -inf) and the mask where the
 // tile (class cls) is not full, or its key interval; kGuardNone keeps every element. kt: the
 // score's key part at kv (key_parts); mask_of(q, kv) the mask there (V::mask, or V::mask_at on
-// the step's streamed tiles: attention_bwd_stream.cuh). Captured tensors' gradient shares go
-// to ug (step-uniform) and, for an offset-indexed load, to offset_share(share).
-template <class V, class G, int kGuard, class MaskOf, class OffsetShare>
+// the step's streamed tiles: attention_bwd_stream.cuh; kMaskCopied: mask_of reads them, so its
+// loads are not the global ones mask-first gathers). Captured tensors' gradient shares go to ug
+// (step-uniform) and, for an offset-indexed load, to offset_share(share).
+template <class V, class G, int kGuard, bool kMaskCopied = kBwdStreamMask<V>, class MaskOf, class OffsetShare>
 KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
                                int cls, int b, int h, int q, int kv, float kt, float s, float dp, float row_lse,
                                float row_delta, float* ug, float& p, float& ds, const MaskOf& mask_of,
@@ -306,7 +307,7 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   // (key_importance) to x1.27 (held-out 25's bias_gate) faster so, document_mask x1.07 (D=128) /
   // x1.18 (D=64): bench/results/h200-2026-12-02-s72/call2. KDSL_BWD_MASK_FIRST=0 for A/B timing.
   constexpr bool kMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask && V::kMaskLoads &&
-                              !kBwdStreamMask<V>;
+                              !kMaskCopied;
   bool mask_first = true;
   if constexpr (kMaskFirst) mask_first = mask_of(qc, kc);
   bool keep = true;
