@@ -718,3 +718,27 @@ def test_the_backward_launch_packs_what_the_kernel_declares(d, query_split):
                                                    query_split)
     assert built.generated.capture_dims == ("R",)
     assert params.rstrip().endswith("int query_splits") == query_split
+
+
+def test_full_tiles_beside_a_loading_score_take_the_masked_path_only_under_the_trial(monkeypatch):
+    """KDSL_BWD_SUMMARY_FULL=0 (a trial): where the backward reads a whole-block summary beside a
+    score that loads (KDSL_SUMMARY_BESIDE_LOADS=1), a tile the summary calls full goes through the
+    masked elementwise path, so the build holds one copy of the score's exponentials instead of
+    two; the summary still skips empty tiles."""
+    source = """attention bias_bool {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    bias: bf16[B, H, M, N]; keep: bool[B, M, N]
+    score(s, b, h, i, j) = s + bias[b, h, i, j]
+    mask(b, h, i, j) = keep[b, i, j]
+}"""
+    monkeypatch.setenv("KDSL_SUMMARY_BESIDE_LOADS", "1")
+    k = pipeline.check(parse(source, "bias_bool.kd"))[0]
+
+    def exps(defines):
+        monkeypatch.setenv("KDSL_DEFINES", defines)
+        built = build(k, "sm_90a", 64, program=Program(backward=True))
+        rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+        if rep is None:  # no cuobjdump here
+            pytest.skip("cuobjdump")
+        return rep.other_ops["MUFU.EX2"]
+    assert exps("KDSL_BWD_SUMMARY_FULL=0") * 2 == exps("")

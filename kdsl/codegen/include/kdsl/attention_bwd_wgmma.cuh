@@ -68,6 +68,9 @@
 #ifndef KDSL_BWD_MASK_FIRST  // 0: a mask that loads waits for the bounds' decision (A/B timing; element_grads)
 #define KDSL_BWD_MASK_FIRST 1
 #endif
+#ifndef KDSL_BWD_SUMMARY_FULL  // 0: beside a score that loads, a tile the summary calls full takes the masked path (trial)
+#define KDSL_BWD_SUMMARY_FULL 1
+#endif
 #ifndef KDSL_BWD_KEEP_ROUND  // 0: the 32-wide search forgets each round's answer (A/B timing; BwdSteps::next)
 #define KDSL_BWD_KEEP_ROUND 1
 #endif
@@ -270,6 +273,14 @@ KDSL_DEVICE void key_parts(const AttnArgs& a, const Captures& c, int b, int h, i
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) kt[hh] = kKeyPartOnce<G> ? G::key_part(a, c, b, h, imin(key0 + 8 * hh, a.N - 1)) : 0.f;
 }
+
+// Whether a whole tile the mask keeps (class kTileFull) takes the unguarded elementwise path,
+// both kernels'. KDSL_BWD_SUMMARY_FULL=0 (trial): not beside a score that loads under a mask
+// that loads, so that one path holds the score's loads (the two paths spilled, and a summary
+// beside such a score lost x0.58 on random bits: bench/NOTES.md, seventy-first session) and the
+// summary still skips the empty tiles.
+template <class V, class G>
+constexpr bool kBwdFullPath = KDSL_BWD_SUMMARY_FULL || !(V::kHasMask && V::kMaskLoads && G::kScoreLoads);
 
 // One element (query q, key kv) of a wgmma backward's step, both kernels': P = 2^(score log2 e
 // - lse log2 e) and dS = P (dP - delta) d score / d s without the softmax scale (which dK and dQ
@@ -655,7 +666,8 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
         }
       }
     };
-    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Guard<kGuardNone>{});
+    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || (kBwdFullPath<V, G> && cls == kTileFull)))
+      elementwise(Guard<kGuardNone>{});
     else if constexpr (kGuardByKeys<V>) {
       if (cls == kTileKeys) elementwise(Guard<kGuardKeys>{});
       else elementwise(Guard<kGuardMask>{});

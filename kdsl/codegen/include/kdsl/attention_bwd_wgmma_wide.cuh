@@ -396,7 +396,8 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
         }
       }
     };
-    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || cls == kTileFull)) elementwise(Guard<kGuardNone>{});
+    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || (kBwdFullPath<V, G> && cls == kTileFull)))
+      elementwise(Guard<kGuardNone>{});
     else if constexpr (kGuardByKeys<V>) {
       if (cls == kTileKeys) elementwise(Guard<kGuardKeys>{});
       else elementwise(Guard<kGuardMask>{});
