@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The next session's device calls (after the seventy-second), each within one call's 600 s:
+#   OUT=... PART=a|b|c|d|e|f bash tools/dev/s73_next.sh; logs in $OUT/logs.tgz.
+#   a: the trial KDSL_BWD_SUMMARY_FULL=0 (beside a score that loads, a tile the summary calls full
+#      takes the masked path: one path, bias_bool's D=128 backward 12 -> 3 spill instructions): with
+#      the summary in both passes (KDSL_SUMMARY_BESIDE_LOADS=1), does the backward on random bits
+#      stop losing (x0.63 fwd+bwd last time) and keep the structured masks' gain? bias_bool fwd+bwd
+#      (structured_masks.py: on = 1, off = forward, the third column = 1 with the define), then
+#      bias_level against Flex under both. Where it wins everywhere: BESIDE_LOADS_DEFAULT = "1"
+#      (mask_analysis.py) with the define's default 0, then PART=c's tests.
+#   b: the trial KDSL_BWD_WIDE_READS=1 (the wide backward, head dims past 128, prefetches its
+#      streamed tensors' step tiles into L2 and evaluates a streamed mask first), backward_ab at
+#      D=256 on kernels that stream there; document_mask as the control (no streamed tensor).
+#   c: GPU tests of both trials with their switches on (dense-mask summary tests run their kernels
+#      with the summary in both passes already; the streamed-mask backward tests at 256).
+#   d / e: held-out 24 / 25 `kdsl check --grad` on the GPU; f: held-out 26 and 27's, then both
+#      against Flex (tools/dev/heldout_gpu.sh).
+# Order: a, b (flip what wins; record the commit per call), c, then d-f.
+# If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
+set -uo pipefail
+L=$OUT/logs; mkdir -p $L
+save() { tar czf $OUT/logs.tgz -C $OUT logs; }
+case "${PART:-a}" in
+a)
+  timeout 300 python3 tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS --on 1 --off forward \
+    --defines KDSL_BWD_SUMMARY_FULL=0 --kernels bias_bool --kinds documents,padded,random \
+    --shape 2,16,4096,128 2,16,4096,64 --backward --reps 5 > $L/summary-full.log 2>&1
+  grep "|" $L/summary-full.log; save
+  for env in "KDSL_SUMMARY_BESIDE_LOADS=forward" "KDSL_SUMMARY_BESIDE_LOADS=1 KDSL_DEFINES=KDSL_BWD_SUMMARY_FULL=0"; do
+    tag=$(echo $env | tr -c 'A-Za-z0-9\n' _)
+    env $env timeout 100 kdsl bench tools/dev/heldout23.kd --only bias_level --backward --vs flex --reps 10 --seed 0 \
+      --shapes B=2,H=16,M=4096,N=4096,D=128 -o $L/bench-$tag > $L/bench-$tag.log 2>&1
+    echo "$env"; grep -h "|" $L/bench-$tag/*.md | cut -d'|' -f2-11 | tail -1
+    save
+  done ;;
+b)
+  for spec in "tools/dev/heldout22.kd bias_under_keep" "tools/dev/heldout23.kd bias_level" \
+              "tools/dev/heldout25.kd key_gate" "samples/document_mask.kd document_mask"; do
+    set -- $spec
+    timeout 60 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape 2,16,4096,4096,256 --seed 0 --reps 10 \
+      --variants "default;-DKDSL_BWD_WIDE_READS=1" > $L/wide-$2.log 2>&1
+    echo "$spec"; grep "cubin\|^|" $L/wide-$2.log | cut -c1-150
+    save
+  done ;;
+c)
+  KDSL_DEFINES="KDSL_BWD_SUMMARY_FULL=0" timeout 250 python3 -m pytest -q tests/gpu/test_dense_mask_summary_gpu.py \
+    > $L/tests-summary-full0.log 2>&1 &
+  KDSL_DEFINES="KDSL_BWD_WIDE_READS=1" timeout 250 python3 -m pytest -q tests/gpu/test_backward_stream_gpu.py \
+    tests/gpu/test_head_dims_gpu.py > $L/tests-wide-reads.log 2>&1 &
+  wait
+  for f in $L/tests-*.log; do echo "$(basename $f): $(tail -1 $f)"; done; save ;;
+d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;
+e) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25 ;;
+f) for set in 26 27; do OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done
+   for set in 26 27; do OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done ;;
+esac
