@@ -13,9 +13,12 @@
 #      D=256 on kernels that stream there; document_mask as the control (no streamed tensor).
 #   c: GPU tests of both trials with their switches on (dense-mask summary tests run their kernels
 #      with the summary in both passes already; the streamed-mask backward tests at 256).
+#   g: the mask-first default where its builds spill more than without (a survey of the 84 loading-mask
+#      backwards at D=128: local memory grew in 14, shrank in 36): backward_ab against -DKDSL_BWD_MASK_FIRST=0
+#      on the six worst; a loss there narrows the rule (e.g. to masks whose loads merge).
 #   d / e: held-out 24 / 25 `kdsl check --grad` on the GPU; f: held-out 26 and 27's, then both
 #      against Flex (tools/dev/heldout_gpu.sh).
-# Order: a, b (flip what wins; record the commit per call), c, then d-f.
+# Order: a, b, g (flip or narrow what the timings say; record the commit per call), c, then d-f.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
@@ -49,6 +52,15 @@ c)
     tests/gpu/test_head_dims_gpu.py > $L/tests-wide-reads.log 2>&1 &
   wait
   for f in $L/tests-*.log; do echo "$(basename $f): $(tail -1 $f)"; done; save ;;
+g)
+  for spec in "heldout3.kd batch_blocks" "heldout19.kd two_dense_masks,document_bias" "heldout18.kd span_per_query" \
+              "heldout4.kd chunk_prefill" "heldout10.kd query_limits" "heldout24.kd per_head_window"; do
+    set -- $spec
+    timeout 80 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape 2,16,4096,4096,128 --seed 0 \
+      --reps 10 --variants "default;-DKDSL_BWD_MASK_FIRST=0" > $L/mask-first-${2%%,*}.log 2>&1
+    echo "$spec"; grep "cubin\|^|" $L/mask-first-${2%%,*}.log | cut -c1-150
+    save
+  done ;;
 d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;
 e) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25 ;;
 f) for set in 26 27; do OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done
