@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""The sm_90a backward builds of every attention kernel in FILES whose mask loads data, under two
-sets of device-header defines, with no GPU (NVRTC and cuobjdump): registers, local bytes, spill
-instructions and global loads a build, one row a kernel. Which kernels a trial switch changes and
-how, before timing it on a device (tools/dev/backward_ab.py).
+"""The sm_90a builds of the attention kernels in FILES (the backward's, or the forward's with
+--forward; --loading-masks: only kernels whose mask loads data) under two sets of device-header
+defines, with no GPU (NVRTC and cuobjdump): registers, local bytes, spill instructions and global
+loads a build, one row a kernel. Which kernels a trial switch changes and how, before timing it on
+a device (tools/dev/backward_ab.py, attrs_sweep.py), or which builds spill (--b "" twice: one column).
 
-    python3 tools/dev/bwd_sass_survey.py --d 128 --a "" --b "KDSL_BWD_MASK_FIRST=0" \
+    python3 tools/dev/sass_survey.py --d 128 --loading-masks --a "" --b "KDSL_BWD_MASK_FIRST=0" \
         samples/*.kd tools/dev/heldout*.kd > survey.txt
 """
 from __future__ import annotations
@@ -30,10 +31,10 @@ def mask_loads(k) -> bool:
     return mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask))
 
 
-def resources(k, d: int, defines: str) -> str:
+def resources(k, d: int, defines: str, backward: bool) -> str:
     os.environ["KDSL_DEFINES"] = defines  # read by every build (part of its cache key)
     try:
-        built = build(k, "sm_90a", d, program=Program(backward=True))
+        built = build(k, "sm_90a", d, program=Program(backward=backward))
     except KdslError as e:
         return f"FAIL {str(e).splitlines()[0][:160]}"
     r = sass.inspect(built.compiled.cubin, built.generated.entry)
@@ -47,14 +48,18 @@ def main():
     ap.add_argument("files", nargs="+")
     ap.add_argument("--d", type=int, default=128, help="head dim")
     ap.add_argument("--a", default="", help="KDSL_DEFINES of the first column ('' the defaults)")
-    ap.add_argument("--b", default="KDSL_BWD_MASK_FIRST=0", help="KDSL_DEFINES of the second column")
+    ap.add_argument("--b", default=None, help="KDSL_DEFINES of a second column (none by default)")
+    ap.add_argument("--forward", action="store_true", help="the forward's builds (default: the backward's)")
+    ap.add_argument("--loading-masks", action="store_true", help="only kernels whose mask loads data")
     args = ap.parse_args()
-    print(f"| kernel | D | [{args.a or 'default'}] | [{args.b or 'default'}] |\n|---|---|---|---|")
+    columns = [args.a] + ([args.b] if args.b is not None else [])
+    print("| kernel | D | " + " | ".join(f"[{c or 'default'}]" for c in columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
     for f in args.files:
         for k in pipeline.check(parse(Path(f).read_text(), f)):
-            if k.kind == "attention" and mask_loads(k):
-                cols = [resources(k, args.d, defs) for defs in (args.a, args.b)]
-                print(f"| {Path(f).stem}:{k.name} | {args.d} | {cols[0]} | {cols[1]} |", flush=True)
+            if k.kind == "attention" and (mask_loads(k) or not args.loading_masks):
+                cols = [resources(k, args.d, defs, not args.forward) for defs in columns]
+                print(f"| {Path(f).stem}:{k.name} | {args.d} | " + " | ".join(cols) + " |", flush=True)
 
 
 if __name__ == "__main__":
