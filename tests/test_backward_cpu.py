@@ -742,3 +742,33 @@ def test_full_tiles_beside_a_loading_score_take_the_masked_path_only_under_the_t
             pytest.skip("cuobjdump")
         return rep.other_ops["MUFU.EX2"]
     assert exps("KDSL_BWD_SUMMARY_FULL=0") * 2 == exps("")
+
+
+def test_mask_bits_take_only_masks_that_load_at_the_query_and_spill_less_there(monkeypatch):
+    """KDSL_BWD_MASK_BITS=1 (a trial): a mask that loads at the query, beside a score that loads
+    nothing, is evaluated for a thread's 32 elements into one word before their grads; its D=128
+    build keeps less in local memory (query_limits: 40 B -> none). A mask that loads at the key
+    alone builds the same cubin as without the define."""
+    source = """attention query_limits {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    lim: i32[B, M]
+    mask(b, h, i, j) = j < lim[b, i]
+}
+attention key_labels {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    lab: i32[B, N]; want: i32[H]
+    mask(b, h, i, j) = lab[b, j] == want[h] or i == j
+}"""
+    kernels = {k.name: k for k in pipeline.check(parse(source, "bits.kd"))}
+
+    def built(name, defines):
+        monkeypatch.setenv("KDSL_DEFINES", defines)
+        return build(kernels[name], "sm_90a", 128, program=Program(backward=True))
+
+    limits = [built("query_limits", d) for d in ("", "KDSL_BWD_MASK_BITS=1")]
+    rep = [sass.inspect(b.compiled.cubin, b.generated.entry) for b in limits]
+    if rep[0] is None:  # no cuobjdump here
+        pytest.skip("cuobjdump")
+    assert rep[1].local_bytes < rep[0].local_bytes, (rep[0].local_bytes, rep[1].local_bytes)
+    same = [built("key_labels", d).compiled.cubin for d in ("", "KDSL_BWD_MASK_BITS=1")]
+    assert same[0] == same[1]

@@ -68,6 +68,9 @@
 #ifndef KDSL_BWD_MASK_FIRST  // 0: a mask that loads waits for the bounds' decision (A/B timing; element_grads)
 #define KDSL_BWD_MASK_FIRST 1
 #endif
+#ifndef KDSL_BWD_MASK_BITS  // 1: a mask that loads at the query, beside a score that does not, evaluated first for
+#define KDSL_BWD_MASK_BITS 0  // a thread's 32 elements into one word before their grads (trial; elementwise)
+#endif
 #ifndef KDSL_BWD_SUMMARY_FULL  // 0: beside a score that loads, a tile the summary calls full takes the masked path (trial)
 #define KDSL_BWD_SUMMARY_FULL 1
 #endif
@@ -626,8 +629,27 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     const u32 scratch = sDS + (64 * wg + 16 * warp) * 128;
     auto elementwise = [&](auto guarded) {
       constexpr int kGuard = decltype(guarded)::value;
+      // KDSL_BWD_MASK_BITS (trial): the mask-first values of a 64-query block, bit 4 j + 2 hh + e,
+      // for a mask that loads at the query (16 rows a thread) beside a score that loads nothing.
+      // D=128 builds: local memory 40 -> 0 B (query_limits), 88 -> 48 (span_per_query), 72 -> 40
+      // (two_level_docs), 56 -> 32 (document_mask); a mask reading at the key alone spilled more
+      // so (head_label 72 -> 88 B), and beside a score that loads the same tensor its loads no
+      // longer merged with the score's (bias_gate LDG 55 -> 83, 0 -> 16 B).
+      constexpr bool kBits = KDSL_BWD_MASK_BITS && KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask &&
+                             V::kMaskLoadsAtQ && !G::kScoreLoads && !kBwdStreamMask<V>;
 #pragma unroll
       for (int qb = 0; qb < QB; ++qb) {
+        u32 bits = 0u;
+        if constexpr (kBits) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                bits |= (u32)V::mask(a, c, b, h, imin(m0 + 64 * qb + 8 * j + 2 * t + e, M - 1),
+                                     imin(key0 + 8 * hh, N - 1)) << (4 * j + 2 * hh + e);
+        }
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const int col = 64 * qb + 8 * j + 2 * t;
@@ -642,7 +664,9 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
               float p, ds;
               // the mask at (q, kv): from the step's copied tiles where it reads streamed tensors
               const auto mask_of = [&](int mq, int mkv) {
-                if constexpr (kBwdStreamMask<V>) {
+                if constexpr (kBits) {
+                  return ((bits >> (4 * j + 2 * hh + e)) & 1u) != 0u;
+                } else if constexpr (kBwdStreamMask<V>) {
                   typename StreamValueOf<typename V::StreamElem>::T sv1{};
                   typename StreamValueOf<typename V::Stream2Elem>::T sv2{};
                   if constexpr (kBwdCopy1<V>) sv1 = lanes1.at(sS1, 64 * qb + 8 * j, e, hh);
