@@ -16,9 +16,12 @@
 #   g: the mask-first default where its builds spill more than without (a survey of the 84 loading-mask
 #      backwards at D=128: local memory grew in 14, shrank in 36): backward_ab against -DKDSL_BWD_MASK_FIRST=0
 #      on the six worst; a loss there narrows the rule (e.g. to masks whose loads merge).
+#   h: the trial KDSL_BWD_MASK_BITS=1 (a mask loading at the query, beside a score that loads nothing,
+#      evaluated for a thread's 32 elements into one word first: D=128 local memory 40 -> 0 B query_limits,
+#      88 -> 48 span_per_query, 72 -> 40 two_level_docs, 56 -> 32 document_mask), backward_ab.
 #   d / e: held-out 24 / 25 `kdsl check --grad` on the GPU; f: held-out 26 and 27's, then both
 #      against Flex (tools/dev/heldout_gpu.sh).
-# Order: a, b, g (flip or narrow what the timings say; record the commit per call), c, then d-f.
+# Order: a, b, g, h (flip or narrow what the timings say; record the commit per call), c, then d-f.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
@@ -59,6 +62,17 @@ g)
     timeout 80 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape 2,16,4096,4096,128 --seed 0 \
       --reps 10 --variants "default;-DKDSL_BWD_MASK_FIRST=0" > $L/mask-first-${2%%,*}.log 2>&1
     echo "$spec"; grep "cubin\|^|" $L/mask-first-${2%%,*}.log | cut -c1-150
+    save
+  done ;;
+h)
+  for spec in "samples/document_mask.kd document_mask 128" "samples/document_mask.kd document_mask 64" \
+              "tools/dev/heldout27.kd two_level_docs 128" "tools/dev/heldout18.kd span_per_query 128" \
+              "tools/dev/heldout10.kd query_limits 128" "tools/dev/heldout15.kd segment_causal,cross_documents 128" \
+              "tools/dev/heldout23.kd u8_documents 128"; do
+    set -- $spec
+    timeout 80 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape 2,16,4096,4096,$3 --seed 0 --reps 10 \
+      --variants "default;-DKDSL_BWD_MASK_BITS=1" > $L/mask-bits-${2%%,*}-d$3.log 2>&1
+    echo "$spec"; grep "cubin\|^|" $L/mask-bits-${2%%,*}-d$3.log | cut -c1-150
     save
   done ;;
 d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;
