@@ -744,12 +744,8 @@ def test_full_tiles_beside_a_loading_score_take_the_masked_path_only_under_the_t
     assert exps("KDSL_BWD_SUMMARY_FULL=0") * 2 == exps("")
 
 
-def test_mask_bits_take_only_masks_that_load_at_the_query_and_spill_less_there(monkeypatch):
-    """KDSL_BWD_MASK_BITS=1 (a trial): a mask that loads at the query, beside a score that loads
-    nothing, is evaluated for a thread's 32 elements into one word before their grads; its D=128
-    build keeps less in local memory (query_limits: 40 B -> none). A mask that loads at the key
-    alone builds the same cubin as without the define."""
-    source = """attention query_limits {
+# a mask loading at the query, and a key mask (passes/key_mask.py) loading at the key
+LOADING_MASKS = """attention query_limits {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
     lim: i32[B, M]
     mask(b, h, i, j) = j < lim[b, i]
@@ -759,16 +755,36 @@ attention key_labels {
     lab: i32[B, N]; want: i32[H]
     mask(b, h, i, j) = lab[b, j] == want[h] or i == j
 }"""
-    kernels = {k.name: k for k in pipeline.check(parse(source, "bits.kd"))}
 
-    def built(name, defines):
-        monkeypatch.setenv("KDSL_DEFINES", defines)
-        return build(kernels[name], "sm_90a", 128, program=Program(backward=True))
 
-    limits = [built("query_limits", d) for d in ("", "KDSL_BWD_MASK_BITS=1")]
-    rep = [sass.inspect(b.compiled.cubin, b.generated.entry) for b in limits]
-    if rep[0] is None:  # no cuobjdump here
+def _backward_d128(name, defines, monkeypatch):
+    monkeypatch.setenv("KDSL_DEFINES", defines)
+    k = next(k for k in pipeline.check(parse(LOADING_MASKS, "masks.kd")) if k.name == name)
+    return build(k, "sm_90a", 128, program=Program(backward=True))
+
+
+def _local_bytes(name, defines, monkeypatch):
+    built = _backward_d128(name, defines, monkeypatch)
+    rep = sass.inspect(built.compiled.cubin, built.generated.entry)
+    if rep is None:  # no cuobjdump here
         pytest.skip("cuobjdump")
-    assert rep[1].local_bytes < rep[0].local_bytes, (rep[0].local_bytes, rep[1].local_bytes)
-    same = [built("key_labels", d).compiled.cubin for d in ("", "KDSL_BWD_MASK_BITS=1")]
+    return rep.local_bytes
+
+
+def test_mask_bits_take_only_masks_that_load_at_the_query_and_spill_less_there(monkeypatch):
+    """KDSL_BWD_MASK_BITS=1 (a trial): a mask that loads at the query, beside a score that loads
+    nothing, is evaluated for a thread's 32 elements into one word before their grads; its D=128
+    build keeps less in local memory (query_limits: 40 B -> none). A mask that loads at the key
+    alone builds the same cubin as without the define."""
+    assert _local_bytes("query_limits", "KDSL_BWD_MASK_BITS=1", monkeypatch) < \
+        _local_bytes("query_limits", "", monkeypatch)
+    same = [_backward_d128("key_labels", d, monkeypatch).compiled.cubin for d in ("", "KDSL_BWD_MASK_BITS=1")]
     assert same[0] == same[1]
+
+
+def test_a_key_masks_key_part_once_a_step_spills_less(monkeypatch):
+    """KDSL_BWD_KEY_MASK=1 (a trial): a key mask's key part (lab[b, j] == want[h]) is evaluated
+    once a step at the thread's two keys, and each element takes the arm it picks (here i == j
+    or kept): the D=128 build's local memory 72 B -> none."""
+    assert _local_bytes("key_labels", "KDSL_BWD_KEY_MASK=1", monkeypatch) < \
+        _local_bytes("key_labels", "", monkeypatch)

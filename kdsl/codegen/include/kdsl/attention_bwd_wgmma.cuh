@@ -71,6 +71,9 @@
 #ifndef KDSL_BWD_MASK_BITS  // 1: a mask that loads at the query, beside a score that does not, evaluated first for
 #define KDSL_BWD_MASK_BITS 0  // a thread's 32 elements into one word before their grads (trial; elementwise)
 #endif
+#ifndef KDSL_BWD_KEY_MASK  // 1: a key mask's key part (passes/key_mask.py) once a step for the thread's two keys (trial)
+#define KDSL_BWD_KEY_MASK 0
+#endif
 #ifndef KDSL_BWD_SUMMARY_FULL  // 0: beside a score that loads, a tile the summary calls full takes the masked path (trial)
 #define KDSL_BWD_SUMMARY_FULL 1
 #endif
@@ -637,6 +640,20 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
       // longer merged with the score's (bias_gate LDG 55 -> 83, 0 -> 16 B).
       constexpr bool kBits = KDSL_BWD_MASK_BITS && KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask &&
                              V::kMaskLoadsAtQ && !G::kScoreLoads && !kBwdStreamMask<V>;
+      // KDSL_BWD_KEY_MASK (trial): the key part of a key mask (V::kKeyMask) at the thread's two
+      // keys, once a step; an element then takes the arm it picks
+      constexpr bool kKeyPart = KDSL_BWD_KEY_MASK && kGuard == kGuardMask && V::kHasMask && V::kKeyMask &&
+                                !kBwdStreamMask<V>;
+      bool kp[2] = {true, true};
+      if constexpr (kKeyPart) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) kp[hh] = V::mask_key_part(a, c, b, h, imin(key0 + 8 * hh, N - 1));
+      }
+      const auto arm = [&](int which, int mq, int mkv) {
+        const int form = V::kKeyArms[which];
+        return form == 1 || (form != 0 && (which == 0 ? V::mask_with(a, c, b, h, mq, mkv)
+                                                      : V::mask_without(a, c, b, h, mq, mkv)));
+      };
 #pragma unroll
       for (int qb = 0; qb < QB; ++qb) {
         u32 bits = 0u;
@@ -666,6 +683,8 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
               const auto mask_of = [&](int mq, int mkv) {
                 if constexpr (kBits) {
                   return ((bits >> (4 * j + 2 * hh + e)) & 1u) != 0u;
+                } else if constexpr (kKeyPart) {
+                  return kp[hh] ? arm(0, mq, mkv) : arm(1, mq, mkv);
                 } else if constexpr (kBwdStreamMask<V>) {
                   typename StreamValueOf<typename V::StreamElem>::T sv1{};
                   typename StreamValueOf<typename V::Stream2Elem>::T sv2{};
