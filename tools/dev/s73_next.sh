@@ -18,7 +18,8 @@
 #      on the six worst; a loss there narrows the rule (e.g. to masks whose loads merge).
 #   h: the trial KDSL_BWD_MASK_BITS=1 (a mask loading at the query, beside a score that loads nothing,
 #      evaluated for a thread's 32 elements into one word first: D=128 local memory 40 -> 0 B query_limits,
-#      88 -> 48 span_per_query, 72 -> 40 two_level_docs, 56 -> 32 document_mask), backward_ab.
+#      88 -> 48 span_per_query, 72 -> 40 two_level_docs, 56 -> 32 document_mask), and the trial
+#      KDSL_BWD_KEY_MASK=1 (a key mask's key part once a step: head_label 72 -> 0 B), backward_ab.
 #   d / e: held-out 24 / 25 `kdsl check --grad` on the GPU; f: held-out 26 and 27's, then both
 #      against Flex (tools/dev/heldout_gpu.sh).
 # Order: a, b, g, h (flip or narrow what the timings say; record the commit per call), c, then d-f.
@@ -68,10 +69,11 @@ h)
   for spec in "samples/document_mask.kd document_mask 128" "samples/document_mask.kd document_mask 64" \
               "tools/dev/heldout27.kd two_level_docs 128" "tools/dev/heldout18.kd span_per_query 128" \
               "tools/dev/heldout10.kd query_limits 128" "tools/dev/heldout15.kd segment_causal,cross_documents 128" \
-              "tools/dev/heldout23.kd u8_documents 128"; do
+"tools/dev/heldout23.kd u8_documents 128" \
+              "tools/dev/heldout23.kd head_label,key_importance 128" "tools/dev/heldout25.kd not_stale 128"; do
     set -- $spec
     timeout 80 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape 2,16,4096,4096,$3 --seed 0 --reps 10 \
-      --variants "default;-DKDSL_BWD_MASK_BITS=1" > $L/mask-bits-${2%%,*}-d$3.log 2>&1
+      --variants "default;-DKDSL_BWD_MASK_BITS=1;-DKDSL_BWD_KEY_MASK=1" > $L/mask-bits-${2%%,*}-d$3.log 2>&1
     echo "$spec"; grep "cubin\|^|" $L/mask-bits-${2%%,*}-d$3.log | cut -c1-150
     save
   done ;;
