@@ -112,6 +112,15 @@ def _on(x) -> str:
     return "true" if x else "false"
 
 
+def _loads_rows(e: ir.Expr | None) -> bool:
+    """Whether e loads data at the query alone (a row's value: doc[b, q]) and nothing at a
+    query and key pair (keep[b, q, kv]): the backward's mask bits gather such rows' loads."""
+    def at(n, v):
+        return any(ir.uses(i, v) for i in n.indices)
+    loads = [n for n in ir.walk(e) if isinstance(n, ir.Load)] if e is not None else []
+    return any(at(n, "q") for n in loads) and not any(at(n, "q") and at(n, "kv") for n in loads)
+
+
 def _attention_names(k: ir.Kernel):
     """What the Variant's expressions call each IR variable and captured tensor, and the
     Captures struct's fields (the captured tensors, then the dims only they bind)."""
@@ -478,7 +487,7 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         mask=dict(expr=c(mask) if mask is not None else "true",
                   streamed=cm(mask) if mask_reads else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask))),
-                  loads_at_q=_on(mask is not None and ir.loads_at(mask, "q"))),
+                  loads_rows=_on(_loads_rows(mask))),
         kmask=dict(on=_on(kpart is not None), part=c(kpart) if kpart is not None else "false",
                    rests=[c(r) for r in krests] or ["false", "false"], arms=[arm(r) for r in krests] or [0, 0],
                    loads=_on(any(isinstance(n, ir.Load) for r in krests for n in ir.walk(r))),

@@ -633,13 +633,14 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     auto elementwise = [&](auto guarded) {
       constexpr int kGuard = decltype(guarded)::value;
       // KDSL_BWD_MASK_BITS (trial): the mask-first values of a 64-query block, bit 4 j + 2 hh + e,
-      // for a mask that loads at the query (16 rows a thread) beside a score that loads nothing.
-      // D=128 builds: local memory 40 -> 0 B (query_limits), 88 -> 48 (span_per_query), 72 -> 40
-      // (two_level_docs), 56 -> 32 (document_mask); a mask reading at the key alone spilled more
-      // so (head_label 72 -> 88 B), and beside a score that loads the same tensor its loads no
-      // longer merged with the score's (bias_gate LDG 55 -> 83, 0 -> 16 B).
+      // for a mask that loads rows' values at the query (16 rows a thread; kMaskLoadsRows) beside a
+      // score that loads nothing. D=128 builds: local memory 40 -> 0 B (query_limits), 88 -> 48
+      // (span_per_query), 72 -> 40 (two_level_docs), 56 -> 32 (document_mask); a mask reading at
+      // the key alone spilled more so (head_label 72 -> 88 B), one reading a (query, key) pair too
+      // (token_tree 32 -> 72: 32 loads live), and beside a score that loads the same tensor its
+      // loads no longer merged with the score's (bias_gate LDG 55 -> 83, 0 -> 16 B).
       constexpr bool kBits = KDSL_BWD_MASK_BITS && KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask &&
-                             V::kMaskLoadsAtQ && !G::kScoreLoads && !kBwdStreamMask<V>;
+                             V::kMaskLoadsRows && !G::kScoreLoads && !kBwdStreamMask<V>;
       // KDSL_BWD_KEY_MASK (trial): the key part of a key mask (V::kKeyMask) at the thread's two
       // keys, once a step; an element then takes the arm it picks
       constexpr bool kKeyPart = KDSL_BWD_KEY_MASK && kGuard == kGuardMask && V::kHasMask && V::kKeyMask &&
