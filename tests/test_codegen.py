@@ -139,6 +139,35 @@ def test_one_score_copy_unless_the_score_loads_at_kv():
         assert not ir.loads_at(pipeline.lower(k, get_target("sm_90a"), 64).func("score_log2"), "kv")
 
 
+ROW_LOADS_SRC = """
+attention rows {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    doc_q: i32[B, M]; doc_k: i32[B, N]
+    mask(b, h, i, j) = doc_q[b, i] == doc_k[b, j]
+}
+attention pairs {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    lim: i32[B, M]; anc: i32[B, M, N]
+    mask(b, h, i, j) = j < lim[b, i] or anc[b, i, j] != 0
+}
+attention keys {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    flag: bool[B, N]
+    mask(b, h, i, j) = flag[b, j] or j <= i
+}
+"""
+
+
+def test_a_mask_loads_rows_where_it_reads_at_the_query_alone():
+    """kMaskLoadsRows (the backward's trial KDSL_BWD_MASK_BITS takes only these): a mask that
+    loads a row's value at the query and nothing at a (query, key) pair; not one that also reads
+    a pair (its 32 loads a thread would be live at once), nor one that reads at the key alone."""
+    want = {"rows": "true", "pairs": "false", "keys": "false"}
+    for k in pipeline.check(parse(ROW_LOADS_SRC, "rows.kd")):
+        source = emit.generate(pipeline.lower(k, get_target("sm_90a"), 128)).source
+        assert f"kMaskLoadsRows = {want[k.name]};" in source, k.name
+
+
 HEAD_DIM_SRC = """
 attention hd {
     q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, Dv]
