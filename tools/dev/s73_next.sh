@@ -11,8 +11,9 @@
 #   b: the trial KDSL_BWD_WIDE_READS=1 (the wide backward, head dims past 128, prefetches its
 #      streamed tensors' step tiles into L2 and evaluates a streamed mask first), backward_ab at
 #      D=256 on kernels that stream there; document_mask as the control (no streamed tensor).
-#   c: GPU tests of both trials with their switches on (dense-mask summary tests run their kernels
-#      with the summary in both passes already; the streamed-mask backward tests at 256).
+#   c: GPU tests of the trials with their switches on, four processes at once (dense-mask summary
+#      tests run their kernels with the summary in both passes already; the streamed-mask backward
+#      tests at 256; key-mask and mask-corner tests and `kdsl check --grad` under bits and key parts).
 #   g: the mask-first default where its builds spill more than without (a survey of the 84 loading-mask
 #      backwards at D=128: local memory grew in 14, shrank in 36): backward_ab against -DKDSL_BWD_MASK_FIRST=0
 #      on the six worst; a loss there narrows the rule (e.g. to masks whose loads merge).
@@ -50,12 +51,22 @@ b)
     save
   done ;;
 c)
-  KDSL_DEFINES="KDSL_BWD_SUMMARY_FULL=0" timeout 250 python3 -m pytest -q tests/gpu/test_dense_mask_summary_gpu.py \
+  KDSL_DEFINES="KDSL_BWD_SUMMARY_FULL=0" timeout 300 python3 -m pytest -q tests/gpu/test_dense_mask_summary_gpu.py \
     > $L/tests-summary-full0.log 2>&1 &
-  KDSL_DEFINES="KDSL_BWD_WIDE_READS=1" timeout 250 python3 -m pytest -q tests/gpu/test_backward_stream_gpu.py \
+  KDSL_DEFINES="KDSL_BWD_WIDE_READS=1" timeout 300 python3 -m pytest -q tests/gpu/test_backward_stream_gpu.py \
     tests/gpu/test_head_dims_gpu.py > $L/tests-wide-reads.log 2>&1 &
+  KDSL_DEFINES="KDSL_BWD_MASK_BITS=1 KDSL_BWD_KEY_MASK=1" timeout 300 python3 -m pytest -q \
+    tests/gpu/test_key_mask_gpu.py tests/gpu/test_mask_corners_gpu.py > $L/tests-bits-keys.log 2>&1 &
+  ( for spec in "samples/document_mask.kd document_mask 1" "tools/dev/heldout10.kd query_limits 10" \
+        "tools/dev/heldout23.kd head_label 23" "tools/dev/heldout27.kd two_level_docs 27" \
+        "tools/dev/heldout5.kd bool_logic 5" "tools/dev/heldout18.kd span_per_query 18"; do
+      set -- $spec
+      KDSL_DEFINES="KDSL_BWD_MASK_BITS=1 KDSL_BWD_KEY_MASK=1" timeout 90 kdsl check $1 --kernel $2 --grad --seed $3 \
+        > $L/check-$2.log 2>&1
+      echo "check $2 (bits, key parts): $(grep -ci fail $L/check-$2.log) fail lines; $(tail -1 $L/check-$2.log)"
+    done ) > $L/checks.log 2>&1 &
   wait
-  for f in $L/tests-*.log; do echo "$(basename $f): $(tail -1 $f)"; done; save ;;
+  for f in $L/tests-*.log; do echo "$(basename $f): $(tail -1 $f)"; done; cat $L/checks.log; save ;;
 g)
   for spec in "heldout3.kd batch_blocks" "heldout19.kd two_dense_masks,document_bias" "heldout18.kd span_per_query" \
               "heldout4.kd chunk_prefill" "heldout10.kd query_limits" "heldout24.kd per_head_window"; do
