@@ -21,9 +21,9 @@
 #      evaluated for a thread's 32 elements into one word first: D=128 local memory 40 -> 0 B query_limits,
 #      88 -> 48 span_per_query, 72 -> 40 two_level_docs, 56 -> 32 document_mask), and the trial
 #      KDSL_BWD_KEY_MASK=1 (a key mask's key part once a step: head_label 72 -> 0 B), backward_ab.
-#   d / e: held-out 24 / 25 `kdsl check --grad` on the GPU; f: held-out 26 and 27's, then both
-#      against Flex (tools/dev/heldout_gpu.sh).
-# Order: a, b, g, h (flip or narrow what the timings say; record the commit per call), c, then d-f.
+#   d / e: held-out 24 / 25 `kdsl check --grad` on the GPU; f: held-out 26, 27 and 28's; i / j: 26 and
+#      27 / 28 against Flex (tools/dev/heldout_gpu.sh).
+# Order: a, b, g, h (flip or narrow what the timings say; record the commit per call), c, then d-f, i, j.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
@@ -90,6 +90,7 @@ h)
   done ;;
 d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;
 e) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25 ;;
-f) for set in 26 27; do OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done
-   for set in 26 27; do OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done ;;
+f) for set in 26 27 28; do OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done ;;
+i) for set in 26 27; do OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done ;;
+j) OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/heldout28.kd 28 ;;
 esac
