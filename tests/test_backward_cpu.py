@@ -744,7 +744,8 @@ def test_full_tiles_beside_a_loading_score_take_the_masked_path_only_under_the_t
     assert exps("KDSL_BWD_SUMMARY_FULL=0") * 2 == exps("")
 
 
-# a mask loading at the query, and a key mask (passes/key_mask.py) loading at the key
+# a mask loading at the query, a key mask (passes/key_mask.py) loading at the key, and one dividing
+# by a value it loads
 LOADING_MASKS = """attention query_limits {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
     lim: i32[B, M]
@@ -754,6 +755,11 @@ attention key_labels {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
     lab: i32[B, N]; want: i32[H]
     mask(b, h, i, j) = lab[b, j] == want[h] or i == j
+}
+attention data_chunks {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    chunk: i32[1]
+    mask(b, h, i, j) = j <= i and i // max(chunk[0], 1) == j // max(chunk[0], 1)
 }"""
 
 
@@ -788,3 +794,11 @@ def test_a_key_masks_key_part_once_a_step_spills_less(monkeypatch):
     or kept): the D=128 build's local memory 72 B -> none."""
     assert _local_bytes("key_labels", "KDSL_BWD_KEY_MASK=1", monkeypatch) < \
         _local_bytes("key_labels", "", monkeypatch)
+
+
+def test_a_mask_that_divides_by_data_keeps_its_divisions_behind_the_bounds_under_the_trial(monkeypatch):
+    """KDSL_BWD_MASK_FIRST_DIVIDES=0 (a trial): a mask that divides integers by a value not
+    constant (held-out 28's chunked_runtime) is left out of mask first, whose every element's
+    divisions spilled (D=128: 56 -> 16 B)."""
+    assert _local_bytes("data_chunks", "KDSL_BWD_MASK_FIRST_DIVIDES=0", monkeypatch) < \
+        _local_bytes("data_chunks", "", monkeypatch)

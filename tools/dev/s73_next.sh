@@ -16,7 +16,8 @@
 #      tests at 256; key-mask and mask-corner tests and `kdsl check --grad` under bits and key parts).
 #   g: the mask-first default where its builds spill more than without (a survey of the 84 loading-mask
 #      backwards at D=128: local memory grew in 14, shrank in 36): backward_ab against -DKDSL_BWD_MASK_FIRST=0
-#      on the six worst; a loss there narrows the rule (e.g. to masks whose loads merge).
+#      on the six worst, and the trial KDSL_BWD_MASK_FIRST_DIVIDES=0 (a mask dividing by data left out:
+#      batch_blocks, chunked_runtime); a loss there narrows the rule.
 #   h: the trial KDSL_BWD_MASK_BITS=1 (a mask loading at the query, beside a score that loads nothing,
 #      evaluated for a thread's 32 elements into one word first: D=128 local memory 40 -> 0 B query_limits,
 #      88 -> 48 span_per_query, 72 -> 40 two_level_docs, 56 -> 32 document_mask), and the trial
@@ -68,12 +69,14 @@ c)
   wait
   for f in $L/tests-*.log; do echo "$(basename $f): $(tail -1 $f)"; done; cat $L/checks.log; save ;;
 g)
-  for spec in "heldout3.kd batch_blocks" "heldout19.kd two_dense_masks,document_bias" "heldout18.kd span_per_query" \
-              "heldout4.kd chunk_prefill" "heldout10.kd query_limits" "heldout24.kd per_head_window"; do
+  for spec in "heldout3.kd batch_blocks 128" "heldout28.kd chunked_runtime 128" "heldout28.kd chunked_runtime 64" \
+              "heldout19.kd two_dense_masks,document_bias 128" "heldout18.kd span_per_query 128" \
+              "heldout4.kd chunk_prefill 128" "heldout10.kd query_limits 128" "heldout24.kd per_head_window 128"; do
     set -- $spec
-    timeout 80 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape 2,16,4096,4096,128 --seed 0 \
-      --reps 10 --variants "default;-DKDSL_BWD_MASK_FIRST=0" > $L/mask-first-${2%%,*}.log 2>&1
-    echo "$spec"; grep "cubin\|^|" $L/mask-first-${2%%,*}.log | cut -c1-150
+    timeout 70 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape 2,16,4096,4096,$3 --seed 0 \
+      --reps 10 --variants "default;-DKDSL_BWD_MASK_FIRST=0;-DKDSL_BWD_MASK_FIRST_DIVIDES=0" \
+      > $L/mask-first-${2%%,*}-d$3.log 2>&1
+    echo "$spec"; grep "cubin\|^|" $L/mask-first-${2%%,*}-d$3.log | cut -c1-150
     save
   done ;;
 h)

@@ -68,6 +68,9 @@
 #ifndef KDSL_BWD_MASK_FIRST  // 0: a mask that loads waits for the bounds' decision (A/B timing; element_grads)
 #define KDSL_BWD_MASK_FIRST 1
 #endif
+#ifndef KDSL_BWD_MASK_FIRST_DIVIDES  // 0: not for a mask that divides by a value not constant (trial; element_grads)
+#define KDSL_BWD_MASK_FIRST_DIVIDES 1
+#endif
 #ifndef KDSL_BWD_MASK_BITS  // 1: a mask that loads at the query, beside a score that does not, evaluated first for
 #define KDSL_BWD_MASK_BITS 0  // a thread's 32 elements into one word before their grads (trial; elementwise)
 #endif
@@ -323,8 +326,11 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   // elements) and keeps more in flight. An H200 ran the backward of nine such kernels x1.015
   // (key_importance) to x1.27 (held-out 25's bias_gate) faster so, document_mask x1.07 (D=128) /
   // x1.18 (D=64): bench/results/h200-2026-12-02-s72/call2. KDSL_BWD_MASK_FIRST=0 for A/B timing.
+  // KDSL_BWD_MASK_FIRST_DIVIDES=0 (trial): not where the mask divides integers by a value not
+  // constant (`j // max(blk[b], 1) == i // max(blk[b], 1)`): every element's divisions evaluated
+  // first spilled (D=64: 0 -> 40 B, held-out 28's chunked_runtime; batch_blocks D=128 24 -> 96 B).
   constexpr bool kMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask && V::kMaskLoads &&
-                              !kMaskCopied;
+                              !kMaskCopied && (KDSL_BWD_MASK_FIRST_DIVIDES || !V::kMaskDivides);
   bool mask_first = true;
   if constexpr (kMaskFirst) mask_first = mask_of(qc, kc);
   bool keep = true;
