@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The next session's device calls (after the seventy-second), each within one call's 600 s:
-#   OUT=... PART=a|b|c|d|e|f bash tools/dev/s73_next.sh; logs in $OUT/logs.tgz.
+#   OUT=... PART=a|b|...|j bash tools/dev/s73_next.sh; logs in $OUT/logs.tgz.
 #   a: the trial KDSL_BWD_SUMMARY_FULL=0 (beside a score that loads, a tile the summary calls full
 #      takes the masked path: one path, bias_bool's D=128 backward 12 -> 3 spill instructions): with
 #      the summary in both passes (KDSL_SUMMARY_BESIDE_LOADS=1), does the backward on random bits
@@ -18,7 +18,8 @@
 #      backwards at D=128: local memory grew in 14, shrank in 36): backward_ab against -DKDSL_BWD_MASK_FIRST=0
 #      on the six worst, and the trial KDSL_BWD_MASK_FIRST_DIVIDES=0 (a mask dividing by data left out:
 #      batch_blocks, chunked_runtime); a loss there narrows the rule.
-#   h: the trial KDSL_BWD_MASK_BITS=1 (a mask loading at the query, beside a score that loads nothing,
+#   h: the trial KDSL_BWD_MASK_BITS=1 (a mask loading rows' values at the query, none at a (query, key)
+#      pair, beside a score that loads nothing,
 #      evaluated for a thread's 32 elements into one word first: D=128 local memory 40 -> 0 B query_limits,
 #      88 -> 48 span_per_query, 72 -> 40 two_level_docs, 56 -> 32 document_mask), and the trial
 #      KDSL_BWD_KEY_MASK=1 (a key mask's key part once a step: head_label 72 -> 0 B), backward_ab.
