@@ -71,8 +71,8 @@
 #ifndef KDSL_BWD_MASK_FIRST_DIVIDES  // 0: not for a mask that divides by a value not constant (trial; element_grads)
 #define KDSL_BWD_MASK_FIRST_DIVIDES 1
 #endif
-#ifndef KDSL_BWD_MASK_BITS  // 1: a mask that loads at the query, beside a score that does not, evaluated first for
-#define KDSL_BWD_MASK_BITS 0  // a thread's 32 elements into one word before their grads (trial; elementwise)
+#ifndef KDSL_BWD_MASK_BITS  // 1: a mask loading rows at the query, beside a score that loads nothing, evaluated first
+#define KDSL_BWD_MASK_BITS 0  // for a thread's 32 elements into one word before their grads (trial; elementwise)
 #endif
 #ifndef KDSL_BWD_KEY_MASK  // 1: a key mask's key part (passes/key_mask.py) once a step for the thread's two keys (trial)
 #define KDSL_BWD_KEY_MASK 0
@@ -291,6 +291,13 @@ KDSL_DEVICE void key_parts(const AttnArgs& a, const Captures& c, int b, int h, i
 template <class V, class G>
 constexpr bool kBwdFullPath = KDSL_BWD_SUMMARY_FULL || !(V::kHasMask && V::kMaskLoads && G::kScoreLoads);
 
+// Whether an element of a step guarded by kGuard evaluates its mask before the bounds decide
+// (element_grads explains; kMaskCopied: the mask reads the step's copied tiles instead of global
+// memory), both kernels'.
+template <class V, int kGuard, bool kMaskCopied>
+constexpr bool kBwdMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask && V::kMaskLoads &&
+                               !kMaskCopied && (KDSL_BWD_MASK_FIRST_DIVIDES || !V::kMaskDivides);
+
 // One element (query q, key kv) of a wgmma backward's step, both kernels': P = 2^(score log2 e
 // - lse log2 e) and dS = P (dP - delta) d score / d s without the softmax scale (which dK and dQ
 // take once at the end), in p and ds; both 0 where the element is not kept. kGuard (an
@@ -329,8 +336,7 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   // KDSL_BWD_MASK_FIRST_DIVIDES=0 (trial): not where the mask divides integers by a value not
   // constant (`j // max(blk[b], 1) == i // max(blk[b], 1)`): every element's divisions evaluated
   // first spilled (D=64: 0 -> 40 B, held-out 28's chunked_runtime; batch_blocks D=128 24 -> 96 B).
-  constexpr bool kMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask && V::kMaskLoads &&
-                              !kMaskCopied && (KDSL_BWD_MASK_FIRST_DIVIDES || !V::kMaskDivides);
+  constexpr bool kMaskFirst = kBwdMaskFirst<V, kGuard, kMaskCopied>;
   bool mask_first = true;
   if constexpr (kMaskFirst) mask_first = mask_of(qc, kc);
   bool keep = true;
@@ -645,11 +651,11 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
       // the key alone spilled more so (head_label 72 -> 88 B), one reading a (query, key) pair too
       // (token_tree 32 -> 72: 32 loads live), and beside a score that loads the same tensor its
       // loads no longer merged with the score's (bias_gate LDG 55 -> 83, 0 -> 16 B).
-      constexpr bool kBits = KDSL_BWD_MASK_BITS && KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask &&
-                             V::kMaskLoadsRows && !G::kScoreLoads && !kBwdStreamMask<V>;
+      constexpr bool kBits = KDSL_BWD_MASK_BITS && kBwdMaskFirst<V, kGuard, kBwdStreamMask<V>> && V::kMaskLoadsRows &&
+                             !G::kScoreLoads;
       // KDSL_BWD_KEY_MASK (trial): the key part of a key mask (V::kKeyMask) at the thread's two
-      // keys, once a step; an element then takes the arm it picks
-      constexpr bool kKeyPart = KDSL_BWD_KEY_MASK && kGuard == kGuardMask && V::kHasMask && V::kKeyMask &&
+      // keys, once a step; an element then takes the arm it picks (where the bits hold no mask)
+      constexpr bool kKeyPart = KDSL_BWD_KEY_MASK && !kBits && kGuard == kGuardMask && V::kHasMask && V::kKeyMask &&
                                 !kBwdStreamMask<V>;
       bool kp[2] = {true, true};
       if constexpr (kKeyPart) {
