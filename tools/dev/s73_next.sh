@@ -30,7 +30,10 @@
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
 save() { tar czf $OUT/logs.tgz -C $OUT logs; }
-case "${PART:-a}" in
+# PART may name several parts ("a b"); an item is skipped once the call has run DEADLINE seconds.
+late() { [ $SECONDS -gt ${DEADLINE:-520} ] && echo "skipped (deadline): $*"; }
+for part in ${PART:-a}; do
+case $part in
 a)
   timeout 300 python3 tools/dev/structured_masks.py --switch KDSL_SUMMARY_BESIDE_LOADS --on 1 --off forward \
     --defines KDSL_BWD_SUMMARY_FULL=0 --kernels bias_bool --kinds documents,padded,random \
@@ -46,6 +49,7 @@ a)
 b)
   for spec in "tools/dev/heldout22.kd bias_under_keep" "tools/dev/heldout23.kd bias_level" \
               "tools/dev/heldout25.kd key_gate" "samples/document_mask.kd document_mask"; do
+    late $spec && continue
     set -- $spec
     timeout 60 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape 2,16,4096,4096,256 --seed 0 --reps 10 \
       --variants "default;-DKDSL_BWD_WIDE_READS=1" > $L/wide-$2.log 2>&1
@@ -62,7 +66,8 @@ c)
   ( for spec in "samples/document_mask.kd document_mask 1" "tools/dev/heldout10.kd query_limits 10" \
         "tools/dev/heldout23.kd head_label 23" "tools/dev/heldout27.kd two_level_docs 27" \
         "tools/dev/heldout5.kd bool_logic 5" "tools/dev/heldout18.kd span_per_query 18"; do
-      set -- $spec
+      late $spec && continue
+    set -- $spec
       KDSL_DEFINES="KDSL_BWD_MASK_BITS=1 KDSL_BWD_KEY_MASK=1" timeout 90 kdsl check $1 --kernel $2 --grad --seed $3 \
         > $L/check-$2.log 2>&1
       echo "check $2 (bits, key parts): $(grep -ci fail $L/check-$2.log) fail lines; $(tail -1 $L/check-$2.log)"
@@ -73,6 +78,7 @@ g)
   for spec in "heldout3.kd batch_blocks 128" "heldout28.kd chunked_runtime 128" "heldout28.kd chunked_runtime 64" \
               "heldout19.kd two_dense_masks,document_bias 128" "heldout18.kd span_per_query 128" \
               "heldout4.kd chunk_prefill 128" "heldout10.kd query_limits 128" "heldout24.kd per_head_window 128"; do
+    late $spec && continue
     set -- $spec
     timeout 70 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape 2,16,4096,4096,$3 --seed 0 \
       --reps 10 --variants "default;-DKDSL_BWD_MASK_FIRST=0;-DKDSL_BWD_MASK_FIRST_DIVIDES=0" \
@@ -86,6 +92,7 @@ h)
               "tools/dev/heldout10.kd query_limits 128" "tools/dev/heldout15.kd segment_causal,cross_documents 128" \
 "tools/dev/heldout23.kd u8_documents 128" \
               "tools/dev/heldout23.kd head_label,key_importance 128" "tools/dev/heldout25.kd not_stale 128"; do
+    late $spec && continue
     set -- $spec
     timeout 80 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape 2,16,4096,4096,$3 --seed 0 --reps 10 \
       --variants "default;-DKDSL_BWD_MASK_BITS=1;-DKDSL_BWD_KEY_MASK=1" > $L/mask-bits-${2%%,*}-d$3.log 2>&1
@@ -98,3 +105,4 @@ f) for set in 26 27 28; do OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh too
 i) for set in 26 27; do OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done ;;
 j) OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/heldout28.kd 28 ;;
 esac
+done

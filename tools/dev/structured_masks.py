@@ -92,9 +92,18 @@ def main() -> None:
                     grads_off = call_under((lambda *a, **kw: step(off[0]), off[1]))
                     err = max(rel_frobenius(a, b) for a, b in zip(grads_on, grads_off))
                     assert err < 2e-2, (name, kind, err)
-                    t = timer.in_turns({"on": lambda: step(on[0]), "off": lambda: step(off[0])})
+                    timed = {"on": lambda: step(on[0]), "off": lambda: step(off[0])}
+                    if args.defines:  # the summary kernel built with the trial switches, a third column
+                        trial = plan(kir, args.on, args.defines)
+                        grads_trial = call_under((lambda *a, **kw: step(trial[0]), trial[1]))
+                        err = max(rel_frobenius(a, b) for a, b in zip(grads_trial, grads_off))
+                        assert err < 2e-2, (name, kind, "trial", err)
+                        timed["trial"] = lambda: step(trial[0])
+                    t = timer.in_turns(timed)
+                    trial_cells = (f"{t['trial'] * 1e3:.1f} (with {args.defines}) | {t['off'] / t['trial']:.2f}"
+                                   if args.defines else " | ")
                     print(f"| {name} fwd+bwd | {kind} | {B} {H} {L} {D} | | {t['on'] * 1e3:.1f} | {t['off'] * 1e3:.1f} | "
-                          f"{t['off'] / t['on']:.2f} | | | | |", flush=True)
+                          f"{t['off'] / t['on']:.2f} | {trial_cells} | | |", flush=True)
                     continue
                 out = call_under(on, q, k, v, **caps)
                 base = call_under(off, q, k, v, **caps)
