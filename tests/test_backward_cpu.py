@@ -778,22 +778,22 @@ def _local_bytes(name, defines, monkeypatch):
 
 
 def test_mask_bits_take_only_masks_that_load_at_the_query_and_spill_less_there(monkeypatch):
-    """KDSL_BWD_MASK_BITS=1 (a trial): a mask that loads at the query, beside a score that loads
+    """KDSL_BWD_MASK_BITS (default 1): a mask that loads at the query, beside a score that loads
     nothing, is evaluated for a thread's 32 elements into one word before their grads; its D=128
-    build keeps less in local memory (query_limits: 40 B -> none). A mask that loads at the key
-    alone builds the same cubin as without the define."""
-    assert _local_bytes("query_limits", "KDSL_BWD_MASK_BITS=1", monkeypatch) < \
-        _local_bytes("query_limits", "", monkeypatch)
-    same = [_backward_d128("key_labels", d, monkeypatch).compiled.cubin for d in ("", "KDSL_BWD_MASK_BITS=1")]
+    build keeps less in local memory than with the switch off (query_limits: 40 B -> none). A mask
+    that loads at the key alone builds the same cubin either way."""
+    assert _local_bytes("query_limits", "", monkeypatch) < \
+        _local_bytes("query_limits", "KDSL_BWD_MASK_BITS=0", monkeypatch)
+    same = [_backward_d128("key_labels", d, monkeypatch).compiled.cubin for d in ("", "KDSL_BWD_MASK_BITS=0")]
     assert same[0] == same[1]
 
 
 def test_a_key_masks_key_part_once_a_step_spills_less(monkeypatch):
-    """KDSL_BWD_KEY_MASK=1 (a trial): a key mask's key part (lab[b, j] == want[h]) is evaluated
+    """KDSL_BWD_KEY_MASK (default 1): a key mask's key part (lab[b, j] == want[h]) is evaluated
     once a step at the thread's two keys, and each element takes the arm it picks (here i == j
-    or kept): the D=128 build's local memory 72 B -> none."""
-    assert _local_bytes("key_labels", "KDSL_BWD_KEY_MASK=1", monkeypatch) < \
-        _local_bytes("key_labels", "", monkeypatch)
+    or kept): the D=128 build's local memory 72 B with the switch off -> none."""
+    assert _local_bytes("key_labels", "", monkeypatch) < \
+        _local_bytes("key_labels", "KDSL_BWD_KEY_MASK=0", monkeypatch)
 
 
 def test_a_mask_that_divides_by_data_keeps_its_divisions_behind_the_bounds_under_the_trial(monkeypatch):

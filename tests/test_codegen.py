@@ -182,7 +182,7 @@ def test_a_mask_divides_where_a_divisor_is_not_constant():
 
 
 def test_a_mask_loads_rows_where_it_reads_at_the_query_alone():
-    """kMaskLoadsRows (the backward's trial KDSL_BWD_MASK_BITS takes only these): a mask that
+    """kMaskLoadsRows (the backward's KDSL_BWD_MASK_BITS takes only these): a mask that
     loads a row's value at the query and nothing at a (query, key) pair; not one that also reads
     a pair (its 32 loads a thread would be live at once), nor one that reads at the key alone."""
     want = {"rows": "true", "pairs": "false", "keys": "false"}

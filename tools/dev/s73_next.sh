@@ -99,6 +99,34 @@ h)
     echo "$spec"; grep "cubin\|^|" $L/mask-bits-${2%%,*}-d$3.log | cut -c1-150
     save
   done ;;
+k)  # after MASK_BITS / KEY_MASK became defaults: the kernels that did not gain, then the GPU tests, five processes
+  for spec in "tools/dev/heldout15.kd segment_causal,cross_documents 128" "tools/dev/heldout5.kd bool_logic 128" \
+              "tools/dev/heldout18.kd span_per_query 64"; do
+    late $spec && continue
+    set -- $spec
+    timeout 80 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape 2,16,4096,4096,$3 --seed 1 --reps 10 \
+      --variants="-DKDSL_BWD_MASK_BITS=0;default;-DKDSL_BWD_MASK_BITS=0 -DKDSL_BWD_KEY_MASK=0" > $L/flip-${2%%,*}-d$3.log 2>&1
+    echo "$spec"; grep "cubin\|^|" $L/flip-${2%%,*}-d$3.log | cut -c1-150
+    save
+  done
+  python3 -m pytest -q --collect-only tests/gpu/test_backward_gpu.py 2>/dev/null | grep "::" > $L/ids.txt
+  split -n l/3 -d $L/ids.txt $L/ids-
+  for f in $L/ids-0*; do
+    timeout 420 python3 -c "import pytest,sys; sys.exit(pytest.main(['-q','-p','no:cacheprovider']+open('$f').read().splitlines()))" \
+      > $L/tests-backward-$(basename $f).log 2>&1 &
+  done
+  timeout 420 python3 -m pytest -q tests/gpu/test_key_mask_gpu.py tests/gpu/test_mask_corners_gpu.py \
+    tests/gpu/test_backward_stream_gpu.py > $L/tests-keys-corners-stream.log 2>&1 &
+  ( for spec in "samples/document_mask.kd document_mask 1" "tools/dev/heldout10.kd query_limits 10" \
+        "tools/dev/heldout23.kd head_label 23" "tools/dev/heldout27.kd two_level_docs 27" \
+        "tools/dev/heldout5.kd bool_logic 5" "tools/dev/heldout18.kd span_per_query 18" \
+        "tools/dev/heldout25.kd not_stale 25" "tools/dev/heldout15.kd segment_causal 15"; do
+      set -- $spec
+      timeout 90 kdsl check $1 --kernel $2 --grad --seed $3 > $L/check-$2.log 2>&1
+      echo "check $2: rc $?; $(grep -ci fail $L/check-$2.log) fail lines; $(tail -1 $L/check-$2.log)"
+    done ) > $L/checks.log 2>&1 &
+  wait
+  for f in $L/tests-*.log; do echo "$(basename $f): $(tail -1 $f)"; done; cat $L/checks.log; save ;;
 d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;
 e) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25 ;;
 f) for set in 26 27 28; do OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done ;;

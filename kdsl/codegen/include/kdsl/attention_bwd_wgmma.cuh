@@ -71,11 +71,11 @@
 #ifndef KDSL_BWD_MASK_FIRST_DIVIDES  // 0: not for a mask that divides by a value not constant (trial; element_grads)
 #define KDSL_BWD_MASK_FIRST_DIVIDES 1
 #endif
-#ifndef KDSL_BWD_MASK_BITS  // 1: a mask loading rows at the query, beside a score that loads nothing, evaluated first
-#define KDSL_BWD_MASK_BITS 0  // for a thread's 32 elements into one word before their grads (trial; elementwise)
+#ifndef KDSL_BWD_MASK_BITS  // a mask loading rows at the query, beside a score that loads nothing, evaluated first for
+#define KDSL_BWD_MASK_BITS 1  // a thread's 32 elements into one word before their grads (0: A/B timing; elementwise)
 #endif
-#ifndef KDSL_BWD_KEY_MASK  // 1: a key mask's key part (passes/key_mask.py) once a step for the thread's two keys (trial)
-#define KDSL_BWD_KEY_MASK 0
+#ifndef KDSL_BWD_KEY_MASK  // a key mask's key part (passes/key_mask.py) once a step for the thread's two keys (0: A/B)
+#define KDSL_BWD_KEY_MASK 1
 #endif
 #ifndef KDSL_BWD_SUMMARY_FULL  // 0: beside a score that loads, a tile the summary calls full takes the masked path (trial)
 #define KDSL_BWD_SUMMARY_FULL 1
@@ -644,17 +644,19 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     const u32 scratch = sDS + (64 * wg + 16 * warp) * 128;
     auto elementwise = [&](auto guarded) {
       constexpr int kGuard = decltype(guarded)::value;
-      // KDSL_BWD_MASK_BITS (trial): the mask-first values of a 64-query block, bit 4 j + 2 hh + e,
+      // KDSL_BWD_MASK_BITS: the mask-first values of a 64-query block, bit 4 j + 2 hh + e,
       // for a mask that loads rows' values at the query (16 rows a thread; kMaskLoadsRows) beside a
       // score that loads nothing. D=128 builds: local memory 40 -> 0 B (query_limits), 88 -> 48
       // (span_per_query), 72 -> 40 (two_level_docs), 56 -> 32 (document_mask); a mask reading at
       // the key alone spilled more so (head_label 72 -> 88 B), one reading a (query, key) pair too
       // (token_tree 32 -> 72: 32 loads live), and beside a score that loads the same tensor its
-      // loads no longer merged with the score's (bias_gate LDG 55 -> 83, 0 -> 16 B).
+      // loads no longer merged with the score's (bias_gate LDG 55 -> 83, 0 -> 16 B). H200 backward
+      // x0.99-x1.06 on eight kernels it takes (bench/NOTES.md, seventy-third session).
       constexpr bool kBits = KDSL_BWD_MASK_BITS && kBwdMaskFirst<V, kGuard, kBwdStreamMask<V>> && V::kMaskLoadsRows &&
                              !G::kScoreLoads;
-      // KDSL_BWD_KEY_MASK (trial): the key part of a key mask (V::kKeyMask) at the thread's two
-      // keys, once a step; an element then takes the arm it picks (where the bits hold no mask)
+      // KDSL_BWD_KEY_MASK: the key part of a key mask (V::kKeyMask) at the thread's two
+      // keys, once a step; an element then takes the arm it picks (where the bits hold no mask).
+      // H200 backward: head_label x1.10, not_stale x1.04 (local memory 80 -> 0 B in head_label)
       constexpr bool kKeyPart = KDSL_BWD_KEY_MASK && !kBits && kGuard == kGuardMask && V::kHasMask && V::kKeyMask &&
                                 !kBwdStreamMask<V>;
       bool kp[2] = {true, true};
