@@ -127,6 +127,20 @@ k)  # after MASK_BITS / KEY_MASK became defaults: the kernels that did not gain,
     done ) > $L/checks.log 2>&1 &
   wait
   for f in $L/tests-*.log; do echo "$(basename $f): $(tail -1 $f)"; done; cat $L/checks.log; save ;;
+l)  # which part of bool_logic's mask the bits cost (x0.90 in PART=k)
+  for name in bool_logic_whole pad_and_odd odd_parity int_logic; do
+    late $name && continue
+    timeout 60 python3 tools/dev/backward_ab.py --file tools/dev/bits_probe.kd --programs $name --shape 2,16,4096,4096,128 \
+      --seed 2 --reps 10 --variants="-DKDSL_BWD_MASK_BITS=0;default" > $L/probe-$name.log 2>&1
+    echo "$name"; grep "cubin\|^|" $L/probe-$name.log | cut -c1-150
+    save
+  done ;;
+m)  # held-out 24-28 `kdsl check --grad` on the GPU, five sets at once (they mostly compile)
+  for set in 24 25 26 27 28; do
+    OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set > $L/heldout-check-$set.txt 2>&1 &
+  done
+  wait
+  for set in 24 25 26 27 28; do echo "set $set:"; cat $L/heldout-check-$set.txt; done; save ;;
 d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;
 e) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25 ;;
 f) for set in 26 27 28; do OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done ;;
