@@ -141,6 +141,15 @@ m)  # held-out 24-28 `kdsl check --grad` on the GPU, five sets at once (they mos
   done
   wait
   for set in 24 25 26 27 28; do echo "set $set:"; cat $L/heldout-check-$set.txt; done; save ;;
+n)  # after the flips, fwd+bwd against Flex where the bits and the key part apply
+  for spec in "samples/document_mask.kd document_mask" "tools/dev/heldout23.kd head_label"; do
+    late $spec && continue
+    set -- $spec
+    timeout 100 kdsl bench $1 --only $2 --backward --vs flex --reps 10 --seed 0 \
+      --shapes B=2,H=16,M=4096,N=4096,D=128 -o $L/bench-$2 > $L/bench-$2.log 2>&1
+    grep -h "|" $L/bench-$2/*.md | cut -d'|' -f2-11 | tail -1
+    save
+  done ;;
 d) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout24.kd 24 ;;
 e) OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout25.kd 25 ;;
 f) for set in 26 27 28; do OUT=$OUT STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout$set.kd $set; done ;;
