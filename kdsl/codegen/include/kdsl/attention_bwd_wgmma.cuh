@@ -646,12 +646,14 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
       constexpr int kGuard = decltype(guarded)::value;
       // KDSL_BWD_MASK_BITS: the mask-first values of a 64-query block, bit 4 j + 2 hh + e,
       // for a mask that loads rows' values at the query (16 rows a thread; kMaskLoadsRows) beside a
-      // score that loads nothing. D=128 builds: local memory 40 -> 0 B (query_limits), 88 -> 48
-      // (span_per_query), 72 -> 40 (two_level_docs), 56 -> 32 (document_mask); a mask reading at
-      // the key alone spilled more so (head_label 72 -> 88 B), one reading a (query, key) pair too
-      // (token_tree 32 -> 72: 32 loads live), and beside a score that loads the same tensor its
-      // loads no longer merged with the score's (bias_gate LDG 55 -> 83, 0 -> 16 B). H200 backward
-      // x0.99-x1.06 on eight kernels it takes (bench/NOTES.md, seventy-third session).
+      // score that loads nothing. The runtime's D=128 builds at 2x16x4096^2: local memory 64 -> 32 B
+      // (document_mask), 72 -> 48 (two_level_docs), 56 -> 32 (u8_documents), but 0 -> 64
+      // (span_per_query) and 48 -> 80 (segment_causal); a mask reading at the key alone spilled
+      // more so (head_label 72 -> 88 B), one reading a (query, key) pair too (token_tree 32 -> 72:
+      // 32 loads live), and beside a score that loads the same tensor its loads no longer merged
+      // with the score's (bias_gate LDG 55 -> 83, 0 -> 16 B). H200 backward x0.98-x1.17 on twelve
+      // kernels it takes, but x0.90 for held-out 5's bool_logic, whose bool classes compared with a
+      // key parity (tools/dev/bits_probe.kd) cost (bench/NOTES.md, seventy-third session).
       constexpr bool kBits = KDSL_BWD_MASK_BITS && kBwdMaskFirst<V, kGuard, kBwdStreamMask<V>> && V::kMaskLoadsRows &&
                              !G::kScoreLoads;
       // KDSL_BWD_KEY_MASK: the key part of a key mask (V::kKeyMask) at the thread's two
