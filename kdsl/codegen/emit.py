@@ -121,13 +121,6 @@ def _loads_rows(e: ir.Expr | None) -> bool:
     return any(at(n, "q") for n in loads) and not any(at(n, "q") and at(n, "kv") for n in loads)
 
 
-def _divides(e: ir.Expr | None) -> bool:
-    """Whether e divides integers (// or %) by a value that is not a constant: per element some
-    twenty instructions and their registers (a constant divisor is a shift or a multiplication)."""
-    return e is not None and any(isinstance(n, ir.Op) and n.op in ("floordiv", "mod") and n.ty == "i32"
-                                 and not isinstance(n.args[1], ir.Const) for n in ir.walk(e))
-
-
 def _attention_names(k: ir.Kernel):
     """What the Variant's expressions call each IR variable and captured tensor, and the
     Captures struct's fields (the captured tensors, then the dims only they bind)."""
@@ -494,7 +487,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
         mask=dict(expr=c(mask) if mask is not None else "true",
                   streamed=cm(mask) if mask_reads else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask))),
-                  loads_rows=_on(_loads_rows(mask)), divides=_on(_divides(mask))),
+                  loads_rows=_on(_loads_rows(mask)),
+                  divides=_on(mask is not None and any(map(item_divisions.divides_by_value, ir.walk(mask))))),
         kmask=dict(on=_on(kpart is not None), part=c(kpart) if kpart is not None else "false",
                    rests=[c(r) for r in krests] or ["false", "false"], arms=[arm(r) for r in krests] or [0, 0],
                    loads=_on(any(isinstance(n, ir.Load) for r in krests for n in ir.walk(r))),

@@ -31,6 +31,12 @@ MAX_DIVISIONS = 4  # each is a register live into the kv loop
 MASK_FUNCS = ("mask", "tile_empty", "tile_full", "kv_lo", "kv_hi", "tile_keys")
 
 
+def divides_by_value(e: ir.Expr) -> bool:
+    """Whether e is an integer // or % by a divisor that is not a constant: per element some
+    twenty instructions and their registers (a constant divisor is a shift or a multiplication)."""
+    return isinstance(e, ir.Op) and e.op in ("floordiv", "mod") and e.ty == "i32" and not isinstance(e.args[1], ir.Const)
+
+
 def _item_invariant(e: ir.Expr, dims: frozenset) -> bool:
     for n in ir.walk(e):
         if isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS):
@@ -48,8 +54,7 @@ def divisions(k: ir.Kernel) -> tuple[ir.Expr, ...]:
     chosen: set[ir.Expr] = set()  # divisions a `where` evaluates on one of its branches only
 
     def visit(e: ir.Expr, guarded: bool) -> None:
-        if (isinstance(e, ir.Op) and e.op in ("floordiv", "mod") and e.ty == "i32"
-                and not isinstance(e.args[1], ir.Const) and _item_invariant(e, dims)):
+        if divides_by_value(e) and _item_invariant(e, dims):
             if guarded:
                 chosen.add(e)
             elif e not in found:
