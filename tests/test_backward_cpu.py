@@ -755,11 +755,6 @@ attention key_labels {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
     lab: i32[B, N]; want: i32[H]
     mask(b, h, i, j) = lab[b, j] == want[h] or i == j
-}
-attention data_chunks {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    chunk: i32[1]
-    mask(b, h, i, j) = j <= i and i // max(chunk[0], 1) == j // max(chunk[0], 1)
 }"""
 
 
@@ -794,11 +789,3 @@ def test_a_key_masks_key_part_once_a_step_spills_less(monkeypatch):
     or kept): the D=128 build's local memory 72 B with the switch off -> none."""
     assert _local_bytes("key_labels", "", monkeypatch) < \
         _local_bytes("key_labels", "KDSL_BWD_KEY_MASK=0", monkeypatch)
-
-
-def test_a_mask_that_divides_by_data_keeps_its_divisions_behind_the_bounds_under_the_trial(monkeypatch):
-    """KDSL_BWD_MASK_FIRST_DIVIDES=0 (a trial): a mask that divides integers by a value not
-    constant (held-out 28's chunked_runtime) is left out of mask first, whose every element's
-    divisions spilled (D=128: 56 -> 16 B)."""
-    assert _local_bytes("data_chunks", "KDSL_BWD_MASK_FIRST_DIVIDES=0", monkeypatch) < \
-        _local_bytes("data_chunks", "", monkeypatch)

@@ -82,19 +82,3 @@ def test_tiles_read_per_element_under_a_loading_mask_are_prefetched_into_l2(name
     if rep is None:
         pytest.skip("cuobjdump")
     assert (rep.other_ops.get("UBLKPF", 0) > 0) == prefetched, rep.other_ops
-
-
-def test_the_wide_body_prefetches_its_streamed_tiles_only_under_its_trial(monkeypatch):
-    """The wide body (head dims past 128) copies no tiles: every streamed tensor is read per
-    element. KDSL_BWD_WIDE_READS=1 (a trial, off until timed) asks their step tiles into L2 as the
-    narrower kernel does; by default it issues none. (At head dim 256 the forward streams a
-    1-byte mask but not score_and_mask's f32 bias: no stream rows to prefetch there.)"""
-    ops = []
-    for defines in ("", "KDSL_BWD_WIDE_READS=1"):
-        monkeypatch.setenv("KDSL_DEFINES", defines)
-        built = build(MOD.ir["head_bool"], "sm_90a", 256, program=Program(backward=True))
-        rep = sass.inspect(built.compiled.cubin, built.generated.entry)
-        if rep is None:
-            pytest.skip("cuobjdump")
-        ops.append(rep.other_ops.get("UBLKPF", 0))
-    assert ops[0] == 0 and ops[1] > 0, ops

@@ -158,29 +158,6 @@ attention keys {
 """
 
 
-DIVIDES_SRC = """
-attention data_chunks {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    chunk: i32[1]
-    mask(b, h, i, j) = i // max(chunk[0], 1) == j // max(chunk[0], 1)
-}
-attention fixed_chunks {
-    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
-    doc: i32[B, N]
-    mask(b, h, i, j) = i // 100 == j // 100 and doc[b, j] % 64 != 3
-}
-"""
-
-
-def test_a_mask_divides_where_a_divisor_is_not_constant():
-    """kMaskDivides (the backward's trial KDSL_BWD_MASK_FIRST_DIVIDES=0 leaves these out of mask
-    first): an integer // or % by a value read at run time; a constant divisor is not counted."""
-    want = {"data_chunks": "true", "fixed_chunks": "false"}
-    for k in pipeline.check(parse(DIVIDES_SRC, "divides.kd")):
-        source = emit.generate(pipeline.lower(k, get_target("sm_90a"), 128)).source
-        assert f"kMaskDivides = {want[k.name]};" in source, k.name
-
-
 def test_a_mask_loads_rows_where_it_reads_at_the_query_alone():
     """kMaskLoadsRows (the backward's KDSL_BWD_MASK_BITS takes only these): a mask that
     loads a row's value at the query and nothing at a (query, key) pair; not one that also reads

@@ -24,9 +24,6 @@
 #ifndef KDSL_BWD_PREFETCH  // the step tiles of streamed tensors read per element asked into L2: 0 never,
 #define KDSL_BWD_PREFETCH 1  // 1 under a mask that loads, head dims above 64 (kBwdPrefetch1), 2 always (A/B)
 #endif
-#ifndef KDSL_BWD_WIDE_READS  // trial, the wide body (head dims past 128), which copies no tiles: 1 its streamed
-#define KDSL_BWD_WIDE_READS 0  // tensors' step tiles into L2 as kBwdPrefetch1 / 2 say, and a streamed mask first
-#endif
 #ifndef KDSL_BWD_STREAM_MASK  // 0: the room is kept but the mask reads global memory per element (A/B timing)
 #define KDSL_BWD_STREAM_MASK 1
 #endif
@@ -65,10 +62,6 @@ template <class V, int DP> constexpr bool kBwdPrefetchHere =
 template <class V, int DP> constexpr bool kBwdPrefetch1 = kBwdPrefetchHere<V, DP> &&
                                                           (V::kScoreReads1 || V::kMaskReads1) && !kBwdCopy1<V>;
 template <class V, int DP> constexpr bool kBwdPrefetch2 = kBwdPrefetchHere<V, DP> && V::kMaskReads2 && !kBwdCopy2<V>;
-// The wide body (attention_bwd_wgmma_wide.cuh) reads every streamed tensor per element.
-template <class V> constexpr bool kBwdWidePrefetch1 =
-    KDSL_BWD_WIDE_READS && kBwdPrefetchHere<V, 256> && (V::kScoreReads1 || V::kMaskReads1);
-template <class V> constexpr bool kBwdWidePrefetch2 = KDSL_BWD_WIDE_READS && kBwdPrefetchHere<V, 256> && V::kMaskReads2;
 
 // A step's tile of a streamed tensor (elements of S bytes; row q at row(q)) into L2: one bulk
 // prefetch a row, rows [m0, m0 + ROWS) within M, keys [n0, n0 + BN) within N rounded up to 16

@@ -68,9 +68,6 @@
 #ifndef KDSL_BWD_MASK_FIRST  // 0: a mask that loads waits for the bounds' decision (A/B timing; element_grads)
 #define KDSL_BWD_MASK_FIRST 1
 #endif
-#ifndef KDSL_BWD_MASK_FIRST_DIVIDES  // 0: not for a mask that divides by a value not constant (trial; element_grads)
-#define KDSL_BWD_MASK_FIRST_DIVIDES 1
-#endif
 #ifndef KDSL_BWD_MASK_BITS  // a mask loading rows at the query, beside a score that loads nothing, evaluated first for
 #define KDSL_BWD_MASK_BITS 1  // a thread's 32 elements into one word before their grads (0: A/B timing; elementwise)
 #endif
@@ -292,11 +289,11 @@ template <class V, class G>
 constexpr bool kBwdFullPath = KDSL_BWD_SUMMARY_FULL || !(V::kHasMask && V::kMaskLoads && G::kScoreLoads);
 
 // Whether an element of a step guarded by kGuard evaluates its mask before the bounds decide
-// (element_grads explains; kMaskCopied: the mask reads the step's copied tiles instead of global
-// memory), both kernels'.
-template <class V, int kGuard, bool kMaskCopied>
+// (element_grads explains; not a streamed mask, which the narrower kernel reads from the step's
+// copied tiles), both kernels'.
+template <class V, int kGuard>
 constexpr bool kBwdMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask && V::kMaskLoads &&
-                               !kMaskCopied && (KDSL_BWD_MASK_FIRST_DIVIDES || !V::kMaskDivides);
+                               !kBwdStreamMask<V>;
 
 // One element (query q, key kv) of a wgmma backward's step, both kernels': P = 2^(score log2 e
 // - lse log2 e) and dS = P (dP - delta) d score / d s without the softmax scale (which dK and dQ
@@ -304,10 +301,9 @@ constexpr bool kBwdMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V:
 // ElementGuard) checks the bounds, a row that saw no key (lse = -inf) and the mask where the
 // tile (class cls) is not full, or its key interval; kGuardNone keeps every element. kt: the
 // score's key part at kv (key_parts); mask_of(q, kv) the mask there (V::mask, or V::mask_at on
-// the step's streamed tiles: attention_bwd_stream.cuh; kMaskCopied: mask_of reads them, so its
-// loads are not the global ones mask-first gathers). Captured tensors' gradient shares go to ug
+// the step's streamed tiles: attention_bwd_stream.cuh). Captured tensors' gradient shares go to ug
 // (step-uniform) and, for an offset-indexed load, to offset_share(share).
-template <class V, class G, int kGuard, bool kMaskCopied = kBwdStreamMask<V>, class MaskOf, class OffsetShare>
+template <class V, class G, int kGuard, class MaskOf, class OffsetShare>
 KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
                                int cls, int b, int h, int q, int kv, float kt, float s, float dp, float row_lse,
                                float row_delta, float* ug, float& p, float& ds, const MaskOf& mask_of,
@@ -333,10 +329,7 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   // elements) and keeps more in flight. An H200 ran the backward of nine such kernels x1.015
   // (key_importance) to x1.27 (held-out 25's bias_gate) faster so, document_mask x1.07 (D=128) /
   // x1.18 (D=64): bench/results/h200-2026-12-02-s72/call2. KDSL_BWD_MASK_FIRST=0 for A/B timing.
-  // KDSL_BWD_MASK_FIRST_DIVIDES=0 (trial): not where the mask divides integers by a value not
-  // constant (`j // max(blk[b], 1) == i // max(blk[b], 1)`): every element's divisions evaluated
-  // first spilled (D=64: 0 -> 40 B, held-out 28's chunked_runtime; batch_blocks D=128 24 -> 96 B).
-  constexpr bool kMaskFirst = kBwdMaskFirst<V, kGuard, kMaskCopied>;
+  constexpr bool kMaskFirst = kBwdMaskFirst<V, kGuard>;
   bool mask_first = true;
   if constexpr (kMaskFirst) mask_first = mask_of(qc, kc);
   bool keep = true;
@@ -654,7 +647,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
       // with the score's (bias_gate LDG 55 -> 83, 0 -> 16 B). H200 backward x0.98-x1.17 on twelve
       // kernels it takes, but x0.90 for held-out 5's bool_logic, whose bool classes compared with a
       // key parity (tools/dev/bits_probe.kd) cost (bench/NOTES.md, seventy-third session).
-      constexpr bool kBits = KDSL_BWD_MASK_BITS && kBwdMaskFirst<V, kGuard, kBwdStreamMask<V>> && V::kMaskLoadsRows &&
+      constexpr bool kBits = KDSL_BWD_MASK_BITS && kBwdMaskFirst<V, kGuard> && V::kMaskLoadsRows &&
                              !G::kScoreLoads;
       // KDSL_BWD_KEY_MASK: the key part of a key mask (V::kKeyMask) at the thread's two
       // keys, once a step; an element then takes the arm it picks (where the bits hold no mask).

@@ -296,13 +296,6 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
       load_blocks<Elem, DV, DVP, BM>(sDO + buf * C::kDOBuf, dout + row0 * DV, M - m0, tid);
     }
     copy_row_stats<BM>(base + C::kLse, base + C::kDelta, buf, lse, delta, row0, m0, M, tid);
-    const int hq = h0 + st.hq;  // the streamed tensors' step tiles into L2 (attention_bwd_stream.cuh)
-    if constexpr (kBwdWidePrefetch1<V>)
-      prefetch_stream_tile<V::kStreamElemBytes, BM, BN, T>([&](int q) { return V::stream_row(a, c, b, hq, q); }, m0, M,
-                                                           n0, N, tid);
-    if constexpr (kBwdWidePrefetch2<V>)
-      prefetch_stream_tile<V::kStream2ElemBytes, BM, BN, T>([&](int q) { return V::stream2_row(a, c, b, hq, q); }, m0,
-                                                            M, n0, N, tid);
     cp_async_commit();
   };
   // A thread's exchange slot: 16 words at (warp, group k4, lane) of slot x, conflict-free v4s.
@@ -383,11 +376,9 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
             const float sv = wg == 0 ? mine[il] : other[il], dpv = wg == 0 ? other[il] : mine[il];
             const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
             float p, ds;
-            // (a streamed mask too is read from global memory here: mask-first under the trial)
-            element_grads<V, G, kGuard, !KDSL_BWD_WIDE_READS && kBwdStreamMask<V>>(
-                a, c, cg, cls, b, h, q, kv, kt[hh], sv, dpv, row_lse, row_delta, ug, p, ds,
-                [&](int mq, int mkv) { return V::mask(a, c, b, h, mq, mkv); },
-                [&](float share) { G::add_offset_grad(a, c, cg, b, h, q - kv, share); });
+            element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, kt[hh], sv, dpv, row_lse, row_delta, ug, p, ds,
+                                        [&](int mq, int mkv) { return V::mask(a, c, b, h, mq, mkv); },
+                                        [&](float share) { G::add_offset_grad(a, c, cg, b, h, q - kv, share); });
             pv[e] = p;
             dv2[e] = ds;
           }
