@@ -23,6 +23,7 @@ indices each take at most two values over the block
 (`blocks[b, h, i // 128, j // 128]`, a block-sparse table) is read at those values: exact where
 no tile straddles a block, with no summary. What is left stays unknown and falls back to the
 per-element check.
+Float comparisons are bounded too (float_bounds.py).
 attr mask_tiles says which case holds: interval, data-dependent, tile-summary or none.
 
 The work is bounded: a bound or predicate larger than _MAX_NODES nodes (or deeper than
@@ -38,6 +39,7 @@ import os
 from dataclasses import dataclass
 
 from .. import ir
+from . import float_bounds
 from .simplify import FALSE, TRUE, const, op, simplify
 
 
@@ -449,13 +451,24 @@ class _Analysis:
             return Truth(op("bool", "or", x.always, y.always), op("bool", "and", x.never, y.never))
         if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "i32":
             return _compare(e.op, self.interval(e.args[0]), self.interval(e.args[1]))
+        if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "f32":
+            return self._float_compare(e)
         if e.op == "where" and e.ty == "bool":
             c, x, y = self.truth(e.args[0]), self.truth(e.args[1]), self.truth(e.args[2])
             pick = lambda a, b, both: op("bool", "or", op("bool", "and", c.always, a),
                                          op("bool", "or", op("bool", "and", c.never, b), both))
             return Truth(pick(x.always, y.always, op("bool", "and", x.always, y.always)),
                          pick(x.never, y.never, op("bool", "and", x.never, y.never)))
-        return Truth(FALSE, FALSE)  # float comparisons, bool loads: unknown
+        return Truth(FALSE, FALSE)  # bool loads of data at q and kv with no summary: unknown
+
+    def _float_compare(self, e: ir.Op) -> Truth:
+        """A comparison of floats, decided where all four bounds are finite (float_bounds.py)."""
+        of = float_bounds.FloatBounds(self.interval, self.truth).of
+        (alo, ahi), (blo, bhi) = of(e.args[0]), of(e.args[1])
+        keep = lambda x: x if x is None or self._affordable(x) else None  # noqa: E731
+        a, b = Interval(keep(alo), keep(ahi)), Interval(keep(blo), keep(bhi))
+        t, ok = _compare(e.op, a, b), float_bounds.finite(a.lo, a.hi, b.lo, b.hi)
+        return Truth(op("bool", "and", t.always, ok), op("bool", "and", t.never, ok))
 
 
 _BYTE_RANGE = {"u8": (0, 255), "i8": (-128, 127)}  # the range of an element read as i32
