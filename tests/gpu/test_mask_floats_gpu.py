@@ -19,8 +19,10 @@ MASKS = {  # name: (mask, declarations)
     "float_radius": ("abs(float(i - j)) * ratio[h] < width[b]", ("ratio: f32[H]", "width: f32[B]")),
     "scaled_causal": ("float(j) * 0.5 - 2.0 <= min(float(i) * 0.5, width[b])", ("width: f32[B]",)),
 }
-RATIOS = [0.1, -0.2, float("nan"), float("inf"), float("-inf"), 3.0e38, 1e-40, 0.75]
-WIDTHS = [300.0, float("nan"), 4000.0, -1.0]
+# No key lies exactly on a line or radius (abs(float(i - j)) * -0.2 < -1.0 at |i - j| = 5 rounds
+# one way in f32, the other in float64: docs/language.md)
+RATIOS = [0.1, -0.25, float("nan"), float("inf"), float("-inf"), 3.0e38, 1e-40, 0.75]
+WIDTHS = [300.0, float("nan"), 4000.0, -1.3]
 # (B, H, Hkv, M, N, D)
 SHAPES = [(2, 8, 8, 1000, 1000, 128), (1, 8, 2, 129, 2000, 64), (4, 8, 4, 513, 700, 96)]
 
