@@ -38,6 +38,10 @@ BUILTIN_VARS = {
     # tile bounds (inclusive) used by the mask analysis' tile_empty / tile_full
     "q0": "i32", "q1": "i32", "k0": "i32", "k1": "i32",
 }
+# Only in tile predicates (passes/float_bounds.py): (widen_up:f32 x rel abs) is x + |x| rel + abs,
+# a float bound moved past the kernel's rounding (widen_down: x - |x| rel - abs); one op, so that
+# the bound's expression names x once.
+WIDENINGS = ("widen_up", "widen_down")
 FLOAT_FUNCS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sin", "cos", "tan", "sigmoid")
 OPS = {
     # arithmetic (operands and result share a numeric type)
@@ -46,6 +50,7 @@ OPS = {
     "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not",
     "where", "int", "float", *FLOAT_FUNCS,
     *("qmin", "qmax", "kvmin", "kvmax", "tmin", "tmax"),  # see TILE_REDUCTIONS
+    *WIDENINGS,
 }
 # Only in tile predicates (mask analysis): the min / max of an i32 expression of the data over
 # the block's query rows [q0, q1], its key columns [k0, k1], or the whole block ("tile": both).

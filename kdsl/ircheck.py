@@ -37,7 +37,8 @@ FUNCS = {"scale": ("f32", ()), "score": ("f32", ("s", *_INDEX)), "mask": ("bool"
 _BINARY_SAME = ("add", "sub", "mul", "min", "max")
 _COMPARE = ("lt", "le", "gt", "ge")
 _ARITY = {**{o: 2 for o in (*_BINARY_SAME, *_COMPARE, "div", "floordiv", "mod", "eq", "ne", "and", "or")},
-          **{o: 1 for o in ("neg", "abs", "not", "int", "float", *ir.FLOAT_FUNCS)}, "where": 3}
+          **{o: 1 for o in ("neg", "abs", "not", "int", "float", *ir.FLOAT_FUNCS)}, "where": 3,
+          **{o: 3 for o in ir.WIDENINGS}}
 
 
 class IrTypeError(ValueError):
@@ -114,6 +115,8 @@ def _applies(op: str, a: list, ty: str) -> bool:
         return a[0] == "bool" and a[1] == a[2] == ty
     if op in ("int", "float"):  # of a bool too (1 or 0), as the .kd type checker allows
         return a[0] in (*num, "bool") and ty == ("i32" if op == "int" else "f32")
+    if op in ir.WIDENINGS:
+        return a == ["f32"] * 3 and ty == "f32"
     return a == ["f32"] and ty == "f32"  # the float functions
 
 

@@ -50,6 +50,7 @@ _SCALAR = {
     "sqrt": _ieee(numpy.sqrt), "rsqrt": _ieee(lambda a: 1.0 / numpy.sqrt(a)), "tanh": _ieee(numpy.tanh),
     "sin": _ieee(numpy.sin), "cos": _ieee(numpy.cos), "tan": _ieee(numpy.tan),
     "sigmoid": _ieee(lambda a: 1.0 / (1.0 + numpy.exp(-a))),
+    "widen_up": lambda x, r, a: x + (abs(x) * r + a), "widen_down": lambda x, r, a: x - (abs(x) * r + a),
 }
 
 
@@ -174,6 +175,8 @@ def _array_op(be, x: ir.Op, args):
             return be.clamp(a, hi=b) if op == "min" else be.clamp(a, lo=b)
         return xp.minimum(a, b) if op == "min" else xp.maximum(a, b)
     if op == "abs": return xp.abs(a)
+    if op == "widen_up": return a + (xp.abs(a) * args[1] + args[2])
+    if op == "widen_down": return a - (xp.abs(a) * args[1] + args[2])
     if op == "where":  # a condition over dims only is a Python bool, which torch.where refuses
         return xp.where(*args) if isinstance(args[0], be.array) else (args[1] if args[0] else args[2])
     if op == "int": return be.to_int(a) if x.ty == "i32" else a  # truncates toward zero

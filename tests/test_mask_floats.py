@@ -27,7 +27,9 @@ def float_expr(draw, depth=3):
         return draw(st.sampled_from(LEAVES))
     form = draw(st.sampled_from(["({a} + {b})", "({a} - {b})", "({a} * {c})", "({c} * {a})", "({a} / {d})",
                                  "abs({a})", "min({a}, {b})", "max({a}, {b})", "-{a}",
-                                 "where(j <= i, {a}, {b})", "({a} * {b})"]))
+                                 "where(j <= i, {a}, {b})", "({a} * {b})", "exp({a} * 0.01)", "exp2({a})",
+                                 "log(abs({a}))", "log2({a})", "sqrt({a})", "rsqrt({a})", "tanh({a})",
+                                 "sigmoid({a})", "sin({a})"]))
     return form.format(a=draw(float_expr(depth - 1)), b=draw(float_expr(depth - 1)),
                        c=draw(st.sampled_from(["ratio[h]", "width[b]", "0.5", "-3.0", "0.0"])),
                        d=draw(st.sampled_from(["4.0", "-0.75", "3.0"])))

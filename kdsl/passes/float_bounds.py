@@ -13,20 +13,24 @@ contracts, and whether the tile predicate runs in f32 on the GPU or in float64 o
 (interpreter, tests).
 
 Non-finite values: an element is NaN or infinite only where an operand is (loaded data) or an
-op overflows. Each op's bounds are built so that a non-finite operand bound makes one of them
-non-finite too (a choice among bounds adds `x - x`, NaN for an infinite x, to the one chosen),
-and a comparison is decided only where all four bounds it compares are finite; there every
-element's value is finite and inside them.
+op overflows. A sum, a difference or a product with a factor the same over the block carries an
+infinite or NaN operand bound into its own bounds; an op that could hide one (min, max, abs,
+where, a product of two ranges, exp(-inf) = 0) records its operands' bounds as guards instead.
+A comparison is decided only where the four bounds it compares and every guard are finite;
+there every element's value is finite and inside its bounds.
 
 Covered: constants; b, h, dims and data read at neither q nor kv (exact over a block);
 float() of an i32 expression (its integer bounds: conversion is monotone); + - neg abs min max;
-`*` by a factor the same over the block (a constant, `ratio[h]`, its sign tested in the bound);
+exp exp2 log log2 sqrt rsqrt tanh sigmoid (monotone, each with the slack of its approximation);
+`*` by a factor the same over the block (a constant, `ratio[h]`, its sign tested in the bound),
+or of two varying factors (the extremes of their bounds' four products);
 `/` by a constant within 2^+-120 (the kernel's __fdividef is within 2 ulp there); where() of a
 condition the analysis decides. Anything else, data read at q or kv included, is unbounded and
 leaves the comparison to the per-element check.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -50,25 +54,31 @@ def _f(name: str, *args: ir.Expr) -> ir.Expr:
     return op("f32", name, *args)
 
 
-def _slack(x: ir.Expr) -> ir.Expr:
-    return _f("add", _f("mul", _f("abs", x), f32(REL_SLACK)), f32(ABS_SLACK))
+def down(x: ir.Expr | None, rel: float = REL_SLACK, absolute: float = ABS_SLACK) -> ir.Expr | None:
+    """x - |x| rel - absolute (ir.WIDENINGS: one op, naming x once)."""
+    return None if x is None else _f("widen_down", x, f32(rel), f32(absolute))
 
 
-def down(x: ir.Expr | None) -> ir.Expr | None:
-    return None if x is None else _f("sub", x, _slack(x))
+def up(x: ir.Expr | None, rel: float = REL_SLACK, absolute: float = ABS_SLACK) -> ir.Expr | None:
+    return None if x is None else _f("widen_up", x, f32(rel), f32(absolute))
 
 
-def up(x: ir.Expr | None) -> ir.Expr | None:
-    return None if x is None else _f("add", x, _slack(x))
+# Monotone functions: op -> (increasing, relative slack, absolute slack, hides), each slack past
+# the GPU's approximation (docs/language.md, "Precision of the float functions") with room to
+# spare: exp's x * log2(e) rounds by |x| 2^-24 relative to the result (|x| < 128 where it is
+# finite); lg2.approx errs by 2^-22 absolutely; tanh.approx by 2^-11 relatively, sigmoid = 0.5 +
+# 0.5 tanh(x / 2) by 2^-12 absolutely; sqrt is IEEE; rsqrt is within 2 ulp. An approximation need
+# not be monotone: the bound is the exact function's at the operand's bound, widened by its
+# error. hides: a non-finite operand may give a finite value (exp(-inf) = 0, tanh(inf) = 1), so
+# the operand's bounds are guards; log(-inf), sqrt(-inf) are NaN and +inf stays +inf.
+_MONOTONE = {"exp": (True, 2.0 ** -14, ABS_SLACK, True), "exp2": (True, 2.0 ** -18, ABS_SLACK, True),
+             "log": (True, 2.0 ** -18, 2.0 ** -19, False), "log2": (True, 2.0 ** -18, 2.0 ** -19, False),
+             "sqrt": (True, REL_SLACK, ABS_SLACK, False), "rsqrt": (False, REL_SLACK, ABS_SLACK, True),
+             "tanh": (True, 2.0 ** -9, 2.0 ** -20, True), "sigmoid": (True, 2.0 ** -9, 2.0 ** -10, True)}
 
 
-def _poisoned(x: ir.Expr | None, *others: ir.Expr | None) -> ir.Expr | None:
-    """x, made NaN where any of others is infinite or NaN (x - x is 0 for a finite x)."""
-    if x is None or any(o is None for o in others):
-        return None
-    for o in dict.fromkeys(o for o in others if not isinstance(o, ir.Const) and o != x):
-        x = _f("add", x, _f("sub", o, o))
-    return x
+def _finite_always(x: ir.Expr) -> bool:
+    return isinstance(x, ir.Const) and abs(x.value) <= F32_MAX or isinstance(x, ir.Op) and x.op == "float"
 
 
 def finite(*xs: ir.Expr | None) -> ir.Expr:
@@ -77,7 +87,7 @@ def finite(*xs: ir.Expr | None) -> ir.Expr:
     for x in dict.fromkeys(xs):
         if x is None:
             return FALSE
-        if isinstance(x, ir.Const) or isinstance(x, ir.Op) and x.op == "float":  # finite
+        if _finite_always(x):
             continue
         one = op("bool", "le", _f("abs", x), f32(F32_MAX))
         test = one if test is None else op("bool", "and", test, one)
@@ -89,11 +99,21 @@ def _same_over_block(e: ir.Expr) -> bool:
 
 
 class FloatBounds:
-    """interval: the analysis' i32 bounds (an object with .lo / .hi); truth: its bool verdicts
-    (.always / .never)."""
+    """The bounds of one comparison's two sides. interval: the analysis' i32 bounds (an object
+    with .lo / .hi); truth: its bool verdicts (.always / .never). `guards` collects the bounds
+    whose infinity or NaN an op could hide (a min, a choice, exp(-inf) = 0): the comparison is
+    decided only where they are finite too."""
 
     def __init__(self, interval: Callable, truth: Callable):
         self.interval, self.truth = interval, truth
+        self.guards: list[ir.Expr] = []
+
+    def _guard(self, *bounds: ir.Expr | None) -> bool:
+        """Records bounds that must be finite; False where one is unknown."""
+        if any(b is None for b in bounds):
+            return False
+        self.guards.extend(b for b in bounds if not _finite_always(b))
+        return True
 
     def of(self, e: ir.Expr) -> Bounds:
         if isinstance(e, ir.Const) or (isinstance(e, (ir.Var, ir.Load)) and _same_over_block(e)):
@@ -106,12 +126,20 @@ class FloatBounds:
         if e.op == "neg":
             lo, hi = self.of(e.args[0])
             return (None if hi is None else _f("neg", hi)), (None if lo is None else _f("neg", lo))
-        if e.op in ("add", "sub"):
+        if e.op in ("add", "sub"):  # an infinite or NaN operand bound makes the sum's one so too
             (alo, ahi), (blo, bhi) = self.of(e.args[0]), self.of(e.args[1])
             if e.op == "sub":
                 blo, bhi = bhi, blo
             join = lambda x, y: None if x is None or y is None else _f(e.op, x, y)  # noqa: E731
             return down(join(alo, blo)), up(join(ahi, bhi))
+        if e.op in _MONOTONE:
+            increasing, rel, absolute, hides = _MONOTONE[e.op]
+            lo, hi = self.of(e.args[0])
+            if lo is None or hi is None or (hides and not self._guard(lo, hi)):
+                return None, None
+            if not increasing:
+                lo, hi = hi, lo
+            return down(_f(e.op, lo), rel, absolute), up(_f(e.op, hi), rel, absolute)
         if e.op == "mul":
             return self._scaled(e, "mul")
         if e.op == "div" and isinstance(e.args[1], ir.Const) and \
@@ -119,33 +147,32 @@ class FloatBounds:
             return self._scaled(e, "div")
         if e.op == "abs":
             lo, hi = self.of(e.args[0])
-            if lo is None or hi is None:
+            if not self._guard(lo, hi):
                 return None, None
-            zero = f32(0.0)
-            a_lo = _f("where", op("bool", "ge", lo, zero), lo, _f("where", op("bool", "le", hi, zero), _f("neg", hi), zero))
-            a_hi = _f("where", op("bool", "ge", hi, _f("neg", lo)), hi, _f("neg", lo))
-            return _poisoned(a_lo, lo, hi), _poisoned(a_hi, lo, hi)
+            return _f("max", _f("max", lo, _f("neg", hi)), f32(0.0)), _f("max", _f("neg", lo), hi)
         if e.op in ("min", "max"):
             (alo, ahi), (blo, bhi) = self.of(e.args[0]), self.of(e.args[1])
-            every = (alo, ahi, blo, bhi)
-            return (_poisoned(_pick(e.op, alo, blo), *every), _poisoned(_pick(e.op, ahi, bhi), *every))
+            if not self._guard(alo, ahi, blo, bhi):
+                return None, None
+            return _f(e.op, alo, blo), _f(e.op, ahi, bhi)
         if e.op == "where":
             t = self.truth(e.args[0])
             (xlo, xhi), (ylo, yhi) = self.of(e.args[1]), self.of(e.args[2])
-            every = (xlo, xhi, ylo, yhi)
-            choose = lambda x, y, join: _poisoned(  # noqa: E731
-                _f("where", t.always, x, _f("where", t.never, y, _pick(join, x, y))), *every)
+            if not self._guard(xlo, xhi, ylo, yhi):
+                return None, None
+            choose = lambda x, y, join: _f("where", t.always, x, _f("where", t.never, y, _f(join, x, y)))  # noqa: E731
             return choose(xlo, ylo, "min"), choose(xhi, yhi, "max")
         return None, None
 
     def _scaled(self, e: ir.Op, name: str) -> Bounds:
         """x * r, r * x or x / c with r (c) the same over the block: x's bounds times r, swapped
-        where r is negative (a constant's sign is known; a loaded factor's is tested)."""
+        where r is negative (a constant's sign is known; a loaded factor's is tested). An
+        infinite or NaN bound or r leaves the product's bounds so too (0 * inf is NaN)."""
         x, r = e.args
         if name == "mul" and _same_over_block(x) and not _same_over_block(r):
             x, r = r, x
         if not _same_over_block(r):
-            return None, None
+            return self._product(e) if name == "mul" else (None, None)
         lo, hi = self.of(x)
         if lo is None or hi is None:
             return None, None
@@ -155,10 +182,12 @@ class FloatBounds:
         nonneg = op("bool", "ge", r, f32(0.0))  # NaN r: the second arm, NaN bounds
         return down(_f("where", nonneg, a, b)), up(_f("where", nonneg, b, a))
 
-
-def _pick(join: str, x: ir.Expr | None, y: ir.Expr | None) -> ir.Expr | None:
-    """min or max of two bounds by a select (x <= y), the caller poisoning it."""
-    if x is None or y is None:
-        return None
-    first = op("bool", "le", x, y) if join == "min" else op("bool", "ge", x, y)
-    return _f("where", first, x, y)
+    def _product(self, e: ir.Op) -> Bounds:
+        """x * y, both varying over the block (`d * d`, a squared distance): the least and the
+        greatest of the four products of their bounds (finite bounds: products are not NaN)."""
+        (alo, ahi), (blo, bhi) = self.of(e.args[0]), self.of(e.args[1])
+        if not self._guard(alo, ahi, blo, bhi):
+            return None, None
+        products = [_f("mul", x, y) for x in dict.fromkeys((alo, ahi)) for y in dict.fromkeys((blo, bhi))]
+        join = lambda kind: functools.reduce(lambda x, y: _f(kind, x, y), products)  # noqa: E731
+        return down(join("min")), up(join("max"))

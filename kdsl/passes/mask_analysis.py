@@ -463,11 +463,11 @@ class _Analysis:
 
     def _float_compare(self, e: ir.Op) -> Truth:
         """A comparison of floats, decided where all four bounds are finite (float_bounds.py)."""
-        of = float_bounds.FloatBounds(self.interval, self.truth).of
-        (alo, ahi), (blo, bhi) = of(e.args[0]), of(e.args[1])
+        bounds = float_bounds.FloatBounds(self.interval, self.truth)
+        (alo, ahi), (blo, bhi) = bounds.of(e.args[0]), bounds.of(e.args[1])
         keep = lambda x: x if x is None or self._affordable(x) else None  # noqa: E731
         a, b = Interval(keep(alo), keep(ahi)), Interval(keep(blo), keep(bhi))
-        t, ok = _compare(e.op, a, b), float_bounds.finite(a.lo, a.hi, b.lo, b.hi)
+        t, ok = _compare(e.op, a, b), float_bounds.finite(a.lo, a.hi, b.lo, b.hi, *bounds.guards)
         return Truth(op("bool", "and", t.always, ok), op("bool", "and", t.never, ok))
 
 

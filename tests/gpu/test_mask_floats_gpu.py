@@ -18,6 +18,8 @@ MASKS = {  # name: (mask, declarations)
     "ratio_line": ("float(j) <= float(i) * ratio[h] + 1.0", ("ratio: f32[H]",)),
     "float_radius": ("abs(float(i - j)) * ratio[h] < width[b]", ("ratio: f32[H]", "width: f32[B]")),
     "scaled_causal": ("float(j) * 0.5 - 2.0 <= min(float(i) * 0.5, width[b])", ("width: f32[B]",)),
+    "decay_cutoff": ("j <= i and exp(-float(i - j) * abs(ratio[h]) * 0.05) > 0.3", ("ratio: f32[H]",)),
+    "log_window": ("log2(float(abs(i - j) + 1)) <= 6.5 or float(j) < width[b] * 0.01", ("width: f32[B]",)),
 }
 # No key lies exactly on a line or radius (abs(float(i - j)) * -0.2 < -1.0 at |i - j| = 5 rounds
 # one way in f32, the other in float64: docs/language.md)

@@ -219,6 +219,10 @@ KDSL_DEVICE i64 opaque_value(i64 x) {
 KDSL_DEVICE void keep_alive(int x) { asm volatile("" ::"r"(x)); }
 KDSL_DEVICE void keep_alive(i64 x) { asm volatile("" ::"l"(x)); }
 
+// A float bound of a tile predicate moved outwards past the kernel's rounding (passes/float_bounds.py).
+KDSL_DEVICE float widen_up(float x, float rel, float abs_slack) { return x + (fabsf(x) * rel + abs_slack); }
+KDSL_DEVICE float widen_down(float x, float rel, float abs_slack) { return x - (fabsf(x) * rel + abs_slack); }
+
 // Python semantics for integer // and % (floor, not truncation), as the language promises;
 // on int, and on i64 for derived bounds (cexpr.WideEmitter).
 template <class I>
