@@ -26,8 +26,8 @@ per-element check.
 Float comparisons are bounded too (float_bounds.py).
 attr mask_tiles says which case holds: interval, data-dependent, tile-summary or none.
 
-The work is bounded: a bound or predicate larger than _MAX_NODES nodes (or deeper than
-_MAX_DEPTH) counts as unknown. Bounds of nested abs, % and where grow about threefold per
+The work is bounded: a bound or predicate of more than _MAX_NODES distinct nodes (or
+_MAX_TREE_NODES written out, or deeper than _MAX_DEPTH) counts as unknown. Bounds of nested abs, % and where grow about threefold per
 level; giving up on them costs only the per-element check on some tiles, never correctness,
 and keeps analysis time and the generated code small for any mask.
 """
@@ -63,7 +63,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
         return k.with_attrs(mask_tiles="none")
     # Predicates already given (a tuned program's IR) are kept: the tune guard checked them.
     if k.func("tile_empty") is None or k.func("tile_full") is None:
-        t = truth(mask, whole_tiles(k), k.tensors)
+        t = _Analysis(whole_tiles(k), k.tensors, float_masks(k)).truth(mask)
         for name, derived in (("tile_empty", t.never), ("tile_full", t.always)):
             if k.func(name) is None:
                 k = k.with_func(name, simplify(derived))
@@ -103,6 +103,13 @@ def whole_tiles(k: ir.Kernel) -> str:
     if score is not None and ir.loads_at(score, ("q", "kv")) and not summarised:
         return ""
     return "heads" if os.environ.get("KDSL_TILE_SUMMARY_HEADS", HEADS_DEFAULT) == "1" else "shared"
+
+
+def float_masks(k: ir.Kernel) -> bool:
+    """Whether float comparisons are bounded (passes/float_bounds.py): KDSL_MASK_FLOATS=1 (the
+    default) in both passes, 0 in neither, "forward" in the forward only (A/B timing)."""
+    mode = os.environ.get("KDSL_MASK_FLOATS", "1")
+    return mode == "1" or (mode == "forward" and k.attr("lowered_for") != "backward")
 
 
 def summary_slots(k: ir.Kernel) -> list[ir.Op]:
@@ -219,6 +226,24 @@ def _zero_test(uses: _SlotUses) -> bool:
 
 _MAX_NODES = 512
 _MAX_DEPTH = 64
+# A bound may name one part several times (a float bound and the finiteness test of it,
+# passes/float_bounds.py): NVVM computes a shared part once, so the budget counts distinct
+# parts; their repetitions, which the generated text spells out, stay within this.
+_MAX_TREE_NODES = 4096
+
+
+def _distinct_within(e: ir.Expr, limit: int) -> bool:
+    """Whether e has at most `limit` distinct nodes (by identity: parts built once and named
+    again), stopping as soon as it has more."""
+    seen, stack = set(), [e]
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            if len(seen) > limit:
+                return False
+            stack.extend(getattr(n, "args", ()) or getattr(n, "indices", ()))
+    return True
 
 
 def visited_tiles(k: ir.Kernel, length: int = 8192, tile: int = 128, heads: int = 4) -> float | None:
@@ -269,8 +294,9 @@ class _Analysis:
     """One analysis, remembering the size of every expression it has measured, so that
     keeping derived expressions within the budget costs O(1) per new node."""
 
-    def __init__(self, whole: str = "", tensors=()):
+    def __init__(self, whole: str = "", tensors=(), floats: bool = True):
         self.whole = whole  # which data read at q and kv may be bounded over the whole block
+        self.floats = floats  # float comparisons bounded (float_masks)
         self.tensors = {t.name: t for t in tensors}  # for _corners: element types and shapes
         self._corner_memo: dict = {}  # _corners per load: _whole_block asks before _truth does
         self._costs: dict[int, tuple[ir.Expr, int, int]] = {}  # id -> (expr kept alive, nodes, depth)
@@ -287,7 +313,7 @@ class _Analysis:
 
     def _affordable(self, e: ir.Expr | None) -> bool:
         nodes, depth = self._cost(e)
-        return nodes <= _MAX_NODES and depth <= _MAX_DEPTH
+        return depth <= _MAX_DEPTH and (nodes <= _MAX_NODES or (nodes <= _MAX_TREE_NODES and _distinct_within(e, _MAX_NODES)))
 
     def interval(self, e: ir.Expr) -> Interval:
         """Bounds of an i32 expression over the block; a bound past the budget is dropped."""
@@ -451,7 +477,7 @@ class _Analysis:
             return Truth(op("bool", "or", x.always, y.always), op("bool", "and", x.never, y.never))
         if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "i32":
             return _compare(e.op, self.interval(e.args[0]), self.interval(e.args[1]))
-        if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "f32":
+        if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "f32" and self.floats:
             return self._float_compare(e)
         if e.op == "where" and e.ty == "bool":
             c, x, y = self.truth(e.args[0]), self.truth(e.args[1]), self.truth(e.args[2])
