@@ -68,6 +68,8 @@ class Numpy:
     def clamp(self, a, lo=None, hi=None): return np.clip(a, lo, hi)
     def fmin(self, a, b): return np.fmin(a, b)
     def fmax(self, a, b): return np.fmax(a, b)
+    def f32_bits(self, a): return np.asarray(a, np.float32).view(np.int32).astype(np.int64)
+    def bits_f32(self, a): return self.to_float(np.asarray(a).astype(np.int32).view(np.float32))
     def move(self, x): return x  # numpy arrays already live on the CPU
 
     # --- arrays ---------------------------------------------------------------------
@@ -125,6 +127,8 @@ class Torch:
     def clamp(self, a, lo=None, hi=None): return self.xp.clamp(a, min=lo, max=hi)
     def fmin(self, a, b): return self.xp.fmin(a, self._like(b, a))
     def fmax(self, a, b): return self.xp.fmax(a, self._like(b, a))
+    def f32_bits(self, a): return a.to(self.xp.float32).view(self.xp.int32).to(self.xp.int64)
+    def bits_f32(self, a): return self.to_float(a.to(self.xp.int32).view(self.xp.float32))
     def _like(self, b, a): return b if isinstance(b, self.array) else self.xp.as_tensor(b, dtype=a.dtype, device=a.device)
     def move(self, x): return x.to(self.device) if isinstance(x, self.array) else x
 

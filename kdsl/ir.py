@@ -42,6 +42,10 @@ BUILTIN_VARS = {
 # a float bound moved past the kernel's rounding (widen_down: x - |x| rel - abs); one op, so that
 # the bound's expression names x once.
 WIDENINGS = ("widen_up", "widen_down")
+# Also only in tile predicates: an f32's bits as an i32 that orders as the floats do (NaN with
+# the sign bit below -inf, without it above +inf), and back, so that a tile summary's integer
+# min / max bound float data (passes/float_bounds.py).
+FLOAT_ORDER = ("f32_order", "order_f32")
 FLOAT_FUNCS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sin", "cos", "tan", "sigmoid")
 OPS = {
     # arithmetic (operands and result share a numeric type)
@@ -50,7 +54,7 @@ OPS = {
     "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not",
     "where", "int", "float", *FLOAT_FUNCS,
     *("qmin", "qmax", "kvmin", "kvmax", "tmin", "tmax"),  # see TILE_REDUCTIONS
-    *WIDENINGS,
+    *WIDENINGS, *FLOAT_ORDER,
 }
 # Only in tile predicates (mask analysis): the min / max of an i32 expression of the data over
 # the block's query rows [q0, q1], its key columns [k0, k1], or the whole block ("tile": both).

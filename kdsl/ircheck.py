@@ -38,7 +38,7 @@ _BINARY_SAME = ("add", "sub", "mul", "min", "max")
 _COMPARE = ("lt", "le", "gt", "ge")
 _ARITY = {**{o: 2 for o in (*_BINARY_SAME, *_COMPARE, "div", "floordiv", "mod", "eq", "ne", "and", "or")},
           **{o: 1 for o in ("neg", "abs", "not", "int", "float", *ir.FLOAT_FUNCS)}, "where": 3,
-          **{o: 3 for o in ir.WIDENINGS}}
+          **{o: 3 for o in ir.WIDENINGS}, **{o: 1 for o in ir.FLOAT_ORDER}}
 
 
 class IrTypeError(ValueError):
@@ -117,6 +117,10 @@ def _applies(op: str, a: list, ty: str) -> bool:
         return a[0] in (*num, "bool") and ty == ("i32" if op == "int" else "f32")
     if op in ir.WIDENINGS:
         return a == ["f32"] * 3 and ty == "f32"
+    if op == "f32_order":
+        return a == ["f32"] and ty == "i32"
+    if op == "order_f32":
+        return a == ["i32"] and ty == "f32"
     return a == ["f32"] and ty == "f32"  # the float functions
 
 

@@ -51,7 +51,15 @@ _SCALAR = {
     "sin": _ieee(numpy.sin), "cos": _ieee(numpy.cos), "tan": _ieee(numpy.tan),
     "sigmoid": _ieee(lambda a: 1.0 / (1.0 + numpy.exp(-a))),
     "widen_up": lambda x, r, a: x + (abs(x) * r + a), "widen_down": lambda x, r, a: x - (abs(x) * r + a),
+    "f32_order": lambda x: _flip(int(numpy.asarray(x, numpy.float32).view(numpy.int32))),
+    "order_f32": lambda s: float(numpy.asarray(_flip(s), numpy.int32).view(numpy.float32)),
 }
+
+
+def _flip(bits):
+    """An f32's bits (as a signed int) to an int that orders as the floats do, and back: a
+    negative float's magnitude bits inverted (an involution on i32)."""
+    return (bits < 0) * (bits ^ 0x7FFFFFFF) + (bits >= 0) * bits
 
 
 def scalar_op(op: str, vals):
@@ -175,6 +183,8 @@ def _array_op(be, x: ir.Op, args):
             return be.clamp(a, hi=b) if op == "min" else be.clamp(a, lo=b)
         return xp.minimum(a, b) if op == "min" else xp.maximum(a, b)
     if op == "abs": return xp.abs(a)
+    if op == "f32_order": return _flip(be.f32_bits(a))
+    if op == "order_f32": return be.bits_f32(_flip(a))
     if op == "widen_up": return a + (xp.abs(a) * args[1] + args[2])
     if op == "widen_down": return a - (xp.abs(a) * args[1] + args[2])
     if op == "where":  # a condition over dims only is a Python bool, which torch.where refuses

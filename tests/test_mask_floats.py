@@ -14,11 +14,13 @@ DECLS = """attention t {
     ratio: f32[H]
     width: f32[B]
     cut: i32[B]
+    tq: f32[B, M]
+    tk: bf16[B, N]
     mask(b, h, i, j) = %s
 }
 """
 LEAVES = ["float(i)", "float(j)", "float(i - j)", "float(j - cut[b])", "ratio[h]", "width[b]", "1.0", "-2.5",
-          "0.25", "64.0"]
+          "0.25", "64.0", "tq[b, i]", "tk[b, j]"]
 
 
 @st.composite
@@ -49,13 +51,18 @@ def _kernel(mask: str) -> ir.Kernel:
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 3.0e38, -3.0e38, 1e-40, 1e-30]
 
 
-def _data(rng, B, H, N):
+def _data(rng, B, H, M, N):
     ratio = (rng.standard_normal(H) * 10.0 ** rng.integers(-3, 3)).astype(np.float32)
     width = (rng.standard_normal(B) * 100).astype(np.float32)
-    for arr in (ratio, width):  # now and then a special value
+    # timestamps: increasing along the sequence (tiles then hold narrow ranges), or not
+    tq, tk = (np.cumsum(rng.exponential(1.0, (B, n)), axis=1).astype(np.float32) for n in (M, N))
+    if rng.random() < 0.5:
+        rng.shuffle(tk, axis=1)
+    tk = tk.astype(np.float32)  # bf16 in the program: read as floats, rounding aside
+    for arr in (ratio, width, tq, tk):  # now and then a special value
         if rng.random() < 0.3:
-            arr[rng.integers(0, arr.size)] = rng.choice(SPECIAL)
-    return {"ratio": ratio, "width": width, "cut": rng.integers(0, N + 1, (B,)).astype(np.int32)}
+            arr.flat[rng.integers(0, arr.size)] = rng.choice(SPECIAL)
+    return {"ratio": ratio, "width": width, "cut": rng.integers(0, N + 1, (B,)).astype(np.int32), "tq": tq, "tk": tk}
 
 
 def _tiles(k, caps, B, H, M, N, fdt, tm=64, tn=96):
@@ -85,7 +92,7 @@ def test_float_tile_predicates_are_sound_for_any_data(mask, seed, element_dtype,
     k = _kernel(mask)
     rng = np.random.default_rng(seed)
     B, H, M, N = 2, 3, int(rng.integers(1, 300)), int(rng.integers(1, 300))
-    caps = _data(rng, B, H, N)
+    caps = _data(rng, B, H, M, N)
     elements = {at: block for at, _, _, block in _tiles(k, caps, B, H, M, N, element_dtype)}
     for at, empty, full, _ in _tiles(k, caps, B, H, M, N, predicate_dtype):
         block = elements[at]
@@ -109,7 +116,7 @@ def test_a_data_dependent_float_bound_skips_the_tiles_past_it():
     all masked, but the predicates do not claim so: no bound is finite)."""
     mask = "float(j) <= float(i) * ratio[h] + 1.0"
     caps = {"ratio": np.array([0.1, -0.2], np.float32), "width": np.zeros(1, np.float32),
-            "cut": np.zeros(1, np.int32)}
+            "cut": np.zeros(1, np.int32), "tq": np.zeros((1, 1024), np.float32), "tk": np.zeros((1, 1024), np.float32)}
     k, n = _classes(mask, caps)
     assert k.attr("mask_tiles") == "data-dependent"
     # head 0: a row i keeps keys up to 0.1 i + 1 <= 103.3, so each 128-row tile visits kv tile 0
@@ -124,6 +131,23 @@ def test_a_data_dependent_float_bound_skips_the_tiles_past_it():
 
 def test_a_float_distance_mask_is_decided_over_blocks():
     """A radius in float: |i - j| * 0.5 < width[b] (a sliding window of 2 width keys each way)."""
-    caps = {"ratio": np.ones(2, np.float32), "width": np.array([100.0], np.float32), "cut": np.zeros(1, np.int32)}
+    caps = {"ratio": np.ones(2, np.float32), "width": np.array([100.0], np.float32), "cut": np.zeros(1, np.int32),
+            "tq": np.zeros((1, 1024), np.float32), "tk": np.zeros((1, 1024), np.float32)}
     _, n = _classes("abs(float(i - j)) * 0.5 < width[b]", caps)
     assert n["empty"] > 0 and n["full"] > 0 and n["partial"] < n["empty"]
+
+
+def test_float_data_at_the_query_and_key_is_bounded_by_the_tile_summary():
+    """Timestamps (tk[b, j] <= tq[b, i] within 30 time units): in time order each tile's keys
+    lie within its min and max, so the blocks far in the past or the future are decided; a NaN
+    among the keys decides nothing where it lies (its bounds are NaN)."""
+    t = np.arange(1024, dtype=np.float32)[None] * 0.5  # 0.5 a position: 60 positions back
+    caps = {"ratio": np.ones(2, np.float32), "width": np.zeros(1, np.float32), "cut": np.zeros(1, np.int32),
+            "tq": t.copy(), "tk": t.copy()}
+    mask = "tk[b, j] <= tq[b, i] and tq[b, i] - tk[b, j] < 30.0"
+    k, n = _classes(mask, caps)
+    assert k.attr("mask_tiles") == "tile-summary"
+    assert n == {"empty": 2 * (64 - 8 - 7), "full": 0, "partial": 2 * (8 + 7)}  # the diagonal and one below
+    caps["tk"][0, 300] = np.nan
+    _, n_nan = _classes(mask, caps)
+    assert n_nan["partial"] == n["partial"] + 2 * 6  # kv tile 2: its six empty blocks now undecided

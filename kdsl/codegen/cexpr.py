@@ -104,6 +104,8 @@ class CEmitter:
             return f"((int)({a[0]}))"
         if op == "float":
             return f"((float)({a[0]}))"
+        if op in ir.FLOAT_ORDER:
+            return f"kdsl::{op}({a[0]})"
         if op in ir.WIDENINGS:
             return f"kdsl::{op}({a[0]}, {a[1]}, {a[2]})"
         return f"{_FLOAT_FN[op]}({a[0]})"

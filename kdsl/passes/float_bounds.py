@@ -25,8 +25,9 @@ exp exp2 log log2 sqrt rsqrt tanh sigmoid (monotone, each with the slack of its 
 `*` by a factor the same over the block (a constant, `ratio[h]`, its sign tested in the bound),
 or of two varying factors (the extremes of their bounds' four products);
 `/` by a constant within 2^+-120 (the kernel's __fdividef is within 2 ulp there); where() of a
-condition the analysis decides. Anything else, data read at q or kv included, is unbounded and
-leaves the comparison to the per-element check.
+condition the analysis decides; f32 data read at q or kv (`t_q[b, i]`, `t_k[b, j]`) by the tile
+summary's min and max of its bits as ordered integers (exact: the loaded values themselves).
+Anything else is unbounded and leaves the comparison to the per-element check.
 """
 from __future__ import annotations
 
@@ -118,6 +119,8 @@ class FloatBounds:
     def of(self, e: ir.Expr) -> Bounds:
         if isinstance(e, ir.Const) or (isinstance(e, (ir.Var, ir.Load)) and _same_over_block(e)):
             return e, e
+        if isinstance(e, ir.Load) and e.ty == "f32":
+            return self._data(e)
         if not isinstance(e, ir.Op):
             return None, None
         if e.op == "float":
@@ -163,6 +166,15 @@ class FloatBounds:
             choose = lambda x, y, join: _f("where", t.always, x, _f("where", t.never, y, _f(join, x, y)))  # noqa: E731
             return choose(xlo, ylo, "min"), choose(xhi, yhi, "max")
         return None, None
+
+    def _data(self, e: ir.Load) -> Bounds:
+        """A float element read at q or kv (`t_q[b, i]`): its bits as an ordered integer
+        (ir.FLOAT_ORDER), bounded by the tile summary's min and max like any integer data, and
+        turned back into floats (a NaN among the data comes back as a NaN bound)."""
+        i = self.interval(ir.Op("i32", "f32_order", (e,)))
+        if i.lo is None or i.hi is None:
+            return None, None
+        return _f("order_f32", i.lo), _f("order_f32", i.hi)
 
     def _scaled(self, e: ir.Op, name: str) -> Bounds:
         """x * r, r * x or x / c with r (c) the same over the block: x's bounds times r, swapped

@@ -20,6 +20,7 @@ MASKS = {  # name: (mask, declarations)
     "scaled_causal": ("float(j) * 0.5 - 2.0 <= min(float(i) * 0.5, width[b])", ("width: f32[B]",)),
     "decay_cutoff": ("j <= i and exp(-float(i - j) * abs(ratio[h]) * 0.05) > 0.3", ("ratio: f32[H]",)),
     "log_window": ("log2(float(abs(i - j) + 1)) <= 6.5 or float(j) < width[b] * 0.01", ("width: f32[B]",)),
+    "timestamps": ("tk[b, j] <= tq[b, i] and tq[b, i] - tk[b, j] < 40.0", ("tq: f32[B, M]", "tk: bf16[B, N]")),
 }
 # No key lies exactly on a line or radius (abs(float(i - j)) * -0.2 < -1.0 at |i - j| = 5 rounds
 # one way in f32, the other in float64: docs/language.md)
@@ -38,6 +39,15 @@ def _inputs(kir, shape, seed):
         caps["ratio"] = torch.tensor(RATIOS[:H], device="cuda", dtype=torch.float32)
     if "width" in caps:
         caps["width"] = torch.tensor((WIDTHS * B)[:B], device="cuda", dtype=torch.float32)
+    if "tq" in caps:  # times in order, a quarter of a unit apart on average (keys shuffled in batch 1,
+        # a NaN and an inf among them in the last batch); bf16 keys are whole quarters (no ties lost)
+        for name, n in (("tq", M), ("tk", N)):
+            gaps = torch.randint(0, 3, (B, n), device="cuda", generator=gen).float() * 0.25
+            caps[name] = gaps.cumsum(1).to(caps[name].dtype)
+        if B > 1:
+            caps["tk"][1] = caps["tk"][1][torch.randperm(N, device="cuda", generator=gen)]
+        caps["tk"][B - 1, N // 3] = float("nan")
+        caps["tq"][B - 1, M // 2] = float("inf")
     return q, k, v, caps, gen
 
 

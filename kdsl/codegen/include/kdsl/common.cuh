@@ -223,6 +223,14 @@ KDSL_DEVICE void keep_alive(i64 x) { asm volatile("" ::"l"(x)); }
 KDSL_DEVICE float widen_up(float x, float rel, float abs_slack) { return x + (fabsf(x) * rel + abs_slack); }
 KDSL_DEVICE float widen_down(float x, float rel, float abs_slack) { return x - (fabsf(x) * rel + abs_slack); }
 
+// An f32 as an int that orders as the floats do, and back (ir.FLOAT_ORDER): a tile summary's
+// integer min / max of float data.
+KDSL_DEVICE int f32_order(float x) {
+  const int b = __float_as_int(x);
+  return b < 0 ? b ^ 0x7fffffff : b;
+}
+KDSL_DEVICE float order_f32(int s) { return __int_as_float(s < 0 ? s ^ 0x7fffffff : s); }
+
 // Python semantics for integer // and % (floor, not truncation), as the language promises;
 // on int, and on i64 for derived bounds (cexpr.WideEmitter).
 template <class I>
