@@ -31,7 +31,7 @@ def float_expr(draw, depth=3):
                                  "abs({a})", "min({a}, {b})", "max({a}, {b})", "-{a}",
                                  "where(j <= i, {a}, {b})", "({a} * {b})", "exp({a} * 0.01)", "exp2({a})",
                                  "log(abs({a}))", "log2({a})", "sqrt({a})", "rsqrt({a})", "tanh({a})",
-                                 "sigmoid({a})", "sin({a})"]))
+                                 "sigmoid({a})", "sin({a})", "({a} * {a})"]))
     return form.format(a=draw(float_expr(depth - 1)), b=draw(float_expr(depth - 1)),
                        c=draw(st.sampled_from(["ratio[h]", "width[b]", "0.5", "-3.0", "0.0"])),
                        d=draw(st.sampled_from(["4.0", "-0.75", "3.0"])))
@@ -151,3 +151,17 @@ def test_float_data_at_the_query_and_key_is_bounded_by_the_tile_summary():
     caps["tk"][0, 300] = np.nan
     _, n_nan = _classes(mask, caps)
     assert n_nan["partial"] == n["partial"] + 2 * 6  # kv tile 2: its six empty blocks now undecided
+
+
+def test_a_circular_neighbourhood_skips_the_tiles_beyond_its_radius():
+    """sqrt(dy * dy + dx * dx) <= 5.5 on a 64-wide image: a square is bounded from |x| (a range
+    across 0 squares to [0, ...], not to a negative product), so the tiles more than six image
+    rows away are empty."""
+    caps = {"ratio": np.ones(2, np.float32), "width": np.zeros(1, np.float32), "cut": np.zeros(1, np.int32),
+            "tq": np.zeros((1, 1024), np.float32), "tk": np.zeros((1, 1024), np.float32)}
+    mask = ("sqrt(float(i // 64 - j // 64) * float(i // 64 - j // 64) + "
+            "float(i % 64 - j % 64) * float(i % 64 - j % 64)) <= 5.5")
+    _, n = _classes(mask, caps)
+    # 128-row tiles span two image rows: a block is empty when its rows are 7 or more apart
+    # (|dy| - 1 > 5.5); of the 8 x 8 blocks per head those within 4 tiles of the diagonal are not
+    assert n["empty"] == 2 * sum(abs(r - c) >= 4 for r in range(8) for c in range(8))

@@ -23,7 +23,7 @@ Covered: constants; b, h, dims and data read at neither q nor kv (exact over a b
 float() of an i32 expression (its integer bounds: conversion is monotone); + - neg abs min max;
 exp exp2 log log2 sqrt rsqrt tanh sigmoid (monotone, each with the slack of its approximation);
 `*` by a factor the same over the block (a constant, `ratio[h]`, its sign tested in the bound),
-or of two varying factors (the extremes of their bounds' four products);
+or of two varying factors (the extremes of their bounds' four products; a square from |x|);
 `/` by a constant within 2^+-120 (the kernel's __fdividef is within 2 ulp there); where() of a
 condition the analysis decides; f32 data read at q or kv (`t_q[b, i]`, `t_k[b, j]`) by the tile
 summary's min and max of its bits as ordered integers (exact: the loaded values themselves).
@@ -200,6 +200,9 @@ class FloatBounds:
         (alo, ahi), (blo, bhi) = self.of(e.args[0]), self.of(e.args[1])
         if not self._guard(alo, ahi, blo, bhi):
             return None, None
+        if e.args[0] == e.args[1]:  # a square: from |x|'s bounds, never below 0
+            low, high = _f("max", _f("max", alo, _f("neg", ahi)), f32(0.0)), _f("max", _f("neg", alo), ahi)
+            return down(_f("mul", low, low)), up(_f("mul", high, high))
         products = [_f("mul", x, y) for x in dict.fromkeys((alo, ahi)) for y in dict.fromkeys((blo, bhi))]
         join = lambda kind: functools.reduce(lambda x, y: _f(kind, x, y), products)  # noqa: E731
         return down(join("min")), up(join("max"))
