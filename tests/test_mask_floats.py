@@ -31,15 +31,28 @@ def float_expr(draw, depth=3):
                                  "abs({a})", "min({a}, {b})", "max({a}, {b})", "-{a}",
                                  "where(j <= i, {a}, {b})", "({a} * {b})", "exp({a} * 0.01)", "exp2({a})",
                                  "log(abs({a}))", "log2({a})", "sqrt({a})", "rsqrt({a})", "tanh({a})",
-                                 "sigmoid({a})", "sin({a})", "({a} * {a})"]))
+                                 "sigmoid({a})", "sin({a})", "({a} * {a})", "float({p})"]))
     return form.format(a=draw(float_expr(depth - 1)), b=draw(float_expr(depth - 1)),
                        c=draw(st.sampled_from(["ratio[h]", "width[b]", "0.5", "-3.0", "0.0"])),
-                       d=draw(st.sampled_from(["4.0", "-0.75", "3.0"])))
+                       d=draw(st.sampled_from(["4.0", "-0.75", "3.0"])), p=draw(int_product()))
+
+
+INTS = ["i", "j", "(i - j)", "(i // 64 - j // 64)", "(i % 32 - j % 32)", "3", "(j - i + 5)"]
+
+
+@st.composite
+def int_product(draw):
+    """Integer products of two ranges (bounded as reals: float_bounds.as_floats)."""
+    a, b, c = (draw(st.sampled_from(INTS)) for _ in range(3))
+    return draw(st.sampled_from([f"{a} * {b}", f"{a} * {a} + {c} * {c}", f"{a} * {b} - {c}", f"abs({a} * {b})"]))
 
 
 @st.composite
 def float_mask(draw):
     cmp = draw(st.sampled_from(["<", "<=", ">", ">=", "==", "!="]))
+    if draw(st.integers(0, 4)) == 0:  # integers compared, one side a product of ranges
+        m = f"{draw(int_product())} {cmp} {draw(st.sampled_from(INTS + ['40', '-7']))}"
+        return f"not ({m})" if draw(st.booleans()) else m
     m = f"{draw(float_expr())} {cmp} {draw(float_expr())}"
     return f"not ({m})" if draw(st.booleans()) else m
 
@@ -164,4 +177,13 @@ def test_a_circular_neighbourhood_skips_the_tiles_beyond_its_radius():
     _, n = _classes(mask, caps)
     # 128-row tiles span two image rows: a block is empty when its rows are 7 or more apart
     # (|dy| - 1 > 5.5); of the 8 x 8 blocks per head those within 4 tiles of the diagonal are not
+    assert n["empty"] == 2 * sum(abs(r - c) >= 4 for r in range(8) for c in range(8))
+
+
+def test_an_integer_disc_is_bounded_in_reals():
+    """dy * dy + dx * dx <= 30 in integers: the integer analysis has no bound for a product of two
+    ranges, so the comparison is bounded as reals (exact: positions stay within i32)."""
+    caps = {"ratio": np.ones(2, np.float32), "width": np.zeros(1, np.float32), "cut": np.zeros(1, np.int32),
+            "tq": np.zeros((1, 1024), np.float32), "tk": np.zeros((1, 1024), np.float32)}
+    _, n = _classes("(i // 64 - j // 64) * (i // 64 - j // 64) + (i % 64 - j % 64) * (i % 64 - j % 64) <= 30", caps)
     assert n["empty"] == 2 * sum(abs(r - c) >= 4 for r in range(8) for c in range(8))

@@ -24,9 +24,11 @@ float() of an i32 expression (its integer bounds: conversion is monotone); + - n
 exp exp2 log log2 sqrt rsqrt tanh sigmoid (monotone, each with the slack of its approximation);
 `*` by a factor the same over the block (a constant, `ratio[h]`, its sign tested in the bound),
 or of two varying factors (the extremes of their bounds' four products; a square from |x|);
-`/` by a constant within 2^+-120 (the kernel's __fdividef is within 2 ulp there); where() of a
+float() of an i32 sum, difference, product ... the integer analysis cannot bound (its exact value
+as the float ops', in reals); `/` by a constant within 2^+-120 (the kernel's __fdividef is within 2 ulp there); where() of a
 condition the analysis decides; f32 data read at q or kv (`t_q[b, i]`, `t_k[b, j]`) by the tile
-summary's min and max of its bits as ordered integers (exact: the loaded values themselves).
+summary's min and max of its bits as ordered integers (exact: the loaded values themselves); not
+data read at both (`bias[b, h, i, j] > -0.15`: its summary would read the whole tensor again).
 Anything else is unbounded and leaves the comparison to the per-element check.
 """
 from __future__ import annotations
@@ -78,6 +80,26 @@ _MONOTONE = {"exp": (True, 2.0 ** -14, ABS_SLACK, True), "exp2": (True, 2.0 ** -
              "tanh": (True, 2.0 ** -9, 2.0 ** -20, True), "sigmoid": (True, 2.0 ** -9, 2.0 ** -10, True)}
 
 
+# i32 ops whose exact value is the same op on the operands' values as reals (no floor, no
+# wrap: the runtime refuses a call whose positions' values leave i32): float() of them may be
+# bounded as the float op of float() operands, where the integer analysis has no bound (a product
+# of two ranges, `dy * dy + dx * dx`). op -> which operands are numbers (where's condition is not).
+_EXACT_IN_REALS = {"add": (0, 1), "sub": (0, 1), "mul": (0, 1), "neg": (0,), "abs": (0,), "min": (0, 1),
+                   "max": (0, 1), "where": (1, 2)}
+
+
+def in_reals(e: ir.Expr) -> bool:
+    """Whether float(e) may be bounded as as_floats(e): an op of _EXACT_IN_REALS over positions
+    and dims only (data could wrap: its range is the caller's to keep, docs/language.md)."""
+    return isinstance(e, ir.Op) and e.op in _EXACT_IN_REALS and not any(isinstance(n, ir.Load) for n in ir.walk(e))
+
+
+def as_floats(e: ir.Op) -> ir.Op:
+    """float(e) of an i32 op of _EXACT_IN_REALS, as the f32 op of float() of its operands."""
+    numbers = _EXACT_IN_REALS[e.op]
+    return ir.Op("f32", e.op, tuple(ir.Op("f32", "float", (a,)) if n in numbers else a for n, a in enumerate(e.args)))
+
+
 def _finite_always(x: ir.Expr) -> bool:
     return isinstance(x, ir.Const) and abs(x.value) <= F32_MAX or isinstance(x, ir.Op) and x.op == "float"
 
@@ -119,12 +141,14 @@ class FloatBounds:
     def of(self, e: ir.Expr) -> Bounds:
         if isinstance(e, ir.Const) or (isinstance(e, (ir.Var, ir.Load)) and _same_over_block(e)):
             return e, e
-        if isinstance(e, ir.Load) and e.ty == "f32":
+        if isinstance(e, ir.Load) and e.ty == "f32" and not (ir.uses(e, "q") and ir.uses(e, "kv")):
             return self._data(e)
         if not isinstance(e, ir.Op):
             return None, None
         if e.op == "float":
             i = self.interval(e.args[0])
+            if (i.lo is None or i.hi is None) and in_reals(e.args[0]):
+                return self.of(as_floats(e.args[0]))
             return (None if i.lo is None else _f("float", i.lo)), (None if i.hi is None else _f("float", i.hi))
         if e.op == "neg":
             lo, hi = self.of(e.args[0])
@@ -168,7 +192,8 @@ class FloatBounds:
         return None, None
 
     def _data(self, e: ir.Load) -> Bounds:
-        """A float element read at q or kv (`t_q[b, i]`): its bits as an ordered integer
+        """A float element read at q or at kv (`t_q[b, i]`; not at both: a whole-block summary of
+        a float tensor [..., M, N] reads it all again per call, untimed): its bits as an ordered integer
         (ir.FLOAT_ORDER), bounded by the tile summary's min and max like any integer data, and
         turned back into floats (a NaN among the data comes back as a NaN bound)."""
         i = self.interval(ir.Op("i32", "f32_order", (e,)))

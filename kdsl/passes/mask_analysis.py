@@ -476,7 +476,11 @@ class _Analysis:
                 return Truth(op("bool", "and", x.always, y.always), op("bool", "or", x.never, y.never))
             return Truth(op("bool", "or", x.always, y.always), op("bool", "and", x.never, y.never))
         if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "i32":
-            return _compare(e.op, self.interval(e.args[0]), self.interval(e.args[1]))
+            a, b = self.interval(e.args[0]), self.interval(e.args[1])
+            if None in (a.lo, a.hi, b.lo, b.hi) and self.floats and any(float_bounds.in_reals(x) for x in e.args) \
+                    and not any(isinstance(n, ir.Load) for n in ir.walk(e)):  # `dy * dy + dx * dx <= 20`, in reals
+                return self._float_compare(ir.Op("bool", e.op, tuple(ir.Op("f32", "float", (x,)) for x in e.args)))
+            return _compare(e.op, a, b)
         if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "f32" and self.floats:
             return self._float_compare(e)
         if e.op == "where" and e.ty == "bool":
