@@ -20,16 +20,17 @@ A comparison is decided only where the four bounds it compares and every guard a
 there every element's value is finite and inside its bounds.
 
 Covered: constants; b, h, dims and data read at neither q nor kv (exact over a block);
-float() of an i32 expression (its integer bounds: conversion is monotone); + - neg abs min max;
-exp exp2 log log2 sqrt rsqrt tanh sigmoid (monotone, each with the slack of its approximation);
-`*` by a factor the same over the block (a constant, `ratio[h]`, its sign tested in the bound),
-or of two varying factors (the extremes of their bounds' four products; a square from |x|);
-float() of an i32 sum, difference, product ... the integer analysis cannot bound (its exact value
-as the float ops', in reals); `/` by a constant within 2^+-120 (the kernel's __fdividef is within 2 ulp there); where() of a
-condition the analysis decides; f32 data read at q or kv (`t_q[b, i]`, `t_k[b, j]`) by the tile
-summary's min and max of its bits as ordered integers (exact: the loaded values themselves); not
-data read at both (`bias[b, h, i, j] > -0.15`: its summary would read the whole tensor again).
-Anything else is unbounded and leaves the comparison to the per-element check.
+float() of an i32 expression (its integer bounds: conversion is monotone), or where the integer
+analysis has none, of an integer sum, difference, product ... of positions (as the float ops, in
+reals: `dy * dy + dx * dx`); + - neg abs min max; exp exp2 log log2 sqrt rsqrt tanh sigmoid
+(monotone, each with the slack of its approximation); `*` by a factor the same over the block (a
+constant, `ratio[h]`, its sign tested in the bound), or of two varying factors (the extremes of
+their bounds' four products; a square from |x|); `/` by a constant within 2^+-120 (the kernel's
+__fdividef is within 2 ulp there); where() of a condition the analysis decides; f32 data read at
+q or at kv (`t_q[b, i]`, `t_k[b, j]`) by the tile summary's min and max of its bits as ordered
+integers (exact: the loaded values themselves), not data read at both (`bias[b, h, i, j] > -0.15`:
+its summary would read the whole tensor again). Anything else is unbounded and leaves the
+comparison to the per-element check.
 """
 from __future__ import annotations
 
