@@ -27,9 +27,10 @@ Float comparisons are bounded too (float_bounds.py).
 attr mask_tiles says which case holds: interval, data-dependent, tile-summary or none.
 
 The work is bounded: a bound or predicate of more than _MAX_NODES distinct nodes (or
-_MAX_TREE_NODES written out, or deeper than _MAX_DEPTH) counts as unknown. Bounds of nested abs, % and where grow about threefold per
-level; giving up on them costs only the per-element check on some tiles, never correctness,
-and keeps analysis time and the generated code small for any mask.
+_MAX_TREE_NODES written out, or deeper than _MAX_DEPTH) counts as unknown. Bounds of nested
+abs, % and where grow about threefold per level; giving up on them costs only the per-element
+check on some tiles, never correctness, and keeps analysis time and the generated code small
+for any mask.
 """
 from __future__ import annotations
 
@@ -313,7 +314,9 @@ class _Analysis:
 
     def _affordable(self, e: ir.Expr | None) -> bool:
         nodes, depth = self._cost(e)
-        return depth <= _MAX_DEPTH and (nodes <= _MAX_NODES or (nodes <= _MAX_TREE_NODES and _distinct_within(e, _MAX_NODES)))
+        if depth > _MAX_DEPTH or nodes > _MAX_TREE_NODES:
+            return False
+        return nodes <= _MAX_NODES or _distinct_within(e, _MAX_NODES)
 
     def interval(self, e: ir.Expr) -> Interval:
         """Bounds of an i32 expression over the block; a bound past the budget is dropped."""
