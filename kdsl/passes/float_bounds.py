@@ -91,8 +91,16 @@ _EXACT_IN_REALS = {"add": (0, 1), "sub": (0, 1), "mul": (0, 1), "neg": (0,), "ab
 
 def in_reals(e: ir.Expr) -> bool:
     """Whether float(e) may be bounded as as_floats(e): an op of _EXACT_IN_REALS over positions
-    and dims only (data could wrap: its range is the caller's to keep, docs/language.md)."""
-    return isinstance(e, ir.Op) and e.op in _EXACT_IN_REALS and not any(isinstance(n, ir.Load) for n in ir.walk(e))
+    and dims only (data could wrap: its range is the caller's to keep, docs/language.md) with a
+    product of two varying factors in it, the one op reals bound and the integer analysis does
+    not (anything else the integer analysis left unbounded, reals would not bound either, and
+    trying would redo its work at every level)."""
+    if not (isinstance(e, ir.Op) and e.op in _EXACT_IN_REALS):
+        return False
+    nodes = list(ir.walk(e))
+    return not any(isinstance(n, ir.Load) for n in nodes) and any(
+        isinstance(n, ir.Op) and n.op == "mul" and n.ty == "i32" and not any(isinstance(a, ir.Const) for a in n.args)
+        for n in nodes)
 
 
 def as_floats(e: ir.Op) -> ir.Op:
