@@ -153,8 +153,9 @@ def test_search_shrinks_a_refused_call_to_the_smallest_shape():
     mod = kdsl.compile("attention frames {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
                        "    tbl: f32[H, 32]\n    score(s, b, h, i, j) = s + tbl[h, min(i // 256 - j // 256, 31)]\n"
                        "    mask(b, h, i, j) = j // 256 <= i // 256\n}\n", "frames.kd", interpret=True)
-    # 60 examples draw N > 256 for ~4 seeds in 5: up to three searches, fresh seeds each
-    for seed in random.sample(range(2**31), 3):
+    # 60 examples draw N > 256 for ~7 seeds in 8 (22 of 25 measured): up to six searches, fresh
+    # seeds each (three missed once in a full run: seed 259578870 was the third)
+    for seed in random.sample(range(2**31), 6):
         found = find_failure(mod.frames, 60, seed=seed, backend=Numpy())
         if found is not None:
             break
