@@ -104,10 +104,8 @@ class CEmitter:
             return f"((int)({a[0]}))"
         if op == "float":
             return f"((float)({a[0]}))"
-        if op in ir.FLOAT_ORDER:
-            return f"kdsl::{op}({a[0]})"
-        if op in ir.WIDENINGS:
-            return f"kdsl::{op}({a[0]}, {a[1]}, {a[2]})"
+        if op in (*ir.FLOAT_ORDER, *ir.WIDENINGS):  # common.cuh's, of the same name
+            return f"kdsl::{op}({', '.join(a)})"
         return f"{_FLOAT_FN[op]}({a[0]})"
 
     def _scaled_position(self, e: ir.Op) -> str | None:

@@ -80,12 +80,12 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
         return k
     tile_n = tile_n or k.attr("tile_n")
     per_element = k.with_attrs(kv_bounds="per-element")
-    whole = mask_analysis.whole_tiles(k)
+    whole, floats = mask_analysis.whole_tiles(k), mask_analysis.float_masks(k)
     # KDSL_KEY_UNIONS=0: unions of two intervals and `and` / `or` with a side that does not
     # solve per element, as before them (A/B timing)
     unions = os.environ.get("KDSL_KEY_UNIONS", "1") != "0"
     last_key = op("i32", "sub", k.tensor("k").shape[2], const("i32", 1))
-    solver = _Solver(tile_n, (lambda e: mask_analysis.truth(e, whole, k.tensors)) if unions else None, last_key,
+    solver = _Solver(tile_n, (lambda e: mask_analysis.truth(e, whole, k.tensors, floats)) if unions else None, last_key,
                      lambda p: p == FALSE or _never_on_partial_tiles(k, p, tile_n))
     solved, rest = [], []
     for c in ir.conjuncts(k.func("mask")):
@@ -106,7 +106,7 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
     # whole mask per element.
     if rest:
         rest = functools.reduce(lambda x, y: op("bool", "and", x, y), rest)
-        exact = simplify(op("bool", "and", mask_analysis.truth(rest, whole, k.tensors).always, exact))
+        exact = simplify(op("bool", "and", mask_analysis.truth(rest, whole, k.tensors, floats).always, exact))
     if exact == FALSE or _nodes(exact) > _MAX_NODES or _never_on_partial_tiles(k, exact, tile_n):
         return per_element
     return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_func("tile_keys", exact) \

@@ -276,15 +276,16 @@ def visited_tiles(k: ir.Kernel, length: int = 8192, tile: int = 128, heads: int 
     return float(np.median((~empty.astype(bool)).sum(axis=2)))
 
 
-def interval(e: ir.Expr, whole: str = "", tensors=()) -> Interval:
+def interval(e: ir.Expr, whole: str = "", tensors=(), floats: bool = True) -> Interval:
     """Bounds of an i32 expression over the block; whole: see whole_tiles; tensors: the
-    kernel's, which lets a load whose indices each take at most two values be read at them."""
-    return _Analysis(whole, tensors).interval(e)
+    kernel's, which lets a load whose indices each take at most two values be read at them;
+    floats: see float_masks."""
+    return _Analysis(whole, tensors, floats).interval(e)
 
 
-def truth(e: ir.Expr, whole: str = "", tensors=()) -> Truth:
-    """What holds for a bool expression over the whole block; whole, tensors: see interval."""
-    return _Analysis(whole, tensors).truth(e)
+def truth(e: ir.Expr, whole: str = "", tensors=(), floats: bool = True) -> Truth:
+    """What holds for a bool expression over the whole block; whole, tensors, floats: see interval."""
+    return _Analysis(whole, tensors, floats).truth(e)
 
 
 def _v(name):

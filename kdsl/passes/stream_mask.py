@@ -50,7 +50,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
     if not tests:
         return k
     full = simplify(mask_analysis.truth(functools.reduce(lambda x, y: op("bool", "and", x, y), rest, TRUE),
-                                        "", k.tensors).always)
+                                        "", k.tensors, mask_analysis.float_masks(k)).always)
     if full == FALSE or any(isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS for n in ir.walk(full)):
         return k
     return k.with_func("stream_rest_full", full)
