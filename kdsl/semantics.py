@@ -150,6 +150,20 @@ def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None):
         return go(e)
 
 
+def _floor_division(be, op: str, a, b):
+    """Python's floor // and % (the remainder takes the divisor's sign) on arrays, and 0 where
+    the divisor is 0, as the kernel computes them (common.cuh): a divisor of positions and
+    sizes that may be 0 is refused before launch (runtime/bounds.py), so a zero here is in a
+    `where` branch not taken, or read from data (docs/language.md)."""
+    if not isinstance(b, be.array):  # a divisor of the dims alone: a Python int
+        if b == 0:
+            return a * 0
+        return a // b if op == "floordiv" else a % b
+    zero = b == 0
+    b = be.xp.where(zero, 1, b)
+    return be.xp.where(zero, 0, a // b if op == "floordiv" else a % b)
+
+
 def _array_op(be, x: ir.Op, args):
     """Operator syntax where it exists, so the same code traces under torch.compile (the
     FlexAttention translation) and runs eagerly on broadcast index grids."""
@@ -162,8 +176,7 @@ def _array_op(be, x: ir.Op, args):
     if op == "sub": return a - b
     if op == "mul": return a * b
     if op == "div": return a / b
-    if op == "floordiv": return a // b          # floor semantics for arrays, like Python
-    if op == "mod": return a % b                # sign of the divisor, like Python
+    if op in ("floordiv", "mod"): return _floor_division(be, op, a, b)
     if op == "neg": return -a
     if op == "lt": return a < b
     if op == "le": return a <= b

@@ -188,7 +188,8 @@ def _ranges(k: ir.Kernel, dims: dict) -> dict:
 
 
 def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
-    """Every captured tensor's index in bounds, and every integer value within i32 (below)."""
+    """Every captured tensor's index in bounds, every integer value within i32 and no divisor
+    0 (below)."""
     ranges = _ranges(k, dims)
     # Every function the kernel evaluates: score and mask, and the score_log2 and tile
     # predicates an IR file may carry (kdsl tune's output) in their place.
@@ -210,6 +211,92 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
                         f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {got} "
                         f"for these shapes, but that axis has size {size}; clamp it, e.g. with min(...)/max(...)")
     check_integer_ranges(k, ranges, kname)
+    check_divisors(k, ranges, kname)
+
+
+def check_divisors(k: ir.Kernel, ranges: dict, kname: str) -> None:
+    """Refuse a call where an integer // or % divides by zero for these shapes: Python raises
+    there, and the kernel's 0 (docs/language.md) would answer silently what is almost surely a
+    mistake (`(i - j) % h` at head 0). A divisor of the batch and head indices and the sizes is
+    judged exactly, at every (b, h) of the call where the `where`s it sits under choose it; one
+    of the positions by its interval, outside any `where` (inside one, the condition is taken
+    to guard it); one read from data is the caller's, as its range is."""
+    for fname, e in k.funcs:
+        if fname == "scale":
+            continue
+        for node, guards in _divisions(e, ()):
+            divisor = node.args[1]
+            kind = _kind(divisor, ranges)
+            if isinstance(divisor, ir.Const) or kind == "data":
+                continue
+            lo, hi = interval(divisor, ranges)
+            if lo > 0 or hi < 0:
+                continue
+            if kind == "item":
+                at = _zero_item(divisor, guards, ranges)
+                if at is None:
+                    continue
+                why = f"is 0 at {at}"
+            elif guards:
+                continue
+            else:
+                why = f"ranges over [{lo}, {hi}]"
+            names = k.param_names(fname)
+            raise LaunchError(
+                f"{kname}: in {fname}(), {ir.format_expr(node, names)} divides by "
+                f"{ir.format_expr(divisor, names)}, which {why} for these shapes (Python raises "
+                f"ZeroDivisionError there); keep the divisor off 0, e.g. with max(..., 1), or choose "
+                f"another value there with where(...)")
+
+
+def _divisions(e: ir.Expr, guards: tuple):
+    """Every integer // and % of e with the conditions under which it is evaluated: the
+    `where`s above it (a condition, or its negation on the other branch)."""
+    if isinstance(e, ir.Op) and e.op in ("floordiv", "mod") and e.ty == "i32":
+        yield e, guards
+    for i, a in enumerate(getattr(e, "args", ()) or getattr(e, "indices", ())):
+        if isinstance(e, ir.Op) and e.op == "where" and i > 0:
+            cond = e.args[0] if i == 1 else ir.Op("bool", "not", (e.args[0],))
+            yield from _divisions(a, guards + (cond,))
+        else:
+            yield from _divisions(a, guards)
+
+
+POSITIONS = ("q", "kv", "q0", "q1", "k0", "k1", "kvt")
+
+
+def _kind(e: ir.Expr, ranges: dict) -> str:
+    """'item': e reads the batch and head indices and the sizes at most; 'positions': the
+    query and key positions too; 'data': a captured tensor or the score (no bound to judge)."""
+    if any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(e)):
+        return "data"
+    names = {n.name for n in ir.walk(e) if isinstance(n, ir.Var)}
+    if not names <= {"b", "h", *POSITIONS, *_sizes(ranges)}:
+        return "data"
+    return "positions" if names & set(POSITIONS) else "item"
+
+
+def _sizes(ranges: dict) -> dict:
+    return {n: r[0] for n, r in ranges.items() if n not in ("b", "h", *POSITIONS) and isinstance(r, tuple)}
+
+
+def _zero_item(divisor: ir.Expr, guards: tuple, ranges: dict) -> str | None:
+    """The first (b, h) of the call where the divisor is 0 and every guard of the batch and
+    head indices and the sizes holds (one that reads more may hold anywhere), as text; None if
+    there is none."""
+    from ..semantics import eval_numpy
+    (_, b_hi), (_, h_hi) = ranges["b"], ranges["h"]
+    env = _sizes(ranges)
+    env.update(b=numpy.arange(b_hi + 1).reshape(-1, 1), h=numpy.arange(h_hi + 1).reshape(1, -1))
+    zero = numpy.broadcast_to(eval_numpy(divisor, env, {}) == 0, (b_hi + 1, h_hi + 1))
+    for g in guards:
+        if _kind(g, ranges) == "item":
+            zero = zero & eval_numpy(g, env, {})
+    if not zero.any():
+        return None
+    b, h = (int(x) for x in numpy.argwhere(zero)[0])
+    return ", ".join(f"{n} = {v}" for n, v, used in (("b", b, ir.uses(divisor, "b")), ("h", h, ir.uses(divisor, "h")))
+                     if used) or "every (b, h)"
 
 
 def check_integer_ranges(k: ir.Kernel, ranges: dict, kname: str) -> None:

@@ -232,16 +232,20 @@ KDSL_DEVICE int f32_order(float x) {
 KDSL_DEVICE float order_f32(int s) { return __int_as_float(s < 0 ? s ^ 0x7fffffff : s); }
 
 // Python semantics for integer // and % (floor, not truncation), as the language promises;
-// on int, and on i64 for derived bounds (cexpr.WideEmitter).
+// on int, and on i64 for derived bounds (cexpr.WideEmitter). A zero divisor gives 0, as the
+// reference computes it (semantics._floor_division), never the hardware's unspecified value:
+// one the sizes could make 0 is refused before launch, so it is data's or an untaken branch's.
 template <class I>
 KDSL_DEVICE I floordiv(I a, I b) {
-  I q = a / b;
-  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+  const I d = b == 0 ? I(1) : b;
+  const I q = a / d;
+  return b == 0 ? I(0) : (q * d != a && ((a < 0) != (d < 0))) ? q - 1 : q;
 }
 template <class I>
 KDSL_DEVICE I floormod(I a, I b) {
-  I r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  const I d = b == 0 ? I(1) : b;
+  const I r = a % d;
+  return b == 0 ? I(0) : (r != 0 && ((r < 0) != (d < 0))) ? r + d : r;
 }
 
 }  // namespace kdsl
