@@ -63,12 +63,25 @@ def interval(e: ir.Expr, ranges: dict) -> tuple:
         (al, ah), (bl, bh) = args
         prods = [al * bl, al * bh, ah * bl, ah * bh]
         return (min(prods), max(prods))
-    if e.op in ("floordiv", "mod") and args[1][0] == args[1][1] and args[1][0] > 0:
-        (al, ah), (b, _) = args
+    if e.op in ("floordiv", "mod") and args[1][0] > 0:  # a positive divisor: `i % W` lies in [0, W - 1]
+        (al, ah), (bl, bh) = args
         if e.op == "mod":
-            return (al % b, ah % b) if finite and al // b == ah // b else (0, b - 1)
-        return (al // b if math.isfinite(al) else -INF, ah // b if math.isfinite(ah) else INF)
+            return (al % bl, ah % bl) if finite and bl == bh and al // bl == ah // bl else (0, bh - 1)
+        # floor(a / d) rises with a, and falls with d where a >= 0 (rises where a < 0): its extremes
+        # are at the corners
+        quotients = [_floor_quotient(a, d) for a in (al, ah) for d in (bl, bh)]
+        return (min(quotients), max(quotients))
     return UNKNOWN
+
+
+def _floor_quotient(a, d):
+    """a // d for d >= 1, either side possibly infinite: an infinite divisor leaves 0 of a
+    finite a >= 0 and -1 of one below 0."""
+    if not math.isfinite(a):
+        return a
+    if not math.isfinite(d):
+        return 0 if a >= 0 else -1
+    return a // d
 
 
 # How far the GPU's float ops may land from the exact value, as a relative and an absolute
