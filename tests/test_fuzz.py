@@ -102,3 +102,17 @@ def test_numerics_fuzz_worker_stops_at_its_deadline_however_hypothesis_reports_i
     assert gpu_fuzz._out_of_time(FlakyFailure("replay did not raise", [gpu_fuzz._OutOfTime()]))
     assert not gpu_fuzz._out_of_time(FlakyFailure("a real one", [gpu_fuzz._OutOfTime(), ValueError()]))
     assert not gpu_fuzz._out_of_time(ValueError())
+
+
+def test_nested_abs_compiles_within_the_bound():
+    """Regression: `abs(abs(abs(abs(abs(i - j))))) < 3 and ... >= -5` (five to six levels) took
+    0.8-1.05 s alone: kv_bounds evaluated the tile classes again for each of the solver's ~96
+    candidate bounds; they are evaluated once now (passes/kv_bounds.py _PartialTiles)."""
+    for depth in range(3, 9):
+        inner = "abs(" * depth + "(i - j)" + ")" * depth
+        text = ("attention t {\n    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+                f"    mask(b, h, i, j) = {inner} < 3 and {inner} >= -5\n}}\n")
+        seconds = _cpu_seconds(text)
+        if seconds.user >= SLOW_S:
+            seconds = min(seconds, _fresh_process_seconds(text), key=lambda s: s.user)
+        assert seconds.user < SLOW_S, f"depth {depth}: {seconds}"

@@ -85,8 +85,9 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
     # solve per element, as before them (A/B timing)
     unions = os.environ.get("KDSL_KEY_UNIONS", "1") != "0"
     last_key = op("i32", "sub", k.tensor("k").shape[2], const("i32", 1))
+    partial = _PartialTiles(k, tile_n)
     solver = _Solver(tile_n, (lambda e: mask_analysis.truth(e, whole, k.tensors, floats)) if unions else None, last_key,
-                     lambda p: p == FALSE or _never_on_partial_tiles(k, p, tile_n))
+                     lambda p: p == FALSE or partial.never(p))
     solved, rest = [], []
     for c in ir.conjuncts(k.func("mask")):
         keys = solver.boolean(c)
@@ -107,7 +108,7 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
     if rest:
         rest = functools.reduce(lambda x, y: op("bool", "and", x, y), rest)
         exact = simplify(op("bool", "and", mask_analysis.truth(rest, whole, k.tensors, floats).always, exact))
-    if exact == FALSE or _nodes(exact) > _MAX_NODES or _never_on_partial_tiles(k, exact, tile_n):
+    if exact == FALSE or _nodes(exact) > _MAX_NODES or partial.never(exact):
         return per_element
     return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_func("tile_keys", exact) \
         .with_attrs(kv_bounds="interval where the rest holds")
@@ -126,24 +127,36 @@ def interval(keys: Keys, tile_n: int) -> tuple[ir.Expr, ir.Expr] | None:
     return lo, hi
 
 
-def _never_on_partial_tiles(k: ir.Kernel, pred: ir.Expr, bn: int, tiles: int = 64) -> bool:
+class _PartialTiles:
     """Whether a tile predicate of positions only (no data, dims, b or h) is false on every
     partial whole tile of a grid of tiles x tiles: then it is taken to hold nowhere (`(i - j)
     % 2 == 0` on a 128-wide tile; `i != j`, whose only partial tiles are the diagonal's), and
     its evaluation and the interval's code are not worth their cost. Getting this wrong costs
-    speed, never correctness."""
-    empty, full = k.func("tile_empty"), k.func("tile_full")
-    partial = pred if empty is None or full is None else \
-        op("bool", "and", pred, op("bool", "not", op("bool", "or", empty, full)))
-    if not _positions_only(partial):
-        partial = pred  # the classes read data or dims: the predicate alone
-    if not _positions_only(partial):
-        return False
-    bm = k.attr("tile_m")
-    q0 = np.arange(tiles).reshape(-1, 1) * bm
-    k0 = np.arange(tiles).reshape(1, -1) * bn
-    held = eval_numpy(partial, {"q0": q0, "q1": q0 + bm - 1, "k0": k0, "k1": k0 + bn - 1}, {})
-    return not np.any(held)
+    speed, never correctness. The grid's partial tiles are found once (the solver asks about
+    each candidate: 96 times for nested abs, each evaluating the tile classes again took
+    a second); where the classes read data or dims, every tile counts."""
+
+    def __init__(self, k: ir.Kernel, bn: int, tiles: int = 64):
+        q0 = np.arange(tiles).reshape(-1, 1) * k.attr("tile_m")
+        k0 = np.arange(tiles).reshape(1, -1) * bn
+        self.grid = {"q0": q0, "q1": q0 + k.attr("tile_m") - 1, "k0": k0, "k1": k0 + bn - 1}
+        self.k, self._partial = k, None
+
+    def never(self, pred: ir.Expr) -> bool:
+        if not _positions_only(pred):
+            return False
+        return not np.any(self._eval(pred) & self._partial_tiles())
+
+    def _eval(self, e: ir.Expr):
+        return np.broadcast_to(eval_numpy(e, self.grid, {}), (len(self.grid["q0"]), self.grid["k0"].shape[1]))
+
+    def _partial_tiles(self):
+        if self._partial is None:
+            empty, full = self.k.func("tile_empty"), self.k.func("tile_full")
+            classes = None if empty is None or full is None else op("bool", "or", empty, full)
+            self._partial = (~self._eval(classes) if classes is not None and _positions_only(classes)
+                             else np.ones_like(self._eval(TRUE)))
+        return self._partial
 
 
 def _within(cap: int, *exprs: ir.Expr | None) -> bool:
@@ -159,8 +172,17 @@ def _within(cap: int, *exprs: ir.Expr | None) -> bool:
 
 
 def _positions_only(e: ir.Expr) -> bool:
-    return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name not in ("q0", "q1", "k0", "k1"))
-                   or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(e))
+    seen, stack = set(), [e]  # each distinct node once: the tile classes share parts
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name not in ("q0", "q1", "k0", "k1")) \
+                or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS):
+            return False
+        stack.extend(getattr(n, "args", ()))
+    return True
 
 
 def _positive(e: ir.Expr) -> bool:
