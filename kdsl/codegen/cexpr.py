@@ -57,7 +57,8 @@ class Capture:
 
 class CEmitter:
     def __init__(self, variables: dict[str, str], captures: dict[str, Capture],
-                 summary_slots: dict[tuple[str, ir.Expr], int] | None = None, streamed: dict[str, str] | None = None):
+                 summary_slots: dict[tuple[str, ir.Expr], int] | None = None, streamed: dict[str, str] | None = None,
+                 divisors: tuple[ir.Expr, ...] = (), sizes: frozenset[str] = frozenset()):
         # summary_slots: (axis, expression) -> slot of the runtime tile summary, for the tile
         # reductions of the mask analysis' predicates (kdsl/attention_summary.cuh).
         # streamed: the captured tensors whose elements the Variant's score and mask_at get as
@@ -65,6 +66,10 @@ class CEmitter:
         # (passes/streaming.py), in programs that stream them.
         self.variables, self.captures, self.summary_slots = variables, captures, summary_slots or {}
         self.streamed = streamed or {}
+        # divisors: those a kernel prepares once an item (passes/item_divisions.py divisors()); an
+        # element's // or % by one goes through kdsl::floordiv_by / floormod_by (divisor.cuh),
+        # told which operands are >= 0 (the dims, sizes, are)
+        self.divisors, self.sizes = divisors, sizes
 
     def __call__(self, e: ir.Expr) -> str:
         if isinstance(e, ir.Const):
@@ -86,6 +91,9 @@ class CEmitter:
         if op in _BINARY:
             return f"({a[0]} {_BINARY[op]} {a[1]})"
         if op in ("floordiv", "mod"):
+            if e.args[1] in self.divisors:
+                signs = ", ".join("true" if nonnegative(x, self.sizes) else "false" for x in e.args[::-1])
+                return f"kdsl::{'floordiv' if op == 'floordiv' else 'floormod'}_by<{signs}>({a[0]}, {a[1]})"
             return _floor_op(op, a, e.args[1])
         if op == "neg":  # the space keeps "- -1" from reading as a decrement
             return f"(- {a[0]})"
@@ -178,6 +186,30 @@ def _min_max_depth(e: ir.Expr) -> int:
     walks its whole tree, and emitting e already walks it)."""
     below = max((_min_max_depth(x) for x in getattr(e, "args", ())), default=0)
     return below + (isinstance(e, ir.Op) and e.op in ("min", "max") and e.ty == "i32")
+
+
+# i32 variables that are never negative: the positions (and the tile's) and the batch and head
+NONNEGATIVE_VARS = frozenset({"b", "h", "q", "kv", "q0", "q1", "k0", "k1", "kvt"})
+
+
+def nonnegative(e: ir.Expr, sizes: frozenset[str] = frozenset()) -> bool:
+    """Whether the i32 e is >= 0 whatever it reads, from its form: a sum or product of positions,
+    sizes (dims named in `sizes`) and constants >= 0 (a call whose ints would wrap is refused,
+    runtime/bounds.py), a max with one, a floor quotient or remainder of two. Not abs
+    (abs(-2^31) wraps)."""
+    if isinstance(e, ir.Const):
+        return e.ty == "i32" and e.value >= 0
+    if isinstance(e, ir.Var):
+        return e.name in NONNEGATIVE_VARS or e.name in sizes
+    if not isinstance(e, ir.Op) or e.ty != "i32":
+        return False
+    if e.op == "max":
+        return any(nonnegative(x, sizes) for x in e.args)
+    if e.op in ("add", "mul", "min", "floordiv", "mod"):
+        return all(nonnegative(x, sizes) for x in e.args)
+    if e.op == "where":
+        return nonnegative(e.args[1], sizes) and nonnegative(e.args[2], sizes)
+    return False
 
 
 def _floor_op(op: str, a, divisor: ir.Expr) -> str:

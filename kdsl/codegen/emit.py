@@ -170,7 +170,8 @@ def _attention(k: ir.Kernel) -> Generated:
         producer_regs=k.attr("producer_regs"), consumer_regs=k.attr("consumer_regs"), work_slots=tiling.WORK_SLOTS,
         split_slot=tiling.SPLIT_SLOT, poly_exp2=k.attr("poly_exp2") or 0, lazy_rescale=k.attr("lazy_rescale") or 0,
         threads=k.attr("threads"), smem=k.attr("smem_bytes"), entry=entry_name(k), fields=fields,
-        v=_variant(k, variables, captures))
+        # the Hopper kernel prepares the item's divisors where it takes an item (item_warm)
+        v=_variant(k, variables, captures, item_divisions.divisors(k) if k.attr("kernel") == "wgmma" else ()))
     return Generated(k.name, entry_name(k), src, extra)
 
 
@@ -416,35 +417,38 @@ def _stream(k: ir.Kernel, name: str | None, c: CEmitter) -> dict:
                 else "nullptr")
 
 
-def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
+def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.Expr, ...] = ()) -> dict:
     """The Variant struct's inputs (attention_variant.cu.j2), one group per feature of the score
-    or mask, each as the pass that found it left it."""
+    or mask, each as the pass that found it left it; divisors: those prepared in item_warm
+    (passes/item_divisions.py divisors(); only a kernel that calls item_warm where it takes an
+    item may have them)."""
+    emitter = functools.partial(CEmitter, divisors=divisors, sizes=frozenset(k.dims))
     slots = mask_analysis.summary_slots(k)
     summary_slots = {(ir.TILE_REDUCTIONS[s.op][0], s.args[0]): i for i, s in enumerate(slots)}
-    c = CEmitter(variables, captures, summary_slots)
+    c = emitter(variables, captures, summary_slots)
     stream, stream2 = k.attr("stream_capture"), k.attr("mask_stream_capture")
     mask_reads = streaming.mask_reads(k)
     rest_full = k.func("stream_rest_full")  # passes/stream_mask.py
-    cs = CEmitter(variables, captures, summary_slots, {stream: "sv"} if stream else {})  # the score's: ring 1 is sv
+    cs = emitter(variables, captures, summary_slots, {stream: "sv"} if stream else {})  # the score's: ring 1 is sv
     # mask_at's: the rings' elements it reads are sv and sv2
-    cm = CEmitter(variables, captures, summary_slots, {n: v for n, v in zip((stream, stream2), ("sv", "sv2"))
+    cm = emitter(variables, captures, summary_slots, {n: v for n, v in zip((stream, stream2), ("sv", "sv2"))
                                                          if n in mask_reads})
     # each ring's tensor map parameter and the Variant's function issuing its boxes
     rings = [dict(_stream(k, name, c), tensor=name, tile_fn=fn, map=m)
              for name, fn, m in zip(streaming.streamed(k), ("stream_tile", "stream2_tile"), ("ts", "ts2"))]
     wide = WideEmitter(variables, captures)  # passes/kv_bounds.py's key bounds, in 64 bits
     # passes/affine_score.py's base: positions at the thread's first column of the tile
-    at_col0 = CEmitter({**variables, "kvf": "kvf0", "dqkf": "dq0"}, captures)
+    at_col0 = emitter({**variables, "kvf": "kvf0", "dqkf": "dq0"}, captures)
     # passes/offset_score.py's offset part: a function of b, h and d = q - kv
-    at_offset = CEmitter({**variables, "dqk": "d"}, captures)
+    at_offset = emitter({**variables, "dqk": "d"}, captures)
     bits = lambda pred: sum(1 << i for i, s in enumerate(slots) if pred(s))
     mask = k.func("mask")
     factored = exp2_fold.positive_factor(k)
     score_base, score_slope, score_offset = k.func("score_base"), k.func("score_slope"), k.func("score_offset")
     key_part, score_keyed, key_gain, key_base = (k.func(n) for n in key_table.FUNCS)
     # passes/key_table.py's score reads its key part from the table, as the argument kt
-    keyed = CEmitter({**variables, "kt": "kt"}, captures, summary_slots)
-    at_key = CEmitter({**variables, "kvf": "((float)kv)"}, captures)  # its part: a function of b, h and kv
+    keyed = emitter({**variables, "kt": "kt"}, captures, summary_slots)
+    at_key = emitter({**variables, "kvf": "((float)kv)"}, captures)  # its part: a function of b, h and kv
     kv_lo, tile_keys = k.func("kv_lo"), k.func("tile_keys")
     # passes/key_mask.py: the mask's part gathered per key, and the mask reading it as the bit kb
     kpart = key_mask.part(mask) if mask is not None and k.attr("key_mask") else None
@@ -456,7 +460,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict) -> dict:
              for i, r in enumerate(krests)] or [None, None]
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
-        warm=[emit(e) for e in item_divisions.divisions(k) for emit in (c, wide)],
+        warm=[emit(e) for e in item_divisions.divisions(k) for emit in (c, wide)]
+        + [f"kdsl::make_divisor({c(d)})" for d in divisors],
         score=dict(expr=cs(k.func("score_log2")),
                    loads_at_kv=_on(ir.loads_at(k.func("score_log2"), "kv")),
                    loads_at_kv_streamed=_on(ir.loads_at(k.func("score_log2"), "kv", skip=stream))),

@@ -70,6 +70,31 @@ def divisions(k: ir.Kernel) -> tuple[ir.Expr, ...]:
     return tuple([e for e in kept if not any(_inside(e, x) for x in kept if x is not e)][:MAX_DIVISIONS])
 
 
+MAX_DIVISORS = 2  # each is a multiplier, two shifts and the sign's registers live into the kv loop
+
+
+def divisors(k: ir.Kernel) -> tuple[ir.Expr, ...]:
+    """The divisors to prepare once an item (kdsl/divisor.cuh): those of the Variant's integer
+    // and % whose dividend varies over the item (`(i - j) % (h + 2)`, `j // W`) but whose
+    divisor reads only the batch and head indices and the dims, and is not a constant. Each
+    division is some 25 instructions an element (ptxas recomputes the divisor's reciprocal
+    for every one); prepared in item_warm, where it dominates every use, NVVM's value
+    numbering reuses the multiplier and shifts and an element takes some 11. Prepared inside
+    the loop instead, each element's copy sat behind its own branch and divided in 64 bits
+    again (65 calls of the division routine in head_stride's backward, sm_90a). At most
+    MAX_DIVISORS, in the order found."""
+    dims = frozenset(k.dims)
+    found: list[ir.Expr] = []
+    for name, e in k.funcs:
+        if name == "scale":
+            continue
+        for n in ir.walk(e):
+            if divides_by_value(n) and _item_invariant(n.args[1], dims) and not _item_invariant(n.args[0], dims) \
+                    and n.args[1] not in found:
+                found.append(n.args[1])
+    return tuple(found[:MAX_DIVISORS])
+
+
 def _inside(e: ir.Expr, outer: ir.Expr) -> bool:
     """e is a proper subexpression of outer (warming outer computes e too)."""
     return any(n == e for n in ir.walk(outer) if n is not outer)

@@ -5,6 +5,8 @@
 // conversion with inline PTX. It must stay includable by both NVRTC and nvcc.
 #pragma once
 
+#include "kdsl/divisor.cuh"
+
 namespace kdsl {
 
 typedef unsigned char      u8;
@@ -218,6 +220,9 @@ KDSL_DEVICE i64 opaque_value(i64 x) {
 // item's divisions before the kv loop so that NVVM reuses them inside it.
 KDSL_DEVICE void keep_alive(int x) { asm volatile("" ::"r"(x)); }
 KDSL_DEVICE void keep_alive(i64 x) { asm volatile("" ::"l"(x)); }
+KDSL_DEVICE void keep_alive(const Divisor& v) {  // a divisor prepared once an item (divisor.cuh)
+  if (KDSL_MAGIC_DIVISION) asm volatile("" ::"r"(v.mul), "r"(v.shift1), "r"(v.shift2));
+}
 
 // A float bound of a tile predicate moved outwards past the kernel's rounding (passes/float_bounds.py).
 KDSL_DEVICE float widen_up(float x, float rel, float abs_slack) { return x + (fabsf(x) * rel + abs_slack); }
@@ -246,6 +251,17 @@ KDSL_DEVICE I floormod(I a, I b) {
   const I d = b == 0 ? I(1) : b;
   const I r = a % d;
   return b == 0 ? I(0) : (r != 0 && ((r < 0) != (d < 0))) ? r + d : r;
+}
+// The same, by a divisor of b, h and the sizes that the kernel prepared where it took the item
+// (Variant::item_warm, passes/item_divisions.py divisors()): NVVM reuses that make_divisor(b)
+// for every element. The flags: b >= 0, a >= 0 known (cexpr.nonnegative; the sign work goes).
+template <bool kDivisorNonNeg, bool kDividendNonNeg>
+KDSL_DEVICE int floordiv_by(int a, int b) {
+  return KDSL_MAGIC_DIVISION ? floordiv<kDivisorNonNeg, kDividendNonNeg>(a, make_divisor(b)) : floordiv(a, b);
+}
+template <bool kDivisorNonNeg, bool kDividendNonNeg>
+KDSL_DEVICE int floormod_by(int a, int b) {
+  return KDSL_MAGIC_DIVISION ? floormod<kDivisorNonNeg, kDividendNonNeg>(a, make_divisor(b)) : floormod(a, b);
 }
 
 }  // namespace kdsl

@@ -1,0 +1,95 @@
+// kdsl/divisor.cuh — integer floor division and remainder by a divisor known only at run time
+// but the same for many dividends (`(i - j) % (h + 2)`, `j // W`, `i // max(blk[b], 1)`).
+//
+// ptxas expands each `/` by a value into some 25 instructions, the divisor's float reciprocal
+// recomputed for every element. A Divisor holds a multiplier and two shifts, made once (the
+// round-up method of Granlund and Montgomery, "Division by invariant integers using
+// multiplication", PLDI 1994, figure 4.1); each dividend then takes a multiply-high and a few
+// integer ops. Exact for every int dividend and divisor, with Python's floor semantics (as
+// kdsl::floordiv / floormod in common.cuh), a zero divisor giving 0 as they do.
+//
+// Host and device: tests/test_divisor_header.py compiles this file for the CPU and checks it
+// against Python's // and % on edge and random operands.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define KDSL_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define KDSL_HOST_DEVICE inline
+#endif
+
+#ifndef KDSL_MAGIC_DIVISION  // 0: such a divisor divides each element as any other (A/B timing)
+#define KDSL_MAGIC_DIVISION 1
+#endif
+
+namespace kdsl {
+
+struct Divisor {
+  unsigned mul;     // the quotient of an unsigned n is (t + ((n - t) >> shift1)) >> shift2,
+  unsigned shift1;  // t = umulhi(n, mul): shift1 = min(l, 1), shift2 = max(l - 1, 0) for
+  unsigned shift2;  // l = ceil(log2 |d|)
+  int value;        // d itself, for the remainder
+  int negative;     // -1 where d < 0, else 0
+  int nonzero;      // -1 where d != 0, else 0 (every result 0)
+};
+
+KDSL_HOST_DEVICE unsigned umulhi32(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__)
+  return __umulhi(a, b);
+#else
+  return (unsigned)(((unsigned long long)a * b) >> 32);
+#endif
+}
+
+// ceil(log2(x)) for x >= 1
+KDSL_HOST_DEVICE unsigned ceil_log2(unsigned x) {
+#if defined(__CUDA_ARCH__)
+  return 32 - __clz(x - 1);
+#else
+  unsigned l = 0;
+  while ((1ull << l) < x) ++l;
+  return l;
+#endif
+}
+
+KDSL_HOST_DEVICE Divisor make_divisor(int d) {
+  // |d| in unsigned arithmetic (2^31 for INT_MIN); 1 for 0, whose results are masked to 0
+  const unsigned magnitude = d == 0 ? 1u : d < 0 ? 0u - (unsigned)d : (unsigned)d;
+  const unsigned l = ceil_log2(magnitude);
+  Divisor v;
+  // (2^l - |d|) < |d|, so the quotient fits in 32 bits: 2^32 (2^l - |d|) / |d| + 1
+  v.mul = (unsigned)((((1ull << l) - magnitude) << 32) / magnitude) + 1;
+  v.shift1 = l < 1 ? l : 1;
+  v.shift2 = l < 1 ? 0 : l - 1;
+  v.value = d;
+  v.negative = d < 0 ? -1 : 0;
+  v.nonzero = d != 0 ? -1 : 0;
+  return v;
+}
+
+// floor(n / |d|) for an unsigned n
+KDSL_HOST_DEVICE unsigned udiv(unsigned n, const Divisor& v) {
+  const unsigned t = umulhi32(n, v.mul);
+  return (t + ((n - t) >> v.shift1)) >> v.shift2;
+}
+
+// floor(a / d) = floor(a' / |d|) for a' = a, or -a where d < 0 (modulo 2^32: -INT_MIN is 2^31,
+// which unsigned holds); a negative a' divides as ~(~a' / |d|), ~a' = -a' - 1 >= 0. Where the
+// caller knows that d >= 0 (kDivisorNonNeg), or a >= 0 too (kDividendNonNeg), the sign work goes.
+template <bool kDivisorNonNeg = false, bool kDividendNonNeg = false>
+KDSL_HOST_DEVICE int floordiv(int a, const Divisor& v) {
+  if (kDivisorNonNeg && kDividendNonNeg) return (int)(udiv((unsigned)a, v) & (unsigned)v.nonzero);
+  const unsigned flip = kDivisorNonNeg ? 0u : (unsigned)v.negative;
+  const unsigned a_signed = ((unsigned)a ^ flip) - flip;
+  const unsigned below = flip ? 0u - (unsigned)(a > 0) : (unsigned)(a >> 31);  // all ones where a' < 0
+  return (int)((udiv(a_signed ^ below, v) ^ below) & (unsigned)v.nonzero);
+}
+
+// a - floor(a / d) * d, the sign of d's (in unsigned arithmetic: INT_MIN % -1 is 0, no overflow)
+template <bool kDivisorNonNeg = false, bool kDividendNonNeg = false>
+KDSL_HOST_DEVICE int floormod(int a, const Divisor& v) {
+  const unsigned q = (unsigned)floordiv<kDivisorNonNeg, kDividendNonNeg>(a, v);
+  return (int)(((unsigned)a - q * (unsigned)v.value) & (unsigned)v.nonzero);
+}
+
+}  // namespace kdsl

@@ -1,0 +1,119 @@
+"""kdsl/divisor.cuh, the prepared divisor behind `(i - j) % (h + 2)` and `j // W`, compiled for
+the CPU by the host's C++ compiler (the header's host path differs from the device's only in
+umulhi and ceil_log2) and checked against Python's // and % (and 0 for a zero divisor, as the
+kernel promises) on every pair of edge values and on random pairs, under each sign flag the
+code generator passes (cexpr.nonnegative)."""
+import random
+import shutil
+import subprocess
+
+import pytest
+
+from kdsl.codegen.emit import INCLUDE_DIR
+
+I32_MIN, I32_MAX = -2**31, 2**31 - 1
+EDGES = [0, 1, -1, 2, -2, 3, -3, 7, -7, 64, 127, 128, -128, 1000, 65535, 65536, 2**30, -2**30, 2**30 + 1,
+         2**31 - 2, I32_MAX, I32_MIN, I32_MIN + 1, 46341, -46341, 3 * 2**29, 5**13]
+
+PROGRAM = r"""
+#include <cstdio>
+#include "kdsl/divisor.cuh"
+int main() {
+  long long a, d;
+  while (std::scanf("%lld %lld", &a, &d) == 2) {
+    const kdsl::Divisor v = kdsl::make_divisor((int)d);
+    std::printf("%d %d %d %d %d %d\n", kdsl::floordiv((int)a, v), kdsl::floormod((int)a, v),
+                kdsl::floordiv<true>((int)a, v), kdsl::floormod<true>((int)a, v),
+                kdsl::floordiv<true, true>((int)a, v), kdsl::floormod<true, true>((int)a, v));
+  }
+}
+"""
+
+
+def _wrap(x: int) -> int:
+    return (x + 2**31) % 2**32 - 2**31
+
+
+def _expected(a: int, d: int) -> tuple[int, int]:
+    """Python's // and %, wrapped to i32 as the kernel's ints are (only INT_MIN // -1 wraps),
+    and 0 for a zero divisor."""
+    return (0, 0) if d == 0 else (_wrap(a // d), _wrap(a % d))
+
+
+@pytest.fixture(scope="module")
+def divide(tmp_path_factory):
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on this machine")
+    d = tmp_path_factory.mktemp("divisor")
+    (d / "t.cpp").write_text(PROGRAM)
+    subprocess.run([cxx, "-O2", "-std=c++17", f"-I{INCLUDE_DIR}", str(d / "t.cpp"), "-o", str(d / "t")], check=True)
+
+    def run(pairs):
+        out = subprocess.run([str(d / "t")], input="".join(f"{a} {b}\n" for a, b in pairs),
+                             capture_output=True, text=True, check=True).stdout.split("\n")
+        return [tuple(map(int, line.split())) for line in out if line]
+    return run
+
+
+def _check(divide, pairs):
+    for (a, d), got in zip(pairs, divide(pairs), strict=True):
+        want = _expected(a, d)
+        assert got[:2] == want, (a, d, got)
+        if d >= 0:  # the flag's promise holds
+            assert got[2:4] == want, (a, d, got)
+            if a >= 0:
+                assert got[4:] == want, (a, d, got)
+
+
+def test_every_pair_of_edge_values(divide):
+    _check(divide, [(a, d) for a in EDGES + [-x for x in EDGES] for d in EDGES + [-x for x in EDGES]
+                    if I32_MIN <= a <= I32_MAX and I32_MIN <= d <= I32_MAX])
+
+
+def test_random_pairs_small_and_large(divide):
+    rng = random.Random()
+    draw = lambda: rng.choice([rng.randint(-300, 300), rng.randint(I32_MIN, I32_MAX),  # noqa: E731
+                               rng.choice([1, -1]) * rng.randint(0, 2**rng.randint(1, 31) - 1)])
+    _check(divide, [(draw(), draw()) for _ in range(200_000)])
+
+
+def test_every_divisor_near_a_power_of_two_with_the_dividends_that_stress_it(divide):
+    """Where the multiplier's rounding matters most: d = 2^k - 1, 2^k, 2^k + 1, and dividends
+    just below and at multiples of d near the top of the range."""
+    pairs = []
+    for k in range(31):
+        for d in (2**k - 1, 2**k, 2**k + 1):
+            if not 0 < d <= I32_MAX:
+                continue
+            top = I32_MAX // d * d
+            for a in (top, top - 1, top + d - 1, d - 1, d, 2 * d - 1):
+                for sa, sd in ((1, 1), (-1, 1), (1, -1), (-1, -1)):
+                    if I32_MIN <= sa * a <= I32_MAX:
+                        pairs.append((sa * a, sd * d))
+    _check(divide, pairs)
+
+
+def test_the_hopper_forward_prepares_an_item_s_divisors_and_the_backward_divides():
+    """The forward's Variant divides `(i - j) % (h + 2)` by the prepared divisor, prepared in
+    item_warm (which dominates every use, so NVVM reuses it), the sign flags from the operands'
+    forms (h + 2 and the size W are >= 0, i - j may not be); the backward, which takes no item
+    warm, divides as before (a prepared divisor behind each element's branch divided in 64 bits
+    per element: 65 calls of the division routine in head_stride's backward)."""
+    from kdsl.codegen import emit
+    from kdsl.passes.target import get_target
+
+    from conftest import lowered
+    k = lowered("""attention t {
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        rel: f32[H, W]
+        score(s, b, h, i, j) = s + rel[h, j % W]
+        mask(b, h, i, j) = j <= i and (i - j) % (h + 2) == 0
+    }""", 128)
+    forward = emit.generate(k).source
+    assert "kdsl::floormod_by<true, false>((q - kv), (h + 2))" in forward
+    assert "kdsl::floormod_by<true, true>(kv, c.dim_W)" in forward
+    assert "kdsl::keep_alive(kdsl::make_divisor((h + 2)));" in forward
+    assert "kdsl::keep_alive(kdsl::make_divisor(c.dim_W));" in forward
+    backward = emit.generate_backward(k, get_target("sm_90a")).source
+    assert "_by<" not in backward and "make_divisor" not in backward
