@@ -42,6 +42,8 @@ def _floor(op, a, b):
     # the branch is taken at h = 0 too: no guard
     ("j <= i and where(h >= 0, (i - j) // h, 0) < 4", dict(B=1, H=2), "(i - j) // h divides by h"),
     ("i % (j - i + 1) == 0", dict(B=1, H=1), "divides by j - i + 1, which ranges over [-"),
+    # the guard chooses it at h = 3 only: named there
+    ("j <= i and where(h > 2, (i - j) // (H - 4), 0) < 4", dict(B=2, H=4), "divides by H - 4, which is 0 at h = 3"),
 ])
 def test_a_divisor_that_is_zero_for_the_call_s_shapes_is_refused(mask, shape, said):
     mod = kdsl.compile(_program(mask), "t.kd", interpret=True)

@@ -11,7 +11,7 @@ import numpy
 
 from .. import ir
 from ..errors import LaunchError
-from ..semantics import I32_MAX, I32_MIN, scalar_op
+from ..semantics import I32_MAX, I32_MIN, eval_numpy, scalar_op
 
 INF = math.inf
 UNKNOWN = (-INF, INF)
@@ -297,7 +297,6 @@ def _zero_item(divisor: ir.Expr, guards: tuple, ranges: dict) -> str | None:
     """The first (b, h) of the call where the divisor is 0 and every guard of the batch and
     head indices and the sizes holds (one that reads more may hold anywhere), as text; None if
     there is none."""
-    from ..semantics import eval_numpy
     (_, b_hi), (_, h_hi) = ranges["b"], ranges["h"]
     env = _sizes(ranges)
     env.update(b=numpy.arange(b_hi + 1).reshape(-1, 1), h=numpy.arange(h_hi + 1).reshape(1, -1))
@@ -308,8 +307,8 @@ def _zero_item(divisor: ir.Expr, guards: tuple, ranges: dict) -> str | None:
     if not zero.any():
         return None
     b, h = (int(x) for x in numpy.argwhere(zero)[0])
-    return ", ".join(f"{n} = {v}" for n, v, used in (("b", b, ir.uses(divisor, "b")), ("h", h, ir.uses(divisor, "h")))
-                     if used) or "every (b, h)"
+    used = lambda name: any(ir.uses(e, name) for e in (divisor, *guards))  # noqa: E731
+    return ", ".join(f"{n} = {v}" for n, v in (("b", b), ("h", h)) if used(n)) or "every (b, h)"
 
 
 def check_integer_ranges(k: ir.Kernel, ranges: dict, kname: str) -> None:
