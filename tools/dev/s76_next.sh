@@ -5,10 +5,10 @@
 #   a: GPU tests never run on a GPU: tests/gpu/test_prepared_divisors_gpu.py (kdsl/divisor.cuh on the
 #      device, prepared and plain), test_zero_divisors_gpu.py (a data divisor of 0 gives 0),
 #      test_mask_floats_gpu.py (the float bounds' square and integer-product cases); held-out set 30's
-#      `kdsl check --grad`.
+#      `kdsl check --grad`, and held-out set 31's (never on a GPU).
 #   b: tools/dev/divisors.kd forward against Flex, prepared divisors and KDSL_MAGIC_DIVISION=0 (the
 #      prepared divisors are untimed: SASS only, seventy-fifth session).
-#   c: held-out set 30 and tools/dev/float_masks.kd against Flex, forward and fwd+bwd, D=128.
+#   c: held-out sets 30 and 31 and tools/dev/float_masks.kd against Flex, forward and fwd+bwd, D=128.
 #   d: tools/dev/float_data_bench.py --backward; backward_ab of decay_cutoff / fractional_lookback and
 #      log_radius against KDSL_MASK_FLOATS=0 and =forward (their backward builds spill 16-40 B).
 # Order: a, b, c, d. If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
@@ -24,7 +24,8 @@ a)
     timeout 240 python3 -m pytest -q tests/gpu/test_${t}_gpu.py > $L/pytest-$t.log 2>&1
     echo "$t: $(tail -1 $L/pytest-$t.log)"; save
   done
-  late heldout30 || STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout30.kd 30; save ;;
+  late heldout30 || STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout30.kd 30
+  late heldout31 || STEP=check bash tools/dev/heldout_gpu.sh tools/dev/heldout31.kd 31; save ;;
 b)
   for defs in "" "KDSL_MAGIC_DIVISION=0"; do
     KDSL_DEFINES=$defs timeout 250 kdsl bench tools/dev/divisors.kd --vs flex --reps 10 --seed 0 \
@@ -34,7 +35,8 @@ b)
   done ;;
 c)
   OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/heldout30.kd 30
-  late float_masks || OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/float_masks.kd 0 ;;
+  late float_masks || OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/float_masks.kd 0
+  late heldout31 || OUT=$OUT STEP=bench bash tools/dev/heldout_gpu.sh tools/dev/heldout31.kd 31 ;;
 d)
   timeout 200 python3 tools/dev/float_data_bench.py --backward --reps 10 > $L/float-data-bwd.log 2>&1
   tail -3 $L/float-data-bwd.log; save
