@@ -374,6 +374,19 @@ def walk(e: Expr):
         yield from walk(c)
 
 
+def walk_distinct(e: Expr):
+    """Yield each distinct node of an expression once, by identity: a part that a derived
+    expression names several times (the mask analysis' bounds) is visited once, where walk()
+    visits it as often as it is named."""
+    seen, stack = set(), [e]
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            yield n
+            stack.extend(getattr(n, "args", ()) or getattr(n, "indices", ()))
+
+
 def walk_operands_first(e: Expr):
     """Yield every node of an expression, each after its operands (innermost first)."""
     for c in getattr(e, "args", ()) or getattr(e, "indices", ()):

@@ -172,17 +172,9 @@ def _within(cap: int, *exprs: ir.Expr | None) -> bool:
 
 
 def _positions_only(e: ir.Expr) -> bool:
-    seen, stack = set(), [e]  # each distinct node once: the tile classes share parts
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name not in ("q0", "q1", "k0", "k1")) \
-                or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS):
-            return False
-        stack.extend(getattr(n, "args", ()))
-    return True
+    return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name not in ("q0", "q1", "k0", "k1"))
+                   or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS)
+                   for n in ir.walk_distinct(e))  # the tile classes share parts: each once
 
 
 def _positive(e: ir.Expr) -> bool:

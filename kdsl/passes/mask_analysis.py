@@ -236,15 +236,7 @@ _MAX_TREE_NODES = 4096
 def _distinct_within(e: ir.Expr, limit: int) -> bool:
     """Whether e has at most `limit` distinct nodes (by identity: parts built once and named
     again), stopping as soon as it has more."""
-    seen, stack = set(), [e]
-    while stack:
-        n = stack.pop()
-        if id(n) not in seen:
-            seen.add(id(n))
-            if len(seen) > limit:
-                return False
-            stack.extend(getattr(n, "args", ()) or getattr(n, "indices", ()))
-    return True
+    return all(count <= limit for count, _ in enumerate(ir.walk_distinct(e), 1))
 
 
 def visited_tiles(k: ir.Kernel, length: int = 8192, tile: int = 128, heads: int = 4) -> float | None:
