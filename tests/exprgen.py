@@ -6,11 +6,16 @@ from hypothesis import strategies as st
 
 INT_LEAVES = ["i", "j", "b", "h", "(i - j)", "(j - i)", "N", "M"]
 SMALL = st.integers(min_value=1, max_value=9)
+# Divisors: mostly constants, else values of the batch and head indices and the sizes that are
+# at least 1 for any shape (every call divides by them; passes/int_signs.py proves the ones
+# positive by their form, not `H - h`)
+ITEM_DIVISORS = ["(h + 1)", "(2 * H)", "H", "(b + 2)", "(3 * h + b + 1)", "(N // 64 + 1)", "max(h, 1)", "(H - h)"]
+DIVISOR = st.one_of(SMALL.map(str), SMALL.map(str), st.sampled_from(ITEM_DIVISORS))
 
 
 # Each form is drawn first and only the operands it uses after it, which keeps drawing
 # cheap (tests/fuzzgen.py draws thousands of these).
-_INT_FORMS = ["({a} + {b})", "({a} - {b})", "({a} * {c})", "({a} // {c})", "({a} % {c})", "abs({a})",
+_INT_FORMS = ["({a} + {b})", "({a} - {b})", "({a} * {c})", "({a} // {d})", "({a} % {d})", "abs({a})",
               "min({a}, {b})", "max({a}, {b})", "where({a} < {b}, {a}, {b})"]
 _FLOAT_FORMS = ["({a} + {b})", "({a} - {b})", "({a} * 0.5)", "tanh({a})", "sin({a})", "cos({a})",
                 "sigmoid({a})", "abs({a})", "min({a}, {b})", "max({a}, {b})", "({a} / 3)",
@@ -34,7 +39,7 @@ def _fill(draw, form, operand, **extra):
 def int_expr(draw, depth=2):
     if depth == 0 or draw(st.booleans()):
         return draw(st.sampled_from(INT_LEAVES + [str(draw(SMALL))]))
-    return _fill(draw, draw(st.sampled_from(_INT_FORMS)), _sub("int", depth - 1), c=SMALL)
+    return _fill(draw, draw(st.sampled_from(_INT_FORMS)), _sub("int", depth - 1), c=SMALL, d=DIVISOR)
 
 
 @st.composite

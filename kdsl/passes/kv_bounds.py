@@ -16,7 +16,7 @@ wrap): the generated code computes them in 64 bits and clamps them to the tile.
 
 Solving works on comparisons of i32 expressions, one side isolated down to kv through `+ -`,
 negation, a positive constant factor, `//` by a positive constant or by a divisor that does
-not read kv and is provably positive (`max(blk[b], 1)`), `abs`, `min`, `max` and a
+not read kv and is provably positive (`max(blk[b], 1)`, `8 * H`: int_signs.py), `abs`, `min`, `max` and a
 `where` whose condition does not read kv; `and` intersects intervals, `or` unites two of them
 when both are open on the same side (`j <= i or j < prefix[b]`). Two intervals that may not
 meet (`abs(i - j) <= W or j < G`, Longformer's window with global tokens; `i != j`) are one
@@ -51,6 +51,7 @@ import numpy as np
 from .. import ir
 from ..semantics import eval_numpy
 from . import mask_analysis
+from .int_signs import positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
 # The functions this pass derives: the key interval, and the tile predicate saying where it is
@@ -128,35 +129,59 @@ def interval(keys: Keys, tile_n: int) -> tuple[ir.Expr, ir.Expr] | None:
 
 
 class _PartialTiles:
-    """Whether a tile predicate of positions only (no data, dims, b or h) is false on every
-    partial whole tile of a grid of tiles x tiles: then it is taken to hold nowhere (`(i - j)
-    % 2 == 0` on a 128-wide tile; `i != j`, whose only partial tiles are the diagonal's), and
-    its evaluation and the interval's code are not worth their cost. Getting this wrong costs
-    speed, never correctness. The grid's partial tiles are found once (the solver asks about
-    each candidate: 96 times for nested abs, each evaluating the tile classes again took
-    a second); where the classes read data or dims, every tile counts."""
+    """Whether a tile predicate of positions, the batch and head indices and the sizes of q and
+    k (no data, no other dims) is false on every partial whole tile of a grid of tiles x tiles
+    at each (b, h) of a sample problem (2 sequences, 16 query heads): then it is taken to hold
+    nowhere (`(i - j) % 2 == 0` on a 128-wide tile, `(i - j) % (h + 2) == 0` at any head; `i
+    != j`, whose only partial tiles are the diagonal's), and its evaluation and the interval's
+    code are not worth their cost. Getting this wrong costs speed, never correctness. The
+    grid's partial tiles are found once (the solver asks about each candidate: 96 times for
+    nested abs, each evaluating the tile classes again took a second); where the classes read
+    data or other dims, every tile counts."""
 
     def __init__(self, k: ir.Kernel, bn: int, tiles: int = 64):
-        q0 = np.arange(tiles).reshape(-1, 1) * k.attr("tile_m")
-        k0 = np.arange(tiles).reshape(1, -1) * bn
-        self.grid = {"q0": q0, "q1": q0 + k.attr("tile_m") - 1, "k0": k0, "k1": k0 + bn - 1}
+        bm = k.attr("tile_m")
+        q0 = np.arange(tiles).reshape(1, 1, -1, 1) * bm
+        k0 = np.arange(tiles).reshape(1, 1, 1, -1) * bn
+        self.grid = {**_sample_sizes(k, tiles * bm, tiles * bn), "b": np.arange(2).reshape(-1, 1, 1, 1),
+                     "h": np.arange(16).reshape(1, -1, 1, 1), "q0": q0, "q1": q0 + bm - 1, "k0": k0, "k1": k0 + bn - 1}
+        self.shape = (2, 16, tiles, tiles)
         self.k, self._partial = k, None
 
     def never(self, pred: ir.Expr) -> bool:
-        if not _positions_only(pred):
+        if not self._evaluable(pred):
             return False
         return not np.any(self._eval(pred) & self._partial_tiles())
 
+    def _evaluable(self, e: ir.Expr) -> bool:
+        return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS)
+                       or (isinstance(n, ir.Var) and n.name not in self.grid)
+                       for n in ir.walk_distinct(e))  # the tile classes share parts: each once
+
     def _eval(self, e: ir.Expr):
-        return np.broadcast_to(eval_numpy(e, self.grid, {}), (len(self.grid["q0"]), self.grid["k0"].shape[1]))
+        with np.errstate(all="ignore"):  # a predicate dividing by h at h = 0 (its 0 is the kernel's)
+            return np.broadcast_to(eval_numpy(e, self.grid, {}), self.shape)
 
     def _partial_tiles(self):
         if self._partial is None:
             empty, full = self.k.func("tile_empty"), self.k.func("tile_full")
             classes = None if empty is None or full is None else op("bool", "or", empty, full)
-            self._partial = (~self._eval(classes) if classes is not None and _positions_only(classes)
-                             else np.ones_like(self._eval(TRUE)))
+            self._partial = (~self._eval(classes) if classes is not None and self._evaluable(classes)
+                             else np.ones(self.shape, bool))
         return self._partial
+
+
+def _sample_sizes(k: ir.Kernel, rows: int, keys: int) -> dict:
+    """The sizes of q and k for _PartialTiles' sample problem: 16 query heads (4 k/v heads when
+    they are a dim of their own), rows x keys positions, the kernel's head dims."""
+    q, kv = k.tensor("q").shape, k.tensor("k").shape
+    d = k.attr("head_dim") or 128
+    sizes = {}
+    for dim, n in ((q[0], 2), (kv[1], 4), (q[1], 16), (q[2], rows), (kv[2], keys), (q[3], d), (kv[3], d),
+                   (k.tensor("v").shape[3], k.attr("value_dim") or d)):
+        if isinstance(dim, ir.Var):
+            sizes[dim.name] = n
+    return sizes
 
 
 def _within(cap: int, *exprs: ir.Expr | None) -> bool:
@@ -171,22 +196,6 @@ def _within(cap: int, *exprs: ir.Expr | None) -> bool:
     return True
 
 
-def _positions_only(e: ir.Expr) -> bool:
-    return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name not in ("q0", "q1", "k0", "k1"))
-                   or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS)
-                   for n in ir.walk_distinct(e))  # the tile classes share parts: each once
-
-
-def _positive(e: ir.Expr) -> bool:
-    """Whether the i32 e is at least 1 for every value of what it reads: a positive constant, a
-    max with one, a min of two. (Not a sum or product of them: i32 arithmetic wraps.)"""
-    if isinstance(e, ir.Const):
-        return e.ty == "i32" and e.value > 0
-    if isinstance(e, ir.Op) and e.op == "max":
-        return _positive(e.args[0]) or _positive(e.args[1])
-    return isinstance(e, ir.Op) and e.op == "min" and all(_positive(a) for a in e.args)
-
-
 def _magnitude(e: ir.Expr) -> int:
     """A bound on |e| when every i32 leaf is below 2^31 in magnitude: the 64-bit evaluation of
     the bounds is exact while this stays below 2^62 (inverting nested `//` by large constants
@@ -197,10 +206,8 @@ def _magnitude(e: ir.Expr) -> int:
         return 2**31
     if e.ty == "bool":
         return 1
-    if e.op == "mul" and isinstance(e.args[0], ir.Op) and e.args[0].op == "floordiv" \
-            and e.args[0].args[1] == e.args[1] and _positive(e.args[1]):
-        # (a // y) * y lies in (a - y, a] for y >= 1: the inverse of a runtime divisor's bound
-        return _magnitude(e.args[0].args[0]) + _magnitude(e.args[1])
+    if e.op == "mul" and not isinstance(e.args[1], ir.Const) and positive_divisor(e.args[1]):
+        return _times(e.args[0], e.args[1])  # the inverse of a runtime divisor's bound
     m = [_magnitude(a) for a in e.args]
     if e.op in ("add", "sub"):
         return m[0] + m[1]
@@ -209,6 +216,18 @@ def _magnitude(e: ir.Expr) -> int:
     if e.op == "where":
         return max(m[1], m[2])
     return max(m)  # neg, abs, min, max, floordiv and mod by a positive constant, int(...)
+
+
+def _times(x: ir.Expr, y: ir.Expr) -> int:
+    """A bound on |x * y| for y >= 1, where x is made of quotients by y: (a // y) * y lies in
+    (a - y, a], and (a // y - 40) * y (`abs(i // (h + 1) - j // (h + 1)) <= 40`) is it less 40 y."""
+    if isinstance(x, ir.Op) and x.op == "floordiv" and x.args[1] == y:
+        return _magnitude(x.args[0]) + _magnitude(y)
+    if isinstance(x, ir.Op) and x.op in ("add", "sub"):
+        return _times(x.args[0], y) + _times(x.args[1], y)
+    if isinstance(x, ir.Op) and x.op == "neg":
+        return _times(x.args[0], y)
+    return _magnitude(x) * _magnitude(y)
 
 
 def solve(mask: ir.Expr, tile_n: int) -> Keys | None:
@@ -334,8 +353,9 @@ class _Solver:
             if name == "le":  # c * g <= r  <=>  g <= floor(r / c)
                 return self.isolate(g, "le", i32("floordiv", r, c))
             return self.isolate(g, "ge", i32("neg", i32("floordiv", i32("neg", r), c)))  # ceil(r / c)
-        if f.op == "floordiv" and not _on_kv(y) and _positive(y):
-            # by a constant, or by a divisor of the row (a block size per sequence, max(blk[b], 1))
+        if f.op == "floordiv" and not _on_kv(y) and positive_divisor(y):
+            # by a constant, a size of the item (`8 * H`, `16 * (h + 1)`) or a divisor of the row
+            # (a block size per sequence, max(blk[b], 1))
             if name == "le":  # x // c <= r  <=>  x <= c * r + c - 1
                 return self.isolate(x, "le", i32("add", i32("mul", r, y), i32("sub", y, const("i32", 1))))
             return self.isolate(x, "ge", i32("mul", r, y))

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from . import float_bounds
+from .int_signs import positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
 
@@ -430,16 +431,18 @@ class _Analysis:
             abs_lo = op("i32", "where", op("bool", "ge", lo, zero), lo,
                         op("i32", "where", op("bool", "le", hi, zero), op("i32", "neg", hi), zero))
             return Interval(abs_lo, op("i32", "max", op("i32", "neg", lo), hi))
-        c = e.args[1] if len(e.args) == 2 and isinstance(e.args[1], ir.Const) else None
-        if e.op == "floordiv" and c is not None and c.value > 0:  # floor division is monotone
+        # a divisor the same over the block and at least 1 (a constant, `8 * H`, max(blk[b], 1))
+        c = e.args[1] if e.op in ("floordiv", "mod") and not ir.uses(e.args[1], "q") \
+            and not ir.uses(e.args[1], "kv") and positive_divisor(e.args[1]) else None
+        if e.op == "floordiv" and c is not None:  # floor division is monotone
             return Interval(i32("floordiv", a[0].lo, c), i32("floordiv", a[0].hi, c))
-        if e.op == "mod" and c is not None and c.value > 0:
-            lo, hi = a[0].lo, a[0].hi
+        if e.op == "mod" and c is not None:
+            lo, hi, top = a[0].lo, a[0].hi, op("i32", "sub", c, const("i32", 1))
             if lo is None or hi is None:
-                return Interval(const("i32", 0), const("i32", c.value - 1))
+                return Interval(const("i32", 0), top)
             same = op("bool", "eq", op("i32", "floordiv", lo, c), op("i32", "floordiv", hi, c))
             return Interval(op("i32", "where", same, op("i32", "mod", lo, c), const("i32", 0)),
-                            op("i32", "where", same, op("i32", "mod", hi, c), const("i32", c.value - 1)))
+                            op("i32", "where", same, op("i32", "mod", hi, c), top))
         if e.op == "where":
             t = self.truth(e.args[0])
             x, y = a[1], a[2]
