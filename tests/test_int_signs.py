@@ -86,3 +86,11 @@ def test_masks_over_blocks_of_item_sizes_are_exact(d1, d2, cmp, c, d, seed):
     if k.attr("kv_bounds") != "per-element":
         assert_exact(k, dims, {}, rng, tiles=10)
     _check_tiles(k, dims, rng, trials=15)
+
+
+def test_a_value_of_the_item_is_exact_over_a_block():
+    """`h // (H // Hkv) % 2`, the same on every element of a block, bounds as itself: the tile
+    classes compare it once, with no remainder's interval around it (and item_warm takes its
+    division: tests/test_item_divisions.py)."""
+    k = lowered(program(None, "(h // (H // Hkv)) % 2 == 0 or j <= i"))
+    assert ir.format_expr(k.func("tile_full")) == "h // (H // Hkv) % 2 == 0 or k1 <= q0"

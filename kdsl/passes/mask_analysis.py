@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from . import float_bounds
-from .int_signs import positive_divisor
+from .int_signs import item_level, positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
 
@@ -403,6 +403,8 @@ class _Analysis:
             if e.name == "kv":
                 return Interval(_v("k0"), _v("k1"))
             return Interval(e, e)  # b, h and dims are exact for a block
+        if item_level(e):  # and so is a value of them alone (`h // (H // Hkv) % 2`)
+            return Interval(e, e)
         if not isinstance(e, ir.Op):
             return Interval(None, None)
         a = [self.interval(x) if x.ty == "i32" else None for x in e.args]

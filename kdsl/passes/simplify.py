@@ -69,7 +69,13 @@ def _simplify_node(e: ir.Op) -> ir.Expr:
         return args[1]
     if e.op in ("min", "max") and args[0] == args[1]:
         return args[0]
+    if e.op in _REFLEXIVE and args[0] == args[1] and args[0].ty == "i32":  # (a float may be NaN)
+        return const("bool", _REFLEXIVE[e.op])
     return e
+
+
+# x cmp x for an integer x (interval bounds of a value exact over a block: `x <= x`)
+_REFLEXIVE = {"eq": True, "le": True, "ge": True, "ne": False, "lt": False, "gt": False}
 
 
 # The operand that leaves x unchanged, exactly (x + -0.0 is x for every x, -0.0 included).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The seventy-seventh session's device call: masks dividing by sizes of the item (passes/int_signs.py:
+# The seventy-sixth session's fourth device call: masks dividing by sizes of the item (passes/int_signs.py:
 # `i // (8 * H) == j // (8 * H)`, `j // (16 * (h + 1))`) now get key bounds and skip tiles.
-#   OUT=... [DEADLINE=520] bash tools/dev/s77_next.sh; logs in $OUT/logs.tgz
+#   OUT=... [DEADLINE=520] bash tools/dev/s76_sizes.sh; logs in $OUT/logs.tgz
 #   1. kdsl check --grad of every kernel whose sm_90a source changed (tools/dev/divisors.kd; held-out
 #      sets 2, 26 and 31's strided / dilated heads and growing blocks).
 #   2. tools/dev/divisors.kd forward against Flex; held-out 31's growing_blocks and head_dilation
