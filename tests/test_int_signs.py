@@ -94,3 +94,27 @@ def test_a_value_of_the_item_is_exact_over_a_block():
     division: tests/test_item_divisions.py)."""
     k = lowered(program(None, "(h // (H // Hkv)) % 2 == 0 or j <= i"))
     assert ir.format_expr(k.func("tile_full")) == "h // (H // Hkv) % 2 == 0 or k1 <= q0"
+
+
+@pytest.mark.parametrize("mask", [
+    "abs(i - j) <= 32 * (h % 4 + 1) * (h % 4 + 1)",  # a window per head, quadratic in it
+    "j <= ((i + 1) * N) // M - 1",                    # causal from the top left for M != N
+    "j * 3 <= (i * N) // M + H * (h + 1)",
+])
+def test_values_the_runtime_keeps_within_i32_solve(mask):
+    """Products of sizes count as below 2^31 (the runtime refuses a call where one would leave
+    i32), not as the product of their leaves' bounds (2^62 and more: left per element before);
+    a product by a size >= 0 keeps its factor's order over a block, so the tiles skip."""
+    k = lowered(program(None, mask), 128)
+    assert k.attr("kv_bounds") == "interval", k.attr("kv_bounds")
+    for heads, m, n in ((3, 700, 650), (5, 300, 1100), (16, 2048, 1000)):
+        dims = {"B": 2, "H": heads, "Hkv": heads, "M": m, "N": n, "D": 64}
+        assert_exact(k, dims, {}, random.Random(m), tiles=24)
+        _check_tiles(k, dims, random.Random(n), trials=30)
+    assert k.func("tile_empty") != ir.Const("bool", False)
+
+
+def test_data_is_not_taken_within_i32():
+    """A product of data has no such guarantee: its key bound could pass 2^62 in 64 bits."""
+    k = lowered(program(None, "j <= lim[b] * 65536 * 65536 + i", decls=("lim: i32[B]",)), 128)
+    assert k.attr("kv_bounds") == "per-element"

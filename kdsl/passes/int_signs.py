@@ -56,6 +56,12 @@ def positive_divisor(e: ir.Expr) -> bool:
         return True
     if isinstance(e, ir.Op) and e.op == "min" and all(positive_divisor(x) for x in e.args):
         return True
+    return item_nonnegative(e)
+
+
+def item_nonnegative(e: ir.Expr) -> bool:
+    """Whether e reads the batch and head indices and the sizes alone and is >= 0 by its form
+    (`N`, `32 * (h % 4 + 1)`): a factor that keeps the order of what it multiplies."""
     if e.ty != "i32" or not item_level(e):
         return False
     sizes = frozenset(n.name for n in ir.walk_distinct(e) if isinstance(n, ir.Var) and n.ty == "i32")

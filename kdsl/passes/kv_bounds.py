@@ -96,7 +96,7 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
     if not solved:
         return per_element
     keys = functools.reduce(solver._both, solved)
-    bounds = interval(keys, tile_n)
+    bounds = interval(keys, tile_n, checked_values(k.func("mask")))
     if bounds is None:
         return per_element
     lo, hi = bounds
@@ -115,15 +115,15 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
         .with_attrs(kv_bounds="interval where the rest holds")
 
 
-def interval(keys: Keys, tile_n: int) -> tuple[ir.Expr, ir.Expr] | None:
+def interval(keys: Keys, tile_n: int, checked: frozenset = frozenset()) -> tuple[ir.Expr, ir.Expr] | None:
     """(kv_lo, kv_hi) of keys on the tile of tile_n keys from k0 (an open side ends at the tile's
     edge; hi is below k0 where keys.ok fails), or None where they would cost more per row than
-    they save or could leave 64 bits."""
+    they save or could leave 64 bits; checked: values known to lie within i32 (checked_values)."""
     k0 = ir.Var("i32", "k0")
     last = op("i32", "add", k0, const("i32", tile_n - 1))
     lo = simplify(keys.lo if keys.lo is not None else k0)
     hi = simplify(op("i32", "where", keys.ok, keys.hi if keys.hi is not None else last, op("i32", "sub", k0, const("i32", 1))))
-    if _nodes(lo, hi) > _MAX_NODES or max(_magnitude(lo), _magnitude(hi)) >= 2**62:
+    if _nodes(lo, hi) > _MAX_NODES or max(_magnitude(lo, checked), _magnitude(hi, checked)) >= 2**62:
         return None
     return lo, hi
 
@@ -196,10 +196,12 @@ def _within(cap: int, *exprs: ir.Expr | None) -> bool:
     return True
 
 
-def _magnitude(e: ir.Expr) -> int:
+def _magnitude(e: ir.Expr, checked: frozenset = frozenset()) -> int:
     """A bound on |e| when every i32 leaf is below 2^31 in magnitude: the 64-bit evaluation of
     the bounds is exact while this stays below 2^62 (inverting nested `//` by large constants
-    multiplies them up)."""
+    multiplies them up). So is a value in checked (checked_values), however it is built."""
+    if e in checked:
+        return 2**31
     if isinstance(e, ir.Const):
         return abs(int(e.value)) if e.ty == "i32" else 1
     if not isinstance(e, ir.Op):
@@ -207,8 +209,8 @@ def _magnitude(e: ir.Expr) -> int:
     if e.ty == "bool":
         return 1
     if e.op == "mul" and not isinstance(e.args[1], ir.Const) and positive_divisor(e.args[1]):
-        return _times(e.args[0], e.args[1])  # the inverse of a runtime divisor's bound
-    m = [_magnitude(a) for a in e.args]
+        return _times(e.args[0], e.args[1], checked)  # the inverse of a runtime divisor's bound
+    m = [_magnitude(a, checked) for a in e.args]
     if e.op in ("add", "sub"):
         return m[0] + m[1]
     if e.op == "mul":
@@ -218,16 +220,33 @@ def _magnitude(e: ir.Expr) -> int:
     return max(m)  # neg, abs, min, max, floordiv and mod by a positive constant, int(...)
 
 
-def _times(x: ir.Expr, y: ir.Expr) -> int:
+def _times(x: ir.Expr, y: ir.Expr, checked: frozenset) -> int:
     """A bound on |x * y| for y >= 1, where x is made of quotients by y: (a // y) * y lies in
     (a - y, a], and (a // y - 40) * y (`abs(i // (h + 1) - j // (h + 1)) <= 40`) is it less 40 y."""
     if isinstance(x, ir.Op) and x.op == "floordiv" and x.args[1] == y:
-        return _magnitude(x.args[0]) + _magnitude(y)
+        return _magnitude(x.args[0], checked) + _magnitude(y, checked)
     if isinstance(x, ir.Op) and x.op in ("add", "sub"):
-        return _times(x.args[0], y) + _times(x.args[1], y)
+        return _times(x.args[0], y, checked) + _times(x.args[1], y, checked)
     if isinstance(x, ir.Op) and x.op == "neg":
-        return _times(x.args[0], y)
-    return _magnitude(x) * _magnitude(y)
+        return _times(x.args[0], y, checked)
+    return _magnitude(x, checked) * _magnitude(y, checked)
+
+
+def checked_values(mask: ir.Expr) -> frozenset:
+    """The mask's integer values of positions, b, h and the sizes alone (no data, no tile
+    summary): the runtime refuses a call where one would leave i32 (runtime/bounds.py
+    check_integer_ranges), so each is below 2^31 in magnitude, however large its form could make
+    it (`32 * (h % 4 + 1) * (h % 4 + 1)`, `((i + 1) * N) // M`)."""
+    data: dict[int, bool] = {}
+
+    def reads_data(n: ir.Expr) -> bool:
+        if id(n) not in data:
+            kids = getattr(n, "args", ()) or getattr(n, "indices", ())
+            data[id(n)] = isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) \
+                or any([reads_data(c) for c in kids])
+        return data[id(n)]
+    return frozenset(n for n in ir.walk_distinct(mask)
+                     if isinstance(n, ir.Op) and n.ty == "i32" and not reads_data(n))
 
 
 def solve(mask: ir.Expr, tile_n: int) -> Keys | None:

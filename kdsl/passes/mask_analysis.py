@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from . import float_bounds
-from .int_signs import item_level, positive_divisor
+from .int_signs import item_level, item_nonnegative, positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
 
@@ -418,9 +418,11 @@ class _Analysis:
         if e.op in ("min", "max"):
             return Interval(i32(e.op, a[0].lo, a[1].lo), i32(e.op, a[0].hi, a[1].hi))
         if e.op == "mul":
-            c = next((x for x in e.args if isinstance(x, ir.Const)), None)
+            # by a constant, or by a factor of b, h and the sizes that is >= 0 (`(i + 1) * N`: the
+            # bounds are values the product takes, which the runtime keeps within i32)
+            c = next((x for x in e.args if isinstance(x, ir.Const) or item_nonnegative(x)), None)
             other = a[1] if c is e.args[0] else a[0]
-            if c is not None and c.value >= 0:
+            if c is not None and (not isinstance(c, ir.Const) or c.value >= 0):
                 return Interval(i32("mul", other.lo, c), i32("mul", other.hi, c))
             if c is not None:
                 return Interval(i32("mul", other.hi, c), i32("mul", other.lo, c))
