@@ -483,7 +483,11 @@ class _Analysis:
             if None in (a.lo, a.hi, b.lo, b.hi) and self.floats and any(float_bounds.in_reals(x) for x in e.args) \
                     and not any(isinstance(n, ir.Load) for n in ir.walk(e)):  # `dy * dy + dx * dx <= 20`, in reals
                 return self._float_compare(ir.Op("bool", e.op, tuple(ir.Op("f32", "float", (x,)) for x in e.args)))
-            return _compare(e.op, a, b)
+            t, corners = _compare(e.op, a, b), _block_corners(e)
+            if corners is None or not _decides_more(corners, t):
+                return t
+            # either decides: the corners need two blocks a tile at most, intervals none
+            return Truth(op("bool", "or", t.always, corners.always), op("bool", "or", t.never, corners.never))
         if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "f32" and self.floats:
             return self._float_compare(e)
         if e.op == "where" and e.ty == "bool":
@@ -525,6 +529,70 @@ def _ever_narrow(narrow: ir.Expr, length: int = 8192, tile: int = 64) -> bool:
             return bool(np.any(eval_numpy(narrow, env, {})))
     except (ArithmeticError, ValueError, KeyError):
         return True
+
+
+def _block_corners(e: ir.Expr) -> Truth | None:
+    """A comparison that reads the positions only through their blocks `q // c`, `kv // c` (a
+    constant c > 1; two such quotients at most) and takes a remainder of them, where intervals
+    lose the order: BigBird's hashed blocks `((i // 64) * 7 + (j // 64) * 13 + h) % 5 == 0`.
+    Where each quotient takes at most two values on the block (a 128-row tile holds two blocks
+    of 64), the comparison at every combination of them decides it exactly; None where it does
+    not apply or is never narrow."""
+    terms = []
+    for n in ir.walk_distinct(e):
+        if isinstance(n, ir.Load):
+            return None
+        if isinstance(n, ir.Op) and n.op == "floordiv" and isinstance(n.args[0], ir.Var) \
+                and n.args[0].name in ("q", "kv") and isinstance(n.args[1], ir.Const) and n.args[1].value > 1 \
+                and n not in terms:
+            terms.append(n)
+    if not 0 < len(terms) <= 2:
+        return None
+    names = [f"block{i}" for i in range(len(terms))]
+    rest = _replace_nodes(e, {t: ir.Var("i32", n) for t, n in zip(terms, names)})
+    if ir.uses(rest, "q") or ir.uses(rest, "kv") or not any(
+            isinstance(n, ir.Op) and n.op == "mod" and any(ir.uses(n, x) for x in names) for n in ir.walk(rest)):
+        return None
+    ends = {"q": ("q0", "q1"), "kv": ("k0", "k1")}
+    narrow, choices = TRUE, []
+    for t in terms:
+        lo, hi = (op("i32", "floordiv", _v(end), t.args[1]) for end in ends[t.args[0].name])
+        narrow = op("bool", "and", narrow, op("bool", "le", op("i32", "sub", hi, lo), const("i32", 1)))
+        choices.append((lo, hi))
+    if not _ever_narrow(narrow):
+        return None
+    values = [simplify(ir.substitute(rest, dict(zip(names, combo)))) for combo in itertools.product(*choices)]
+    every = lambda xs: functools.reduce(lambda x, y: op("bool", "and", x, y), xs, narrow)  # noqa: E731
+    return Truth(every(values), every(op("bool", "not", v) for v in values))
+
+
+def _decides_more(x: Truth, y: Truth, length: int = 8192, tile: int = 128, heads: int = 16) -> bool:
+    """Whether x decides some 128 x 128 tile of a length x length problem (its first `heads`
+    heads; every other dim = length) that y leaves undecided: the block corners' code is worth
+    its registers only then (a remainder of blocks of 32, four a tile, or `(i // 64 - j // 64) %
+    2 == 0`, whose 128-wide tiles hold both parities, would only cost them). A predicate the
+    probe cannot evaluate counts as deciding."""
+    import numpy as np
+    from ..semantics import eval_numpy
+    start = np.arange(0, length, tile)
+    h, q0, k0 = np.meshgrid(np.arange(heads), start, start, indexing="ij")
+    exprs = (x.always, x.never, y.always, y.never)
+    env = {n.name: length for e in exprs for n in ir.walk(e) if isinstance(n, ir.Var)}
+    env.update(b=0, h=h, q0=q0, q1=q0 + tile - 1, k0=k0, k1=k0 + tile - 1)
+    try:
+        with np.errstate(all="ignore"):
+            xa, xn, ya, yn = (np.broadcast_to(eval_numpy(e, env, {}), h.shape) for e in exprs)
+    except (ArithmeticError, ValueError, KeyError):
+        return True
+    return bool(np.any(xa & ~ya) or np.any(xn & ~yn))
+
+
+def _replace_nodes(e: ir.Expr, mapping: dict) -> ir.Expr:
+    if e in mapping:
+        return mapping[e]
+    if isinstance(e, ir.Op):
+        return ir.Op(e.ty, e.op, tuple(_replace_nodes(a, mapping) for a in e.args))
+    return e
 
 
 def _data_interval(e: ir.Expr) -> Interval | None:
