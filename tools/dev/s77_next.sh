@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The next session's device calls (after the seventy-sixth), each within one call's 600 s:
+#   OUT=... PART="a b" [DEADLINE=520] bash tools/dev/s77_next.sh; logs in $OUT/logs.tgz. An item is
+#   skipped once the call has run DEADLINE seconds.
+#   a: `kdsl check --grad` of what changed untested: held-out 32's bigbird_blocks (block corners, f769078)
+#      and the kernels whose tile classes lost an `x == x` (a439071): mixed_heads, head_phases,
+#      head_types_dv, hashed_dropout, head_label; the rest of set 32.
+#   b: held-out set 32 against Flex, forward and fwd+bwd (bigbird_blocks was 0.67 forward before f769078).
+#   c: tools/dev/divisors.kd and held-out 31 against Flex, fwd+bwd (the divisors of sizes, forward only
+#      so far).
+# Order: a, b, c. If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
+set -uo pipefail
+L=$OUT/logs; mkdir -p $L
+save() { tar czf $OUT/logs.tgz -C $OUT logs; }
+late() { [ $SECONDS -gt ${DEADLINE:-520} ] && echo "skipped (deadline): $*"; }
+check() {  # file kernel
+  late $2 && return
+  timeout 60 kdsl check $1 --kernel $2 --grad --seed 77 > $L/check-$(basename $1 .kd)-$2.log 2>&1
+  echo "$(basename $1 .kd):$2 rc $? $(grep -i 'cases pass\|fail' $L/check-$(basename $1 .kd)-$2.log | tr '\n' ' ' | cut -c1-160)"
+}
+bench() {  # name file [args]
+  late $1 && return
+  timeout 200 kdsl bench $2 ${@:3} --vs flex --reps 10 --seed 0 --shapes B=2,H=16,M=4096,N=4096,D=128 -o $L/bench-$1 \
+    > $L/bench-$1.log 2>&1
+  echo "[$1]"; grep -h "|" $L/bench-$1/*.md | cut -d'|' -f2-11 | tail -9
+  save
+}
+for part in ${PART:-a}; do
+case $part in
+a)
+  check tools/dev/heldout32.kd bigbird_blocks
+  for spec in "heldout mixed_heads" "heldout12 head_phases" "heldout17 head_types_dv" "heldout19 hashed_dropout" \
+      "heldout23 head_label"; do set -- $spec; check tools/dev/$1.kd $2; done
+  for k in head_count_stripes distance_per_head dilated_globals softcap_batch_window; do check tools/dev/heldout32.kd $k; done
+  save ;;
+b)
+  bench h32 tools/dev/heldout32.kd
+  bench h32-bwd tools/dev/heldout32.kd --backward ;;
+c)
+  bench divisors-bwd tools/dev/divisors.kd --backward
+  bench h31-bwd tools/dev/heldout31.kd --backward --only growing_blocks,scaled_cross,head_dilation ;;
+esac
+done
