@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy
 
 from .. import ir
+from ..passes.int_signs import nonnegative
 from ..passes.invariant_factors import invariant
 
 # `and` and `or` evaluate both sides (& and | on bools): no branch, so NVVM may issue a mask's
@@ -186,30 +187,6 @@ def _min_max_depth(e: ir.Expr) -> int:
     walks its whole tree, and emitting e already walks it)."""
     below = max((_min_max_depth(x) for x in getattr(e, "args", ())), default=0)
     return below + (isinstance(e, ir.Op) and e.op in ("min", "max") and e.ty == "i32")
-
-
-# i32 variables that are never negative: the positions (and the tile's) and the batch and head
-NONNEGATIVE_VARS = frozenset({"b", "h", "q", "kv", "q0", "q1", "k0", "k1", "kvt"})
-
-
-def nonnegative(e: ir.Expr, sizes: frozenset[str] = frozenset()) -> bool:
-    """Whether the i32 e is >= 0 whatever it reads, from its form: a sum or product of positions,
-    sizes (dims named in `sizes`) and constants >= 0 (a call whose ints would wrap is refused,
-    runtime/bounds.py), a max with one, a floor quotient or remainder of two. Not abs
-    (abs(-2^31) wraps)."""
-    if isinstance(e, ir.Const):
-        return e.ty == "i32" and e.value >= 0
-    if isinstance(e, ir.Var):
-        return e.name in NONNEGATIVE_VARS or e.name in sizes
-    if not isinstance(e, ir.Op) or e.ty != "i32":
-        return False
-    if e.op == "max":
-        return any(nonnegative(x, sizes) for x in e.args)
-    if e.op in ("add", "mul", "min", "floordiv", "mod"):
-        return all(nonnegative(x, sizes) for x in e.args)
-    if e.op == "where":
-        return nonnegative(e.args[1], sizes) and nonnegative(e.args[2], sizes)
-    return False
 
 
 def _floor_op(op: str, a, divisor: ir.Expr) -> str:
