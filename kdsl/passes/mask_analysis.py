@@ -21,8 +21,11 @@ has them; per-head data (`keep[b, h, i, j]`) too, an entry per (b, h, block). A 
 bounded as 0 / 1. Not where the score itself loads data per element (whole_tiles). A load whose
 indices each take at most two values over the block
 (`blocks[b, h, i // 128, j // 128]`, a block-sparse table) is read at those values: exact where
-no tile straddles a block, with no summary. What is left stays unknown and falls back to the
-per-element check.
+no tile straddles a block, with no summary; so is a comparison of the positions' blocks alone
+with a remainder of them (BigBird's hashed blocks, _block_corners). What is left stays unknown and
+falls back to the per-element check.
+Integer `//` and `%` are bounded by a divisor the same over the block and at least 1: a constant,
+`max(blk[b], 1)`, or one of b, h and the sizes that cannot be negative (`8 * H`: int_signs.py).
 Float comparisons are bounded too (float_bounds.py).
 attr mask_tiles says which case holds: interval, data-dependent, tile-summary or none.
 
@@ -548,7 +551,7 @@ def _block_corners(e: ir.Expr) -> Truth | None:
             terms.append(n)
     if not 0 < len(terms) <= 2:
         return None
-    names = [f"block{i}" for i in range(len(terms))]
+    names = [f"<block{i}>" for i in range(len(terms))]  # no program can name a dim so
     rest = _replace_nodes(e, {t: ir.Var("i32", n) for t, n in zip(terms, names)})
     if ir.uses(rest, "q") or ir.uses(rest, "kv") or not any(
             isinstance(n, ir.Op) and n.op == "mod" and any(ir.uses(n, x) for x in names) for n in ir.walk(rest)):
