@@ -118,3 +118,11 @@ def test_data_is_not_taken_within_i32():
     """A product of data has no such guarantee: its key bound could pass 2^62 in 64 bits."""
     k = lowered(program(None, "j <= lim[b] * 65536 * 65536 + i", decls=("lim: i32[B]",)), 128)
     assert k.attr("kv_bounds") == "per-element"
+
+
+def test_the_score_is_not_a_value_of_the_item():
+    """int(s) reads the score, which changes from element to element: not a size."""
+    s = ir.Var("f32", "qk")
+    assert not positive_divisor(ir.Op("i32", "max", (ir.Op("i32", "int", (s,)), ir.Const("i32", 0))))
+    from kdsl.passes.int_signs import item_level
+    assert not item_level(ir.Op("i32", "int", (s,))) and item_level(ir.Var("i32", "H"))

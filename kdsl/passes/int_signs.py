@@ -38,9 +38,9 @@ def nonnegative(e: ir.Expr, sizes: frozenset[str] = frozenset()) -> bool:
 
 def item_level(e: ir.Expr) -> bool:
     """Whether e reads the batch and head indices and the sizes at most: no position, no
-    captured data, no tile summary (in a mask or score every other variable is a size)."""
+    captured data, no tile summary, no score (a float; every other integer variable is a size)."""
     return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS)
-                   or (isinstance(n, ir.Var) and n.name in POSITIONS) for n in ir.walk_distinct(e))
+                   or (isinstance(n, ir.Var) and (n.name in POSITIONS or n.ty != "i32")) for n in ir.walk_distinct(e))
 
 
 def positive_divisor(e: ir.Expr) -> bool:
