@@ -5,9 +5,10 @@
 #   a: `kdsl check --grad` of what changed untested: held-out 32's bigbird_blocks (block corners, f769078)
 #      and the kernels whose tile classes lost an `x == x` (a439071): mixed_heads, head_phases,
 #      head_types_dv, hashed_dropout, head_label; the rest of set 32.
-#   b: held-out set 32 against Flex, forward and fwd+bwd (bigbird_blocks was 0.67 forward before f769078).
-#   c: tools/dev/divisors.kd and held-out 31 against Flex, fwd+bwd (the divisors of sizes, forward only
-#      so far).
+#   b: held-out set 32 against Flex, forward and fwd+bwd (bigbird_blocks was 0.67 forward before f769078);
+#      set 33's `kdsl check --grad` (never on a GPU).
+#   c: held-out set 33 against Flex, forward and fwd+bwd; tools/dev/divisors.kd and held-out 31 against
+#      Flex, fwd+bwd (the divisors of sizes, forward only so far).
 # Order: a, b, c. If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 L=$OUT/logs; mkdir -p $L
@@ -35,8 +36,12 @@ a)
   save ;;
 b)
   bench h32 tools/dev/heldout32.kd
-  bench h32-bwd tools/dev/heldout32.kd --backward ;;
+  bench h32-bwd tools/dev/heldout32.kd --backward
+  for k in local_global_heads prefix_per_head gqa_block_phase sparse_fixed sinks_head_window bucket_table_bias \
+      chunk_distance_score decay_per_head; do check tools/dev/heldout33.kd $k; done; save ;;
 c)
+  bench h33 tools/dev/heldout33.kd
+  bench h33-bwd tools/dev/heldout33.kd --backward
   bench divisors-bwd tools/dev/divisors.kd --backward
   bench h31-bwd tools/dev/heldout31.kd --backward --only growing_blocks,scaled_cross,head_dilation ;;
 esac
