@@ -4,7 +4,8 @@
 #   skipped once the call has run DEADLINE seconds.
 #   a: `kdsl check --grad` of what changed untested: held-out 32's bigbird_blocks (block corners, f769078)
 #      and the kernels whose tile classes lost an `x == x` (a439071): mixed_heads, head_phases,
-#      head_types_dv, hashed_dropout, head_label; the rest of set 32.
+#      head_types_dv, hashed_dropout, head_label; the rest of set 32; Hypothesis' generated programs on the
+#      GPU (tests/exprgen.py draws divisors of the item's sizes since the seventy-sixth session).
 #   b: held-out set 32 against Flex, forward and fwd+bwd (bigbird_blocks was 0.67 forward before f769078);
 #      set 33's `kdsl check --grad` (never on a GPU).
 #   c: held-out set 33 against Flex, forward and fwd+bwd; tools/dev/divisors.kd and held-out 31 against
@@ -33,6 +34,8 @@ a)
   for spec in "heldout mixed_heads" "heldout12 head_phases" "heldout17 head_types_dv" "heldout19 hashed_dropout" \
       "heldout23 head_label"; do set -- $spec; check tools/dev/$1.kd $2; done
   for k in head_count_stripes distance_per_head dilated_globals softcap_batch_window; do check tools/dev/heldout32.kd $k; done
+  late generated || { timeout 200 python3 -m pytest -q tests/gpu/test_attention_gpu.py -k generated > $L/pytest-generated.log 2>&1
+    echo "generated: $(tail -1 $L/pytest-generated.log)"; }
   save ;;
 b)
   bench h32 tools/dev/heldout32.kd
