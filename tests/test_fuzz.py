@@ -116,3 +116,20 @@ def test_nested_abs_compiles_within_the_bound():
         if seconds.user >= SLOW_S:
             seconds = min(seconds, _fresh_process_seconds(text), key=lambda s: s.user)
         assert seconds.user < SLOW_S, f"depth {depth}: {seconds}"
+
+
+def test_nested_quotients_compile_within_the_bound():
+    """Regression (the fuzz test drew it, seventy-sixth session): `abs((abs(...) // 3) + i)` ten
+    levels deep, twice, took 0.6-1.09 s: mask analysis asked at every node whether its subtree
+    reads data (and is a value of the item), a walk each, quadratic in the depth; remembered per
+    node now (0.46-0.52 s here)."""
+    inner = "abs((i - j))"
+    for _ in range(10):
+        inner = f"abs((({inner} // 3) + i))"
+    inner = f"(({inner} // 3) + i)"
+    text = ("attention t {\n    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+            f"    mask(b, h, i, j) = ({inner} < 3 and {inner} >= -5)\n}}\n")
+    seconds = _cpu_seconds(text)
+    if seconds.user >= SLOW_S:
+        seconds = min(seconds, _fresh_process_seconds(text), key=lambda s: s.user)
+    assert seconds.user < SLOW_S, seconds

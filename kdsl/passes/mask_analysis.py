@@ -298,6 +298,7 @@ class _Analysis:
         self.tensors = {t.name: t for t in tensors}  # for _corners: element types and shapes
         self._corner_memo: dict = {}  # _corners per load: _whole_block asks before _truth does
         self._costs: dict[int, tuple[ir.Expr, int, int]] = {}  # id -> (expr kept alive, nodes, depth)
+        self._kinds: dict[int, tuple[ir.Expr, bool, bool]] = {}  # id -> (expr, reads data, item level)
 
     def _cost(self, e: ir.Expr) -> tuple[int, int]:
         hit = self._costs.get(id(e))
@@ -307,6 +308,23 @@ class _Analysis:
                 n, d = self._cost(c)
                 nodes, depth = nodes + n, max(depth, d + 1)
             hit = self._costs[id(e)] = (e, nodes, depth)
+        return hit[1], hit[2]
+
+    def _kind(self, e: ir.Expr) -> tuple[bool, bool]:
+        """(whether e reads a captured tensor, whether it is a value of b, h and the sizes alone:
+        int_signs.item_level), remembered per node: asked at every node of a deep mask, a walk
+        each would take time quadratic in its depth."""
+        hit = self._kinds.get(id(e))
+        if hit is None:
+            kids = [self._kind(c) for c in getattr(e, "args", ()) or getattr(e, "indices", ())]
+            if isinstance(e, ir.Load):
+                kind = (True, False)
+            elif isinstance(e, ir.Var):
+                kind = (False, item_level(e))
+            else:
+                kind = (any(r for r, _ in kids), all(i for _, i in kids)
+                        and not (isinstance(e, ir.Op) and e.op in ir.TILE_REDUCTIONS))
+            hit = self._kinds[id(e)] = (e, *kind)
         return hit[1], hit[2]
 
     def _affordable(self, e: ir.Expr | None) -> bool:
@@ -330,7 +348,7 @@ class _Analysis:
     def _interval(self, e: ir.Expr) -> Interval:
         if isinstance(e, ir.Const):
             return Interval(e, e)
-        reads = isinstance(e, (ir.Load, ir.Op)) and any(isinstance(n, ir.Load) for n in ir.walk(e))
+        reads = self._kind(e)[0]
         if reads:
             data = _data_interval(e)
             if data is not None:
@@ -406,7 +424,7 @@ class _Analysis:
             if e.name == "kv":
                 return Interval(_v("k0"), _v("k1"))
             return Interval(e, e)  # b, h and dims are exact for a block
-        if item_level(e):  # and so is a value of them alone (`h // (H // Hkv) % 2`)
+        if self._kind(e)[1]:  # and so is a value of them alone (`h // (H // Hkv) % 2`)
             return Interval(e, e)
         if not isinstance(e, ir.Op):
             return Interval(None, None)
