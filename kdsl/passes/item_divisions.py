@@ -25,8 +25,8 @@ bitmap alone (H200, 2x16x4096², KDSL_ITEM_WARM=0 against 1).
 from __future__ import annotations
 
 from .. import ir
+from .int_signs import item_level
 
-ITEM_VARS = frozenset({"b", "h"})
 MAX_DIVISIONS = 4  # each is a register live into the kv loop
 MASK_FUNCS = ("mask", "tile_empty", "tile_full", "kv_lo", "kv_hi", "tile_keys")
 
@@ -37,24 +37,14 @@ def divides_by_value(e: ir.Expr) -> bool:
     return isinstance(e, ir.Op) and e.op in ("floordiv", "mod") and e.ty == "i32" and not isinstance(e.args[1], ir.Const)
 
 
-def _item_invariant(e: ir.Expr, dims: frozenset) -> bool:
-    for n in ir.walk(e):
-        if isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS):
-            return False
-        if isinstance(n, ir.Var) and n.name not in ITEM_VARS and n.name not in dims:
-            return False
-    return True
-
-
 def divisions(k: ir.Kernel) -> tuple[ir.Expr, ...]:
     """The mask's item-invariant integer divisions by a non-constant divisor, largest first
     found, each once (at most MAX_DIVISIONS)."""
-    dims = frozenset(k.dims)
     found: list[ir.Expr] = []
     chosen: set[ir.Expr] = set()  # divisions a `where` evaluates on one of its branches only
 
     def visit(e: ir.Expr, guarded: bool) -> None:
-        if divides_by_value(e) and _item_invariant(e, dims):
+        if divides_by_value(e) and item_level(e):
             if guarded:
                 chosen.add(e)
             elif e not in found:
@@ -83,13 +73,12 @@ def divisors(k: ir.Kernel) -> tuple[ir.Expr, ...]:
     the loop instead, each element's copy sat behind its own branch and divided in 64 bits
     again (65 calls of the division routine in head_stride's backward, sm_90a). At most
     MAX_DIVISORS, in the order found."""
-    dims = frozenset(k.dims)
     found: list[ir.Expr] = []
     for name, e in k.funcs:
         if name == "scale":
             continue
         for n in ir.walk(e):
-            if divides_by_value(n) and _item_invariant(n.args[1], dims) and not _item_invariant(n.args[0], dims) \
+            if divides_by_value(n) and item_level(n.args[1]) and not item_level(n.args[0]) \
                     and n.args[1] not in found:
                 found.append(n.args[1])
     return tuple(found[:MAX_DIVISORS])
