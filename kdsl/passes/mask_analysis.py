@@ -539,17 +539,8 @@ def _ever_narrow(narrow: ir.Expr, length: int = 8192, tile: int = 64) -> bool:
     that reads data, or that the probe cannot evaluate, counts as narrow."""
     if any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(narrow)):
         return True
-    import numpy as np
-    from ..semantics import eval_numpy
-    start = np.arange(0, length, tile)
-    q0, k0 = np.meshgrid(start, start, indexing="ij")
-    env = {n.name: length for n in ir.walk(narrow) if isinstance(n, ir.Var)}
-    env.update(b=0, h=0, q0=q0, q1=q0 + tile - 1, k0=k0, k1=k0 + tile - 1)
-    try:
-        with np.errstate(all="ignore"):
-            return bool(np.any(eval_numpy(narrow, env, {})))
-    except (ArithmeticError, ValueError, KeyError):
-        return True
+    values = _on_sample_tiles((narrow,), length, tile, heads=1)
+    return values is None or bool(values[0].any())
 
 
 def _block_corners(e: ir.Expr) -> Truth | None:
@@ -593,19 +584,28 @@ def _decides_more(x: Truth, y: Truth, length: int = 8192, tile: int = 128, heads
     its registers only then (a remainder of blocks of 32, four a tile, or `(i // 64 - j // 64) %
     2 == 0`, whose 128-wide tiles hold both parities, would only cost them). A predicate the
     probe cannot evaluate counts as deciding."""
+    values = _on_sample_tiles((x.always, x.never, y.always, y.never), length, tile, heads)
+    if values is None:
+        return True
+    xa, xn, ya, yn = values
+    return bool((xa & ~ya).any() or (xn & ~yn).any())
+
+
+def _on_sample_tiles(exprs, length: int, tile: int, heads: int):
+    """Tile predicates of positions, b, h and the dims evaluated on every tile x tile block of a
+    length x length problem at batch 0 and heads 0 .. heads - 1 (every dim = length), one array
+    (heads, tiles, tiles) each; None where they cannot be evaluated there."""
     import numpy as np
     from ..semantics import eval_numpy
     start = np.arange(0, length, tile)
     h, q0, k0 = np.meshgrid(np.arange(heads), start, start, indexing="ij")
-    exprs = (x.always, x.never, y.always, y.never)
     env = {n.name: length for e in exprs for n in ir.walk(e) if isinstance(n, ir.Var)}
     env.update(b=0, h=h, q0=q0, q1=q0 + tile - 1, k0=k0, k1=k0 + tile - 1)
     try:
-        with np.errstate(all="ignore"):
-            xa, xn, ya, yn = (np.broadcast_to(eval_numpy(e, env, {}), h.shape) for e in exprs)
+        with np.errstate(all="ignore"):  # a predicate dividing by h counts h = 0 (its 0 is the kernel's)
+            return [np.broadcast_to(eval_numpy(e, env, {}), h.shape).astype(bool) for e in exprs]
     except (ArithmeticError, ValueError, KeyError):
-        return True
-    return bool(np.any(xa & ~ya) or np.any(xn & ~yn))
+        return None
 
 
 def _replace_nodes(e: ir.Expr, mapping: dict) -> ir.Expr:
