@@ -133,3 +133,19 @@ def test_nested_quotients_compile_within_the_bound():
     if seconds.user >= SLOW_S:
         seconds = min(seconds, _fresh_process_seconds(text), key=lambda s: s.user)
     assert seconds.user < SLOW_S, seconds
+
+
+def test_nested_min_max_emits_within_the_bound():
+    """Regression (CI's fuzz test drew it, seventy-sixth session): five levels of `where(i < j,
+    ((min(max(max(where(...), 2), j - 3), j - 3), i) * 2) * 2)` took 0.80-1.04 s, half of it in
+    the code generator recomputing each min / max's nesting depth from scratch (cexpr
+    _min_max_depth, remembered per node now: 0.44-0.48 s here)."""
+    inner = "((min(i, i) * 2) * 2)"
+    for _ in range(5):
+        inner = f"where(i < j, ((min(max(max({inner}, 2), j - 3), j - 3), i) * 2) * 2)"
+    text = ("attention t {\n    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+            f"    mask(b, h, i, j) = {inner} < 3 and {inner} >= -5\n}}\n")
+    seconds = _cpu_seconds(text)
+    if seconds.user >= SLOW_S:
+        seconds = min(seconds, _fresh_process_seconds(text), key=lambda s: s.user)
+    assert seconds.user < SLOW_S, seconds

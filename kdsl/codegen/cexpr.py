@@ -71,6 +71,17 @@ class CEmitter:
         # element's // or % by one goes through kdsl::floordiv_by / floormod_by (divisor.cuh),
         # told which operands are >= 0 (the dims, sizes, are)
         self.divisors, self.sizes = divisors, sizes
+        self._depths: dict[int, tuple[ir.Expr, int]] = {}  # _min_max_depth by node: id -> (node kept alive, depth)
+
+    def _min_max_depth(self, e: ir.Expr) -> int:
+        """Integer min / max ops on the longest path from e down to a leaf, remembered per node
+        (by identity: an Expr's hash walks its whole tree): asked at every min / max of a nested
+        chain, a walk each took time quadratic in its depth (0.5 of a fuzzed program's 0.9 s)."""
+        hit = self._depths.get(id(e))
+        if hit is None:
+            below = max((self._min_max_depth(x) for x in getattr(e, "args", ())), default=0)
+            hit = self._depths[id(e)] = (e, below + (isinstance(e, ir.Op) and e.op in ("min", "max") and e.ty == "i32"))
+        return hit[1]
 
     def __call__(self, e: ir.Expr) -> str:
         if isinstance(e, ir.Const):
@@ -104,7 +115,7 @@ class CEmitter:
             if e.ty == "f32":
                 return f"f{op}f({a[0]}, {a[1]})"
             text = f"kdsl::i{op}({a[0]}, {a[1]})"
-            return f"kdsl::opaque_value({text})" if _min_max_depth(e) % OPAQUE_EVERY == 0 else text
+            return f"kdsl::opaque_value({text})" if self._min_max_depth(e) % OPAQUE_EVERY == 0 else text
         if op == "abs":
             return f"fabsf({a[0]})" if e.ty == "f32" else f"kdsl::iabs({a[0]})"
         if op == "where":
@@ -180,13 +191,6 @@ class WideEmitter(CEmitter):
 # stays linear. Every OPAQUE_EVERY levels the chain's value goes through kdsl::opaque_value, which
 # the optimizer cannot see through; programs with shallower chains are emitted unchanged.
 OPAQUE_EVERY = 6
-
-
-def _min_max_depth(e: ir.Expr) -> int:
-    """Integer min / max ops on the longest path from e down to a leaf (uncached: an Expr's hash
-    walks its whole tree, and emitting e already walks it)."""
-    below = max((_min_max_depth(x) for x in getattr(e, "args", ())), default=0)
-    return below + (isinstance(e, ir.Op) and e.op in ("min", "max") and e.ty == "i32")
 
 
 def _floor_op(op: str, a, divisor: ir.Expr) -> str:
