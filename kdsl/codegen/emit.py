@@ -345,7 +345,11 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
         # the tile summary of a mask that reads data: 64-query tiles (a step takes one or two) on its key blocks
         elem=_ELEM[k.tensor("q").dtype], bm=tiling.BACKWARD_TILE, bn=plan.keys, poly_exp2=0, lazy_rescale=0,
         tensor_row_sum=_on(False), smem=smem, smem_single=smem_single, threads=plan.threads, entry=entry, tma=plan.tma,
-        fields=fields, v=_variant(k, variables, captures),
+        # the Hopper bodies divide by prepared divisors: NVVM shares one preparation among a step's
+        # elements with no item_warm (H200, backward alone: x1.08-1.39 on seven kernels; warming the
+        # item's divisions there too ran x0.93-0.96, bench/NOTES.md, seventy-seventh session)
+        fields=fields, v=_variant(k, variables, captures,
+                                  item_divisions.divisors(k) if plan.body != "attention_bwd" else ()),
         grad=dict(score=natural(score), dscore=natural(dscore), score_is_s=_on(score == ir.Var("f32", "s")),
                   dscore_const=_on(isinstance(dscore, ir.Const) and math.isfinite(dscore.value)),
                   score_loads=_on(any(isinstance(n, ir.Load) for n in ir.walk(score))),

@@ -1,7 +1,8 @@
 """Integer // and % by a divisor of b, h and the sizes, prepared once an item (kdsl/divisor.cuh,
 passes/item_divisions.py divisors()): the Hopper forward against the float64 reference row by
 row, with divisors of both signs, dividends of both signs, widths from 1 to past N, and the
-plain division (KDSL_MAGIC_DIVISION=0) alike; the backward (plain division) by its gradients."""
+plain division (KDSL_MAGIC_DIVISION=0) alike; the backward's (its Hopper kernel prepares them too,
+since the seventy-seventh session) by its gradients, both ways."""
 import pytest
 
 import kdsl
@@ -49,13 +50,15 @@ def test_prepared_divisors_match_reference_row_by_row(name, shape, magic, monkey
     assert_rows_close(got, ref, f"{name} {shape} magic={magic}")
 
 
+@pytest.mark.parametrize("magic", [True, False], ids=["prepared", "plain"])
 @pytest.mark.parametrize("name", list(PROGRAMS))
-def test_prepared_divisors_backward(name):
+def test_prepared_divisors_backward(name, magic, monkeypatch):
     import torch
+    monkeypatch.setenv("KDSL_DEFINES", "" if magic else "KDSL_MAGIC_DIVISION=0")
     score, mask, decls = PROGRAMS[name]
     mod = kdsl.compile(program(score, mask, name, decls), f"{name}.kd")
     kir = mod.ir[name]
     shape = (2, 8, 4, 600, 700, 128, 29)
     q, k, v, caps, gen = _inputs(kir, shape, 7)
     dout = torch.randn((2, 8, 600, 128), device="cuda", generator=gen).to(q.dtype)
-    check_grads(f"{name} {shape}", getattr(mod, name), kir, q, k, v, caps, dout)
+    check_grads(f"{name} {shape} magic={magic}", getattr(mod, name), kir, q, k, v, caps, dout)

@@ -51,13 +51,15 @@ def main():
     ap.add_argument("--b", default=None, help="KDSL_DEFINES of a second column (none by default)")
     ap.add_argument("--forward", action="store_true", help="the forward's builds (default: the backward's)")
     ap.add_argument("--loading-masks", action="store_true", help="only kernels whose mask loads data")
+    ap.add_argument("--only", help="comma-separated kernel names (default: every kernel of FILES)")
     args = ap.parse_args()
     columns = [args.a] + ([args.b] if args.b is not None else [])
     print("| kernel | D | " + " | ".join(f"[{c or 'default'}]" for c in columns) + " |")
     print("|---|---|" + "---|" * len(columns))
     for f in args.files:
         for k in pipeline.check(parse(Path(f).read_text(), f)):
-            if k.kind == "attention" and (mask_loads(k) or not args.loading_masks):
+            if k.kind == "attention" and (mask_loads(k) or not args.loading_masks) and \
+                    (not args.only or k.name in args.only.split(",")):
                 cols = [resources(k, args.d, defs, not args.forward) for defs in columns]
                 print(f"| {Path(f).stem}:{k.name} | {args.d} | " + " | ".join(cols) + " |", flush=True)
 
