@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""How exactly the forward's tile classes see a data-free mask, with no GPU: on a sample problem
+(one batch, --heads heads, --length queries and keys, every other dim = length) the mask is
+evaluated per element and each tile of the Hopper kernel's (tile_m x tile_n) called truly empty,
+full or partial; the lowered kernel's tile_empty / tile_full are evaluated on the same tiles. A
+row a kernel: the true counts, how many of each the predicates call, and how many partial tiles
+are of the key-bounds class (tile_keys: a key interval per row, no element of the mask). A tile
+truly empty or full that the predicates leave partial is a gap: its elements all evaluate the mask
+(and a truly empty one is computed at all). Masks that read captured data are skipped.
+
+    python3 tools/dev/tile_exactness.py tools/dev/heldout3*.kd [--length 2048 --heads 4] [--only a,b]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from kdsl import ir  # noqa: E402
+from kdsl.grammar import parse  # noqa: E402
+from kdsl.passes import pipeline  # noqa: E402
+from kdsl.passes.target import get_target  # noqa: E402
+from kdsl.semantics import eval_numpy  # noqa: E402
+
+
+def _env(k: ir.Kernel, length: int, heads: int) -> dict:
+    """Every dim = length but the heads' (heads) and the batch's (1)."""
+    q, kv = k.tensor("q").shape, k.tensor("k").shape
+    env = {n.name: length for _, e in k.funcs for n in ir.walk(e) if isinstance(n, ir.Var)}
+    for d, n in ((q[0], 1), (q[1], heads), (kv[1], heads)):
+        if isinstance(d, ir.Var):
+            env[d.name] = n
+    return env
+
+
+def truth(k: ir.Kernel, length: int, heads: int, bm: int, bn: int) -> np.ndarray:
+    """(heads, row tiles, key tiles) of 0 empty, 1 partial, 2 full, from the mask per element."""
+    mask = k.func("mask")
+    tiles = np.zeros((heads, -(-length // bm), -(-length // bn)), dtype=np.int8)
+    pos_q, pos_k = np.arange(length)[:, None], np.arange(length)[None, :]
+    for h in range(heads):
+        with np.errstate(all="ignore"):
+            m = np.broadcast_to(eval_numpy(mask, {**_env(k, length, heads), "b": 0, "h": h, "q": pos_q, "kv": pos_k},
+                                           {}), (length, length)).astype(bool)
+        for r in range(tiles.shape[1]):
+            for c in range(tiles.shape[2]):
+                t = m[r * bm:(r + 1) * bm, c * bn:(c + 1) * bn]
+                tiles[h, r, c] = 2 if t.all() else 1 if t.any() else 0
+    return tiles
+
+
+def called(k: ir.Kernel, name: str, length: int, heads: int, bm: int, bn: int) -> np.ndarray | None:
+    """A tile predicate on every tile of the sample problem (False where the kernel has none)."""
+    e = k.func(name)
+    shape = (heads, -(-length // bm), -(-length // bn))
+    if e is None:
+        return np.zeros(shape, dtype=bool)
+    h, q0, k0 = np.meshgrid(np.arange(heads), np.arange(0, length, bm), np.arange(0, length, bn), indexing="ij")
+    env = {**_env(k, length, heads), "b": 0, "h": h, "q0": q0, "q1": np.minimum(q0 + bm, length) - 1, "k0": k0,
+           "k1": np.minimum(k0 + bn, length) - 1}
+    try:
+        with np.errstate(all="ignore"):
+            return np.broadcast_to(eval_numpy(e, env, {}), shape).astype(bool)
+    except (ArithmeticError, ValueError, KeyError):
+        return None
+
+
+@dataclass(frozen=True)
+class Exactness:
+    """One kernel's tiles on the sample problem: truly empty / full / partial, the empty and full
+    ones its predicates call so, the partial ones of the key-bounds class, and whether a predicate
+    called any tile wrongly."""
+    tile: str
+    empty: int
+    full: int
+    partial: int
+    called_empty: int
+    called_full: int
+    keyed: int
+    unsound: bool
+
+    @property
+    def exact(self) -> bool:
+        return not self.unsound and self.called_empty == self.empty and self.called_full == self.full
+
+    def __str__(self) -> str:
+        if self.unsound:
+            return "UNSOUND: a predicate calls a tile wrongly"
+        return (f"{self.tile}: empty {self.called_empty}/{self.empty}, full {self.called_full}/{self.full}, "
+                f"partial {self.partial} ({self.keyed} by key bounds){'' if self.exact else '  <- gap'}")
+
+
+def exactness(k: ir.Kernel, length: int = 2048, heads: int = 4) -> Exactness | str:
+    """k's Exactness, or why there is none (no mask, a mask that reads data, ...)."""
+    mask = k.func("mask")
+    if mask is None:
+        return "no mask"
+    if any(isinstance(n, ir.Load) for n in ir.walk(mask)):
+        return "reads data (skipped)"
+    low = pipeline.lower(k, get_target("sm_90a"), 128)
+    bm, bn = low.attr("tile_m"), low.attr("tile_n")
+    t = truth(low, length, heads, bm, bn)
+    empty, full, keys = (called(low, n, length, heads, bm, bn) for n in ("tile_empty", "tile_full", "tile_keys"))
+    if empty is None or full is None:
+        return "tile predicates read what the sample cannot give (skipped)"
+    return Exactness(f"{bm}x{bn}", *(int((t == c).sum()) for c in (0, 2, 1)),
+                     int((empty & (t == 0)).sum()), int((full & (t == 2)).sum()),
+                     int((keys & (t == 1) & ~empty & ~full).sum()) if keys is not None else 0,
+                     bool((empty & (t != 0)).any() or (full & (t != 2)).any()))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--length", type=int, default=2048)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--only", help="comma-separated kernel names")
+    args = ap.parse_args()
+    for f in args.files:
+        for k in pipeline.check(parse(Path(f).read_text(), f)):
+            if k.kind == "attention" and (not args.only or k.name in args.only.split(",")):
+                print(f"{Path(f).stem}:{k.name}: {exactness(k, args.length, args.heads)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
