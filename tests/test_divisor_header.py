@@ -94,12 +94,12 @@ def test_every_divisor_near_a_power_of_two_with_the_dividends_that_stress_it(div
     _check(divide, pairs)
 
 
-def test_the_hopper_forward_prepares_an_item_s_divisors_and_the_backward_divides():
+def test_the_hopper_kernels_divide_by_prepared_divisors():
     """The forward's Variant divides `(i - j) % (h + 2)` by the prepared divisor, prepared in
     item_warm (which dominates every use, so NVVM reuses it), the sign flags from the operands'
-    forms (h + 2 and the size W are >= 0, i - j may not be); the backward, which takes no item
-    warm, divides as before (a prepared divisor behind each element's branch divided in 64 bits
-    per element: 65 calls of the division routine in head_stride's backward)."""
+    forms (h + 2 and the size W are >= 0, i - j may not be); so does the backward's, which calls
+    no item_warm: NVVM merges its elements' preparations within a step (head_stride's backward,
+    sm_90a: 4,360 SASS instructions against 5,576 dividing plainly, and x1.36 on an H200)."""
     from kdsl.codegen import emit
     from kdsl.passes.target import get_target
 
@@ -116,4 +116,4 @@ def test_the_hopper_forward_prepares_an_item_s_divisors_and_the_backward_divides
     assert "kdsl::keep_alive(kdsl::make_divisor((h + 2)));" in forward
     assert "kdsl::keep_alive(kdsl::make_divisor(c.dim_W));" in forward
     backward = emit.generate_backward(k, get_target("sm_90a")).source
-    assert "_by<" not in backward and "make_divisor" not in backward
+    assert "kdsl::floormod_by<true, false>((q - kv), (h + 2))" in backward.split("bool mask(")[1].split("}")[0]

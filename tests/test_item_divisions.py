@@ -57,17 +57,13 @@ def test_item_warm_evaluates_them_in_both_widths():
     assert "keep_alive" not in plain.split("item_warm(")[1].split("}")[0]
 
 
-def test_the_backward_divides_by_prepared_divisors_on_hopper_only():
-    """The sm_90a backward's elements divide by a divisor of b, h and the sizes as the forward's do
-    (kdsl::floormod_by: one preparation that NVVM shares among a step's elements); the mma.sync
-    backward (sm_80), which has no such sharing measured, divides each element plainly."""
+def test_the_mma_backward_divides_each_element_plainly():
+    """Prepared divisors serve the Hopper kernels only (test_divisor_header.py): the mma.sync
+    backward (sm_80), whose elements' preparations no one measured merging, divides as before."""
     from kdsl.codegen.emit import generate_backward
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
     from kdsl.passes.target import get_target
-    text = program("j <= i and (i - j) % (h + 2) == 0")
-    hopper = generate_backward(lowered(text, 128), get_target("sm_90a")).source
-    assert "kdsl::floormod_by<true, false>((q - kv), (h + 2))" in hopper.split("bool mask(")[1].split("}")[0]
-    k = pipeline.check(parse(text, "t.kd"))[0]
+    k = pipeline.check(parse(program("j <= i and (i - j) % (h + 2) == 0"), "t.kd"))[0]
     ampere = generate_backward(pipeline.lower(k, get_target("sm_80"), 128), get_target("sm_80")).source
     assert "floormod_by" not in ampere and "kdsl::floormod((q - kv), (h + 2))" in ampere
