@@ -49,8 +49,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import ir
-from ..semantics import eval_numpy
-from . import mask_analysis
+from . import mask_analysis, sample_tiles
 from .int_signs import positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
@@ -149,25 +148,18 @@ class _PartialTiles:
         self.k, self._partial = k, None
 
     def never(self, pred: ir.Expr) -> bool:
-        if not self._evaluable(pred):
+        if not sample_tiles.readable(pred, self.grid):
             return False
-        return not np.any(self._eval(pred) & self._partial_tiles())
-
-    def _evaluable(self, e: ir.Expr) -> bool:
-        return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS)
-                       or (isinstance(n, ir.Var) and n.name not in self.grid)
-                       for n in ir.walk_distinct(e))  # the tile classes share parts: each once
-
-    def _eval(self, e: ir.Expr):
-        with np.errstate(all="ignore"):  # a predicate dividing by h at h = 0 (its 0 is the kernel's)
-            return np.broadcast_to(eval_numpy(e, self.grid, {}), self.shape)
+        values = sample_tiles.evaluate(pred, self.grid, self.shape)
+        return values is not None and not np.any(values & self._partial_tiles())
 
     def _partial_tiles(self):
         if self._partial is None:
             empty, full = self.k.func("tile_empty"), self.k.func("tile_full")
             classes = None if empty is None or full is None else op("bool", "or", empty, full)
-            self._partial = (~self._eval(classes) if classes is not None and self._evaluable(classes)
-                             else np.ones(self.shape, bool))
+            decided = sample_tiles.evaluate(classes, self.grid, self.shape) \
+                if classes is not None and sample_tiles.readable(classes, self.grid) else None
+            self._partial = ~decided if decided is not None else np.ones(self.shape, bool)
         return self._partial
 
 

@@ -43,7 +43,7 @@ import os
 from dataclasses import dataclass
 
 from .. import ir
-from . import float_bounds
+from . import float_bounds, sample_tiles
 from .int_signs import item_level, item_nonnegative, positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
@@ -254,22 +254,15 @@ def visited_tiles(k: ir.Kernel, length: int = 8192, tile: int = 128, heads: int 
     q, kv = k.tensor("q").shape, k.tensor("k").shape
     dims = {d.name: n for d, n in ((q[0], 1), (q[1], heads), (kv[1], heads), (q[2], length), (kv[2], length))
             if isinstance(d, ir.Var)}
-    names = {n.name for n in ir.walk(e) if isinstance(n, ir.Var)}
-    if any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(e)) \
-            or not names <= {"q0", "q1", "k0", "k1", "b", "h", *dims}:
+    if not sample_tiles.readable(e, {"q0", "q1", "k0", "k1", "b", "h", *dims}):
         return None
     import numpy as np
-    from ..semantics import eval_numpy
     start = np.arange(0, length, tile)
     h, q0, k0 = np.meshgrid(np.arange(heads), start, start, indexing="ij")
     env = {**dims, "b": 0, "h": h, "q0": q0, "q1": np.minimum(q0 + tile, length) - 1, "k0": k0,
            "k1": np.minimum(k0 + tile, length) - 1}
-    try:
-        with np.errstate(all="ignore"):  # h = 0 is counted: a predicate dividing by h must not warn
-            empty = np.broadcast_to(eval_numpy(e, env, {}), h.shape)
-    except (ArithmeticError, ValueError):
-        return None
-    return float(np.median((~empty.astype(bool)).sum(axis=2)))
+    empty = sample_tiles.evaluate(e, env, h.shape)
+    return None if empty is None else float(np.median((~empty).sum(axis=2)))
 
 
 def interval(e: ir.Expr, whole: str = "", tensors=(), floats: bool = True) -> Interval:
@@ -596,16 +589,12 @@ def _on_sample_tiles(exprs, length: int, tile: int, heads: int):
     length x length problem at batch 0 and heads 0 .. heads - 1 (every dim = length), one array
     (heads, tiles, tiles) each; None where they cannot be evaluated there."""
     import numpy as np
-    from ..semantics import eval_numpy
     start = np.arange(0, length, tile)
     h, q0, k0 = np.meshgrid(np.arange(heads), start, start, indexing="ij")
     env = {n.name: length for e in exprs for n in ir.walk(e) if isinstance(n, ir.Var)}
     env.update(b=0, h=h, q0=q0, q1=q0 + tile - 1, k0=k0, k1=k0 + tile - 1)
-    try:
-        with np.errstate(all="ignore"):  # a predicate dividing by h counts h = 0 (its 0 is the kernel's)
-            return [np.broadcast_to(eval_numpy(e, env, {}), h.shape).astype(bool) for e in exprs]
-    except (ArithmeticError, ValueError, KeyError):
-        return None
+    values = [sample_tiles.evaluate(e, env, h.shape) for e in exprs]
+    return None if any(v is None for v in values) else values
 
 
 def _replace_nodes(e: ir.Expr, mapping: dict) -> ir.Expr:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from kdsl import ir  # noqa: E402
 from kdsl.grammar import parse  # noqa: E402
-from kdsl.passes import pipeline  # noqa: E402
+from kdsl.passes import pipeline, sample_tiles  # noqa: E402
 from kdsl.passes.target import get_target  # noqa: E402
 from kdsl.semantics import eval_numpy  # noqa: E402
 
@@ -64,11 +64,7 @@ def called(k: ir.Kernel, name: str, length: int, heads: int, bm: int, bn: int) -
     h, q0, k0 = np.meshgrid(np.arange(heads), np.arange(0, length, bm), np.arange(0, length, bn), indexing="ij")
     env = {**_env(k, length, heads), "b": 0, "h": h, "q0": q0, "q1": np.minimum(q0 + bm, length) - 1, "k0": k0,
            "k1": np.minimum(k0 + bn, length) - 1}
-    try:
-        with np.errstate(all="ignore"):
-            return np.broadcast_to(eval_numpy(e, env, {}), shape).astype(bool)
-    except (ArithmeticError, ValueError, KeyError):
-        return None
+    return sample_tiles.evaluate(e, env, shape)
 
 
 @dataclass(frozen=True)
