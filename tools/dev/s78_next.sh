@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The next session's device calls (after the seventy-seventh), each within one call's 600 s:
+#   OUT=... PART="a b" [DEADLINE=520] bash tools/dev/s78_next.sh; logs in $OUT/logs.tgz. An item is
+#   skipped once the call has run DEADLINE seconds.
+#   a: tests/gpu/test_prepared_divisors_gpu.py (its backward now prepared and plain, f3740d7) and
+#      held-out set 34's `kdsl check --grad` (never on a GPU).
+#   b: held-out set 34 against Flex, forward and fwd+bwd (image_rows_cols' backward spills 24 B).
+#   c: the backward's load balance: gqa_block_phase's busy CTAs (128 of 1024 at 2x16x4096², a key
+#      block each) walk up to 64 query steps against 32 a SM on average (a host count of its tile
+#      classes, seventy-seventh session): the backward alone with the query tiles split 2 and 4 ways
+#      (KDSL_BWD_QUERY_SPLITS), beside head_count_stripes and dilated_globals (balanced: a control).
+# Order: a, b, c. If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
+set -uo pipefail
+L=$OUT/logs; mkdir -p $L
+save() { tar czf $OUT/logs.tgz -C $OUT logs; }
+late() { [ $SECONDS -gt ${DEADLINE:-520} ] && echo "skipped (deadline): $*"; }
+check() {  # file kernel
+  late $2 && return
+  timeout 90 kdsl check $1 --kernel $2 --grad --seed 78 > $L/check-$(basename $1 .kd)-$2.log 2>&1
+  echo "$(basename $1 .kd):$2 rc $? $(grep -i 'cases pass\|fail' $L/check-$(basename $1 .kd)-$2.log | tr '\n' ' ' | cut -c1-160)"
+}
+bench() {  # name file [args]
+  late $1 && return
+  timeout 200 kdsl bench $2 ${@:3} --vs flex --reps 10 --seed 0 --shapes B=2,H=16,M=4096,N=4096,D=128 -o $L/bench-$1 \
+    > $L/bench-$1.log 2>&1
+  echo "[$1]"; grep -h "|" $L/bench-$1/*.md | cut -d'|' -f2-11 | tail -9
+  save
+}
+ab() {  # file programs
+  late $2 && return
+  timeout 200 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape 2,16,4096,4096,128 --reps 10 --seed 0 \
+    --variants="default;KDSL_BWD_QUERY_SPLITS=2;KDSL_BWD_QUERY_SPLITS=4" > $L/ab-$(basename $1 .kd).log 2>&1
+  echo "[ab $1]"; grep "^|\|regs" $L/ab-$(basename $1 .kd).log
+  save
+}
+for part in ${PART:-a}; do
+case $part in
+a)
+  late prepared || { timeout 250 python3 -m pytest -q tests/gpu/test_prepared_divisors_gpu.py > $L/pytest-divisors.log 2>&1
+    echo "prepared divisors: $(tail -1 $L/pytest-divisors.log)"; }
+  for k in multi_scale_window offset_sinks_window doc_len_300 anti_causal_softcap group_causal_window image_rows_cols \
+      tiered_head_window symmetric_alibi; do check tools/dev/heldout34.kd $k; done
+  save ;;
+b)
+  bench h34 tools/dev/heldout34.kd
+  bench h34-bwd tools/dev/heldout34.kd --backward ;;
+c)
+  ab tools/dev/heldout33.kd gqa_block_phase
+  ab tools/dev/heldout32.kd head_count_stripes,dilated_globals ;;
+esac
+done
