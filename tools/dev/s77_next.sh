@@ -12,21 +12,7 @@
 #      Flex, fwd+bwd (the divisors of sizes, forward only so far).
 # Order: a, b, c. If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
-L=$OUT/logs; mkdir -p $L
-save() { tar czf $OUT/logs.tgz -C $OUT logs; }
-late() { [ $SECONDS -gt ${DEADLINE:-520} ] && echo "skipped (deadline): $*"; }
-check() {  # file kernel
-  late $2 && return
-  timeout 60 kdsl check $1 --kernel $2 --grad --seed 77 > $L/check-$(basename $1 .kd)-$2.log 2>&1
-  echo "$(basename $1 .kd):$2 rc $? $(grep -i 'cases pass\|fail' $L/check-$(basename $1 .kd)-$2.log | tr '\n' ' ' | cut -c1-160)"
-}
-bench() {  # name file [args]
-  late $1 && return
-  timeout 200 kdsl bench $2 ${@:3} --vs flex --reps 10 --seed 0 --shapes B=2,H=16,M=4096,N=4096,D=128 -o $L/bench-$1 \
-    > $L/bench-$1.log 2>&1
-  echo "[$1]"; grep -h "|" $L/bench-$1/*.md | cut -d'|' -f2-11 | tail -9
-  save
-}
+source tools/dev/device_steps.sh
 for part in ${PART:-a}; do
 case $part in
 a)

@@ -9,22 +9,8 @@
 #   that did not land (it changed nothing where a divisor is prepared and cost x0.93-0.96 where only
 #   the item's divisions were warmed), so on main the third variant is the default's build.
 set -uo pipefail
-L=$OUT/logs; mkdir -p $L
-save() { tar czf $OUT/logs.tgz -C $OUT logs; }
-late() { [ $SECONDS -gt ${DEADLINE:-520} ] && echo "skipped (deadline): $*"; }
-check() {  # file kernel
-  late $2 && return
-  timeout 60 kdsl check $1 --kernel $2 --grad --seed 77 > $L/check-$(basename $1 .kd)-$2.log 2>&1
-  echo "$(basename $1 .kd):$2 rc $? $(grep -i 'cases pass\|fail' $L/check-$(basename $1 .kd)-$2.log | tr '\n' ' ' | cut -c1-160)"
-}
-ab() {  # file programs
-  late $2 && return
-  timeout 200 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape 2,16,4096,4096,128 --reps 10 --seed 0 \
-    --variants="default;-DKDSL_MAGIC_DIVISION=0 -DKDSL_BWD_ITEM_WARM=0;-DKDSL_BWD_ITEM_WARM=0" \
-    > $L/ab-$(basename $1 .kd).log 2>&1
-  echo "[ab $1]"; tail -n 30 $L/ab-$(basename $1 .kd).log | grep -v "^ *$"
-  save
-}
+source tools/dev/device_steps.sh
+AB_VARIANTS="default;-DKDSL_MAGIC_DIVISION=0 -DKDSL_BWD_ITEM_WARM=0;-DKDSL_BWD_ITEM_WARM=0"
 check tools/dev/heldout32.kd head_count_stripes
 check tools/dev/divisors.kd head_stride
 check tools/dev/divisors.kd runtime_natten
