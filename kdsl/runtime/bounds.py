@@ -11,6 +11,7 @@ import numpy
 
 from .. import ir
 from ..errors import LaunchError
+from ..passes.int_signs import POSITIONS, item_level
 from ..semantics import I32_MAX, I32_MIN, eval_numpy, scalar_op
 
 INF = math.inf
@@ -275,18 +276,16 @@ def _divisions(e: ir.Expr, guards: tuple):
             yield from _divisions(a, guards)
 
 
-POSITIONS = ("q", "kv", "q0", "q1", "k0", "k1", "kvt")
-
-
 def _kind(e: ir.Expr, ranges: dict) -> str:
-    """'item': e reads the batch and head indices and the sizes at most; 'positions': the
-    query and key positions too; 'data': a captured tensor or the score (no bound to judge)."""
+    """'item': e reads the batch and head indices and the sizes at most (int_signs.item_level, as
+    the passes judge it); 'positions': the query and key positions too; 'data': a captured tensor
+    or the score (no bound to judge)."""
+    if item_level(e):
+        return "item"
     if any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(e)):
         return "data"
     names = {n.name for n in ir.walk(e) if isinstance(n, ir.Var)}
-    if not names <= {"b", "h", *POSITIONS, *_sizes(ranges)}:
-        return "data"
-    return "positions" if names & set(POSITIONS) else "item"
+    return "positions" if names <= {"b", "h", *POSITIONS, *_sizes(ranges)} else "data"
 
 
 def _sizes(ranges: dict) -> dict:
