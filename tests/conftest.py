@@ -7,6 +7,17 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "samples").glob("*.kd"))
 
 
+@functools.cache
+def dev_tool(name: str):
+    """tools/dev/NAME.py as a module (registered under its name: a dataclass in it looks itself up)."""
+    import importlib.util
+    import sys
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "dev" / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def lowered(text: str, d: int = 64, **attrs):
     """The first kernel of a program text, lowered for sm_90a at head dim d (attrs fixed first)."""
     from kdsl.grammar import parse

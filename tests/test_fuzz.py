@@ -135,6 +135,22 @@ def test_nested_quotients_compile_within_the_bound():
     assert seconds.user < SLOW_S, seconds
 
 
+def test_nested_abs_sums_compile_within_the_bound():
+    """Regression (the fuzz test drew it, seventy-seventh session): `abs(abs(...) + i) + i < 3`
+    eight levels deep took 2.4 s once mask analysis tried comparisons that read a position twice
+    at their tile corners, judging each on a sample problem, for every comparison the key bounds'
+    solver derived; only the tile classes try them now (0.2 s here)."""
+    inner = "(i - j)"
+    for _ in range(4):
+        inner = f"(abs(abs({inner})) + i)"
+    text = ("attention t {\n    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+            f"    mask(b, h, i, j) = {inner} < 3 and {inner} >= -5\n}}\n")
+    seconds = _cpu_seconds(text)
+    if seconds.user >= SLOW_S:
+        seconds = min(seconds, _fresh_process_seconds(text), key=lambda s: s.user)
+    assert seconds.user < SLOW_S, seconds
+
+
 def test_nested_min_max_emits_within_the_bound():
     """Regression (CI's fuzz test drew it, seventy-sixth session): five levels of `where(i < j,
     ((min(max(max(where(...), 2), j - 3), j - 3), i) * 2) * 2)` took 0.80-1.04 s, half of it in

@@ -22,8 +22,10 @@ bounded as 0 / 1. Not where the score itself loads data per element (whole_tiles
 indices each take at most two values over the block
 (`blocks[b, h, i // 128, j // 128]`, a block-sparse table) is read at those values: exact where
 no tile straddles a block, with no summary; so is a comparison of the positions' blocks alone
-with a remainder of them (BigBird's hashed blocks, _block_corners). What is left stays unknown and
-falls back to the per-element check.
+with a remainder of them (BigBird's hashed blocks, _block_corners), and an order comparison that
+reads a position twice but moves one way along each (`i - j <= 64 + i // 4`: monotone.py,
+_monotone_corners) at the tile's four corners. What is left stays unknown and falls back to the
+per-element check.
 Integer `//` and `%` are bounded by a divisor the same over the block and at least 1: a constant,
 `max(blk[b], 1)`, or one of b, h and the sizes that cannot be negative (`8 * H`: int_signs.py).
 Float comparisons are bounded too (float_bounds.py).
@@ -43,7 +45,7 @@ import os
 from dataclasses import dataclass
 
 from .. import ir
-from . import float_bounds, sample_tiles
+from . import float_bounds, monotone, sample_tiles
 from .int_signs import item_level, item_nonnegative, positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
@@ -68,7 +70,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
         return k.with_attrs(mask_tiles="none")
     # Predicates already given (a tuned program's IR) are kept: the tune guard checked them.
     if k.func("tile_empty") is None or k.func("tile_full") is None:
-        t = _Analysis(whole_tiles(k), k.tensors, float_masks(k)).truth(mask)
+        t = _Analysis(whole_tiles(k), k.tensors, float_masks(k), monotone=True).truth(mask)
         for name, derived in (("tile_empty", t.never), ("tile_full", t.always)):
             if k.func(name) is None:
                 k = k.with_func(name, simplify(derived))
@@ -285,9 +287,13 @@ class _Analysis:
     """One analysis, remembering the size of every expression it has measured, so that
     keeping derived expressions within the budget costs O(1) per new node."""
 
-    def __init__(self, whole: str = "", tensors=(), floats: bool = True):
+    def __init__(self, whole: str = "", tensors=(), floats: bool = True, monotone: bool = False):
         self.whole = whole  # which data read at q and kv may be bounded over the whole block
         self.floats = floats  # float comparisons bounded (float_masks)
+        # comparisons tried at their corners (_monotone_corners): for the tile classes alone, not
+        # the key bounds' solver, which asks about hundreds of derived comparisons (each judged on
+        # a sample problem: a fuzzed nested abs took 2.4 s)
+        self.monotone = monotone
         self.tensors = {t.name: t for t in tensors}  # for _corners: element types and shapes
         self._corner_memo: dict = {}  # _corners per load: _whole_block asks before _truth does
         self._costs: dict[int, tuple[ir.Expr, int, int]] = {}  # id -> (expr kept alive, nodes, depth)
@@ -497,11 +503,12 @@ class _Analysis:
             if None in (a.lo, a.hi, b.lo, b.hi) and self.floats and any(float_bounds.in_reals(x) for x in e.args) \
                     and not any(isinstance(n, ir.Load) for n in ir.walk(e)):  # `dy * dy + dx * dx <= 20`, in reals
                 return self._float_compare(ir.Op("bool", e.op, tuple(ir.Op("f32", "float", (x,)) for x in e.args)))
-            t, corners = _compare(e.op, a, b), _block_corners(e)
-            if corners is None or not _decides_more(corners, t):
-                return t
-            # either decides: the corners need two blocks a tile at most, intervals none
-            return Truth(op("bool", "or", t.always, corners.always), op("bool", "or", t.never, corners.never))
+            t = _compare(e.op, a, b)
+            # either decides: the block corners need two blocks a tile at most, intervals none
+            for corners in (_block_corners(e), _monotone_corners(e) if self.monotone else None):
+                if corners is not None and _decides_more(corners, t):
+                    t = Truth(op("bool", "or", t.always, corners.always), op("bool", "or", t.never, corners.never))
+            return t
         if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "f32" and self.floats:
             return self._float_compare(e)
         if e.op == "where" and e.ty == "bool":
@@ -569,6 +576,35 @@ def _block_corners(e: ir.Expr) -> Truth | None:
     values = [simplify(ir.substitute(rest, dict(zip(names, combo)))) for combo in itertools.product(*choices)]
     every = lambda xs: functools.reduce(lambda x, y: op("bool", "and", x, y), xs, narrow)  # noqa: E731
     return Truth(every(values), every(op("bool", "not", v) for v in values))
+
+
+# The largest comparison (nodes written out) tried at its corners: whether they decide more is
+# judged on a sample problem, some 20 ms for a comparison of ten nested quotients against ~1 ms
+# for a short one, and the masks it serves are short.
+_MONOTONE_NODES = 40
+
+
+def _monotone_corners(e: ir.Op) -> Truth | None:
+    """An order comparison of integers that reads a position more than once (`i - j <= 64 + i //
+    4`), where intervals take each reading as free: if its sides' difference moves one way along
+    each position it reads (monotone.py), it takes its extremes over a tile at the tile's corners,
+    and the comparison at the corners decides the tile exactly. None where that does not hold."""
+    nodes = list(itertools.islice(ir.walk(e), _MONOTONE_NODES + 1))
+    if e.op not in ("lt", "le", "gt", "ge") or len(nodes) > _MONOTONE_NODES \
+            or any(isinstance(n, ir.Load) for n in nodes):
+        return None
+    reads = [n.name for n in nodes if isinstance(n, ir.Var) and n.name in ("q", "kv")]
+    if len(reads) == len(set(reads)):
+        return None  # each position read once: the intervals are exact already
+    diff = ir.Op("i32", "sub", e.args)
+    ends = {"q": ("q0", "q1"), "kv": ("k0", "k1")}
+    used = sorted(set(reads))
+    if not all(monotone.one_way(diff, v) for v in used):
+        return None
+    values = [simplify(ir.substitute(e, {v: _v(end) for v, end in zip(used, combo)}))
+              for combo in itertools.product(*(ends[v] for v in used))]
+    every = lambda xs: functools.reduce(lambda x, y: op("bool", "and", x, y), xs)  # noqa: E731
+    return Truth(every(values), every([op("bool", "not", v) for v in values]))
 
 
 def _decides_more(x: Truth, y: Truth, length: int = 8192, tile: int = 128, heads: int = 16) -> bool:
