@@ -77,3 +77,11 @@ def test_corners_are_taken_only_where_they_can_decide_more():
     for mask in ("abs(i - 2 * j) <= 64 + i // 8", "i - j <= 64"):
         e = pipeline.check(parse(program(None, mask), "t.kd"))[0].func("mask")
         assert _monotone_corners(e) is None, mask
+
+
+def test_the_corners_switch_off_for_timing(monkeypatch):
+    """KDSL_MONOTONE_CORNERS=0 leaves the tile classes as the intervals alone make them."""
+    monkeypatch.setenv("KDSL_MONOTONE_CORNERS", "0")
+    k = pipeline.check(parse(program(None, "j <= i and i - j <= 64 + i // 4"), "t.kd"))[0]
+    got = tile_exactness.exactness(k)
+    assert not got.unsound and not got.exact, got

@@ -70,7 +70,9 @@ def run(k: ir.Kernel) -> ir.Kernel:
         return k.with_attrs(mask_tiles="none")
     # Predicates already given (a tuned program's IR) are kept: the tune guard checked them.
     if k.func("tile_empty") is None or k.func("tile_full") is None:
-        t = _Analysis(whole_tiles(k), k.tensors, float_masks(k), monotone=True).truth(mask)
+        # KDSL_MONOTONE_CORNERS=0: no comparison decided at its corners (_monotone_corners; A/B timing)
+        monotone = os.environ.get("KDSL_MONOTONE_CORNERS", "1") != "0"
+        t = _Analysis(whole_tiles(k), k.tensors, float_masks(k), monotone=monotone).truth(mask)
         for name, derived in (("tile_empty", t.never), ("tile_full", t.always)):
             if k.func(name) is None:
                 k = k.with_func(name, simplify(derived))

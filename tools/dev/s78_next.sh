@@ -4,7 +4,10 @@
 #   skipped once the call has run DEADLINE seconds.
 #   a: tests/gpu/test_prepared_divisors_gpu.py (its backward now prepared and plain, f3740d7) and
 #      held-out set 34's `kdsl check --grad` (never on a GPU).
-#   b: held-out set 34 against Flex, forward and fwd+bwd (image_rows_cols' backward spills 24 B).
+#      Held-out 12's growing_window, whose tile classes the monotone corners made exact (never run).
+#   b: held-out set 34 against Flex, forward and fwd+bwd (image_rows_cols' backward spills 24 B);
+#      growing_window forward and fwd+bwd against Flex, with the corners and without
+#      (KDSL_MONOTONE_CORNERS=0: its tile classes as before, 772 / 788 empty tiles, 72 / 84 full).
 #   c: the backward's load balance: gqa_block_phase's busy CTAs (128 of 1024 at 2x16x4096², a key
 #      block each) walk up to 64 query steps against 32 a SM on average (a host count of its tile
 #      classes, seventy-seventh session): the backward alone with the query tiles split 2 and 4 ways
@@ -20,10 +23,15 @@ a)
     echo "prepared divisors: $(tail -1 $L/pytest-divisors.log)"; }
   for k in multi_scale_window offset_sinks_window doc_len_300 anti_causal_softcap group_causal_window image_rows_cols \
       tiered_head_window symmetric_alibi; do check tools/dev/heldout34.kd $k; done
+  check tools/dev/heldout12.kd growing_window
   save ;;
 b)
   bench h34 tools/dev/heldout34.kd
-  bench h34-bwd tools/dev/heldout34.kd --backward ;;
+  bench h34-bwd tools/dev/heldout34.kd --backward
+  bench h12-growing tools/dev/heldout12.kd --only growing_window
+  KDSL_MONOTONE_CORNERS=0 bench h12-growing-off tools/dev/heldout12.kd --only growing_window
+  bench h12-growing-bwd tools/dev/heldout12.kd --only growing_window --backward
+  KDSL_MONOTONE_CORNERS=0 bench h12-growing-bwd-off tools/dev/heldout12.kd --only growing_window --backward ;;
 c)
   ab tools/dev/heldout33.kd gqa_block_phase
   ab tools/dev/heldout32.kd head_count_stripes,dilated_globals ;;
