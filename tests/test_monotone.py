@@ -61,10 +61,15 @@ def test_a_step_bound_holds_at_every_point(text, var, seed):
     assert diff.min() >= bound[0] and diff.max() <= bound[1], (text, var, bound, diff.min(), diff.max())
 
 
-def test_a_window_growing_with_the_query_is_exact_on_every_tile():
-    """`i - j <= 64 + i // 4` reads i twice: intervals left the tiles along its edge partial
-    (772 of 788 empty tiles called so at 2048², 72 of 84 full); the corners decide all."""
-    k = pipeline.check(parse(program(None, "j <= i and i - j <= 64 + i // 4"), "t.kd"))[0]
+@pytest.mark.parametrize("mask", [
+    "j <= i and i - j <= 64 + i // 4",                # 772 of 788 empty tiles, 72 of 84 full by intervals
+    "j <= i and j >= i - i // 2",                     # 676 of 704, 168 of 196
+    "j <= i and (i - j) * 4 <= i + 256 * (h + 1)",    # 734 of 747, 113 of 128
+])
+def test_windows_growing_with_the_query_are_exact_on_every_tile(mask):
+    """Each reads i twice: intervals left the tiles along the window's edge partial (counts at
+    2048², 4 heads); the corners decide all, at ragged shapes too."""
+    k = pipeline.check(parse(program(None, mask), "t.kd"))[0]
     for rows, keys in ((2048, 2048), (1000, 3000), (3000, 1000)):
         got = tile_exactness.exactness(k, rows, keys)
         assert got.exact and got.empty and got.full, (rows, keys, got)
