@@ -4,7 +4,8 @@
 evaluated per element and each tile of the Hopper kernel's (tile_m x tile_n) called truly empty,
 full or partial; the lowered kernel's tile_empty / tile_full are evaluated on the same tiles. A
 row a kernel: the true counts, how many of each the predicates call, and how many partial tiles
-are of the key-bounds class (tile_keys: a key interval per row, no element of the mask). A tile
+run by key bounds (a key interval per row, no element of the mask: attr kv_bounds "interval", or
+its tile predicate tile_keys where the interval holds on some tiles only). A tile
 truly empty or full that the predicates leave partial is a gap: its elements all evaluate the mask
 (and a truly empty one is computed at all). Masks that read captured data are skipped.
 
@@ -103,6 +104,8 @@ def exactness(k: ir.Kernel, rows: int = 2048, keys: int = 2048, heads: int = 4) 
     bm, bn = low.attr("tile_m"), low.attr("tile_n")
     t = truth(low, rows, keys, heads, bm, bn)
     empty, full, keyed = (called(low, n, rows, keys, heads, bm, bn) for n in ("tile_empty", "tile_full", "tile_keys"))
+    if low.attr("kv_bounds") == "interval":  # every partial tile keeps one key interval a row (kv_bounds.py)
+        keyed = np.ones_like(t, dtype=bool)
     if empty is None or full is None:
         return "tile predicates read what the sample cannot give (skipped)"
     return Exactness(f"{bm}x{bn}", *(int((t == c).sum()) for c in (0, 2, 1)),
