@@ -545,6 +545,9 @@ def _ever_narrow(narrow: ir.Expr, length: int = 8192, tile: int = 64) -> bool:
     return values is None or bool(values[0].any())
 
 
+_TILE_ENDS = {"q": ("q0", "q1"), "kv": ("k0", "k1")}  # a position's first and last value on a tile
+
+
 def _block_corners(e: ir.Expr) -> Truth | None:
     """A comparison that reads the positions only through their blocks `q // c`, `kv // c` (a
     constant c > 1; two such quotients at most) and takes a remainder of them, where intervals
@@ -567,17 +570,15 @@ def _block_corners(e: ir.Expr) -> Truth | None:
     if ir.uses(rest, "q") or ir.uses(rest, "kv") or not any(
             isinstance(n, ir.Op) and n.op == "mod" and any(ir.uses(n, x) for x in names) for n in ir.walk(rest)):
         return None
-    ends = {"q": ("q0", "q1"), "kv": ("k0", "k1")}
     narrow, choices = TRUE, []
     for t in terms:
-        lo, hi = (op("i32", "floordiv", _v(end), t.args[1]) for end in ends[t.args[0].name])
+        lo, hi = (op("i32", "floordiv", _v(end), t.args[1]) for end in _TILE_ENDS[t.args[0].name])
         narrow = op("bool", "and", narrow, op("bool", "le", op("i32", "sub", hi, lo), const("i32", 1)))
         choices.append((lo, hi))
     if not _ever_narrow(narrow):
         return None
     values = [simplify(ir.substitute(rest, dict(zip(names, combo)))) for combo in itertools.product(*choices)]
-    every = lambda xs: functools.reduce(lambda x, y: op("bool", "and", x, y), xs, narrow)  # noqa: E731
-    return Truth(every(values), every(op("bool", "not", v) for v in values))
+    return _at_every(values, narrow)
 
 
 # The largest comparison (nodes written out) tried at its corners: whether they decide more is
@@ -599,21 +600,26 @@ def _monotone_corners(e: ir.Op) -> Truth | None:
     if len(reads) == len(set(reads)):
         return None  # each position read once: the intervals are exact already
     diff = ir.Op("i32", "sub", e.args)
-    ends = {"q": ("q0", "q1"), "kv": ("k0", "k1")}
     used = sorted(set(reads))
     if not all(monotone.one_way(diff, v) for v in used):
         return None
     values = [simplify(ir.substitute(e, {v: _v(end) for v, end in zip(used, combo)}))
-              for combo in itertools.product(*(ends[v] for v in used))]
-    every = lambda xs: functools.reduce(lambda x, y: op("bool", "and", x, y), xs)  # noqa: E731
-    return Truth(every(values), every([op("bool", "not", v) for v in values]))
+              for combo in itertools.product(*(_TILE_ENDS[v] for v in used))]
+    return _at_every(values, TRUE)
+
+
+def _at_every(values: list[ir.Expr], given: ir.Expr) -> Truth:
+    """A comparison evaluated at every corner a tile can take (values): it holds on the tile where
+    it holds at each, and never where it fails at each, both only where `given` holds."""
+    every = lambda xs: functools.reduce(lambda x, y: op("bool", "and", x, y), xs, given)  # noqa: E731
+    return Truth(every(values), every(op("bool", "not", v) for v in values))
 
 
 def _decides_more(x: Truth, y: Truth, length: int = 8192, tile: int = 128, heads: int = 16) -> bool:
     """Whether x decides some 128 x 128 tile of a length x length problem (its first `heads`
-    heads; every other dim = length) that y leaves undecided: the block corners' code is worth
-    its registers only then (a remainder of blocks of 32, four a tile, or `(i // 64 - j // 64) %
-    2 == 0`, whose 128-wide tiles hold both parities, would only cost them). A predicate the
+    heads; every other dim = length) that y leaves undecided: the block or monotone corners' code
+    is worth its registers only then (a remainder of blocks of 32, four a tile, or `(i // 64 - j //
+    64) % 2 == 0`, whose 128-wide tiles hold both parities, would only cost them). A predicate the
     probe cannot evaluate counts as deciding."""
     values = _on_sample_tiles((x.always, x.never, y.always, y.never), length, tile, heads)
     if values is None:
