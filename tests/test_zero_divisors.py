@@ -41,7 +41,8 @@ def _floor(op, a, b):
     ("j <= i and (i - j) % (H - 4) == 0", dict(B=1, H=4), "which is 0 at every (b, h)"),
     # the branch is taken at h = 0 too: no guard
     ("j <= i and where(h >= 0, (i - j) // h, 0) < 4", dict(B=1, H=2), "(i - j) // h divides by h"),
-    ("i % (j - i + 1) == 0", dict(B=1, H=1), "divides by j - i + 1, which ranges over [-"),
+    # j - i + 1 spans [2 - M, N]: 0 lies inside (at its lower end when M = 2)
+    ("i % (j - i + 1) == 0", dict(B=1, H=1), "divides by j - i + 1, which ranges over [{lo}, {N}]"),
     # the guard chooses it at h = 3 only: named there
     ("j <= i and where(h > 2, (i - j) // (H - 4), 0) < 4", dict(B=2, H=4), "divides by H - 4, which is 0 at h = 3"),
 ])
@@ -51,6 +52,7 @@ def test_a_divisor_that_is_zero_for_the_call_s_shapes_is_refused(mask, shape, sa
     M, N = (int(x) for x in rng.integers(2, 40, 2))
     with pytest.raises(LaunchError) as e:
         mod.t(*_inputs(rng, shape["B"], shape["H"], M, N))
+    said = said.format(lo=2 - M, N=N)
     assert said in str(e.value) and "in mask()" in str(e.value) and "ZeroDivisionError" in str(e.value)
 
 
