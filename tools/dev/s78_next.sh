@@ -5,14 +5,16 @@
 #   a: tests/gpu/test_prepared_divisors_gpu.py (its backward now prepared and plain, f3740d7) and
 #      held-out set 34's `kdsl check --grad` (never on a GPU).
 #      Held-out 12's growing_window, whose tile classes the monotone corners made exact (never run).
-#   b: held-out set 34 against Flex, forward and fwd+bwd (image_rows_cols' backward spills 24 B);
+#   b: held-out sets 34 and 35 against Flex, forward and fwd+bwd (image_rows_cols' backward spills 24 B;
+#      set 35's lsh_local 120 B, axial_causal 8 B, relpos_2d 16 B and its forward 16 B);
 #      growing_window forward and fwd+bwd against Flex, with the corners and without
 #      (KDSL_MONOTONE_CORNERS=0: its tile classes as before, 772 / 788 empty tiles, 72 / 84 full).
 #   c: the backward's load balance: gqa_block_phase's busy CTAs (128 of 1024 at 2x16x4096², a key
 #      block each) walk up to 64 query steps against 32 a SM on average (a host count of its tile
 #      classes, seventy-seventh session): the backward alone with the query tiles split 2 and 4 ways
 #      (KDSL_BWD_QUERY_SPLITS), beside head_count_stripes and dilated_globals (balanced: a control).
-# Order: a, b, c. If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
+#   d: held-out set 35's `kdsl check --grad` (seventy-eighth session, never on a GPU).
+# Order: a, d, b, c. If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=78 CHECK_TIMEOUT=90 AB_VARIANTS="default;KDSL_BWD_QUERY_SPLITS=2;KDSL_BWD_QUERY_SPLITS=4"
@@ -25,9 +27,15 @@ a)
       tiered_head_window symmetric_alibi; do check tools/dev/heldout34.kd $k; done
   check tools/dev/heldout12.kd growing_window
   save ;;
+d)
+  for k in axial_causal clamped_band alternating_direction lsh_local chunk_flat_bias aligned_cross relpos_2d \
+      cos_window; do check tools/dev/heldout35.kd $k; done
+  save ;;
 b)
   bench h34 tools/dev/heldout34.kd
   bench h34-bwd tools/dev/heldout34.kd --backward
+  bench h35 tools/dev/heldout35.kd
+  bench h35-bwd tools/dev/heldout35.kd --backward
   bench h12-growing tools/dev/heldout12.kd --only growing_window
   KDSL_MONOTONE_CORNERS=0 bench h12-growing-off tools/dev/heldout12.kd --only growing_window
   bench h12-growing-bwd tools/dev/heldout12.kd --only growing_window --backward
