@@ -1,4 +1,4 @@
-"""passes/mask_analysis.py _block_corners: a comparison that reads the positions only through
+"""passes/tile_corners.py block_corners: a comparison that reads the positions only through
 their blocks (`i // 64`, `j // 64`) and takes a remainder of them, where intervals lose the order
 (BigBird's hashed random blocks), is decided per tile at each combination of the blocks the tile
 holds: sound on any block, and exact on the tile grid where a tile holds two blocks or fewer."""

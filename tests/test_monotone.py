@@ -78,10 +78,10 @@ def test_windows_growing_with_the_query_are_exact_on_every_tile(mask):
 def test_corners_are_taken_only_where_they_can_decide_more():
     """Not where abs turns back (`abs(i - 2 * j) <= 64 + i // 8` reads i twice), nor where each
     position is read once (`i - j <= 64`: the intervals are exact already)."""
-    from kdsl.passes.mask_analysis import _monotone_corners
+    from kdsl.passes.tile_corners import monotone_corners
     for mask in ("abs(i - 2 * j) <= 64 + i // 8", "i - j <= 64"):
         e = pipeline.check(parse(program(None, mask), "t.kd"))[0].func("mask")
-        assert _monotone_corners(e) is None, mask
+        assert monotone_corners(e) is None, mask
 
 
 def test_the_corners_switch_off_for_timing(monkeypatch):

@@ -22,9 +22,9 @@ bounded as 0 / 1. Not where the score itself loads data per element (whole_tiles
 indices each take at most two values over the block
 (`blocks[b, h, i // 128, j // 128]`, a block-sparse table) is read at those values: exact where
 no tile straddles a block, with no summary; so is a comparison of the positions' blocks alone
-with a remainder of them (BigBird's hashed blocks, _block_corners), and an order comparison that
-reads a position twice but moves one way along each (`i - j <= 64 + i // 4`: monotone.py,
-_monotone_corners) at the tile's four corners. What is left stays unknown and falls back to the
+with a remainder of them (BigBird's hashed blocks), and an order comparison that reads a
+position twice but moves one way along each (`i - j <= 64 + i // 4`: monotone.py) at the tile's
+four corners (both tile_corners.py). What is left stays unknown and falls back to the
 per-element check.
 Integer `//` and `%` are bounded by a divisor the same over the block and at least 1: a constant,
 `max(blk[b], 1)`, or one of b, h and the sizes that cannot be negative (`8 * H`: int_signs.py).
@@ -45,7 +45,7 @@ import os
 from dataclasses import dataclass
 
 from .. import ir
-from . import float_bounds, monotone, sample_tiles
+from . import float_bounds, sample_tiles, tile_corners
 from .int_signs import item_level, item_nonnegative, positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
@@ -70,7 +70,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
         return k.with_attrs(mask_tiles="none")
     # Predicates already given (a tuned program's IR) are kept: the tune guard checked them.
     if k.func("tile_empty") is None or k.func("tile_full") is None:
-        # KDSL_MONOTONE_CORNERS=0: no comparison decided at its corners (_monotone_corners; A/B timing)
+        # KDSL_MONOTONE_CORNERS=0: no comparison decided at its corners (tile_corners.monotone_corners; A/B timing)
         monotone = os.environ.get("KDSL_MONOTONE_CORNERS", "1") != "0"
         t = _Analysis(whole_tiles(k), k.tensors, float_masks(k), monotone=monotone).truth(mask)
         for name, derived in (("tile_empty", t.never), ("tile_full", t.always)):
@@ -292,7 +292,7 @@ class _Analysis:
     def __init__(self, whole: str = "", tensors=(), floats: bool = True, monotone: bool = False):
         self.whole = whole  # which data read at q and kv may be bounded over the whole block
         self.floats = floats  # float comparisons bounded (float_masks)
-        # comparisons tried at their corners (_monotone_corners): for the tile classes alone, not
+        # comparisons tried at their corners (tile_corners.monotone_corners): for the tile classes alone, not
         # the key bounds' solver, which asks about hundreds of derived comparisons (each judged on
         # a sample problem: a fuzzed nested abs took 2.4 s)
         self.monotone = monotone
@@ -404,7 +404,7 @@ class _Analysis:
             top = op("i32", "sub", dim, const("i32", 1))
             clamp = lambda v: op("i32", "min", op("i32", "max", v, const("i32", 0)), top)
             choices.append((clamp(i.lo), clamp(i.hi)))
-        if not _ever_narrow(narrow):
+        if not tile_corners.ever_narrow(narrow):
             return None
         return narrow, [ir.Load(ty=e.ty, tensor=e.tensor, indices=tuple(c)) for c in itertools.product(*choices)]
 
@@ -507,9 +507,9 @@ class _Analysis:
                 return self._float_compare(ir.Op("bool", e.op, tuple(ir.Op("f32", "float", (x,)) for x in e.args)))
             t = _compare(e.op, a, b)
             # either decides: the block corners need two blocks a tile at most, intervals none
-            for corners in (_block_corners(e), _monotone_corners(e) if self.monotone else None):
-                if corners is not None and _decides_more(corners, t):
-                    t = Truth(op("bool", "or", t.always, corners.always), op("bool", "or", t.never, corners.never))
+            for corners in (tile_corners.block_corners(e), tile_corners.monotone_corners(e) if self.monotone else None):
+                if corners is not None and tile_corners.decides_more(corners, (t.always, t.never)):
+                    t = Truth(op("bool", "or", t.always, corners[0]), op("bool", "or", t.never, corners[1]))
             return t
         if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "f32" and self.floats:
             return self._float_compare(e)
@@ -532,121 +532,6 @@ class _Analysis:
 
 
 _BYTE_RANGE = {"u8": (0, 255), "i8": (-128, 127)}  # the range of an element read as i32
-
-
-def _ever_narrow(narrow: ir.Expr, length: int = 8192, tile: int = 64) -> bool:
-    """Whether a load's indices are narrow (see _Analysis._corners) on some 64 x 64 tile of a
-    length x length problem (each dim = length; the smallest tile a kernel takes): not for
-    `keep[b, h, i, j]`, whose corners would be read on every tile for nothing. A condition
-    that reads data, or that the probe cannot evaluate, counts as narrow."""
-    if any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS) for n in ir.walk(narrow)):
-        return True
-    values = _on_sample_tiles((narrow,), length, tile, heads=1)
-    return values is None or bool(values[0].any())
-
-
-_TILE_ENDS = {"q": ("q0", "q1"), "kv": ("k0", "k1")}  # a position's first and last value on a tile
-
-
-def _block_corners(e: ir.Expr) -> Truth | None:
-    """A comparison that reads the positions only through their blocks `q // c`, `kv // c` (a
-    constant c > 1; two such quotients at most) and takes a remainder of them, where intervals
-    lose the order: BigBird's hashed blocks `((i // 64) * 7 + (j // 64) * 13 + h) % 5 == 0`.
-    Where each quotient takes at most two values on the block (a 128-row tile holds two blocks
-    of 64), the comparison at every combination of them decides it exactly; None where it does
-    not apply or is never narrow."""
-    terms = []
-    for n in ir.walk_distinct(e):
-        if isinstance(n, ir.Load):
-            return None
-        if isinstance(n, ir.Op) and n.op == "floordiv" and isinstance(n.args[0], ir.Var) \
-                and n.args[0].name in ("q", "kv") and isinstance(n.args[1], ir.Const) and n.args[1].value > 1 \
-                and n not in terms:
-            terms.append(n)
-    if not 0 < len(terms) <= 2:
-        return None
-    names = [f"<block{i}>" for i in range(len(terms))]  # no program can name a dim so
-    rest = _replace_nodes(e, {t: ir.Var("i32", n) for t, n in zip(terms, names)})
-    if ir.uses(rest, "q") or ir.uses(rest, "kv") or not any(
-            isinstance(n, ir.Op) and n.op == "mod" and any(ir.uses(n, x) for x in names) for n in ir.walk(rest)):
-        return None
-    narrow, choices = TRUE, []
-    for t in terms:
-        lo, hi = (op("i32", "floordiv", _v(end), t.args[1]) for end in _TILE_ENDS[t.args[0].name])
-        narrow = op("bool", "and", narrow, op("bool", "le", op("i32", "sub", hi, lo), const("i32", 1)))
-        choices.append((lo, hi))
-    if not _ever_narrow(narrow):
-        return None
-    values = [simplify(ir.substitute(rest, dict(zip(names, combo)))) for combo in itertools.product(*choices)]
-    return _at_every(values, narrow)
-
-
-# The largest comparison (nodes written out) tried at its corners: whether they decide more is
-# judged on a sample problem, some 20 ms for a comparison of ten nested quotients against ~1 ms
-# for a short one, and the masks it serves are short.
-_MONOTONE_NODES = 40
-
-
-def _monotone_corners(e: ir.Op) -> Truth | None:
-    """An order comparison of integers that reads a position more than once (`i - j <= 64 + i //
-    4`), where intervals take each reading as free: if its sides' difference moves one way along
-    each position it reads (monotone.py), it takes its extremes over a tile at the tile's corners,
-    and the comparison at the corners decides the tile exactly. None where that does not hold."""
-    nodes = list(itertools.islice(ir.walk(e), _MONOTONE_NODES + 1))
-    if e.op not in ("lt", "le", "gt", "ge") or len(nodes) > _MONOTONE_NODES \
-            or any(isinstance(n, ir.Load) for n in nodes):
-        return None
-    reads = [n.name for n in nodes if isinstance(n, ir.Var) and n.name in ("q", "kv")]
-    if len(reads) == len(set(reads)):
-        return None  # each position read once: the intervals are exact already
-    diff = ir.Op("i32", "sub", e.args)
-    used = sorted(set(reads))
-    if not all(monotone.one_way(diff, v) for v in used):
-        return None
-    values = [simplify(ir.substitute(e, {v: _v(end) for v, end in zip(used, combo)}))
-              for combo in itertools.product(*(_TILE_ENDS[v] for v in used))]
-    return _at_every(values, TRUE)
-
-
-def _at_every(values: list[ir.Expr], given: ir.Expr) -> Truth:
-    """A comparison evaluated at every corner a tile can take (values): it holds on the tile where
-    it holds at each, and never where it fails at each, both only where `given` holds."""
-    every = lambda xs: functools.reduce(lambda x, y: op("bool", "and", x, y), xs, given)  # noqa: E731
-    return Truth(every(values), every(op("bool", "not", v) for v in values))
-
-
-def _decides_more(x: Truth, y: Truth, length: int = 8192, tile: int = 128, heads: int = 16) -> bool:
-    """Whether x decides some 128 x 128 tile of a length x length problem (its first `heads`
-    heads; every other dim = length) that y leaves undecided: the block or monotone corners' code
-    is worth its registers only then (a remainder of blocks of 32, four a tile, or `(i // 64 - j //
-    64) % 2 == 0`, whose 128-wide tiles hold both parities, would only cost them). A predicate the
-    probe cannot evaluate counts as deciding."""
-    values = _on_sample_tiles((x.always, x.never, y.always, y.never), length, tile, heads)
-    if values is None:
-        return True
-    xa, xn, ya, yn = values
-    return bool((xa & ~ya).any() or (xn & ~yn).any())
-
-
-def _on_sample_tiles(exprs, length: int, tile: int, heads: int):
-    """Tile predicates of positions, b, h and the dims evaluated on every tile x tile block of a
-    length x length problem at batch 0 and heads 0 .. heads - 1 (every dim = length), one array
-    (heads, tiles, tiles) each; None where they cannot be evaluated there."""
-    import numpy as np
-    start = np.arange(0, length, tile)
-    h, q0, k0 = np.meshgrid(np.arange(heads), start, start, indexing="ij")
-    env = {n.name: length for e in exprs for n in ir.walk(e) if isinstance(n, ir.Var)}
-    env.update(b=0, h=h, q0=q0, q1=q0 + tile - 1, k0=k0, k1=k0 + tile - 1)
-    values = [sample_tiles.evaluate(e, env, h.shape) for e in exprs]
-    return None if any(v is None for v in values) else values
-
-
-def _replace_nodes(e: ir.Expr, mapping: dict) -> ir.Expr:
-    if e in mapping:
-        return mapping[e]
-    if isinstance(e, ir.Op):
-        return ir.Op(e.ty, e.op, tuple(_replace_nodes(a, mapping) for a in e.args))
-    return e
 
 
 def _data_interval(e: ir.Expr) -> Interval | None:

@@ -6,7 +6,7 @@ by a quarter of the tile, and `i - j <= 64 + i // 4` (a window growing with the 
 tiles along its edge partial. Its value moves one way as q grows, though: q gains 1 and q // 4
 at most 1. step() bounds that change per unit step of one position, and where both positions'
 steps keep one sign, an expression takes its extremes over a tile at the tile's corners, so a
-comparison of two such sides is decided there exactly (mask_analysis._monotone_corners).
+comparison of two such sides is decided there exactly (tile_corners.monotone_corners).
 
 The bounds are exact integer reasoning, not a sample: a + b steps by the sum of the steps, c * a
 by c times a's, a // c (c >= 1) by floor(lo / c) .. ceil(hi / c) of a's, min and max within the

@@ -26,6 +26,7 @@ def digests(files: list[str], head_dims: list[int], arch: str) -> dict:
     from kdsl.errors import KdslError
     from kdsl.grammar import parse
     from kdsl.passes import pipeline, score_grad
+    from kdsl.codegen import emit
     from kdsl.runtime.compiler import _generate
     from kdsl.runtime.programs import Program
     out = {}
@@ -47,7 +48,8 @@ def digests(files: list[str], head_dims: list[int], arch: str) -> dict:
                     except KdslError as e:
                         out[key] = f"refused: {str(e).splitlines()[0]}"
                         continue
-                    text = gen.source + "\n" + " ".join(options)
+                    # the include directory's path names the checkout, not the kernel
+                    text = gen.source + "\n" + " ".join(options).replace(str(emit.INCLUDE_DIR), "<include>")
                     out[key] = hashlib.sha256(text.encode()).hexdigest()[:16]
     return out
 
