@@ -14,7 +14,11 @@
 #      classes, seventy-seventh session): the backward alone with the query tiles split 2 and 4 ways
 #      (KDSL_BWD_QUERY_SPLITS), beside head_count_stripes and dilated_globals (balanced: a control).
 #   d: held-out set 35's `kdsl check --grad` (seventy-eighth session, never on a GPU).
-# Order: a, d, b, c. If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
+#   e: the backward of lsh_local (set 35) spills 120 B under the mask bits and none without them
+#      (D=128 sm_90a); document_mask 32 B with them, 56 B without: both timed against
+#      -DKDSL_BWD_MASK_BITS=0 (local memory did not predict the bits' gain before: span_per_query
+#      0 -> 64 B ran x1.06, seventy-third session).
+# Order: a, d, b, c, e. If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=78 CHECK_TIMEOUT=90 AB_VARIANTS="default;KDSL_BWD_QUERY_SPLITS=2;KDSL_BWD_QUERY_SPLITS=4"
@@ -43,5 +47,8 @@ b)
 c)
   ab tools/dev/heldout33.kd gqa_block_phase
   ab tools/dev/heldout32.kd head_count_stripes,dilated_globals ;;
+e)
+  AB_VARIANTS="default;-DKDSL_BWD_MASK_BITS=0" ab tools/dev/heldout35.kd lsh_local
+  AB_VARIANTS="default;-DKDSL_BWD_MASK_BITS=0" ab samples/document_mask.kd document_mask ;;
 esac
 done
