@@ -15,7 +15,8 @@
 #      (KDSL_BWD_QUERY_SPLITS), beside head_count_stripes and dilated_globals (balanced: a control).
 #      And sinks beside a window at long context with few heads (B=1 H=8 16384², W=512): a host model
 #      (seventy-eighth session, 0.5 step a CTA's overhead) has key block 0's CTAs walk 256 query steps
-#      against ~95 an SM: 37 % of the SMs' time busy unsplit, 77 % at 2 ranges, 99 % at 4.
+#      against ~95 an SM: 37 % of the SMs' time busy unsplit, 77 % at 2 ranges, 99 % at 4; and the
+#      trial that picks a split from that count (KDSL_BWD_SPLIT_BY_WORK=1: 3 ranges there).
 #   d: held-out set 35's `kdsl check --grad` (seventy-eighth session, never on a GPU).
 #   e: the backward of lsh_local (set 35) spills 120 B under the mask bits and none without them
 #      (D=128 sm_90a); document_mask 32 B with them, 56 B without: both timed against
@@ -51,7 +52,7 @@ c)
   ab tools/dev/heldout33.kd gqa_block_phase
   ab tools/dev/heldout32.kd head_count_stripes,dilated_globals
   late sinks_long || { timeout 200 python3 tools/dev/backward_ab.py --file tools/dev/heldout21.kd --programs sinks_window \
-      --shape 1,8,16384,16384,128 --reps 10 --seed 0 --variants="$AB_VARIANTS" > $L/ab-sinks-long.log 2>&1
+      --shape 1,8,16384,16384,128 --reps 10 --seed 0 --variants="$AB_VARIANTS;KDSL_BWD_SPLIT_BY_WORK=1" > $L/ab-sinks-long.log 2>&1
     echo "[ab sinks_window 1x8x16384²]"; grep "^|\|regs" $L/ab-sinks-long.log; save; } ;;
 e)
   AB_VARIANTS="default;-DKDSL_BWD_MASK_BITS=0" ab tools/dev/heldout35.kd lsh_local
