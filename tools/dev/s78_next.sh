@@ -6,7 +6,8 @@
 #      held-out set 34's `kdsl check --grad` (never on a GPU).
 #      Held-out 12's growing_window, whose tile classes the monotone corners made exact (never run).
 #   b: held-out sets 34 and 35 against Flex, forward and fwd+bwd (image_rows_cols' backward spills 24 B;
-#      set 35's lsh_local 120 B, axial_causal 8 B, relpos_2d 16 B and its forward 16 B);
+#      set 35's lsh_local 120 B, axial_causal 8 B, relpos_2d 16 B and its forward 16 B); SAM's
+#      decomposed relative position (tools/dev/query_tables.kd: its forward spills 48 B at D=128);
 #      growing_window forward and fwd+bwd against Flex, with the corners and without
 #      (KDSL_MONOTONE_CORNERS=0: its tile classes as before, 772 / 788 empty tiles, 72 / 84 full).
 #   c: the backward's load balance: gqa_block_phase's busy CTAs (128 of 1024 at 2x16x4096², a key
@@ -44,6 +45,7 @@ b)
   bench h34-bwd tools/dev/heldout34.kd --backward
   bench h35 tools/dev/heldout35.kd
   bench h35-bwd tools/dev/heldout35.kd --backward
+  bench query-tables tools/dev/query_tables.kd
   bench h12-growing tools/dev/heldout12.kd --only growing_window
   KDSL_MONOTONE_CORNERS=0 bench h12-growing-off tools/dev/heldout12.kd --only growing_window
   bench h12-growing-bwd tools/dev/heldout12.kd --only growing_window --backward
