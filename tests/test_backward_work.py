@@ -3,10 +3,13 @@ backward CTA walks, counted on the host from the mask's tile classes, and the qu
 longest CTA calls for (a trial, KDSL_BWD_SPLIT_BY_WORK=1)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 import kdsl
 from kdsl import reference
 from kdsl.runtime import attention_backward, backward_work, geometry
+
+from exprgen import bool_expr, program
 
 MASKS = {
     "sinks": "j <= i and (i - j < 96 or j < 4)",
@@ -44,6 +47,18 @@ def test_the_counts_are_the_query_tiles_the_mask_keeps_at_each_key_block(name):
     want = _kept_tiles(k, B, H, Hkv, M, N, rows, keys)
     assert np.array_equal(np.broadcast_to(live, want.shape), want)
     assert live.shape[0] == (2 if name == "per_batch" else 1)  # b counted only where the mask reads it
+
+
+@settings(max_examples=30, deadline=None)
+@given(bool_expr(depth=3))
+def test_a_generated_mask_s_counts_never_miss_a_kept_tile(mask):
+    """Counts come from tile classes, which are sound, not always exact: never below the query
+    tiles the mask keeps (a miss would be a CTA the split model thinks shorter than it is)."""
+    k = kdsl.compile(program(None, mask), "gen.kd", interpret=True).gen._args
+    B, H, Hkv, M, N = 2, 4, 2, 200, 330
+    live = backward_work.live_steps(k.ir, B, H, Hkv, M, N, 64, 128)
+    if live is not None:
+        assert (np.broadcast_to(live, (B, H, 3)) >= _kept_tiles(k, B, H, Hkv, M, N, 64, 128)).all(), mask
 
 
 def test_no_count_where_the_mask_reads_data_and_every_tile_without_a_mask():
