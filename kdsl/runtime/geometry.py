@@ -199,7 +199,6 @@ def backward_query_splits(rows: int, ctas: int, sms: int) -> int:
     return max(1, min(sms // ctas, rows // 128))
 
 
-
 # A CTA's cost beyond its query steps (K and V's tiles in, dK and dV out), in steps, and the
 # margin by which a split's modelled time must beat the unsplit one (the partials' sum after is
 # not modelled). A model's numbers, untimed: attention_backward.SPLIT_BY_WORK_DEFAULT is off.
@@ -215,8 +214,8 @@ def backward_query_splits_by_work(rows: int, live, B: int, Hkv: int, head_splits
     heads (head_splits ranges); split s ways, one query head's tiles in s ranges (attention_backward
     .splits). Of at most `most` ranges and one per 128 of the `rows` query rows, the number with
     the least modelled time (the fewer on a tie), where that beats the unsplit time by SPLIT_MARGIN;
-    else 1. Sinks beside a window of 512 at B=1 H=8 16384² on 132 SMs: 4 (the sinks' key block
-    walks 256 steps against ~95 an SM)."""
+    else 1. Sinks beside a window of 512 on 132 SMs: 3 at B=1 H=8 16384² (the sinks' key block walks
+    256 steps against ~95 an SM), 4 at B=1 H=4 32768², 1 at B=2 H=16 4096²."""
     nb, H = live.shape[0], live.shape[1]
     copies = B // nb  # batches the b axis stands for
     steps = float(live.sum()) * copies
