@@ -11,7 +11,7 @@ from kdsl.passes import kv_bounds, mask_analysis
 from kdsl.semantics import eval_numpy
 
 from conftest import ROOT, lowered
-from exprgen import bool_expr, program
+from exprgen import bool_expr, int_expr, program
 
 DIMS = {"B": 2, "H": 3, "Hkv": 3, "M": 700, "N": 650, "D": 64}
 
@@ -306,3 +306,39 @@ def test_blocks_in_phases_solve_exactly_or_not_at_all(a, c, cmp, rhs, form, d, s
         assert_exact(k, DIMS, {}, random.Random(seed), tiles=16)
     if form == "{m}" and cmp != "!=" and (a * c) % k.attr("tile_n") == 0:
         assert k.attr("kv_bounds") == "interval", m
+
+
+@pytest.mark.parametrize("mask", [
+    "j * M <= (i + 1) * N",              # causal over queries and keys of different lengths
+    "abs(j * M - i * N) <= 64 * N",      # a monotone alignment band between them
+    "j * (h % 2) <= i",                  # a factor 0 at even heads: there every key is kept
+    "(j - 5) * (h + 1) >= i - 300 and H * j <= i * 3 + 7",
+    "(j // 3) * (b + 1) * N < i * 700 + 5",
+])
+def test_a_factor_of_the_item_solves(mask):
+    """`j * M <= ...`: a factor of b, h and the sizes, >= 0 by its form, is inverted as a positive
+    constant is where it is >= 1 and leaves no bound where it is 0; exact at lengths apart, one
+    query row and one key."""
+    k = lowered(program(None, mask), 128)
+    assert k.attr("kv_bounds") == "interval", k.attr("kv_bounds")
+    for seed, (m, n) in enumerate(((700, 650), (300, 2000), (2000, 300), (1, 1000), (1000, 1), (129, 127))):
+        assert_exact(k, {**DIMS, "M": m, "N": n}, {}, random.Random(seed), tiles=30)
+
+
+@pytest.mark.parametrize("mask", ["j * (H - h) <= i", "j * (h - 1) <= i", "j * i <= 4000", "j * lim[b] <= i"])
+def test_a_factor_not_nonnegative_by_its_form_stays_per_element(mask):
+    """H - h >= 1 at every head but not by its form (int_signs.py), h - 1 is -1 at head 0, a
+    position's factor is no item's, data's sign is the caller's: each stays per element."""
+    assert lowered(program(None, mask, decls=("lim: i32[B]",)), 128).attr("kv_bounds") == "per-element"
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.sampled_from(["j", "(j - {x})", "({x} - j)", "(j // 3 + {x})", "abs(j - {x})", "{x}"]), int_expr(depth=2),
+       st.sampled_from(["M", "N", "(h % 2)", "(h + 1)", "(2 * H)", "(b * 3)", "(N // 64)"]),
+       st.sampled_from(["<", "<=", ">", ">=", "==", "!="]), int_expr(depth=2), st.sampled_from(["", " and j <= i"]),
+       st.integers(0, 2**32 - 1))
+def test_generated_products_with_item_factors_solve_exactly_or_not_at_all(form, x, factor, cmp, r, rest, seed):
+    k = lowered(program(None, f"({form.format(x=x)}) * {factor} {cmp} {r}{rest}"), 128)
+    if k.attr("kv_bounds") != "per-element":
+        for m, n in ((700, 650), (130, 1000)):
+            assert_exact(k, {**DIMS, "M": m, "N": n}, {}, random.Random(seed), tiles=12)

@@ -15,9 +15,10 @@ tile only when C is a multiple of the tile width). The bounds are exact integers
 wrap): the generated code computes them in 64 bits and clamps them to the tile.
 
 Solving works on comparisons of i32 expressions, one side isolated down to kv through `+ -`,
-negation, a positive constant factor, `//` by a positive constant or by a divisor that does
-not read kv and is provably positive (`max(blk[b], 1)`, `8 * H`: int_signs.py), `abs`, `min`, `max` and a
-`where` whose condition does not read kv; `and` intersects intervals, `or` unites two of them
+negation, a factor that is a positive constant or one of b, h and the sizes (`j * M <= (i + 1) *
+N`), `//` by a positive constant or by a divisor that does not read kv and is provably positive
+(`max(blk[b], 1)`, `8 * H`: int_signs.py), `abs`, `min`, `max` and a `where` whose condition
+does not read kv; `and` intersects intervals, `or` unites two of them
 when both are open on the same side (`j <= i or j < prefix[b]`). Two intervals that may not
 meet (`abs(i - j) <= W or j < G`, Longformer's window with global tokens; `i != j`) are one
 interval on the tiles where one of them is empty for every row: the row's interval is the hull
@@ -50,7 +51,7 @@ import numpy as np
 
 from .. import ir
 from . import mask_analysis, sample_tiles
-from .int_signs import positive_divisor
+from .int_signs import item_nonnegative, positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
 # The functions this pass derives: the key interval, and the tile predicate saying where it is
@@ -356,9 +357,11 @@ class _Solver:
         if f.op == "neg":
             return self.isolate(x, _FLIP[name], i32("neg", r))
         if f.op == "mul":
-            c, g = (x, y) if isinstance(x, ir.Const) else (y, x)
-            if not isinstance(c, ir.Const) or _on_kv(c):
+            c, g = (x, y) if isinstance(x, ir.Const) or not _on_kv(x) else (y, x)
+            if _on_kv(c):
                 return None
+            if not isinstance(c, ir.Const):
+                return self._times_factor(g, c, name, r)
             if c.value < 0:
                 return self.isolate(i32("mul", g, const("i32", -c.value)), _FLIP[name], i32("neg", r))
             if name == "le":  # c * g <= r  <=>  g <= floor(r / c)
@@ -402,6 +405,22 @@ class _Solver:
             p, q = self.isolate(f.args[1], name, r), self.isolate(f.args[2], name, r)
             return None if p is None or q is None else self._select(x, p, q)
         return None
+
+    def _times_factor(self, g: ir.Expr, c: ir.Expr, name: str, r: ir.Expr) -> Keys | None:
+        """g * c `name` r for a factor c of b, h and the sizes alone, >= 0 by its form (`j * M <= (i
+        + 1) * N`, keys scaled to queries of another length): g's bound is r divided by c where c
+        >= 1, and where c is 0 (`h % 2`, a size 0) the comparison 0 `name` r, no key bound. The
+        divisor is max(c, 1): never 0 in the kernel, and c itself wherever it is used."""
+        if not item_nonnegative(c):
+            return None
+        i32 = lambda n, *xs: op("i32", n, *xs)
+        d = i32("max", c, const("i32", 1))
+        keys = self.isolate(g, "le", i32("floordiv", r, d)) if name == "le" else \
+            self.isolate(g, "ge", i32("neg", i32("floordiv", i32("neg", r), d)))  # ceil(r / c)
+        if keys is None:
+            return None
+        return self._select(op("bool", "ge", c, const("i32", 1)), keys,
+                            Keys(None, None, op("bool", name, const("i32", 0), r)))
 
     def _partly(self, keys: Keys, other: ir.Expr, how: str) -> Keys | None:
         """keys `how` other, where other does not solve: keys alone on the tiles where other
