@@ -263,7 +263,7 @@ def _cta_keys(kernel, D: int, Dv: int) -> int:
 
 
 # KDSL_BWD_SPLIT_BY_WORK=1: split the query tiles where the mask's longest CTA outlasts the rest
-# (geometry.backward_query_splits_by_work); off until timed (tools/dev/s78_next.sh, part c)
+# (geometry.backward_query_splits_by_work); off until timed (tools/dev/s79_next.sh, part c)
 SPLIT_BY_WORK_DEFAULT = "0"
 
 

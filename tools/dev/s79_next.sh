@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The next session's device calls (after the seventy-seventh), each within one call's 600 s:
-#   OUT=... PART="a b" [DEADLINE=520] bash tools/dev/s78_next.sh; logs in $OUT/logs.tgz. An item is
+# The next session's device calls (after the seventy-eighth), each within one call's 600 s:
+#   OUT=... PART="a b" [DEADLINE=520] bash tools/dev/s79_next.sh; logs in $OUT/logs.tgz. An item is
 #   skipped once the call has run DEADLINE seconds.
 #   a: tests/gpu/test_prepared_divisors_gpu.py (its backward now prepared and plain, f3740d7) and
 #      held-out set 34's `kdsl check --grad` (never on a GPU).
@@ -23,7 +23,10 @@
 #      (D=128 sm_90a); document_mask 32 B with them, 56 B without: both timed against
 #      -DKDSL_BWD_MASK_BITS=0 (local memory did not predict the bits' gain before: span_per_query
 #      0 -> 64 B ran x1.06, seventy-third session).
-# Order: a, d, b, c, e. If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
+#   f: key bounds through a factor of the item (seventy-ninth session): aligned_cross and scaled_cross
+#      `kdsl check --grad`, then the forward against -DKDSL_KEY_BOUNDS=0 (their mask per element, as
+#      before) at 4096² and with lengths apart (2048 x 8192, 8192 x 2048).
+# Order: a, d, f, b, c, e. If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=78 CHECK_TIMEOUT=90 AB_VARIANTS="default;KDSL_BWD_QUERY_SPLITS=2;KDSL_BWD_QUERY_SPLITS=4"
@@ -59,5 +62,17 @@ c)
 e)
   AB_VARIANTS="default;-DKDSL_BWD_MASK_BITS=0" ab tools/dev/heldout35.kd lsh_local
   AB_VARIANTS="default;-DKDSL_BWD_MASK_BITS=0" ab samples/document_mask.kd document_mask ;;
+f)
+  check tools/dev/heldout31.kd scaled_cross
+  check tools/dev/heldout35.kd aligned_cross
+  for shape in 2,16,4096,4096,128 2,16,2048,8192,128 2,16,8192,2048,128; do
+    late fwd-ab-$shape && break
+    timeout 150 python3 tools/dev/forward_ab.py tools/dev/heldout35.kd --programs aligned_cross --shape $shape \
+      --variants "default;KDSL_DEFINES=-DKDSL_KEY_BOUNDS=0" > $L/fwd-ab-aligned-$shape.log 2>&1
+    timeout 150 python3 tools/dev/forward_ab.py tools/dev/heldout31.kd --programs scaled_cross --shape $shape \
+      --variants "default;KDSL_DEFINES=-DKDSL_KEY_BOUNDS=0" > $L/fwd-ab-scaled-$shape.log 2>&1
+    echo "[forward ab $shape]"; grep -h "^| [a-z]" $L/fwd-ab-*-$shape.log; tail -2 $L/fwd-ab-*-$shape.log | grep -i error
+  done
+  save ;;
 esac
 done
