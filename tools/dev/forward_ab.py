@@ -3,7 +3,7 @@
 (A/B), in turns on the same inputs (bench.Timer):
 
     python3 tools/dev/forward_ab.py tools/dev/heldout35.kd --programs aligned_cross \
-        --shape 2,16,4096,4096,128 --variants "default;KDSL_DEFINES=-DKDSL_KEY_BOUNDS=0" [--reps 10]
+        --shape 2,16,4096,4096,128 --variants "default;KDSL_DEFINES=KDSL_KEY_BOUNDS=0" [--reps 10]
 
 A variant is ','-separated NAME=VALUE pairs ("default": none); each gets a fresh kernel whose
 first call (its plan and build) runs under them, as tools/dev/structured_masks.py does. Every
@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("file")
     ap.add_argument("--programs", required=True, help="','-separated kernel names")
     ap.add_argument("--shape", default="2,16,4096,4096,128", help="B,H,M,N,D")
-    ap.add_argument("--variants", default="default;KDSL_DEFINES=-DKDSL_KEY_BOUNDS=0")
+    ap.add_argument("--variants", default="default;KDSL_DEFINES=KDSL_KEY_BOUNDS=0")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

@@ -68,10 +68,10 @@ f)
   for shape in 2,16,4096,4096,128 2,16,2048,8192,128 2,16,8192,2048,128; do
     late fwd-ab-$shape && break
     timeout 150 python3 tools/dev/forward_ab.py tools/dev/heldout35.kd --programs aligned_cross --shape $shape \
-      --variants "default;KDSL_DEFINES=-DKDSL_KEY_BOUNDS=0" > $L/fwd-ab-aligned-$shape.log 2>&1
+      --variants "default;KDSL_DEFINES=KDSL_KEY_BOUNDS=0" > $L/fwd-ab-aligned-$shape.log 2>&1
     timeout 150 python3 tools/dev/forward_ab.py tools/dev/heldout31.kd --programs scaled_cross --shape $shape \
-      --variants "default;KDSL_DEFINES=-DKDSL_KEY_BOUNDS=0" > $L/fwd-ab-scaled-$shape.log 2>&1
-    echo "[forward ab $shape]"; grep -h "^| [a-z]" $L/fwd-ab-*-$shape.log; tail -2 $L/fwd-ab-*-$shape.log | grep -i error
+      --variants "default;KDSL_DEFINES=KDSL_KEY_BOUNDS=0" > $L/fwd-ab-scaled-$shape.log 2>&1
+    echo "[forward ab $shape]"; grep -h "^| [a-z]" $L/fwd-ab-*-$shape.log; grep -h -i error $L/fwd-ab-*-$shape.log | tail -2
   done
   save ;;
 esac
