@@ -60,6 +60,11 @@ DERIVED = ("kv_lo", "kv_hi", "tile_keys")
 
 _MAX_NODES = 256  # a bound larger than this costs more per row than it saves: per-element
 _MAX_CALLS = 2000  # the solver's work on one mask (isolate() calls; a sample's take under 50)
+# Each item factor inverted (`j * M`) is a 64-bit division a row and tile. One paid: scaled_cross
+# (`j * M <= (i + 1) * N`) ran x1.03 with it; two lost: aligned_cross's band (`abs(j * M - i * N)
+# <= 64 * N`) ran x0.90-0.93 against its mask per element (H200, 2x16 at 4096², 2048 x 8192 and
+# 8192 x 2048, seventy-ninth session). Past this count such a mask solves without them.
+_MAX_FACTOR_DIVISIONS = 1
 
 
 @dataclass(frozen=True)
@@ -87,12 +92,17 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
     unions = os.environ.get("KDSL_KEY_UNIONS", "1") != "0"
     last_key = op("i32", "sub", k.tensor("k").shape[2], const("i32", 1))
     partial = _PartialTiles(k, tile_n)
-    solver = _Solver(tile_n, (lambda e: mask_analysis.truth(e, whole, k.tensors, floats)) if unions else None, last_key,
-                     lambda p: p == FALSE or partial.never(p))
-    solved, rest = [], []
-    for c in ir.conjuncts(k.func("mask")):
-        keys = solver.boolean(c)
-        (rest if keys is None else solved).append(c if keys is None else keys)
+    def solve_conjuncts(factors: bool):
+        solver = _Solver(tile_n, (lambda e: mask_analysis.truth(e, whole, k.tensors, floats)) if unions else None,
+                         last_key, lambda p: p == FALSE or partial.never(p), factors)
+        solved, rest = [], []
+        for c in ir.conjuncts(k.func("mask")):
+            keys = solver.boolean(c)
+            (rest if keys is None else solved).append(c if keys is None else keys)
+        return solver, solved, rest
+    solver, solved, rest = solve_conjuncts(True)
+    if solver.factor_divisions > _MAX_FACTOR_DIVISIONS:
+        solver, solved, rest = solve_conjuncts(False)
     if not solved:
         return per_element
     keys = functools.reduce(solver._both, solved)
@@ -264,12 +274,14 @@ _NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "e
 
 
 class _Solver:
-    def __init__(self, tile_n: int, truth=None, last_key: ir.Expr | None = None, nowhere=lambda p: p == FALSE):
+    def __init__(self, tile_n: int, truth=None, last_key: ir.Expr | None = None, nowhere=lambda p: p == FALSE,
+                 factors: bool = True):
         """truth: mask analysis over a block (an interval exact on some tiles only needs it:
         unions of two, a side that does not solve; None: not solved); last_key: the last key
         there is (N - 1), where a tile's keys end; nowhere: whether a tile predicate holds on
-        no partial tile."""
+        no partial tile; factors: whether an item factor (`j * M`) is inverted."""
         self.tile_n, self.truth, self.unions, self.nowhere = tile_n, truth, truth is not None, nowhere
+        self.factors, self.factor_divisions = factors, 0  # _times_factor's, against _MAX_FACTOR_DIVISIONS
         self.calls = 0  # isolate()'s, against _MAX_CALLS
         k0 = ir.Var("i32", "k0")
         last = op("i32", "add", k0, const("i32", tile_n - 1))
@@ -411,8 +423,9 @@ class _Solver:
         + 1) * N`, keys scaled to queries of another length): g's bound is r divided by c where c
         >= 1, and where c is 0 (`h % 2`, a size 0) the comparison 0 `name` r, no key bound. The
         divisor is max(c, 1): never 0 in the kernel, and c itself wherever it is used."""
-        if not item_nonnegative(c):
+        if not self.factors or not item_nonnegative(c):
             return None
+        self.factor_divisions += 1
         i32 = lambda n, *xs: op("i32", n, *xs)
         d = i32("max", c, const("i32", 1))
         keys = self.isolate(g, "le", i32("floordiv", r, d)) if name == "le" else \
