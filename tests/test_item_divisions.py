@@ -67,3 +67,16 @@ def test_the_mma_backward_divides_each_element_plainly():
     k = pipeline.check(parse(program("j <= i and (i - j) % (h + 2) == 0"), "t.kd"))[0]
     ampere = generate_backward(pipeline.lower(k, get_target("sm_80"), 128), get_target("sm_80")).source
     assert "floormod_by" not in ampere and "kdsl::floormod((q - kv), (h + 2))" in ampere
+
+
+@pytest.mark.parametrize("mask,want", [
+    ("(i - j) % (h + 2) == 0", ["h + 2"]),                 # the item's
+    ("j % (i // 1024 + 1) == 0", ["q // 1024 + 1"]),       # a row's: the query position's
+    ("i % (j + 1) == 0", []),                              # a key's: per element, no sharing
+    ("(i + j) % (i - j + 1) == 0", []),                    # both positions
+    ("i % (h + 1) == 0", ["h + 1"]),                       # the item's (the tile's corners divide by it too)
+    ("i % (i // 64 + 1) == 0", []),                        # the dividend a row's too: once a row anyway
+])
+def test_which_divisors_are_prepared(mask, want):
+    got = item_divisions.divisors(lowered(program(mask)))
+    assert sorted(ir.format_expr(e) for e in got) == want

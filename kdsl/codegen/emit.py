@@ -15,7 +15,7 @@ import jinja2
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
 from ..errors import KdslError
-from ..passes import (exp2_fold, gemm_tiles, item_divisions, key_mask, key_table, kv_bounds, mask_analysis,
+from ..passes import (exp2_fold, gemm_tiles, int_signs, item_divisions, key_mask, key_table, kv_bounds, mask_analysis,
                       offset_score, score_grad, streaming, tiling)
 from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
 
@@ -465,7 +465,7 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
         warm=[emit(e) for e in item_divisions.divisions(k) for emit in (c, wide)]
-        + [f"kdsl::make_divisor({c(d)})" for d in divisors],
+        + [f"kdsl::make_divisor({c(d)})" for d in divisors if int_signs.item_level(d)],  # a row's has no row here
         score=dict(expr=cs(k.func("score_log2")),
                    loads_at_kv=_on(ir.loads_at(k.func("score_log2"), "kv")),
                    loads_at_kv_streamed=_on(ir.loads_at(k.func("score_log2"), "kv", skip=stream))),

@@ -25,7 +25,7 @@ bitmap alone (H200, 2x16x4096², KDSL_ITEM_WARM=0 against 1).
 from __future__ import annotations
 
 from .. import ir
-from .int_signs import item_level
+from .int_signs import POSITIONS, item_level
 
 MAX_DIVISIONS = 4  # each is a register live into the kv loop
 MASK_FUNCS = ("mask", "tile_empty", "tile_full", "kv_lo", "kv_hi", "tile_keys")
@@ -64,9 +64,12 @@ MAX_DIVISORS = 2  # each is a multiplier, two shifts and the sign's registers li
 
 
 def divisors(k: ir.Kernel) -> tuple[ir.Expr, ...]:
-    """The divisors to prepare once an item (kdsl/divisor.cuh): those of the Variant's integer
-    // and % whose dividend varies over the item (`(i - j) % (h + 2)`, `j // W`) but whose
-    divisor reads only the batch and head indices and the dims, and is not a constant. Each
+    """The divisors to prepare (kdsl/divisor.cuh): those of the Variant's integer // and %
+    whose dividend varies over the item (`(i - j) % (h + 2)`, `j // W`) but whose divisor reads
+    only the batch and head indices and the dims, and is not a constant; and those whose
+    divisor reads the query position too but whose dividend reads more (`j % (i // 1024 + 1)`,
+    a row's: NVVM shares its preparation among the row's elements of a tile; item_warm, which
+    has no row, leaves it out: growing_stride's forward x? on an H200). Each
     division is some 25 instructions an element (ptxas recomputes the divisor's reciprocal
     for every one); prepared in item_warm, where it dominates every use, NVVM's value
     numbering reuses the multiplier and shifts and an element takes some 11. The Hopper
@@ -78,10 +81,21 @@ def divisors(k: ir.Kernel) -> tuple[ir.Expr, ...]:
         if name == "scale":
             continue
         for n in ir.walk(e):
-            if divides_by_value(n) and item_level(n.args[1]) and not item_level(n.args[0]) \
-                    and n.args[1] not in found:
+            if not divides_by_value(n) or n.args[1] in found:
+                continue
+            if (item_level(n.args[1]) and not item_level(n.args[0])) \
+                    or (row_level(n.args[1]) and not row_level(n.args[0])):
                 found.append(n.args[1])
     return tuple(found[:MAX_DIVISORS])
+
+
+def row_level(e: ir.Expr) -> bool:
+    """Whether e reads the query position, the batch and head indices and the sizes at most
+    (`i // 1024 + 1`): the same for a row's elements, whose preparations NVVM then shares (a
+    row's 64 elements of a 128-key tile, in the Hopper forward, a thread's two rows)."""
+    return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS)
+                   or (isinstance(n, ir.Var) and ((n.name in POSITIONS and n.name != "q") or n.ty != "i32"))
+                   for n in ir.walk_distinct(e))
 
 
 def _inside(e: ir.Expr, outer: ir.Expr) -> bool:

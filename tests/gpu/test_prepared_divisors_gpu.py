@@ -1,5 +1,5 @@
-"""Integer // and % by a divisor of b, h and the sizes, prepared once an item (kdsl/divisor.cuh,
-passes/item_divisions.py divisors()): the Hopper forward against the float64 reference row by
+"""Integer // and % by a divisor of b, h and the sizes, prepared once an item, or of the query position
+too, prepared per row (kdsl/divisor.cuh, passes/item_divisions.py divisors()): the Hopper forward against the float64 reference row by
 row, with divisors of both signs, dividends of both signs, widths from 1 to past N, and the
 plain division (KDSL_MAGIC_DIVISION=0) alike; the backward's (its Hopper kernel prepares them too,
 since the seventy-seventh session) by its gradients, both ways."""
@@ -21,6 +21,10 @@ PROGRAMS = {  # name: (score, mask, declarations)
     "width_blocks": ("s + rel[h, (i + j) % W]", "abs(i // W - j // W) <= 2", ("rel: f32[H, W]",)),
     "guarded_head": (None, "j <= i and where(h > 0, (i - j) // h, 0) < 64", ()),
     "mixed_signs": ("s + 0.25 * float((i * 7 - j * 13) // (h - 9) % 5)", "j <= i + 300", ()),
+    # a divisor of the query position, prepared per row (its elements share the preparation)
+    "row_stride": (None, "j <= i and (i - j < 64 or j % (i // 300 + 1) == 0)", ()),
+    "row_signed": ("s + 0.25 * float((j - 2 * i) // where(i % 2 == 0, i % 5 + 1, -(i % 3) - 2) % 5)",
+                   "j <= i + 300", ()),
 }
 # (B, H, Hkv, M, N, D, W)
 SHAPES = [(2, 8, 8, 1000, 1000, 128, 37), (1, 8, 2, 129, 2000, 64, 1), (3, 8, 4, 513, 700, 96, 4096)]

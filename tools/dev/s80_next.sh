@@ -5,6 +5,9 @@
 #   a: held-out set 36's `kdsl check --grad` (written this session, interpreter-checked only), and set 35's
 #      cos_window (skipped at the deadline last session).
 #   b: held-out set 36 against Flex, forward and fwd+bwd.
+#   c: divisors of the query position prepared per row (item_divisions.divisors, this session): the
+#      GPU test of prepared divisors (two programs more), growing_stride forward and backward alone in
+#      turns against KDSL_MAGIC_DIVISION=0 (every division plain), and against Flex.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -19,5 +22,14 @@ a)
 b)
   bench h36 tools/dev/heldout36.kd
   bench h36-bwd tools/dev/heldout36.kd --backward ;;
+c)
+  late divisors || { timeout 250 python3 -m pytest -q tests/gpu/test_prepared_divisors_gpu.py > $L/pytest-divisors.log 2>&1
+    echo "prepared divisors: $(tail -1 $L/pytest-divisors.log)"; }
+  late fwd-ab || { timeout 150 python3 tools/dev/forward_ab.py tools/dev/heldout36.kd --programs growing_stride \
+      --shape 2,16,4096,4096,128 --variants "default;KDSL_DEFINES=KDSL_MAGIC_DIVISION=0" > $L/fwd-ab-growing.log 2>&1
+    echo "[forward ab]"; grep -h "^| [a-z]\|regs" $L/fwd-ab-growing.log; grep -h -i error $L/fwd-ab-growing.log | tail -2; }
+  AB_VARIANTS="default;-DKDSL_MAGIC_DIVISION=0" ab tools/dev/heldout36.kd growing_stride
+  bench growing tools/dev/heldout36.kd --only growing_stride
+  bench growing-bwd tools/dev/heldout36.kd --only growing_stride --backward ;;
 esac
 done
