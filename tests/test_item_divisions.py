@@ -80,3 +80,10 @@ def test_the_mma_backward_divides_each_element_plainly():
 def test_which_divisors_are_prepared(mask, want):
     got = item_divisions.divisors(lowered(program(mask)))
     assert sorted(ir.format_expr(e) for e in got) == want
+
+
+def test_the_backward_prepares_a_keys_divisor():
+    """The backward's rows are keys: `i % (j + 1)` is prepared there, `j % (i + 1)` is not."""
+    k = lowered(program("i % (j + 1) == 0 or j % (i + 1) == 0"))
+    assert [ir.format_expr(e) for e in item_divisions.divisors(k, "kv")] == ["kv + 1"]
+    assert [ir.format_expr(e) for e in item_divisions.divisors(k)] == ["q + 1"]

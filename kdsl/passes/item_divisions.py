@@ -63,19 +63,22 @@ def divisions(k: ir.Kernel) -> tuple[ir.Expr, ...]:
 MAX_DIVISORS = 2  # each is a multiplier, two shifts and the sign's registers live into the kv loop
 
 
-def divisors(k: ir.Kernel) -> tuple[ir.Expr, ...]:
+def divisors(k: ir.Kernel, row: str = "q") -> tuple[ir.Expr, ...]:
     """The divisors to prepare (kdsl/divisor.cuh): those of the Variant's integer // and %
     whose dividend varies over the item (`(i - j) % (h + 2)`, `j // W`) but whose divisor reads
-    only the batch and head indices and the dims, and is not a constant; and those whose
-    divisor reads the query position too but whose dividend reads more (`j % (i // 1024 + 1)`,
-    a row's: NVVM shares its preparation among the row's elements of a tile; item_warm, which
-    has no row, leaves it out: growing_stride's forward x? on an H200). Each
-    division is some 25 instructions an element (ptxas recomputes the divisor's reciprocal
-    for every one); prepared in item_warm, where it dominates every use, NVVM's value
-    numbering reuses the multiplier and shifts and an element takes some 11. The Hopper
-    backward has no item_warm and needs none: its elements' preparations merge within a step
-    (backward alone, H200: x1.08-1.39 on seven kernels, and a step's item_warm changed nothing
-    there). At most MAX_DIVISORS, in the order found."""
+    only the batch and head indices and the dims, and is not a constant. Each division is some
+    25 instructions an element (ptxas recomputes the divisor's reciprocal for every one);
+    prepared in item_warm, where it dominates every use, NVVM's value numbering reuses the
+    multiplier and shifts and an element takes some 11. The Hopper backward has no item_warm
+    and needs none: its elements' preparations merge within a step (backward alone, H200:
+    x1.08-1.39 on seven kernels, and a step's item_warm changed nothing there).
+
+    Also those whose divisor reads one position more, `row`, the position a thread's elements
+    share (the query in the forward, `j % (i // 1024 + 1)`; the key in the backward, whose
+    thread holds two keys' rows of S^T), while the dividend reads the other: NVVM shares the
+    preparation among a row's elements of a tile (item_warm, which has no row, leaves it out).
+    growing_stride's forward ran x2.39 so (H200, 2x16x4096²); its backward, preparing the query's
+    divisor per element, ran x0.86. At most MAX_DIVISORS, in the order found."""
     found: list[ir.Expr] = []
     for name, e in k.funcs:
         if name == "scale":
@@ -84,17 +87,16 @@ def divisors(k: ir.Kernel) -> tuple[ir.Expr, ...]:
             if not divides_by_value(n) or n.args[1] in found:
                 continue
             if (item_level(n.args[1]) and not item_level(n.args[0])) \
-                    or (row_level(n.args[1]) and not row_level(n.args[0])):
+                    or (row_level(n.args[1], row) and not row_level(n.args[0], row)):
                 found.append(n.args[1])
     return tuple(found[:MAX_DIVISORS])
 
 
-def row_level(e: ir.Expr) -> bool:
-    """Whether e reads the query position, the batch and head indices and the sizes at most
-    (`i // 1024 + 1`): the same for a row's elements, whose preparations NVVM then shares (a
-    row's 64 elements of a 128-key tile, in the Hopper forward, a thread's two rows)."""
+def row_level(e: ir.Expr, row: str) -> bool:
+    """Whether e reads the position `row` ("q" or "kv"), the batch and head indices and the
+    sizes at most: the same for a row's elements."""
     return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS)
-                   or (isinstance(n, ir.Var) and ((n.name in POSITIONS and n.name != "q") or n.ty != "i32"))
+                   or (isinstance(n, ir.Var) and ((n.name in POSITIONS and n.name != row) or n.ty != "i32"))
                    for n in ir.walk_distinct(e))
 
 

@@ -23,8 +23,8 @@ PROGRAMS = {  # name: (score, mask, declarations)
     "mixed_signs": ("s + 0.25 * float((i * 7 - j * 13) // (h - 9) % 5)", "j <= i + 300", ()),
     # a divisor of the query position, prepared per row (its elements share the preparation)
     "row_stride": (None, "j <= i and (i - j < 64 or j % (i // 300 + 1) == 0)", ()),
-    "row_signed": ("s + 0.25 * float((j - 2 * i) // where(i % 2 == 0, i % 5 + 1, -(i % 3) - 2) % 5)",
-                   "j <= i + 300", ()),
+    "row_signed": ("s + 0.25 * float((j - 2 * i) // (i % 7 - 9) % 5)", "j <= i + 300", ()),
+    "key_rows": ("s + 0.25 * float(i % (j // 3 + 1) % 4)", "j <= i and (i - j) % (j % 5 + 1) != 2", ()),
 }
 # (B, H, Hkv, M, N, D, W)
 SHAPES = [(2, 8, 8, 1000, 1000, 128, 37), (1, 8, 2, 129, 2000, 64, 1), (3, 8, 4, 513, 700, 96, 4096)]

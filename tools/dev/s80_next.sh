@@ -8,6 +8,9 @@
 #   c: divisors of the query position prepared per row (item_divisions.divisors, this session): the
 #      GPU test of prepared divisors (two programs more), growing_stride forward and backward alone in
 #      turns against KDSL_MAGIC_DIVISION=0 (every division plain), and against Flex.
+#   d: after c (the backward ran x0.86 preparing the query's divisor: its rows are keys), the backward
+#      prepares a key's divisor instead: the GPU test again, the backward alone against
+#      KDSL_MAGIC_DIVISION=0 for growing_stride (now plain both ways) and key_rows (a key's divisors).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -31,5 +34,10 @@ c)
   AB_VARIANTS="default;-DKDSL_MAGIC_DIVISION=0" ab tools/dev/heldout36.kd growing_stride
   bench growing tools/dev/heldout36.kd --only growing_stride
   bench growing-bwd tools/dev/heldout36.kd --only growing_stride --backward ;;
+d)
+  late divisors || { timeout 250 python3 -m pytest -q tests/gpu/test_prepared_divisors_gpu.py > $L/pytest-divisors.log 2>&1
+    echo "prepared divisors: $(tail -1 $L/pytest-divisors.log)"; }
+  AB_VARIANTS="default;-DKDSL_MAGIC_DIVISION=0" ab tools/dev/heldout36.kd growing_stride
+  AB_VARIANTS="default;-DKDSL_MAGIC_DIVISION=0" ab tools/dev/row_divisors.kd key_rows,row_signed ;;
 esac
 done
