@@ -123,8 +123,8 @@ def test_a_divisor_of_the_query_position_is_prepared_per_row():
     """`j % (i // 1024 + 1)`: the divisor is a row's, so the mask divides by it prepared
     (NVVM shares the preparation among the row's elements of a tile: growing_stride's
     forward, sm_90a, 3,888 SASS instructions against 4,200 dividing plainly), but item_warm,
-    which has no row, does not prepare it; a divisor of the key position stays a plain one
-    (in the forward; the backward's rows are keys: the other way about there)."""
+    which has no row, does not prepare it; a divisor of the key position stays a plain one,
+    and so do both in the backward."""
     from kdsl.codegen import emit
     from kdsl.passes.target import get_target
 
@@ -138,7 +138,8 @@ def test_a_divisor_of_the_query_position_is_prepared_per_row():
     assert "kdsl::floormod_by<true, true>(kv, ((q >> 10) + 1))" in forward
     assert "make_divisor" not in forward.split("item_warm(")[1].split("}")[0]
     assert "floormod_by" not in forward.split("float score(")[1].split("}")[0]
-    # the backward's thread holds two keys' rows of S^T: a key's divisor is its row's
+    # the backward's rows are keys, and its elements' preparations of a key's divisor did not
+    # merge (x0.74): both plain there
     backward = emit.generate_backward(k, get_target("sm_90a")).source
     assert "kdsl::floormod(kv, ((q >> 10) + 1))" in backward.split("bool mask(")[1].split("}")[0]
-    assert "floormod_by<true, true>(q, (kv + 1))" in backward.split("float score(")[1].split("}")[0]
+    assert "kdsl::floormod(q, (kv + 1))" in backward.split("float score(")[1].split("}")[0]

@@ -82,8 +82,8 @@ def test_which_divisors_are_prepared(mask, want):
     assert sorted(ir.format_expr(e) for e in got) == want
 
 
-def test_the_backward_prepares_a_keys_divisor():
-    """The backward's rows are keys: `i % (j + 1)` is prepared there, `j % (i + 1)` is not."""
-    k = lowered(program("i % (j + 1) == 0 or j % (i + 1) == 0"))
-    assert [ir.format_expr(e) for e in item_divisions.divisors(k, "kv")] == ["kv + 1"]
-    assert [ir.format_expr(e) for e in item_divisions.divisors(k)] == ["q + 1"]
+def test_the_backward_prepares_the_items_divisors_only():
+    """row=None (the backward's): a position's divisor is not prepared, the item's is."""
+    k = lowered(program("i % (j + 1) == 0 or j % (i + 1) == 0 or j % (h + 1) == 0"))
+    assert [ir.format_expr(e) for e in item_divisions.divisors(k, row=None)] == ["h + 1"]
+    assert [ir.format_expr(e) for e in item_divisions.divisors(k)] == ["q + 1", "h + 1"]

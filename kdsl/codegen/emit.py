@@ -349,7 +349,7 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
         # elements with no item_warm (H200, backward alone: x1.08-1.39 on seven kernels; warming the
         # item's divisions there too ran x0.93-0.96, bench/NOTES.md, seventy-seventh session)
         fields=fields, v=_variant(k, variables, captures,
-                                  item_divisions.divisors(k, "kv") if plan.body != "attention_bwd" else ()),
+                                  item_divisions.divisors(k, row=None) if plan.body != "attention_bwd" else ()),
         grad=dict(score=natural(score), dscore=natural(dscore), score_is_s=_on(score == ir.Var("f32", "s")),
                   dscore_const=_on(isinstance(dscore, ir.Const) and math.isfinite(dscore.value)),
                   score_loads=_on(any(isinstance(n, ir.Load) for n in ir.walk(score))),

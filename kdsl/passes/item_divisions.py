@@ -63,7 +63,7 @@ def divisions(k: ir.Kernel) -> tuple[ir.Expr, ...]:
 MAX_DIVISORS = 2  # each is a multiplier, two shifts and the sign's registers live into the kv loop
 
 
-def divisors(k: ir.Kernel, row: str = "q") -> tuple[ir.Expr, ...]:
+def divisors(k: ir.Kernel, row: str | None = "q") -> tuple[ir.Expr, ...]:
     """The divisors to prepare (kdsl/divisor.cuh): those of the Variant's integer // and %
     whose dividend varies over the item (`(i - j) % (h + 2)`, `j // W`) but whose divisor reads
     only the batch and head indices and the dims, and is not a constant. Each division is some
@@ -73,12 +73,13 @@ def divisors(k: ir.Kernel, row: str = "q") -> tuple[ir.Expr, ...]:
     and needs none: its elements' preparations merge within a step (backward alone, H200:
     x1.08-1.39 on seven kernels, and a step's item_warm changed nothing there).
 
-    Also those whose divisor reads one position more, `row`, the position a thread's elements
-    share (the query in the forward, `j % (i // 1024 + 1)`; the key in the backward, whose
-    thread holds two keys' rows of S^T), while the dividend reads the other: NVVM shares the
-    preparation among a row's elements of a tile (item_warm, which has no row, leaves it out).
-    growing_stride's forward ran x2.39 so (H200, 2x16x4096²); its backward, preparing the query's
-    divisor per element, ran x0.86. At most MAX_DIVISORS, in the order found."""
+    With `row` ("q"), also those whose divisor reads that position too while the dividend
+    reads the other (`j % (i // 1024 + 1)`): the forward's thread holds two rows of a tile, and
+    NVVM shares a row's preparation among its elements (item_warm, which has no row, leaves it
+    out): growing_stride's forward ran x2.39 (H200, 2x16x4096²). Not the backward's (row None):
+    its rows are keys, and preparing a key's divisor there ran x0.74 (key_rows), the query's
+    x0.86 (growing_stride): its elements' preparations did not merge. At most MAX_DIVISORS, in
+    the order found."""
     found: list[ir.Expr] = []
     for name, e in k.funcs:
         if name == "scale":
@@ -87,7 +88,7 @@ def divisors(k: ir.Kernel, row: str = "q") -> tuple[ir.Expr, ...]:
             if not divides_by_value(n) or n.args[1] in found:
                 continue
             if (item_level(n.args[1]) and not item_level(n.args[0])) \
-                    or (row_level(n.args[1], row) and not row_level(n.args[0], row)):
+                    or (row is not None and row_level(n.args[1], row) and not row_level(n.args[0], row)):
                 found.append(n.args[1])
     return tuple(found[:MAX_DIVISORS])
 

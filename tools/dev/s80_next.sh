@@ -11,6 +11,9 @@
 #   d: after c (the backward ran x0.86 preparing the query's divisor: its rows are keys), the backward
 #      prepares a key's divisor instead: the GPU test again, the backward alone against
 #      KDSL_MAGIC_DIVISION=0 for growing_stride (now plain both ways) and key_rows (a key's divisors).
+#   e: after d (a key's divisors prepared in the backward ran x0.74), the backward prepares the item's only,
+#      as before: the GPU test again; the forward of the row programs against KDSL_MAGIC_DIVISION=0; growing_stride
+#      fwd+bwd against Flex.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -39,5 +42,12 @@ d)
     echo "prepared divisors: $(tail -1 $L/pytest-divisors.log)"; }
   AB_VARIANTS="default;-DKDSL_MAGIC_DIVISION=0" ab tools/dev/heldout36.kd growing_stride
   AB_VARIANTS="default;-DKDSL_MAGIC_DIVISION=0" ab tools/dev/row_divisors.kd key_rows,row_signed ;;
+e)
+  late divisors || { timeout 250 python3 -m pytest -q tests/gpu/test_prepared_divisors_gpu.py > $L/pytest-divisors.log 2>&1
+    echo "prepared divisors: $(tail -1 $L/pytest-divisors.log)"; }
+  late fwd-ab || { timeout 150 python3 tools/dev/forward_ab.py tools/dev/row_divisors.kd --programs row_stride,row_signed,key_rows \
+      --shape 2,16,4096,4096,128 --variants "default;KDSL_DEFINES=KDSL_MAGIC_DIVISION=0" > $L/fwd-ab-rows.log 2>&1
+    echo "[forward ab]"; grep -h "^| [a-z]\|regs" $L/fwd-ab-rows.log; grep -h -i error $L/fwd-ab-rows.log | tail -2; }
+  bench growing-bwd tools/dev/heldout36.kd --only growing_stride --backward ;;
 esac
 done
