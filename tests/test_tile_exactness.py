@@ -6,6 +6,7 @@ time shows it as a slower kernel."""
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kdsl.grammar import parse
 from kdsl.passes import pipeline
@@ -60,6 +61,24 @@ def test_tile_classes_of_generated_masks_are_sound_on_every_tile(mask):
     """A generated mask lowered through the whole pipeline: no tile of a ragged 700 x 520 problem
     at 3 heads called empty or full wrongly, every element of every tile checked (the pass tests
     sample 40 tiles of mask analysis' own output)."""
+    k = pipeline.check(parse(program(None, mask), "gen.kd"))[0]
+    got = tile_exactness.exactness(k, 700, 520, heads=3)
+    assert isinstance(got, str) or not got.unsound, f"{mask}: {got}"
+
+
+# divisors that vary over a tile, >= 0 by their form (0 where the runtime allows it only at no
+# element it divides: the remainder bounds hold there too)
+POSITION_DIVISORS = ["(i // 300 + 1)", "(j % 7 + 1)", "((i + j) // 64 + 1)", "max(i - j, 1)", "(i // 97 + h + 1)",
+                     "min(j // 50 + 1, 5)"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(bool_expr(depth=2), st.sampled_from(POSITION_DIVISORS), st.sampled_from(["i", "j", "(i - j)", "(j - 2 * i)"]),
+       st.integers(0, 4), st.sampled_from(["==", "<=", ">", "!="]), st.booleans())
+def test_remainders_by_a_position_are_sound_on_every_tile(other, divisor, dividend, c, cmp, conj):
+    """`x % d` by a d that varies over the tile lies in [0, max(d) - 1] (mask_analysis): no tile
+    called empty or full wrongly, beside a generated mask, every element checked."""
+    mask = f"({dividend} % {divisor} {cmp} {c}) {'and' if conj else 'or'} {other}"
     k = pipeline.check(parse(program(None, mask), "gen.kd"))[0]
     got = tile_exactness.exactness(k, 700, 520, heads=3)
     assert isinstance(got, str) or not got.unsound, f"{mask}: {got}"
