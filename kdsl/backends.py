@@ -151,7 +151,13 @@ class Torch:
     def contiguous(self, x): return x.contiguous()
     def cat(self, xs, axis): return self.xp.cat(xs, dim=axis)
     def amax(self, x, axis): return x.amax(dim=axis)
-    def logsumexp(self, x): return self.xp.logsumexp(x, dim=-1)
+    def logsumexp(self, x):
+        """Over the last axis; rows of -inf give -inf and pass back a zero gradient, not
+        autograd's exp(-inf - -inf) = NaN (which reaches the scores where -inf comes from data,
+        an additive mask `s + am[b, i, j]`, rather than from a mask's where)."""
+        empty = self.xp.isneginf(x).all(dim=-1, keepdim=True)
+        finite = self.xp.logsumexp(self.xp.where(empty, self.xp.zeros_like(x), x), dim=-1)
+        return self.xp.where(empty[..., 0], self.xp.full_like(finite, float("-inf")), finite)
     def rng(self, seed: int): return self.xp.Generator(device=self.device).manual_seed(int(seed))
     def randn(self, shape, rng): return self.xp.randn(tuple(shape), device=self.device, generator=rng)
     def randint(self, lo, hi, shape, rng):

@@ -225,6 +225,26 @@ def test_reference_sums_a_bf16_tables_gradient_in_float64():
     assert torch.allclose(grads[0], grads[1], rtol=1e-12, atol=1e-12)
 
 
+def test_reference_gradients_of_an_additive_mask_equal_the_masks():
+    """A mask carried as data, `s + am[b, i, j]` with am 0 or -inf, has the reference gradients
+    of the same mask written as a mask: rows of -inf included (torch's logsumexp once passed
+    them exp(-inf - -inf) = NaN, which reached q and k through the additive -inf; a mask's
+    where stopped it). And the interpreter's backward matches both."""
+    from kdsl.check import reference_grads
+    gen = torch.Generator().manual_seed(3)
+    q, k, v, dout = (torch.randn(2, 4, s, 16, generator=gen).to(torch.bfloat16) for s in (70, 90, 90, 70))
+    keep = torch.rand(2, 70, 90, generator=gen) < 0.3
+    keep[:, :5] = False  # whole rows masked
+    additive = kdsl.compile(program("s + am[b, i, j]", None, decls=("am: f32[B, M, N]",)), interpret=True)
+    masked = kdsl.compile(program(None, "keep[b, i, j]", decls=("keep: bool[B, M, N]",)), interpret=True)
+    am = torch.zeros(2, 70, 90).masked_fill(~keep, float("-inf"))
+    by_data = reference_grads(additive.ir["gen"], q, k, v, {"am": am}, None, None, dout)
+    by_mask = reference_grads(masked.ir["gen"], q, k, v, {"keep": keep}, None, None, dout)
+    for a, b in zip(by_data, by_mask):
+        assert torch.isfinite(a).all() and torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+    check_grads("additive", additive.gen, additive.ir["gen"], q, k, v, {"am": am}, dout)
+
+
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
     """sm_90a's backward is on wgmma (HGMMA, no local memory, not serialized) at a program's
