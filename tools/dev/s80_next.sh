@@ -14,6 +14,9 @@
 #   e: after d (a key's divisors prepared in the backward ran x0.74), the backward prepares the item's only,
 #      as before: the GPU test again; the forward of the row programs against KDSL_MAGIC_DIVISION=0; growing_stride
 #      fwd+bwd against Flex.
+#   f: tests/gpu/test_infinite_scores_gpu.py (-inf scores from data: additive masks, a key's -inf, a capped
+#      score with one; written this session); growing_stride's check --grad (its rows of stride 1 now full
+#      tiles, mask_analysis) and against Flex, forward and fwd+bwd.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -48,6 +51,12 @@ e)
   late fwd-ab || { timeout 150 python3 tools/dev/forward_ab.py tools/dev/row_divisors.kd --programs row_stride,row_signed,key_rows \
       --shape 2,16,4096,4096,128 --variants "default;KDSL_DEFINES=KDSL_MAGIC_DIVISION=0" > $L/fwd-ab-rows.log 2>&1
     echo "[forward ab]"; grep -h "^| [a-z]\|regs" $L/fwd-ab-rows.log; grep -h -i error $L/fwd-ab-rows.log | tail -2; }
+  bench growing-bwd tools/dev/heldout36.kd --only growing_stride --backward ;;
+f)
+  late infinite || { timeout 300 python3 -m pytest -q tests/gpu/test_infinite_scores_gpu.py > $L/pytest-infinite.log 2>&1
+    echo "infinite scores: $(tail -1 $L/pytest-infinite.log)"; grep -h "^FAILED\|^E  " $L/pytest-infinite.log | head -12; save; }
+  check tools/dev/heldout36.kd growing_stride
+  bench growing tools/dev/heldout36.kd --only growing_stride
   bench growing-bwd tools/dev/heldout36.kd --only growing_stride --backward ;;
 esac
 done
