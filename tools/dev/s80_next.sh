@@ -17,6 +17,8 @@
 #   f: tests/gpu/test_infinite_scores_gpu.py (-inf scores from data: additive masks, a key's -inf, a capped
 #      score with one; written this session); growing_stride's check --grad (its rows of stride 1 now full
 #      tiles, mask_analysis) and against Flex, forward and fwd+bwd.
+#   g: after f (the wgmma backward's full tiles gave NaN dq for rows whose every score is -inf: backward_lse),
+#      the -inf scores test again, and `kdsl check --grad` of causal, softcap and document_mask.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -58,5 +60,10 @@ f)
   check tools/dev/heldout36.kd growing_stride
   bench growing tools/dev/heldout36.kd --only growing_stride
   bench growing-bwd tools/dev/heldout36.kd --only growing_stride --backward ;;
+g)
+  late infinite || { timeout 200 python3 -m pytest -q tests/gpu/test_infinite_scores_gpu.py > $L/pytest-infinite.log 2>&1
+    echo "infinite scores: $(tail -1 $L/pytest-infinite.log)"; grep -h "^FAILED" $L/pytest-infinite.log | head -12; save; }
+  for k in causal softcap document_mask; do check samples/$k.kd $k; done
+  save ;;
 esac
 done
