@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy
 
 from .. import ir
-from ..passes.int_signs import nonnegative
+from ..passes.int_signs import item_level, nonnegative
 from ..passes.invariant_factors import invariant
 
 # `and` and `or` evaluate both sides (& and | on bools): no branch, so NVVM may issue a mask's
@@ -106,6 +106,11 @@ class CEmitter:
             if e.args[1] in self.divisors:
                 signs = ", ".join("true" if nonnegative(x, self.sizes) else "false" for x in e.args[::-1])
                 return f"kdsl::{'floordiv' if op == 'floordiv' else 'floormod'}_by<{signs}>({a[0]}, {a[1]})"
+            name = "floordiv" if op == "floordiv" else "floormod"
+            # a divisor that varies per element (an item's is divided once an item), both operands
+            # >= 0: unsigned, no floor fixup (common.cuh)
+            if not item_level(e.args[1]) and all(nonnegative(x, self.sizes) for x in e.args):
+                return f"kdsl::{name}_nonneg({a[0]}, {a[1]})"
             return _floor_op(op, a, e.args[1])
         if op == "neg":  # the space keeps "- -1" from reading as a decrement
             return f"(- {a[0]})"
