@@ -256,14 +256,23 @@ KDSL_DEVICE I floormod(I a, I b) {
 // runtime keeps such values of the positions and sizes within i32): floor and truncation agree,
 // and an unsigned division is shorter than a signed one and its floor fixup (a divisor of the
 // positions, divided per element: `j % (i // 1024 + 1)` in the backward). A zero divisor gives 0.
-KDSL_DEVICE int floordiv_nonneg(int a, int b) { return b == 0 ? 0 : (int)((unsigned)a / (unsigned)b); }
-KDSL_DEVICE int floormod_nonneg(int a, int b) { return b == 0 ? 0 : (int)((unsigned)a % (unsigned)b); }
-KDSL_DEVICE i64 floordiv_nonneg(i64 a, i64 b) {  // cexpr.WideEmitter's 64-bit bounds
-  return b == 0 ? 0 : (i64)((unsigned long long)a / (unsigned long long)b);
+// KDSL_UNSIGNED_DIVISION=0 divides them as any other (A/B timing).
+#ifndef KDSL_UNSIGNED_DIVISION
+#define KDSL_UNSIGNED_DIVISION 1
+#endif
+template <class I, class U>
+KDSL_DEVICE I floordiv_unsigned(I a, I b) {
+  return KDSL_UNSIGNED_DIVISION ? (b == 0 ? I(0) : I(U(a) / U(b))) : floordiv(a, b);
 }
-KDSL_DEVICE i64 floormod_nonneg(i64 a, i64 b) {
-  return b == 0 ? 0 : (i64)((unsigned long long)a % (unsigned long long)b);
+template <class I, class U>
+KDSL_DEVICE I floormod_unsigned(I a, I b) {
+  return KDSL_UNSIGNED_DIVISION ? (b == 0 ? I(0) : I(U(a) % U(b))) : floormod(a, b);
 }
+KDSL_DEVICE int floordiv_nonneg(int a, int b) { return floordiv_unsigned<int, unsigned>(a, b); }
+KDSL_DEVICE int floormod_nonneg(int a, int b) { return floormod_unsigned<int, unsigned>(a, b); }
+// (cexpr.WideEmitter's 64-bit bounds)
+KDSL_DEVICE i64 floordiv_nonneg(i64 a, i64 b) { return floordiv_unsigned<i64, unsigned long long>(a, b); }
+KDSL_DEVICE i64 floormod_nonneg(i64 a, i64 b) { return floormod_unsigned<i64, unsigned long long>(a, b); }
 // The same, by a divisor of b, h and the sizes that the kernel prepared where it took the item
 // (Variant::item_warm, passes/item_divisions.py divisors()): NVVM reuses that make_divisor(b)
 // for every element. The flags: b >= 0, a >= 0 known (cexpr.nonnegative; the sign work goes).

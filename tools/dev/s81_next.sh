@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The next session's device calls (after the eightieth), each within one call's 600 s:
+#   OUT=... PART="a b" [DEADLINE=520] bash tools/dev/s81_next.sh; logs in $OUT/logs.tgz. An item is
+#   skipped once the call has run DEADLINE seconds.
+#   a: what the eightieth session left unmeasured on a GPU: tests/gpu/test_infinite_scores_gpu.py with its decode
+#      shapes (split keys, never run), tests/gpu/test_prepared_divisors_gpu.py (its backward now divides a
+#      position's divisor unsigned: floormod_nonneg), and `kdsl check --grad` of the five kernels whose source
+#      the unsigned division changed.
+#   b: the unsigned division timed in turns against KDSL_UNSIGNED_DIVISION=0 (SASS: growing_stride's backward
+#      4,992 -> 4,640 instructions, batch_blocks' local memory 88 -> 40 B, chunked_runtime's 40 -> 24 B):
+#      backward alone and forward alone.
+# If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
+set -uo pipefail
+source tools/dev/device_steps.sh
+CHECK_SEED=81 CHECK_TIMEOUT=90
+for part in ${PART:-a}; do
+case $part in
+a)
+  late infinite || { timeout 200 python3 -m pytest -q tests/gpu/test_infinite_scores_gpu.py > $L/pytest-infinite.log 2>&1
+    echo "infinite scores: $(tail -1 $L/pytest-infinite.log)"; grep -h "^FAILED" $L/pytest-infinite.log | head -12; save; }
+  late divisors || { timeout 250 python3 -m pytest -q tests/gpu/test_prepared_divisors_gpu.py > $L/pytest-divisors.log 2>&1
+    echo "prepared divisors: $(tail -1 $L/pytest-divisors.log)"; save; }
+  check tools/dev/heldout28.kd chunked_runtime
+  check tools/dev/heldout3.kd batch_blocks
+  check tools/dev/heldout36.kd growing_stride
+  check tools/dev/row_divisors.kd key_rows
+  check tools/dev/row_divisors.kd row_stride
+  save ;;
+b)
+  AB_VARIANTS="default;-DKDSL_UNSIGNED_DIVISION=0" ab tools/dev/heldout36.kd growing_stride
+  AB_VARIANTS="default;-DKDSL_UNSIGNED_DIVISION=0" ab tools/dev/heldout3.kd batch_blocks
+  AB_VARIANTS="default;-DKDSL_UNSIGNED_DIVISION=0" ab tools/dev/heldout28.kd chunked_runtime
+  AB_VARIANTS="default;-DKDSL_UNSIGNED_DIVISION=0" ab tools/dev/row_divisors.kd key_rows
+  late fwd-ab || { timeout 150 python3 tools/dev/forward_ab.py tools/dev/row_divisors.kd --programs key_rows \
+      --shape 2,16,4096,4096,128 --variants "default;KDSL_DEFINES=KDSL_UNSIGNED_DIVISION=0" > $L/fwd-ab-key-rows.log 2>&1
+    echo "[forward ab]"; grep -h "^| [a-z]\|regs" $L/fwd-ab-key-rows.log; }
+  save ;;
+esac
+done
