@@ -303,12 +303,15 @@ constexpr bool kBwdMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V:
 // score's key part at kv (key_parts); mask_of(q, kv) the mask there (V::mask, or V::mask_at on
 // the step's streamed tiles: attention_bwd_stream.cuh). Captured tensors' gradient shares go to ug
 // (step-uniform) and, for an offset-indexed load, to offset_share(share).
-// A row's lse as the elementwise step reads it: +inf for a row that saw no key (lse = -inf), so
-// that P = 2^(score - lse) is 0 there on every path. The guard-free path of a full tile assumes
-// that every row it holds saw a key, which a mask guarantees but a score does not: -inf scores
-// from data (an additive mask `s + am[b, i, j]`) or from the expression leave a row of a full
-// tile with none, and 2^(-inf + inf) was NaN (tests/gpu/test_infinite_scores_gpu.py).
+// A row's lse as a full tile's guard-free path reads it (kGuardNone): +inf for a row that saw no
+// key (lse = -inf), so that P = 2^(score - lse) is 0 there. That path assumes every row it holds
+// saw a key, which a mask guarantees but a score does not: -inf scores from data (an additive
+// mask `s + am[b, i, j]`) or from the expression leave a row of a full tile with none, and
+// 2^(-inf + inf) was NaN (tests/gpu/test_infinite_scores_gpu.py). The guarded paths test the row
+// instead; selecting on every path made ptxas serialize the wide backward's wgmmas at D=64, Dv=256.
+template <int kGuard>
 KDSL_DEVICE float2 backward_lse(float2 lse) {
+  if constexpr (kGuard != kGuardNone) return lse;
   return make_float2(lse.x == neg_inf() ? -neg_inf() : lse.x, lse.y == neg_inf() ? -neg_inf() : lse.y);
 }
 
@@ -343,7 +346,7 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   if constexpr (kMaskFirst) mask_first = mask_of(qc, kc);
   bool keep = true;
   if constexpr (kGuard) {
-    keep = q < a.M && kv < a.N && row_lse != -neg_inf();  // (backward_lse: no key seen)
+    keep = q < a.M && kv < a.N && row_lse != neg_inf();
     if constexpr (kGuard == kGuardKeys) {  // key_bounds clamps to the tile that holds kv
       static_assert((V::kTileKV & (V::kTileKV - 1)) == 0, "key tiles of a power of two");
       int lo, hi;
@@ -689,7 +692,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const int col = 64 * qb + 8 * j + 2 * t;
-          const float2 lse2 = backward_lse(*reinterpret_cast<const float2*>(sLseb + col));
+          const float2 lse2 = backward_lse<kGuard>(*reinterpret_cast<const float2*>(sLseb + col));
           const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh)

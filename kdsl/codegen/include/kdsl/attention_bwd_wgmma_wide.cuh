@@ -365,7 +365,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
 #pragma unroll
       for (int jl = 0; jl < 4; ++jl) {
         const int j = 4 * wg + jl, col = 8 * j + 2 * t;
-        const float2 lse2 = backward_lse(*reinterpret_cast<const float2*>(sLseb + col));
+        const float2 lse2 = backward_lse<kGuard>(*reinterpret_cast<const float2*>(sLseb + col));
         const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
