@@ -10,7 +10,10 @@ SMALL = st.integers(min_value=1, max_value=9)
 # at least 1 for any shape (every call divides by them; passes/int_signs.py proves the ones
 # positive by their form, not `H - h`)
 ITEM_DIVISORS = ["(h + 1)", "(2 * H)", "H", "(b + 2)", "(3 * h + b + 1)", "(N // 64 + 1)", "max(h, 1)", "(H - h)"]
-DIVISOR = st.one_of(SMALL.map(str), SMALL.map(str), st.sampled_from(ITEM_DIVISORS))
+# ... and values of a position that are at least 1 (prepared per row, or divided unsigned: passes/item_divisions.py,
+# codegen/cexpr.py)
+POSITION_DIVISORS = ["(i // 64 + 1)", "(j % 7 + 1)", "max(i - j, 1)"]
+DIVISOR = st.one_of(SMALL.map(str), SMALL.map(str), st.sampled_from(ITEM_DIVISORS), st.sampled_from(POSITION_DIVISORS))
 
 
 # Each form is drawn first and only the operands it uses after it, which keeps drawing
