@@ -9,6 +9,8 @@
 #   b: the unsigned division timed in turns against KDSL_UNSIGNED_DIVISION=0 (SASS: growing_stride's backward
 #      4,992 -> 4,640 instructions, batch_blocks' local memory 88 -> 40 B, chunked_runtime's 40 -> 24 B):
 #      backward alone and forward alone.
+#   c: held-out set 37 (eightieth session, interpreter-checked only): `kdsl check --grad` of all eight.
+#   d: set 37 against Flex, forward and fwd+bwd (doc_prefix_shared spills 8 B forward, 48 B backward at D=128).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -35,5 +37,12 @@ b)
       --shape 2,16,4096,4096,128 --variants "default;KDSL_DEFINES=KDSL_UNSIGNED_DIVISION=0" > $L/fwd-ab-key-rows.log 2>&1
     echo "[forward ab]"; grep -h "^| [a-z]\|regs" $L/fwd-ab-key-rows.log; }
   save ;;
+c)
+  for k in periodic_band doc_prefix_shared head_interleaved min_pos_bias query_block_bidir bucket16_table \
+      kv_group_parity log_sigmoid_key; do check tools/dev/heldout37.kd $k; done
+  save ;;
+d)
+  bench h37 tools/dev/heldout37.kd
+  bench h37-bwd tools/dev/heldout37.kd --backward ;;
 esac
 done
