@@ -295,14 +295,6 @@ template <class V, int kGuard>
 constexpr bool kBwdMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask && V::kMaskLoads &&
                                !kBwdStreamMask<V>;
 
-// One element (query q, key kv) of a wgmma backward's step, both kernels': P = 2^(score log2 e
-// - lse log2 e) and dS = P (dP - delta) d score / d s without the softmax scale (which dK and dQ
-// take once at the end), in p and ds; both 0 where the element is not kept. kGuard (an
-// ElementGuard) checks the bounds, a row that saw no key (lse = -inf) and the mask where the
-// tile (class cls) is not full, or its key interval; kGuardNone keeps every element. kt: the
-// score's key part at kv (key_parts); mask_of(q, kv) the mask there (V::mask, or V::mask_at on
-// the step's streamed tiles: attention_bwd_stream.cuh). Captured tensors' gradient shares go to ug
-// (step-uniform) and, for an offset-indexed load, to offset_share(share).
 // A row's lse as a full tile's guard-free path reads it (kGuardNone): +inf for a row that saw no
 // key (lse = -inf), so that P = 2^(score - lse) is 0 there. That path assumes every row it holds
 // saw a key, which a mask guarantees but a score does not: -inf scores from data (an additive
@@ -315,6 +307,14 @@ KDSL_DEVICE float2 backward_lse(float2 lse) {
   return make_float2(lse.x == neg_inf() ? -neg_inf() : lse.x, lse.y == neg_inf() ? -neg_inf() : lse.y);
 }
 
+// One element (query q, key kv) of a wgmma backward's step, both kernels': P = 2^(score log2 e
+// - lse log2 e) and dS = P (dP - delta) d score / d s without the softmax scale (which dK and dQ
+// take once at the end), in p and ds; both 0 where the element is not kept. kGuard (an
+// ElementGuard) checks the bounds, a row that saw no key (lse = -inf) and the mask where the
+// tile (class cls) is not full, or its key interval; kGuardNone keeps every element. kt: the
+// score's key part at kv (key_parts); mask_of(q, kv) the mask there (V::mask, or V::mask_at on
+// the step's streamed tiles: attention_bwd_stream.cuh). Captured tensors' gradient shares go to ug
+// (step-uniform) and, for an offset-indexed load, to offset_share(share).
 template <class V, class G, int kGuard, class MaskOf, class OffsetShare>
 KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c, const typename G::CaptureGrads& cg,
                                int cls, int b, int h, int q, int kv, float kt, float s, float dp, float row_lse,
