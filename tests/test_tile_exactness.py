@@ -12,6 +12,7 @@ from kdsl.grammar import parse
 from kdsl.passes import pipeline
 
 from conftest import ROOT, dev_tool
+import exprgen
 from exprgen import bool_expr, program
 
 tile_exactness = dev_tool("tile_exactness")
@@ -68,8 +69,8 @@ def test_tile_classes_of_generated_masks_are_sound_on_every_tile(mask):
 
 # divisors that vary over a tile, >= 0 by their form (0 where the runtime allows it only at no
 # element it divides: the remainder bounds hold there too)
-POSITION_DIVISORS = ["(i // 300 + 1)", "(j % 7 + 1)", "((i + j) // 64 + 1)", "max(i - j, 1)", "(i // 97 + h + 1)",
-                     "min(j // 50 + 1, 5)"]
+POSITION_DIVISORS = exprgen.POSITION_DIVISORS + ["(i // 300 + 1)", "((i + j) // 64 + 1)", "(i // 97 + h + 1)",
+                                                 "min(j // 50 + 1, 5)"]
 
 
 @settings(max_examples=40, deadline=None)

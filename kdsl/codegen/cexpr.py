@@ -103,10 +103,10 @@ class CEmitter:
         if op in _BINARY:
             return f"({a[0]} {_BINARY[op]} {a[1]})"
         if op in ("floordiv", "mod"):
+            name = "floordiv" if op == "floordiv" else "floormod"
             if e.args[1] in self.divisors:
                 signs = ", ".join("true" if nonnegative(x, self.sizes) else "false" for x in e.args[::-1])
-                return f"kdsl::{'floordiv' if op == 'floordiv' else 'floormod'}_by<{signs}>({a[0]}, {a[1]})"
-            name = "floordiv" if op == "floordiv" else "floormod"
+                return f"kdsl::{name}_by<{signs}>({a[0]}, {a[1]})"
             # a divisor that varies per element (an item's is divided once an item), both operands
             # >= 0: unsigned, no floor fixup (common.cuh)
             if not item_level(e.args[1]) and all(nonnegative(x, self.sizes) for x in e.args):

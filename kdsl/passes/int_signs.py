@@ -36,11 +36,13 @@ def nonnegative(e: ir.Expr, sizes: frozenset[str] = frozenset()) -> bool:
     return False
 
 
-def item_level(e: ir.Expr) -> bool:
+def item_level(e: ir.Expr, position: str | None = None) -> bool:
     """Whether e reads the batch and head indices and the sizes at most: no position, no
-    captured data, no tile summary, no score (a float; every other integer variable is a size)."""
+    captured data, no tile summary, no score (a float; every other integer variable is a size).
+    position ("q" or "kv"): that position too (a row's value: the same for a row's elements)."""
     return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS)
-                   or (isinstance(n, ir.Var) and (n.name in POSITIONS or n.ty != "i32")) for n in ir.walk_distinct(e))
+                   or (isinstance(n, ir.Var) and ((n.name in POSITIONS and n.name != position) or n.ty != "i32"))
+                   for n in ir.walk_distinct(e))
 
 
 def positive_divisor(e: ir.Expr) -> bool:
@@ -62,7 +64,10 @@ def positive_divisor(e: ir.Expr) -> bool:
 def item_nonnegative(e: ir.Expr) -> bool:
     """Whether e reads the batch and head indices and the sizes alone and is >= 0 by its form
     (`N`, `32 * (h % 4 + 1)`): a factor that keeps the order of what it multiplies."""
-    if e.ty != "i32" or not item_level(e):
-        return False
+    return e.ty == "i32" and item_level(e) and nonnegative_form(e)
+
+
+def nonnegative_form(e: ir.Expr) -> bool:
+    """Whether e is >= 0 by its form, every i32 variable but a position being a size or b, h."""
     sizes = frozenset(n.name for n in ir.walk_distinct(e) if isinstance(n, ir.Var) and n.ty == "i32")
     return nonnegative(e, sizes)

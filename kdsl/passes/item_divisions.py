@@ -25,7 +25,7 @@ bitmap alone (H200, 2x16x4096², KDSL_ITEM_WARM=0 against 1).
 from __future__ import annotations
 
 from .. import ir
-from .int_signs import POSITIONS, item_level
+from .int_signs import item_level
 
 MAX_DIVISIONS = 4  # each is a register live into the kv loop
 MASK_FUNCS = ("mask", "tile_empty", "tile_full", "kv_lo", "kv_hi", "tile_keys")
@@ -88,17 +88,9 @@ def divisors(k: ir.Kernel, row: str | None = "q") -> tuple[ir.Expr, ...]:
             if not divides_by_value(n) or n.args[1] in found:
                 continue
             if (item_level(n.args[1]) and not item_level(n.args[0])) \
-                    or (row is not None and row_level(n.args[1], row) and not row_level(n.args[0], row)):
+                    or (row is not None and item_level(n.args[1], row) and not item_level(n.args[0], row)):
                 found.append(n.args[1])
     return tuple(found[:MAX_DIVISORS])
-
-
-def row_level(e: ir.Expr, row: str) -> bool:
-    """Whether e reads the position `row` ("q" or "kv"), the batch and head indices and the
-    sizes at most: the same for a row's elements."""
-    return not any(isinstance(n, ir.Load) or (isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS)
-                   or (isinstance(n, ir.Var) and ((n.name in POSITIONS and n.name != row) or n.ty != "i32"))
-                   for n in ir.walk_distinct(e))
 
 
 def _inside(e: ir.Expr, outer: ir.Expr) -> bool:

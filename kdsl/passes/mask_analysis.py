@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from . import float_bounds, sample_tiles, tile_corners
-from .int_signs import item_level, item_nonnegative, nonnegative, positive_divisor
+from .int_signs import item_level, item_nonnegative, nonnegative_form, positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
 
@@ -469,7 +469,7 @@ class _Analysis:
             same = op("bool", "eq", op("i32", "floordiv", lo, c), op("i32", "floordiv", hi, c))
             return Interval(op("i32", "where", same, op("i32", "mod", lo, c), const("i32", 0)),
                             op("i32", "where", same, op("i32", "mod", hi, c), top))
-        if e.op == "mod" and a[1].hi is not None and _nonnegative_form(e.args[1]):
+        if e.op == "mod" and a[1].hi is not None and nonnegative_form(e.args[1]):
             # a divisor that varies over the block, >= 0 by its form (`j % (i // 1024 + 1)`): x % d
             # lies in [0, d - 1], and is 0 where d is 0, so in [0, max(hi - 1, 0)] for d's hi
             zero = const("i32", 0)
@@ -549,12 +549,6 @@ def _data_interval(e: ir.Expr) -> Interval | None:
         return Interval(e, e)
     axis = "q" if on_q else "kv"
     return Interval(ir.Op("i32", axis + "min", (e,)), ir.Op("i32", axis + "max", (e,)))
-
-
-def _nonnegative_form(e: ir.Expr) -> bool:
-    """e >= 0 by its form, every i32 variable but a position being a size or b, h (>= 0)."""
-    sizes = frozenset(n.name for n in ir.walk_distinct(e) if isinstance(n, ir.Var) and n.ty == "i32")
-    return nonnegative(e, sizes)
 
 
 def _pick(t: Truth, x, y, join):

@@ -1,8 +1,9 @@
-"""Integer // and % by a divisor of b, h and the sizes, prepared once an item, or of the query position
-too, prepared per row (kdsl/divisor.cuh, passes/item_divisions.py divisors()): the Hopper forward against the float64 reference row by
-row, with divisors of both signs, dividends of both signs, widths from 1 to past N, and the
-plain division (KDSL_MAGIC_DIVISION=0) alike; the backward's (its Hopper kernel prepares them too,
-since the seventy-seventh session) by its gradients, both ways."""
+"""Integer // and % by a divisor of b, h and the sizes, prepared once an item, or of the query
+position too, prepared per row (kdsl/divisor.cuh, passes/item_divisions.py divisors()): the
+Hopper forward against the float64 reference row by row, with divisors of both signs, dividends
+of both signs, widths from 1 to past N, and the plain division (KDSL_MAGIC_DIVISION=0) alike; the
+backward's (its Hopper kernel prepares the item's too, since the seventy-seventh session) by its
+gradients, both ways."""
 import pytest
 
 import kdsl
