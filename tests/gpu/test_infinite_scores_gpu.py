@@ -4,6 +4,8 @@ A -inf score is a masked element that no mask analysis saw: the kernel's running
 rescale and its fixed reference (a capped score's) must take it as one. Rows whose every score is
 -inf give 0 and lse -inf, never NaN; the gradients of every input are finite and match the float64
 reference's, forward and backward, at densities up to 99 % of -inf."""
+import zlib
+
 import pytest
 
 import kdsl
@@ -76,7 +78,7 @@ def test_infinite_scores_forward(name, shape, density):
     import torch
     mod = _module()
     kir = mod.ir[name]
-    q, k, v, caps, _ = _inputs(kir, shape, density, hash((name, shape, density)) % 2**31)
+    q, k, v, caps, _ = _inputs(kir, shape, density, zlib.crc32(f"{name} {shape} {density}".encode()))  # reproducible
     res = getattr(mod, name)(q, k, v, **caps)
     got, lse = res if isinstance(res, tuple) else (res, None)
     ref, ref_lse = reference.attention(kir, q, k, v, caps)
