@@ -284,7 +284,6 @@ def cold_build(file: str, kernel: str, head_dim: int, arch: str) -> dict:
 def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
     import torch
     from . import reference
-    from .semantics import eval_scalar
     from .testing import attention_inputs, rel_frobenius
     kir = mod.ir[case.kernel]
     s = case.shape
@@ -311,13 +310,12 @@ def run_attention(case: Case, mod, timer: Timer, peers: set) -> Row:
                                  dims=reference.dims_of(kir, q, k, v, caps))  # the whole problem's H
     row.error = rel_frobenius(out[:1, sl], ref)
     del ref
-    dims = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": D, "Dv": Dv}
-    scale = float(eval_scalar(kir.func("scale"), dims))
+    dims = reference.dims_of(kir, q, k, v, caps)  # by the program's own names (a k/v head count called G)
     flops = 2 * (D + Dv) * kept_pairs(kir, dims, caps, B, H, M, N)  # Q K^T and P V
     timed = {"kdsl": lambda: fn(q, k, v, **caps)}  # then each peer that runs; timed in turns below
     if "flex" in peers:
         try:
-            attend = flex_attend(kir, dims, caps, scale, lse)
+            attend = flex_attend(kir, q, k, v, caps, lse)
             if rel_frobenius(attend(q, k, v)[0] if lse else attend(q, k, v), out) > 5e-2:
                 raise RuntimeError("FlexAttention disagrees with kdsl on the same inputs")
             timed["flex"] = lambda: attend(q, k, v)
@@ -343,16 +341,21 @@ def document_mask(torch, B: int, M: int, N: int, mean: int, device):
     return (doc[:, N - M:, None] == doc[:, None, :]).contiguous()
 
 
-def flex_attend(kir, dims: dict, caps: dict, scale: float, lse: bool = False):
-    """attend(q, k, v): compiled FlexAttention running the program's score and mask (its block
-    mask built for these dims); lse: it returns (out, lse) as the program does."""
+def flex_attend(kir, q, k, v, caps: dict, lse: bool = False):
+    """attend(q, k, v): compiled FlexAttention running the program's score and mask, its block
+    mask built for these tensors' shapes and its dims named as the program names them; lse: it
+    returns (out, lse) as the program does."""
     from torch.nn.attention.flex_attention import create_block_mask
-    from . import flex
+    from . import flex, reference
+    from .semantics import eval_scalar
+    dims = reference.dims_of(kir, q, k, v, caps)
+    scale = float(eval_scalar(kir.func("scale"), dims))
+    (B, H, M), N = q.shape[:3], k.shape[2]
     flex.fresh_flex_compile()  # each row compiles its peer afresh, never past Dynamo's recompile limit
     fa = flex.compiled_flex_attention()
     sm, mm = flex.score_mod(kir, dims, caps, scale), flex.mask_mod(kir, dims, caps)
-    bm = create_block_mask(mm, dims["B"], dims["H"], dims["M"], dims["N"], device="cuda") if mm else None
-    gqa_kw = {"enable_gqa": True} if dims["Hkv"] != dims["H"] else {}
+    bm = create_block_mask(mm, B, H, M, N, device=q.device.type) if mm else None
+    gqa_kw = {"enable_gqa": True} if k.shape[1] != H else {}
     lse_kw = {"return_lse": True} if lse else {}
     return lambda q, k, v: fa(q, k, v, score_mod=sm, block_mask=bm, scale=scale, **gqa_kw, **lse_kw)
 
@@ -373,8 +376,9 @@ def cudnn_attend(causal: bool, gqa: bool):
     return attend
 
 
-def kept_pairs(kir, dims, caps, B, H, M, N) -> int:
-    """Unmasked (q, kv) pairs summed over batch and heads (the FLOP convention)."""
+def kept_pairs(kir, dims, caps, B, H, M, N, device="cuda") -> int:
+    """Unmasked (q, kv) pairs summed over batch and heads (the FLOP convention); dims by the
+    program's names (reference.dims_of)."""
     import torch
     from . import ir
     from .semantics import eval_torch
@@ -386,8 +390,8 @@ def kept_pairs(kir, dims, caps, B, H, M, N) -> int:
     total = 0
     for b in range(B if uses_bh else 1):
         for h in range(H if uses_bh else 1):
-            keep = eval_torch(m, {**dims, "b": b, "h": h, "q": torch.arange(M, device="cuda").view(M, 1),
-                                  "kv": torch.arange(N, device="cuda").view(1, N)}, caps)
+            keep = eval_torch(m, {**dims, "b": b, "h": h, "q": torch.arange(M, device=device).view(M, 1),
+                                  "kv": torch.arange(N, device=device).view(1, N)}, caps)
             total += int(torch.as_tensor(keep).expand(M, N).sum())
     return total if uses_bh else total * B * H
 

@@ -19,7 +19,6 @@ def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
     import torch
     from . import reference
     from .check import gradient_error, reference_grads
-    from .semantics import eval_scalar
     from .testing import attention_inputs
     kir = mod.ir[case.kernel]
     s = case.shape
@@ -57,12 +56,11 @@ def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
                            dims=reference.dims_of(kir, q, k, v, caps))  # the whole problem's H
     row.error = max(gradient_error(g[:1, sl], w) for g, w, sl in zip(got, want, (qh, kvh, kvh)))
     del want
-    dims = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": D, "Dv": Dv}
-    scale = float(eval_scalar(kir.func("scale"), dims))
+    dims = reference.dims_of(kir, q, k, v, caps)  # by the program's own names
     flops = FWD_BWD_FLOPS * 2 * (D + Dv) * kept_pairs(kir, dims, caps, B, H, M, N)
     if "flex" in peers:
         try:
-            timed["flex"] = fwd_bwd(flex_attend(kir, dims, caps, scale))
+            timed["flex"] = fwd_bwd(flex_attend(kir, q, k, v, caps))
             timed["flex"]()
         except Exception as e:
             timed.pop("flex", None)

@@ -83,3 +83,25 @@ def test_a_long_benchmark_compiles_every_rows_peer():
     with pytest.raises(torch._dynamo.exc.FailOnRecompileLimitHit):
         run_all(fresh=False)
     run_all(fresh=True)
+
+
+def test_the_bench_peer_and_flop_count_read_the_programs_own_dim_names():
+    """Regression: `kdsl bench` bound the program's dims as B, H, Hkv, M, N, D whatever the program
+    called them, and a grouped program whose k/v head count is G had no row (KeyError: 'G', H200,
+    held-out set 37's kv_group_parity). Here every dim has a name of its own."""
+    from kdsl.bench import flex_attend, kept_pairs
+    src = """attention parity {
+    q: bf16[Z, Hq, L, E]; k: bf16[Z, G, S, E]; v: bf16[Z, G, S, E]
+    mask(b, h, i, j) = (h // (Hq // G)) % 2 == 0 or j <= i + (S - L)
+}"""
+    kir = kdsl.compile(src, "parity.kd").ir["parity"]
+    B, H, Hkv, M, N, D = 1, 4, 2, 128, 256, 64
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, device="cpu")
+    q, k, v = q.float(), k.float(), v.float()
+    out = flex_attend(kir, q, k, v, caps)(q, k, v)
+    ref, _ = reference.attention(kir, q, k, v, caps)
+    assert rel_frobenius(out, ref) <= 1e-4
+    dims = reference.dims_of(kir, q, k, v, caps)
+    causal = sum(min(N, i + (N - M) + 1) for i in range(M))
+    # heads 0-1 read k/v head 0 (even: every key), heads 2-3 read head 1 (causal)
+    assert kept_pairs(kir, dims, caps, B, H, M, N, device="cpu") == B * (2 * M * N + 2 * causal)

@@ -71,8 +71,7 @@ def main():
         learned = cap.detach().clone().requires_grad_()
         dout = torch.randn_like(q)
         fn = getattr(mod, name)
-        dims = {"B": B, "H": H, "Hkv": H, "M": M, "N": N, "D": D, "Dv": D}
-        flex = flex_attend(kir, dims, {cname: learned}, D ** -0.5)
+        flex = flex_attend(kir, q, k, v, {cname: learned})
 
         def run(attend, with_cap):
             inputs = (q, k, v, learned) if with_cap else (q, k, v)

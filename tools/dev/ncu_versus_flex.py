@@ -21,9 +21,7 @@ from devtools import profile_once  # noqa: E402
 
 def main() -> None:
     import kdsl
-    from kdsl import reference
     from kdsl.bench import flex_attend
-    from kdsl.semantics import eval_scalar
     from kdsl.testing import attention_inputs
     calls = []
     args = sys.argv[1:]
@@ -33,8 +31,7 @@ def main() -> None:
         B, H, M, N, D = map(int, shape.split(","))
         kern = getattr(kdsl.load(ROOT / path), name)
         q, k, v, caps = attention_inputs(kern.ir, B, H, H, M, N, D, seed=seed)
-        dims = reference.dims_of(kern.ir, q, k, v, caps)
-        flex = flex_attend(kern.ir, {"Hkv": H, "Dv": D, **dims}, caps, float(eval_scalar(kern.ir.func("scale"), dims)))
+        flex = flex_attend(kern.ir, q, k, v, caps)
         calls += [lambda kern=kern, q=q, k=k, v=v, caps=caps: kern(q, k, v, **caps),
                   lambda flex=flex, q=q, k=k, v=v: flex(q, k, v)]
     profile_once(calls)

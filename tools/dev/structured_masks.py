@@ -116,7 +116,7 @@ def main() -> None:
                 timed = {"on": lambda: on[0](q, k, v, **caps), "off": lambda: off[0](q, k, v, **caps)}
                 dims = {"B": B, "H": H, "Hkv": H, "M": L, "N": L, "D": D, "Dv": D}
                 try:
-                    attend = flex_attend(kir, dims, caps, D ** -0.5)
+                    attend = flex_attend(kir, q, k, v, caps)
                     if rel_frobenius(attend(q, k, v), out) < 5e-2:
                         timed["flex"] = lambda: attend(q, k, v)
                 except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
