@@ -11,6 +11,9 @@
 #      backward alone and forward alone.
 #   c: held-out set 37 (eightieth session, interpreter-checked only): `kdsl check --grad` of all eight.
 #   d: set 37 against Flex, forward and fwd+bwd (doc_prefix_shared spills 8 B forward, 48 B backward at D=128).
+#   e: held-out set 38 (eighty-first session): `kdsl check --grad` of all eight.
+#   f: set 38 against Flex, forward and fwd+bwd; then the grouped programs whose k/v head count has a name of its
+#      own (set 37's kv_group_parity had no bench row: KeyError 'G', fixed) at grouped, uneven shapes.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -44,5 +47,19 @@ c)
 d)
   bench h37 tools/dev/heldout37.kd
   bench h37-bwd tools/dev/heldout37.kd --backward ;;
+e)
+  for k in perm_causal renamed_gqa_window row_cap rational_cap chunk_position_decay parity_local doc_temperature \
+      head_offset_cross; do check tools/dev/heldout38.kd $k; done
+  save ;;
+f)
+  bench h38 tools/dev/heldout38.kd
+  bench h38-bwd tools/dev/heldout38.kd --backward
+  for mode in "" --backward; do
+    late grouped$mode || { timeout 200 kdsl bench tools/dev/heldout38.kd tools/dev/heldout37.kd \
+        --only renamed_gqa_window,kv_group_parity --vs flex --reps 10 --seed 0 $mode \
+        --shapes B=2,H=12,Hkv=4,M=3000,N=3000,D=128,Dv=64 B=1,H=16,Hkv=2,M=1000,N=5000,D=64 \
+        -o $L/bench-grouped$mode > $L/bench-grouped$mode.log 2>&1
+      echo "[grouped$mode]"; grep -h "|" $L/bench-grouped$mode/*.md | cut -d'|' -f2-11 | tail -4; save; }
+  done ;;
 esac
 done
