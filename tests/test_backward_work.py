@@ -1,13 +1,13 @@
-"""runtime/backward_work.py and geometry.backward_query_splits_by_work: the query steps each
-backward CTA walks, counted on the host from the mask's tile classes, and the query splits a
-longest CTA calls for (a trial, KDSL_BWD_SPLIT_BY_WORK=1)."""
+"""runtime/backward_work.py and runtime/backward_schedule.py: the query steps each backward CTA
+walks, counted on the host from the mask's tile classes, the launch's schedule simulated from
+them, and the splits it favours."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
 
 import kdsl
 from kdsl import reference
-from kdsl.runtime import attention_backward, backward_work, geometry
+from kdsl.runtime import attention_backward, backward_schedule, backward_work
 
 from exprgen import bool_expr, program
 
@@ -69,35 +69,84 @@ def test_no_count_where_the_mask_reads_data_and_every_tile_without_a_mask():
     assert backward_work.live_steps(plain.ir, 1, 2, 2, 300, 300, 64, 128).tolist() == [[[5, 5, 5]] * 2]
 
 
-def test_a_longest_cta_past_the_mean_is_split_and_a_balanced_launch_is_not():
-    """Sinks beside a window of 512 at long context and few heads: key block 0 walks every query
-    step, the rest ~10; causal at the same shape and sinks at many heads are balanced."""
+def _rules(B, H, Hkv, M, N, keys=128, sms=132):
+    """The counting rules' (head_splits, query_splits) (geometry), the simulation's default."""
+    from kdsl.runtime import geometry
+    kb = -(-N // keys)
+    hs = geometry.backward_head_splits(H // Hkv, kb * Hkv * B, sms)
+    return hs, geometry.backward_query_splits(M, kb * Hkv * B * hs, sms)
+
+
+def _choice(k, B, H, Hkv, M, N, D=128):
+    return backward_schedule.best_splits(k.ir, B, H, Hkv, M, N, D, D, 128, 132, 50 << 20, _rules(B, H, Hkv, M, N))
+
+
+def test_the_simulation_splits_where_its_launch_idles_and_keeps_the_rules_elsewhere():
+    """Each split here ran faster on an H200 (backward alone against KDSL_BWD_SCHEDULE=0, eighty-first
+    session): sinks beside a window at long context and few heads (the longest CTA walks every
+    query step) x1.45; a grid of 192 CTAs on 132 SMs (half its k/v heads bidirectional) x1.47; key
+    blocks owned by one k/v group in turn x1.34. Causal, plain and a window at the standard shapes
+    keep the rules' choice."""
     sinks = _kernel("j <= i and (i - j < 512 or j < 4)")
+    parity = _kernel("(h // (H // Hkv)) % 2 == 0 or j <= i")
+    phase = _kernel("j <= i and (j // 64) % Hkv == h // (H // Hkv)")
     causal = _kernel("j <= i")
-
-    def choice(k, B, H, M):
-        live = backward_work.live_steps(k.ir, B, H, H, M, M, 64, 128)
-        return geometry.backward_query_splits_by_work(M, live, B, H, 1, 132)
-
-    assert choice(sinks, 1, 8, 16384) > 1
-    assert choice(sinks, 1, 4, 32768) == 4  # at most 4 ranges
-    assert choice(sinks, 2, 16, 4096) == 1
-    assert choice(causal, 1, 8, 16384) == 1
-    live = np.full((1, 2, 4), 40)
-    assert geometry.backward_query_splits_by_work(256, live, 1, 2, 1, 132) == 2  # a range per 128 rows at most
+    window = _kernel("j <= i and i - j < 1024")
+    assert _choice(sinks, 1, 8, 8, 16384, 16384)[1] > 1
+    assert _choice(parity, 2, 12, 4, 3000, 3000)[0] == 3  # the pair's three query heads a CTA each
+    assert _choice(phase, 2, 16, 4, 4096, 4096) != (1, 1)
+    for k in (causal, window, sinks):
+        for D in (64, 128, 256):
+            assert _choice(k, 2, 16, 16, 4096, 4096, D) == (1, 1), (k.ir.name, D)
+    assert _choice(causal, 1, 32, 1, 4096, 4096) == _rules(1, 32, 1, 4096, 4096)  # MQA: the rules' head split
 
 
-def test_splits_take_the_count_only_when_asked(monkeypatch):
-    """KDSL_BWD_SPLIT_BY_WORK=1 (off by default, untimed): a split query range needs one query
-    head a CTA, so the head splits go to H / Hkv; KDSL_BWD_QUERY_SPLITS still forces its number."""
+def test_the_cta_steps_follow_the_kernels_block_order():
+    """cta_steps against a direct transcription of attention_common.cuh backward_block and
+    backward_query_tiles, CTA by CTA, on a random live-tile array (groups with a remainder)."""
+    rng = np.random.default_rng(5)
+    B, H, Hkv, tiles, kbs = 3, 8, 2, 7, 5
+    live = rng.random((1, H, tiles, kbs)) < 0.6
+    for hs, qs, group in ((1, 1, 2), (2, 1, 4), (4, 3, 5), (4, 2, 1)):
+        got = backward_schedule.cta_steps(live, B, Hkv, hs, qs, group)
+        heads, span = B * Hkv * hs * qs, group * kbs
+        last = max(1, heads // group) - 1
+        want = []
+        for w in range(heads * kbs):
+            g = min(w // span, last)
+            r = w - g * span
+            size = heads - g * group if g == last else group
+            kb, bh = r // size, g * group + r % size
+            pair, split = divmod(bh, hs * qs)
+            rng_, qsplit = divmod(split, qs)
+            b, hkv = divmod(pair, Hkv)
+            per = H // Hkv // hs
+            h0 = hkv * (H // Hkv) + rng_ * per
+            per_t = -(-tiles // qs)
+            t0, t1 = min(tiles, qsplit * per_t), min(tiles, qsplit * per_t + per_t)
+            want.append(int(live[0, h0:h0 + per, t0:t1, kb].sum()))
+        assert got.tolist() == want, (hs, qs, group)
+
+
+def test_the_makespan_is_list_scheduling():
+    assert backward_schedule.makespan([4, 4, 4], 2) == 8  # a third CTA of equal length: a second wave
+    assert backward_schedule.makespan([6, 1, 1, 1, 1, 1], 2) == 6  # short ones fill beside a long one
+    assert backward_schedule.makespan([1, 1, 6], 2) == 7  # a long one last sets the end
+
+
+def test_splits_take_the_simulation_unless_switched_off_or_forced(monkeypatch):
+    """KDSL_BWD_SCHEDULE=0 keeps the counting rules; a split query range needs one query head a CTA,
+    so the head splits go to H / Hkv; KDSL_BWD_QUERY_SPLITS still forces its number."""
     k = _kernel("j <= i and (i - j < 512 or j < 4)")
     monkeypatch.setattr(attention_backward, "_sm_count", lambda device: 132)  # an H100's, with no GPU here
+    monkeypatch.setattr(attention_backward, "_l2_bytes", lambda device: 50 << 20)
     monkeypatch.setattr(k, "_arch", lambda: "sm_90a")
-    monkeypatch.delenv("KDSL_BWD_SPLIT_BY_WORK", raising=False)
-    monkeypatch.delenv("KDSL_BWD_QUERY_SPLITS", raising=False)
-    assert attention_backward.splits(k, 1, 8, 4, 16384, 16384, 128, 128, 0) == (1, 1)
-    monkeypatch.setenv("KDSL_BWD_SPLIT_BY_WORK", "1")
+    for name in ("KDSL_BWD_SCHEDULE", "KDSL_BWD_QUERY_SPLITS", "KDSL_BWD_HEAD_SPLITS"):
+        monkeypatch.delenv(name, raising=False)
     head_splits, query_splits = attention_backward.splits(k, 1, 8, 4, 16384, 16384, 128, 128, 0)
     assert query_splits > 1 and head_splits == 2
+    monkeypatch.setenv("KDSL_BWD_SCHEDULE", "0")
+    assert attention_backward.splits(k, 1, 8, 4, 16384, 16384, 128, 128, 0) == (1, 1)
+    monkeypatch.delenv("KDSL_BWD_SCHEDULE")
     monkeypatch.setenv("KDSL_BWD_QUERY_SPLITS", "1")
     assert attention_backward.splits(k, 1, 8, 4, 16384, 16384, 128, 128, 0)[1] == 1

@@ -23,7 +23,7 @@ from ..errors import LaunchError
 from ..passes import streaming, tiling
 from ..passes.exp2_fold import LOG2E
 from .driver import ArgPack, Launcher, WarpKernel
-from . import backward_work, geometry, summary
+from . import backward_schedule, geometry, summary
 from .launch import Loaded, _align, _attention_key, _l2_bytes, _ptr, _sm_count, _stream_getter
 from .programs import Program
 
@@ -262,25 +262,21 @@ def _cta_keys(kernel, D: int, Dv: int) -> int:
     return emit.backward_plan(D, Dv, get_target(kernel._arch())).keys
 
 
-# KDSL_BWD_SPLIT_BY_WORK=1: split the query tiles where the mask's longest CTA outlasts the rest
-# (geometry.backward_query_splits_by_work); off until timed (tools/dev/s79_next.sh, part c)
-SPLIT_BY_WORK_DEFAULT = "0"
-
-
 def splits(kernel, B: int, H: int, Hkv: int, M: int, N: int, D: int, Dv: int, device: int) -> tuple[int, int]:
     """(head_splits, query_splits) of a backward call: with few k/v heads a pair's query heads
     split over CTAs, and with few CTAs still their query tiles (the query-split program, a
-    program of its own: Program.query_split), dK and dV summed from partials after. Also asked at
-    the forward, to prebuild the program the backward will run (prebuild.start_backward)."""
+    program of its own: Program.query_split), dK and dV summed from partials after; where the
+    mask's tiles are known on the host, the split its launch's simulated schedule favours
+    (backward_schedule; KDSL_BWD_SCHEDULE=0: the counting rules alone). Also asked at the
+    forward, to prebuild the program the backward will run (prebuild.start_backward)."""
     keys = _cta_keys(kernel, D, Dv)
     key_blocks = -(-N // keys)
     head_splits = _head_splits(kernel, H // Hkv, key_blocks * Hkv * B, device)
     query_splits = _query_splits(kernel, M, key_blocks * Hkv * B * head_splits, device)
-    if query_splits == 1 and not os.environ.get("KDSL_BWD_QUERY_SPLITS") and \
-            os.environ.get("KDSL_BWD_SPLIT_BY_WORK", SPLIT_BY_WORK_DEFAULT) == "1":
-        live = backward_work.live_steps(kernel.ir, B, H, Hkv, M, N, tiling.BACKWARD_TILE, keys)
-        if live is not None:
-            query_splits = geometry.backward_query_splits_by_work(M, live, B, Hkv, head_splits, _sm_count(device))
+    forced = os.environ.get("KDSL_BWD_HEAD_SPLITS") or os.environ.get("KDSL_BWD_QUERY_SPLITS")
+    if not forced and os.environ.get("KDSL_BWD_SCHEDULE", "1") != "0":
+        head_splits, query_splits = backward_schedule.best_splits(
+            kernel.ir, B, H, Hkv, M, N, D, Dv, keys, _sm_count(device), _l2_bytes(device), (head_splits, query_splits))
     if query_splits > 1:  # only with a query head a CTA (the kernels' walks rely on it: BwdSteps)
         head_splits = H // Hkv
     return head_splits, query_splits

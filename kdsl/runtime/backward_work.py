@@ -1,5 +1,5 @@
 """How many query steps each backward CTA walks, counted on the host from the mask's tile classes,
-for the choice of query splits (attention_backward.splits, geometry.backward_query_splits_by_work).
+for the choice of splits (attention_backward.splits, backward_schedule).
 
 A mask that keeps a few key blocks for every query (attention sinks, a global prefix, global
 tokens) beside a window gives those blocks' CTAs every query step, while the rest walk a few;
@@ -26,15 +26,15 @@ MAX_TILES = 1 << 22
 
 
 @functools.lru_cache(maxsize=256)
-def live_steps(k: ir.Kernel, B: int, H: int, Hkv: int, M: int, N: int, rows: int, keys: int) -> np.ndarray | None:
-    """[b, h, key block]: how many query tiles of `rows` rows the mask leaves (those tile_empty
-    does not rule out) at each query head h and block of `keys` keys; one b where the mask does
+def live_tiles(k: ir.Kernel, B: int, H: int, Hkv: int, M: int, N: int, rows: int, keys: int) -> np.ndarray | None:
+    """[b, h, query tile, key block]: whether the backward walks the tile of `rows` queries and
+    `keys` keys (those tile_empty does not rule out) at query head h; one b where the mask does
     not read b. None where the predicate reads data or a dim other than q's and k's, or the grid
     is larger than MAX_TILES."""
     q_tiles, key_blocks = -(-M // rows), -(-N // keys)
     e = _tile_empty(k)
     if e is None:  # no mask: every tile
-        return np.full((1, H, key_blocks), q_tiles, dtype=np.int64)
+        return np.ones((1, H, q_tiles, key_blocks), dtype=bool)
     q, kv = k.tensor("q").shape, k.tensor("k").shape
     dims = {d.name: n for d, n in ((q[0], B), (q[1], H), (kv[1], Hkv), (q[2], M), (kv[2], N))
             if isinstance(d, ir.Var)}
@@ -47,7 +47,13 @@ def live_steps(k: ir.Kernel, B: int, H: int, Hkv: int, M: int, N: int, rows: int
     env = {**dims, "b": b, "h": h, "q0": q0, "q1": np.minimum(q0 + rows, M) - 1, "k0": k0,
            "k1": np.minimum(k0 + keys, N) - 1}
     empty = sample_tiles.evaluate(e, env, b.shape)
-    return None if empty is None else (~empty).sum(axis=2)
+    return None if empty is None else ~empty
+
+
+def live_steps(k: ir.Kernel, B: int, H: int, Hkv: int, M: int, N: int, rows: int, keys: int) -> np.ndarray | None:
+    """[b, h, key block]: how many query tiles live_tiles leaves at each query head and key block."""
+    live = live_tiles(k, B, H, Hkv, M, N, rows, keys)
+    return None if live is None else live.sum(axis=2)
 
 
 @functools.lru_cache(maxsize=64)

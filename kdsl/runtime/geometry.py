@@ -197,31 +197,3 @@ def backward_query_splits(rows: int, ctas: int, sms: int) -> int:
     if ctas * 2 > sms:
         return 1
     return max(1, min(sms // ctas, rows // 128))
-
-
-# A CTA's cost beyond its query steps (K and V's tiles in, dK and dV out), in steps, and the
-# margin by which a split's modelled time must beat the unsplit one (the partials' sum after is
-# not modelled). A model's numbers, untimed: attention_backward.SPLIT_BY_WORK_DEFAULT is off.
-CTA_OVERHEAD_STEPS = 0.5
-SPLIT_MARGIN = 1.1
-
-
-def backward_query_splits_by_work(rows: int, live, B: int, Hkv: int, head_splits: int, sms: int, most: int = 4) -> int:
-    """Into how many ranges the backward splits its CTAs' query tiles, from the query steps each
-    (query head, key block) walks (live[b, h, key block], backward_work.live_steps; its b axis
-    1 where the mask does not read b). A launch's time is modelled as the longer of its longest
-    CTA and the steps an SM takes on average: unsplit, a CTA walks its range of a pair's query
-    heads (head_splits ranges); split s ways, one query head's tiles in s ranges (attention_backward
-    .splits). Of at most `most` ranges and one per 128 of the `rows` query rows, the number with
-    the least modelled time (the fewer on a tie), where that beats the unsplit time by SPLIT_MARGIN;
-    else 1. Sinks beside a window of 512 on 132 SMs: 3 at B=1 H=8 16384² (the sinks' key block walks
-    256 steps against ~95 an SM), 4 at B=1 H=4 32768², 1 at B=2 H=16 4096²."""
-    nb, H = live.shape[0], live.shape[1]
-    copies = B // nb  # batches the b axis stands for
-    steps = float(live.sum()) * copies
-    cta = live.reshape(nb, Hkv, head_splits, H // Hkv // head_splits, -1).sum(axis=3)
-    unsplit = max(float(cta.max()), (steps + CTA_OVERHEAD_STEPS * cta.size * copies) / sms) + CTA_OVERHEAD_STEPS
-    split = {s: max(float(live.max()) / s, (steps + CTA_OVERHEAD_STEPS * live.size * copies * s) / sms) +
-             CTA_OVERHEAD_STEPS for s in range(2, min(most, rows // 128) + 1)}
-    best = min(split, key=lambda s: (split[s], s), default=1)
-    return best if best > 1 and split[best] * SPLIT_MARGIN <= unsplit else 1

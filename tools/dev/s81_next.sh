@@ -14,6 +14,10 @@
 #   e: held-out set 38 (eighty-first session): `kdsl check --grad` of all eight.
 #   f: set 38 against Flex, forward and fwd+bwd; then the grouped programs whose k/v head count has a name of its
 #      own (set 37's kv_group_parity had no bench row: KeyError 'G', fixed) at grouped, uneven shapes.
+#   g: kv_group_parity's backward at B=2 H=12 Hkv=4 3000² D=128 (fwd+bwd 0.88 against Flex, its forward 1.72): the
+#      backward alone under head and query splits, and fwd+bwd against Flex at neighbouring shapes.
+#   h: the backward's splits from its simulated schedule (runtime/backward_schedule.py) against the counting rules
+#      alone (KDSL_BWD_SCHEDULE=0), on the shapes where the model changes the choice.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -60,6 +64,25 @@ f)
         --shapes B=2,H=12,Hkv=4,M=3000,N=3000,D=128,Dv=64 B=1,H=16,Hkv=2,M=1000,N=5000,D=64 \
         -o $L/bench-grouped$mode > $L/bench-grouped$mode.log 2>&1
       echo "[grouped$mode]"; grep -h "|" $L/bench-grouped$mode/*.md | cut -d'|' -f2-11 | tail -4; save; }
+  done ;;
+g)
+  late g-ab || { timeout 200 python3 tools/dev/backward_ab.py --file tools/dev/heldout37.kd --programs kv_group_parity \
+      --shape 2,12,3000,3000,128,4 --reps 10 --seed 0 \
+      --variants="default;KDSL_BWD_HEAD_SPLITS=3;KDSL_BWD_QUERY_SPLITS=2;KDSL_BWD_SPLIT_BY_WORK=1" > $L/ab-g.log 2>&1
+    echo "[ab kv_group_parity]"; grep "^|\|regs" $L/ab-g.log; save; }
+  late g-bench || { timeout 300 kdsl bench tools/dev/heldout37.kd bench/variants.kd --only kv_group_parity,gqa_causal \
+      --vs flex --reps 10 --seed 0 --backward \
+      --shapes B=2,H=12,Hkv=4,M=3000,N=3000,D=128 B=2,H=12,Hkv=4,M=4096,N=4096,D=128 B=2,H=12,M=3000,N=3000,D=128 \
+      -o $L/bench-g > $L/bench-g.log 2>&1
+    echo "[g fwd+bwd]"; grep -h "|" $L/bench-g/*.md | cut -d'|' -f2-11 | tail -6; save; } ;;
+h)
+  for spec in "heldout37.kd kv_group_parity 2,12,3000,3000,128,4" "heldout33.kd gqa_block_phase 2,16,4096,4096,128,4" \
+      "heldout21.kd sinks_window 1,8,16384,16384,128" "heldout37.kd kv_group_parity 2,12,4096,4096,128,4" \
+      "../../bench/variants.kd gqa_causal 2,12,3000,3000,128,4"; do
+    set -- $spec
+    late $2-$3 || { timeout 120 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape $3 --reps 10 \
+        --seed 0 --variants="default;KDSL_BWD_SCHEDULE=0" > $L/ab-h-$2-${3//,/x}.log 2>&1
+      echo "[ab $2 $3]"; grep "^|" $L/ab-h-$2-${3//,/x}.log; save; }
   done ;;
 esac
 done
