@@ -290,3 +290,28 @@ def test_query_tiles_split_over_ctas(d, kind, splits, monkeypatch):
     _check_split(monkeypatch, d, kind, {"KDSL_BWD_HEAD_SPLITS": "2", "KDSL_BWD_QUERY_SPLITS": str(splits)}, "cross",
                  "s - 0.01 * float(h + 1) * float(abs(i - 8 * j))", "4 * j <= i + 28", (2, 4, 2, 1000, 77),
                  d * 10 + splits)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_splits_the_schedule_picks_give_the_reference_gradients(d, monkeypatch):
+    """Unforced: runtime/backward_schedule.py splits the pair's query heads (and their tiles) where
+    the launch's last wave would idle, a grid of 192 CTAs on 132 SMs with half its k/v heads
+    bidirectional (kv_group_parity, tools/dev/heldout37.kd, x1.47 on an H200). The pick is asserted
+    to differ from the counting rules', then its gradients checked against the reference."""
+    from kdsl.runtime import attention_backward
+    torch = pytest.importorskip("torch")
+    for var in ("KDSL_BWD_SCHEDULE", "KDSL_BWD_HEAD_SPLITS", "KDSL_BWD_QUERY_SPLITS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(attention_backward, "_sm_count", lambda device: 132)  # the same pick on any Hopper
+    mod = kdsl.load(ROOT / "tools" / "dev" / "heldout37.kd")
+    kir = mod.ir["kv_group_parity"]
+    B, H, Hkv, M = 2, 12, 4, 3000
+    picked = attention_backward.splits(mod.kv_group_parity, B, H, Hkv, M, M, d, d, 0)
+    monkeypatch.setenv("KDSL_BWD_SCHEDULE", "0")
+    rules = attention_backward.splits(mod.kv_group_parity, B, H, Hkv, M, M, d, d, 0)
+    monkeypatch.delenv("KDSL_BWD_SCHEDULE")
+    assert picked != rules, (picked, rules)
+    gen = torch.Generator(device="cuda").manual_seed(81 + d)
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, M, d, generator=gen)
+    dout = torch.randn((B, H, M, d), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"kv_group_parity d={d} splits {picked}", mod.kv_group_parity, kir, q, k, v, caps, dout)
