@@ -275,8 +275,9 @@ def splits(kernel, B: int, H: int, Hkv: int, M: int, N: int, D: int, Dv: int, de
     query_splits = _query_splits(kernel, M, key_blocks * Hkv * B * head_splits, device)
     forced = os.environ.get("KDSL_BWD_HEAD_SPLITS") or os.environ.get("KDSL_BWD_QUERY_SPLITS")
     if not forced and os.environ.get("KDSL_BWD_SCHEDULE", "1") != "0":
+        l2 = _l2_bytes(device) if kernel.ir.func("mask") is not None else 0  # (the head group's; 1 unmasked)
         head_splits, query_splits = backward_schedule.best_splits(
-            kernel.ir, B, H, Hkv, M, N, D, Dv, keys, _sm_count(device), _l2_bytes(device), (head_splits, query_splits))
+            kernel.ir, B, H, Hkv, M, N, D, Dv, keys, _sm_count(device), l2, (head_splits, query_splits))
     if query_splits > 1:  # only with a query head a CTA (the kernels' walks rely on it: BwdSteps)
         head_splits = H // Hkv
     return head_splits, query_splits
