@@ -3,9 +3,10 @@ IR, so peers are timed on exactly the same function."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from . import ir
-from .semantics import eval_torch
+from .semantics import eval_scalar, eval_torch
 
 
 @functools.cache
@@ -40,18 +41,40 @@ def score_mod(kernel: ir.Kernel, dims: dict, captures: dict, scale: float):
     e = kernel.func("score")
     if e is None:
         return None
+    e = _constants_folded(e, {**dims, "scale": scale})
 
     def mod(score, b, h, q_idx, kv_idx):
+        if isinstance(e, ir.Const):  # a constant score (`score(...) = 0.0`): Flex wants a tensor
+            return torch.full_like(score, float(e.value))
         env = {**dims, "s": score, "b": b, "h": h, "q": q_idx, "kv": kv_idx, "scale": scale}
         return eval_torch(e, env, captures, float_dtype=torch.float32)
     return mod
 
 
 def mask_mod(kernel: ir.Kernel, dims: dict, captures: dict):
+    import torch
     e = kernel.func("mask")
     if e is None:
         return None
+    e = _constants_folded(e, dims)
 
     def mod(b, h, q_idx, kv_idx):
+        if isinstance(e, ir.Const):  # a constant mask: a tensor of it
+            return torch.full_like(q_idx, bool(e.value), dtype=torch.bool)
         return eval_torch(e, {**dims, "b": b, "h": h, "q": q_idx, "kv": kv_idx}, captures)
     return mod
+
+
+def _constants_folded(e: ir.Expr, known: dict) -> ir.Expr:
+    """e with each part that reads only `known` names (the dims, the scale) and constants
+    computed here, once, as eval_torch would on Python numbers: the mods then trace tensor
+    arithmetic alone (scalar folding goes through numpy's errstate, which Dynamo cannot trace:
+    `float(D) / 64.0` left a program with no Flex peer)."""
+    if isinstance(e, ir.Load):
+        return replace(e, indices=tuple(_constants_folded(i, known) for i in e.indices))
+    if not isinstance(e, ir.Op):
+        return e
+    if all(n.name in known for n in ir.walk(e) if isinstance(n, ir.Var)) and \
+            not any(isinstance(n, ir.Load) for n in ir.walk(e)):
+        return ir.Const(e.ty, eval_scalar(e, known))
+    return replace(e, args=tuple(_constants_folded(a, known) for a in e.args))

@@ -105,3 +105,30 @@ def test_the_bench_peer_and_flop_count_read_the_programs_own_dim_names():
     causal = sum(min(N, i + (N - M) + 1) for i in range(M))
     # heads 0-1 read k/v head 0 (even: every key), heads 2-3 read head 1 (causal)
     assert kept_pairs(kir, dims, caps, B, H, M, N, device="cpu") == B * (2 * M * N + 2 * causal)
+
+
+@pytest.mark.parametrize("score", ["0.0", "s - 0.25 * float(D) / 64.0 + -1.5 * float(i < j)"])
+def test_a_constant_score_and_arithmetic_of_the_dims_trace_whole(score):
+    """Regression (held-out sets 25 and 8, found running every held-out program through the peer):
+    a constant score returned a Python float, which FlexAttention refuses ("HOP body output"), and
+    `float(D) / 64.0` divided Python numbers through numpy's errstate, which Dynamo cannot trace:
+    neither program had a Flex peer. Parts of the dims and constants are now computed before the
+    trace (flex._constants_folded) and a constant score is a tensor of it."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    src = f"""attention t {{
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    score(s, b, h, i, j) = {score}
+    mask(b, h, i, j) = j <= i + (N - M) or 2 * H < 0
+}}"""
+    kir = kdsl.compile(src, "t.kd").ir["t"]
+    B, H, M, N, D = 1, 2, 128, 256, 64
+    q, k, v, caps = attention_inputs(kir, B, H, H, M, N, D, device="cpu")
+    q, k, v = q.float(), k.float(), v.float()
+    dims = reference.dims_of(kir, q, k, v, caps)
+    sm, mm = flex.score_mod(kir, dims, caps, D ** -0.5), flex.mask_mod(kir, dims, caps)
+    bm = create_block_mask(mm, B, H, M, N, device="cpu")
+    torch._dynamo.reset()
+    traced = torch.compile(flex_attention, fullgraph=True, backend="eager", dynamic=False)
+    out = traced(q, k, v, score_mod=sm, block_mask=bm, scale=D ** -0.5)
+    ref, _ = reference.attention(kir, q, k, v, caps)
+    assert rel_frobenius(out, ref) <= 1e-4
