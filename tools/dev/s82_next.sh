@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The next session's device calls (after the eighty-first), each within one call's 600 s:
+#   OUT=... PART="a b" [DEADLINE=520] bash tools/dev/s82_next.sh; logs in $OUT/logs.tgz. An item is
+#   skipped once the call has run DEADLINE seconds.
+#   a: held-out set 39 (eighty-first session, interpreter-checked only): `kdsl check --grad` of all eight; and the
+#      GPU test of the backward's splits from its simulated schedule once more.
+#   b: set 39 against Flex, forward and fwd+bwd; and the two held-out programs that had no Flex peer before the
+#      eighty-first session (heldout25 causal_mean, heldout8 dim_scaled).
+#   c: the simulated schedule's splits against the rules (KDSL_BWD_SCHEDULE=0) at shapes where the model changes the
+#      choice and that have not been timed (host model, 132 SMs): sinks_window 1x8 8192² (1,1) -> (1,3);
+#      gqa_block_phase 1x32/8 8192² (1,1) -> (4,1); kv_group_parity 1x8/2 16384² (1,1) -> (2,1) and 1x32/4 4096²
+#      (2,1) -> (8,2); and the model taking fewer splits than the rules: renamed_gqa_window 2x16/4 2048² (2,1) -> (1,1).
+# If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
+set -uo pipefail
+source tools/dev/device_steps.sh
+CHECK_SEED=82 CHECK_TIMEOUT=90
+for part in ${PART:-a}; do
+case $part in
+a)
+  for k in dilation_per_head quadratic_score strided_globals_local causal_image_2d logsig_pair_gate \
+      seq_head_temperature docs_bottom_right alibi_window_96; do check tools/dev/heldout39.kd $k; done
+  late sched-test || { timeout 120 python3 -m pytest -q tests/gpu/test_backward_gpu.py -k schedule_picks > $L/pytest-schedule.log 2>&1
+    echo "schedule picks: $(tail -1 $L/pytest-schedule.log)"; }
+  save ;;
+b)
+  bench h39 tools/dev/heldout39.kd
+  bench h39-bwd tools/dev/heldout39.kd --backward
+  bench peers tools/dev/heldout25.kd tools/dev/heldout8.kd --only causal_mean,dim_scaled ;;
+c)
+  for spec in "heldout21.kd sinks_window 1,8,8192,8192,128" "heldout33.kd gqa_block_phase 1,32,8192,8192,128,8" \
+      "heldout37.kd kv_group_parity 1,8,16384,16384,128,2" "heldout37.kd kv_group_parity 1,32,4096,4096,128,4" \
+      "heldout38.kd renamed_gqa_window 2,16,2048,2048,128,4"; do
+    set -- $spec
+    late $2-$3 || { timeout 150 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape $3 --reps 10 \
+        --seed 0 --variants="default;KDSL_BWD_SCHEDULE=0" > $L/ab-c-$2-${3//,/x}.log 2>&1
+      echo "[ab $2 $3]"; grep "^|" $L/ab-c-$2-${3//,/x}.log; save; }
+  done ;;
+esac
+done
