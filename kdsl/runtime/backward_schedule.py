@@ -23,6 +23,10 @@ import heapq
 
 import numpy as np
 
+from ..passes.tiling import BACKWARD_TILE
+from . import geometry
+from .backward_work import live_tiles
+
 CTA_OVERHEAD_STEPS = 0.5
 # A step (64 query rows by a CTA's keys: five GEMMs, 2 * 64 * keys * (3 D + 2 Dv) FLOPs) on one
 # SM at SM_FLOPS, and the partial sums at HBM_BYTES_PER_S: a model's numbers (an H100's 132 SMs
@@ -95,9 +99,6 @@ def best_splits(kernel_ir, B: int, H: int, Hkv: int, M: int, N: int, D: int, Dv:
                 l2_bytes: int, default: tuple[int, int]) -> tuple[int, int]:
     """The candidate with the least modelled time where it beats `default` (the counting rules'
     choice) by MARGIN; else default (also where the mask's tiles are not known on the host)."""
-    from . import geometry
-    from .backward_work import live_tiles
-    from ..passes.tiling import BACKWARD_TILE
     key_blocks = -(-N // keys)
     if B * Hkv * key_blocks > MAX_WAVES * sms:
         return default
