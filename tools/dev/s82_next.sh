@@ -10,6 +10,8 @@
 #      choice and that have not been timed (host model, 132 SMs): sinks_window 1x8 8192² (1,1) -> (1,3);
 #      gqa_block_phase 1x32/8 8192² (1,1) -> (4,1); kv_group_parity 1x8/2 16384² (1,1) -> (2,1) and 1x32/4 4096²
 #      (2,1) -> (8,2); and the model taking fewer splits than the rules: renamed_gqa_window 2x16/4 2048² (2,1) -> (1,1).
+#   d: every program's FlexAttention peer, forward and fwd+bwd, eager at a small shape, against the reference
+#      (tools/dev/flex_peer_sweep.py: the forward passes for all 346 on the CPU; Flex has no CPU backward).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -34,6 +36,11 @@ c)
     late $2-$3 || { timeout 150 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape $3 --reps 10 \
         --seed 0 --variants="default;KDSL_BWD_SCHEDULE=0" > $L/ab-c-$2-${3//,/x}.log 2>&1
       echo "[ab $2 $3]"; grep "^|" $L/ab-c-$2-${3//,/x}.log; save; }
+  done ;;
+d)
+  for mode in "" --backward; do
+    late sweep$mode || { timeout 250 python3 tools/dev/flex_peer_sweep.py $mode > $L/flex-sweep$mode.log 2>&1
+      echo "[flex peer sweep $mode]"; grep -v "warn\|Warning\|SOLUTION\|debug\|This will\|^$\|torch.nn" $L/flex-sweep$mode.log | tail -8; save; }
   done ;;
 esac
 done
