@@ -171,6 +171,10 @@ def test_generated_masks_or_data_solve_exactly(mask, form, d, seed):
     ("j <= i or j < 100", "k0", "(max:i32 q 99)"),
     # blocks of 64 keys in two phases (a checkerboard): one block of each 128-key tile, per row
     ("(i // 64) % 2 == (j // 64) % 2", "(add:i32 (mul:i32 (mod:i32 (floordiv:i32 q 64) 2) 64) k0)", None),
+    # a query block onto key blocks a size wide (cross attention in aligned chunks): i // 64 is
+    # small enough to scale by a size in 64 bits (held-out set 40's aligned_chunks was per element)
+    ("j // (64 * H) == i // 64", "(mul:i32 (floordiv:i32 q 64) (mul:i32 64 H))", None),
+    ("j // (64 * max(N // M, 1)) == i // 64", None, None),
 ])
 def test_shapes_of_solved_masks(mask, lo, hi):
     k = lowered(program(None, mask))
@@ -187,8 +191,11 @@ def test_shapes_of_solved_masks(mask, lo, hi):
     ("j // max(blk[b], 1) <= i // max(blk[b], 1)", True),  # chunked causal, chunks per sequence
     ("j <= i and j // max(blk[b], 1) == i // max(blk[b], 1)", True),
     ("j // blk[b] == i // blk[b]", False),  # the divisor may be 0 or negative: per element
-    # (i // 64) * max(..): not provably below 2^62 (leaves count as 2^31): per element
-    ("j // max(blk[b] * 2, 3) == i // 64", False),
+    # (i // 64) * max(..): i // 64 below 2^25, the max below 2^32: solved (a query block mapped
+    # onto key blocks of a size per sequence)
+    ("j // max(blk[b] * 2, 3) == i // 64", True),
+    # i * max(..): not provably below 2^62 (leaves count as 2^31): per element
+    ("j // max(blk[b] * 2, 3) == i", False),
     ("j // (max(blk[b], 1) * 2) == i // (max(blk[b], 1) * 2)", False),  # the product may wrap to <= 0
     ("j // min(max(blk[b], 1), 256) == i // min(max(blk[b], 1), 256)", True),
 ])
@@ -351,3 +358,12 @@ def test_generated_products_with_item_factors_solve_exactly_or_not_at_all(form, 
     if k.attr("kv_bounds") != "per-element":
         for m, n in ((700, 650), (130, 1000)):
             assert_exact(k, {**DIMS, "M": m, "N": n}, {}, random.Random(seed), tiles=12)
+
+
+def test_aligned_chunks_of_cross_attention_are_exact_at_lengths_apart():
+    """`j // (64 * max(N // M, 1)) == i // 64`: a query chunk of 64 onto the aligned key chunk of a
+    longer sequence (N // M times as wide), exact where N is a multiple of M and where it is not."""
+    k = lowered(program(None, "j // (64 * max(N // M, 1)) == i // 64"))
+    assert k.attr("kv_bounds") == "interval"
+    for seed, (m, n) in enumerate(((300, 1300), (256, 1024), (1000, 999), (64, 4096))):
+        assert_exact(k, {**DIMS, "M": m, "N": n}, {}, random.Random(seed), tiles=30)

@@ -203,6 +203,9 @@ def _magnitude(e: ir.Expr, checked: frozenset = frozenset()) -> int:
     """A bound on |e| when every i32 leaf is below 2^31 in magnitude: the 64-bit evaluation of
     the bounds is exact while this stays below 2^62 (inverting nested `//` by large constants
     multiplies them up). So is a value in checked (checked_values), however it is built."""
+    if isinstance(e, ir.Op) and e.op == "floordiv" and isinstance(e.args[1], ir.Const) and e.args[1].value > 0:
+        # a block index (`i // 64`): small enough to scale by a size (`j // (64 * H) == i // 64`)
+        return _magnitude(e.args[0], checked) // e.args[1].value + 1
     if e in checked:
         return 2**31
     if isinstance(e, ir.Const):

@@ -12,6 +12,9 @@
 #      (2,1) -> (8,2); and the model taking fewer splits than the rules: renamed_gqa_window 2x16/4 2048² (2,1) -> (1,1).
 #   d: every program's FlexAttention peer, forward and fwd+bwd, eager at a small shape, against the reference
 #      (tools/dev/flex_peer_sweep.py: the forward passes for all 346 on the CPU; Flex has no CPU backward).
+#   e: held-out set 40 (eighty-first session, interpreter-checked): `kdsl check --grad` of all eight; then against
+#      Flex forward and fwd+bwd; aligned_chunks' key interval (new: a query block scaled by a size, kv_bounds
+#      _magnitude) against its mask per element (-DKDSL_KEY_BOUNDS=0) at cross shapes.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -42,5 +45,13 @@ d)
     late sweep$mode || { timeout 250 python3 tools/dev/flex_peer_sweep.py $mode > $L/flex-sweep$mode.log 2>&1
       echo "[flex peer sweep $mode]"; grep -v "warn\|Warning\|SOLUTION\|debug\|This will\|^$\|torch.nn" $L/flex-sweep$mode.log | tail -8; save; }
   done ;;
+e)
+  for k in lsh_buckets_gqa group_decay row_threshold head_prefix sqrt_distance_window aligned_chunks \
+      growing_temperature key_weight_log_f16; do check tools/dev/heldout40.kd $k; done
+  bench h40 tools/dev/heldout40.kd
+  bench h40-bwd tools/dev/heldout40.kd --backward
+  late chunks-ab || { timeout 150 python3 tools/dev/forward_ab.py tools/dev/heldout40.kd --programs aligned_chunks \
+      --shape 2,16,1024,4096,128 --variants "default;KDSL_DEFINES=KDSL_KEY_BOUNDS=0" > $L/fwd-ab-chunks.log 2>&1
+    echo "[forward ab aligned_chunks 1024 x 4096]"; grep -h "^| [a-z]\|regs" $L/fwd-ab-chunks.log; save; } ;;
 esac
 done
