@@ -229,6 +229,26 @@ def compared_ranges(kernel: ir.Kernel, defaults: dict, positional: set) -> dict:
     return {t: r for t, r in out.items() if r != defaults[t]}
 
 
+def indices_compared_with_ids(kernel: ir.Kernel, ranges: dict, ids: set) -> dict:
+    """Captured tensors that index another one (ranges) and that a comparison sets against a
+    tensor of ids (`doc_q[b, i] == doc_k[b, j]` where doc_q also picks `temp[b, doc_q[b, i]]`),
+    each with those ids' tensors. Drawn as ids (sorted runs) within the range they index, they
+    match their partners on runs of pairs, as documents do; drawn as indices (scattered over the
+    whole range) they matched almost no pair, and every tile held a few."""
+    found: dict = {}
+    for fname in ("score", "mask"):
+        e = kernel.func(fname)
+        for node in ir.walk(e) if e is not None else ():
+            if not (isinstance(node, ir.Op) and node.op in _COMPARISONS):
+                continue
+            sides = [{n.tensor for n in _value_loads(a)} for a in node.args]
+            for mine, other in ((0, 1), (1, 0)):
+                for t in sides[mine] & set(ranges):
+                    if sides[other] & ids:
+                        found.setdefault(t, set()).update(sides[other] & ids)
+    return found
+
+
 # Float functions whose argument must be positive for a real value (log(-x) is NaN).
 _POSITIVE_DOMAIN = ("log", "log2", "sqrt", "rsqrt")
 
@@ -274,6 +294,9 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
     drawn = {t.name: (0, min(max(case.M, case.N) + 1 if t.name in positional else case.ids, INT_TOP[t.dtype]))
              for t in free}
     drawn.update(compared_ranges(kernel, drawn, positional))
+    id_indices = indices_compared_with_ids(kernel, ranges, set(drawn) - positional)
+    for t, partners in id_indices.items():  # ids within the range they index
+        drawn[t] = (0, max(1, min(ranges[t], max(drawn[u][1] for u in partners))))
     caps = {}
     for t in kernel.tensors:
         if t.role != "capture":
@@ -289,7 +312,7 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
             caps[t.name] = be.cast(0.5 + 0.1 * abs(be.randn(shape, gen)), t.dtype)
         elif top is None:
             caps[t.name] = be.cast(0.1 * be.randn(shape, gen), t.dtype)
-        elif t.name in ranges:
+        elif t.name in ranges and t.name not in id_indices:
             caps[t.name] = be.cast(be.randint(0, min(ranges[t.name], top), shape, gen), t.dtype)
         elif t.name in positional:  # per sequence or head: a length, a prefix, a position
             caps[t.name] = be.cast(be.randint(*drawn[t.name], shape, gen), t.dtype)

@@ -256,6 +256,28 @@ def test_integer_captures_are_drawn_so_that_their_comparisons_go_both_ways():
     assert caps["ids"].min() >= 0 and caps["doc"].min() >= -1  # `doc[b, i] >= 0`: -1 drawn too
 
 
+def test_an_index_compared_with_ids_is_drawn_as_ids_within_its_range():
+    """Regression (held-out set 38's doc_temperature): doc_q indexes temp and is compared with
+    doc_k; drawn as an index (scattered over [0, 16)) against doc_k's sorted ids in [0, 3), it
+    matched a few pairs in every tile (81 % of the rows none): a document mask in name only. Now
+    both are runs of ids in the same range, which the index stays inside; an index compared with
+    no ids keeps its scattered draw."""
+    src = """attention t {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    doc_q: i32[B, M]; doc_k: i32[B, N]; temp: f32[B, 16]; sel: i32[B, M]; w: f32[B, 40]
+    score(s, b, h, i, j) = s * temp[b, min(max(doc_q[b, i], 0), 15)] + w[b, sel[b, i]]
+    mask(b, h, i, j) = doc_q[b, i] == doc_k[b, j] and j <= i
+}"""
+    kir = kdsl.compile(src, "t.kd").ir["t"]
+    for seed in range(4):
+        _, _, _, caps = attention_inputs(kir, AttentionCase(2, 2, 2, 300, 300, 64, seed=seed), Numpy())
+        doc_q, doc_k, sel = caps["doc_q"], caps["doc_k"], caps["sel"]
+        assert (np.diff(doc_q, axis=1) >= 0).all() and doc_q.min() >= 0 and doc_q.max() <= 15
+        assert set(np.unique(doc_q)) <= set(np.unique(doc_k)) | set(range(3))
+        assert (doc_q[:, :, None] == doc_k[:, None, :]).mean() > 0.2  # runs of matching pairs
+        assert not (np.diff(sel, axis=1) >= 0).all() and sel.max() < 40  # still an index, scattered
+
+
 def test_a_check_notes_a_mask_that_kept_every_pair_or_none_in_every_case(tmp_path, capsys):
     """`kdsl check` passing a mask whose inputs never exercised one of its sides says so: a
     window wider than every check shape keeps every pair, a float threshold above every drawn
