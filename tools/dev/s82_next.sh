@@ -5,7 +5,8 @@
 #   a: held-out set 39 (eighty-first session, interpreter-checked only): `kdsl check --grad` of all eight; and the
 #      GPU test of the backward's splits from its simulated schedule once more.
 #   b: set 39 against Flex, forward and fwd+bwd; and the two held-out programs that had no Flex peer before the
-#      eighty-first session (heldout25 causal_mean, heldout8 dim_scaled).
+#      eighty-first session (heldout25 causal_mean, heldout8 dim_scaled); doc_temperature with its ids now drawn as
+#      documents (0.98 against Flex with doc_q drawn as a scattered index).
 #   c: the simulated schedule's splits against the rules (KDSL_BWD_SCHEDULE=0) at shapes where the model changes the
 #      choice and that have not been timed (host model, 132 SMs): sinks_window 1x8 8192² (1,1) -> (1,3);
 #      gqa_block_phase 1x32/8 8192² (1,1) -> (4,1); kv_group_parity 1x8/2 16384² (1,1) -> (2,1) and 1x32/4 4096²
@@ -30,7 +31,8 @@ a)
 b)
   bench h39 tools/dev/heldout39.kd
   bench h39-bwd tools/dev/heldout39.kd --backward
-  bench peers tools/dev/heldout25.kd tools/dev/heldout8.kd --only causal_mean,dim_scaled ;;
+  bench peers tools/dev/heldout25.kd tools/dev/heldout8.kd --only causal_mean,dim_scaled
+  bench doc-temp tools/dev/heldout38.kd --only doc_temperature ;;
 c)
   for spec in "heldout21.kd sinks_window 1,8,8192,8192,128" "heldout33.kd gqa_block_phase 1,32,8192,8192,128,8" \
       "heldout37.kd kv_group_parity 1,8,16384,16384,128,2" "heldout37.kd kv_group_parity 1,32,4096,4096,128,4" \
