@@ -43,7 +43,9 @@ BACKWARD_TAIL_GROUPS = 1  # attention_common.cuh KDSL_BWD_TAIL_GROUPS
 
 def cta_steps(live: np.ndarray, B: int, Hkv: int, head_splits: int, query_splits: int, group: int) -> np.ndarray:
     """Each CTA's query steps in blockIdx order, as attention_common.cuh backward_block and
-    backward_query_tiles map them. live: [b (1: the same for every b), h, query tile, key block]."""
+    backward_query_tiles map them. live: [b (1: the same for every b), h, query tile, key block],
+    in tiles of 64 rows (a kernel that steps 128 rows splits its ranges at the nearest such
+    pair: a model's rounding)."""
     _, H, tiles, key_blocks = live.shape
     live = np.broadcast_to(live, (B, H, tiles, key_blocks)).astype(np.int64)
     per_head = H // Hkv // head_splits
