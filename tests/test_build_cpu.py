@@ -514,3 +514,43 @@ def test_a_mask_whose_rows_the_backward_cannot_copy_prebuilds_the_per_element_ba
     built = compiler.build(kern._kernel_ir(), "sm_90a", 64, value_dim=64,
                            program=attention_backward.backward_program(False, False, stream=False))
     assert built.cache_hit and "-DKDSL_STREAM_CAPTURES=0" in built.options
+
+
+def test_a_backward_that_spills_with_its_mask_bits_keeps_the_build_with_less_local_memory(tmp_path, monkeypatch):
+    """compiler.mask_bits_trial: held-out 40's row_threshold spills 168 B at D=128 with the
+    backward's mask bits and none without; the build without is kept. KDSL_BWD_BITS_TRIAL=0 keeps
+    the bits; a mask that loads no row's value (causal) has no such trial."""
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    from kdsl.runtime.attention_backward import backward_program
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    k = next(x for x in pipeline.check(parse((ROOT / "tools" / "dev" / "heldout40.kd").read_text(), "heldout40.kd"))
+             if x.name == "row_threshold")
+    program = backward_program(True, False)
+    chosen = compiler.build(k, "sm_90a", 128, program=program)
+    assert chosen.kernel.attr("bwd_mask_bits") == 0 and compiler.local_bytes(chosen) == 0
+    assert "kMaskLoadsRows = false" in chosen.generated.source
+    monkeypatch.setenv("KDSL_BWD_BITS_TRIAL", "0")
+    kept = compiler.build(k, "sm_90a", 128, program=program)
+    assert kept.kernel.attr("bwd_mask_bits") is None and compiler.local_bytes(kept) > compiler.local_bytes(chosen)
+    monkeypatch.delenv("KDSL_BWD_BITS_TRIAL")
+    causal = kdsl.load(ROOT / "samples" / "causal.kd", interpret=True).ir["causal"]
+    assert not compiler.mask_bits_trial(causal) and compiler.mask_bits_trial(k)
+
+
+def test_a_prebuilt_backward_that_spills_prebuilds_its_build_without_mask_bits(tmp_path, monkeypatch):
+    """The background build of a backward that spills, whose mask loads rows' values, is followed
+    by its build without the mask bits, which build() weighs it against: loss.backward() finds
+    both built. Every build is made to spill here."""
+    from kdsl.runtime.attention_backward import backward_program
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    monkeypatch.setattr(compiler.cubin_info, "frame_bytes", lambda cubin, entry: 8)
+    k = kdsl.load(ROOT / "samples" / "document_mask.kd", interpret=True).ir["document_mask"]
+    program = backward_program(False, False)
+    compiler.prebuild(k, "sm_90a", 64, 64, program)
+    compiler.finish_prebuilds()
+    # the 128-query trial spilled, then its 64-query fallback: that one without the bits is built too
+    plain = k.with_attrs(bwd_step_rows=64, bwd_mask_bits=0)
+    assert compiler.build(plain, "sm_90a", 64, value_dim=64, program=program).cache_hit

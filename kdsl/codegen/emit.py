@@ -121,6 +121,13 @@ def _loads_rows(e: ir.Expr | None) -> bool:
     return any(at(n, "q") for n in loads) and not any(at(n, "q") and at(n, "kv") for n in loads)
 
 
+def mask_bits_apply(mask: ir.Expr | None, score: ir.Expr | None) -> bool:
+    """Whether the backward gathers the mask into bits before the gradients (attention_bwd_wgmma.cuh
+    kBits, where its other conditions hold): a mask that loads rows' values at the query beside a
+    score that loads nothing."""
+    return _loads_rows(mask) and not (score is not None and any(isinstance(n, ir.Load) for n in ir.walk(score)))
+
+
 def _attention_names(k: ir.Kernel):
     """What the Variant's expressions call each IR variable and captured tensor, and the
     Captures struct's fields (the captured tensors, then the dims only they bind)."""
@@ -496,7 +503,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
         mask=dict(expr=c(mask) if mask is not None else "true",
                   streamed=cm(mask) if mask_reads else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask))),
-                  loads_rows=_on(_loads_rows(mask))),
+                  # (false where the backward's build dropped its mask bits: compiler.mask_bits_trial)
+                  loads_rows=_on(_loads_rows(mask) and k.attr("bwd_mask_bits") != 0)),
         kmask=dict(on=_on(kpart is not None), part=c(kpart) if kpart is not None else "false",
                    rests=[c(r) for r in krests] or ["false", "false"], arms=[arm(r) for r in krests] or [0, 0],
                    loads=_on(any(isinstance(n, ir.Load) for r in krests for n in ir.walk(r))),

@@ -45,9 +45,14 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
     A schedule chosen as a trial (a tile, the row sums by P V, the slope step) that ptxas
     spills is dropped, one after the other, and the kernel built again without it."""
     built = _build(k, arch, head_dim, want_cubin, trace, value_dim, program)
-    if program.backward:  # its one trial: 128-query steps (emit.backward_step_rows), 64 where they spill
+    if program.backward:  # its trials: 128-query steps (emit.backward_step_rows), 64 where they spill;
         if want_cubin and emit.backward_step_rows(built.kernel, get_target(arch)) == 128 and spilled(built):
-            built = _build(k.with_attrs(bwd_step_rows=64), arch, head_dim, want_cubin, trace, value_dim, program)
+            k = k.with_attrs(bwd_step_rows=64)
+            built = _build(k, arch, head_dim, want_cubin, trace, value_dim, program)
+        if want_cubin and mask_bits_trial(built.kernel) and spilled(built):  # then the mask bits
+            plain = _build(k.with_attrs(bwd_mask_bits=0), arch, head_dim, want_cubin, trace, value_dim, program)
+            if local_bytes(plain) < local_bytes(built):
+                built = plain
         return built
     while want_cubin:
         retry = _without_spilled_trial(k, built.kernel, program)
@@ -61,6 +66,26 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
             raise KdslError(f"{k.name}: internal error: a spill fallback changed tile_m "
                             f"({trial.kernel.attr('tile_m')} -> {built.kernel.attr('tile_m')})")
     return built
+
+
+def mask_bits_trial(lowered: ir.Kernel) -> bool:
+    """Whether a backward build that spilled is built again without its mask bits (attr
+    bwd_mask_bits = 0; attention_bwd_wgmma.cuh KDSL_BWD_MASK_BITS), the build with less local
+    memory kept. The bits gather a mask's loads at the query into one word a step before the
+    gradients: some masks spill far more with them (sm_90a D=128: held-out 40's lsh_buckets_gqa
+    184 B against 40 without, row_threshold 168 against 0, held-out 35's lsh_local 120 against 0),
+    others less (span_per_query 40 against 88). Measured on an H200, the build with less local
+    memory was the faster one each time it was timed: lsh_local x1.11 without (seventy-ninth
+    session), bool_logic x1.11 without (seventy-third), document_mask x1.06 with (seventy-ninth).
+    KDSL_BWD_BITS_TRIAL=0 keeps the bits (A/B timing)."""
+    if os.environ.get("KDSL_BWD_BITS_TRIAL", "1") == "0" or lowered.attr("bwd_mask_bits") == 0:
+        return False
+    score = lowered.func("score")
+    return emit.mask_bits_apply(lowered.func("mask"), score)
+
+
+def local_bytes(built: Built) -> int:
+    return cubin_info.frame_bytes(built.compiled.cubin, built.generated.entry)
 
 
 def spilled(built: Built) -> bool:
@@ -147,9 +172,12 @@ def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, value_dim: i
     lowered, gen, options, key = _generate(k, arch, head_dim, value_dim, program)
 
     def follow_up(compiled: nvrtc.Compiled) -> None:
-        if (program.backward and emit.backward_step_rows(lowered, get_target(arch)) == 128
-                and cubin_info.frame_bytes(compiled.cubin, gen.entry) > 0):
+        if not program.backward or cubin_info.frame_bytes(compiled.cubin, gen.entry) == 0:
+            return
+        if emit.backward_step_rows(lowered, get_target(arch)) == 128:
             prebuild(k.with_attrs(bwd_step_rows=64), arch, head_dim, value_dim, program)
+        elif mask_bits_trial(lowered):
+            prebuild(k.with_attrs(bwd_mask_bits=0), arch, head_dim, value_dim, program)
 
     with _IN_FLIGHT_LOCK:
         cached = cache.get(key)
