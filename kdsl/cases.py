@@ -204,19 +204,15 @@ def compared_ranges(kernel: ir.Kernel, defaults: dict, positional: set) -> dict:
     thr[h]` with thresholds drawn as positions, past every level, kept no pair)."""
     consts: dict = {}
     partners: dict = {}
-    for fname in ("score", "mask"):
-        e = kernel.func(fname)
-        for node in ir.walk(e) if e is not None else ():
-            if not (isinstance(node, ir.Op) and node.op in _COMPARISONS):
-                continue
-            sides = [{n.tensor for n in _value_loads(a) if n.tensor in defaults} for a in node.args]
-            for mine, other in ((0, 1), (1, 0)):
-                c = node.args[other]
-                if isinstance(c, ir.Const) and type(c.value) is int:
-                    for t in sides[mine]:
-                        consts.setdefault(t, []).append(c.value)
-                for t in sides[mine] & positional:
-                    partners.setdefault(t, set()).update(sides[other] - positional)
+    for node, loaded in _comparisons(kernel):
+        sides = [side & set(defaults) for side in loaded]
+        for mine, other in ((0, 1), (1, 0)):
+            c = node.args[other]
+            if isinstance(c, ir.Const) and type(c.value) is int:
+                for t in sides[mine]:
+                    consts.setdefault(t, []).append(c.value)
+            for t in sides[mine] & positional:
+                partners.setdefault(t, set()).update(sides[other] - positional)
     out = dict(defaults)
     for t, values in consts.items():
         dtype = kernel.tensor(t).dtype
@@ -236,17 +232,22 @@ def indices_compared_with_ids(kernel: ir.Kernel, ranges: dict, ids: set) -> dict
     match their partners on runs of pairs, as documents do; drawn as indices (scattered over the
     whole range) they matched almost no pair, and every tile held a few."""
     found: dict = {}
+    for _, sides in _comparisons(kernel):
+        for mine, other in ((0, 1), (1, 0)):
+            for t in sides[mine] & set(ranges):
+                if sides[other] & ids:
+                    found.setdefault(t, set()).update(sides[other] & ids)
+    return found
+
+
+def _comparisons(kernel: ir.Kernel):
+    """Each comparison of the score and the mask, with the captured tensors each side computes
+    with (_value_loads: not those only inside another load's indices)."""
     for fname in ("score", "mask"):
         e = kernel.func(fname)
         for node in ir.walk(e) if e is not None else ():
-            if not (isinstance(node, ir.Op) and node.op in _COMPARISONS):
-                continue
-            sides = [{n.tensor for n in _value_loads(a)} for a in node.args]
-            for mine, other in ((0, 1), (1, 0)):
-                for t in sides[mine] & set(ranges):
-                    if sides[other] & ids:
-                        found.setdefault(t, set()).update(sides[other] & ids)
-    return found
+            if isinstance(node, ir.Op) and node.op in _COMPARISONS:
+                yield node, [{n.tensor for n in _value_loads(a)} for a in node.args]
 
 
 # Float functions whose argument must be positive for a real value (log(-x) is NaN).
