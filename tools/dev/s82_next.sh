@@ -19,7 +19,8 @@
 #   f: the backward's mask-bits trial (compiler.mask_bits_trial: a build that spills is built again without the
 #      bits, the one with less local memory kept) against the bits always (KDSL_BWD_BITS_TRIAL=0), backward alone,
 #      on the kernels where it drops them: lsh_buckets_gqa (GQA 4) and row_threshold at D=128 (184 -> 40 B and
-#      168 -> 0 B), lsh_local at D=64 (16 -> 0 B), packed_window at D=128 (64 -> 24 B), where_documents (24 -> 8 B).
+#      168 -> 0 B), lsh_local at D=64 (16 -> 0 B), packed_window at D=128 (64 -> 24 B), where_documents (24 -> 8 B);
+#      first `kdsl check --grad` of the four builds it changed outside set 40 (set 40's: part e).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -60,6 +61,10 @@ e)
       --shape 2,16,1024,4096,128 --variants "default;KDSL_DEFINES=KDSL_KEY_BOUNDS=0" > $L/fwd-ab-chunks.log 2>&1
     echo "[forward ab aligned_chunks 1024 x 4096]"; grep -h "^| [a-z]\|regs" $L/fwd-ab-chunks.log; save; } ;;
 f)
+  check tools/dev/heldout35.kd lsh_local
+  check tools/dev/heldout5.kd bool_logic
+  check tools/dev/heldout8.kd where_documents
+  check bench/variants.kd packed_window
   for spec in "heldout40.kd lsh_buckets_gqa 2,16,4096,4096,128,4" "heldout40.kd row_threshold 2,16,4096,4096,128" \
       "heldout35.kd lsh_local 4,16,4096,4096,64" "../../bench/variants.kd packed_window 2,16,4096,4096,128" \
       "heldout8.kd where_documents 2,16,4096,4096,128"; do
