@@ -26,3 +26,10 @@ ab() {  # file programs: the backward alone under each of AB_VARIANTS, in turns
   echo "[ab $1]"; grep "^|\|regs" $L/ab-$(basename $1 .kd).log
   save
 }
+ab_at() {  # switch file program B,H,M,N,D[,Hkv]: the backward alone, default against one switch, in turns
+  late $3-$4 && return
+  timeout 150 python3 tools/dev/backward_ab.py --file $2 --programs $3 --shape $4 --reps 10 --seed 0 \
+    --variants="default;$1" > $L/ab-$3-${4//,/x}.log 2>&1
+  echo "[ab $3 $4 against $1]"; grep "^|\|regs" $L/ab-$3-${4//,/x}.log
+  save
+}

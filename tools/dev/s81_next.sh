@@ -76,13 +76,10 @@ g)
       -o $L/bench-g > $L/bench-g.log 2>&1
     echo "[g fwd+bwd]"; grep -h "|" $L/bench-g/*.md | cut -d'|' -f2-11 | tail -6; save; } ;;
 h)
-  for spec in "heldout37.kd kv_group_parity 2,12,3000,3000,128,4" "heldout33.kd gqa_block_phase 2,16,4096,4096,128,4" \
-      "heldout21.kd sinks_window 1,8,16384,16384,128" "heldout37.kd kv_group_parity 2,12,4096,4096,128,4" \
-      "../../bench/variants.kd gqa_causal 2,12,3000,3000,128,4"; do
-    set -- $spec
-    late $2-$3 || { timeout 120 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape $3 --reps 10 \
-        --seed 0 --variants="default;KDSL_BWD_SCHEDULE=0" > $L/ab-h-$2-${3//,/x}.log 2>&1
-      echo "[ab $2 $3]"; grep "^|" $L/ab-h-$2-${3//,/x}.log; save; }
-  done ;;
+  ab_at KDSL_BWD_SCHEDULE=0 tools/dev/heldout37.kd kv_group_parity 2,12,3000,3000,128,4
+  ab_at KDSL_BWD_SCHEDULE=0 tools/dev/heldout33.kd gqa_block_phase 2,16,4096,4096,128,4
+  ab_at KDSL_BWD_SCHEDULE=0 tools/dev/heldout21.kd sinks_window 1,8,16384,16384,128
+  ab_at KDSL_BWD_SCHEDULE=0 tools/dev/heldout37.kd kv_group_parity 2,12,4096,4096,128,4
+  ab_at KDSL_BWD_SCHEDULE=0 bench/variants.kd gqa_causal 2,12,3000,3000,128,4 ;;
 esac
 done

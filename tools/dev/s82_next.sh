@@ -39,14 +39,11 @@ b)
   bench peers tools/dev/heldout25.kd tools/dev/heldout8.kd --only causal_mean,dim_scaled
   bench doc-temp tools/dev/heldout38.kd --only doc_temperature ;;
 c)
-  for spec in "heldout21.kd sinks_window 1,8,8192,8192,128" "heldout33.kd gqa_block_phase 1,32,8192,8192,128,8" \
-      "heldout37.kd kv_group_parity 1,8,16384,16384,128,2" "heldout37.kd kv_group_parity 1,32,4096,4096,128,4" \
-      "heldout38.kd renamed_gqa_window 2,16,2048,2048,128,4"; do
-    set -- $spec
-    late $2-$3 || { timeout 150 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape $3 --reps 10 \
-        --seed 0 --variants="default;KDSL_BWD_SCHEDULE=0" > $L/ab-c-$2-${3//,/x}.log 2>&1
-      echo "[ab $2 $3]"; grep "^|" $L/ab-c-$2-${3//,/x}.log; save; }
-  done ;;
+  ab_at KDSL_BWD_SCHEDULE=0 tools/dev/heldout21.kd sinks_window 1,8,8192,8192,128
+  ab_at KDSL_BWD_SCHEDULE=0 tools/dev/heldout33.kd gqa_block_phase 1,32,8192,8192,128,8
+  ab_at KDSL_BWD_SCHEDULE=0 tools/dev/heldout37.kd kv_group_parity 1,8,16384,16384,128,2
+  ab_at KDSL_BWD_SCHEDULE=0 tools/dev/heldout37.kd kv_group_parity 1,32,4096,4096,128,4
+  ab_at KDSL_BWD_SCHEDULE=0 tools/dev/heldout38.kd renamed_gqa_window 2,16,2048,2048,128,4 ;;
 d)
   for mode in "" --backward; do
     late sweep$mode || { timeout 250 python3 tools/dev/flex_peer_sweep.py $mode > $L/flex-sweep$mode.log 2>&1
@@ -65,13 +62,10 @@ f)
   check tools/dev/heldout5.kd bool_logic
   check tools/dev/heldout8.kd where_documents
   check bench/variants.kd packed_window
-  for spec in "heldout40.kd lsh_buckets_gqa 2,16,4096,4096,128,4" "heldout40.kd row_threshold 2,16,4096,4096,128" \
-      "heldout35.kd lsh_local 4,16,4096,4096,64" "../../bench/variants.kd packed_window 2,16,4096,4096,128" \
-      "heldout8.kd where_documents 2,16,4096,4096,128"; do
-    set -- $spec
-    late $2-$3 || { timeout 150 python3 tools/dev/backward_ab.py --file tools/dev/$1 --programs $2 --shape $3 --reps 10 \
-        --seed 0 --variants="default;KDSL_BWD_BITS_TRIAL=0" > $L/ab-f-$2-${3//,/x}.log 2>&1
-      echo "[ab $2 $3]"; grep "^|\|regs" $L/ab-f-$2-${3//,/x}.log; save; }
-  done ;;
+  ab_at KDSL_BWD_BITS_TRIAL=0 tools/dev/heldout40.kd lsh_buckets_gqa 2,16,4096,4096,128,4
+  ab_at KDSL_BWD_BITS_TRIAL=0 tools/dev/heldout40.kd row_threshold 2,16,4096,4096,128
+  ab_at KDSL_BWD_BITS_TRIAL=0 tools/dev/heldout35.kd lsh_local 4,16,4096,4096,64
+  ab_at KDSL_BWD_BITS_TRIAL=0 bench/variants.kd packed_window 2,16,4096,4096,128
+  ab_at KDSL_BWD_BITS_TRIAL=0 tools/dev/heldout8.kd where_documents 2,16,4096,4096,128 ;;
 esac
 done
