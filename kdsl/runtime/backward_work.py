@@ -50,12 +50,6 @@ def live_tiles(k: ir.Kernel, B: int, H: int, Hkv: int, M: int, N: int, rows: int
     return None if empty is None else ~empty
 
 
-def live_steps(k: ir.Kernel, B: int, H: int, Hkv: int, M: int, N: int, rows: int, keys: int) -> np.ndarray | None:
-    """[b, h, key block]: how many query tiles live_tiles leaves at each query head and key block."""
-    live = live_tiles(k, B, H, Hkv, M, N, rows, keys)
-    return None if live is None else live.sum(axis=2)
-
-
 @functools.lru_cache(maxsize=64)
 def _tile_empty(k: ir.Kernel) -> ir.Expr | None:
     return mask_analysis.run(k).func("tile_empty") if k.func("mask") is not None else None

@@ -91,7 +91,7 @@ def local_bytes(built: Built) -> int:
 def spilled(built: Built) -> bool:
     """Whether ptxas gave the entry function local memory (read from the cubin: NVRTC's log
     lacks ptxas' warnings when the driver's compute cache served the build, runtime/cubin_info.py)."""
-    return cubin_info.frame_bytes(built.compiled.cubin, built.generated.entry) > 0
+    return local_bytes(built) > 0
 
 
 def _trials(lowered: ir.Kernel, program: Program) -> list[str]:
