@@ -29,13 +29,13 @@ def markdown(rows: list[Row], device: str, host: list = (), seed: int | None = N
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.failure:
-            lines.append(f"| {r.kernel} | {r.shape} | FAILED: {r.failure} | | | | | | | | |")
+            lines.append(f"| {r.kernel} | {r.shape} | FAILED: {_cell(r.failure)} | | | | | | | | |")
             continue
         peers = list(r.peers.items()) or [("-", {})]
         for name, p in peers:
             peer = PEER_NAMES.get(name, name)
             if "error" in p:
-                pus, pt, ratio = "", f"could not run: {p['error'][:70]}", ""
+                pus, pt, ratio = "", f"could not run: {_cell(p['error'], 70)}", ""
             elif p:
                 pus, pt, ratio = f"{p['ms'] * 1e3:.1f}", f"{p['tflops']:.1f}", f"{p['ms'] / r.ms:.2f}"
                 if p.get("ratio_range"):
@@ -73,6 +73,12 @@ def fp8_summary(rows: list[Row]) -> list[str]:
         return []
     return ["", f"FP8 dense against {PEER_NAMES['scaled_mm']}: lowest {min(ratios):.2f}, median "
                 f"{statistics.median(ratios):.2f} over {len(ratios)} shapes."]
+
+
+def _cell(text: str, limit: int | None = None) -> str:
+    """text as one markdown table cell, its first `limit` characters: an error message's newlines
+    ended the row mid-table and its pipes split the cell (an Inductor error, eighty-second session)."""
+    return " ".join(str(text).split())[:limit].replace("|", "\\|")
 
 
 def _seconds(x) -> str:

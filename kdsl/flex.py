@@ -42,12 +42,17 @@ def score_mod(kernel: ir.Kernel, dims: dict, captures: dict, scale: float):
     if e is None:
         return None
     e = _constants_folded(e, {**dims, "scale": scale})
+    # A score that ignores s (a constant, or a function of the positions alone) is still made a
+    # function of it: FlexAttention's eager backward differentiates the mod by s and fails on a
+    # gradient that does not exist (vmap: "must only return Tensors, got NoneType"), and its
+    # compiled forward failed to lower a constant (Triton "invalid axis 1"; causal_mean, H200,
+    # eighty-second session). s is the finite q . k, so s * 0 adds nothing.
+    reads_s = any(isinstance(n, ir.Var) and n.name == "s" for n in ir.walk(e))
 
     def mod(score, b, h, q_idx, kv_idx):
-        if isinstance(e, ir.Const):  # a constant score (`score(...) = 0.0`): Flex wants a tensor
-            return torch.full_like(score, float(e.value))
         env = {**dims, "s": score, "b": b, "h": h, "q": q_idx, "kv": kv_idx, "scale": scale}
-        return eval_torch(e, env, captures, float_dtype=torch.float32)
+        value = float(e.value) if isinstance(e, ir.Const) else eval_torch(e, env, captures, float_dtype=torch.float32)
+        return value if reads_s else score * 0.0 + value
     return mod
 
 

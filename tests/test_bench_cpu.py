@@ -63,6 +63,20 @@ def test_markdown_shows_failed_peers_and_convention():
     assert "| 1000.0 | 100.0 |" in md and "| 2000.0 | 50.0 | 2.00 |" in md and "could not run: not supported" in md and "FAILED: RuntimeError: boom" in md
 
 
+def test_an_error_of_many_lines_stays_in_its_row():
+    """Regression (H200, eighty-second session): Flex's peer failed with an Inductor error of
+    several lines, and its newline ended the table row mid-cell, the rest of the row printed as a
+    line of its own; a pipe in an error would split its cell."""
+    error = "InductorError: CompilationError: at 171:24:\n    # We know these | blocks\n"
+    rows = [bench.Row("causal_mean", "B=2", ms=1.0, tflops=100.0, gbps=10.0, error=1e-3,
+                      peers={"flex": {"error": error}}, compile={"cold_build_s": 0.76}),
+            bench.Row("broken", "B=2", failure="RuntimeError: first\nsecond | third")]
+    table = [line for line in bench_report.markdown(rows, "GPU").splitlines() if line.startswith("|")][2:]
+    assert len(table) == 2 and all(line.count("|") - line.count("\\|") == 12 for line in table)
+    assert "could not run: InductorError: CompilationError: at 171:24: # We know these \\| blocks" in table[0]
+    assert table[0].endswith("| 0.76 |") and "FAILED: RuntimeError: first second \\| third" in table[1]
+
+
 def test_a_mask_that_kept_nothing_still_gets_its_ratio():
     """Regression: a held-out mask (an i8 level against a random per-head threshold) kept no
     pair on the bench's inputs, so kdsl's and Flex's TFLOPS were both 0 and the report divided

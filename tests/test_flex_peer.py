@@ -132,3 +132,24 @@ def test_a_constant_score_and_arithmetic_of_the_dims_trace_whole(score):
     out = traced(q, k, v, score_mod=sm, block_mask=bm, scale=D ** -0.5)
     ref, _ = reference.attention(kir, q, k, v, caps)
     assert rel_frobenius(out, ref) <= 1e-4
+
+
+@pytest.mark.parametrize("score", ["0.0", "-0.5 * float(j)", "s - 1.0"])
+def test_a_score_that_ignores_s_is_still_differentiable_by_it(score):
+    """Regression (H200, eighty-second session): FlexAttention's backward differentiates the
+    score_mod by its score, and a mod that never read it had no gradient there (eager: vmap "must
+    only return Tensors, got NoneType"); its compiled forward failed on a constant (Triton). The
+    mod now depends on the score in every case, with the values unchanged."""
+    src = f"""attention t {{
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    score(s, b, h, i, j) = {score}
+}}"""
+    kir = kdsl.compile(src, "t.kd").ir["t"]
+    sm = flex.score_mod(kir, {"B": 1, "H": 1, "M": 8, "N": 8, "D": 64}, {}, 0.125)
+    s = torch.randn(8, 8, requires_grad=True)
+    i, j = torch.arange(8).view(8, 1), torch.arange(8).view(1, 8)
+    out = sm(s, torch.tensor(0), torch.tensor(0), i, j)
+    (grad,) = torch.autograd.grad(out.sum(), s)  # raises where out does not depend on s
+    want = {"0.0": torch.zeros(8, 8), "-0.5 * float(j)": (-0.5 * j.float()).expand(8, 8), "s - 1.0": s.detach() - 1}
+    assert torch.equal(out.detach(), want[score])
+    assert torch.equal(grad, torch.full((8, 8), 1.0 if score == "s - 1.0" else 0.0))
