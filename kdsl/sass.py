@@ -26,7 +26,7 @@ class SassReport:
     other_ops: dict = None      # TMA loads/stores/reductions (UTMALDG/UTMASTG/UTMAREDG), bulk and global
                                 # reductions (UBLKRED, REDG), special functions (MUFU), global and shared
                                 # loads (LDG, LDS; LDS.U16 & co. by width too), stmatrix (STSM), memory barriers (MEMBAR: a proxy
-                                # fence is one), warp votes (VOTE) -> count
+                                # fence is one), warp votes (VOTE) and shuffles (SHFL) -> count
     tensor_shapes: dict = None  # a tensor opcode with its shape ("HGMMA.64x128x16") -> count
 
     @property
@@ -94,6 +94,8 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
     other["WARPGROUP.DEPBAR"] = len(re.findall(r"\bWARPGROUP\.DEPBAR\b", code))
     # warp votes (__ballot_sync): the backward's 32-wide search for its next step
     other["VOTE"] = len(re.findall(r"\bVOTE\.", code))
+    # warp shuffles (__shfl_sync): a partial tile's key values handed to its elements (passes/key_values.py)
+    other["SHFL"] = len(re.findall(r"\bSHFL\.", code))
     # 1-byte global loads: a bool / u8 / i8 mask read element by element
     other["LDG.8"] = len(re.findall(r"\bLDG(?:\.\w+)*?\.[US]8\b", code))
     spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", code))

@@ -15,7 +15,7 @@ import jinja2
 from .. import __version__, ir
 from ..cachefiles import atomic_write, kept_dirs
 from ..errors import KdslError
-from ..passes import (exp2_fold, gemm_tiles, int_signs, item_divisions, key_mask, key_table, kv_bounds, mask_analysis,
+from ..passes import (exp2_fold, gemm_tiles, int_signs, item_divisions, key_mask, key_table, key_values, kv_bounds, mask_analysis,
                       offset_score, score_grad, streaming, tiling)
 from .cexpr import CEmitter, Capture, WideEmitter, capture_ident, dim_ident, split_position
 
@@ -469,6 +469,9 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
     # arm with the bit clear that always keeps: its keys below N)
     kints = [None if isinstance(r, ir.Const) and (i == 0 or not r.value) else key_mask.arm_interval(r, k.attr("tile_n"))
              for i, r in enumerate(krests)] or [None, None]
+    # passes/key_values.py: the mask's value gathered per key, and the mask reading it as kx
+    vpart = key_values.part(mask) if key_values.applies(k, k.attr("tile_n") or 0) else None
+    valued = emitter({**variables, "kx": "kx"}, captures, summary_slots)
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
         warm=[emit(e) for e in item_divisions.divisions(k) for emit in (c, wide)]
@@ -510,6 +513,9 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
                    loads=_on(any(isinstance(n, ir.Load) for r in krests for n in ir.walk(r))),
                    by_keys=[_on(b is not None) for b in kints],
                    lo=[wide(b[0]) if b else "k0" for b in kints], hi=[wide(b[1]) if b else "k0 - 1" for b in kints]),
+        kvalues=dict(on=_on(vpart is not None), type="int" if vpart is not None and vpart.ty == "i32" else "float",
+                     part=c(vpart) if vpart is not None else "0",
+                     mask=valued(key_values.valued(mask, vpart)) if vpart is not None else "false"),
         bounds=dict(on=_on(kv_lo is not None), lo=wide(kv_lo) if kv_lo is not None else "k0",
                     hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",
                     keys_only=_on(kv_lo is not None and tile_keys is None),

@@ -645,8 +645,41 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
         }
         put(jj, bits);
       };
+      // V::kKeyValues (passes/key_values.py): the mask's value gathered at the key, once a key of
+      // the tile: lane l gathers keys k0 + l + 32u (clamped to N - 1 as the mask's loads are), all
+      // BN / 32 gathers in flight together where each element's own were 16 at a time; an element
+      // takes its key's value from the lane holding it. Chunk u's four column groups use x[0],
+      // the chunks moved down a register after each, so that a rolled loop indexes no array.
+      auto key_valued_bits = [&]() {
+        if constexpr (V::kKeyValues && BN % 32 == 0) {
+          typename V::KeyValue x[BN / 32];
+#pragma unroll
+          for (int u = 0; u < BN / 32; ++u) x[u] = V::mask_key_value(a, cap, b, h, imin2(k0 + lane + 32 * u, N - 1));
+#pragma unroll 1
+          for (int u = 0; u < BN / 32; ++u) {
+#pragma unroll
+            for (int g4 = 0; g4 < 4; ++g4) {
+              const int jj = 4 * u + g4;
+              const typename V::KeyValue kx[2] = {__shfl_sync(0xffffffffu, x[0], 8 * g4 + 2 * t),
+                                                  __shfl_sync(0xffffffffu, x[0], 8 * g4 + 2 * t + 1)};
+              u64 bits = 0;
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int kv = k0 + 8 * jj + 2 * t + (e & 1);
+                const bool ok = (kv < N) & V::mask_valued(a, cap, b, h, qr[e >> 1], imin2(kv, N - 1), kx[e & 1]);
+                bits |= (u64)(ok ? 1u : 0u) << e;
+              }
+              put(jj, bits);
+            }
+#pragma unroll
+            for (int i = 0; i + 1 < BN / 32; ++i) x[i] = x[i + 1];
+          }
+        }
+      };
       if (partial && V::kKeyMask) {
         keep.bits[0] = key_mask_bits();
+      } else if (partial && V::kKeyValues) {
+        key_valued_bits();
       } else if (partial && V::kKeyBounds) {  // the interval's code beside it: by 8, document_mask spilled
 #pragma unroll 4
         for (int jj = 0; jj < BN / 8; ++jj) group(jj);

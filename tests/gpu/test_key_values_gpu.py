@@ -1,0 +1,48 @@
+"""A mask's value gathered once a key of a partial tile and handed to its elements by shuffles
+(passes/key_values.py, KDSL_KEY_VALUES=1) against the float64 reference row by row, beside the
+per-element gathers (KDSL_KEY_VALUES=0): thresholds, buckets of a k/v head, unsorted document ids
+and the value in arithmetic, at ragged shapes (the last tile's keys past N clamped) and head dims
+64, 96 and 128, with a score that reads the same tensor as the mask."""
+import pytest
+
+import kdsl
+from kdsl import reference
+from kdsl.testing import attention_inputs
+
+from conftest import assert_rows_close
+from exprgen import program
+
+pytestmark = pytest.mark.gpu
+
+DECLS = ("ks: f32[B, H, N]", "thr: f32[B, H, M]", "bk: i32[B, Hkv, N]", "bq: i32[B, H, M]", "doc: i32[B, N]")
+PROGRAMS = {  # name: (score, mask)
+    "row_threshold": (None, "ks[b, h, j] >= thr[b, h, i] or i == j"),
+    "kv_head_buckets": (None, "j <= i and bq[b, h, i] == bk[b, h // (H // Hkv), j]"),
+    "scattered_docs": (None, "doc[b, i] == doc[b, j]"),
+    "value_arithmetic": ("s + 0.01 * ks[b, h, j]", "abs(ks[b, h, j] * 2.0 - float(i - j)) < 300.0 or i == j"),
+}
+# (B, H, Hkv, M, N, D)
+SHAPES = [(2, 8, 4, 1000, 1000, 128), (1, 4, 2, 129, 2003, 64), (2, 6, 3, 517, 700, 96)]
+
+
+@pytest.mark.parametrize("on", [1, 0], ids=["values", "gathers"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_key_values_match_reference_row_by_row(name, shape, on, monkeypatch):
+    import torch
+    monkeypatch.setenv("KDSL_DEFINES", f"KDSL_KEY_VALUES={on}")
+    mod = kdsl.compile(program(*PROGRAMS[name], name, DECLS), f"{name}.kd")
+    kir = mod.ir[name]
+    B, H, Hkv, M, N, D = shape
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, shape)) % 2**31)
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, generator=gen)
+    # scattered ids (every tile partial), values on both sides of the thresholds
+    caps.update(doc=torch.randint(0, 4, (B, N), device="cuda", generator=gen, dtype=torch.int32),
+                bk=torch.randint(0, 3, (B, Hkv, N), device="cuda", generator=gen, dtype=torch.int32),
+                bq=torch.randint(0, 3, (B, H, M), device="cuda", generator=gen, dtype=torch.int32),
+                ks=torch.randn((B, H, N), device="cuda", generator=gen) * 200,
+                thr=torch.randn((B, H, M), device="cuda", generator=gen) * 200)
+    caps = {n: caps[n] for n in caps if kir.tensor(n) is not None}
+    got = getattr(mod, name)(q, k, v, **caps)
+    ref, _ = reference.attention(kir, q, k, v, caps)
+    assert_rows_close(got, ref, f"{name} {shape} key values={on}")

@@ -1,0 +1,103 @@
+"""passes/key_values.py: a mask's value gathered per key, which the Hopper kernel's partial tiles
+gather once a key and hand to each element by a shuffle (KDSL_KEY_VALUES): which masks have one,
+the identity mask == mask_valued with kx = the part at kv, and the build."""
+import re
+
+import numpy as np
+import pytest
+
+from kdsl import ir
+from kdsl.passes import key_values
+
+from conftest import lowered
+
+CAPS = ("\n    ks: f32[B, H, N]\n    thr: f32[B, H, M]\n    bk: i32[B, Hkv, N]\n    bq: i32[B, H, M]"
+        "\n    doc: i32[B, N]\n    flag: bool[B, N]\n    lens: i32[B]\n    keep: bool[B, M, N]")
+
+
+def program(mask: str) -> str:
+    return (f"attention x {{\n    q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]{CAPS}\n"
+            f"    mask(b, h, i, j) = {mask}\n}}\n")
+
+
+VALUED = ["ks[b, h, j] >= thr[b, h, i] or i == j",             # a threshold per row on a score per key
+          "j <= i and bq[b, h, i] == bk[b, h // (H // Hkv), j]",  # buckets of the key's k/v head
+          "doc[b, i] == doc[b, j]",                               # document ids (unsorted: partial tiles)
+          "abs(ks[b, h, j] * 2.0 - float(i - j)) < 300.0"]        # the value in arithmetic with both positions
+NOT_VALUED = ["j <= i",                                  # positions alone: kv_bounds.py's interval
+              "j < lens[b]",                             # a bound read per batch, not at the key
+              "flag[b, j] or abs(i - j) < 256",          # a bool part: key_mask's bits
+              "ks[b, h, j] > thr[b, h, i] and doc[b, i] == doc[b, j]",  # two distinct key values
+              "keep[b, i, j] and ks[b, h, j] > 0.0"]     # a streamed mask: read from shared memory already
+
+
+@pytest.mark.parametrize("mask,valued", [*((m, True) for m in VALUED), *((m, False) for m in NOT_VALUED)])
+def test_which_masks_take_key_values(mask, valued):
+    assert key_values.applies(lowered(program(mask)), 128) == valued
+
+
+def test_not_beside_key_bits_nor_on_tiles_of_partial_chunks():
+    k = lowered(program(VALUED[0]))
+    assert key_values.applies(k, 128) and key_values.applies(k, 64)
+    assert not key_values.applies(k, 80)  # D=256's 80-key tile: no whole 32-key chunks
+    assert not key_values.applies(k.with_attrs(key_mask=1), 128)
+
+
+@pytest.mark.parametrize("mask", VALUED)
+def test_the_mask_reading_the_value_is_the_mask(mask):
+    """The identity the kernel relies on, at random positions, heads and data: the mask with its
+    part read as kx, kx the part evaluated at the element's key, is the mask."""
+    from kdsl.semantics import eval_numpy
+    whole = lowered(program(mask)).func("mask")
+    part = key_values.part(whole)
+    valued = key_values.valued(whole, part)
+    assert not any(ir.uses(part, v) for v in ("q", "qf")) and ir.uses(part, "kv")
+    assert not ir.loads_at(valued, "kv")  # the key's gathers all in kx
+    rng = np.random.default_rng()
+    B, H, Hkv, M, N = 2, 4, 2, 512, 640
+    caps = {"ks": rng.normal(0, 100, (B, H, N)).astype(np.float32), "thr": rng.normal(0, 100, (B, H, M)).astype(np.float32),
+            "bk": rng.integers(0, 3, (B, Hkv, N)), "bq": rng.integers(0, 3, (B, H, M)), "doc": rng.integers(0, 3, (B, N))}
+    seen = set()
+    for _ in range(200):
+        q, kv, h, b = (int(rng.integers(0, n)) for n in (M, N, H, B))
+        env = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": 64, "b": b, "h": h, "q": q, "kv": kv,
+               "qf": float(q), "kvf": float(kv), "dqkf": float(q - kv)}
+        want = bool(eval_numpy(whole, env, caps, np.float64))
+        kx = eval_numpy(part, env, caps, np.float64)
+        got = bool(eval_numpy(valued, {**env, "kx": kx}, caps, np.float64))
+        assert got == want, (ir.print_expr(part), q, kv)
+        seen.add(want)
+    assert seen == {True, False}  # the draws reach both sides of the mask
+
+
+def test_the_variant_carries_the_value_and_the_valued_mask():
+    from kdsl.codegen.emit import generate
+    src = generate(lowered(program(VALUED[1]), 128)).source
+    assert "kKeyValues = KDSL_KEY_VALUES && true" in src and "typedef int KeyValue;" in src
+    value = re.search(r"KeyValue mask_key_value\([^)]*\) \{\s*return (.*);", src).group(1)
+    assert "cap_bk" in value and "cap_bq" not in value
+    valued = re.search(r"bool mask_valued\([^)]*\) \{\s*return (.*);", src).group(1)
+    assert "== kx" in valued and "cap_bk" not in valued
+    plain = generate(lowered(program("j <= i"), 128)).source
+    assert "kKeyValues = KDSL_KEY_VALUES && false" in plain
+
+
+def test_the_build_gathers_once_a_key_and_shuffles(monkeypatch):
+    """row_threshold at head dim 128 (held-out set 40): with the values the partial tiles' loop
+    loads nothing (a tile's BN / 32 gathers a thread before it, 16 fewer LDG a copy of the loop) and
+    takes them by SHFL; nothing spills either way."""
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    from kdsl.runtime.compiler import build
+    from kdsl.sass import find_cuobjdump, inspect
+    if not find_cuobjdump():
+        pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
+    k = pipeline.check(parse(program(VALUED[0]), "t.kd"))[0]
+    reps = {}
+    for on in (0, 1):
+        monkeypatch.setenv("KDSL_DEFINES", f"KDSL_KEY_VALUES={on}")
+        built = build(k, "sm_90a", 128)
+        reps[on] = rep = inspect(built.compiled.cubin, built.generated.entry)
+        assert rep.local_bytes == 0 and rep.spill_ops == 0, on
+    assert reps[0].other_ops["LDG"] - reps[1].other_ops["LDG"] >= 16, (reps[0].other_ops, reps[1].other_ops)
+    assert reps[1].other_ops["SHFL"] >= reps[0].other_ops["SHFL"] + 16
