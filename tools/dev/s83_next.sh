@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The next session's device calls (after the eighty-second), each within one call's 600 s:
+#   OUT=... PART="a b" [DEADLINE=520] bash tools/dev/s83_next.sh; logs in $OUT/logs.tgz. An item is
+#   skipped once the call has run DEADLINE seconds.
+#   a: key values (passes/key_values.py, built with KDSL_DEFINES=KDSL_KEY_VALUES=1; off by default until this runs):
+#      tests/gpu/test_key_values_gpu.py (both ways, ragged shapes, D 64/96/128), then `kdsl check --grad` of six
+#      corpus kernels it applies to, built with it.
+#   b: key values against the per-element gathers, forward alone, in turns (tools/dev/forward_ab.py): row_threshold
+#      (0.78 of Flex forward, s82) at D=128 and 64, lsh_buckets_gqa, doc_temperature, perm_causal, lsh_local,
+#      event_horizon, data_positions, document_mask. If they win, flip KDSL_KEY_VALUES's default (the template).
+#   c: the Flex peer of a score that ignores s (causal_mean: Inductor failed on the constant), the flex peer sweep
+#      fwd+bwd (Dynamo now reset per program: 82 tracing failures in s82 were the sweep's).
+# If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
+set -uo pipefail
+source tools/dev/device_steps.sh
+CHECK_SEED=83 CHECK_TIMEOUT=90
+fab() {  # file programs shape: the forward alone, default against key values, in turns
+  late $2-$3 && return
+  timeout 200 python3 tools/dev/forward_ab.py $1 --programs $2 --shape $3 \
+    --variants "default;KDSL_DEFINES=KDSL_KEY_VALUES=1" > $L/fab-$(basename $1 .kd)-${3//,/x}.log 2>&1
+  echo "[forward ab $1 $3]"; grep -h "^| [a-z]\|Error\|error" $L/fab-$(basename $1 .kd)-${3//,/x}.log | tail -12
+  save
+}
+for part in ${PART:-a}; do
+case $part in
+a)
+  late kv-test || { timeout 240 python3 -m pytest -q tests/gpu/test_key_values_gpu.py > $L/pytest-key-values.log 2>&1
+    echo "key values GPU test: $(tail -1 $L/pytest-key-values.log)"; grep "^FAILED\|Error" $L/pytest-key-values.log | head; save; }
+  export KDSL_DEFINES=KDSL_KEY_VALUES=1
+  check tools/dev/heldout40.kd row_threshold
+  check tools/dev/heldout40.kd lsh_buckets_gqa
+  check tools/dev/heldout38.kd doc_temperature
+  check tools/dev/heldout38.kd perm_causal
+  check tools/dev/heldout35.kd lsh_local
+  check tools/dev/heldout30.kd event_horizon
+  unset KDSL_DEFINES; save ;;
+b)
+  fab tools/dev/heldout40.kd row_threshold,lsh_buckets_gqa 2,16,4096,4096,128
+  fab tools/dev/heldout40.kd row_threshold 2,16,4096,4096,64
+  fab tools/dev/heldout38.kd doc_temperature,perm_causal 2,16,4096,4096,128
+  fab tools/dev/heldout35.kd lsh_local 2,16,4096,4096,128
+  fab tools/dev/heldout30.kd event_horizon 2,16,4096,4096,128
+  fab tools/dev/heldout18.kd data_positions 2,16,4096,4096,128
+  fab samples/document_mask.kd document_mask 2,16,4096,4096,128 ;;
+c)
+  bench peers tools/dev/heldout25.kd --only causal_mean
+  late sweep || { timeout 280 python3 tools/dev/flex_peer_sweep.py --backward > $L/flex-sweep-backward.log 2>&1
+    echo "[flex peer sweep fwd+bwd]"; grep -v "warn\|Warning\|SOLUTION\|debug\|This will\|^$\|torch.nn" $L/flex-sweep-backward.log | tail -8; save; } ;;
+esac
+done
