@@ -10,6 +10,8 @@
 #      event_horizon, data_positions, document_mask. If they win, flip KDSL_KEY_VALUES's default (the template).
 #   c: the Flex peer of a score that ignores s (causal_mean: Inductor failed on the constant), the flex peer sweep
 #      fwd+bwd (Dynamo now reset per program: 82 tracing failures in s82 were the sweep's).
+#   d: held-out set 41 (eighty-second session, interpreter-checked; query_width spills 24 B at D=64's 192-row tile):
+#      `kdsl check --grad` of all eight, then against Flex forward and fwd+bwd.
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -46,5 +48,10 @@ c)
   bench peers tools/dev/heldout25.kd --only causal_mean
   late sweep || { timeout 280 python3 tools/dev/flex_peer_sweep.py --backward > $L/flex-sweep-backward.log 2>&1
     echo "[flex peer sweep fwd+bwd]"; grep -v "warn\|Warning\|SOLUTION\|debug\|This will\|^$\|torch.nn" $L/flex-sweep-backward.log | tail -8; save; } ;;
+d)
+  for k in query_width batch_stride cosine_distance padded_kv_bias segment_bidir_queries head_clamp landmark_blocks \
+      query_temp_softcap; do check tools/dev/heldout41.kd $k; done
+  bench h41 tools/dev/heldout41.kd
+  bench h41-bwd tools/dev/heldout41.kd --backward ;;
 esac
 done
