@@ -1,6 +1,7 @@
 """passes/key_values.py: a mask's value gathered per key, which the Hopper kernel's partial tiles
-gather once a key and hand to each element by a shuffle (KDSL_KEY_VALUES): which masks have one,
-the identity mask == mask_valued with kx = the part at kv, and the build."""
+gather once a key and hand to each element by a shuffle (KDSL_KEY_VALUES), and its mirror in the
+wgmma backward, the value gathered per query (KDSL_BWD_QUERY_VALUES): which masks have one, the
+identity mask == mask_valued with kx (qx) = the part at kv (q), and the builds."""
 import re
 
 import numpy as np
@@ -43,6 +44,19 @@ def test_not_beside_key_bits_nor_on_tiles_of_partial_chunks():
     assert not key_values.applies(k.with_attrs(key_mask=1), 128)
 
 
+# the query's side (the backward): (mask, whether it has one value gathered at the query)
+QUERY = [("ks[b, h, j] >= thr[b, h, i] or i == j", True), ("j <= i and bq[b, h, i] == bk[b, h // (H // Hkv), j]", True),
+         ("doc[b, i] == doc[b, j]", True),   # one tensor read at both: doc[b, q] on the query's side
+         ("j <= i", False), ("thr[b, h, i] > 0.0 and thr[b, h, i] < ks[b, h, j]", True),  # one part read twice
+         ("thr[b, h, i] > 0.0 and bq[b, h, i] < 2", False),  # bool per query: two distinct values
+         ("keep[b, i, j] and thr[b, h, i] > 0.0", False)]   # a streamed mask
+
+
+@pytest.mark.parametrize("mask,has", QUERY)
+def test_which_masks_have_a_query_value(mask, has):
+    assert (key_values.query_part(lowered(program(mask))) is not None) == has
+
+
 @pytest.mark.parametrize("mask", VALUED)
 def test_the_mask_reading_the_value_is_the_mask(mask):
     """The identity the kernel relies on, at random positions, heads and data: the mask with its
@@ -53,6 +67,9 @@ def test_the_mask_reading_the_value_is_the_mask(mask):
     valued = key_values.valued(whole, part)
     assert not any(ir.uses(part, v) for v in ("q", "qf")) and ir.uses(part, "kv")
     assert not ir.loads_at(valued, "kv")  # the key's gathers all in kx
+    qpart = key_values.part(whole, "q")
+    qvalued = key_values.valued(whole, qpart, "q") if qpart is not None else None
+    assert qpart is None or not ir.loads_at(qvalued, "q")
     rng = np.random.default_rng()
     B, H, Hkv, M, N = 2, 4, 2, 512, 640
     caps = {"ks": rng.normal(0, 100, (B, H, N)).astype(np.float32), "thr": rng.normal(0, 100, (B, H, M)).astype(np.float32),
@@ -66,6 +83,9 @@ def test_the_mask_reading_the_value_is_the_mask(mask):
         kx = eval_numpy(part, env, caps, np.float64)
         got = bool(eval_numpy(valued, {**env, "kx": kx}, caps, np.float64))
         assert got == want, (ir.print_expr(part), q, kv)
+        if qpart is not None:
+            qx = eval_numpy(qpart, env, caps, np.float64)
+            assert bool(eval_numpy(qvalued, {**env, "qx": qx}, caps, np.float64)) == want, (ir.print_expr(qpart), q, kv)
         seen.add(want)
     assert seen == {True, False}  # the draws reach both sides of the mask
 
@@ -101,3 +121,26 @@ def test_the_build_gathers_once_a_key_and_shuffles(monkeypatch):
         assert rep.local_bytes == 0 and rep.spill_ops == 0, on
     assert reps[0].other_ops["LDG"] - reps[1].other_ops["LDG"] >= 16, (reps[0].other_ops, reps[1].other_ops)
     assert reps[1].other_ops["SHFL"] >= reps[0].other_ops["SHFL"] + 16
+
+
+def test_the_backward_gathers_once_a_query_and_shuffles(monkeypatch):
+    """row_threshold's backward at head dims 64 and 128: with the query values a step's per-element
+    gathers of its queries' thresholds go (16 a thread a 64-query block, two of the lanes' before
+    the wgmmas are waited for instead), taken by SHFL; nothing spills either way."""
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    from kdsl.runtime.compiler import build
+    from kdsl.runtime.programs import Program
+    from kdsl.sass import find_cuobjdump, inspect
+    if not find_cuobjdump():
+        pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
+    k = pipeline.check(parse(program(VALUED[0]), "t.kd"))[0]
+    for d in (64, 128):
+        reps = {}
+        for on in (0, 1):
+            monkeypatch.setenv("KDSL_DEFINES", f"KDSL_BWD_QUERY_VALUES={on}")
+            built = build(k, "sm_90a", d, program=Program(backward=True))
+            reps[on] = rep = inspect(built.compiled.cubin, built.generated.entry)
+            assert rep.local_bytes == 0 and rep.spill_ops == 0, (d, on)
+        assert reps[0].other_ops["LDG"] - reps[1].other_ops["LDG"] >= 12, (d, reps[0].other_ops, reps[1].other_ops)
+        assert reps[1].other_ops["SHFL"] >= reps[0].other_ops["SHFL"] + 16

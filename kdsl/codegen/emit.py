@@ -471,7 +471,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
              for i, r in enumerate(krests)] or [None, None]
     # passes/key_values.py: the mask's value gathered per key, and the mask reading it as kx
     vpart = key_values.part(mask) if key_values.applies(k, k.attr("tile_n") or 0) else None
-    valued = emitter({**variables, "kx": "kx"}, captures, summary_slots)
+    valued = emitter({**variables, "kx": "kx", "qx": "qx"}, captures, summary_slots)
+    qpart = key_values.query_part(k)  # the backward's mirror: the value gathered at the query
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
         warm=[emit(e) for e in item_divisions.divisions(k) for emit in (c, wide)]
@@ -516,6 +517,9 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
         kvalues=dict(on=_on(vpart is not None), type="int" if vpart is not None and vpart.ty == "i32" else "float",
                      part=c(vpart) if vpart is not None else "0",
                      mask=valued(key_values.valued(mask, vpart)) if vpart is not None else "false"),
+        qvalues=dict(on=_on(qpart is not None), type="int" if qpart is not None and qpart.ty == "i32" else "float",
+                     part=c(qpart) if qpart is not None else "0",
+                     mask=valued(key_values.valued(mask, qpart, "q")) if qpart is not None else "false"),
         bounds=dict(on=_on(kv_lo is not None), lo=wide(kv_lo) if kv_lo is not None else "k0",
                     hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",
                     keys_only=_on(kv_lo is not None and tile_keys is None),

@@ -19,6 +19,12 @@ part() finds the part: the largest non-bool subexpression of the mask that gathe
 at the key (kv) and depends on nothing per query (q, q - kv); one part a mask or none. A bool
 part is key_mask's (passes/key_mask.py: one bit a key, by a vote), which takes precedence.
 valued() is the mask with the part read as the variable kx.
+
+The wgmma backward is the mirror: a CTA's keys stay fixed while it walks the queries, and a step's
+elements gather the query's value (thr[b, h, i], a query's document id) for 16 query columns a
+thread, after the step's S and dP wgmmas are waited for. part(mask, "q") is the value gathered at
+the query; with KDSL_BWD_QUERY_VALUES the lanes gather the step's queries' values before that wait
+(2 a thread a 64-query block) and each element shuffles its own, read as qx.
 """
 from __future__ import annotations
 
@@ -27,8 +33,9 @@ from dataclasses import replace
 from .. import ir
 from . import streaming
 
-_PER_ROW = ("q", "qf", "dqkf", "dqk")  # what the part may not read
-_KEY = ("kv", "kvf")
+# axis: (what the part must gather at, what it may not read, the variable the mask reads it as)
+_AXES = {"kv": (("kv", "kvf"), ("q", "qf", "dqkf", "dqk"), "kx"),
+         "q": (("q", "qf"), ("kv", "kvf", "dqkf", "dqk"), "qx")}
 
 
 def applies(k: ir.Kernel, tile_n: int) -> bool:
@@ -41,14 +48,30 @@ def applies(k: ir.Kernel, tile_n: int) -> bool:
     return part(mask) is not None
 
 
-def part(mask: ir.Expr) -> ir.Expr | None:
-    """The mask's one key value, or None."""
-    return ir.only_largest(mask, _is_part)
+def query_part(k: ir.Kernel) -> ir.Expr | None:
+    """The backward's: the value k's mask gathers at the query, where its mask is not streamed."""
+    mask = k.func("mask")
+    if k.kind != "attention" or mask is None or streaming.read_by(k, "mask"):
+        return None
+    return part(mask, "q")
 
 
-def valued(mask: ir.Expr, p: ir.Expr) -> ir.Expr:
-    """The mask with every occurrence of its part p read as kx (of p's type)."""
-    x = ir.Var(p.ty, "kx")
+def part(mask: ir.Expr, axis: str = "kv") -> ir.Expr | None:
+    """The mask's one value gathered at the key (axis "kv") or the query ("q"), or None."""
+    at, per_other, _ = _AXES[axis]
+
+    def is_part(e: ir.Expr) -> bool:
+        if not isinstance(e, (ir.Op, ir.Load)) or e.ty not in ("f32", "i32"):
+            return False
+        if any(ir.uses(e, v) for v in per_other) or not any(ir.uses(e, v) for v in at):
+            return False
+        return ir.loads_at(e, at)
+    return ir.only_largest(mask, is_part)
+
+
+def valued(mask: ir.Expr, p: ir.Expr, axis: str = "kv") -> ir.Expr:
+    """The mask with every occurrence of its part p read as kx (qx for the query's; of p's type)."""
+    x = ir.Var(p.ty, _AXES[axis][2])
 
     def sub(e: ir.Expr) -> ir.Expr:
         if e == p:
@@ -59,12 +82,3 @@ def valued(mask: ir.Expr, p: ir.Expr) -> ir.Expr:
             return replace(e, indices=tuple(sub(i) for i in e.indices))
         return e
     return sub(mask)
-
-
-def _is_part(e: ir.Expr) -> bool:
-    if not isinstance(e, (ir.Op, ir.Load)) or e.ty not in ("f32", "i32"):
-        return False
-    if any(ir.uses(e, v) for v in _PER_ROW) or not any(ir.uses(e, v) for v in _KEY):
-        return False
-    return ir.loads_at(e, _KEY)
-

@@ -2,7 +2,8 @@
 (passes/key_values.py, KDSL_KEY_VALUES=1) against the float64 reference row by row, beside the
 per-element gathers (KDSL_KEY_VALUES=0): thresholds, buckets of a k/v head, unsorted document ids
 and the value in arithmetic, at ragged shapes (the last tile's keys past N clamped) and head dims
-64, 96 and 128, with a score that reads the same tensor as the mask."""
+64, 96 and 128, with a score that reads the same tensor as the mask. The backward's mirror (the
+value gathered once a query of a step, KDSL_BWD_QUERY_VALUES=1) by its gradients, both ways."""
 import pytest
 
 import kdsl
@@ -11,6 +12,7 @@ from kdsl.testing import attention_inputs
 
 from conftest import assert_rows_close
 from exprgen import program
+from gradcheck import check_grads
 
 pytestmark = pytest.mark.gpu
 
@@ -25,6 +27,20 @@ PROGRAMS = {  # name: (score, mask)
 SHAPES = [(2, 8, 4, 1000, 1000, 128), (1, 4, 2, 129, 2003, 64), (2, 6, 3, 517, 700, 96)]
 
 
+def _inputs(kir, shape, gen):
+    """q, k, v and the captures: scattered ids (every tile partial), values on both sides of the
+    thresholds; doc as long as the longer sequence (the mask reads it at both)."""
+    import torch
+    B, H, Hkv, M, N, D = shape
+    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, generator=gen)
+    caps.update(doc=torch.randint(0, 4, (B, N), device="cuda", generator=gen, dtype=torch.int32),
+                bk=torch.randint(0, 3, (B, Hkv, N), device="cuda", generator=gen, dtype=torch.int32),
+                bq=torch.randint(0, 3, (B, H, M), device="cuda", generator=gen, dtype=torch.int32),
+                ks=torch.randn((B, H, N), device="cuda", generator=gen) * 200,
+                thr=torch.randn((B, H, M), device="cuda", generator=gen) * 200)
+    return q, k, v, caps
+
+
 @pytest.mark.parametrize("on", [1, 0], ids=["values", "gathers"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", list(PROGRAMS))
@@ -33,16 +49,23 @@ def test_key_values_match_reference_row_by_row(name, shape, on, monkeypatch):
     monkeypatch.setenv("KDSL_DEFINES", f"KDSL_KEY_VALUES={on}")
     mod = kdsl.compile(program(*PROGRAMS[name], name, DECLS), f"{name}.kd")
     kir = mod.ir[name]
-    B, H, Hkv, M, N, D = shape
     gen = torch.Generator(device="cuda").manual_seed(hash((name, shape)) % 2**31)
-    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, generator=gen)
-    # scattered ids (every tile partial), values on both sides of the thresholds
-    caps.update(doc=torch.randint(0, 4, (B, N), device="cuda", generator=gen, dtype=torch.int32),
-                bk=torch.randint(0, 3, (B, Hkv, N), device="cuda", generator=gen, dtype=torch.int32),
-                bq=torch.randint(0, 3, (B, H, M), device="cuda", generator=gen, dtype=torch.int32),
-                ks=torch.randn((B, H, N), device="cuda", generator=gen) * 200,
-                thr=torch.randn((B, H, M), device="cuda", generator=gen) * 200)
-    caps = {n: caps[n] for n in caps if kir.tensor(n) is not None}
+    q, k, v, caps = _inputs(kir, shape, gen)
     got = getattr(mod, name)(q, k, v, **caps)
     ref, _ = reference.attention(kir, q, k, v, caps)
     assert_rows_close(got, ref, f"{name} {shape} key values={on}")
+
+
+@pytest.mark.parametrize("on", [1, 0], ids=["values", "gathers"])
+@pytest.mark.parametrize("shape", SHAPES[:2], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_query_values_give_the_reference_gradients(name, shape, on, monkeypatch):
+    import torch
+    monkeypatch.setenv("KDSL_DEFINES", f"KDSL_BWD_QUERY_VALUES={on}")
+    mod = kdsl.compile(program(*PROGRAMS[name], name, DECLS), f"{name}.kd")
+    kir = mod.ir[name]
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, shape, "bwd")) % 2**31)
+    q, k, v, caps = _inputs(kir, shape, gen)
+    B, H, _, M, _, D = shape
+    dout = torch.randn((B, H, M, D), device="cuda", generator=gen).to(q.dtype)
+    check_grads(f"{name} {shape} query values={on}", getattr(mod, name), kir, q, k, v, caps, dout)

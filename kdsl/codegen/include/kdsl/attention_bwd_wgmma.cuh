@@ -74,6 +74,9 @@
 #ifndef KDSL_BWD_KEY_MASK  // a key mask's key part (passes/key_mask.py) once a step for the thread's two keys (0: A/B)
 #define KDSL_BWD_KEY_MASK 1
 #endif
+#ifndef KDSL_BWD_QUERY_VALUES  // 1: a mask's value gathered at the query once a query of a step, shuffled to the elements
+#define KDSL_BWD_QUERY_VALUES 0  // (passes/key_values.py; off until timed on a GPU)
+#endif
 #ifndef KDSL_BWD_SUMMARY_FULL  // 0: beside a score that loads, a tile the summary calls full takes the masked path (trial)
 #define KDSL_BWD_SUMMARY_FULL 1
 #endif
@@ -294,6 +297,11 @@ constexpr bool kBwdFullPath = KDSL_BWD_SUMMARY_FULL || !(V::kHasMask && V::kMask
 template <class V, int kGuard>
 constexpr bool kBwdMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask && V::kMaskLoads &&
                                !kBwdStreamMask<V>;
+
+// Whether a step gathers its queries' mask values once a query and shuffles them (KDSL_BWD_QUERY_VALUES,
+// passes/key_values.py; elementwise() takes them where it reads the mask as written).
+template <class V>
+constexpr bool kQueryValues = KDSL_BWD_QUERY_VALUES && V::kHasMask && V::kQueryValues;
 
 // A row's lse as a full tile's guard-free path reads it (kGuardNone): +inf for a row that saw no
 // key (lse = -inf), so that P = 2^(score - lse) is 0 there. That path assumes every row it holds
@@ -632,6 +640,17 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     mma_kmajor<Elem, BM, DVP>(dp, sVw, BN, sDOb, BM);
     wgmma_commit();
     if (KDSL_BWD_LOADS_UNDER_MMA && nxt.hq < group) issue(nxt, buf ^ 1);
+    // V::kQueryValues (passes/key_values.py, KDSL_BWD_QUERY_VALUES): the mask's value at the
+    // step's queries, lane l of each warp query m0 + 64 qb + l + 32 u (clamped to M - 1 as the
+    // mask's loads are), gathered while the wgmmas run; each element shuffles its own (elementwise).
+    // Per element, a thread's 16 queries a block were gathered after the wait, a round trip a step.
+    typename V::QueryValue qv[QB][2] = {};
+    if constexpr (kQueryValues<V>) {
+#pragma unroll
+      for (int qb = 0; qb < QB; ++qb)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) qv[qb][u] = V::mask_query_value(a, c, b, h, imin(m0 + 64 * qb + lane + 32 * u, M - 1));
+    }
     wgmma_wait<0>();
     wgmma_pin(s);
     wgmma_pin(dp);
@@ -666,6 +685,10 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
       // H200 backward: head_label x1.10, not_stale x1.04 (local memory 80 -> 0 B in head_label)
       constexpr bool kKeyPart = KDSL_BWD_KEY_MASK && !kBits && kGuard == kGuardMask && V::kHasMask && V::kKeyMask &&
                                 !kBwdStreamMask<V>;
+      // kQueryValues<V>: an element's query value from the lane that gathered it (query 8 j + 2 t + e
+      // of a 64-query block is lane 8 (j % 4) + 2 t + e's chunk j / 4), where the mask is read as written
+      // (and in the bits above)
+      constexpr bool kQV = kQueryValues<V> && !kBits && !kKeyPart && !kBwdStreamMask<V>;
       bool kp[2] = {true, true};
       if constexpr (kKeyPart) {
 #pragma unroll
@@ -681,17 +704,30 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
         u32 bits = 0u;
         if constexpr (kBits) {
 #pragma unroll
-          for (int j = 0; j < 8; ++j)
+          for (int j = 0; j < 8; ++j) {
+            typename V::QueryValue qx[2] = {};  // the query values (kQueryValues<V>), as elementwise below
+            if constexpr (kQueryValues<V>) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) qx[e] = __shfl_sync(0xffffffffu, qv[qb][j / 4], 8 * (j % 4) + 2 * t + e);
+            }
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-              for (int e = 0; e < 2; ++e)
-                bits |= (u32)V::mask(a, c, b, h, imin(m0 + 64 * qb + 8 * j + 2 * t + e, M - 1),
-                                     imin(key0 + 8 * hh, N - 1)) << (4 * j + 2 * hh + e);
+              for (int e = 0; e < 2; ++e) {
+                const int mq = imin(m0 + 64 * qb + 8 * j + 2 * t + e, M - 1), mkv = imin(key0 + 8 * hh, N - 1);
+                bits |= (u32)(kQueryValues<V> ? V::mask_qvalued(a, c, b, h, mq, mkv, qx[e]) : V::mask(a, c, b, h, mq, mkv))
+                        << (4 * j + 2 * hh + e);
+              }
+          }
         }
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const int col = 64 * qb + 8 * j + 2 * t;
+          typename V::QueryValue qx[2] = {};  // (unconditional: every lane takes part in the shuffles)
+          if constexpr (kQV) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) qx[e] = __shfl_sync(0xffffffffu, qv[qb][j / 4], 8 * (j % 4) + 2 * t + e);
+          }
           const float2 lse2 = backward_lse<kGuard>(*reinterpret_cast<const float2*>(sLseb + col));
           const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll
@@ -713,6 +749,8 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
                   if constexpr (kBwdCopy1<V>) sv1 = lanes1.at(sS1, 64 * qb + 8 * j, e, hh);
                   if constexpr (kBwdCopy2<V>) sv2 = lanes2.at(sS2, 64 * qb + 8 * j, e, hh);
                   return V::mask_at(a, c, b, h, mq, mkv, sv1, sv2);
+                } else if constexpr (kQV) {
+                  return V::mask_qvalued(a, c, b, h, mq, mkv, qx[e]);
                 } else {
                   return V::mask(a, c, b, h, mq, mkv);
                 }
