@@ -57,7 +57,8 @@ def test_key_values_match_reference_row_by_row(name, shape, on, monkeypatch):
 
 
 @pytest.mark.parametrize("on", [1, 0], ids=["values", "gathers"])
-@pytest.mark.parametrize("shape", SHAPES[:2], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", SHAPES[:2] + [(1, 4, 2, 300, 517, 256)],  # D=256: the wide backward
+                         ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_query_values_give_the_reference_gradients(name, shape, on, monkeypatch):
     import torch

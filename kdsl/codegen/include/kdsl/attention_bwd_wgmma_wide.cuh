@@ -332,6 +332,11 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     const int cls = steps.tile_class(a, c, cur), h = h0 + cur.hq, m0 = cur.mt * BM;
     float kt[2];  // the score's key part at the thread's keys (key0 below), loaded before the wgmmas wait
     key_parts<G>(a, c, b, h, n0 + 16 * warp + g, kt);
+    // kQueryValues<V> (attention_bwd_wgmma.cuh): the mask's value at the queries this warpgroup's
+    // n-tiles hold (4 wg .. 4 wg + 3: queries m0 + 32 wg ..), lane l query m0 + 32 wg + l, gathered
+    // before the wgmmas are waited for; each element shuffles its own
+    typename V::QueryValue qv{};
+    if constexpr (kQueryValues<V>) qv = V::mask_query_value(a, c, b, h, imin(m0 + 32 * wg + lane, M - 1));
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
@@ -365,6 +370,11 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
 #pragma unroll
       for (int jl = 0; jl < 4; ++jl) {
         const int j = 4 * wg + jl, col = 8 * j + 2 * t;
+        typename V::QueryValue qx[2] = {};  // query col + e is lane 8 jl + 2 t + e's (unconditional: the whole warp)
+        if constexpr (kQueryValues<V>) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) qx[e] = __shfl_sync(0xffffffffu, qv, 8 * jl + 2 * t + e);
+        }
         const float2 lse2 = backward_lse<kGuard>(*reinterpret_cast<const float2*>(sLseb + col));
         const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll
@@ -377,7 +387,10 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
             const float row_lse = e ? lse2.y : lse2.x, row_delta = e ? delta2.y : delta2.x;
             float p, ds;
             element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, kt[hh], sv, dpv, row_lse, row_delta, ug, p, ds,
-                                        [&](int mq, int mkv) { return V::mask(a, c, b, h, mq, mkv); },
+                                        [&](int mq, int mkv) {
+                                          if constexpr (kQueryValues<V>) return V::mask_qvalued(a, c, b, h, mq, mkv, qx[e]);
+                                          else return V::mask(a, c, b, h, mq, mkv);
+                                        },
                                         [&](float share) { G::add_offset_grad(a, c, cg, b, h, q - kv, share); });
             pv[e] = p;
             dv2[e] = ds;
