@@ -231,7 +231,7 @@ def _gemm_tiles(a, sa, b, sb, bm, bn, rows=None):
 
 
 def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=None, scale=None, arch="sm_90a"):
-    """(dq, dk, dv, dcaps) float32 as the target's backward kernel (codegen/emit.py backward_plan)
+    """(dq, dk, dv, dcaps) float32 as the target's backward kernel (codegen/emit_backward.py backward_plan)
     computes them: tiles of 64 queries by its keys per CTA, classed by the tile predicates (every
     tile partial where they need the runtime tile summary), the per-element mask on partial
     tiles only, P = exp(g(s) - lse) with the score
@@ -241,7 +241,7 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
     dcaps: for each captured float tensor the score loads differentiably (passes/score_grad.py
     capture_grads), its gradient: P (dP - delta) times the score's derivative in the loaded
     value, summed in fp32 over the kept elements into the entry each one read."""
-    from .codegen.emit import backward_kernel, backward_plan
+    from .codegen.emit_backward import backward_kernel, backward_plan
     from .passes import mask_analysis, score_grad, tiling
     captures = captures or {}
     B, H, M, D = q.shape

@@ -17,7 +17,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from kdsl import ir
-from kdsl.codegen import emit
+from kdsl.codegen import emit, emit_backward
 from kdsl.errors import SourceError, source_lines
 from kdsl.grammar import parse
 from kdsl.grammar.parser import MAX_DEPTH, MAX_NAME
@@ -50,7 +50,7 @@ def compile_all(text: str) -> str | None:
                     raise InternalError(f"IR text does not round-trip:\n{ir.print_ir(lowered)}")
                 sources = [emit.generate(lowered).source]
                 if k.kind == "attention" and n == 0:  # the backward's too (the score's derivative)
-                    sources.append(emit.generate_backward(lowered, _TARGET).source)
+                    sources.append(emit_backward.generate_backward(lowered, _TARGET).source)
                 if any("{{" in s or "{%" in s for s in sources):
                     raise InternalError("template syntax left in the generated source")
     except SourceError as e:

@@ -73,7 +73,7 @@ def test_generated_scores_and_masks(score, mask, seed):
 @pytest.mark.parametrize("d, dv", [(256, 64), (128, 128)])
 def test_interpreter_keeps_partial_tiles_by_the_backwards_key_bounds(d, dv):
     """The interpreter's backward walks the wgmma backward's key tiles and, where the mask reads
-    data, keeps a partial tile's keys by the interval the kernel reads (emit.backward_kernel):
+    data, keeps a partial tile's keys by the interval the kernel reads (emit_backward.backward_kernel):
     the wide backward's 64-key CTAs under a forward of 128-key tiles (`% 128` in the mask). With
     the forward's bounds read on them instead, its gradients were ~100 % off, here and on the GPU
     (tools/gpu_fuzz.py's find), so the CPU check catches what the kernel would get wrong."""
@@ -343,13 +343,13 @@ def test_the_128_query_step_is_only_for_the_wgmma_kernel_and_a_define_overrides_
     """backward_step_rows: 64 where the target has no wgmma (the mma.sync kernel has no such
     step) and where a padded head dim passes 64; the generated source asks for 128 under
     #ifndef, so that KDSL_DEFINES="KDSL_BWD_BM=64" (A/B timing) builds the 64-query kernel."""
-    from kdsl.codegen import emit
+    from kdsl.codegen import emit_backward
     from kdsl.passes.target import get_target
     plain = next(p for p in SAMPLES if p.stem == "plain")
     k = INTERPRETED[plain].ir["plain"]
     for arch, d, rows in (("sm_80", 64, 64), ("sm_89", 64, 64), ("sm_90a", 64, 128), ("sm_90a", 80, 64)):
         lowered = pipeline.lower(k, get_target(arch), d, 0)
-        assert emit.backward_step_rows(lowered, get_target(arch)) == rows, (arch, d)
+        assert emit_backward.backward_step_rows(lowered, get_target(arch)) == rows, (arch, d)
     monkeypatch.setenv("KDSL_DEFINES", "KDSL_BWD_BM=64")
     built = build(k, "sm_90a", 64, program=Program(backward=True))
     assert "#ifndef KDSL_BWD_BM\n#define KDSL_BWD_BM 128" in built.generated.source
@@ -414,9 +414,9 @@ def test_wide_backward_splits_columns_inside_a_block(d, dv):
     """The wide backward's warpgroups take half of each padded head dim's columns; where a
     half starts inside a 64-column block (192: at 96; 64: at 32) its products come in two
     pieces (ColSplit). Each pair builds on wgmma without local memory."""
-    from kdsl.codegen import emit
+    from kdsl.codegen import emit_backward
     from kdsl.passes.target import get_target
-    plan = emit.backward_plan(d, dv, get_target("sm_90a"))
+    plan = emit_backward.backward_plan(d, dv, get_target("sm_90a"))
     assert (plan.body, plan.keys, plan.dq_tiles) == ("attention_bwd_wgmma_wide", 64, True)
     assert plan.smem <= get_target("sm_90a").smem_per_block
     kern = kdsl.compile("attention w {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, Dv]\n"
@@ -430,43 +430,43 @@ def test_wide_backward_splits_columns_inside_a_block(d, dv):
 def test_the_backward_kernel_can_be_forced_where_it_runs(monkeypatch):
     """KDSL_BWD_KERNEL picks the backward kernel for A/B timing: the wide one at head dim 128
     (built, 64 keys a CTA); a kind the target or head dims cannot take is refused by name."""
-    from kdsl.codegen import emit
+    from kdsl.codegen import emit_backward
     from kdsl.errors import KdslError
     from kdsl.passes.target import get_target
     monkeypatch.setenv("KDSL_BWD_KERNEL", "wgmma_wide")
-    assert emit.backward_plan(128, 128, get_target("sm_90a")).body == "attention_bwd_wgmma_wide"
+    assert emit_backward.backward_plan(128, 128, get_target("sm_90a")).body == "attention_bwd_wgmma_wide"
     plain = next(p for p in SAMPLES if p.stem == "plain")
     built = build(INTERPRETED[plain].ir["plain"], "sm_90a", 128, program=Program(backward=True))
     assert "attention_bwd_wgmma_wide_tma<" in built.generated.source
     with pytest.raises(KdslError, match=r"backward kernel 'wgmma_wide' at head dims 64 / 64: sm_80 has no wgmma"):
-        emit.backward_plan(64, 64, get_target("sm_80"))
+        emit_backward.backward_plan(64, 64, get_target("sm_80"))
     monkeypatch.setenv("KDSL_BWD_KERNEL", "wgmma")
     with pytest.raises(KdslError, match=r"'wgmma' at head dims 192 / 128: it takes padded head dims up to 128"):
-        emit.backward_plan(192, 128, get_target("sm_90a"))
+        emit_backward.backward_plan(192, 128, get_target("sm_90a"))
     monkeypatch.setenv("KDSL_BWD_KERNEL", "fast")
     with pytest.raises(KdslError, match=r"'fast' at head dims 64 / 64: not one of wgmma, wgmma_wide, mma"):
-        emit.backward_plan(64, 64, get_target("sm_90a"))
+        emit_backward.backward_plan(64, 64, get_target("sm_90a"))
     monkeypatch.setenv("KDSL_BWD_KERNEL", "mma")
     monkeypatch.setenv("KDSL_BWD_LOADS", "tma")
     with pytest.raises(KdslError, match=r"backward loads 'tma' \(mma kernel\): the mma kernel copies \(KDSL_BWD_LOADS\)"):
-        emit.backward_plan(64, 64, get_target("sm_90a"))
+        emit_backward.backward_plan(64, 64, get_target("sm_90a"))
     monkeypatch.setenv("KDSL_BWD_KERNEL", "wgmma")
     monkeypatch.setenv("KDSL_BWD_LOADS", "bulk")
     with pytest.raises(KdslError, match=r"backward loads 'bulk' \(wgmma kernel\): not one of tma, cp_async"):
-        emit.backward_plan(64, 64, get_target("sm_90a"))
+        emit_backward.backward_plan(64, 64, get_target("sm_90a"))
 
 
 def test_backward_plans_fit_every_head_dim_pair():
     """Every (q/k, v) head dim pair up to 256 gets a backward plan whose shared memory the
     target has: sm_90a on wgmma, sm_80 / sm_89 on mma.sync."""
-    from kdsl.codegen import emit
+    from kdsl.codegen import emit_backward
     from kdsl.passes.target import get_target
     dims = range(16, 257, 16)
     for arch in ("sm_90a", "sm_80", "sm_89"):
         target = get_target(arch)
         for d in dims:
             for dv in dims:
-                plan = emit.backward_plan(d, dv, target)
+                plan = emit_backward.backward_plan(d, dv, target)
                 assert plan.body.startswith("attention_bwd_wgmma") == (arch == "sm_90a"), (arch, d, dv)
                 if plan.buffers:
                     assert plan.smem <= target.smem_per_block, (arch, d, dv, plan)
@@ -487,9 +487,9 @@ def test_a_backward_over_the_targets_shared_memory_is_refused_before_building():
 def test_targets_short_of_shared_memory_take_one_buffer(arch, d, buffers):
     """Two Q / dO buffers where the target's shared memory holds them, else one (the backward
     source built with KDSL_BWD_BUFFERS=1, whose static_assert checks the runtime's size)."""
-    from kdsl.codegen import emit
+    from kdsl.codegen import emit_backward
     from kdsl.passes.target import get_target
-    assert emit.backward_plan(d, d, get_target(arch)).buffers == buffers
+    assert emit_backward.backward_plan(d, d, get_target(arch)).buffers == buffers
     plain = next(p for p in SAMPLES if p.stem == "plain")
     built = build(INTERPRETED[plain].ir["plain"], arch, d, program=Program(backward=True))
     assert ("-DKDSL_BWD_BUFFERS=1" in built.options) == (buffers == 1)
@@ -610,7 +610,7 @@ def test_a_data_dependent_mask_has_a_tile_summary_on_the_backwards_tiles(d, keys
     for the forward's (attention_common.cuh backward_tile_class): 64 queries by the CTA's keys
     (128 for attention_bwd_wgmma, 64 for the wide kernel), made by the backward module's own
     summary entry and passed as the kernel's parameter before the split partials of dK and dV."""
-    from kdsl.codegen.emit import backward_plan
+    from kdsl.codegen.emit_backward import backward_plan
     from kdsl.passes.target import get_target
     from kdsl.runtime.summary import Layout
     mod = kdsl.compile("attention docs {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
@@ -632,7 +632,7 @@ def test_the_next_step_is_searched_by_warp_where_a_class_is_costly(name, search)
     KDSL_BWD_WARP_SKIP 2) or tile-summary loads (document_mask, by the header's default); one
     step after the other under short predicates (causal, sliding_window), where the search's
     registers cost more than it saves (bench/NOTES.md, forty-seventh session)."""
-    from kdsl.codegen.emit import backward_tile_search
+    from kdsl.codegen.emit_backward import backward_tile_search
     path = next(p for p in SAMPLES if p.stem == name)
     built = build(INTERPRETED[path].ir[name], "sm_90a", 128, program=Program(backward=True))
     assert backward_tile_search(built.kernel) == search

@@ -1,12 +1,12 @@
 """The wgmma backward copying a dense mask's tiles into shared memory (attention_bwd_stream.cuh),
-with no GPU: which rings the plan keeps and the room they take (emit.backward_plan_for), the
+with no GPU: which rings the plan keeps and the room they take (emit_backward.backward_plan_for), the
 generated define, the per-element program's option, and the SASS of both programs (NVRTC and
 cuobjdump). tests/gpu/test_backward_stream_gpu.py runs them."""
 import pytest
 
 import kdsl
 from kdsl import sass
-from kdsl.codegen import emit
+from kdsl.codegen import emit_backward
 from kdsl.passes import pipeline
 from kdsl.passes.target import get_target
 from kdsl.runtime.compiler import build
@@ -20,7 +20,7 @@ SM90 = get_target("sm_90a")
 
 def _plan(name, d, arch="sm_90a"):
     target = get_target(arch)
-    return emit.backward_plan_for(emit.backward_kernel(pipeline.lower(MOD.ir[name], target, d), target), target)
+    return emit_backward.backward_plan_for(emit_backward.backward_kernel(pipeline.lower(MOD.ir[name], target, d), target), target)
 
 
 @pytest.mark.parametrize("name, d, streams", [
@@ -32,7 +32,7 @@ def _plan(name, d, arch="sm_90a"):
     ("causal", 128, 0)])    # nothing streamed
 def test_the_plan_keeps_the_rings_the_mask_reads_where_they_fit(name, d, streams):
     plan = _plan(name, d)
-    base = emit.backward_plan(d, d, SM90)
+    base = emit_backward.backward_plan(d, d, SM90)
     assert plan.streams == streams
     rows = 128 if d <= 64 else 64
     assert plan.smem == base.smem + (2 * rows * 128 if streams else 0) <= SM90.smem_per_block

@@ -100,7 +100,7 @@ def test_the_hopper_kernels_divide_by_prepared_divisors():
     forms (h + 2 and the size W are >= 0, i - j may not be); so does the backward's, which calls
     no item_warm: NVVM merges its elements' preparations within a step (head_stride's backward,
     sm_90a: 4,360 SASS instructions against 5,576 dividing plainly, and x1.36 on an H200)."""
-    from kdsl.codegen import emit
+    from kdsl.codegen import emit, emit_backward
     from kdsl.passes.target import get_target
 
     from conftest import lowered
@@ -115,7 +115,7 @@ def test_the_hopper_kernels_divide_by_prepared_divisors():
     assert "kdsl::floormod_by<true, true>(kv, c.dim_W)" in forward
     assert "kdsl::keep_alive(kdsl::make_divisor((h + 2)));" in forward
     assert "kdsl::keep_alive(kdsl::make_divisor(c.dim_W));" in forward
-    backward = emit.generate_backward(k, get_target("sm_90a")).source
+    backward = emit_backward.generate_backward(k, get_target("sm_90a")).source
     assert "kdsl::floormod_by<true, false>((q - kv), (h + 2))" in backward.split("bool mask(")[1].split("}")[0]
 
 
@@ -125,7 +125,7 @@ def test_a_divisor_of_the_query_position_is_prepared_per_row():
     forward, sm_90a, 3,888 SASS instructions against 4,200 dividing plainly), but item_warm,
     which has no row, does not prepare it; a divisor of the key position stays a plain one,
     and so do both in the backward."""
-    from kdsl.codegen import emit
+    from kdsl.codegen import emit, emit_backward
     from kdsl.passes.target import get_target
 
     from conftest import lowered
@@ -140,7 +140,7 @@ def test_a_divisor_of_the_query_position_is_prepared_per_row():
     assert "floormod_by" not in forward.split("float score(")[1].split("}")[0]
     # the backward's rows are keys, and its elements' preparations of a key's divisor did not
     # merge (x0.74): both not prepared there (unsigned: both operands are >= 0)
-    backward = emit.generate_backward(k, get_target("sm_90a")).source
+    backward = emit_backward.generate_backward(k, get_target("sm_90a")).source
     assert "kdsl::floormod_nonneg(kv, ((q >> 10) + 1))" in backward.split("bool mask(")[1].split("}")[0]
     assert "kdsl::floormod_nonneg(q, (kv + 1))" in backward.split("float score(")[1].split("}")[0]
 
@@ -152,7 +152,7 @@ def test_a_division_of_non_negative_operands_is_unsigned():
     D=64/128, forward and backward; growing_stride's backward 4,992 -> 4,640), and batch_blocks'
     backward's local memory went 88 -> 40 B. One whose dividend may be negative keeps the signed
     floor division, and so does a constant divisor (NVVM multiplies) and an item's."""
-    from kdsl.codegen import emit
+    from kdsl.codegen import emit_backward
     from kdsl.passes.target import get_target
 
     from conftest import lowered
@@ -160,6 +160,6 @@ def test_a_division_of_non_negative_operands_is_unsigned():
         q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
         mask(b, h, i, j) = j <= i and (i - j < 128 or j % (i // 1024 + 1) == 0) and (i - j) % (j % 5 + 1) != 2
     }""", 128)
-    mask = emit.generate_backward(k, get_target("sm_90a")).source.split("bool mask(")[1].split("}")[0]
+    mask = emit_backward.generate_backward(k, get_target("sm_90a")).source.split("bool mask(")[1].split("}")[0]
     assert "kdsl::floormod_nonneg(kv, ((q >> 10) + 1))" in mask
     assert "kdsl::floormod((q - kv), (kdsl::floormod(kv, 5) + 1))" in mask

@@ -60,7 +60,7 @@ def test_item_warm_evaluates_them_in_both_widths():
 def test_the_mma_backward_divides_each_element_plainly():
     """Prepared divisors serve the Hopper kernels only (test_divisor_header.py): the mma.sync
     backward (sm_80), whose elements' preparations no one measured merging, divides as before."""
-    from kdsl.codegen.emit import generate_backward
+    from kdsl.codegen.emit_backward import generate_backward
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
     from kdsl.passes.target import get_target

@@ -80,23 +80,23 @@ DOCS = "doc_q: i32[B, M]", "doc_kv: i32[B, N]"
     ("doc_q[b, i] == doc_kv[b, j] and j >= i - 100", 128, 128, {"tile_n": 64}),
 ])
 def test_the_backward_solves_key_bounds_on_its_own_key_tiles(mask, d, dv, attrs):
-    from kdsl.codegen import emit
+    from kdsl.codegen import emit_backward
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
     from kdsl.passes.target import get_target
     target = get_target("sm_90a")
     k = pipeline.check(parse(program(None, mask, decls=DOCS), "t.kd"))[0]
     forward = pipeline.lower(k.with_attrs(**attrs) if attrs else k, target, d, dv)
-    keys = emit.backward_plan(d, dv, target).keys
+    keys = emit_backward.backward_plan(d, dv, target).keys
     assert forward.attr("kv_bounds") != "per-element" and keys != forward.attr("tile_n")
     dims = {**DIMS, "M": 1024, "N": 1024}
     captures = _ids(forward, dims)
     with pytest.raises(AssertionError):  # the forward's bounds on the backward's tiles: wrong (the bug)
         assert_exact(forward, dims, captures, random.Random(5), tiles=60, bn=keys)
-    backward = emit.backward_kernel(forward, target)
+    backward = emit_backward.backward_kernel(forward, target)
     assert backward.attr("tile_n") == forward.attr("tile_n")  # the forward's tiles stay as they are
     assert_exact(backward, dims, captures, random.Random(5), tiles=60, bn=keys)
-    assert emit.backward_kernel(backward, target) == backward
+    assert emit_backward.backward_kernel(backward, target) == backward
 
 
 @settings(max_examples=60, deadline=None)
@@ -104,20 +104,20 @@ def test_the_backward_solves_key_bounds_on_its_own_key_tiles(mask, d, dv, attrs)
        st.sampled_from([64, 80, 96, 112, 128]), st.integers(0, 2**32 - 1))
 def test_generated_masks_solve_exactly_on_the_backwards_key_tiles(mask, dims_pair, tile_n, seed):
     """Any mask beside one that reads data, its forward built on any key tile width: the bounds
-    the backward reads (emit.backward_kernel) are exact on the backward's own key tiles."""
-    from kdsl.codegen import emit
+    the backward reads (emit_backward.backward_kernel) are exact on the backward's own key tiles."""
+    from kdsl.codegen import emit_backward
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
     from kdsl.passes.target import get_target
     target = get_target("sm_90a")
     d, dv = dims_pair
     k = pipeline.check(parse(program(None, f"doc_q[b, i] == doc_kv[b, j] and ({mask})", decls=DOCS), "t.kd"))[0]
-    backward = emit.backward_kernel(pipeline.lower(k.with_attrs(tile_n=tile_n), target, d, dv), target)
+    backward = emit_backward.backward_kernel(pipeline.lower(k.with_attrs(tile_n=tile_n), target, d, dv), target)
     if backward.func("kv_lo") is None:
         return
     dims = {**DIMS, "M": 700, "N": 650}
     assert_exact(backward, dims, _ids(backward, dims, seed), random.Random(seed), tiles=12,
-                 bn=emit.backward_plan(d, dv, target).keys)
+                 bn=emit_backward.backward_plan(d, dv, target).keys)
 
 
 @settings(max_examples=150, deadline=None)

@@ -95,7 +95,7 @@ def test_loads_indexed_by_b_and_h_alone_are_step_uniform(decls, score, uniform):
     """A load whose index reads no position is one entry for a whole (b, h): the backward
     kernels sum its gradient in registers over a step and add it once a warp (emit.py's
     flush_uniform_grads), instead of an atomic per element into one address."""
-    from kdsl.codegen.emit import generate_backward
+    from kdsl.codegen.emit_backward import generate_backward
     from kdsl.passes.score_grad import capture_grads, step_uniform
     from kdsl.passes.target import get_target
     k = _score(score, decls)
@@ -119,7 +119,7 @@ def test_loads_indexed_by_the_offset_alone_are_summed_per_offset(decls, score, o
     share to the kernel (o[]) and adds per offset (add_offset_grad) instead of an atomic an
     element (the first such load; others keep their atomics); a load indexed by b and h alone
     stays step-uniform."""
-    from kdsl.codegen.emit import generate_backward
+    from kdsl.codegen.emit_backward import generate_backward
     from kdsl.passes.offset_score import offset_load
     from kdsl.passes.score_grad import capture_grads, step_uniform
     from kdsl.passes.target import get_target

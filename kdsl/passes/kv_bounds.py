@@ -39,7 +39,7 @@ partial tiles) or "per-element".
 The bounds hold on tiles of the width they were solved for (`kv % C` is solved through k0 % C,
 and the open side of an interval ends at the tile's last key): a kernel whose tiles of keys
 have another width (the backward's CTAs: 64 or 128 keys) solves them again for its own
-(emit.backward_kernel).
+(emit_backward.backward_kernel).
 """
 from __future__ import annotations
 

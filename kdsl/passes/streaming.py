@@ -15,7 +15,7 @@ warp load touching 8 rows (bench/NOTES.md, fifty-fifth session); streamed, the s
 a pair of the tile's elements from shared memory where it selects -inf (2x on a bool mask, the
 fifty-sixth session). The element arrives as a float (float tensors) or an int (integer and
 bool ones). The wgmma backward copies the tiles of the rings its mask reads by cp.async, where
-they fit (codegen/emit.py backward_plan_for, attention_bwd_stream.cuh: 2.3-3x on a random bool
+they fit (codegen/emit_backward.py backward_plan_for, attention_bwd_stream.cuh: 2.3-3x on a random bool
 mask's backward, the sixty-eighth session); the tile summary keeps reading global memory.
 
 Two tensors at most (attr stream_capture, and attr mask_stream_capture beside it): the score's

@@ -31,7 +31,7 @@ from .target import Target
 HEAD_DIM_STEP, MAX_HEAD_DIM = 16, 256
 # The backward kernels' query rows a step (all), and the keys a CTA of the mma.sync and wide ones
 # (attention_bwd.cuh BwdCfg, attention_bwd_wgmma_wide.cuh BwdWideCfg; attention_bwd_wgmma.cuh owns
-# 128 keys: codegen/emit.py backward_plan)
+# 128 keys: codegen/emit_backward.py backward_plan)
 BACKWARD_TILE = 64
 # head dim -> (BM, BN, warps) for the mma.sync attention kernel
 ATTENTION_TILES = {64: (128, 64, 4), 128: (128, 64, 4)}

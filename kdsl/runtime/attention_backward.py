@@ -2,7 +2,7 @@
 
 An eager call whose q, k or v require grad (and grad mode is on) runs the forward through a
 torch.autograd.Function that also keeps the forward's lse; its backward launches the
-program's backward kernel (codegen/emit.py backward_plan picks its body, one generated source
+program's backward kernel (codegen/emit_backward.py backward_plan picks its body, one generated source
 per kernel and head dims), which recomputes the scores and differentiates the program's score formula
 (passes/score_grad.py). A gradient reaching the lse output (programs that declare it) is
 folded into the same kernel: d lse / d score is P, so it only shifts delta.
@@ -18,7 +18,7 @@ import functools
 import operator
 import os
 
-from ..codegen import emit
+from ..codegen import emit_backward
 from ..errors import LaunchError
 from ..passes import streaming, tiling
 from ..passes.exp2_fold import LOG2E
@@ -182,7 +182,7 @@ class _BackwardLaunch:
         self.splits = head_splits * query_splits  # the partial sums of dK and dV
         self.loaded, plan, extra, self.graded, lowered = _program(kernel, D, Dv, self.device, any(want),
                                                                   query_splits > 1, stream)
-        # the captured tensors whose tiles the kernel copies for the mask (emit.backward_plan_for),
+        # the captured tensors whose tiles the kernel copies for the mask (emit_backward.backward_plan_for),
         # and all it reads rows of in 16-byte units: those and the ones whose step tiles it asks
         # into L2 (attention_bwd_stream.cuh prefetch_stream_tile), any streamed one
         index = {t.name: i for i, t in enumerate(kernel.captures)}
@@ -200,7 +200,7 @@ class _BackwardLaunch:
         nmaps = 2 if plan.tma else 0  # q's and dout's tensor maps come first (QdoByTma, attention_bwd_wgmma.cuh)
         kinds = param_kinds(nmaps, ncap, len(extra), ngrad, query_splits > 1)
         # A mask that reads data has its tiles classified from a summary made for the backward's
-        # own tiles (64 queries by plan.keys; emit.generate_backward) by the module's summary
+        # own tiles (64 queries by plan.keys; emit_backward.generate_backward) by the module's summary
         # kernel.
         layout = summary.Layout.of(lowered, B, H, M, N, tiles=(tiling.BACKWARD_TILE, plan.keys))
         group = _head_group(kernel, q, Hkv, Dv, key_blocks, self.splits, query_splits, self.device,
@@ -257,9 +257,9 @@ def _head_splits(kernel, group: int, ctas: int, device: int) -> int:
 
 
 def _cta_keys(kernel, D: int, Dv: int) -> int:
-    """The keys a backward CTA takes (emit.backward_plan): what the splits count."""
+    """The keys a backward CTA takes (emit_backward.backward_plan): what the splits count."""
     from ..passes.target import get_target
-    return emit.backward_plan(D, Dv, get_target(kernel._arch())).keys
+    return emit_backward.backward_plan(D, Dv, get_target(kernel._arch())).keys
 
 
 def splits(kernel, B: int, H: int, Hkv: int, M: int, N: int, D: int, Dv: int, device: int) -> tuple[int, int]:
@@ -372,7 +372,7 @@ def half_col(width: int, wg: int, j: int) -> int:
 
 def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False, query_split: bool = False,
              stream: bool = True):
-    """The loaded backward kernel for these head dims, its plan (emit.backward_plan_for: launch,
+    """The loaded backward kernel for these head dims, its plan (emit_backward.backward_plan_for: launch,
     dq_acc's layout, the mask's copied tiles), the dims only captured tensors bind (extra int
     parameters), the captured tensors it has gradient buffers for (in parameter order) and the
     lowered kernel it was built from, built once per kernel, device, whether it adds those
@@ -384,14 +384,14 @@ def _program(kernel, d: int, dv: int, device: int, capture_grads: bool = False, 
         from ..passes.target import get_target
         from .compiler import build
         target = get_target(kernel._arch())
-        plan = emit.backward_plan(d, dv, target)
+        plan = emit_backward.backward_plan(d, dv, target)
         if not plan.buffers:
             raise LaunchError(f"{kernel.name}: the backward kernel at head dims {d} / {dv} needs {plan.smem // 1024} KB of "
                               f"shared memory, more than {target.arch}'s {target.smem_per_block // 1024} KB a block; "
                               f"smaller head dims fit")
         built = build(kernel._kernel_ir(), kernel._arch(), d, value_dim=dv,
                       program=backward_program(capture_grads, query_split, stream))
-        plan = emit.backward_plan_for(built.kernel, target)  # its smem holds the mask's copied tiles
+        plan = emit_backward.backward_plan_for(built.kernel, target)  # its smem holds the mask's copied tiles
         kernel._loaded[key] = (Loaded(built.compiled.cubin, built.generated.entry, plan.smem), plan,
                                built.generated.capture_dims, score_grad.capture_grad_tensors(built.kernel), built.kernel)
     return kernel._loaded[key]

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import __version__, ir
 from ..cachefiles import make_key
 from ..errors import KdslError
-from ..codegen import emit
+from ..codegen import emit, emit_backward
 from ..passes import pipeline, tiling
 from ..passes.target import get_target
 from . import cache, cubin_info, nvrtc, workers
@@ -45,8 +45,8 @@ def build(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, want_cubin: boo
     A schedule chosen as a trial (a tile, the row sums by P V, the slope step) that ptxas
     spills is dropped, one after the other, and the kernel built again without it."""
     built = _build(k, arch, head_dim, want_cubin, trace, value_dim, program)
-    if program.backward:  # its trials: 128-query steps (emit.backward_step_rows), 64 where they spill;
-        if want_cubin and emit.backward_step_rows(built.kernel, get_target(arch)) == 128 and spilled(built):
+    if program.backward:  # its trials: 128-query steps (emit_backward.backward_step_rows), 64 where they spill;
+        if want_cubin and emit_backward.backward_step_rows(built.kernel, get_target(arch)) == 128 and spilled(built):
             k = k.with_attrs(bwd_step_rows=64)
             built = _build(k, arch, head_dim, want_cubin, trace, value_dim, program)
         if want_cubin and mask_bits_trial(built.kernel) and spilled(built):  # then the mask bits
@@ -174,7 +174,7 @@ def prebuild(k: ir.Kernel, arch: str = "sm_90a", head_dim: int = 0, value_dim: i
     def follow_up(compiled: nvrtc.Compiled) -> None:
         if not program.backward or cubin_info.frame_bytes(compiled.cubin, gen.entry) == 0:
             return
-        if emit.backward_step_rows(lowered, get_target(arch)) == 128:
+        if emit_backward.backward_step_rows(lowered, get_target(arch)) == 128:
             prebuild(k.with_attrs(bwd_step_rows=64), arch, head_dim, value_dim, program)
         elif mask_bits_trial(lowered):
             prebuild(k.with_attrs(bwd_mask_bits=0), arch, head_dim, value_dim, program)
@@ -235,8 +235,8 @@ def _generate(k: ir.Kernel, arch: str, head_dim: int, value_dim: int = 0, progra
     lowered = pipeline.lower(k.with_attrs(lowered_for="backward") if program.backward else k, get_target(arch),
                              head_dim, value_dim)
     if program.backward:  # the kernel the backward's launch reads too (its tile summary's slots)
-        lowered = emit.backward_kernel(lowered, get_target(arch))
-    gen = emit.generate_backward(lowered, get_target(arch)) if program.backward else emit.generate(lowered)
+        lowered = emit_backward.backward_kernel(lowered, get_target(arch))
+    gen = emit_backward.generate_backward(lowered, get_target(arch)) if program.backward else emit.generate(lowered)
     # the same source for every forward program: their defines are part of the key
     options = nvrtc.default_options(arch, emit.INCLUDE_DIR) + program.options(lowered, arch)
     key = make_key(gen.source, " ".join(options), nvrtc.version(), emit.headers_hash(), __version__)

@@ -29,7 +29,7 @@ class Program:
                             # False: loaded per element
     affine: bool = True     # a score affine in the key position in that form (passes/affine_score.py);
                             # False: as written, for a scale that makes the form's factor F <= 0
-    backward: bool = False  # the backward kernel (emit.backward_plan), a source of its own
+    backward: bool = False  # the backward kernel (emit_backward.backward_plan), a source of its own
     capture_grads: bool = False  # the backward also adds the captured tensors' gradients
     query_split: bool = False  # the backward's CTAs may split their query tiles (AttnArgs::query_splits)
 
@@ -39,7 +39,7 @@ class Program:
         if self.backward:
             if lowered.kind != "attention":
                 raise KdslError(f"{lowered.name}: only attention kernels have a backward kernel")
-            from ..codegen.emit import backward_plan
+            from ..codegen.emit_backward import backward_plan
             from ..passes.target import get_target
             d = lowered.attr("head_dim")
             if backward_plan(d, lowered.attr("value_dim") or d, get_target(arch)).buffers == 1:

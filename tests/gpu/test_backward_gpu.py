@@ -231,7 +231,7 @@ def test_a_learned_bias_under_a_document_mask(d):
 def test_key_bounds_on_the_backwards_own_key_tiles(d, dv):
     """A mask that reads data beside a 2-D neighbourhood (`i % 128` against `j % 128`): the
     forward takes 128-key tiles, on which kv % 128 is kv - k0; the wide backward's CTAs take 64
-    keys and solve the bounds again for theirs (emit.backward_kernel). Found by tools/gpu_fuzz.py:
+    keys and solve the bounds again for theirs (emit_backward.backward_kernel). Found by tools/gpu_fuzz.py:
     solved for 128 keys, every second 64-key block's gradients were off by ~100 %."""
     torch = pytest.importorskip("torch")
     mod = kdsl.compile("attention docnat {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, Dv]\n"

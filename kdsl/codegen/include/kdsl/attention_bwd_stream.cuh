@@ -9,7 +9,7 @@
 // them), and the partial tiles' elements read it there (V::mask_at): 2.3-3x on a random bool
 // mask's backward (H200, bench/NOTES.md sixty-eighth session).
 //
-// KDSL_BWD_STREAM (codegen/emit.py backward_plan_for: every ring the mask reads, where they fit
+// KDSL_BWD_STREAM (codegen/emit_backward.py backward_plan_for: every ring the mask reads, where they fit
 // beside the kernel's other buffers) says which rings: bit 0 the first streamed tensor, bit 1 the second.
 // Their room is kept in every program of the source; the copies run where the Variant's mask
 // reads the ring (kMaskReads1 / 2: not in the KDSL_STREAM_CAPTURES=0 program, which the runtime
@@ -100,7 +100,7 @@ KDSL_DEVICE void copy_stream_tile(u32 dst, const Row& row, int m0, int M, int n0
 // on (t, e) alone and the key's chunk and byte on (wg, warp, g, hh) alone, so an element sits
 // at the tile + 128 r8 (an immediate once unrolled) + one of two per-thread offsets (four for
 // 4-byte elements): ptxas would otherwise hoist an address per element out of the step loop
-// (64 registers at 128-query steps, spilled). (codegen/emit.py backward_plan_for takes 1-byte
+// (64 registers at 128-query steps, spilled). (codegen/emit_backward.py backward_plan_for takes 1-byte
 // elements only: wider tiles do not fit, and their reads here have not run on a GPU.)
 template <class E, int ROWS>
 struct StreamLanes {

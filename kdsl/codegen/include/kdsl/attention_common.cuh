@@ -136,7 +136,7 @@ struct KvGradStore {
 // The class of a backward step's tile, queries [m0, m0 + BM) of head h and the CTA's keys
 // [n0, n0 + BN), clipped to M and N (Variant::tile). A mask that reads data classifies tiles
 // from the runtime tile summary (attention_summary.cuh), made for the backward at 64-query,
-// BN-key tiles (codegen/emit.py generate_backward): a 128-query step is the union of its 64-row
+// BN-key tiles (codegen/emit_backward.py generate_backward): a 128-query step is the union of its 64-row
 // tiles, empty where each is, full where each is.
 template <class V, int BM, int BN>
 KDSL_DEVICE int backward_tile_class(const AttnArgs& a, const typename V::Captures& c, int b, int h, int m0, int n0) {
