@@ -1,5 +1,6 @@
 """Lowered IR kernel -> CUDA C++ source: expressions become C++ text here, templates only
-place them. Also describes the launch (entry name, parameter order) for the runtime."""
+place them. Also describes the launch (entry name, parameter order) for the runtime. The
+attention backward's source (the same Variant beside its Grad struct) is emit_backward.py's."""
 from __future__ import annotations
 
 import functools

@@ -12,6 +12,7 @@ from .. import __version__, ir
 from ..errors import KdslError
 from ..passes import item_divisions, key_table, kv_bounds, offset_score, score_grad, streaming, tiling
 from .cexpr import CEmitter, capture_ident
+# the forward's names, template environment and Variant: the backward's source holds the same Variant
 from .emit import _ELEM, Generated, _attention_names, _env, _on, _variant, attention_capture_dims, entry_name
 
 
