@@ -4,17 +4,20 @@
 #   skipped once the call has run DEADLINE seconds.
 #   a: key values (passes/key_values.py, built with KDSL_DEFINES=KDSL_KEY_VALUES=1; off by default until this runs)
 #      and the backward's query values (KDSL_BWD_QUERY_VALUES=1, likewise): tests/gpu/test_key_values_gpu.py (both
-#      ways, ragged shapes, D 64/96/128; gradients), then `kdsl check --grad` of six corpus kernels, built with both.
+#      ways, ragged shapes, D 64/96/128: the forward; the backward's gradients are part g), then `kdsl check --grad`
+#      of six corpus kernels, built with both.
 #   b: key values against the per-element gathers, forward alone, in turns (tools/dev/forward_ab.py): row_threshold
 #      (0.78 of Flex forward, s82) at D=128 and 64, lsh_buckets_gqa, doc_temperature, perm_causal, lsh_local,
 #      event_horizon, data_positions, document_mask. If they win, flip KDSL_KEY_VALUES's default (the template).
 #   c: the Flex peer of a score that ignores s (causal_mean: Inductor failed on the constant), the flex peer sweep
 #      fwd+bwd (Dynamo now reset per program: 82 tracing failures in s82 were the sweep's).
+#   g: the query values' GPU gradient test (tests/gpu/test_key_values_gpu.py -k query_values; D 64/128/256, both ways).
 #   e: query values against the per-element gathers, backward alone, in turns: row_threshold, document_mask (D=128
 #      and 64), doc_temperature, segment_bidir_queries, lsh_buckets_gqa, packed_window. If they win, flip
 #      KDSL_BWD_QUERY_VALUES's default (attention_bwd_wgmma.cuh).
 #   d: held-out set 41 (eighty-second session, interpreter-checked; query_width spills 24 B at D=64's 192-row tile):
 #      `kdsl check --grad` of all eight, then against Flex forward and fwd+bwd.
+# Order for ~30 minutes of device time: "a b" (one call), "g e" (one call), then "c d".
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -29,7 +32,8 @@ fab() {  # file programs shape: the forward alone, default against key values, i
 for part in ${PART:-a}; do
 case $part in
 a)
-  late kv-test || { timeout 240 python3 -m pytest -q tests/gpu/test_key_values_gpu.py > $L/pytest-key-values.log 2>&1
+  late kv-test || { timeout 300 python3 -m pytest -q tests/gpu/test_key_values_gpu.py -k key_values_match \
+      > $L/pytest-key-values.log 2>&1
     echo "key values GPU test: $(tail -1 $L/pytest-key-values.log)"; grep "^FAILED\|Error" $L/pytest-key-values.log | head; save; }
   export KDSL_DEFINES="KDSL_KEY_VALUES=1 KDSL_BWD_QUERY_VALUES=1"
   check tools/dev/heldout40.kd row_threshold
@@ -56,6 +60,10 @@ d)
       query_temp_softcap; do check tools/dev/heldout41.kd $k; done
   bench h41 tools/dev/heldout41.kd
   bench h41-bwd tools/dev/heldout41.kd --backward ;;
+g)
+  late qv-test || { timeout 500 python3 -m pytest -q tests/gpu/test_key_values_gpu.py -k query_values \
+      > $L/pytest-query-values.log 2>&1
+    echo "query values GPU test: $(tail -1 $L/pytest-query-values.log)"; grep "^FAILED\|Error" $L/pytest-query-values.log | head; save; } ;;
 e)
   QV="-DKDSL_BWD_QUERY_VALUES=1"
   ab_at $QV tools/dev/heldout40.kd row_threshold 2,16,4096,4096,128
