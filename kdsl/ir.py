@@ -439,4 +439,17 @@ def substitute(e: Expr, mapping: dict[str, Expr]) -> Expr:
     return e
 
 
+def replace_expr(e: Expr, old: Expr, new: Expr) -> Expr:
+    """e with every occurrence of the subexpression old (in operands and indices) read as new: a
+    part evaluated once elsewhere, named by a variable (key_table's kt, key_mask's kb, key_values'
+    kx and qx)."""
+    if e == old:
+        return new
+    if isinstance(e, Op):
+        return replace(e, args=tuple(replace_expr(a, old, new) for a in e.args))
+    if isinstance(e, Load):
+        return replace(e, indices=tuple(replace_expr(a, old, new) for a in e.indices))
+    return e
+
+
 GRAMMAR_PATH = Path(__file__)

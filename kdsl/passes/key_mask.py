@@ -32,7 +32,6 @@ could keep (x0.95-1.06): those stay per element.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 
 from .. import ir
 from . import kv_bounds, streaming
@@ -92,8 +91,4 @@ def _is_part(e: ir.Expr) -> bool:
 
 def with_kb(e: ir.Expr, p: ir.Expr) -> ir.Expr:
     """e with every occurrence of the part p read as kb."""
-    if e == p:
-        return KB
-    if isinstance(e, ir.Op):
-        return replace(e, args=tuple(with_kb(a, p) for a in e.args))
-    return e
+    return ir.replace_expr(e, p, KB)

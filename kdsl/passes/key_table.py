@@ -145,8 +145,4 @@ def _absorb_constant(keyed: ir.Expr, g: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
 
 def with_kt(e: ir.Expr, g: ir.Expr) -> ir.Expr:
     """e with every occurrence of the part g read as kt."""
-    if e == g:
-        return KT
-    if isinstance(e, ir.Op):
-        return replace(e, args=tuple(with_kt(a, g) for a in e.args))
-    return e
+    return ir.replace_expr(e, g, KT)

@@ -28,8 +28,6 @@ the query; with KDSL_BWD_QUERY_VALUES the lanes gather the step's queries' value
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from .. import ir
 from . import streaming
 
@@ -71,14 +69,4 @@ def part(mask: ir.Expr, axis: str = "kv") -> ir.Expr | None:
 
 def valued(mask: ir.Expr, p: ir.Expr, axis: str = "kv") -> ir.Expr:
     """The mask with every occurrence of its part p read as kx (qx for the query's; of p's type)."""
-    x = ir.Var(p.ty, _AXES[axis][2])
-
-    def sub(e: ir.Expr) -> ir.Expr:
-        if e == p:
-            return x
-        if isinstance(e, ir.Op):
-            return replace(e, args=tuple(sub(a) for a in e.args))
-        if isinstance(e, ir.Load):
-            return replace(e, indices=tuple(sub(i) for i in e.indices))
-        return e
-    return sub(mask)
+    return ir.replace_expr(mask, p, ir.Var(p.ty, _AXES[axis][2]))
