@@ -706,10 +706,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
             typename V::QueryValue qx[2] = {};  // the query values (kQueryValues<V>), as elementwise below
-            if constexpr (kQueryValues<V>) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) qx[e] = __shfl_sync(0xffffffffu, qv[qb][j / 4], 8 * (j % 4) + 2 * t + e);
-            }
+            if constexpr (kQueryValues<V>) column_pair_values(qv[qb][j / 4], j % 4, t, qx);
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
@@ -724,10 +721,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
         for (int j = 0; j < 8; ++j) {
           const int col = 64 * qb + 8 * j + 2 * t;
           typename V::QueryValue qx[2] = {};  // (unconditional: every lane takes part in the shuffles)
-          if constexpr (kQV) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) qx[e] = __shfl_sync(0xffffffffu, qv[qb][j / 4], 8 * (j % 4) + 2 * t + e);
-          }
+          if constexpr (kQV) column_pair_values(qv[qb][j / 4], j % 4, t, qx);
           const float2 lse2 = backward_lse<kGuard>(*reinterpret_cast<const float2*>(sLseb + col));
           const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll

@@ -371,10 +371,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
       for (int jl = 0; jl < 4; ++jl) {
         const int j = 4 * wg + jl, col = 8 * j + 2 * t;
         typename V::QueryValue qx[2] = {};  // query col + e is lane 8 jl + 2 t + e's (unconditional: the whole warp)
-        if constexpr (kQueryValues<V>) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) qx[e] = __shfl_sync(0xffffffffu, qv, 8 * jl + 2 * t + e);
-        }
+        if constexpr (kQueryValues<V>) column_pair_values(qv, jl, t, qx);
         const float2 lse2 = backward_lse<kGuard>(*reinterpret_cast<const float2*>(sLseb + col));
         const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll

@@ -193,4 +193,15 @@ KDSL_DEVICE void quad_transpose(u32 (&w)[4], int t) {
   }
 }
 
+// The values of a thread's two columns of 8-column group `group` (0-3) of a 32-column chunk whose
+// column l lane l of the warp holds (chunk): columns 8 group + 2 t and + 1, t = lane % 4, as the
+// wgmma accumulator lays a row's elements out. A mask's value gathered once a key (the forward's
+// partial tiles) or a query (the backward's steps) by the lanes, taken by each element this way
+// (passes/key_values.py). Every lane of the warp must call it.
+template <class T>
+KDSL_DEVICE void column_pair_values(T chunk, int group, int t, T (&out)[2]) {
+  out[0] = __shfl_sync(0xffffffffu, chunk, 8 * group + 2 * t);
+  out[1] = __shfl_sync(0xffffffffu, chunk, 8 * group + 2 * t + 1);
+}
+
 }  // namespace kdsl

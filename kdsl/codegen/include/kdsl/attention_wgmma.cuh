@@ -660,8 +660,8 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
             for (int g4 = 0; g4 < 4; ++g4) {
               const int jj = 4 * u + g4;
-              const typename V::KeyValue kx[2] = {__shfl_sync(0xffffffffu, x[0], 8 * g4 + 2 * t),
-                                                  __shfl_sync(0xffffffffu, x[0], 8 * g4 + 2 * t + 1)};
+              typename V::KeyValue kx[2];
+              column_pair_values(x[0], g4, t, kx);
               u64 bits = 0;
 #pragma unroll
               for (int e = 0; e < 4; ++e) {
