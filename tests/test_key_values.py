@@ -114,11 +114,15 @@ def test_the_build_gathers_once_a_key_and_shuffles(monkeypatch):
         pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
     k = pipeline.check(parse(program(VALUED[0]), "t.kd"))[0]
     reps = {}
-    for on in (0, 1):
-        monkeypatch.setenv("KDSL_DEFINES", f"KDSL_KEY_VALUES={on}")
+    for on in (0, 1, None):  # None: the default, on since the eighty-third session's timings
+        if on is None:
+            monkeypatch.delenv("KDSL_DEFINES")
+        else:
+            monkeypatch.setenv("KDSL_DEFINES", f"KDSL_KEY_VALUES={on}")
         built = build(k, "sm_90a", 128)
         reps[on] = rep = inspect(built.compiled.cubin, built.generated.entry)
         assert rep.local_bytes == 0 and rep.spill_ops == 0, on
+    assert reps[None].other_ops == reps[1].other_ops
     assert reps[0].other_ops["LDG"] - reps[1].other_ops["LDG"] >= 16, (reps[0].other_ops, reps[1].other_ops)
     assert reps[1].other_ops["SHFL"] >= reps[0].other_ops["SHFL"] + 16
 
@@ -138,11 +142,15 @@ def test_the_backward_gathers_once_a_query_and_shuffles(monkeypatch):
     k = pipeline.check(parse(program(VALUED[0]), "t.kd"))[0]
     for d in (64, 128, 256):
         reps = {}
-        for on in (0, 1):
-            monkeypatch.setenv("KDSL_DEFINES", f"KDSL_BWD_QUERY_VALUES={on}")
+        for on in (0, 1, None):  # None: the default (on)
+            if on is None:
+                monkeypatch.delenv("KDSL_DEFINES")
+            else:
+                monkeypatch.setenv("KDSL_DEFINES", f"KDSL_BWD_QUERY_VALUES={on}")
             built = build(k, "sm_90a", d, program=Program(backward=True))
             reps[on] = rep = inspect(built.compiled.cubin, built.generated.entry)
             assert rep.local_bytes == 0 and rep.spill_ops == 0, (d, on)
+        assert reps[None].other_ops == reps[1].other_ops, d
         wide = d > 128
         assert reps[0].other_ops["LDG"] - reps[1].other_ops["LDG"] >= (6 if wide else 12), (d, reps[0].other_ops,
                                                                                               reps[1].other_ops)

@@ -10,10 +10,14 @@ survivors()): each of a thread's BN/2 elements gathered its key's value, BN/4 lo
 BN distinct keys, in blocks of 16 whose round trips follow each other (4 a 128-key tile), beside
 a Q K^T shorter than them. held-out set 40's row_threshold ran its forward at 0.78 of compiled
 Flex (H200, 2x16x4096², the eighty-second session), 4 us a partial tile against about 1 for a
-dense one. With KDSL_KEY_VALUES the kernel gathers that value once per key of the tile (lane l of
+dense one. With key values (the default; KDSL_KEY_VALUES=0 for the per-element gathers, an A/B) the
+kernel gathers that value once per key of the tile (lane l of
 each warp keys k0 + l + 32u: BN / 32 loads a thread, all in flight at once) and each element takes
 its key's value from the lane that holds it (__shfl_sync; the accumulator layout puts key
-8 jj + 2 t + e of a 32-key chunk at lane 8 (jj % 4) + 2 t + e).
+8 jj + 2 t + e of a 32-key chunk at lane 8 (jj % 4) + 2 t + e). On an H200 (2x16x4096², the
+eighty-third session) the forward ran x1.18 (row_threshold D=128; x1.24 at D=64), x1.13
+(lsh_buckets_gqa), x1.15 (event_horizon), x1.09-1.10 (doc_temperature, lsh_local, document_mask)
+and x1.00 (perm_causal, data_positions) against the per-element gathers.
 
 part() finds the part: the largest non-bool subexpression of the mask that gathers captured data
 at the key (kv) and depends on nothing per query (q, q - kv); one part a mask or none. A bool
@@ -23,8 +27,11 @@ valued() is the mask with the part read as the variable kx.
 The wgmma backward is the mirror: a CTA's keys stay fixed while it walks the queries, and a step's
 elements gather the query's value (thr[b, h, i], a query's document id) for 16 query columns a
 thread, after the step's S and dP wgmmas are waited for. part(mask, "q") is the value gathered at
-the query; with KDSL_BWD_QUERY_VALUES the lanes gather the step's queries' values before that wait
-(2 a thread a 64-query block) and each element shuffles its own, read as qx.
+the query; the lanes gather the step's queries' values before that wait (2 a thread a 64-query
+block) and each element shuffles its own, read as qx (KDSL_BWD_QUERY_VALUES=0: per element, an A/B).
+Backward alone on an H200 (2x16x4096², the eighty-third session): row_threshold x1.30,
+doc_temperature x1.17, lsh_buckets_gqa x1.12, segment_bidir_queries x1.06, document_mask x1.03 at
+D=128 and x0.96 at D=64, packed_window x1.02.
 """
 from __future__ import annotations
 

@@ -74,8 +74,11 @@
 #ifndef KDSL_BWD_KEY_MASK  // a key mask's key part (passes/key_mask.py) once a step for the thread's two keys (0: A/B)
 #define KDSL_BWD_KEY_MASK 1
 #endif
-#ifndef KDSL_BWD_QUERY_VALUES  // 1: a mask's value gathered at the query once a query of a step, shuffled to the elements
-#define KDSL_BWD_QUERY_VALUES 0  // (passes/key_values.py; off until timed on a GPU)
+#ifndef KDSL_BWD_QUERY_VALUES  // a mask's value at the query gathered once a query of a step, shuffled to the elements
+#define KDSL_BWD_QUERY_VALUES 1  // (passes/key_values.py; 0: per element, A/B)
+#endif
+#ifndef KDSL_BWD_QV_PARTIAL  // 1: the query values gathered on the steps that read the mask only (trial)
+#define KDSL_BWD_QV_PARTIAL 0
 #endif
 #ifndef KDSL_BWD_SUMMARY_FULL  // 0: beside a score that loads, a tile the summary calls full takes the masked path (trial)
 #define KDSL_BWD_SUMMARY_FULL 1
@@ -644,12 +647,16 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     // step's queries, lane l of each warp query m0 + 64 qb + l + 32 u (clamped to M - 1 as the
     // mask's loads are), gathered while the wgmmas run; each element shuffles its own (elementwise).
     // Per element, a thread's 16 queries a block were gathered after the wait, a round trip a step.
+    // A full tile inside M and N takes the unguarded elementwise path below, which reads no mask.
+    const bool unguarded = m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || (kBwdFullPath<V, G> && cls == kTileFull));
     typename V::QueryValue qv[QB][2] = {};
     if constexpr (kQueryValues<V>) {
+      if (!KDSL_BWD_QV_PARTIAL || !unguarded) {
 #pragma unroll
-      for (int qb = 0; qb < QB; ++qb)
+        for (int qb = 0; qb < QB; ++qb)
 #pragma unroll
-        for (int u = 0; u < 2; ++u) qv[qb][u] = V::mask_query_value(a, c, b, h, imin(m0 + 64 * qb + lane + 32 * u, M - 1));
+          for (int u = 0; u < 2; ++u) qv[qb][u] = V::mask_query_value(a, c, b, h, imin(m0 + 64 * qb + lane + 32 * u, M - 1));
+      }
     }
     wgmma_wait<0>();
     wgmma_pin(s);
@@ -763,7 +770,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
         }
       }
     };
-    if (m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || (kBwdFullPath<V, G> && cls == kTileFull)))
+    if (unguarded)
       elementwise(Guard<kGuardNone>{});
     else if constexpr (kGuardByKeys<V>) {
       if (cls == kTileKeys) elementwise(Guard<kGuardKeys>{});
