@@ -17,7 +17,14 @@
 #      KDSL_BWD_QUERY_VALUES's default (attention_bwd_wgmma.cuh).
 #   d: held-out set 41 (eighty-second session, interpreter-checked; query_width spills 24 B at D=64's 192-row tile):
 #      `kdsl check --grad` of all eight, then against Flex forward and fwd+bwd.
-# Order for ~30 minutes of device time: "a b" (one call), "g e" (one call), then "c d".
+# Order for ~30 minutes of device time: "a b" (one call), "g e" (one call), then "c d". All three ran (H200,
+# bench/results/h200-2026-12-04-s83/); then:
+#   n: where a partial tile's time goes: Nsight Compute's full set on row_threshold (4 us a partial tile against
+#      ~0.5 for a dense one) beside its Flex peer, and perm_causal; the hot SASS lines of each kdsl kernel.
+#   z: heldout19's cosine_attention: kdsl's own `check --grad`, and the sweep fwd+bwd of heldout19 (its Flex peer's
+#      dq was 8.3e9 where the float64 reference's is 0: norms drawn near 0 make the score's slope ~1e8).
+#   q: the query values gathered only on the steps that read the mask (KDSL_BWD_QV_PARTIAL=1) and
+#      KDSL_BWD_QUERY_VALUES=0 against the default, backward alone (document_mask D=64 ran x0.96 with them).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -73,5 +80,31 @@ e)
   ab_at $QV tools/dev/heldout41.kd segment_bidir_queries 2,16,4096,4096,128
   ab_at $QV tools/dev/heldout40.kd lsh_buckets_gqa 2,16,4096,4096,128,4
   ab_at $QV bench/variants.kd packed_window 2,16,4096,4096,128 ;;
+n)
+  for spec in tools/dev/heldout40.kd:row_threshold tools/dev/heldout38.kd:perm_causal; do
+    nm=${spec##*:}; late ncu-$nm && continue
+    timeout 200 ncu --profile-from-start off --set full --import-source no -f -o $L/ncu-$nm \
+      python3 tools/dev/ncu_versus_flex.py $spec:2,16,4096,4096,128 > $L/ncu-$nm.log 2>&1
+    echo "[ncu $nm] rc $?"
+    ncu -i $L/ncu-$nm.ncu-rep --page details > $L/ncu-$nm-details.txt 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued" \
+      $L/ncu-$nm-details.txt | head -40
+    ncu -i $L/ncu-$nm.ncu-rep --page source --csv --print-source sass > $L/ncu-$nm-src.csv 2>/dev/null
+    k=$(grep -o '"Kernel Name","kdsl_[a-z_0-9]*_d128"' $L/ncu-$nm-src.csv | head -1 | cut -d, -f2 | tr -d '"')
+    python3 tools/dev/ncu_hot_lines.py $L/ncu-$nm-src.csv --kernel "$k" --min 0.7 > $L/ncu-$nm-hot.txt 2>&1
+    head -45 $L/ncu-$nm-hot.txt; gzip -f $L/ncu-$nm-src.csv; rm -f $L/ncu-$nm.ncu-rep; save
+  done ;;
+z)
+  CHECK_TIMEOUT=150 check tools/dev/heldout19.kd cosine_attention
+  late sweep19 || { timeout 200 python3 tools/dev/flex_peer_sweep.py --backward tools/dev/heldout19.kd \
+      > $L/flex-sweep-19.log 2>&1; echo "[sweep 19]"; grep -v "warn\|Warning\|^$\|torch.nn\|This will" $L/flex-sweep-19.log | tail -4; save; } ;;
+q)
+  for spec in "samples/document_mask.kd document_mask 2,16,4096,4096,64" "samples/document_mask.kd document_mask 2,16,4096,4096,128" \
+      "tools/dev/heldout40.kd row_threshold 2,16,4096,4096,128" "tools/dev/heldout38.kd doc_temperature 2,16,4096,4096,128"; do
+    set -- $spec; late qp-$2-$3 && continue
+    timeout 150 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape $3 --reps 10 --seed 0 \
+      --variants="default;-DKDSL_BWD_QUERY_VALUES=0;-DKDSL_BWD_QV_PARTIAL=1" > $L/qp-$2-${3//,/x}.log 2>&1
+    echo "[qp $2 $3]"; grep "^|\|regs" $L/qp-$2-${3//,/x}.log; save
+  done ;;
 esac
 done
