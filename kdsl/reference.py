@@ -49,6 +49,29 @@ def scores(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: floa
     return s if keep is None else xp.where(keep, s, -math.inf)
 
 
+def score_slope(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None):
+    """d score / d s, float64 [B, H, M, N], by torch autograd (1 where the program has no score,
+    0 where the score does not read s): how much the score magnifies s, and so a backward's
+    rounding of its dS (check.qkv_grad_errors). torch tensors only."""
+    import torch
+    be = backend_for(q)
+    captures = captures or {}
+    env = _index_env(kernel, q, k, v, captures, scale, None)
+    kv_head = be.arange(q.shape[1]) // (q.shape[1] // k.shape[1])
+    s = ((be.float64(q) @ be.float64(k)[:, kv_head].transpose(-1, -2)) * env["scale"]).detach()
+    score = kernel.func("score")
+    if score is None:
+        return torch.ones_like(s)
+    with torch.enable_grad():
+        s.requires_grad_()
+        caps = {n: c.detach() for n, c in captures.items()}
+        val = be.asarray(eval_array(score, {**env, "s": s}, caps, be, host_for(be)), "f64")
+        if not (isinstance(val, torch.Tensor) and val.requires_grad):
+            return torch.zeros_like(s)
+        (slope,) = torch.autograd.grad(torch.broadcast_to(val, s.shape).sum(), s, allow_unused=True)
+    return torch.zeros_like(s) if slope is None else slope
+
+
 def mask_of(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None,
             dims: dict | None = None, env: dict | None = None):
     """Where the mask keeps an element, bool [B, H, M, N]; None for a program without a mask."""

@@ -796,9 +796,11 @@ def test_mask_bits_take_only_masks_that_load_at_the_query_and_spill_less_there(m
     """KDSL_BWD_MASK_BITS (default 1): a mask that loads at the query, beside a score that loads
     nothing, is evaluated for a thread's 32 elements into one word before their grads; its D=128
     build keeps less in local memory than with the switch off (query_limits: 40 B -> none). A mask
-    that loads at the key alone builds the same cubin either way."""
-    assert _local_bytes("query_limits", "", monkeypatch) < \
-        _local_bytes("query_limits", "KDSL_BWD_MASK_BITS=0", monkeypatch)
+    that loads at the key alone builds the same cubin either way. Measured with the query values
+    off (KDSL_BWD_QUERY_VALUES=0): with them (the default since the eighty-third session) the lanes
+    gather lim[b, i] once a query and query_limits keeps 16 B in local memory either way."""
+    assert _local_bytes("query_limits", "KDSL_BWD_QUERY_VALUES=0", monkeypatch) < \
+        _local_bytes("query_limits", "KDSL_BWD_QUERY_VALUES=0 KDSL_BWD_MASK_BITS=0", monkeypatch)
     same = [_backward_d128("key_labels", d, monkeypatch).compiled.cubin for d in ("", "KDSL_BWD_MASK_BITS=0")]
     assert same[0] == same[1]
 
@@ -809,3 +811,67 @@ def test_a_key_masks_key_part_once_a_step_spills_less(monkeypatch):
     or kept): the D=128 build's local memory 72 B with the switch off -> none."""
     assert _local_bytes("key_labels", "", monkeypatch) < \
         _local_bytes("key_labels", "KDSL_BWD_KEY_MASK=0", monkeypatch)
+
+
+COSINE = ("attention cosine {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+          " qn: f32[B, H, M]; kn: f32[B, H, N]; tau: f32[H]\n"
+          " score(s, b, h, i, j) = s / (max(qn[b, h, i] * kn[b, h, j], 0.000001) * max(tau[h], 0.01))\n}\n")
+
+
+def _flash_backward_in_fp32(scale):
+    """Cosine attention (COSINE) as a FlashAttention-style kernel computes it in fp32: the forward's
+    lse; a backward that recomputes S^T = K Q^T (another summation order), P = exp(min(g - lse, 0)),
+    delta from the output rounded to q's type, dS = P (dP - delta) g'(s)."""
+    class Flash(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, qn, kn, tau):
+            den = (qn[..., :, None] * kn[..., None, :]).clamp_min(1e-6) * tau.clamp_min(0.01)[None, :, None, None]
+            g = (q.float() @ k.float().transpose(-1, -2)) * scale / den
+            lse = g.logsumexp(-1, keepdim=True)
+            out = (torch.exp(g - lse) @ v.float()).to(q.dtype)
+            ctx.save_for_backward(q, k, v, den, lse, out)
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            q, k, v, den, lse, out = ctx.saved_tensors
+            g = (k.float() @ q.float().transpose(-1, -2)).transpose(-1, -2) * scale / den
+            p = torch.exp(torch.minimum(g - lse, torch.zeros(())))
+            dp = dout.float() @ v.float().transpose(-1, -2)
+            delta = (dout.float() * out.float()).sum(-1, keepdim=True)
+            ds = p * (dp - delta) / den * scale
+            return ((ds @ k.float()).to(q.dtype), (ds.transpose(-1, -2) @ q.float()).to(q.dtype),
+                    (p.transpose(-1, -2) @ dout.float()).to(q.dtype), None, None, None)
+    return Flash
+
+
+def test_a_score_that_magnifies_s_is_judged_by_its_slope():
+    """Held-out 19's cosine attention over norms drawn near 0 (as kdsl check draws them) scales s
+    by up to 1e8: every row's softmax is one key, the true dq and dk zeros, and an fp32 backward
+    leaves dP - delta's rounding times that slope (an H200 kernel: 0.58 of the rounding bound at
+    one key; Flex's dq 1.6e7 of it). The bound now takes the score's P-weighted slope
+    (check.slope_factor): such a backward passes it, and failed it without; a dq off by ten
+    bounds still fails."""
+    from kdsl.check import natural_norm, slope_factor
+    mod = kdsl.compile(COSINE, interpret=True)
+    kir = mod.ir["cosine"]
+    q, k, v, caps, dout = _inputs(kir, (1, 4, 4, 33, 70, 32, 32), seed=3)
+    factor = slope_factor(kir, q, k, v, caps, None)
+    assert factor > 1e4  # the draw does magnify s
+    flash = _flash_backward_in_fp32(q.shape[3] ** -0.5)
+    check_grads("cosine in fp32", lambda q, k, v, **c: flash.apply(q, k, v, c["qn"], c["kn"], c["tau"]), kir,
+                q, k, v, caps, dout)
+    bound = 2 ** -7 * natural_norm(q, dout, v, k, q.shape[3] ** -0.5 * factor)
+    off = _identity_with_gradient(lambda g: g + 10 * bound / g.numel() ** 0.5)
+    with pytest.raises(AssertionError, match="dq rel err"):
+        check_grads("cosine off", lambda q, k, v, **c: flash.apply(off.apply(q), k, v, c["qn"], c["kn"], c["tau"]),
+                    kir, q, k, v, caps, dout)
+
+
+def test_slope_factor_is_the_scores_magnification():
+    from kdsl.check import slope_factor
+    for score, want in (("s * 1000.0", 1000.0), ("s + 0.5 * float(i - j)", 1.0), ("30.0 * tanh(s / 30.0)", 1.0),
+                        ("0.0", 1.0), (None, 1.0)):
+        mod = kdsl.compile(program(score, None), interpret=True)
+        q, k, v, caps, _ = _inputs(mod.ir["gen"], (1, 2, 2, 17, 23, 16, 16))
+        assert slope_factor(mod.ir["gen"], q, k, v, caps, None) == pytest.approx(want, rel=1e-9), score
