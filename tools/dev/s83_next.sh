@@ -23,6 +23,8 @@
 #      ~0.5 for a dense one) beside its Flex peer, and perm_causal; the hot SASS lines of each kdsl kernel.
 #   z: heldout19's cosine_attention: kdsl's own `check --grad`, and the sweep fwd+bwd of heldout19 (its Flex peer's
 #      dq was 8.3e9 where the float64 reference's is 0: norms drawn near 0 make the score's slope ~1e8).
+#   p: P capped at 1 in the backward (element_grads; cosine_attention's P overflowed): the GPU test, check --grad
+#      of cosine_attention, and the cap's cost against KDSL_BWD_P_CAP=0, backward alone (softcap, alibi, relpos).
 #   q: the query values gathered only on the steps that read the mask (KDSL_BWD_QV_PARTIAL=1) and
 #      KDSL_BWD_QUERY_VALUES=0 against the default, backward alone (document_mask D=64 ran x0.96 with them).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
@@ -98,9 +100,15 @@ z)
   CHECK_TIMEOUT=150 check tools/dev/heldout19.kd cosine_attention
   late sweep19 || { timeout 200 python3 tools/dev/flex_peer_sweep.py --backward tools/dev/heldout19.kd \
       > $L/flex-sweep-19.log 2>&1; echo "[sweep 19]"; grep -v "warn\|Warning\|^$\|torch.nn\|This will" $L/flex-sweep-19.log | tail -4; save; } ;;
+p)
+  late p-test || { timeout 200 python3 -m pytest -q tests/gpu/test_backward_gpu.py -k "magnifies or (matches_reference and softcap)" \
+      > $L/pytest-p-cap.log 2>&1; echo "P cap GPU tests: $(tail -1 $L/pytest-p-cap.log)"; grep "^FAILED\|Error" $L/pytest-p-cap.log | head; save; }
+  CHECK_TIMEOUT=150 check tools/dev/heldout19.kd cosine_attention
+  ab_at -DKDSL_BWD_P_CAP=0 samples/softcap.kd softcap 2,16,4096,4096,128
+  ab_at -DKDSL_BWD_P_CAP=0 samples/alibi.kd alibi 2,16,4096,4096,128
+  ab_at -DKDSL_BWD_P_CAP=0 samples/relpos.kd relpos 2,16,4096,4096,64 ;;
 q)
-  for spec in "samples/document_mask.kd document_mask 2,16,4096,4096,64" "samples/document_mask.kd document_mask 2,16,4096,4096,128" \
-      "tools/dev/heldout40.kd row_threshold 2,16,4096,4096,128" "tools/dev/heldout38.kd doc_temperature 2,16,4096,4096,128"; do
+  for spec in "samples/document_mask.kd document_mask 2,16,4096,4096,64" "samples/document_mask.kd document_mask 2,16,4096,4096,128"; do
     set -- $spec; late qp-$2-$3 && continue
     timeout 150 python3 tools/dev/backward_ab.py --file $1 --programs $2 --shape $3 --reps 10 --seed 0 \
       --variants="default;-DKDSL_BWD_QUERY_VALUES=0;-DKDSL_BWD_QV_PARTIAL=1" > $L/qp-$2-${3//,/x}.log 2>&1
