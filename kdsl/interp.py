@@ -292,10 +292,7 @@ def attention_backward(kernel: ir.Kernel, q, k, v, dout, lse, delta, captures=No
                     (cls != "empty")[..., None, None]
     live = keep & np.isfinite(lse)[..., None]
     with np.errstate(over="ignore", invalid="ignore"):
-        x = np.where(live, g - lse[..., None], 0.0)
-        if low.func("score") is not None:  # capped at P = 1 as the kernels do (attention_bwd_wgmma.cuh element_grads)
-            x = np.minimum(x, 0.0)
-        p = np.where(live, np.exp(x), 0.0).astype(np.float32)
+        p = np.where(live, np.exp(np.where(live, g - lse[..., None], 0.0)), 0.0).astype(np.float32)
         dp = np.einsum("bhmd,bhnd->bhmn", dout, v[:, kv_head], dtype=np.float32)
         ds = np.where(p != 0, p * (dp - delta[..., None]) * dg * scale, 0.0).astype(np.float32)
         dg_nat = np.where(p != 0, p * (dp - delta[..., None]), 0.0).astype(np.float32)  # d loss / d score

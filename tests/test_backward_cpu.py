@@ -875,3 +875,21 @@ def test_slope_factor_is_the_scores_magnification():
         mod = kdsl.compile(program(score, None), interpret=True)
         q, k, v, caps, _ = _inputs(mod.ir["gen"], (1, 2, 2, 17, 23, 16, 16))
         assert slope_factor(mod.ir["gen"], q, k, v, caps, None) == pytest.approx(want, rel=1e-9), score
+
+
+def test_a_gradient_failure_at_huge_scores_says_why():
+    """Held-out 19's cosine attention over norms drawn near 0 has scores of ~1e9, which no fp32
+    backward that recomputes them can follow (kdsl's H200 kernel: dv 40-80 % off, P's exponent
+    ulps of 1e9 apart). A failing case there says so (check.recompute_note); one at ordinary
+    scores does not."""
+    from kdsl.backends import Torch
+    from kdsl.cases import AttentionCase
+    from kdsl.check import gradient_case
+    case = AttentionCase(1, 4, 4, 33, 70, 32, seed=5)
+    off = _identity_with_gradient(lambda g: g + 1.0)
+    cosine = kdsl.compile(COSINE, interpret=True)
+    res = gradient_case(Torch("cpu"), cosine.ir["cosine"], lambda q, k, v, **c: cosine.cosine(off.apply(q), k, v, **c), case)
+    assert not res.passed and any("scores reach" in p and "e+0" in p for p in res.problems), res.problems
+    plain = kdsl.compile(program("s + 0.5 * float(i - j) / 64.0", "j <= i"), interpret=True)
+    res = gradient_case(Torch("cpu"), plain.ir["gen"], lambda q, k, v, **c: plain.gen(off.apply(q), k, v, **c), case)
+    assert not res.passed and not any("scores reach" in p for p in res.problems), res.problems

@@ -316,25 +316,3 @@ def test_the_splits_the_schedule_picks_give_the_reference_gradients(d, monkeypat
     dout = torch.randn((B, H, M, d), device="cuda", generator=gen).to(q.dtype)
     check_grads(f"kv_group_parity d={d} splits {picked}", mod.kv_group_parity, kir, q, k, v, caps, dout)
 
-
-COSINE = ("attention cosine {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
-          " qn: f32[B, H, M]; kn: f32[B, H, N]; tau: f32[H]\n"
-          " score(s, b, h, i, j) = s / (max(qn[b, h, i] * kn[b, h, j], 0.000001) * max(tau[h], 0.01))\n}\n")
-
-
-@pytest.mark.parametrize("shape", [(1, 4, 4, 1, 1, 64, 64), (2, 4, 4, 257, 257, 128, 128), (2, 4, 4, 300, 704, 256, 256),
-                                   (1, 4, 4, 64, 1000, 64, 64)], ids=lambda s: "x".join(map(str, s)))
-def test_a_score_that_magnifies_s_keeps_p_at_most_one(shape):
-    """Held-out 19's cosine attention over norms drawn near 0 scales s by up to 1e8: the backward's
-    S^T = K Q^T, summed in another order than the forward's, came out ulps of 1e9 above the forward's
-    lse, P = 2^(that) overflowed and dq, dk, dv were 1e16-1e22 off or inf (`kdsl check --grad`, 1 of 8
-    cases, H200). P is now capped at 1 (element_grads); gradients finite and within the rounding bound
-    of a score with that slope (check.slope_factor)."""
-    torch = pytest.importorskip("torch")
-    mod = kdsl.compile(COSINE)
-    kir = mod.ir["cosine"]
-    B, H, Hkv, M, N, D, Dv = shape
-    gen = torch.Generator(device="cuda").manual_seed(hash(("cosine", shape)) % 2**31)
-    q, k, v, caps = attention_inputs(kir, B, H, Hkv, M, N, D, generator=gen, Dv=Dv)
-    dout = torch.randn((B, H, M, Dv), device="cuda", generator=gen).to(q.dtype)
-    check_grads(f"cosine {shape}", mod.cosine, kir, q, k, v, caps, dout)

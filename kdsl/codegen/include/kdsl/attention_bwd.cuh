@@ -245,9 +245,7 @@ KDSL_DEVICE void attention_bwd(const AttnArgs& a, const typename V::Captures& c,
             const float row_lse = sLseb[row];
             if (keep && row_lse != neg_inf()) {
               const float sn = s[j][2 * hh + e] * scale;
-              // capped at 1 as in attention_bwd_wgmma.cuh element_grads: a score that magnifies s
-              // recomputed in this summation order may land above the forward's lse
-              p = math_exp(fminf(G::score(a, c, sn, b, h, q, kv) - row_lse, 0.f));
+              p = math_exp(G::score(a, c, sn, b, h, q, kv) - row_lse);
               if (p != 0.f) {
                 const float dg = p * (dp[j][2 * hh + e] - sDeltab[row]);  // d loss / d score
                 ds = dg * G::dscore(a, c, sn, b, h, q, kv) * scale;

@@ -77,9 +77,6 @@
 #ifndef KDSL_BWD_QUERY_VALUES  // a mask's value at the query gathered once a query of a step, shuffled to the elements
 #define KDSL_BWD_QUERY_VALUES 1  // (passes/key_values.py; 0: per element, A/B)
 #endif
-#ifndef KDSL_BWD_P_CAP  // 0: P uncapped where the score is not s itself (element_grads; A/B of its cost)
-#define KDSL_BWD_P_CAP 1
-#endif
 #ifndef KDSL_BWD_QV_PARTIAL  // 1: the query values gathered on the steps that read the mask only (trial)
 #define KDSL_BWD_QV_PARTIAL 0
 #endif
@@ -375,15 +372,10 @@ KDSL_DEVICE void element_grads(const AttnArgs& a, const typename V::Captures& c,
   p = ds = 0.f;
   if (!keep) return;
   const float lse_log2 = row_lse * kLog2e;
-  // (the score's key part from kt where kKeyPartOnce: key_parts). P <= 1, but this S^T = K Q^T
-  // sums q.k in another order than the forward's Q K^T: a score that magnifies s (cosine attention's
-  // s / max(qn kn, 1e-6) over norms near 0: ~1e9) comes out ulps of that apart, and P = 2^(that -
-  // log2 l) overflowed to inf (held-out 19's cosine_attention, `check --grad`, H200). Capped at 1,
-  // P is what the forward's softmax had. The score s itself is only scaled: its drift stays ~1e-6.
-  const float x = G::kScoreIsS ? s * a.scale_log2 - lse_log2
-                  : (kFirst ? first : kKeyPartOnce<G> ? G::score_kt(a, c, sn, b, h, q, kv, kt) : G::score(a, c, sn, b, h, q, kv))
-                            * kLog2e - lse_log2;
-  p = math_exp2(G::kScoreIsS || !KDSL_BWD_P_CAP ? x : fminf(x, 0.f));
+  // (the score's key part from kt where kKeyPartOnce: key_parts)
+  p = math_exp2(G::kScoreIsS ? s * a.scale_log2 - lse_log2
+                : (kFirst ? first : kKeyPartOnce<G> ? G::score_kt(a, c, sn, b, h, q, kv, kt) : G::score(a, c, sn, b, h, q, kv))
+                          * kLog2e - lse_log2);
   const float dg = p * (dp - row_delta);  // d loss / d score
   const float d = dg * (kKeyPartOnce<G> ? G::dscore_kt(a, c, sn, b, h, q, kv, kt) : G::dscore(a, c, sn, b, h, q, kv));
   // a derivative undefined where P underflowed adds nothing (a finite constant one gives 0
