@@ -96,6 +96,9 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
     other["VOTE"] = len(re.findall(r"\bVOTE\.", code))
     # warp shuffles (__shfl_sync): a partial tile's key values handed to its elements (passes/key_values.py)
     other["SHFL"] = len(re.findall(r"\bSHFL\.", code))
+    # integer compares and min / max: a partial tile's per-element key bounds and clamps
+    other["ISETP"] = len(re.findall(r"\bISETP\.", code))
+    other["VIMNMX"] = len(re.findall(r"\bVIMNMX\b", code))
     # 1-byte global loads: a bool / u8 / i8 mask read element by element
     other["LDG.8"] = len(re.findall(r"\bLDG(?:\.\w+)*?\.[US]8\b", code))
     spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", code))

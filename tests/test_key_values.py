@@ -155,3 +155,26 @@ def test_the_backward_gathers_once_a_query_and_shuffles(monkeypatch):
         assert reps[0].other_ops["LDG"] - reps[1].other_ops["LDG"] >= (6 if wide else 12), (d, reps[0].other_ops,
                                                                                               reps[1].other_ops)
         assert reps[1].other_ops["SHFL"] >= reps[0].other_ops["SHFL"] + (8 if wide else 16)
+
+
+def test_the_range_trial_drops_the_per_element_key_bound(monkeypatch):
+    """KDSL_KEY_VALUES_RANGE=1 (a trial, off): keys past N leave a ragged tile's bits once (by
+    interval bits), not by a compare an element, and row_threshold's valued mask, which loads
+    nothing at the key (kValuedKeyFree), takes its key unclamped: the loop's ISETP and VIMNMX a
+    copy go (row_threshold D=128: 142 -> 119 instructions a copy of the loop); nothing spills."""
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    from kdsl.runtime.compiler import build
+    from kdsl.sass import find_cuobjdump, inspect
+    if not find_cuobjdump():
+        pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
+    k = pipeline.check(parse(program(VALUED[0]), "t.kd"))[0]
+    reps = {}
+    for trial in (0, 1):
+        monkeypatch.setenv("KDSL_DEFINES", f"KDSL_KEY_VALUES_RANGE={trial}")
+        built = build(k, "sm_90a", 128)
+        assert "kValuedKeyFree = true" in built.generated.source
+        reps[trial] = rep = inspect(built.compiled.cubin, built.generated.entry)
+        assert rep.local_bytes == 0 and rep.spill_ops == 0, trial
+    for op in ("ISETP", "VIMNMX"):
+        assert reps[0].other_ops[op] - reps[1].other_ops[op] >= 16, (op, reps[0].other_ops, reps[1].other_ops)

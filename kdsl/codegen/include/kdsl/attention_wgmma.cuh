@@ -50,6 +50,9 @@
 #ifndef KDSL_LOADED_MASK_IN_SOFTMAX  // 1: a mask that loads is applied in the softmax too (trial)
 #define KDSL_LOADED_MASK_IN_SOFTMAX 0
 #endif
+#ifndef KDSL_KEY_VALUES_RANGE  // 1: key values drop keys past N once a ragged tile, not per element (trial)
+#define KDSL_KEY_VALUES_RANGE 0
+#endif
 #ifndef KDSL_TABLE_AHEAD  // 0: an offset or key table's entries are loaded when the softmax fills it (A/B)
 #define KDSL_TABLE_AHEAD 1
 #endif
@@ -650,7 +653,13 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // BN / 32 gathers in flight together where each element's own were 16 at a time; an element
       // takes its key's value from the lane holding it. Chunk u's four column groups use x[0],
       // the chunks moved down a register after each, so that a rolled loop indexes no array.
+      // KDSL_KEY_VALUES_RANGE (trial): keys past N dropped from the tile's bits once, where the
+      // tile is ragged, instead of a compare an element; a valued mask that loads nothing at the key
+      // (kValuedKeyFree: `kx >= thr[b, h, i] or i == j`) takes the key unclamped. Two of the ~9
+      // instructions an element of row_threshold's loop (H200 ncu: its forward issue-bound, 0.44
+      // warps issued a cycle a scheduler, 40 % of its instructions in this loop).
       auto key_valued_bits = [&]() {
+        constexpr bool kRangeOnce = KDSL_KEY_VALUES_RANGE && BN <= 128;
         if constexpr (V::kKeyValues && BN % 32 == 0) {
           typename V::KeyValue x[BN / 32];
 #pragma unroll
@@ -666,13 +675,18 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
               for (int e = 0; e < 4; ++e) {
                 const int kv = k0 + 8 * jj + 2 * t + (e & 1);
-                const bool ok = (kv < N) & V::mask_valued(a, cap, b, h, qr[e >> 1], imin2(kv, N - 1), kx[e & 1]);
+                const int kv_read = kRangeOnce && V::kValuedKeyFree ? kv : imin2(kv, N - 1);
+                const bool ok = (kRangeOnce || kv < N) & V::mask_valued(a, cap, b, h, qr[e >> 1], kv_read, kx[e & 1]);
                 bits |= (u64)(ok ? 1u : 0u) << e;
               }
               put(jj, bits);
             }
 #pragma unroll
             for (int i = 0; i + 1 < BN / 32; ++i) x[i] = x[i + 1];
+          }
+          if constexpr (kRangeOnce) {
+            if (k0 + BN > N) keep.bits[0] &= interval_bits<BN>(-2 * t, N - 1 - k0 - 2 * t, 0) |
+                                               interval_bits<BN>(-2 * t, N - 1 - k0 - 2 * t, 1);
           }
         }
       };
