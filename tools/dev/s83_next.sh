@@ -25,6 +25,9 @@
 #      dq was 8.3e9 where the float64 reference's is 0: norms drawn near 0 make the score's slope ~1e8).
 #   p: P capped at 1 in the backward (element_grads; cosine_attention's P overflowed): the GPU test, check --grad
 #      of cosine_attention, and the cap's cost against KDSL_BWD_P_CAP=0, backward alone (softcap, alibi, relpos).
+#   r: (eighty-fourth session) the key values' range trial, KDSL_KEY_VALUES_RANGE=1 (keys past N dropped once a
+#      ragged tile; row_threshold's mask loop 142 -> 119 instructions): its GPU test, then forward A/B in turns.
+#      If it wins, flip its default (attention_wgmma.cuh).
 #   q: the query values gathered only on the steps that read the mask (KDSL_BWD_QV_PARTIAL=1) and
 #      KDSL_BWD_QUERY_VALUES=0 against the default, backward alone (document_mask D=64 ran x0.96 with them).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
@@ -34,7 +37,7 @@ CHECK_SEED=83 CHECK_TIMEOUT=90
 fab() {  # file programs shape: the forward alone, default against key values, in turns
   late $2-$3 && return
   timeout 200 python3 tools/dev/forward_ab.py $1 --programs $2 --shape $3 \
-    --variants "default;KDSL_DEFINES=KDSL_KEY_VALUES=1" > $L/fab-$(basename $1 .kd)-${3//,/x}.log 2>&1
+    --variants "default;${FAB_VARIANT:-KDSL_DEFINES=KDSL_KEY_VALUES=1}" > $L/fab-$(basename $1 .kd)-${3//,/x}.log 2>&1
   echo "[forward ab $1 $3]"; grep -h "^| [a-z]\|Error\|error" $L/fab-$(basename $1 .kd)-${3//,/x}.log | tail -12
   save
 }
@@ -107,6 +110,16 @@ p)
   ab_at -DKDSL_BWD_P_CAP=0 samples/softcap.kd softcap 2,16,4096,4096,128
   ab_at -DKDSL_BWD_P_CAP=0 samples/alibi.kd alibi 2,16,4096,4096,128
   ab_at -DKDSL_BWD_P_CAP=0 samples/relpos.kd relpos 2,16,4096,4096,64 ;;
+r)
+  late r-test || { timeout 300 python3 -m pytest -q tests/gpu/test_key_values_gpu.py -k "values-range" \
+      > $L/pytest-kv-range.log 2>&1; echo "key values range GPU test: $(tail -1 $L/pytest-kv-range.log)"
+    grep "^FAILED\|Error" $L/pytest-kv-range.log | head; save; }
+  export FAB_VARIANT="KDSL_DEFINES=KDSL_KEY_VALUES_RANGE=1"
+  fab tools/dev/heldout40.kd row_threshold,lsh_buckets_gqa 2,16,4096,4096,128
+  fab tools/dev/heldout40.kd row_threshold 2,16,4096,4096,64
+  fab tools/dev/heldout30.kd event_horizon 2,16,4096,4096,128
+  fab samples/document_mask.kd document_mask 2,16,4096,4096,128
+  unset FAB_VARIANT ;;
 q)
   for spec in "samples/document_mask.kd document_mask 2,16,4096,4096,64" "samples/document_mask.kd document_mask 2,16,4096,4096,128"; do
     set -- $spec; late qp-$2-$3 && continue
