@@ -518,12 +518,15 @@ def test_a_mask_whose_rows_the_backward_cannot_copy_prebuilds_the_per_element_ba
 
 def test_a_backward_that_spills_with_its_mask_bits_keeps_the_build_with_less_local_memory(tmp_path, monkeypatch):
     """compiler.mask_bits_trial: held-out 40's row_threshold spills 168 B at D=128 with the
-    backward's mask bits and none without; the build without is kept. KDSL_BWD_BITS_TRIAL=0 keeps
-    the bits; a mask that loads no row's value (causal) has no such trial."""
+    backward's mask bits and none without, when its thresholds are gathered per element
+    (KDSL_BWD_QUERY_VALUES=0; with the query values, the default, neither spills and the bits are
+    kept); the build without is kept. KDSL_BWD_BITS_TRIAL=0 keeps the bits; a mask that loads no
+    row's value (causal) has no such trial."""
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
     from kdsl.runtime.attention_backward import backward_program
     monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KDSL_DEFINES", "KDSL_BWD_QUERY_VALUES=0")
     cache.clear_memory()
     k = next(x for x in pipeline.check(parse((ROOT / "tools" / "dev" / "heldout40.kd").read_text(), "heldout40.kd"))
              if x.name == "row_threshold")
