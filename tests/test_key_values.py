@@ -178,3 +178,73 @@ def test_the_range_trial_drops_the_per_element_key_bound(monkeypatch):
         assert rep.local_bytes == 0 and rep.spill_ops == 0, trial
     for op in ("ISETP", "VIMNMX"):
         assert reps[0].other_ops[op] - reps[1].other_ops[op] >= 16, (op, reps[0].other_ops, reps[1].other_ops)
+
+
+# (mask, the arms key_values.arms finds on 128-key tiles: the forms of arm 0 and 1, None where none)
+ARMS = [(VALUED[0], (-1, 1)),   # kx >= thr or i == j: the diagonal where the atom is false
+        (VALUED[1], (0, -1)),   # j <= i where the buckets agree
+        (VALUED[2], (0, 1)),    # the atom alone
+        (VALUED[3], None),      # kx beside the key's position: no atom
+        ("doc[b, i] == doc[b, j] and j % 3 == 0", None)]  # an arm that is no interval a row
+
+
+@pytest.mark.parametrize("mask,forms", ARMS)
+def test_the_valued_mask_as_an_atom_and_two_arms(mask, forms):
+    """KDSL_VALUED_ARMS' identity, at random positions, heads and data: the mask is atom(kx) ?
+    arm 1 : arm 0, each arm a constant or, on the element's 128-key tile, kv_lo <= kv <= kv_hi."""
+    from kdsl.semantics import eval_numpy
+    whole = lowered(program(mask)).func("mask")
+    part = key_values.part(whole)
+    arms = key_values.arms(key_values.valued(whole, part), 128)
+    if forms is None:
+        assert arms is None
+        return
+    assert tuple(int(r.value) if isinstance(r, ir.Const) else -1 for r in arms.arms) == forms
+    assert not any(ir.uses(arms.atom, v) for v in ("kv", "kvf", "dqkf"))
+    rng = np.random.default_rng()
+    B, H, Hkv, M, N = 2, 4, 2, 512, 640
+    caps = {"ks": rng.normal(0, 100, (B, H, N)).astype(np.float32), "thr": rng.normal(0, 100, (B, H, M)).astype(np.float32),
+            "bk": rng.integers(0, 3, (B, Hkv, N)), "bq": rng.integers(0, 3, (B, H, M)), "doc": rng.integers(0, 3, (B, N))}
+    seen = set()
+    for _ in range(300):
+        q, h, b = (int(rng.integers(0, n)) for n in (M, H, B))
+        kv = int(rng.integers(max(0, q - 130), min(N, q + 130)))  # near the diagonal, where the arms differ
+        env = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": 64, "b": b, "h": h, "q": q, "kv": kv,
+               "qf": float(q), "kvf": float(kv), "dqkf": float(q - kv), "k0": kv // 128 * 128}
+        want = bool(eval_numpy(whole, env, caps, np.float64))
+        atom = bool(eval_numpy(arms.atom, {**env, "kx": eval_numpy(part, env, caps, np.float64)}, caps, np.float64))
+        arm, interval = arms.arms[int(atom)], arms.intervals[int(atom)]
+        if interval is None:
+            got = bool(arm.value)
+        else:
+            lo, hi = (int(eval_numpy(x, env, caps, np.float64)) for x in interval)
+            got = lo <= kv <= hi
+            assert got == bool(eval_numpy(arm, env, caps, np.float64))
+        assert got == want, (mask, q, kv)
+        seen.add(want)
+    assert seen == {True, False}
+
+
+def test_the_arms_trial_tests_the_atom_alone(monkeypatch):
+    """KDSL_VALUED_ARMS=1 (a trial, off): row_threshold's partial tile tests `kx >= thr[b, h, i]`
+    per element, its `i == j` arm interval bits once a row: the loop's ISETP go (142 -> 94
+    instructions a copy of the loop at D=128), nothing spills; the Variant carries the atom and
+    the arms' forms."""
+    from kdsl.grammar import parse
+    from kdsl.passes import pipeline
+    from kdsl.runtime.compiler import build
+    from kdsl.sass import find_cuobjdump, inspect
+    if not find_cuobjdump():
+        pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
+    k = pipeline.check(parse(program(VALUED[0]), "t.kd"))[0]
+    reps = {}
+    for trial in (0, 1):
+        monkeypatch.setenv("KDSL_DEFINES", f"KDSL_VALUED_ARMS={trial}")
+        built = build(k, "sm_90a", 128)
+        src = built.generated.source
+        assert "kValuedArms = KDSL_VALUED_ARMS && true" in src and "kValuedArmForm[2] = {-1, 1}" in src
+        atom = re.search(r"bool valued_atom\([^)]*\) \{\s*return (.*);", src).group(1)
+        assert "kx" in atom and "kv" not in atom.replace("kx", "")
+        reps[trial] = rep = inspect(built.compiled.cubin, built.generated.entry)
+        assert rep.local_bytes == 0 and rep.spill_ops == 0, trial
+    assert reps[0].other_ops["ISETP"] - reps[1].other_ops["ISETP"] >= 32, (reps[0].other_ops, reps[1].other_ops)

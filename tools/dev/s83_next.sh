@@ -25,9 +25,10 @@
 #      dq was 8.3e9 where the float64 reference's is 0: norms drawn near 0 make the score's slope ~1e8).
 #   p: P capped at 1 in the backward (element_grads; cosine_attention's P overflowed): the GPU test, check --grad
 #      of cosine_attention, and the cap's cost against KDSL_BWD_P_CAP=0, backward alone (softcap, alibi, relpos).
-#   r: (eighty-fourth session) the key values' range trial, KDSL_KEY_VALUES_RANGE=1 (keys past N dropped once a
-#      ragged tile; row_threshold's mask loop 142 -> 119 instructions): its GPU test, then forward A/B in turns.
-#      If it wins, flip its default (attention_wgmma.cuh).
+#   r: (eighty-fourth session) the key values' trials: KDSL_KEY_VALUES_RANGE=1 (keys past N dropped once a ragged
+#      tile; row_threshold's mask loop 142 -> 119 instructions a copy) and KDSL_VALUED_ARMS=1 (the atom alone per
+#      element, the arms as interval bits: 142 -> 94): their GPU tests, then forward A/B in turns (default, range,
+#      arms). Flip the winner's default (attention_wgmma.cuh / the template).
 #   q: the query values gathered only on the steps that read the mask (KDSL_BWD_QV_PARTIAL=1) and
 #      KDSL_BWD_QUERY_VALUES=0 against the default, backward alone (document_mask D=64 ran x0.96 with them).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
@@ -111,10 +112,10 @@ p)
   ab_at -DKDSL_BWD_P_CAP=0 samples/alibi.kd alibi 2,16,4096,4096,128
   ab_at -DKDSL_BWD_P_CAP=0 samples/relpos.kd relpos 2,16,4096,4096,64 ;;
 r)
-  late r-test || { timeout 300 python3 -m pytest -q tests/gpu/test_key_values_gpu.py -k "values-range" \
+  late r-test || { timeout 300 python3 -m pytest -q tests/gpu/test_key_values_gpu.py -k "values-range or values-arms" \
       > $L/pytest-kv-range.log 2>&1; echo "key values range GPU test: $(tail -1 $L/pytest-kv-range.log)"
     grep "^FAILED\|Error" $L/pytest-kv-range.log | head; save; }
-  export FAB_VARIANT="KDSL_DEFINES=KDSL_KEY_VALUES_RANGE=1"
+  export FAB_VARIANT="KDSL_DEFINES=KDSL_KEY_VALUES_RANGE=1;KDSL_DEFINES=KDSL_VALUED_ARMS=1"
   fab tools/dev/heldout40.kd row_threshold,lsh_buckets_gqa 2,16,4096,4096,128
   fab tools/dev/heldout40.kd row_threshold 2,16,4096,4096,64
   fab tools/dev/heldout30.kd event_horizon 2,16,4096,4096,128

@@ -658,31 +658,62 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // (kValuedKeyFree: `kx >= thr[b, h, i] or i == j`) takes the key unclamped. Two of the ~9
       // instructions an element of row_threshold's loop (H200 ncu: its forward issue-bound, 0.44
       // warps issued a cycle a scheduler, 40 % of its instructions in this loop).
+      // V::kValuedArms (KDSL_VALUED_ARMS, a trial): an element tests the valued mask's atom alone
+      // (`kx >= thr[b, h, i]`), and its two arms (`i == j`, `j <= i`, every key, none) are interval
+      // bits once a row, kept where the atom picks them (row_threshold's and document_mask's position
+      // compares and their index arithmetic leave the loop).
       auto key_valued_bits = [&]() {
-        constexpr bool kRangeOnce = KDSL_KEY_VALUES_RANGE && BN <= 128;
+        constexpr bool kArms = V::kValuedArms && BN <= 128;
+        constexpr bool kRangeOnce = kArms || (KDSL_KEY_VALUES_RANGE && BN <= 128);
         if constexpr (V::kKeyValues && BN % 32 == 0) {
           typename V::KeyValue x[BN / 32];
 #pragma unroll
           for (int u = 0; u < BN / 32; ++u) x[u] = V::mask_key_value(a, cap, b, h, imin2(k0 + lane + 32 * u, N - 1));
-#pragma unroll 1
-          for (int u = 0; u < BN / 32; ++u) {
+          auto chunk = [&](int u, typename V::KeyValue xu) {  // keys k0 + 32 u .. + 31, four column groups
 #pragma unroll
             for (int g4 = 0; g4 < 4; ++g4) {
               const int jj = 4 * u + g4;
               typename V::KeyValue kx[2];
-              column_pair_values(x[0], g4, t, kx);
+              column_pair_values(xu, g4, t, kx);
               u64 bits = 0;
 #pragma unroll
               for (int e = 0; e < 4; ++e) {
-                const int kv = k0 + 8 * jj + 2 * t + (e & 1);
-                const int kv_read = kRangeOnce && V::kValuedKeyFree ? kv : imin2(kv, N - 1);
-                const bool ok = (kRangeOnce || kv < N) & V::mask_valued(a, cap, b, h, qr[e >> 1], kv_read, kx[e & 1]);
+                bool ok;
+                if constexpr (kArms) {
+                  ok = V::valued_atom(a, cap, b, h, qr[e >> 1], kx[e & 1]);
+                } else {
+                  const int kv = k0 + 8 * jj + 2 * t + (e & 1);
+                  const int kv_read = kRangeOnce && V::kValuedKeyFree ? kv : imin2(kv, N - 1);
+                  ok = (kRangeOnce || kv < N) & V::mask_valued(a, cap, b, h, qr[e >> 1], kv_read, kx[e & 1]);
+                }
                 bits |= (u64)(ok ? 1u : 0u) << e;
               }
               put(jj, bits);
             }
+          };
+          // rolled (unrolled whole, row_threshold's atom loop took 68 instructions a chunk for 94, but
+          // spilled 8-16 B at D=128 in four of five kernels)
+#pragma unroll 1
+          for (int u = 0; u < BN / 32; ++u) {
+            chunk(u, x[0]);
 #pragma unroll
             for (int i = 0; i + 1 < BN / 32; ++i) x[i] = x[i + 1];
+          }
+          if constexpr (kArms) {
+            u64 arm[2];
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+              arm[v] = V::kValuedArmForm[v] == 1 ? ~0ull : 0ull;
+              if (V::kValuedArmForm[v] < 0) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                  int lo, hi;
+                  V::valued_arm_bounds(a, cap, v, b, h, qr[r], k0, lo, hi);
+                  arm[v] |= interval_bits<BN>(lo - k0 - 2 * t, hi - k0 - 2 * t, r);
+                }
+              }
+            }
+            keep.bits[0] = (keep.bits[0] & arm[1]) | (~keep.bits[0] & arm[0]);
           }
           if constexpr (kRangeOnce) {
             if (k0 + BN > N) keep.bits[0] &= interval_bits<BN>(-2 * t, N - 1 - k0 - 2 * t, 0) |
