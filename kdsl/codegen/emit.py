@@ -241,7 +241,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
     vpart = key_values.part(mask) if key_values.applies(k, k.attr("tile_n") or 0) else None
     valued = emitter({**variables, "kx": "kx", "qx": "qx"}, captures, summary_slots)
     # its atom per element and two arms of positions (constants or key intervals), where it splits so
-    varms = key_values.arms(key_values.valued(mask, vpart), k.attr("tile_n")) if vpart is not None else None
+    varms = key_values.arms(key_values.valued(mask, vpart), k.attr("tile_n")) \
+        if vpart is not None and k.attr("tile_n") else None
     qpart = key_values.query_part(k)  # the backward's mirror: the value gathered at the query
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
