@@ -161,7 +161,8 @@ def test_the_range_trial_drops_the_per_element_key_bound(monkeypatch):
     """KDSL_KEY_VALUES_RANGE=1 (a trial, off): keys past N leave a ragged tile's bits once (by
     interval bits), not by a compare an element, and row_threshold's valued mask, which loads
     nothing at the key (kValuedKeyFree), takes its key unclamped: the loop's ISETP and VIMNMX a
-    copy go (row_threshold D=128: 142 -> 119 instructions a copy of the loop); nothing spills."""
+    copy go (row_threshold D=128: 142 -> 83 instructions a copy of the loop, its bits packed a chunk at
+    a time); nothing spills."""
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
     from kdsl.runtime.compiler import build
@@ -227,7 +228,7 @@ def test_the_valued_mask_as_an_atom_and_two_arms(mask, forms):
 
 def test_the_arms_trial_tests_the_atom_alone(monkeypatch):
     """KDSL_VALUED_ARMS=1 (a trial, off): row_threshold's partial tile tests `kx >= thr[b, h, i]`
-    per element, its `i == j` arm interval bits once a row: the loop's ISETP go (142 -> 94
+    per element, its `i == j` arm interval bits once a row: the loop's ISETP go (142 -> 59
     instructions a copy of the loop at D=128), nothing spills; the Variant carries the atom and
     the arms' forms."""
     from kdsl.grammar import parse

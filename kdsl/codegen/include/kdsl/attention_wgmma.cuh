@@ -655,13 +655,13 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // the chunks moved down a register after each, so that a rolled loop indexes no array.
       // KDSL_KEY_VALUES_RANGE (trial): keys past N dropped from the tile's bits once, where the
       // tile is ragged, instead of a compare an element; a valued mask that loads nothing at the key
-      // (kValuedKeyFree: `kx >= thr[b, h, i] or i == j`) takes the key unclamped. Two of the ~9
-      // instructions an element of row_threshold's loop (H200 ncu: its forward issue-bound, 0.44
-      // warps issued a cycle a scheduler, 40 % of its instructions in this loop).
-      // V::kValuedArms (KDSL_VALUED_ARMS, a trial): an element tests the valued mask's atom alone
-      // (`kx >= thr[b, h, i]`), and its two arms (`i == j`, `j <= i`, every key, none) are interval
-      // bits once a row, kept where the atom picks them (row_threshold's and document_mask's position
-      // compares and their index arithmetic leave the loop).
+      // (kValuedKeyFree: `kx >= thr[b, h, i] or i == j`) takes the key unclamped; a chunk's 16 bits
+      // are packed into one word with constant shifts and placed once. row_threshold's loop (H200
+      // ncu: its forward issue-bound, 0.44 warps issued a cycle a scheduler, 40 % of its
+      // instructions here) 142 -> 83 instructions a chunk of 32 keys at D=128.
+      // V::kValuedArms (KDSL_VALUED_ARMS, a trial; with the above): an element tests the valued mask's
+      // atom alone (`kx >= thr[b, h, i]`), and its two arms (`i == j`, `j <= i`, every key, none) are
+      // interval bits once a row, kept where the atom picks them: 142 -> 59 (row_threshold, document_mask).
       auto key_valued_bits = [&]() {
         constexpr bool kArms = V::kValuedArms && BN <= 128;
         constexpr bool kRangeOnce = kArms || (KDSL_KEY_VALUES_RANGE && BN <= 128);
@@ -670,6 +670,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
 #pragma unroll
           for (int u = 0; u < BN / 32; ++u) x[u] = V::mask_key_value(a, cap, b, h, imin2(k0 + lane + 32 * u, N - 1));
           auto chunk = [&](int u, typename V::KeyValue xu) {  // keys k0 + 32 u .. + 31, four column groups
+            u32 word = 0;  // kRangeOnce: the chunk's 16 bits, placed once (one 64-bit shift a chunk, not four)
 #pragma unroll
             for (int g4 = 0; g4 < 4; ++g4) {
               const int jj = 4 * u + g4;
@@ -686,10 +687,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
                   const int kv_read = kRangeOnce && V::kValuedKeyFree ? kv : imin2(kv, N - 1);
                   ok = (kRangeOnce || kv < N) & V::mask_valued(a, cap, b, h, qr[e >> 1], kv_read, kx[e & 1]);
                 }
-                bits |= (u64)(ok ? 1u : 0u) << e;
+                if constexpr (kRangeOnce) word |= ok ? 1u << (4 * g4 + e) : 0u;
+                else bits |= (u64)(ok ? 1u : 0u) << e;
               }
-              put(jj, bits);
+              if constexpr (!kRangeOnce) put(jj, bits);
             }
+            if constexpr (kRangeOnce) keep.bits[0] |= (u64)word << (16 * u);  // (BN <= 128: one word)
           };
           // rolled (unrolled whole, row_threshold's atom loop took 68 instructions a chunk for 94, but
           // spilled 8-16 B at D=128 in four of five kernels)
