@@ -155,7 +155,8 @@ def float_interval(e: ir.Expr, ranges: dict):
         return _widen(_apply(MONOTONE[e.op], lo), _apply(MONOTONE[e.op], hi), APPROX)
     if e.op in ("log", "log2") and lo >= 0:
         f = math.log if e.op == "log" else math.log2
-        return _widen(-INF if lo < SMALLEST_NORMAL else f(lo), f(hi), APPROX)
+        # (a log of exactly 0, `log2(float(i) * (0.5 - 0.5))`, is -inf: math.log raised, an internal error)
+        return _widen(-INF if lo < SMALLEST_NORMAL else f(lo), f(hi) if hi > 0 else -INF, APPROX)
     if e.op == "sqrt" and lo >= 0:
         return _widen(math.sqrt(lo), math.sqrt(hi), ROUNDING)
     if e.op in ("sin", "cos") and not _infinite(lo, hi):
