@@ -415,7 +415,7 @@ def only_largest(e: Expr, pred) -> Expr | None:
             if x not in found:
                 found.append(x)
             return
-        for a in getattr(x, "args", ()):
+        for a in getattr(x, "args", ()) or getattr(x, "indices", ()):  # into a load's indices too (walk's)
             visit(a)
     visit(e)
     return found[0] if len(found) == 1 else None

@@ -16,12 +16,15 @@ from gradcheck import check_grads
 
 pytestmark = pytest.mark.gpu
 
-DECLS = ("ks: f32[B, H, N]", "thr: f32[B, H, M]", "bk: i32[B, Hkv, N]", "bq: i32[B, H, M]", "doc: i32[B, N]")
+DECLS = ("ks: f32[B, H, N]", "thr: f32[B, H, M]", "bk: i32[B, Hkv, N]", "bq: i32[B, H, M]", "doc: i32[B, N]",
+         "allow: bool[4, 4]")
 PROGRAMS = {  # name: (score, mask)
     "row_threshold": (None, "ks[b, h, j] >= thr[b, h, i] or i == j"),
     "kv_head_buckets": (None, "j <= i and bq[b, h, i] == bk[b, h // (H // Hkv), j]"),
     "scattered_docs": (None, "doc[b, i] == doc[b, j]"),
     "value_arithmetic": ("s + 0.01 * ks[b, h, j]", "abs(ks[b, h, j] * 2.0 - float(i - j)) < 300.0 or i == j"),
+    # the key's value inside a table's index (held-out 2's segment_rules, 5's class_table)
+    "class_table": (None, "allow[bq[b, h, i] % 4, bk[b, h // (H // Hkv), j] % 4]"),
 }
 # (B, H, Hkv, M, N, D)
 SHAPES = [(2, 8, 4, 1000, 1000, 128), (1, 4, 2, 129, 2003, 64), (2, 6, 3, 517, 700, 96)]

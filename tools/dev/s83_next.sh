@@ -29,6 +29,8 @@
 #      tile; row_threshold's mask loop 142 -> 119 instructions a copy) and KDSL_VALUED_ARMS=1 (the atom alone per
 #      element, the arms as interval bits: 142 -> 94): their GPU tests, then forward A/B in turns (default, range,
 #      arms). Flip the winner's default (attention_wgmma.cuh / the template).
+#   t: segment_rules and class_table (a table indexed by the key's value), which take key / query values now:
+#      check --grad, forward and backward A/B against the gathers. Order next: "r t" (one call).
 #   q: the query values gathered only on the steps that read the mask (KDSL_BWD_QV_PARTIAL=1) and
 #      KDSL_BWD_QUERY_VALUES=0 against the default, backward alone (document_mask D=64 ran x0.96 with them).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
@@ -121,6 +123,17 @@ r)
   fab tools/dev/heldout30.kd event_horizon 2,16,4096,4096,128
   fab samples/document_mask.kd document_mask 2,16,4096,4096,128
   unset FAB_VARIANT ;;
+t)
+  # the key's value inside a table's index (ir.only_largest now looks into a load's indices): segment_rules and
+  # class_table take key values and query values since the eighty-third session's last commits, untimed
+  check tools/dev/heldout2.kd segment_rules
+  check tools/dev/heldout5.kd class_table
+  export FAB_VARIANT="KDSL_DEFINES=KDSL_KEY_VALUES=0"
+  fab tools/dev/heldout2.kd segment_rules 2,16,4096,4096,128
+  fab tools/dev/heldout5.kd class_table 2,16,4096,4096,128
+  unset FAB_VARIANT
+  ab_at -DKDSL_BWD_QUERY_VALUES=0 tools/dev/heldout2.kd segment_rules 2,16,4096,4096,128
+  ab_at -DKDSL_BWD_QUERY_VALUES=0 tools/dev/heldout5.kd class_table 2,16,4096,4096,128 ;;
 q)
   for spec in "samples/document_mask.kd document_mask 2,16,4096,4096,64" "samples/document_mask.kd document_mask 2,16,4096,4096,128"; do
     set -- $spec; late qp-$2-$3 && continue
