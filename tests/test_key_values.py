@@ -60,6 +60,17 @@ def test_which_masks_have_a_query_value(mask, has):
     assert (key_values.query_part(lowered(program(mask))) is not None) == has
 
 
+SIZES = (2, 4, 2, 512, 640)  # B, H, Hkv, M, N of the identity tests' draws
+
+
+def _draw(rng) -> dict:
+    """Random captured data for the masks above, at SIZES."""
+    B, H, Hkv, M, N = SIZES
+    return {"ks": rng.normal(0, 100, (B, H, N)).astype(np.float32), "thr": rng.normal(0, 100, (B, H, M)).astype(np.float32),
+            "bk": rng.integers(0, 3, (B, Hkv, N)), "bq": rng.integers(0, 3, (B, H, M)), "doc": rng.integers(0, 3, (B, N)),
+            "allow": rng.integers(0, 2, (4, 4)).astype(bool)}
+
+
 @pytest.mark.parametrize("mask", VALUED)
 def test_the_mask_reading_the_value_is_the_mask(mask):
     """The identity the kernel relies on, at random positions, heads and data: the mask with its
@@ -74,10 +85,8 @@ def test_the_mask_reading_the_value_is_the_mask(mask):
     qvalued = key_values.valued(whole, qpart, "q") if qpart is not None else None
     assert qpart is None or not ir.loads_at(qvalued, "q")
     rng = np.random.default_rng()
-    B, H, Hkv, M, N = 2, 4, 2, 512, 640
-    caps = {"ks": rng.normal(0, 100, (B, H, N)).astype(np.float32), "thr": rng.normal(0, 100, (B, H, M)).astype(np.float32),
-            "bk": rng.integers(0, 3, (B, Hkv, N)), "bq": rng.integers(0, 3, (B, H, M)), "doc": rng.integers(0, 3, (B, N)),
-            "allow": rng.integers(0, 2, (4, 4)).astype(bool)}
+    B, H, Hkv, M, N = SIZES
+    caps = _draw(rng)
     seen = set()
     for _ in range(200):
         q, kv, h, b = (int(rng.integers(0, n)) for n in (M, N, H, B))
@@ -161,12 +170,9 @@ def test_the_backward_gathers_once_a_query_and_shuffles(monkeypatch):
         assert reps[1].other_ops["SHFL"] >= reps[0].other_ops["SHFL"] + (8 if wide else 16)
 
 
-def test_the_range_trial_drops_the_per_element_key_bound(monkeypatch):
-    """KDSL_KEY_VALUES_RANGE=1 (a trial, off): keys past N leave a ragged tile's bits once (by
-    interval bits), not by a compare an element, and row_threshold's valued mask, which loads
-    nothing at the key (kValuedKeyFree), takes its key unclamped: the loop's ISETP and VIMNMX a
-    copy go (row_threshold D=128: 142 -> 83 instructions a copy of the loop, its bits packed a chunk at
-    a time); nothing spills."""
+def _trial_builds(switch: str, monkeypatch):
+    """row_threshold's D=128 forward built with the trial `switch` off and on: ({0, 1}: SASS report,
+    {0, 1}: generated source); neither may spill."""
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
     from kdsl.runtime.compiler import build
@@ -174,13 +180,24 @@ def test_the_range_trial_drops_the_per_element_key_bound(monkeypatch):
     if not find_cuobjdump():
         pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
     k = pipeline.check(parse(program(VALUED[0]), "t.kd"))[0]
-    reps = {}
+    reps, sources = {}, {}
     for trial in (0, 1):
-        monkeypatch.setenv("KDSL_DEFINES", f"KDSL_KEY_VALUES_RANGE={trial}")
+        monkeypatch.setenv("KDSL_DEFINES", f"{switch}={trial}")
         built = build(k, "sm_90a", 128)
-        assert "kValuedKeyFree = true" in built.generated.source
+        sources[trial] = built.generated.source
         reps[trial] = rep = inspect(built.compiled.cubin, built.generated.entry)
-        assert rep.local_bytes == 0 and rep.spill_ops == 0, trial
+        assert rep.local_bytes == 0 and rep.spill_ops == 0, (switch, trial)
+    return reps, sources
+
+
+def test_the_range_trial_drops_the_per_element_key_bound(monkeypatch):
+    """KDSL_KEY_VALUES_RANGE=1 (a trial, off): keys past N leave a ragged tile's bits once (by
+    interval bits), not by a compare an element, and row_threshold's valued mask, which loads
+    nothing at the key (kValuedKeyFree), takes its key unclamped: the loop's ISETP and VIMNMX a
+    copy go (row_threshold D=128: 142 -> 83 instructions a copy of the loop, its bits packed a chunk at
+    a time); nothing spills."""
+    reps, sources = _trial_builds("KDSL_KEY_VALUES_RANGE", monkeypatch)
+    assert all("kValuedKeyFree = true" in src for src in sources.values())
     for op in ("ISETP", "VIMNMX"):
         assert reps[0].other_ops[op] - reps[1].other_ops[op] >= 16, (op, reps[0].other_ops, reps[1].other_ops)
 
@@ -208,10 +225,8 @@ def test_the_valued_mask_as_an_atom_and_two_arms(mask, forms):
     assert tuple(int(r.value) if isinstance(r, ir.Const) else -1 for r in arms.arms) == forms
     assert not any(ir.uses(arms.atom, v) for v in ("kv", "kvf", "dqkf"))
     rng = np.random.default_rng()
-    B, H, Hkv, M, N = 2, 4, 2, 512, 640
-    caps = {"ks": rng.normal(0, 100, (B, H, N)).astype(np.float32), "thr": rng.normal(0, 100, (B, H, M)).astype(np.float32),
-            "bk": rng.integers(0, 3, (B, Hkv, N)), "bq": rng.integers(0, 3, (B, H, M)), "doc": rng.integers(0, 3, (B, N)),
-            "allow": rng.integers(0, 2, (4, 4)).astype(bool)}
+    B, H, Hkv, M, N = SIZES
+    caps = _draw(rng)
     seen = set()
     for _ in range(300):
         q, h, b = (int(rng.integers(0, n)) for n in (M, H, B))
@@ -237,21 +252,9 @@ def test_the_arms_trial_tests_the_atom_alone(monkeypatch):
     per element, its `i == j` arm interval bits once a row: the loop's ISETP go (142 -> 59
     instructions a copy of the loop at D=128), nothing spills; the Variant carries the atom and
     the arms' forms."""
-    from kdsl.grammar import parse
-    from kdsl.passes import pipeline
-    from kdsl.runtime.compiler import build
-    from kdsl.sass import find_cuobjdump, inspect
-    if not find_cuobjdump():
-        pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
-    k = pipeline.check(parse(program(VALUED[0]), "t.kd"))[0]
-    reps = {}
-    for trial in (0, 1):
-        monkeypatch.setenv("KDSL_DEFINES", f"KDSL_VALUED_ARMS={trial}")
-        built = build(k, "sm_90a", 128)
-        src = built.generated.source
+    reps, sources = _trial_builds("KDSL_VALUED_ARMS", monkeypatch)
+    for src in sources.values():
         assert "kValuedArms = KDSL_VALUED_ARMS && true" in src and "kValuedArmForm[2] = {-1, 1}" in src
         atom = re.search(r"bool valued_atom\([^)]*\) \{\s*return (.*);", src).group(1)
         assert "kx" in atom and "kv" not in atom.replace("kx", "")
-        reps[trial] = rep = inspect(built.compiled.cubin, built.generated.entry)
-        assert rep.local_bytes == 0 and rep.spill_ops == 0, trial
     assert reps[0].other_ops["ISETP"] - reps[1].other_ops["ISETP"] >= 32, (reps[0].other_ops, reps[1].other_ops)
