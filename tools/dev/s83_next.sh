@@ -31,6 +31,8 @@
 #      arms). Flip the winner's default (attention_wgmma.cuh / the template).
 #   t: segment_rules and class_table (a table indexed by the key's value), which take key / query values now:
 #      check --grad, forward and backward A/B against the gathers. Order next: "r t" (one call).
+#   h: held-out set 42 (eighty-third session, interpreter-checked; six of eight take key values and split into arms):
+#      `check --grad` of all eight, then against Flex forward and fwd+bwd.
 #   q: the query values gathered only on the steps that read the mask (KDSL_BWD_QV_PARTIAL=1) and
 #      KDSL_BWD_QUERY_VALUES=0 against the default, backward alone (document_mask D=64 ran x0.96 with them).
 # If an H100 is lent, issue 8 first: PART=a bash bench/fp8_done_when.sh, then PART=b.
@@ -134,6 +136,11 @@ t)
   unset FAB_VARIANT
   ab_at -DKDSL_BWD_QUERY_VALUES=0 tools/dev/heldout2.kd segment_rules 2,16,4096,4096,128
   ab_at -DKDSL_BWD_QUERY_VALUES=0 tools/dev/heldout5.kd class_table 2,16,4096,4096,128 ;;
+h)
+  for k in score_band doc_causal_window bucket_or_local key_priority alibi_docs_gqa rank_distance head_softcap \
+      class_or_causal; do check tools/dev/heldout42.kd $k; done
+  bench h42 tools/dev/heldout42.kd
+  bench h42-bwd tools/dev/heldout42.kd --backward ;;
 q)
   for spec in "samples/document_mask.kd document_mask 2,16,4096,4096,64" "samples/document_mask.kd document_mask 2,16,4096,4096,128"; do
     set -- $spec; late qp-$2-$3 && continue
