@@ -222,6 +222,11 @@ class FloatBounds:
         lo, hi = self.of(x)
         if lo is None or hi is None:
             return None, None
+        # a factor that may be 0 hides an infinite x (inf * 0 is NaN in the kernel's f32): x's bounds
+        # must be finite, in whatever precision the predicate runs (`exp2(float(i)) * 0.0 < float(i)`:
+        # in f64 the bound was 0 past i = 128 and the tile full, where f32 elements are NaN, dropped)
+        if not (isinstance(r, ir.Const) and r.value != 0) and not self._guard(lo, hi):
+            return None, None
         a, b = _f(name, lo, r), _f(name, hi, r)
         if isinstance(r, ir.Const):
             return (down(a), up(b)) if r.value >= 0 else (down(b), up(a))
