@@ -408,6 +408,13 @@ def uses(e: Expr, name: str) -> bool:
 def only_largest(e: Expr, pred) -> Expr | None:
     """The one distinct largest subexpression of e that satisfies pred (no match inside a match
     is looked for), or None where there is none or there are several."""
+    found = largest_all(e, pred)
+    return found[0] if len(found) == 1 else None
+
+
+def largest_all(e: Expr, pred) -> list[Expr]:
+    """The distinct largest subexpressions of e that satisfy pred (no match inside a match is
+    looked for), in the order they are met."""
     found = []
 
     def visit(x):
@@ -418,7 +425,7 @@ def only_largest(e: Expr, pred) -> Expr | None:
         for a in getattr(x, "args", ()) or getattr(x, "indices", ()):  # into a load's indices too (walk's)
             visit(a)
     visit(e)
-    return found[0] if len(found) == 1 else None
+    return found
 
 
 def loads_at(e: Expr, names, skip: str | None = None) -> bool:

@@ -27,7 +27,9 @@ VALUED = ["ks[b, h, j] >= thr[b, h, i] or i == j",             # a threshold per
           "abs(ks[b, h, j] * 2.0 - float(i - j)) < 300.0",        # the value in arithmetic with both positions
           # inside a table's index (held-out 2's segment_rules, 5's class_table: ir.only_largest did not
           # look into a load's indices, and they found no part)
-          "allow[bq[b, h, i] % 4, bk[b, h // (H // Hkv), j] % 4]"]
+          "allow[bq[b, h, i] % 4, bk[b, h // (H // Hkv), j] % 4]",
+          # values inside other values: one gather of the one inside all (ks; thr on the query's side)
+          "ks[b, h, j] * 2.0 > thr[b, h, i] + 100.0 or (ks[b, h, j] < -100.0 and thr[b, h, i] < 0.0)"]
 NOT_VALUED = ["j <= i",                                  # positions alone: kv_bounds.py's interval
               "j < lens[b]",                             # a bound read per batch, not at the key
               "flag[b, j] or abs(i - j) < 256",          # a bool part: key_mask's bits
@@ -52,7 +54,11 @@ QUERY = [("ks[b, h, j] >= thr[b, h, i] or i == j", True), ("j <= i and bq[b, h, 
          ("doc[b, i] == doc[b, j]", True),   # one tensor read at both: doc[b, q] on the query's side
          ("j <= i", False), ("thr[b, h, i] > 0.0 and thr[b, h, i] < ks[b, h, j]", True),  # one part read twice
          ("thr[b, h, i] > 0.0 and bq[b, h, i] < 2", False),  # bool per query: two distinct values
-         ("keep[b, i, j] and thr[b, h, i] > 0.0", False)]   # a streamed mask
+         ("keep[b, i, j] and thr[b, h, i] > 0.0", False),  # a streamed mask
+         # a band of key scores (held-out 42's score_band, with one bound): thr inside thr + 200
+         ("ks[b, h, j] >= thr[b, h, i] and ks[b, h, j] <= thr[b, h, i] + 200.0", True),
+         ("ks[b, h, j] >= thr[b, h, i] * 2.0 and ks[b, h, j] <= thr[b, h, i] + 200.0", True),
+         ("ks[b, h, j] >= thr[b, h, i] * 2.0 and ks[b, h, j] <= float(bq[b, h, i])", False)]  # none inside both
 
 
 @pytest.mark.parametrize("mask,has", QUERY)
@@ -171,8 +177,8 @@ def test_the_backward_gathers_once_a_query_and_shuffles(monkeypatch):
 
 
 def _trial_builds(switch: str, monkeypatch):
-    """row_threshold's D=128 forward built with the trial `switch` off and on: ({0, 1}: SASS report,
-    {0, 1}: generated source); neither may spill."""
+    """row_threshold's D=128 forward built with `switch` off, on and left to its default: ({0, 1,
+    None}: SASS report, {0, 1, None}: generated source); none may spill."""
     from kdsl.grammar import parse
     from kdsl.passes import pipeline
     from kdsl.runtime.compiler import build
@@ -181,8 +187,11 @@ def _trial_builds(switch: str, monkeypatch):
         pytest.skip("cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'")
     k = pipeline.check(parse(program(VALUED[0]), "t.kd"))[0]
     reps, sources = {}, {}
-    for trial in (0, 1):
-        monkeypatch.setenv("KDSL_DEFINES", f"{switch}={trial}")
+    for trial in (0, 1, None):
+        if trial is None:
+            monkeypatch.delenv("KDSL_DEFINES", raising=False)
+        else:
+            monkeypatch.setenv("KDSL_DEFINES", f"{switch}={trial}")
         built = build(k, "sm_90a", 128)
         sources[trial] = built.generated.source
         reps[trial] = rep = inspect(built.compiled.cubin, built.generated.entry)
@@ -190,71 +199,15 @@ def _trial_builds(switch: str, monkeypatch):
     return reps, sources
 
 
-def test_the_range_trial_drops_the_per_element_key_bound(monkeypatch):
-    """KDSL_KEY_VALUES_RANGE=1 (a trial, off): keys past N leave a ragged tile's bits once (by
-    interval bits), not by a compare an element, and row_threshold's valued mask, which loads
-    nothing at the key (kValuedKeyFree), takes its key unclamped: the loop's ISETP and VIMNMX a
-    copy go (row_threshold D=128: 142 -> 83 instructions a copy of the loop, its bits packed a chunk at
-    a time); nothing spills."""
+def test_key_values_drop_keys_past_n_once_a_tile(monkeypatch):
+    """KDSL_KEY_VALUES_RANGE (on by default since the eighty-fourth session's H200 A/B; 0 for the
+    per-element compare): keys past N leave a ragged tile's bits once (by interval bits), not by
+    a compare an element, and row_threshold's valued mask, which loads nothing at the key
+    (kValuedKeyFree), takes its key unclamped: the loop's ISETP and VIMNMX a copy go
+    (row_threshold D=128: 142 -> 83 instructions a copy of the loop, its bits packed a chunk at a
+    time); nothing spills; the default build is the switch-on build."""
     reps, sources = _trial_builds("KDSL_KEY_VALUES_RANGE", monkeypatch)
     assert all("kValuedKeyFree = true" in src for src in sources.values())
+    assert reps[None].other_ops == reps[1].other_ops
     for op in ("ISETP", "VIMNMX"):
         assert reps[0].other_ops[op] - reps[1].other_ops[op] >= 16, (op, reps[0].other_ops, reps[1].other_ops)
-
-
-# (mask, the arms key_values.arms finds on 128-key tiles: the forms of arm 0 and 1, None where none)
-ARMS = [(VALUED[0], (-1, 1)),   # kx >= thr or i == j: the diagonal where the atom is false
-        (VALUED[1], (0, -1)),   # j <= i where the buckets agree
-        (VALUED[2], (0, 1)),    # the atom alone
-        (VALUED[3], None),      # kx beside the key's position: no atom
-        (VALUED[4], (0, 1)),    # the table's element the atom
-        ("doc[b, i] == doc[b, j] and j % 3 == 0", None)]  # an arm that is no interval a row
-
-
-@pytest.mark.parametrize("mask,forms", ARMS)
-def test_the_valued_mask_as_an_atom_and_two_arms(mask, forms):
-    """KDSL_VALUED_ARMS' identity, at random positions, heads and data: the mask is atom(kx) ?
-    arm 1 : arm 0, each arm a constant or, on the element's 128-key tile, kv_lo <= kv <= kv_hi."""
-    from kdsl.semantics import eval_numpy
-    whole = lowered(program(mask)).func("mask")
-    part = key_values.part(whole)
-    arms = key_values.arms(key_values.valued(whole, part), 128)
-    if forms is None:
-        assert arms is None
-        return
-    assert tuple(int(r.value) if isinstance(r, ir.Const) else -1 for r in arms.arms) == forms
-    assert not any(ir.uses(arms.atom, v) for v in ("kv", "kvf", "dqkf"))
-    rng = np.random.default_rng()
-    B, H, Hkv, M, N = SIZES
-    caps = _draw(rng)
-    seen = set()
-    for _ in range(300):
-        q, h, b = (int(rng.integers(0, n)) for n in (M, H, B))
-        kv = int(rng.integers(max(0, q - 130), min(N, q + 130)))  # near the diagonal, where the arms differ
-        env = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": 64, "b": b, "h": h, "q": q, "kv": kv,
-               "qf": float(q), "kvf": float(kv), "dqkf": float(q - kv), "k0": kv // 128 * 128}
-        want = bool(eval_numpy(whole, env, caps, np.float64))
-        atom = bool(eval_numpy(arms.atom, {**env, "kx": eval_numpy(part, env, caps, np.float64)}, caps, np.float64))
-        arm, interval = arms.arms[int(atom)], arms.intervals[int(atom)]
-        if interval is None:
-            got = bool(arm.value)
-        else:
-            lo, hi = (int(eval_numpy(x, env, caps, np.float64)) for x in interval)
-            got = lo <= kv <= hi
-            assert got == bool(eval_numpy(arm, env, caps, np.float64))
-        assert got == want, (mask, q, kv)
-        seen.add(want)
-    assert seen == {True, False}
-
-
-def test_the_arms_trial_tests_the_atom_alone(monkeypatch):
-    """KDSL_VALUED_ARMS=1 (a trial, off): row_threshold's partial tile tests `kx >= thr[b, h, i]`
-    per element, its `i == j` arm interval bits once a row: the loop's ISETP go (142 -> 59
-    instructions a copy of the loop at D=128), nothing spills; the Variant carries the atom and
-    the arms' forms."""
-    reps, sources = _trial_builds("KDSL_VALUED_ARMS", monkeypatch)
-    for src in sources.values():
-        assert "kValuedArms = KDSL_VALUED_ARMS && true" in src and "kValuedArmForm[2] = {-1, 1}" in src
-        atom = re.search(r"bool valued_atom\([^)]*\) \{\s*return (.*);", src).group(1)
-        assert "kx" in atom and "kv" not in atom.replace("kx", "")
-    assert reps[0].other_ops["ISETP"] - reps[1].other_ops["ISETP"] >= 32, (reps[0].other_ops, reps[1].other_ops)

@@ -240,9 +240,6 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
     # passes/key_values.py: the mask's value gathered per key, and the mask reading it as kx
     vpart = key_values.part(mask) if key_values.applies(k, k.attr("tile_n") or 0) else None
     valued = emitter({**variables, "kx": "kx", "qx": "qx"}, captures, summary_slots)
-    # its atom per element and two arms of positions (constants or key intervals), where it splits so
-    varms = key_values.arms(key_values.valued(mask, vpart), k.attr("tile_n")) \
-        if vpart is not None and k.attr("tile_n") else None
     qpart = key_values.query_part(k)  # the backward's mirror: the value gathered at the query
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
@@ -288,11 +285,7 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
         kvalues=dict(on=_on(vpart is not None), type="int" if vpart is not None and vpart.ty == "i32" else "float",
                      part=c(vpart) if vpart is not None else "0",
                      mask=valued(key_values.valued(mask, vpart)) if vpart is not None else "false",
-                     key_free=_on(vpart is not None and not ir.loads_at(key_values.valued(mask, vpart), ("kv", "kvf"))),
-                     arms=dict(on=_on(varms is not None), atom=valued(varms.atom) if varms else "false",
-                               form=[arm(r) for r in varms.arms] if varms else [0, 0],
-                               lo=[wide(i[0]) if i else "k0" for i in varms.intervals] if varms else ["k0", "k0"],
-                               hi=[wide(i[1]) if i else "k0 - 1" for i in varms.intervals] if varms else ["k0 - 1"] * 2)),
+                     key_free=_on(vpart is not None and not ir.loads_at(key_values.valued(mask, vpart), ("kv", "kvf")))),
         qvalues=dict(on=_on(qpart is not None), type="int" if qpart is not None and qpart.ty == "i32" else "float",
                      part=c(qpart) if qpart is not None else "0",
                      mask=valued(key_values.valued(mask, qpart, "q")) if qpart is not None else "false"),

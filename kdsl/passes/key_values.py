@@ -29,11 +29,9 @@ elements gather the query's value (thr[b, h, i], a query's document id) for 16 q
 thread, after the step's S and dP wgmmas are waited for. part(mask, "q") is the value gathered at
 the query; the lanes gather the step's queries' values before that wait (2 a thread a 64-query
 block) and each element shuffles its own, read as qx (KDSL_BWD_QUERY_VALUES=0: per element, an A/B).
-arms() splits the valued mask further, where it can: its one bool part that reads kx (and data
-at the query, not the key's position: `kx >= thr[b, h, i]`, `doc_q[b, i] == kx`) is the atom, and
-the mask with the atom true and false its two arms, each every key, none, or a key interval per
-row (`i == j`, `j <= i`: key_mask.arm_interval). A partial tile then tests the atom alone per
-element and takes the arms as interval bits once per row (KDSL_VALUED_ARMS, a trial).
+Splitting the valued mask further (its bool part that reads kx tested per element, the two
+position arms it chooses between as interval bits once a row) was tried in the eighty-fourth
+session and dropped: x1.00-0.94 of the key values with keys past N dropped once a ragged tile.
 
 Backward alone on an H200 (2x16x4096², the eighty-third session): row_threshold x1.30,
 doc_temperature x1.17, lsh_buckets_gqa x1.12, segment_bidir_queries x1.06, document_mask x1.03 at
@@ -41,11 +39,8 @@ D=128 and x0.96 at D=64, packed_window x1.02.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .. import ir
-from . import key_mask, streaming
-from .simplify import simplify
+from . import streaming
 
 # axis: (what the part must gather at, what it may not read, the variable the mask reads it as)
 _AXES = {"kv": (("kv", "kvf"), ("q", "qf", "dqkf", "dqk"), "kx"),
@@ -80,34 +75,23 @@ def part(mask: ir.Expr, axis: str = "kv") -> ir.Expr | None:
         if any(ir.uses(e, v) for v in per_other) or not any(ir.uses(e, v) for v in at):
             return False
         return ir.loads_at(e, at)
-    return ir.only_largest(mask, is_part)
+    found = ir.largest_all(mask, is_part)
+    if len(found) <= 1:
+        return found[0] if found else None
+    # several: the largest one inside all (`lo[b, h, i]` of `kx >= lo[b, h, i]` and `kx <= lo[b, h, i]
+    # + 1.0`), whose one gather serves them all (valued() replaces it inside each)
+    shared = [x for x in ir.walk(found[0]) if is_part(x) and all(_contains(f, x) for f in found[1:])]
+    return max(shared, key=_size) if shared else None
+
+
+def _contains(e: ir.Expr, x: ir.Expr) -> bool:
+    return any(n == x for n in ir.walk(e))
+
+
+def _size(e: ir.Expr) -> int:
+    return sum(1 for _ in ir.walk(e))
 
 
 def valued(mask: ir.Expr, p: ir.Expr, axis: str = "kv") -> ir.Expr:
     """The mask with every occurrence of its part p read as kx (qx for the query's; of p's type)."""
     return ir.replace_expr(mask, p, ir.Var(p.ty, _AXES[axis][2]))
-
-
-@dataclass(frozen=True)
-class Arms:
-    """valued == atom ? arms[1] : arms[0]; intervals[i]: arms[i] as (kv_lo, kv_hi) on every tile,
-    None where it is a constant."""
-    atom: ir.Expr
-    arms: tuple
-    intervals: tuple
-
-
-def arms(valued_mask: ir.Expr, tile_n: int) -> Arms | None:
-    """The valued mask (valued()) as an atom tested per element and two arms of positions, or None
-    where its kx is not inside one bool part free of the key's position or an arm is not a
-    constant or one key interval a row on tiles of tile_n keys."""
-    def is_atom(e: ir.Expr) -> bool:
-        return e.ty == "bool" and ir.uses(e, "kx") and not any(ir.uses(e, v) for v in ("kv", "kvf", "dqk", "dqkf"))
-    atom = ir.only_largest(valued_mask, is_atom)
-    if atom is None or any(ir.uses(n, "kx") for n in ir.walk(ir.replace_expr(valued_mask, atom, ir.Const("bool", True)))):
-        return None
-    rests = tuple(simplify(ir.replace_expr(valued_mask, atom, ir.Const("bool", v))) for v in (False, True))
-    intervals = tuple(None if isinstance(r, ir.Const) else key_mask.arm_interval(r, tile_n) for r in rests)
-    if any(i is None and not isinstance(r, ir.Const) for r, i in zip(rests, intervals)):
-        return None
-    return Arms(atom, rests, intervals)

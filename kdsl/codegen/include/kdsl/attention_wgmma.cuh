@@ -50,8 +50,8 @@
 #ifndef KDSL_LOADED_MASK_IN_SOFTMAX  // 1: a mask that loads is applied in the softmax too (trial)
 #define KDSL_LOADED_MASK_IN_SOFTMAX 0
 #endif
-#ifndef KDSL_KEY_VALUES_RANGE  // 1: key values drop keys past N once a ragged tile, not per element (trial)
-#define KDSL_KEY_VALUES_RANGE 0
+#ifndef KDSL_KEY_VALUES_RANGE  // 0: key values drop keys past N per element, not once a ragged tile (A/B)
+#define KDSL_KEY_VALUES_RANGE 1
 #endif
 #ifndef KDSL_TABLE_AHEAD  // 0: an offset or key table's entries are loaded when the softmax fills it (A/B)
 #define KDSL_TABLE_AHEAD 1
@@ -653,18 +653,17 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
       // BN / 32 gathers in flight together where each element's own were 16 at a time; an element
       // takes its key's value from the lane holding it. Chunk u's four column groups use x[0],
       // the chunks moved down a register after each, so that a rolled loop indexes no array.
-      // KDSL_KEY_VALUES_RANGE (trial): keys past N dropped from the tile's bits once, where the
-      // tile is ragged, instead of a compare an element; a valued mask that loads nothing at the key
+      // KDSL_KEY_VALUES_RANGE: keys past N dropped from the tile's bits once, where the tile is
+      // ragged, instead of a compare an element; a valued mask that loads nothing at the key
       // (kValuedKeyFree: `kx >= thr[b, h, i] or i == j`) takes the key unclamped; a chunk's 16 bits
       // are packed into one word with constant shifts and placed once. row_threshold's loop (H200
       // ncu: its forward issue-bound, 0.44 warps issued a cycle a scheduler, 40 % of its
-      // instructions here) 142 -> 83 instructions a chunk of 32 keys at D=128.
-      // V::kValuedArms (KDSL_VALUED_ARMS, a trial; with the above): an element tests the valued mask's
-      // atom alone (`kx >= thr[b, h, i]`), and its two arms (`i == j`, `j <= i`, every key, none) are
-      // interval bits once a row, kept where the atom picks them: 142 -> 59 (row_threshold, document_mask).
+      // instructions here) 142 -> 83 instructions a chunk of 32 keys at D=128; forward against
+      // per-element (H200, 2x16x4096²): row_threshold x1.23 (D=64 x1.21), event_horizon x1.18,
+      // document_mask x1.05, lsh_buckets_gqa x1.04. (Testing only the bool part that reads kx per
+      // element and its two position arms as interval bits ran x1.00-0.94 of this, and was dropped.)
       auto key_valued_bits = [&]() {
-        constexpr bool kArms = V::kValuedArms && BN <= 128;
-        constexpr bool kRangeOnce = kArms || (KDSL_KEY_VALUES_RANGE && BN <= 128);
+        constexpr bool kRangeOnce = KDSL_KEY_VALUES_RANGE && BN <= 128;
         if constexpr (V::kKeyValues && BN % 32 == 0) {
           typename V::KeyValue x[BN / 32];
 #pragma unroll
@@ -679,14 +678,9 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
               u64 bits = 0;
 #pragma unroll
               for (int e = 0; e < 4; ++e) {
-                bool ok;
-                if constexpr (kArms) {
-                  ok = V::valued_atom(a, cap, b, h, qr[e >> 1], kx[e & 1]);
-                } else {
-                  const int kv = k0 + 8 * jj + 2 * t + (e & 1);
-                  const int kv_read = kRangeOnce && V::kValuedKeyFree ? kv : imin2(kv, N - 1);
-                  ok = (kRangeOnce || kv < N) & V::mask_valued(a, cap, b, h, qr[e >> 1], kv_read, kx[e & 1]);
-                }
+                const int kv = k0 + 8 * jj + 2 * t + (e & 1);
+                const int kv_read = kRangeOnce && V::kValuedKeyFree ? kv : imin2(kv, N - 1);
+                const bool ok = (kRangeOnce || kv < N) & V::mask_valued(a, cap, b, h, qr[e >> 1], kv_read, kx[e & 1]);
                 if constexpr (kRangeOnce) word |= ok ? 1u << (4 * g4 + e) : 0u;
                 else bits |= (u64)(ok ? 1u : 0u) << e;
               }
@@ -694,29 +688,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
             }
             if constexpr (kRangeOnce) keep.bits[0] |= (u64)word << (16 * u);  // (BN <= 128: one word)
           };
-          // rolled (unrolled whole, row_threshold's atom loop took 68 instructions a chunk for 94, but
-          // spilled 8-16 B at D=128 in four of five kernels)
+          // rolled (unrolled whole spilled 8-16 B at D=128 in four of five kernels)
 #pragma unroll 1
           for (int u = 0; u < BN / 32; ++u) {
             chunk(u, x[0]);
 #pragma unroll
             for (int i = 0; i + 1 < BN / 32; ++i) x[i] = x[i + 1];
-          }
-          if constexpr (kArms) {
-            u64 arm[2];
-#pragma unroll
-            for (int v = 0; v < 2; ++v) {
-              arm[v] = V::kValuedArmForm[v] == 1 ? ~0ull : 0ull;
-              if (V::kValuedArmForm[v] < 0) {
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                  int lo, hi;
-                  V::valued_arm_bounds(a, cap, v, b, h, qr[r], k0, lo, hi);
-                  arm[v] |= interval_bits<BN>(lo - k0 - 2 * t, hi - k0 - 2 * t, r);
-                }
-              }
-            }
-            keep.bits[0] = (keep.bits[0] & arm[1]) | (~keep.bits[0] & arm[0]);
           }
           if constexpr (kRangeOnce) {
             if (k0 + BN > N) keep.bits[0] &= interval_bits<BN>(-2 * t, N - 1 - k0 - 2 * t, 0) |
