@@ -239,8 +239,9 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
              for i, r in enumerate(krests)] or [None, None]
     # passes/key_values.py: the mask's value gathered per key, and the mask reading it as kx
     vpart = key_values.part(mask) if key_values.applies(k, k.attr("tile_n") or 0) else None
-    valued = emitter({**variables, "kx": "kx", "qx": "qx"}, captures, summary_slots)
-    qpart = key_values.query_part(k)  # the backward's mirror: the value gathered at the query
+    valued = emitter({**variables, "kx": "kx", "qx": "qx", "qx2": "qx2"}, captures, summary_slots)
+    qparts = key_values.query_parts(k)  # the backward's mirror: the values gathered at the query
+    vtype = lambda e: "int" if e.ty == "i32" else "float"  # noqa: E731
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
         warm=[emit(e) for e in item_divisions.divisions(k) for emit in (c, wide)]
@@ -286,9 +287,10 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
                      part=c(vpart) if vpart is not None else "0",
                      mask=valued(key_values.valued(mask, vpart)) if vpart is not None else "false",
                      key_free=_on(vpart is not None and not ir.loads_at(key_values.valued(mask, vpart), ("kv", "kvf")))),
-        qvalues=dict(on=_on(qpart is not None), type="int" if qpart is not None and qpart.ty == "i32" else "float",
-                     part=c(qpart) if qpart is not None else "0",
-                     mask=valued(key_values.valued(mask, qpart, "q")) if qpart is not None else "false"),
+        qvalues=dict(on=_on(bool(qparts)), second=_on(len(qparts) > 1),
+                     type=[vtype(p) for p in qparts] + ["int"] * (2 - len(qparts)),
+                     part=[c(p) for p in qparts] + ["0"] * (2 - len(qparts)),
+                     mask=valued(key_values.valued(mask, qparts, "q")) if qparts else "false"),
         bounds=dict(on=_on(kv_lo is not None), lo=wide(kv_lo) if kv_lo is not None else "k0",
                     hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",
                     keys_only=_on(kv_lo is not None and tile_keys is None),

@@ -57,16 +57,25 @@ def applies(k: ir.Kernel, tile_n: int) -> bool:
     return part(mask) is not None
 
 
-def query_part(k: ir.Kernel) -> ir.Expr | None:
-    """The backward's: the value k's mask gathers at the query, where its mask is not streamed."""
+def query_parts(k: ir.Kernel) -> tuple[ir.Expr, ...]:
+    """The backward's: the values k's mask gathers at the query, where its mask is not streamed:
+    its one part, or two where there are two and neither holds the other (a band's per-row
+    bounds `lo[b, h, i] <= kx and kx <= hi[b, h, i]`, two levels of document ids); () else."""
     mask = k.func("mask")
     if k.kind != "attention" or mask is None or streaming.read_by(k, "mask"):
-        return None
-    return part(mask, "q")
+        return ()
+    one = part(mask, "q")
+    if one is not None:
+        return (one,)
+    found = ir.largest_all(mask, _is_part("q"))
+    if len(found) == 2 and not _contains(found[0], found[1]) and not _contains(found[1], found[0]):
+        return tuple(found)
+    return ()
 
 
-def part(mask: ir.Expr, axis: str = "kv") -> ir.Expr | None:
-    """The mask's one value gathered at the key (axis "kv") or the query ("q"), or None."""
+def _is_part(axis: str):
+    """Whether an expression is a value gathered at the axis: an f32 / i32 that reads the axis's
+    position by a load and nothing of the other's."""
     at, per_other, _ = _AXES[axis]
 
     def is_part(e: ir.Expr) -> bool:
@@ -75,6 +84,12 @@ def part(mask: ir.Expr, axis: str = "kv") -> ir.Expr | None:
         if any(ir.uses(e, v) for v in per_other) or not any(ir.uses(e, v) for v in at):
             return False
         return ir.loads_at(e, at)
+    return is_part
+
+
+def part(mask: ir.Expr, axis: str = "kv") -> ir.Expr | None:
+    """The mask's one value gathered at the key (axis "kv") or the query ("q"), or None."""
+    is_part = _is_part(axis)
     found = ir.largest_all(mask, is_part)
     if len(found) <= 1:
         return found[0] if found else None
@@ -84,14 +99,18 @@ def part(mask: ir.Expr, axis: str = "kv") -> ir.Expr | None:
     return max(shared, key=_size) if shared else None
 
 
+def valued(mask: ir.Expr, p: ir.Expr | tuple, axis: str = "kv") -> ir.Expr:
+    """The mask with every occurrence of its part p read as kx (qx for the query's; of p's type);
+    p a tuple of two parts (query_parts): the second read as qx2."""
+    name = _AXES[axis][2]
+    for i, one in enumerate(p if isinstance(p, tuple) else (p,)):
+        mask = ir.replace_expr(mask, one, ir.Var(one.ty, name + ("2" if i else "")))
+    return mask
+
+
 def _contains(e: ir.Expr, x: ir.Expr) -> bool:
     return any(n == x for n in ir.walk(e))
 
 
 def _size(e: ir.Expr) -> int:
     return sum(1 for _ in ir.walk(e))
-
-
-def valued(mask: ir.Expr, p: ir.Expr, axis: str = "kv") -> ir.Expr:
-    """The mask with every occurrence of its part p read as kx (qx for the query's; of p's type)."""
-    return ir.replace_expr(mask, p, ir.Var(p.ty, _AXES[axis][2]))

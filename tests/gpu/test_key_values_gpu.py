@@ -3,7 +3,8 @@
 per-element gathers (KDSL_KEY_VALUES=0): thresholds, buckets of a k/v head, unsorted document ids
 and the value in arithmetic, at ragged shapes (the last tile's keys past N clamped) and head dims
 64, 96 and 128, with a score that reads the same tensor as the mask. The backward's mirror (the
-value gathered once a query of a step, KDSL_BWD_QUERY_VALUES=1) by its gradients, both ways."""
+value gathered once a query of a step, KDSL_BWD_QUERY_VALUES=1; two values where the mask has
+two, KDSL_BWD_QUERY_VALUES2) by its gradients, both ways."""
 import pytest
 
 import kdsl
@@ -25,6 +26,11 @@ PROGRAMS = {  # name: (score, mask)
     "value_arithmetic": ("s + 0.01 * ks[b, h, j]", "abs(ks[b, h, j] * 2.0 - float(i - j)) < 300.0 or i == j"),
     # the key's value inside a table's index (held-out 2's segment_rules, 5's class_table)
     "class_table": (None, "allow[bq[b, h, i] % 4, bk[b, h // (H // Hkv), j] % 4]"),
+    # a band of key scores: thr inside thr + 150 (one value at the query); two values at the query
+    # (KDSL_BWD_QUERY_VALUES2): a band's two bounds, two levels of ids
+    "score_band": (None, "(ks[b, h, j] >= thr[b, h, i] and ks[b, h, j] <= thr[b, h, i] + 150.0) or i == j"),
+    "band_two_bounds": (None, "(ks[b, h, j] >= thr[b, h, i] and ks[b, h, j] <= float(bq[b, h, i]) * 100.0) or i == j"),
+    "two_levels": (None, "doc[b, i] == doc[b, j] and bq[b, h, i] == bk[b, h // (H // Hkv), j]"),
 }
 # (B, H, Hkv, M, N, D)
 SHAPES = [(2, 8, 4, 1000, 1000, 128), (1, 4, 2, 129, 2003, 64), (2, 6, 3, 517, 700, 96)]

@@ -77,6 +77,9 @@
 #ifndef KDSL_BWD_QUERY_VALUES  // a mask's value at the query gathered once a query of a step, shuffled to the elements
 #define KDSL_BWD_QUERY_VALUES 1  // (passes/key_values.py; 0: per element, A/B)
 #endif
+#ifndef KDSL_BWD_QUERY_VALUES2  // 0: a mask with two values at the query (a band's lo and hi) reads them per element
+#define KDSL_BWD_QUERY_VALUES2 1  // (A/B)
+#endif
 #ifndef KDSL_BWD_QV_PARTIAL  // 1: the query values gathered on the steps that read the mask only (trial)
 #define KDSL_BWD_QV_PARTIAL 0
 #endif
@@ -304,7 +307,8 @@ constexpr bool kBwdMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V:
 // Whether a step gathers its queries' mask values once a query and shuffles them (KDSL_BWD_QUERY_VALUES,
 // passes/key_values.py; elementwise() takes them where it reads the mask as written).
 template <class V>
-constexpr bool kQueryValues = KDSL_BWD_QUERY_VALUES && V::kHasMask && V::kQueryValues;
+constexpr bool kQueryValues = KDSL_BWD_QUERY_VALUES && V::kHasMask && V::kQueryValues &&
+                              (KDSL_BWD_QUERY_VALUES2 || !V::kQueryValues2);
 
 // A row's lse as a full tile's guard-free path reads it (kGuardNone): +inf for a row that saw no
 // key (lse = -inf), so that P = 2^(score - lse) is 0 there. That path assumes every row it holds
@@ -650,12 +654,17 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
     // A full tile inside M and N takes the unguarded elementwise path below, which reads no mask.
     const bool unguarded = m0 + BM <= M && n0 + BN <= N && (!V::kHasMask || (kBwdFullPath<V, G> && cls == kTileFull));
     typename V::QueryValue qv[QB][2] = {};
+    typename V::QueryValue2 qv2[QB][2] = {};  // the second (V::kQueryValues2)
     if constexpr (kQueryValues<V>) {
       if (!KDSL_BWD_QV_PARTIAL || !unguarded) {
 #pragma unroll
         for (int qb = 0; qb < QB; ++qb)
 #pragma unroll
-          for (int u = 0; u < 2; ++u) qv[qb][u] = V::mask_query_value(a, c, b, h, imin(m0 + 64 * qb + lane + 32 * u, M - 1));
+          for (int u = 0; u < 2; ++u) {
+            const int mq = imin(m0 + 64 * qb + lane + 32 * u, M - 1);
+            qv[qb][u] = V::mask_query_value(a, c, b, h, mq);
+            if constexpr (V::kQueryValues2) qv2[qb][u] = V::mask_query_value2(a, c, b, h, mq);
+          }
       }
     }
     wgmma_wait<0>();
@@ -713,13 +722,16 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
             typename V::QueryValue qx[2] = {};  // the query values (kQueryValues<V>), as elementwise below
+            typename V::QueryValue2 qx2[2] = {};
             if constexpr (kQueryValues<V>) column_pair_values(qv[qb][j / 4], j % 4, t, qx);
+            if constexpr (kQueryValues<V> && V::kQueryValues2) column_pair_values(qv2[qb][j / 4], j % 4, t, qx2);
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int mq = imin(m0 + 64 * qb + 8 * j + 2 * t + e, M - 1), mkv = imin(key0 + 8 * hh, N - 1);
-                bits |= (u32)(kQueryValues<V> ? V::mask_qvalued(a, c, b, h, mq, mkv, qx[e]) : V::mask(a, c, b, h, mq, mkv))
+                bits |= (u32)(kQueryValues<V> ? V::mask_qvalued(a, c, b, h, mq, mkv, qx[e], qx2[e])
+                                              : V::mask(a, c, b, h, mq, mkv))
                         << (4 * j + 2 * hh + e);
               }
           }
@@ -728,7 +740,9 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
         for (int j = 0; j < 8; ++j) {
           const int col = 64 * qb + 8 * j + 2 * t;
           typename V::QueryValue qx[2] = {};  // (unconditional: every lane takes part in the shuffles)
+          typename V::QueryValue2 qx2[2] = {};
           if constexpr (kQV) column_pair_values(qv[qb][j / 4], j % 4, t, qx);
+          if constexpr (kQV && V::kQueryValues2) column_pair_values(qv2[qb][j / 4], j % 4, t, qx2);
           const float2 lse2 = backward_lse<kGuard>(*reinterpret_cast<const float2*>(sLseb + col));
           const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll
@@ -751,7 +765,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
                   if constexpr (kBwdCopy2<V>) sv2 = lanes2.at(sS2, 64 * qb + 8 * j, e, hh);
                   return V::mask_at(a, c, b, h, mq, mkv, sv1, sv2);
                 } else if constexpr (kQV) {
-                  return V::mask_qvalued(a, c, b, h, mq, mkv, qx[e]);
+                  return V::mask_qvalued(a, c, b, h, mq, mkv, qx[e], qx2[e]);
                 } else {
                   return V::mask(a, c, b, h, mq, mkv);
                 }

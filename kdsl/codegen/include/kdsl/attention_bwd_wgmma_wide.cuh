@@ -336,7 +336,10 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
     // n-tiles hold (4 wg .. 4 wg + 3: queries m0 + 32 wg ..), lane l query m0 + 32 wg + l, gathered
     // before the wgmmas are waited for; each element shuffles its own
     typename V::QueryValue qv{};
+    typename V::QueryValue2 qv2{};  // the second (V::kQueryValues2)
     if constexpr (kQueryValues<V>) qv = V::mask_query_value(a, c, b, h, imin(m0 + 32 * wg + lane, M - 1));
+    if constexpr (kQueryValues<V> && V::kQueryValues2)
+      qv2 = V::mask_query_value2(a, c, b, h, imin(m0 + 32 * wg + lane, M - 1));
     const u32 sQb = sQ + buf * C::kQBuf, sDOb = sDO + buf * C::kDOBuf;
     const float* sLseb = sLse + buf * BM;
     const float* sDeltab = sDelta + buf * BM;
@@ -371,7 +374,9 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
       for (int jl = 0; jl < 4; ++jl) {
         const int j = 4 * wg + jl, col = 8 * j + 2 * t;
         typename V::QueryValue qx[2] = {};  // query col + e is lane 8 jl + 2 t + e's (unconditional: the whole warp)
+        typename V::QueryValue2 qx2[2] = {};
         if constexpr (kQueryValues<V>) column_pair_values(qv, jl, t, qx);
+        if constexpr (kQueryValues<V> && V::kQueryValues2) column_pair_values(qv2, jl, t, qx2);
         const float2 lse2 = backward_lse<kGuard>(*reinterpret_cast<const float2*>(sLseb + col));
         const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll
@@ -385,8 +390,10 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
             float p, ds;
             element_grads<V, G, kGuard>(a, c, cg, cls, b, h, q, kv, kt[hh], sv, dpv, row_lse, row_delta, ug, p, ds,
                                         [&](int mq, int mkv) {
-                                          if constexpr (kQueryValues<V>) return V::mask_qvalued(a, c, b, h, mq, mkv, qx[e]);
-                                          else return V::mask(a, c, b, h, mq, mkv);
+                                          if constexpr (kQueryValues<V>)
+                                            return V::mask_qvalued(a, c, b, h, mq, mkv, qx[e], qx2[e]);
+                                          else
+                                            return V::mask(a, c, b, h, mq, mkv);
                                         },
                                         [&](float share) { G::add_offset_grad(a, c, cg, b, h, q - kv, share); });
             pv[e] = p;

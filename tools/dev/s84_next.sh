@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The eighty-fourth session's device calls, each within one call's 600 s:
+#   OUT=... PART="k" [DEADLINE=520] bash tools/dev/s84_next.sh; logs in $OUT/logs.tgz.
+#   k: two values at the query in the backward (KDSL_BWD_QUERY_VALUES2, on; key_values.query_parts) and the
+#      forward's key values with keys past N dropped once a tile (KDSL_KEY_VALUES_RANGE, on since call 1):
+#      tests/gpu/test_key_values_gpu.py whole; `check --grad` of the three corpus kernels with two query values;
+#      the backward alone against KDSL_BWD_QUERY_VALUES2=0 (score_band 16 -> 0 B local, two_level_docs 40 -> 0).
+#   f: held-out 42's score_band (0.99 of Flex forward, 0.89 fwd+bwd in call 2) and set 42 again against Flex.
+set -uo pipefail
+source tools/dev/device_steps.sh
+CHECK_SEED=84 CHECK_TIMEOUT=90
+for part in ${PART:-k}; do
+case $part in
+k)
+  late kv-test || { timeout 330 python3 -m pytest -q tests/gpu/test_key_values_gpu.py > $L/pytest-key-values.log 2>&1
+    echo "key values GPU tests: $(tail -1 $L/pytest-key-values.log)"; grep "^FAILED\|Error" $L/pytest-key-values.log | head; save; }
+  check tools/dev/heldout42.kd score_band
+  check tools/dev/heldout27.kd two_level_docs
+  check tools/dev/heldout18.kd span_per_query
+  ab_at -DKDSL_BWD_QUERY_VALUES2=0 tools/dev/heldout42.kd score_band 2,16,4096,4096,128
+  ab_at -DKDSL_BWD_QUERY_VALUES2=0 tools/dev/heldout27.kd two_level_docs 2,16,4096,4096,128
+  ab_at -DKDSL_BWD_QUERY_VALUES2=0 tools/dev/heldout18.kd span_per_query 2,16,4096,4096,128 ;;
+f)
+  bench h42 tools/dev/heldout42.kd
+  bench h42-bwd tools/dev/heldout42.kd --backward ;;
+esac
+done
