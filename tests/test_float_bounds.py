@@ -66,6 +66,22 @@ def test_float_index_bounds(index, L, verdict):
             check_capture_indices(k, dims, "t")
 
 
+@pytest.mark.parametrize("index, side, hint", [
+    # held-out 43's log_bucket_bias: causal, buckets of log2(i - j + 1) clamped above only: where the
+    # kernel evaluates j > i (dropped by the mask) the log is NaN, so the index has no lower bound
+    ("min(int(log2(float(i - j) + 1.0) * 3.0), 31)", "cannot be bounded below (at most 31)", "max(..., 0)"),
+    ("max(int(log2(float(i + 1)) * 9.0), 0)", "ranges over [0, 74]", "min(..., 31)"),
+    ("max(int(g[h]), 0)", "cannot be bounded above (at least 0)", "min(..., 31)"),
+    ("int(g[h])", "cannot be bounded for", "max(min(..., 31), 0)"),
+])
+def test_a_refused_index_names_the_side_and_the_clamp(index, side, hint):
+    """The refusal says which side of the axis the index may leave and the clamp for it: one
+    clamped above only and told to "clamp it, e.g. with min(...)/max(...)" left its writer guessing."""
+    with pytest.raises(LaunchError) as e:
+        check_capture_indices(kernel(index), dict(DIMS, L=32), "t")
+    assert side in str(e.value) and hint in str(e.value), str(e.value)
+
+
 LEAVES = ["float(i)", "float(j)", "float(i - j)", "float(abs(i - j) + 1)", "0.5", "3.0", "-2.0", "1e30"]
 UNARY = ["log2({a})", "log({a})", "exp({a})", "exp2({a})", "sqrt({a})", "tanh({a})", "sigmoid({a})",
          "sin({a})", "cos({a})", "abs({a})", "-{a}", "({a} / 16.0)"]

@@ -219,14 +219,36 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
                 size = _eval(extent, dims)
                 lo, hi = interval(idx, ranges)
                 if lo < 0 or hi >= size:
-                    got = "cannot be bounded" if not (math.isfinite(lo) and math.isfinite(hi)) else \
-                        f"ranges over [{lo}, {hi}]"
                     text = ir.format_expr(idx, k.param_names(fname))
                     raise LaunchError(
-                        f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {got} "
-                        f"for these shapes, but that axis has size {size}; clamp it, e.g. with min(...)/max(...)")
+                        f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {_out_of(lo, hi)} "
+                        f"for these shapes, but that axis has size {size}; {_clamp_hint(lo, hi, size)}")
     check_integer_ranges(k, ranges, kname)
     check_divisors(k, ranges, kname)
+
+
+def _out_of(lo, hi) -> str:
+    """What an index's interval says: the side that cannot be bounded (log2 of a value that may be
+    0 or less is NaN, an i32 element anything), or its range."""
+    if not math.isfinite(lo) and not math.isfinite(hi):
+        return "cannot be bounded"
+    if not math.isfinite(lo):
+        return f"cannot be bounded below (at most {hi})"
+    if not math.isfinite(hi):
+        return f"cannot be bounded above (at least {lo})"
+    return f"ranges over [{lo}, {hi}]"
+
+
+def _clamp_hint(lo, hi, size) -> str:
+    """The clamp the index needs, on the side(s) it may leave the axis: an index clamped above
+    only is still refused where it may be negative, and the message says so."""
+    below, above = lo < 0, hi >= size
+    if below and above:
+        return f"clamp it, e.g. max(min(..., {size - 1}), 0)"
+    if below:
+        return ("clamp it below, e.g. max(..., 0) (the kernel evaluates the score and mask at every "
+                "element of a tile, also those the mask drops)")
+    return f"clamp it above, e.g. min(..., {size - 1})"
 
 
 def check_divisors(k: ir.Kernel, ranges: dict, kname: str) -> None:

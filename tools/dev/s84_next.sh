@@ -6,6 +6,8 @@
 #      tests/gpu/test_key_values_gpu.py whole; `check --grad` of the three corpus kernels with two query values;
 #      the backward alone against KDSL_BWD_QUERY_VALUES2=0 (score_band 16 -> 0 B local, two_level_docs 40 -> 0).
 #   f: held-out 42's score_band (0.99 of Flex forward, 0.89 fwd+bwd in call 2) and set 42 again against Flex.
+#   h: held-out set 43 (interpreter-checked; sinks_window's D=64 forward spills 16 B, head_key_keep's D=128
+#      backward 48 B): `check --grad` of all eight, then against Flex forward and fwd+bwd.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=84 CHECK_TIMEOUT=90
@@ -23,5 +25,10 @@ k)
 f)
   bench h42 tools/dev/heldout42.kd
   bench h42-bwd tools/dev/heldout42.kd --backward ;;
+h)
+  for k in sinks_window log_bucket_bias prefix_lm gated_temperature dilated_band head_key_keep chunks_globals \
+      log_decay_softcap; do check tools/dev/heldout43.kd $k; done
+  bench h43 tools/dev/heldout43.kd
+  bench h43-bwd tools/dev/heldout43.kd --backward ;;
 esac
 done
