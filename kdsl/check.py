@@ -290,14 +290,17 @@ def gradient_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult:
     of_captures = getattr(fn, "computes_capture_grads", False) and any(c.is_floating_point() for c in caps.values())
     metric = GRAD_METRIC + (" and captured tensors" if of_captures else "")
     res = CaseResult(kernel.name, case.label() + " grad", metric, 0.0, GRAD_TOL, case=case)
-    for name, error in qkv_grad_errors(kernel, q, k, v, caps, case.scale, out, dout, got).items():
-        if error == float("inf"):
-            res.problems.append(f"{name} not finite")
-        res.error = max(res.error, error)
+    errors = qkv_grad_errors(kernel, q, k, v, caps, case.scale, out, dout, got)
     if of_captures and case.N > 1:
         got_c = capture_grads(lambda q, k, v, c: fn(q, k, v, **{**kw, **c}), q, k, v, caps, dout)
-        errors = capture_grad_errors(kernel, q, k, v, caps, case.scale, out, dout, got_c)
-        res.error = max([res.error, *errors.values()])
+        errors.update(capture_grad_errors(kernel, q, k, v, caps, case.scale, out, dout, got_c))
+    for name, error in errors.items():
+        if error == float("inf"):
+            res.problems.append(f"{name} not finite")
+        elif math.isnan(error):  # max() would drop it: max(0.0, nan) is 0.0, and the case passed
+            res.problems.append(f"{name}: the float64 reference's gradient is NaN")
+            error = float("inf")
+        res.error = max(res.error, error)
     if not res.passed:
         note = recompute_note(kernel, q, k, v, caps, case.scale)
         if note:
@@ -467,10 +470,9 @@ def slope_factor(kernel: ir.Kernel, q, k, v, caps: dict, scale) -> float:
     right backward leaves dP - delta's fp32 rounding times that slope (held-out 19, H200)."""
     if kernel.func("score") is None:
         return 1.0
-    s = reference.scores(kernel, q, k, v, caps, scale).double()
+    s, slope = reference.scores_and_slope(kernel, q, k, v, caps, scale)
     lse = s.logsumexp(-1, keepdim=True)
     p = (s - lse.nan_to_num(neginf=0.0)).exp().nan_to_num(nan=0.0)
-    slope = reference.score_slope(kernel, q, k, v, caps, scale).double()
     weight = float(p.sum())
     if weight <= 0:
         return 1.0

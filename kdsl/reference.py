@@ -41,35 +41,51 @@ def scores(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: floa
     kv_head = be.arange(H) // (H // Hkv)
     qd, kd = be.float64(q), be.float64(k)[:, kv_head]
     s = (qd @ xp.swapaxes(kd, -1, -2)) * env["scale"]
+    keep = mask_of(kernel, q, k, v, captures, scale, dims, env)
     score = kernel.func("score")
     if score is not None:
-        s = xp.broadcast_to(be.asarray(eval_array(score, {**env, "s": s}, captures, be, host_for(be)), "f64"),
-                            s.shape)
-    keep = mask_of(kernel, q, k, v, captures, scale, dims, env)
+        gate = _gradient_gate(be, keep)
+        s = xp.broadcast_to(be.asarray(eval_array(score, {**env, "s": gate(s)}, captures, be, host_for(be),
+                                                  on_float_load=gate), "f64"), s.shape)
     return s if keep is None else xp.where(keep, s, -math.inf)
 
 
-def score_slope(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None):
-    """d score / d s, float64 [B, H, M, N], by torch autograd (1 where the program has no score,
-    0 where the score does not read s): how much the score magnifies s, and so a backward's
-    rounding of its dS (check.qkv_grad_errors). torch tensors only."""
+def _gradient_gate(be, keep):
+    """x, its gradient zero where the mask drops the element: the score is evaluated there too,
+    where it may be NaN (`log(1.0 + float(i - j))` at j > i + 1 under causal), and autograd
+    multiplies the zero gradient that reaches it by the NaN derivative (tanh's backward: 0 * (1 -
+    NaN^2)), so the NaN reached dq, dk and the captured tensors' gradients. Gating the score's
+    inputs (s and every float element read) stops it there. Identity without autograd or mask."""
+    if keep is None or not hasattr(be.xp, "autograd") or not be.xp.is_grad_enabled():
+        return lambda x: x
+    return lambda x: be.xp.where(keep, x, x.detach()) if getattr(x, "requires_grad", False) else x
+
+
+def scores_and_slope(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None):
+    """(the scores as scores() gives them, d score / d s), float64 [B, H, M, N], detached, from
+    one evaluation of the score by torch autograd. The slope is 1 where the program has no score,
+    0 where the score does not read s: how much the score magnifies s, and so a backward's
+    rounding of its dS (check.slope_factor). torch tensors only."""
     import torch
     be = backend_for(q)
     captures = captures or {}
     env = _index_env(kernel, q, k, v, captures, scale, None)
     kv_head = be.arange(q.shape[1]) // (q.shape[1] // k.shape[1])
     s = ((be.float64(q) @ be.float64(k)[:, kv_head].transpose(-1, -2)) * env["scale"]).detach()
+    keep = mask_of(kernel, q, k, v, captures, scale, None, env)
+    masked = (lambda x: x) if keep is None else (lambda x: torch.where(keep, x, -math.inf))  # noqa: E731
     score = kernel.func("score")
     if score is None:
-        return torch.ones_like(s)
+        return masked(s), torch.ones_like(s)
     with torch.enable_grad():
         s.requires_grad_()
         caps = {n: c.detach() for n, c in captures.items()}
-        val = be.asarray(eval_array(score, {**env, "s": s}, caps, be, host_for(be)), "f64")
-        if not (isinstance(val, torch.Tensor) and val.requires_grad):
-            return torch.zeros_like(s)
-        (slope,) = torch.autograd.grad(torch.broadcast_to(val, s.shape).sum(), s, allow_unused=True)
-    return torch.zeros_like(s) if slope is None else slope
+        val = torch.broadcast_to(be.asarray(eval_array(score, {**env, "s": s}, caps, be, host_for(be)), "f64"),
+                                 s.shape)
+        if not val.requires_grad:
+            return masked(val).detach(), torch.zeros_like(s)
+        (slope,) = torch.autograd.grad(val.sum(), s, allow_unused=True)
+    return masked(val).detach(), torch.zeros_like(s) if slope is None else slope
 
 
 def mask_of(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None,

@@ -114,7 +114,7 @@ def eval_numpy(e: ir.Expr, env: dict, captures: dict, float_dtype=None):
     return eval_array(e, env, captures, Numpy(float_dtype))
 
 
-def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None):
+def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None, on_float_load=None):
     """Evaluate an IR expression on a kdsl.backends backend; env maps variable names to
     arrays or numbers. Floats are computed in the backend's float dtype (float64 for the
     reference), integers in int64, so the reference never overflows where the kernel's i32
@@ -125,7 +125,9 @@ def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None):
     libm in the last bit here and there, and where the exact value is an integer (the edge of
     a T5 bucket: log(64 / 8) / log(128 / 8) * 8 = 6) that bit decides which integer comes out.
     The CPU's answer is the one the interpreter and the CPU-only tests see, so the reference
-    agrees with them on every machine."""
+    agrees with them on every machine.
+
+    on_float_load: applied to each float element read (the reference's gradient gate)."""
     def go(x):
         if isinstance(x, ir.Const):
             return x.value
@@ -137,7 +139,9 @@ def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None):
                 # already bool in torch / numpy / cupy: as it is (FlexAttention's mask_mod then
                 # reads the tensor as its users write it, with no compare)
                 return v if str(getattr(v, "dtype", "")).endswith("bool") else v != 0
-            return backend.to_float(v) if x.ty == "f32" else backend.to_int(v)
+            if x.ty != "f32":
+                return backend.to_int(v)
+            return backend.to_float(v) if on_float_load is None else on_float_load(backend.to_float(v))
         if host is not None and x.op == "int" and x.args[0].ty == "f32":
             arg, used = x.args[0], list(ir.walk(x.args[0]))
             names = {n.name for n in used if isinstance(n, ir.Var)}

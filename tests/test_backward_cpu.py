@@ -245,6 +245,55 @@ def test_reference_gradients_of_an_additive_mask_equal_the_masks():
     check_grads("additive", additive.gen, additive.ir["gen"], q, k, v, {"am": am}, dout)
 
 
+def test_reference_gradients_ignore_a_score_that_is_nan_where_the_mask_drops():
+    """Held-out 43's log_decay_softcap: `30 tanh((s - decay[h] log(1 + (i - j))) / 30)` under
+    causal is NaN at j > i + 1, where the mask drops it; autograd multiplied the zero gradient
+    reaching those elements by tanh's derivative there (NaN), and the reference's dq, dk and the
+    decay's gradient were NaN (kdsl bench printed an error of nan). They equal those of the same
+    program written NaN-free (`max(i - j, 0)`, which differs only where the mask drops), and a
+    backward is judged against them: the interpreter's passes, a NaN one does not."""
+    from kdsl.check import gradient_case, reference_capture_grads, reference_grads
+    from kdsl.cases import AttentionCase
+    from kdsl.backends import Torch
+    gen = torch.Generator().manual_seed(43)
+    q, k, v, dout = (torch.randn(1, 2, s, 16, generator=gen).to(torch.bfloat16) for s in (40, 50, 50, 40))
+    decay = {"decay": torch.rand(2, generator=gen) * 0.2 - 0.1}
+    decl = ("decay: f32[H]",)
+    mods = [kdsl.compile(program(f"30.0 * tanh((s - decay[h] * log(1.0 + float({d}))) / 30.0)", "j <= i", decls=decl),
+                         interpret=True) for d in ("i - j", "max(i - j, 0)")]
+    grads = [reference_grads(m.ir["gen"], q, k, v, decay, None, None, dout) for m in mods]
+    for a, b in zip(*grads):
+        assert torch.isfinite(a).all() and torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+    caps = [reference_capture_grads(m.ir["gen"], q, k, v, decay, None, None, dout)["decay"] for m in mods]
+    assert torch.isfinite(caps[0]).all() and torch.allclose(caps[0], caps[1], rtol=1e-12, atol=1e-12)
+    case = AttentionCase(1, 2, 2, 40, 50, 16, seed=7)
+    kir = mods[0].ir["gen"]
+    assert gradient_case(Torch("cpu"), kir, mods[0].gen, case).passed
+
+    def nan_backward(q, k, v, **caps):
+        out = mods[0].gen(q, k, v, **caps)
+        return out * float("nan")  # NaN gradients (and output)
+    res = gradient_case(Torch("cpu"), kir, nan_backward, case)
+    assert not res.passed and any("not finite" in p or "NaN" in p for p in res.problems), res.problems
+
+
+def test_a_nan_reference_gradient_fails_the_case(monkeypatch):
+    """A NaN gradient error once passed: gradient_case took the worst by max(), and max(0.0, nan)
+    is 0.0. A reference that is NaN (as held-out 43's was before the gradient gate) fails the
+    case and says so."""
+    from kdsl import check
+    from kdsl.cases import AttentionCase
+    from kdsl.backends import Torch
+    mod = kdsl.compile(program("s * 0.5", "j <= i"), interpret=True)
+    case = AttentionCase(1, 2, 2, 30, 40, 16, seed=3)
+    assert check.gradient_case(Torch("cpu"), mod.ir["gen"], mod.gen, case).passed
+    real = check.reference_grads
+    monkeypatch.setattr(check, "reference_grads",
+                        lambda *a, **kw: tuple(g * float("nan") if i == 1 else g for i, g in enumerate(real(*a, **kw))))
+    res = check.gradient_case(Torch("cpu"), mod.ir["gen"], mod.gen, case)
+    assert not res.passed and any("dk: the float64 reference's gradient is NaN" in p for p in res.problems), res.problems
+
+
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_backward_kernels_build_for_sm90a_with_tensor_cores(path):
     """sm_90a's backward is on wgmma (HGMMA, no local memory, not serialized) at a program's
