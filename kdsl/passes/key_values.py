@@ -29,6 +29,9 @@ elements gather the query's value (thr[b, h, i], a query's document id) for 16 q
 thread, after the step's S and dP wgmmas are waited for. part(mask, "q") is the value gathered at
 the query; the lanes gather the step's queries' values before that wait (2 a thread a 64-query
 block) and each element shuffles its own, read as qx (KDSL_BWD_QUERY_VALUES=0: per element, an A/B).
+query_parts() takes two where the mask has two (a band's per-row bounds, two levels of document
+ids), the second read as qx2: backward x1.04-1.39 (H200, eighty-fourth session;
+KDSL_BWD_QUERY_VALUES2=0 for the A/B).
 Splitting the valued mask further (its bool part that reads kx tested per element, the two
 position arms it chooses between as interval bits once a row) was tried in the eighty-fourth
 session and dropped: x1.00-0.94 of the key values with keys past N dropped once a ragged tile.
