@@ -10,8 +10,6 @@ the first k/v head (two heads without GQA), whose gradients that slice holds who
 """
 from __future__ import annotations
 
-import math
-
 from .bench import SDPA_FORMS, Case, Row, _record, cudnn_attend, document_mask, flex_attend, kept_pairs
 
 FWD_BWD_FLOPS = 3.5  # times the forward's (FlashAttention's convention)
@@ -20,7 +18,7 @@ FWD_BWD_FLOPS = 3.5  # times the forward's (FlashAttention's convention)
 def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
     import torch
     from . import reference
-    from .check import gradient_error, reference_grads
+    from .check import gradient_error, reference_grads, worst
     from .testing import attention_inputs
     kir = mod.ir[case.kernel]
     s = case.shape
@@ -56,8 +54,7 @@ def run_attention_backward(case: Case, mod, timer, peers: set) -> Row:
     out = out[0] if isinstance(out, tuple) else out
     want = reference_grads(kir, q[:1, qh], k[:1, kvh], v[:1, kvh], sub, None, out[:1, qh], dout[:1, qh],
                            dims=reference.dims_of(kir, q, k, v, caps))  # the whole problem's H
-    errors = [gradient_error(g[:1, sl], w) for g, w, sl in zip(got, want, (qh, kvh, kvh))]
-    row.error = float("nan") if any(math.isnan(e) for e in errors) else max(errors)  # (max() may drop a NaN)
+    row.error = worst(gradient_error(g[:1, sl], w) for g, w, sl in zip(got, want, (qh, kvh, kvh)))
     del want
     dims = reference.dims_of(kir, q, k, v, caps)  # by the program's own names
     flops = FWD_BWD_FLOPS * 2 * (D + Dv) * kept_pairs(kir, dims, caps, B, H, M, N)

@@ -446,6 +446,13 @@ def capture_grads(fn, q, k, v, caps: dict, dout, dlse=None) -> dict:
     return {n: c.grad if c.grad is not None else c.detach() * 0 for n, c in leaves.items() if c.requires_grad}
 
 
+def worst(errors) -> float:
+    """The largest error, NaN where any is NaN: max() keeps whichever comes first of a NaN and a
+    number (max(0.0, nan) is 0.0), and a NaN reference once passed so."""
+    errors = list(errors)
+    return float("nan") if any(math.isnan(e) for e in errors) else max(errors)
+
+
 def gradient_error(g, w, floor: float = 0.0) -> float:
     """|g - w| / max(|w|, floor) in the Frobenius norm; |g - w| where both are 0 (every key
     masked: the gradients are zeros)."""

@@ -277,6 +277,12 @@ def test_reference_gradients_ignore_a_score_that_is_nan_where_the_mask_drops():
     assert not res.passed and any("not finite" in p or "NaN" in p for p in res.problems), res.problems
 
 
+def test_the_worst_error_keeps_a_nan():
+    from kdsl.check import worst
+    assert worst([0.0, float("nan"), 1.0]) != worst([0.0, float("nan"), 1.0])  # NaN, wherever it is
+    assert worst(iter([float("nan"), 0.5])) != 0.5 and worst([0.25, 0.5]) == 0.5
+
+
 def test_a_nan_reference_gradient_fails_the_case(monkeypatch):
     """A NaN gradient error once passed: gradient_case took the worst by max(), and max(0.0, nan)
     is 0.0. A reference that is NaN (as held-out 43's was before the gradient gate) fails the
