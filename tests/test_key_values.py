@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import event, given, settings, strategies as st
 
 from kdsl import ir
 from kdsl.passes import key_values
@@ -129,6 +130,57 @@ def test_the_mask_reading_its_query_values_is_the_mask(mask):
         assert bool(eval_numpy(qvalued, {**env, **xs}, caps, np.float64)) == want, (mask, q, kv)
         seen.add(want)
     assert seen == {True, False}
+
+
+_VALUE_LEAVES = ["ks[b, h, j]", "thr[b, h, i]", "float(bq[b, h, i])", "float(doc[b, j])", "float(doc[b, i])",
+                 "float(i)", "float(j)", "float(i - j)", "50.0", "-25.0"]
+
+
+@st.composite
+def _value(draw, depth=2):
+    if depth == 0 or draw(st.booleans()):
+        return draw(st.sampled_from(_VALUE_LEAVES))
+    form = draw(st.sampled_from(["({a} + {b})", "({a} - {b})", "({a} * 2.0)", "max({a}, {b})", "abs({a})"]))
+    return form.format(a=draw(_value(depth - 1)), b=draw(_value(depth - 1)))
+
+
+@st.composite
+def _valued_mask(draw, depth=2):
+    if depth == 0 or draw(st.booleans()):
+        op = draw(st.sampled_from(["<", "<=", ">=", "==", "!="]))
+        return f"({draw(_value())} {op} {draw(_value())})"
+    form = draw(st.sampled_from(["({a} and {b})", "({a} or {b})", "(not {a})", "({a} or i == j)"]))
+    return form.format(a=draw(_valued_mask(depth - 1)), b=draw(_valued_mask(depth - 1)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(mask=_valued_mask(), seed=st.integers(0, 2**32 - 1))
+def test_any_mask_reads_its_values_as_the_mask(mask, seed):
+    """Masks over values read at the key and the query, drawn at random: wherever key_values finds
+    the key's part or the query's parts (one, or two for the backward), the mask reading them as
+    kx / qx, qx2 is the mask at random elements."""
+    from kdsl.semantics import eval_numpy
+    k = lowered(program(mask))
+    whole = k.func("mask")
+    kpart, qparts = key_values.part(whole), key_values.query_parts(k)
+    event(f"key part {kpart is not None}, query parts {len(qparts)}")
+    kvalued = key_values.valued(whole, kpart) if kpart is not None else None
+    qvalued = key_values.valued(whole, qparts, "q") if qparts else None
+    rng = np.random.default_rng(seed)
+    B, H, Hkv, M, N = SIZES
+    caps = _draw(rng)
+    for _ in range(40):
+        q, h, b = (int(rng.integers(0, n)) for n in (M, H, B))
+        kv = int(rng.integers(0, N))
+        env = {"B": B, "H": H, "Hkv": Hkv, "M": M, "N": N, "D": 64, "b": b, "h": h, "q": q, "kv": kv,
+               "qf": float(q), "kvf": float(kv), "dqkf": float(q - kv)}
+        want = bool(eval_numpy(whole, env, caps, np.float64))
+        if kvalued is not None:
+            kx = eval_numpy(kpart, env, caps, np.float64)
+            assert bool(eval_numpy(kvalued, {**env, "kx": kx}, caps, np.float64)) == want, (mask, q, kv)
+        if qvalued is not None:
+            xs = {n: eval_numpy(p, env, caps, np.float64) for n, p in zip(("qx", "qx2"), qparts)}
+            assert bool(eval_numpy(qvalued, {**env, **xs}, caps, np.float64)) == want, (mask, q, kv)
 
 
 def test_the_variant_carries_the_value_and_the_valued_mask():
