@@ -146,6 +146,59 @@ def test_the_heldout_buckets_program_runs_on_the_interpreter():
     assert rel_frobenius(out, ref) <= ATTENTION_TOL
 
 
+def _masked_program(index: str, mask: str, size: int = 32) -> str:
+    return f"""attention t {{
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        tbl: f32[H, {size}]
+        score(s, b, h, i, j) = s + tbl[h, {index}]
+        mask(b, h, i, j) = {mask}
+    }}"""
+
+
+def test_an_index_in_range_wherever_the_mask_keeps_runs():
+    """Held-out 43's log_bucket_bias as first written: `min(int(log2(float(i - j) + 1.0) * 3.0), 31)`
+    under causal, NaN (so unbounded below) only at j > i + 1, which the mask drops, was refused at
+    every call. passes/masked_index.py clamps it in the kernel (attr masked_index) and the runtime
+    proves it over q - kv >= 0: it runs, and matches the reference (the program as written)."""
+    mod = kdsl.compile(_masked_program("min(int(log2(float(i - j) + 1.0) * 3.0), 31)", "j <= i"), "t.kd",
+                       interpret=True)
+    assert mod.ir["t"].attr("masked_index") == ("tbl:1",)
+    rng = np.random.default_rng()
+    q = round_float32(rng.standard_normal((1, 4, 300, 32), dtype=np.float32), "bf16")
+    k, v = (round_float32(rng.standard_normal((1, 4, 300, 32), dtype=np.float32), "bf16") for _ in range(2))
+    tbl = rng.standard_normal((4, 32), dtype=np.float32)
+    out = mod.t(q, k, v, tbl)
+    ref, _ = reference.attention(mod.ir["t"], q, k, v, {"tbl": tbl})
+    assert rel_frobenius(out, ref) <= ATTENTION_TOL
+
+
+@pytest.mark.parametrize("index, mask, size, verdict", [
+    # in range where the mask keeps only up to M = 255: refused past it, the message says where
+    ("int(log2(float(i - j) + 1.0))", "j <= i", 8, "ranges over [0, 8] where the mask keeps the element"),
+    ("min(int(log2(float(j - i) + 1.0) * 3.0), 31)", "j >= i", 32, None),  # the mirror
+    # no sign from the mask (a band both ways): not clamped, refused as written
+    ("min(int(log2(float(i - j) + 1.0) * 3.0), 31)", "abs(i - j) < 64", 32, "cannot be bounded below"),
+    # the positions not only through i - j: not clamped
+    ("min(int(log2(float(i - 2 * j) + 1.0)), 31)", "j <= i", 32, "cannot be bounded below"),
+])
+def test_which_indices_the_mask_keeps_in_range(index, mask, size, verdict):
+    k = kdsl.compile(_masked_program(index, mask, size), "t.kd").ir["t"]
+    assert bool(k.attr("masked_index")) == (verdict is None or "where the mask" in verdict)
+    dims = {"B": 1, "H": 2, "M": 300, "N": 300, "D": 64}
+    if verdict is None:
+        check_capture_indices(k, dims, "t")
+    else:
+        with pytest.raises(LaunchError, match=re.escape(verdict)):
+            check_capture_indices(k, dims, "t")
+
+
+def test_an_index_bounded_as_written_is_left_alone():
+    """An index the plain proof bounds (a relative bias clamped both ways) is not clamped again:
+    the kernel stays as it was."""
+    k = kdsl.compile(_masked_program("max(min(i - j, 15), -16) + 16", "j <= i"), "t.kd").ir["t"]
+    assert k.attr("masked_index") is None and "max" in ir.print_expr(k.func("score"))
+
+
 @pytest.mark.parametrize("interpret", [True, False])
 def test_min_of_a_nan_yields_the_other_operand_as_on_the_gpu(interpret):
     """Regression: the interpreter and the float64 reference took min / max with numpy's and

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import ast, ir
 from ..errors import SourceError
 from . import (affine_score, exp2_fold, index_floats, invariant_factors, kv_bounds, mask_analysis, mask_facts,
-               key_table, offset_score, score_bounds, stream_mask, streaming, tile_blocks, tiling, typecheck, warp_map)
+               masked_index, key_table, offset_score, score_bounds, stream_mask, streaming, tile_blocks, tiling, typecheck, warp_map)
 from .target import Target
 
 HEAD_DIMS = (64, 128)
@@ -15,7 +15,9 @@ def check(program: ast.Program) -> list[ir.Kernel]:
     # First: everything after this may assume well-typed, well-shaped kernels.
     kernels = typecheck.check_program(program)
     distinct_entries(kernels, [node.name_span for node in program.kernels])
-    return kernels
+    # On the score as written, before any pass: the index the user wrote is what the runtime
+    # proves (the clamped ones where the mask keeps) and what messages quote.
+    return [masked_index.run(k) for k in kernels]
 
 
 def distinct_entries(kernels: list[ir.Kernel], spans) -> None:

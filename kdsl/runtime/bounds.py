@@ -12,6 +12,7 @@ import numpy
 from .. import ir
 from ..errors import LaunchError
 from ..passes.int_signs import POSITIONS, item_level
+from ..passes.mask_facts import q_minus_kv_sign
 from ..semantics import I32_MAX, I32_MIN, eval_numpy, scalar_op
 
 INF = math.inf
@@ -202,6 +203,56 @@ def _ranges(k: ir.Kernel, dims: dict) -> dict:
     return ranges
 
 
+# attr: the score's load indices passes/masked_index.py clamped ("tensor:axis"), each in range
+# only where the mask keeps the element
+MASKED_INDEX = "masked_index"
+
+
+def sample_ranges(k: ir.Kernel, sizes: dict) -> dict:
+    """_ranges at a sample shape: the named sizes, 64 for every other dim."""
+    return _ranges(k, {name: sizes.get(name, 64) for name in k.dims})
+
+
+def by_difference(e: ir.Expr) -> ir.Expr | None:
+    """e with q - kv read as the variable dqk (kv - q as -dqk), or None where e reads q or kv
+    otherwise or loads anything (an index of data: its range is the caller's)."""
+    def go(x: ir.Expr) -> ir.Expr:
+        if isinstance(x, ir.Op) and x.op == "sub" and all(isinstance(a, ir.Var) for a in x.args):
+            pair = tuple(a.name for a in x.args)
+            if pair == ("q", "kv"):
+                return ir.Var("i32", "dqk")
+            if pair == ("kv", "q"):
+                return ir.Op("i32", "neg", (ir.Var("i32", "dqk"),))
+        if isinstance(x, ir.Op):
+            return ir.Op(x.ty, x.op, tuple(go(a) for a in x.args))
+        return x
+    out = go(e)
+    if any(isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name in ("q", "kv", "qf", "kvf", "dqkf"))
+           for n in ir.walk(out)):
+        return None
+    return out
+
+
+def interval_where_kept(idx: ir.Expr, sign: int, ranges: dict) -> tuple:
+    """idx's interval over the elements a mask keeps that fixes q - kv's sign (+1: q >= kv, -1:
+    q <= kv); idx reads the positions only through q - kv (by_difference), else UNKNOWN."""
+    d = by_difference(idx)
+    if d is None or sign == 0:
+        return UNKNOWN
+    (q_lo, q_hi), (kv_lo, kv_hi) = ranges["q"], ranges["kv"]
+    dqk = (max(0, q_lo - kv_hi), q_hi - kv_lo) if sign > 0 else (q_lo - kv_hi, min(0, q_hi - kv_lo))
+    return interval(d, {**ranges, "dqk": dqk})
+
+
+def _clamped_inner(k: ir.Kernel, fname: str, node: ir.Load, axis: int, idx: ir.Expr) -> ir.Expr | None:
+    """X of a score index max(min(X, S - 1), 0) that passes/masked_index.py clamped, else None."""
+    if fname != "score" or f"{node.tensor}:{axis}" not in (k.attr(MASKED_INDEX) or ()):
+        return None
+    if isinstance(idx, ir.Op) and idx.op == "max" and isinstance(idx.args[0], ir.Op) and idx.args[0].op == "min":
+        return idx.args[0].args[0]
+    return None
+
+
 def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
     """Every captured tensor's index in bounds, every integer value within i32 and no divisor
     0 (below)."""
@@ -217,6 +268,16 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
             t = k.tensor(node.tensor)
             for axis, (idx, extent) in enumerate(zip(node.indices, t.shape)):
                 size = _eval(extent, dims)
+                inner = _clamped_inner(k, fname, node, axis, idx)
+                if inner is not None:  # clamped in the kernel: X itself wherever the mask keeps
+                    lo, hi = interval_where_kept(inner, q_minus_kv_sign(k.func("mask")), ranges)
+                    if lo < 0 or hi >= size:
+                        text = ir.format_expr(inner, k.param_names(fname))
+                        raise LaunchError(
+                            f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {_out_of(lo, hi)} "
+                            f"where the mask keeps the element, for these shapes, but that axis has size {size}; "
+                            f"{_clamp_hint(lo, hi, size)}")
+                    continue
                 lo, hi = interval(idx, ranges)
                 if lo < 0 or hi >= size:
                     text = ir.format_expr(idx, k.param_names(fname))
