@@ -412,6 +412,19 @@ def only_largest(e: Expr, pred) -> Expr | None:
     return found[0] if len(found) == 1 else None
 
 
+def as_difference(e: Expr, q: str, kv: str, d: Var) -> Expr:
+    """e with every `q - kv` (two variables) read as d and `kv - q` as -d."""
+    if isinstance(e, Op) and e.op == "sub" and all(isinstance(a, Var) for a in e.args):
+        names = tuple(a.name for a in e.args)
+        if names == (q, kv):
+            return d
+        if names == (kv, q):
+            return Op(d.ty, "neg", (d,))
+    if isinstance(e, Op):
+        return Op(e.ty, e.op, tuple(as_difference(a, q, kv, d) for a in e.args))
+    return e
+
+
 def largest_all(e: Expr, pred) -> list[Expr]:
     """The distinct largest subexpressions of e that satisfy pred (no match inside a match is
     looked for), in the order they are met."""

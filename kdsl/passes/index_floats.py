@@ -35,15 +35,7 @@ def uses_index_floats(k: ir.Kernel) -> bool:
 def _relative(e: ir.Expr) -> ir.Expr:
     """qf - kvf -> dqkf and kvf - qf -> -dqkf: the kernel keeps q - kv as a per-row base for
     the tile minus a constant per register, one FADD an element instead of two."""
-    if isinstance(e, ir.Op) and e.op == "sub" and all(isinstance(a, ir.Var) for a in e.args):
-        names = tuple(a.name for a in e.args)
-        if names == ("qf", "kvf"):
-            return ir.Var("f32", "dqkf")
-        if names == ("kvf", "qf"):
-            return ir.Op("f32", "neg", (ir.Var("f32", "dqkf"),))
-    if isinstance(e, ir.Op):
-        return ir.Op(e.ty, e.op, tuple(_relative(a) for a in e.args))
-    return e
+    return ir.as_difference(e, "qf", "kvf", ir.Var("f32", "dqkf"))
 
 
 def _rewrite(e: ir.Expr) -> ir.Expr:

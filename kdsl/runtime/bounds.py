@@ -216,17 +216,7 @@ def sample_ranges(k: ir.Kernel, sizes: dict) -> dict:
 def by_difference(e: ir.Expr) -> ir.Expr | None:
     """e with q - kv read as the variable dqk (kv - q as -dqk), or None where e reads q or kv
     otherwise or loads anything (an index of data: its range is the caller's)."""
-    def go(x: ir.Expr) -> ir.Expr:
-        if isinstance(x, ir.Op) and x.op == "sub" and all(isinstance(a, ir.Var) for a in x.args):
-            pair = tuple(a.name for a in x.args)
-            if pair == ("q", "kv"):
-                return ir.Var("i32", "dqk")
-            if pair == ("kv", "q"):
-                return ir.Op("i32", "neg", (ir.Var("i32", "dqk"),))
-        if isinstance(x, ir.Op):
-            return ir.Op(x.ty, x.op, tuple(go(a) for a in x.args))
-        return x
-    out = go(e)
+    out = ir.as_difference(e, "q", "kv", ir.Var("i32", "dqk"))
     if any(isinstance(n, ir.Load) or (isinstance(n, ir.Var) and n.name in ("q", "kv", "qf", "kvf", "dqkf"))
            for n in ir.walk(out)):
         return None
