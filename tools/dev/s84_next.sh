@@ -10,7 +10,8 @@
 #      backward 48 B): `check --grad` of all eight, then against Flex forward and fwd+bwd.
 #   n: (next session) log_decay_softcap's `check --grad` against the gated reference (its GPU pass in call 4 had a
 #      NaN reference, dropped by max()); segment_rules' backward against KDSL_BWD_QUERY_VALUES=0 again (x1.08 for
-#      off in call 1); the two weak fwd+bwd of set 43 (sinks_window 1.01, chunks_globals 0.99 of Flex) at D=64 too.
+#      off in call 1); the two weak fwd+bwd of set 43 (sinks_window 1.01, chunks_globals 0.99 of Flex) at D=64 too;
+#      tools/dev/masked_index.kd (indices clamped in the kernel where the mask keeps them in range; CPU only so far).
 # Ran: k, f (call 3), h (call 4), bench/results/h200-2026-12-04-s84/. If an H100 is lent, issue 8 first.
 set -uo pipefail
 source tools/dev/device_steps.sh
@@ -36,6 +37,8 @@ h)
   bench h43-bwd tools/dev/heldout43.kd --backward ;;
 n)
   check tools/dev/heldout43.kd log_decay_softcap
+  check tools/dev/masked_index.kd log_bucket_causal
+  check tools/dev/masked_index.kd log_bucket_anticausal
   ab_at -DKDSL_BWD_QUERY_VALUES=0 tools/dev/heldout2.kd segment_rules 2,16,4096,4096,128
   late n-bench || { timeout 200 kdsl bench tools/dev/heldout43.kd --only sinks_window,chunks_globals --backward --vs flex \
       --reps 10 --seed 0 --shapes B=2,H=16,M=4096,N=4096,D=64 B=2,H=16,M=4096,N=4096,D=128 -o $L/bench-n > $L/bench-n.log 2>&1
