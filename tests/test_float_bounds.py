@@ -1,4 +1,4 @@
-"""Index bounds through float expressions (runtime/bounds.py float_interval): an index such as
+"""Index bounds through float expressions (passes/index_intervals.py float_interval): an index such as
 min(int(4.0 * log2(float(abs(i - j) + 1))), 31) is proved in bounds, and the float intervals
 hold every value the expression takes, NaN included (then there is no interval)."""
 import re
@@ -12,7 +12,8 @@ from kdsl import ir, reference
 from kdsl.backends import Numpy, round_float32
 from kdsl.check import ATTENTION_TOL, rel_frobenius
 from kdsl.errors import LaunchError, SourceError
-from kdsl.runtime.bounds import check_capture_indices, float_interval
+from kdsl.passes.index_intervals import float_interval
+from kdsl.runtime.bounds import check_capture_indices
 from kdsl.semantics import eval_array
 
 

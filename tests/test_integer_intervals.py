@@ -1,5 +1,5 @@
-"""runtime/bounds.interval, which proves a call's capture indices in bounds, its ints within
-i32 and its divisors off zero: every value an integer expression takes at points of the call's
+"""passes/index_intervals.interval, with which runtime/bounds.py proves a call's capture indices in
+bounds, its ints within i32 and its divisors off zero: every value an integer expression takes at points of the call's
 ranges lies in the interval it gives (Hypothesis: random expressions over the positions, the
 batch and head and sizes, with // and % by constants and by sizes and heads)."""
 import math

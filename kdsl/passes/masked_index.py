@@ -15,10 +15,9 @@ infinite at a sample shape) is clamped; the others stay as written and are prove
 from __future__ import annotations
 
 from .. import ir
-from ..runtime import bounds
-from . import mask_facts
+from . import index_intervals as intervals, mask_facts
 
-ATTR = bounds.MASKED_INDEX
+ATTR = intervals.MASKED_INDEX
 SAMPLE_SIZES = {"B": 2, "H": 4, "M": 1024, "N": 1024}  # other dims: 64
 
 
@@ -29,7 +28,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
     sign = mask_facts.q_minus_kv_sign(mask)
     if sign == 0:
         return k
-    ranges = bounds.sample_ranges(k, SAMPLE_SIZES)
+    ranges = intervals.sample_ranges(k, SAMPLE_SIZES)
     clamped = []
 
     def rewrite(e: ir.Expr) -> ir.Expr:
@@ -55,10 +54,10 @@ def run(k: ir.Kernel) -> ir.Kernel:
 
 def _needs_clamp(idx: ir.Expr, sign: int, ranges: dict) -> bool:
     """Whether idx is unbounded over the whole domain but bounded over q - kv of the mask's sign."""
-    if bounds.by_difference(idx) is None:
+    if intervals.by_difference(idx) is None:
         return False
-    lo, hi = bounds.interval(idx, ranges)
-    if lo > -bounds.INF and hi < bounds.INF:
+    lo, hi = intervals.interval(idx, ranges)
+    if lo > -intervals.INF and hi < intervals.INF:
         return False
-    lo, hi = bounds.interval_where_kept(idx, sign, ranges)
-    return lo > -bounds.INF and hi < bounds.INF
+    lo, hi = intervals.interval_where_kept(idx, sign, ranges)
+    return lo > -intervals.INF and hi < intervals.INF
