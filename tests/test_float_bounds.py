@@ -137,13 +137,18 @@ def test_the_heldout_buckets_program_runs_on_the_interpreter():
         tbl: f32[H, 32]
         score(s, b, h, i, j) = s + tbl[h, min(int(4.0 * log2(float(abs(i - j) + 1))), 31)]
     }"""
-    mod = kdsl.compile(src, "lb.kd", interpret=True)
+    _assert_matches_reference(kdsl.compile(src, "lb.kd", interpret=True), "lb", (1, 4, 2, 70, 90))
+
+
+def _assert_matches_reference(mod, name: str, shape) -> None:
+    """The interpreted kernel against the reference at random bf16 q, k, v and an f32 table tbl[H, 32]."""
+    B, H, Hkv, M, N = shape
     rng = np.random.default_rng()
-    q = round_float32(rng.standard_normal((1, 4, 70, 32), dtype=np.float32), "bf16")
-    k, v = (round_float32(rng.standard_normal((1, 2, 90, 32), dtype=np.float32), "bf16") for _ in range(2))
-    tbl = rng.standard_normal((4, 32), dtype=np.float32)
-    out = mod.lb(q, k, v, tbl)
-    ref, _ = reference.attention(mod.ir["lb"], q, k, v, {"tbl": tbl})
+    q = round_float32(rng.standard_normal((B, H, M, 32), dtype=np.float32), "bf16")
+    k, v = (round_float32(rng.standard_normal((B, Hkv, N, 32), dtype=np.float32), "bf16") for _ in range(2))
+    tbl = rng.standard_normal((H, 32), dtype=np.float32)
+    out = getattr(mod, name)(q, k, v, tbl)
+    ref, _ = reference.attention(mod.ir[name], q, k, v, {"tbl": tbl})
     assert rel_frobenius(out, ref) <= ATTENTION_TOL
 
 
@@ -164,13 +169,7 @@ def test_an_index_in_range_wherever_the_mask_keeps_runs():
     mod = kdsl.compile(_masked_program("min(int(log2(float(i - j) + 1.0) * 3.0), 31)", "j <= i"), "t.kd",
                        interpret=True)
     assert mod.ir["t"].attr("masked_index") == ("tbl:1",)
-    rng = np.random.default_rng()
-    q = round_float32(rng.standard_normal((1, 4, 300, 32), dtype=np.float32), "bf16")
-    k, v = (round_float32(rng.standard_normal((1, 4, 300, 32), dtype=np.float32), "bf16") for _ in range(2))
-    tbl = rng.standard_normal((4, 32), dtype=np.float32)
-    out = mod.t(q, k, v, tbl)
-    ref, _ = reference.attention(mod.ir["t"], q, k, v, {"tbl": tbl})
-    assert rel_frobenius(out, ref) <= ATTENTION_TOL
+    _assert_matches_reference(mod, "t", (1, 4, 4, 300, 300))
 
 
 @pytest.mark.parametrize("index, mask, size, verdict", [
