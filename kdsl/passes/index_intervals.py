@@ -207,6 +207,19 @@ def call_ranges(k: ir.Kernel, dims: dict) -> dict:
 MASKED_INDEX = "masked_index"
 
 
+def clamp_to_axis(idx: ir.Expr, extent: ir.Expr) -> ir.Expr:
+    """max(min(idx, extent - 1), 0): the form passes/masked_index.py writes (clamped_index reads it)."""
+    last = ir.Op("i32", "sub", (extent, ir.Const("i32", 1)))
+    return ir.Op("i32", "max", (ir.Op("i32", "min", (idx, last)), ir.Const("i32", 0)))
+
+
+def clamped_index(e: ir.Expr) -> ir.Expr | None:
+    """X of clamp_to_axis(X, extent), else None."""
+    if isinstance(e, ir.Op) and e.op == "max" and isinstance(e.args[0], ir.Op) and e.args[0].op == "min":
+        return e.args[0].args[0]
+    return None
+
+
 def sample_ranges(k: ir.Kernel, sizes: dict) -> dict:
     """call_ranges at a sample shape: the named sizes, 64 for every other dim."""
     return call_ranges(k, {name: sizes.get(name, 64) for name in k.dims})

@@ -40,9 +40,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
         for axis, idx in enumerate(e.indices):
             if _needs_clamp(idx, sign, ranges):
                 clamped.append(f"{e.tensor}:{axis}")
-                extent = k.tensor(e.tensor).shape[axis]
-                idx = ir.Op("i32", "max", (ir.Op("i32", "min", (idx, ir.Op("i32", "sub", (extent, ir.Const("i32", 1))))),
-                                           ir.Const("i32", 0)))
+                idx = intervals.clamp_to_axis(idx, k.tensor(e.tensor).shape[axis])
             indices.append(idx)
         return ir.Load(e.ty, e.tensor, tuple(indices))
 

@@ -11,7 +11,8 @@ import numpy
 
 from .. import ir
 from ..errors import LaunchError
-from ..passes.index_intervals import MASKED_INDEX, call_ranges, eval_size, interval, interval_where_kept
+from ..passes.index_intervals import (MASKED_INDEX, call_ranges, clamped_index, eval_size, interval,
+                                      interval_where_kept)
 from ..passes.int_signs import POSITIONS, item_level
 from ..passes.mask_facts import q_minus_kv_sign
 from ..semantics import I32_MAX, I32_MIN, eval_numpy
@@ -21,15 +22,14 @@ def _clamped_inner(k: ir.Kernel, fname: str, node: ir.Load, axis: int, idx: ir.E
     """X of a score index max(min(X, S - 1), 0) that passes/masked_index.py clamped, else None."""
     if fname != "score" or f"{node.tensor}:{axis}" not in (k.attr(MASKED_INDEX) or ()):
         return None
-    if isinstance(idx, ir.Op) and idx.op == "max" and isinstance(idx.args[0], ir.Op) and idx.args[0].op == "min":
-        return idx.args[0].args[0]
-    return None
+    return clamped_index(idx)
 
 
 def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
     """Every captured tensor's index in bounds, every integer value within i32 and no divisor
     0 (below)."""
     ranges = call_ranges(k, dims)
+    sign = q_minus_kv_sign(k.func("mask")) if k.attr(MASKED_INDEX) else 0
     # Every function the kernel evaluates: score and mask, and the score_log2 and tile
     # predicates an IR file may carry (kdsl tune's output) in their place.
     for fname, e in k.funcs:
@@ -43,19 +43,14 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
                 size = eval_size(extent, dims)
                 inner = _clamped_inner(k, fname, node, axis, idx)
                 if inner is not None:  # clamped in the kernel: X itself wherever the mask keeps
-                    lo, hi = interval_where_kept(inner, q_minus_kv_sign(k.func("mask")), ranges)
-                    if lo < 0 or hi >= size:
-                        text = ir.format_expr(inner, k.param_names(fname))
-                        raise LaunchError(
-                            f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {_out_of(lo, hi)} "
-                            f"where the mask keeps the element, for these shapes, but that axis has size {size}; "
-                            f"{_clamp_hint(lo, hi, size)}")
-                    continue
-                lo, hi = interval(idx, ranges)
+                    shown, where, (lo, hi) = inner, " where the mask keeps the element,", \
+                        interval_where_kept(inner, sign, ranges)
+                else:
+                    shown, where, (lo, hi) = idx, "", interval(idx, ranges)
                 if lo < 0 or hi >= size:
-                    text = ir.format_expr(idx, k.param_names(fname))
+                    text = ir.format_expr(shown, k.param_names(fname))
                     raise LaunchError(
-                        f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {_out_of(lo, hi)} "
+                        f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {_out_of(lo, hi)}{where} "
                         f"for these shapes, but that axis has size {size}; {_clamp_hint(lo, hi, size)}")
     check_integer_ranges(k, ranges, kname)
     check_divisors(k, ranges, kname)
