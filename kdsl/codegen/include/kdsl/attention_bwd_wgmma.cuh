@@ -310,6 +310,15 @@ template <class V>
 constexpr bool kQueryValues = KDSL_BWD_QUERY_VALUES && V::kHasMask && V::kQueryValues &&
                               (KDSL_BWD_QUERY_VALUES2 || !V::kQueryValues2);
 
+// An element pair's query values (and second values, V::kQueryValues2) from the lanes that
+// gathered them: chunk `group` of a lane's (kOn: else the zeros they hold). Every lane calls it.
+template <class V, bool kOn>
+KDSL_DEVICE void query_pair_values(typename V::QueryValue chunk, typename V::QueryValue2 chunk2, int group, int t,
+                                   typename V::QueryValue (&qx)[2], typename V::QueryValue2 (&qx2)[2]) {
+  if constexpr (kOn) column_pair_values(chunk, group, t, qx);
+  if constexpr (kOn && V::kQueryValues2) column_pair_values(chunk2, group, t, qx2);
+}
+
 // A row's lse as a full tile's guard-free path reads it (kGuardNone): +inf for a row that saw no
 // key (lse = -inf), so that P = 2^(score - lse) is 0 there. That path assumes every row it holds
 // saw a key, which a mask guarantees but a score does not: -inf scores from data (an additive
@@ -723,8 +732,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
           for (int j = 0; j < 8; ++j) {
             typename V::QueryValue qx[2] = {};  // the query values (kQueryValues<V>), as elementwise below
             typename V::QueryValue2 qx2[2] = {};
-            if constexpr (kQueryValues<V>) column_pair_values(qv[qb][j / 4], j % 4, t, qx);
-            if constexpr (kQueryValues<V> && V::kQueryValues2) column_pair_values(qv2[qb][j / 4], j % 4, t, qx2);
+            query_pair_values<V, kQueryValues<V>>(qv[qb][j / 4], qv2[qb][j / 4], j % 4, t, qx, qx2);
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
@@ -741,8 +749,7 @@ KDSL_DEVICE void attention_bwd_wgmma_impl(const TmaDesc* tq, const TmaDesc* tdo,
           const int col = 64 * qb + 8 * j + 2 * t;
           typename V::QueryValue qx[2] = {};  // (unconditional: every lane takes part in the shuffles)
           typename V::QueryValue2 qx2[2] = {};
-          if constexpr (kQV) column_pair_values(qv[qb][j / 4], j % 4, t, qx);
-          if constexpr (kQV && V::kQueryValues2) column_pair_values(qv2[qb][j / 4], j % 4, t, qx2);
+          query_pair_values<V, kQV>(qv[qb][j / 4], qv2[qb][j / 4], j % 4, t, qx, qx2);
           const float2 lse2 = backward_lse<kGuard>(*reinterpret_cast<const float2*>(sLseb + col));
           const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll

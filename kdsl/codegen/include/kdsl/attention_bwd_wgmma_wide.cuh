@@ -375,8 +375,7 @@ KDSL_DEVICE void attention_bwd_wgmma_wide_impl(const TmaDesc* tq, const TmaDesc*
         const int j = 4 * wg + jl, col = 8 * j + 2 * t;
         typename V::QueryValue qx[2] = {};  // query col + e is lane 8 jl + 2 t + e's (unconditional: the whole warp)
         typename V::QueryValue2 qx2[2] = {};
-        if constexpr (kQueryValues<V>) column_pair_values(qv, jl, t, qx);
-        if constexpr (kQueryValues<V> && V::kQueryValues2) column_pair_values(qv2, jl, t, qx2);
+        query_pair_values<V, kQueryValues<V>>(qv, qv2, jl, t, qx, qx2);
         const float2 lse2 = backward_lse<kGuard>(*reinterpret_cast<const float2*>(sLseb + col));
         const float2 delta2 = *reinterpret_cast<const float2*>(sDeltab + col);
 #pragma unroll
