@@ -767,6 +767,20 @@ def test_split_ctas_walk_every_query_tile_of_every_key_block_once(seed):
                                    for kb in range(key_blocks) for t in range(m_tiles))
 
 
+def _declared_kinds(source: str, entry: str, defines: dict) -> list[str]:
+    """The parameter kinds of `entry` in generated source, its #if KDSL_... blocks kept where
+    `defines` sets them (the preprocessor's view)."""
+    import re
+    params = re.search(rf"{entry}\((.*?)\) {{", source, re.S).group(1)
+    params = re.sub(r"#if (KDSL_\w+)\n(.*?)#endif\n", lambda m: m.group(2) if defines.get(m.group(1)) else "",
+                    params, flags=re.S)
+    kinds = []
+    for p in (x.strip() for x in params.split(",") if x.strip()):
+        kinds.append("tmap" if "TmaDesc" in p else "ptr" if "*" in p else "i32" if p.startswith("int ")
+                     else "f32" if p.startswith("float ") else p)
+    return kinds
+
+
 @pytest.mark.parametrize("query_split", [False, True])
 @pytest.mark.parametrize("d", [64, 256])
 def test_the_backward_launch_packs_what_the_kernel_declares(d, query_split):
@@ -774,25 +788,40 @@ def test_the_backward_launch_packs_what_the_kernel_declares(d, query_split):
     generated entry's parameters kind by kind: with TMA maps, a captured table whose gradient
     is wanted, and a dim only that table binds; the query split's count last in its program
     alone (every other program keeps the parameters it had)."""
-    import re
     from kdsl.runtime import attention_backward
     src = ("attention learned {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
            " table: f32[H, R]\n score(s, b, h, i, j) = s + table[h, abs(i - j) % R]\n}\n")
     (k,) = pipeline.check(parse(src, "learned.kd"))
     built = build(k, "sm_90a", d, program=Program(backward=True, capture_grads=True), want_cubin=False)
-    entry = built.generated.entry
-    params = re.search(rf"{entry}\((.*?)\) {{", built.generated.source, re.S).group(1)
-    # the preprocessor's view of the list: the guarded parameter only where its define is 1
-    params = re.sub(r"#if KDSL_BWD_QUERY_SPLIT\n(.*?)#endif\n", r"\1" if query_split else "", params, flags=re.S)
-    kinds = []
-    for p in (x.strip() for x in params.split(",")):
-        kinds.append("tmap" if "TmaDesc" in p else "ptr" if "*" in p else "i32" if p.startswith("int ")
-                     else "f32" if p.startswith("float ") else p)
-    tma = "TmaDesc" in params
+    source = built.generated.source
+    assert "#define KDSL_BWD_ORDER" not in source  # a mask of no data: no order
+    kinds = _declared_kinds(source, built.generated.entry, {"KDSL_BWD_QUERY_SPLIT": query_split})
+    tma = kinds[0] == "tmap"
     assert kinds == attention_backward.param_kinds(2 if tma else 0, 1, len(built.generated.capture_dims), 1,
                                                    query_split)
     assert built.generated.capture_dims == ("R",)
-    assert params.rstrip().endswith("int query_splits") == query_split
+    assert (kinds[-1] == "i32") == query_split
+
+
+@pytest.mark.parametrize("query_split", [False, True])
+def test_an_ordered_backward_and_its_cost_helper_take_what_the_launch_packs(query_split):
+    """Under a mask whose tiles read data the backward takes its CTAs' order last
+    (emit_backward.backward_orders), and its cost helper the kernel's scalars, captures and
+    their dims as backward_order.cost_kinds lays them out."""
+    from kdsl.runtime import attention_backward, backward_order
+    src = ("attention sinks {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+           " nsink: i32[B]; table: f32[H, R]\n score(s, b, h, i, j) = s + table[h, abs(i - j) % R]\n"
+           " mask(b, h, i, j) = j < nsink[b] or (j <= i and i - j < 256)\n}\n")
+    (k,) = pipeline.check(parse(src, "sinks.kd"))
+    built = build(k, "sm_90a", 128, program=Program(backward=True, capture_grads=True), want_cubin=False)
+    source, entry = built.generated.source, built.generated.entry
+    assert "#define KDSL_BWD_ORDER 1" in source
+    defines = {"KDSL_BWD_QUERY_SPLIT": query_split, "KDSL_BWD_ORDER": True}
+    kinds = _declared_kinds(source, entry, defines)
+    tma = kinds[0] == "tmap"
+    assert kinds == attention_backward.param_kinds(2 if tma else 0, 2, 1, 1, query_split, True)
+    assert _declared_kinds(source, entry + "_cost", defines) == backward_order.cost_kinds(2, 1, query_split)
+    assert _declared_kinds(source, entry + "_order", defines) == ["ptr", "ptr", "i32"]
 
 
 def test_full_tiles_beside_a_loading_score_take_the_masked_path_only_under_the_trial(monkeypatch):
@@ -948,3 +977,41 @@ def test_a_gradient_failure_at_huge_scores_says_why():
     plain = kdsl.compile(program("s + 0.5 * float(i - j) / 64.0", "j <= i"), interpret=True)
     res = gradient_case(Torch("cpu"), plain.ir["gen"], lambda q, k, v, **c: plain.gen(off.apply(q), k, v, **c), case)
     assert not res.passed and not any("scores reach" in p for p in res.problems), res.problems
+
+
+def test_no_order_is_asked_for_one_wave_or_under_the_switch(monkeypatch):
+    """runtime/backward_order.py: the CTAs are ordered past one wave and up to the sort's size."""
+    from kdsl.runtime import backward_order
+    assert not backward_order.wanted(132, 132) and backward_order.wanted(133, 132)
+    assert not backward_order.wanted(backward_order.MOST_UNITS + 1, 132)
+    monkeypatch.setenv("KDSL_BWD_ORDER", "0")
+    assert not backward_order.wanted(1000, 132)
+
+
+def test_the_order_helpers_sizes_match_the_header():
+    """backward_order.MOST_UNITS and SORT_THREADS are the header's sort size and the template's
+    launch bounds."""
+    import re
+    from pathlib import Path
+    from kdsl.runtime import backward_order
+    root = Path(backward_order.__file__).parents[1] / "codegen"
+    header = (root / "include/kdsl/attention_bwd_order.cuh").read_text()
+    template = (root / "templates/attention_backward.cu.j2").read_text()
+    assert int(re.search(r"kOrderMostUnits = (\d+);", header).group(1)) == backward_order.MOST_UNITS
+    assert re.search(rf"__launch_bounds__\({backward_order.SORT_THREADS}\) {{{{ entry }}}}_order\(", template)
+
+
+def test_only_tile_classes_of_loaded_values_order_the_backward():
+    """emit_backward.backward_orders: sinks per batch (tile classes by arithmetic on nsink[b])
+    take the GPU's order; document ids (the tile summary's classes) and causal keep their own."""
+    src = ("attention sinks {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n nsink: i32[B]\n"
+           " mask(b, h, i, j) = j < nsink[b] or (j <= i and i - j < 256)\n}\n"
+           "attention docs {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n doc: i32[B, N]\n"
+           " mask(b, h, i, j) = doc[b, i] == doc[b, j]\n}\n"
+           "attention causal {\n q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+           " mask(b, h, i, j) = j <= i\n}\n")
+    ordered = {}
+    for k in pipeline.check(parse(src, "order.kd")):
+        built = build(k, "sm_90a", 64, program=Program(backward=True), want_cubin=False)
+        ordered[k.name] = "#define KDSL_BWD_ORDER 1" in built.generated.source
+    assert ordered == {"sinks": True, "docs": False, "causal": False}

@@ -136,6 +136,18 @@ def backward_tile_search(k: ir.Kernel) -> int:
     return 2 if e is not None and sum(1 for _ in ir.walk(e)) >= COSTLY_TILE_PREDICATE else 1
 
 
+def backward_orders(k: ir.Kernel) -> bool:
+    """Whether the backward takes its CTAs' order from the GPU (KDSL_BWD_ORDER,
+    attention_bwd_order.cuh): where its tile classes are arithmetic on loaded values
+    (mask_tiles "data-dependent": sinks or a prefix per batch), so that which CTAs are long is
+    known only per call. H200, backward alone against none: sinks beside a window x1.27-1.30,
+    prefix-LM x1.03-1.07, sinks under causal x1.02. Not where they come from the tile summary
+    (document ids): document_mask lost x0.90-0.93 to its own order (key block by key block over
+    groups of half the SMs' heads, geometry.attention_head_group), two_level_docs x0.97,
+    thresholds tied (bench/NOTES.md, eighty-fifth session)."""
+    return k.attr("mask_tiles") == "data-dependent"
+
+
 def _mma_backward_smem(d: int, dv: int, buffers: int) -> int:
     """attention_bwd.cuh's BwdCfg::kSmemBytes with Q / dO tiles in `buffers` buffers."""
     dp, dvp = -(-d // 64) * 64, -(-dv // 64) * 64
@@ -177,7 +189,8 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
     prelude = ("#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "") + (
         f"#ifndef KDSL_BWD_BM\n#define KDSL_BWD_BM {rows}\n#endif\n" if rows != 64 else "") + (
         f"#ifndef KDSL_BWD_WARP_SKIP\n#define KDSL_BWD_WARP_SKIP {search}\n#endif\n" if search != 1 else "") + (
-        f"#define KDSL_BWD_STREAM {plan.streams}\n" if plan.streams else "")
+        f"#define KDSL_BWD_STREAM {plan.streams}\n" if plan.streams else "") + (
+        "#define KDSL_BWD_ORDER 1\n" if backward_orders(k) else "")
     src = _env().get_template("attention_backward.cu.j2").render(
         prelude=prelude, version=__version__,
         source=k.source or "<string>", name=k.name, ns=f"kdsl_{k.name}", d=d, dv=dv, dp=-(-d // 64) * 64,

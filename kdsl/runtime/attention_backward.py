@@ -23,7 +23,7 @@ from ..errors import LaunchError
 from ..passes import streaming, tiling
 from ..passes.exp2_fold import LOG2E
 from .driver import ArgPack, Launcher, WarpKernel
-from . import backward_schedule, geometry, summary
+from . import backward_order, backward_schedule, geometry, summary
 from .launch import Loaded, _align, _attention_key, _l2_bytes, _ptr, _sm_count, _stream_getter
 from .programs import Program
 
@@ -142,6 +142,10 @@ def backward(kernel, q, k, v, out, dout, lse, dlse, caps, scale, want_caps=()):
     part = torch.empty(launch.splits * launch.part_size, dtype=torch.float32, device=q.device) \
         if launch.dkv is not None else None
     pointers.append(_ptr(part) if part is not None else 0)
+    if launch.ordered:  # null: the kernel's own order
+        order_buffer, order = launch.order.run(stream, pointers[9:9 + len(caps)], pointers[-2], q.device) \
+            if launch.order is not None else (None, 0)
+        pointers.append(order)
     if launch.maps:  # q's and dout's maps, re-encoded where their pointers changed
         launch.launcher(stream, launch.pack, pointers, launch.bind_maps, (pointers[0], pointers[3]))
     else:
@@ -198,7 +202,8 @@ class _BackwardLaunch:
         self.dq_shape = (B, H, tiles, 64 * dp) if plan.dq_tiles else (B, H, M, D)
         ncap, ngrad = len(caps), len(self.graded)
         nmaps = 2 if plan.tma else 0  # q's and dout's tensor maps come first (QdoByTma, attention_bwd_wgmma.cuh)
-        kinds = param_kinds(nmaps, ncap, len(extra), ngrad, query_splits > 1)
+        ordered = emit_backward.backward_orders(lowered)  # the kernel takes an order (may be null)
+        kinds = param_kinds(nmaps, ncap, len(extra), ngrad, query_splits > 1, ordered)
         # A mask that reads data has its tiles classified from a summary made for the backward's
         # own tiles (64 queries by plan.keys; emit_backward.generate_backward) by the module's summary
         # kernel.
@@ -206,10 +211,17 @@ class _BackwardLaunch:
         group = _head_group(kernel, q, Hkv, Dv, key_blocks, self.splits, query_splits, self.device,
                             reads_data=layout is not None)
         values = [None] * (nmaps + 9) + [B, H, Hkv, M, N, group, head_splits, s * LOG2E, s] + [None] * ncap + \
-            [dims[n] for n in extra] + [None] * (ngrad + 2) + [query_splits] * (query_splits > 1)
+            [dims[n] for n in extra] + [None] * (ngrad + 2) + [query_splits] * (query_splits > 1) + [None] * ordered
         first_cap, first_grad = nmaps + 18, nmaps + 18 + ncap + len(extra)
         self.pack = ArgPack(kinds, values, list(range(nmaps, nmaps + 9)) + list(range(first_cap, first_cap + ncap)) +
-                            list(range(first_grad, first_grad + ngrad + 2)))
+                            list(range(first_grad, first_grad + ngrad + 2)) + [len(kinds) - 1] * ordered)
+        # the CTAs longest first, counted on the GPU per call, where the tile classes read data
+        units = key_blocks * Hkv * B * self.splits
+        self.ordered = ordered
+        self.order = backward_order.BackwardOrder(
+            self.loaded.module, self.loaded.entry, units, [B, H, Hkv, M, N, group, head_splits, s * LOG2E, s], ncap,
+            [dims[n] for n in extra], query_splits if query_splits > 1 else None) \
+            if ordered and backward_order.wanted(units, _sm_count(self.device)) else None
         self.summary = None if layout is None else summary.SummaryLaunch(
             self.loaded, self.loaded.entry + "_summary", layout,
             summary.pack(B, H, Hkv, M, N, s * LOG2E, s, ncap, [dims[n] for n in extra]), "torch", self.device)
@@ -304,14 +316,16 @@ def backward_program(capture_grads: bool, query_split: bool, stream: bool = True
     return Program(backward=True, capture_grads=capture_grads, query_split=query_split, stream=stream)
 
 
-def param_kinds(nmaps: int, ncap: int, nextra: int, ngrad: int, query_split: bool = False) -> list[str]:
+def param_kinds(nmaps: int, ncap: int, nextra: int, ngrad: int, query_split: bool = False,
+                ordered: bool = False) -> list[str]:
     """The backward kernel's parameters (templates/attention_backward.cu.j2) by kind: q's and
     dout's tensor maps (the TMA body), q k v dout lse delta dq_acc dk dv, B H Hkv M N
     head_group head_splits, scale_log2 scale, the captured tensors, the dims only they bind,
-    their gradient buffers, the summary and the partials of dK / dV, and in the query-split
-    program (Program.query_split) query_splits."""
+    their gradient buffers, the summary and the partials of dK / dV, in the query-split
+    program (Program.query_split) query_splits, and where the tile classes read data the
+    CTAs' order (emit_backward.backward_orders)."""
     return ["tmap"] * nmaps + ["ptr"] * 9 + ["i32"] * 7 + ["f32"] * 2 + ["ptr"] * ncap + ["i32"] * nextra + \
-        ["ptr"] * (ngrad + 2) + ["i32"] * query_split
+        ["ptr"] * (ngrad + 2) + ["i32"] * query_split + ["ptr"] * ordered
 
 
 def _query_splits(kernel, M: int, ctas: int, device: int) -> int:

@@ -46,6 +46,10 @@ struct AttnArgs {
   // partial sums number head_splits * query_splits. 1: every query tile.
   int query_splits = 1;
   float* part_dkv = nullptr;
+  // Backward, where its tile classes read data (KDSL_BWD_ORDER): CTA blockIdx.x runs unit
+  // order[blockIdx.x] of backward_block's order, the units sorted longest first on the GPU per
+  // call (attention_bwd_order.cuh). nullptr: unit blockIdx.x.
+  const int* order = nullptr;
 };
 
 // The backward's CTA for blockIdx.x (every backward kernel; grid = key_blocks * Hkv * B *
@@ -71,10 +75,26 @@ constexpr int kBackwardTailGroups = KDSL_BWD_TAIL_GROUPS;
 #define KDSL_BWD_QUERY_SPLIT 0
 #endif
 constexpr bool kBackwardQuerySplit = KDSL_BWD_QUERY_SPLIT;
+// The backward program of a mask whose tile classes read data, whose CTAs take their unit from
+// AttnArgs::order (emit_backward.backward_orders): every other kernel keeps none of it.
+#ifndef KDSL_BWD_ORDER
+#define KDSL_BWD_ORDER 0
+#endif
+constexpr bool kBackwardOrder = KDSL_BWD_ORDER;
 // split: which partial sums the CTA's dK and dV go to (head range * query_splits + qsplit)
 struct BackwardBlock { int n0, hkv, b, h0, heads, split, qsplit; };
 template <int BN>
+KDSL_DEVICE BackwardBlock backward_block_at(const AttnArgs& a, int w);
+template <int BN>
 KDSL_DEVICE BackwardBlock backward_block(const AttnArgs& a) {
+  if constexpr (kBackwardOrder) {
+    if (a.order != nullptr) return backward_block_at<BN>(a, __ldg(a.order + blockIdx.x));
+  }
+  return backward_block_at<BN>(a, blockIdx.x);
+}
+// Unit w of the order above (w = blockIdx.x unless ordered).
+template <int BN>
+KDSL_DEVICE BackwardBlock backward_block_at(const AttnArgs& a, int w) {
 #ifdef KDSL_BWD_HEAD_GROUP  // an A/B switch for tools/dev/backward_ab.py (1: head by head)
   const int group = KDSL_BWD_HEAD_GROUP;
 #else
@@ -83,7 +103,7 @@ KDSL_DEVICE BackwardBlock backward_block(const AttnArgs& a) {
   // (the query split's arithmetic only in its program: in every call's, qs is 1 at compile time)
   const unsigned qs = kBackwardQuerySplit ? unsigned(a.query_splits) : 1u;
   const int key_blocks = (a.N + BN - 1) / BN, heads = a.B * a.Hkv * a.head_splits * int(qs);
-  const int span = group * key_blocks, w = blockIdx.x;
+  const int span = group * key_blocks;
   // (unsigned: in int the same arithmetic made causal's 128-query build at head dim 64 spill)
   const unsigned uw = w, ugroup = group, uspan = span, last = imax(1, heads / group - (kBackwardTailGroups - 1)) - 1;
   const unsigned g = uw / uspan < last ? uw / uspan : last, r = uw - g * uspan;
