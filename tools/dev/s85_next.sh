@@ -15,6 +15,8 @@
 #   c: the order by half octaves of cost (the default since call 4: document_mask lost x0.88 to no order when
 #      sorted by the exact cost) against the exact cost and no order, on sinks_window, document_mask, two_level_docs
 #      and prefix_lm; the order's GPU tests again.
+#   r: the order for data-dependent tile classes alone (document ids keep their own): its GPU tests, the backward's
+#      GPU tests, held-out set 43 fwd+bwd against Flex.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=85 CHECK_TIMEOUT=90
@@ -96,5 +98,11 @@ c)
       --variants="$V" > $L/ab-c-$nm-${shape//,/x}.log 2>&1
     echo "[ab $nm $shape]"; grep "^|" $L/ab-c-$nm-${shape//,/x}.log; save
   done ;;
+r)
+  late r-test || { timeout 120 python3 -m pytest -q tests/gpu/test_backward_order_gpu.py > $L/pytest-order-r.log 2>&1
+    echo "order GPU tests: $(tail -1 $L/pytest-order-r.log)"; grep "^FAILED\|Error" $L/pytest-order-r.log | head; save; }
+  late r-bwd || { timeout 200 python3 -m pytest -q tests/gpu/test_backward_gpu.py > $L/pytest-backward.log 2>&1
+    echo "backward GPU tests: $(tail -1 $L/pytest-backward.log)"; grep "^FAILED\|Error" $L/pytest-backward.log | head; save; }
+  bench h43-bwd tools/dev/heldout43.kd --backward ;;
 esac
 done
