@@ -22,7 +22,10 @@ exprs = st.recursive(leaves, lambda sub: st.one_of(
     st.tuples(st.sampled_from(["add", "sub", "mul", "min", "max", "floordiv", "mod"]), sub, sub)
     .map(lambda t: _op(*t)),
     sub.map(lambda x: _op("abs", x)), sub.map(lambda x: _op("neg", x)),
-    st.tuples(sub, sub, sub).map(lambda t: _op("where", ir.Op("bool", "lt", (t[0], t[1])), t[1], t[2]))),
+    st.tuples(sub, sub, sub).map(lambda t: _op("where", ir.Op("bool", "lt", (t[0], t[1])), t[1], t[2])),
+    # a comparison's sides narrowed in each branch (index_intervals._branch_ranges), read there
+    st.tuples(st.sampled_from(["lt", "le", "gt", "ge", "eq", "ne"]), sub, sub, sub, sub)
+    .map(lambda t: _op("where", ir.Op("bool", t[0], (t[1], t[2])), _op("add", t[1], t[3]), _op("sub", t[4], t[2])))),
     max_leaves=12)
 
 
@@ -36,7 +39,8 @@ def _value(e, point):
     if e.op in ("floordiv", "mod"):
         return 0 if a[1] == 0 else (a[0] // a[1] if e.op == "floordiv" else a[0] % a[1])
     return {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y, "min": min, "max": max,
-            "abs": abs, "neg": lambda x: -x, "lt": lambda x, y: x < y,
+            "abs": abs, "neg": lambda x: -x, "lt": lambda x, y: x < y, "le": lambda x, y: x <= y,
+            "gt": lambda x, y: x > y, "ge": lambda x, y: x >= y, "eq": lambda x, y: x == y, "ne": lambda x, y: x != y,
             "where": lambda c, x, y: x if c else y}[e.op](*a)
 
 
@@ -100,3 +104,15 @@ def test_a_table_read_at_a_remainder_by_its_size_needs_no_clamp():
     tw = rng.standard_normal((H, W), dtype=np.float32)
     ref, _ = reference.attention(mod.ir["t"], q, k, v, {"tw": tw})
     assert rel_frobenius(mod.t(q, k, v, tw), ref) <= ATTENTION_TOL
+
+
+def test_a_where_branch_is_bounded_by_what_its_condition_says_there():
+    """T5's two-sided buckets as written: the log branch only where abs(i - j) >= 8, so its log
+    is of at least 1 and its bucket at least 8; the exact branch only where abs(i - j) < 8.
+    Before, the log of 0 left the index unbounded below and the exact branch reached 272."""
+    ranges = {"b": (0, 1), "h": (0, 3), "q": (0, 4095), "kv": (0, 4095)}
+    t5 = _parse("where(i > j, 16, 0) + where(abs(i - j) < 8, abs(i - j), "
+                "min(8 + int(log(float(abs(i - j)) / 8.0) / log(16.0) * 8.0), 15))")
+    assert interval(t5, ranges) == (0, 31)
+    # a branch no value takes adds nothing: abs(i - j) + 100 is never below 50
+    assert interval(_parse("where(abs(i - j) + 100 < 50, 1000, 3)"), ranges) == (3, 3)

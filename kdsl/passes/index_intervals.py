@@ -23,9 +23,25 @@ ELEMENT_RANGES = {name: (int(numpy.iinfo(t).min), int(numpy.iinfo(t).max))
                   for name, t in (("u8", numpy.uint8), ("i8", numpy.int8))}
 
 
+# ranges' entry holding, inside a branch of where(), the intervals of the expressions its
+# comparison bounds there (_branch_ranges): {expr: (lo, hi)}
+NARROWED = "<narrowed>"
+
+
 def interval(e: ir.Expr, ranges: dict) -> tuple:
     """[lo, hi] that e's value lies in; an unknown side is infinite, so a clamp bounds even a
-    value read from a captured tensor: min(max(ids[b, i], 0), T - 1) lies in [0, T - 1]."""
+    value read from a captured tensor: min(max(ids[b, i], 0), T - 1) lies in [0, T - 1]. Inside
+    a branch of where(), what its condition says of an expression holds too: in T5's bucket
+    where(abs(i - j) < 8, abs(i - j), 8 + int(log(float(abs(i - j)) / 8.0) ...)) the second
+    branch's log is of at least 1."""
+    lo, hi = _interval(e, ranges)
+    narrowed = ranges.get(NARROWED)
+    if narrowed and e in narrowed:
+        return max(lo, narrowed[e][0]), min(hi, narrowed[e][1])
+    return lo, hi
+
+
+def _interval(e: ir.Expr, ranges: dict) -> tuple:
     if isinstance(e, ir.Const):
         return (e.value, e.value) if e.ty == "i32" else UNKNOWN
     if isinstance(e, ir.Var):
@@ -43,8 +59,8 @@ def interval(e: ir.Expr, ranges: dict) -> tuple:
     if not isinstance(e, ir.Op) or e.ty != "i32":
         return UNKNOWN  # loads and anything not integer
     if e.op == "where":
-        a, b = interval(e.args[1], ranges), interval(e.args[2], ranges)
-        return (min(a[0], b[0]), max(a[1], b[1]))
+        taken = [interval(x, r) for x, r in zip(e.args[1:], _branch_ranges(e.args[0], ranges)) if r is not None]
+        return (min(t[0] for t in taken), max(t[1] for t in taken)) if taken else UNKNOWN
     args = [interval(a, ranges) for a in e.args]
     finite = all(math.isfinite(x) for a in args for x in a)
     if e.op in ("add", "sub", "min", "max"):  # safe with infinities: lo is never +inf, hi never -inf
@@ -73,6 +89,40 @@ def interval(e: ir.Expr, ranges: dict) -> tuple:
         quotients = [_floor_quotient(a, d) for a in (al, ah) for d in (bl, bh)]
         return (min(quotients), max(quotients))
     return UNKNOWN
+
+
+_NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}
+
+
+def _branch_ranges(cond: ir.Expr, ranges: dict) -> tuple:
+    """ranges inside where(cond, ...)'s two branches: an i32 comparison's sides narrowed to
+    what it says there (x < y: x at most y's largest - 1, y at least x's smallest + 1), None
+    for a branch no value can take; ranges itself where cond is anything else."""
+    if not (isinstance(cond, ir.Op) and cond.op in _NEGATED and cond.args[0].ty == "i32"):
+        return ranges, ranges
+    x, y = cond.args
+    (xl, xh), (yl, yh) = interval(x, ranges), interval(y, ranges)
+    branches = []
+    for op in (cond.op, _NEGATED[cond.op]):
+        if op == "lt":
+            nx, ny = (xl, min(xh, yh - 1)), (max(yl, xl + 1), yh)
+        elif op == "le":
+            nx, ny = (xl, min(xh, yh)), (max(yl, xl), yh)
+        elif op == "gt":
+            nx, ny = (max(xl, yl + 1), xh), (yl, min(yh, xh - 1))
+        elif op == "ge":
+            nx, ny = (max(xl, yl), xh), (yl, min(yh, xh))
+        elif op == "eq":
+            nx = ny = (max(xl, yl), min(xh, yh))
+        else:  # ne says nothing an interval can hold
+            nx, ny = (xl, xh), (yl, yh)
+        if nx[0] > nx[1] or ny[0] > ny[1]:
+            branches.append(None)
+            continue
+        narrowed = dict(ranges.get(NARROWED, {}))
+        narrowed.update({x: nx, y: ny})
+        branches.append({**ranges, NARROWED: narrowed})
+    return tuple(branches)
 
 
 def _floor_quotient(a, d):
@@ -112,8 +162,12 @@ def float_interval(e: ir.Expr, ranges: dict):
     if e.op == "float":
         lo, hi = interval(e.args[0], ranges)
         return _widen(float(lo), float(hi), ROUNDING)
-    args = [float_interval(a, ranges) for a in e.args[1:] if e.op == "where"] if e.op == "where" else \
-        [float_interval(a, ranges) for a in e.args]
+    if e.op == "where":  # each branch where its condition's ranges allow it (_branch_ranges)
+        taken = [float_interval(x, r) for x, r in zip(e.args[1:], _branch_ranges(e.args[0], ranges)) if r is not None]
+        if not taken or any(t is None for t in taken):
+            return None
+        return (min(t[0] for t in taken), max(t[1] for t in taken))
+    args = [float_interval(a, ranges) for a in e.args]
     if e.op in ("min", "max"):  # fminf / fmaxf: a NaN operand yields the other
         (a, b), pick = args, (min if e.op == "min" else max)
         if a is None and b is None:
@@ -124,8 +178,6 @@ def float_interval(e: ir.Expr, ranges: dict):
         return (pick(a[0], b[0]), pick(a[1], b[1]))
     if any(a is None for a in args):
         return None
-    if e.op == "where":
-        return (min(args[0][0], args[1][0]), max(args[0][1], args[1][1]))
     if e.op == "neg":
         return (-args[0][1], -args[0][0])
     if e.op == "abs":

@@ -17,6 +17,7 @@
 #      and prefix_lm; the order's GPU tests again.
 #   r: the order for data-dependent tile classes alone (document ids keep their own): its GPU tests, the backward's
 #      GPU tests, held-out set 43 fwd+bwd against Flex.
+#   h: held-out set 44 (interpreter-checked): `check --grad` of all eight, then fwd+bwd against Flex.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=85 CHECK_TIMEOUT=90
@@ -104,5 +105,9 @@ r)
   late r-bwd || { timeout 200 python3 -m pytest -q tests/gpu/test_backward_gpu.py > $L/pytest-backward.log 2>&1
     echo "backward GPU tests: $(tail -1 $L/pytest-backward.log)"; grep "^FAILED\|Error" $L/pytest-backward.log | head; save; }
   bench h43-bwd tools/dev/heldout43.kd --backward ;;
+h)
+  for k in t5_buckets frame_local_causal cache_window alibi_offset prefix_window_softcap group_dilation padded_relbias \
+      gated_cross_lengths; do check tools/dev/heldout44.kd $k; done
+  bench h44-bwd tools/dev/heldout44.kd --backward ;;
 esac
 done
