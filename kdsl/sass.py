@@ -99,6 +99,8 @@ def inspect(cubin: bytes, entry: str | None = None) -> SassReport | None:
     # integer compares and min / max: a partial tile's per-element key bounds and clamps
     other["ISETP"] = len(re.findall(r"\bISETP\.", code))
     other["VIMNMX"] = len(re.findall(r"\bVIMNMX\b", code))
+    # subroutine calls: the 64-bit integer division's (a divisor prepared per element)
+    other["CALL"] = len(re.findall(r"\bCALL\.", code))
     # 1-byte global loads: a bool / u8 / i8 mask read element by element
     other["LDG.8"] = len(re.findall(r"\bLDG(?:\.\w+)*?\.[US]8\b", code))
     spills = len(re.findall(r"\b(?:STL|LDL)(?:\.\w+)*\s", code))

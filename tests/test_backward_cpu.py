@@ -1015,3 +1015,31 @@ def test_only_tile_classes_of_loaded_values_order_the_backward():
         built = build(k, "sm_90a", 64, program=Program(backward=True), want_cubin=False)
         ordered[k.name] = "#define KDSL_BWD_ORDER 1" in built.generated.source
     assert ordered == {"sinks": True, "docs": False, "causal": False}
+
+
+@pytest.mark.parametrize("switches, most_calls", [("", 10), ("KDSL_SPECULATED_DIVISION=0 KDSL_BWD_DIVIDING_FIRST=0", None)],
+                         ids=["shared", "per-element"])
+def test_a_divisor_that_divides_is_prepared_once_a_step_in_the_backward(switches, most_calls, monkeypatch):
+    """`(i - j) % (h // (H // Hkv) + 1)` (held-out 44's group_dilation): each element divided h by
+    H // Hkv and prepared the divisor of the result (a 64-bit division, a CALL) behind its own
+    branch, 68 times in the D=128 backward, which ran 0.34 of Flex fwd+bwd (H200). With
+    divisions NVVM may share (KDSL_SPECULATED_DIVISION) and such a mask evaluated for every
+    element (Variant::kMaskDivides), the elements share them; the forward keeps its form."""
+    from kdsl.sass import find_cuobjdump, inspect
+    assert find_cuobjdump(), "cuobjdump is needed for the SASS check: pip install 'kdsl[sass]'"
+    if switches:
+        monkeypatch.setenv("KDSL_DEFINES", switches)
+    src = ("attention group_dilation {\n q: bf16[B, H, M, D]; k: bf16[B, Hkv, N, D]; v: bf16[B, Hkv, N, D]\n"
+           " mask(b, h, i, j) = j <= i and (i - j < 64 or (i - j) % (h // (H // Hkv) + 1) == 0)\n}\n")
+    (k,) = pipeline.check(parse(src, "g.kd"))
+    built = build(k, "sm_90a", 128, program=Program(backward=True))
+    assert "kMaskDivides = true" in built.generated.source
+    assert "#define KDSL_SPECULATED_DIVISION 1" in built.generated.source
+    forward = build(k, "sm_90a", 128)
+    assert "KDSL_SPECULATED_DIVISION" not in forward.generated.source.split("#include")[0]
+    calls = inspect(built.compiled.cubin, built.generated.entry).other_ops["CALL"]
+    assert calls <= most_calls if most_calls else calls > 40, calls
+    # a divisor of the head alone is shared either way: no flag
+    (plain,) = pipeline.check(parse(src.replace("(h // (H // Hkv) + 1)", "(h + 1)"), "g.kd"))
+    source = build(plain, "sm_90a", 128, program=Program(backward=True), want_cubin=False).generated.source
+    assert "kMaskDivides = false" in source

@@ -110,6 +110,14 @@ def _on(x) -> str:
     return "true" if x else "false"
 
 
+def mask_divides(mask: ir.Expr | None) -> bool:
+    """Whether the mask divides (// or %) by a value whose divisor divides by a value itself
+    (`(i - j) % (h // (H // Hkv) + 1)`): Variant::kMaskDivides."""
+    divides = item_divisions.divides_by_value
+    return mask is not None and any(divides(n) and any(divides(m) for m in ir.walk(n.args[1]))
+                                    for n in ir.walk(mask))
+
+
 def _loads_rows(e: ir.Expr | None) -> bool:
     """Whether e loads data at the query alone (a row's value: doc[b, q]) and nothing at a
     query and key pair (keep[b, q, kv]): the backward's mask bits gather such rows' loads."""
@@ -277,7 +285,8 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
                   streamed=cm(mask) if mask_reads else "false",
                   loads=_on(mask is not None and any(isinstance(n, ir.Load) for n in ir.walk(mask))),
                   # (false where the backward's build dropped its mask bits: compiler.mask_bits_trial)
-                  loads_rows=_on(_loads_rows(mask) and k.attr("bwd_mask_bits") != 0)),
+                  loads_rows=_on(_loads_rows(mask) and k.attr("bwd_mask_bits") != 0),
+                  divides=_on(mask_divides(mask))),
         kmask=dict(on=_on(kpart is not None), part=c(kpart) if kpart is not None else "false",
                    rests=[c(r) for r in krests] or ["false", "false"], arms=[arm(r) for r in krests] or [0, 0],
                    loads=_on(any(isinstance(n, ir.Load) for r in krests for n in ir.walk(r))),

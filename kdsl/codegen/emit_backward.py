@@ -186,7 +186,9 @@ def generate_backward(k: ir.Kernel, target) -> Generated:
     forward = "kdsl/attention_wgmma.cuh" if k.attr("kernel") == "wgmma" else "kdsl/attention_mma.cuh"
     rows = backward_step_rows(k, target)  # a define A/B timing may override (KDSL_DEFINES)
     search = backward_tile_search(k)  # so is how a CTA finds its next step
-    prelude = ("#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "") + (
+    # divisions NVVM may share among an element's branches (common.cuh floordiv, divisor.cuh)
+    prelude = ("#define KDSL_EXACT_MATH 1\n" if k.attr("math") == "exact" else "") + \
+        "#ifndef KDSL_SPECULATED_DIVISION\n#define KDSL_SPECULATED_DIVISION 1\n#endif\n" + (
         f"#ifndef KDSL_BWD_BM\n#define KDSL_BWD_BM {rows}\n#endif\n" if rows != 64 else "") + (
         f"#ifndef KDSL_BWD_WARP_SKIP\n#define KDSL_BWD_WARP_SKIP {search}\n#endif\n" if search != 1 else "") + (
         f"#define KDSL_BWD_STREAM {plan.streams}\n" if plan.streams else "") + (

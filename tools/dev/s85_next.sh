@@ -18,6 +18,9 @@
 #   r: the order for data-dependent tile classes alone (document ids keep their own): its GPU tests, the backward's
 #      GPU tests, held-out set 43 fwd+bwd against Flex.
 #   h: held-out set 44 (interpreter-checked): `check --grad` of all eight, then fwd+bwd against Flex.
+#   d: (next session) the backward's divisions shared among its elements (KDSL_SPECULATED_DIVISION on in the
+#      backward's programs, a mask whose divisor divides evaluated for every element: group_dilation's 68 calls of
+#      the 64-bit division routine -> 8 at D=128): `check --grad`, the backward alone against both off, set 44.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=85 CHECK_TIMEOUT=90
@@ -109,5 +112,20 @@ h)
   for k in t5_buckets frame_local_causal cache_window alibi_offset prefix_window_softcap group_dilation padded_relbias \
       gated_cross_lengths; do check tools/dev/heldout44.kd $k; done
   bench h44-bwd tools/dev/heldout44.kd --backward ;;
+d)
+  # (next session) divisions the backward's elements share (KDSL_SPECULATED_DIVISION, Variant::kMaskDivides):
+  # correctness, then the backward alone against the per-element form
+  for spec in heldout44:group_dilation heldout37:kv_group_parity heldout33:gqa_block_phase heldout40:aligned_chunks; do
+    check tools/dev/${spec%%:*}.kd ${spec##*:}
+  done
+  OFF="-DKDSL_SPECULATED_DIVISION=0 -DKDSL_BWD_DIVIDING_FIRST=0"
+  ab_at "$OFF" tools/dev/heldout44.kd group_dilation 2,16,4096,4096,128
+  ab_at "$OFF" tools/dev/heldout37.kd kv_group_parity 2,16,4096,4096,128,4
+  ab_at "$OFF" tools/dev/heldout33.kd gqa_block_phase 2,16,4096,4096,128,4
+  ab_at "$OFF" tools/dev/heldout40.kd aligned_chunks 2,16,4096,4096,128
+  ab_at "$OFF" tools/dev/heldout40.kd lsh_buckets_gqa 2,16,4096,4096,128,4
+  ab_at "$OFF" tools/dev/heldout31.kd head_dilation 2,16,4096,4096,128
+  ab_at "$OFF" tools/dev/heldout43.kd head_key_keep 2,16,4096,4096,128,4
+  bench h44-bwd-d tools/dev/heldout44.kd --backward ;;
 esac
 done

@@ -68,6 +68,9 @@
 #ifndef KDSL_BWD_MASK_FIRST  // 0: a mask that loads waits for the bounds' decision (A/B timing; element_grads)
 #define KDSL_BWD_MASK_FIRST 1
 #endif
+#ifndef KDSL_BWD_DIVIDING_FIRST  // 0: a mask that divides by a divisor that divides (V::kMaskDivides) but loads
+#define KDSL_BWD_DIVIDING_FIRST 1  // nothing waits for the bounds' decision (A/B timing; element_grads)
+#endif
 #ifndef KDSL_BWD_MASK_BITS  // a mask loading rows at the query, beside a score that loads nothing, evaluated first for
 #define KDSL_BWD_MASK_BITS 1  // a thread's 32 elements into one word before their grads (0: A/B timing; elementwise)
 #endif
@@ -301,8 +304,8 @@ constexpr bool kBwdFullPath = KDSL_BWD_SUMMARY_FULL || !(V::kHasMask && V::kMask
 // (element_grads explains; not a streamed mask, which the narrower kernel reads from the step's
 // copied tiles), both kernels'.
 template <class V, int kGuard>
-constexpr bool kBwdMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask && V::kMaskLoads &&
-                               !kBwdStreamMask<V>;
+constexpr bool kBwdMaskFirst = KDSL_BWD_MASK_FIRST && kGuard == kGuardMask && V::kHasMask &&
+                               (V::kMaskLoads || (KDSL_BWD_DIVIDING_FIRST && V::kMaskDivides)) && !kBwdStreamMask<V>;
 
 // Whether a step gathers its queries' mask values once a query and shuffles them (KDSL_BWD_QUERY_VALUES,
 // passes/key_values.py; elementwise() takes them where it reads the mask as written).

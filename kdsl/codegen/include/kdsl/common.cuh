@@ -236,22 +236,7 @@ KDSL_DEVICE int f32_order(float x) {
 }
 KDSL_DEVICE float order_f32(int s) { return __int_as_float(s < 0 ? s ^ 0x7fffffff : s); }
 
-// Python semantics for integer // and % (floor, not truncation), as the language promises;
-// on int, and on i64 for derived bounds (cexpr.WideEmitter). A zero divisor gives 0, as the
-// reference computes it (semantics._floor_division), never the hardware's unspecified value:
-// one the sizes could make 0 is refused before launch, so it is data's or an untaken branch's.
-template <class I>
-KDSL_DEVICE I floordiv(I a, I b) {
-  const I d = b == 0 ? I(1) : b;
-  const I q = a / d;
-  return b == 0 ? I(0) : (q * d != a && ((a < 0) != (d < 0))) ? q - 1 : q;
-}
-template <class I>
-KDSL_DEVICE I floormod(I a, I b) {
-  const I d = b == 0 ? I(1) : b;
-  const I r = a % d;
-  return b == 0 ? I(0) : (r != 0 && ((r < 0) != (d < 0))) ? r + d : r;
-}
+// Python's // and % on int and i64: floordiv / floormod (divisor.cuh).
 // The same where both operands are >= 0 by their forms (passes/int_signs.py nonnegative: the
 // runtime keeps such values of the positions and sizes within i32): floor and truncation agree,
 // and an unsigned division is shorter than a signed one and its floor fixup (a divisor of the

@@ -21,6 +21,13 @@
 #ifndef KDSL_MAGIC_DIVISION  // 0: such a divisor divides each element as any other (A/B timing)
 #define KDSL_MAGIC_DIVISION 1
 #endif
+// 1: divisions NVVM can see never trap, so that it may share one among branches (common.cuh
+// floordiv); set by the backward's programs (emit_backward.py; =0 there for A/B timing). The
+// forward prepares an item's divisions once where it takes the item (Variant::item_warm), and
+// with this form group_dilation's forward spilled 40 B.
+#ifndef KDSL_SPECULATED_DIVISION
+#define KDSL_SPECULATED_DIVISION 0
+#endif
 
 namespace kdsl {
 
@@ -58,7 +65,11 @@ KDSL_HOST_DEVICE Divisor make_divisor(int d) {
   const unsigned l = ceil_log2(magnitude);
   Divisor v;
   // (2^l - |d|) < |d|, so the quotient fits in 32 bits: 2^32 (2^l - |d|) / |d| + 1
-  v.mul = (unsigned)((((1ull << l) - magnitude) << 32) / magnitude) + 1;
+  // (with KDSL_SPECULATED_DIVISION by max(|d|, 1), which NVVM sees is never 0: it may then
+  // prepare a divisor once ahead of the branches that divide by it, where by |d| it prepared it
+  // again in each)
+  const unsigned by = KDSL_SPECULATED_DIVISION ? (magnitude > 1u ? magnitude : 1u) : magnitude;
+  v.mul = (unsigned)((((1ull << l) - magnitude) << 32) / by) + 1;
   v.shift1 = l < 1 ? l : 1;
   v.shift2 = l < 1 ? 0 : l - 1;
   v.value = d;
@@ -90,6 +101,48 @@ template <bool kDivisorNonNeg = false, bool kDividendNonNeg = false>
 KDSL_HOST_DEVICE int floormod(int a, const Divisor& v) {
   const unsigned q = (unsigned)floordiv<kDivisorNonNeg, kDividendNonNeg>(a, v);
   return (int)(((unsigned)a - q * (unsigned)v.value) & (unsigned)v.nonzero);
+}
+
+// Python semantics for integer // and % (floor, not truncation), as the language promises;
+// on int, and on i64 for derived bounds (cexpr.WideEmitter). A zero divisor gives 0, as the
+// reference computes it (semantics._floor_division), never the hardware's unspecified value:
+// one the sizes could make 0 is refused before launch, so it is data's or an untaken branch's.
+//
+// The quotient is of the magnitudes, unsigned, by max(|b|, 1): a division NVVM can see never
+// traps (no zero divisor, no INT_MIN / -1), so that it may compute it ahead of the branches that
+// use it and flatten them. A signed `a / d` it kept behind each branch, and computed again in
+// every one: the backward's mask `(i - j) % (h // (H // Hkv) + 1)` divided h by H // Hkv and
+// prepared the result's divisor (divisor.cuh, a 64-bit division) once an element (68 calls of
+// the 64-bit routine in its D=128 cubin; 8 with this form and the mask evaluated first,
+// attention_bwd_wgmma.cuh kBwdMaskFirst). The backward's programs only (KDSL_SPECULATED_DIVISION).
+template <class I> struct UnsignedOf;
+template <> struct UnsignedOf<int> { typedef unsigned T; };
+template <> struct UnsignedOf<long long> { typedef unsigned long long T; };
+template <class I>
+KDSL_HOST_DEVICE I floordiv(I a, I b) {
+  if constexpr (KDSL_SPECULATED_DIVISION) {
+    typedef typename UnsignedOf<I>::T U;
+    const U ua = a < 0 ? U(0) - U(a) : U(a), ub = b < 0 ? U(0) - U(b) : U(b);
+    const U uq = ua / (ub > U(1) ? ub : U(1));
+    const bool below = (a < 0) != (b < 0);  // a negative quotient: inexact, one further from zero
+    const U mag = uq + U(below & (uq * ub != ua));
+    return b == 0 ? I(0) : below ? I(U(0) - mag) : I(mag);
+  } else {
+    const I d = b == 0 ? I(1) : b;
+    const I q = a / d;
+    return b == 0 ? I(0) : (q * d != a && ((a < 0) != (d < 0))) ? q - 1 : q;
+  }
+}
+template <class I>
+KDSL_HOST_DEVICE I floormod(I a, I b) {
+  if constexpr (KDSL_SPECULATED_DIVISION) {  // a - floor(a / b) * b, the sign of b's (mod 2^bits)
+    typedef typename UnsignedOf<I>::T U;
+    return b == 0 ? I(0) : I(U(a) - U(floordiv(a, b)) * U(b));
+  } else {
+    const I d = b == 0 ? I(1) : b;
+    const I r = a % d;
+    return b == 0 ? I(0) : (r != 0 && ((r < 0) != (d < 0))) ? r + d : r;
+  }
 }
 
 }  // namespace kdsl
