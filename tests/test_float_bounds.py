@@ -140,13 +140,13 @@ def test_the_heldout_buckets_program_runs_on_the_interpreter():
     _assert_matches_reference(kdsl.compile(src, "lb.kd", interpret=True), "lb", (1, 4, 2, 70, 90))
 
 
-def _assert_matches_reference(mod, name: str, shape) -> None:
-    """The interpreted kernel against the reference at random bf16 q, k, v and an f32 table tbl[H, 32]."""
+def _assert_matches_reference(mod, name: str, shape, size: int = 32) -> None:
+    """The interpreted kernel against the reference at random bf16 q, k, v and an f32 table tbl[H, size]."""
     B, H, Hkv, M, N = shape
     rng = np.random.default_rng()
     q = round_float32(rng.standard_normal((B, H, M, 32), dtype=np.float32), "bf16")
     k, v = (round_float32(rng.standard_normal((B, Hkv, N, 32), dtype=np.float32), "bf16") for _ in range(2))
-    tbl = rng.standard_normal((H, 32), dtype=np.float32)
+    tbl = rng.standard_normal((H, size), dtype=np.float32)
     out = getattr(mod, name)(q, k, v, tbl)
     ref, _ = reference.attention(mod.ir[name], q, k, v, {"tbl": tbl})
     assert rel_frobenius(out, ref) <= ATTENTION_TOL
@@ -190,6 +190,25 @@ def test_which_indices_the_mask_keeps_in_range(index, mask, size, verdict):
     else:
         with pytest.raises(LaunchError, match=re.escape(verdict)):
             check_capture_indices(k, dims, "t")
+
+
+@pytest.mark.parametrize("index, mask, size", [
+    # a relative bias up to 63 under causal: -N + 1 where j > i, dropped (held-out 45's doc_relbias)
+    ("min(i - j, 63)", "j <= i", 64),
+    # a bias by blocks' distance under block-causal: the mask's comparison bounds the difference it
+    # reads (held-out 45's block_distance_bias)
+    ("min(i // 128 - j // 128, 31)", "j // 128 <= i // 128", 32),
+    # a table as wide as a causal window, read at the distance: the window's bound is its top
+    ("i - j", "j <= i and i - j < 256", 256),
+])
+def test_an_index_bounded_by_the_masks_comparisons_runs(index, mask, size):
+    """Refused at every call before (the index leaves its axis only where the mask drops the
+    element); clamped in the kernel and proved where kept, as passes/masked_index.py's docstring
+    says, and as written where the mask keeps (the reference's)."""
+    mod = kdsl.compile(_masked_program(index, mask, size), "t.kd", interpret=True)
+    assert mod.ir["t"].attr("masked_index") == ("tbl:1",)
+    _assert_matches_reference(mod, "t", (1, 4, 4, 300, 517), size)
+    _assert_matches_reference(mod, "t", (2, 2, 2, 700, 300), size)
 
 
 def test_an_index_bounded_as_written_is_left_alone():

@@ -114,5 +114,9 @@ def test_a_where_branch_is_bounded_by_what_its_condition_says_there():
     t5 = _parse("where(i > j, 16, 0) + where(abs(i - j) < 8, abs(i - j), "
                 "min(8 + int(log(float(abs(i - j)) / 8.0) / log(16.0) * 8.0), 15))")
     assert interval(t5, ranges) == (0, 31)
+    # the key's side chosen by where(): the log branches see j - i >= 1 and i - j >= 0
+    # (held-out 45's side_buckets)
+    sides = _parse("where(j > i, 16 + min(int(log2(float(j - i))), 15), min(int(log2(float(i - j) + 1.0)), 15))")
+    assert interval(sides, ranges) == (0, 16 + 12)  # log2(4095) < 12
     # a branch no value takes adds nothing: abs(i - j) + 100 is never below 50
     assert interval(_parse("where(abs(i - j) + 100 < 50, 1000, 3)"), ranges) == (3, 3)

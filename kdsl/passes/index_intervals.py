@@ -94,35 +94,46 @@ def _interval(e: ir.Expr, ranges: dict) -> tuple:
 _NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}
 
 
+# x op y as bounds on x - y
+_DIFFERENCE = {"lt": (-INF, -1), "le": (-INF, 0), "gt": (1, INF), "ge": (0, INF), "eq": (0, 0), "ne": (-INF, INF)}
+
+
 def _branch_ranges(cond: ir.Expr, ranges: dict) -> tuple:
     """ranges inside where(cond, ...)'s two branches: an i32 comparison's sides narrowed to
-    what it says there (x < y: x at most y's largest - 1, y at least x's smallest + 1), None
-    for a branch no value can take; ranges itself where cond is anything else."""
+    what it says there (x < y: x at most y's largest - 1, y at least x's smallest + 1), and
+    its difference (x - y at most -1, y - x at least 1: `j > i` bounds `j - i` below by 1);
+    None for a branch no value can take; ranges itself where cond is anything else."""
     if not (isinstance(cond, ir.Op) and cond.op in _NEGATED and cond.args[0].ty == "i32"):
         return ranges, ranges
-    x, y = cond.args
+    return tuple(_holding(op, *cond.args, ranges) for op in (cond.op, _NEGATED[cond.op]))
+
+
+def _holding(op: str, x: ir.Expr, y: ir.Expr, ranges: dict) -> dict | None:
+    """ranges where `x op y` holds (_branch_ranges), None where it cannot."""
     (xl, xh), (yl, yh) = interval(x, ranges), interval(y, ranges)
-    branches = []
-    for op in (cond.op, _NEGATED[cond.op]):
-        if op == "lt":
-            nx, ny = (xl, min(xh, yh - 1)), (max(yl, xl + 1), yh)
-        elif op == "le":
-            nx, ny = (xl, min(xh, yh)), (max(yl, xl), yh)
-        elif op == "gt":
-            nx, ny = (max(xl, yl + 1), xh), (yl, min(yh, xh - 1))
-        elif op == "ge":
-            nx, ny = (max(xl, yl), xh), (yl, min(yh, xh))
-        elif op == "eq":
-            nx = ny = (max(xl, yl), min(xh, yh))
-        else:  # ne says nothing an interval can hold
-            nx, ny = (xl, xh), (yl, yh)
-        if nx[0] > nx[1] or ny[0] > ny[1]:
-            branches.append(None)
-            continue
-        narrowed = dict(ranges.get(NARROWED, {}))
-        narrowed.update({x: nx, y: ny})
-        branches.append({**ranges, NARROWED: narrowed})
-    return tuple(branches)
+    dl, dh = _DIFFERENCE[op]  # on x - y
+    nx = (max(xl, yl + dl), min(xh, yh + dh))
+    ny = (max(yl, xl - dh), min(yh, xh - dl))
+    x_minus_y, y_minus_x = ir.Op("i32", "sub", (x, y)), ir.Op("i32", "sub", (y, x))
+    (al, ah) = interval(x_minus_y, ranges)
+    nd = (max(al, dl, xl - yh), min(ah, dh, xh - yl))
+    if nx[0] > nx[1] or ny[0] > ny[1] or nd[0] > nd[1]:
+        return None
+    narrowed = dict(ranges.get(NARROWED, {}))
+    narrowed.update({x: nx, y: ny, x_minus_y: nd, y_minus_x: (-nd[1], -nd[0])})
+    return {**ranges, NARROWED: narrowed}
+
+
+def kept_ranges(mask: ir.Expr | None, ranges: dict) -> dict | None:
+    """ranges where the mask keeps an element: narrowed by each of its top-level conjuncts that
+    is an i32 comparison (`j <= i` bounds i - j below by 0, `i // 128 >= j // 128` the blocks'
+    difference, `i - j < 256` it above); None where no element can be kept."""
+    for c in ir.conjuncts(mask) if mask is not None else ():
+        if ranges is None:
+            return None
+        if isinstance(c, ir.Op) and c.op in _NEGATED and c.args[0].ty == "i32":
+            ranges = _holding(c.op, *c.args, ranges)
+    return ranges
 
 
 def _floor_quotient(a, d):
@@ -287,15 +298,21 @@ def by_difference(e: ir.Expr) -> ir.Expr | None:
     return out
 
 
-def interval_where_kept(idx: ir.Expr, sign: int, ranges: dict) -> tuple:
-    """idx's interval over the elements a mask keeps that fixes q - kv's sign (+1: q >= kv, -1:
-    q <= kv); idx reads the positions only through q - kv (by_difference), else UNKNOWN."""
+def interval_where_kept(idx: ir.Expr, mask: ir.Expr | None, sign: int, ranges: dict) -> tuple:
+    """idx's interval over the elements the mask keeps: under its comparisons (kept_ranges), and
+    where it fixes q - kv's sign (+1: q >= kv, -1: q <= kv; mask_facts.q_minus_kv_sign) and idx
+    reads the positions only through q - kv (by_difference), also over that sign; the tighter."""
+    kept = kept_ranges(mask, ranges)
+    if kept is None:  # nothing kept: no index is read where it matters
+        return (0, 0)
+    lo, hi = interval(idx, kept)
     d = by_difference(idx)
     if d is None or sign == 0:
-        return UNKNOWN
+        return lo, hi
     (q_lo, q_hi), (kv_lo, kv_hi) = ranges["q"], ranges["kv"]
     dqk = (max(0, q_lo - kv_hi), q_hi - kv_lo) if sign > 0 else (q_lo - kv_hi, min(0, q_hi - kv_lo))
-    return interval(d, {**ranges, "dqk": dqk})
+    dl, dh = interval(d, {**ranges, "dqk": dqk})
+    return max(lo, dl), min(hi, dh)
 
 
 

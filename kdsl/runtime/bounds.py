@@ -44,7 +44,7 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
                 inner = _clamped_inner(k, fname, node, axis, idx)
                 if inner is not None:  # clamped in the kernel: X itself wherever the mask keeps
                     shown, where, (lo, hi) = inner, " where the mask keeps the element,", \
-                        interval_where_kept(inner, sign, ranges)
+                        interval_where_kept(inner, k.func("mask"), sign, ranges)
                 else:
                     shown, where, (lo, hi) = idx, "", interval(idx, ranges)
                 if lo < 0 or hi >= size:
