@@ -49,7 +49,7 @@ def test_samples_interpreted(name):
         assert torch.allclose(lse[fin].double(), ref_lse[fin], atol=1e-3 + slack)
 
 
-HELDOUT = [ROOT / "tools" / "dev" / f"heldout{n}.kd" for n in ("", *map(str, range(2, 44)))]
+HELDOUT = [ROOT / "tools" / "dev" / f"heldout{n}.kd" for n in ("", *map(str, range(2, 46)))]
 
 
 @pytest.mark.parametrize("path,name", [(p, n) for p in HELDOUT for n in kdsl.load(p).ir],
