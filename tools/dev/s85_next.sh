@@ -21,6 +21,8 @@
 #   d: (next session) the backward's divisions shared among its elements (KDSL_SPECULATED_DIVISION on in the
 #      backward's programs, a mask whose divisor divides evaluated for every element: group_dilation's 68 calls of
 #      the 64-bit division routine -> 8 at D=128): `check --grad`, the backward alone against both off, set 44.
+#   m: (next session) indices bounded where the mask keeps by its comparisons (clamped in the kernel): `check --grad`
+#      of tools/dev/masked_index.kd's new three and of held-out set 45 (interpreter-checked), set 45 against Flex.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=85 CHECK_TIMEOUT=90
@@ -127,5 +129,12 @@ d)
   ab_at "$OFF" tools/dev/heldout31.kd head_dilation 2,16,4096,4096,128
   ab_at "$OFF" tools/dev/heldout43.kd head_key_keep 2,16,4096,4096,128,4
   bench h44-bwd-d tools/dev/heldout44.kd --backward ;;
+m)
+  # (next session) score indices the mask's comparisons bound where it keeps (masked_index, where() branches):
+  # tools/dev/masked_index.kd's three new kernels and held-out set 45, `check --grad`, then set 45 against Flex
+  for k in rel_bias_causal block_distance window_table; do check tools/dev/masked_index.kd $k; done
+  for k in side_buckets block_distance_bias alibi_window_gqa doc_relbias neighbour_blocks softcap_keybias_padded \
+      causal_cross_lengths head_key_table; do check tools/dev/heldout45.kd $k; done
+  bench h45-bwd tools/dev/heldout45.kd --backward ;;
 esac
 done
