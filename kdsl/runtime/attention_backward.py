@@ -142,7 +142,8 @@ def backward(kernel, q, k, v, out, dout, lse, dlse, caps, scale, want_caps=()):
     part = torch.empty(launch.splits * launch.part_size, dtype=torch.float32, device=q.device) \
         if launch.dkv is not None else None
     pointers.append(_ptr(part) if part is not None else 0)
-    if launch.ordered:  # null: the kernel's own order
+    if launch.ordered:  # null: the kernel's own order (one wave, or KDSL_BWD_ORDER=0)
+        # (order_buffer held until the launch below, which reads it)
         order_buffer, order = launch.order.run(stream, pointers[9:9 + len(caps)], pointers[-2], q.device) \
             if launch.order is not None else (None, 0)
         pointers.append(order)
@@ -215,7 +216,7 @@ class _BackwardLaunch:
         first_cap, first_grad = nmaps + 18, nmaps + 18 + ncap + len(extra)
         self.pack = ArgPack(kinds, values, list(range(nmaps, nmaps + 9)) + list(range(first_cap, first_cap + ncap)) +
                             list(range(first_grad, first_grad + ngrad + 2)) + [len(kinds) - 1] * ordered)
-        # the CTAs longest first, counted on the GPU per call, where the tile classes read data
+        # the CTAs longest first, counted on the GPU per call, where the tile classes are arithmetic on loads
         units = key_blocks * Hkv * B * self.splits
         self.ordered = ordered
         self.order = backward_order.BackwardOrder(

@@ -46,7 +46,8 @@ struct AttnArgs {
   // partial sums number head_splits * query_splits. 1: every query tile.
   int query_splits = 1;
   float* part_dkv = nullptr;
-  // Backward, where its tile classes read data (KDSL_BWD_ORDER): CTA blockIdx.x runs unit
+  // Backward, where its tile classes are arithmetic on loaded values (KDSL_BWD_ORDER; not the
+  // tile summary's): CTA blockIdx.x runs unit
   // order[blockIdx.x] of backward_block's order, the units sorted longest first on the GPU per
   // call (attention_bwd_order.cuh). nullptr: unit blockIdx.x.
   const int* order = nullptr;
@@ -75,8 +76,9 @@ constexpr int kBackwardTailGroups = KDSL_BWD_TAIL_GROUPS;
 #define KDSL_BWD_QUERY_SPLIT 0
 #endif
 constexpr bool kBackwardQuerySplit = KDSL_BWD_QUERY_SPLIT;
-// The backward program of a mask whose tile classes read data, whose CTAs take their unit from
-// AttnArgs::order (emit_backward.backward_orders): every other kernel keeps none of it.
+// The backward program of a mask whose tile classes are arithmetic on loaded values, whose CTAs
+// take their unit from AttnArgs::order (emit_backward.backward_orders): every other kernel keeps
+// none of it.
 #ifndef KDSL_BWD_ORDER
 #define KDSL_BWD_ORDER 0
 #endif
