@@ -120,6 +120,8 @@ d)
   for spec in heldout44:group_dilation heldout37:kv_group_parity heldout33:gqa_block_phase heldout40:aligned_chunks; do
     check tools/dev/${spec%%:*}.kd ${spec##*:}
   done
+  late d-test || { timeout 200 python3 -m pytest -q tests/gpu/test_shared_divisions_gpu.py > $L/pytest-divisions.log 2>&1
+    echo "shared divisions GPU tests: $(tail -1 $L/pytest-divisions.log)"; grep "^FAILED\|Error" $L/pytest-divisions.log | head; save; }
   OFF="-DKDSL_SPECULATED_DIVISION=0 -DKDSL_BWD_DIVIDING_FIRST=0"
   ab_at "$OFF" tools/dev/heldout44.kd group_dilation 2,16,4096,4096,128
   ab_at "$OFF" tools/dev/heldout37.kd kv_group_parity 2,16,4096,4096,128,4
