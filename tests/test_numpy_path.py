@@ -114,7 +114,7 @@ attention frames {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
     tbl: f32[H, 32]
     score(s, b, h, i, j) = s + tbl[h, min(i // 256 - j // 256, 31)]
-    mask(b, h, i, j) = j // 256 <= i // 256
+    mask(b, h, i, j) = j // 256 >= i // 256
 }
 attention plain {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
@@ -124,7 +124,8 @@ attention plain {
 
 def test_cli_check_fails_a_refused_case_and_goes_on(tmp_path):
     """A call the launch refuses (here an index that leaves its axis where a query and a key
-    lie in different 256-blocks) is a failed case with the message, not an abort: the cases
+    lie in different 256-blocks, which the mask keeps: keys of later blocks; under block-causal
+    it would be clamped where dropped and run, passes/masked_index.py) is a failed case with the message, not an abort: the cases
     where the index stays in bounds, and the file's other kernels, are still judged and
     printed (before, one refusal ended the whole check with only that message)."""
     p = tmp_path / "frames.kd"

@@ -151,12 +151,12 @@ def test_search_shrinks_a_crash_to_the_smallest_case():
 
 def test_search_shrinks_a_refused_call_to_the_smallest_shape():
     """A program whose index leaves its axis only at some shapes (a query and a key in
-    different 256-blocks) is refused there: the search reports the smallest such shape with
+    different 256-blocks, which the mask keeps) is refused there: the search reports the smallest such shape with
     the refusal's message. Before, the refusal ended `kdsl check --hypothesis` with only the
     message, at whatever shape it was first drawn."""
     mod = kdsl.compile("attention frames {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
                        "    tbl: f32[H, 32]\n    score(s, b, h, i, j) = s + tbl[h, min(i // 256 - j // 256, 31)]\n"
-                       "    mask(b, h, i, j) = j // 256 <= i // 256\n}\n", "frames.kd", interpret=True)
+                       "    mask(b, h, i, j) = j // 256 >= i // 256\n}\n", "frames.kd", interpret=True)
     # 60 examples draw N > 256 for ~7 seeds in 8 (22 of 25 measured): up to six searches, fresh
     # seeds each (three missed once in a full run: seed 259578870 was the third)
     for seed in random.sample(range(2**31), 6):
