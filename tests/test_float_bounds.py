@@ -30,6 +30,15 @@ def kernel(index: str, size: str = "L"):
 DIMS = {"B": 1, "H": 2, "M": 300, "N": 200, "D": 64}
 
 
+def _assert_verdict(k, dims: dict, verdict: str | None) -> None:
+    """The call's capture indices proved in bounds (verdict None) or refused with the verdict's text."""
+    if verdict is None:
+        check_capture_indices(k, dims, "t")
+    else:
+        with pytest.raises(LaunchError, match=re.escape(verdict)):
+            check_capture_indices(k, dims, "t")
+
+
 @pytest.mark.parametrize("index, L, verdict", [
     # log-spaced distance buckets with only the upper clamp written: log2(x >= 1) >= 0
     ("min(int(4.0 * log2(float(abs(i - j) + 1))), 31)", 32, None),
@@ -60,11 +69,7 @@ DIMS = {"B": 1, "H": 2, "M": 300, "N": 200, "D": 64}
 def test_float_index_bounds(index, L, verdict):
     k = kernel(index)
     dims = dict(DIMS, L=L)
-    if verdict is None:
-        check_capture_indices(k, dims, "t")
-    else:
-        with pytest.raises(LaunchError, match=re.escape(verdict)):
-            check_capture_indices(k, dims, "t")
+    _assert_verdict(k, dims, verdict)
 
 
 @pytest.mark.parametrize("index, side, hint", [
@@ -185,11 +190,7 @@ def test_which_indices_the_mask_keeps_in_range(index, mask, size, verdict):
     k = kdsl.compile(_masked_program(index, mask, size), "t.kd").ir["t"]
     assert bool(k.attr("masked_index")) == (verdict is None or "where the mask" in verdict)
     dims = {"B": 1, "H": 2, "M": 300, "N": 300, "D": 64}
-    if verdict is None:
-        check_capture_indices(k, dims, "t")
-    else:
-        with pytest.raises(LaunchError, match=re.escape(verdict)):
-            check_capture_indices(k, dims, "t")
+    _assert_verdict(k, dims, verdict)
 
 
 @pytest.mark.parametrize("index, mask, size", [
