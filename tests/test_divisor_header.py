@@ -25,10 +25,15 @@ int main() {
     // (the signed form divides INT_MIN by -1, which traps on the CPU; the GPU's has no trap)
     const bool trap = !KDSL_SPECULATED_DIVISION && a == -2147483648LL && d == -1;
     std::printf("%lld %lld ", kdsl::floordiv(a, d), kdsl::floormod(a, d));  // on i64 (the derived bounds')
-    std::printf("%d %d %d %d %d %d %d %d %d\n", kdsl::floordiv((int)a, v), kdsl::floormod((int)a, v),
+    std::printf("%d %d %d %d %d %d %d %d %d ", kdsl::floordiv((int)a, v), kdsl::floormod((int)a, v),
                 kdsl::floordiv<true>((int)a, v), kdsl::floormod<true>((int)a, v),
                 kdsl::floordiv<true, true>((int)a, v), kdsl::floormod<true, true>((int)a, v),
                 trap ? 0 : kdsl::floordiv((int)a, (int)d), trap ? 0 : kdsl::floormod((int)a, (int)d), (int)trap);
+    // a work item's division (the form NVVM may hoist), on int and i64
+    const bool trap_item = !KDSL_INVARIANT_DIVISION && trap;
+    std::printf("%d %d %lld %lld %d\n", trap_item ? 0 : kdsl::floordiv_invariant((int)a, (int)d),
+                trap_item ? 0 : kdsl::floormod_invariant((int)a, (int)d), kdsl::floordiv_invariant(a, d),
+                kdsl::floormod_invariant(a, d), (int)trap_item);
   }
 }
 """
@@ -44,17 +49,20 @@ def _expected(a: int, d: int) -> tuple[int, int]:
     return (0, 0) if d == 0 else (_wrap(a // d), _wrap(a % d))
 
 
-@pytest.fixture(scope="module", params=[0, 1], ids=["signed", "speculated"])
+@pytest.fixture(scope="module", params=[(0, 1), (1, 1), (0, 0)], ids=["signed", "speculated", "item-signed"])
 def divide(tmp_path_factory, request):
     """The header's divisions with KDSL_SPECULATED_DIVISION off (the forward's) and on (the
-    backward's: floordiv / floormod by an int through the magnitudes, the divisor's multiplier
-    by max(|d|, 1))."""
+    backward's: floordiv / floormod by an int through the magnitudes), and a work item's
+    (floordiv_invariant: through the magnitudes, or with KDSL_INVARIANT_DIVISION=0 as any other;
+    the divisor's multiplier by max(|d|, 1) unless both are 0)."""
+    speculated, invariant = request.param
     cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no C++ compiler on this machine")
     d = tmp_path_factory.mktemp("divisor")
     (d / "t.cpp").write_text(PROGRAM)
-    subprocess.run([cxx, "-O2", "-std=c++17", f"-DKDSL_SPECULATED_DIVISION={request.param}", f"-I{INCLUDE_DIR}",
+    subprocess.run([cxx, "-O2", "-std=c++17", f"-DKDSL_SPECULATED_DIVISION={speculated}",
+                    f"-DKDSL_INVARIANT_DIVISION={invariant}", f"-I{INCLUDE_DIR}",
                     str(d / "t.cpp"), "-o", str(d / "t")], check=True)
 
     def run(pairs):
@@ -71,6 +79,8 @@ def _check(divide, pairs):
         want = _expected(a, d)
         assert got[:2] == want, (a, d, got)
         assert got[8] or got[6:8] == want, (a, d, got)  # floordiv / floormod by an int
+        assert got[13] or got[9:11] == want, (a, d, got)  # a work item's, on int
+        assert got[11:13] == ((0, 0) if d == 0 else (a // d, a % d)), (a, d, got)  # and on i64
         if d >= 0:  # the flag's promise holds
             assert got[2:4] == want, (a, d, got)
             if a >= 0:

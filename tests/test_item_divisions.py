@@ -45,16 +45,35 @@ def test_the_masks_only_each_once():
 
 
 def test_item_warm_evaluates_them_in_both_widths():
-    """The Variant's item_warm holds each division as the mask's functions spell it (32 bits) and
-    as the key bounds' do (64 bits, cexpr.WideEmitter); a kernel without one has an empty body."""
+    """The Variant's item_warm holds each division as the mask's functions spell it (32 bits, in
+    the form NVVM may hoist: divisor.cuh floordiv_invariant) and as the key bounds' do (64 bits,
+    signed, cexpr.WideEmitter); a kernel without one has an empty body."""
     from kdsl.codegen.emit import generate
     src = generate(lowered(program("kept[b, h // (H // Hkv), j] and j <= i + (N - M)",
                                    "\n    kept: bool[B, Hkv, N]"), 128)).source
     warm = src.split("item_warm(")[1].split("}")[0]
-    assert "kdsl::keep_alive(kdsl::floordiv(h, kdsl::floordiv(a.H, a.Hkv)));" in warm
+    assert "kdsl::keep_alive(kdsl::floordiv_invariant(h, kdsl::floordiv_invariant(a.H, a.Hkv)));" in warm
     assert "kdsl::keep_alive(kdsl::floordiv(((kdsl::i64)h)" in warm
     plain = generate(lowered(program("j <= i"), 128)).source
     assert "keep_alive" not in plain.split("item_warm(")[1].split("}")[0]
+
+
+def test_the_masks_divisions_of_an_item_take_the_form_nvvm_hoists():
+    """group_dilation's `(i - j) % (h // (H // Hkv) + 1)`: the mask divides h by H // Hkv in the
+    form that never traps (divisor.cuh floordiv_invariant), so that NVVM hoists it, and the
+    divisor it prepares from the quotient, out of the kv loop. Divided signed, its forward's
+    partial tiles divided and prepared again on every group of eight keys (14 calls of the 64-bit
+    division routine at D=128); hoisted, it ran x1.80 (D=128) and x1.95 (D=64) though ptxas then
+    spilled 40 B (H200, 2x16x4096², KDSL_INVARIANT_DIVISION=0 against 1). A division reading a
+    position stays signed; the 64-bit bounds' (cexpr.WideEmitter) stay signed."""
+    from kdsl.codegen.emit import generate
+    src = generate(lowered(program("j <= i and (i - j < 64 or (i - j) % (h // (H // Hkv) + 1) == 0)"), 128)).source
+    mask = src.split("bool mask(")[1].split("}")[0]
+    assert "kdsl::floormod_by<true, false>((q - kv), (kdsl::floordiv_invariant(h, kdsl::floordiv_invariant(a.H, a.Hkv)) + 1))" in mask
+    bounds = generate(lowered(program("j <= i + (N - M) + N // (H // Hkv)"), 128)).source
+    assert "kdsl::floordiv(((kdsl::i64)" in bounds and "floordiv_invariant(((kdsl::i64)" not in bounds
+    per_row = generate(lowered(program("j <= i and (i - j) % (i // (h + 1) + 1) == 0"), 128)).source
+    assert "floordiv_invariant" not in per_row.split("bool mask(")[1].split("}")[0]
 
 
 def test_the_mma_backward_divides_each_element_plainly():

@@ -57,6 +57,8 @@ class Capture:
 
 
 class CEmitter:
+    hoists_item_divisions = True  # a work item's divisions in the form NVVM hoists (floordiv_invariant)
+
     def __init__(self, variables: dict[str, str], captures: dict[str, Capture],
                  summary_slots: dict[tuple[str, ir.Expr], int] | None = None, streamed: dict[str, str] | None = None,
                  divisors: tuple[ir.Expr, ...] = (), sizes: frozenset[str] = frozenset()):
@@ -111,6 +113,10 @@ class CEmitter:
             # >= 0: unsigned, no floor fixup (common.cuh)
             if not item_level(e.args[1]) and all(nonnegative(x, self.sizes) for x in e.args):
                 return f"kdsl::{name}_nonneg({a[0]}, {a[1]})"
+            # both operands the same for a whole work item (`h // (H // Hkv)`): in the form that
+            # never traps, which NVVM hoists out of the kv loop (divisor.cuh floordiv_invariant)
+            if self.hoists_item_divisions and item_level(e) and not isinstance(e.args[1], ir.Const):
+                return f"kdsl::{name}_invariant({a[0]}, {a[1]})"
             return _floor_op(op, a, e.args[1])
         if op == "neg":  # the space keeps "- -1" from reading as a decrement
             return f"(- {a[0]})"
@@ -182,7 +188,10 @@ class CEmitter:
 class WideEmitter(CEmitter):
     """i32 arithmetic in 64 bits (every i32 leaf widened, kdsl::imin & co. have i64 forms): for
     bounds a pass derives (passes/kv_bounds.py), whose intermediate values may leave the i32
-    range where the mask's own never do."""
+    range where the mask's own never do. Its divisions keep the signed form: an item's in 64
+    bits, hoisted, called the 64-bit routine more often (kv_group_parity's forward, sm_90a)."""
+
+    hoists_item_divisions = False
 
     def __call__(self, e: ir.Expr) -> str:
         text = super().__call__(e)

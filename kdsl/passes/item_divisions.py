@@ -9,7 +9,10 @@ the loop (the Variant's item_warm, attention_variant.cu.j2, called where attenti
 takes an item), the same division inside the loop is redundant with it and NVVM's value
 numbering reuses it: the tile's general path of `kept[b, h // (H // Hkv), j] and j <= i + (N -
 M)` fell from 1006 to 944 SASS instructions at D=128 (`kept[b, h, j]`'s: 934; sm_90a), and the
-kernel ran x1.075 (x1.054 at D=64; H200, 2x16x4096², KDSL_ITEM_WARM=0 against 1).
+kernel ran x1.075 (x1.054 at D=64; H200, 2x16x4096², KDSL_ITEM_WARM=0 against 1). Value
+numbering needs the two spelled alike, which NVVM's rewriting of a signed division's zero guard
+did not always leave them: the code generator now spells an item's division in a form that never
+traps (cexpr.py, divisor.cuh floordiv_invariant), which NVVM hoists out of the loop by itself.
 
 divisions() lists them: the largest integer divisions and remainders (//, %) of the Variant's
 expressions whose operands read only the batch and head indices and the dims (no position, no

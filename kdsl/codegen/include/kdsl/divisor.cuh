@@ -21,12 +21,17 @@
 #ifndef KDSL_MAGIC_DIVISION  // 0: such a divisor divides each element as any other (A/B timing)
 #define KDSL_MAGIC_DIVISION 1
 #endif
-// 1: divisions NVVM can see never trap, so that it may share one among branches (common.cuh
-// floordiv); set by the backward's programs (emit_backward.py; =0 there for A/B timing). The
-// forward prepares an item's divisions once where it takes the item (Variant::item_warm), and
-// with this form group_dilation's forward spilled 40 B.
+// 1: every division in the form NVVM can see never traps (floordiv below), so that it may share
+// one among branches; set by the backward's programs (emit_backward.py; =0 there for A/B timing).
+// The forward's divisions of a work item's values alone take that form always (floordiv_invariant:
+// NVVM then hoists them out of its kv loop); with all in it, group_dilation's forward spilled 40 B.
 #ifndef KDSL_SPECULATED_DIVISION
 #define KDSL_SPECULATED_DIVISION 0
+#endif
+// 0: a work item's divisions (floordiv_invariant) and the divisors' preparation (make_divisor)
+// in the forms NVVM keeps where written, as any other division (A/B timing)
+#ifndef KDSL_INVARIANT_DIVISION
+#define KDSL_INVARIANT_DIVISION 1
 #endif
 
 namespace kdsl {
@@ -64,11 +69,10 @@ KDSL_HOST_DEVICE Divisor make_divisor(int d) {
   const unsigned magnitude = d == 0 ? 1u : d < 0 ? 0u - (unsigned)d : (unsigned)d;
   const unsigned l = ceil_log2(magnitude);
   Divisor v;
-  // (2^l - |d|) < |d|, so the quotient fits in 32 bits: 2^32 (2^l - |d|) / |d| + 1
-  // (with KDSL_SPECULATED_DIVISION by max(|d|, 1), which NVVM sees is never 0: it may then
-  // prepare a divisor once ahead of the branches that divide by it, where by |d| it prepared it
-  // again in each)
-  const unsigned by = KDSL_SPECULATED_DIVISION ? (magnitude > 1u ? magnitude : 1u) : magnitude;
+  // (2^l - |d|) < |d|, so the quotient fits in 32 bits: 2^32 (2^l - |d|) / |d| + 1; by
+  // max(|d|, 1), which NVVM sees is never 0, so that it may prepare a divisor once ahead of the
+  // branches that divide by it, or out of a loop (by |d| it prepared it again in each)
+  const unsigned by = KDSL_INVARIANT_DIVISION || KDSL_SPECULATED_DIVISION ? (magnitude > 1u ? magnitude : 1u) : magnitude;
   v.mul = (unsigned)((((1ull << l) - magnitude) << 32) / by) + 1;
   v.shift1 = l < 1 ? l : 1;
   v.shift2 = l < 1 ? 0 : l - 1;
@@ -107,42 +111,66 @@ KDSL_HOST_DEVICE int floormod(int a, const Divisor& v) {
 // on int, and on i64 for derived bounds (cexpr.WideEmitter). A zero divisor gives 0, as the
 // reference computes it (semantics._floor_division), never the hardware's unspecified value:
 // one the sizes could make 0 is refused before launch, so it is data's or an untaken branch's.
-//
-// The quotient is of the magnitudes, unsigned, by max(|b|, 1): a division NVVM can see never
-// traps (no zero divisor, no INT_MIN / -1), so that it may compute it ahead of the branches that
-// use it and flatten them. A signed `a / d` it kept behind each branch, and computed again in
-// every one: the backward's mask `(i - j) % (h // (H // Hkv) + 1)` divided h by H // Hkv and
-// prepared the result's divisor (divisor.cuh, a 64-bit division) once an element (68 calls of
-// the 64-bit routine in its D=128 cubin; 8 with this form and the mask evaluated first,
-// attention_bwd_wgmma.cuh kBwdMaskFirst). The backward's programs only (KDSL_SPECULATED_DIVISION).
 template <class I> struct UnsignedOf;
 template <> struct UnsignedOf<int> { typedef unsigned T; };
 template <> struct UnsignedOf<long long> { typedef unsigned long long T; };
+
+// The quotient of the magnitudes, unsigned, by max(|b|, 1): a division NVVM can see never traps
+// (no zero divisor, no INT_MIN / -1), so that it may compute it ahead of the branches that use it
+// and flatten them, or hoist it out of a loop. A signed `a / d` it kept behind each branch, and
+// computed again in every one: the backward's mask `(i - j) % (h // (H // Hkv) + 1)` divided h by
+// H // Hkv and prepared the result's divisor (a 64-bit division) once an element (68 calls of the
+// 64-bit routine in its D=128 cubin; 8 with this form and the mask evaluated first,
+// attention_bwd_wgmma.cuh kBwdMaskFirst).
+template <class I>
+KDSL_HOST_DEVICE I floordiv_speculated(I a, I b) {
+  typedef typename UnsignedOf<I>::T U;
+  const U ua = a < 0 ? U(0) - U(a) : U(a), ub = b < 0 ? U(0) - U(b) : U(b);
+  const U uq = ua / (ub > U(1) ? ub : U(1));
+  const bool below = (a < 0) != (b < 0);  // a negative quotient: inexact, one further from zero
+  const U mag = uq + U(below & (uq * ub != ua));
+  return b == 0 ? I(0) : below ? I(U(0) - mag) : I(mag);
+}
+template <class I>
+KDSL_HOST_DEVICE I floormod_speculated(I a, I b) {  // a - floor(a / b) * b, the sign of b's (mod 2^bits)
+  typedef typename UnsignedOf<I>::T U;
+  return b == 0 ? I(0) : I(U(a) - U(floordiv_speculated(a, b)) * U(b));
+}
+
+// Shorter per division (one signed divide and its floor fixup), but NVVM keeps it where written.
+template <class I>
+KDSL_HOST_DEVICE I floordiv_signed(I a, I b) {
+  const I d = b == 0 ? I(1) : b;
+  const I q = a / d;
+  return b == 0 ? I(0) : (q * d != a && ((a < 0) != (d < 0))) ? q - 1 : q;
+}
+template <class I>
+KDSL_HOST_DEVICE I floormod_signed(I a, I b) {
+  const I d = b == 0 ? I(1) : b;
+  const I r = a % d;
+  return b == 0 ? I(0) : (r != 0 && ((r < 0) != (d < 0))) ? r + d : r;
+}
+
 template <class I>
 KDSL_HOST_DEVICE I floordiv(I a, I b) {
-  if constexpr (KDSL_SPECULATED_DIVISION) {
-    typedef typename UnsignedOf<I>::T U;
-    const U ua = a < 0 ? U(0) - U(a) : U(a), ub = b < 0 ? U(0) - U(b) : U(b);
-    const U uq = ua / (ub > U(1) ? ub : U(1));
-    const bool below = (a < 0) != (b < 0);  // a negative quotient: inexact, one further from zero
-    const U mag = uq + U(below & (uq * ub != ua));
-    return b == 0 ? I(0) : below ? I(U(0) - mag) : I(mag);
-  } else {
-    const I d = b == 0 ? I(1) : b;
-    const I q = a / d;
-    return b == 0 ? I(0) : (q * d != a && ((a < 0) != (d < 0))) ? q - 1 : q;
-  }
+  return KDSL_SPECULATED_DIVISION ? floordiv_speculated(a, b) : floordiv_signed(a, b);
 }
 template <class I>
 KDSL_HOST_DEVICE I floormod(I a, I b) {
-  if constexpr (KDSL_SPECULATED_DIVISION) {  // a - floor(a / b) * b, the sign of b's (mod 2^bits)
-    typedef typename UnsignedOf<I>::T U;
-    return b == 0 ? I(0) : I(U(a) - U(floordiv(a, b)) * U(b));
-  } else {
-    const I d = b == 0 ? I(1) : b;
-    const I r = a % d;
-    return b == 0 ? I(0) : (r != 0 && ((r < 0) != (d < 0))) ? r + d : r;
-  }
+  return KDSL_SPECULATED_DIVISION ? floormod_speculated(a, b) : floormod_signed(a, b);
+}
+
+// A division whose operands are the same for a whole work item (`h // (H // Hkv)`; cexpr.py):
+// always the form NVVM may hoist out of the kv loop. Signed, the forward's partial tiles divided
+// again on every group of eight keys (behind the partial test), and prepared the quotient's
+// divisor there too: group_dilation's D=128 forward made 14 calls of the 64-bit division routine.
+template <class I>
+KDSL_HOST_DEVICE I floordiv_invariant(I a, I b) {
+  return KDSL_INVARIANT_DIVISION ? floordiv_speculated(a, b) : floordiv(a, b);
+}
+template <class I>
+KDSL_HOST_DEVICE I floormod_invariant(I a, I b) {
+  return KDSL_INVARIANT_DIVISION ? floormod_speculated(a, b) : floormod(a, b);
 }
 
 }  // namespace kdsl

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The eighty-sixth session's device calls, each within one call's 600 s:
+#   OUT=... PART="i" [DEADLINE=520] bash tools/dev/s86_next.sh; logs in $OUT/logs.tgz.
+#   i: a work item's divisions in the form NVVM hoists out of the forward's kv loop (divisor.cuh
+#      floordiv_invariant, make_divisor by max(|d|, 1)): the forward alone against KDSL_INVARIANT_DIVISION=0
+#      on the kernels whose SASS it changed (group_dilation: 14 -> 10 calls of the 64-bit division routine,
+#      local 0 -> 40 B), the header's GPU tests, `check --grad` of group_dilation, set 44 against Flex.
+set -uo pipefail
+source tools/dev/device_steps.sh
+CHECK_SEED=86 CHECK_TIMEOUT=90
+fab() {  # file programs B,H,M,N,D: the forward alone, default against KDSL_INVARIANT_DIVISION=0, in turns
+  late fab-$2-$3 && return
+  timeout 200 python3 tools/dev/forward_ab.py $1 --programs $2 --shape $3 --reps 10 --seed 0 \
+    --variants "default;KDSL_DEFINES=KDSL_INVARIANT_DIVISION=0" > $L/fab-$2-${3//,/x}.log 2>&1
+  echo "[fab $2 $3] rc $?"; grep "^|.*x[0-9]\|Error" $L/fab-$2-${3//,/x}.log
+  save
+}
+for part in ${PART:-i}; do
+case $part in
+i)
+  check tools/dev/heldout44.kd group_dilation
+  fab tools/dev/heldout44.kd group_dilation 2,16,4096,4096,128
+  fab tools/dev/heldout44.kd group_dilation 2,16,4096,4096,64
+  fab tools/dev/heldout37.kd kv_group_parity 2,16,4096,4096,128
+  fab tools/dev/heldout33.kd gqa_block_phase 2,16,4096,4096,128
+  fab tools/dev/divisors.kd runtime_natten 2,16,4096,4096,128
+  fab tools/dev/heldout22.kd kv_head_keep 2,16,4096,4096,128
+  fab tools/dev/heldout13.kd head_key_temperature 2,16,4096,4096,128
+  late p-div || { timeout 120 python3 -m pytest -q tests/gpu/test_shared_divisions_gpu.py tests/gpu/test_prepared_divisors_gpu.py \
+      > $L/pytest-divisions.log 2>&1; echo "divisions GPU tests: $(tail -1 $L/pytest-divisions.log)"; save; }
+  bench h44-bwd tools/dev/heldout44.kd --backward ;;
+esac
+done
