@@ -8,9 +8,10 @@ save() { tar czf $OUT/logs.tgz -C $OUT logs; }
 late() { [ $SECONDS -gt ${DEADLINE:-520} ] && echo "skipped (deadline): $*"; }
 check() {  # file kernel
   late $2 && return
-  timeout ${CHECK_TIMEOUT:-60} kdsl check $1 --kernel $2 --grad --seed ${CHECK_SEED:-77} \
-    > $L/check-$(basename $1 .kd)-$2.log 2>&1
-  echo "$(basename $1 .kd):$2 rc $? $(grep -i 'cases pass\|fail' $L/check-$(basename $1 .kd)-$2.log | tr '\n' ' ' | cut -c1-160)"
+  local log=$L/check-$(basename $1 .kd)-$2.log
+  timeout ${CHECK_TIMEOUT:-60} kdsl check $1 --kernel $2 --grad --seed ${CHECK_SEED:-77} > $log 2>&1
+  local rc=$?  # (before any other command: a $(...) in the echo below would reset $?)
+  echo "$(basename $1 .kd):$2 rc $rc $(grep -i 'cases pass\|fail' $log | tr '\n' ' ' | cut -c1-160)"
 }
 bench() {  # name file [args]: against compiled Flex at 2x16x4096², D=128
   late $1 && return

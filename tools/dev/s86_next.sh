@@ -5,6 +5,8 @@
 #      floordiv_invariant, make_divisor by max(|d|, 1)): the forward alone against KDSL_INVARIANT_DIVISION=0
 #      on the kernels whose SASS it changed (group_dilation: 14 -> 10 calls of the 64-bit division routine,
 #      local 0 -> 40 B), the header's GPU tests, `check --grad` of group_dilation, set 44 against Flex.
+#   h: held-out set 46 (tools/dev/heldout46.kd, interpreter-checked): `check --grad` of all eight, then fwd+bwd
+#      against Flex.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=86 CHECK_TIMEOUT=90
@@ -29,5 +31,9 @@ i)
   late p-div || { timeout 120 python3 -m pytest -q tests/gpu/test_shared_divisions_gpu.py tests/gpu/test_prepared_divisors_gpu.py \
       > $L/pytest-divisions.log 2>&1; echo "divisions GPU tests: $(tail -1 $L/pytest-divisions.log)"; save; }
   bench h44-bwd tools/dev/heldout44.kd --backward ;;
+h)
+  for k in ssmax_causal image_text_bidir head_window_width causal_or_local_heads clamped_relbias_gqa \
+      query_start_causal sqrt_decay_softcap fixed_sparse; do check tools/dev/heldout46.kd $k; done
+  bench h46-bwd tools/dev/heldout46.kd --backward ;;
 esac
 done
