@@ -151,26 +151,28 @@ KDSL_HOST_DEVICE I floormod_signed(I a, I b) {
   return b == 0 ? I(0) : (r != 0 && ((r < 0) != (d < 0))) ? r + d : r;
 }
 
-template <class I>
-KDSL_HOST_DEVICE I floordiv(I a, I b) {
-  return KDSL_SPECULATED_DIVISION ? floordiv_speculated(a, b) : floordiv_signed(a, b);
+// The form by a flag: kSpeculated, the magnitudes' (never traps), else the signed one
+template <bool kSpeculated, class I>
+KDSL_HOST_DEVICE I floordiv_form(I a, I b) {
+  return kSpeculated ? floordiv_speculated(a, b) : floordiv_signed(a, b);
+}
+template <bool kSpeculated, class I>
+KDSL_HOST_DEVICE I floormod_form(I a, I b) {
+  return kSpeculated ? floormod_speculated(a, b) : floormod_signed(a, b);
 }
 template <class I>
-KDSL_HOST_DEVICE I floormod(I a, I b) {
-  return KDSL_SPECULATED_DIVISION ? floormod_speculated(a, b) : floormod_signed(a, b);
-}
+KDSL_HOST_DEVICE I floordiv(I a, I b) { return floordiv_form<KDSL_SPECULATED_DIVISION != 0>(a, b); }
+template <class I>
+KDSL_HOST_DEVICE I floormod(I a, I b) { return floormod_form<KDSL_SPECULATED_DIVISION != 0>(a, b); }
 
 // A division whose operands are the same for a whole work item (`h // (H // Hkv)`; cexpr.py):
 // always the form NVVM may hoist out of the kv loop. Signed, the forward's partial tiles divided
 // again on every group of eight keys (behind the partial test), and prepared the quotient's
 // divisor there too: group_dilation's D=128 forward made 14 calls of the 64-bit division routine.
+constexpr bool kInvariantSpeculated = KDSL_INVARIANT_DIVISION || KDSL_SPECULATED_DIVISION;
 template <class I>
-KDSL_HOST_DEVICE I floordiv_invariant(I a, I b) {
-  return KDSL_INVARIANT_DIVISION ? floordiv_speculated(a, b) : floordiv(a, b);
-}
+KDSL_HOST_DEVICE I floordiv_invariant(I a, I b) { return floordiv_form<kInvariantSpeculated>(a, b); }
 template <class I>
-KDSL_HOST_DEVICE I floormod_invariant(I a, I b) {
-  return KDSL_INVARIANT_DIVISION ? floormod_speculated(a, b) : floormod(a, b);
-}
+KDSL_HOST_DEVICE I floormod_invariant(I a, I b) { return floormod_form<kInvariantSpeculated>(a, b); }
 
 }  // namespace kdsl
