@@ -40,7 +40,7 @@ DECLS = """attention t {
 """
 DATA = ["doc_q[b, i]", "doc_kv[b, j]", "lens[b]", "tbl[doc_q[b, i]]", "head_doc[h, j]", "(doc_q[b, i] // 2)",
         "(doc_kv[b, j] + i)", "(doc_q[b, i] - doc_kv[b, j])", "ikeep[b, i, j]", "rules[doc_q[b, i], doc_kv[b, j]]",
-        "(ikeep[b, i, j] + j)"]
+        "(ikeep[b, i, j] + j)", "(i + lens[b])", "max(i - 64, lens[b])", "(lens[b] - j // 2)", "min(j, tbl[b])"]
 PLAIN = ["i", "j", "(i - j)", "(i // 64)", "3", "(j % 96)"]
 CMP = ["==", "!=", "<", "<=", ">", ">="]
 FLAGS = ["keep[b, i, j]", "hkeep[b, h, i, j]", "valid[b, j]"]  # bool elements, bounded as 0 / 1
@@ -140,6 +140,32 @@ def test_data_independent_of_q_and_kv_is_exact_per_block():
     assert cls(0, 128) == "full"    # every key < 300
     assert cls(0, 384) == "empty"   # above the diagonal and past the prefix
     assert cls(0, 256) == "partial"
+
+
+@pytest.mark.parametrize("mask", ["j <= i + lens[b]", "j <= i and j >= max(i - 255, lens[b])",
+                                  "j // 2 + lens[b] <= i"])
+def test_data_moving_one_way_along_a_position_is_bounded_at_the_blocks_edges(mask, monkeypatch):
+    """`i + off[b]` (a KV cache's offset), `max(i - 255, start[b])` (a window clipped at a start):
+    a value of data read at neither position that moves one way along one (monotone.step) takes
+    its extremes at the block's first and last row or key, exactly, with no tile summary; the
+    classes are those of every element. KDSL_MONOTONE_BOUNDS=0: the summary's qmin / qmax."""
+    k = _kernel(mask)
+    assert k.attr("mask_tiles") == "data-dependent" and mask_analysis.summary_slots(k) == []
+    B, H, M, N = 2, 1, 512, 640
+    dims = {"B": B, "H": H, "Hkv": H, "M": M, "N": N, "D": 64}
+    rng = np.random.default_rng()
+    caps = {"lens": rng.integers(-100, N + 100, (B,)).astype(np.int32)}
+    grid = {**dims, "b": np.arange(B).reshape(B, 1, 1, 1), "h": np.zeros((1, 1, 1, 1), int),
+            "q": np.arange(M).reshape(1, 1, M, 1), "kv": np.arange(N).reshape(1, 1, 1, N)}
+    keep = np.broadcast_to(eval_numpy(k.func("mask"), grid, caps), (B, H, M, N))
+    for q0 in range(0, M, 64):
+        for k0 in range(0, N, 64):
+            cls = interp._classify(k.func("tile_empty"), k.func("tile_full"), dims, caps, B, H, q0, q0 + 63, k0, k0 + 63)
+            block = keep[:, :, q0:q0 + 64, k0:k0 + 64]
+            exact = np.where(~block.any(axis=(2, 3)), "empty", np.where(block.all(axis=(2, 3)), "full", "partial"))
+            assert (cls == exact).all(), (mask, q0, k0, cls, exact)
+    monkeypatch.setenv("KDSL_MONOTONE_BOUNDS", "0")
+    assert _kernel(mask).attr("mask_tiles") == "tile-summary"
 
 
 def test_summary_ops_round_trip_and_lay_out_per_slot():

@@ -12,7 +12,9 @@ reads data but depends on neither q nor kv (`prefix[b]`) is exact over a block: 
 simply loads it. One that depends on q only (`doc_q[b, q]`) or kv only is bounded by its min
 and max over the block's rows or columns, written (qmin e) / (qmax e) / (kvmin e) / (kvmax e):
 a tile summary the runtime computes on the GPU before the attention kernel, so the kernel
-skips the empty tiles of a document mask and drops the per-element check on its full ones.
+skips the empty tiles of a document mask and drops the per-element check on its full ones. One
+that reads data at neither position but moves one way along one (`i + off[b]`, `max(i - 511,
+start[b])`: monotone.py) is exact at the block's first and last row or key, with no summary.
 Data read at both q and kv and shared by the heads (torch's attn_mask `keep[b, i, j]`, a gather
 `allow[seg_q[b, i], seg_kv[b, j]]`) is bounded over the whole block, (tmin e) / (tmax e): one
 summary entry per (b, q tile, kv tile), so the all-false blocks of a block-diagonal, padded or
@@ -45,7 +47,7 @@ import os
 from dataclasses import dataclass
 
 from .. import ir
-from . import float_bounds, sample_tiles, tile_corners
+from . import float_bounds, monotone, sample_tiles, tile_corners
 from .int_signs import item_level, item_nonnegative, nonnegative_form, positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
@@ -296,6 +298,9 @@ class _Analysis:
         # the key bounds' solver, which asks about hundreds of derived comparisons (each judged on
         # a sample problem: a fuzzed nested abs took 2.4 s)
         self.monotone = monotone
+        # and data values moving one way along a position bounded at the block's edges (_monotone_interval;
+        # KDSL_MONOTONE_BOUNDS=0: by the tile summary, A/B timing)
+        self.monotone_bounds = monotone and os.environ.get("KDSL_MONOTONE_BOUNDS", "1") != "0"
         self.tensors = {t.name: t for t in tensors}  # for _corners: element types and shapes
         self._corner_memo: dict = {}  # _corners per load: _whole_block asks before _truth does
         self._costs: dict[int, tuple[ir.Expr, int, int]] = {}  # id -> (expr kept alive, nodes, depth)
@@ -351,7 +356,7 @@ class _Analysis:
             return Interval(e, e)
         reads = self._kind(e)[0]
         if reads:
-            data = _data_interval(e)
+            data = (self.monotone_bounds and _monotone_interval(e)) or _data_interval(e)
             if data is not None:
                 return data
         i = self._parts(e)
@@ -549,6 +554,22 @@ def _data_interval(e: ir.Expr) -> Interval | None:
         return Interval(e, e)
     axis = "q" if on_q else "kv"
     return Interval(ir.Op("i32", axis + "min", (e,)), ir.Op("i32", axis + "max", (e,)))
+
+
+def _monotone_interval(e: ir.Expr) -> Interval | None:
+    """Bounds of an i32 expression that reads captured tensors at neither position but varies
+    along one, moving one way along it (monotone.step): its values at the block's two edges,
+    exact, with no tile summary (`max(i - 511, start[b])`, a window clipped at a batch's start,
+    took a summary kernel for its qmin before)."""
+    on_q, on_kv = ir.uses(e, "q"), ir.uses(e, "kv")
+    if on_q == on_kv or ir.loads_at(e, ("q", "kv")):
+        return None
+    axis, first, last = ("q", "q0", "q1") if on_q else ("kv", "k0", "k1")
+    step = monotone.step(e, axis)
+    if step is None or step[0] < 0 < step[1]:
+        return None
+    at_first, at_last = (ir.substitute(e, {axis: _v(v)}) for v in (first, last))
+    return Interval(at_first, at_last) if step[0] >= 0 else Interval(at_last, at_first)
 
 
 def _pick(t: Truth, x, y, join):

@@ -7,6 +7,11 @@
 #      local 0 -> 40 B), the header's GPU tests, `check --grad` of group_dilation, set 44 against Flex.
 #   h: held-out set 46 (tools/dev/heldout46.kd, interpreter-checked): `check --grad` of all eight, then fwd+bwd
 #      against Flex.
+#   o: (next session) data moving one way along a position bounded at the tile's edges (mask_analysis
+#      _monotone_interval: `j <= i + off[b]` and seven more corpus kernels from tile-summary to data-dependent,
+#      so no summary kernel, and their backward now ordered): `check --grad` of the nine, the forward and the
+#      backward alone against KDSL_MONOTONE_BOUNDS=0.
+#   s: (next session) held-out set 47 (interpreter-checked): `check --grad` of all eight, fwd+bwd against Flex.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=86 CHECK_TIMEOUT=90
@@ -35,5 +40,22 @@ h)
   for k in ssmax_causal image_text_bidir head_window_width causal_or_local_heads clamped_relbias_gqa \
       query_start_causal sqrt_decay_softcap fixed_sparse; do check tools/dev/heldout46.kd $k; done
   bench h46-bwd tools/dev/heldout46.kd --backward ;;
+o)
+  for spec in heldout11:cache_fill heldout15:min_limit heldout24:qk_scales heldout25:floored_window \
+      heldout28:offset_causal_gqa heldout4:chunk_prefill heldout44:cache_window heldout6:ring_shard heldout47:window_from_start; do
+    check tools/dev/${spec%%:*}.kd ${spec##*:}
+  done
+  for spec in heldout4:chunk_prefill heldout44:cache_window heldout28:offset_causal_gqa heldout47:window_from_start; do
+    late fab-${spec##*:} && continue
+    timeout 150 python3 tools/dev/forward_ab.py tools/dev/${spec%%:*}.kd --programs ${spec##*:} --shape 2,16,4096,4096,128 \
+      --reps 10 --seed 0 --variants "default;KDSL_MONOTONE_BOUNDS=0" > $L/fab-${spec##*:}.log 2>&1
+    echo "[fab ${spec##*:}]"; grep "^|.*x[0-9]\|Error" $L/fab-${spec##*:}.log; save
+  done
+  ab_at KDSL_MONOTONE_BOUNDS=0 tools/dev/heldout4.kd chunk_prefill 2,16,4096,4096,128
+  ab_at KDSL_MONOTONE_BOUNDS=0 tools/dev/heldout44.kd cache_window 2,16,4096,4096,128 ;;
+s)
+  for k in periodic_bias2d window_from_start diagonal_bias prefix_where chunk_and_previous cosine_phase block_table \
+      decayed_threshold; do check tools/dev/heldout47.kd $k; done
+  bench h47-bwd tools/dev/heldout47.kd --backward ;;
 esac
 done
