@@ -11,7 +11,8 @@
 #      _monotone_interval: `j <= i + off[b]` and seven more corpus kernels from tile-summary to data-dependent,
 #      so no summary kernel, and their backward now ordered): `check --grad` of the nine, the forward and the
 #      backward alone against KDSL_MONOTONE_BOUNDS=0.
-#   s: (next session) held-out set 47 (interpreter-checked): `check --grad` of all eight, fwd+bwd against Flex.
+#   s: (next session) held-out sets 47 and 48 (interpreter-checked): `check --grad` of all sixteen, fwd+bwd against
+#      Flex.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=86 CHECK_TIMEOUT=90
@@ -56,6 +57,9 @@ o)
 s)
   for k in periodic_bias2d window_from_start diagonal_bias prefix_where chunk_and_previous cosine_phase block_table \
       decayed_threshold; do check tools/dev/heldout47.kd $k; done
-  bench h47-bwd tools/dev/heldout47.kd --backward ;;
+  for k in bucketed_relbias batch_head_window cache_tail_causal sink_temperature half_anticausal flat_alibi \
+      hashed_jitter table_dilation; do check tools/dev/heldout48.kd $k; done
+  bench h47-bwd tools/dev/heldout47.kd --backward
+  bench h48-bwd tools/dev/heldout48.kd --backward ;;
 esac
 done
