@@ -49,9 +49,10 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
                     shown, where, (lo, hi) = idx, "", interval(idx, ranges)
                 if lo < 0 or hi >= size:
                     text = ir.format_expr(shown, k.param_names(fname))
+                    hint = _other_positions_axis(idx, t, axis, text) or _clamp_hint(lo, hi, size)
                     raise LaunchError(
                         f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {_out_of(lo, hi)}{where} "
-                        f"for these shapes, but that axis has size {size}; {_clamp_hint(lo, hi, size)}")
+                        f"for these shapes, but that axis has size {size}; {hint}")
     check_integer_ranges(k, ranges, kname)
     check_divisors(k, ranges, kname)
 
@@ -66,6 +67,26 @@ def _out_of(lo, hi) -> str:
     if not math.isfinite(hi):
         return f"cannot be bounded above (at least {lo})"
     return f"ranges over [{lo}, {hi}]"
+
+
+# a position and the size of the other one's axis: the query's is M, the key's N
+_OTHER_AXIS = {"q": ("N", "M", "keys", "M <= N"), "kv": ("M", "N", "queries", "N <= M")}
+
+
+def _other_positions_axis(idx: ir.Expr, t: ir.Tensor, axis: int, text: str) -> str | None:
+    """The hint where a position itself indexes an axis as long as the other position's
+    (`img[b, i]` with img: i32[B, N], as self-attention writes it): a clamp would change what the
+    kernel means, so the message says which calls it takes and what to declare instead."""
+    extent = t.shape[axis]
+    if not (isinstance(idx, ir.Var) and idx.name in _OTHER_AXIS and isinstance(extent, ir.Var)):
+        return None
+    other, own, what, takes = _OTHER_AXIS[idx.name]
+    if extent.name != other:
+        return None
+    shape = ", ".join(own if n == axis else ir.format_expr(x) for n, x in enumerate(t.shape))
+    return (f"the position {text} indexes an axis of {other} {what}, so the kernel takes calls with {takes} only "
+            f"(self-attention); for others give that position a tensor of its own ({t.name}_{text}: "
+            f"{t.dtype}[{shape}]), or clamp it, e.g. min({text}, {other} - 1)")
 
 
 def _clamp_hint(lo, hi, size) -> str:
