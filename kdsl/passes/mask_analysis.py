@@ -453,7 +453,14 @@ class _Analysis:
                 return Interval(i32("mul", other.lo, c), i32("mul", other.hi, c))
             if c is not None:
                 return Interval(i32("mul", other.hi, c), i32("mul", other.lo, c))
-            return Interval(None, None)
+            # by a factor the same over the block of either sign (`(i - j) * stride[h]`): the
+            # products with the other's two bounds, in the order the factor's sign gives
+            c = next((x for x in e.args if not ir.uses(x, "q") and not ir.uses(x, "kv")), None)
+            other = a[1] if c is e.args[0] else a[0]
+            if c is None or other.lo is None or other.hi is None:
+                return Interval(None, None)
+            at_lo, at_hi, up = op("i32", "mul", other.lo, c), op("i32", "mul", other.hi, c), op("bool", "ge", c, const("i32", 0))
+            return Interval(op("i32", "where", up, at_lo, at_hi), op("i32", "where", up, at_hi, at_lo))
         if e.op == "abs":
             lo, hi = a[0].lo, a[0].hi
             if lo is None or hi is None:

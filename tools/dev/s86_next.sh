@@ -13,6 +13,7 @@
 #      backward alone against KDSL_MONOTONE_BOUNDS=0.
 #   s: (next session) held-out sets 47 and 48 (interpreter-checked): `check --grad` of all sixteen, fwd+bwd against
 #      Flex.
+#   t: (next session) held-out set 49 (interpreter-checked): `check --grad` of all eight, fwd+bwd against Flex.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=86 CHECK_TIMEOUT=90
@@ -61,5 +62,9 @@ s)
       hashed_jitter table_dilation; do check tools/dev/heldout48.kd $k; done
   bench h47-bwd tools/dev/heldout47.kd --backward
   bench h48-bwd tools/dev/heldout48.kd --backward ;;
+t)
+  for k in double_window strided_distance key_slope_batch half_rate_causal head_block_stripes batch_relbias \
+      key_interval odd_keys_halved; do check tools/dev/heldout49.kd $k; done
+  bench h49-bwd tools/dev/heldout49.kd --backward ;;
 esac
 done
