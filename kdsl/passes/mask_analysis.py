@@ -530,6 +530,12 @@ class _Analysis:
             return t
         if e.op in ("lt", "le", "gt", "ge", "eq", "ne") and e.args[0].ty == "f32" and self.floats:
             return self._float_compare(e)
+        if e.op in ("eq", "ne") and e.args[0].ty == "bool":  # `(j <= i) != (h >= H // 2)`: equal where both hold or neither
+            x, y = self.truth(e.args[0]), self.truth(e.args[1])
+            both = lambda p, r: op("bool", "and", p, r)  # noqa: E731
+            same = op("bool", "or", both(x.always, y.always), both(x.never, y.never))
+            differ = op("bool", "or", both(x.always, y.never), both(x.never, y.always))
+            return Truth(same, differ) if e.op == "eq" else Truth(differ, same)
         if e.op == "where" and e.ty == "bool":
             c, x, y = self.truth(e.args[0]), self.truth(e.args[1]), self.truth(e.args[2])
             pick = lambda a, b, both: op("bool", "or", op("bool", "and", c.always, a),
