@@ -33,7 +33,8 @@ def int_of(text: str, caps: tuple[str, ...] = ()) -> ir.Expr | None:
     ("i * h", "q", None),                   # a varying factor of unknown size
     ("i % 4", "q", None),                   # wraps back
     ("abs(i - 100)", "q", None),
-    ("i // max(lim[b], 1)", "q", None),     # data's divisor: no item bound
+    ("i // max(lim[b], 1)", "q", (0, 1)),   # a divisor of data read elsewhere, >= 1: constant along i
+    ("i // max(lim[i], 1)", "q", None),     # ... but not one read at the position
     ("lim[b] + j", "q", (0, 0)),            # data not read at the position
     ("lim[b] + j", "kv", (1, 1)),
 ])

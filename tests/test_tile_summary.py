@@ -40,7 +40,7 @@ DECLS = """attention t {
 """
 DATA = ["doc_q[b, i]", "doc_kv[b, j]", "lens[b]", "tbl[doc_q[b, i]]", "head_doc[h, j]", "(doc_q[b, i] // 2)",
         "(doc_kv[b, j] + i)", "(doc_q[b, i] - doc_kv[b, j])", "ikeep[b, i, j]", "rules[doc_q[b, i], doc_kv[b, j]]",
-        "(ikeep[b, i, j] + j)", "(i + lens[b])", "max(i - 64, lens[b])", "(lens[b] - j // 2)", "min(j, tbl[b])", "((i - j) * tbl[b])"]
+        "(ikeep[b, i, j] + j)", "(i + lens[b])", "max(i - 64, lens[b])", "(lens[b] - j // 2)", "min(j, tbl[b])", "((i - j) * tbl[b])", "(j // max(tbl[b], 1))"]
 PLAIN = ["i", "j", "(i - j)", "(i // 64)", "3", "(j % 96)"]
 CMP = ["==", "!=", "<", "<=", ">", ">="]
 FLAGS = ["keep[b, i, j]", "hkeep[b, h, i, j]", "valid[b, j]"]  # bool elements, bounded as 0 / 1

@@ -9,7 +9,8 @@ steps keep one sign, an expression takes its extremes over a tile at the tile's 
 comparison of two such sides is decided there exactly (tile_corners.monotone_corners).
 
 The bounds are exact integer reasoning, not a sample: a + b steps by the sum of the steps, c * a
-by c times a's, a // c (c >= 1) by floor(lo / c) .. ceil(hi / c) of a's, min and max within the
+by c times a's, a // c (c >= 1) by floor(lo / c) .. ceil(hi / c) of a's (by a c >= 1 that does not move with
+the position, between 0 and a's), min and max within the
 range of their arguments'; what reads the position in any other way (%, abs, a product of two
 varying values, data) has no step bound.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 
 from .. import ir
-from .int_signs import item_level, positive_divisor
+from .int_signs import positive_divisor
 
 INF = math.inf
 
@@ -56,9 +57,9 @@ def step(e: ir.Expr, var: str) -> tuple[float, float] | None:
     if isinstance(e.args[1], ir.Const):
         c = e.args[1].value
         return (_floor_div(lo, c), _ceil_div(hi, c))
-    if item_level(e.args[1]):  # some c >= 1: the step shrinks towards 0, keeping its sign
-        return (min(lo, 0), max(hi, 0))
-    return None
+    # some c >= 1 the same all along var (the item's `h + 1`, or data read elsewhere, `max(blk[b], 1)`):
+    # the step shrinks towards 0, keeping its sign
+    return (min(lo, 0), max(hi, 0))
 
 
 _STEPPED = ("add", "sub", "neg", "min", "max", "mul", "floordiv")

@@ -13,7 +13,8 @@
 #      backward alone against KDSL_MONOTONE_BOUNDS=0.
 #   s: (next session) held-out sets 47 and 48 (interpreter-checked): `check --grad` of all sixteen, fwd+bwd against
 #      Flex.
-#   t: (next session) held-out set 49 (interpreter-checked): `check --grad` of all eight, fwd+bwd against Flex.
+#   t: (next session) held-out sets 49 and 50 (interpreter-checked): `check --grad` of all sixteen, fwd+bwd against
+#      Flex.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=86 CHECK_TIMEOUT=90
@@ -65,6 +66,9 @@ s)
 t)
   for k in double_window strided_distance key_slope_batch half_rate_causal head_block_stripes batch_relbias \
       key_interval odd_keys_halved; do check tools/dev/heldout49.kd $k; done
-  bench h49-bwd tools/dev/heldout49.kd --backward ;;
+  for k in periodic_head_window batch_blocks_diag negated_window head0_skips_start nearer_position_bias \
+      double_rate_band two_segments sinks_doubled; do check tools/dev/heldout50.kd $k; done
+  bench h49-bwd tools/dev/heldout49.kd --backward
+  bench h50-bwd tools/dev/heldout50.kd --backward ;;
 esac
 done
