@@ -15,6 +15,7 @@
 #      Flex.
 #   t: (next session) held-out sets 49 and 50 (interpreter-checked): `check --grad` of all sixteen, fwd+bwd against
 #      Flex.
+#   u: (next session) held-out set 51 (interpreter-checked): `check --grad` of all eight, fwd+bwd against Flex.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=86 CHECK_TIMEOUT=90
@@ -70,5 +71,9 @@ t)
       double_rate_band two_segments sinks_doubled; do check tools/dev/heldout50.kd $k; done
   bench h49-bwd tools/dev/heldout49.kd --backward
   bench h50-bwd tools/dev/heldout50.kd --backward ;;
+u)
+  for k in near_edges rate_three_halves block_checkerboard segment_distance half_length_window counted_local_heads \
+      both_sides_padded parity_causal; do check tools/dev/heldout51.kd $k; done
+  bench h51-bwd tools/dev/heldout51.kd --backward ;;
 esac
 done
