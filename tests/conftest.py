@@ -54,6 +54,20 @@ def assert_summarised_call_matches(mod, name: str, q, k, v, caps: dict, label) -
     assert torch.equal(fn(q, k, v, **caps, tile_summary=summary), out), label
 
 
+def assert_index_verdict(k, dims: dict, verdict: str | None) -> None:
+    """A call's capture indices proved in bounds (verdict None) or refused with the verdict's text
+    (runtime/bounds.py check_capture_indices, the kernel named "t")."""
+    import re
+
+    from kdsl.errors import LaunchError
+    from kdsl.runtime.bounds import check_capture_indices
+    if verdict is None:
+        check_capture_indices(k, dims, "t")
+    else:
+        with pytest.raises(LaunchError, match=re.escape(verdict)):
+            check_capture_indices(k, dims, "t")
+
+
 @functools.cache
 def gpu_available() -> bool:
     try:

@@ -1,8 +1,6 @@
 """Index bounds through float expressions (passes/index_intervals.py float_interval): an index such as
 min(int(4.0 * log2(float(abs(i - j) + 1))), 31) is proved in bounds, and the float intervals
 hold every value the expression takes, NaN included (then there is no interval)."""
-import re
-
 import numpy as np
 import pytest
 from hypothesis import assume, example, given, settings, strategies as st
@@ -16,6 +14,8 @@ from kdsl.passes.index_intervals import float_interval
 from kdsl.runtime.bounds import check_capture_indices
 from kdsl.semantics import eval_array
 
+from conftest import assert_index_verdict
+
 
 def kernel(index: str, size: str = "L"):
     src = f"""attention t {{
@@ -28,15 +28,6 @@ def kernel(index: str, size: str = "L"):
 
 
 DIMS = {"B": 1, "H": 2, "M": 300, "N": 200, "D": 64}
-
-
-def _assert_verdict(k, dims: dict, verdict: str | None) -> None:
-    """The call's capture indices proved in bounds (verdict None) or refused with the verdict's text."""
-    if verdict is None:
-        check_capture_indices(k, dims, "t")
-    else:
-        with pytest.raises(LaunchError, match=re.escape(verdict)):
-            check_capture_indices(k, dims, "t")
 
 
 @pytest.mark.parametrize("index, L, verdict", [
@@ -69,7 +60,7 @@ def _assert_verdict(k, dims: dict, verdict: str | None) -> None:
 def test_float_index_bounds(index, L, verdict):
     k = kernel(index)
     dims = dict(DIMS, L=L)
-    _assert_verdict(k, dims, verdict)
+    assert_index_verdict(k, dims, verdict)
 
 
 @pytest.mark.parametrize("index, side, hint", [
@@ -190,7 +181,7 @@ def test_which_indices_the_mask_keeps_in_range(index, mask, size, verdict):
     k = kdsl.compile(_masked_program(index, mask, size), "t.kd").ir["t"]
     assert bool(k.attr("masked_index")) == (verdict is None or "where the mask" in verdict)
     dims = {"B": 1, "H": 2, "M": 300, "N": 300, "D": 64}
-    _assert_verdict(k, dims, verdict)
+    assert_index_verdict(k, dims, verdict)
 
 
 @pytest.mark.parametrize("index, mask, size", [
