@@ -143,7 +143,8 @@ def test_data_independent_of_q_and_kv_is_exact_per_block():
 
 
 @pytest.mark.parametrize("mask", ["j <= i + lens[b]", "j <= i and j >= max(i - 255, lens[b])",
-                                  "j // 2 + lens[b] <= i", "j <= i and (i - j) * lens[b] < 300"])
+                                  "j // 2 + lens[b] <= i", "j <= i and (i - j) * lens[b] < 300",
+                                  "(j + lens[b]) % 96 < 40 and j <= i"])
 def test_data_moving_one_way_along_a_position_is_bounded_at_the_blocks_edges(mask, monkeypatch):
     """`i + off[b]` (a KV cache's offset), `max(i - 255, start[b])` (a window clipped at a start):
     a value of data read at neither position that moves one way along one (monotone.step) takes
@@ -151,7 +152,8 @@ def test_data_moving_one_way_along_a_position_is_bounded_at_the_blocks_edges(mas
     classes are those of every element. KDSL_MONOTONE_BOUNDS=0: the summary's qmin / qmax. A
     product with a value the same over the block of either sign (`(i - j) * stride[h]`) is bounded
     by the products with the other factor's bounds, in the order its sign gives (no summary over
-    whole blocks)."""
+    whole blocks). A remainder of such a value by a divisor >= 1 the same over the block (`(j +
+    off[b]) % 96`) is bounded by its true min and max too (test below)."""
     k = _kernel(mask)
     assert k.attr("mask_tiles") == "data-dependent" and mask_analysis.summary_slots(k) == []
     B, H, M, N = 2, 1, 512, 640
@@ -170,6 +172,43 @@ def test_data_moving_one_way_along_a_position_is_bounded_at_the_blocks_edges(mas
     if "*" not in mask:
         monkeypatch.setenv("KDSL_MONOTONE_BOUNDS", "0")
         assert _kernel(mask).attr("mask_tiles") == "tile-summary"
+
+
+@pytest.mark.parametrize("mask", ["abs(i % max(lens[b], 1) - j % max(lens[b], 1)) <= 2",
+                                  "i % max(lens[b], 1) >= j % max(lens[b], 1) and j <= i"])
+def test_a_remainder_by_data_is_bounded_without_a_summary_as_the_summary_bounds_it(mask, monkeypatch):
+    """`i % max(width[0], 1)` (an image of captured width): the remainder of a value moving by
+    steps of at most 1 along one position, by a divisor >= 1 read once per item, is bounded by
+    its min and max over the block with no tile summary: its edges' remainders within one
+    period, 0 and divisor - 1 across one. Those are what the summary computed, so the classes
+    are the summary's (KDSL_MONOTONE_BOUNDS=0), sound, for any data. Not exact: across a period
+    the remainders of a 64-row tile at width 100 are 64..99 and 0..27, and their hull decides
+    less than the two pieces would."""
+    k = _kernel(mask)
+    assert k.attr("mask_tiles") == "data-dependent" and mask_analysis.summary_slots(k) == []
+    monkeypatch.setenv("KDSL_MONOTONE_BOUNDS", "0")
+    summarised = _kernel(mask)
+    assert summarised.attr("mask_tiles") == "tile-summary"
+    B, M, N = 3, 700, 600
+    rng = np.random.default_rng()
+    caps = {"lens": rng.integers(-5, 300, (B,)).astype(np.int32)}
+    grid = {"B": B, "H": 1, "Hkv": 1, "M": M, "N": N, "D": 64, "b": np.arange(B).reshape(B, 1, 1, 1),
+            "h": np.zeros((1, 1, 1, 1), int), "q": np.arange(M).reshape(1, 1, M, 1),
+            "kv": np.arange(N).reshape(1, 1, 1, N)}
+    keep = np.broadcast_to(eval_numpy(k.func("mask"), grid, caps), (B, 1, M, N))
+    dims = {n: grid[n] for n in ("B", "H", "Hkv", "M", "N", "D")}
+    decided = 0
+    for bm, bn in ((64, 64), (128, 176)):
+        for q0 in range(0, M, bm):
+            for k0 in range(0, N, bn):
+                tile = (dims, caps, B, 1, q0, min(q0 + bm, M) - 1, k0, min(k0 + bn, N) - 1)
+                got = interp._classify(k.func("tile_empty"), k.func("tile_full"), *tile)
+                assert (got == interp._classify(summarised.func("tile_empty"), summarised.func("tile_full"), *tile)).all()
+                block = keep[:, :, q0:q0 + bm, k0:k0 + bn]
+                assert not ((got == "empty") & block.any(axis=(2, 3))).any(), (mask, q0, k0)
+                assert not ((got == "full") & ~block.all(axis=(2, 3))).any(), (mask, q0, k0)
+                decided += int((got != "partial").sum())
+    assert decided > 0
 
 
 def test_summary_ops_round_trip_and_lay_out_per_slot():

@@ -355,6 +355,8 @@ class _Analysis:
         if isinstance(e, ir.Const):
             return Interval(e, e)
         reads = self._kind(e)[0]
+        if reads and self.monotone_bounds and _periodic(e):
+            return self._parts(e)  # exact: [lo % c, hi % c] within one period, else all of it
         if reads:
             data = (self.monotone_bounds and _monotone_interval(e)) or _data_interval(e)
             if data is not None:
@@ -583,6 +585,21 @@ def _monotone_interval(e: ir.Expr) -> Interval | None:
         return None
     at_first, at_last = (ir.substitute(e, {axis: _v(v)}) for v in (first, last))
     return Interval(at_first, at_last) if step[0] >= 0 else Interval(at_last, at_first)
+
+
+def _periodic(e: ir.Expr) -> bool:
+    """Whether e is `x % c` with c >= 1 the same over the block and x moving along one position
+    by steps of at most 1 (`i % max(width[0], 1)`, `(j + off[b]) % 64`): x then takes every
+    value between its edges, so the remainder's bounds from x's (_parts) are exact, and data
+    read once per item needs no tile summary for them."""
+    if not (isinstance(e, ir.Op) and e.op == "mod") or ir.loads_at(e, ("q", "kv")):
+        return False
+    x, c = e.args
+    on_q, on_kv = ir.uses(x, "q"), ir.uses(x, "kv")
+    if on_q == on_kv or ir.uses(c, "q") or ir.uses(c, "kv") or not positive_divisor(c):
+        return False
+    s = monotone.step(x, "q" if on_q else "kv")
+    return s is not None and -1 <= s[0] and s[1] <= 1 and (s[0] >= 0 or s[1] <= 0)
 
 
 def _pick(t: Truth, x, y, join):
