@@ -219,17 +219,19 @@ def test_capture_index_bounds(index, size, verdict):
 
 @pytest.mark.parametrize("mask, dims, verdict", [
     ("img[b, i] == img[b, j]", {"M": 9, "N": 7}, "the position i indexes an axis of N keys, so the kernel takes "
-     "calls with M <= N only (self-attention); for others give that position a tensor of its own "
-     "(img_i: i32[B, M]), or clamp it, e.g. min(i, N - 1)"),
+     "calls with M <= N only; for self-attention alone declare q: bf16[B, H, N, D], so every call has M = N; for "
+     "others give that position a tensor of its own (img_i: i32[B, M]), or clamp it, e.g. min(i, N - 1)"),
     ("img[b, i] == img[b, j]", {"M": 7, "N": 7}, None),
     ("tq[h, j] > 0", {"M": 5, "N": 7}, "the position j indexes an axis of M queries, so the kernel takes calls "
-     "with N <= M only (self-attention); for others give that position a tensor of its own (tq_j: i32[H, N])"),
+     "with N <= M only; for self-attention alone declare k: bf16[B, H, M, D]; v: bf16[B, H, M, D], so every call "
+     "has M = N; for others give that position a tensor of its own (tq_j: i32[H, N])"),
     ("img[b, i + 1] > 0", {"M": 7, "N": 7}, "clamp it above, e.g. min(..., 6)")])
 def test_a_position_indexing_the_other_positions_axis_is_refused_with_what_to_declare(mask, dims, verdict):
     """Self-attention written with one tensor for queries and keys (`img[b, i] == img[b, j]`, img:
     [B, N]) takes calls with M <= N; a call past that is refused by a message that says so, and
-    what to declare for other calls (held-out set 46's image_text_bidir); an index that is not the
-    position itself gets the plain clamp hint."""
+    what to declare: the operands at one length (the declaration the hint names compiles, and
+    its calls all have M = N), or a tensor of the position's own (held-out set 46's
+    image_text_bidir); an index that is not the position itself gets the plain clamp hint."""
     src = f"""attention t {{
         q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
         img: i32[B, N]; tq: i32[H, M]
@@ -238,6 +240,13 @@ def test_a_position_indexing_the_other_positions_axis_is_refused_with_what_to_de
     k_ir = kdsl.compile(src, "t.kd").ir["t"]
     dims = {"B": 2, "H": 2, "D": 64, **dims}
     assert_index_verdict(k_ir, dims, verdict)
+    if verdict and "self-attention alone" in verdict:
+        declared = verdict.split("declare ")[1].split(", so every call")[0]
+        for decl in declared.split("; "):
+            name = decl.split(":")[0]
+            src = re.sub(rf"\b{name}: bf16\[[^]]*\]", decl, src)
+        same = kdsl.compile(src, "t.kd").ir["t"]
+        assert_index_verdict(same, {**dims, "M": 7, "N": 7}, None)
 
 
 def test_launch_errors_quote_shapes_and_indices_as_written_not_as_ir():

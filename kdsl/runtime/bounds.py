@@ -49,7 +49,7 @@ def check_capture_indices(k: ir.Kernel, dims: dict, kname: str) -> None:
                     shown, where, (lo, hi) = idx, "", interval(idx, ranges)
                 if lo < 0 or hi >= size:
                     text = ir.format_expr(shown, k.param_names(fname))
-                    hint = _other_positions_axis(idx, t, axis, text) or _clamp_hint(lo, hi, size)
+                    hint = _other_positions_axis(k, idx, t, axis, text) or _clamp_hint(lo, hi, size)
                     raise LaunchError(
                         f"{kname}: in {fname}(), index {axis} of '{node.tensor}' ({text}) {_out_of(lo, hi)}{where} "
                         f"for these shapes, but that axis has size {size}; {hint}")
@@ -70,23 +70,33 @@ def _out_of(lo, hi) -> str:
 
 
 # a position and the size of the other one's axis: the query's is M, the key's N
-_OTHER_AXIS = {"q": ("N", "M", "keys", "M <= N"), "kv": ("M", "N", "queries", "N <= M")}
+# (and the operands whose length that size is)
+_OTHER_AXIS = {"q": ("N", "M", "keys", "M <= N", ("q",)), "kv": ("M", "N", "queries", "N <= M", ("k", "v"))}
 
 
-def _other_positions_axis(idx: ir.Expr, t: ir.Tensor, axis: int, text: str) -> str | None:
+def _other_positions_axis(k: ir.Kernel, idx: ir.Expr, t: ir.Tensor, axis: int, text: str) -> str | None:
     """The hint where a position itself indexes an axis as long as the other position's
     (`img[b, i]` with img: i32[B, N], as self-attention writes it): a clamp would change what the
-    kernel means, so the message says which calls it takes and what to declare instead."""
+    kernel means, so the message says which calls it takes and what to declare instead: the
+    queries (or keys and values) at the other length, which makes M and N one size (and `kdsl
+    check` draw them equal), or a tensor of the position's own."""
     extent = t.shape[axis]
     if not (isinstance(idx, ir.Var) and idx.name in _OTHER_AXIS and isinstance(extent, ir.Var)):
         return None
-    other, own, what, takes = _OTHER_AXIS[idx.name]
+    other, own, what, takes, operands = _OTHER_AXIS[idx.name]
     if extent.name != other:
         return None
     shape = ", ".join(own if n == axis else ir.format_expr(x) for n, x in enumerate(t.shape))
-    return (f"the position {text} indexes an axis of {other} {what}, so the kernel takes calls with {takes} only "
-            f"(self-attention); for others give that position a tensor of its own ({t.name}_{text}: "
-            f"{t.dtype}[{shape}]), or clamp it, e.g. min({text}, {other} - 1)")
+    same = "; ".join(_declared(k.tensor(n), own, other) for n in operands if k.tensor(n) is not None)
+    return (f"the position {text} indexes an axis of {other} {what}, so the kernel takes calls with {takes} only; "
+            f"for self-attention alone declare {same}, so every call has M = N; for others give that position a "
+            f"tensor of its own ({t.name}_{text}: {t.dtype}[{shape}]), or clamp it, e.g. min({text}, {other} - 1)")
+
+
+def _declared(t: ir.Tensor, old: str, new: str) -> str:
+    """t's declaration with its size `old` renamed `new` (`q: bf16[B, H, N, D]`)."""
+    dims = ", ".join(new if isinstance(x, ir.Var) and x.name == old else ir.format_expr(x) for x in t.shape)
+    return f"{t.name}: {t.dtype}[{dims}]"
 
 
 def _clamp_hint(lo, hi, size) -> str:
