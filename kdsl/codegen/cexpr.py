@@ -61,7 +61,8 @@ class CEmitter:
 
     def __init__(self, variables: dict[str, str], captures: dict[str, Capture],
                  summary_slots: dict[tuple[str, ir.Expr], int] | None = None, streamed: dict[str, str] | None = None,
-                 divisors: tuple[ir.Expr, ...] = (), sizes: frozenset[str] = frozenset()):
+                 divisors: tuple[ir.Expr, ...] = (), sizes: frozenset[str] = frozenset(),
+                 prepared: dict[ir.Expr, str] | None = None):
         # summary_slots: (axis, expression) -> slot of the runtime tile summary, for the tile
         # reductions of the mask analysis' predicates (kdsl/attention_summary.cuh).
         # streamed: the captured tensors whose elements the Variant's score and mask_at get as
@@ -73,6 +74,9 @@ class CEmitter:
         # element's // or % by one goes through kdsl::floordiv_by / floormod_by (divisor.cuh),
         # told which operands are >= 0 (the dims, sizes, are)
         self.divisors, self.sizes = divisors, sizes
+        # prepared: divisors the function being emitted holds as a kdsl::Divisor local (the
+        # Variant's tile(): attention_variant.cu.j2), by the local's name
+        self.prepared = prepared or {}
         self._depths: dict[int, tuple[ir.Expr, int]] = {}  # _min_max_depth by node: id -> (node kept alive, depth)
 
     def _min_max_depth(self, e: ir.Expr) -> int:
@@ -106,9 +110,9 @@ class CEmitter:
             return f"({a[0]} {_BINARY[op]} {a[1]})"
         if op in ("floordiv", "mod"):
             name = "floordiv" if op == "floordiv" else "floormod"
-            if e.args[1] in self.divisors:
+            if e.args[1] in self.divisors or e.args[1] in self.prepared:
                 signs = ", ".join("true" if nonnegative(x, self.sizes) else "false" for x in e.args[::-1])
-                return f"kdsl::{name}_by<{signs}>({a[0]}, {a[1]})"
+                return f"kdsl::{name}_by<{signs}>({a[0]}, {self.prepared.get(e.args[1], a[1])})"
             # a divisor that varies per element (an item's is divided once an item), both operands
             # >= 0: unsigned, no floor fixup (common.cuh)
             if not item_level(e.args[1]) and all(nonnegative(x, self.sizes) for x in e.args):

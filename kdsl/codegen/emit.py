@@ -250,6 +250,12 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
     valued = emitter({**variables, "kx": "kx", "qx": "qx", "qx2": "qx2"}, captures, summary_slots)
     qparts = key_values.query_parts(k)  # the backward's mirror: the values gathered at the query
     vtype = lambda e: "int" if e.ty == "i32" else "float"  # noqa: E731
+    # tile()'s item divisors, prepared once at its top: its predicates divide by one on several
+    # branches, and NVVM prepared it in each
+    tile_divisors = {d: f"tile_div{n}" for n, d in enumerate(
+        d for d in divisors if int_signs.item_level(d) and mask is not None
+        and any(n == d for f in ("tile_empty", "tile_full") if k.func(f) is not None for n in ir.walk_distinct(k.func(f))))}
+    ct = emitter(variables, captures, summary_slots, prepared=tile_divisors)
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
         warm=[emit(e) for e in item_divisions.divisions(k) for emit in (c, wide)]
@@ -304,8 +310,9 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
                     hi=wide(k.func("kv_hi")) if kv_lo is not None else "k0 - 1",
                     keys_only=_on(kv_lo is not None and tile_keys is None),
                     tile_keys=(_on(True) if tile_keys is None else c(tile_keys)) if kv_lo is not None else "false"),
-        tiles=dict(empty=c(k.func("tile_empty")) if mask is not None else "false",
-                   full=c(k.func("tile_full")) if mask is not None else "true"),
+        tiles=dict(empty=ct(k.func("tile_empty")) if mask is not None else "false",
+                   full=ct(k.func("tile_full")) if mask is not None else "true",
+                   divisors=[(name, c(d)) for d, name in tile_divisors.items()]),
         summary=dict(exprs=[c(s.args[0]) for s in slots], on_kv=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "kv"),
                      on_tile=bits(lambda s: ir.TILE_REDUCTIONS[s.op][0] == "tile"),
                      per_b=bits(lambda s: ir.uses(s.args[0], "b")), per_h=bits(lambda s: ir.uses(s.args[0], "h")),

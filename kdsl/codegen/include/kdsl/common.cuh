@@ -269,5 +269,22 @@ template <bool kDivisorNonNeg, bool kDividendNonNeg>
 KDSL_DEVICE int floormod_by(int a, int b) {
   return KDSL_MAGIC_DIVISION ? floormod<kDivisorNonNeg, kDividendNonNeg>(a, make_divisor(b)) : floormod(a, b);
 }
+// The same by a divisor a function prepared once at its top (the Variant's tile(), whose
+// predicates use it on several branches: prepared in each, the 64-bit division of make_divisor
+// was made up to three times a lane and tile step; cexpr.py `prepared`). tile_divisor(d) is
+// that preparation, or d itself with KDSL_TILE_DIVISORS=0, which divides as before.
+#if KDSL_TILE_DIVISORS
+KDSL_DEVICE Divisor tile_divisor(int d) { return make_divisor(d); }
+#else
+KDSL_DEVICE int tile_divisor(int d) { return d; }
+#endif
+template <bool kDivisorNonNeg, bool kDividendNonNeg>
+KDSL_DEVICE int floordiv_by(int a, const Divisor& v) {
+  return KDSL_MAGIC_DIVISION ? floordiv<kDivisorNonNeg, kDividendNonNeg>(a, v) : floordiv(a, v.value);
+}
+template <bool kDivisorNonNeg, bool kDividendNonNeg>
+KDSL_DEVICE int floormod_by(int a, const Divisor& v) {
+  return KDSL_MAGIC_DIVISION ? floormod<kDivisorNonNeg, kDividendNonNeg>(a, v) : floormod(a, v.value);
+}
 
 }  // namespace kdsl

@@ -21,6 +21,9 @@
 #ifndef KDSL_MAGIC_DIVISION  // 0: such a divisor divides each element as any other (A/B timing)
 #define KDSL_MAGIC_DIVISION 1
 #endif
+#ifndef KDSL_TILE_DIVISORS  // 0: the tile predicates prepare a divisor at each division (A/B timing)
+#define KDSL_TILE_DIVISORS 1
+#endif
 // 1: every division in the form NVVM can see never traps (floordiv below), so that it may share
 // one among branches; set by the backward's programs (emit_backward.py; =0 there for A/B timing).
 // The forward's divisions of a work item's values alone take that form always (floordiv_invariant:
