@@ -156,14 +156,13 @@ def file_cases(path: str, mod, shapes: tuple = ()) -> list[Case]:
     """Each kernel of a file at each of `shapes` (parse_shape's dicts) of its kind, or at
     DEFAULT_SHAPES; an attention shape takes the sizes the program's declarations fix (a
     literal head dim, k with q's head count) as declared."""
-    from .cases import AttentionCase, conform
+    from .cases import case_at, fits
     cases = []
     for name, k in mod.ir.items():
-        mine = [s for s in shapes if ("K" in s) == (k.kind == "gemm")]
+        mine = [s for s in shapes if fits(k, s)]
         if k.kind == "attention":
             for s in mine or [DEFAULT_SHAPES["attention"]]:
-                c = conform(k, AttentionCase(s["B"], s["H"], s.get("Hkv", s["H"]), s["M"], s["N"], s["D"],
-                                             Dv=s.get("Dv", 0)))
+                c = case_at(k, s)
                 shape = dict(B=c.B, H=c.H, M=c.M, N=c.N, D=c.D)
                 if c.Hkv != c.H:
                     shape["Hkv"] = c.Hkv

@@ -143,6 +143,21 @@ def conform(kernel: ir.Kernel, case: AttentionCase) -> AttentionCase:
     return replace(case, **f)
 
 
+def case_at(kernel: ir.Kernel, shape: dict) -> AttentionCase | GemmCase:
+    """The case of a shape as `--shapes` gives it (bench.parse_shape's dict: B, H, M, N, D and
+    optional Hkv, Dv; or M, N, K and optional G), an attention shape taking the sizes the
+    program's declarations fix (conform)."""
+    if kernel.kind == "gemm":
+        return GemmCase(shape["M"], shape["N"], shape["K"], shape.get("G", 1))
+    return conform(kernel, AttentionCase(shape["B"], shape["H"], shape.get("Hkv", shape["H"]), shape["M"],
+                                         shape["N"], shape["D"], Dv=shape.get("Dv", 0)))
+
+
+def fits(kernel: ir.Kernel, shape: dict) -> bool:
+    """Whether a `--shapes` shape is of the kernel's kind (a GEMM's names K)."""
+    return ("K" in shape) == (kernel.kind == "gemm")
+
+
 def attention_dims(kernel: ir.Kernel, case: AttentionCase) -> dict:
     """Every dim of the program for this case: from q, k, v, then the captured tensors' own."""
     dims: dict = {}

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from . import ir, reference
 from .backends import Numpy, Torch, backend_for, need
 from .errors import LaunchError
-from .cases import (AttentionCase, GemmCase, attention_inputs, attention_shapes, conform, gemm_inputs,
-                    gemm_shapes)
+from .cases import (AttentionCase, GemmCase, attention_inputs, attention_shapes, case_at, conform, fits,
+                    gemm_inputs, gemm_shapes)
 
 GUARD = 4096       # elements of guard band on each side of an output buffer (keeps 16-byte alignment)
 GUARD_VALUE = 1232.0  # exact in bf16, f16 and f32, so the guard comparison is exact in every output type
@@ -522,18 +522,21 @@ def check_module(mod, kernel: str | None = None, trials: int = 5, seed: int | No
 
 
 def iter_check_module(mod, kernel: str | None, trials: int, seed: int, interpret: bool = False,
-                      grad: bool = False):
+                      grad: bool = False, shapes: tuple = ()):
     """check_module's (name, [CaseResult]) pairs one kernel at a time, as each is judged (so
-    that `kdsl check` prints a kernel's table before it starts on the next)."""
+    that `kdsl check` prints a kernel's table before it starts on the next). shapes: `kdsl
+    check --shapes` (bench.parse_shape's dicts): each kernel at those of its kind instead of the
+    awkward cases; a kernel none fits keeps the awkward ones."""
     from .interpreted import Interpreted
     be = Numpy() if interpret else gpu_backend()
     for name in [kernel] if kernel else list(mod.kernels):
         k = mod.ir[name]
         fn = Interpreted(k) if interpret else getattr(mod, name)
-        shapes = small_attention_shapes(k) if interpret and k.kind == "attention" else None
-        yield name, (check_attention if k.kind == "attention" else check_gemm)(k, fn, trials, seed, shapes, be)
+        given = [case_at(k, s) for s in shapes if fits(k, s)]
+        shapes_k = given or (small_attention_shapes(k) if interpret and k.kind == "attention" else None)
+        yield name, (check_attention if k.kind == "attention" else check_gemm)(k, fn, trials, seed, shapes_k, be)
         if grad and k.kind == "attention":  # a table of its own
-            yield f"{name} (gradients)", check_gradients(k, fn, 1, seed, shapes, Torch("cpu") if interpret else be)
+            yield f"{name} (gradients)", check_gradients(k, fn, 1, seed, shapes_k, Torch("cpu") if interpret else be)
 
 
 def gpu_backend():

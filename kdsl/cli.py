@@ -64,6 +64,10 @@ def main(argv=None) -> int:
     ck.add_argument("--grad", action="store_true",
                     help="check attention kernels' gradients too (dq, dk, dv by torch autograd against float64 "
                     "autograd of the reference; one trial per shape)")
+    ck.add_argument("--shapes", nargs="+", metavar="SHAPE", default=[],
+                    help="check at these shapes instead of the awkward ones, e.g. B=2,H=16,M=4096,N=4096,D=128"
+                    "[,Hkv=4,Dv=64] (attention) or M=4096,N=7168,K=2048[,G=4] (GEMM); a kernel none is of the "
+                    "kind of keeps the awkward ones")
     ck.add_argument("--hypothesis", type=int, metavar="N",
                     help="instead of the fixed shapes, search N Hypothesis cases per kernel and print the shrunk "
                     "failing case (needs kdsl[testing])")
@@ -191,6 +195,9 @@ def _check(args) -> int:
         raise KdslError(f"no kernel '{args.kernel}' in {', '.join(args.files)}")
     if args.grad and args.hypothesis is not None:
         raise KdslError("--grad checks gradients at the fixed shapes; it does not combine with --hypothesis")
+    if args.shapes and args.hypothesis is not None:
+        raise KdslError("--shapes fixes the shapes a Hypothesis search would draw; it does not combine with --hypothesis")
+    shapes = _parsed_shapes(args.shapes)
     ok = True
     for path, module in zip(args.files, modules):
         if args.kernel and args.kernel not in module.kernels:
@@ -200,11 +207,21 @@ def _check(args) -> int:
             continue
         seed = resolve_seed(args.seed)
         print(f"kdsl check {path}: seed {seed} (reproduce with --seed {seed})", flush=True)
-        for name, rs in iter_check_module(module, args.kernel, args.trials, seed, args.interpret, args.grad):
+        for name, rs in iter_check_module(module, args.kernel, args.trials, seed, args.interpret, args.grad,
+                                          shapes):
             print(format_table(name, rs), flush=True)  # as each kernel is judged: big checks take minutes
             ok &= all(r.passed for r in rs)
     print("all kernels pass" if ok else "FAILED")
     return 0 if ok else 1
+
+
+def _parsed_shapes(texts: list[str]) -> list[dict]:
+    """`--shapes` of check and bench as bench.parse_shape's dicts (a malformed one: KdslError)."""
+    from . import bench
+    try:
+        return [bench.parse_shape(text, bench.shape_kind(text)) for text in texts]
+    except ValueError as e:
+        raise KdslError(f"--shapes: {e}") from None
 
 
 def _search(path, module, args) -> bool:
@@ -235,10 +252,7 @@ def _bench(args) -> int:
         raise KdslError(f"unknown peer(s) {sorted(unknown)}; choose from {', '.join(bench.PEER_NAMES)}")
     if args.shapes and not args.files:
         raise KdslError(f"--shapes applies to the kernels of .kd files; the {args.suite} suite's shapes are fixed")
-    try:
-        shapes = [bench.parse_shape(text, bench.shape_kind(text)) for text in args.shapes]
-    except ValueError as e:
-        raise KdslError(f"--shapes: {e}") from None
+    shapes = _parsed_shapes(args.shapes)
     cases = {"standard": bench.standard_suite, "backward": bench.backward_suite}[args.suite]() if args.suite else []
     files = sorted({c.file for c in cases} | set(args.files))
     modules = {f: load(f) for f in files}

@@ -325,3 +325,36 @@ def test_integer_range_of_a_byte_element_is_known_and_of_an_i32_one_the_caller_s
         out = mod.t(q, q, q, bucket, ids)
         ref, _ = reference.attention(mod.ir["t"], q, q, q, {"bucket": bucket, "ids": ids})
         assert rel_frobenius(out, ref) <= ATTENTION_TOL
+
+
+def test_cli_check_takes_the_users_shapes(tmp_path):
+    """`kdsl check --shapes`: each kernel at the shapes of its kind instead of the awkward ones
+    (an attention shape taking what the declarations fix: k declared with q's heads has Hkv = H),
+    with gradients too; a kernel none fits keeps the awkward cases; a shape the kernel cannot run
+    at is a refused case, not an abort; a malformed shape, or one beside --hypothesis, a one-line
+    error."""
+    p = tmp_path / "two.kd"
+    p.write_text(SHAPE_DEPENDENT + (ROOT / "samples" / "fp8_gemm.kd").read_text())
+    argv = ["check", str(p), "--interpret", "--trials", "1", "--seed", "4", "--grad", "--kernel"]
+    r = subprocess.run([sys.executable, "-m", "kdsl.cli", *argv, "plain", "--shapes", "B=1,H=2,Hkv=1,M=70,N=333,D=32",
+                        "B=2,H=1,M=1,N=5,D=64"], capture_output=True, text=True)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    rows = [line.split()[:6] for line in r.stdout.splitlines() if line.startswith("  B=")]
+    assert rows == [["B=1", "H=2", "Hkv=2", "M=70", "N=333", "D=32"], ["B=2", "H=1", "Hkv=1", "M=1", "N=5", "D=64"]] * 2
+    assert "plain: 2/2 cases pass" in r.stdout and "plain (gradients): 2/2 cases pass" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "kdsl.cli", *argv, "fp8_gemm", "--shapes", "B=1,H=2,M=7,N=3,D=32"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "fp8_gemm: 6/6 cases pass" in r.stdout, r.stdout + r.stderr  # its awkward cases
+    r = subprocess.run([sys.executable, "-m", "kdsl.cli", *argv, "fp8_gemm", "--shapes", "M=3,N=129,K=256"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "fp8_gemm: 1/1 cases pass" in r.stdout and "  M=3 N=129 K=256" in r.stdout, r.stdout
+    # a kernel whose index leaves its axis at the shape: refused there, judged elsewhere
+    p.write_text(UNBOUNDABLE)
+    r = subprocess.run([sys.executable, "-m", "kdsl.cli", *argv[:-1], "--shapes", "B=1,H=2,M=64,N=64,D=64"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "FAIL refused the call: lookup" in r.stdout and "Traceback" not in r.stderr
+    for bad, said in ((["B=1,H=2,M=64"], "--shapes: shape 'B=1,H=2,M=64' lacks N, D"),
+                      (["B=1,H=2,M=64,N=64,D=64", "--hypothesis", "3"], "does not combine with --hypothesis")):
+        r = subprocess.run([sys.executable, "-m", "kdsl.cli", "check", str(p), "--interpret", "--shapes", *bad],
+                           capture_output=True, text=True)
+        assert r.returncode != 0 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
