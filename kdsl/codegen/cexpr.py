@@ -121,6 +121,11 @@ class CEmitter:
             # never traps, which NVVM hoists out of the kv loop (divisor.cuh floordiv_invariant)
             if self.hoists_item_divisions and item_level(e) and not isinstance(e.args[1], ir.Const):
                 return f"kdsl::{name}_invariant({a[0]}, {a[1]})"
+            # a constant divisor of a dividend >= 0 by its form (`i % 96`, `(i // 3 + j // 5) % 7`):
+            # unsigned, a multiply-high and a shift, no sign or floor fixup (a power of two is a
+            # shift or a mask already)
+            if _positive_non_power_of_two(e.args[1]) and nonnegative(e.args[0], self.sizes):
+                return f"kdsl::{name}_nonneg({a[0]}, {a[1]})"
             return _floor_op(op, a, e.args[1])
         if op == "neg":  # the space keeps "- -1" from reading as a decrement
             return f"(- {a[0]})"
@@ -209,6 +214,10 @@ class WideEmitter(CEmitter):
 # stays linear. Every OPAQUE_EVERY levels the chain's value goes through kdsl::opaque_value, which
 # the optimizer cannot see through; programs with shallower chains are emitted unchanged.
 OPAQUE_EVERY = 6
+
+
+def _positive_non_power_of_two(e: ir.Expr) -> bool:
+    return isinstance(e, ir.Const) and e.ty == "i32" and e.value > 0 and e.value & (e.value - 1) != 0
 
 
 def _floor_op(op: str, a, divisor: ir.Expr) -> str:

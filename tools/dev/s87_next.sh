@@ -6,7 +6,10 @@
 #      alone against KDSL_TILE_DIVISORS=0 on the kernels whose SASS it changed most (group_dilation fwd 4504 ->
 #      4376 instructions, local 40 -> 24 B; ring_window and head_count_stripes bwd local 40 -> 0; aligned_chunks
 #      fwd 3256 -> 3520 and 6 -> 10 calls of the 64-bit division routine; scaled_top_left bwd D=64 3216 -> 4760),
-#      `check --grad` of four of them.
+#      `check --grad` of four of them. Then a constant divisor (no power of two) of a dividend >= 0 divided
+#      unsigned (cexpr.py): the forward and backward alone against KDSL_UNSIGNED_DIVISION=0 (which also turns
+#      the older per-element unsigned divisions off) on the kernels whose SASS moved most (hashed_jitter,
+#      mixed_clamp D=64 fwd: 2984 -> 2824 instructions but local 0 -> 48 B; batch_head_mode D=64 bwd 2728 -> 3688).
 #   v: held-out sets 52 and 53 (interpreter-checked): `check --grad` of all sixteen, fwd+bwd against Flex;
 #      runtime_grid's remainder by captured width bounded without a tile summary, against KDSL_MONOTONE_BOUNDS=0.
 set -uo pipefail
@@ -34,7 +37,17 @@ d)
   ab_at $TD tools/dev/heldout53.kd ring_window 2,16,4096,4096,128
   ab_at $TD tools/dev/heldout32.kd head_count_stripes 2,16,4096,4096,128
   ab_at $TD tools/dev/heldout32.kd scaled_top_left 2,16,4096,4096,64
-  ab_at $TD tools/dev/heldout44.kd group_dilation 2,16,4096,4096,128 ;;
+  ab_at $TD tools/dev/heldout44.kd group_dilation 2,16,4096,4096,128
+  for spec in heldout12:mixed_clamp heldout48:hashed_jitter heldout36:batch_head_mode; do
+    check tools/dev/${spec%%:*}.kd ${spec##*:}
+  done
+  UD=KDSL_DEFINES=KDSL_UNSIGNED_DIVISION=0
+  fab $UD tools/dev/heldout12.kd mixed_clamp 2,16,4096,4096,64
+  fab $UD tools/dev/heldout48.kd hashed_jitter 2,16,4096,4096,128
+  fab $UD tools/dev/heldout32.kd bigbird_blocks 2,16,4096,4096,128
+  ab_at $UD tools/dev/heldout48.kd hashed_jitter 2,16,4096,4096,128
+  ab_at $UD tools/dev/heldout36.kd batch_head_mode 2,16,4096,4096,64
+  ab_at $UD tools/dev/row_divisors.kd row_signed 2,16,4096,4096,128 ;;
 v)
   for k in t5_log_buckets prefix_bidirectional frame_causal lookback_chunk global_tokens key_log_weights \
       runtime_grid fixed_pattern_causal; do check tools/dev/heldout52.kd $k; done
