@@ -7,7 +7,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from kdsl import interp, ir
-from kdsl.passes import kv_bounds, mask_analysis
+from kdsl.passes import block_bounds, kv_bounds
 from kdsl.semantics import eval_numpy
 
 from conftest import ROOT, lowered
@@ -293,7 +293,7 @@ def test_deeply_nested_abs_stays_cheap():
         e = f"abs({e} - {d % 5})"
     k = lowered(program(None, e + " >= 3"), 128)
     assert k.attr("kv_bounds") == "per-element"
-    solver = kv_bounds._Solver(128, lambda x: mask_analysis.truth(x), None, lambda p: False)
+    solver = kv_bounds._Solver(128, lambda x: block_bounds.truth(x), None, lambda p: False)
     assert solver.boolean(k.func("mask")) is None
     assert solver.calls < 2 * kv_bounds._MAX_CALLS  # (each open frame may call once more past it)
 

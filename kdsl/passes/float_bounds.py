@@ -2,7 +2,7 @@
 
 A mask may compare floats: `float(j) <= float(i) * ratio[h] + 1.0`, `abs(float(i - j)) * scale[h]
 < 64.0`. Over a block (q in [q0, q1], kv in [k0, k1]) such an expression is bounded as an integer
-one is (mask_analysis._Analysis._parts), from its operands' bounds, with one difference: the
+one is (block_bounds.BlockBounds._parts), from its operands' bounds, with one difference: the
 kernel rounds every float op, and NVVM may contract a multiply and an add into one FMA in the
 element's code and not in the predicate's (or the other way round). Rounding to nearest is
 monotone, so a bound computed from the operands' bounds is off the element's value by a few

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import ir
-from . import mask_analysis, sample_tiles
+from . import block_bounds, mask_analysis, sample_tiles
 from .int_signs import item_nonnegative, positive_divisor
 from .simplify import FALSE, TRUE, const, op, simplify
 
@@ -93,7 +93,7 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
     last_key = op("i32", "sub", k.tensor("k").shape[2], const("i32", 1))
     partial = _PartialTiles(k, tile_n)
     def solve_conjuncts(factors: bool):
-        solver = _Solver(tile_n, (lambda e: mask_analysis.truth(e, whole, k.tensors, floats)) if unions else None,
+        solver = _Solver(tile_n, (lambda e: block_bounds.truth(e, whole, k.tensors, floats)) if unions else None,
                          last_key, lambda p: p == FALSE or partial.never(p), factors)
         solved, rest = [], []
         for c in ir.conjuncts(k.func("mask")):
@@ -118,7 +118,7 @@ def run(k: ir.Kernel, tile_n: int = 0) -> ir.Kernel:
     # whole mask per element.
     if rest:
         rest = functools.reduce(lambda x, y: op("bool", "and", x, y), rest)
-        exact = simplify(op("bool", "and", mask_analysis.truth(rest, whole, k.tensors, floats).always, exact))
+        exact = simplify(op("bool", "and", block_bounds.truth(rest, whole, k.tensors, floats).always, exact))
     if exact == FALSE or _nodes(exact) > _MAX_NODES or partial.never(exact):
         return per_element
     return k.with_func("kv_lo", lo).with_func("kv_hi", hi).with_func("tile_keys", exact) \

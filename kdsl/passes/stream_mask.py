@@ -21,7 +21,7 @@ import os
 from dataclasses import replace
 
 from .. import ir
-from . import mask_analysis, streaming
+from . import block_bounds, mask_analysis, streaming
 from .simplify import FALSE, TRUE, op, simplify
 
 DERIVED = ("stream_rest_full",)
@@ -49,7 +49,7 @@ def run(k: ir.Kernel) -> ir.Kernel:
             rest.append(c)
     if not tests:
         return k
-    full = simplify(mask_analysis.truth(functools.reduce(lambda x, y: op("bool", "and", x, y), rest, TRUE),
+    full = simplify(block_bounds.truth(functools.reduce(lambda x, y: op("bool", "and", x, y), rest, TRUE),
                                         "", k.tensors, mask_analysis.float_masks(k)).always)
     if full == FALSE or any(isinstance(n, ir.Op) and n.op in ir.TILE_REDUCTIONS for n in ir.walk(full)):
         return k

@@ -2,7 +2,7 @@
 what the comparison says: BigBird's hashed blocks `((i // 64) * 7 + (j // 64) * 13 + h) % 5 ==
 0`, read through the positions' blocks alone (block_corners), and an order comparison that reads
 a position twice but moves one way along each, `i - j <= 64 + i // 4` (monotone_corners). Each
-gives a tile's (always, never) predicates over q0, q1, k0, k1 (mask_analysis.Truth's fields),
+gives a tile's (always, never) predicates over q0, q1, k0, k1 (block_bounds.Truth's fields),
 and mask_analysis adds them where decides_more says they decide some tile of a sample problem
 that intervals leave undecided: the corners' code costs registers, so only then.
 """
