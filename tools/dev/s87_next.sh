@@ -26,6 +26,8 @@ TD=KDSL_DEFINES=KDSL_TILE_DIVISORS=0
 for part in ${PART:-d}; do
 case $part in
 d)
+  late p-div || { timeout 150 python3 -m pytest -q tests/gpu/test_prepared_divisors_gpu.py > $L/pytest-divisors.log 2>&1
+    echo "prepared divisors GPU tests: $(tail -1 $L/pytest-divisors.log)"; save; }
   for spec in heldout44:group_dilation heldout53:ring_window heldout32:head_count_stripes heldout40:aligned_chunks; do
     check tools/dev/${spec%%:*}.kd ${spec##*:}
   done
