@@ -3,13 +3,14 @@ compile (tests/fuzzgen.py), at a head dim drawn per program: every one must buil
 outcomes and prints the first program of each failure.
 
     python3 tools/dev/backward_build_fuzz.py --seconds 600 [--seed S] [--last FILE] [--capture-grads]
-        [--query-split] [--head-dims 144,192,256]
+        [--query-split] [--head-dims 144,192,256] [--forward]
 
 --last FILE holds the program being built (with its head dim), so that a build that hangs or
 runs past a caller's timeout can be found. --capture-grads builds the program that also adds
 the captured tensors' gradients (KDSL_CAPTURE_GRADS: atomic, step-uniform and per-offset sums)
 where the score reads a float captured tensor, and counts those builds apart. --query-split builds
-the program whose CTAs may split their query tiles (Program.query_split). Where cuobjdump
+the program whose CTAs may split their query tiles (Program.query_split). --forward builds the
+forward kernel instead (what a first call builds). Where cuobjdump
 is installed, a build whose wgmmas ptxas serialized (about a wait a product: no error says so)
 counts as "serialized", by head dim.
 """
@@ -46,6 +47,7 @@ def main():
     ap.add_argument("--last", help="write each program here before building it")
     ap.add_argument("--capture-grads", action="store_true", help="build the capture-gradient program where it differs")
     ap.add_argument("--query-split", action="store_true", help="build the program that splits query tiles")
+    ap.add_argument("--forward", action="store_true", help="build the forward kernel instead of the backward")
     ap.add_argument("--head-dims", help="draw a program's head dim from these (default: every multiple of 16 to 256)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -76,8 +78,8 @@ def main():
             grads = args.capture_grads and bool(score_grad.capture_grads(k))
             with_grads[0] += grads
             try:
-                b = build(k, "sm_90a", d, program=Program(backward=True, capture_grads=grads,
-                                                          query_split=args.query_split))
+                b = build(k, "sm_90a", d) if args.forward else \
+                    build(k, "sm_90a", d, program=Program(backward=True, capture_grads=grads, query_split=args.query_split))
                 spilled = bool(cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry))
                 rep = sass.inspect(b.compiled.cubin, b.generated.entry)
                 products = rep.tensor_ops.get("HGMMA", 0) if rep else 0
