@@ -216,9 +216,13 @@ def compared_ranges(kernel: ir.Kernel, defaults: dict, positional: set) -> dict:
     key axis: lengths, prefixes). A constant widens its tensor's range to hold it and a value
     either side (`lab != 3`, ids in [0, 3), kept every pair; `sel > 100` dropped them all); a
     positional tensor compared with one of ids takes that one's range (`int(lvl[b, i, j]) >=
-    thr[h]` with thresholds drawn as positions, past every level, kept no pair)."""
+    thr[h]` with thresholds drawn as positions, past every level, kept no pair). A positional
+    tensor that only `==` or `!=` sets against constants is drawn among them and a value either
+    side (`where(kind[h] == 0, ..., where(kind[h] == 1, ...))` over kinds drawn as positions
+    took neither branch in any case)."""
     consts: dict = {}
     partners: dict = {}
+    ordered: set = set()  # tensors some comparison sets against other than a constant by == / !=
     for node, loaded in _comparisons(kernel):
         sides = [side & set(defaults) for side in loaded]
         for mine, other in ((0, 1), (1, 0)):
@@ -226,12 +230,14 @@ def compared_ranges(kernel: ir.Kernel, defaults: dict, positional: set) -> dict:
             if isinstance(c, ir.Const) and type(c.value) is int:
                 for t in sides[mine]:
                     consts.setdefault(t, []).append(c.value)
+            if not (isinstance(c, ir.Const) and node.op in ("eq", "ne")):
+                ordered.update(sides[mine])
             for t in sides[mine] & positional:
                 partners.setdefault(t, set()).update(sides[other] - positional)
     out = dict(defaults)
     for t, values in consts.items():
         dtype = kernel.tensor(t).dtype
-        lo, hi = out[t]
+        lo, hi = out[t] if t not in positional or t in ordered else (min(values), min(values) + 1)
         out[t] = (max(INT_BOTTOM[dtype], min([lo] + [v - 1 for v in values])),
                   min(INT_TOP[dtype], max([hi] + [v + 2 for v in values])))
     for t, ids in partners.items():

@@ -256,6 +256,27 @@ def test_integer_captures_are_drawn_so_that_their_comparisons_go_both_ways():
     assert caps["ids"].min() >= 0 and caps["doc"].min() >= -1  # `doc[b, i] >= 0`: -1 drawn too
 
 
+def test_a_kind_only_tested_for_equality_is_drawn_among_its_constants():
+    """Regression (held-out set 57's head_kinds): a per-head kind drawn as a position (no query
+    or key axis) was never 0 or 1, so `kdsl check` judged neither branch of `where(kind[h] == 0,
+    ..., where(kind[h] == 1, ...))` and noted that the mask kept every pair. Only compared with
+    constants by == / !=, it is drawn among them and a value either side; a length that a
+    position is compared with stays a position."""
+    from kdsl.cases import compared_ranges
+    kir = kdsl.compile("""attention kinds {
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        kind: i32[H]; len: i32[B]
+        mask(b, h, i, j) = where(kind[h] == 0, j <= i, where(kind[h] == 1, abs(i - j) < 8, j < len[b])) and len[b] != 5
+    }""", "t.kd").ir["kinds"]
+    assert compared_ranges(kir, {"kind": (0, 97), "len": (0, 97)}, {"kind", "len"}) == {"kind": (-1, 3)}
+    seen = set()
+    for seed in range(6):
+        _, _, _, caps = attention_inputs(kir, AttentionCase(1, 8, 8, 40, 96, 64, seed=seed), Numpy())
+        seen |= set(caps["kind"].tolist())
+        assert caps["len"].max() > 5
+    assert {0, 1} <= seen and seen - {0, 1}
+
+
 def test_an_index_compared_with_ids_is_drawn_as_ids_within_its_range():
     """Regression (held-out set 38's doc_temperature): doc_q indexes temp and is compared with
     doc_k; drawn as an index (scattered over [0, 16)) against doc_k's sorted ids in [0, 3), it

@@ -56,6 +56,7 @@ def main():
     choices = [int(x) for x in args.head_dims.split(",")] if args.head_dims else list(range(16, 257, 16))
     with_grads = [0]  # builds that add captured tensors' gradients (--capture-grads)
     failures = []
+    serialized_programs = []  # (head dim, kernel, program) of the first few
     start = time.time()
 
     @seed(args.seed)
@@ -89,6 +90,8 @@ def main():
                     spilled_dims[d] = spilled_dims.get(d, 0) + 1
                 if serialized:
                     serialized_dims[d] = serialized_dims.get(d, 0) + 1
+                    if len(serialized_programs) < 3:
+                        serialized_programs.append((d, k.name, text))
             except SourceError:
                 counts["diagnostic"] += 1
             except Exception as e:  # noqa: BLE001 - every other exception is a finding
@@ -106,6 +109,8 @@ def main():
           + (f"; serialized by head dim {dict(sorted(serialized_dims.items()))}" if serialized_dims else ""))
     for d, text, msg in failures:
         print(f"\n--- head dim {d}\n{msg}\n{text[:2000]}")
+    for d, name, text in serialized_programs:
+        print(f"\n--- serialized: {name} at head dim {d}\n{text[:2000]}")
     return 1 if counts["failed"] else 0
 
 
