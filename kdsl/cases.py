@@ -217,7 +217,7 @@ def compared_ranges(kernel: ir.Kernel, defaults: dict, positional: set) -> dict:
     either side (`lab != 3`, ids in [0, 3), kept every pair; `sel > 100` dropped them all); a
     positional tensor compared with one of ids takes that one's range (`int(lvl[b, i, j]) >=
     thr[h]` with thresholds drawn as positions, past every level, kept no pair). A positional
-    tensor that only `==` or `!=` sets against constants is drawn among them and a value either
+    tensor whose element itself only `==` or `!=` sets against constants is drawn among them and a value either
     side (`where(kind[h] == 0, ..., where(kind[h] == 1, ...))` over kinds drawn as positions
     took neither branch in any case)."""
     consts: dict = {}
@@ -230,8 +230,8 @@ def compared_ranges(kernel: ir.Kernel, defaults: dict, positional: set) -> dict:
             if isinstance(c, ir.Const) and type(c.value) is int:
                 for t in sides[mine]:
                     consts.setdefault(t, []).append(c.value)
-            if not (isinstance(c, ir.Const) and node.op in ("eq", "ne")):
-                ordered.update(sides[mine])
+            if not (isinstance(c, ir.Const) and node.op in ("eq", "ne") and isinstance(node.args[mine], ir.Load)):
+                ordered.update(sides[mine])  # (`(i - j) % max(dil[h], 1) == 0` needs dilations of all sizes)
             for t in sides[mine] & positional:
                 partners.setdefault(t, set()).update(sides[other] - positional)
     out = dict(defaults)
@@ -244,6 +244,22 @@ def compared_ranges(kernel: ir.Kernel, defaults: dict, positional: set) -> dict:
         if ids:  # the union of their ranges, as t's values are set against each
             out[t] = (min(out[u][0] for u in ids), max(out[u][1] for u in ids))
     return {t: r for t, r in out.items() if r != defaults[t]}
+
+
+def compared_float_scales(kernel: ir.Kernel) -> dict:
+    """Float captured tensors that a comparison sets against a constant larger than their usual
+    draw (0.1 standard normal), each with the largest such constant as its draw's scale, so
+    that the comparison goes both ways on some elements (held-out set 30's event_horizon,
+    `t_q[b, i] - t_k[b, j] <= 20.0`, held everywhere over times drawn near 0)."""
+    scales: dict = {}
+    floats = {t.name for t in kernel.tensors if t.role == "capture" and t.dtype in ("f32", "bf16", "f16")}
+    for node, loaded in _comparisons(kernel):
+        for mine, other in ((0, 1), (1, 0)):
+            c = node.args[other]
+            if isinstance(c, ir.Const) and c.ty == "f32" and abs(c.value) > 0.1:
+                for t in loaded[mine] & floats:
+                    scales[t] = max(scales.get(t, 0.1), abs(float(c.value)))
+    return scales
 
 
 def indices_compared_with_ids(kernel: ir.Kernel, ranges: dict, ids: set) -> dict:
@@ -298,7 +314,8 @@ def positive_captures(kernel: ir.Kernel) -> set:
 def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
     """q, k, v (standard normal, in the declared element type) and the captured tensors
     (floats: 0.1 * standard normal, bias-like, or 0.5 + 0.1 |standard normal| where a log or a
-    square root reads them (positive_captures); ints: see index_ranges and AttentionCase.ids;
+    square root reads them (positive_captures), or at the scale of a constant a comparison sets
+    them against (compared_float_scales); ints: see index_ranges and AttentionCase.ids;
     bools: even odds, sorted along the last axis on odd seeds)."""
     seq_dims = {kernel.tensor(t).shape[2] for t in ("q", "k")}
     gen = be.rng(case.seed)
@@ -317,6 +334,7 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
              for t in free}
     drawn.update(compared_ranges(kernel, drawn, positional))
     id_indices = indices_compared_with_ids(kernel, ranges, set(drawn) - positional)
+    float_scales = compared_float_scales(kernel)
     for t, partners in id_indices.items():  # ids within the range they index
         drawn[t] = (0, max(1, min(ranges[t], max(drawn[u][1] for u in partners))))
     caps = {}
@@ -333,7 +351,7 @@ def attention_inputs(kernel: ir.Kernel, case: AttentionCase, be):
         elif top is None and t.name in positive:
             caps[t.name] = be.cast(0.5 + 0.1 * abs(be.randn(shape, gen)), t.dtype)
         elif top is None:
-            caps[t.name] = be.cast(0.1 * be.randn(shape, gen), t.dtype)
+            caps[t.name] = be.cast(float_scales.get(t.name, 0.1) * be.randn(shape, gen), t.dtype)
         elif t.name in ranges and t.name not in id_indices:
             caps[t.name] = be.cast(be.randint(0, min(ranges[t.name], top), shape, gen), t.dtype)
         elif t.name in positional:  # per sequence or head: a length, a prefix, a position

@@ -94,6 +94,7 @@ class CaseResult:
     problems: list = field(default_factory=list)
     case: object = None  # the AttentionCase / GemmCase, to replay it
     kept: float | None = None  # the share of (b, h, q, kv) the mask kept (attention with a mask)
+    decisions: dict | None = None  # reference.decisions: which way each decision on data went
 
     @property
     def passed(self) -> bool:
@@ -203,6 +204,7 @@ def attention_case(be, kernel: ir.Kernel, fn, case: AttentionCase) -> CaseResult
     ref, ref_lse = reference.attention(kernel, q, k, v, caps, scale=case.scale)
     keep = reference.mask_of(kernel, q, k, v, caps, scale=case.scale)
     res.kept = None if keep is None else float(keep.sum()) / math.prod(keep.shape)
+    res.decisions = reference.decisions(kernel, q, k, v, caps, scale=case.scale)
     res.error = max(rel_frobenius(xp.nan_to_num(out, nan=float("inf")), ref),
                     worst_row_error(xp.nan_to_num(out, nan=float("inf")), ref))
     if has_lse:
@@ -567,7 +569,20 @@ def format_table(name: str, results: list[CaseResult]) -> str:
         shown = "FAIL, as above" if verdict in said and r.problems else verdict
         lines.append(f"  {r.shape:<36} {r.error:>10.2e} {r.tolerance:>8.0e}  {shown}")
         said.add(verdict)
-    return "\n".join(lines + one_sided(results))
+    return "\n".join(lines + one_sided(results) + one_way_decisions(results))
+
+
+def one_way_decisions(results: list[CaseResult]) -> list[str]:
+    """A note for each decision on data (reference.decisions) that went the same way at every
+    element of every case: the other way was never judged."""
+    held: dict = {}
+    for r in results:
+        for text, (true, false) in (r.decisions or {}).items():
+            was = held.get(text, (False, False))
+            held[text] = (was[0] or true, was[1] or false)
+    return [f"  note: `{text}` was {'true' if true else 'false'} at every element of every case, so what it decides "
+            f"when {'false' if true else 'true'} was never judged (kdsl.cases.attention_inputs draws the inputs)"
+            for text, (true, false) in held.items() if true != false]
 
 
 def one_sided(results: list[CaseResult]) -> list[str]:

@@ -100,6 +100,39 @@ def mask_of(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: flo
     return be.xp.broadcast_to(be.asarray(eval_array(mask, env, captures or {}, be, host_for(be)), "bool"), shape)
 
 
+def decisions(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None) -> dict:
+    """{condition as the program writes it: (true somewhere, false somewhere)} over every
+    element, for the decisions that read captured data: each `where`'s condition and each
+    comparison of the score and the mask that reads a captured tensor. Whether they went both
+    ways is up to the inputs (a kind per head drawn past every value compared with it took one
+    branch everywhere); the positions' own decisions are up to the shapes alone."""
+    be = backend_for(q)
+    captures = captures or {}
+    env = _index_env(kernel, q, k, v, captures, scale, None)
+    found: dict = {}
+    for fname in ("score", "mask"):
+        e = kernel.func(fname)
+        for node in _data_decisions(e) if e is not None else ():
+            text = ir.format_expr(node, kernel.param_names(fname))
+            if text in found:
+                continue
+            value = be.asarray(eval_array(node, env, captures, be, host_for(be)), "bool")
+            found[text] = (bool(value.any()), bool((~value).any()))
+    return found
+
+
+def _data_decisions(e: ir.Expr) -> list[ir.Expr]:
+    """The conditions of e's `where`s and e's comparisons that read a captured tensor, in order."""
+    found = []
+    for node in ir.walk_distinct(e):
+        if isinstance(node, ir.Op) and node.op == "where":
+            found.append(node.args[0])
+        elif isinstance(node, ir.Op) and node.op in ("lt", "le", "gt", "ge", "eq", "ne"):
+            found.append(node)
+    reads = lambda x: any(isinstance(n, ir.Load) for n in ir.walk(x))  # noqa: E731
+    return [x for x in dict.fromkeys(found) if reads(x)]
+
+
 def _index_env(kernel: ir.Kernel, q, k, v, captures: dict, scale: float | None, dims: dict | None) -> dict:
     """The program's dims, the softmax scale and the indices b, h, q, kv as broadcastable
     [B, H, M, N] arrays: what the score and the mask are evaluated in."""

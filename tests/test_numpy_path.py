@@ -358,3 +358,22 @@ def test_cli_check_takes_the_users_shapes(tmp_path):
         r = subprocess.run([sys.executable, "-m", "kdsl.cli", "check", str(p), "--interpret", "--shapes", *bad],
                            capture_output=True, text=True)
         assert r.returncode != 0 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_cli_check_notes_a_decision_on_data_that_went_one_way(tmp_path):
+    """A comparison or `where` condition that reads data and came out the same at every element
+    of every case gets a note (check.one_way_decisions): what it decides the other way was never
+    judged, whatever the pass says. One that went both ways gets none."""
+    p = tmp_path / "gate.kd"
+    p.write_text("""attention gate {
+    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+    w: f32[H]; lens: i32[B]
+    score(s, b, h, i, j) = where(w[h] * w[h] < -1.0, s * 2.0, s)
+    mask(b, h, i, j) = j < lens[b] or j <= i
+}""")
+    r = subprocess.run([sys.executable, "-m", "kdsl.cli", "check", str(p), "--interpret", "--trials", "1", "--seed", "2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    notes = [line for line in r.stdout.splitlines() if "note:" in line]
+    assert notes == ["  note: `w[h] * w[h] < -1.0` was false at every element of every case, so what it decides when "
+                     "true was never judged (kdsl.cases.attention_inputs draws the inputs)"], r.stdout

@@ -269,12 +269,38 @@ def test_a_kind_only_tested_for_equality_is_drawn_among_its_constants():
         mask(b, h, i, j) = where(kind[h] == 0, j <= i, where(kind[h] == 1, abs(i - j) < 8, j < len[b])) and len[b] != 5
     }""", "t.kd").ir["kinds"]
     assert compared_ranges(kir, {"kind": (0, 97), "len": (0, 97)}, {"kind", "len"}) == {"kind": (-1, 3)}
+    # compared through an expression, it keeps its range (dilations of every size)
+    dil = kdsl.compile("""attention dil {
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        dil: i32[H]
+        mask(b, h, i, j) = j <= i and (i - j) % max(dil[h], 1) == 0
+    }""", "t.kd").ir["dil"]
+    assert compared_ranges(dil, {"dil": (0, 97)}, {"dil"}) == {"dil": (-1, 97)}
     seen = set()
     for seed in range(6):
         _, _, _, caps = attention_inputs(kir, AttentionCase(1, 8, 8, 40, 96, 64, seed=seed), Numpy())
         seen |= set(caps["kind"].tolist())
         assert caps["len"].max() > 5
     assert {0, 1} <= seen and seen - {0, 1}
+
+
+def test_floats_compared_with_a_large_constant_are_drawn_at_its_scale():
+    """Regression (held-out set 30's event_horizon): times drawn as 0.1 standard normals never
+    differed by more than 20, so `t_q[b, i] - t_k[b, j] <= 20.0` held at every element and the
+    check never judged what it drops. Drawn at the constant's scale, it goes both ways; a float
+    no comparison reads keeps the usual draw."""
+    from kdsl.cases import compared_float_scales
+    kir = kdsl.compile("""attention events {
+        q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
+        t_q: f32[B, M]; t_k: f32[B, N]; bias: f32[H]
+        score(s, b, h, i, j) = s + bias[h]
+        mask(b, h, i, j) = t_k[b, j] <= t_q[b, i] and t_q[b, i] - t_k[b, j] <= 20.0
+    }""", "t.kd").ir["events"]
+    assert compared_float_scales(kir) == {"t_q": 20.0, "t_k": 20.0}
+    _, _, _, caps = attention_inputs(kir, AttentionCase(2, 2, 2, 64, 96, 64, seed=3), Numpy())
+    gap = caps["t_q"][:, :, None] - caps["t_k"][:, None, :]
+    assert (gap <= 20.0).any() and (gap > 20.0).any()
+    assert abs(caps["bias"]).max() < 1.0
 
 
 def test_an_index_compared_with_ids_is_drawn_as_ids_within_its_range():
