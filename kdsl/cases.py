@@ -252,14 +252,20 @@ def compared_float_scales(kernel: ir.Kernel) -> dict:
     that the comparison goes both ways on some elements (held-out set 30's event_horizon,
     `t_q[b, i] - t_k[b, j] <= 20.0`, held everywhere over times drawn near 0)."""
     scales: dict = {}
-    floats = {t.name for t in kernel.tensors if t.role == "capture" and t.dtype in ("f32", "bf16", "f16")}
+    floats = {t.name: t.dtype for t in kernel.tensors if t.role == "capture" and t.dtype in _FLOAT_SCALE_TOP}
     for node, loaded in _comparisons(kernel):
         for mine, other in ((0, 1), (1, 0)):
             c = node.args[other]
             if isinstance(c, ir.Const) and c.ty == "f32" and abs(c.value) > 0.1:
-                for t in loaded[mine] & floats:
-                    scales[t] = max(scales.get(t, 0.1), abs(float(c.value)))
+                for t in loaded[mine] & set(floats):
+                    top = _FLOAT_SCALE_TOP[floats[t]]
+                    scales[t] = min(top, max(scales.get(t, 0.1), abs(float(c.value))))
     return scales
+
+
+# the largest scale a float capture is drawn at: its draws (4 standard deviations) stay finite in
+# its type, and sums of products with them in f32
+_FLOAT_SCALE_TOP = {"f32": 1e6, "bf16": 1e6, "f16": 1e4}
 
 
 def indices_compared_with_ids(kernel: ir.Kernel, ranges: dict, ids: set) -> dict:

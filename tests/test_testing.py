@@ -327,8 +327,9 @@ def test_an_index_compared_with_ids_is_drawn_as_ids_within_its_range():
 
 def test_a_check_notes_a_mask_that_kept_every_pair_or_none_in_every_case(tmp_path, capsys):
     """`kdsl check` passing a mask whose inputs never exercised one of its sides says so: a
-    window wider than every check shape keeps every pair, a float threshold above every drawn
-    bias drops them all; a mask that kept some of each gets no note."""
+    window wider than every check shape keeps every pair, a square that must be negative drops
+    them all (a plain threshold above the drawn biases no longer does: floats compared with a
+    constant are drawn at its scale); a mask that kept some of each gets no note."""
     from kdsl.check import CaseResult, format_table, one_sided
     src = """
 attention far_window {
@@ -338,7 +339,7 @@ attention far_window {
 attention never {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
     bias: bf16[B, H, M, N]
-    mask(b, h, i, j) = bias[b, h, i, j] > 5.0
+    mask(b, h, i, j) = bias[b, h, i, j] * bias[b, h, i, j] < -5.0
 }
 attention causal_window {
     q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]
