@@ -580,7 +580,8 @@ def one_way_decisions(results: list[CaseResult]) -> list[str]:
         for text, (true, false) in (r.decisions or {}).items():
             was = held.get(text, (False, False))
             held[text] = (was[0] or true, was[1] or false)
-    return [f"  note: `{text}` was {'true' if true else 'false'} at every element of every case, so what it decides "
+    short = lambda text: text if len(text) <= 100 else text[:97] + "..."  # noqa: E731
+    return [f"  note: `{short(text)}` was {'true' if true else 'false'} at every element of every case, so what it decides "
             f"when {'false' if true else 'true'} was never judged (kdsl.cases.attention_inputs draws the inputs)"
             for text, (true, false) in held.items() if true != false]
 

@@ -36,11 +36,8 @@ def scores(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: floa
     be = backend_for(q)
     xp = be.xp
     captures = captures or {}
-    H, Hkv = q.shape[1], k.shape[1]
     env = _index_env(kernel, q, k, v, captures, scale, dims)
-    kv_head = be.arange(H) // (H // Hkv)
-    qd, kd = be.float64(q), be.float64(k)[:, kv_head]
-    s = (qd @ xp.swapaxes(kd, -1, -2)) * env["scale"]
+    s = _scaled_dots(q, k, env["scale"])
     keep = mask_of(kernel, q, k, v, captures, scale, dims, env)
     score = kernel.func("score")
     if score is not None:
@@ -109,6 +106,9 @@ def decisions(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: f
     be = backend_for(q)
     captures = captures or {}
     env = _index_env(kernel, q, k, v, captures, scale, None)
+    score = kernel.func("score")
+    if score is not None and any(isinstance(n, ir.Var) and n.name == "s" for n in ir.walk_distinct(score)):
+        env["s"] = _scaled_dots(q, k, env["scale"])  # (`where(s > cap[h], ...)` decides on it)
     found: dict = {}
     for fname in ("score", "mask"):
         e = kernel.func(fname)
@@ -119,6 +119,13 @@ def decisions(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: f
             value = be.asarray(eval_array(node, env, captures, be, host_for(be)), "bool")
             found[text] = (bool(value.any()), bool((~value).any()))
     return found
+
+
+def _scaled_dots(q, k, scale: float):
+    """scale * q . k in float64, [B, H, M, N] (k's heads repeated for grouped queries)."""
+    be = backend_for(q)
+    kv_head = be.arange(q.shape[1]) // (q.shape[1] // k.shape[1])
+    return (be.float64(q) @ be.xp.swapaxes(be.float64(k)[:, kv_head], -1, -2)) * scale
 
 
 def _data_decisions(e: ir.Expr) -> list[ir.Expr]:

@@ -360,6 +360,9 @@ def test_cli_check_takes_the_users_shapes(tmp_path):
         assert r.returncode != 0 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+GOOD_HEAD_S = "attention on_s {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+
+
 def test_cli_check_notes_a_decision_on_data_that_went_one_way(tmp_path):
     """A comparison or `where` condition that reads data and came out the same at every element
     of every case gets a note (check.one_way_decisions): what it decides the other way was never
@@ -375,5 +378,12 @@ def test_cli_check_notes_a_decision_on_data_that_went_one_way(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     notes = [line for line in r.stdout.splitlines() if "note:" in line]
+    # a decision on the score itself and data (regression: the first version had no s to evaluate
+    # it with and ended the check with an internal error)
+    p2 = tmp_path / "on_s.kd"
+    p2.write_text(GOOD_HEAD_S + "    bias: f32[H]\n    score(s, b, h, i, j) = where(s > bias[h], s, s * 0.5)\n}\n")
+    r2 = subprocess.run([sys.executable, "-m", "kdsl.cli", "check", str(p2), "--interpret", "--trials", "1"],
+                        capture_output=True, text=True)
+    assert r2.returncode == 0 and "note:" not in r2.stdout and "internal error" not in r2.stderr, r2.stdout + r2.stderr
     assert notes == ["  note: `w[h] * w[h] < -1.0` was false at every element of every case, so what it decides when "
                      "true was never judged (kdsl.cases.attention_inputs draws the inputs)"], r.stdout
