@@ -43,7 +43,8 @@ def scores(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: floa
     if score is not None:
         gate = _gradient_gate(be, keep)
         s = xp.broadcast_to(be.asarray(eval_array(score, {**env, "s": gate(s)}, captures, be, host_for(be),
-                                                  on_float_load=gate), "f64"), s.shape)
+                                                  on_float_load=gate, branch_gate=_branch_gate(be)), "f64"),
+                            s.shape)
     return s if keep is None else xp.where(keep, s, -math.inf)
 
 
@@ -56,6 +57,25 @@ def _gradient_gate(be, keep):
     if keep is None or not hasattr(be.xp, "autograd") or not be.xp.is_grad_enabled():
         return lambda x: x
     return lambda x: be.xp.where(keep, x, x.detach()) if getattr(x, "requires_grad", False) else x
+
+
+def _branch_gate(be):
+    """eval_array's branch_gate under autograd (None otherwise): a `where` branch's inputs keep
+    their gradient only where the branch is taken, so a NaN derivative of the branch not taken
+    (`where(s >= 0.0, sqrt(s + 1.0), sqrt(1.0 - s))`) never reaches dq and dk as 0 * NaN."""
+    if not hasattr(be.xp, "autograd") or not be.xp.is_grad_enabled():
+        return None
+    xp = be.xp
+
+    def only_where(c):
+        return lambda x: xp.where(c, x, x.detach()) if getattr(x, "requires_grad", False) else x
+
+    def gates(c):
+        if isinstance(c, xp.Tensor):
+            return only_where(c), only_where(~c)
+        keep, drop = (lambda x: x), (lambda x: x.detach() if getattr(x, "requires_grad", False) else x)
+        return (keep, drop) if c else (drop, keep)  # a condition of the dims alone
+    return gates
 
 
 def scores_and_slope(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: float | None = None):
@@ -77,8 +97,8 @@ def scores_and_slope(kernel: ir.Kernel, q, k, v, captures: dict | None = None, s
     with torch.enable_grad():
         s.requires_grad_()
         caps = {n: c.detach() for n, c in captures.items()}
-        val = torch.broadcast_to(be.asarray(eval_array(score, {**env, "s": s}, caps, be, host_for(be)), "f64"),
-                                 s.shape)
+        val = torch.broadcast_to(be.asarray(eval_array(score, {**env, "s": s}, caps, be, host_for(be),
+                                                       branch_gate=_branch_gate(be)), "f64"), s.shape)
         if not val.requires_grad:
             return masked(val).detach(), torch.zeros_like(s)
         (slope,) = torch.autograd.grad(val.sum(), s, allow_unused=True)

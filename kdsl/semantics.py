@@ -114,7 +114,7 @@ def eval_numpy(e: ir.Expr, env: dict, captures: dict, float_dtype=None):
     return eval_array(e, env, captures, Numpy(float_dtype))
 
 
-def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None, on_float_load=None):
+def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None, on_float_load=None, branch_gate=None):
     """Evaluate an IR expression on a kdsl.backends backend; env maps variable names to
     arrays or numbers. Floats are computed in the backend's float dtype (float64 for the
     reference), integers in int64, so the reference never overflows where the kernel's i32
@@ -127,21 +127,26 @@ def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None, on_flo
     The CPU's answer is the one the interpreter and the CPU-only tests see, so the reference
     agrees with them on every machine.
 
-    on_float_load: applied to each float element read (the reference's gradient gate)."""
-    def go(x):
+    on_float_load: applied to each float element read (the reference's gradient gate).
+    branch_gate: c -> (gate where c, gate where not c), each applied to the float variables and
+    elements a float `where(c, a, b)`'s branch reads: the gradient of a branch stops where the
+    other is taken (autograd's 0 times a NaN derivative of the branch not taken, sqrt(1 - s)
+    at s > 1, would otherwise be NaN)."""
+    def go(x, leaf):
         if isinstance(x, ir.Const):
             return x.value
         if isinstance(x, ir.Var):
-            return env[x.name]
+            return leaf(env[x.name]) if leaf is not None and x.ty == "f32" else env[x.name]
         if isinstance(x, ir.Load):
-            v = backend.index(captures[x.tensor], [go(i) for i in x.indices])
+            v = backend.index(captures[x.tensor], [go(i, None) for i in x.indices])
             if x.ty == "bool":  # a bool tensor's element (0 / 1), never an int under not / and;
                 # already bool in torch / numpy / cupy: as it is (FlexAttention's mask_mod then
                 # reads the tensor as its users write it, with no compare)
                 return v if str(getattr(v, "dtype", "")).endswith("bool") else v != 0
             if x.ty != "f32":
                 return backend.to_int(v)
-            return backend.to_float(v) if on_float_load is None else on_float_load(backend.to_float(v))
+            v = backend.to_float(v) if on_float_load is None else on_float_load(backend.to_float(v))
+            return v if leaf is None else leaf(v)
         if host is not None and x.op == "int" and x.args[0].ty == "f32":
             arg, used = x.args[0], list(ir.walk(x.args[0]))
             names = {n.name for n in used if isinstance(n, ir.Var)}
@@ -149,9 +154,15 @@ def eval_array(e: ir.Expr, env: dict, captures: dict, backend, host=None, on_flo
             on_host = eval_array(arg, {n: host.move(env[n]) for n in names},
                                  {n: host.move(captures[n]) for n in tensors}, host)
             return _array_op(backend, x, [backend.move(on_host)])
-        return _array_op(backend, x, [go(a) for a in x.args])
+        if branch_gate is not None and x.op == "where" and x.ty == "f32":
+            c = go(x.args[0], None)
+            taken, other = branch_gate(c)
+            then = taken if leaf is None else (lambda v: taken(leaf(v)))
+            orelse = other if leaf is None else (lambda v: other(leaf(v)))
+            return _array_op(backend, x, [c, go(x.args[1], then), go(x.args[2], orelse)])
+        return _array_op(backend, x, [go(a, leaf) for a in x.args])
     with backend.quiet():
-        return go(e)
+        return go(e, None)
 
 
 def _floor_division(be, op: str, a, b):

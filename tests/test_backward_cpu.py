@@ -277,6 +277,34 @@ def test_reference_gradients_ignore_a_score_that_is_nan_where_the_mask_drops():
     assert not res.passed and any("not finite" in p or "NaN" in p for p in res.problems), res.problems
 
 
+def test_reference_gradients_ignore_a_where_branch_that_is_nan_where_not_taken():
+    """Held-out 59's sqrt_compress: `where(s >= 0.0, sqrt(s + 1.0) - 1.0, 1.0 - sqrt(1.0 - s))`.
+    Autograd evaluates both branches, and the one not taken is NaN at some elements (sqrt(1 - s)
+    at s > 1); its zero gradient times sqrt's NaN derivative there made the reference's dq, dk
+    and the scale-gain slope NaN, and `check --grad` failed on the reference. A branch's inputs
+    now keep their gradient only where it is taken: the gradients equal those of the same program
+    written NaN-free (the square roots of clamped values), and the interpreter's backward passes.
+    A captured tensor read in a branch (per-head caps) is gated too, and a condition of the dims
+    alone (`H > 2`) keeps only its branch."""
+    from kdsl.check import gradient_case, reference_capture_grads, reference_grads
+    from kdsl.cases import AttentionCase
+    from kdsl.backends import Torch
+    gen = torch.Generator().manual_seed(59)
+    q, k, v, dout = (torch.randn(1, 2, s, 16, generator=gen).to(torch.bfloat16) for s in (40, 50, 50, 40))
+    q = (q.float() * 4).to(torch.bfloat16)  # scores past 1 on both sides
+    cap = {"cap": torch.rand(2, generator=gen) + 0.5}
+    decl = ("cap: f32[H]",)
+    forms = ["where(s >= 0.0, sqrt(s + cap[h]) - 1.0, 1.0 - sqrt(cap[h] - s)) + where(H > 2, sqrt(-1.0 - s), 0.0)",
+             "where(s >= 0.0, sqrt(max(s, 0.0) + cap[h]) - 1.0, 1.0 - sqrt(cap[h] - min(s, 0.0)))"]
+    mods = [kdsl.compile(program(f, None, decls=decl), interpret=True) for f in forms]
+    grads = [reference_grads(m.ir["gen"], q, k, v, cap, None, None, dout) for m in mods]
+    for a, b in zip(*grads):
+        assert torch.isfinite(a).all() and torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+    caps = [reference_capture_grads(m.ir["gen"], q, k, v, cap, None, None, dout)["cap"] for m in mods]
+    assert torch.isfinite(caps[0]).all() and torch.allclose(caps[0], caps[1], rtol=1e-12, atol=1e-12)
+    assert gradient_case(Torch("cpu"), mods[0].ir["gen"], mods[0].gen, AttentionCase(1, 2, 2, 40, 50, 16, seed=5)).passed
+
+
 def test_the_worst_error_keeps_a_nan():
     from kdsl.check import worst
     assert worst([0.0, float("nan"), 1.0]) != worst([0.0, float("nan"), 1.0])  # NaN, wherever it is
