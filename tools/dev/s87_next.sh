@@ -12,7 +12,7 @@
 #      mixed_clamp D=64 fwd: 2984 -> 2824 instructions but local 0 -> 48 B; batch_head_mode D=64 bwd 2728 -> 3688).
 #   v: held-out sets 52 and 53 (interpreter-checked): `check --grad` of all sixteen, fwd+bwd against Flex;
 #      runtime_grid's remainder by captured width bounded without a tile summary, against KDSL_MONOTONE_BOUNDS=0.
-#   w, x, y: held-out sets 54-55, 56-57 and 58 (interpreter-checked) the same way.
+#   w, x, y: held-out sets 54-55, 56-57 and 58-59 (interpreter-checked) the same way.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=87 CHECK_TIMEOUT=90
@@ -60,7 +60,7 @@ v)
   bench h53-bwd tools/dev/heldout53.kd --backward
   fab KDSL_MONOTONE_BOUNDS=0 tools/dev/heldout52.kd runtime_grid 2,16,4096,4096,128 ;;
 w|x|y)
-  sets=$(case $part in w) echo "54 55";; x) echo "56 57";; y) echo "58";; esac)
+  sets=$(case $part in w) echo "54 55";; x) echo "56 57";; y) echo "58 59";; esac)
   for n in $sets; do
     for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout$n.kd | cut -d' ' -f2); do check tools/dev/heldout$n.kd $k; done
   done
