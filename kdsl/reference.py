@@ -125,19 +125,20 @@ def decisions(kernel: ir.Kernel, q, k, v, captures: dict | None = None, scale: f
     branch everywhere); the positions' own decisions are up to the shapes alone."""
     be = backend_for(q)
     captures = captures or {}
-    env = _index_env(kernel, q, k, v, captures, scale, None)
-    score = kernel.func("score")
-    if score is not None and any(isinstance(n, ir.Var) and n.name == "s" for n in ir.walk_distinct(score)):
-        env["s"] = _scaled_dots(q, k, env["scale"])  # (`where(s > cap[h], ...)` decides on it)
-    found: dict = {}
+    named = {}
     for fname in ("score", "mask"):
         e = kernel.func(fname)
         for node in _data_decisions(e) if e is not None else ():
-            text = ir.format_expr(node, kernel.param_names(fname))
-            if text in found:
-                continue
-            value = be.asarray(eval_array(node, env, captures, be, host_for(be)), "bool")
-            found[text] = (bool(value.any()), bool((~value).any()))
+            named.setdefault(ir.format_expr(node, kernel.param_names(fname)), node)
+    if not named:
+        return {}
+    env = _index_env(kernel, q, k, v, captures, scale, None)
+    if any(ir.uses(node, "s") for node in named.values()):  # `where(s > cap[h], ...)` decides on the score
+        env["s"] = _scaled_dots(q, k, env["scale"])
+    found: dict = {}
+    for text, node in named.items():
+        value = be.asarray(eval_array(node, env, captures, be, host_for(be)), "bool")
+        found[text] = (bool(value.any()), bool((~value).any()))
     return found
 
 

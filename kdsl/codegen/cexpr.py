@@ -124,7 +124,9 @@ class CEmitter:
             # a constant divisor of a dividend >= 0 by its form (`i % 96`, `(i // 3 + j // 5) % 7`):
             # unsigned, a multiply-high and a shift, no sign or floor fixup (a power of two is a
             # shift or a mask already)
-            if _positive_non_power_of_two(e.args[1]) and nonnegative(e.args[0], self.sizes):
+            divisor = e.args[1]
+            if isinstance(divisor, ir.Const) and divisor.value > 0 and not _power_of_two(divisor) \
+                    and nonnegative(e.args[0], self.sizes):
                 return f"kdsl::{name}_nonneg({a[0]}, {a[1]})"
             return _floor_op(op, a, e.args[1])
         if op == "neg":  # the space keeps "- -1" from reading as a decrement
@@ -216,13 +218,13 @@ class WideEmitter(CEmitter):
 OPAQUE_EVERY = 6
 
 
-def _positive_non_power_of_two(e: ir.Expr) -> bool:
-    return isinstance(e, ir.Const) and e.ty == "i32" and e.value > 0 and e.value & (e.value - 1) != 0
+def _power_of_two(c: ir.Const) -> bool:
+    return c.value > 0 and c.value & (c.value - 1) == 0
 
 
 def _floor_op(op: str, a, divisor: ir.Expr) -> str:
     # A positive power-of-two divisor makes floor division a shift and floor mod a mask.
-    if isinstance(divisor, ir.Const) and divisor.value > 0 and divisor.value & (divisor.value - 1) == 0:
+    if isinstance(divisor, ir.Const) and _power_of_two(divisor):
         shift = int(divisor.value).bit_length() - 1
         return f"({a[0]} >> {shift})" if op == "floordiv" else f"({a[0]} & {divisor.value - 1})"
     return f"kdsl::{'floordiv' if op == 'floordiv' else 'floormod'}({a[0]}, {a[1]})"

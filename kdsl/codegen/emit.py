@@ -252,9 +252,10 @@ def _variant(k: ir.Kernel, variables: dict, captures: dict, divisors: tuple[ir.E
     vtype = lambda e: "int" if e.ty == "i32" else "float"  # noqa: E731
     # tile()'s item divisors, prepared once at its top: its predicates divide by one on several
     # branches, and NVVM prepared it in each
-    tile_divisors = {d: f"tile_div{n}" for n, d in enumerate(
-        d for d in divisors if int_signs.item_level(d) and mask is not None
-        and any(n == d for f in ("tile_empty", "tile_full") if k.func(f) is not None for n in ir.walk_distinct(k.func(f))))}
+    in_tiles = {n for f in ("tile_empty", "tile_full") if mask is not None and k.func(f) is not None
+                for n in ir.walk_distinct(k.func(f))}
+    tile_divisors = {d: f"tile_div{n}" for n, d in enumerate(d for d in divisors
+                                                             if int_signs.item_level(d) and d in in_tiles)}
     ct = emitter(variables, captures, summary_slots, prepared=tile_divisors)
     return dict(
         has_mask=_on(mask is not None), scaled_dot=_on(exp2_fold.score_is_scaled_dot(k)),
