@@ -6,7 +6,7 @@ Three families of programs (docs/language.md is the contract they probe):
   grammar     random kernels from the grammar: any statement, any expression, ill-typed too
   edges       well-formed kernels with one edge in them: constants at the limits of their
               types, C++ keywords and kdsl's own identifiers as names, nesting around the
-              depth limit, masks whose tile analysis blows up, odd line endings
+              depth limit, masks whose tile analysis blows up, helper functions, odd line endings
 """
 from __future__ import annotations
 
@@ -255,6 +255,33 @@ def typed_edges(draw) -> str:
     return attention(f"score(s, b, h, i, j) = {score}\n    mask(b, h, i, j) = {mask}")
 
 
+HELPER_NAMES = ["f", "g", "near", "exp", "score", "mask", "b", "W"]
+
+
+@st.composite
+def helper_edges(draw) -> str:
+    """Helper functions calling each other (recursion, wrong arities, shadowing, doubling
+    chains), called from the score, the mask and constants."""
+    stmts = []
+    for n in range(draw(st.integers(1, 4))):
+        name = draw(st.sampled_from(HELPER_NAMES + [f"h{n}"]))
+        params = draw(st.lists(st.sampled_from(["x", "y", "i", "j", "s", "b", "N"]), max_size=3))
+        e = draw(any_expr(draw(st.integers(0, 2))))
+        callee = draw(st.sampled_from(HELPER_NAMES + [f"h{m}" for m in range(4)]))
+        args = ", ".join(draw(st.lists(st.sampled_from(params + ["1", "2.5", "i"]), max_size=3)))
+        body = draw(st.sampled_from([e, f"{callee}({args})", f"{callee}({args}) + {callee}({args})",
+                                     f"where({e}, {callee}({args}), {e})"]))
+        stmts.append(f"{name}({', '.join(params)}) = {body}")
+    callee = draw(st.sampled_from(HELPER_NAMES + ["h0", "h1"]))
+    args = ", ".join(draw(st.lists(st.sampled_from(["s", "b", "h", "i", "j", "3", "0.5"]), max_size=3)))
+    stmts.append(draw(st.sampled_from([f"score(s, b, h, i, j) = s + {callee}({args})",
+                                       f"score(s, b, h, i, j) = {callee}({args})",
+                                       f"mask(b, h, i, j) = {callee}({args})",
+                                       f"mask(b, h, i, j) = {callee}({args}) < j",
+                                       f"W = {callee}({args})\n    mask(b, h, i, j) = i - j < W"])))
+    return attention("\n    ".join(stmts))
+
+
 @st.composite
 def layout(draw, program) -> str:
     """The same program with other line endings, form feeds, tabs or a byte-order mark."""
@@ -267,5 +294,5 @@ def layout(draw, program) -> str:
 
 def programs():
     """Every family, about equally often."""
-    edges = st.one_of(constant_edges(), name_edges(), deep_edges(), typed_edges())
+    edges = st.one_of(constant_edges(), name_edges(), deep_edges(), typed_edges(), helper_edges())
     return layout(st.one_of(mutations(), grammar_programs(), edges, edges))

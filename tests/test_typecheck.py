@@ -1,5 +1,8 @@
+import re
+
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kdsl import ir
 from kdsl.errors import SourceError
@@ -43,7 +46,7 @@ def test_constants_fold():
     ("bias: f32[H]\nscore(s, b, h, i, j) = s + bias", "'bias' is a tensor; index it"),
     ("bias: f32[H]\nscore(s, b, h, i, j) = s + bias[1.5]", "an index must be an integer"),
     ("score(s, b, h, i, j) = s + q[0, 0, 0, 0]", "cannot be indexed"),
-    ("foo(s) = s", "unknown function definition 'foo'"),
+    ("foo(x) = x + bar\nscore(s, b, h, i, j) = s", "unknown variable 'bar'"),  # a helper not called yet
     ("score(s, b, h, i, j) = s\nscore(s, b, h, i, j) = s", "defined twice"),
     ("bias: f64[H]", "unknown element type 'f64'"),
     ("bias: f32[H, Z + 1]", "unknown variable 'Z'"),
@@ -57,6 +60,89 @@ def test_type_errors(body, needle):
         check(body)
     assert needle in e.value.message, e.value.message
     assert e.value.span is not None
+
+
+def _same_ir(body, written_out):
+    a, b = check(body), check(written_out)
+    return [(n, ir.print_expr(e)) for n, e in a.funcs] == [(n, ir.print_expr(e)) for n, e in b.funcs]
+
+
+@pytest.mark.parametrize("body,written_out", [
+    ("W = 200\ndist(i, j) = i - j\nnear(i, j) = dist(i, j) >= 0 and dist(i, j) < W\nmask(b, h, i, j) = near(i, j)",
+     "mask(b, h, i, j) = i - j >= 0 and i - j < 200"),
+    # an integer literal argument adapts to its use in the body, as written out
+    ("soft(x, c) = c * tanh(x / c)\nscore(s, b, h, i, j) = soft(s, 20)", "score(s, b, h, i, j) = 20 * tanh(s / 20)"),
+    ("band(i, j, w) = abs(i - j) <= w\nmask(b, h, i, j) = band(i, j, 96)", "mask(b, h, i, j) = abs(i - j) <= 96"),
+    # helpers call helpers defined after them; parameters shadow dims and constants
+    ("rule(h, i, j) = where(h % 2 == 0, causal(i, j), abs(i - j) <= N)\ncausal(N, j) = j <= N\n"
+     "mask(b, h, i, j) = rule(h, i, j)", "mask(b, h, i, j) = where(h % 2 == 0, j <= i, abs(i - j) <= N)"),
+    ("bias: f32[H, N]\nat(h, j) = bias[h, j]\nscore(s, b, h, i, j) = s + at(h // 2, j + 1)",
+     "bias: f32[H, N]\nscore(s, b, h, i, j) = s + bias[h // 2, j + 1]"),
+    # a constant computed through a helper defined before it
+    ("twice(x) = 2 * x\nW = twice(64) + 1\nmask(b, h, i, j) = i - j < W", "mask(b, h, i, j) = i - j < 129"),
+])
+def test_helpers_inline_as_written_out(body, written_out):
+    assert _same_ir(body, written_out)
+
+
+@pytest.mark.parametrize("body,needle,where", [
+    ("f(x) = g(x)\ng(x) = f(x) + 1\nmask(b, h, i, j) = f(i) < j",
+     "helper function 'f' calls itself (f -> g -> f); helpers cannot recurse", "f(x) + 1"),
+    ("f(x) = f(x)\nmask(b, h, i, j) = f(i) < j", "helper function 'f' calls itself (f -> f)", "f(x) = f(x)"),
+    ("near(i, j) = abs(i - j) < 4\nmask(b, h, i, j) = near(i)", "near() takes 2 arguments (i, j), got 1",
+     "mask(b, h, i, j) = near(i)"),
+    ("one(x) = x\nmask(b, h, i, j) = one(i, j) < 3", "one() takes 1 argument (x), got 2", "mask(b, h, i, j)"),
+    ("mask(b, h, i, j) = j <= i\nscore(s, b, h, i, j) = where(mask(b, h, i, j), s, 0.0)",
+     "mask() is the kernel's own function and cannot be called", "score(s"),
+    ("exp(x) = x\nscore(s, b, h, i, j) = s", "'exp' is a built-in function and cannot be redefined", "exp(x)"),
+    ("f(x, x) = x\nscore(s, b, h, i, j) = s", "parameter 'x' appears twice", "f(x, x)"),
+    # a helper sees its own parameters, not the caller's
+    ("pos(i) = i + b\nmask(b, h, i, j) = pos(i) < j", "unknown variable 'b'", "pos(i) = i + b"),
+    # a mistake in a helper's body is reported there, naming the call that reached it
+    ("dist(i, j) = i - j\nscore(s, b, h, i, j) = s + dist(i, j)",
+     "cannot add float and int", "score(s, b, h, i, j) = s + dist(i, j)"),
+    ("soft(x) = x * tanh(x // 2)\nscore(s, b, h, i, j) = soft(s)",
+     "'//' needs integers; use int(...) to convert (in soft(), called at line 4 column 24)", "soft(x) ="),
+    # limits on the written-out expression: nesting, a chain of helpers, doubling
+    ("f(x) = -(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(-(x))))))))))))))))))))))))))))))))))))"
+     "\nmask(b, h, i, j) = f(f(i)) < j", "this call of f() nests operators and calls 75 deep once inlined; kdsl's "
+     "limit is 64", "mask(b, h, i, j)"),
+    ("f0(x) = x\n" + "".join(f"f{n}(x) = f{n - 1}(x)\n" for n in range(1, 80)) + "mask(b, h, i, j) = f79(i) < j",
+     "helper calls nest operators and calls more than 64 deep once inlined", "f"),
+    ("f(x) = (x + x) * (x - x)\nmask(b, h, i, j) = f(f(f(f(f(f(f(i))))))) < j",
+     "writes out more than 4096 operations once its helper calls are inlined", "mask(b, h, i, j)"),
+    ("nearr(i, j) = abs(i - j) < 4\nmask(b, h, i, j) = near(i, j)", "unknown function 'near'; did you mean 'nearr'?",
+     "mask(b, h, i, j)"),
+])
+def test_helper_errors_are_located(body, needle, where):
+    with pytest.raises(SourceError) as e:
+        check(body)
+    assert needle in e.value.message, e.value.message
+    line = e.value.span.text.split("\n")[e.value.span.line - 1]
+    assert line.startswith(where) or where in line, (line, e.value.message)
+
+
+@settings(max_examples=150, deadline=None)
+@given(float_expr(depth=3), bool_expr(depth=2), st.permutations(["s", "b", "h", "i", "j"]))
+def test_any_score_and_mask_through_helpers_is_the_same_kernel(score, mask, order):
+    """The score and mask written as helpers of their own parameters, renamed and in another
+    order, then called, type-check to the IR of the same expressions written out."""
+    renamed = {p: f"p_{p}" for p in order}
+
+    def rename(e):
+        return re.sub(r"\b([sbhij])\b", lambda m: renamed[m.group(1)], e)
+
+    params = ", ".join(renamed[p] for p in order)
+    mask_args = ", ".join("0.0" if p == "s" else p for p in order)  # (the mask has no s; its helper never reads it)
+    body = (f"sc({params}) = {rename(score)}\nmk({params}) = {rename(mask)}\n"
+            f"score(s, b, h, i, j) = sc({', '.join(order)})\nmask(b, h, i, j) = mk({mask_args})")
+    assert _same_ir(body, f"score(s, b, h, i, j) = {score}\nmask(b, h, i, j) = {mask}")
+
+
+def test_gemm_refuses_helpers():
+    with pytest.raises(SourceError, match="a gemm kernel has no functions to define"):
+        check_program(parse("gemm g { a: e4m3[M, K] block(1, 128); b: e4m3[N, K] block(128, 128); out: bf16[M, N]\n"
+                            "f(x) = x }", "g.kd"))
 
 
 @pytest.mark.parametrize("src,needle", [
@@ -146,3 +232,22 @@ def test_accumulate_is_a_kernel_attr_located_at_its_word():
         check_program(parse("gemm g {\n a: e4m3[M, K] block(1, 128)\n b: e4m3[N, K] block(128, 128)\n"
                             " out: bf16[M, N] accumulate\n}", "t.kd"))
     assert (e.value.span.line, e.value.span.col, e.value.span.end_col) == (4, 18, 27)
+
+
+def test_the_documented_helper_example_is_the_written_out_kernel():
+    """docs/language.md's helper example compiles to the kernel written out by hand, and its
+    quoted diagnostic is the one a type mistake in soft() gets."""
+    import pathlib
+    doc = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "language.md").read_text()
+    example = doc[doc.index("attention banded_alibi {"):]
+    example = example[:example.index("```")]
+    helpers = check_program(parse(example, "ex.kd"))[0]
+    written = check_program(parse(
+        "attention banded_alibi {\n    q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+        "    score(s, b, h, i, j) = 20 * tanh(s / 20) - exp2(-8.0 * float(h + 1) / float(H)) * float(i - j)\n"
+        "    mask(b, h, i, j) = i - j >= 0 and i - j < 200\n}\n", "w.kd"))[0]
+    assert [(n, ir.print_expr(e)) for n, e in helpers.funcs] == [(n, ir.print_expr(e)) for n, e in written.funcs]
+    with pytest.raises(SourceError) as e:
+        check_program(parse(example.replace("x / c", "x // c"), "ex.kd"))
+    quoted = " ".join(doc[doc.index("naming the call that reached it (`"):].split("`")[1].split())
+    assert e.value.message.endswith(quoted.lstrip(". ")), (e.value.message, quoted)
