@@ -3,8 +3,8 @@
 Types are i32, f32 and bool and are kept apart: `s + float(q - kv)`, not `s + (q - kv)`.
 Integer literals (and constants bound to them) adapt to a float context, so
 `30 * tanh(s / 30)` reads naturally. Constants are folded here; dims become i32 Vars.
-Helper functions (`near(i, j) = abs(i - j) < W`) are inlined at each call, their arguments
-typed first, so the IR and every pass after this one never see them.
+Helper functions (`near(i, j) = abs(i - j) < W`) are inlined at each call (helper_calls.py),
+so the IR and every pass after this one never see them.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import math
 
 from .. import ast, ir
 from ..errors import SourceError, Span
-from ..grammar.parser import MAX_DEPTH
 from ..semantics import FoldError, fold
 from . import tiling
+from .helper_calls import HelperCalls
 
 ATTN_ELEMS = ("bf16", "f16")
 # captured tensors' element types and the scalar type a load of each gives: 1-byte masks and
@@ -30,9 +30,6 @@ _OP_WORDS = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide"
 
 # An integer literal whose type is decided by its context (Go-style untyped constant).
 LITERAL_INT = "int-literal"
-# Operations one call of a helper may write out once inlined: a helper that calls another
-# twice, which calls another twice, ... doubles at each level (docs/language.md).
-MAX_INLINED_NODES = 4096
 
 
 def check_program(program: ast.Program) -> list[ir.Kernel]:
@@ -46,7 +43,7 @@ def check_program(program: ast.Program) -> list[ir.Kernel]:
     return kernels
 
 
-class _Checker:
+class _Checker(HelperCalls):
     def __init__(self, kernel: ast.Kernel):
         self.k = kernel
         self.decls: dict[str, ast.Decl] = {}
@@ -55,10 +52,7 @@ class _Checker:
         self.bindings: dict[str, ast.Binding] = {}
         self.funcdefs: dict[str, ast.FuncDef] = {}
         self.params: dict[str, tuple] = {}  # function -> (canonical, user's) parameter names
-        self.expanding: list[tuple[str, Span]] = []  # helpers being inlined, innermost last, with their calls
-        self.called: set[str] = set()  # helpers inlined at least once
-        self.call_depth = _call_depths(kernel)  # id(ast.Call) -> its depth in its statement
-        self.nesting = 0  # depth of the innermost helper call being inlined
+        self.start_helpers(kernel)
         for st in kernel.body:
             self._collect(st)
 
@@ -235,7 +229,7 @@ class _Checker:
 
     def _call(self, e: ast.Call, env) -> ir.Expr:
         if e.func in self.funcdefs:
-            return self._inline(self.funcdefs[e.func], e, env)
+            return self.inline_call(self.funcdefs[e.func], e, env)
         if e.func not in _FUNC_ARITY:
             known = list(_FUNC_ARITY) + [n for n in self.funcdefs if n not in self.ENTRY_POINTS]
             raise SourceError(f"unknown function '{e.func}'{_suggest(e.func, known)}", e.func_span)
@@ -268,69 +262,6 @@ class _Checker:
         a, b = self._coerce(a, "i32", e.span), self._coerce(b, "i32", e.span)
         return _fold(ir.Op(a.ty, "where", (cond, a, b)), e.span)
 
-    def _inline(self, fd: ast.FuncDef, e: ast.Call, env) -> ir.Expr:
-        """A call of a helper function: its body typed with each parameter standing for its
-        argument's typed expression (an untyped literal argument stays untyped, so `band(i, j,
-        96)` and `soft(s, 20)` read as they would written out). A mistake inside the body is
-        reported there, naming the call that reached it."""
-        if fd.name in self.ENTRY_POINTS:
-            raise SourceError(f"{fd.name}() is the kernel's own function and cannot be called; move the part you "
-                              f"want to share into a helper function, e.g. part(i, j) = ...", e.func_span)
-        chain = [name for name, _ in self.expanding]
-        if fd.name in chain:
-            loop = " -> ".join(chain[chain.index(fd.name):] + [fd.name])
-            raise SourceError(f"helper function '{fd.name}' calls itself ({loop}); helpers cannot recurse",
-                              e.func_span)
-        if len(e.args) != len(fd.params):
-            n = len(fd.params)
-            raise SourceError(f"{fd.name}() takes {n} argument{'s' if n != 1 else ''} "
-                              f"({', '.join(p for p, _ in fd.params)}), got {len(e.args)}", e.span)
-        inner = {p: self.expr(a, env) for (p, _), a in zip(fd.params, e.args)}
-        # the call's depth in the written-out expression: a helper call counts as one level of
-        # nesting, as a call of a built-in does, and its body's root sits one below it
-        at = self.nesting + self.call_depth.get(id(e), 1)
-        if at > MAX_DEPTH:
-            raise SourceError(f"helper calls nest operators and calls more than {MAX_DEPTH} deep once inlined "
-                              "(kdsl's limit)", e.span)
-        self.called.add(fd.name)
-        self.expanding.append((fd.name, e.span))
-        outer, self.nesting = self.nesting, at
-        try:
-            body = self.expr(fd.body, inner)
-        except SourceError as err:
-            if err.span is None or err.span.line < fd.body.span.line or err.span.line > fd.body.span.end_line:
-                raise
-            raise SourceError(f"{err.message} (in {fd.name}(), called at line {e.span.line} column "
-                              f"{e.span.col})", err.span) from None
-        finally:
-            self.expanding.pop()
-            self.nesting = outer
-        depth, size = _depth_and_size(body)
-        if at + depth > MAX_DEPTH:
-            raise SourceError(f"this call of {fd.name}() nests operators and calls {at + depth} deep once "
-                              f"inlined; kdsl's limit is {MAX_DEPTH}", e.span)
-        if size > MAX_INLINED_NODES:
-            raise SourceError(f"this call of {fd.name}() writes out more than {MAX_INLINED_NODES} operations once "
-                              "its helper calls are inlined (kdsl's limit); name a shared part once instead of "
-                              "calling it repeatedly in nested helpers", e.span)
-        return body
-
-    def unused_helpers(self) -> None:
-        """A helper no kernel function calls is not typed (its parameters have no types until a
-        call gives them some), but its names must resolve: a misspelt helper is an error
-        whether or not it is called yet."""
-        for name, fd in self.funcdefs.items():
-            if name in self.ENTRY_POINTS or name in self.called:
-                continue
-            params = {p for p, _ in fd.params}
-            for node in _walk_ast(fd.body):
-                if isinstance(node, ast.Name) and node.id not in params:
-                    self._name(node, {})
-                elif isinstance(node, ast.Call) and node.func not in _FUNC_ARITY and node.func not in self.funcdefs:
-                    self._call(node, {})
-                elif isinstance(node, ast.Index) and node.tensor not in self.decls:
-                    self._index(node, {})
-
     def _index(self, e: ast.Index, env) -> ir.Expr:
         d = self.decls.get(e.tensor)
         if d is None:
@@ -352,6 +283,7 @@ class _Checker:
         return ir.Load(CAPTURE_DTYPES[self.dtype(d, tuple(CAPTURE_DTYPES))], e.tensor, tuple(idx))
 
     ENTRY_POINTS: tuple[str, ...] = ()  # the functions a kernel of this kind defines; any other is a helper
+    BUILTINS = _FUNC_ARITY
 
     def is_capture(self, name: str) -> bool:  # overridden per kind
         return False
@@ -505,49 +437,6 @@ class _GemmChecker(_Checker):
         tensors.append(ir.Tensor("output", "out", out.dtype, out_shape))
         attrs = (("grouping", kind),) + ((("accumulate", True),) if out.accumulate is not None else ())
         return ir.Kernel("gemm", self.k.name, tuple(tensors), (), attrs, source=f"{self.k.span.file}:{self.k.span.line}")
-
-
-def _call_depths(kernel: ast.Kernel) -> dict[int, int]:
-    """The depth of every call in its statement's expression, the root's 1 (the parser's count)."""
-    roots = []
-    for st in kernel.body:
-        roots += [st.body] if isinstance(st, ast.FuncDef) else [st.value] if isinstance(st, ast.Binding) else \
-            list(st.dims) + list(st.block or ())
-    depths, stack = {}, [(r, 1) for r in roots]
-    while stack:
-        e, d = stack.pop()
-        if isinstance(e, ast.Call):
-            depths[id(e)] = d
-        stack += [(c, d + 1) for c in _children(e)]
-    return depths
-
-
-def _depth_and_size(e: ir.Expr) -> tuple[int, int]:
-    """An IR expression's depth and its node count written out as a tree, shared parts
-    counted by identity once each (so an exponential tree costs its distinct nodes)."""
-    memo: dict[int, tuple[int, int]] = {}
-    stack = [(e, False)]
-    while stack:  # post-order: a node's children are done when it is popped the second time
-        x, done = stack.pop()
-        kids = getattr(x, "args", ()) or getattr(x, "indices", ())
-        if done:
-            parts = [memo[id(c)] for c in kids]
-            memo[id(x)] = (1 + max((d for d, _ in parts), default=0), min(1 + sum(n for _, n in parts), 1 << 40))
-        elif id(x) not in memo:
-            stack.append((x, True))
-            stack += [(c, False) for c in kids if id(c) not in memo]
-    return memo[id(e)]
-
-
-def _children(e: ast.Expr):
-    return {ast.Unary: lambda: (e.x,), ast.Binary: lambda: (e.lhs, e.rhs), ast.Call: lambda: e.args,
-            ast.Index: lambda: e.indices}.get(type(e), lambda: ())()
-
-
-def _walk_ast(e: ast.Expr):
-    yield e
-    for child in _children(e):
-        yield from _walk_ast(child)
 
 
 def _tyname(ty: str) -> str:
