@@ -47,6 +47,9 @@ def test_constants_fold():
     ("bias: f32[H]\nscore(s, b, h, i, j) = s + bias[1.5]", "an index must be an integer"),
     ("score(s, b, h, i, j) = s + q[0, 0, 0, 0]", "cannot be indexed"),
     ("foo(x) = x + bar\nscore(s, b, h, i, j) = s", "unknown variable 'bar'"),  # a helper not called yet
+    # a 0-d capture could not be read (the suggestion had been `cap[]`, which does not parse)
+    ("cap: f32[]\nscore(s, b, h, i, j) = cap * tanh(s / cap)",
+     "captured tensor 'cap' has no dimensions; declare a scalar as cap: f32[1] and read cap[0]"),
     ("score(s, b, h, i, j) = s\nscore(s, b, h, i, j) = s", "defined twice"),
     ("bias: f64[H]", "unknown element type 'f64'"),
     ("bias: f32[H, Z + 1]", "unknown variable 'Z'"),

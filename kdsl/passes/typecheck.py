@@ -357,6 +357,9 @@ class _AttentionChecker(_Checker):
                                   "and cannot name a captured tensor; give the tensor another name, e.g. 'scale_t'",
                                   d.name_span)
             self.dtype(d, tuple(CAPTURE_DTYPES))
+            if not d.dims:  # (an index names each axis: a tensor of none could never be read)
+                raise SourceError(f"captured tensor '{name}' has no dimensions; declare a scalar as {name}: "
+                                  f"{d.dtype}[1] and read {name}[0], or make it a constant ({name} = ...)", d.span)
             tensors.append(ir.Tensor("capture", name, d.dtype, self.shape(d, True)))
         funcs = []
         scale_b = self.bindings.get("scale")
