@@ -1,0 +1,58 @@
+"""examples/: each runs end to end on the CPU interpreter (`--cpu`: kernel, reference, check),
+and the FlexAttention peer each times itself against computes the same attention (eagerly, on
+the CPU, in float64) as its reference, so that the GPU timing compares like with like."""
+import importlib.util
+import sys
+import warnings
+
+import pytest
+
+from conftest import ROOT
+
+torch = pytest.importorskip("torch")
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+def _module(path):
+    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # (Flex's block masks trace the mask function, which looks its module up)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_there_are_examples():
+    assert {p.stem for p in EXAMPLES} >= {"softcap_alibi", "document_mask_training", "fp8_gemm"}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_runs_on_the_interpreter(path, capsys):
+    _module(path).main(["--cpu"])
+    assert "against" in capsys.readouterr().out
+
+
+def _flex_eagerly(fn):
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Flex warns that it runs uncompiled, which is the point here
+        return fn()
+
+
+def test_softcap_alibi_peer_is_the_same_attention():
+    ex = _module(ROOT / "examples" / "softcap_alibi.py")
+    q = torch.randn(2, 4, 150, 32, dtype=torch.float64)
+    k, v = torch.randn(2, 4, 200, 32, dtype=torch.float64), torch.randn(2, 4, 200, 32, dtype=torch.float64)
+    got = _flex_eagerly(ex.flex(q, k, v, compile=False))
+    assert float((got - ex.reference(q, k, v)).abs().max()) < 1e-9
+
+
+def test_document_mask_peer_is_the_same_attention():
+    """(Flex has no backward on the CPU: its gradients are autograd's of this same forward.)"""
+    ex = _module(ROOT / "examples" / "document_mask_training.py")
+    B, H, N, D = 2, 2, 200, 32
+    doc = ex.documents(B, N, "cpu", torch.Generator().manual_seed(3))
+    assert int(doc.max()) > 0 and (doc.diff(dim=1) >= 0).all()
+    q, k, v = (torch.randn(B, H, N, D, dtype=torch.float64) for _ in range(3))
+    got = _flex_eagerly(ex.flex(q, k, v, doc, compile=False))
+    assert float((got - ex.reference(q, k, v, doc)).abs().max()) < 1e-9
