@@ -47,6 +47,34 @@ def test_syntax_errors_are_located(src, line, col, needle):
     assert needle in e.value.message
 
 
+@pytest.mark.parametrize("expr,at,hint", [
+    # at: where the error points, as the text from there on
+    ("torch.tanh(s)", ".tanh(s)", "call a function by its name, tanh(s) for torch.tanh(s)"),
+    ("s.clamp(-5, 5)", ".clamp(-5, 5)", "clamp with min(max(x, lo), hi)"),
+    ("where((j <= i) & (i - j < 9), s, 0.0)", "& (i", "conditions combine with 'and', 'or' and 'not', not & or &&"),
+    ("where(j <= i || j == 0, s, 0.0)", "|| j", "conditions combine with 'or'"),
+    ("where(!(j <= i), s, 0.0)", "!(j", "negate a condition with 'not'"),
+    ("s if j <= i else -inf", "j <= i else", "choose with where(cond, a, b), not a if c else b"),
+    ("s ** 2", "* 2", "kdsl has no power operator; write s * s"),
+    ("s + bias[h][i - j]", "[i - j]", "index with one pair of brackets: bias[h, i - j], not bias[h][i - j]"),
+    ("where(i >= j >= i - 128, s, 0.0)", ">= i - 128", "comparisons do not chain; write a <= b and b <= c"),
+    ("where(j <= i, s, float('-inf'))", "'-inf'", "write -inf for float('-inf')"),
+])
+def test_python_habits_get_the_kdsl_form(expr, at, hint):
+    """A parse that fails on a Python or C habit says what to write instead, at the same place."""
+    head = "score(s, b, h, i, j) = "
+    with pytest.raises(SourceError) as e:
+        parse(f"attention a {{\n{head}{expr}\n}}", "bad.kd")
+    assert (e.value.span.line, e.value.span.col) == (2, len(head) + expr.rindex(at) + 1), e.value.message
+    assert hint in e.value.message, e.value.message
+
+
+def test_no_hint_where_no_habit_shows():
+    with pytest.raises(SourceError) as e:
+        parse("attention a { q = 1 $ }", "bad.kd")
+    assert e.value.message == "unexpected character '$'"
+
+
 # --- the parse tables kept on disk (parser._lark) ------------------------------------------
 BAD_SOURCES = ["attention a { q: bf16[B, H, M D] }", "attention a { q = 1 $ }", "attention a {"]
 

@@ -47,6 +47,15 @@ def test_constants_fold():
     ("bias: f32[H]\nscore(s, b, h, i, j) = s + bias[1.5]", "an index must be an integer"),
     ("score(s, b, h, i, j) = s + q[0, 0, 0, 0]", "cannot be indexed"),
     ("foo(x) = x + bar\nscore(s, b, h, i, j) = s", "unknown variable 'bar'"),  # a helper not called yet
+    # habits from Python and first drafts: the message names what to write
+    ("mask(b, h, i, j) = j <= i and True", "unknown variable 'True'; did you mean 'true'?"),
+    ("score(s, b, h, i, j) = s - slope[h] * float(abs(i - j))",
+     "unknown tensor 'slope'; declare it in the kernel, e.g. slope: f32[H]"),
+    ("mask(b, h, i, j) = doc[b, i] == doc[b, j]", "unknown tensor 'doc'; declare it in the kernel, e.g. doc: f32[B, M] "
+     "(i32, i8 or u8 for ids, bool for a mask)"),
+    ("score(s, b, h, i, j) = s + tbl[h, i - j]", "e.g. tbl: f32[H, ...]"),
+    ("mask = j <= i", "'mask' is a function of the positions, not a constant: write mask(b, h, i, j) = ..."),
+    ("score = 2.0", "'score' is a function of the positions, not a constant: write score(s, b, h, i, j) = ..."),
     # a 0-d capture could not be read (the suggestion had been `cap[]`, which does not parse)
     ("cap: f32[]\nscore(s, b, h, i, j) = cap * tanh(s / cap)",
      "captured tensor 'cap' has no dimensions; declare a scalar as cap: f32[1] and read cap[0]"),

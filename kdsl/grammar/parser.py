@@ -11,6 +11,7 @@ import lark
 from .. import ast
 from ..cachefiles import atomic_write, kept_dirs, make_key
 from ..errors import SourceError, Span
+from . import hints
 
 _GRAMMAR = Path(__file__).with_name("kdsl.lark")
 
@@ -83,7 +84,8 @@ def parse(text: str, file: str = "<string>") -> ast.Program:
         tree = _lark().parse(text)
     except lark.exceptions.UnexpectedCharacters as e:
         span = Span(file, e.line, e.column, e.line, e.column, text)
-        raise SourceError(f"unexpected character {text[e.pos_in_stream]!r}", span) from None
+        message = f"unexpected character {text[e.pos_in_stream]!r}"
+        raise SourceError(hints.with_hint(message, hints.character_hint(text, e.pos_in_stream)), span) from None
     except lark.exceptions.UnexpectedToken as e:
         tok = e.token
         if tok.type == "$END":
@@ -93,7 +95,9 @@ def parse(text: str, file: str = "<string>") -> ast.Program:
             span = Span(file, line, max(col, 1), line, max(col, 1), text)
             raise SourceError(f"unexpected end of file; expected {_expected(e.expected)}", span) from None
         span = Span(file, tok.line, tok.column, tok.end_line, tok.end_column - 1, text)
-        raise SourceError(f"unexpected {str(tok)!r}; expected {_expected(e.expected)}", span) from None
+        message = f"unexpected {str(tok)!r}; expected {_expected(e.expected)}"
+        hint = hints.token_hint(text, tok.start_pos, str(tok), tok.type)
+        raise SourceError(hints.with_hint(message, hint), span) from None
     except lark.exceptions.UnexpectedEOF:  # pragma: no cover - LALR reports $END as UnexpectedToken
         raise SourceError("unexpected end of file", Span(file, 1, 1, 1, 1, text)) from None
     _check_limits(tree, file, text)

@@ -65,6 +65,10 @@ class _Checker(HelperCalls):
         if isinstance(st, ast.Decl):
             self.decls[name] = st
         elif isinstance(st, ast.Binding):
+            if name in self.ENTRY_POINTS:  # `mask = j <= i`: its names would be unknown variables
+                params = "s, b, h, i, j" if name == "score" else "b, h, i, j"
+                raise SourceError(f"'{name}' is a function of the positions, not a constant: write "
+                                  f"{name}({params}) = ...", span)
             self.bindings[name] = st
             if name != "scale":
                 self.consts[name] = self._const_value(st.value)
@@ -266,7 +270,8 @@ class _Checker(HelperCalls):
         d = self.decls.get(e.tensor)
         if d is None:
             known = [n for n, x in self.decls.items() if self.is_capture(n)]
-            raise SourceError(f"unknown tensor '{e.tensor}'{_suggest(e.tensor, known)}", e.tensor_span)
+            hint = _suggest(e.tensor, known) or self._declaration_hint(e, env)
+            raise SourceError(f"unknown tensor '{e.tensor}'{hint}", e.tensor_span)
         if not self.is_capture(e.tensor):
             raise SourceError(f"'{e.tensor}' is a kernel operand and cannot be indexed in an expression; "
                               "declare a separate captured tensor", e.tensor_span)
@@ -284,6 +289,19 @@ class _Checker(HelperCalls):
 
     ENTRY_POINTS: tuple[str, ...] = ()  # the functions a kernel of this kind defines; any other is a helper
     BUILTINS = _FUNC_ARITY
+
+    def _declaration_hint(self, e: ast.Index, env) -> str:
+        """How to declare a tensor read but never declared: an axis indexed by a bare position,
+        batch or head takes that dim's name as q and k declare it (`slope[h]`: `slope: f32[H]`)."""
+        axes = {"b": ("q", 0), "h": ("q", 1), "q": ("q", 2), "kv": ("k", 2)}
+        dims = []
+        for i in e.indices:
+            x = env.get(i.id) if isinstance(i, ast.Name) else None
+            operand, axis = axes.get(x.name, (None, 0)) if isinstance(x, ir.Var) else (None, 0)
+            d = self.decls.get(operand)
+            dims.append(d.dims[axis].span.source() if d is not None and axis < len(d.dims) else "...")
+        return (f"; declare it in the kernel, e.g. {e.tensor}: f32[{', '.join(dims)}] (i32, i8 or u8 for ids, "
+                "bool for a mask)")
 
     def is_capture(self, name: str) -> bool:  # overridden per kind
         return False
@@ -446,7 +464,12 @@ def _tyname(ty: str) -> str:
     return {"i32": "int", "f32": "float", "bool": "bool", LITERAL_INT: "int"}[ty]
 
 
+_PYTHON_WORDS = {"True": "true", "False": "false"}
+
+
 def _suggest(name: str, known) -> str:
+    if name in _PYTHON_WORDS:
+        return f"; did you mean '{_PYTHON_WORDS[name]}'?"
     close = difflib.get_close_matches(name, list(known), n=1)
     return f"; did you mean '{close[0]}'?" if close else ""
 
