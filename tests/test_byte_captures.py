@@ -99,3 +99,19 @@ def test_byte_captures_build_for_hopper_from_byte_pointers_without_local_memory(
         assert rep.local_bytes == 0 and rep.tensor_ops.get("HGMMA", 0) > 0, rep
         assert "const bool* cap_keep" in built.generated.source or k.name != "bool_mask"
         assert "const unsigned char* cap_seg_q" in built.generated.source or k.name != "byte_ids"
+
+
+def test_a_wrong_dtype_names_the_conversion():
+    """torch's default integer type is int64: the refusal says how to convert (it had printed
+    'got int64', not 'got torch.int64', and no conversion)."""
+    torch = pytest.importorskip("torch")
+    mod = _module()
+    q = torch.randn(1, 2, 8, 64).to(torch.bfloat16)
+    ids = torch.zeros(1, 8, dtype=torch.int64)
+    with pytest.raises(LaunchError) as e:
+        mod.byte_ids(q, q, q, ids, ids.to(torch.uint8), torch.zeros(2, dtype=torch.int8))
+    assert str(e.value).endswith("argument 'seg_q' must be torch.uint8, got torch.int64; convert with "
+                                 "seg_q.to(torch.uint8)"), str(e.value)
+    with pytest.raises(LaunchError, match=r"must be uint8, got int32; convert with seg_q.astype\(numpy.uint8\)"):
+        mod.byte_ids(q.float().numpy(), q.float().numpy(), q.float().numpy(), ids.int().numpy(),
+                     ids.numpy().astype("uint8"), np.zeros(2, np.int8))

@@ -74,11 +74,21 @@ def expected_dtype_text(dtype: str, framework: str) -> str:
     return f"torch.{t}" if framework == "torch" else (n if dtype != "e4m3" else "uint8 holding e4m3 bits")
 
 
+def conversion_text(name: str, dtype: str, framework: str) -> str:
+    """How to convert argument `name` to kdsl's `dtype` in its framework ('' where none does)."""
+    t, n = _KDSL_TO[dtype]
+    if framework == "torch":
+        return f"{name}.to(torch.{t})"
+    if framework == "numpy" and dtype in _NUMPY_STANDS_FOR:
+        return f"{name}.astype(numpy.float32)"
+    return f"{name}.astype({framework}.{n})" if n else ""
+
+
 def dtype_text(a: ArrayInfo) -> str:
     """The array's element type as its framework spells it (torch.float32, int8), for messages."""
     names = _KDSL_TO.get(a.dtype)
-    if names is None:
-        return a.dtype  # a type kdsl has no name for: already the framework's name
+    if names is None:  # a type kdsl has no name for: already the framework's name
+        return f"torch.{a.dtype}" if a.framework == "torch" else a.dtype
     if a.framework == "torch":
         return f"torch.{names[0]}"
     return "uint8" if a.dtype == "e4m3" else names[1] or a.dtype

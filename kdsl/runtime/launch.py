@@ -255,8 +255,9 @@ class KernelBase:
             raise LaunchError(f"{self.name}: argument '{name}' is on a GPU; the interpreter runs on the CPU "
                               f"(pass numpy arrays or CPU tensors)")
         if not arrays.holds(a, dtype):
+            convert = arrays.conversion_text(name, dtype, a.framework)
             raise LaunchError(f"{self.name}: argument '{name}' must be {arrays.expected_dtype_text(dtype, a.framework)}, "
-                              f"got {arrays.dtype_text(a)}")
+                              f"got {arrays.dtype_text(a)}" + (f"; convert with {convert}" if convert else ""))
         if len(a.shape) != rank:
             raise LaunchError(f"{self.name}: argument '{name}' must have {rank} dimensions, got shape {list(a.shape)}")
         return a
