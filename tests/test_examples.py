@@ -23,7 +23,7 @@ def _module(path):
 
 
 def test_there_are_examples():
-    assert {p.stem for p in EXAMPLES} >= {"softcap_alibi", "document_mask_training", "fp8_gemm"}
+    assert {p.stem for p in EXAMPLES} >= {"softcap_alibi", "document_mask_training", "fp8_gemm", "decode_with_cache"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
@@ -56,3 +56,14 @@ def test_document_mask_peer_is_the_same_attention():
     q, k, v = (torch.randn(B, H, N, D, dtype=torch.float64) for _ in range(3))
     got = _flex_eagerly(ex.flex(q, k, v, doc, compile=False))
     assert float((got - ex.reference(q, k, v, doc)).abs().max()) < 1e-9
+
+
+def test_decode_peer_is_the_same_attention():
+    ex = _module(ROOT / "examples" / "decode_with_cache.py")
+    B, H, Hkv, N, D = 3, 4, 2, 5000, 16
+    q = torch.randn(B, H, 1, D, dtype=torch.float64)
+    k, v = torch.randn(B, Hkv, N, D, dtype=torch.float64), torch.randn(B, Hkv, N, D, dtype=torch.float64)
+    cache_len = torch.tensor([N, 4097, 17], dtype=torch.int32)  # the window binds on the first two
+    assert int(ex.keep(cache_len, N)[0].sum()) == 4096 and int(ex.keep(cache_len, N)[2].sum()) == 17
+    got = ex.sdpa(q, k, v, cache_len)()
+    assert float((got - ex.reference(q, k, v, cache_len)).abs().max()) < 1e-9
