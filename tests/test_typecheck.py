@@ -90,8 +90,9 @@ def _same_ir(body, written_out):
      "mask(b, h, i, j) = rule(h, i, j)", "mask(b, h, i, j) = where(h % 2 == 0, j <= i, abs(i - j) <= N)"),
     ("bias: f32[H, N]\nat(h, j) = bias[h, j]\nscore(s, b, h, i, j) = s + at(h // 2, j + 1)",
      "bias: f32[H, N]\nscore(s, b, h, i, j) = s + bias[h // 2, j + 1]"),
-    # a constant computed through a helper defined before it
+    # a constant computed through a helper defined before it, or after it
     ("twice(x) = 2 * x\nW = twice(64) + 1\nmask(b, h, i, j) = i - j < W", "mask(b, h, i, j) = i - j < 129"),
+    ("W = twice(64) + 1\ntwice(x) = 2 * x\nmask(b, h, i, j) = i - j < W", "mask(b, h, i, j) = i - j < 129"),
 ])
 def test_helpers_inline_as_written_out(body, written_out):
     assert _same_ir(body, written_out)

@@ -53,15 +53,18 @@ class _Checker(HelperCalls):
         self.funcdefs: dict[str, ast.FuncDef] = {}
         self.params: dict[str, tuple] = {}  # function -> (canonical, user's) parameter names
         self.start_helpers(kernel)
-        for st in kernel.body:
+        seen: set[str] = set()
+        for st in kernel.body:  # each name once, reported at its second definition
+            if st.name in seen:
+                raise SourceError(f"'{st.name}' is defined twice in kernel '{self.k.name}'", st.name_span)
+            seen.add(st.name)
+        # functions first, so that a constant may call a helper defined after it
+        for st in sorted(kernel.body, key=lambda st: not isinstance(st, ast.FuncDef)):
             self._collect(st)
 
     # --- collecting statements ---------------------------------------------------------
     def _collect(self, st):
         name, span = st.name, st.name_span
-        seen = {**self.decls, **self.bindings, **self.funcdefs}
-        if name in seen:
-            raise SourceError(f"'{name}' is defined twice in kernel '{self.k.name}'", span)
         if isinstance(st, ast.Decl):
             self.decls[name] = st
         elif isinstance(st, ast.Binding):
