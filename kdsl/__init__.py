@@ -4,7 +4,7 @@ CUDA kernel for NVIDIA Hopper.
     mod = kdsl.load("samples/relpos.kd")
     out = mod.relpos(q, k, v)
 """
-from .errors import CompileError, KdslError, LaunchError, NoGpuError, SourceError
+from .errors import CompileError, KdslError, LaunchError, LayoutWarning, NoGpuError, SourceError
 
 __version__ = "0.1.0"
 
@@ -21,4 +21,4 @@ def compile(source: str, file: str = "<string>", **options):
     return compile_source(source, file, **options)
 
 
-__all__ = ["load", "compile", "KdslError", "SourceError", "CompileError", "LaunchError", "NoGpuError"]
+__all__ = ["load", "compile", "KdslError", "SourceError", "CompileError", "LaunchError", "NoGpuError", "LayoutWarning"]

@@ -76,6 +76,11 @@ class CompileError(KdslError):
         self.kernel, self.log, self.options = kernel, log, tuple(options)
 
 
+class LayoutWarning(UserWarning):
+    """A call that runs but whose shapes look like another layout than kdsl's (heads and
+    length swapped)."""
+
+
 class LaunchError(KdslError):
     """Bad arguments at call time (dtype, shape, device, strides, ...)."""
 

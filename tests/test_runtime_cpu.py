@@ -101,3 +101,22 @@ def test_launcher_builds_its_configuration_once_with_the_stream_left_per_launch(
     dependent = Launcher(0x1234, (2, 1, 1), (256, 1, 1), 0, dependent=True)
     assert dependent.config.num_attrs == 1 and dependent.config.attrs
     assert dependent._attr.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION and dependent._attr.value[0] == 1
+
+
+def test_flash_attention_layout_is_warned_at_the_callers_line():
+    """q, k, v in [batch, length, heads, head dim] (FlashAttention's layout) run as 300 heads of 4
+    rows: a silent wrong answer but for the warning, which points at the user's call. Right
+    layouts, decode's many heads of one row included, do not warn."""
+    import warnings
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile("attention t { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                       "mask(b, h, i, j) = j <= i }", "t.kd", interpret=True)
+    flash = torch.randn(1, 300, 4, 16, dtype=torch.bfloat16)
+    with pytest.warns(kdsl.LayoutWarning, match=r"q has 300 heads of 4 rows each.*x.transpose\(1, 2\)") as w:
+        mod.t(flash, flash, flash)
+    assert w[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for shape in ((1, 4, 300, 16), (2, 32, 1, 16), (1, 256, 8, 16)):
+            x = torch.randn(*shape, dtype=torch.bfloat16)
+            mod.t(x, x, x)

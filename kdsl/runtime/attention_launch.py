@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import warnings
 
 from .. import ir
-from ..errors import KdslError, LaunchError
+from ..errors import KdslError, LaunchError, LayoutWarning
 from ..passes import affine_score, exp2_fold, index_floats, pipeline, streaming, tiling
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar
@@ -17,6 +19,22 @@ from .programs import Program
 from .driver import ArgPack
 from .summary import TileSummary
 from .launch import KernelBase, Plan, _align, _attention_key, _l2_bytes, _ptr, _sm_count
+
+
+# More query heads than this, each with fewer rows than there are heads, reads as a [batch, length,
+# heads, head dim] tensor (FlashAttention's layout) passed where kdsl takes [batch, heads, length,
+# head dim]: the call would run and attend over the heads. No model has nearly so many heads.
+MANY_HEADS = 256
+
+
+def _caller_level() -> int:
+    """warnings.warn's stacklevel of the first frame outside kdsl: the user's call (the GPU
+    and the interpreter paths reach validate through different depths)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class AttentionKernel(KernelBase):
@@ -214,6 +232,10 @@ class AttentionKernel(KernelBase):
             self._bind(t, a.shape, dims)
         B, H, M, D = infos[0].shape
         Hkv, N = infos[1].shape[1], infos[1].shape[2]
+        if H > MANY_HEADS and M < H:
+            warnings.warn(f"{self.name}: q has {H} heads of {M} rows each; kdsl takes q, k and v as [batch, heads, "
+                          f"length, head dim]: a [batch, length, heads, head dim] tensor (FlashAttention's layout) "
+                          f"goes in as x.transpose(1, 2).contiguous()", LayoutWarning, stacklevel=_caller_level())
         if (H % Hkv if Hkv else H):
             raise LaunchError(f"{self.name}: q has {H} heads, not a multiple of k/v's {Hkv} heads")
         if self.index_floats and max(M, N) > index_floats.MAX_LENGTH:
