@@ -23,7 +23,8 @@ def _module(path):
 
 
 def test_there_are_examples():
-    assert {p.stem for p in EXAMPLES} >= {"softcap_alibi", "document_mask_training", "fp8_gemm", "decode_with_cache"}
+    assert {p.stem for p in EXAMPLES} >= {"softcap_alibi", "document_mask_training", "fp8_gemm", "decode_with_cache",
+                                          "attention_sinks"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

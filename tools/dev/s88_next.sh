@@ -11,7 +11,7 @@ CHECK_SEED=88 CHECK_TIMEOUT=90
 for part in ${PART:-e}; do
 case $part in
 e)
-  for ex in softcap_alibi document_mask_training decode_with_cache fp8_gemm; do
+  for ex in softcap_alibi document_mask_training decode_with_cache attention_sinks fp8_gemm; do
     late ex-$ex && continue
     timeout 150 python3 examples/$ex.py > $L/example-$ex.log 2>&1
     echo "[example $ex] rc $?"; tail -3 $L/example-$ex.log; save
