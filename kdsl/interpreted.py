@@ -57,6 +57,8 @@ class Interpreted:
         spec = self._args
         infos, _, s = spec.validate(q, k, v, caps, out, lse, scale)
         self._one_kind(infos)
+        if out is not None or lse is not None:
+            spec.refuse_overlap(q, k, v, caps, out, lse)
         elem = self.ir.tensor("q").dtype
         o, l = interp.attention(self.ir, _host(q, elem), _host(k, elem), _host(v, elem), self._captured(caps), s,
                                 self.arch)

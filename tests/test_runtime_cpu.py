@@ -120,3 +120,24 @@ def test_flash_attention_layout_is_warned_at_the_callers_line():
         for shape in ((1, 4, 300, 16), (2, 32, 1, 16), (1, 256, 8, 16)):
             x = torch.randn(*shape, dtype=torch.bfloat16)
             mod.t(x, x, x)
+
+
+def test_an_output_sharing_memory_with_an_input_is_refused():
+    """out= or lse= over an input's memory (out=v: other CTAs would read rows one has written)
+    is refused by name on the interpreter as on the GPU; separate buffers, lse beside out in one
+    allocation included, run."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.compile("attention t { q: bf16[B, H, M, D]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D]\n"
+                       "lse: f32[B, H, M]\nmask(b, h, i, j) = j <= i }", "t.kd", interpret=True)
+    q, k, v = (torch.randn(1, 2, 30, 16, dtype=torch.bfloat16) for _ in range(3))
+    for given, needle in ((dict(out=v), "out= shares memory with v"), (dict(out=q), "out= shares memory with q"),
+                          (dict(lse=k.view(-1).view(torch.float32)[:60].view(1, 2, 30)), "lse= shares memory with k")):
+        with pytest.raises(LaunchError, match=needle):
+            mod.t(q, k, v, **given)
+    buf = torch.empty(q.numel() * 2, dtype=torch.bfloat16)
+    out, lse = buf[:q.numel()].view_as(q), buf[q.numel():].view(torch.float32)[:60].view(1, 2, 30)
+    with pytest.raises(LaunchError, match="lse= shares memory with out"):
+        mod.t(q, k, v, out=out, lse=buf[:120].view(torch.float32).view(1, 2, 30))
+    got, got_lse = mod.t(q, k, v, out=out, lse=lse)
+    want, want_lse = mod.t(q, k, v)
+    assert torch.equal(got, want) and torch.equal(got_lse, want_lse)

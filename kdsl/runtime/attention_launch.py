@@ -18,7 +18,7 @@ from .bounds import check_capture_indices
 from .programs import Program
 from .driver import ArgPack
 from .summary import TileSummary
-from .launch import KernelBase, Plan, _align, _attention_key, _l2_bytes, _ptr, _sm_count
+from .launch import KernelBase, Plan, _align, _attention_key, _l2_bytes, _ptr, _sm_count, refuse_overlap
 
 
 # More query heads than this, each with fewer rows than there are heads, reads as a [batch, length,
@@ -70,6 +70,14 @@ class AttentionKernel(KernelBase):
             return attention_backward.attention_with_grad(self, q, k, v, caps, out, lse, scale, tile_summary)
         return self._run(q, k, v, caps, out, lse, scale, tile_summary)
 
+    def refuse_overlap(self, q, k, v, caps, out, lse) -> None:
+        """A given out= or lse= must not share memory with q, k, v or a captured tensor."""
+        inputs = [("q", q), ("k", k), ("v", v)] + [(t.name, c) for t, c in zip(self.captures, caps)]
+        if out is not None:
+            refuse_overlap(self.name, "out", out, inputs)
+        if lse is not None:
+            refuse_overlap(self.name, "lse", lse, inputs + ([("out", out)] if out is not None else []))
+
     def _prebuild_backward(self, q, k, v, caps) -> None:
         """The first call recorded for autograd with a backward program (head dims, captured
         tensors' gradients, query tiles split or not: the shapes decide; the mask's tiles copied
@@ -95,6 +103,8 @@ class AttentionKernel(KernelBase):
         """The eager forward; keep_lse: return (out, lse) whether or not the kernel declares lse
         (autograd keeps it for the backward)."""
         plan = self._plan_for(q, k, v, caps, out, lse, scale)
+        if out is not None or lse is not None:
+            self.refuse_overlap(q, k, v, caps, out, lse)
         if any(_ptr(caps[t]) & 15 for t in plan.stream_args):
             plan = self._plan_for(q, k, v, caps, out, lse, scale, stream=False)  # TMA needs 16-byte alignment
         torch_like = plan.framework == "torch"

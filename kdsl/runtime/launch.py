@@ -365,6 +365,27 @@ def _ptr(x) -> int:
     return x.data_ptr() if hasattr(x, "data_ptr") else x.data.ptr
 
 
+def _extent(x) -> tuple[int, int]:
+    """[first, last + 1) bytes of a contiguous array: torch, CuPy or numpy."""
+    if hasattr(x, "data_ptr"):
+        start = x.data_ptr()
+        return start, start + x.numel() * x.element_size()
+    start = x.data.ptr if hasattr(x.data, "ptr") else x.__array_interface__["data"][0]
+    return start, start + x.nbytes
+
+
+def refuse_overlap(kernel: str, out_name: str, o, others) -> None:
+    """Refuse a given output (out=, lse=) that shares memory with another argument ((name, array)
+    pairs): the kernel's CTAs read k and v, and q's rows, while others write their outputs, so
+    the result would be wrong on the GPU (the interpreter refuses it alike)."""
+    lo, hi = _extent(o)
+    for name, x in others:
+        start, end = _extent(x)
+        if start < hi and lo < end:
+            raise LaunchError(f"{kernel}: {out_name}= shares memory with {name}, which the kernel reads or writes "
+                              f"while it writes {out_name}: pass another tensor as {out_name}=")
+
+
 def _capture_check(framework: str):
     """A zero-argument function telling whether the caller's current stream is being
     captured into a CUDA graph, asked of the framework that owns the stream."""

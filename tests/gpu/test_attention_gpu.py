@@ -258,6 +258,8 @@ def test_bad_arguments_are_kdsl_errors():
         (lambda: mod.alibi(q, q, q, slopes, out=q[:, :, :10]),
          "out must have shape [1, 4, 64, 128] (q's batch, heads and length, v's head dim)"),
         (lambda: mod.alibi(q, q, q, slopes, bias=slopes), "unexpected argument 'bias'"),
+        # an out that aliases an input: other CTAs would read what one has written
+        (lambda: mod.alibi(q, q.clone(), (v := q.clone()), slopes, out=v), "out= shares memory with v"),
         (lambda: mod.alibi(torch.empty(q.numel() + 1, device="cuda", dtype=q.dtype)[1:].view(q.shape), q, q, slopes),
          "must be 16-byte aligned"),
     ]
