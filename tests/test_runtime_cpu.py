@@ -141,3 +141,14 @@ def test_an_output_sharing_memory_with_an_input_is_refused():
     got, got_lse = mod.t(q, k, v, out=out, lse=lse)
     want, want_lse = mod.t(q, k, v)
     assert torch.equal(got, want) and torch.equal(got_lse, want_lse)
+
+
+def test_a_kernel_says_how_to_call_it():
+    """help(mod.NAME) / IPython's mod.NAME? show the arguments in order with their declarations."""
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd", interpret=True)
+    doc = mod.alibi.__doc__
+    assert doc.startswith("alibi(q, k, v, slopes, *, out=None, scale=None)\n"), doc
+    assert "    slopes: f32[H]\n" in doc and "Returns out: bf16[B, H, M, D]." in doc
+    gemm = kdsl.load(ROOT / "samples" / "fp8_grouped_masked.kd", interpret=True).fp8_grouped_masked.__doc__
+    assert gemm.startswith("fp8_grouped_masked(a, a_scale, b, b_scale, count, *, out=None)\n"), gemm
+    assert "    count: i32[G]\n" in gemm

@@ -22,6 +22,8 @@ class Module:
                                               else GemmKernel(k, a))
         self.kernels = {k.name: make(k, arch) for k in kernels}
         self.ir = {k.name: k for k in kernels}
+        for k in kernels:  # what help(mod.NAME) and IPython's mod.NAME? show
+            self.kernels[k.name].__doc__ = call_doc(k)
         for kernel in self.kernels.values():
             torch_ops.register(kernel, "interpret" if interpret else "cuda", arch)
         if not interpret:
@@ -39,6 +41,31 @@ class Module:
 
     def __repr__(self):
         return f"<kdsl module {self.file}: {', '.join(self.kernels)}>"
+
+
+def call_doc(k: ir.Kernel) -> str:
+    """How to call kernel k: its arguments in order with their declared types and shapes, and
+    what it returns."""
+    decl = lambda t: f"{t.name}: {t.dtype}[{', '.join(ir.format_expr(e) for e in t.shape)}]"  # noqa: E731
+    inputs = [t for t in k.tensors if t.role != "output"]
+    outputs = [t for t in k.tensors if t.role == "output"]
+    if k.kind == "attention":
+        keywords = "out=None" + (", lse=None" if k.tensor("lse") is not None else "") + ", scale=None"
+        args = [(t.name, decl(t)) for t in inputs]
+    else:  # each operand's scales follow it (kdsl.fp8 makes both in these layouts)
+        by_name = {t.name: t for t in inputs}
+        keywords = "out=None"
+        args = [("a", decl(by_name["a"])),
+                ("a_scale", "a_scale: f32, one per row and 128 of K, M-major (kdsl.fp8.quantize_1x128)"),
+                ("b", decl(by_name["b"])),
+                ("b_scale", "b_scale: f32, one per 128 x 128 block (kdsl.fp8.quantize_128x128)")]
+        args += [(t.name, decl(t)) for t in inputs if t.name not in ("a", "b")]
+    result = ", ".join(decl(t) for t in outputs)
+    return "\n".join([f"{k.name}({', '.join(n for n, _ in args)}, *, {keywords})", ""]
+                     + [f"    {text}" for _, text in args]
+                     + ["", f"Returns {'(' + result + ')' if len(outputs) > 1 else result}"
+                        + (", added into out" if k.attr("accumulate") else "") + ".",
+                        f"Compiled from {k.source} (docs/runtime.md)."])
 
 
 def compile_source(source: str, file: str = "<string>", arch: str | None = None, interpret: bool = False,
