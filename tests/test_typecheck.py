@@ -264,3 +264,12 @@ def test_the_documented_helper_example_is_the_written_out_kernel():
         check_program(parse(example.replace("x / c", "x // c"), "ex.kd"))
     quoted = " ".join(doc[doc.index("naming the call that reached it (`"):].split("`")[1].split())
     assert e.value.message.endswith(quoted.lstrip(". ")), (e.value.message, quoted)
+
+
+def test_a_mistake_in_a_helper_names_only_the_call_that_reached_it():
+    """Helpers on one line: the error in g is annotated by g's call alone, not again by f's (whose
+    body shares the line: an annotation by line alone had named both)."""
+    with pytest.raises(SourceError) as e:
+        check("g(x) = x // 2; f(y) = g(y) + 1.0; score(s, b, h, i, j) = s + f(s)")
+    assert e.value.message == "'//' needs integers; use int(...) to convert (in g(), called at line 3 column 23)"
+    assert (e.value.span.line, e.value.span.col) == (3, 8)

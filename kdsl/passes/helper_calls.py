@@ -56,7 +56,7 @@ class HelperCalls:
         try:
             body = self.expr(fd.body, inner)
         except SourceError as err:
-            if err.span is None or err.span.line < fd.body.span.line or err.span.line > fd.body.span.end_line:
+            if err.span is None or not _within(err.span, fd.body.span):
                 raise
             raise SourceError(f"{err.message} (in {fd.name}(), called at line {e.span.line} column "
                               f"{e.span.col})", err.span) from None
@@ -88,6 +88,11 @@ class HelperCalls:
                     self._call(node, {})
                 elif isinstance(node, ast.Index) and node.tensor not in self.decls:
                     self._index(node, {})
+
+
+def _within(span: Span, outer: Span) -> bool:
+    return (outer.line, outer.col) <= (span.line, span.col) and (span.end_line, span.end_col) <= \
+        (outer.end_line, outer.end_col)
 
 
 def _call_depths(kernel: ast.Kernel) -> dict[int, int]:
