@@ -16,9 +16,9 @@ e)
     timeout 150 python3 examples/$ex.py > $L/example-$ex.log 2>&1
     echo "[example $ex] rc $?"; tail -3 $L/example-$ex.log; save
   done
-  for n in 60 61 62; do
+  for n in 60 61 62 63; do
     for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout$n.kd | cut -d' ' -f2); do check tools/dev/heldout$n.kd $k; done
   done
-  for n in 60 61 62; do bench h$n-bwd tools/dev/heldout$n.kd --backward; done ;;
+  for n in 60 61 62 63; do bench h$n-bwd tools/dev/heldout$n.kd --backward; done ;;
 esac
 done
