@@ -48,7 +48,7 @@ class Interpreted:
         # tile_summary= is accepted for the GPU kernels' calling convention and unused: the
         # interpreter computes each tile's reductions itself (interp._reduce_tiles).
         spec = self._args
-        caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
+        q, k, v, caps = spec.inputs(q, k, v, captures, named)
         if attention_backward.wants_grad(q, k, v, caps):
             return attention_backward.attention_with_grad(self, q, k, v, caps, out, lse, scale, tile_summary)
         return self._run(q, k, v, caps, out, lse, scale, tile_summary)

@@ -126,6 +126,21 @@ def is_contiguous(a: ArrayInfo) -> bool:
     return True
 
 
+def dense(x):
+    """x itself where it is row-major, else a row-major copy (a transposed view such as
+    `x.view(B, N, H, D).transpose(1, 2)`, an expanded tensor): the kernels address their inputs
+    as row-major arrays, where SDPA and FlexAttention take any strides. The copy costs one read
+    and one write of the array; for torch it is recorded by autograd like any other op. Not for
+    outputs, which are written where the caller gave them. Anything else comes back as it is,
+    for validation to name."""
+    if hasattr(x, "is_contiguous"):  # torch (also its fake tensors under torch.compile)
+        return x if x.is_contiguous() else x.contiguous()
+    flags = getattr(x, "flags", None)  # CuPy and numpy
+    if flags is None or flags.c_contiguous or 0 in getattr(x, "shape", ()):
+        return x
+    return sys.modules[type(x).__module__.split(".")[0]].ascontiguousarray(x)
+
+
 def fill(x, value: float) -> None:
     """Set every element, on the caller's current stream (torch tensor or CuPy array)."""
     if hasattr(x, "fill_"):

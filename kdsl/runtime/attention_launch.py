@@ -64,11 +64,17 @@ class AttentionKernel(KernelBase):
     def __call__(self, q, k, v, *captures, out=None, lse=None, scale=None, tile_summary=None, **named):
         if torch_ops.compiling():  # torch.compile traces the call: it records the torch op
             return torch_ops.attention(self, q, k, v, captures, named, out, lse, scale, tile_summary)
-        caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
+        q, k, v, caps = self.inputs(q, k, v, captures, named)
         if attention_backward.wants_grad(q, k, v, caps):
             self._prebuild_backward(q, k, v, caps)
             return attention_backward.attention_with_grad(self, q, k, v, caps, out, lse, scale, tile_summary)
         return self._run(q, k, v, caps, out, lse, scale, tile_summary)
+
+    def inputs(self, q, k, v, captures, named) -> tuple:
+        """(q, k, v, the captured tensors in declaration order), each row-major: an input in
+        another layout (a transposed view) is copied (arrays.dense)."""
+        caps = self._collect_captures(captures, named) if (captures or named or self.captures) else []
+        return arrays.dense(q), arrays.dense(k), arrays.dense(v), [arrays.dense(c) for c in caps]
 
     def refuse_overlap(self, q, k, v, caps, out, lse) -> None:
         """A given out= or lse= must not share memory with q, k, v or a captured tensor."""
@@ -161,7 +167,7 @@ class AttentionKernel(KernelBase):
             raise LaunchError(f"{self.name}: tile_summary() cannot run inside torch.compile; call it before the "
                               f"compiled code and pass its result in, or leave tile_summary= out (each call then "
                               f"computes its summary)")
-        caps = self._collect_captures(captures, named) if (captures or named or self.captures) else ()
+        q, k, v, caps = self.inputs(q, k, v, captures, named)
         plan = self._plan_for(q, k, v, caps, None, None, scale)
         if plan.loaded is not None and plan.summary is None:
             raise LaunchError(f"{self.name}: its mask reads no captured data per query or key, so it has no tile "
@@ -245,7 +251,7 @@ class AttentionKernel(KernelBase):
         if H > MANY_HEADS and M < H:
             warnings.warn(f"{self.name}: q has {H} heads of {M} rows each; kdsl takes q, k and v as [batch, heads, "
                           f"length, head dim]: a [batch, length, heads, head dim] tensor (FlashAttention's layout) "
-                          f"goes in as x.transpose(1, 2).contiguous()", LayoutWarning, stacklevel=_caller_level())
+                          f"goes in as x.transpose(1, 2)", LayoutWarning, stacklevel=_caller_level())
         if (H % Hkv if Hkv else H):
             raise LaunchError(f"{self.name}: q has {H} heads, not a multiple of k/v's {Hkv} heads")
         if self.index_floats and max(M, N) > index_floats.MAX_LENGTH:

@@ -170,7 +170,7 @@ def attention(kernel, q, k, v, captures, named, out, lse, scale, tile_summary):
     """A call while torch.compile traces: the kernel's op, arguments as the eager call takes them."""
     ops = _ops(kernel)
     spec = _spec(kernel)
-    caps = spec._collect_captures(captures, named) if (captures or named or spec.captures) else []
+    q, k, v, caps = spec.inputs(q, k, v, captures, named)
     if scale is not None:  # the op's schema takes a float: refuse what eager refuses, with its message
         scale = geometry.softmax_scale(scale, None, kernel.name)
     if any(getattr(x, "requires_grad", False) for x in (q, k, v, *caps)):

@@ -250,7 +250,9 @@ def test_bad_arguments_are_kdsl_errors():
          "head dimension 100 of q and k is not supported: it must be a multiple of 16"),
         (lambda: mod.alibi(*[torch.randn(1, 4, 64, 272, device="cuda", dtype=torch.bfloat16)] * 3, slopes),
          "head dimension 272 of q and k is not supported: it must be a multiple of 16 from 16 to 256"),
-        (lambda: mod.alibi(q, q.transpose(1, 2).contiguous().transpose(1, 2), q, slopes), "must be contiguous"),
+        # inputs in any layout are copied (test_inputs_in_any_layout); an out is written where it is
+        (lambda: mod.alibi(q, q, q, slopes, out=torch.empty(1, 4, 128, 64, device="cuda", dtype=q.dtype).transpose(2, 3)),
+         "argument 'out' must be contiguous"),
         (lambda: mod.alibi(q.cpu(), q, q, slopes), "is on the CPU"),
         (lambda: mod.alibi(q, q, q), "missing captured tensor(s) ['slopes']"),
         (lambda: mod.alibi(q, q, q, slopes[:3]), "'slopes' dimension 0 (H) must be 4, got 3"),
@@ -267,6 +269,28 @@ def test_bad_arguments_are_kdsl_errors():
         with pytest.raises(LaunchError) as e:
             fn()
         assert needle in str(e.value), (needle, str(e.value))
+
+
+def test_inputs_in_any_layout():
+    """q, k and v as a model makes them (a projection viewed [B, N, H, D], transposed) and a
+    captured tensor expanded (stride 0) give what their row-major copies give, gradients too."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd")
+    B, N, H, D = 2, 300, 4, 64
+    x = torch.randn(B, N, 3, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    slope = torch.rand(1, device="cuda", requires_grad=True)
+    q, k, v = (x[:, :, n].transpose(1, 2) for n in range(3))
+    assert not q.is_contiguous()
+    out = mod.alibi(q, k, v, slope.expand(H))
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (x, slope), dout)
+    xc, sc = x.detach().clone().requires_grad_(), slope.detach().clone().requires_grad_()
+    qc, kc, vc = (xc[:, :, n].transpose(1, 2).contiguous() for n in range(3))
+    want = mod.alibi(qc, kc, vc, sc.expand(H).contiguous())
+    assert torch.equal(out, want)
+    # (dq and the slope's gradient are summed by atomics, in no fixed order: a bf16 rounding apart)
+    for g, w in zip(grads, torch.autograd.grad(want, (xc, sc), dout)):
+        assert torch.allclose(g.float(), w.float(), rtol=2 ** -7, atol=1e-3)
 
 
 def test_unprovable_capture_index_is_refused():
