@@ -1,9 +1,10 @@
 """Inputs in any layout (on the CPU, through the interpreter; tests/gpu/test_attention_gpu.py's
 test_inputs_in_any_layout on the GPU). A model's q, k and v are views of a projection,
 `x.view(B, N, 3, H, D)` sliced and transposed to [B, H, N, D]; SDPA and FlexAttention take them
-as they are, and so does kdsl, by a row-major copy (runtime/arrays.dense): the result, and the
-gradients reaching the projection, are those of the copies the caller could have made. An out=
-or lse= is written where it is given and must be row-major."""
+as they are, and so does kdsl: k and v by tensor maps of their strides on Hopper (tma.KeyTiles),
+anything else by a row-major copy (runtime/arrays.dense). The result, and the gradients reaching
+the projection, are those of the copies the caller could have made. An out= or lse= is written
+where it is given and must be row-major."""
 import random
 
 import numpy as np
@@ -83,3 +84,55 @@ def test_an_output_in_another_layout_is_refused():
     out = torch.empty(1, 2, 64, 8, dtype=torch.bfloat16).transpose(2, 3)
     with pytest.raises(LaunchError, match="argument 'out' must be contiguous"):
         mod.alibi(q, q, q, torch.rand(2), out=out)
+
+
+def test_key_maps_take_a_cache_kept_by_position(monkeypatch):
+    """k and v go to the Hopper kernel as they are where a tensor map can take their strides
+    (tma.KeyTiles, 4-D: column, row, head, batch); its dims and byte strides are the array's."""
+    from kdsl.runtime import tma
+    B, N, H, D, cache = 2, 100, 4, 64, 137
+    view = (B, H, N, D), (cache * H * D, D, H * D, 1)  # cache[:, :N].transpose(1, 2), cache kept [B, cache, H, D]
+    assert tma.key_strides_fit(*view, "bf16")
+    assert not tma.key_strides_fit((B, H, N, 4), (cache * H * 4, 4, H * 4, 1), "bf16")  # 8-byte rows: not TMA's
+    assert not tma.key_strides_fit((B, H, N, D), (N * D, 0, D, 1), "bf16")  # heads expanded: copied instead
+    assert not tma.key_strides_fit((B, H, N, D), (H * N * D, N * D, 1, N), "bf16")  # D not innermost
+
+    # an axis of one element may carry any stride (torch keeps what a view made): it spans the rest
+    assert tma.key_strides((1, H, N, D), (1, N * D, D, 1), "bf16") == (D * 2, N * D * 2, H * N * D * 2)
+    assert tma.key_strides((B, 1, 1, D), (D, 3, 5, 1), "f16") == (D * 2, D * 2, D * 2)
+
+    class Pack:
+        params = [None] * 3
+
+    monkeypatch.setattr(tma, "_encoder", lambda: None)  # (the driver's encoder: no GPU here)
+    made = tma.KeyTiles(Pack(), 1, "bf16", *view, 128)
+    assert (list(made.dims), list(made.strides), list(made.box)) == \
+        ([D, N, H, B], [H * D * 2, D * 2, cache * H * D * 2], [64, 128, 1, 1])
+
+
+def test_an_output_overlapping_a_strided_input_is_found():
+    torch = pytest.importorskip("torch")
+    from kdsl.runtime.launch import _extent
+    cache = torch.empty(2, 50, 4, 64, dtype=torch.bfloat16)
+    k = cache[:, 3:40].transpose(1, 2)
+    lo, hi = _extent(k)
+    assert lo == k.data_ptr()
+    last = k[-1, -1, -1, -1:]  # the view's last element
+    assert hi == last.data_ptr() + 2
+
+
+@pytest.mark.parametrize("sample,head_dim", [("sliding_window", 64), ("document_mask", 128), ("plain", 256)])
+def test_the_key_maps_program_builds_as_the_row_major_one_does(sample, head_dim):
+    """KDSL_KEY_STRIDES's program (Program.key_maps: 4-D K and V maps, their head and batch
+    divided out of the item once a tile) builds with the same local memory as the default one
+    (none here), its loads 4-D: keeping the head and batch through the producer's loop spilled
+    sliding_window at head dim 64 (8 bytes), where the 3-D program keeps one register."""
+    from kdsl.runtime import compiler, cubin_info
+    from kdsl.runtime.programs import KEY_MAPS_OPTION, Program
+    k = kdsl.load(ROOT / "samples" / f"{sample}.kd").ir[sample]
+    default, keyed = (compiler.build(k, "sm_90a", head_dim, program=Program(key_maps=m)) for m in (False, True))
+    assert KEY_MAPS_OPTION in Program(key_maps=True).options(keyed.kernel, "sm_90a")
+    assert KEY_MAPS_OPTION not in Program().options(keyed.kernel, "sm_90a")
+    assert "tensor.4d" in keyed.compiled.ptx and "tensor.4d" not in default.compiled.ptx
+    for b in (default, keyed):
+        assert cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry) == 0

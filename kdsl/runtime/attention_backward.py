@@ -23,7 +23,7 @@ from ..errors import LaunchError
 from ..passes import streaming, tiling
 from ..passes.exp2_fold import LOG2E
 from .driver import ArgPack, Launcher, WarpKernel
-from . import backward_order, backward_schedule, geometry, summary
+from . import arrays, backward_order, backward_schedule, geometry, summary
 from .launch import Loaded, _align, _attention_key, _l2_bytes, _ptr, _sm_count, _stream_getter
 from .programs import Program
 
@@ -103,6 +103,8 @@ def backward(kernel, q, k, v, out, dout, lse, dlse, caps, scale, want_caps=()):
     whether its gradient is wanted; those the score reads differentiably come back (the
     backward built with KDSL_CAPTURE_GRADS), zeros for the others wanted, None for the rest."""
     import torch
+    # the backward kernels take k and v by pointer, row-major (the forward's maps took any strides)
+    q, k, v = arrays.dense(q), arrays.dense(k), arrays.dense(v)
     want = tuple(bool(w) for w in want_caps) + (False,) * (len(caps) - len(want_caps))
     key = ("backward", want) + _attention_key(q, k, v, caps, None, None, scale)
     launch = kernel._plans.get(key)

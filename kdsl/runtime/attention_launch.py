@@ -18,6 +18,7 @@ from .bounds import check_capture_indices
 from .programs import Program
 from .driver import ArgPack
 from .summary import TileSummary
+from .tma import key_strides_fit
 from .launch import KernelBase, Plan, _align, _attention_key, _l2_bytes, _ptr, _sm_count, refuse_overlap
 
 
@@ -25,6 +26,10 @@ from .launch import KernelBase, Plan, _align, _attention_key, _l2_bytes, _ptr, _
 # heads, head dim] tensor (FlashAttention's layout) passed where kdsl takes [batch, heads, length,
 # head dim]: the call would run and attend over the heads. No model has nearly so many heads.
 MANY_HEADS = 256
+# KDSL_KEY_STRIDES=1: k and v in any layout 4-D tensor maps take go to the Hopper kernel as they
+# are (Program.key_maps, tma.KeyTiles); off (the default until timed), they are copied row-major
+# first and read by 3-D maps
+KEY_STRIDES = os.environ.get("KDSL_KEY_STRIDES") == "1"
 
 
 def _caller_level() -> int:
@@ -74,7 +79,22 @@ class AttentionKernel(KernelBase):
         """(q, k, v, the captured tensors in declaration order), each row-major: an input in
         another layout (a transposed view) is copied (arrays.dense)."""
         caps = self._collect_captures(captures, named) if (captures or named or self.captures) else []
-        return arrays.dense(q), arrays.dense(k), arrays.dense(v), [arrays.dense(c) for c in caps]
+        return arrays.dense(q), self._key_input(k), self._key_input(v), [arrays.dense(c) for c in caps]
+
+    def _key_input(self, x):
+        """k or v as the call passes it on: as given where the Hopper kernel's tensor maps can
+        take its strides (tma.KeyTiles: a KV cache kept [B, N, H, D] and passed transposed, a
+        slice of a longer cache, no copy of either), else row-major (arrays.dense). A plan for
+        the sm_80 kernel copies it after all (Plan.copy_keys). KDSL_KEY_STRIDES=1 only (KEY_STRIDES)."""
+        if self.on_host or not KEY_STRIDES:
+            return arrays.dense(x)
+        if x.is_contiguous() if hasattr(x, "is_contiguous") else getattr(getattr(x, "flags", None), "c_contiguous", 1):
+            return x  # (also anything not an array, for validation to name)
+        a = arrays.info(x, "k")
+        if a.device >= 0 and len(a.shape) == 4 and a.dtype == self.ir.tensor("q").dtype and \
+                key_strides_fit(a.shape, a.strides, a.dtype):
+            return x
+        return arrays.dense(x)
 
     def refuse_overlap(self, q, k, v, caps, out, lse) -> None:
         """A given out= or lse= must not share memory with q, k, v or a captured tensor."""
@@ -114,6 +134,8 @@ class AttentionKernel(KernelBase):
         if any(_ptr(caps[t]) & 15 for t in plan.stream_args):
             plan = self._plan_for(q, k, v, caps, out, lse, scale, stream=False)  # TMA needs 16-byte alignment
         torch_like = plan.framework == "torch"
+        if plan.copy_keys:  # k or v in a layout only the Hopper kernel's tensor maps take
+            k, v = arrays.dense(k), arrays.dense(v)
         if out is None:
             out = plan.new_out()
         if (self.has_lse or keep_lse) and lse is None:
@@ -242,7 +264,8 @@ class AttentionKernel(KernelBase):
         for t, x in zip(self.captures, caps):
             infos.append(self._info(x, t.name, t.dtype, len(t.shape)))
         for a, n in zip(infos, ["q", "k", "v"] + [t.name for t in self.captures]):
-            self._contiguous(a, n)
+            if n not in ("k", "v") or self.on_host or not KEY_STRIDES or not key_strides_fit(a.shape, a.strides, elem):
+                self._contiguous(a, n)
         dims: dict = {}
         for t, a in zip([kern.tensor(n) for n in ("q", "k", "v")] + self.captures, infos):
             self._bind(t, a.shape, dims)
@@ -350,7 +373,8 @@ class AttentionKernel(KernelBase):
         # a positive factor scale_log2 * F (passes/affine_score.py): another scale runs the
         # program that computes the score as written.
         affine = not (tma and affine_score.needs_positive_scale(lk) and s <= 0)
-        program = Program(split_kv=split_kv, stream=bool(stream_args) or not stream_names, affine=affine)
+        program = Program(split_kv=split_kv, stream=bool(stream_args) or not stream_names, affine=affine,
+                          key_maps=tma and KEY_STRIDES)
         built, loaded = self._load(D, device, Dv, consumers, program)
         lk = built.kernel
         splits = 1
@@ -415,10 +439,13 @@ class AttentionKernel(KernelBase):
         pack = ArgPack(kinds, values, order)
         maps, sources, map_only = (), None, None
         if tma:
-            from .tma import RowTiles, StreamTiles
+            from .tma import KeyTiles, RowTiles, StreamTiles
             bm, bn = lk.attr("tile_m"), lk.attr("tile_n")
-            maps = (RowTiles(pack, 0, elem, B * H, M, D, bm), RowTiles(pack, 1, elem, B * Hkv, N, D, bn),
-                    RowTiles(pack, 2, elem, B * Hkv, N, Dv, bn))
+            if program.key_maps:
+                kv_maps = tuple(KeyTiles(pack, n, elem, infos[n].shape, infos[n].strides, bn) for n in (1, 2))
+            else:
+                kv_maps = (RowTiles(pack, 1, elem, B * Hkv, N, D, bn), RowTiles(pack, 2, elem, B * Hkv, N, Dv, bn))
+            maps = (RowTiles(pack, 0, elem, B * H, M, D, bm), *kv_maps)
             maps += tuple(StreamTiles(pack, 3 + n, self.captures[t].dtype, infos[3 + t].shape, bm)
                           for n, t in enumerate(stream_args))
             if stream_args:  # q, k, v feed maps only; a streamed capture's pointer is a parameter too
@@ -427,6 +454,7 @@ class AttentionKernel(KernelBase):
                     chunks=_batch_offsets(chunks, elem, H, Hkv, M, N, D, Dv, ncap) if len(chunks) > 1 else (),
                     maps=maps, map_sources=sources, map_only=map_only, stream_args=stream_args,
                     summary=tiles, combine=combine, q_sign=q_sign,
+                    copy_keys=not program.key_maps and not all(map(arrays.is_contiguous, infos[1:3])),
                     dynamic=persistent,
                     # items merge themselves where no item can be all masked (no mask) and the
                     # counts fit a stream's slot (attention_wgmma.cuh, merge_if_last);

@@ -120,6 +120,7 @@ class Plan:
     keep_alive: tuple = ()  # CuPy arrays only: this call's scratch buffers, freed when the next
                             # call replaces them, after the kernels that read them in stream order
     out_align: int = 4  # bytes; the FP8 GEMM's TMA store needs 16
+    copy_keys: bool = False  # attention: k or v came in a layout only 4-D key maps take, and this plan has none
     q_sign: int = 1     # -1 / 0: the kernel reads -q / 0 * q (a scaled-dot score with scale <= 0)
     dynamic: bool = False  # a persistent Hopper attention launch, or an FP8 GEMM's (gemm_tiles.tile_counter):
                            # CTAs take their work from a counter of the stream (Loaded.work_counter)
@@ -366,12 +367,16 @@ def _ptr(x) -> int:
 
 
 def _extent(x) -> tuple[int, int]:
-    """[first, last + 1) bytes of a contiguous array: torch, CuPy or numpy."""
+    """[first, last + 1) bytes of an array with positive strides (a row-major one, or k and v
+    as their tensor maps take them): torch, CuPy or numpy."""
     if hasattr(x, "data_ptr"):
-        start = x.data_ptr()
-        return start, start + x.numel() * x.element_size()
-    start = x.data.ptr if hasattr(x.data, "ptr") else x.__array_interface__["data"][0]
-    return start, start + x.nbytes
+        start, size, strides = x.data_ptr(), x.element_size(), [s * x.element_size() for s in x.stride()]
+    else:
+        start = x.data.ptr if hasattr(x.data, "ptr") else x.__array_interface__["data"][0]
+        size, strides = x.itemsize, x.strides
+    if 0 in x.shape:
+        return start, start
+    return start, start + size + sum((n - 1) * s for n, s in zip(x.shape, strides))
 
 
 def refuse_overlap(kernel: str, out_name: str, o, others) -> None:

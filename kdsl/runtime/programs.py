@@ -20,6 +20,7 @@ NO_AFFINE_OPTION = "-DKDSL_AFFINE_SCORE=0"  # templates/attention_variant.cu.j2
 SINGLE_BUFFER_OPTION = "-DKDSL_BWD_BUFFERS=1"  # attention_bwd.cuh, where two buffers do not fit
 CAPTURE_GRADS_OPTION = "-DKDSL_CAPTURE_GRADS=1"  # templates/attention_backward.cu.j2
 QUERY_SPLIT_OPTION = "-DKDSL_BWD_QUERY_SPLIT=1"  # attention_common.cuh
+KEY_MAPS_OPTION = "-DKDSL_KEY_MAPS_4D=1"  # attention_wgmma.cuh
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class Program:
     backward: bool = False  # the backward kernel (emit_backward.backward_plan), a source of its own
     capture_grads: bool = False  # the backward also adds the captured tensors' gradients
     query_split: bool = False  # the backward's CTAs may split their query tiles (AttnArgs::query_splits)
+    key_maps: bool = False  # the Hopper forward reads k and v by 4-D tensor maps of their own strides
+                            # (tma.KeyTiles: any layout); False: 3-D maps of row-major arrays
 
     def options(self, lowered: ir.Kernel, arch: str) -> list[str]:
         """The NVRTC defines of this program of `lowered` (none where a flag does not apply)."""
@@ -58,6 +61,8 @@ class Program:
             options.append(SPLIT_KV_OPTION)
         if not self.stream and lowered.attr("stream_capture"):
             options.append(NO_STREAM_OPTION)
+        if self.key_maps and lowered.attr("kernel") == "wgmma":
+            options.append(KEY_MAPS_OPTION)
         if not self.affine and affine_score.needs_positive_scale(lowered):
             options.append(NO_AFFINE_OPTION)
         return options

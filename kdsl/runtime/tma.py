@@ -121,6 +121,42 @@ class RowTiles(TensorMap):
                          l2_promotion)
 
 
+class KeyTiles(TensorMap):
+    """A 4-D tensor map over k or v, [batch, heads, rows, D] in any layout key_strides takes: a KV
+    cache kept [B, N, H, D] and passed transposed, a slice of a longer cache, k and v of one
+    fused projection. Boxes of (64 elements, box_rows, 1, 1) in the 128-byte swizzle at
+    coordinates (column, row, head, batch); rows past the end read as zeros."""
+
+    def __init__(self, pack, index: int, dtype: str, shape, strides, box_rows: int,
+                 l2_promotion: int = ROW_TILE_L2_PROMOTION):
+        batch, heads, rows, d = shape
+        super().__init__(pack, index, dtype, (d, rows, heads, batch), key_strides(shape, strides, dtype),
+                         (64, box_rows, 1, 1), 128, l2_promotion)
+
+
+def key_strides(shape, strides, dtype: str) -> tuple | None:
+    """The byte strides of rows, heads and batches of a [batch, heads, rows, D] array (`strides`
+    in elements, as arrays.ArrayInfo's) as KeyTiles maps them, or None where a tensor map cannot:
+    D must be innermost and the others whole 16-byte units (TMA's rule) and positive (an expanded
+    axis, stride 0, is copied instead). An axis of one element has no stride to honour (torch
+    leaves any there): it gets the span of the axes inside it."""
+    size = _BYTES[dtype]
+    if shape[3] > 1 and strides[3] != 1:
+        return None
+    out, span = [], shape[3] * size
+    for axis in (2, 1, 0):
+        stride = strides[axis] * size if shape[axis] > 1 else -(-span // 16) * 16
+        if stride <= 0 or stride % 16:
+            return None
+        out.append(stride)
+        span = max(span, stride * shape[axis])
+    return tuple(out)
+
+
+def key_strides_fit(shape, strides, dtype: str) -> bool:
+    return key_strides(shape, strides, dtype) is not None
+
+
 class StreamTiles(TensorMap):
     """A tensor map over a contiguous captured tensor streamed with the K tiles
     (passes/streaming.py): boxes of one 128-byte column block by box_rows rows (by 1 in each

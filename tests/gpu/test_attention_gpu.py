@@ -271,10 +271,14 @@ def test_bad_arguments_are_kdsl_errors():
         assert needle in str(e.value), (needle, str(e.value))
 
 
-def test_inputs_in_any_layout():
+@pytest.mark.parametrize("key_strides", [False, True])
+def test_inputs_in_any_layout(key_strides, monkeypatch):
     """q, k and v as a model makes them (a projection viewed [B, N, H, D], transposed) and a
-    captured tensor expanded (stride 0) give what their row-major copies give, gradients too."""
+    captured tensor expanded (stride 0) give what their row-major copies give, gradients too,
+    k and v copied or (KDSL_KEY_STRIDES) read in place."""
     torch = pytest.importorskip("torch")
+    from kdsl.runtime import attention_launch
+    monkeypatch.setattr(attention_launch, "KEY_STRIDES", key_strides)
     mod = kdsl.load(ROOT / "samples" / "alibi.kd")
     B, N, H, D = 2, 300, 4, 64
     x = torch.randn(B, N, 3, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -291,6 +295,36 @@ def test_inputs_in_any_layout():
     # (dq and the slope's gradient are summed by atomics, in no fixed order: a bf16 rounding apart)
     for g, w in zip(grads, torch.autograd.grad(want, (xc, sc), dout)):
         assert torch.allclose(g.float(), w.float(), rtol=2 ** -7, atol=1e-3)
+
+
+@pytest.mark.parametrize("sample,B,H,Hkv,M,N,D,Dv", [
+    ("plain", 2, 8, 2, 1, 999, 128, 128),     # a GQA decode step (split keys; query heads folded into rows)
+    ("plain", 1, 4, 4, 300, 777, 64, 64),
+    ("causal", 2, 8, 8, 300, 1000, 128, 128),
+    ("alibi", 2, 4, 4, 129, 513, 128, 128),
+    ("document_mask", 1, 2, 2, 600, 600, 64, 64),  # a mask over data: the tile summary beside strided keys
+    ("mla", 1, 4, 4, 200, 333, 192, 128),
+])
+def test_keys_in_any_layout_are_read_in_place(sample, B, H, Hkv, M, N, D, Dv, monkeypatch):
+    """k and v sliced from caches longer than N and kept [B, N, Hkv, D] (FlashAttention's and
+    paged caches' layout), passed transposed: under KDSL_KEY_STRIDES the Hopper kernel's 4-D
+    tensor maps read them where they are (no copy: the plan's maps carry their strides) and the
+    result equals that of row-major copies, bit for bit (the same kernel on the same values)."""
+    torch = pytest.importorskip("torch")
+    from kdsl.runtime import attention_launch
+    monkeypatch.setattr(attention_launch, "KEY_STRIDES", True)
+    mod = kdsl.load(ROOT / "samples" / f"{sample}.kd")
+    kernel = getattr(mod, sample)
+    q, _, _, caps = attention_inputs(mod.ir[sample], B, H, Hkv, M, N, D, Dv=Dv)
+    k_cache = torch.randn(B, N + 37, Hkv, D, device="cuda", dtype=q.dtype)
+    v_cache = torch.randn(B, N + 37, Hkv, Dv, device="cuda", dtype=q.dtype)
+    k, v = k_cache[:, 5:N + 5].transpose(1, 2), v_cache[:, 5:N + 5].transpose(1, 2)
+    assert not k.is_contiguous() and not v.is_contiguous()
+    out = kernel(q, k, v, **caps)
+    plan = kernel._plan_for(q, k, v, list(caps.values()), None, None, None)
+    if plan.maps:  # (the sm_80 kernel copies them: Plan.copy_keys)
+        assert not plan.copy_keys and list(plan.maps[1].strides) == [Hkv * D * 2, D * 2, (N + 37) * Hkv * D * 2]
+    assert torch.equal(out, kernel(q, k.contiguous(), v.contiguous(), **caps))
 
 
 def test_unprovable_capture_index_is_refused():

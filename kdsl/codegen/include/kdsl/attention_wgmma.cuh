@@ -62,6 +62,12 @@
 #ifndef KDSL_ITEM_WARM  // 0: no Variant::item_warm where an item is taken (A/B)
 #define KDSL_ITEM_WARM 1
 #endif
+// 1: k and v by 4-D tensor maps (column, row, head, batch) of their own strides, any layout
+// (runtime/tma.py KeyTiles, Program.key_maps); 0: 3-D maps (column, row, batch * head) of
+// row-major arrays
+#ifndef KDSL_KEY_MAPS_4D
+#define KDSL_KEY_MAPS_4D 0
+#endif
 #include "kdsl/attention_splits.cuh"
 #include "kdsl/attention_wgmma_parts.cuh"
 #include "kdsl/hopper.cuh"
@@ -91,6 +97,30 @@ __host__ __device__ constexpr int merge_rows() {
   return KDSL_MERGE_ROWS;
 #else
   return NCWG >= 3 || DV > 128 ? 4 : 8;
+#endif
+}
+
+// Where a K or V box is in its tensor map: (head, batch) of a 4-D map of any strides, or the
+// item b * Hkv + h of a 3-D map of a row-major array (KDSL_KEY_MAPS_4D).
+struct KvAt {
+  int head_or_item, batch;
+};
+KDSL_DEVICE KvAt kv_coords(int bh_kv, int Hkv) {
+#if KDSL_KEY_MAPS_4D
+  // Divided here, once a tile, so that the producer's loop keeps bh_kv alone: with the head and
+  // the batch kept through it instead, ptxas spilled the producer (sliding_window at head dim 64).
+  asm volatile("" : "+r"(bh_kv));
+  const int b = bh_kv / Hkv;
+  return {bh_kv - b * Hkv, b};
+#else
+  return {bh_kv, 0};
+#endif
+}
+KDSL_DEVICE void kv_load(u32 dst, const TmaDesc* map, u32 bar, int col, int row, KvAt at) {
+#if KDSL_KEY_MAPS_4D
+  tma_load_4d(dst, map, bar, col, row, at.head_or_item, at.batch);
+#else
+  tma_load_3d(dst, map, bar, col, row, at.head_or_item);
 #endif
 }
 
@@ -280,11 +310,12 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           // that nothing reads)
           const bool skip = KDSL_STREAM_SKIP_FULL && cls == kTileFull;
           const bool load1 = kStream && !(skip && !V::kScoreReads1), load2 = kStream2 && !skip;
+          const KvAt kv_at = kv_coords(bh_kv, a.Hkv);
           mbar_arrive_expect_tx(full_k(s),
                                 C::kKBytes + (load1 ? C::kStreamBytes : 0) + (load2 ? C::kStream2Bytes : 0));
 #pragma unroll
           for (int c = 0; c < C::kColBlocks; ++c)
-            tma_load_3d(sK + s * C::kKBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, bh_kv);
+            kv_load(sK + s * C::kKBytes + c * BN * 128, tk, full_k(s), c * 64, j * BN, kv_at);
           if constexpr (kStream) {
             if (load1) {
 #pragma unroll
@@ -305,7 +336,7 @@ KDSL_DEVICE void attention_fwd_wgmma(const AttnArgs& a, const typename V::Captur
           mbar_arrive_expect_tx(full_v(s), C::kVBytes);
 #pragma unroll
           for (int c = 0; c < C::kVColBlocks; ++c)
-            tma_load_3d(sV + s * C::kVBytes + c * BN * 128, tv, full_v(s), c * 64, j * BN, bh_kv);
+            kv_load(sV + s * C::kVBytes + c * BN * 128, tv, full_v(s), c * 64, j * BN, kv_at);
         }
         j = jn;
         cls = cls_next;
