@@ -18,7 +18,7 @@ from . import interp, ir
 from .backends import round_float32
 from .errors import LaunchError
 from .passes import gemm_tiles
-from .runtime import attention_backward, torch_ops
+from .runtime import attention_backward, head_pad, torch_ops
 from .runtime.gemm_launch import GemmKernel
 from .runtime.attention_launch import AttentionKernel
 
@@ -55,6 +55,8 @@ class Interpreted:
 
     def _run(self, q, k, v, caps, out, lse, scale, tile_summary, keep_lse: bool = False):
         spec = self._args
+        if head_pad.needed(q, v):  # as on the GPU: through zero-padded copies
+            return head_pad.run(self._run, spec, q, k, v, caps, out, lse, scale, tile_summary, keep_lse)
         infos, _, s = spec.validate(q, k, v, caps, out, lse, scale)
         self._one_kind(infos)
         if out is not None or lse is not None:
@@ -71,6 +73,8 @@ class Interpreted:
         """(dq, dk, dv, capture grads) as the backward kernel computes them
         (interp.attention_backward); a capture's gradient None where the score reads no float
         value of it."""
+        if head_pad.needed(q, v):
+            return head_pad.backward(self._backward, self._args, q, k, v, out, dout, lse, dlse, caps, scale, want_caps)
         _, _, s = self._args.validate(q, k, v, caps, None, None, scale)
         delta = attention_backward.delta(dout, out, dlse)
         elem = self.ir.tensor("q").dtype

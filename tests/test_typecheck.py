@@ -162,7 +162,8 @@ def test_gemm_refuses_helpers():
     ("attention t { k: bf16[B, H, N, D]; v: bf16[B, H, N, D] }", "must declare 'q'"),
     ("attention t { q: bf16[B, H, M]; k: bf16[B, H, N, D]; v: bf16[B, H, N, D] }", "must have 4 dimensions"),
     ("attention t { q: bf16[B, H, M, 100]; k: bf16[B, H, N, 100]; v: bf16[B, H, N, 100] }",
-     "head dimension 100 is not supported: it must be a multiple of 16 from 16 to 256"),
+     "head dimension 100 is not supported: it must be a multiple of 16 from 16 to 256 (a head dim written as a "
+     "name, such as D, takes 100 at the call, padded with zeros)"),
     ("attention t { q: bf16[B, H, M, 512]; k: bf16[B, H, N, 512]; v: bf16[B, H, N, 512] }", "from 16 to 256"),
     ("attention t { q: bf16[B, H, M, 64]; k: bf16[B, H, N, 64]; v: bf16[B, H, N, 264] }",
      "value head dimension (v's last) 264 is not supported"),

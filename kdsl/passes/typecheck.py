@@ -347,8 +347,11 @@ class _AttentionChecker(_Checker):
         self.same_dim(qs[3], ks[3], q.dims[3], k.dims[3], k.dims[3].span, "k's head dimension must match q's")
         for d, shape, what in ((q, qs, "head dimension"), (v, vs, "value head dimension (v's last)")):
             if isinstance(shape[3], ir.Const) and tiling.head_dim_problem(shape[3].value):
-                raise SourceError(f"{what} {shape[3].value} is not supported: it "
-                                  f"{tiling.head_dim_problem(shape[3].value)}", d.dims[3].span)
+                x = shape[3].value
+                named = (f" (a head dim written as a name, such as D, takes {x} at the call, padded with zeros)"
+                         if 1 <= x <= tiling.MAX_HEAD_DIM else "")
+                raise SourceError(f"{what} {x} is not supported: it {tiling.head_dim_problem(x)}{named}",
+                                  d.dims[3].span)
         tensors = [ir.Tensor("input", n, q.dtype, s) for n, s in (("q", qs), ("k", ks), ("v", vs))]
         out_shape, out_src = qs[:3] + vs[3:], q.dims[:3] + v.dims[3:]
         if "out" in self.decls:

@@ -13,7 +13,7 @@ from ..errors import KdslError, LaunchError, LayoutWarning
 from ..passes import affine_score, exp2_fold, index_floats, pipeline, streaming, tiling
 from ..passes.exp2_fold import LOG2E
 from ..semantics import eval_scalar
-from . import arrays, attention_backward, geometry, prebuild, splitkv, summary, torch_ops
+from . import arrays, attention_backward, geometry, head_pad, prebuild, splitkv, summary, torch_ops
 from .bounds import check_capture_indices
 from .programs import Program
 from .driver import ArgPack
@@ -116,6 +116,7 @@ class AttentionKernel(KernelBase):
             return
         self._backward_signatures.add(signature)
         (B, H, M, D), (Hkv, N), Dv = q.shape, k.shape[1:3], v.shape[-1]
+        D, Dv = head_pad.padded_dim(D), head_pad.padded_dim(Dv)  # (the head dims a call runs at)
         try:  # (a call the backward refuses is reported there, not here)
             query_split = attention_backward.splits(self, B, H, Hkv, M, N, D, Dv, q.device.index or 0)[1] > 1
         except Exception:  # noqa: BLE001
@@ -128,6 +129,8 @@ class AttentionKernel(KernelBase):
     def _run(self, q, k, v, caps, out, lse, scale, tile_summary, keep_lse: bool = False):
         """The eager forward; keep_lse: return (out, lse) whether or not the kernel declares lse
         (autograd keeps it for the backward)."""
+        if head_pad.needed(q, v):  # a head dim off the 16-column steps: through zero-padded copies
+            return head_pad.run(self._run, self, q, k, v, caps, out, lse, scale, tile_summary, keep_lse)
         plan = self._plan_for(q, k, v, caps, out, lse, scale)
         if out is not None or lse is not None:
             self.refuse_overlap(q, k, v, caps, out, lse)
@@ -176,6 +179,8 @@ class AttentionKernel(KernelBase):
         """(dq, dk, dv, capture grads) from the forward's out and lse, and the gradients reaching
         them (dlse: None where the loss does not reach the lse; runtime/attention_backward.py);
         a capture's gradient where want_caps asks for it."""
+        if head_pad.needed(q, v):
+            return head_pad.backward(self._backward, self, q, k, v, out, dout, lse, dlse, caps, scale, want_caps)
         return attention_backward.backward(self, q, k, v, out, dout, lse, dlse, caps, scale, want_caps)
 
     # the backward kernel adds captured tensors' gradients when asked (KDSL_CAPTURE_GRADS)
@@ -190,6 +195,8 @@ class AttentionKernel(KernelBase):
                               f"compiled code and pass its result in, or leave tile_summary= out (each call then "
                               f"computes its summary)")
         q, k, v, caps = self.inputs(q, k, v, captures, named)
+        if head_pad.needed(q, v):  # the calls run at the padded head dims (the summary reads no q, k, v)
+            q, k, v = head_pad.pad(q), head_pad.pad(k), head_pad.pad(v)
         plan = self._plan_for(q, k, v, caps, None, None, scale)
         if plan.loaded is not None and plan.summary is None:
             raise LaunchError(f"{self.name}: its mask reads no captured data per query or key, so it has no tile "

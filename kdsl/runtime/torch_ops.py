@@ -23,7 +23,7 @@ import weakref
 
 from .. import ir
 from ..errors import KdslError, LaunchError
-from . import arrays, attention_backward, geometry
+from . import arrays, attention_backward, geometry, head_pad
 from .summary import Layout, TileSummary
 
 _OPS: dict[str, tuple] = {}  # op name -> (op returning new outputs, op writing into out=)
@@ -130,7 +130,10 @@ def _define_attention(torch, name: str, k: ir.Kernel):
 
     def fake(q, k_, v, captures, scale, summary, summary_of, summary_layout, out=None, lse=None):
         if _static(q, k_, v, *captures, out, lse):
-            _spec(_kernel(name)).validate(q, k_, v, captures, out, lse, scale)
+            if head_pad.needed(q, v):  # the eager call pads: its checks
+                head_pad.check(_spec(_kernel(name)), q, k_, v, captures, scale)
+            else:
+                _spec(_kernel(name)).validate(q, k_, v, captures, out, lse, scale)
         if out is not None:
             return None
         out_shape, lse_shape = _attention_shapes(q, v)

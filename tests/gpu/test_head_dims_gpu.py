@@ -1,5 +1,5 @@
-"""Every head dim the Hopper kernel takes (multiples of 16 up to 256) and a value head dim of
-its own (MLA's 192 / 128, and v wider or narrower than q), on the GPU against the float64
+"""Every head dim the Hopper kernel takes (multiples of 16 up to 256, and through zero padding
+any other up to 256) and a value head dim of its own (MLA's 192 / 128, and v wider or narrower than q), on the GPU against the float64
 reference: ragged lengths, GQA, a mask, lse, split-KV decode (the combine step reads v's
 head dim), torch.compile and a CUDA graph."""
 import pytest
@@ -49,6 +49,35 @@ def mod():
 @pytest.mark.parametrize("d,dv", PAIRS, ids=lambda x: str(x))
 def test_head_dims_prefill_ragged_gqa(mod, d, dv):
     _run(mod, (2, 4, 2, 200, 333), d, dv, seed=d * 1000 + dv)
+
+
+@pytest.mark.parametrize("d,dv", [(72, 72), (40, 40), (8, 8), (24, 120), (250, 250), (64, 72)], ids=lambda x: str(x))
+def test_head_dims_off_the_multiples_of_16_are_padded(mod, d, dv):
+    """runtime/head_pad.py: zero-padded copies, the output sliced; out= and lse as at other dims."""
+    _run(mod, (2, 4, 2, 200, 333), d, dv, seed=d * 1000 + dv)
+    _run(mod, (1, 8, 2, 1, 5000), d, dv, seed=d + dv)  # split-KV decode
+
+
+def test_gradients_at_a_padded_head_dim():
+    """dq, dk and dv at head dim 72 are those of padding by hand (up to the order of the atomic
+    sums of dq), and the forward that of the reference."""
+    torch = pytest.importorskip("torch")
+    mod = kdsl.load(ROOT / "samples" / "alibi.kd")
+    base = [torch.randn(2, 4, n, 72, device="cuda", dtype=torch.bfloat16) for n in (300, 500, 500)]
+    slopes = torch.rand(4, device="cuda")
+    dout = torch.randn(2, 4, 300, 72, device="cuda", dtype=torch.bfloat16)
+    grads = []
+    for by_hand in (False, True):
+        q, k, v = (x.clone().requires_grad_() for x in base)
+        pad = (lambda x: torch.nn.functional.pad(x, (0, 8)))
+        out = mod.alibi(pad(q), pad(k), pad(v), slopes, scale=72 ** -0.5)[..., :72] if by_hand else \
+            mod.alibi(q, k, v, slopes)
+        grads.append(torch.autograd.grad(out, (q, k, v), dout))
+        if not by_hand:
+            want = reference.attention(mod.ir["alibi"], *base, {"slopes": slopes})[0]
+            assert rel_frobenius(out, want) <= ATTENTION_TOL
+    for g, w in zip(*grads):
+        assert torch.allclose(g.float(), w.float(), rtol=2 ** -7, atol=1e-3)
 
 
 @pytest.mark.parametrize("d,dv", [(32, 32), (96, 96), (192, 128), (256, 256), (80, 208)], ids=lambda x: str(x))
