@@ -136,3 +136,18 @@ def test_the_key_maps_program_builds_as_the_row_major_one_does(sample, head_dim)
     assert "tensor.4d" in keyed.compiled.ptx and "tensor.4d" not in default.compiled.ptx
     for b in (default, keyed):
         assert cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry) == 0
+
+
+def test_the_fp8_gemm_names_a_transposed_operand_and_the_fix():
+    """The GEMM copies nothing (a copy of b per call would cost what the call does): a K-major
+    operand passed as a transposed view is refused, saying which layout it takes and how."""
+    torch = pytest.importorskip("torch")
+    from kdsl.backends import Torch
+    from kdsl.cases import GemmCase, gemm_inputs
+    mod = kdsl.load(ROOT / "samples" / "fp8_gemm.kd", interpret=True)
+    a, sa, b, sb, extra = gemm_inputs(mod.ir["fp8_gemm"], GemmCase(64, 96, 256, 1, random.randrange(2**31)),
+                                      Torch("cpu"))
+    b_view = b.t().contiguous().t()  # the same [N, K] values, stored [K, N]
+    with pytest.raises(LaunchError, match=r"argument 'b' must be \[\.\.\., N, K\] with K innermost .*\(b\.contiguous\(\)"):
+        mod.fp8_gemm(a, sa, b_view, sb, *extra)
+    assert torch.equal(mod.fp8_gemm(a, sa, b_view.contiguous(), sb, *extra), mod.fp8_gemm(a, sa, b, sb, *extra))

@@ -149,8 +149,14 @@ class GemmKernel(KernelBase):
         masked = self.grouping == "masked"
         ia = self._info(a, "a", "e4m3", 3 if masked else 2)
         ib = self._info(b, "b", "e4m3", 2 if self.grouping == "dense" else 3)
-        self._contiguous(ia, "a")
-        self._contiguous(ib, "b")
+        for info, name, rows in ((ia, "a", "M"), (ib, "b", "N")):
+            if not arrays.is_contiguous(info) and info.strides[-1] != 1 and info.shape[-1] > 1:
+                # (the GEMM reads K-major tiles; a copy per call would cost what the call does)
+                raise LaunchError(f"{self.name}: argument '{name}' must be [..., {rows}, K] with K innermost (row-major; "
+                                  f"nn.Linear's weight as it is, DeepGEMM's layout), got strides {list(info.strides)} "
+                                  f"for shape {list(info.shape)}: a transposed view; make the K-major copy once, ahead "
+                                  f"of the calls ({name}.contiguous(), or store it so)")
+            self._contiguous(info, name)
         K = ia.shape[-1]
         if K % 128 or K == 0:
             raise LaunchError(f"{self.name}: K (last dim of a) must be a positive multiple of 128, got {K}")
