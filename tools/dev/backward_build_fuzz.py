@@ -3,14 +3,15 @@ compile (tests/fuzzgen.py), at a head dim drawn per program: every one must buil
 outcomes and prints the first program of each failure.
 
     python3 tools/dev/backward_build_fuzz.py --seconds 600 [--seed S] [--last FILE] [--capture-grads]
-        [--query-split] [--head-dims 144,192,256] [--forward]
+        [--query-split] [--head-dims 144,192,256] [--forward] [--key-maps]
 
 --last FILE holds the program being built (with its head dim), so that a build that hangs or
 runs past a caller's timeout can be found. --capture-grads builds the program that also adds
 the captured tensors' gradients (KDSL_CAPTURE_GRADS: atomic, step-uniform and per-offset sums)
 where the score reads a float captured tensor, and counts those builds apart. --query-split builds
 the program whose CTAs may split their query tiles (Program.query_split). --forward builds the
-forward kernel instead (what a first call builds). Where cuobjdump
+forward kernel instead (what a first call builds); --key-maps the forward's KDSL_KEY_STRIDES
+program beside the default one, counting kernels where it has more local memory. Where cuobjdump
 is installed, a build whose wgmmas ptxas serialized (about a wait a product: no error says so)
 counts as "serialized", by head dim.
 """
@@ -48,6 +49,9 @@ def main():
     ap.add_argument("--capture-grads", action="store_true", help="build the capture-gradient program where it differs")
     ap.add_argument("--query-split", action="store_true", help="build the program that splits query tiles")
     ap.add_argument("--forward", action="store_true", help="build the forward kernel instead of the backward")
+    ap.add_argument("--key-maps", action="store_true",
+                    help="build the forward's KDSL_KEY_STRIDES program (Program.key_maps) beside the default one and "
+                         "count the kernels where it has more local memory")
     ap.add_argument("--head-dims", help="draw a program's head dim from these (default: every multiple of 16 to 256)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -57,6 +61,7 @@ def main():
     with_grads = [0]  # builds that add captured tensors' gradients (--capture-grads)
     failures = []
     serialized_programs = []  # (head dim, kernel, program) of the first few
+    key_maps_worse = []  # (head dim, kernel, program): more local memory under --key-maps
     start = time.time()
 
     @seed(args.seed)
@@ -79,8 +84,17 @@ def main():
             grads = args.capture_grads and bool(score_grad.capture_grads(k))
             with_grads[0] += grads
             try:
-                b = build(k, "sm_90a", d) if args.forward else \
-                    build(k, "sm_90a", d, program=Program(backward=True, capture_grads=grads, query_split=args.query_split))
+                if args.key_maps:
+                    b = build(k, "sm_90a", d, program=Program(key_maps=True))
+                    plain = build(k, "sm_90a", d)
+                    if cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry) > \
+                            cubin_info.frame_bytes(plain.compiled.cubin, plain.generated.entry):
+                        key_maps_worse.append((d, k.name, text))
+                elif args.forward:
+                    b = build(k, "sm_90a", d)
+                else:
+                    b = build(k, "sm_90a", d,
+                              program=Program(backward=True, capture_grads=grads, query_split=args.query_split))
                 spilled = bool(cubin_info.frame_bytes(b.compiled.cubin, b.generated.entry))
                 rep = sass.inspect(b.compiled.cubin, b.generated.entry)
                 products = rep.tensor_ops.get("HGMMA", 0) if rep else 0
@@ -107,6 +121,10 @@ def main():
           + (f"; {with_grads[0]} with captured tensors' gradients" if args.capture_grads else "")
           + (f"; spills by head dim {dict(sorted(spilled_dims.items()))}" if spilled_dims else "")
           + (f"; serialized by head dim {dict(sorted(serialized_dims.items()))}" if serialized_dims else ""))
+    if args.key_maps:
+        print(f"key maps: {len(key_maps_worse)} kernels with more local memory than the default program")
+        for d, name, text in key_maps_worse[:3]:
+            print(f"\n--- more local memory under key maps: {name} at head dim {d}\n{text[:2000]}")
     for d, text, msg in failures:
         print(f"\n--- head dim {d}\n{msg}\n{text[:2000]}")
     for d, name, text in serialized_programs:
