@@ -4,8 +4,10 @@ The kernels work in 16-column steps (the tensor cores' k-steps, TMA's boxes). q 
 with zero columns to the next multiple of 16 leave every q . k, so every score, as it was; v
 padded adds zero columns to the output, which are sliced off. The call then runs the kernel of
 the padded head dims, at the cost of one copy of q, k and v and the padded columns' work. The
-softmax scale is the program's at the true head dim (or the call's). The pad and the slice are
-array ops, so autograd differentiates through them and torch.compile traces them.
+softmax scale is the program's at the true head dim (or the call's). Each kernel's forward and
+backward (_run, _backward) pad and slice their own arrays, so an eager call recorded for
+autograd and a torch.compile'd one (whose op runs them) alike get gradients at the true head
+dims; the op's fake implementation makes the checks here instead of the padded call's.
 
 Not for a program whose score, mask or captured shapes read a head dim: padding would change
 what they read, so such a call is refused as before, saying why.
@@ -59,7 +61,9 @@ def backward(backward_fn, spec, q, k, v, out, dout, lse, dlse, caps, scale, want
     s = check(spec, q, k, v, caps, scale)
     dout = None if dout is None else pad(dout)
     dq, dk, dv, dcaps = backward_fn(pad(q), pad(k), pad(v), pad(out), dout, lse, dlse, caps, s, want_caps)
-    return dq[..., :q.shape[3]], dk[..., :k.shape[3]], dv[..., :v.shape[3]], dcaps
+    # row-major, as the op's fake backward promises torch.compile (torch.empty_like of q, k, v)
+    return (arrays.dense(dq[..., :q.shape[3]]), arrays.dense(dk[..., :k.shape[3]]), arrays.dense(dv[..., :v.shape[3]]),
+            dcaps)
 
 
 def padded_dim(d: int) -> int:
