@@ -132,3 +132,14 @@ def test_compiled_gradients_pad_as_eager_ones_do():
     torch._dynamo.reset()
     for g, w in zip(*grads):
         assert g.shape == (1, 2, 11, 24) and torch.equal(g, w)
+
+
+def test_blank_has_the_padded_shape_kind_and_dtype_without_a_copy():
+    """What tile_summary() hands the plan at a padded head dim: the shapes the calls run at,
+    of the input's kind and dtype, no copy (the summary reads no q, k or v)."""
+    from kdsl.runtime import head_pad
+    torch = pytest.importorskip("torch")
+    d = random.choice([8, 40, 72, 100])
+    for x in (np.ones((1, 2, 3, d), np.float16), torch.ones(1, 2, 3, d, dtype=torch.bfloat16)):
+        b = head_pad.blank(x)
+        assert type(b) is type(x) and b.dtype == x.dtype and tuple(b.shape) == (1, 2, 3, head_pad.padded_dim(d))

@@ -151,3 +151,23 @@ def test_the_fp8_gemm_names_a_transposed_operand_and_the_fix():
     with pytest.raises(LaunchError, match=r"argument 'b' must be \[\.\.\., N, K\] with K innermost .*\(b\.contiguous\(\)"):
         mod.fp8_gemm(a, sa, b_view, sb, *extra)
     assert torch.equal(mod.fp8_gemm(a, sa, b_view.contiguous(), sb, *extra), mod.fp8_gemm(a, sa, b, sb, *extra))
+
+
+def test_one_rule_says_which_keys_are_read_in_place(monkeypatch):
+    """The call (_key_input) and validate follow one rule (_reads_keys_in_place): under
+    KDSL_KEY_STRIDES a k or v on the GPU whose strides a 4-D tensor map takes is read as it is;
+    off the switch, on the host or in a layout no map takes, it is copied (the call) and refused
+    (validate, for whoever skips the call's copy)."""
+    from kdsl.runtime import attention_launch
+    kern = kdsl.load(ALIBI).alibi
+    B, N, H, D = 2, random.randint(3, 50), 4, 64
+    cache = arrays.ArrayInfo("torch", "bf16", (B, H, N, D), (N * H * D, D, H * D, 1), 0)  # [B, N, H, D] transposed
+    odd = arrays.ArrayInfo("torch", "bf16", (B, H, N, D), (N * H * D * 2, D, H * D, 2), 0)  # every second column
+    monkeypatch.setattr(attention_launch, "KEY_STRIDES", False)
+    assert not kern._reads_keys_in_place(cache)
+    monkeypatch.setattr(attention_launch, "KEY_STRIDES", True)
+    assert kern._reads_keys_in_place(cache)
+    assert not kern._reads_keys_in_place(odd)
+    assert not kern._reads_keys_in_place(arrays.ArrayInfo("torch", "bf16", cache.shape, cache.strides, -1))
+    assert not kern._reads_keys_in_place(arrays.ArrayInfo("torch", "f32", cache.shape, cache.strides, 0))
+    assert not kdsl.load(ALIBI, interpret=True).alibi._args._reads_keys_in_place(cache)  # the interpreter's

@@ -82,19 +82,22 @@ class AttentionKernel(KernelBase):
         return arrays.dense(q), self._key_input(k), self._key_input(v), [arrays.dense(c) for c in caps]
 
     def _key_input(self, x):
-        """k or v as the call passes it on: as given where the Hopper kernel's tensor maps can
-        take its strides (tma.KeyTiles: a KV cache kept [B, N, H, D] and passed transposed, a
-        slice of a longer cache, no copy of either), else row-major (arrays.dense). A plan for
-        the sm_80 kernel copies it after all (Plan.copy_keys). KDSL_KEY_STRIDES=1 only (KEY_STRIDES)."""
+        """k or v as the call passes it on: as given where the kernel reads it in place
+        (_reads_keys_in_place), else row-major (arrays.dense)."""
         if self.on_host or not KEY_STRIDES:
             return arrays.dense(x)
         if x.is_contiguous() if hasattr(x, "is_contiguous") else getattr(getattr(x, "flags", None), "c_contiguous", 1):
             return x  # (also anything not an array, for validation to name)
-        a = arrays.info(x, "k")
-        if a.device >= 0 and len(a.shape) == 4 and a.dtype == self.ir.tensor("q").dtype and \
-                key_strides_fit(a.shape, a.strides, a.dtype):
-            return x
-        return arrays.dense(x)
+        return x if self._reads_keys_in_place(arrays.info(x, "k")) else arrays.dense(x)
+
+    def _reads_keys_in_place(self, a) -> bool:
+        """The one rule for k or v (its array info) in another layout: the Hopper kernel's
+        tensor maps take its strides (tma.KeyTiles: a KV cache kept [B, N, H, D] and passed
+        transposed, a slice of a longer cache, no copy of either). Both the call (_key_input)
+        and validate follow it. A plan for the sm_80 kernel copies such k, v after all
+        (Plan.copy_keys). KDSL_KEY_STRIDES=1 only (KEY_STRIDES)."""
+        return (KEY_STRIDES and not self.on_host and a.device >= 0 and len(a.shape) == 4 and
+                a.dtype == self.ir.tensor("q").dtype and key_strides_fit(a.shape, a.strides, a.dtype))
 
     def refuse_overlap(self, q, k, v, caps, out, lse) -> None:
         """A given out= or lse= must not share memory with q, k, v or a captured tensor."""
@@ -196,7 +199,7 @@ class AttentionKernel(KernelBase):
                               f"computes its summary)")
         q, k, v, caps = self.inputs(q, k, v, captures, named)
         if head_pad.needed(q, v):  # the calls run at the padded head dims (the summary reads no q, k, v)
-            q, k, v = head_pad.pad(q), head_pad.pad(k), head_pad.pad(v)
+            q, k, v = head_pad.blank(q), head_pad.blank(k), head_pad.blank(v)
         plan = self._plan_for(q, k, v, caps, None, None, scale)
         if plan.loaded is not None and plan.summary is None:
             raise LaunchError(f"{self.name}: its mask reads no captured data per query or key, so it has no tile "
@@ -263,19 +266,27 @@ class AttentionKernel(KernelBase):
             raise LaunchError(f"{self.name}: missing captured tensor(s) {missing} (declared in the kernel)")
         return [given[n] for n in names]
 
+    def bound_dims(self, q, k, v, caps) -> tuple[list, dict]:
+        """(array infos of q, k, v and the captured tensors, the dims their shapes bind): an
+        array of the wrong kind, dtype or rank, or a shape that disagrees with the
+        declaration, is refused here."""
+        kern = self.ir
+        elem = kern.tensor("q").dtype
+        infos = [self._info(x, n, elem, 4) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+        infos += [self._info(x, t.name, t.dtype, len(t.shape)) for t, x in zip(self.captures, caps)]
+        dims: dict = {}
+        for t, a in zip([kern.tensor(n) for n in ("q", "k", "v")] + self.captures, infos):
+            self._bind(t, a.shape, dims)
+        return infos, dims
+
     def validate(self, q, k, v, caps, out, lse, scale):
         """Every check that does not depend on the device: (array infos, dims, scale)."""
         kern = self.ir
         elem = kern.tensor("q").dtype
-        infos = [self._info(x, n, elem, 4) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
-        for t, x in zip(self.captures, caps):
-            infos.append(self._info(x, t.name, t.dtype, len(t.shape)))
+        infos, dims = self.bound_dims(q, k, v, caps)
         for a, n in zip(infos, ["q", "k", "v"] + [t.name for t in self.captures]):
-            if n not in ("k", "v") or self.on_host or not KEY_STRIDES or not key_strides_fit(a.shape, a.strides, elem):
+            if n not in ("k", "v") or not self._reads_keys_in_place(a):
                 self._contiguous(a, n)
-        dims: dict = {}
-        for t, a in zip([kern.tensor(n) for n in ("q", "k", "v")] + self.captures, infos):
-            self._bind(t, a.shape, dims)
         B, H, M, D = infos[0].shape
         Hkv, N = infos[1].shape[1], infos[1].shape[2]
         if H > MANY_HEADS and M < H:

@@ -73,12 +73,8 @@ def padded_dim(d: int) -> int:
 
 def check(spec, q, k, v, caps, scale) -> float:
     """The softmax scale at the call's true head dims, after the checks padding needs."""
-    kern, elem = spec.ir, spec.ir.tensor("q").dtype
-    infos = [spec._info(x, n, elem, 4) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
-    infos += [spec._info(c, t.name, t.dtype, len(t.shape)) for t, c in zip(spec.captures, caps)]
-    dims: dict = {}
-    for t, a in zip([kern.tensor(n) for n in ("q", "k", "v")] + spec.captures, infos):
-        spec._bind(t, a.shape, dims)
+    kern = spec.ir
+    dims = spec.bound_dims(q, k, v, caps)[1]
     D, Dv = q.shape[3], v.shape[3]
     for name, x in (("q and k", D), ("v", Dv)):
         if not 1 <= x <= tiling.MAX_HEAD_DIM:
@@ -101,6 +97,20 @@ def _head_dim_readers(kern: ir.Kernel) -> list[str]:
     found += [f"'{t.name}' shape" for t in kern.tensors if t.role == "capture"
               and any(ir.uses(d, n) for d in t.shape for n in names)]
     return found
+
+
+def blank(x):
+    """An uninitialised array of x's kind, dtype and device at the padded head dim: for what
+    reads only the shapes (a plan's key, AttentionKernel.tile_summary), no copy of x."""
+    shape = (*x.shape[:3], padded_dim(x.shape[3]))
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch.empty(shape, dtype=x.dtype, device=x.device)
+    xp = sys.modules[type(x).__module__.split(".")[0]]  # numpy or CuPy
+    if xp.__name__ == "cupy":
+        with x.device:  # (CuPy allocates on the current device)
+            return xp.empty(shape, dtype=x.dtype)
+    return xp.empty(shape, dtype=x.dtype)
 
 
 def pad(x):
