@@ -4,7 +4,8 @@
 #   h: KDSL_FP8_LOAD_BATCH (the producer issues 2 / 4 / 8 stages' loads back to back, so that B's 128-byte
 #      pieces of one row reach HBM together) timed in turns against the kernel as it is and an A/A build, on the
 #      B-streaming shapes (M = 128 dense, the suite's masked grouping) and two compute-bound controls; then the
-#      FP8 GPU tests under the best-guess batch (4) for correctness.
+#      masked grouping with its store skipped at 3 and 4 stages (what a staging tile in the ring would buy); then
+#      the FP8 GPU tests under the best-guess batch (4) for correctness.
 #   i: the standard suite's FP8 rows with KDSL_DEFINES=$BATCH (set BATCH, e.g. KDSL_FP8_LOAD_BATCH=4), then
 #      without it, in one call (the lines of issue 8 against each other).
 set -uo pipefail
@@ -17,6 +18,12 @@ h)
     --form aa=-DKDSL_AA_CONTROL=1 --form b2=-DKDSL_FP8_LOAD_BATCH=2 --form b4=-DKDSL_FP8_LOAD_BATCH=4 \
     --form b8=-DKDSL_FP8_LOAD_BATCH=8 > $L/load-batch.log 2>&1
   echo "forms rc $?"; grep -v "^\s*$" $L/load-batch.log | cut -c1-120; save
+  # Would a fourth stage pay on the masked grouping if the staging tile took no room of its own? The store
+  # skipped (KDSL_FP8_DEV_SKIP_STORE: wrong results, timing only) at 3 and 4 stages with row stores.
+  late masked-stages || { timeout 120 python3 tools/dev/fp8_forms.py --reps 40 --shapes "masked:256x4096x7168x4" \
+    --form skip=-DKDSL_FP8_DEV_SKIP_STORE=1 --form b2=-DKDSL_FP8_LOAD_BATCH=2 \
+    --variants "skip:store=rows,stages=3;skip:store=rows,stages=4;store=rows,stages=4" > $L/masked-stages.log 2>&1
+    echo "masked stages rc $?"; grep -v "^\s*$" $L/masked-stages.log | cut -c1-120; save; }
   late tests-b4 || { KDSL_DEFINES="KDSL_FP8_LOAD_BATCH=4" timeout $((560 - SECONDS)) python3 -m pytest -q \
     -p no:cacheprovider tests/gpu/test_fp8_gpu.py > $L/pytest-fp8-b4.log 2>&1; tail -3 $L/pytest-fp8-b4.log; save; } ;;
 i)
