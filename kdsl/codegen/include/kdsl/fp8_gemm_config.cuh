@@ -36,7 +36,7 @@
 // KDSL_FP8_LOAD_BATCH (an A/B for tools/dev/fp8_forms.py; 1, the kernel): the producer waits for
 // this many free stages and then issues their loads back to back, so that B's 128-byte pieces
 // of one row, K blocks apart, reach HBM together (tools/dev/b_pattern_probe.py: 1 KB of a row
-// at a time read B 2-4 % faster than 128 bytes at a time). A ring of fewer stages batches all of them.
+// at a time read B 2-4 % faster than 128 bytes at a time). At most STAGES - 1 (Fp8Config::kLoadBatch says why).
 #ifndef KDSL_FP8_LOAD_BATCH
 #define KDSL_FP8_LOAD_BATCH 1
 #endif
@@ -107,8 +107,11 @@ struct Fp8Config {
   static constexpr int kMathWG = BM == 256 ? 2 : BM / 64;
   static constexpr int kWaves = BM == 256 ? 2 : 1;     // m64 row blocks per math warpgroup
   static constexpr int kThreads = 128 * (kMathWG + 1);
-  // Stages whose loads the producer issues together (KDSL_FP8_LOAD_BATCH, at most the ring).
-  static constexpr int kLoadBatch = KDSL_FP8_LOAD_BATCH < STAGES ? KDSL_FP8_LOAD_BATCH : STAGES;
+  // Stages whose loads the producer issues together (KDSL_FP8_LOAD_BATCH), at most STAGES - 1:
+  // a math warpgroup may hold block n - 1's stage while it waits for block n (the one-wave
+  // tiles read the next block's scales before handing a stage back), so a batch starting at
+  // n may wait for nothing past block n - 2's release (with STAGES, 8 of 8, the H200 hung).
+  static constexpr int kLoadBatch = KDSL_FP8_LOAD_BATCH < STAGES - 1 ? KDSL_FP8_LOAD_BATCH : STAGES - 1;
   static constexpr int kFrag = BN / 2;                 // accumulator floats per thread per wave
   static constexpr bool kSplit = 128 % BN != 0;        // a tile may straddle two scale blocks of B
   static constexpr int kOutBytes = OUT_F32 ? 4 : 2;

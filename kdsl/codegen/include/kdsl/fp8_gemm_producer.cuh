@@ -59,8 +59,7 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
       const u32 full = sm.full(s);
       // C::kLoadBatch > 1 (KDSL_FP8_LOAD_BATCH): wait for the batch's stages together, so that its loads (B's
       // 128-byte pieces of the same rows, K blocks apart) reach HBM back to back (the stages'
-      // own waits below then pass at once). At most STAGES: a stage further on is freed only
-      // by the math consuming loads not yet issued.
+      // own waits below then pass at once). kLoadBatch < STAGES keeps every wait satisfiable.
       if (C::kLoadBatch > 1 && (kb - kb_begin) % C::kLoadBatch == 0) {
         RingPos<C::STAGES> ahead = pos;
         for (int j = 1; j < C::kLoadBatch && kb + j < kb_end; ++j) {
