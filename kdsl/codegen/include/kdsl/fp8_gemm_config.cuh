@@ -33,14 +33,6 @@
 #define KDSL_FP8_TILE_AHEAD 4
 #endif
 
-// KDSL_FP8_LOAD_BATCH (an A/B for tools/dev/fp8_forms.py; 1, the kernel): the producer waits for
-// this many free stages and then issues their loads back to back, so that B's 128-byte pieces
-// of one row, K blocks apart, reach HBM together (tools/dev/b_pattern_probe.py: 1 KB of a row
-// at a time read B 2-4 % faster than 128 bytes at a time). At most STAGES - 1 (Fp8Config::kLoadBatch says why).
-#ifndef KDSL_FP8_LOAD_BATCH
-#define KDSL_FP8_LOAD_BATCH 1
-#endif
-
 // KDSL_FP8_DEV_SCALES (timing probes only: the result is wrong with 1 or 2): 1, the producer
 // copies no B scales (b_scale_load "copy": the math warpgroups read whatever the stage holds);
 // 2, the math warpgroups read no scales either (each is 1). 0: the kernel.
@@ -107,11 +99,6 @@ struct Fp8Config {
   static constexpr int kMathWG = BM == 256 ? 2 : BM / 64;
   static constexpr int kWaves = BM == 256 ? 2 : 1;     // m64 row blocks per math warpgroup
   static constexpr int kThreads = 128 * (kMathWG + 1);
-  // Stages whose loads the producer issues together (KDSL_FP8_LOAD_BATCH), at most STAGES - 1:
-  // a math warpgroup may hold block n - 1's stage while it waits for block n (the one-wave
-  // tiles read the next block's scales before handing a stage back), so a batch starting at
-  // n may wait for nothing past block n - 2's release (with STAGES, 8 of 8, the H200 hung).
-  static constexpr int kLoadBatch = KDSL_FP8_LOAD_BATCH < STAGES - 1 ? KDSL_FP8_LOAD_BATCH : STAGES - 1;
   static constexpr int kFrag = BN / 2;                 // accumulator floats per thread per wave
   static constexpr bool kSplit = 128 % BN != 0;        // a tile may straddle two scale blocks of B
   static constexpr int kOutBytes = OUT_F32 ? 4 : 2;
@@ -148,7 +135,6 @@ struct Fp8Config {
                 "a tile may straddle at most two 128-column scale blocks of B");
   static_assert(kFrag * (kWaves + 1) <= (kMathWG == 3 ? 128 : 192), "accumulators and totals must fit in the math registers");
   static_assert(STAGES >= 2, "need at least two pipeline stages");
-  static_assert(KDSL_FP8_LOAD_BATCH >= 1, "KDSL_FP8_LOAD_BATCH: 1 or more");
   static_assert(kScaleCompletion >= 0 && kScaleCompletion <= 2, "KDSL_FP8_SCALE_COMPLETION: 0, 1 or 2");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
   static_assert((CLUSTER == 1) == (MCAST == kMcastNone), "a cluster multicasts exactly one operand");

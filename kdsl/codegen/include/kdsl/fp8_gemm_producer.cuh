@@ -57,16 +57,6 @@ KDSL_DEVICE void fp8_producer(const Fp8GemmArgs& p, const TmaDesc* ta, const Tma
     for (int kb = kb_begin; kb < kb_end; ++kb, pos.advance()) {
       const int s = pos.s;
       const u32 full = sm.full(s);
-      // C::kLoadBatch > 1 (KDSL_FP8_LOAD_BATCH): wait for the batch's stages together, so that its loads (B's
-      // 128-byte pieces of the same rows, K blocks apart) reach HBM back to back (the stages'
-      // own waits below then pass at once). kLoadBatch < STAGES keeps every wait satisfiable.
-      if (C::kLoadBatch > 1 && (kb - kb_begin) % C::kLoadBatch == 0) {
-        RingPos<C::STAGES> ahead = pos;
-        for (int j = 1; j < C::kLoadBatch && kb + j < kb_end; ++j) {
-          ahead.advance();
-          mbar_wait(sm.empty(ahead.s), ahead.phase ^ 1u);
-        }
-      }
       mbar_wait(sm.empty(s), pos.phase ^ 1u);
       if (leader && kb == kb_begin) fp8_trace(0, tn, kFp8TraceMark, 3);
       // A's scales: one box among the leader's TMA loads below (SA_TMA), or BM / 32 rows
