@@ -12,6 +12,7 @@ check() {  # file kernel
   timeout ${CHECK_TIMEOUT:-60} kdsl check $1 --kernel $2 --grad --seed ${CHECK_SEED:-77} > $log 2>&1
   local rc=$?  # (before any other command: a $(...) in the echo below would reset $?)
   echo "$(basename $1 .kd):$2 rc $rc $(grep -i 'cases pass\|fail' $log | tr '\n' ' ' | cut -c1-160)"
+  save  # (the device returns only a few loose files: the tarball is what keeps every check's log)
 }
 bench() {  # name file [args]: against compiled Flex at 2x16x4096², D=128
   late $1 && return
