@@ -14,6 +14,7 @@ what they read, so such a call is refused as before, saying why.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from .. import ir
@@ -107,10 +108,8 @@ def blank(x):
     if torch is not None and isinstance(x, torch.Tensor):
         return torch.empty(shape, dtype=x.dtype, device=x.device)
     xp = sys.modules[type(x).__module__.split(".")[0]]  # numpy or CuPy
-    if xp.__name__ == "cupy":
-        with x.device:  # (CuPy allocates on the current device)
-            return xp.empty(shape, dtype=x.dtype)
-    return xp.empty(shape, dtype=x.dtype)
+    with x.device if xp.__name__ == "cupy" else contextlib.nullcontext():  # (CuPy allocates on the current device)
+        return xp.empty(shape, dtype=x.dtype)
 
 
 def pad(x):
