@@ -55,7 +55,7 @@ def test_samples_interpreted(name):
         assert torch.allclose(lse[fin].double(), ref_lse[fin], atol=1e-3 + slack)
 
 
-HELDOUT = [ROOT / "tools" / "dev" / f"heldout{n}.kd" for n in ("", *map(str, range(2, 64)))]
+HELDOUT = [ROOT / "tools" / "dev" / f"heldout{n}.kd" for n in ("", *map(str, range(2, 66)))]
 # Self-attention written with one tensor for queries and keys (`img[b, i] == img[b, j]`, img:
 # [B, N]): the launcher refuses a call with M > N, naming the index, and such a shape is not run
 ONE_AXIS_FOR_BOTH = {"image_text_bidir": "'img' (i)"}
@@ -82,7 +82,9 @@ def test_heldout_variants_interpreted(path, name):
     anti-causal heads, a dilation read from a table; a distance times a per-head stride, causal at
     half the query rate, a key interval per (batch, head); blocks of a per-batch size, two
     segments split at a separator, a band at twice the query rate; keys at 1.5 times the query
-    rate, local heads counted by a captured scalar, padding on both sides), through
+    rate, local heads counted by a captured scalar, padding on both sides; a quadratic distance
+    penalty, token types choosing mask and bias, a cosine-modulated score; a Gaussian kernel on the
+    score, a dilated 2-D grid, a bf16 key bias that also masks, a modular lattice), through
     the tiled program with the tiles the pass picks for them (most sets found a compiler gap when
     they were written)."""
     kir = kdsl.load(path).ir[name]
