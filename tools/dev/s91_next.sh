@@ -5,7 +5,7 @@
 # on every shape and was removed: bench/NOTES.md, ninety-first session.)
 #   k: the two training examples whose float64 references ran out of memory (now a head at a time), then the
 #      rest of tools/dev/s88_next.sh's part e (held-out sets 61-63: `check --grad`, forward + backward
-#      against Flex), and held-out set 64 (written this session; the CPU interpreter's check passes).
+#      against Flex), and held-out sets 64 and 65 (written in the ninety-first and ninety-second sessions; the CPU interpreter's check passes).
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=88 CHECK_TIMEOUT=90
@@ -20,7 +20,7 @@ k)
   for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout61.kd | cut -d' ' -f2 | tail -n +4); do
     check tools/dev/heldout61.kd $k
   done
-  for n in 62 63 64; do
+  for n in 62 63 64 65; do
     for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout$n.kd | cut -d' ' -f2); do check tools/dev/heldout$n.kd $k; done
   done
   save
