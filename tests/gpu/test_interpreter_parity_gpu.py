@@ -30,7 +30,7 @@ def _calls(torch, device):
     tbl = torch.zeros(5, device=device)
     return {
         "unboundable index": ("lookup", (x, x, x, ids, tbl)),
-        "head dim": ("clamped", (torch.zeros(1, 4, 8, 40, **bf),) * 3 + (ids, tbl)),
+        "head dim": ("clamped", (torch.zeros(1, 4, 8, 264, **bf),) * 3 + (ids, tbl)),  # 40 is padded now
         "heads": ("clamped", (x, torch.zeros(1, 3, 8, 64, **bf), torch.zeros(1, 3, 8, 64, **bf), ids, tbl)),
         "ids shape": ("clamped", (x, x, x, ids[:, :4].contiguous(), tbl)),
         "ids dtype": ("clamped", (x, x, x, ids.long(), tbl)),
