@@ -171,3 +171,18 @@ def test_one_rule_says_which_keys_are_read_in_place(monkeypatch):
     assert not kern._reads_keys_in_place(arrays.ArrayInfo("torch", "bf16", cache.shape, cache.strides, -1))
     assert not kern._reads_keys_in_place(arrays.ArrayInfo("torch", "f32", cache.shape, cache.strides, 0))
     assert not kdsl.load(ALIBI, interpret=True).alibi._args._reads_keys_in_place(cache)  # the interpreter's
+
+
+@pytest.mark.parametrize("setting,expected", [(None, True), ("0", False), ("1", True)])
+def test_keys_are_read_in_place_unless_kdsl_key_strides_is_0(setting, expected):
+    """The 4-D key maps are the default (every GPU test passed under them, and they timed as fast
+    as copies on row-major keys); KDSL_KEY_STRIDES=0 brings back the copy, for A/B timing."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "KDSL_KEY_STRIDES"}
+    if setting is not None:
+        env["KDSL_KEY_STRIDES"] = setting
+    code = "from kdsl.runtime import attention_launch; print(attention_launch.KEY_STRIDES)"
+    run = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == str(expected)

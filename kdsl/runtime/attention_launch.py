@@ -26,10 +26,10 @@ from .launch import KernelBase, Plan, _align, _attention_key, _l2_bytes, _ptr, _
 # heads, head dim] tensor (FlashAttention's layout) passed where kdsl takes [batch, heads, length,
 # head dim]: the call would run and attend over the heads. No model has nearly so many heads.
 MANY_HEADS = 256
-# KDSL_KEY_STRIDES=1: k and v in any layout 4-D tensor maps take go to the Hopper kernel as they
-# are (Program.key_maps, tma.KeyTiles); off (the default until timed), they are copied row-major
-# first and read by 3-D maps
-KEY_STRIDES = os.environ.get("KDSL_KEY_STRIDES") == "1"
+# k and v in any layout 4-D tensor maps take go to the Hopper kernel as they are (Program.key_maps,
+# tma.KeyTiles): a KV cache's view costs no copy. KDSL_KEY_STRIDES=0 copies them row-major first and
+# reads them by 3-D maps (the program before; as fast on row-major keys, H100 2026-12-05)
+KEY_STRIDES = os.environ.get("KDSL_KEY_STRIDES", "1") != "0"
 
 
 def _caller_level() -> int:
@@ -95,7 +95,7 @@ class AttentionKernel(KernelBase):
         tensor maps take its strides (tma.KeyTiles: a KV cache kept [B, N, H, D] and passed
         transposed, a slice of a longer cache, no copy of either). Both the call (_key_input)
         and validate follow it. A plan for the sm_80 kernel copies such k, v after all
-        (Plan.copy_keys). KDSL_KEY_STRIDES=1 only (KEY_STRIDES)."""
+        (Plan.copy_keys). Not under KDSL_KEY_STRIDES=0 (KEY_STRIDES)."""
         return (KEY_STRIDES and not self.on_host and a.device >= 0 and len(a.shape) == 4 and
                 a.dtype == self.ir.tensor("q").dtype and key_strides_fit(a.shape, a.strides, a.dtype))
 
