@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The ninety-third session's device calls, each part within one call's 600 s, all under the default
+# KDSL_KEY_STRIDES (on since the ninety-second session):
+#   OUT=... PART="s" [DEADLINE=520] bash tools/dev/s93_next.sh; logs in $OUT/logs.tgz.
+#   s: launch overhead and `kdsl bench --suite standard` (against cuDNN, Flex and cuBLAS's _scaled_mm).
+#   t: the GPU tests of parts b and f of bench/gpu_session.sh (part a ran under the switch in the
+#      ninety-second session).
+#   u: what s91_next.sh's part k did not reach: `check --grad` on held-out 63 (after its first kernel),
+#      64 and 65, then the backward benches of held-out 60-63 against Flex.
+set -uo pipefail
+source tools/dev/device_steps.sh
+CHECK_SEED=88 CHECK_TIMEOUT=90
+for part in ${PART:-s}; do
+case $part in
+s)
+  SKIP_TESTS=1 SKIP_CHECK=1 timeout $((${DEADLINE:-520} - SECONDS)) bash bench/gpu_session.sh > $L/bench-suite.log 2>&1
+  cp $OUT/*standard*.md $OUT/bench.log $OUT/launch.log $L/ 2>/dev/null; save
+  tail -60 $L/bench-suite.log ;;
+t)
+  for p in b f; do
+    late tests-$p && continue
+    TESTS_PART=$p SKIP_CHECK=1 SKIP_BENCH=1 timeout $((${DEADLINE:-520} - SECONDS)) bash bench/gpu_session.sh \
+      > $L/tests-$p.log 2>&1; tail -6 $L/tests-$p.log; save
+  done ;;
+u)
+  for n in 63 64 65; do
+    for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout$n.kd | cut -d' ' -f2); do
+      [ $n$k = 63literal_d64_window ] && continue
+      check tools/dev/heldout$n.kd $k
+    done
+  done
+  for n in 60 61 62 63; do bench h$n-bwd tools/dev/heldout$n.kd --backward; done ;;
+esac
+done
