@@ -23,6 +23,11 @@ t)
       > $L/tests-$p.log 2>&1; tail -6 $L/tests-$p.log; save
   done ;;
 u)
+  # first: the 4-D key maps (the default since the ninety-second session) against the 3-D ones at the
+  # long prefill rows where part s's suite put kdsl below cuDNN (D=128 0.98, D=256 0.97), in turns
+  timeout 200 python3 tools/dev/strided_keys.py --reps 10 --shapes \
+    "plain,2,16,16,8192,8192,256;plain,2,16,16,8192,8192,128;plain,2,16,16,8192,8192,192;causal,2,16,16,8192,8192,128" \
+    > $L/strided-long.log 2>&1; cat $L/strided-long.log; save
   for n in 63 64 65; do
     for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout$n.kd | cut -d' ' -f2); do
       [ $n$k = 63literal_d64_window ] && continue

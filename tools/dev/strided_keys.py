@@ -5,7 +5,7 @@ the peer. Columns: row-major by the default 3-D maps; row-major by the 4-D key m
 (KDSL_KEY_STRIDES's program, Program.key_maps: the A/B of the maps' rank); the view read in place
 by them; the view copied row-major first (the default).
 
-    python3 tools/dev/strided_keys.py [--reps 20] [--seed 0]
+    python3 tools/dev/strided_keys.py [--reps 20] [--seed 0] [--shapes "plain,2,16,16,8192,8192,256;..."]
 """
 import argparse
 import sys
@@ -41,14 +41,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shapes", help="sample,B,H,Hkv,M,N,D;... in place of SHAPES")
     args = ap.parse_args()
+    shapes = SHAPES if not args.shapes else [(s, *map(int, rest)) for s, *rest in
+                                             (x.split(",") for x in args.shapes.split(";"))]
     torch.manual_seed(args.seed)
     timer = Timer(args.reps)
     print(f"{torch.cuda.get_device_name()}, kdsl from {Path(kdsl.__file__).parent}")
     print("| sample | B H Hkv M N D | cuDNN us | row-major 3-D us | row-major 4-D | view in place | view copied | "
           "3-D / 4-D | copied / in place | cuDNN / in place |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for sample, B, H, Hkv, M, N, D in SHAPES:
+    for sample, B, H, Hkv, M, N, D in shapes:
         kernel = getattr(kdsl.load(ROOT / "samples" / f"{sample}.kd"), sample)
         q = torch.randn(B, H, M, D, device="cuda", dtype=torch.bfloat16)
         k_cache = torch.randn(B, N, Hkv, D, device="cuda", dtype=torch.bfloat16)
