@@ -110,10 +110,14 @@ def test_a_program_that_reads_the_head_dim_is_refused_not_padded(body, reader):
     mod.reads_d(*[torch.randn(1, 1, 4, 48, dtype=torch.bfloat16)] * 3, **({"t": torch.randn(48)} if extra else {}))
 
 
-def test_past_256_is_refused_naming_the_limit():
+@pytest.mark.parametrize("d", [260, 272, 512])
+def test_past_256_is_refused_naming_the_limit(d):
+    """One message whether or not the dim is a multiple of 16 (the padded call's check and the
+    unpadded call's validation once said different things)."""
     mod = kdsl.load(ALIBI, interpret=True)
-    q = torch.randn(1, 2, 4, 260, dtype=torch.bfloat16)
-    with pytest.raises(LaunchError, match="head dimension 260 of q and k is not supported: it must be from 1 to 256"):
+    q = torch.randn(1, 2, 4, d, dtype=torch.bfloat16)
+    with pytest.raises(LaunchError, match=rf"head dimension {d} of q and k is not supported: it must be from 1 to 256 "
+                                          r"\(a multiple of 16 runs as it is, any other padded with zeros\)"):
         mod.alibi(q, q, q, torch.rand(2))
 
 

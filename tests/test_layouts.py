@@ -5,7 +5,10 @@ as they are, and so does kdsl: k and v by tensor maps of their strides on Hopper
 anything else by a row-major copy (runtime/arrays.dense). The result, and the gradients reaching
 the projection, are those of the copies the caller could have made. An out= or lse= is written
 where it is given and must be row-major."""
+import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -177,9 +180,6 @@ def test_one_rule_says_which_keys_are_read_in_place(monkeypatch):
 def test_keys_are_read_in_place_unless_kdsl_key_strides_is_0(setting, expected):
     """The 4-D key maps are the default (every GPU test passed under them, and they timed as fast
     as copies on row-major keys); KDSL_KEY_STRIDES=0 brings back the copy, for A/B timing."""
-    import os
-    import subprocess
-    import sys
     env = {k: v for k, v in os.environ.items() if k != "KDSL_KEY_STRIDES"}
     if setting is not None:
         env["KDSL_KEY_STRIDES"] = setting

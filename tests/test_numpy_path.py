@@ -148,7 +148,7 @@ def test_interpreter_shares_the_gpu_paths_argument_checks():
     x = np.zeros((1, 2, 8, 64), np.float32)
     with pytest.raises(LaunchError, match=r"argument 'q' must be float32 \(numpy has no bf16"):
         mod.causal(x.astype(np.float64), x, x)
-    with pytest.raises(LaunchError, match="head dimension 272 of q and k is not supported: .* from 16 to 256"):
+    with pytest.raises(LaunchError, match="head dimension 272 of q and k is not supported: it must be from 1 to 256"):
         z = np.zeros((1, 2, 8, 272), np.float32)
         mod.causal(z, z, z)
     with pytest.raises(LaunchError, match="head dimension 300 of q and k is not supported: it must be from 1 to 256"):

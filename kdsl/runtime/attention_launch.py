@@ -82,13 +82,13 @@ class AttentionKernel(KernelBase):
         return arrays.dense(q), self._key_input(k), self._key_input(v), [arrays.dense(c) for c in caps]
 
     def _key_input(self, x):
-        """k or v as the call passes it on: as given where the kernel reads it in place
-        (_reads_keys_in_place), else row-major (arrays.dense)."""
-        if self.on_host or not KEY_STRIDES:
-            return arrays.dense(x)
-        if x.is_contiguous() if hasattr(x, "is_contiguous") else getattr(getattr(x, "flags", None), "c_contiguous", 1):
-            return x  # (also anything not an array, for validation to name)
-        return x if self._reads_keys_in_place(arrays.info(x, "k")) else arrays.dense(x)
+        """k or v as the call passes it on: as given where it is row-major or the kernel reads it
+        in place (_reads_keys_in_place, the one rule), else a row-major copy (arrays.dense)."""
+        try:
+            a = arrays.info(x, "k")
+        except LaunchError:
+            return x  # not an array: validation names it
+        return x if arrays.is_contiguous(a) or self._reads_keys_in_place(a) else arrays.dense(x)
 
     def _reads_keys_in_place(self, a) -> bool:
         """The one rule for k or v (its array info) in another layout: the Hopper kernel's
@@ -299,10 +299,7 @@ class AttentionKernel(KernelBase):
             raise LaunchError(f"{self.name}: sequence length {max(M, N)} exceeds {index_floats.MAX_LENGTH}, the longest "
                               f"for which this kernel's score converts positions to float exactly")
         Dv = infos[2].shape[3]
-        for name, x in (("q and k", D), ("v", Dv)):
-            if tiling.head_dim_problem(x):
-                raise LaunchError(f"{self.name}: head dimension {x} of {name} is not supported: it "
-                                  f"{tiling.head_dim_problem(x)}")
+        head_pad.refuse_out_of_range(self.name, D, Dv)  # (a dim off the 16-column steps came padded)
         if out is not None:
             o = self._info(out, "out", elem, 4)
             if o.shape != (B, H, M, Dv):

@@ -67,6 +67,16 @@ def backward(backward_fn, spec, q, k, v, out, dout, lse, dlse, caps, scale, want
             dcaps)
 
 
+def refuse_out_of_range(kernel: str, D: int, Dv: int) -> None:
+    """The one refusal of a call's head dims, padded (check) or not (validate): every call takes 1
+    to MAX_HEAD_DIM, so its message is the same whether or not the dim is a multiple of 16."""
+    for name, x in (("q and k", D), ("v", Dv)):
+        if not 1 <= x <= tiling.MAX_HEAD_DIM:
+            raise LaunchError(f"{kernel}: head dimension {x} of {name} is not supported: it must be from 1 to "
+                              f"{tiling.MAX_HEAD_DIM} (a multiple of {tiling.HEAD_DIM_STEP} runs as it is, any "
+                              f"other padded with zeros)")
+
+
 def padded_dim(d: int) -> int:
     """The head dim a call at head dim d runs at."""
     return -(-d // tiling.HEAD_DIM_STEP) * tiling.HEAD_DIM_STEP
@@ -77,11 +87,7 @@ def check(spec, q, k, v, caps, scale) -> float:
     kern = spec.ir
     dims = spec.bound_dims(q, k, v, caps)[1]
     D, Dv = q.shape[3], v.shape[3]
-    for name, x in (("q and k", D), ("v", Dv)):
-        if not 1 <= x <= tiling.MAX_HEAD_DIM:
-            raise LaunchError(f"{spec.name}: head dimension {x} of {name} is not supported: it must be from 1 to "
-                              f"{tiling.MAX_HEAD_DIM} (a multiple of {tiling.HEAD_DIM_STEP} runs as it is, any "
-                              f"other padded with zeros)")
+    refuse_out_of_range(spec.name, D, Dv)
     readers = _head_dim_readers(kern)
     if readers:
         raise LaunchError(f"{spec.name}: head dimension {D if D % tiling.HEAD_DIM_STEP else Dv} is not supported "
