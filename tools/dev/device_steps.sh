@@ -5,7 +5,9 @@
 #   AB_VARIANTS: the variants `ab` times (tools/dev/backward_ab.py --variants)
 L=$OUT/logs; mkdir -p $L
 save() { tar czf $OUT/logs.tgz -C $OUT logs; }
-late() { [ $SECONDS -gt ${DEADLINE:-520} ] && echo "skipped (deadline): $*"; }
+late() { [ $SECONDS -ge ${DEADLINE:-520} ] && echo "skipped (deadline): $*"; }
+# seconds left before the deadline, at least 1 (for `timeout`: `timeout 0` would mean no limit at all)
+left() { local n=$(( ${DEADLINE:-520} - SECONDS )); echo $(( n > 1 ? n : 1 )); }
 check() {  # file kernel
   late $2 && return
   local log=$L/check-$(basename $1 .kd)-$2.log

@@ -3,8 +3,9 @@
 # KDSL_KEY_STRIDES (on since the ninety-second session):
 #   OUT=... PART="s" [DEADLINE=520] bash tools/dev/s93_next.sh; logs in $OUT/logs.tgz.
 #   s: launch overhead and `kdsl bench --suite standard` (against cuDNN, Flex and cuBLAS's _scaled_mm).
-#   t: the GPU tests of parts b and f of bench/gpu_session.sh (part a ran under the switch in the
-#      ninety-second session).
+#   t: the GPU tests of parts b, g and f of bench/gpu_session.sh (TEST_PARTS: part a ran under the switch in
+#      the ninety-second session). In the ninety-third session part b, then b and g together, ran 520 s
+#      without finishing; it is split now: TEST_PARTS="b", then TEST_PARTS="g f", a call each.
 #   u: what s91_next.sh's part k did not reach: `check --grad` on held-out 63 (after its first kernel),
 #      64 and 65, then the backward benches of held-out 60-63 against Flex.
 set -uo pipefail
@@ -13,14 +14,14 @@ CHECK_SEED=88 CHECK_TIMEOUT=90
 for part in ${PART:-s}; do
 case $part in
 s)
-  SKIP_TESTS=1 SKIP_CHECK=1 timeout $((${DEADLINE:-520} - SECONDS)) bash bench/gpu_session.sh > $L/bench-suite.log 2>&1
+  SKIP_TESTS=1 SKIP_CHECK=1 timeout $(left) bash bench/gpu_session.sh > $L/bench-suite.log 2>&1
   cp $OUT/*standard*.md $OUT/bench.log $OUT/launch.log $L/ 2>/dev/null; save
   tail -60 $L/bench-suite.log ;;
 t)
-  for p in b f; do
+  for p in ${TEST_PARTS:-b g f}; do
     late tests-$p && continue
-    TESTS_PART=$p SKIP_CHECK=1 SKIP_BENCH=1 timeout $((${DEADLINE:-520} - SECONDS)) bash bench/gpu_session.sh \
-      > $L/tests-$p.log 2>&1; tail -6 $L/tests-$p.log; save
+    TESTS_PART=$p SKIP_CHECK=1 SKIP_BENCH=1 timeout $(left) bash bench/gpu_session.sh > $L/tests-$p.log 2>&1
+    cp $OUT/pytest-$p.log $L/ 2>/dev/null; tail -6 $L/tests-$p.log; save
   done ;;
 u)
   # first: the 4-D key maps (the default since the ninety-second session) against the 3-D ones at the
