@@ -4,10 +4,12 @@
 #   OUT=... PART="s" [DEADLINE=520] bash tools/dev/s93_next.sh; logs in $OUT/logs.tgz.
 #   s: launch overhead and `kdsl bench --suite standard` (against cuDNN, Flex and cuBLAS's _scaled_mm).
 #   t: the GPU tests of parts b, g and f of bench/gpu_session.sh (TEST_PARTS: part a ran under the switch in
-#      the ninety-second session). In the ninety-third session part b, then b and g together, ran 520 s
+#      the ninety-second session). In the ninety-third session the old part b (now b and g) ran 520 s
 #      without finishing; it is split now: TEST_PARTS="b", then TEST_PARTS="g f", a call each.
-#   u: what s91_next.sh's part k did not reach: `check --grad` on held-out 63 (after its first kernel),
-#      64 and 65, then the backward benches of held-out 60-63 against Flex.
+#   v: (ran in the ninety-third session) the 3-D against the 4-D key maps at 8192², D = 128 / 192 / 256.
+#   u: what is left of s91_next.sh's part k: `check --grad` on held-out 64's two_biases, all of 65 and 66
+#      (the ninety-third session checked 63 and the rest of 64), then the backward benches of held-out
+#      60-63 against Flex.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=88 CHECK_TIMEOUT=90
@@ -18,22 +20,19 @@ s)
   cp $OUT/*standard*.md $OUT/bench.log $OUT/launch.log $L/ 2>/dev/null; save
   tail -60 $L/bench-suite.log ;;
 t)
-  for p in ${TEST_PARTS:-b g f}; do
+  for p in ${TEST_PARTS:-b}; do
     late tests-$p && continue
     TESTS_PART=$p SKIP_CHECK=1 SKIP_BENCH=1 timeout $(left) bash bench/gpu_session.sh > $L/tests-$p.log 2>&1
     cp $OUT/pytest-$p.log $L/ 2>/dev/null; tail -6 $L/tests-$p.log; save
   done ;;
-u)
-  # first: the 4-D key maps (the default since the ninety-second session) against the 3-D ones at the
-  # long prefill rows where part s's suite put kdsl below cuDNN (D=128 0.98, D=256 0.97), in turns
+v)
   timeout 200 python3 tools/dev/strided_keys.py --reps 10 --shapes \
     "plain,2,16,16,8192,8192,256;plain,2,16,16,8192,8192,128;plain,2,16,16,8192,8192,192;causal,2,16,16,8192,8192,128" \
-    > $L/strided-long.log 2>&1; cat $L/strided-long.log; save
-  for n in 63 64 65; do
-    for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout$n.kd | cut -d' ' -f2); do
-      [ $n$k = 63literal_d64_window ] && continue
-      check tools/dev/heldout$n.kd $k
-    done
+    > $L/strided-long.log 2>&1; cat $L/strided-long.log; save ;;
+u)
+  check tools/dev/heldout64.kd two_biases
+  for n in 65 66; do
+    for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout$n.kd | cut -d' ' -f2); do check tools/dev/heldout$n.kd $k; done
   done
   for n in 60 61 62 63; do bench h$n-bwd tools/dev/heldout$n.kd --backward; done ;;
 esac
