@@ -4,13 +4,17 @@
 # (python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl lark==1.3.1 pyelftools==0.32).
 set -uo pipefail
 source bench/device_env.sh
-# All GPU tests take over a device call's 10-minute limit: TESTS_PART=a, b, g, c or d runs one part
+# All GPU tests take over a device call's 10-minute limit: TESTS_PART=a, b, g, c, d, e, f, h or i runs one part
 # (together every file under tests/gpu; a ~4 minutes cold on an H100; b and g were one part until it
 # outgrew a call: the ninety-third session's ran 520 s on an H100 without finishing; c and d the
 # backward's shapes, split by PYTEST_K: on an H200 ~1.5 and ~6 minutes cold before c took the
 # query-split tests from d, 112 and 178 tests now); e the generated variants (tests/variantgen.py);
 # f the files of the later score and mask forms (key tables, unions of key intervals, dense-mask
-# summaries, float expressions); PYTEST_ARGS any set. Each part's pytest output goes to its own
+# summaries, float expressions); h and i the files written since for single features (h: the
+# backward's order and streamed masks, infinite scores, summary bytes, streamed nonzero tests, key
+# values; i: key masks, mask corners, float masks, prepared, shared and zero divisors: until the
+# ninety-third session they ran only in the sessions that wrote them; tests/test_bench_cpu.py checks
+# that every file is in a part); PYTEST_ARGS any set. Each part's pytest output goes to its own
 # $OUT/pytest-PART.log, with the slowest tests' times (for splitting a part that outgrows a call).
 BACKWARD_C="1x2x2x1x1x64x64 or 2x4x2x127x129x128x128 or 1x4x4x200x333x64x64 or 1x4x2x190x250x96x64 or query_tiles_split"
 case "${TESTS_PART:-}" in
@@ -23,6 +27,8 @@ case "${TESTS_PART:-}" in
      PYTEST_K=${PYTEST_K:-"not ($BACKWARD_C)"} ;;
   e) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_generated_gpu.py"} ;;
   f) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_key_table_gpu.py tests/gpu/test_key_unions_gpu.py tests/gpu/test_dense_mask_summary_gpu.py tests/gpu/test_float_expressions_gpu.py"} ;;
+  h) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_backward_order_gpu.py tests/gpu/test_backward_stream_gpu.py tests/gpu/test_infinite_scores_gpu.py tests/gpu/test_summary_bytes_gpu.py tests/gpu/test_stream_nonzero_gpu.py tests/gpu/test_key_values_gpu.py"} ;;
+  i) PYTEST_ARGS=${PYTEST_ARGS:-"tests/gpu/test_key_mask_gpu.py tests/gpu/test_mask_corners_gpu.py tests/gpu/test_mask_floats_gpu.py tests/gpu/test_prepared_divisors_gpu.py tests/gpu/test_shared_divisions_gpu.py tests/gpu/test_zero_divisors_gpu.py"} ;;
 esac
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python3 -m pytest -q -p no:cacheprovider --durations=15 ${PYTEST_ARGS:-tests} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \

@@ -1,6 +1,7 @@
 """The benchmark's bookkeeping, without a GPU: the suite covers what the issue asks for,
 and the table states its convention and shows failed peers instead of dropping them."""
 import random
+import re
 
 import pytest
 
@@ -368,3 +369,15 @@ def test_a_bench_seed_draws_the_same_inputs_and_is_recorded(tmp_path):
     assert f"from seed {seed} (kdsl bench --seed {seed}" in md and "seed" not in bench_report.markdown(_rows(), "GPU")
     paths = bench_report.write_results(_rows(), tmp_path, "GPU", "t", seed=seed)
     assert json.loads(paths["json"].read_text())["seed"] == seed
+
+
+def test_every_gpu_test_file_is_in_a_part_of_the_device_script():
+    """bench/gpu_session.sh runs the GPU tests a part a call (TESTS_PART); a file named in no part
+    runs in no session but the one that wrote it (twelve had drifted so by the ninety-third)."""
+    script = (bench.ROOT / "bench" / "gpu_session.sh").read_text()
+    parts = dict(re.findall(r"^  ([a-z])\) PYTEST_ARGS=\$\{PYTEST_ARGS:-\"([^\"]*)\"\}", script, re.M))
+    assert len(parts) >= 8, sorted(parts)
+    named = {f for files in parts.values() for f in files.split()}
+    files = {f"tests/gpu/{p.name}" for p in (bench.ROOT / "tests" / "gpu").glob("test_*.py")}
+    assert files - named == set(), "GPU test files in no TESTS_PART"
+    assert named - files == set(), "TESTS_PART names files that do not exist"
