@@ -3,9 +3,9 @@
 # KDSL_KEY_STRIDES (on since the ninety-second session):
 #   OUT=... PART="s" [DEADLINE=520] bash tools/dev/s93_next.sh; logs in $OUT/logs.tgz.
 #   s: launch overhead and `kdsl bench --suite standard` (against cuDNN, Flex and cuBLAS's _scaled_mm).
-#   t: the GPU tests of parts b, g and f of bench/gpu_session.sh (TEST_PARTS: part a ran under the switch in
+#   t: the GPU tests of parts b, g, f, h and i of bench/gpu_session.sh (TEST_PARTS; part a ran under the switch in
 #      the ninety-second session). In the ninety-third session the old part b (now b and g) ran 520 s
-#      without finishing; it is split now: TEST_PARTS="b", then TEST_PARTS="g f", a call each.
+#      without finishing; it is split now: TEST_PARTS="b", then "g", then "f h", then "i", a call each.
 #   v: (ran in the ninety-third session) the 3-D against the 4-D key maps at 8192², D = 128 / 192 / 256.
 #   u: what is left of s91_next.sh's part k: `check --grad` on held-out 64's two_biases, all of 65 and 66
 #      (the ninety-third session checked 63 and the rest of 64), then the backward benches of held-out
