@@ -39,6 +39,7 @@ def main(argv=None) -> int:
                        "ptx and cubin come from NVRTC. Prints one line per kernel.")
     c.add_argument("file", metavar="FILE.kd")
     c.add_argument("-o", "--out-dir", default="out", metavar="OUT_DIR", help="where to write outputs (default: out)")
+    c.add_argument("--kernel", metavar="NAME", help="compile only this kernel")
     c.add_argument("--emit", choices=EMITS, default="cubin",
                    help="last stage to produce: ir (also printed), cuda, ptx, or cubin (default)")
     c.add_argument("--arch", default="sm_90a", help="target GPU architecture (default: sm_90a)")
@@ -130,7 +131,9 @@ def _compile(args) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     gemm_attrs, attrs = _gemm_options(args), _attr_options(args)
-    todo = [(_with_options(k, target, gemm_attrs, attrs), d) for k in module.ir.values() for d in pipeline.head_dims(k)]
+    _require_kernel(args.kernel, [module], args.file)
+    kernels = [k for name, k in module.ir.items() if args.kernel in (None, name)]
+    todo = [(_with_options(k, target, gemm_attrs, attrs), d) for k in kernels for d in pipeline.head_dims(k)]
     if args.emit == "cubin" and len(todo) > 1:
         from concurrent.futures import ThreadPoolExecutor
         from .runtime.compiler import prebuild
@@ -186,13 +189,19 @@ def _gemm_options(args) -> dict:
     return attrs
 
 
+def _require_kernel(name: str | None, modules, where: str) -> None:
+    """--kernel NAME must name a kernel of the files (a user mistake: KdslError naming the ones there)."""
+    if name is not None and not any(name in m.ir for m in modules):
+        names = [n for m in modules for n in m.ir]
+        raise KdslError(f"no kernel '{name}' in {where}; kernels: {', '.join(names)}")
+
+
 def _check(args) -> int:
     from .check import format_table, iter_check_module, resolve_seed
     from .runtime.module import load
 
     modules = [load(f) for f in args.files]  # all diagnostics before any GPU work
-    if args.kernel and not any(args.kernel in m.kernels for m in modules):
-        raise KdslError(f"no kernel '{args.kernel}' in {', '.join(args.files)}")
+    _require_kernel(args.kernel, modules, ", ".join(args.files))
     if args.grad and args.hypothesis is not None:
         raise KdslError("--grad checks gradients at the fixed shapes; it does not combine with --hypothesis")
     if args.shapes and args.hypothesis is not None:

@@ -250,3 +250,18 @@ def test_a_file_after_the_shapes_is_a_file_not_a_shape():
         ["bench", "p.kd", "--shapes", "B=1,H=2,M=3,N=4,D=64"]
     r = run("bench", "--shapes", "B=2,H=x", str(ROOT / "samples" / "plain.kd"))
     assert r.returncode == 1 and "shape 'B=2,H=x'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_compile_takes_one_kernel_by_name_as_check_does(tmp_path):
+    """`kdsl compile FILE --kernel NAME` builds that kernel alone; a name not in the file is a
+    one-line error naming the kernels there (check's --kernel says the same)."""
+    held = str(ROOT / "tools" / "dev" / "heldout66.kd")
+    r = run("compile", held, "--kernel", "u8_levels", "--emit", "cuda", "-o", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert [ln.split(":")[0] for ln in r.stdout.splitlines()] == ["u8_levels[D=64]", "u8_levels[D=128]"]
+    assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["u8_levels_d128.cu", "u8_levels_d64.cu"]
+    for command in ("compile", "check"):
+        r = run(command, held, "--kernel", "u8_level", "-o" if command == "compile" else "--trials",
+                str(tmp_path) if command == "compile" else "1")
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "no kernel 'u8_level' in" in r.stderr and "kernels: computed_slopes_docs, " in r.stderr, r.stderr
