@@ -35,8 +35,8 @@ def main(argv=None) -> int:
     parser.add_argument("--version", action="version", version=f"kdsl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     c = sub.add_parser("compile", help="compile every kernel in a .kd file (no GPU needed)",
-                       description="Compile every kernel in FILE (or the one --kernel names). The .cu is always written under OUT_DIR; "
-                       "ptx and cubin come from NVRTC. Prints one line per kernel.")
+                       description="Compile every kernel in FILE (or the one --kernel names). The .cu is always "
+                       "written under OUT_DIR; ptx and cubin come from NVRTC. Prints one line per kernel.")
     c.add_argument("file", metavar="FILE.kd")
     c.add_argument("-o", "--out-dir", default="out", metavar="OUT_DIR", help="where to write outputs (default: out)")
     c.add_argument("--kernel", metavar="NAME", help="compile only this kernel")
