@@ -55,7 +55,7 @@ def test_samples_interpreted(name):
         assert torch.allclose(lse[fin].double(), ref_lse[fin], atol=1e-3 + slack)
 
 
-HELDOUT = [ROOT / "tools" / "dev" / f"heldout{n}.kd" for n in ("", *map(str, range(2, 67)))]
+HELDOUT = [ROOT / "tools" / "dev" / f"heldout{n}.kd" for n in ("", *map(str, range(2, 68)))]
 # Self-attention written with one tensor for queries and keys (`img[b, i] == img[b, j]`, img:
 # [B, N]): the launcher refuses a call with M > N, naming the index, and such a shape is not run
 ONE_AXIS_FOR_BOTH = {"image_text_bidir": "'img' (i)"}

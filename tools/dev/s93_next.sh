@@ -7,7 +7,7 @@
 #      the ninety-second session). In the ninety-third session the old part b (now b and g) ran 520 s
 #      without finishing; it is split now: TEST_PARTS="b", then "g", then "f h", then "i", a call each.
 #   v: (ran in the ninety-third session) the 3-D against the 4-D key maps at 8192², D = 128 / 192 / 256.
-#   u: what is left of s91_next.sh's part k: `check --grad` on held-out 64's two_biases, all of 65 and 66
+#   u: what is left of s91_next.sh's part k: `check --grad` on held-out 64's two_biases, all of 65, 66 and 67
 #      (the ninety-third session checked 63 and the rest of 64), then the backward benches of held-out
 #      60-63 against Flex.
 set -uo pipefail
@@ -31,7 +31,7 @@ v)
     > $L/strided-long.log 2>&1; cat $L/strided-long.log; save ;;
 u)
   check tools/dev/heldout64.kd two_biases
-  for n in 65 66; do
+  for n in 65 66 67; do
     for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout$n.kd | cut -d' ' -f2); do check tools/dev/heldout$n.kd $k; done
   done
   for n in 60 61 62 63; do bench h$n-bwd tools/dev/heldout$n.kd --backward; done ;;
