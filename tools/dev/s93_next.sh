@@ -7,9 +7,11 @@
 #      the ninety-second session). In the ninety-third session the old part b (now b and g) ran 520 s
 #      without finishing; it is split now: TEST_PARTS="b", then "g", then "f h", then "i", a call each.
 #   v: (ran in the ninety-third session) the 3-D against the 4-D key maps at 8192², D = 128 / 192 / 256.
-#   u: what is left of s91_next.sh's part k: `check --grad` on held-out 64's two_biases, all of 65, 66 and 67
-#      (the ninety-third session checked 63 and the rest of 64), then the backward benches of held-out
-#      60-63 against Flex.
+#   u: what is left of s91_next.sh's part k: `check --grad` on held-out 64's two_biases and all of 65 (the
+#      ninety-third session checked 63 and the rest of 64), then the backward benches of held-out 60-61
+#      against Flex (each check ~33 s on the H100: nine fit a call beside two benches).
+#   w: `check --grad` on held-out 66 and 67 (interpreter-checked in the ninety-third session), then the
+#      backward benches of held-out 62-63.
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=88 CHECK_TIMEOUT=90
@@ -31,9 +33,12 @@ v)
     > $L/strided-long.log 2>&1; cat $L/strided-long.log; save ;;
 u)
   check tools/dev/heldout64.kd two_biases
-  for n in 65 66 67; do
+  for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout65.kd | cut -d' ' -f2); do check tools/dev/heldout65.kd $k; done
+  for n in 60 61; do bench h$n-bwd tools/dev/heldout$n.kd --backward; done ;;
+w)
+  for n in 66 67; do
     for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout$n.kd | cut -d' ' -f2); do check tools/dev/heldout$n.kd $k; done
   done
-  for n in 60 61 62 63; do bench h$n-bwd tools/dev/heldout$n.kd --backward; done ;;
+  for n in 62 63; do bench h$n-bwd tools/dev/heldout$n.kd --backward; done ;;
 esac
 done
