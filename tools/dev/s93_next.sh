@@ -10,8 +10,8 @@
 #   u: what is left of s91_next.sh's part k: `check --grad` on held-out 64's two_biases and all of 65 (the
 #      ninety-third session checked 63 and the rest of 64), then the backward benches of held-out 60-61
 #      against Flex (each check ~33 s on the H100: nine fit a call beside two benches).
-#   w: `check --grad` on held-out 66 and 67 (interpreter-checked in the ninety-third session), then the
-#      backward benches of held-out 62-63.
+#   w, x: `check --grad` on held-out 66 (w) and 67 (x), interpreter-checked in the ninety-third session, then
+#      the backward bench of held-out 62 (w) or 63 (x).
 set -uo pipefail
 source tools/dev/device_steps.sh
 CHECK_SEED=88 CHECK_TIMEOUT=90
@@ -35,10 +35,9 @@ u)
   check tools/dev/heldout64.kd two_biases
   for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout65.kd | cut -d' ' -f2); do check tools/dev/heldout65.kd $k; done
   for n in 60 61; do bench h$n-bwd tools/dev/heldout$n.kd --backward; done ;;
-w)
-  for n in 66 67; do
-    for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout$n.kd | cut -d' ' -f2); do check tools/dev/heldout$n.kd $k; done
-  done
-  for n in 62 63; do bench h$n-bwd tools/dev/heldout$n.kd --backward; done ;;
+w|x)
+  n=$([ $part = w ] && echo 66 || echo 67); bwd=$([ $part = w ] && echo 62 || echo 63)
+  for k in $(grep -o "^attention [a-z0-9_]*" tools/dev/heldout$n.kd | cut -d' ' -f2); do check tools/dev/heldout$n.kd $k; done
+  bench h$bwd-bwd tools/dev/heldout$bwd.kd --backward ;;
 esac
 done
