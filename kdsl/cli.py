@@ -81,7 +81,9 @@ def main(argv=None) -> int:
                          "of plain and causal at head dims 64-256, every other sample, MLA, variants; implies --backward)")
     bn.add_argument("--vs", default="flex,cudnn,scaled_mm,cublas_bf16,read_b", metavar="PEERS",
                     help="comma-separated peers: flex, cudnn, scaled_mm, cublas_bf16, read_b (default: all)")
-    bn.add_argument("--only", metavar="KERNELS", help="comma-separated kernel names: time only these cases")
+    bn.add_argument("--only", "--kernel", dest="only", metavar="KERNELS",
+                    help="comma-separated kernel names: time only these cases (--kernel NAME, as compile and check "
+                    "take it, is the same option)")
     bn.add_argument("--shapes", nargs="+", metavar="SHAPE", default=[],
                     help="FILE's kernels at these shapes, e.g. B=2,H=16,M=4096,N=4096,D=128[,Hkv=4,Dv=64] (attention) "
                     "or M=4096,N=7168,K=16384[,G=4] (GEMM); a kernel with no shape of its kind is timed at the "
@@ -271,7 +273,8 @@ def _bench(args) -> int:
         wanted = {n.strip() for n in args.only.split(",") if n.strip()}
         missing = wanted - {c.kernel for c in cases}
         if missing:
-            raise KdslError(f"--only: no case for kernel(s) {sorted(missing)}")
+            raise KdslError(f"--only: no case for kernel(s) {sorted(missing)}; kernels: "
+                            f"{', '.join(dict.fromkeys(c.kernel for c in cases))}")
         cases = [c for c in cases if c.kernel in wanted]
     if args.backward:
         cases = [c for c in cases if c.kind == "attention"]

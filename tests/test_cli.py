@@ -265,3 +265,13 @@ def test_compile_takes_one_kernel_by_name_as_check_does(tmp_path):
                 str(tmp_path) if command == "compile" else "1")
         assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
         assert "no kernel 'u8_level' in" in r.stderr and "kernels: computed_slopes_docs, " in r.stderr, r.stderr
+
+
+def test_bench_takes_kernel_as_compile_and_check_do(tmp_path):
+    """`kdsl bench FILE --kernel NAME` is --only NAME; an unknown name lists the kernels there
+    (checked before any GPU work, so it runs here)."""
+    held = str(ROOT / "tools" / "dev" / "heldout66.kd")
+    for flag in ("--only", "--kernel"):
+        r = run("bench", held, flag, "u8_level", "-o", str(tmp_path))
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "no case for kernel(s) ['u8_level']; kernels: computed_slopes_docs, " in r.stderr, r.stderr
