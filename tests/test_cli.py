@@ -260,9 +260,8 @@ def test_compile_takes_one_kernel_by_name_as_check_does(tmp_path):
     assert r.returncode == 0, r.stderr
     assert [ln.split(":")[0] for ln in r.stdout.splitlines()] == ["u8_levels[D=64]", "u8_levels[D=128]"]
     assert sorted(p.name for p in tmp_path.glob("*.cu")) == ["u8_levels_d128.cu", "u8_levels_d64.cu"]
-    for command in ("compile", "check"):
-        r = run(command, held, "--kernel", "u8_level", "-o" if command == "compile" else "--trials",
-                str(tmp_path) if command == "compile" else "1")
+    for command, rest in (("compile", ["-o", str(tmp_path)]), ("check", ["--trials", "1"])):
+        r = run(command, held, "--kernel", "u8_level", *rest)
         assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
         assert "no kernel 'u8_level' in" in r.stderr and "kernels: computed_slopes_docs, " in r.stderr, r.stderr
 

@@ -133,12 +133,20 @@ def dense(x):
     and one write of the array; for torch it is recorded by autograd like any other op. Not for
     outputs, which are written where the caller gave them. Anything else comes back as it is,
     for validation to name."""
-    if hasattr(x, "is_contiguous"):  # torch (also its fake tensors under torch.compile)
-        return x if x.is_contiguous() else x.contiguous()
-    flags = getattr(x, "flags", None)  # CuPy and numpy
-    if flags is None or flags.c_contiguous or 0 in getattr(x, "shape", ()):
+    if row_major(x):
         return x
+    if hasattr(x, "is_contiguous"):  # torch: the copy is recorded by autograd
+        return x.contiguous()
     return sys.modules[type(x).__module__.split(".")[0]].ascontiguousarray(x)
+
+
+def row_major(x) -> bool:
+    """Whether x is row-major, by the framework's own flag (no ArrayInfo: a call's hot path asks
+    it of every input); anything not an array counts as row-major, for validation to name."""
+    if hasattr(x, "is_contiguous"):  # torch (also its fake tensors under torch.compile)
+        return x.is_contiguous()
+    flags = getattr(x, "flags", None)  # CuPy and numpy
+    return flags is None or flags.c_contiguous or 0 in getattr(x, "shape", ())
 
 
 def fill(x, value: float) -> None:

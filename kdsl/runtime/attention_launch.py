@@ -84,11 +84,9 @@ class AttentionKernel(KernelBase):
     def _key_input(self, x):
         """k or v as the call passes it on: as given where it is row-major or the kernel reads it
         in place (_reads_keys_in_place, the one rule), else a row-major copy (arrays.dense)."""
-        try:
-            a = arrays.info(x, "k")
-        except LaunchError:
-            return x  # not an array: validation names it
-        return x if arrays.is_contiguous(a) or self._reads_keys_in_place(a) else arrays.dense(x)
+        if arrays.row_major(x):  # (the common case, and anything not an array: validation names it)
+            return x
+        return x if self._reads_keys_in_place(arrays.info(x, "k")) else arrays.dense(x)
 
     def _reads_keys_in_place(self, a) -> bool:
         """The one rule for k or v (its array info) in another layout: the Hopper kernel's
